@@ -1,0 +1,14 @@
+"""mere: a compute-engine-neutral IO layer for lakehouse tables with merge on read."""
+
+from mere import errors
+from mere.errors import CommitConflict, MereError
+from mere.expr import col
+from mere.hashing import bucket_ids
+from mere.table.catalog import Catalog, connect
+from mere.table.scan import Scan
+from mere.table.table import Table
+
+__version__ = "0.1.0"
+
+__all__ = ["Catalog", "CommitConflict", "MereError", "Scan", "Table", "__version__", "bucket_ids", "col",
+           "connect", "errors"]

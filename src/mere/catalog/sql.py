@@ -1,0 +1,469 @@
+"""SQL catalog over SQLAlchemy Core: SQLite embedded by default, PostgreSQL when shared.
+
+Commit protocol: data files are written first; a commit then runs one transaction that locks the
+table row (``BEGIN IMMEDIATE`` on SQLite, ``SELECT ... FOR UPDATE`` on PostgreSQL), lets the caller
+validate the commits that landed since it read, inserts the new files and the commit row, and bumps
+the table version with a compare-and-swap. Nothing is visible until that transaction commits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+from mere.errors import (
+    CatalogError,
+    CommitConflict,
+    CommitStateUnknown,
+    NoSuchNamespace,
+    NoSuchTable,
+    NoSuchVersion,
+    TableExists,
+)
+
+log = logging.getLogger(__name__)
+
+SEQ_SHIFT = 24  # file sequence = (commit version << SEQ_SHIFT) | order of the file within its commit
+
+_metadata = sa.MetaData()
+
+namespaces = sa.Table(
+    "mere_namespaces", _metadata,
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+
+tables = sa.Table(
+    "mere_tables", _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("namespace", sa.String(255), nullable=False),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("uuid", sa.String(32), nullable=False),
+    sa.Column("location", sa.Text, nullable=False),
+    sa.Column("spec", sa.Text, nullable=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("namespace", "name", name="mere_tables_name"),
+)
+
+commits = sa.Table(
+    "mere_commits", _metadata,
+    sa.Column("table_id", sa.Integer, primary_key=True),
+    sa.Column("version", sa.BigInteger, primary_key=True),
+    sa.Column("committed_at", sa.BigInteger, nullable=False),  # microseconds since the epoch, UTC
+    sa.Column("operation", sa.String(32), nullable=False),
+    sa.Column("token", sa.String(32), nullable=False, unique=True),
+    sa.Column("idempotency_key", sa.String(255), nullable=True),
+    sa.Column("summary", sa.Text, nullable=False),
+    sa.UniqueConstraint("table_id", "idempotency_key", name="mere_commits_idempotency"),
+)
+
+files = sa.Table(
+    "mere_files", _metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("table_id", sa.Integer, nullable=False),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("partition", sa.Text, nullable=False),
+    sa.Column("bucket", sa.Integer, nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("added_version", sa.BigInteger, nullable=False),
+    sa.Column("removed_version", sa.BigInteger, nullable=True),
+    sa.Column("row_count", sa.BigInteger, nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("content", sa.String(16), nullable=False),
+    sa.Column("columns", sa.Text, nullable=True),
+    sa.Index("mere_files_added", "table_id", "added_version"),
+    sa.Index("mere_files_removed", "table_id", "removed_version"),
+)
+
+
+def now_micros() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    id: int
+    namespace: str
+    name: str
+    uuid: str
+    location: str
+    spec: str
+    version: int
+
+    @property
+    def identifier(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+
+@dataclass
+class FileEntry:
+    """A data file as the catalog knows it. ``id``/``seq``/``added_version`` are set once committed."""
+
+    path: str
+    partition: str  # canonical JSON object of partition values as strings
+    bucket: int
+    row_count: int
+    size_bytes: int
+    content: str = "data"  # "data" or "delete" (delete markers only)
+    columns: list[str] | None = None  # present columns when the file holds a subset (partial upsert)
+    order: int = 0  # order among the files of one commit
+    seq: int | None = None  # explicit sequence (compaction keeps its inputs' newest sequence)
+    id: int | None = None
+    added_version: int | None = None
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    version: int
+    committed_at: int
+    operation: str
+    summary: dict[str, Any]
+
+
+@dataclass
+class ConcurrentChanges:
+    """What landed between a writer's read version and the version it commits on top of."""
+
+    commits: list[CommitRecord] = field(default_factory=list)
+    removed_file_ids: set[int] = field(default_factory=set)
+
+    def partitions_touched(self) -> set[str] | None:
+        """Partitions written by the concurrent commits; None means the whole table."""
+        out: set[str] = set()
+        for c in self.commits:
+            parts = c.summary.get("partitions")
+            if parts is None:
+                return None
+            out.update(parts)
+        return out
+
+
+def _is_transient(e: DBAPIError) -> bool:
+    code = getattr(getattr(e, "orig", None), "sqlstate", None)
+    if code in ("40001", "40P01", "55P03"):
+        return True
+    text = str(e).lower()
+    return "database is locked" in text or "database is busy" in text or "could not serialize" in text
+
+
+class SqlCatalog:
+    """Catalog state in a SQL database reached by a SQLAlchemy URL."""
+
+    def __init__(self, url: str, *, max_retries: int = 60) -> None:
+        if url.startswith("postgresql://") or url.startswith("postgres://"):
+            url = "postgresql+psycopg://" + url.split("://", 1)[1]
+        self.url = url
+        self.max_retries = max_retries
+        self._pid = -1
+        self._engine: Engine | None = None
+        self._ensure_schema()
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None or self._pid != os.getpid():
+            # A forked child must not reuse the parent's connections.
+            if self._engine is not None:
+                self._engine.dispose(close=False)
+            self._engine = self._make_engine()
+            self._pid = os.getpid()
+        return self._engine
+
+    def _make_engine(self) -> Engine:
+        if self.url.startswith("sqlite"):
+            engine = sa.create_engine(self.url, connect_args={"timeout": 60, "check_same_thread": False},
+                                      poolclass=sa.pool.NullPool)
+
+            @event.listens_for(engine, "connect")
+            def _connect(dbapi_conn: Any, _record: Any) -> None:
+                dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA busy_timeout=60000")
+                cur.close()
+
+            @event.listens_for(engine, "begin")
+            def _begin(conn: Connection) -> None:
+                # Take the write lock up front so concurrent committers queue instead of deadlocking.
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+            return engine
+        return sa.create_engine(self.url, pool_pre_ping=True, pool_size=2, max_overflow=8)
+
+    def _ensure_schema(self) -> None:
+        for attempt in range(10):
+            try:
+                with self.engine.begin() as conn:
+                    if self.dialect == "postgresql":
+                        conn.execute(sa.text("SELECT pg_advisory_xact_lock(727265)"))
+                    _metadata.create_all(conn, checkfirst=True)
+                return
+            except (OperationalError, IntegrityError) as e:
+                if attempt == 9:
+                    raise CatalogError(f"cannot initialise catalog at {self._safe_url()}: {e}") from e
+                time.sleep(0.05 * (attempt + 1))
+
+    def _safe_url(self) -> str:
+        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+
+    def __repr__(self) -> str:
+        return f"SqlCatalog({self._safe_url()!r})"
+
+    def _run(self, fn: Callable[[Connection], Any]) -> Any:
+        """Run fn in a transaction, retrying transient lock and serialisation failures."""
+        delay = 0.005
+        for attempt in range(self.max_retries + 1):
+            try:
+                with self.engine.begin() as conn:
+                    return fn(conn)
+            except (OperationalError, DBAPIError) as e:
+                if isinstance(e, IntegrityError) or not _is_transient(e) or attempt == self.max_retries:
+                    raise
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.5)
+        raise AssertionError("unreachable")
+
+    # -- namespaces and tables -------------------------------------------------------------------
+
+    def create_namespace(self, name: str, exist_ok: bool = True) -> None:
+        def run(conn: Connection) -> None:
+            exists = conn.execute(sa.select(namespaces.c.name).where(namespaces.c.name == name)).first()
+            if exists is None:
+                conn.execute(namespaces.insert().values(name=name, created_at=now_micros()))
+            elif not exist_ok:
+                raise CatalogError(f"namespace {name!r} already exists")
+
+        try:
+            self._run(run)
+        except IntegrityError:
+            if not exist_ok:
+                raise CatalogError(f"namespace {name!r} already exists") from None
+
+    def list_namespaces(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return [r[0] for r in conn.execute(sa.select(namespaces.c.name).order_by(namespaces.c.name))]
+
+    def create_table(self, namespace: str, name: str, location: str, spec: str, table_uuid: str) -> TableRecord:
+        self.create_namespace(namespace)
+
+        def run(conn: Connection) -> TableRecord:
+            ts = now_micros()
+            res = conn.execute(tables.insert().values(
+                namespace=namespace, name=name, uuid=table_uuid, location=location, spec=spec, version=0,
+                created_at=ts))
+            table_id = int(res.inserted_primary_key[0])
+            conn.execute(commits.insert().values(
+                table_id=table_id, version=0, committed_at=ts, operation="create", token=uuid.uuid4().hex,
+                summary=json.dumps({"added_files": 0, "removed_files": 0, "added_rows": 0})))
+            return TableRecord(table_id, namespace, name, table_uuid, location, spec, 0)
+
+        try:
+            return self._run(run)  # type: ignore[no-any-return]
+        except IntegrityError as e:
+            raise TableExists(f"table {namespace}.{name} already exists") from e
+
+    def load_table(self, namespace: str, name: str) -> TableRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(tables).where(
+                tables.c.namespace == namespace, tables.c.name == name)).first()
+            if row is None:
+                known = conn.execute(sa.select(namespaces.c.name).where(namespaces.c.name == namespace)).first()
+                if known is None:
+                    raise NoSuchNamespace(f"namespace {namespace!r} does not exist (looking for table {name!r})")
+                raise NoSuchTable(f"table {namespace}.{name} does not exist")
+        return TableRecord(row.id, row.namespace, row.name, row.uuid, row.location, row.spec, int(row.version))
+
+    def list_tables(self, namespace: str | None = None) -> list[str]:
+        q = sa.select(tables.c.namespace, tables.c.name).order_by(tables.c.namespace, tables.c.name)
+        if namespace is not None:
+            q = q.where(tables.c.namespace == namespace)
+        with self.engine.connect() as conn:
+            return [f"{r[0]}.{r[1]}" for r in conn.execute(q)]
+
+    def drop_table(self, namespace: str, name: str) -> TableRecord:
+        def run(conn: Connection) -> TableRecord:
+            row = conn.execute(sa.select(tables).where(
+                tables.c.namespace == namespace, tables.c.name == name)).first()
+            if row is None:
+                raise NoSuchTable(f"table {namespace}.{name} does not exist")
+            conn.execute(files.delete().where(files.c.table_id == row.id))
+            conn.execute(commits.delete().where(commits.c.table_id == row.id))
+            conn.execute(tables.delete().where(tables.c.id == row.id))
+            return TableRecord(row.id, row.namespace, row.name, row.uuid, row.location, row.spec, int(row.version))
+
+        return self._run(run)  # type: ignore[no-any-return]
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def current_version(self, table_id: int) -> int:
+        with self.engine.connect() as conn:
+            v = conn.execute(sa.select(tables.c.version).where(tables.c.id == table_id)).scalar()
+        if v is None:
+            raise NoSuchTable(f"table id {table_id} no longer exists")
+        return int(v)
+
+    def version_as_of(self, table_id: int, micros: int) -> int:
+        with self.engine.connect() as conn:
+            v = conn.execute(sa.select(sa.func.max(commits.c.version)).where(
+                commits.c.table_id == table_id, commits.c.committed_at <= micros)).scalar()
+        if v is None:
+            raise NoSuchVersion(f"table id {table_id} has no version at or before {micros} µs since the epoch")
+        return int(v)
+
+    def files_at(self, table_id: int, version: int) -> list[FileEntry]:
+        """The live files of a table at a version, ordered by sequence."""
+        q = sa.select(files).where(
+            files.c.table_id == table_id,
+            files.c.added_version <= version,
+            sa.or_(files.c.removed_version.is_(None), files.c.removed_version > version),
+        ).order_by(files.c.seq, files.c.id)
+        with self.engine.connect() as conn:
+            return [self._file(r) for r in conn.execute(q)]
+
+    def all_file_paths(self, table_id: int) -> set[str]:
+        with self.engine.connect() as conn:
+            return {r[0] for r in conn.execute(sa.select(files.c.path).where(files.c.table_id == table_id))}
+
+    @staticmethod
+    def _file(r: Any) -> FileEntry:
+        return FileEntry(
+            path=r.path, partition=r.partition, bucket=int(r.bucket), row_count=int(r.row_count),
+            size_bytes=int(r.size_bytes), content=r.content,
+            columns=None if r.columns is None else json.loads(r.columns),
+            seq=int(r.seq), id=int(r.id), added_version=int(r.added_version))
+
+    def history(self, table_id: int) -> list[CommitRecord]:
+        q = sa.select(commits).where(commits.c.table_id == table_id).order_by(commits.c.version)
+        with self.engine.connect() as conn:
+            return [CommitRecord(int(r.version), int(r.committed_at), r.operation, json.loads(r.summary))
+                    for r in conn.execute(q)]
+
+    def has_commit(self, table_id: int, version: int) -> bool:
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(commits.c.version).where(
+                commits.c.table_id == table_id, commits.c.version == version)).first() is not None
+
+    def find_idempotent(self, table_id: int, key: str) -> CommitRecord | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(commits).where(
+                commits.c.table_id == table_id, commits.c.idempotency_key == key)).first()
+        return None if r is None else CommitRecord(int(r.version), int(r.committed_at), r.operation,
+                                                   json.loads(r.summary))
+
+    # -- commit ----------------------------------------------------------------------------------
+
+    def commit(
+        self,
+        table_id: int,
+        *,
+        base_version: int,
+        operation: str,
+        add: Sequence[FileEntry] = (),
+        remove: Iterable[int] = (),
+        summary: dict[str, Any] | None = None,
+        validate: Callable[[ConcurrentChanges], None] | None = None,
+        idempotency_key: str | None = None,
+    ) -> CommitRecord:
+        """Atomically add and remove files as a new table version.
+
+        ``validate`` sees what landed after ``base_version`` and raises :class:`CommitConflict` if this
+        commit cannot be rebased onto it. Files to remove that are already gone are always a conflict.
+        """
+        remove_ids = sorted(set(remove))
+        token = uuid.uuid4().hex
+        summary = dict(summary or {})
+
+        def run(conn: Connection) -> CommitRecord:
+            q = sa.select(tables.c.version).where(tables.c.id == table_id)
+            if self.dialect == "postgresql":
+                q = q.with_for_update()
+            current = conn.execute(q).scalar()
+            if current is None:
+                raise NoSuchTable(f"table id {table_id} was dropped before the commit")
+            current = int(current)
+            if idempotency_key is not None:
+                prior = conn.execute(sa.select(commits).where(
+                    commits.c.table_id == table_id, commits.c.idempotency_key == idempotency_key)).first()
+                if prior is not None:
+                    return CommitRecord(int(prior.version), int(prior.committed_at), prior.operation,
+                                        json.loads(prior.summary) | {"already_committed": True})
+            if current < base_version:
+                raise CommitConflict(f"table id {table_id} is at version {current}, older than {base_version}")
+            if current != base_version and validate is not None:
+                validate(self._changes_since(conn, table_id, base_version, current))
+            new = current + 1
+            if remove_ids:
+                done = 0
+                for i in range(0, len(remove_ids), 500):
+                    chunk = remove_ids[i:i + 500]
+                    res = conn.execute(files.update().where(
+                        files.c.table_id == table_id, files.c.id.in_(chunk), files.c.removed_version.is_(None),
+                    ).values(removed_version=new))
+                    done += res.rowcount
+                if done != len(remove_ids):
+                    raise CommitConflict(
+                        f"table id {table_id}: {len(remove_ids) - done} file(s) this commit replaces were already "
+                        "removed by a concurrent commit")
+            if add:
+                conn.execute(files.insert(), [{
+                    "table_id": table_id, "path": f.path, "partition": f.partition, "bucket": f.bucket,
+                    "seq": f.seq if f.seq is not None else (new << SEQ_SHIFT) | f.order,
+                    "added_version": new, "removed_version": None, "row_count": f.row_count,
+                    "size_bytes": f.size_bytes, "content": f.content,
+                    "columns": None if f.columns is None else json.dumps(f.columns),
+                } for f in add])
+            ts = now_micros()
+            conn.execute(commits.insert().values(
+                table_id=table_id, version=new, committed_at=ts, operation=operation, token=token,
+                idempotency_key=idempotency_key, summary=json.dumps(summary)))
+            res = conn.execute(tables.update().where(tables.c.id == table_id, tables.c.version == current)
+                               .values(version=new))
+            if res.rowcount != 1:
+                raise CommitConflict(f"table id {table_id} moved past version {current} during the commit")
+            return CommitRecord(new, ts, operation, summary)
+
+        try:
+            return self._run(run)  # type: ignore[no-any-return]
+        except IntegrityError as e:
+            if idempotency_key is not None:
+                prior = self.find_idempotent(table_id, idempotency_key)
+                if prior is not None:
+                    return prior
+            raise CatalogError(f"commit to table id {table_id} violated a catalog constraint: {e}") from e
+        except OperationalError as e:
+            # The connection may have died after the server committed: look for our token.
+            try:
+                with self.engine.connect() as conn:
+                    r = conn.execute(sa.select(commits).where(commits.c.token == token)).first()
+            except OperationalError:
+                raise CommitStateUnknown(f"commit to table id {table_id} may or may not have landed: {e}") from e
+            if r is not None:
+                return CommitRecord(int(r.version), int(r.committed_at), r.operation, json.loads(r.summary))
+            raise CommitConflict(f"commit to table id {table_id} failed and did not land: {e}") from e
+
+    def _changes_since(self, conn: Connection, table_id: int, base: int, current: int) -> ConcurrentChanges:
+        rows = conn.execute(sa.select(commits).where(
+            commits.c.table_id == table_id, commits.c.version > base, commits.c.version <= current,
+        ).order_by(commits.c.version))
+        out = ConcurrentChanges([CommitRecord(int(r.version), int(r.committed_at), r.operation,
+                                              json.loads(r.summary)) for r in rows])
+        removed = conn.execute(sa.select(files.c.id).where(
+            files.c.table_id == table_id, files.c.removed_version > base, files.c.removed_version <= current))
+        out.removed_file_ids = {int(r[0]) for r in removed}
+        return out

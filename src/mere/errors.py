@@ -1,0 +1,73 @@
+"""Typed errors. Every error mere raises derives from :class:`MereError`."""
+
+from __future__ import annotations
+
+
+class MereError(Exception):
+    """Root of every error raised by mere."""
+
+    retryable: bool = False
+
+
+class CatalogError(MereError):
+    """The catalog could not do what was asked."""
+
+
+class NoSuchNamespace(CatalogError, KeyError):
+    """The namespace does not exist."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable.
+        return str(self.args[0]) if self.args else ""
+
+
+class NoSuchTable(CatalogError, KeyError):
+    """The table does not exist."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class TableExists(CatalogError):
+    """A table of that name already exists."""
+
+
+class NoSuchVersion(CatalogError, LookupError):
+    """The requested version or timestamp is not in the table's history."""
+
+
+class CommitConflict(MereError):
+    """A concurrent commit made this one invalid. Retrying the operation may succeed."""
+
+    retryable = True
+
+
+class CommitStateUnknown(MereError):
+    """The catalog connection failed while committing; the commit may or may not have landed."""
+
+
+class InvalidInput(MereError, ValueError):
+    """Input data or arguments are not acceptable (the table is unchanged)."""
+
+
+class SchemaMismatch(InvalidInput):
+    """Input columns or types do not match the table schema."""
+
+
+class NullKey(InvalidInput):
+    """A primary-key column holds nulls."""
+
+
+class FilterError(InvalidInput):
+    """A filter could not be parsed or bound to the table schema."""
+
+
+class UnsupportedType(InvalidInput, TypeError):
+    """A type that mere cannot hash, key or store."""
+
+
+class StorageError(MereError, OSError):
+    """The storage layer failed (after retries)."""
+
+
+class NotInstalled(MereError, ImportError):
+    """An optional dependency is missing; the message says what to pip install."""

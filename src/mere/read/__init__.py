@@ -1,0 +1,1 @@
+"""Planning and merge-on-read."""

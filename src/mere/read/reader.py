@@ -1,0 +1,346 @@
+"""Merge-on-read of one split, streamed in key-range windows with bounded memory."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mere import expr as E
+from mere.io import Storage
+from mere.read.merge import group_starts, reduce_versions, sort_indices
+from mere.read.planner import Explain, FileTask, Split, row_group_stats
+from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
+
+DEFAULT_WINDOW_BYTES = 32 * 1024 * 1024
+LOOKUP_MAX_KEYS = 256
+BATCH_ROWS = 128 * 1024
+
+_io_pool: ThreadPoolExecutor | None = None
+_io_pool_lock = threading.Lock()
+
+
+def io_pool() -> ThreadPoolExecutor:
+    """Threads for file IO; separate from split workers so nested waits cannot deadlock."""
+    global _io_pool
+    with _io_pool_lock:
+        if _io_pool is None:
+            _io_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="mere-io")
+        return _io_pool
+
+
+@dataclass
+class ReadOptions:
+    columns: list[str]  # output columns, in order
+    pre: E.Expr
+    post: E.Expr
+    lookup: bool  # the pre-merge filter pins a few keys: read key columns first
+    window_bytes: int = DEFAULT_WINDOW_BYTES
+
+
+@dataclass
+class _RowGroup:
+    index: int
+    bytes: int
+    min0: Any
+    max0: Any
+
+
+class _FileCursor:
+    """Reads one file's selected row groups in key order, keeping only rows not yet handed out."""
+
+    def __init__(self, storage: Storage, spec: TableSpec, task: FileTask, needed: Sequence[str],
+                 opts: ReadOptions, explain: Explain | None) -> None:
+        self.storage, self.spec, self.task, self.opts = storage, spec, task, opts
+        md = storage.metadata(task.path)
+        self.names = set(md.schema.names)
+        self.columns = [c for c in needed if c in self.names]
+        key0 = spec.primary_key[0] if spec.primary_key else None
+        stats_cols = sorted(E.columns(opts.pre) or set())
+        if key0 is not None and key0 not in stats_cols:
+            stats_cols.append(key0)
+        col_index = {n: i for i, n in enumerate(md.schema.names)}
+        self.groups: list[_RowGroup] = []
+        total = 0
+        for i in range(md.num_row_groups):
+            stats = row_group_stats(md, i, spec.schema, stats_cols)
+            if explain is not None:
+                explain.row_groups_total += 1
+            if not isinstance(opts.pre, E.AlwaysTrue) and not E.might_match(opts.pre, stats):
+                continue
+            rg = md.row_group(i)
+            size = sum(rg.column(col_index[c]).total_uncompressed_size for c in self.columns if c in col_index)
+            k = stats.get(key0) if key0 else None
+            self.groups.append(_RowGroup(i, size, k.min if k else None, k.max if k else None))
+            total += rg.total_byte_size
+        if explain is not None:
+            explain.row_groups_kept += len(self.groups)
+            if self.groups:
+                explain.files_kept += 1
+                explain.bytes_kept += task.size_bytes
+        self.next = 0
+        self.buffer: pa.Table | None = None
+
+    @property
+    def estimated_bytes(self) -> int:
+        return sum(g.bytes for g in self.groups)
+
+    def _read(self, groups: list[_RowGroup]) -> pa.Table | None:
+        if not groups:
+            return None
+        idx = [g.index for g in groups]
+        pre = self.opts.pre
+        if self.opts.lookup and self.spec.primary_key:
+            # Point lookups: read the key columns first; read the rest only where a key matches.
+            key_cols = [c for c in self.spec.identity_columns if c in self.names]
+            predicate = E.to_pyarrow(pre)
+            found = []
+            for i in idx:
+                if self.storage.read_row_groups(self.task.path, [i], key_cols).filter(predicate).num_rows:
+                    found.append(self.storage.read_row_groups(self.task.path, [i], self.columns).filter(predicate))
+            if not found:
+                return None
+            return found[0] if len(found) == 1 else pa.concat_tables(found)
+        table = self.storage.read_row_groups(self.task.path, idx, self.columns)
+        if not isinstance(pre, E.AlwaysTrue):
+            table = table.filter(E.to_pyarrow(pre))
+        return table
+
+    def take_until(self, hi: Any) -> pa.Table | None:
+        """Rows whose first key column is below ``hi`` (all remaining rows when ``hi`` is None)."""
+        start = self.next
+        if hi is None:
+            self.next = len(self.groups)
+        else:
+            while self.next < len(self.groups) and (self.groups[self.next].min0 is None
+                                                    or self.groups[self.next].min0 < hi):
+                self.next += 1
+        fresh = self._read(self.groups[start:self.next])
+        parts = [t for t in (self.buffer, fresh) if t is not None and t.num_rows]
+        if not parts:
+            self.buffer = None
+            return None
+        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        if hi is None:
+            self.buffer = None
+            return table
+        k0 = table.column(self.spec.primary_key[0])
+        below = pc.less(k0, pa.scalar(hi, type=k0.type))
+        count = int(pc.sum(below).as_py() or 0)  # rows are sorted by key: a prefix
+        self.buffer = table.slice(count) if count < table.num_rows else None
+        return table.slice(0, count) if count else None
+
+
+def _filter(table: pa.Table, predicate: E.Expr) -> pa.Table:
+    if isinstance(predicate, E.AlwaysTrue) or table.num_rows == 0:
+        return table
+    return table.filter(E.to_pyarrow(predicate))
+
+
+def _windows(cursors: Sequence[_FileCursor], budget: int) -> list[Any]:
+    """Upper bounds of key-range windows (exclusive) so that each window reads about ``budget`` bytes."""
+    total = sum(c.estimated_bytes for c in cursors)
+    if total <= budget:
+        return [None]
+    groups = [g for c in cursors for g in c.groups]
+    if any(g.min0 is None for g in groups):
+        return [None]  # no statistics: one window
+    groups.sort(key=lambda g: g.min0)
+    bounds: list[Any] = []
+    acc = 0
+    for g in groups:
+        if acc + g.bytes > budget and acc > 0 and (not bounds or g.min0 > bounds[-1]):
+            bounds.append(g.min0)
+            acc = 0
+        acc += g.bytes
+    bounds.append(None)
+    return bounds
+
+
+class SplitReader:
+    """Streams the merged rows of one split."""
+
+    def __init__(self, storage: Storage, spec: TableSpec, split: Split, opts: ReadOptions,
+                 explain: Explain | None = None) -> None:
+        self.storage, self.spec, self.split, self.opts = storage, spec, split, opts
+        self.output_schema = pa.schema([spec.schema.field(c) for c in opts.columns])
+        needed = list(opts.columns)
+        extra = list(spec.identity_columns)
+        for e in (opts.pre, opts.post):
+            extra.extend(sorted(E.columns(e) or spec.schema.names))
+        for c in extra:
+            if c not in needed:
+                needed.append(c)
+        self.needed = needed
+        if spec.has_primary_key:
+            needed = [*needed, OP_COLUMN]
+        tasks = split.files
+        self.cursors = [_FileCursor(storage, spec, t, needed, opts, explain) for t in tasks]
+        self.cursors = [c for c in self.cursors if c.groups]
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        if not self.cursors:
+            return
+        if not self.spec.has_primary_key:
+            for cur in self.cursors:
+                table = cur.take_until(None)
+                if table is not None and table.num_rows:
+                    yield from self._finish(table)
+            return
+        for hi in _windows(self.cursors, self.opts.window_bytes):
+            futures = [io_pool().submit(c.take_until, hi) for c in self.cursors]
+            parts = [(c.task, f.result()) for c, f in zip(self.cursors, futures)]
+            merged = self._merge([(t, p) for t, p in parts if p is not None and p.num_rows])
+            if merged is not None and merged.num_rows:
+                yield from self._finish(merged)
+
+    def _finish(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
+        table = _filter(table, self.opts.post)
+        if table.num_rows == 0:
+            return
+        cols = []
+        for f in self.output_schema:
+            if f.name in table.column_names:
+                c = table.column(f.name)
+                cols.append(c if c.type == f.type else c.cast(f.type))
+            else:
+                cols.append(pa.chunked_array([pa.nulls(table.num_rows, f.type)]))
+        out = pa.Table.from_arrays(cols, schema=self.output_schema)
+        yield from out.to_batches(max_chunksize=BATCH_ROWS)
+
+    def _merge(self, parts: list[tuple[FileTask, pa.Table]]) -> pa.Table | None:
+        if not parts:
+            return None
+        spec = self.spec
+        value_cols = [c for c in self.needed if c not in spec.identity_columns]
+        fast = all(spec.operator(c).name == "last" for c in value_cols) and all(
+            t.content == "delete" or t.columns is None or set(value_cols) <= set(t.columns) for t, _ in parts)
+        if fast:
+            return self._merge_last(parts)
+        return self._merge_general(parts, value_cols)
+
+    def _merge_last(self, parts: list[tuple[FileTask, pa.Table]]) -> pa.Table:
+        """Newest version wins: mark each file's surviving rows, then filter files in place."""
+        ops = [_ops(p) for _, p in parts]
+        if len(parts) == 1:
+            t, p = parts[0]
+            keep = ops[0] != OP_DELETE
+            return p if keep.all() else p.filter(pa.array(keep))
+        keys = []
+        for c in self.spec.primary_key:
+            chunks = [p.column(c) for _, p in parts]
+            arrays = [a for ch in chunks for a in ch.chunks]
+            keys.append(pa.chunked_array(arrays, type=chunks[0].type))
+        order = sort_indices(keys)
+        n = len(order)
+        sorted_keys = [_take(k, order) for k in keys]
+        starts = group_starts(sorted_keys, n)
+        is_last = np.empty(n, dtype=bool)
+        is_last[:-1] = starts[1:]
+        is_last[-1] = True
+        op_all = np.concatenate(ops)
+        winner = np.empty(n, dtype=bool)
+        winner[order] = is_last & (op_all[order] != OP_DELETE)
+        out = []
+        offset = 0
+        for t, p in parts:
+            m = winner[offset:offset + p.num_rows]
+            offset += p.num_rows
+            if t.content == "delete" or not m.any():
+                continue
+            out.append(p if m.all() else p.filter(pa.array(m)))
+        if not out:
+            return pa.table({c: pa.array([], type=self.spec.schema.field(c).type) for c in self.needed})
+        cols = [c for c in self.needed if c in out[0].column_names]
+        return pa.concat_tables([o.select(cols) for o in out])
+
+    def _merge_general(self, parts: list[tuple[FileTask, pa.Table]], value_cols: list[str]) -> pa.Table:
+        """Per-column merge operators and files with column subsets."""
+        spec = self.spec
+        schema = pa.schema([spec.schema.field(c) for c in self.needed])
+        aligned = []
+        present: dict[str, list[np.ndarray]] = {c: [] for c in value_cols}
+        for _, p in parts:
+            cols = []
+            for f in schema:
+                has = f.name in p.column_names
+                cols.append(p.column(f.name) if has else pa.nulls(p.num_rows, f.type))
+                if f.name in present:
+                    present[f.name].append(np.full(p.num_rows, has))
+            aligned.append(pa.Table.from_arrays(cols, schema=schema))
+        versions = pa.concat_tables(aligned)
+        ops = np.concatenate([_ops(p) for _, p in parts])
+        order = sort_indices([versions.column(c) for c in spec.primary_key])
+        versions = versions.take(pa.array(order))
+        ops = ops[order]
+        pres = {c: np.concatenate(v)[order] for c, v in present.items()}
+        starts = group_starts([versions.column(c) for c in spec.primary_key], versions.num_rows)
+        merged, out_op = reduce_versions(versions, ops, starts, spec.identity_columns, spec.merge_operators, pres)
+        keep = out_op != OP_DELETE
+        return merged if keep.all() else merged.filter(pa.array(keep))
+
+
+def _ops(table: pa.Table) -> np.ndarray:
+    if OP_COLUMN not in table.column_names:
+        return np.zeros(table.num_rows, dtype=np.int8)
+    return table.column(OP_COLUMN).to_numpy().astype(np.int8, copy=False)
+
+
+def _take(values: pa.ChunkedArray, order: np.ndarray) -> pa.Array:
+    arr = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    return arr.take(pa.array(order))
+
+
+def stream_splits(
+    make_reader: Callable[[Split], SplitReader], splits: Sequence[Split], parallel: int, queue_size: int = 4
+) -> Iterator[pa.RecordBatch]:
+    """Yield batches split by split, in order, while up to ``parallel`` splits are merged ahead."""
+    if not splits:
+        return
+    done = object()
+    stop = threading.Event()
+    queues: list[queue.Queue[Any]] = [queue.Queue(maxsize=queue_size) for _ in splits]
+
+    def put(q: queue.Queue[Any], item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work(i: int) -> None:
+        q = queues[i]
+        try:
+            for batch in make_reader(splits[i]).batches():
+                if not put(q, batch):
+                    return
+            put(q, done)
+        except BaseException as e:
+            put(q, e)
+
+    pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="mere-split")
+    try:
+        futures = [pool.submit(work, i) for i in range(len(splits))]
+        for i in range(len(splits)):
+            q = queues[i]
+            while True:
+                item = q.get()
+                if item is done:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        for f in futures:
+            f.result()
+    finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)

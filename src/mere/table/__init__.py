@@ -1,0 +1,1 @@
+"""User-facing catalog, table and scan objects."""

@@ -1,0 +1,120 @@
+"""Immutable scan builder: columns, filter, version; streams merged Arrow batches."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from mere import expr as E
+from mere.errors import SchemaMismatch
+from mere.read.planner import Explain, FilterParts, Split, plan_splits, split_filter
+from mere.read.reader import LOOKUP_MAX_KEYS, ReadOptions, SplitReader, stream_splits
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from mere.table.table import Table
+
+
+@dataclass(frozen=True)
+class Scan:
+    """A planned read of one table version. Each output method starts a fresh, lazy read."""
+
+    table: Table
+    version: int
+    columns: tuple[str, ...] | None = None
+    filter: Any = None
+    parallel: int | None = None
+    window_bytes: int | None = None
+
+    def select(self, *columns: str) -> Scan:
+        return replace(self, columns=tuple(columns))
+
+    def where(self, filter: Any) -> Scan:
+        combined = E.to_expr(filter) if self.filter is None else E.to_expr(self.filter) & E.to_expr(filter)
+        return replace(self, filter=combined)
+
+    @property
+    def output_columns(self) -> list[str]:
+        spec = self.table.spec
+        if self.columns is None:
+            return list(spec.schema.names)
+        unknown = [c for c in self.columns if c not in spec.schema.names]
+        if unknown:
+            raise SchemaMismatch(f"{self.table.name}: unknown column(s) {unknown}; the table has {spec.schema.names}")
+        return list(self.columns)
+
+    @property
+    def schema(self) -> pa.Schema:
+        spec = self.table.spec
+        return pa.schema([spec.schema.field(c) for c in self.output_columns])
+
+    def _parts(self) -> FilterParts:
+        return split_filter(self.table.spec, self.filter)
+
+    def _plan(self, explain: Explain) -> tuple[list[Split], ReadOptions]:
+        parts = self._parts()
+        files = self.table._files_at(self.version)
+        splits = plan_splits(self.table.spec, files, parts, explain)
+        explain.pre_merge_filter = str(parts.pre)
+        explain.post_merge_filter = str(parts.post)
+        lookup = parts.key_points is not None and len(parts.key_points) <= LOOKUP_MAX_KEYS
+        opts = ReadOptions(self.output_columns, parts.pre, parts.post, lookup,
+                           self.window_bytes or self.table.window_bytes)
+        return splits, opts
+
+    def plan(self) -> list[Split]:
+        """Splits (one per partition x bucket) that together hold every row of this scan."""
+        return self._plan(Explain(self.version))[0]
+
+    def explain(self) -> Explain:
+        """Pruning funnel without reading any data page: footers only."""
+        ex = Explain(self.version)
+        splits, opts = self._plan(ex)
+        for s in splits:
+            SplitReader(self.table.storage, self.table.spec, s, opts, ex)
+        if isinstance(E.to_expr(self.filter), E.ArrowPredicate):
+            ex.notes.append("a pyarrow expression filter is opaque: it runs after the merge and prunes nothing")
+        return ex
+
+    def read_split(self, split: Split) -> Iterator[pa.RecordBatch]:
+        """Merged batches of one split (for engines that distribute splits)."""
+        _, opts = self._plan(Explain(self.version))
+        yield from SplitReader(self.table.storage, self.table.spec, split, opts).batches()
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        splits, opts = self._plan(Explain(self.version))
+        storage, spec = self.table.storage, self.table.spec
+        parallel = self.parallel or max(2, min(4, os.cpu_count() or 2))
+        return stream_splits(lambda s: SplitReader(storage, spec, s, opts), splits, parallel)
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
+
+    def to_arrow(self) -> pa.Table:
+        return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)
+
+    def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
+        return self.to_arrow().to_pandas(**kwargs)
+
+    def count(self) -> int:
+        return sum(b.num_rows for b in self.to_batches())
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        return self.to_reader().__arrow_c_stream__(requested_schema)
+
+    def __repr__(self) -> str:
+        cols = "*" if self.columns is None else ", ".join(self.columns)
+        return f"Scan({self.table.name} @ v{self.version}, columns=[{cols}], filter={E.to_expr(self.filter)})"
+
+
+def normalise_columns(columns: Sequence[str] | str | None) -> tuple[str, ...] | None:
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        return (columns,)
+    return tuple(columns)

@@ -1,0 +1,398 @@
+"""A table: writes (upsert, append, delete, overwrite), scans, time travel and history."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mere import expr as E
+from mere.catalog import CommitRecord, ConcurrentChanges, FileEntry, SqlCatalog, TableRecord
+from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion
+from mere.io import Storage
+from mere.read.planner import split_filter
+from mere.read.reader import DEFAULT_WINDOW_BYTES
+from mere.spec import OP_DELETE, TableSpec
+from mere.table.scan import Scan, normalise_columns
+from mere.write.writer import (
+    DEFAULT_ROW_GROUP_ROWS,
+    PreparedFile,
+    chunked,
+    conform,
+    partition_json,
+    prepare,
+    to_batches,
+    write_prepared,
+)
+
+if TYPE_CHECKING:
+    from mere.table.catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+MAX_REBASE_ATTEMPTS = 20
+
+
+class Table:
+    """A table in a catalog. Cheap to create; every read asks the catalog for the version to read."""
+
+    def __init__(self, catalog: Catalog, record: TableRecord) -> None:
+        self.catalog = catalog
+        self.record = record
+        self.spec = TableSpec.from_json(record.spec)
+        self.storage: Storage = catalog.storage
+        self.location = record.location
+        self.row_group_rows = int(self.spec.properties.get("write.row-group-rows", DEFAULT_ROW_GROUP_ROWS))
+        self.window_bytes = int(self.spec.properties.get("read.window-bytes", DEFAULT_WINDOW_BYTES))
+
+    @property
+    def _sql(self) -> SqlCatalog:
+        return self.catalog.sql
+
+    @property
+    def name(self) -> str:
+        return self.record.identifier
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.spec.schema
+
+    @property
+    def primary_key(self) -> tuple[str, ...]:
+        return self.spec.primary_key
+
+    @property
+    def version(self) -> int:
+        """The newest committed version."""
+        return self._sql.current_version(self.record.id)
+
+    def __repr__(self) -> str:
+        return f"Table({self.name!r}, primary_key={list(self.spec.primary_key)}, buckets={self.spec.buckets})"
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def _files_at(self, version: int) -> list[FileEntry]:
+        return self._sql.files_at(self.record.id, version)
+
+    def resolve_version(self, version: int | None = None, as_of: Any = None) -> int:
+        if version is not None and as_of is not None:
+            raise InvalidInput("give version or as_of, not both")
+        current = self.version
+        if version is not None:
+            if isinstance(version, bool) or not isinstance(version, int) or version < 0 or version > current:
+                raise NoSuchVersion(f"{self.name} has versions 0..{current}; got {version!r}")
+            return version
+        if as_of is not None:
+            return self._sql.version_as_of(self.record.id, _to_micros(as_of))
+        return current
+
+    def scan(self, columns: Sequence[str] | str | None = None, filter: Any = None, version: int | None = None,
+             as_of: Any = None, **options: Any) -> Scan:
+        """Plan a merged read. ``filter`` is a string, a :mod:`mere.expr` expression or a pyarrow Expression."""
+        v = self.resolve_version(version, as_of)
+        scan = Scan(self, v, normalise_columns(columns), filter, **options)
+        scan.output_columns  # noqa: B018 - validate column names now, not at first read
+        split_filter(self.spec, filter)  # validate the filter now
+        return scan
+
+    def to_arrow(self, **kwargs: Any) -> pa.Table:
+        return self.scan(**kwargs).to_arrow()
+
+    def history(self) -> list[CommitRecord]:
+        return self._sql.history(self.record.id)
+
+    def files(self, version: int | None = None) -> pa.Table:
+        """The live files at a version, as an Arrow table."""
+        v = self.resolve_version(version)
+        rows = self._files_at(v)
+        return pa.table({
+            "path": [f.path for f in rows], "partition": [f.partition for f in rows],
+            "bucket": pa.array([f.bucket for f in rows], pa.int32()),
+            "seq": pa.array([f.seq for f in rows], pa.int64()), "content": [f.content for f in rows],
+            "row_count": pa.array([f.row_count for f in rows], pa.int64()),
+            "size_bytes": pa.array([f.size_bytes for f in rows], pa.int64()),
+            "added_version": pa.array([f.added_version for f in rows], pa.int64()),
+        })
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def upsert(self, data: Any, *, idempotency_key: str | None = None) -> CommitRecord:
+        """Insert or update rows by primary key; CDC rows are applied in order. Missing columns stay as they were."""
+        if not self.spec.has_primary_key:
+            raise InvalidInput(f"{self.name} has no primary key: use append()")
+        return self._blind_write("upsert", data, partial_ok=True, idempotency_key=idempotency_key)
+
+    def append(self, data: Any, *, idempotency_key: str | None = None) -> CommitRecord:
+        """Add rows to a table without primary key."""
+        if self.spec.has_primary_key:
+            raise InvalidInput(f"{self.name} has a primary key {list(self.spec.primary_key)}: use upsert()")
+        return self._blind_write("append", data, partial_ok=False, idempotency_key=idempotency_key)
+
+    def _blind_write(self, operation: str, data: Any, *, partial_ok: bool,
+                     idempotency_key: str | None) -> CommitRecord:
+        if idempotency_key is not None:
+            prior = self._sql.find_idempotent(self.record.id, idempotency_key)
+            if prior is not None:
+                return prior
+        base = self.version
+        entries, rows = self._write_data(data, partial_ok=partial_ok)
+        # Blind writes never conflict: they are rebased onto whatever landed meanwhile.
+        return self._commit(operation, base, entries, [], rows, idempotency_key=idempotency_key)
+
+    def _write_data(self, data: Any, *, partial_ok: bool,
+                    check: Callable[[list[PreparedFile]], None] | None = None) -> tuple[list[FileEntry], int]:
+        schema, batches = to_batches(data)
+        entries: list[FileEntry] = []
+        rows = 0
+        try:
+            for chunk in chunked(schema, batches):
+                table, ops = conform(chunk, self.spec, partial_ok=partial_ok, identifier=self.name)
+                prepared = prepare(self.spec, table, ops)
+                if check is not None:
+                    check(prepared)
+                rows += table.num_rows
+                entries += write_prepared(self.storage, self.location, self.spec, prepared,
+                                          first_order=len(entries), row_group_rows=self.row_group_rows)
+        except BaseException:
+            self._discard(entries)
+            raise
+        return entries, rows
+
+    def _discard(self, entries: Sequence[FileEntry]) -> None:
+        for e in entries:
+            try:
+                self.storage.delete(e.path)
+            except Exception:  # unreferenced files are garbage for cleanup() anyway
+                log.warning("could not delete uncommitted file %s", e.path)
+
+    def _commit(self, operation: str, base: int, add: list[FileEntry], remove: list[int], rows: int,
+                validate: Callable[[ConcurrentChanges], None] | None = None,
+                partitions: list[str] | None = None, idempotency_key: str | None = None,
+                extra: Mapping[str, Any] | None = None) -> CommitRecord:
+        if partitions is None and add:
+            partitions = sorted({f.partition for f in add})
+        summary = {
+            "read_version": base, "added_files": len(add), "removed_files": len(remove), "rows": rows,
+            "added_bytes": sum(f.size_bytes for f in add), "partitions": partitions,
+            **(extra or {}),
+        }
+        try:
+            return self._sql.commit(self.record.id, base_version=base, operation=operation, add=add,
+                                    remove=remove, summary=summary, validate=validate,
+                                    idempotency_key=idempotency_key)
+        except CommitStateUnknown:
+            raise  # the files may be referenced now: keep them
+        except BaseException:
+            self._discard(add)
+            raise
+
+    def delete(self, where: Any) -> CommitRecord:
+        """Delete rows matching a filter (string, expression, pyarrow Expression), or the keys in a table of keys."""
+        if isinstance(where, (pa.Table, pa.RecordBatch, dict)) or type(where).__module__.startswith("pandas"):
+            return self._delete_keys(where)
+        if self.spec.has_primary_key:
+            return self._delete_markers(where)
+        return self._with_rebase(lambda: self._delete_rewrite(where))
+
+    def _delete_keys(self, keys: Any) -> CommitRecord:
+        if not self.spec.has_primary_key:
+            raise InvalidInput(f"{self.name} has no primary key: delete with a filter")
+        schema, batches = to_batches(keys)
+        table = pa.Table.from_batches(list(batches), schema=schema)
+        missing = [c for c in self.spec.primary_key if c not in table.column_names]
+        if missing:
+            raise InvalidInput(f"{self.name}: keys to delete lack primary-key column(s) {missing}")
+        cols = [c for c in self.spec.identity_columns if c in table.column_names]
+        table = table.select(cols)
+        if len(cols) == len(self.spec.identity_columns):
+            return self._write_markers(self.version, table)
+        # Partition unknown: find where each key lives now.
+        base = self.version
+        pk = list(self.spec.primary_key)
+        conformed, _ = conform(table, _key_only_spec(self.spec), partial_ok=True, identifier=self.name)
+        current = self.scan(columns=list(self.spec.identity_columns), version=base).to_arrow()
+        found = current.join(conformed.select(pk).group_by(pk).aggregate([]), keys=pk, join_type="left semi")
+        return self._write_markers(base, found)
+
+    def _delete_markers(self, where: Any) -> CommitRecord:
+        base = self.version
+        parts = split_filter(self.spec, where)
+        blind = (isinstance(parts.post, E.AlwaysTrue) and parts.key_points is not None
+                 and set(self.spec.partition_by) <= set(self.spec.primary_key))
+        if blind:
+            assert parts.key_points is not None
+            cols = list(zip(*parts.key_points)) if parts.key_points else [[] for _ in self.spec.primary_key]
+            keys = pa.table({k: pa.array(list(c), type=self.spec.schema.field(k).type)
+                             for k, c in zip(self.spec.primary_key, cols)})
+            keys = keys.filter(E.to_pyarrow(parts.pre)) if keys.num_rows else keys
+        else:
+            keys = self.scan(columns=list(self.spec.identity_columns), filter=where, version=base).to_arrow()
+        return self._write_markers(base, keys)
+
+    def _write_markers(self, base: int, keys: pa.Table) -> CommitRecord:
+        keys, _ = conform(keys, _key_only_spec(self.spec), partial_ok=True, identifier=self.name)
+        ops = np.full(keys.num_rows, OP_DELETE, dtype=np.int8)
+        prepared = prepare(self.spec, keys, ops)
+        entries = write_prepared(self.storage, self.location, self.spec, prepared, row_group_rows=self.row_group_rows)
+        return self._commit("delete", base, entries, [], keys.num_rows, extra={"deleted_keys": keys.num_rows})
+
+    def _delete_rewrite(self, where: Any) -> CommitRecord:
+        """Tables without a key: rewrite the files holding matching rows (copy on write)."""
+        base = self.version
+        parts = split_filter(self.spec, where)
+        predicate = E.to_pyarrow(parts.bound)
+        keep_expr = ~pc.coalesce(predicate, pa.scalar(False))
+        add: list[FileEntry] = []
+        remove: list[int] = []
+        deleted = 0
+        try:
+            for f in self._files_at(base):
+                values = json.loads(f.partition)
+                if self.spec.partition_by and E.evaluate_constant(
+                        parts.bound, _typed(self.spec, values)) is False:
+                    continue
+                md = self.storage.metadata(f.path)
+                data = self.storage.read_row_groups(f.path, range(md.num_row_groups), None)
+                kept = data.filter(keep_expr)
+                if kept.num_rows == data.num_rows:
+                    continue
+                deleted += data.num_rows - kept.num_rows
+                assert f.id is not None
+                remove.append(f.id)
+                if kept.num_rows:
+                    prepared = [PreparedFile(values, f.bucket, kept, "data")]
+                    add += write_prepared(self.storage, self.location, self.spec, prepared,
+                                          first_order=len(add), row_group_rows=self.row_group_rows)
+        except BaseException:
+            self._discard(add)
+            raise
+        return self._commit("delete", base, add, remove, deleted, partitions=sorted({
+            f.partition for f in self._files_at(base) if f.id in set(remove)}), extra={"deleted_rows": deleted})
+
+    def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> CommitRecord:
+        """Replace the whole table, or the partitions matching ``partition``, with ``data``."""
+        wanted: dict[str, str | None] | None = None
+        if partition is not None:
+            unknown = [c for c in partition if c not in self.spec.partition_by]
+            if unknown:
+                raise InvalidInput(f"{self.name}: {unknown} are not partition columns {list(self.spec.partition_by)}")
+            wanted = {c: _partition_string(self.spec, c, v) for c, v in partition.items()}
+
+        def check(prepared: list[PreparedFile]) -> None:
+            if wanted is None:
+                return
+            for p in prepared:
+                if any(p.partition[c] != v for c, v in wanted.items()):
+                    raise InvalidInput(
+                        f"{self.name}: overwrite of partition {wanted} got rows of partition {p.partition}")
+
+        base = self.version
+        entries, rows = self._write_data(data, partial_ok=False, check=check)
+
+        def matches(f: FileEntry) -> bool:
+            if wanted is None:
+                return True
+            values = json.loads(f.partition)
+            return all(values.get(c) == v for c, v in wanted.items())
+
+        try:
+            for _ in range(MAX_REBASE_ATTEMPTS):
+                removed = [f for f in self._files_at(base) if matches(f)]
+                touched = sorted({f.partition for f in removed} | {f.partition for f in entries})
+
+                def validate(changes: ConcurrentChanges) -> None:
+                    # A concurrent write to the partitions being replaced: redo the file list on top of it.
+                    other = changes.partitions_touched()
+                    if wanted is None or other is None or any(_partition_matches(p, wanted) for p in other):
+                        raise CommitConflict(f"{self.name}: a concurrent commit wrote to the overwritten data")
+                try:
+                    return self._sql.commit(
+                        self.record.id, base_version=base, operation="overwrite", add=entries,
+                        remove=[f.id for f in removed if f.id is not None], validate=validate,
+                        summary={"read_version": base, "added_files": len(entries), "removed_files": len(removed),
+                                 "rows": rows, "added_bytes": sum(f.size_bytes for f in entries),
+                                 "partitions": None if wanted is None else touched,
+                                 "overwrite": wanted})
+                except CommitConflict:
+                    base = self.version
+            raise CommitConflict(f"{self.name}: overwrite lost {MAX_REBASE_ATTEMPTS} races; try again")
+        except CommitStateUnknown:
+            raise
+        except BaseException:
+            self._discard(entries)
+            raise
+
+    def _with_rebase(self, op: Callable[[], CommitRecord]) -> CommitRecord:
+        for attempt in range(MAX_REBASE_ATTEMPTS):
+            try:
+                return op()
+            except CommitConflict:
+                if attempt == MAX_REBASE_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    # -- maintenance -----------------------------------------------------------------------------
+
+    def cleanup(self, older_than: dt.timedelta = dt.timedelta(hours=1)) -> list[str]:
+        """Delete files under the table's location that no version references (failed or killed writes).
+
+        Only files older than ``older_than`` go, so writes still in flight keep theirs.
+        """
+        referenced = self._sql.all_file_paths(self.record.id)
+        cutoff = time.time() - older_than.total_seconds()
+        removed = []
+        for path, _size, mtime in self.storage.list_files(self.location):
+            if path not in referenced and mtime < cutoff:
+                self.storage.delete(path)
+                removed.append(path)
+        return removed
+
+
+def _key_only_spec(spec: TableSpec) -> TableSpec:
+    fields = [spec.schema.field(c) for c in spec.schema.names if c in spec.identity_columns]
+    return TableSpec(pa.schema(fields), spec.primary_key, spec.partition_by, spec.buckets, {}, None, {})
+
+
+def _typed(spec: TableSpec, values: Mapping[str, str | None]) -> dict[str, Any]:
+    from mere.read.planner import typed_partition
+
+    return typed_partition(spec, values)
+
+
+def _partition_string(spec: TableSpec, column: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    t = spec.schema.field(column).type
+    try:
+        scalar = pa.scalar(value) if not isinstance(value, str) else pa.scalar(value, pa.string())
+        return str(scalar.cast(t).cast(pa.string()).as_py())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise InvalidInput(f"partition value {value!r} does not fit column {column!r} of type {t}") from e
+
+
+def _partition_matches(partition: str, wanted: Mapping[str, str | None]) -> bool:
+    values = json.loads(partition)
+    return all(values.get(c) == v for c, v in wanted.items())
+
+
+def _to_micros(value: Any) -> int:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.timezone.utc)
+        return int(value.timestamp() * 1_000_000)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value * 1_000_000)  # seconds since the epoch
+    if isinstance(value, str):
+        return _to_micros(dt.datetime.fromisoformat(value))
+    raise InvalidInput(f"as_of must be a datetime, ISO string or epoch seconds, got {value!r}")
+
+
+__all__ = ["Table", "partition_json"]

@@ -1,0 +1,1 @@
+"""Bucketing, sorting and writing files for a commit."""

@@ -1,0 +1,293 @@
+"""Turn a batch of rows into sorted, bucketed Parquet files ready to commit.
+
+Nothing here is visible to readers: files become part of the table only when the catalog commits them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mere.catalog import FileEntry
+from mere.errors import InvalidInput, NullKey, SchemaMismatch
+from mere.hashing import bucket_ids
+from mere.io import Storage
+from mere.read.merge import group_starts, reduce_versions, sort_indices
+from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec
+
+DEFAULT_ROW_GROUP_ROWS = 32768
+CHUNK_ROWS = 2_000_000  # rows per prepared chunk when streaming large inputs
+
+
+class ArrowStreamExportable(Protocol):
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+
+
+def to_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """Accept Arrow tables, batches, readers, pandas frames or anything with ``__arrow_c_stream__``."""
+    if isinstance(data, pa.Table):
+        return data.schema, iter(data.to_batches())
+    if isinstance(data, pa.RecordBatch):
+        return data.schema, iter([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.schema, iter(data)
+    mod = type(data).__module__
+    if mod.startswith("pandas"):
+        t = pa.Table.from_pandas(data, preserve_index=False)
+        return t.schema, iter(t.to_batches())
+    if hasattr(data, "__arrow_c_stream__"):
+        reader = pa.RecordBatchReader.from_stream(data)
+        return reader.schema, iter(reader)
+    if hasattr(data, "__arrow_c_array__"):
+        batch = pa.record_batch(data)
+        return batch.schema, iter([batch])
+    if isinstance(data, dict):
+        t = pa.table(data)
+        return t.schema, iter(t.to_batches())
+    raise InvalidInput(
+        f"cannot write {type(data).__name__}: pass a pyarrow Table/RecordBatch/RecordBatchReader, a pandas "
+        "DataFrame or an object with __arrow_c_stream__")
+
+
+def chunked(schema: pa.Schema, batches: Iterator[pa.RecordBatch], rows: int = CHUNK_ROWS) -> Iterator[pa.Table]:
+    """Group a batch stream into tables of about ``rows`` rows (always at least one, maybe empty)."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    emitted = False
+    for b in batches:
+        pending.append(b)
+        count += b.num_rows
+        if count >= rows:
+            yield pa.Table.from_batches(pending, schema=schema)
+            emitted = True
+            pending, count = [], 0
+    if pending or not emitted:
+        yield pa.Table.from_batches(pending, schema=schema)
+
+
+_CDC_UPSERT = ("I", "+I", "INSERT", "C", "CREATE", "R", "READ", "SNAPSHOT", "U", "+U", "UPDATE", "UPDATE_AFTER",
+               "UPSERT")
+_CDC_DELETE = ("D", "-D", "DELETE")
+_CDC_IGNORE = ("-U", "UPDATE_BEFORE")
+
+
+def decode_cdc(values: pa.ChunkedArray | pa.Array, column: str) -> np.ndarray:
+    """Map a change column to operations: MERGE, DELETE, or -1 for rows to ignore (update-before images)."""
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        values = pc.cast(values, pa.string())
+    upper = pc.utf8_upper(pc.utf8_trim_whitespace(values))
+    vocabulary = pa.array(_CDC_UPSERT + _CDC_DELETE + _CDC_IGNORE)
+    idx = pc.index_in(upper, value_set=vocabulary).to_numpy(zero_copy_only=False)
+    bad = np.isnan(idx) if idx.dtype.kind == "f" else np.zeros(len(idx), dtype=bool)
+    if bad.any():
+        samples = pc.unique(upper.filter(pa.array(bad))).to_pylist()[:5]
+        raise InvalidInput(
+            f"change column {column!r} holds unknown operations {samples}; use insert/update/delete "
+            "(I/U/D, +I/+U/-U/-D, c/u/d/r)")
+    idx = idx.astype(np.int64)
+    table = np.array([OP_MERGE] * len(_CDC_UPSERT) + [OP_DELETE] * len(_CDC_DELETE) + [-1] * len(_CDC_IGNORE),
+                     dtype=np.int8)
+    return table[idx]
+
+
+def conform(
+    table: pa.Table, spec: TableSpec, *, partial_ok: bool, identifier: str
+) -> tuple[pa.Table, np.ndarray | None]:
+    """Check and cast input to the table schema. Returns the rows and, for CDC input, their operations."""
+    names = table.column_names
+    if len(set(names)) != len(names):
+        raise SchemaMismatch(f"{identifier}: input has duplicate column names {names}")
+    ops: np.ndarray | None = None
+    if spec.cdc_column is not None and spec.cdc_column in names:
+        if table.num_rows:
+            col = table.column(spec.cdc_column)
+            if col.null_count:
+                raise InvalidInput(f"{identifier}: change column {spec.cdc_column!r} holds nulls")
+            ops = decode_cdc(col, spec.cdc_column)
+        else:
+            ops = np.zeros(0, dtype=np.int8)
+        table = table.drop_columns([spec.cdc_column])
+        names = table.column_names
+    unknown = [c for c in names if c not in spec.schema.names]
+    if unknown:
+        raise SchemaMismatch(f"{identifier}: unknown column(s) {unknown}; the table has {spec.schema.names}")
+    missing = [c for c in spec.identity_columns if c not in names]
+    if missing:
+        raise SchemaMismatch(f"{identifier}: input lacks key/partition column(s) {missing}")
+    arrays = []
+    fields = []
+    for f in spec.schema:
+        if f.name in names:
+            col = table.column(f.name)
+            if col.type != f.type:
+                try:
+                    col = pc.cast(col, f.type, safe=True)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                    raise SchemaMismatch(
+                        f"{identifier}: column {f.name!r} of type {table.column(f.name).type} cannot be cast "
+                        f"safely to {f.type}: {e}") from e
+            if not f.nullable and col.null_count:
+                if f.name in spec.primary_key:
+                    raise NullKey(f"{identifier}: primary-key column {f.name!r} holds {col.null_count} null(s)")
+                raise SchemaMismatch(f"{identifier}: non-nullable column {f.name!r} holds nulls")
+            arrays.append(col)
+            fields.append(f)
+        elif not partial_ok:
+            if not f.nullable:
+                raise SchemaMismatch(f"{identifier}: input lacks non-nullable column {f.name!r}")
+            arrays.append(pa.nulls(table.num_rows, f.type))
+            fields.append(f)
+    out = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    if ops is not None and (ops < 0).any():
+        keep = ops >= 0
+        out = out.filter(pa.array(keep))
+        ops = ops[keep]
+    return out, ops
+
+
+def partition_value_strings(spec: TableSpec, table: pa.Table) -> tuple[np.ndarray, list[dict[str, str | None]]]:
+    """Per-row partition code and, per code, the partition values rendered as strings."""
+    n = table.num_rows
+    if not spec.partition_by:
+        return np.zeros(n, dtype=np.int64), [{}]
+    code = np.zeros(n, dtype=np.int64)
+    dictionaries = []
+    for c in spec.partition_by:
+        enc = pc.dictionary_encode(table.column(c), null_encoding="encode").combine_chunks()
+        dictionary = enc.dictionary
+        code = code * len(dictionary) + enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        dictionaries.append(pc.cast(dictionary, pa.string()).to_pylist())
+    uniq, dense = np.unique(code, return_inverse=True)
+    values = []
+    for u in uniq.tolist():  # one iteration per partition, not per row
+        parts: dict[str, str | None] = {}
+        rest = u
+        for c, d in zip(reversed(spec.partition_by), reversed(dictionaries)):
+            rest, i = divmod(rest, len(d))
+            parts[c] = d[i]
+        values.append({c: parts[c] for c in spec.partition_by})
+    return dense.astype(np.int64), values
+
+
+def partition_json(values: dict[str, str | None]) -> str:
+    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+
+
+def partition_path(spec: TableSpec, values: dict[str, str | None]) -> str:
+    parts = [f"{c}={'__NULL__' if values[c] is None else quote(str(values[c]), safe='')}" for c in spec.partition_by]
+    return "/".join(parts)
+
+
+@dataclass
+class PreparedFile:
+    """A slice of rows destined for one file."""
+
+    partition: dict[str, str | None]
+    bucket: int
+    rows: pa.Table
+    content: str
+
+
+def prepare(spec: TableSpec, table: pa.Table, ops: np.ndarray | None) -> list[PreparedFile]:
+    """Bucket, sort and de-duplicate rows, then cut them into one slice per (partition, bucket)."""
+    n = table.num_rows
+    if n == 0:
+        return []
+    pcode, pvalues = partition_value_strings(spec, table)
+    if not spec.has_primary_key:
+        order = np.argsort(pcode, kind="stable")
+        if not (order[1:] > order[:-1]).all():
+            table = table.take(pa.array(order))
+            pcode = pcode[order]
+        bounds = np.flatnonzero(np.diff(pcode)) + 1
+        out = []
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n]):
+            out.append(PreparedFile(pvalues[int(pcode[lo])], 0, table.slice(int(lo), int(hi - lo)), "data"))
+        return out
+    keys = [table.column(c) for c in spec.primary_key]
+    buckets = bucket_ids(keys, spec.buckets).astype(np.int64)
+    sort_cols: list[Any] = []
+    if spec.partition_by:
+        sort_cols.append(pcode)
+    sort_cols.append(buckets)
+    sort_cols.extend(keys)
+    order = sort_indices(sort_cols)
+    table = table.take(pa.array(order))
+    buckets = buckets[order]
+    pcode = pcode[order]
+    op = np.full(n, OP_MERGE, dtype=np.int8) if ops is None else ops[order].astype(np.int8)
+    group_cols: list[Any] = [pcode] if spec.partition_by else []
+    group_cols.extend(table.column(c) for c in spec.primary_key)
+    starts = group_starts(group_cols, n)
+    if not starts.all():
+        # Duplicate keys in one batch: apply them in input order, like separate commits would.
+        table, op = reduce_versions(table, op, starts, spec.primary_key, spec.merge_operators)
+        buckets = buckets[starts]
+        pcode = pcode[starts]
+        n = table.num_rows
+    table = table.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False), pa.array(op, pa.int8()))
+    cut = np.flatnonzero((np.diff(buckets) != 0) | (np.diff(pcode) != 0)) + 1
+    out = []
+    for lo, hi in zip(np.r_[0, cut], np.r_[cut, n]):
+        lo, hi = int(lo), int(hi)
+        content = "delete" if bool((op[lo:hi] == OP_DELETE).all()) else "data"
+        rows = table.slice(lo, hi - lo)
+        if content == "delete":
+            rows = rows.select([*spec.identity_columns, OP_COLUMN])
+        out.append(PreparedFile(pvalues[int(pcode[lo])], int(buckets[lo]), rows, content))
+    return out
+
+
+def write_prepared(
+    storage: Storage,
+    location: str,
+    spec: TableSpec,
+    prepared: Sequence[PreparedFile],
+    *,
+    first_order: int = 0,
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+    max_workers: int = 8,
+) -> list[FileEntry]:
+    """Write the slices concurrently. On any failure the files already written are deleted."""
+    if not prepared:
+        return []
+    sorting = list(spec.primary_key)
+
+    def write_one(i: int, p: PreparedFile) -> FileEntry:
+        ppath = partition_path(spec, p.partition)
+        prefix = "del" if p.content == "delete" else "part"
+        bucket_dir = f"bucket-{p.bucket:05d}" if spec.has_primary_key else ""
+        rel = "/".join(x for x in (location, ppath, bucket_dir, Storage.unique_name(prefix)) if x)
+        written = storage.write_parquet(rel, p.rows, row_group_rows=row_group_rows, sorting_columns=sorting)
+        full = len(p.rows.column_names) - (1 if OP_COLUMN in p.rows.column_names else 0) == len(spec.schema)
+        columns = None if full else [c for c in p.rows.column_names if c != OP_COLUMN]
+        return FileEntry(path=written.path, partition=partition_json(p.partition), bucket=p.bucket,
+                         row_count=written.row_count, size_bytes=written.size_bytes, content=p.content,
+                         columns=columns, order=first_order + i)
+
+    results: list[FileEntry | None] = [None] * len(prepared)
+    errors: list[BaseException] = []
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(prepared))) as pool:
+        futures = {pool.submit(write_one, i, p): i for i, p in enumerate(prepared)}
+        for fut, i in futures.items():
+            try:
+                results[i] = fut.result()
+            except BaseException as e:  # collect, then clean up below
+                errors.append(e)
+    if errors:
+        for r in results:
+            if r is not None:
+                try:
+                    storage.delete(r.path)
+                except Exception:  # best effort: unreferenced files are garbage anyway
+                    pass
+        raise errors[0]
+    return [r for r in results if r is not None]
