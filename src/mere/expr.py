@@ -21,47 +21,25 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import math
+import operator
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere.errors import FilterError
 
-__all__ = [
-    "AlwaysFalse",
-    "AlwaysTrue",
-    "And",
-    "ArrowPredicate",
-    "Col",
-    "ColumnStats",
-    "Compare",
-    "Expr",
-    "In",
-    "IsNull",
-    "Not",
-    "Or",
-    "bind",
-    "col",
-    "columns",
-    "conjunction",
-    "conjuncts",
-    "evaluate_constant",
-    "key_points",
-    "might_match",
-    "parse",
-    "split_by_columns",
-    "to_expr",
-    "to_pyarrow",
-]
-
 CompareOp = Literal["==", "!=", "<", "<=", ">", ">="]
-_OPS: frozenset[str] = frozenset({"==", "!=", "<", "<=", ">", ">="})
 _OP_ALIASES = {"=": "==", "<>": "!="}
+_PY_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}  # fmt: skip
+_OPS = frozenset(_PY_OPS)
 _FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _KEYWORDS = frozenset({"AND", "OR", "NOT", "IN", "IS", "NULL", "BETWEEN", "TRUE", "FALSE"})
 _BARE_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -80,19 +58,9 @@ class Expr:
             return And(self, to_expr(other))
         return NotImplemented
 
-    def __rand__(self, other: object) -> Expr:
-        if isinstance(other, pc.Expression):
-            return And(to_expr(other), self)
-        return NotImplemented
-
     def __or__(self, other: object) -> Expr:
         if isinstance(other, Expr | pc.Expression):
             return Or(self, to_expr(other))
-        return NotImplemented
-
-    def __ror__(self, other: object) -> Expr:
-        if isinstance(other, pc.Expression):
-            return Or(to_expr(other), self)
         return NotImplemented
 
     def __invert__(self) -> Expr:
@@ -116,11 +84,15 @@ def _check_column(column: object) -> None:
 
 
 def _literal(value: object, what: str) -> object:
-    """Validate a literal (or convert a pa.Scalar to Python)."""
-    if isinstance(value, pa.Scalar):
-        value = value.as_py()
-    if isinstance(value, Col | Expr | pc.Expression):
-        raise FilterError(f"comparing a column with {what} {value!r} is not supported; use a literal value")
+    """Validate a literal; pa.Scalar and numpy values become plain Python values."""
+    if isinstance(value, np.number | np.bool_):
+        value = value.item()
+    if isinstance(value, pa.Scalar | np.generic):
+        value = (value if isinstance(value, pa.Scalar) else pa.scalar(value)).as_py()
+    if isinstance(value, Col):
+        raise FilterError(f"comparing a column with another column ({value.name!r}) is not supported")
+    if isinstance(value, Expr | pc.Expression):
+        raise FilterError(f"{what} must be a literal, got the expression {value}")
     if isinstance(value, list | tuple | set | frozenset | dict):
         raise FilterError(f"{what} must be a single value, got {value!r}")
     return value
@@ -355,7 +327,8 @@ _TOKEN = re.compile(
     |(?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
     |(?P<op><=|>=|<>|!=|==|=|<|>)
     |(?P<punct>[(),])
-    |(?P<quote>['"`])""",
+    |(?P<str>'(?:[^']|'')*')
+    |(?P<qident>"(?:[^"]|"")*"|`(?:[^`]|``)*`)""",
     re.VERBOSE,
 )
 _NO_LITERAL = object()
@@ -370,11 +343,9 @@ class _Tok:
 
 def _error(text: str, pos: int, message: str) -> FilterError:
     if pos >= len(text):
-        where = "at end of filter"
-    else:
-        excerpt = text[pos : pos + 20]
-        where = f"at position {pos} near {excerpt!r}" + ("..." if pos + 20 < len(text) else "")
-    return FilterError(f"{message} {where} (filter: {text!r})")
+        return FilterError(f"{message} at end of filter (filter: {text!r})")
+    excerpt = text[pos : pos + 20] + ("..." if pos + 20 < len(text) else "")
+    return FilterError(f"{message} at position {pos} near {excerpt!r} (filter: {text!r})")
 
 
 def _tokenize(text: str) -> list[_Tok]:
@@ -383,32 +354,18 @@ def _tokenize(text: str) -> list[_Tok]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None:
-            raise _error(text, pos, f"unexpected character {text[pos]!r}")
-        kind = m.lastgroup or ""
-        if kind == "quote":
-            quote = m.group()
-            end, chars = pos + 1, []
-            while True:
-                if end >= len(text):
-                    raise _error(text, pos, "unterminated quoted text")
-                if text[end] == quote:
-                    if text.startswith(quote, end + 1):
-                        chars.append(quote)
-                        end += 2
-                        continue
-                    break
-                chars.append(text[end])
-                end += 1
-            value = "".join(chars)
-            if quote != "'" and not value:
+            what = (
+                "unterminated quoted text" if text[pos] in "'\"`" else f"unexpected character {text[pos]!r}"
+            )
+            raise _error(text, pos, what)
+        kind, value = m.lastgroup or "", m.group()
+        if kind in ("str", "qident"):
+            value = value[1:-1].replace(value[0] * 2, value[0])
+            if kind == "qident" and not value:
                 raise _error(text, pos, "empty quoted identifier")
-            tokens.append(_Tok("str" if quote == "'" else "qident", value, pos))
-            pos = end + 1
-            continue
-        value = m.group()
         if kind == "ident" and value.upper() in _KEYWORDS:
-            tokens.append(_Tok("kw", value.upper(), pos))
-        elif kind != "ws":
+            kind, value = "kw", value.upper()
+        if kind != "ws":
             tokens.append(_Tok(kind, value, pos))
         pos = m.end()
     tokens.append(_Tok("eof", "", len(text)))
@@ -432,8 +389,11 @@ class _Parser:
     def fail(self, tok: _Tok, message: str) -> FilterError:
         return _error(self.text, tok.pos, message)
 
-    def accept_kw(self, *words: str) -> bool:
-        if self.peek().kind == "kw" and self.peek().value in words:
+    def at(self, kind: str, value: str) -> bool:
+        return self.peek().kind == kind and self.peek().value == value
+
+    def accept(self, kind: str, value: str) -> bool:
+        if self.at(kind, value):
             self.i += 1
             return True
         return False
@@ -453,21 +413,20 @@ class _Parser:
 
     def or_expr(self) -> Expr:
         expr = self.and_expr()
-        while self.accept_kw("OR"):
+        while self.accept("kw", "OR"):
             expr = Or(expr, self.and_expr())
         return expr
 
     def and_expr(self) -> Expr:
         expr = self.not_expr()
-        while self.accept_kw("AND"):
+        while self.accept("kw", "AND"):
             expr = And(expr, self.not_expr())
         return expr
 
     def not_expr(self) -> Expr:
-        if self.accept_kw("NOT"):
+        if self.accept("kw", "NOT"):
             return Not(self.not_expr())
-        if self.peek().kind == "punct" and self.peek().value == "(":
-            self.i += 1
+        if self.accept("punct", "("):
             expr = self.or_expr()
             self.expect("punct", ")", "')'")
             return expr
@@ -545,7 +504,7 @@ class _Parser:
             op = _OP_ALIASES.get(tok.value, tok.value)
             return Compare(cast(CompareOp, op), name, self.required_literal("a literal value"))
         if tok.kind == "kw" and tok.value == "IS":
-            negated = self.accept_kw("NOT")
+            negated = self.accept("kw", "NOT")
             self.expect("kw", "NULL", "NULL after IS [NOT]")
             return IsNull(name, negated)
         negated = tok.kind == "kw" and tok.value == "NOT"
@@ -554,11 +513,8 @@ class _Parser:
         if tok.kind == "kw" and tok.value == "IN":
             self.expect("punct", "(", "'(' after IN")
             values: list[object] = []
-            if not (self.peek().kind == "punct" and self.peek().value == ")"):
+            while not self.at("punct", ")") and (not values or self.accept("punct", ",")):
                 values.append(self.required_literal("a literal in the IN list", allow_null=True))
-                while self.peek().kind == "punct" and self.peek().value == ",":
-                    self.i += 1
-                    values.append(self.required_literal("a literal in the IN list", allow_null=True))
             self.expect("punct", ")", "',' or ')' in the IN list")
             return In(name, tuple(values), negated)
         if tok.kind == "kw" and tok.value == "BETWEEN":
@@ -705,15 +661,14 @@ def _bind_value(value: object, column: str, typ: pa.DataType) -> object:
     numeric = pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
     if numeric and not isinstance(value, int | float | Decimal):
         raise fail("not a number")
-    if pa.types.is_decimal(typ) and isinstance(value, float):
+    if pa.types.is_decimal(typ) and isinstance(value, int | float):
         value = Decimal(repr(value))
-    if (pa.types.is_string(typ) or pa.types.is_large_string(typ)) and not isinstance(value, str):
+    if typ in (pa.string(), pa.large_string(), pa.string_view()) and not isinstance(value, str):
         raise fail("not a string")
     if pa.types.is_temporal(typ) and isinstance(value, int | float | Decimal | bytes):
         raise fail("not a date/time value")
-    if (pa.types.is_binary(typ) or pa.types.is_large_binary(typ) or pa.types.is_fixed_size_binary(typ)) and (
-        isinstance(value, str)
-    ):
+    binary = typ in (pa.binary(), pa.large_binary(), pa.binary_view()) or pa.types.is_fixed_size_binary(typ)
+    if binary and isinstance(value, str):
         value = value.encode()
     if pa.types.is_time(typ) and isinstance(value, str):
         try:
@@ -796,16 +751,7 @@ def to_pyarrow(expr: Expr) -> pc.Expression:
         field = pc.field(expr.column)
         return field.is_valid() if expr.negated else field.is_null()
     if isinstance(expr, Compare):
-        field, lit = pc.field(expr.column), _arrow_scalar(expr.value)
-        ops: dict[str, Callable[[pc.Expression, pc.Expression], pc.Expression]] = {
-            "==": lambda a, b: a == b,
-            "!=": lambda a, b: a != b,
-            "<": lambda a, b: a < b,
-            "<=": lambda a, b: a <= b,
-            ">": lambda a, b: a > b,
-            ">=": lambda a, b: a >= b,
-        }
-        return ops[expr.op](field, lit)
+        return cast(pc.Expression, _PY_OPS[expr.op](pc.field(expr.column), _arrow_scalar(expr.value)))
     if isinstance(expr, In):
         result = _in_to_pyarrow(expr)
         return ~result if expr.negated else result
@@ -861,19 +807,8 @@ def _compare(op: str, a: object, b: object) -> bool | None:
     """``a op b`` for non-null values; None when the values are not comparable."""
     if not _comparable(a, b):
         return None
-    x, y = cast(float, a), cast(float, b)  # any mutually ordered pair; the cast is for mypy only
     try:
-        if op == "==":
-            return x == y
-        if op == "!=":
-            return x != y
-        if op == "<":
-            return x < y
-        if op == "<=":
-            return x <= y
-        if op == ">":
-            return x > y
-        return x >= y
+        return bool(_PY_OPS[op](a, b))
     except TypeError:
         return None
 
@@ -959,7 +894,8 @@ class ColumnStats:
     """Statistics of one column in a chunk of rows; None means unknown.
 
     ``min``/``max`` must bound every non-null, non-NaN value (they need not be exact); NaN
-    values of float columns need not be reflected in them.
+    values of float columns need not be reflected in them. ``num_values`` counts rows, nulls
+    included (a Parquet row group's ``num_rows``, not ``Statistics.num_values``).
     """
 
     min: object = None

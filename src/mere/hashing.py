@@ -167,7 +167,8 @@ def _valid_mask(arr: pa.Array) -> npt.NDArray[np.bool_] | None:
     return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
 
 
-def _timestamp_micros(arr: pa.Array) -> npt.NDArray[np.int64]:
+def _timestamp_micros(arr: pa.Array, valid: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.int64]:
+    """Microseconds since the epoch; raises InvalidInput if a non-null value overflows int64."""
     unit = arr.type.unit
     raw = _fixed_values(arr, np.int64).astype(np.int64, copy=False)
     if unit == "ns":
@@ -176,7 +177,6 @@ def _timestamp_micros(arr: pa.Array) -> npt.NDArray[np.int64]:
     if factor == 1:
         return raw
     limit = _INT64_MAX // factor
-    valid = _valid_mask(arr)
     checked = raw if valid is None else raw[valid]
     if checked.size and (int(checked.max()) > limit or int(checked.min()) < -limit):
         raise InvalidInput(f"timestamp[{unit}] value does not fit in int64 microseconds")
@@ -261,7 +261,7 @@ def _hash_array(arr: pa.Array, seed: U32) -> U32:
     elif pa.types.is_int64(t):
         out = _hash_long(_fixed_values(arr, "<i8"), seed)
     elif pa.types.is_timestamp(t):
-        out = _hash_long(_timestamp_micros(arr), seed)
+        out = _hash_long(_timestamp_micros(arr, valid), seed)
     elif pa.types.is_date64(t):
         out = _hash_int((_fixed_values(arr, "<i8") // 86_400_000).astype(np.int32).view(np.uint32), seed)
     elif pa.types.is_boolean(t):

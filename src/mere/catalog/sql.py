@@ -200,8 +200,9 @@ class SqlCatalog:
 
             @event.listens_for(engine, "begin")
             def _begin(conn: Connection) -> None:
-                # Take the write lock up front so concurrent committers queue instead of deadlocking.
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                # Writers take the lock up front so they queue instead of deadlocking; readers never block.
+                write = conn.get_execution_options().get("mere_write", False)
+                conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
             return engine
         return sa.create_engine(self.url, pool_pre_ping=True, pool_size=2, max_overflow=8)
@@ -230,7 +231,7 @@ class SqlCatalog:
         delay = 0.005
         for attempt in range(self.max_retries + 1):
             try:
-                with self.engine.begin() as conn:
+                with self.engine.connect() as conn, conn.execution_options(mere_write=True).begin():
                     return fn(conn)
             except (OperationalError, DBAPIError) as e:
                 if isinstance(e, IntegrityError) or not _is_transient(e) or attempt == self.max_retries:
@@ -267,14 +268,14 @@ class SqlCatalog:
             res = conn.execute(tables.insert().values(
                 namespace=namespace, name=name, uuid=table_uuid, location=location, spec=spec, version=0,
                 created_at=ts))
-            table_id = int(res.inserted_primary_key[0])
+            table_id = int(res.inserted_primary_key[0])  # type: ignore[index]
             conn.execute(commits.insert().values(
                 table_id=table_id, version=0, committed_at=ts, operation="create", token=uuid.uuid4().hex,
                 summary=json.dumps({"added_files": 0, "removed_files": 0, "added_rows": 0})))
             return TableRecord(table_id, namespace, name, table_uuid, location, spec, 0)
 
         try:
-            return self._run(run)  # type: ignore[no-any-return]
+            return self._run(run)
         except IntegrityError as e:
             raise TableExists(f"table {namespace}.{name} already exists") from e
 
@@ -307,7 +308,7 @@ class SqlCatalog:
             conn.execute(tables.delete().where(tables.c.id == row.id))
             return TableRecord(row.id, row.namespace, row.name, row.uuid, row.location, row.spec, int(row.version))
 
-        return self._run(run)  # type: ignore[no-any-return]
+        return self._run(run)
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -439,7 +440,7 @@ class SqlCatalog:
             return CommitRecord(new, ts, operation, summary)
 
         try:
-            return self._run(run)  # type: ignore[no-any-return]
+            return self._run(run)
         except IntegrityError as e:
             if idempotency_key is not None:
                 prior = self.find_idempotent(table_id, idempotency_key)

@@ -65,7 +65,7 @@ def _s3_filesystem(options: Mapping[str, str]) -> pafs.FileSystem:
     if opts.get("retries"):
         kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=int(opts["retries"]))
     kwargs["allow_bucket_creation"] = _truthy(opts.get("allow_bucket_creation", "false"))
-    return pafs.S3FileSystem(**kwargs)  # type: ignore[arg-type]
+    return pafs.S3FileSystem(**kwargs)
 
 
 def resolve(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[pafs.FileSystem, str]:

@@ -40,10 +40,11 @@ def sort_indices(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray]) -> 
     """Stable ascending sort order over several columns (first column most significant)."""
     arrays = [c if isinstance(c, np.ndarray) else _contiguous(c) for c in columns]
     as_numpy = [a if isinstance(a, np.ndarray) else _numpy_sortable(a) for a in arrays]
-    if all(a is not None for a in as_numpy):
-        if len(as_numpy) == 1:
-            return np.argsort(as_numpy[0], kind="stable")
-        return np.lexsort([a for a in reversed(as_numpy)])  # type: ignore[arg-type]
+    numeric = [a for a in as_numpy if a is not None]
+    if len(numeric) == len(as_numpy):
+        if len(numeric) == 1:
+            return np.argsort(numeric[0], kind="stable")
+        return np.lexsort(numeric[::-1])
     table = pa.table({f"c{i}": (pa.array(a) if isinstance(a, np.ndarray) else a) for i, a in enumerate(arrays)})
     order = pc.sort_indices(table, sort_keys=[(f"c{i}", "ascending") for i in range(len(arrays))])
     return order.to_numpy(zero_copy_only=False)
@@ -109,7 +110,8 @@ def reduce_versions(
     is_del = op == OP_DELETE
     reset[is_put] = pos[is_put]
     reset[is_del] = pos[is_del] + 1
-    live = pos >= np.maximum.accumulate(reset)  # after the key's last DELETE/PUT
+    group = np.cumsum(starts) - 1
+    live = pos >= np.maximum.reduceat(reset, start_pos)[group]  # at or after the key's last DELETE/PUT
     has_reset = np.maximum.reduceat((op != OP_MERGE).astype(np.int8), start_pos) > 0
     last_op = op[end_pos]
     out_op = np.where(last_op == OP_DELETE, OP_DELETE, np.where(has_reset, OP_PUT, OP_MERGE)).astype(np.int8)

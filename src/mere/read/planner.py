@@ -178,7 +178,7 @@ def _stat_value(v: Any, t: pa.DataType) -> Any:
     if v is None:
         return None
     if pa.types.is_timestamp(t) and isinstance(v, dt.datetime) and t.tz is not None and v.tzinfo is None:
-        return v.replace(tzinfo=dt.timezone.utc)
+        return v.replace(tzinfo=dt.UTC)
     if pa.types.is_decimal(t) and not isinstance(v, Decimal):
         return None
     return v

@@ -101,10 +101,11 @@ class _FileCursor:
             # Point lookups: read the key columns first; read the rest only where a key matches.
             key_cols = [c for c in self.spec.identity_columns if c in self.names]
             predicate = E.to_pyarrow(pre)
-            found = []
-            for i in idx:
-                if self.storage.read_row_groups(self.task.path, [i], key_cols).filter(predicate).num_rows:
-                    found.append(self.storage.read_row_groups(self.task.path, [i], self.columns).filter(predicate))
+            found = [
+                self.storage.read_row_groups(self.task.path, [i], self.columns).filter(predicate)
+                for i in idx
+                if self.storage.read_row_groups(self.task.path, [i], key_cols).filter(predicate).num_rows
+            ]
             if not found:
                 return None
             return found[0] if len(found) == 1 else pa.concat_tables(found)

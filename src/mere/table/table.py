@@ -228,7 +228,7 @@ class Table:
                  and set(self.spec.partition_by) <= set(self.spec.primary_key))
         if blind:
             assert parts.key_points is not None
-            cols = list(zip(*parts.key_points)) if parts.key_points else [[] for _ in self.spec.primary_key]
+            cols: list[Any] = list(zip(*parts.key_points)) if parts.key_points else [[] for _ in self.spec.primary_key]
             keys = pa.table({k: pa.array(list(c), type=self.spec.schema.field(k).type)
                              for k, c in zip(self.spec.primary_key, cols)})
             keys = keys.filter(E.to_pyarrow(parts.pre)) if keys.num_rows else keys
@@ -386,7 +386,7 @@ def _partition_matches(partition: str, wanted: Mapping[str, str | None]) -> bool
 def _to_micros(value: Any) -> int:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
+            value = value.replace(tzinfo=dt.UTC)
         return int(value.timestamp() * 1_000_000)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return int(value * 1_000_000)  # seconds since the epoch

@@ -5,6 +5,7 @@ Nothing here is visible to readers: files become part of the table only when the
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -229,7 +230,7 @@ def prepare(spec: TableSpec, table: pa.Table, ops: np.ndarray | None) -> list[Pr
     starts = group_starts(group_cols, n)
     if not starts.all():
         # Duplicate keys in one batch: apply them in input order, like separate commits would.
-        table, op = reduce_versions(table, op, starts, spec.primary_key, spec.merge_operators)
+        table, op = reduce_versions(table, op, starts, spec.identity_columns, spec.merge_operators)
         buckets = buckets[starts]
         pcode = pcode[starts]
         n = table.num_rows
@@ -285,9 +286,7 @@ def write_prepared(
     if errors:
         for r in results:
             if r is not None:
-                try:
+                with contextlib.suppress(Exception):  # best effort: unreferenced files are garbage anyway
                     storage.delete(r.path)
-                except Exception:  # best effort: unreferenced files are garbage anyway
-                    pass
         raise errors[0]
     return [r for r in results if r is not None]

@@ -1,0 +1,48 @@
+"""Shared fixtures: a real throwaway PostgreSQL for the session, and catalogs over SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import mere
+from services import PostgresServer
+
+settings.register_profile(
+    "ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=False)
+settings.register_profile("dev", max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+_db_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty catalog database of each kind."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'catalog.db'}"
+    server: PostgresServer = request.getfixturevalue("pg_server")
+    return server.create_database(f"mere_{os.getpid()}_{next(_db_counter)}")
+
+
+@pytest.fixture
+def cat(catalog_url: str, tmp_path: Path) -> mere.Catalog:
+    """A catalog over each backend with a local warehouse."""
+    return mere.connect(str(tmp_path / "warehouse"), catalog=catalog_url)
+
+
+@pytest.fixture
+def local_cat(tmp_path: Path) -> mere.Catalog:
+    """The embedded default: SQLite catalog inside a local warehouse."""
+    return mere.connect(str(tmp_path / "warehouse"))
