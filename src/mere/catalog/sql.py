@@ -188,7 +188,7 @@ class SqlCatalog:
     def _make_engine(self) -> Engine:
         if self.url.startswith("sqlite"):
             engine = sa.create_engine(self.url, connect_args={"timeout": 60, "check_same_thread": False},
-                                      poolclass=sa.pool.NullPool)
+                                      pool_size=4, max_overflow=16)
 
             @event.listens_for(engine, "connect")
             def _connect(dbapi_conn: Any, _record: Any) -> None:

@@ -84,6 +84,26 @@ def resolve(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple
     return fs, path.rstrip("/")
 
 
+def _delta_encoding(t: pa.DataType) -> str | None:
+    if pa.types.is_integer(t) or pa.types.is_date32(t) or pa.types.is_timestamp(t):
+        return "DELTA_BINARY_PACKED"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "DELTA_BYTE_ARRAY"
+    return None
+
+
+@dataclass
+class IOStats:
+    """Bytes and requests this storage fetched: footers plus the column chunks of the row groups read."""
+
+    bytes_read: int = 0
+    footers_read: int = 0
+    row_groups_read: int = 0
+
+    def reset(self) -> None:
+        self.bytes_read = self.footers_read = self.row_groups_read = 0
+
+
 @dataclass(frozen=True)
 class WrittenFile:
     path: str  # relative to the storage root
@@ -111,6 +131,7 @@ class Storage:
         self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
         self._footer_cache_size = footer_cache_size
         self._lock = threading.Lock()
+        self.stats = IOStats()
 
     def __repr__(self) -> str:
         return f"Storage({self.uri!r}, storage_options={redact(self.storage_options)})"
@@ -132,7 +153,11 @@ class Storage:
         compression: str = "zstd",
         compression_level: int | None = None,
     ) -> WrittenFile:
-        """Write one Parquet file (zstd, statistics) at a path that must not exist yet."""
+        """Write one Parquet file (zstd, statistics) at a path that must not exist yet.
+
+        Sort columns are delta-encoded instead of dictionary-encoded: sorted, mostly unique keys shrink
+        to a few bits each, which keeps key lookups (that read key columns first) cheap.
+        """
         path = self.full_path(rel)
         parent = path.rsplit("/", 1)[0]
         sorting = None
@@ -141,6 +166,8 @@ class Storage:
         try:
             if self.is_local:
                 os.makedirs(parent, exist_ok=True)
+            encodings = {c: e for c in sorting_columns if (e := _delta_encoding(table.schema.field(c).type))}
+            dictionary = [c for c in table.column_names if c not in encodings] if encodings else True
             with self.fs.open_output_stream(path) as sink, pq.ParquetWriter(
                 sink,
                 table.schema,
@@ -148,6 +175,8 @@ class Storage:
                 compression_level=compression_level,
                 write_statistics=True,
                 sorting_columns=sorting,
+                use_dictionary=dictionary,
+                column_encoding=encodings or None,
             ) as writer:
                 writer.write_table(table, row_group_size=row_group_rows)
             size = self.fs.get_file_info(path).size
@@ -165,9 +194,12 @@ class Storage:
         try:
             with self.fs.open_input_file(self.full_path(rel)) as f:
                 md = pq.read_metadata(f)
+                footer = min(f.size(), md.serialized_size + 8)
         except OSError as e:
             raise StorageError(f"reading footer of {self._show(self.full_path(rel))} failed: {e}") from e
         with self._lock:
+            self.stats.bytes_read += footer
+            self.stats.footers_read += 1
             self._footers[rel] = md
             while len(self._footers) > self._footer_cache_size:
                 self._footers.popitem(last=False)
@@ -180,9 +212,22 @@ class Storage:
             with self.fs.open_input_file(self.full_path(rel)) as f:
                 pf = pq.ParquetFile(f, metadata=md, pre_buffer=True)
                 cols = None if columns is None else [c for c in columns if c in md.schema.names]
-                return pf.read_row_groups(list(row_groups), columns=cols, use_threads=True)
+                table = pf.read_row_groups(list(row_groups), columns=cols, use_threads=True)
+            self._count(md, row_groups, cols)
+            return table
         except OSError as e:
             raise StorageError(f"reading {self._show(self.full_path(rel))} failed: {e}") from e
+
+    def _count(self, md: pq.FileMetaData, row_groups: Sequence[int], columns: Sequence[str] | None) -> None:
+        names = md.schema.names
+        wanted = range(len(names)) if columns is None else [names.index(c) for c in columns]
+        size = 0
+        for i in row_groups:
+            rg = md.row_group(i)
+            size += sum(rg.column(j).total_compressed_size for j in wanted)
+        with self._lock:
+            self.stats.bytes_read += size
+            self.stats.row_groups_read += len(row_groups)
 
     def delete(self, rel: str) -> None:
         try:

@@ -22,7 +22,6 @@ from mere.read.reader import DEFAULT_WINDOW_BYTES
 from mere.spec import OP_DELETE, TableSpec
 from mere.table.scan import Scan, normalise_columns
 from mere.write.writer import (
-    DEFAULT_ROW_GROUP_ROWS,
     PreparedFile,
     chunked,
     conform,
@@ -49,7 +48,8 @@ class Table:
         self.spec = TableSpec.from_json(record.spec)
         self.storage: Storage = catalog.storage
         self.location = record.location
-        self.row_group_rows = int(self.spec.properties.get("write.row-group-rows", DEFAULT_ROW_GROUP_ROWS))
+        rg_rows = self.spec.properties.get("write.row-group-rows")
+        self.row_group_rows = int(rg_rows) if rg_rows else None
         self.window_bytes = int(self.spec.properties.get("read.window-bytes", DEFAULT_WINDOW_BYTES))
 
     @property

@@ -24,7 +24,7 @@ from mere.io import Storage
 from mere.read.merge import group_starts, reduce_versions, sort_indices
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec
 
-DEFAULT_ROW_GROUP_ROWS = 32768
+DEFAULT_ROW_GROUP_BYTES = 1 << 20  # uncompressed bytes per row group: small enough for key lookups
 CHUNK_ROWS = 2_000_000  # rows per prepared chunk when streaming large inputs
 
 
@@ -197,54 +197,84 @@ class PreparedFile:
     content: str
 
 
+def _group_order(code: np.ndarray, groups: int) -> np.ndarray:
+    """Stable permutation that groups rows by a small non-negative code (radix sort for 16-bit codes)."""
+    if groups <= np.iinfo(np.int16).max:
+        return np.argsort(code.astype(np.int16), kind="stable")
+    return np.argsort(code, kind="stable")
+
+
 def prepare(spec: TableSpec, table: pa.Table, ops: np.ndarray | None) -> list[PreparedFile]:
-    """Bucket, sort and de-duplicate rows, then cut them into one slice per (partition, bucket)."""
+    """Bucket, sort and de-duplicate rows, then cut them into one slice per (partition, bucket).
+
+    Rows are grouped by (partition, bucket) first; each group is then sorted by key and reduced on its
+    own, in parallel threads (NumPy and Arrow kernels release the GIL).
+    """
     n = table.num_rows
     if n == 0:
         return []
     pcode, pvalues = partition_value_strings(spec, table)
     if not spec.has_primary_key:
-        order = np.argsort(pcode, kind="stable")
+        order = _group_order(pcode, len(pvalues))
         if not (order[1:] > order[:-1]).all():
             table = table.take(pa.array(order))
             pcode = pcode[order]
         bounds = np.flatnonzero(np.diff(pcode)) + 1
-        out = []
-        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n]):
-            out.append(PreparedFile(pvalues[int(pcode[lo])], 0, table.slice(int(lo), int(hi - lo)), "data"))
-        return out
-    keys = [table.column(c) for c in spec.primary_key]
-    buckets = bucket_ids(keys, spec.buckets).astype(np.int64)
-    sort_cols: list[Any] = []
-    if spec.partition_by:
-        sort_cols.append(pcode)
-    sort_cols.append(buckets)
-    sort_cols.extend(keys)
-    order = sort_indices(sort_cols)
-    table = table.take(pa.array(order))
-    buckets = buckets[order]
-    pcode = pcode[order]
-    op = np.full(n, OP_MERGE, dtype=np.int8) if ops is None else ops[order].astype(np.int8)
-    group_cols: list[Any] = [pcode] if spec.partition_by else []
-    group_cols.extend(table.column(c) for c in spec.primary_key)
-    starts = group_starts(group_cols, n)
-    if not starts.all():
-        # Duplicate keys in one batch: apply them in input order, like separate commits would.
-        table, op = reduce_versions(table, op, starts, spec.identity_columns, spec.merge_operators)
-        buckets = buckets[starts]
-        pcode = pcode[starts]
-        n = table.num_rows
-    table = table.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False), pa.array(op, pa.int8()))
-    cut = np.flatnonzero((np.diff(buckets) != 0) | (np.diff(pcode) != 0)) + 1
-    out = []
-    for lo, hi in zip(np.r_[0, cut], np.r_[cut, n]):
-        lo, hi = int(lo), int(hi)
-        content = "delete" if bool((op[lo:hi] == OP_DELETE).all()) else "data"
-        rows = table.slice(lo, hi - lo)
+        return [PreparedFile(pvalues[int(pcode[lo])], 0, table.slice(int(lo), int(hi - lo)), "data")
+                for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n])]
+    table = table.combine_chunks()
+    buckets = bucket_ids([table.column(c) for c in spec.primary_key], spec.buckets).astype(np.int64)
+    code = pcode * spec.buckets + buckets
+    order = _group_order(code, len(pvalues) * spec.buckets)
+    sorted_code = code[order]
+    cut = np.flatnonzero(np.diff(sorted_code)) + 1
+    op_all = np.full(n, OP_MERGE, dtype=np.int8) if ops is None else ops.astype(np.int8)
+    key_np = None
+    if len(spec.primary_key) == 1:
+        from mere.read.merge import _numpy_sortable
+
+        key_np = _numpy_sortable(_contiguous_column(table, spec.primary_key[0]))
+
+    def one_group(lo: int, hi: int) -> PreparedFile:
+        idx = order[lo:hi]
+        if key_np is not None:
+            idx = idx[np.argsort(key_np[idx], kind="stable")]
+            rows = table.take(pa.array(idx))
+        else:
+            rows = table.take(pa.array(idx))
+            sub = sort_indices([rows.column(c) for c in spec.primary_key])
+            rows = rows.take(pa.array(sub))
+            idx = idx[sub]
+        op = op_all[idx]
+        starts = group_starts([key_np[idx]] if key_np is not None else
+                              [rows.column(c) for c in spec.primary_key], len(idx))
+        if not starts.all():
+            # Duplicate keys in one batch: apply them in input order, like separate commits would.
+            rows, op = reduce_versions(rows, op, starts, spec.identity_columns, spec.merge_operators)
+        rows = rows.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False), pa.array(op, pa.int8()))
+        content = "delete" if bool((op == OP_DELETE).all()) else "data"
         if content == "delete":
             rows = rows.select([*spec.identity_columns, OP_COLUMN])
-        out.append(PreparedFile(pvalues[int(pcode[lo])], int(buckets[lo]), rows, content))
-    return out
+        c = int(sorted_code[lo])
+        return PreparedFile(pvalues[c // spec.buckets], c % spec.buckets, rows, content)
+
+    ranges = [(int(lo), int(hi)) for lo, hi in zip(np.r_[0, cut], np.r_[cut, n])]
+    if len(ranges) == 1:
+        return [one_group(*ranges[0])]
+    with ThreadPoolExecutor(max_workers=min(8, len(ranges))) as pool:
+        return list(pool.map(lambda r: one_group(*r), ranges))
+
+
+def _rows_per_group(table: pa.Table, target_bytes: int) -> int:
+    if table.num_rows == 0:
+        return 1024
+    per_row = max(1, table.nbytes // table.num_rows)
+    return int(min(1 << 17, max(1024, target_bytes // per_row)))
+
+
+def _contiguous_column(table: pa.Table, name: str) -> pa.Array:
+    col = table.column(name)
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def write_prepared(
@@ -254,7 +284,8 @@ def write_prepared(
     prepared: Sequence[PreparedFile],
     *,
     first_order: int = 0,
-    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+    row_group_rows: int | None = None,
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
     max_workers: int = 8,
 ) -> list[FileEntry]:
     """Write the slices concurrently. On any failure the files already written are deleted."""
@@ -267,7 +298,8 @@ def write_prepared(
         prefix = "del" if p.content == "delete" else "part"
         bucket_dir = f"bucket-{p.bucket:05d}" if spec.has_primary_key else ""
         rel = "/".join(x for x in (location, ppath, bucket_dir, Storage.unique_name(prefix)) if x)
-        written = storage.write_parquet(rel, p.rows, row_group_rows=row_group_rows, sorting_columns=sorting)
+        rows = row_group_rows or _rows_per_group(p.rows, row_group_bytes)
+        written = storage.write_parquet(rel, p.rows, row_group_rows=rows, sorting_columns=sorting)
         full = len(p.rows.column_names) - (1 if OP_COLUMN in p.rows.column_names else 0) == len(spec.schema)
         columns = None if full else [c for c in p.rows.column_names if c != OP_COLUMN]
         return FileEntry(path=written.path, partition=partition_json(p.partition), bucket=p.bucket,

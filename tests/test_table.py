@@ -1,0 +1,1234 @@
+"""Behaviour of one table, run against both catalog backends (SQLite and PostgreSQL) via the ``cat`` fixture.
+
+Covers table creation and its argument checks, every write (upsert, append, delete, overwrite, CDC,
+partial columns, merge operators), the all-or-nothing rule for bad input, reads (projection, filters,
+every output format, explain, time travel, history), merge-on-read correctness around filters, the
+on-disk layout (sorted zstd Parquet with statistics, Spark buckets, Hive directories, immutable files)
+and a bucket larger than the read window.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import itertools
+import json
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mere
+from mere import errors
+
+D1, D2, D3 = "2026-11-21", "2026-11-22", "2026-11-23"
+
+ORDERS = pa.schema([
+    ("order_id", pa.int64()), ("day", pa.string()), ("amount", pa.int64()), ("qty", pa.int64()),
+    ("units", pa.int32()), ("note", pa.string()), ("op", pa.string()),
+])
+STORED = ORDERS.remove(ORDERS.get_field_index("op"))
+TYPES = {f.name: f.type for f in ORDERS}
+
+EVENTS = pa.schema([("ts", pa.int64()), ("day", pa.string()), ("amount", pa.int64()), ("note", pa.string())])
+
+HYPOTHESIS = settings(max_examples=12, deadline=None,
+                      suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+
+def make_orders(cat: mere.Catalog, name: str = "sales.orders", **overrides: Any) -> mere.Table:
+    kwargs: dict[str, Any] = dict(primary_key=["order_id"], partition_by=["day"], buckets=8,
+                                  merge_operators={"qty": "sum"}, cdc_column="op")
+    kwargs.update(overrides)
+    return cat.create_table(name, ORDERS, **kwargs)
+
+
+def batch(**columns: list[Any]) -> pa.Table:
+    """An input table with the orders column types."""
+    return pa.table({name: pa.array(values, type=TYPES.get(name)) for name, values in columns.items()})
+
+
+def order_rows(ids: list[int], day: str = D1, amount: int | None = 10, qty: int | None = 1,
+               note: str | None = None) -> pa.Table:
+    n = len(ids)
+    return batch(order_id=ids, day=[day] * n, amount=[amount] * n, qty=[qty] * n, units=[1] * n, note=[note] * n)
+
+
+def sort_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple((v is None, v) for v in row.values())
+
+
+def read(t: mere.Table | mere.Scan, **kwargs: Any) -> list[dict[str, Any]]:
+    table = t.scan(**kwargs).to_arrow() if isinstance(t, mere.Table) else t.to_arrow()
+    return sorted(table.to_pylist(), key=sort_key)
+
+
+def by_key(t: mere.Table, **kwargs: Any) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return {(r["day"], r["order_id"]): r for r in read(t, **kwargs)}
+
+
+def snapshot(t: mere.Table) -> dict[str, Any]:
+    """Everything a failed write must leave untouched."""
+    return {
+        "version": t.version,
+        "history": [(c.version, c.operation, c.summary) for c in t.history()],
+        "files": sorted(t.files().column("path").to_pylist()),
+        "disk": sorted((p, s) for p, s, _ in t.storage.list_files(t.location)),
+        "rows": read(t),
+    }
+
+
+def seeded_orders(cat: mere.Catalog) -> mere.Table:
+    t = make_orders(cat)
+    t.upsert(batch(order_id=[1, 2, 3], day=[D1, D1, D2], amount=[100, 20, 30], qty=[1, 2, 3], units=[1, 1, 1],
+                   note=["a", "b", "c"]))
+    t.upsert(batch(order_id=[2, 4], day=[D1, D2], amount=[25, 40], qty=[5, 4], units=[2, 2], note=["b2", "d"]))
+    return t
+
+
+def local_path(t: mere.Table, rel: str) -> str:
+    return t.storage.full_path(rel)
+
+
+class StreamOnly:
+    """Exposes nothing but the Arrow PyCapsule stream protocol."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self._table = table
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        return self._table.__arrow_c_stream__(requested_schema)
+
+
+# -- create / load / drop --------------------------------------------------------------------------------
+
+
+def test_create_table_with_full_spec_and_load_it(cat: mere.Catalog) -> None:
+    t = make_orders(cat, merge_operators={"qty": "sum", "note": "concat: | "})
+    assert t.name == "sales.orders"
+    assert t.version == 0
+    assert t.primary_key == ("order_id",)
+    assert t.spec.partition_by == ("day",)
+    assert t.spec.buckets == 8
+    assert t.spec.cdc_column == "op"
+    # The change column belongs to incoming batches, not to the stored rows; keys are not nullable.
+    assert t.schema.names == STORED.names
+    assert not t.schema.field("order_id").nullable
+    assert [(c.version, c.operation) for c in t.history()] == [(0, "create")]
+    assert t.to_arrow().num_rows == 0
+    assert t.to_arrow().schema.names == STORED.names
+
+    again = cat.table("sales.orders")
+    assert again.spec == t.spec
+    assert again.location == t.location
+    assert cat.load_table("sales.orders").spec == t.spec
+    assert again.spec.operator("qty").name == "sum"
+    assert again.spec.operator("note") == mere.spec.MergeOperator("concat", " | ")
+    assert again.spec.operator("amount").name == "last"
+    assert cat.tables() == ["sales.orders"]
+    assert cat.tables("sales") == ["sales.orders"]
+    assert "sales" in cat.namespaces()
+
+
+def test_create_existing_table(cat: mere.Catalog) -> None:
+    t = seeded_orders(cat)
+    with pytest.raises(errors.TableExists):
+        make_orders(cat)
+    with pytest.raises(errors.TableExists):  # a different spec does not matter: the name is taken
+        cat.create_table("sales.orders", EVENTS)
+    again = cat.create_table("sales.orders", EVENTS, exist_ok=True)
+    assert again.location == t.location
+    assert again.spec == t.spec  # exist_ok returns the existing table, it does not replace it
+    assert read(again) == read(t)
+    assert t.version == 2
+    assert cat.tables() == ["sales.orders"]
+
+
+def test_missing_table_errors(cat: mere.Catalog) -> None:
+    make_orders(cat)
+    with pytest.raises(errors.NoSuchTable) as info:
+        cat.table("sales.missing")
+    assert isinstance(info.value, KeyError)
+    assert isinstance(info.value, mere.MereError)
+    assert "sales.missing" in str(info.value)
+    with pytest.raises(KeyError):
+        cat.table("sales.missing")
+    with pytest.raises(errors.NoSuchTable):
+        cat.drop_table("sales.missing")
+    assert not cat.exists("sales.missing")
+    assert cat.exists("sales.orders")
+
+
+def test_missing_table_in_missing_namespace_is_no_such_table(cat: mere.Catalog) -> None:
+    """A table that does not exist is missing whether or not its namespace exists."""
+    with pytest.raises(KeyError):
+        cat.table("ghost.orders")
+    with pytest.raises(errors.NoSuchTable):
+        cat.drop_table("ghost.orders")
+    assert cat.exists("ghost.orders") is False
+    with pytest.raises(errors.NoSuchTable):
+        cat.table("ghost.orders")
+
+
+@pytest.mark.parametrize(("kwargs", "error"), [
+    pytest.param(dict(merge_operators={"qty": "avg"}), errors.InvalidInput, id="unknown-operator"),
+    pytest.param(dict(merge_operators={"qty": {"op": "max"}}), errors.InvalidInput, id="unknown-operator-dict"),
+    pytest.param(dict(merge_operators={"qty": 3}), errors.InvalidInput, id="operator-not-a-name"),
+    pytest.param(dict(merge_operators={"colour": "sum"}), errors.SchemaMismatch, id="operator-unknown-column"),
+    pytest.param(dict(merge_operators={"note": "sum"}), errors.InvalidInput, id="sum-on-string"),
+    pytest.param(dict(merge_operators={"amount": "concat"}), errors.InvalidInput, id="concat-on-int"),
+    pytest.param(dict(merge_operators={"order_id": "sum"}), errors.InvalidInput, id="operator-on-key"),
+    pytest.param(dict(merge_operators={"day": "last_non_null"}), errors.InvalidInput, id="operator-on-partition"),
+    pytest.param(dict(primary_key=["customer"]), errors.SchemaMismatch, id="key-not-in-schema"),
+    pytest.param(dict(primary_key=["order_id", "order_id"]), errors.InvalidInput, id="duplicate-key"),
+    pytest.param(dict(partition_by=["region"]), errors.SchemaMismatch, id="partition-not-in-schema"),
+    pytest.param(dict(buckets=0), errors.InvalidInput, id="zero-buckets"),
+    pytest.param(dict(buckets=-3), errors.InvalidInput, id="negative-buckets"),
+    pytest.param(dict(buckets=2.5), errors.InvalidInput, id="fractional-buckets"),
+    pytest.param(dict(buckets=True), errors.InvalidInput, id="bool-buckets"),
+    pytest.param(dict(cdc_column="order_id"), errors.InvalidInput, id="cdc-column-is-the-key"),
+    pytest.param(dict(cdc_column="day"), errors.InvalidInput, id="cdc-column-is-the-partition"),
+])
+def test_create_table_rejects_bad_arguments(cat: mere.Catalog, kwargs: dict[str, Any],
+                                            error: type[Exception]) -> None:
+    with pytest.raises(error) as info:
+        make_orders(cat, **kwargs)
+    assert isinstance(info.value, errors.InvalidInput)
+    assert cat.tables() == []
+    with pytest.raises(KeyError):
+        cat.table("sales.orders")
+
+
+@pytest.mark.parametrize("key_type", [pa.float64(), pa.float32(), pa.uint32(), pa.list_(pa.int64()),
+                                      pa.decimal128(30, 2)], ids=str)
+def test_unsupported_key_types(cat: mere.Catalog, key_type: pa.DataType) -> None:
+    schema = pa.schema([("k", key_type), ("v", pa.int64())])
+    with pytest.raises(errors.UnsupportedType) as info:
+        cat.create_table("t.bad", schema, primary_key=["k"])
+    assert isinstance(info.value, TypeError)
+    assert cat.tables() == []
+
+
+def test_unsupported_partition_type(cat: mere.Catalog) -> None:
+    schema = pa.schema([("k", pa.int64()), ("score", pa.float64())])
+    with pytest.raises(errors.UnsupportedType):
+        cat.create_table("t.bad", schema, primary_key=["k"], partition_by=["score"])
+
+
+def test_tables_without_key_reject_key_only_options(cat: mere.Catalog) -> None:
+    with pytest.raises(errors.InvalidInput):
+        cat.create_table("t.events", EVENTS, buckets=4)
+    with pytest.raises(errors.InvalidInput):
+        cat.create_table("t.events", EVENTS, merge_operators={"amount": "sum"})
+    with pytest.raises(errors.InvalidInput):
+        cat.create_table("t.events", EVENTS, cdc_column="note")
+    assert cat.tables() == []
+
+
+@pytest.mark.parametrize("name", ["", "   ", "sales/orders", "_hidden", "sales._hidden", "sales.", 42])
+def test_invalid_table_names(cat: mere.Catalog, name: Any) -> None:
+    with pytest.raises(errors.InvalidInput):
+        cat.create_table(name, ORDERS, primary_key=["order_id"])
+    assert cat.tables() == []
+
+
+def test_cdc_column_outside_the_schema(cat: mere.Catalog) -> None:
+    """The change column need not be declared in the schema: it is only looked for in incoming batches."""
+    t = cat.create_table("t.cdc", STORED, primary_key=["order_id"], cdc_column="change")
+    assert t.schema.names == STORED.names
+    t.upsert(batch(order_id=[1, 2], day=[D1, D1], amount=[1, 2]))
+    t.upsert(pa.table({"order_id": [1, 2], "day": [D1, D1], "amount": [10, 20], "change": ["U", "D"]}))
+    assert [(r["order_id"], r["amount"]) for r in read(t)] == [(1, 10)]
+
+
+def test_drop_table(cat: mere.Catalog) -> None:
+    t = seeded_orders(cat)
+    old_location = t.location
+    other = cat.create_table("sales.events", EVENTS)
+    other.append(pa.table({"ts": [1], "day": [D1], "amount": [1], "note": ["x"]}))
+    cat.drop_table("sales.orders")
+    assert cat.tables() == ["sales.events"]
+    assert not cat.exists("sales.orders")
+    with pytest.raises(errors.NoSuchTable):
+        cat.table("sales.orders")
+    with pytest.raises(errors.NoSuchTable):
+        cat.drop_table("sales.orders")
+    # Re-creating the name gives a new, empty table in a new location.
+    fresh = make_orders(cat)
+    assert fresh.location != old_location
+    assert fresh.version == 0
+    assert read(fresh) == []
+    assert [c.operation for c in fresh.history()] == ["create"]
+    assert read(other) == [{"ts": 1, "day": D1, "amount": 1, "note": "x"}]
+
+
+def test_drop_table_purge_deletes_files(cat: mere.Catalog) -> None:
+    t = seeded_orders(cat)
+    kept = cat.create_table("sales.kept", EVENTS)
+    kept.append(pa.table({"ts": [1], "day": [D1], "amount": [1], "note": ["x"]}))
+    paths = t.files().column("path").to_pylist()
+    assert paths and all(os.path.exists(local_path(t, p)) for p in paths)
+    cat.drop_table("sales.orders", purge=True)
+    assert not any(os.path.exists(local_path(t, p)) for p in paths)
+    assert t.storage.list_files(t.location) == []
+    assert kept.to_arrow().num_rows == 1
+
+
+def test_stale_handle_after_drop_and_recreate(cat: mere.Catalog) -> None:
+    """A Table object of a dropped table must not read or write the table later created under its name."""
+    stale = make_orders(cat)
+    stale.upsert(order_rows([1, 2]))
+    cat.drop_table("sales.orders")
+    fresh = make_orders(cat)
+    fresh.upsert(order_rows([7], amount=70))
+    with pytest.raises(errors.NoSuchTable):
+        stale.upsert(order_rows([99], amount=99))
+    with pytest.raises(errors.NoSuchTable):
+        stale.to_arrow()
+    assert [(r["order_id"], r["amount"]) for r in read(fresh)] == [(7, 70)]
+    assert fresh.version == 1
+
+
+# -- writes ----------------------------------------------------------------------------------------------
+
+
+def _inputs() -> list[Any]:
+    base = batch(order_id=[1, 2], day=[D1, D2], amount=[10, None], qty=[1, 2], units=[3, 4], note=["a", None])
+    return [
+        pytest.param(lambda: base, id="table"),
+        pytest.param(lambda: base.combine_chunks().to_batches()[0], id="record-batch"),
+        pytest.param(lambda: pa.RecordBatchReader.from_batches(base.schema, base.to_batches(max_chunksize=1)),
+                     id="reader"),
+        pytest.param(lambda: pd.DataFrame({"order_id": [1, 2], "day": [D1, D2], "amount": [10, None],
+                                           "qty": [1, 2], "units": [3, 4], "note": ["a", None]}), id="pandas"),
+        pytest.param(lambda: {"order_id": [1, 2], "day": [D1, D2], "amount": [10, None], "qty": [1, 2],
+                              "units": [3, 4], "note": ["a", None]}, id="dict"),
+        pytest.param(lambda: StreamOnly(base), id="arrow-c-stream"),
+    ]
+
+
+@pytest.mark.parametrize("make", _inputs())
+def test_upsert_accepts_every_input_kind(cat: mere.Catalog, make: Callable[[], Any]) -> None:
+    t = make_orders(cat)
+    commit = t.upsert(make())
+    assert commit.version == 1
+    assert commit.operation == "upsert"
+    assert t.version == 1
+    assert read(t) == [
+        {"order_id": 1, "day": D1, "amount": 10, "qty": 1, "units": 3, "note": "a"},
+        {"order_id": 2, "day": D2, "amount": None, "qty": 2, "units": 4, "note": None},
+    ]
+    out = t.to_arrow()
+    assert out.schema == t.schema
+
+
+def test_upsert_from_another_tables_scan(cat: mere.Catalog) -> None:
+    src = seeded_orders(cat)
+    dst = make_orders(cat, name="sales.copy")
+    dst.upsert(src.scan())
+    assert read(dst) == read(src)
+
+
+def test_upsert_casts_safely(cat: mere.Catalog) -> None:
+    t = make_orders(cat)
+    t.upsert(pa.table({"order_id": pa.array([1], pa.int32()), "day": pa.array([D1], pa.large_string()),
+                       "amount": pa.array([5], pa.int8()), "units": pa.array([7], pa.int64()),
+                       "note": pa.array(["x"]).dictionary_encode()}))
+    assert read(t) == [{"order_id": 1, "day": D1, "amount": 5, "qty": None, "units": 7, "note": "x"}]
+
+
+def test_append_to_table_without_key(cat: mere.Catalog) -> None:
+    t = cat.create_table("logs.events", EVENTS, partition_by=["day"])
+    rows = pa.table({"ts": [1, 2, 2], "day": [D1, D1, D2], "amount": [5, 6, 6], "note": ["a", None, "c"]})
+    t.append(rows)
+    t.append(rows.to_batches()[0])
+    t.append(pd.DataFrame({"ts": [9], "day": [D3], "amount": [1], "note": ["z"]}))
+    t.append(pa.table({"ts": [10], "day": [D3]}))  # missing nullable columns are null
+    out = read(t)
+    assert len(out) == 8
+    assert sum(1 for r in out if r == {"ts": 2, "day": D1, "amount": 6, "note": None}) == 2
+    assert {"ts": 10, "day": D3, "amount": None, "note": None} in out
+    assert [c.operation for c in t.history()] == ["create", "append", "append", "append", "append"]
+    assert read(t, filter="day = '2026-11-21' and amount >= 6") == [
+        {"ts": 2, "day": D1, "amount": 6, "note": None}] * 2
+
+
+def test_append_and_upsert_go_to_the_right_kind_of_table(cat: mere.Catalog) -> None:
+    pk = seeded_orders(cat)
+    log = cat.create_table("logs.events", EVENTS)
+    log.append(pa.table({"ts": [1], "day": [D1], "amount": [5], "note": ["a"]}))
+    before_pk, before_log = snapshot(pk), snapshot(log)
+    with pytest.raises(errors.InvalidInput):
+        pk.append(order_rows([9]))
+    with pytest.raises(errors.InvalidInput):
+        log.upsert(pa.table({"ts": [2], "day": [D1], "amount": [5], "note": ["a"]}))
+    with pytest.raises(errors.InvalidInput):
+        log.delete(pa.table({"ts": [1]}))  # no key to delete by
+    assert snapshot(pk) == before_pk
+    assert snapshot(log) == before_log
+
+
+def test_delete_forms(cat: mere.Catalog) -> None:
+    t = make_orders(cat)
+    t.upsert(batch(order_id=list(range(1, 11)), day=[D1] * 5 + [D2] * 5, amount=list(range(10, 110, 10))))
+    assert len(read(t)) == 10
+
+    t.delete("amount > 90 and day = '2026-11-22'")  # removes 10
+    assert 10 not in {r["order_id"] for r in read(t)}
+    t.delete(mere.col("order_id") == 9)
+    t.delete((mere.col("amount") <= 20) & (mere.col("day") == D1))  # removes 1 and 2
+    t.delete(pc.field("amount") == 30)  # removes 3
+    t.delete(pa.table({"order_id": [4], "day": [D1]}))  # full identity
+    t.delete(pd.DataFrame({"order_id": [5], "day": [D1], "amount": [123]}))  # other columns are ignored
+    t.delete({"order_id": [6, 12345], "day": [D2, D2]})  # unknown keys are fine
+    t.delete(pa.table({"order_id": pa.array([7], pa.int32()), "day": [D2]}).to_batches()[0])
+    assert [r["order_id"] for r in read(t)] == [8]
+    assert [c.operation for c in t.history()][-8:] == ["delete"] * 8
+    assert t.version == 9
+
+
+def test_delete_by_keys_without_partition_columns(cat: mere.Catalog) -> None:
+    """A table of bare keys deletes each key in whatever partition it lives."""
+    t = make_orders(cat)
+    t.upsert(batch(order_id=[1, 1, 2, 3, 4], day=[D1, D2, D2, D3, D1], amount=[1, 2, 3, 4, 5]))
+    t.delete(pa.table({"order_id": pa.array([1], pa.int32())}))
+    assert set(by_key(t)) == {(D2, 2), (D3, 3), (D1, 4)}
+    t.delete(pd.DataFrame({"order_id": [2, 99]}))
+    t.delete({"order_id": [3]})
+    assert set(by_key(t)) == {(D1, 4)}
+    assert [c.operation for c in t.history()] == ["create", "upsert", "delete", "delete", "delete"]
+
+
+def test_delete_on_table_without_key(cat: mere.Catalog) -> None:
+    t = cat.create_table("logs.events", EVENTS, partition_by=["day"])
+    t.append(pa.table({"ts": list(range(6)), "day": [D1, D1, D1, D2, D2, D3], "amount": [1, 2, 3, 4, None, 6],
+                       "note": list("abcdef")}))
+    t.delete("amount >= 3 and day <> '2026-11-23'")
+    assert [r["ts"] for r in read(t)] == [0, 1, 4, 5]
+    t.delete(mere.col("amount").is_null())
+    assert [r["ts"] for r in read(t)] == [0, 1, 5]
+    t.delete(pc.field("note") == "a")
+    assert [r["ts"] for r in read(t)] == [1, 5]
+    assert read(t, version=1) == read(t, version=1)  # old versions stay readable
+    assert len(read(t, version=1)) == 6
+
+
+def test_overwrite_whole_table_and_one_partition(cat: mere.Catalog) -> None:
+    t = seeded_orders(cat)
+    t.overwrite(batch(order_id=[2, 5], day=[D1, D1], amount=[7, 8], qty=[1, 1]), partition={"day": D1})
+    got = by_key(t)
+    assert set(got) == {(D1, 2), (D1, 5), (D2, 3), (D2, 4)}
+    # Overwritten rows start from scratch: the sum does not include the replaced versions.
+    assert got[(D1, 2)]["qty"] == 1
+    assert got[(D1, 2)]["note"] is None
+    assert got[(D2, 3)]["qty"] == 3
+    t.overwrite(batch(order_id=[9], day=[D2], amount=[1], qty=[4]), partition={"day": D2})
+    assert set(by_key(t)) == {(D1, 2), (D1, 5), (D2, 9)}
+    t.overwrite(batch(order_id=[1], day=[D3], amount=[1], qty=[2]))
+    assert set(by_key(t)) == {(D3, 1)}
+    assert by_key(t)[(D3, 1)]["qty"] == 2
+    # An empty overwrite of a partition empties it.
+    t.upsert(order_rows([3], day=D1))
+    t.overwrite(order_rows([], day=D3), partition={"day": D3})
+    assert set(by_key(t)) == {(D1, 3)}
+    assert [c.operation for c in t.history()][3:] == ["overwrite", "overwrite", "overwrite", "upsert",
+                                                       "overwrite"]
+    assert set(by_key(t, version=2)) == {(D1, 1), (D1, 2), (D2, 3), (D2, 4)}
+
+
+def test_overwrite_partition_of_an_integer_partition_column(cat: mere.Catalog) -> None:
+    schema = pa.schema([("k", pa.int64()), ("year", pa.int32()), ("v", pa.string())])
+    t = cat.create_table("t.years", schema, primary_key=["k"], partition_by=["year"], buckets=2)
+    t.upsert(pa.table({"k": [1, 2, 3], "year": pa.array([2025, 2026, 2026], pa.int32()), "v": ["a", "b", "c"]}))
+    t.overwrite(pa.table({"k": [4], "year": pa.array([2026], pa.int32()), "v": ["d"]}), partition={"year": 2026})
+    assert sorted((r["k"], r["year"]) for r in t.to_arrow().to_pylist()) == [(1, 2025), (4, 2026)]
+    t.overwrite(pa.table({"k": [5], "year": pa.array([2025], pa.int32()), "v": ["e"]}), partition={"year": "2025"})
+    assert sorted((r["k"], r["year"]) for r in t.to_arrow().to_pylist()) == [(4, 2026), (5, 2025)]
+
+
+def test_cdc_batch_applies_changes_in_order(cat: mere.Catalog) -> None:
+    t = make_orders(cat)
+    t.upsert(batch(order_id=[3, 4, 5], day=[D1] * 3, amount=[30, 40, 50], qty=[10, 10, 10]))
+    t.upsert(batch(
+        order_id=[1, 1, 2, 2, 3, 4, 4, 1, 6, 5, 5],
+        day=[D1] * 11,
+        amount=[10, 20, 5, None, 31, None, 41, 21, None, 51, 52],
+        qty=[1, 2, 1, None, 3, None, 2, 5, None, 1, 1],
+        op=["I", "U", "I", "D", "U", "D", "I", "-U", "d", "update_before", "+U"],
+    ))
+    got = by_key(t)
+    assert set(got) == {(D1, 1), (D1, 3), (D1, 4), (D1, 5)}
+    assert got[(D1, 1)]["amount"] == 20 and got[(D1, 1)]["qty"] == 3  # I then U (the -U image is ignored)
+    assert got[(D1, 3)]["amount"] == 31 and got[(D1, 3)]["qty"] == 13  # U merges with the stored state
+    assert got[(D1, 4)]["amount"] == 41 and got[(D1, 4)]["qty"] == 2  # D then I: the sum starts again
+    assert got[(D1, 5)]["amount"] == 52 and got[(D1, 5)]["qty"] == 11
+    # Deleted keys never appear, whatever the filter or projection.
+    assert (D1, 2) not in by_key(t, filter="order_id in (2, 6)")
+    assert read(t, columns=["order_id"], filter="amount is null") == []
+    assert read(t, filter="order_id = 2") == []
+    # Later batches may re-insert deleted keys, and lower-case and Debezium spellings work.
+    t.upsert(batch(order_id=[2, 1], day=[D1, D1], amount=[7, None], qty=[7, None], op=["c", "delete"]))
+    assert {k: (r["amount"], r["qty"]) for k, r in by_key(t).items()} == {
+        (D1, 2): (7, 7), (D1, 3): (31, 13), (D1, 4): (41, 2), (D1, 5): (52, 11)}
+
+
+def test_partial_column_upsert_updates_only_given_columns(cat: mere.Catalog) -> None:
+    t = make_orders(cat, merge_operators={"qty": "sum", "note": "last_non_null"})
+    t.upsert(batch(order_id=[1, 2], day=[D1, D1], amount=[100, 200], qty=[1, 2], units=[5, 6], note=["a", "b"]))
+    t.upsert(batch(order_id=[1], day=[D1], amount=[None]))
+    t.upsert(batch(order_id=[2, 3], day=[D1, D1], units=[60, 7]))
+    t.upsert(batch(order_id=[2], day=[D1], qty=[10], note=[None]))
+    got = by_key(t)
+    assert got[(D1, 1)] == {"order_id": 1, "day": D1, "amount": None, "qty": 1, "units": 5, "note": "a"}
+    assert got[(D1, 2)] == {"order_id": 2, "day": D1, "amount": 200, "qty": 12, "units": 60, "note": "b"}
+    assert got[(D1, 3)] == {"order_id": 3, "day": D1, "amount": None, "qty": None, "units": 7, "note": None}
+    # Projections and filters over columns some versions lack see the merged value.
+    assert read(t, columns=["order_id", "amount"], filter="amount > 150") == [{"order_id": 2, "amount": 200}]
+    assert read(t, columns=["units"], filter="order_id = 2") == [{"units": 60}]
+
+
+def test_partial_column_upsert_with_last_operators_only(cat: mere.Catalog) -> None:
+    t = make_orders(cat, merge_operators={})
+    t.upsert(batch(order_id=[1, 2], day=[D1, D1], amount=[100, 200], qty=[1, 2], note=["a", "b"]))
+    t.upsert(batch(order_id=[1], day=[D1], note=["a2"]))
+    assert read(t, columns=["order_id", "amount", "note"]) == [
+        {"order_id": 1, "amount": 100, "note": "a2"}, {"order_id": 2, "amount": 200, "note": "b"}]
+    assert read(t, columns=["order_id", "note"]) == [
+        {"order_id": 1, "note": "a2"}, {"order_id": 2, "note": "b"}]
+    assert read(t, columns=["order_id"], filter="amount >= 100 and note = 'a2'") == [{"order_id": 1}]
+
+
+@pytest.mark.parametrize("concat", ["concat: | ", {"op": "concat", "separator": " | "}, ("concat", " | ")],
+                         ids=["string", "dict", "tuple"])
+def test_merge_operators(cat: mere.Catalog, concat: Any) -> None:
+    schema = pa.schema([("k", pa.int64()), ("last", pa.int64()), ("lnn", pa.string()), ("total", pa.float64()),
+                        ("log", pa.string())])
+    t = cat.create_table("t.ops", schema, primary_key="k", buckets=4,
+                         merge_operators={"lnn": "last_non_null", "total": "sum", "log": concat})
+
+    def up(k: int, last: int | None, lnn: str | None, total: float | None, log: str | None) -> None:
+        t.upsert(pa.table({"k": [k], "last": pa.array([last], pa.int64()), "lnn": pa.array([lnn], pa.string()),
+                           "total": pa.array([total], pa.float64()), "log": pa.array([log], pa.string())}))
+
+    up(1, 5, "a", 1.5, "x")
+    up(1, None, None, None, None)
+    up(1, 7, None, 2.0, "y")
+    up(2, None, None, None, None)
+    up(2, 3, "b", None, "")
+    rows = {r["k"]: r for r in t.to_arrow().to_pylist()}
+    assert rows[1] == {"k": 1, "last": 7, "lnn": "a", "total": 3.5, "log": "x | y"}
+    assert rows[2] == {"k": 2, "last": 3, "lnn": "b", "total": None, "log": ""}
+    up(1, None, None, None, None)
+    assert {r["k"]: r for r in t.to_arrow().to_pylist()}[1] == {
+        "k": 1, "last": None, "lnn": "a", "total": 3.5, "log": "x | y"}  # last keeps nulls too
+    # Filters see merged values.
+    assert [r["k"] for r in t.scan(filter="total > 3 and log = 'x | y'").to_arrow().to_pylist()] == [1]
+    assert t.scan(filter="total = 1.5").to_arrow().num_rows == 0
+
+
+def test_duplicate_keys_in_one_batch_apply_in_order(cat: mere.Catalog) -> None:
+    t = make_orders(cat, merge_operators={"qty": "sum", "note": "concat:|"})
+    t.upsert(batch(order_id=[1, 2], day=[D1, D1], amount=[1, 1], qty=[100, 100], note=["s", "s"]))
+    t.upsert(batch(order_id=[1, 1, 2, 1, 3, 3], day=[D1] * 6, amount=[5, 6, 9, None, 1, 2],
+                   qty=[1, 2, 3, None, 4, 5], note=["a", None, "c", "d", "e", "f"]))
+    got = by_key(t)
+    assert got[(D1, 1)]["amount"] is None  # last row wins, even a null
+    assert got[(D1, 1)]["qty"] == 103
+    assert got[(D1, 1)]["note"] == "s|a|d"
+    assert got[(D1, 2)]["amount"] == 9 and got[(D1, 2)]["qty"] == 103 and got[(D1, 2)]["note"] == "s|c"
+    assert got[(D1, 3)]["amount"] == 2 and got[(D1, 3)]["qty"] == 9 and got[(D1, 3)]["note"] == "e|f"
+    # The same key in two partitions is two rows.
+    t.upsert(batch(order_id=[1, 1], day=[D1, D2], amount=[50, 60]))
+    got = by_key(t)
+    assert got[(D1, 1)]["amount"] == 50 and got[(D2, 1)]["amount"] == 60
+
+
+# -- bad input changes nothing ---------------------------------------------------------------------------
+
+
+def _bad_reader() -> pa.RecordBatchReader:
+    good = batch(order_id=[100, 101], day=[D1, D2], amount=[1, 2])
+    bad = batch(order_id=[102, None], day=[D1, D3], amount=[3, 4])
+    return pa.RecordBatchReader.from_batches(good.schema, good.to_batches() + bad.to_batches())
+
+
+BAD_WRITES: list[Any] = [
+    pytest.param(lambda t: t.upsert(batch(day=[D1], amount=[1])), errors.SchemaMismatch, id="missing-key"),
+    pytest.param(lambda t: t.upsert(batch(order_id=[9], amount=[1])), errors.SchemaMismatch,
+                 id="missing-partition-column"),
+    pytest.param(lambda t: t.upsert(batch(order_id=[9, None], day=[D1, D1], amount=[1, 2])), errors.NullKey,
+                 id="null-key"),
+    pytest.param(lambda t: t.upsert(pa.table({"order_id": [9], "day": [D1], "amount": ["abc"]})),
+                 errors.SchemaMismatch, id="string-into-int64"),
+    pytest.param(lambda t: t.upsert(pa.table({"order_id": ["9x"], "day": [D1]})), errors.SchemaMismatch,
+                 id="string-into-key"),
+    pytest.param(lambda t: t.upsert(pa.table({"order_id": [9], "day": [D1], "units": [2**40]})),
+                 errors.SchemaMismatch, id="int64-overflow-into-int32"),
+    pytest.param(lambda t: t.upsert(pa.table({"order_id": [9], "day": [D1], "amount": [1.5]})),
+                 errors.SchemaMismatch, id="fraction-into-int64"),
+    pytest.param(lambda t: t.upsert(pa.table({"order_id": [9], "day": [D1], "colour": ["red"]})),
+                 errors.SchemaMismatch, id="unknown-column"),
+    pytest.param(lambda t: t.upsert(pa.table([pa.array([9]), pa.array([D1]), pa.array([D1])],
+                                             names=["order_id", "day", "day"])),
+                 errors.SchemaMismatch, id="duplicate-column"),
+    pytest.param(lambda t: t.upsert(_bad_reader()), errors.NullKey, id="bad-second-batch"),
+    pytest.param(lambda t: t.upsert(batch(order_id=[9, 10], day=[D1, D1], op=["I", "X"])), errors.InvalidInput,
+                 id="unknown-cdc-op"),
+    pytest.param(lambda t: t.upsert(batch(order_id=[9, 10], day=[D1, D1], op=["I", None])), errors.InvalidInput,
+                 id="null-cdc-op"),
+    pytest.param(lambda t: t.upsert({"order_id": [9, 10], "day": [D1]}), errors.InvalidInput,
+                 id="ragged-dict"),
+    pytest.param(lambda t: t.upsert(pd.DataFrame({"order_id": [9, "ten"], "day": [D1, D1]})),
+                 errors.InvalidInput, id="mixed-type-pandas-column"),
+    pytest.param(lambda t: t.upsert(42), errors.InvalidInput, id="not-data"),
+    pytest.param(lambda t: t.upsert([{"order_id": 9, "day": D1}]), errors.InvalidInput, id="list-of-dicts"),
+    pytest.param(lambda t: t.append(order_rows([9])), errors.InvalidInput, id="append-on-pk-table"),
+    pytest.param(lambda t: t.overwrite(order_rows([9], day=D2), partition={"day": D1}), errors.InvalidInput,
+                 id="overwrite-rows-of-another-partition"),
+    pytest.param(lambda t: t.overwrite(batch(order_id=[9, 10], day=[D1, D2]), partition={"day": D1}),
+                 errors.InvalidInput, id="overwrite-some-rows-of-another-partition"),
+    pytest.param(lambda t: t.overwrite(order_rows([9]), partition={"amount": 1}), errors.InvalidInput,
+                 id="overwrite-non-partition-column"),
+    pytest.param(lambda t: t.overwrite(batch(day=[D1], amount=[1])), errors.SchemaMismatch,
+                 id="overwrite-missing-key"),
+    pytest.param(lambda t: t.overwrite(batch(order_id=[None], day=[D1])), errors.NullKey,
+                 id="overwrite-null-key"),
+    pytest.param(lambda t: t.delete("amount >"), errors.FilterError, id="delete-bad-syntax"),
+    pytest.param(lambda t: t.delete("amount > 1 and and day = 'x'"), errors.FilterError,
+                 id="delete-bad-syntax-2"),
+    pytest.param(lambda t: t.delete("colour = 'red'"), errors.FilterError, id="delete-unknown-column"),
+    pytest.param(lambda t: t.delete(mere.col("colour") == "red"), errors.FilterError,
+                 id="delete-expr-unknown-column"),
+    pytest.param(lambda t: t.delete(pc.field("colour") == "red"), errors.FilterError,
+                 id="delete-pyarrow-unknown-column"),
+    pytest.param(lambda t: t.delete("amount = 'abc'"), errors.FilterError, id="delete-literal-wrong-type"),
+    pytest.param(lambda t: t.delete("order_id = 1 or note"), errors.FilterError, id="delete-non-boolean"),
+    pytest.param(lambda t: t.delete(pa.table({"day": [D1]})), errors.InvalidInput, id="delete-keys-without-key"),
+    pytest.param(lambda t: t.delete(pa.table({"order_id": pa.array([1, None], pa.int64()), "day": [D1, D1]})),
+                 errors.NullKey, id="delete-null-key"),
+    pytest.param(lambda t: t.delete(pa.table({"order_id": ["one"], "day": [D1]})), errors.SchemaMismatch,
+                 id="delete-key-wrong-type"),
+    pytest.param(lambda t: t.delete(42), errors.FilterError, id="delete-not-a-filter"),
+]
+
+
+@pytest.mark.parametrize(("write", "error"), BAD_WRITES)
+def test_bad_input_is_rejected_and_changes_nothing(cat: mere.Catalog, write: Callable[[mere.Table], Any],
+                                                   error: type[Exception]) -> None:
+    t = seeded_orders(cat)
+    before = snapshot(t)
+    with pytest.raises(error) as info:
+        write(t)
+    assert isinstance(info.value, mere.MereError)
+    assert snapshot(t) == before
+    # The table still takes good writes afterwards.
+    t.upsert(order_rows([50]))
+    assert t.version == before["version"] + 1
+
+
+def test_bad_writes_to_table_without_key_change_nothing(cat: mere.Catalog) -> None:
+    t = cat.create_table("logs.events", EVENTS, partition_by=["day"])
+    t.append(pa.table({"ts": [1, 2], "day": [D1, D2], "amount": [1, 2], "note": ["a", "b"]}))
+    before = snapshot(t)
+    bad: list[tuple[Callable[[], Any], type[Exception]]] = [
+        (lambda: t.upsert(pa.table({"ts": [3], "day": [D1]})), errors.InvalidInput),
+        (lambda: t.append(pa.table({"ts": [3], "day": [D1], "colour": ["red"]})), errors.SchemaMismatch),
+        (lambda: t.append(pa.table({"ts": ["x"], "day": [D1]})), errors.SchemaMismatch),
+        (lambda: t.delete("ts >"), errors.FilterError),
+        (lambda: t.delete("colour = 1"), errors.FilterError),
+        (lambda: t.delete(pc.field("colour") == 1), errors.FilterError),
+        (lambda: t.overwrite(pa.table({"ts": [3], "day": [D2]}), partition={"day": D1}), errors.InvalidInput),
+    ]
+    for call, error in bad:
+        with pytest.raises(error) as info:
+            call()
+        assert isinstance(info.value, mere.MereError)
+        assert snapshot(t) == before
+
+
+def test_bad_reads_raise_typed_errors(cat: mere.Catalog) -> None:
+    t = seeded_orders(cat)
+    with pytest.raises(errors.SchemaMismatch):
+        t.scan(columns=["order_id", "colour"])
+    with pytest.raises(errors.FilterError):
+        t.scan(filter="colour > 1")
+    with pytest.raises(errors.FilterError):
+        t.scan(filter="amount > > 1")
+    with pytest.raises(errors.FilterError):
+        t.scan(filter="day = 5 and")
+    with pytest.raises(errors.NoSuchVersion):
+        t.scan(version=3)
+    with pytest.raises(errors.NoSuchVersion):
+        t.scan(version=-1)
+    with pytest.raises(errors.NoSuchVersion):
+        t.scan(as_of=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
+    with pytest.raises(errors.InvalidInput):
+        t.scan(version=1, as_of=dt.datetime.now(dt.UTC))
+    with pytest.raises(errors.InvalidInput):
+        t.scan(as_of=object())
+    with pytest.raises(mere.MereError):  # an opaque pyarrow filter on an unknown column
+        t.scan(filter=pc.field("colour") > 1).to_arrow()
+
+
+# -- reads -----------------------------------------------------------------------------------------------
+
+
+def test_scan_projection_filter_and_output_formats(cat: mere.Catalog) -> None:
+    t = make_orders(cat)
+    t.upsert(batch(order_id=list(range(20)), day=[D1, D2] * 10, amount=[i * 2 for i in range(20)],
+                   qty=[1] * 20, units=[1] * 20, note=[f"n{i}" for i in range(20)]))
+    expected = sorted((i, i * 2) for i in range(20) if i * 2 > 10 and i % 2 == 0)
+    scan = t.scan(columns=["order_id", "amount"], filter="amount > 10 and day = '2026-11-21'")
+    assert scan.schema == pa.schema([t.schema.field("order_id"), t.schema.field("amount")])
+
+    as_arrow = scan.to_arrow()
+    assert as_arrow.schema == scan.schema
+    assert sorted(zip(*as_arrow.to_pydict().values())) == expected
+
+    batches = list(scan.to_batches())
+    assert all(isinstance(b, pa.RecordBatch) and b.schema == scan.schema for b in batches)
+    assert sorted((r["order_id"], r["amount"]) for b in batches for r in b.to_pylist()) == expected
+
+    reader = scan.to_reader()
+    assert isinstance(reader, pa.RecordBatchReader)
+    assert reader.schema == scan.schema
+    assert sorted(zip(*reader.read_all().to_pydict().values())) == expected
+
+    frame = scan.to_pandas()
+    assert list(frame.columns) == ["order_id", "amount"]
+    assert sorted(zip(frame["order_id"], frame["amount"])) == expected
+
+    first = pa.table(scan)
+    second = pa.table(scan)  # each export is a fresh read
+    assert first.equals(second)
+    assert sorted(zip(*first.to_pydict().values())) == expected
+    assert pa.RecordBatchReader.from_stream(scan).read_all().num_rows == len(expected)
+    assert scan.count() == len(expected)
+
+    # The same filter as an expression and as a pyarrow expression.
+    for f in ((mere.col("amount") > 10) & (mere.col("day") == D1), (pc.field("amount") > 10) & (pc.field("day") == D1)):
+        assert sorted(zip(*t.scan(columns=["order_id", "amount"], filter=f).to_arrow().to_pydict().values())) == expected
+    # Chained builders.
+    chained = t.scan(columns=["order_id", "amount"]).where("amount > 10").where(mere.col("day") == D1)
+    assert sorted(zip(*chained.to_arrow().to_pydict().values())) == expected
+    assert t.scan().select("note").to_arrow().column_names == ["note"]
+    # Filter columns need not be projected; projection order is kept.
+    assert t.scan(columns=["note", "order_id"], filter="order_id = 3").to_arrow().to_pylist() == [
+        {"note": "n3", "order_id": 3}]
+    assert t.scan(columns="amount", filter="order_id in (1, 2)").to_arrow().column_names == ["amount"]
+
+
+def test_scan_is_a_snapshot_of_its_version(cat: mere.Catalog) -> None:
+    t = seeded_orders(cat)
+    scan = t.scan()
+    before = read(scan)
+    t.upsert(order_rows([77]))
+    t.delete("order_id = 1")
+    assert read(scan) == before
+    assert pa.table(scan).num_rows == len(before)
+    assert len(read(t)) == len(before)  # one added, one deleted
+
+
+def test_explain_pruning(cat: mere.Catalog) -> None:
+    t = make_orders(cat)
+    ids = list(range(200))
+    days = [D1, D2, D3]
+    t.upsert(batch(order_id=ids, day=[days[i % 3] for i in ids], amount=ids))
+    t.upsert(batch(order_id=ids[:50], day=[days[i % 3] for i in ids[:50]], amount=ids[:50]))
+    assert len(set(t.files().column("bucket").to_pylist())) == 8
+
+    ex = t.scan(filter="order_id = 5").explain()
+    assert ex.buckets_total == 8
+    assert ex.buckets_kept == 1
+    assert ex.key_lookup == [(5,)]
+    assert ex.post_merge_filter.upper() == "TRUE"
+    assert "order_id" in ex.pre_merge_filter
+    assert ex.version == 2
+    assert ex.bytes_kept < ex.bytes_total
+    assert ex.files_kept <= ex.files_total
+    assert str(ex).startswith("scan at version 2")
+    assert read(t, filter="order_id = 5") == [
+        {"order_id": 5, "day": D3, "amount": 5, "qty": None, "units": None, "note": None}]
+
+    ex = t.scan(filter=f"day = '{D2}'").explain()
+    assert ex.partitions_total == 3
+    assert ex.partitions_kept == 1
+    assert ex.buckets_kept == 8
+    assert ex.post_merge_filter.upper() == "TRUE"
+
+    ex = t.scan(filter=f"order_id in (5, 6) and day = '{D3}'").explain()
+    assert ex.partitions_kept == 1
+    assert ex.buckets_kept == len(set(mere.bucket_ids(pa.array([5, 6]), 8).tolist()))
+
+    ex = t.scan(filter=f"amount > 10 and day = '{D1}'").explain()
+    assert "amount" in ex.post_merge_filter
+    assert "amount" not in ex.pre_merge_filter
+    assert "day" in ex.pre_merge_filter
+    assert ex.partitions_kept == 1
+
+    ex = t.scan(filter="amount > 10").explain()
+    assert "amount" in ex.post_merge_filter
+    assert ex.pre_merge_filter.upper() == "TRUE"
+    assert ex.partitions_kept == 3 and ex.buckets_kept == 8 and ex.files_kept == ex.files_total
+
+    ex = t.scan(filter=pc.field("order_id") == 5).explain()
+    assert ex.notes  # opaque filters are reported, prune nothing and run after the merge
+    assert ex.buckets_kept == 8
+
+    ex = t.scan(filter="order_id = 100000").explain()  # an absent key: nothing to read
+    assert ex.bytes_kept == 0
+    assert t.scan(filter="order_id = 100000").to_arrow().num_rows == 0
+
+
+def test_time_travel_and_history(cat: mere.Catalog) -> None:
+    t = make_orders(cat)
+    t.upsert(order_rows([1, 2], amount=10))
+    t.upsert(order_rows([2], amount=20, qty=5))
+    t.delete("order_id = 1")
+    t.overwrite(order_rows([3], day=D2, amount=30), partition={"day": D2})
+    t.upsert(order_rows([1], amount=99))
+
+    history = t.history()
+    assert [c.version for c in history] == list(range(6))
+    assert [c.operation for c in history] == ["create", "upsert", "upsert", "delete", "overwrite", "upsert"]
+    assert all(a.committed_at <= b.committed_at for a, b in itertools.pairwise(history))
+    assert t.version == 5
+    assert history[1].summary["rows"] == 2
+
+    def state(**kwargs: Any) -> dict[int, tuple[Any, Any]]:
+        return {r["order_id"]: (r["amount"], r["qty"]) for r in read(t, **kwargs)}
+
+    expected = {
+        0: {}, 1: {1: (10, 1), 2: (10, 1)}, 2: {1: (10, 1), 2: (20, 6)}, 3: {2: (20, 6)},
+        4: {2: (20, 6), 3: (30, 1)}, 5: {1: (99, 1), 2: (20, 6), 3: (30, 1)},
+    }
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    for v, rows in expected.items():
+        assert state(version=v) == rows
+        when = epoch + dt.timedelta(microseconds=history[v].committed_at)
+        assert t.scan(as_of=when).version == v
+        assert state(as_of=when) == rows
+        assert t.scan(as_of=when.isoformat()).version == v
+    assert state(version=None) == expected[5]
+    assert t.scan(as_of=dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).version == 5
+    assert state(version=2, filter="amount >= 20") == {2: (20, 6)}
+    assert t.files(version=0).num_rows == 0
+    assert t.files(version=1).num_rows >= 1
+
+
+def test_explain_does_not_change_results_for_tiny_row_groups(cat: mere.Catalog) -> None:
+    t = make_orders(cat, properties={"write.row-group-rows": "4"})
+    ids = list(range(60))
+    t.upsert(batch(order_id=ids, day=[D1] * 60, amount=ids))
+    t.upsert(batch(order_id=ids[::3], day=[D1] * 20, amount=[-1] * 20))
+    ex = t.scan(filter="order_id >= 40 and order_id < 44").explain()
+    assert ex.row_groups_kept < ex.row_groups_total
+    got = read(t, filter="order_id >= 40 and order_id < 44")
+    assert [(r["order_id"], r["amount"]) for r in got] == [(40, 40), (41, 41), (42, -1), (43, 43)]
+
+
+# -- merge on read around filters ------------------------------------------------------------------------
+
+
+def test_non_key_filter_does_not_resurrect_old_versions(cat: mere.Catalog) -> None:
+    t = make_orders(cat)
+    t.upsert(order_rows([1, 2], amount=100, qty=5))
+    t.upsert(order_rows([1], amount=5, qty=10))
+    assert read(t, filter="amount > 10", columns=["order_id"]) == [{"order_id": 2}]
+    assert read(t, filter="amount = 100", columns=["order_id"]) == [{"order_id": 2}]
+    assert read(t, filter=mere.col("amount") > 10, columns=["order_id"]) == [{"order_id": 2}]
+    assert read(t, filter=pc.field("amount") > 10, columns=["order_id"]) == [{"order_id": 2}]
+    assert read(t, filter="order_id = 1 and amount > 10") == []
+    # Merged (summed) values, not any single version, are what the filter sees.
+    assert read(t, filter="qty = 5", columns=["order_id"]) == [{"order_id": 2}]
+    assert read(t, filter="qty = 15", columns=["order_id"]) == [{"order_id": 1}]
+    assert read(t, filter="qty = 10") == []
+    # A delete filtered on a non-key column acts on merged values as well.
+    t.delete("amount > 10")
+    assert [r["order_id"] for r in read(t)] == [1]
+    t.upsert(order_rows([1], amount=None))
+    assert read(t, filter="amount <= 5") == []
+    assert [r["order_id"] for r in read(t, filter="amount is null")] == [1]
+
+
+def test_delete_then_reinsert(cat: mere.Catalog) -> None:
+    t = make_orders(cat, merge_operators={"qty": "sum", "note": "concat:,"})
+    t.upsert(order_rows([1, 2], amount=10, qty=4, note="a"))
+    t.upsert(order_rows([1], amount=11, qty=4, note="b"))
+    t.delete("order_id = 1")
+    assert [r["order_id"] for r in read(t)] == [2]
+    t.upsert(batch(order_id=[1], day=[D1], amount=[12]))
+    got = by_key(t)[(D1, 1)]
+    # Nothing survives the delete: the sum and the concatenation start again, other columns are null.
+    assert (got["amount"], got["qty"], got["note"], got["units"]) == (12, None, None, None)
+    t.upsert(order_rows([1], amount=13, qty=1, note="c"))
+    got = by_key(t)[(D1, 1)]
+    assert (got["amount"], got["qty"], got["note"]) == (13, 1, "c")
+    assert read(t, filter="qty > 4") == []
+    assert [r["order_id"] for r in read(t, version=2)] == [1, 2]
+    assert by_key(t, version=2)[(D1, 1)]["qty"] == 8
+
+
+def test_delete_in_one_partition_keeps_the_same_key_in_another(cat: mere.Catalog) -> None:
+    t = make_orders(cat)
+    t.upsert(batch(order_id=[1, 1, 1, 2], day=[D1, D2, D3, D1], amount=[10, 20, 30, 40]))
+    t.delete(f"order_id = 1 and day = '{D1}'")
+    assert set(by_key(t)) == {(D2, 1), (D3, 1), (D1, 2)}
+    t.delete(pa.table({"order_id": [1], "day": [D2]}))
+    assert set(by_key(t)) == {(D3, 1), (D1, 2)}
+    t.upsert(batch(order_id=[1], day=[D1], amount=[11]))
+    assert by_key(t)[(D1, 1)]["amount"] == 11
+    assert by_key(t)[(D3, 1)]["amount"] == 30
+    t.delete(mere.col("order_id") == 1)  # no partition given: every partition
+    assert set(by_key(t)) == {(D1, 2)}
+
+
+def test_blind_delete_when_partition_is_part_of_the_key(cat: mere.Catalog) -> None:
+    t = cat.create_table("sales.byday", STORED, primary_key=["day", "order_id"], partition_by=["day"], buckets=4)
+    t.upsert(batch(order_id=[1, 1, 2], day=[D1, D2, D1], amount=[1, 2, 3]))
+    t.delete(f"order_id = 1 and day = '{D1}'")
+    assert sorted((r["day"], r["order_id"]) for r in read(t)) == [(D1, 2), (D2, 1)]
+    t.delete("order_id = 1")
+    assert sorted((r["day"], r["order_id"]) for r in read(t)) == [(D1, 2)]
+    t.delete(f"order_id in (2, 3) and day = '{D1}' and order_id > 2")
+    assert sorted((r["day"], r["order_id"]) for r in read(t)) == [(D1, 2)]
+    t.delete(mere.col("order_id").isin([2, 9]) & (mere.col("day") == D1))
+    assert read(t) == []
+
+
+def test_string_and_composite_keys(cat: mere.Catalog) -> None:
+    schema = pa.schema([("tenant", pa.string()), ("id", pa.int32()), ("d", pa.date32()), ("v", pa.int64())])
+    t = cat.create_table("t.multi", schema, primary_key=["tenant", "id"], partition_by=["d"], buckets=5)
+    d1, d2 = dt.date(2026, 11, 21), dt.date(2026, 11, 22)
+    t.upsert(pa.table({"tenant": ["a", "a", "b", "é", ""], "id": pa.array([1, 2, 1, 1, 0], pa.int32()),
+                       "d": [d1, d1, d2, d1, d2], "v": [1, 2, 3, 4, 5]}))
+    t.upsert(pa.table({"tenant": ["a", "b"], "id": pa.array([2, 1], pa.int32()), "d": [d1, d2], "v": [20, 30]}))
+    got = {(r["tenant"], r["id"]): r["v"] for r in t.to_arrow().to_pylist()}
+    assert got == {("a", 1): 1, ("a", 2): 20, ("b", 1): 30, ("é", 1): 4, ("", 0): 5}
+    assert [r["v"] for r in t.scan(filter="tenant = 'a' and id = 2").to_arrow().to_pylist()] == [20]
+    assert t.scan(filter="tenant = 'a' and id = 2").explain().buckets_kept == 1
+    assert sorted(r["v"] for r in t.scan(filter=f"d = '{d2.isoformat()}'").to_arrow().to_pylist()) == [5, 30]
+    t.delete(pa.table({"tenant": ["é"], "id": [1], "d": [d1]}))
+    assert ("é", 1) not in {(r["tenant"], r["id"]) for r in t.to_arrow().to_pylist()}
+    check_layout(t)
+
+
+def test_null_partition_values(cat: mere.Catalog) -> None:
+    t = make_orders(cat)
+    t.upsert(batch(order_id=[1, 2], day=[None, D1], amount=[1, 2]))
+    t.upsert(batch(order_id=[1], day=[None], amount=[10]))
+    assert by_key(t)[(None, 1)]["amount"] == 10
+    assert [r["order_id"] for r in read(t, filter="day is null")] == [1]
+    assert [r["order_id"] for r in read(t, filter=f"day = '{D1}'")] == [2]
+    t.delete("day is null")
+    assert set(by_key(t)) == {(D1, 2)}
+
+
+# -- layout ----------------------------------------------------------------------------------------------
+
+
+def check_layout(t: mere.Table) -> None:
+    """Every live file: sorted by the key, zstd, statistics, right bucket, Hive partition directories."""
+    files = t.files().to_pylist()
+    assert files
+    key = list(t.primary_key)
+    for f in files:
+        path = local_path(t, f["path"])
+        assert f["path"].startswith(t.location + "/")
+        pf = pq.ParquetFile(path)
+        md = pf.metadata
+        assert md.num_rows == f["row_count"]
+        assert os.path.getsize(path) == f["size_bytes"]
+        for i in range(md.num_row_groups):
+            rg = md.row_group(i)
+            for j in range(rg.num_columns):
+                chunk = rg.column(j)
+                assert chunk.compression == "ZSTD", (f["path"], chunk.path_in_schema)
+                assert chunk.is_stats_set, (f["path"], chunk.path_in_schema)
+                assert chunk.statistics.has_null_count
+            if key:
+                assert [md.schema.column(s.column_index).name for s in rg.sorting_columns] == key
+        data = pf.read()
+        if key:
+            # Sorted by the key, one row per key.
+            order = pc.sort_indices(data.select(key), sort_keys=[(k, "ascending") for k in key])
+            assert order.to_pylist() == list(range(data.num_rows))
+            assert data.select(key).group_by(key).aggregate([]).num_rows == data.num_rows
+            # Every row hashes to the file's bucket.
+            buckets = mere.bucket_ids(data.select(key), t.spec.buckets)
+            assert set(np.asarray(buckets).tolist()) == {f["bucket"]}
+            assert f"/bucket-{f['bucket']:05d}/" in f["path"]
+        # Hive-style partition directories, in partition_by order, matching the rows.
+        partition = json.loads(f["partition"])
+        rel = f["path"][len(t.location) + 1:].split("/")
+        dirs = rel[:len(t.spec.partition_by)]
+        assert [d.split("=", 1)[0] for d in dirs] == list(t.spec.partition_by)
+        for d, c in zip(dirs, t.spec.partition_by):
+            value = unquote(d.split("=", 1)[1])
+            assert value == (partition[c] if partition[c] is not None else value)
+            column = pc.unique(data.column(c).cast(pa.string())).to_pylist()
+            assert column == [partition[c]]
+
+
+def test_layout_of_data_and_delete_files(cat: mere.Catalog) -> None:
+    t = make_orders(cat)
+    rng = np.random.default_rng(7)
+    ids = rng.permutation(500).tolist()
+    t.upsert(batch(order_id=ids, day=[(D1, D2, D3)[i % 3] for i in ids], amount=ids, qty=[1] * 500))
+    t.upsert(batch(order_id=ids[:100], day=[(D1, D2, D3)[i % 3] for i in ids[:100]], note=["x"] * 100))
+    t.delete("order_id < 30")
+    t.delete(pa.table({"order_id": [100, 101], "day": [(D1, D2, D3)[100 % 3], (D1, D2, D3)[101 % 3]]}))
+    contents = set(t.files().column("content").to_pylist())
+    assert contents == {"data", "delete"}
+    check_layout(t)
+    assert {f.split("/")[2] for f in t.files().column("path").to_pylist()} == {f"day={d}" for d in (D1, D2, D3)}
+
+
+def test_partition_values_are_escaped_in_paths(cat: mere.Catalog) -> None:
+    t = make_orders(cat)
+    odd = ["a/b", "x=y", "50%", "sp ace", "ünï"]
+    t.upsert(batch(order_id=list(range(len(odd))), day=odd, amount=[1] * len(odd)))
+    check_layout(t)
+    for f in t.files().to_pylist():
+        rel = f["path"][len(t.location) + 1:]
+        assert rel.count("/") == 2  # day=.../bucket-.../file
+    assert {r["day"] for r in read(t)} == set(odd)
+    assert [r["order_id"] for r in read(t, filter="day = 'a/b'")] == [0]
+
+
+def test_files_are_never_modified(cat: mere.Catalog) -> None:
+    t = seeded_orders(cat)
+
+    def stat_all() -> dict[str, tuple[int, int, str]]:
+        out = {}
+        for rel, _, _ in t.storage.list_files(t.location):
+            path = local_path(t, rel)
+            st_ = os.stat(path)
+            with open(path, "rb") as fh:
+                out[rel] = (st_.st_size, st_.st_mtime_ns, hashlib.sha256(fh.read()).hexdigest())
+        return out
+
+    before = stat_all()
+    assert before
+    old_read = read(t, version=2)
+    t.upsert(order_rows([1, 2, 5]))
+    t.delete("order_id = 3")
+    t.delete("amount > 50")
+    t.overwrite(order_rows([9], day=D2), partition={"day": D2})
+    t.upsert(batch(order_id=[1], day=[D1], note=["partial"]))
+    t.overwrite(order_rows([11]))
+    after = stat_all()
+    for rel, meta in before.items():
+        assert after.get(rel) == meta, rel
+    assert len(after) > len(before)
+    assert read(t, version=2) == old_read
+
+
+def test_table_without_key_layout(cat: mere.Catalog) -> None:
+    t = cat.create_table("logs.events", EVENTS, partition_by=["day"])
+    t.append(pa.table({"ts": [3, 1, 2], "day": [D1, D2, D1], "amount": [1, 2, 3], "note": ["a", "b", "c"]}))
+    check_layout(t)
+    assert set(t.files().column("bucket").to_pylist()) == {0}
+
+
+# -- large: buckets bigger than the read window ----------------------------------------------------------
+
+
+def test_bucket_larger_than_read_window(cat: mere.Catalog) -> None:
+    t = cat.create_table("big.orders", ORDERS, primary_key=["order_id"], buckets=2, cdc_column="op",
+                         merge_operators={"qty": "sum"},
+                         properties={"read.window-bytes": "65536", "write.row-group-rows": "1000"})
+    rng = np.random.default_rng(2026)
+    n_keys = 60_000
+    amount = np.full(n_keys, -1, dtype=np.int64)
+    qty = np.zeros(n_keys, dtype=np.int64)
+    alive = np.zeros(n_keys, dtype=bool)
+    has_qty = np.zeros(n_keys, dtype=bool)
+    written = 0
+    for step, size in enumerate((40_000, 30_000, 20_000, 15_000)):
+        ids = rng.choice(n_keys, size=size, replace=False)
+        amounts = rng.integers(0, 1000, size=size)
+        qtys = rng.integers(0, 10, size=size)
+        t.upsert(pa.table({"order_id": pa.array(ids, pa.int64()), "day": pa.array([D1] * size),
+                           "amount": pa.array(amounts), "qty": pa.array(qtys)}))
+        amount[ids] = amounts
+        qty[ids] = np.where(alive[ids], qty[ids], 0) + qtys
+        has_qty[ids] = True
+        alive[ids] = True
+        written += size
+        if step == 1:
+            gone = rng.choice(n_keys, size=5_000, replace=False)
+            t.delete(pa.table({"order_id": pa.array(gone, pa.int64())}))
+            alive[gone] = False
+            qty[gone] = 0
+            has_qty[gone] = False
+    assert written >= 100_000
+
+    ex = t.scan().explain()
+    assert ex.row_groups_total > 50
+    live = np.flatnonzero(alive)
+    batches = list(t.scan().to_batches())
+    assert len(batches) > 2
+    got = pa.Table.from_batches(batches).sort_by("order_id")
+    assert got.column("order_id").to_numpy().tolist() == live.tolist()
+    assert np.array_equal(got.column("amount").to_numpy(), amount[live])
+    assert np.array_equal(got.column("qty").to_numpy(), qty[live])
+    assert got.column("note").null_count == got.num_rows
+
+    filtered = t.scan(columns=["order_id"], filter="amount >= 990").to_arrow().sort_by("order_id")
+    assert filtered.column("order_id").to_numpy().tolist() == live[amount[live] >= 990].tolist()
+    keys = live[:: max(1, len(live) // 100)][:100].tolist()
+    points = t.scan(columns=["order_id", "qty"], filter=mere.col("order_id").isin(keys)).to_arrow().sort_by("order_id")
+    assert points.column("qty").to_numpy().tolist() == qty[keys].tolist()
+    assert t.scan(filter="order_id = 0").count() == int(alive[0])
+
+
+# -- properties ------------------------------------------------------------------------------------------
+
+KEY_VALUES = st.one_of(
+    st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), min_size=1, max_size=40, unique=True).map(
+        lambda v: pa.array(v, pa.int64())),
+    st.lists(st.text(max_size=12), min_size=1, max_size=40, unique=True).map(lambda v: pa.array(v, pa.string())),
+    st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), min_size=1, max_size=40, unique=True).map(
+        lambda v: pa.array(v, pa.int32())),
+)
+
+
+@HYPOTHESIS
+@given(keys=KEY_VALUES, buckets=st.integers(min_value=1, max_value=13))
+def test_property_rows_land_in_their_spark_bucket(cat: mere.Catalog, keys: pa.Array, buckets: int) -> None:
+    schema = pa.schema([("k", keys.type), ("v", pa.int64())])
+    t = cat.create_table(f"prop.b{uuid.uuid4().hex[:12]}", schema, primary_key=["k"], buckets=buckets)
+    t.upsert(pa.table({"k": keys, "v": pa.array(range(len(keys)), pa.int64())}))
+    expected = np.asarray(mere.bucket_ids(pa.table({"k": keys}), buckets))
+    assert ((expected >= 0) & (expected < buckets)).all()
+    placed: dict[Any, int] = {}
+    for f in t.files().to_pylist():
+        for k in pq.read_table(local_path(t, f["path"]), columns=["k"]).column("k").to_pylist():
+            placed[k] = f["bucket"]
+    assert placed == dict(zip(keys.to_pylist(), expected.tolist()))
+    # And a point read of any key finds it through bucket pruning.
+    probe = keys[0].as_py()
+    scan = t.scan(filter=mere.col("k") == probe)
+    assert scan.explain().buckets_kept == 1
+    assert scan.to_arrow().column("v").to_pylist() == [0]
+
+
+# Filters: (text, python predicate over a merged row with SQL three-valued logic).
+def _cmp(column: str, op: str, value: int) -> tuple[str, Callable[[dict[str, Any]], bool | None]]:
+    fns = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "=": lambda a, b: a == b,
+           "<>": lambda a, b: a != b}
+
+    def pred(r: dict[str, Any]) -> bool | None:
+        return None if r[column] is None else fns[op](r[column], value)
+
+    return f"{column} {op} {value}", pred
+
+
+ATOMS = st.one_of(
+    st.builds(_cmp, st.sampled_from(["amount", "qty"]), st.sampled_from([">", ">=", "<", "=", "<>"]),
+              st.integers(min_value=-3, max_value=12)),
+    st.builds(_cmp, st.just("order_id"), st.sampled_from(["=", "<", ">="]), st.integers(min_value=0, max_value=7)),
+    st.sampled_from([
+        ("amount is null", lambda r: r["amount"] is None),
+        ("amount is not null", lambda r: r["amount"] is not None),
+        (f"day = '{D1}'", lambda r: r["day"] == D1),
+        ("order_id in (1, 3, 5)", lambda r: r["order_id"] in (1, 3, 5)),
+    ]),
+)
+
+
+def _and(a: Any, b: Any) -> tuple[str, Callable[[dict[str, Any]], bool | None]]:
+    def pred(r: dict[str, Any]) -> bool | None:
+        x, y = a[1](r), b[1](r)
+        if x is False or y is False:
+            return False
+        return None if x is None or y is None else True
+
+    return f"({a[0]}) and ({b[0]})", pred
+
+
+def _or(a: Any, b: Any) -> tuple[str, Callable[[dict[str, Any]], bool | None]]:
+    def pred(r: dict[str, Any]) -> bool | None:
+        x, y = a[1](r), b[1](r)
+        if x is True or y is True:
+            return True
+        return None if x is None or y is None else False
+
+    return f"({a[0]}) or ({b[0]})", pred
+
+
+def _not(a: Any) -> tuple[str, Callable[[dict[str, Any]], bool | None]]:
+    def pred(r: dict[str, Any]) -> bool | None:
+        x = a[1](r)
+        return None if x is None else not x
+
+    return f"not ({a[0]})", pred
+
+
+FILTERS = st.recursive(ATOMS, lambda inner: st.one_of(
+    st.builds(_and, inner, inner), st.builds(_or, inner, inner), st.builds(_not, inner)), max_leaves=4)
+
+ROWS = st.lists(st.fixed_dictionaries({
+    "order_id": st.integers(min_value=0, max_value=7), "day": st.sampled_from([D1, D2]),
+    "amount": st.one_of(st.none(), st.integers(min_value=-2, max_value=12)),
+    "qty": st.one_of(st.none(), st.integers(min_value=0, max_value=4)),
+}), min_size=1, max_size=12)
+STEPS = st.lists(st.one_of(
+    st.tuples(st.just("upsert"), ROWS),
+    st.tuples(st.just("delete-keys"), st.lists(st.tuples(st.integers(0, 7), st.sampled_from([D1, D2])),
+                                               min_size=1, max_size=4)),
+    st.tuples(st.just("delete-filter"), FILTERS),
+), min_size=1, max_size=5)
+
+
+def _model_upsert(model: dict[tuple[str, int], dict[str, Any]], row: dict[str, Any]) -> None:
+    key = (row["day"], row["order_id"])
+    old = model.get(key)
+    qty = row["qty"]
+    if old is not None and old["qty"] is not None:
+        qty = old["qty"] + (row["qty"] or 0)
+    model[key] = {"order_id": row["order_id"], "day": row["day"], "amount": row["amount"], "qty": qty}
+
+
+@HYPOTHESIS
+@given(steps=STEPS, query=FILTERS)
+def test_property_filters_after_merge_match_a_model(cat: mere.Catalog, steps: list[Any], query: Any) -> None:
+    schema = pa.schema([("order_id", pa.int64()), ("day", pa.string()), ("amount", pa.int64()),
+                        ("qty", pa.int64())])
+    t = cat.create_table(f"prop.f{uuid.uuid4().hex[:12]}", schema, primary_key=["order_id"], partition_by=["day"],
+                         buckets=3, merge_operators={"qty": "sum"})
+    model: dict[tuple[str, int], dict[str, Any]] = {}
+    for kind, arg in steps:
+        if kind == "upsert":
+            t.upsert(pa.Table.from_pylist(arg, schema=schema))
+            for row in arg:
+                _model_upsert(model, row)
+        elif kind == "delete-keys":
+            t.delete(pa.table({"order_id": [k for k, _ in arg], "day": [d for _, d in arg]}))
+            for k, d in arg:
+                model.pop((d, k), None)
+        else:
+            t.delete(arg[0])
+            for key in [k for k, r in model.items() if arg[1](r) is True]:
+                del model[key]
+    text, pred = query
+    expected = sorted((r["day"], r["order_id"], r["amount"], r["qty"]) for r in model.values() if pred(r) is True)
+    got = sorted((r["day"], r["order_id"], r["amount"], r["qty"]) for r in t.scan(filter=text).to_arrow().to_pylist())
+    assert got == expected, text
+    ids = sorted(r["order_id"] for r in t.scan(columns=["order_id"], filter=text).to_arrow().to_pylist())
+    assert ids == sorted(e[1] for e in expected)
+    assert sorted((r["day"], r["order_id"]) for r in t.to_arrow().to_pylist()) == sorted(model)
