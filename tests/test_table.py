@@ -1232,3 +1232,70 @@ def test_property_filters_after_merge_match_a_model(cat: mere.Catalog, steps: li
     ids = sorted(r["order_id"] for r in t.scan(columns=["order_id"], filter=text).to_arrow().to_pylist())
     assert ids == sorted(e[1] for e in expected)
     assert sorted((r["day"], r["order_id"]) for r in t.to_arrow().to_pylist()) == sorted(model)
+
+
+# Tiny row groups and read windows, string keys, CDC, partial columns and every merge operator at once.
+WIN_SCHEMA = pa.schema([("k", pa.string()), ("a", pa.int64()), ("b", pa.string()), ("c", pa.int64()),
+                        ("s", pa.string())])
+WIN_OPS = {"b": "last_non_null", "c": "sum", "s": "concat:|"}
+WIN_VALUE_COLUMNS = ["a", "b", "c", "s"]
+WIN_KEYS = st.text(alphabet="abcé", min_size=0, max_size=3)
+WIN_BATCHES = st.lists(st.tuples(
+    st.lists(st.sampled_from(WIN_VALUE_COLUMNS), unique=True),
+    st.lists(st.tuples(WIN_KEYS, st.sampled_from(["I", "U", "D"]),
+                       st.one_of(st.none(), st.integers(-3, 3)), st.one_of(st.none(), st.sampled_from("xyz"))),
+             min_size=1, max_size=25),
+), min_size=1, max_size=4)
+
+
+def _win_apply(model: dict[str, dict[str, Any]], columns: list[str], key: str, op: str, num: int | None,
+               text: str | None) -> None:
+    if op == "D":
+        model.pop(key, None)
+        return
+    values = {"a": num, "b": text, "c": num, "s": text}
+    row = model.setdefault(key, {"k": key, "a": None, "b": None, "c": None, "s": None})
+    for c in columns:
+        new, old = values[c], row[c]
+        if c == "a":
+            row[c] = new
+        elif new is None:
+            continue
+        elif c == "b" or old is None:
+            row[c] = new
+        elif c == "c":
+            row[c] = old + new
+        else:
+            row[c] = f"{old}|{new}"
+
+
+@HYPOTHESIS
+@given(batches=WIN_BATCHES, threshold=st.integers(-4, 4))
+def test_property_windowed_merge_matches_a_model(cat: mere.Catalog, batches: list[Any], threshold: int) -> None:
+    t = cat.create_table(f"prop.w{uuid.uuid4().hex[:12]}", WIN_SCHEMA, primary_key=["k"], buckets=2,
+                         merge_operators=WIN_OPS, cdc_column="op",
+                         properties={"read.window-bytes": "64", "write.row-group-rows": "3"})
+    model: dict[str, dict[str, Any]] = {}
+    history: list[dict[str, dict[str, Any]]] = [{}]
+    for columns, rows in batches:
+        data = {"k": pa.array([r[0] for r in rows], pa.string()), "op": pa.array([r[1] for r in rows])}
+        for c in columns:
+            source = 2 if c in ("a", "c") else 3
+            data[c] = pa.array([r[source] for r in rows], WIN_SCHEMA.field(c).type)
+        t.upsert(pa.table(data))
+        for key, op, num, text in rows:
+            _win_apply(model, columns, key, op, num, text)
+        history.append({k: dict(v) for k, v in model.items()})
+
+    def rows_of(scan: mere.Scan) -> list[dict[str, Any]]:
+        return sorted(scan.to_arrow().to_pylist(), key=lambda r: r["k"])
+
+    assert rows_of(t.scan()) == sorted(model.values(), key=lambda r: r["k"])
+    expected = sorted((r["k"], r["c"]) for r in model.values() if r["c"] is not None and r["c"] > threshold)
+    got = rows_of(t.scan(columns=["k", "c"], filter=f"c > {threshold}"))
+    assert [(r["k"], r["c"]) for r in got] == expected
+    for version, state in enumerate(history):
+        assert rows_of(t.scan(version=version)) == sorted(state.values(), key=lambda r: r["k"])
+    if model:
+        key = sorted(model)[len(model) // 2]
+        assert rows_of(t.scan(filter=mere.col("k") == key)) == [model[key]]

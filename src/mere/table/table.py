@@ -7,6 +7,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +38,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_REBASE_ATTEMPTS = 20
+STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
+
+
+@dataclass
+class StagedWrite:
+    """Files written but not yet committed; picklable, so workers can stage and a driver can commit.
+
+    Nothing staged is visible until :meth:`Table.commit`; :meth:`Table.abort` deletes the files.
+    """
+
+    table: str
+    operation: str
+    files: list[FileEntry] = field(default_factory=list)
+    rows: int = 0
 
 
 class Table:
@@ -165,6 +180,68 @@ class Table:
             raise
         return entries, rows
 
+    def stage(self, data: Any, operation: str = "upsert") -> StagedWrite:
+        """Write files for ``operation`` without committing them (the worker half of a distributed write).
+
+        ``delete`` takes rows holding the key (and partition) columns of the rows to delete.
+        """
+        if operation not in STAGE_OPERATIONS:
+            raise InvalidInput(f"cannot stage {operation!r}; choose one of {', '.join(STAGE_OPERATIONS)}")
+        if operation == "upsert" and not self.spec.has_primary_key:
+            raise InvalidInput(f"{self.name} has no primary key: stage 'append'")
+        if operation == "append" and self.spec.has_primary_key:
+            raise InvalidInput(f"{self.name} has a primary key: stage 'upsert'")
+        if operation == "delete":
+            if not self.spec.has_primary_key:
+                raise InvalidInput(f"{self.name} has no primary key: delete with a filter")
+            schema, batches = to_batches(data)
+            keys = pa.Table.from_batches(list(batches), schema=schema)
+            missing = [c for c in self.spec.identity_columns if c not in keys.column_names]
+            if missing:
+                raise InvalidInput(f"{self.name}: rows to delete lack key/partition column(s) {missing}")
+            entries = self._marker_files(keys.select(list(self.spec.identity_columns)))
+            return StagedWrite(self.name, operation, entries, sum(e.row_count for e in entries))
+        entries, rows = self._write_data(data, partial_ok=operation == "upsert")
+        return StagedWrite(self.name, operation, entries, rows)
+
+    def commit(self, staged: Sequence[StagedWrite], *, partition: Mapping[str, Any] | None = None,
+               idempotency_key: str | None = None) -> CommitRecord:
+        """Commit staged writes of one operation as one new version (the driver half).
+
+        Files of different stages are ordered as given: for equal keys a later stage wins.
+        """
+        ops = {s.operation for s in staged}
+        if len(ops) > 1:
+            raise InvalidInput(f"{self.name}: cannot commit different operations {sorted(ops)} together")
+        if any(s.table != self.name for s in staged):
+            raise InvalidInput(f"{self.name}: staged writes belong to another table")
+        operation = ops.pop() if ops else "upsert"
+        entries: list[FileEntry] = []
+        for s in staged:
+            for f in s.files:
+                entries.append(replace(f, order=len(entries), id=None, seq=None, added_version=None))
+        rows = sum(s.rows for s in staged)
+        if idempotency_key is not None:
+            prior = self._sql.find_idempotent(self.record.id, idempotency_key)
+            if prior is not None:
+                self._discard(entries)
+                return prior
+        if operation == "overwrite":
+            wanted = self._wanted_partition(partition)
+            self._check_partition(wanted, [json.loads(e.partition) for e in entries])
+            return self._commit_overwrite(entries, rows, wanted, self.version, idempotency_key)
+        if partition is not None:
+            raise InvalidInput("partition= applies to overwrite only")
+        extra = {"deleted_keys": rows} if operation == "delete" else None
+        return self._commit(operation, self.version, entries, [], rows, idempotency_key=idempotency_key,
+                            extra=extra)
+
+    def abort(self, staged: Sequence[StagedWrite | None]) -> None:
+        """Delete the files of staged writes that will not be committed."""
+        for s in staged:
+            if s is not None:
+                self._discard(s.files)
+
     def _discard(self, entries: Sequence[FileEntry]) -> None:
         for e in entries:
             try:
@@ -236,12 +313,16 @@ class Table:
             keys = self.scan(columns=list(self.spec.identity_columns), filter=where, version=base).to_arrow()
         return self._write_markers(base, keys)
 
-    def _write_markers(self, base: int, keys: pa.Table) -> CommitRecord:
+    def _marker_files(self, keys: pa.Table) -> list[FileEntry]:
         keys, _ = conform(keys, _key_only_spec(self.spec), partial_ok=True, identifier=self.name)
         ops = np.full(keys.num_rows, OP_DELETE, dtype=np.int8)
         prepared = prepare(self.spec, keys, ops)
-        entries = write_prepared(self.storage, self.location, self.spec, prepared, row_group_rows=self.row_group_rows)
-        return self._commit("delete", base, entries, [], keys.num_rows, extra={"deleted_keys": keys.num_rows})
+        return write_prepared(self.storage, self.location, self.spec, prepared, row_group_rows=self.row_group_rows)
+
+    def _write_markers(self, base: int, keys: pa.Table) -> CommitRecord:
+        entries = self._marker_files(keys)
+        rows = sum(e.row_count for e in entries)
+        return self._commit("delete", base, entries, [], rows, extra={"deleted_keys": rows})
 
     def _delete_rewrite(self, where: Any) -> CommitRecord:
         """Tables without a key: rewrite the files holding matching rows (copy on write)."""
@@ -278,48 +359,51 @@ class Table:
 
     def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> CommitRecord:
         """Replace the whole table, or the partitions matching ``partition``, with ``data``."""
-        wanted: dict[str, str | None] | None = None
-        if partition is not None:
-            unknown = [c for c in partition if c not in self.spec.partition_by]
-            if unknown:
-                raise InvalidInput(f"{self.name}: {unknown} are not partition columns {list(self.spec.partition_by)}")
-            wanted = {c: _partition_string(self.spec, c, v) for c, v in partition.items()}
-
-        def check(prepared: list[PreparedFile]) -> None:
-            if wanted is None:
-                return
-            for p in prepared:
-                if any(p.partition[c] != v for c, v in wanted.items()):
-                    raise InvalidInput(
-                        f"{self.name}: overwrite of partition {wanted} got rows of partition {p.partition}")
-
+        wanted = self._wanted_partition(partition)
         base = self.version
-        entries, rows = self._write_data(data, partial_ok=False, check=check)
+        entries, rows = self._write_data(
+            data, partial_ok=False, check=lambda prepared: self._check_partition(wanted, [p.partition for p in prepared]))
+        return self._commit_overwrite(entries, rows, wanted, base, None)
 
+    def _wanted_partition(self, partition: Mapping[str, Any] | None) -> dict[str, str | None] | None:
+        if partition is None:
+            return None
+        unknown = [c for c in partition if c not in self.spec.partition_by]
+        if unknown:
+            raise InvalidInput(f"{self.name}: {unknown} are not partition columns {list(self.spec.partition_by)}")
+        return {c: _partition_string(self.spec, c, v) for c, v in partition.items()}
+
+    def _check_partition(self, wanted: Mapping[str, str | None] | None,
+                         partitions: Sequence[Mapping[str, str | None]]) -> None:
+        if wanted is None:
+            return
+        for p in partitions:
+            if any(p.get(c) != v for c, v in wanted.items()):
+                raise InvalidInput(f"{self.name}: overwrite of partition {dict(wanted)} got rows of partition {dict(p)}")
+
+    def _commit_overwrite(self, entries: list[FileEntry], rows: int, wanted: dict[str, str | None] | None,
+                          base: int, idempotency_key: str | None) -> CommitRecord:
         def matches(f: FileEntry) -> bool:
-            if wanted is None:
-                return True
-            values = json.loads(f.partition)
-            return all(values.get(c) == v for c, v in wanted.items())
+            return wanted is None or _partition_matches(f.partition, wanted)
+
+        def validate(changes: ConcurrentChanges) -> None:
+            # A concurrent write to the partitions being replaced: redo the file list on top of it.
+            other = changes.partitions_touched()
+            if wanted is None or other is None or any(_partition_matches(p, wanted) for p in other):
+                raise CommitConflict(f"{self.name}: a concurrent commit wrote to the overwritten data")
 
         try:
             for _ in range(MAX_REBASE_ATTEMPTS):
                 removed = [f for f in self._files_at(base) if matches(f)]
                 touched = sorted({f.partition for f in removed} | {f.partition for f in entries})
-
-                def validate(changes: ConcurrentChanges) -> None:
-                    # A concurrent write to the partitions being replaced: redo the file list on top of it.
-                    other = changes.partitions_touched()
-                    if wanted is None or other is None or any(_partition_matches(p, wanted) for p in other):
-                        raise CommitConflict(f"{self.name}: a concurrent commit wrote to the overwritten data")
                 try:
                     return self._sql.commit(
                         self.record.id, base_version=base, operation="overwrite", add=entries,
                         remove=[f.id for f in removed if f.id is not None], validate=validate,
+                        idempotency_key=idempotency_key,
                         summary={"read_version": base, "added_files": len(entries), "removed_files": len(removed),
                                  "rows": rows, "added_bytes": sum(f.size_bytes for f in entries),
-                                 "partitions": None if wanted is None else touched,
-                                 "overwrite": wanted})
+                                 "partitions": None if wanted is None else touched, "overwrite": wanted})
                 except CommitConflict:
                     base = self.version
             raise CommitConflict(f"{self.name}: overwrite lost {MAX_REBASE_ATTEMPTS} races; try again")
