@@ -14,8 +14,12 @@ import mere
 from services import PostgresServer
 
 settings.register_profile(
-    "ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=False)
-settings.register_profile("dev", max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    "ci", max_examples=30, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "dev", max_examples=10, stateful_step_count=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "thorough", max_examples=200, stateful_step_count=50, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 _db_counter = itertools.count()

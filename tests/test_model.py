@@ -194,6 +194,14 @@ class LakeMachine(RuleBasedStateMachine):
         self.m_plain = [r for r in self.m_plain if part is not None and r["p"] != part] + copy.deepcopy(rows)
         self._snapshot()
 
+    @rule(min_files=st.integers(min_value=1, max_value=4), part=st.one_of(st.none(), PARTS))
+    def compact(self, min_files: int, part: str | None) -> None:
+        for t, _ in self._pk_tables():
+            before = t.version
+            result = t.compact(min_files=min_files, partition=None if part is None else {"p": part})
+            assert (result is None) == (t.version == before)
+        self._snapshot()
+
     @invariant()
     def full_scan_matches(self) -> None:
         for t, m in self._pk_tables():

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from mere import expr as E
 from mere.io import Storage
-from mere.read.merge import group_starts, reduce_versions, sort_indices
+from mere.read.merge import _numpy_sortable, group_starts, reduce_versions, sort_indices
 from mere.read.planner import Explain, FileTask, Split, row_group_stats
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
@@ -234,14 +234,18 @@ class SplitReader:
             t, p = parts[0]
             keep = ops[0] != OP_DELETE
             return p if keep.all() else p.filter(pa.array(keep))
-        keys = []
+        keys: list[Any] = []
         for c in self.spec.primary_key:
             chunks = [p.column(c) for _, p in parts]
             arrays = [a for ch in chunks for a in ch.chunks]
-            keys.append(pa.chunked_array(arrays, type=chunks[0].type))
+            as_np = [_numpy_sortable(a) for a in arrays]
+            if all(a is not None for a in as_np):
+                keys.append(np.concatenate(as_np))  # type: ignore[arg-type]
+            else:
+                keys.append(pa.chunked_array(arrays, type=chunks[0].type))
         order = sort_indices(keys)
         n = len(order)
-        sorted_keys = [_take(k, order) for k in keys]
+        sorted_keys = [k[order] if isinstance(k, np.ndarray) else _take(k, order) for k in keys]
         starts = group_starts(sorted_keys, n)
         is_last = np.empty(n, dtype=bool)
         is_last[:-1] = starts[1:]

@@ -6,7 +6,7 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +18,9 @@ from mere import expr as E
 from mere.catalog import CommitRecord, ConcurrentChanges, FileEntry, SqlCatalog, TableRecord
 from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion
 from mere.io import Storage
-from mere.read.planner import split_filter
-from mere.read.reader import DEFAULT_WINDOW_BYTES
-from mere.spec import OP_DELETE, TableSpec
+from mere.read.planner import Explain, split_filter
+from mere.read.reader import DEFAULT_WINDOW_BYTES, SplitReader
+from mere.spec import OP_COLUMN, OP_DELETE, OP_PUT, TableSpec
 from mere.table.scan import Scan, normalise_columns
 from mere.write.writer import (
     PreparedFile,
@@ -425,6 +425,50 @@ class Table:
 
     # -- maintenance -----------------------------------------------------------------------------
 
+    def compact(self, min_files: int = 2, partition: Mapping[str, Any] | None = None) -> CommitRecord | None:
+        """Fold each bucket's files into merged files; readers then merge less. Returns None if nothing to do.
+
+        The new files keep the sequence of the newest file they replace, so writes that commit meanwhile
+        still merge on top of them. Old files stay for time travel until :meth:`cleanup` after expiry.
+        """
+        if not self.spec.has_primary_key:
+            return None
+        wanted = self._wanted_partition(partition)
+        for _ in range(MAX_REBASE_ATTEMPTS):
+            base = self.version
+            scan = self.scan(version=base)
+            splits, opts = scan._plan(Explain(base))
+            add: list[FileEntry] = []
+            remove: list[int] = []
+            by_path = {f.path: f for f in self._files_at(base)}
+            try:
+                for split in splits:
+                    values = dict(split.partition)
+                    if wanted is not None and any(values.get(c) != v for c, v in wanted.items()):
+                        continue
+                    if len(split.files) < min_files and not any(f.content == "delete" for f in split.files):
+                        continue
+                    seq = max(f.seq for f in split.files)
+                    reader = SplitReader(self.storage, self.spec, split, opts)
+                    for batch in _rebatch(reader.batches(), 1 << 20):
+                        rows = batch.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False),
+                                                   pa.array(np.full(batch.num_rows, OP_PUT, np.int8)))
+                        prepared = [PreparedFile(values, split.bucket, rows, "data")]
+                        for e in write_prepared(self.storage, self.location, self.spec, prepared,
+                                                first_order=len(add), row_group_rows=self.row_group_rows):
+                            e.seq = seq
+                            add.append(e)
+                    remove += [by_path[f.path].id for f in split.files if by_path[f.path].id is not None]  # type: ignore[misc]
+                if not remove:
+                    return None
+                return self._commit("compact", base, add, remove, sum(e.row_count for e in add),
+                                    partitions=sorted({e.partition for e in add}
+                                                      | {by_path[f.path].partition for s in splits for f in s.files
+                                                         if by_path[f.path].id in set(remove)}))
+            except CommitConflict:
+                continue  # an overwrite or another compaction replaced some inputs: plan again
+        raise CommitConflict(f"{self.name}: compaction lost {MAX_REBASE_ATTEMPTS} races; try again")
+
     def cleanup(self, older_than: dt.timedelta = dt.timedelta(hours=1)) -> list[str]:
         """Delete files under the table's location that no version references (failed or killed writes).
 
@@ -438,6 +482,20 @@ class Table:
                 self.storage.delete(path)
                 removed.append(path)
         return removed
+
+
+def _rebatch(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """Group batches into tables of at least ``rows`` rows (the last may be smaller)."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for b in batches:
+        pending.append(b)
+        count += b.num_rows
+        if count >= rows:
+            yield pa.Table.from_batches(pending)
+            pending, count = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)
 
 
 def _key_only_spec(spec: TableSpec) -> TableSpec:
