@@ -131,20 +131,29 @@ def workload(label: str, scale: int, repeat: int, tmp: str) -> dict[str, Any]:
     return res
 
 
+# A fresh process iterates the table; a thread samples RSS every 2 ms (ru_maxrss would be inherited
+# from the parent across fork/exec on Linux, so it is not used).
 RSS_CHILD = r"""
-import os, sys, resource, time
+import sys, threading, time
+import psutil
 import mere
 t = mere.connect(sys.argv[1]).table("bench.one")
-import psutil
 proc = psutil.Process()
 before = proc.memory_info().rss
-peak = before
+peak = [before]
+done = threading.Event()
+def sample():
+    while not done.is_set():
+        peak[0] = max(peak[0], proc.memory_info().rss)
+        time.sleep(0.002)
+sampler = threading.Thread(target=sample)
+sampler.start()
 rows = 0
 for b in t.scan().to_batches():
     rows += b.num_rows
-    peak = max(peak, proc.memory_info().rss)
-peak = max(peak, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-print(rows, before, peak)
+done.set()
+sampler.join()
+print(rows, before, peak[0])
 """
 
 

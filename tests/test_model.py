@@ -14,6 +14,7 @@ import tempfile
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -201,6 +202,14 @@ class LakeMachine(RuleBasedStateMachine):
             result = t.compact(min_files=min_files, partition=None if part is None else {"p": part})
             assert (result is None) == (t.version == before)
         self._snapshot()
+
+    @invariant()
+    def files_are_sorted_and_bucketed(self) -> None:
+        for t, _ in self._pk_tables():
+            for path, bucket in zip(t.files().column("path").to_pylist(), t.files().column("bucket").to_pylist()):
+                ids = pq.read_table(t.storage.full_path(path), columns=["id"]).column("id")
+                assert ids.to_pylist() == sorted(ids.to_pylist()), path
+                assert set(mere.bucket_ids(ids, t.spec.buckets).tolist()) <= {bucket}, path
 
     @invariant()
     def full_scan_matches(self) -> None:

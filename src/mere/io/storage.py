@@ -177,6 +177,7 @@ class Storage:
                 sorting_columns=sorting,
                 use_dictionary=dictionary,
                 column_encoding=encodings or None,
+                store_schema=False,  # readers cast to the table schema; dictionary columns read as plain
             ) as writer:
                 writer.write_table(table, row_group_size=row_group_rows)
             size = self.fs.get_file_info(path).size

@@ -19,7 +19,7 @@ from mere.read.merge import _numpy_sortable, group_starts, reduce_versions, sort
 from mere.read.planner import Explain, FileTask, Split, row_group_stats
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
-DEFAULT_WINDOW_BYTES = 32 * 1024 * 1024
+DEFAULT_WINDOW_BYTES = 8 * 1024 * 1024
 LOOKUP_MAX_KEYS = 256
 BATCH_ROWS = 128 * 1024
 

@@ -18,6 +18,7 @@ from mere import expr as E
 from mere.catalog import CommitRecord, ConcurrentChanges, FileEntry, SqlCatalog, TableRecord
 from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion
 from mere.io import Storage
+from mere.read.merge import sort_indices
 from mere.read.planner import Explain, split_filter
 from mere.read.reader import DEFAULT_WINDOW_BYTES, SplitReader
 from mere.spec import OP_COLUMN, OP_DELETE, OP_PUT, TableSpec
@@ -258,6 +259,7 @@ class Table:
         summary = {
             "read_version": base, "added_files": len(add), "removed_files": len(remove), "rows": rows,
             "added_bytes": sum(f.size_bytes for f in add), "partitions": partitions,
+            "splits": sorted({_split_id(f.partition, f.bucket) for f in add}),
             **(extra or {}),
         }
         try:
@@ -273,9 +275,9 @@ class Table:
     def delete(self, where: Any) -> CommitRecord:
         """Delete rows matching a filter (string, expression, pyarrow Expression), or the keys in a table of keys."""
         if isinstance(where, (pa.Table, pa.RecordBatch, dict)) or type(where).__module__.startswith("pandas"):
-            return self._delete_keys(where)
+            return self._with_rebase(lambda: self._delete_keys(where))
         if self.spec.has_primary_key:
-            return self._delete_markers(where)
+            return self._with_rebase(lambda: self._delete_markers(where))
         return self._with_rebase(lambda: self._delete_rewrite(where))
 
     def _delete_keys(self, keys: Any) -> CommitRecord:
@@ -296,7 +298,7 @@ class Table:
         conformed, _ = conform(table, _key_only_spec(self.spec), partial_ok=True, identifier=self.name)
         current = self.scan(columns=list(self.spec.identity_columns), version=base).to_arrow()
         found = current.join(conformed.select(pk).group_by(pk).aggregate([]), keys=pk, join_type="left semi")
-        return self._write_markers(base, found)
+        return self._write_markers(base, found, validate_reads=True)
 
     def _delete_markers(self, where: Any) -> CommitRecord:
         base = self.version
@@ -309,9 +311,11 @@ class Table:
             keys = pa.table({k: pa.array(list(c), type=self.spec.schema.field(k).type)
                              for k, c in zip(self.spec.primary_key, cols)})
             keys = keys.filter(E.to_pyarrow(parts.pre)) if keys.num_rows else keys
-        else:
-            keys = self.scan(columns=list(self.spec.identity_columns), filter=where, version=base).to_arrow()
-        return self._write_markers(base, keys)
+            return self._write_markers(base, keys)
+        # The predicate was evaluated on the base version: a concurrent change to the same buckets may
+        # have changed which rows match, so such a race is retried on the new version.
+        keys = self.scan(columns=list(self.spec.identity_columns), filter=where, version=base).to_arrow()
+        return self._write_markers(base, keys, validate_reads=True)
 
     def _marker_files(self, keys: pa.Table) -> list[FileEntry]:
         keys, _ = conform(keys, _key_only_spec(self.spec), partial_ok=True, identifier=self.name)
@@ -319,10 +323,21 @@ class Table:
         prepared = prepare(self.spec, keys, ops)
         return write_prepared(self.storage, self.location, self.spec, prepared, row_group_rows=self.row_group_rows)
 
-    def _write_markers(self, base: int, keys: pa.Table) -> CommitRecord:
+    def _write_markers(self, base: int, keys: pa.Table, validate_reads: bool = False) -> CommitRecord:
         entries = self._marker_files(keys)
         rows = sum(e.row_count for e in entries)
-        return self._commit("delete", base, entries, [], rows, extra={"deleted_keys": rows})
+        mine = {_split_id(e.partition, e.bucket) for e in entries}
+
+        def validate(changes: ConcurrentChanges) -> None:
+            for c in changes.commits:
+                if c.operation == "compact":
+                    continue  # compaction changes no row
+                splits = c.summary.get("splits")
+                if c.summary.get("partitions") is None or splits is None or mine & set(splits):
+                    raise CommitConflict(f"{self.name}: rows read by this delete changed in version {c.version}")
+
+        return self._commit("delete", base, entries, [], rows, extra={"deleted_keys": rows},
+                            validate=validate if validate_reads else None)
 
     def _delete_rewrite(self, where: Any) -> CommitRecord:
         """Tables without a key: rewrite the files holding matching rows (copy on write)."""
@@ -451,6 +466,8 @@ class Table:
                     seq = max(f.seq for f in split.files)
                     reader = SplitReader(self.storage, self.spec, split, opts)
                     for batch in _rebatch(reader.batches(), 1 << 20):
+                        # Merged output is sorted per window only; files must be sorted by key.
+                        batch = batch.take(pa.array(sort_indices([batch.column(c) for c in self.spec.primary_key])))
                         rows = batch.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False),
                                                    pa.array(np.full(batch.num_rows, OP_PUT, np.int8)))
                         prepared = [PreparedFile(values, split.bucket, rows, "data")]
@@ -496,6 +513,10 @@ def _rebatch(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]
             pending, count = [], 0
     if pending:
         yield pa.Table.from_batches(pending)
+
+
+def _split_id(partition: str, bucket: int) -> str:
+    return f"{partition}#{bucket}"
 
 
 def _key_only_spec(spec: TableSpec) -> TableSpec:

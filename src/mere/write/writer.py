@@ -238,10 +238,15 @@ def prepare(spec: TableSpec, table: pa.Table, ops: np.ndarray | None) -> list[Pr
     def one_group(lo: int, hi: int) -> PreparedFile:
         idx = order[lo:hi]
         if key_np is not None:
-            idx = idx[np.argsort(key_np[idx], kind="stable")]
-            rows = table.take(pa.array(idx))
+            keys = key_np[idx]
+            sub = np.argsort(keys, kind="quicksort")
+            sorted_keys = keys[sub]
+            if (sorted_keys[1:] == sorted_keys[:-1]).any():
+                sub = np.argsort(keys, kind="stable")  # duplicates: keep input order among them
+            idx = idx[sub]
+            rows = source.take(pa.array(idx))
         else:
-            rows = table.take(pa.array(idx))
+            rows = source.take(pa.array(idx))
             sub = sort_indices([rows.column(c) for c in spec.primary_key])
             rows = rows.take(pa.array(sub))
             idx = idx[sub]
@@ -258,11 +263,31 @@ def prepare(spec: TableSpec, table: pa.Table, ops: np.ndarray | None) -> list[Pr
         c = int(sorted_code[lo])
         return PreparedFile(pvalues[c // spec.buckets], c % spec.buckets, rows, content)
 
+    source = _dictionary_strings(table, spec)
     ranges = [(int(lo), int(hi)) for lo, hi in zip(np.r_[0, cut], np.r_[cut, n])]
     if len(ranges) == 1:
         return [one_group(*ranges[0])]
     with ThreadPoolExecutor(max_workers=min(8, len(ranges))) as pool:
         return list(pool.map(lambda r: one_group(*r), ranges))
+
+
+def _dictionary_strings(table: pa.Table, spec: TableSpec) -> pa.Table:
+    """Dictionary-encode repetitive string columns: gathering indices is ~50x cheaper than gathering
+    strings, and Parquet writes dictionary pages straight from them. Files are written without the
+    Arrow schema, so readers still see plain strings."""
+    if table.num_rows < 4096:
+        return table
+    out = table
+    sample = min(table.num_rows, 8192)
+    for i, f in enumerate(table.schema):
+        if f.name in spec.primary_key or not (pa.types.is_string(f.type) or pa.types.is_large_string(f.type)):
+            continue
+        col = table.column(i)
+        if pc.count_distinct(col.slice(0, sample)).as_py() * 8 > sample:
+            continue  # too many distinct values to gain from a dictionary
+        out = out.set_column(i, pa.field(f.name, pa.dictionary(pa.int32(), f.type), f.nullable),
+                             pc.dictionary_encode(col))
+    return out
 
 
 def _rows_per_group(table: pa.Table, target_bytes: int) -> int:

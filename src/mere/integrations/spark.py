@@ -1,0 +1,637 @@
+"""PySpark: read and write mere tables as the ``mere`` data source (Python Data Source API, PySpark >= 4.1).
+
+Reading::
+
+    df = (spark.read.format("mere")
+          .option("warehouse", "/data/wh")                 # or env MERE_WAREHOUSE
+          .option("catalog", "postgresql://u@h/db")        # optional (default: SQLite inside the warehouse)
+          .load("sales.orders"))                           # or .option("table", "sales.orders").load()
+
+One Spark input partition per split (range partition x bucket): the merge runs in the executors, each
+task streams merged Arrow record batches cast exactly to the declared Spark schema. Read options:
+``version`` / ``versionAsOf``, ``as_of`` / ``timestampAsOf`` (ISO timestamp or epoch seconds), ``filter``
+(a mere filter such as ``"day = '2026-11-21' and order_id in (1, 2)"``: pruned and evaluated inside the
+scan, with merge-on-read semantics), ``columns`` (comma-separated projection) and ``storage.<key>`` for
+storage options. A user-given ``.schema(...)`` with a subset of the columns also projects.
+
+Spark filters: Spark <= 4.3 caches the planned read of a Python data source on the relation, so a query
+reusing a DataFrame or temp view without a pushable filter runs with the reader (and pruned partitions)
+planned for an earlier query's filters. No reader can tell the two apart (the read function and the
+partitions Spark ships are byte-identical), so any pruning derived from ``pushFilters`` can return wrong
+rows there. The default reader therefore does not implement ``pushFilters``: every Spark filter runs in
+Spark after the merge, and pruning comes from the ``filter`` option, which belongs to the DataFrame's
+definition and so holds for every query on it. ``.option("pushdown", "true")`` enables ``pushFilters``
+for key and partition columns on Spark versions whose planned read is scoped to one scan (>= 5.0), and
+is refused with an explanation on older ones.
+
+Writing (``mode("append")`` or ``mode("overwrite")``)::
+
+    df.write.format("mere").mode("append").option("warehouse", wh).save("sales.orders")      # upsert / append
+    df.write.format("mere").mode("append").option("operation", "delete").save("sales.orders")
+    df.write.format("mere").mode("overwrite").option("partition", '{"day": "2026-11-21"}').save("sales.orders")
+
+Each task buffers Spark's Arrow batches and stages files with :meth:`mere.Table.stage` (bucketed with
+Spark's ``pmod(hash(key), N)``, sorted, de-duplicated); the driver commits all tasks' files in one catalog
+transaction. A failed job leaves the table unchanged; files orphaned by killed tasks are never referenced
+and :meth:`mere.Table.cleanup` removes them. Rows of a CDC DataFrame (with the table's change column) are
+applied in order within a Spark partition; changes to one key must sit in one partition in order.
+Write options: ``operation`` (upsert, append, delete, overwrite), ``partition`` (JSON object: overwrite
+only that partition), ``idempotency_key`` (a rerun with the same key is not applied twice), and to create
+a missing table: ``primary_key``, ``partition_by`` (comma-separated), ``buckets``, ``cdc_column``,
+``merge_operators`` (JSON object).
+
+Streaming: ``df.writeStream.format("mere").option("checkpointLocation", ...).start("sales.orders")``
+upserts each micro-batch in one commit whose idempotency key is the query id (stable across restarts from
+the same checkpoint) plus the batch id, so a replayed batch is applied once.
+
+Spark SQL: ``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.orders', warehouse '...')`` or
+``df.createOrReplaceTempView("orders")``; Spark cannot query a Python data source by path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import mere
+from mere import expr as E
+from mere.errors import InvalidInput, MereError, NoSuchNamespace, NoSuchTable, NotInstalled
+from mere.io import Storage
+from mere.read.planner import Explain, Split
+from mere.read.reader import ReadOptions, SplitReader
+from mere.spec import TableSpec
+from mere.table.table import StagedWrite, Table
+
+_INSTALL_HINT = "pip install 'mere[spark]' (PySpark >= 4.1 and a Java 17+ runtime)"
+
+try:
+    import pyspark
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        DataSourceStreamArrowWriter,
+        InputPartition,
+        WriterCommitMessage,
+    )
+    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
+    from pyspark.sql.types import (
+        DataType,
+        IntegerType,
+        LongType,
+        ShortType,
+        StructField,
+        StructType,
+    )
+except ImportError as _e:  # pragma: no cover - exercised only without pyspark
+    raise NotInstalled(f"mere's Spark integration needs PySpark >= 4.1: {_INSTALL_HINT}") from _e
+
+
+def _version_tuple(text: str) -> tuple[int, int]:
+    parts = (text.split(".") + ["0", "0"])[:2]
+    return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+
+
+SPARK_VERSION = _version_tuple(pyspark.__version__)
+if SPARK_VERSION < (4, 1):  # pragma: no cover
+    raise NotInstalled(f"mere's Spark integration needs PySpark >= 4.1, found {pyspark.__version__}: {_INSTALL_HINT}")
+
+SCAN_SCOPED_READS = SPARK_VERSION >= (5, 0)
+"""Whether Spark plans a Python data source read per scan (so pushed filters cannot leak into other queries)."""
+
+ENV_WAREHOUSE = "MERE_WAREHOUSE"
+ENV_CATALOG = "MERE_CATALOG"
+FLUSH_ROWS = 1_000_000  # rows a write task buffers before staging files
+FLUSH_BYTES = 256 << 20
+STREAM_QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's local property: the query id kept in the checkpoint
+WRITE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
+
+__all__ = [
+    "MereCommitMessage",
+    "MereDataSource",
+    "MereReader",
+    "MereStreamWriter",
+    "MereWriter",
+    "SplitPartition",
+    "TableRef",
+    "register",
+    "spark_schema",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and table access
+
+
+def _options(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """Where a table lives; picklable, so workers can open it themselves."""
+
+    name: str
+    warehouse: str
+    catalog: str | None = None
+    storage_options: tuple[tuple[str, str], ...] = ()
+
+    @staticmethod
+    def from_options(options: Mapping[str, str]) -> TableRef:
+        opts = _options(options)
+        name = opts.get("table") or opts.get("path")
+        if not name:
+            raise InvalidInput('give the table name: .load("ns.table") / .save("ns.table") or .option("table", ...)')
+        warehouse = opts.get("warehouse") or os.environ.get(ENV_WAREHOUSE)
+        if not warehouse:
+            raise InvalidInput(f"{name}: give .option('warehouse', URI) or set the environment variable {ENV_WAREHOUSE}")
+        catalog = opts.get("catalog") or os.environ.get(ENV_CATALOG) or None
+        storage = tuple(sorted((k[len("storage."):], v) for k, v in opts.items() if k.startswith("storage.")))
+        return TableRef(name, warehouse, catalog, storage)
+
+    def connect(self) -> mere.Catalog:
+        return _catalog(self.warehouse, self.catalog, self.storage_options)
+
+    def open(self) -> Table:
+        return self.connect().table(self.name)
+
+
+_catalogs: dict[tuple[Any, ...], mere.Catalog] = {}
+_storages: dict[tuple[Any, ...], Storage] = {}
+_specs: dict[str, TableSpec] = {}
+_cache_lock = threading.Lock()
+
+
+def _catalog(warehouse: str, catalog: str | None, storage: tuple[tuple[str, str], ...]) -> mere.Catalog:
+    """One catalog per process and location: Spark reuses Python workers across tasks."""
+    key = (warehouse, catalog, storage)
+    with _cache_lock:
+        cat = _catalogs.get(key)
+        if cat is None:
+            cat = _catalogs[key] = mere.connect(warehouse, catalog=catalog, storage_options=dict(storage))
+        return cat
+
+
+def _storage(warehouse: str, storage: tuple[tuple[str, str], ...]) -> Storage:
+    key = (warehouse, storage)
+    with _cache_lock:
+        s = _storages.get(key)
+        if s is None:
+            s = _storages[key] = Storage(warehouse, dict(storage))
+        return s
+
+
+def _spec(spec_json: str) -> TableSpec:
+    with _cache_lock:
+        spec = _specs.get(spec_json)
+        if spec is None:
+            spec = _specs[spec_json] = TableSpec.from_json(spec_json)
+        return spec
+
+
+def _split_list(value: str | None) -> list[str] | None:
+    if value is None or not value.strip():
+        return None
+    return [c.strip() for c in value.split(",") if c.strip()]
+
+
+def _json_object(name: str, value: str | None) -> dict[str, Any] | None:
+    if value is None or not value.strip():
+        return None
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise InvalidInput(f"option {name!r} must be a JSON object, got {value!r}") from e
+    if not isinstance(parsed, dict):
+        raise InvalidInput(f"option {name!r} must be a JSON object, got {value!r}")
+    return parsed
+
+
+# ---------------------------------------------------------------------------------------------
+# Types
+
+
+def _spark_type(t: pa.DataType) -> DataType:
+    if pa.types.is_uint8(t):
+        return ShortType()
+    if pa.types.is_uint16(t):
+        return IntegerType()
+    if pa.types.is_uint32(t) or pa.types.is_uint64(t):
+        return LongType()  # uint64 values above 2**63 - 1 fail the cast on read
+    if pa.types.is_dictionary(t):
+        return _spark_type(t.value_type)
+    try:
+        return from_arrow_type(t, prefer_timestamp_ntz=True)
+    except (TypeError, NotImplementedError, ValueError) as e:
+        raise InvalidInput(f"Arrow type {t} has no Spark equivalent") from e
+    except Exception as e:  # PySparkTypeError and friends
+        raise InvalidInput(f"Arrow type {t} has no Spark equivalent: {e}") from e
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark schema of a mere Arrow schema: tz-aware timestamps are TIMESTAMP, naive ones TIMESTAMP_NTZ."""
+    return StructType([StructField(f.name, _spark_type(f.type), nullable=f.nullable) for f in schema])
+
+
+def _arrow_target(schema: StructType) -> pa.Schema:
+    """The exact Arrow schema Spark checks record batches against (microsecond UTC timestamps)."""
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def _conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    if batch.schema.equals(target):
+        return batch
+    arrays = []
+    for f in target:
+        a = batch.column(f.name)
+        if a.type != f.type:
+            # Timestamps: nanoseconds floor to Spark's microseconds; everything else must cast safely.
+            a = pc.cast(a, f.type, safe=not pa.types.is_timestamp(f.type))
+        arrays.append(a)
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+class SplitPartition(InputPartition):
+    """One split (range partition x bucket): the files a task merges on its own."""
+
+    def __init__(self, index: int, split: Split) -> None:
+        super().__init__(index)
+        self.index = index
+        self.split = split
+
+
+@dataclass
+class _ReadContext:
+    """What every read task needs; shipped inside the pickled reader, with no catalog access on executors."""
+
+    warehouse: str
+    storage_options: tuple[tuple[str, str], ...]
+    spec_json: str
+    options: ReadOptions
+    target: pa.Schema
+
+
+def _as_of(value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return float(value)  # epoch seconds
+    except ValueError:
+        return value  # ISO timestamp
+
+
+def _version(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError as e:
+        raise InvalidInput(f"option 'version' must be an integer, got {value!r}") from e
+
+
+class MereReader(DataSourceReader):
+    """Plans one table version on the driver; each task merges one split."""
+
+    def __init__(self, ref: TableRef, options: Mapping[str, str], schema: StructType) -> None:
+        opts = _options(options)
+        self.ref = ref
+        self.base_filter: str | None = opts.get("filter") or None
+        self.columns = list(schema.fieldNames())
+        self.requested_version = _version(opts.get("version", opts.get("versionasof")))
+        self.as_of = _as_of(opts.get("as_of", opts.get("timestampasof")))
+        self.target = _arrow_target(schema)
+        self.pushed: list[E.Expr] = []
+        self._plan()
+
+    def _plan(self) -> None:
+        table = self.ref.open()
+        filt: Any = self.base_filter
+        for e in self.pushed:
+            filt = e if filt is None else E.to_expr(filt) & e
+        scan = table.scan(columns=self.columns, filter=filt, version=self.requested_version, as_of=self.as_of)
+        splits, read_options = scan._plan(Explain(scan.version))
+        self.version = scan.version
+        self.splits = splits
+        self.context = _ReadContext(self.ref.warehouse, self.ref.storage_options, table.record.spec,
+                                    read_options, self.target)
+
+    def partitions(self) -> list[InputPartition]:
+        return [SplitPartition(i, s) for i, s in enumerate(self.splits)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, SplitPartition):
+            return  # Spark's placeholder partition of an empty table
+        ctx = self.context
+        reader = SplitReader(_storage(ctx.warehouse, ctx.storage_options), _spec(ctx.spec_json), partition.split,
+                             ctx.options)
+        for batch in reader.batches():
+            if batch.num_rows:
+                yield _conform_batch(batch, ctx.target)
+
+
+_PUSHABLE_VALUE_TYPES = (int, str, bytes, bool)
+
+
+def _pushable_column(spec: TableSpec, attribute: Sequence[str]) -> str | None:
+    if len(attribute) != 1 or attribute[0] not in spec.identity_columns:
+        return None
+    t = spec.schema.field(attribute[0]).type
+    # Timestamp literals arrive as naive datetimes whose zone depends on Spark settings: leave them to Spark.
+    if pa.types.is_timestamp(t) or pa.types.is_floating(t):
+        return None
+    return attribute[0]
+
+
+def _literal_ok(value: Any) -> bool:
+    import datetime as dt
+    from decimal import Decimal
+
+    if isinstance(value, dt.datetime):
+        return False
+    return isinstance(value, (*_PUSHABLE_VALUE_TYPES, dt.date, Decimal))
+
+
+def translate_filter(f: Any, spec: TableSpec) -> E.Expr | None:
+    """A Spark data source filter on key/partition columns as a mere expression, or None to leave it to Spark."""
+    from pyspark.sql import datasource as ds
+
+    name = type(f).__name__
+    if isinstance(f, ds.Not):
+        inner = translate_filter(f.child, spec)
+        return None if inner is None else E.Not(inner)
+    column = _pushable_column(spec, getattr(f, "attribute", ()))
+    if column is None:
+        return None
+    expr: E.Expr | None = None
+    if isinstance(f, ds.IsNull):
+        expr = E.IsNull(column)
+    elif isinstance(f, ds.IsNotNull):
+        expr = E.IsNull(column, negated=True)
+    elif isinstance(f, ds.In):
+        values = tuple(f.value)
+        if all(v is None or _literal_ok(v) for v in values):
+            expr = E.In(column, values)
+    elif name in ("EqualTo", "EqualNullSafe", "GreaterThan", "GreaterThanOrEqual", "LessThan", "LessThanOrEqual"):
+        value = f.value
+        if value is None:
+            expr = E.IsNull(column) if name == "EqualNullSafe" else None
+        elif _literal_ok(value):
+            op = {"EqualTo": "==", "EqualNullSafe": "==", "GreaterThan": ">", "GreaterThanOrEqual": ">=",
+                  "LessThan": "<", "LessThanOrEqual": "<="}[name]
+            expr = E.Compare(op, column, value)  # type: ignore[arg-type]
+    if expr is None:
+        return None
+    try:
+        E.bind(expr, spec.schema)
+    except MereError:
+        return None
+    return expr
+
+
+class MerePushdownReader(MereReader):
+    """A reader that also takes Spark's key/partition filters (only where Spark scopes reads to one scan)."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
+        spec = _spec(self.context.spec_json)
+        rest = []
+        accepted = []
+        for f in filters:
+            expr = translate_filter(f, spec)
+            if expr is None:
+                rest.append(f)
+            else:
+                accepted.append(expr)  # evaluated exactly before the merge: Spark drops it
+        if accepted:
+            self.pushed = accepted
+            self._plan()
+        return rest
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+@dataclass
+class MereCommitMessage(WriterCommitMessage):
+    """Files one task staged, in the order they were written."""
+
+    staged: list[StagedWrite] = field(default_factory=list)
+    rows: int = 0
+    query_id: str | None = None
+
+
+def _chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
+    """Spark's small Arrow batches regrouped into tables of about FLUSH_ROWS rows."""
+    pending: list[pa.RecordBatch] = []
+    rows = size = 0
+    for b in batches:
+        if not b.num_rows:
+            continue
+        pending.append(b)
+        rows += b.num_rows
+        size += b.nbytes
+        if rows >= FLUSH_ROWS or size >= FLUSH_BYTES:
+            yield pa.Table.from_batches(pending)
+            pending, rows, size = [], 0, 0
+    if pending:
+        yield pa.Table.from_batches(pending)
+
+
+def _create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) -> Table:
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    buckets = opts.get("buckets")
+    return ref.connect().create_table(
+        ref.name, arrow,
+        primary_key=_split_list(opts.get("primary_key")),
+        partition_by=_split_list(opts.get("partition_by")),
+        buckets=int(buckets) if buckets else None,
+        merge_operators=_json_object("merge_operators", opts.get("merge_operators")),
+        cdc_column=opts.get("cdc_column") or None,
+        exist_ok=True,
+    )
+
+
+@dataclass
+class _WriteJob:
+    """One write (or one streaming query's writes), planned on the driver and shipped to every task."""
+
+    ref: TableRef
+    table_uuid: str
+    operation: str
+    partition: dict[str, Any] | None
+    idempotency_key: str | None
+    query_id: str | None
+
+    @staticmethod
+    def plan(ref: TableRef, options: Mapping[str, str], schema: StructType, overwrite: bool,
+             streaming: bool) -> _WriteJob:
+        opts = _options(options)
+        operation = opts.get("operation", "").strip().lower() or None
+        if operation is not None and operation not in WRITE_OPERATIONS:
+            raise InvalidInput(f"{ref.name}: unknown operation {operation!r}; choose one of {', '.join(WRITE_OPERATIONS)}")
+        if overwrite and operation not in (None, "overwrite"):
+            raise InvalidInput(f"{ref.name}: mode('overwrite') cannot run operation {operation!r}; use mode('append')")
+        try:
+            table = ref.open()
+        except (NoSuchTable, NoSuchNamespace):
+            if operation == "delete":
+                raise
+            table = _create_table(ref, opts, schema)
+        if overwrite:
+            operation = "overwrite"
+        elif operation is None:
+            operation = "upsert" if table.spec.has_primary_key else "append"
+        partition = _json_object("partition", opts.get("partition"))
+        if partition is not None and operation != "overwrite":
+            raise InvalidInput(f"{ref.name}: option 'partition' applies to mode('overwrite') only")
+        names = set(table.schema.names) | ({table.spec.cdc_column} if table.spec.cdc_column else set())
+        unknown = [c for c in schema.fieldNames() if c not in names]
+        if unknown:
+            raise mere.errors.SchemaMismatch(
+                f"{ref.name}: the DataFrame has column(s) {unknown} the table lacks; the table has {sorted(names)}")
+        key = opts.get("idempotency_key") or None
+        if key is None and not streaming:
+            key = f"spark-write:{uuid.uuid4().hex}"  # lets abort() tell whether a failed commit landed
+        return _WriteJob(ref, table.record.uuid, operation, partition, key, opts.get("query_id") or None)
+
+    def open(self) -> Table:
+        table = self.ref.open()
+        if table.record.uuid != self.table_uuid:
+            raise InvalidInput(f"{self.ref.name} was dropped and created again during the write")
+        return table
+
+    def write(self, batches: Iterator[pa.RecordBatch], query_id: str | None = None) -> MereCommitMessage:
+        table = self.open()
+        staged: list[StagedWrite] = []
+        try:
+            for chunk in _chunks(batches):
+                staged.append(table.stage(chunk, self.operation))
+        except BaseException:
+            table.abort(staged)
+            raise
+        return MereCommitMessage(staged, sum(s.rows for s in staged), query_id)
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], key: str | None) -> None:
+        table = self.open()
+        staged = [s for m in messages if isinstance(m, MereCommitMessage) for s in m.staged]
+        if not any(s.files for s in staged) and self.operation != "overwrite":
+            return  # nothing written: no new version
+        if not staged:
+            staged = [StagedWrite(table.name, self.operation)]
+        table.commit(staged, partition=self.partition, idempotency_key=key)
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None], key: str | None) -> None:
+        table = self.open()
+        if key is not None and table.catalog.sql.find_idempotent(table.record.id, key) is not None:
+            return  # the commit landed (its outcome was unknown to the caller): the files are the table's now
+        table.abort([s for m in messages if isinstance(m, MereCommitMessage) for s in m.staged])
+
+
+class MereWriter(DataSourceArrowWriter):
+    """Batch writes: tasks stage files, the driver commits them all as one version."""
+
+    def __init__(self, job: _WriteJob) -> None:
+        self.job = job
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> MereCommitMessage:
+        return self.job.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.job.commit(messages, self.job.idempotency_key)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.job.abort(messages, self.job.idempotency_key)
+
+
+def _task_query_id() -> str | None:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return None if ctx is None else ctx.getLocalProperty(STREAM_QUERY_ID_PROPERTY)
+
+
+class MereStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming sink: each micro-batch is one commit, keyed by (query id, batch id) so a replay is a no-op."""
+
+    def __init__(self, job: _WriteJob) -> None:
+        self.job = job
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> MereCommitMessage:
+        return self.job.write(iterator, query_id=self.job.query_id or _task_query_id())
+
+    def batch_key(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> str | None:
+        query_id = self.job.query_id or next(
+            (m.query_id for m in messages if isinstance(m, MereCommitMessage) and m.query_id), None)
+        if query_id is None:
+            if any(isinstance(m, MereCommitMessage) and m.staged for m in messages):
+                raise InvalidInput(f"{self.job.ref.name}: cannot tell which streaming query this is; "
+                                   "give .option('query_id', ...)")
+            return None
+        return f"spark-stream:{query_id}:{batch_id}"
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's name
+        self.job.commit(messages, self.batch_key(messages, batchId))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        try:
+            key = self.batch_key(messages, batchId)
+        except InvalidInput:
+            key = None
+        self.job.abort(messages, key)
+
+
+# ---------------------------------------------------------------------------------------------
+# The data source
+
+
+class MereDataSource(DataSource):
+    """``spark.read.format("mere")`` / ``df.write.format("mere")`` / ``df.writeStream.format("mere")``."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        self.ref = TableRef.from_options(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "mere"
+
+    def schema(self) -> StructType:
+        table = self.ref.open()
+        columns = _split_list(_options(self.options).get("columns"))
+        return spark_schema(table.scan(columns=columns).schema)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        pushdown = _options(self.options).get("pushdown", "false").strip().lower()
+        if pushdown not in ("true", "false"):
+            raise InvalidInput(f"option 'pushdown' must be true or false, got {pushdown!r}")
+        if pushdown == "true":
+            if not SCAN_SCOPED_READS:
+                raise InvalidInput(
+                    f"{self.ref.name}: .option('pushdown', 'true') is refused on Spark {pyspark.__version__}: it reuses "
+                    "one query's pushed filters for later queries on the same DataFrame or view, which would return "
+                    "wrong rows. Prune with .option('filter', \"<key/partition filter>\") instead.")
+            return MerePushdownReader(self.ref, self.options, schema)
+        return MereReader(self.ref, self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> MereWriter:
+        return MereWriter(_WriteJob.plan(self.ref, self.options, schema, overwrite, streaming=False))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> MereStreamWriter:  # noqa: N802 - Spark's name
+        return MereStreamWriter(_WriteJob.plan(self.ref, self.options, schema, overwrite, streaming=True))
+
+
+def register(spark: Any) -> None:
+    """Register the data source explicitly (auto-discovery through ``pyspark_mere`` usually does it)."""
+    spark.dataSource.register(MereDataSource)
