@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -18,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere.catalog import FileEntry
+from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NullKey, SchemaMismatch
 from mere.hashing import bucket_ids
 from mere.io import Storage
@@ -267,8 +267,7 @@ def prepare(spec: TableSpec, table: pa.Table, ops: np.ndarray | None) -> list[Pr
     ranges = [(int(lo), int(hi)) for lo, hi in zip(np.r_[0, cut], np.r_[cut, n])]
     if len(ranges) == 1:
         return [one_group(*ranges[0])]
-    with ThreadPoolExecutor(max_workers=min(8, len(ranges))) as pool:
-        return list(pool.map(lambda r: one_group(*r), ranges))
+    return list(shared_pool("prepare", cpu_workers()).map(lambda r: one_group(*r), ranges))
 
 
 def _dictionary_strings(table: pa.Table, spec: TableSpec) -> pa.Table:
@@ -333,13 +332,13 @@ def write_prepared(
 
     results: list[FileEntry | None] = [None] * len(prepared)
     errors: list[BaseException] = []
-    with ThreadPoolExecutor(max_workers=min(max_workers, len(prepared))) as pool:
-        futures = {pool.submit(write_one, i, p): i for i, p in enumerate(prepared)}
-        for fut, i in futures.items():
-            try:
-                results[i] = fut.result()
-            except BaseException as e:  # collect, then clean up below
-                errors.append(e)
+    pool = shared_pool("write", max_workers)
+    futures = [pool.submit(write_one, i, p) for i, p in enumerate(prepared)]
+    for i, fut in enumerate(futures):
+        try:
+            results[i] = fut.result()
+        except BaseException as e:  # collect, then clean up below
+            errors.append(e)
     if errors:
         for r in results:
             if r is not None:
