@@ -111,25 +111,27 @@ def test_tables_are_independent(cat: mere.Catalog) -> None:
     assert a.location != b.location
 
 
-@pytest.mark.parametrize("name", ["", "  ", "a/b", "ns/x.t", "_t", "ns._t", "_ns.t", "ns.", None, 3])
-def test_invalid_names_are_rejected(cat: mere.Catalog, name: Any) -> None:
-    with pytest.raises(errors.InvalidInput):
-        cat.create_table(name, SCHEMA, primary_key=["id"])
+def test_invalid_names_are_rejected(cat: mere.Catalog) -> None:
+    for name in ["", "  ", "a/b", "ns/x.t", "_t", "ns._t", "_ns.t", "ns.", None, 3]:
+        with pytest.raises(errors.InvalidInput):
+            cat.create_table(name, SCHEMA, primary_key=["id"])
+        with pytest.raises(errors.InvalidInput):
+            cat.table(name)
     assert cat.tables() == []
 
 
-@pytest.mark.parametrize("name", ["...t", "...", "...x.y", "a/../../t"])
-def test_names_cannot_escape_the_warehouse(cat: mere.Catalog, name: str, tmp_path: Path) -> None:
+def test_names_cannot_escape_the_warehouse(cat: mere.Catalog, tmp_path: Path) -> None:
     """Whatever the name, a table's files stay inside the warehouse directory."""
     warehouse = os.path.realpath(cat.storage.root)
-    try:
-        t = cat.create_table(name, SCHEMA, primary_key=["id"])
-    except errors.InvalidInput:
-        return
-    t.upsert(rows([1]))
-    for rel in t.files().column("path").to_pylist():
-        full = os.path.realpath(t.storage.full_path(rel))
-        assert full.startswith(warehouse + os.sep), full
+    for name in ["...t", "...", "...x.y", "a/../../t", "..", "..x"]:
+        try:
+            t = cat.create_table(name, SCHEMA, primary_key=["id"])
+        except errors.InvalidInput:
+            continue
+        t.upsert(rows([1]))
+        for rel in t.files().column("path").to_pylist():
+            full = os.path.realpath(t.storage.full_path(rel))
+            assert full.startswith(warehouse + os.sep), (name, full)
     outside = [p for p in tmp_path.rglob("*.parquet") if not str(p.resolve()).startswith(warehouse + os.sep)]
     assert outside == []
 

@@ -65,6 +65,10 @@ class UnsupportedType(InvalidInput, TypeError):
     """A type that mere cannot hash, key or store."""
 
 
+class SumOverflow(MereError, ArithmeticError):
+    """A ``sum`` merge operator left its column's integer range."""
+
+
 class StorageError(MereError, OSError):
     """The storage layer failed (after retries)."""
 

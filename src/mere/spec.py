@@ -37,8 +37,8 @@ class MergeOperator:
         if isinstance(value, MergeOperator):
             op = value
         elif isinstance(value, str):
-            name, _, sep = value.partition(":")
-            op = MergeOperator(name.strip().lower(), sep if sep else ",")
+            name, colon, sep = value.partition(":")
+            op = MergeOperator(name.strip().lower(), sep if colon else ",")
         elif isinstance(value, tuple) and len(value) == 2:
             op = MergeOperator(str(value[0]).lower(), str(value[1]))
         elif isinstance(value, Mapping):

@@ -27,7 +27,6 @@ from mere.errors import (
     CatalogError,
     CommitConflict,
     CommitStateUnknown,
-    NoSuchNamespace,
     NoSuchTable,
     NoSuchVersion,
     TableExists,
@@ -56,6 +55,7 @@ tables = sa.Table(
     sa.Column("version", sa.BigInteger, nullable=False),
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.UniqueConstraint("namespace", "name", name="mere_tables_name"),
+    sqlite_autoincrement=True,  # never reuse the id of a dropped table
 )
 
 commits = sa.Table(
@@ -286,7 +286,7 @@ class SqlCatalog:
             if row is None:
                 known = conn.execute(sa.select(namespaces.c.name).where(namespaces.c.name == namespace)).first()
                 if known is None:
-                    raise NoSuchNamespace(f"namespace {namespace!r} does not exist (looking for table {name!r})")
+                    raise NoSuchTable(f"table {namespace}.{name} does not exist (no namespace {namespace!r})")
                 raise NoSuchTable(f"table {namespace}.{name} does not exist")
         return TableRecord(row.id, row.namespace, row.name, row.uuid, row.location, row.spec, int(row.version))
 

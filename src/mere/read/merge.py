@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mere.errors import SumOverflow
 from mere.spec import OP_DELETE, OP_MERGE, OP_PUT, MergeOperator
 
 
@@ -134,8 +135,17 @@ def reduce_versions(
             columns[name] = _pick(values, np.maximum.reduceat(np.where(valid, pos, -1), start_pos))
         elif operator.name == "sum":
             raw = values.fill_null(0).to_numpy(zero_copy_only=False)
-            sums = np.add.reduceat(np.where(valid, raw, 0), start_pos)
+            picked = np.where(valid, raw, 0)
             counts = np.add.reduceat(valid.astype(np.int64), start_pos)
+            if pa.types.is_integer(values.type):
+                sums = np.add.reduceat(picked.astype(np.int64), start_pos)
+                approx = np.add.reduceat(picked.astype(np.float64), start_pos)
+                info = np.iinfo(values.type.to_pandas_dtype())
+                # int64 sums wrap silently; a wrapped sum is ~2**64 away from the float estimate.
+                if (np.abs(approx - sums) > 2.0**62).any() or (sums > info.max).any() or (sums < info.min).any():
+                    raise SumOverflow(f"merge operator 'sum' on column {name!r} overflows {values.type}")
+            else:
+                sums = np.add.reduceat(picked, start_pos)
             columns[name] = pa.array(sums, type=values.type, mask=counts == 0)
         elif operator.name == "concat":
             picked = values.filter(pa.array(valid))

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from mere import expr as E
 from mere.catalog import FileEntry
+from mere.errors import FilterError
 from mere.hashing import bucket_ids
 from mere.spec import TableSpec
 
@@ -123,6 +124,11 @@ class FilterParts:
 
 def split_filter(spec: TableSpec, filter_: E.Expr | str | Any | None) -> FilterParts:
     bound = E.bind(E.to_expr(filter_), spec.schema)
+    if not isinstance(bound, E.AlwaysTrue):
+        try:  # catches what binding cannot see, e.g. unknown columns inside a pyarrow expression
+            spec.schema.empty_table().filter(E.to_pyarrow(bound))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
+            raise FilterError(f"filter {bound} does not fit the table schema: {e}") from e
     if spec.has_primary_key:
         pre, post = E.split_by_columns(bound, spec.identity_columns)
         points = E.key_points(pre, spec.primary_key)

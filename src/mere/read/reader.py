@@ -206,14 +206,15 @@ class SplitReader:
         table = _filter(table, self.opts.post)
         if table.num_rows == 0:
             return
-        cols = []
+        out = table.select([])  # keeps the row count, even with no output columns
         for f in self.output_schema:
             if f.name in table.column_names:
                 c = table.column(f.name)
-                cols.append(c if c.type == f.type else c.cast(f.type))
+                out = out.append_column(f, c if c.type == f.type else c.cast(f.type))
             else:
-                cols.append(pa.chunked_array([pa.nulls(table.num_rows, f.type)]))
-        out = pa.Table.from_arrays(cols, schema=self.output_schema)
+                out = out.append_column(f, pa.chunked_array([pa.nulls(table.num_rows, f.type)]))
+        if self.output_schema.metadata and out.num_columns:
+            out = out.replace_schema_metadata(self.output_schema.metadata)
         yield from out.to_batches(max_chunksize=BATCH_ROWS)
 
     def _merge(self, parts: list[tuple[FileTask, pa.Table]]) -> pa.Table | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,7 +12,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from mere.catalog import SqlCatalog
-from mere.errors import InvalidInput, NoSuchTable, TableExists
+from mere.errors import InvalidInput, NoSuchNamespace, NoSuchTable, TableExists
 from mere.io import Storage
 from mere.io.storage import redact
 from mere.spec import TableSpec
@@ -26,10 +27,14 @@ def split_name(identifier: str) -> tuple[str, str]:
         raise InvalidInput(f"table name must be a non-empty string, got {identifier!r}")
     ns, _, name = identifier.rpartition(".")
     ns = ns or DEFAULT_NAMESPACE
-    for part in (ns, name):
-        if not part or "/" in part or part.startswith("_"):
-            raise InvalidInput(f"invalid table name {identifier!r}")
+    for part in (*ns.split("."), name):
+        if not _NAME.fullmatch(part):
+            raise InvalidInput(
+                f"invalid table name {identifier!r}: use 'namespace.table' with letters, digits, '_' and '-'")
     return ns, name
+
+
+_NAME = re.compile(r"[^\W_][\w\-]{0,199}")
 
 
 class Catalog:
@@ -99,7 +104,7 @@ class Catalog:
     def exists(self, name: str) -> bool:
         try:
             self.table(name)
-        except NoSuchTable:
+        except (NoSuchTable, NoSuchNamespace):
             return False
         return True
 

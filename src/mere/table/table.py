@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from mere import expr as E
 from mere.catalog import CommitRecord, ConcurrentChanges, FileEntry, SqlCatalog, TableRecord
-from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion
+from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion, SchemaMismatch
 from mere.io import Storage
 from mere.read.merge import sort_indices
 from mere.read.planner import Explain, split_filter
@@ -143,7 +143,48 @@ class Table:
         """Insert or update rows by primary key; CDC rows are applied in order. Missing columns stay as they were."""
         if not self.spec.has_primary_key:
             raise InvalidInput(f"{self.name} has no primary key: use append()")
-        return self._blind_write("upsert", data, partial_ok=True, idempotency_key=idempotency_key)
+        schema, batches = to_batches(data)
+        missing = [f.name for f in self.spec.schema if not f.nullable and f.name not in schema.names]
+        if missing:
+            # Leaving out a NOT NULL column is fine for rows that exist already, not for new ones.
+            table = pa.Table.from_batches(list(batches), schema=schema)
+            return self._with_rebase(lambda: self._upsert_existing(table, missing, idempotency_key))
+        stream = pa.RecordBatchReader.from_batches(schema, batches)
+        return self._blind_write("upsert", stream, partial_ok=True, idempotency_key=idempotency_key)
+
+    def _upsert_existing(self, table: pa.Table, missing: list[str], idempotency_key: str | None) -> CommitRecord:
+        base = self.version
+        rows, ops = conform(table, self.spec, partial_ok=True, identifier=self.name)
+        if ops is not None:
+            rows = rows.filter(pa.array(ops != OP_DELETE))
+        identity = list(self.spec.identity_columns)
+        keys = rows.select(identity).group_by(identity).aggregate([])
+        where: Any = None
+        if len(self.spec.primary_key) == 1 and keys.num_rows <= 10_000:
+            pk = self.spec.primary_key[0]
+            where = E.In(pk, tuple(keys.column(pk).to_pylist()))
+        existing = self.scan(columns=identity, filter=where, version=base).to_arrow()
+        new = keys.join(existing, keys=identity, join_type="left anti")
+        if new.num_rows:
+            raise SchemaMismatch(f"{self.name}: {new.num_rows} new key(s) such as {new.slice(0, 1).to_pylist()[0]} "
+                                 f"lack non-nullable column(s) {missing}")
+        entries, n = self._write_data(table, partial_ok=True)
+        return self._commit("upsert", base, entries, [], n, validate=self._rows_unchanged(entries),
+                            idempotency_key=idempotency_key)
+
+    def _rows_unchanged(self, entries: Sequence[FileEntry]) -> Callable[[ConcurrentChanges], None]:
+        """A commit check for writes that depend on rows read: no concurrent change to the same buckets."""
+        mine = {_split_id(e.partition, e.bucket) for e in entries}
+
+        def validate(changes: ConcurrentChanges) -> None:
+            for c in changes.commits:
+                if c.operation == "compact":
+                    continue  # compaction changes no row
+                splits = c.summary.get("splits")
+                if c.summary.get("partitions") is None or splits is None or mine & set(splits):
+                    raise CommitConflict(f"{self.name}: rows this write read changed in version {c.version}")
+
+        return validate
 
     def append(self, data: Any, *, idempotency_key: str | None = None) -> CommitRecord:
         """Add rows to a table without primary key."""
@@ -295,8 +336,13 @@ class Table:
         # Partition unknown: find where each key lives now.
         base = self.version
         pk = list(self.spec.primary_key)
-        conformed, _ = conform(table, _key_only_spec(self.spec), partial_ok=True, identifier=self.name)
-        current = self.scan(columns=list(self.spec.identity_columns), version=base).to_arrow()
+        pk_spec = TableSpec(pa.schema([self.spec.schema.field(c) for c in pk]), self.spec.primary_key,
+                            (), self.spec.buckets)
+        conformed, _ = conform(table.select(pk), pk_spec, partial_ok=True, identifier=self.name)
+        where: Any = None
+        if len(pk) == 1 and conformed.num_rows <= 10_000:
+            where = E.In(pk[0], tuple(pc.unique(conformed.column(pk[0])).to_pylist()))  # prunes buckets
+        current = self.scan(columns=list(self.spec.identity_columns), filter=where, version=base).to_arrow()
         found = current.join(conformed.select(pk).group_by(pk).aggregate([]), keys=pk, join_type="left semi")
         return self._write_markers(base, found, validate_reads=True)
 
@@ -326,18 +372,8 @@ class Table:
     def _write_markers(self, base: int, keys: pa.Table, validate_reads: bool = False) -> CommitRecord:
         entries = self._marker_files(keys)
         rows = sum(e.row_count for e in entries)
-        mine = {_split_id(e.partition, e.bucket) for e in entries}
-
-        def validate(changes: ConcurrentChanges) -> None:
-            for c in changes.commits:
-                if c.operation == "compact":
-                    continue  # compaction changes no row
-                splits = c.summary.get("splits")
-                if c.summary.get("partitions") is None or splits is None or mine & set(splits):
-                    raise CommitConflict(f"{self.name}: rows read by this delete changed in version {c.version}")
-
         return self._commit("delete", base, entries, [], rows, extra={"deleted_keys": rows},
-                            validate=validate if validate_reads else None)
+                            validate=self._rows_unchanged(entries) if validate_reads else None)
 
     def _delete_rewrite(self, where: Any) -> CommitRecord:
         """Tables without a key: rewrite the files holding matching rows (copy on write)."""

@@ -34,6 +34,15 @@ class ArrowStreamExportable(Protocol):
 
 def to_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """Accept Arrow tables, batches, readers, pandas frames or anything with ``__arrow_c_stream__``."""
+    try:
+        return _to_batches(data)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as e:
+        if isinstance(e, InvalidInput):
+            raise
+        raise InvalidInput(f"cannot convert {type(data).__name__} to Arrow: {e}") from e
+
+
+def _to_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     if isinstance(data, pa.Table):
         return data.schema, iter(data.to_batches())
     if isinstance(data, pa.RecordBatch):
@@ -178,12 +187,15 @@ def partition_value_strings(spec: TableSpec, table: pa.Table) -> tuple[np.ndarra
     return dense.astype(np.int64), values
 
 
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
 def partition_json(values: dict[str, str | None]) -> str:
     return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
 
 def partition_path(spec: TableSpec, values: dict[str, str | None]) -> str:
-    parts = [f"{c}={'__NULL__' if values[c] is None else quote(str(values[c]), safe='')}" for c in spec.partition_by]
+    parts = [f"{c}={HIVE_NULL if values[c] is None else quote(str(values[c]), safe='')}" for c in spec.partition_by]
     return "/".join(parts)
 
 
