@@ -1,0 +1,26 @@
+"""The README's usage example runs as written."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def python_blocks(path: Path) -> list[str]:
+    """Self-contained examples; Spark examples are exercised by tests/spark instead."""
+    blocks = re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+    return [b for b in blocks if "spark" not in b.lower()]
+
+
+@pytest.mark.parametrize("index", range(len(python_blocks(ROOT / "README.md"))))
+def test_readme_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code = python_blocks(ROOT / "README.md")[index]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    exec(compile(code, f"README.md[{index}]", "exec"), namespace)  # noqa: S102
+    assert os.path.exists(tmp_path / "warehouse")
