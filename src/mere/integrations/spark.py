@@ -36,7 +36,8 @@ transaction. A failed job leaves the table unchanged; files orphaned by killed t
 and :meth:`mere.Table.cleanup` removes them. Rows of a CDC DataFrame (with the table's change column) are
 applied in order within a Spark partition; changes to one key must sit in one partition in order.
 Write options: ``operation`` (upsert, append, delete, overwrite), ``partition`` (JSON object: overwrite
-only that partition), ``idempotency_key`` (a rerun with the same key is not applied twice), and to create
+only that partition), ``idempotency_key`` (a rerun with the same key is not applied twice), ``flush_rows``
+(rows a task buffers before it writes files, default 250,000), and to create
 a missing table: ``primary_key``, ``partition_by`` (comma-separated), ``buckets``, ``cdc_column``,
 ``merge_operators`` (JSON object).
 
@@ -50,11 +51,13 @@ Spark SQL: ``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.order
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,7 +99,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without pyspark
 
 
 def _version_tuple(text: str) -> tuple[int, int]:
-    parts = (text.split(".") + ["0", "0"])[:2]
+    parts = [*text.split("."), "0", "0"][:2]
     return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
 
 
@@ -109,7 +112,7 @@ SCAN_SCOPED_READS = SPARK_VERSION >= (5, 0)
 
 ENV_WAREHOUSE = "MERE_WAREHOUSE"
 ENV_CATALOG = "MERE_CATALOG"
-FLUSH_ROWS = 1_000_000  # rows a write task buffers before staging files
+FLUSH_ROWS = 250_000  # rows a write task buffers before staging files (one chunk stages while the next arrives)
 FLUSH_BYTES = 256 << 20
 STREAM_QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's local property: the query id kept in the checkpoint
 WRITE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
@@ -432,8 +435,8 @@ class MereCommitMessage(WriterCommitMessage):
     query_id: str | None = None
 
 
-def _chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
-    """Spark's small Arrow batches regrouped into tables of about FLUSH_ROWS rows."""
+def _chunks(batches: Iterator[pa.RecordBatch], flush_rows: int = FLUSH_ROWS) -> Iterator[pa.Table]:
+    """Spark's small Arrow batches regrouped into tables of about ``flush_rows`` rows."""
     pending: list[pa.RecordBatch] = []
     rows = size = 0
     for b in batches:
@@ -442,7 +445,7 @@ def _chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
         pending.append(b)
         rows += b.num_rows
         size += b.nbytes
-        if rows >= FLUSH_ROWS or size >= FLUSH_BYTES:
+        if rows >= flush_rows or size >= FLUSH_BYTES:
             yield pa.Table.from_batches(pending)
             pending, rows, size = [], 0, 0
     if pending:
@@ -473,6 +476,7 @@ class _WriteJob:
     partition: dict[str, Any] | None
     idempotency_key: str | None
     query_id: str | None
+    flush_rows: int = FLUSH_ROWS
 
     @staticmethod
     def plan(ref: TableRef, options: Mapping[str, str], schema: StructType, overwrite: bool,
@@ -493,6 +497,10 @@ class _WriteJob:
             operation = "overwrite"
         elif operation is None:
             operation = "upsert" if table.spec.has_primary_key else "append"
+        keyed = table.spec.has_primary_key
+        if (operation in ("upsert", "delete") and not keyed) or (operation == "append" and keyed):
+            raise InvalidInput(f"{ref.name}: operation {operation!r} does not apply to a table "
+                               + (f"with primary key {list(table.spec.primary_key)}" if keyed else "without key"))
         partition = _json_object("partition", opts.get("partition"))
         if partition is not None and operation != "overwrite":
             raise InvalidInput(f"{ref.name}: option 'partition' applies to mode('overwrite') only")
@@ -504,7 +512,9 @@ class _WriteJob:
         key = opts.get("idempotency_key") or None
         if key is None and not streaming:
             key = f"spark-write:{uuid.uuid4().hex}"  # lets abort() tell whether a failed commit landed
-        return _WriteJob(ref, table.record.uuid, operation, partition, key, opts.get("query_id") or None)
+        flush = opts.get("flush_rows")
+        return _WriteJob(ref, table.record.uuid, operation, partition, key, opts.get("query_id") or None,
+                         int(flush) if flush else FLUSH_ROWS)
 
     def open(self) -> Table:
         table = self.ref.open()
@@ -513,14 +523,25 @@ class _WriteJob:
         return table
 
     def write(self, batches: Iterator[pa.RecordBatch], query_id: str | None = None) -> MereCommitMessage:
+        """Stage files chunk by chunk; a chunk is written in the background while Spark sends the next one."""
         table = self.open()
         staged: list[StagedWrite] = []
-        try:
-            for chunk in _chunks(batches):
-                staged.append(table.stage(chunk, self.operation))
-        except BaseException:
-            table.abort(staged)
-            raise
+        pending: Future[StagedWrite] | None = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mere-spark-stage") as pool:
+            try:
+                for chunk in _chunks(batches, self.flush_rows):
+                    if pending is not None:
+                        staged.append(pending.result())
+                    pending = pool.submit(table.stage, chunk, self.operation)
+                if pending is not None:
+                    staged.append(pending.result())
+                    pending = None
+            except BaseException:
+                if pending is not None and not pending.cancel():
+                    with contextlib.suppress(BaseException):
+                        staged.append(pending.result())
+                table.abort(staged)
+                raise
         return MereCommitMessage(staged, sum(s.rows for s in staged), query_id)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], key: str | None) -> None:
@@ -581,10 +602,10 @@ class MereStreamWriter(DataSourceStreamArrowWriter):
             return None
         return f"spark-stream:{query_id}:{batch_id}"
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's name
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self.job.commit(messages, self.batch_key(messages, batchId))
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         try:
             key = self.batch_key(messages, batchId)
         except InvalidInput:
@@ -628,7 +649,7 @@ class MereDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> MereWriter:
         return MereWriter(_WriteJob.plan(self.ref, self.options, schema, overwrite, streaming=False))
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> MereStreamWriter:  # noqa: N802 - Spark's name
+    def streamWriter(self, schema: StructType, overwrite: bool) -> MereStreamWriter:
         return MereStreamWriter(_WriteJob.plan(self.ref, self.options, schema, overwrite, streaming=True))
 
 

@@ -1,0 +1,206 @@
+"""Spark benchmark on workload W1 (see bench_core.py): Spark through mere vs Spark's own Parquet, one run.
+
+W1: base of 1,000,000 rows (id int64 key + 3 int64, 3 float64, 2 short strings), 4 buckets, then 10 upserts
+of 100,000 rows (half updates, half inserts). Reported (medians of --repeat runs, local[2] Spark):
+  - read: full merged read through mere into Spark's ``noop`` sink vs ``spark.read.parquet`` of the same
+    merged rows compacted into one set of files, also into ``noop``: one zstd file per bucket (the layout a
+    compaction of the table leaves), and 4 zstd files written by Spark itself; for reference, a minimal
+    Python data source that only yields the compacted files as Arrow (the cost of Spark's Python path)
+  - write: ``df.write.format("mere")`` of the 1M base rows into a new table (an upsert: bucket, sort,
+    write) and of one 100k-row upsert into the W1 table, vs ``df.write.parquet`` of the same rows
+    (Spark's default snappy, and zstd like mere); the source DataFrame is cached in Spark first
+Floors (issue 3): read <= 1.3x, write <= 1.5x. Runs are interleaved so machine noise hits all variants alike.
+
+Usage: python bench/bench_spark.py [--repeat 5] [--scale 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_core import build, make_rows
+
+import mere
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
+    """Median wall time of each function, run in turns so that machine noise hits all of them alike."""
+    for fn in fns.values():
+        fn()  # warm up: JIT, Python workers, OS cache
+    runs: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            runs[k].append(timed(fn))
+    return {k: statistics.median(v) for k, v in runs.items()}
+
+
+class _Passthrough:
+    """A minimal Python data source that yields the compacted files' rows as Arrow batches, no merge:
+    the cost of Spark's Python Data Source read path itself, for reference."""
+
+    @staticmethod
+    def register(spark: Any) -> None:
+        from pyspark import cloudpickle
+        from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+        class Reader(DataSourceReader):
+            def __init__(self, files: list[str], schema: Any) -> None:
+                self.files = files
+                from pyspark.sql.pandas.types import to_arrow_schema
+
+                self.target = to_arrow_schema(schema, timezone="UTC")
+
+            def partitions(self) -> list[InputPartition]:
+                return [InputPartition(f) for f in self.files]
+
+            def read(self, partition: InputPartition) -> Any:
+                import pyarrow.parquet as pq
+
+                yield from pq.read_table(partition.value).cast(self.target).to_batches()
+
+        class Source(DataSource):
+            @classmethod
+            def name(cls) -> str:
+                return "bench_passthrough"
+
+            def schema(self) -> Any:
+                from pyspark.sql.pandas.types import from_arrow_schema
+
+                return from_arrow_schema(pq.read_schema(self.options["files"].split(",")[0]))
+
+            def reader(self, schema: Any) -> Any:
+                return Reader(self.options["files"].split(","), schema)
+
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        spark.dataSource.register(Source)
+
+
+def start_spark() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("mere-bench")
+             .config("spark.driver.memory", "2g")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--scale", type=int, default=1)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="mere-bench-spark-")
+    spark = start_spark()
+    res: dict[str, Any] = {"spark": spark.version, "repeat": args.repeat}
+    try:
+        rng = np.random.default_rng(42)
+        wh = os.path.join(tmp, "wh")
+        cat = mere.connect(wh)
+        base, n_up = 1_000_000 * args.scale, 100_000 * args.scale
+        t, *_ = build(cat, "bench.w1", base, 10, n_up, 4, rng)
+        rows = t.scan().count()
+        res["rows_after_merge"] = rows
+
+        def mere_df() -> Any:
+            return spark.read.format("mere").option("warehouse", wh).load("bench.w1")
+
+        # The same merged rows compacted into one set of files, two ways: one zstd file per bucket as a
+        # compaction of this table would leave them (pyarrow), and 4 zstd files written by Spark itself.
+        by_bucket = os.path.join(tmp, "compacted_by_bucket")
+        os.makedirs(by_bucket)
+        for i, split in enumerate(t.scan().plan()):
+            pq.write_table(pa.Table.from_batches(list(t.scan().read_split(split))),
+                           os.path.join(by_bucket, f"part-{i}.parquet"), compression="zstd")
+        by_spark = os.path.join(tmp, "compacted_by_spark")
+        mere_df().repartition(4).write.option("compression", "zstd").parquet(by_spark)
+        assert spark.read.parquet(by_bucket).count() == spark.read.parquet(by_spark).count() == rows
+        assert mere_df().count() == rows
+
+        def noop(df: Any) -> None:
+            df.write.format("noop").mode("overwrite").save()
+
+        _Passthrough.register(spark)
+        files = ",".join(os.path.join(by_bucket, f) for f in sorted(os.listdir(by_bucket)))
+        reads = interleaved({
+            "mere": lambda: noop(mere_df()),
+            "parquet_by_bucket": lambda: noop(spark.read.parquet(by_bucket)),
+            "parquet_by_spark": lambda: noop(spark.read.parquet(by_spark)),
+            "python_source_passthrough": lambda: noop(
+                spark.read.format("bench_passthrough").option("files", files).load()),
+        }, args.repeat)
+        res["read_s"] = reads
+        res["ratio_read_vs_parquet_by_bucket"] = reads["mere"] / reads["parquet_by_bucket"]
+        res["ratio_read_vs_parquet_by_spark"] = reads["mere"] / reads["parquet_by_spark"]
+        res["ratio_passthrough_vs_parquet_by_bucket"] = reads["python_source_passthrough"] / reads["parquet_by_bucket"]
+        print(json.dumps({k: v for k, v in res.items() if k.startswith(("read", "ratio"))}), flush=True)
+
+        # Writes: the source rows are cached in Spark so that only the write is measured.
+        base_df = spark.createDataFrame(make_rows(rng, rng.permutation(base).astype(np.int64))).repartition(2).cache()
+        upsert_ids = np.concatenate([rng.choice(base, n_up // 2, replace=False),
+                                     np.arange(10 * base, 10 * base + n_up // 2)])
+        upsert_df = spark.createDataFrame(make_rows(rng, rng.permutation(upsert_ids).astype(np.int64))) \
+            .repartition(2).cache()
+        assert base_df.count() == base and upsert_df.count() == n_up
+        runs = iter(range(1_000_000))
+
+        def mere_base() -> None:
+            (base_df.write.format("mere").mode("append").option("warehouse", wh)
+             .option("primary_key", "id").option("buckets", "4").save(f"bench.base_{next(runs)}"))
+
+        def mere_upsert() -> None:
+            upsert_df.write.format("mere").mode("append").option("warehouse", wh).save("bench.w1")
+
+        def parquet(df: Any, compression: str) -> Callable[[], None]:
+            def run() -> None:
+                df.write.mode("overwrite").option("compression", compression).parquet(os.path.join(tmp, "raw"))
+            return run
+
+        writes = interleaved({
+            "base_mere": mere_base, "base_parquet_snappy": parquet(base_df, "snappy"),
+            "base_parquet_zstd": parquet(base_df, "zstd"),
+            "upsert_mere": mere_upsert, "upsert_parquet_snappy": parquet(upsert_df, "snappy"),
+            "upsert_parquet_zstd": parquet(upsert_df, "zstd"),
+        }, args.repeat)
+        res["write_s"] = writes
+        res["ratio_write_base"] = writes["base_mere"] / writes["base_parquet_snappy"]
+        res["ratio_write_base_vs_zstd"] = writes["base_mere"] / writes["base_parquet_zstd"]
+        res["ratio_write_upsert"] = writes["upsert_mere"] / writes["upsert_parquet_snappy"]
+        res["ratio_write_upsert_vs_zstd"] = writes["upsert_mere"] / writes["upsert_parquet_zstd"]
+        assert t.scan().count() == rows + n_up // 2  # the upserts landed (repeats change no key set)
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(res, indent=1))
+    os.makedirs("bench/out", exist_ok=True)
+    with open("bench/out/bench_spark.json", "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
