@@ -68,9 +68,9 @@ import mere
 from mere import expr as E
 from mere.errors import InvalidInput, MereError, NoSuchNamespace, NoSuchTable, NotInstalled
 from mere.io import Storage
-from mere.read.planner import Explain, Split
-from mere.read.reader import ReadOptions, SplitReader
+from mere.read.planner import Split
 from mere.spec import TableSpec
+from mere.table.scan import ScanTask
 from mere.table.table import StagedWrite, Table
 
 _INSTALL_HINT = "pip install 'mere[spark]' (PySpark >= 4.1 and a Java 17+ runtime)"
@@ -269,21 +269,14 @@ def _conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
 class SplitPartition(InputPartition):
     """One split (range partition x bucket): the files a task merges on its own."""
 
-    def __init__(self, index: int, split: Split) -> None:
+    def __init__(self, index: int, task: ScanTask) -> None:
         super().__init__(index)
         self.index = index
-        self.split = split
+        self.task = task
 
-
-@dataclass
-class _ReadContext:
-    """What every read task needs; shipped inside the pickled reader, with no catalog access on executors."""
-
-    warehouse: str
-    storage_options: tuple[tuple[str, str], ...]
-    spec_json: str
-    options: ReadOptions
-    target: pa.Schema
+    @property
+    def split(self) -> Split:
+        return self.task.split
 
 
 def _as_of(value: str | None) -> Any:
@@ -324,24 +317,18 @@ class MereReader(DataSourceReader):
         for e in self.pushed:
             filt = e if filt is None else E.to_expr(filt) & e
         scan = table.scan(columns=self.columns, filter=filt, version=self.requested_version, as_of=self.as_of)
-        splits, read_options = scan._plan(Explain(scan.version))
         self.version = scan.version
-        self.splits = splits
-        self.context = _ReadContext(self.ref.warehouse, self.ref.storage_options, table.record.spec,
-                                    read_options, self.target)
+        self.tasks = scan.tasks()
 
     def partitions(self) -> list[InputPartition]:
-        return [SplitPartition(i, s) for i, s in enumerate(self.splits)]
+        return [SplitPartition(i, t) for i, t in enumerate(self.tasks)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SplitPartition):
             return  # Spark's placeholder partition of an empty table
-        ctx = self.context
-        reader = SplitReader(_storage(ctx.warehouse, ctx.storage_options), _spec(ctx.spec_json), partition.split,
-                             ctx.options)
-        for batch in reader.batches():
+        for batch in partition.task.read():
             if batch.num_rows:
-                yield _conform_batch(batch, ctx.target)
+                yield _conform_batch(batch, self.target)
 
 
 _PUSHABLE_VALUE_TYPES = (int, str, bytes, bool)
@@ -407,7 +394,7 @@ class MerePushdownReader(MereReader):
     """A reader that also takes Spark's key/partition filters (only where Spark scopes reads to one scan)."""
 
     def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
-        spec = _spec(self.context.spec_json)
+        spec = _spec(self.tasks[0].spec_json) if self.tasks else self.ref.open().spec
         rest = []
         accepted = []
         for f in filters:
@@ -549,13 +536,11 @@ class _WriteJob:
         staged = [s for m in messages if isinstance(m, MereCommitMessage) for s in m.staged]
         if not any(s.files for s in staged) and self.operation != "overwrite":
             return  # nothing written: no new version
-        if not staged:
-            staged = [StagedWrite(table.name, self.operation)]
-        table.commit(staged, partition=self.partition, idempotency_key=key)
+        table.commit(staged, operation=self.operation, partition=self.partition, idempotency_key=key)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], key: str | None) -> None:
         table = self.open()
-        if key is not None and table.catalog.sql.find_idempotent(table.record.id, key) is not None:
+        if key is not None and table.find_commit(key) is not None:
             return  # the commit landed (its outcome was unknown to the caller): the files are the table's now
         table.abort([s for m in messages if isinstance(m, MereCommitMessage) for s in m.staged])
 

@@ -44,6 +44,7 @@ class Catalog:
                  storage_options: Mapping[str, str] | None = None,
                  filesystem: pafs.FileSystem | None = None) -> None:
         self.storage = Storage(warehouse, storage_options, filesystem)
+        self.filesystem_given = filesystem is not None
         if catalog is None:
             if not self.storage.is_local:
                 raise InvalidInput(

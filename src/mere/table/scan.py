@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -10,14 +11,50 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from mere import expr as E
-from mere.errors import SchemaMismatch
+from mere.errors import InvalidInput, SchemaMismatch
+from mere.io import Storage
 from mere.read.planner import Explain, FilterParts, Split, plan_splits, split_filter
 from mere.read.reader import LOOKUP_MAX_KEYS, ReadOptions, SplitReader, stream_splits
+from mere.spec import TableSpec
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from mere.table.table import Table
+
+
+_storages: dict[tuple[str, tuple[tuple[str, str], ...]], Storage] = {}
+_storages_lock = threading.Lock()
+
+
+def _storage_for(uri: str, options: tuple[tuple[str, str], ...]) -> Storage:
+    """One Storage (and footer cache) per warehouse in a worker process."""
+    with _storages_lock:
+        storage = _storages.get((uri, options))
+        if storage is None:
+            storage = _storages[(uri, options)] = Storage(uri, dict(options))
+        return storage
+
+
+@dataclass(frozen=True)
+class ScanTask:
+    """One split of a planned scan, self-contained and picklable: a worker reads it with storage access
+    only, no catalog connection. Engines (Spark, Dask, Ray) ship these to their tasks."""
+
+    warehouse: str
+    storage_options: tuple[tuple[str, str], ...]
+    spec_json: str
+    split: Split
+    options: ReadOptions
+
+    @property
+    def size_bytes(self) -> int:
+        return self.split.size_bytes
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        """The split's merged rows, streamed."""
+        storage = _storage_for(self.warehouse, self.storage_options)
+        yield from SplitReader(storage, TableSpec.from_json(self.spec_json), self.split, self.options).batches()
 
 
 @dataclass(frozen=True)
@@ -80,6 +117,15 @@ class Scan:
         if isinstance(E.to_expr(self.filter), E.ArrowPredicate):
             ex.notes.append("a pyarrow expression filter is opaque: it runs after the merge and prunes nothing")
         return ex
+
+    def tasks(self) -> list[ScanTask]:
+        """One self-contained, picklable task per split (see :class:`ScanTask`)."""
+        splits, opts = self._plan(Explain(self.version))
+        storage = self.table.storage
+        if self.table.catalog.filesystem_given:
+            raise InvalidInput("scan tasks need a warehouse URI; this catalog was opened with filesystem=")
+        options = tuple(sorted(storage.storage_options.items()))
+        return [ScanTask(storage.uri, options, self.table.record.spec, s, opts) for s in splits]
 
     def read_split(self, split: Split) -> Iterator[pa.RecordBatch]:
         """Merged batches of one split (for engines that distribute splits)."""

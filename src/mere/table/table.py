@@ -64,6 +64,9 @@ class Table:
         self.spec = TableSpec.from_json(record.spec)
         self.storage: Storage = catalog.storage
         self.location = record.location
+        self.compression = self.spec.properties.get("write.compression", "zstd")
+        level = self.spec.properties.get("write.compression-level")
+        self.compression_level = int(level) if level else None
         rg_rows = self.spec.properties.get("write.row-group-rows")
         self.row_group_rows = int(rg_rows) if rg_rows else None
         self.window_bytes = int(self.spec.properties.get("read.window-bytes", DEFAULT_WINDOW_BYTES))
@@ -215,8 +218,7 @@ class Table:
                 if check is not None:
                     check(prepared)
                 rows += table.num_rows
-                entries += write_prepared(self.storage, self.location, self.spec, prepared,
-                                          first_order=len(entries), row_group_rows=self.row_group_rows)
+                entries += self._write_files(prepared, first_order=len(entries))
         except BaseException:
             self._discard(entries)
             raise
@@ -246,8 +248,12 @@ class Table:
         entries, rows = self._write_data(data, partial_ok=operation == "upsert")
         return StagedWrite(self.name, operation, entries, rows)
 
-    def commit(self, staged: Sequence[StagedWrite], *, partition: Mapping[str, Any] | None = None,
-               idempotency_key: str | None = None) -> CommitRecord:
+    def find_commit(self, idempotency_key: str) -> CommitRecord | None:
+        """The commit made with this idempotency key, if any."""
+        return self._sql.find_idempotent(self.record.id, idempotency_key)
+
+    def commit(self, staged: Sequence[StagedWrite], *, operation: str | None = None,
+               partition: Mapping[str, Any] | None = None, idempotency_key: str | None = None) -> CommitRecord:
         """Commit staged writes of one operation as one new version (the driver half).
 
         Files of different stages are ordered as given: for equal keys a later stage wins.
@@ -257,7 +263,9 @@ class Table:
             raise InvalidInput(f"{self.name}: cannot commit different operations {sorted(ops)} together")
         if any(s.table != self.name for s in staged):
             raise InvalidInput(f"{self.name}: staged writes belong to another table")
-        operation = ops.pop() if ops else "upsert"
+        if operation is not None and ops and ops != {operation}:
+            raise InvalidInput(f"{self.name}: staged {sorted(ops)} cannot commit as {operation!r}")
+        operation = operation or (ops.pop() if ops else ("upsert" if self.spec.has_primary_key else "append"))
         entries: list[FileEntry] = []
         for s in staged:
             for f in s.files:
@@ -283,6 +291,11 @@ class Table:
         for s in staged:
             if s is not None:
                 self._discard(s.files)
+
+    def _write_files(self, prepared: Sequence[PreparedFile], first_order: int = 0) -> list[FileEntry]:
+        return write_prepared(self.storage, self.location, self.spec, prepared, first_order=first_order,
+                              row_group_rows=self.row_group_rows, compression=self.compression,
+                              compression_level=self.compression_level)
 
     def _discard(self, entries: Sequence[FileEntry]) -> None:
         for e in entries:
@@ -367,7 +380,7 @@ class Table:
         keys, _ = conform(keys, _key_only_spec(self.spec), partial_ok=True, identifier=self.name)
         ops = np.full(keys.num_rows, OP_DELETE, dtype=np.int8)
         prepared = prepare(self.spec, keys, ops)
-        return write_prepared(self.storage, self.location, self.spec, prepared, row_group_rows=self.row_group_rows)
+        return self._write_files(prepared)
 
     def _write_markers(self, base: int, keys: pa.Table, validate_reads: bool = False) -> CommitRecord:
         entries = self._marker_files(keys)
@@ -400,8 +413,7 @@ class Table:
                 remove.append(f.id)
                 if kept.num_rows:
                     prepared = [PreparedFile(values, f.bucket, kept, "data")]
-                    add += write_prepared(self.storage, self.location, self.spec, prepared,
-                                          first_order=len(add), row_group_rows=self.row_group_rows)
+                    add += self._write_files(prepared, first_order=len(add))
         except BaseException:
             self._discard(add)
             raise
@@ -507,8 +519,7 @@ class Table:
                         rows = batch.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False),
                                                    pa.array(np.full(batch.num_rows, OP_PUT, np.int8)))
                         prepared = [PreparedFile(values, split.bucket, rows, "data")]
-                        for e in write_prepared(self.storage, self.location, self.spec, prepared,
-                                                first_order=len(add), row_group_rows=self.row_group_rows):
+                        for e in self._write_files(prepared, first_order=len(add)):
                             e.seq = seq
                             add.append(e)
                     remove += [by_path[f.path].id for f in split.files if by_path[f.path].id is not None]  # type: ignore[misc]

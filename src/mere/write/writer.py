@@ -323,6 +323,8 @@ def write_prepared(
     row_group_rows: int | None = None,
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
     max_workers: int = 8,
+    compression: str = "zstd",
+    compression_level: int | None = None,
 ) -> list[FileEntry]:
     """Write the slices concurrently. On any failure the files already written are deleted."""
     if not prepared:
@@ -335,7 +337,8 @@ def write_prepared(
         bucket_dir = f"bucket-{p.bucket:05d}" if spec.has_primary_key else ""
         rel = "/".join(x for x in (location, ppath, bucket_dir, Storage.unique_name(prefix)) if x)
         rows = row_group_rows or _rows_per_group(p.rows, row_group_bytes)
-        written = storage.write_parquet(rel, p.rows, row_group_rows=rows, sorting_columns=sorting)
+        written = storage.write_parquet(rel, p.rows, row_group_rows=rows, sorting_columns=sorting,
+                                        compression=compression, compression_level=compression_level)
         full = len(p.rows.column_names) - (1 if OP_COLUMN in p.rows.column_names else 0) == len(spec.schema)
         columns = None if full else [c for c in p.rows.column_names if c != OP_COLUMN]
         return FileEntry(path=written.path, partition=partition_json(p.partition), bucket=p.bucket,
