@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-spark clean
+.PHONY: demo test lint typecheck bench bench-spark bench-s3 clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,12 +17,12 @@ demo: $(STAMP)
 	$(PY) -m mere.demo
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench tools
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench tools
 	$(VENV)/bin/ruff format --check src tests bench
 
 typecheck: $(STAMP)
@@ -33,6 +33,9 @@ bench: $(STAMP)
 
 bench-spark: $(STAMP)
 	$(PY) bench/bench_spark.py
+
+bench-s3: $(STAMP)
+	$(PY) bench/bench_s3.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

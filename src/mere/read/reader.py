@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
+from mere.concurrency import shared_pool
 from mere.io import Storage
 from mere.read.merge import _numpy_sortable, group_starts, reduce_versions, sort_indices
 from mere.read.planner import Explain, FileTask, Split, row_group_stats
@@ -23,17 +25,15 @@ DEFAULT_WINDOW_BYTES = 8 * 1024 * 1024
 LOOKUP_MAX_KEYS = 256
 BATCH_ROWS = 128 * 1024
 
-_io_pool: ThreadPoolExecutor | None = None
-_io_pool_lock = threading.Lock()
+IO_THREADS = 64  # threads mostly wait on the network; pyarrow's own IO pool does the transfers
+FILES_AHEAD = 8  # files of a table without primary key read ahead of the one being returned
+SPLITS_AHEAD = 4  # splits whose footers are fetched ahead of the splits being merged
 
 
 def io_pool() -> ThreadPoolExecutor:
-    """Threads for file IO; separate from split workers so nested waits cannot deadlock."""
-    global _io_pool
-    with _io_pool_lock:
-        if _io_pool is None:
-            _io_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="mere-io")
-        return _io_pool
+    """Threads for file IO (fork-aware, started on demand); separate from split workers so nested waits
+    cannot deadlock: IO tasks never wait on other IO tasks."""
+    return shared_pool("io", IO_THREADS)
 
 
 @dataclass
@@ -59,7 +59,8 @@ class _FileCursor:
     def __init__(self, storage: Storage, spec: TableSpec, task: FileTask, needed: Sequence[str],
                  opts: ReadOptions, explain: Explain | None) -> None:
         self.storage, self.spec, self.task, self.opts = storage, spec, task, opts
-        md = storage.metadata(task.path)
+        md = storage.metadata(task.path, task.size_bytes or None)
+        self.row_counts = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
         self.names = set(md.schema.names)
         self.columns = [c for c in needed if c in self.names]
         key0 = spec.primary_key[0] if spec.primary_key else None
@@ -97,19 +98,20 @@ class _FileCursor:
             return None
         idx = [g.index for g in groups]
         pre = self.opts.pre
+        size = self.task.size_bytes or None
         if self.opts.lookup and self.spec.primary_key:
-            # Point lookups: read the key columns first; read the rest only where a key matches.
+            # Point lookups: read the key columns first; read the rest only of row groups where a key
+            # matches. Two requests per file, whatever the number of candidate row groups.
             key_cols = [c for c in self.spec.identity_columns if c in self.names]
             predicate = E.to_pyarrow(pre)
-            found = [
-                self.storage.read_row_groups(self.task.path, [i], self.columns).filter(predicate)
-                for i in idx
-                if self.storage.read_row_groups(self.task.path, [i], key_cols).filter(predicate).num_rows
-            ]
-            if not found:
+            keys = self.storage.read_row_groups(self.task.path, idx, key_cols, size)
+            owner = np.repeat(np.asarray(idx, dtype=np.int64), [self.row_counts[i] for i in idx])
+            keys = keys.append_column(_ROW_GROUP_COLUMN, pa.array(owner, pa.int64()))
+            hits = np.unique(keys.filter(predicate).column(_ROW_GROUP_COLUMN).to_numpy())
+            if len(hits) == 0:
                 return None
-            return found[0] if len(found) == 1 else pa.concat_tables(found)
-        table = self.storage.read_row_groups(self.task.path, idx, self.columns)
+            return self.storage.read_row_groups(self.task.path, hits.tolist(), self.columns, size).filter(predicate)
+        table = self.storage.read_row_groups(self.task.path, idx, self.columns, size)
         if not isinstance(pre, E.AlwaysTrue):
             table = table.filter(E.to_pyarrow(pre))
         return table
@@ -137,6 +139,9 @@ class _FileCursor:
         count = int(pc.sum(below).as_py() or 0)  # rows are sorted by key: a prefix
         self.buffer = table.slice(count) if count < table.num_rows else None
         return table.slice(0, count) if count else None
+
+
+_ROW_GROUP_COLUMN = "__mere_row_group__"
 
 
 def _filter(table: pa.Table, predicate: E.Expr) -> pa.Table:
@@ -183,24 +188,79 @@ class SplitReader:
         if spec.has_primary_key:
             needed = [*needed, OP_COLUMN]
         tasks = split.files
+        # All footers of the split at once (one round trip on an object store), then cursors from the cache.
+        storage.prefetch_metadata([(t.path, t.size_bytes or None) for t in tasks], io_pool())
         self.cursors = [_FileCursor(storage, spec, t, needed, opts, explain) for t in tasks]
         self.cursors = [c for c in self.cursors if c.groups]
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        """Merged batches, window by window. The files of a window are fetched concurrently, and the next
+        window is fetched while this one is merged and handed out, as far as the storage's read-ahead
+        budget (``read_ahead_bytes``) allows; without budget the next window is fetched after."""
         if not self.cursors:
             return
         if not self.spec.has_primary_key:
-            for cur in self.cursors:
-                table = cur.take_until(None)
-                if table is not None and table.num_rows:
-                    yield from self._finish(table)
+            yield from self._batches_unmerged()
             return
-        for hi in _windows(self.cursors, self.opts.window_bytes):
-            futures = [io_pool().submit(c.take_until, hi) for c in self.cursors]
-            parts = [(c.task, f.result()) for c, f in zip(self.cursors, futures)]
-            merged = self._merge([(t, p) for t, p in parts if p is not None and p.num_rows])
-            if merged is not None and merged.num_rows:
-                yield from self._finish(merged)
+        pool = io_pool()
+        budget = self.storage.read_ahead
+        bounds = _windows(self.cursors, self.opts.window_bytes)
+        estimate = min(self.opts.window_bytes, sum(c.estimated_bytes for c in self.cursors))
+
+        def start(hi: Any) -> list[Future[pa.Table | None]]:
+            return [pool.submit(c.take_until, hi) for c in self.cursors]
+
+        held: deque[int] = deque()  # budget held per window in flight, in window order
+        pending = start(bounds[0])
+        held.append(0)  # the current window is never budgeted: it is what the consumer waits for
+        try:
+            for k in range(len(bounds)):
+                parts = [(c.task, f.result()) for c, f in zip(self.cursors, pending)]
+                if k + 1 < len(bounds):
+                    ahead = budget.try_acquire(estimate)
+                    pending = start(bounds[k + 1]) if ahead else []
+                    held.append(estimate if ahead else 0)
+                merged = self._merge([(t, p) for t, p in parts if p is not None and p.num_rows])
+                del parts
+                if merged is not None and merged.num_rows:
+                    yield from self._finish(merged)
+                del merged
+                budget.release(held.popleft())
+                if k + 1 < len(bounds) and not pending:
+                    pending = start(bounds[k + 1])
+        finally:
+            while held:
+                budget.release(held.popleft())
+
+    def _batches_unmerged(self) -> Iterator[pa.RecordBatch]:
+        """Tables without primary key: files in order, the next ones read ahead within the budget."""
+        pool = io_pool()
+        budget = self.storage.read_ahead
+        ahead: deque[tuple[Future[pa.Table | None], int]] = deque()
+        nxt = 0
+        try:
+            while nxt < len(self.cursors) or ahead:
+                if not ahead:
+                    ahead.append((pool.submit(self.cursors[nxt].take_until, None), 0))
+                    nxt += 1
+                while nxt < len(self.cursors) and len(ahead) < FILES_AHEAD:
+                    est = self.cursors[nxt].estimated_bytes
+                    if not budget.try_acquire(est):
+                        break
+                    ahead.append((pool.submit(self.cursors[nxt].take_until, None), est))
+                    nxt += 1
+                future, est = ahead[0]
+                try:
+                    table = future.result()
+                    if table is not None and table.num_rows:
+                        yield from self._finish(table)
+                    del table
+                finally:
+                    ahead.popleft()
+                    budget.release(est)
+        finally:
+            while ahead:
+                budget.release(ahead.popleft()[1])
 
     def _finish(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
         table = _filter(table, self.opts.post)
@@ -305,14 +365,37 @@ def _take(values: pa.ChunkedArray, order: np.ndarray) -> pa.Array:
 
 
 def stream_splits(
-    make_reader: Callable[[Split], SplitReader], splits: Sequence[Split], parallel: int, queue_size: int = 4
+    make_reader: Callable[[Split], SplitReader], splits: Sequence[Split], parallel: int, queue_size: int = 4,
+    splits_ahead: int = SPLITS_AHEAD,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield batches split by split, in order, while up to ``parallel`` splits are merged ahead."""
+    """Yield batches split by split, in order, while up to ``parallel`` splits are merged ahead.
+
+    Memory is bounded: each split being merged holds its current window (plus read-ahead within the
+    storage's budget) and at most ``queue_size`` finished batches; a split whose queue is full waits for
+    the consumer. Readers of the next ``splits_ahead`` splits are opened early (their footers fetched, a
+    round trip each on an object store) so a worker that finishes a split starts the next one at once.
+    """
     if not splits:
         return
     done = object()
     stop = threading.Event()
     queues: list[queue.Queue[Any]] = [queue.Queue(maxsize=queue_size) for _ in splits]
+    opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mere-open")
+    opened: dict[int, Future[SplitReader]] = {}
+    open_lock = threading.Lock()
+    next_open = [0]
+
+    def open_up_to(i: int) -> None:
+        with open_lock:
+            while next_open[0] < min(i, len(splits)) and not stop.is_set():
+                opened[next_open[0]] = opener.submit(make_reader, splits[next_open[0]])
+                next_open[0] += 1
+
+    def reader(i: int) -> SplitReader:
+        open_up_to(i + 1 + max(0, parallel - 1) + max(0, splits_ahead))
+        with open_lock:
+            future = opened.pop(i)
+        return future.result()
 
     def put(q: queue.Queue[Any], item: Any) -> bool:
         while not stop.is_set():
@@ -326,7 +409,7 @@ def stream_splits(
     def work(i: int) -> None:
         q = queues[i]
         try:
-            for batch in make_reader(splits[i]).batches():
+            for batch in reader(i).batches():
                 if not put(q, batch):
                     return
             put(q, done)
@@ -350,3 +433,4 @@ def stream_splits(
     finally:
         stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
+        opener.shutdown(wait=True, cancel_futures=True)

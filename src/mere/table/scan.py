@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -42,8 +42,8 @@ class ScanTask:
     only, no catalog connection. Engines (Spark, Dask, Ray) ship these to their tasks."""
 
     warehouse: str
-    storage_options: tuple[tuple[str, str], ...]
-    spec_json: str
+    storage_options: tuple[tuple[str, str], ...] = field(repr=False)  # may hold secrets
+    spec_json: str = field(repr=False)
     split: Split
     options: ReadOptions
 
@@ -67,6 +67,7 @@ class Scan:
     filter: Any = None
     parallel: int | None = None
     window_bytes: int | None = None
+    queue_batches: int = 2  # merged batches held per split ahead of the consumer
 
     def select(self, *columns: str) -> Scan:
         return replace(self, columns=tuple(columns))
@@ -136,7 +137,8 @@ class Scan:
         splits, opts = self._plan(Explain(self.version))
         storage, spec = self.table.storage, self.table.spec
         parallel = self.parallel or max(2, min(4, os.cpu_count() or 2))
-        return stream_splits(lambda s: SplitReader(storage, spec, s, opts), splits, parallel)
+        return stream_splits(lambda s: SplitReader(storage, spec, s, opts), splits, parallel,
+                             queue_size=self.queue_batches)
 
     def to_reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
