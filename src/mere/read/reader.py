@@ -22,6 +22,8 @@ from mere.read.planner import Explain, FileTask, Split, row_group_stats
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
 DEFAULT_WINDOW_BYTES = 8 * 1024 * 1024
+RELEASE_EVERY_WINDOWS = 2
+DEFAULT_WHOLE_SPLIT_BYTES = 48 * 1024 * 1024  # splits up to this size merge in one window
 LOOKUP_MAX_KEYS = 256
 BATCH_ROWS = 128 * 1024
 
@@ -43,6 +45,7 @@ class ReadOptions:
     post: E.Expr
     lookup: bool  # the pre-merge filter pins a few keys: read key columns first
     window_bytes: int = DEFAULT_WINDOW_BYTES
+    whole_split_bytes: int = DEFAULT_WHOLE_SPLIT_BYTES
 
 
 @dataclass
@@ -150,10 +153,13 @@ def _filter(table: pa.Table, predicate: E.Expr) -> pa.Table:
     return table.filter(E.to_pyarrow(predicate))
 
 
-def _windows(cursors: Sequence[_FileCursor], budget: int) -> list[Any]:
-    """Upper bounds of key-range windows (exclusive) so that each window reads about ``budget`` bytes."""
+def _windows(cursors: Sequence[_FileCursor], budget: int, whole: int = 0) -> list[Any]:
+    """Upper bounds of key-range windows (exclusive) so that each window reads about ``budget`` bytes.
+
+    A split of at most ``whole`` bytes is merged in one window: fewer, larger reads and sorts.
+    """
     total = sum(c.estimated_bytes for c in cursors)
-    if total <= budget:
+    if total <= max(budget, whole):
         return [None]
     groups = [g for c in cursors for g in c.groups]
     if any(g.min0 is None for g in groups):
@@ -204,7 +210,7 @@ class SplitReader:
             return
         pool = io_pool()
         budget = self.storage.read_ahead
-        bounds = _windows(self.cursors, self.opts.window_bytes)
+        bounds = _windows(self.cursors, self.opts.window_bytes, self.opts.whole_split_bytes)
         estimate = min(self.opts.window_bytes, sum(c.estimated_bytes for c in self.cursors))
 
         def start(hi: Any) -> list[Future[pa.Table | None]]:
@@ -226,6 +232,9 @@ class SplitReader:
                     yield from self._finish(merged)
                 del merged
                 budget.release(held.popleft())
+                if len(bounds) > 1 and k % RELEASE_EVERY_WINDOWS == RELEASE_EVERY_WINDOWS - 1:
+                    # Windowed splits are big: hand freed window memory back so RSS tracks live data.
+                    pa.default_memory_pool().release_unused()
                 if k + 1 < len(bounds) and not pending:
                     pending = start(bounds[k + 1])
         finally:

@@ -101,8 +101,10 @@ class Scan:
         explain.pre_merge_filter = str(parts.pre)
         explain.post_merge_filter = str(parts.post)
         lookup = parts.key_points is not None and len(parts.key_points) <= LOOKUP_MAX_KEYS
+        # An explicit window size is a memory limit: then every split bigger than it is windowed.
+        whole = 0 if self.window_bytes else self.table.whole_split_bytes
         opts = ReadOptions(self.output_columns, parts.pre, parts.post, lookup,
-                           self.window_bytes or self.table.window_bytes)
+                           self.window_bytes or self.table.window_bytes, whole)
         return splits, opts
 
     def plan(self) -> list[Split]:

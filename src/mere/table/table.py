@@ -20,7 +20,7 @@ from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuch
 from mere.io import Storage
 from mere.read.merge import sort_indices
 from mere.read.planner import Explain, split_filter
-from mere.read.reader import DEFAULT_WINDOW_BYTES, SplitReader
+from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES, SplitReader
 from mere.spec import OP_COLUMN, OP_DELETE, OP_PUT, TableSpec
 from mere.table.scan import Scan, normalise_columns
 from mere.write.writer import (
@@ -69,7 +69,10 @@ class Table:
         self.compression_level = int(level) if level else None
         rg_rows = self.spec.properties.get("write.row-group-rows")
         self.row_group_rows = int(rg_rows) if rg_rows else None
-        self.window_bytes = int(self.spec.properties.get("read.window-bytes", DEFAULT_WINDOW_BYTES))
+        props = self.spec.properties
+        self.window_bytes = int(props.get("read.window-bytes", DEFAULT_WINDOW_BYTES))
+        default_whole = 0 if "read.window-bytes" in props else DEFAULT_WHOLE_SPLIT_BYTES
+        self.whole_split_bytes = int(props.get("read.whole-split-bytes", default_whole))
 
     @property
     def _sql(self) -> SqlCatalog:
