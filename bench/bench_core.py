@@ -91,8 +91,13 @@ def workload(label: str, scale: int, repeat: int, tmp: str) -> dict[str, Any]:
     scan = t.scan()
     expected_rows = scan.count()
 
-    merged_s = median_time(lambda: scan.to_arrow(), repeat)
-    raw_read_s = median_time(lambda: pq.read_table(paths), repeat)
+    # Interleaved, so that machine noise and allocator state hit both sides alike.
+    merged_runs, raw_runs = [], []
+    for _ in range(repeat):
+        raw_runs.append(timed(lambda: pq.read_table(paths)))
+        merged_runs.append(timed(lambda: scan.to_arrow()))
+    merged_s = statistics.median(merged_runs)
+    raw_read_s = statistics.median(raw_runs)
     raw_zstd = raw_write_times(written[1:], tmp, "zstd")
     raw_snappy = raw_write_times(written[1:], tmp, "snappy")
     raw_base = raw_write_times(written[:1], tmp, "zstd")[0]
@@ -189,7 +194,7 @@ def main() -> None:
             results["RSS"] = rss_check(tmp)
             print("RSS", json.dumps(results["RSS"], indent=1), flush=True)
         if args.w2:
-            results["W2"] = workload("w2", 10, max(3, args.repeat // 2), tmp)
+            results["W2"] = workload("w2", 10, max(5, args.repeat // 2), tmp)
             print("W2", json.dumps(results["W2"], indent=1), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -46,6 +46,7 @@ class ReadOptions:
     lookup: bool  # the pre-merge filter pins a few keys: read key columns first
     window_bytes: int = DEFAULT_WINDOW_BYTES
     whole_split_bytes: int = DEFAULT_WHOLE_SPLIT_BYTES
+    release_memory: bool = True  # streaming: return freed window memory to the OS now and then
 
 
 @dataclass
@@ -232,7 +233,7 @@ class SplitReader:
                     yield from self._finish(merged)
                 del merged
                 budget.release(held.popleft())
-                if len(bounds) > 1 and k % RELEASE_EVERY_WINDOWS == RELEASE_EVERY_WINDOWS - 1:
+                if self.opts.release_memory and len(bounds) > 1 and k % RELEASE_EVERY_WINDOWS == 1:
                     # Windowed splits are big: hand freed window memory back so RSS tracks live data.
                     pa.default_memory_pool().release_unused()
                 if k + 1 < len(bounds) and not pending:

@@ -136,7 +136,11 @@ class Scan:
         yield from SplitReader(self.table.storage, self.table.spec, split, opts).batches()
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
+        return self._stream(release_memory=True)
+
+    def _stream(self, release_memory: bool) -> Iterator[pa.RecordBatch]:
         splits, opts = self._plan(Explain(self.version))
+        opts = replace(opts, release_memory=release_memory)
         storage, spec = self.table.storage, self.table.spec
         parallel = self.parallel or max(2, min(4, os.cpu_count() or 2))
         return stream_splits(lambda s: SplitReader(storage, spec, s, opts), splits, parallel,
@@ -146,7 +150,8 @@ class Scan:
         return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
 
     def to_arrow(self) -> pa.Table:
-        return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)
+        # Everything is kept anyway: returning freed window memory to the OS would only cost time.
+        return pa.Table.from_batches(list(self._stream(release_memory=False)), schema=self.schema)
 
     def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
         return self.to_arrow().to_pandas(**kwargs)
