@@ -239,13 +239,7 @@ class Table:
         if operation == "append" and self.spec.has_primary_key:
             raise InvalidInput(f"{self.name} has a primary key: stage 'upsert'")
         if operation == "delete":
-            if not self.spec.has_primary_key:
-                raise InvalidInput(f"{self.name} has no primary key: delete with a filter")
-            schema, batches = to_batches(data)
-            keys = pa.Table.from_batches(list(batches), schema=schema)
-            missing = [c for c in self.spec.identity_columns if c not in keys.column_names]
-            if missing:
-                raise InvalidInput(f"{self.name}: rows to delete lack key/partition column(s) {missing}")
+            keys = self._key_rows(data, self.spec.identity_columns)
             entries = self._marker_files(keys.select(list(self.spec.identity_columns)))
             return StagedWrite(self.name, operation, entries, sum(e.row_count for e in entries))
         entries, rows = self._write_data(data, partial_ok=operation == "upsert")
@@ -337,14 +331,19 @@ class Table:
             return self._with_rebase(lambda: self._delete_markers(where))
         return self._with_rebase(lambda: self._delete_rewrite(where))
 
-    def _delete_keys(self, keys: Any) -> CommitRecord:
+    def _key_rows(self, data: Any, required: Sequence[str]) -> pa.Table:
+        """Rows naming keys to delete, checked to carry the ``required`` columns."""
         if not self.spec.has_primary_key:
             raise InvalidInput(f"{self.name} has no primary key: delete with a filter")
-        schema, batches = to_batches(keys)
+        schema, batches = to_batches(data)
         table = pa.Table.from_batches(list(batches), schema=schema)
-        missing = [c for c in self.spec.primary_key if c not in table.column_names]
+        missing = [c for c in required if c not in table.column_names]
         if missing:
-            raise InvalidInput(f"{self.name}: keys to delete lack primary-key column(s) {missing}")
+            raise InvalidInput(f"{self.name}: rows to delete lack key/partition column(s) {missing}")
+        return table
+
+    def _delete_keys(self, keys: Any) -> CommitRecord:
+        table = self._key_rows(keys, self.spec.primary_key)
         cols = [c for c in self.spec.identity_columns if c in table.column_names]
         table = table.select(cols)
         if len(cols) == len(self.spec.identity_columns):
