@@ -53,6 +53,7 @@ tables = sa.Table(
     sa.Column("location", sa.Text, nullable=False),
     sa.Column("spec", sa.Text, nullable=False),
     sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("oldest_version", sa.BigInteger, nullable=False, server_default="0"),  # older ones were expired
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.UniqueConstraint("namespace", "name", name="mere_tables_name"),
     sqlite_autoincrement=True,  # never reuse the id of a dropped table
@@ -318,6 +319,34 @@ class SqlCatalog:
         if v is None:
             raise NoSuchTable(f"table id {table_id} no longer exists")
         return int(v)
+
+    def oldest_version(self, table_id: int) -> int:
+        with self.engine.connect() as conn:
+            v = conn.execute(sa.select(tables.c.oldest_version).where(tables.c.id == table_id)).scalar()
+        if v is None:
+            raise NoSuchTable(f"table id {table_id} no longer exists")
+        return int(v)
+
+    def expire(self, table_id: int, keep_from: int) -> list[str]:
+        """Forget versions before ``keep_from``: drop the rows of files no kept version needs, return their paths."""
+
+        def run(conn: Connection) -> list[str]:
+            q = sa.select(tables.c.version, tables.c.oldest_version).where(tables.c.id == table_id)
+            if self.dialect == "postgresql":
+                q = q.with_for_update()
+            row = conn.execute(q).first()
+            if row is None:
+                raise NoSuchTable(f"table id {table_id} no longer exists")
+            keep = min(keep_from, int(row.version))
+            if keep <= int(row.oldest_version):
+                return []
+            gone = files.c.table_id == table_id, files.c.removed_version <= keep
+            paths = [r[0] for r in conn.execute(sa.select(files.c.path).where(*gone))]
+            conn.execute(files.delete().where(*gone))
+            conn.execute(tables.update().where(tables.c.id == table_id).values(oldest_version=keep))
+            return paths
+
+        return self._run(run)
 
     def version_as_of(self, table_id: int, micros: int) -> int:
         with self.engine.connect() as conn:

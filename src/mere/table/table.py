@@ -107,13 +107,17 @@ class Table:
         if version is not None and as_of is not None:
             raise InvalidInput("give version or as_of, not both")
         current = self.version
+        if version is None and as_of is None:
+            return current
+        oldest = self._sql.oldest_version(self.record.id)
         if version is not None:
-            if isinstance(version, bool) or not isinstance(version, int) or version < 0 or version > current:
-                raise NoSuchVersion(f"{self.name} has versions 0..{current}; got {version!r}")
+            if isinstance(version, bool) or not isinstance(version, int) or version < oldest or version > current:
+                raise NoSuchVersion(f"{self.name} has versions {oldest}..{current}; got {version!r}")
             return version
-        if as_of is not None:
-            return self._sql.version_as_of(self.record.id, _to_micros(as_of))
-        return current
+        v = self._sql.version_as_of(self.record.id, _to_micros(as_of))
+        if v < oldest:
+            raise NoSuchVersion(f"{self.name}: version {v} (as of {as_of}) has expired; the oldest is {oldest}")
+        return v
 
     def scan(self, columns: Sequence[str] | str | None = None, filter: Any = None, version: int | None = None,
              as_of: Any = None, **options: Any) -> Scan:
@@ -534,6 +538,23 @@ class Table:
             except CommitConflict:
                 continue  # an overwrite or another compaction replaced some inputs: plan again
         raise CommitConflict(f"{self.name}: compaction lost {MAX_REBASE_ATTEMPTS} races; try again")
+
+    def expire(self, older_than: dt.timedelta = dt.timedelta(days=7)) -> list[str]:
+        """Give up time travel to versions older than ``older_than`` and delete the files only they used.
+
+        The version current at the cutoff stays readable. Returns the deleted paths.
+        """
+        try:
+            keep = self._sql.version_as_of(self.record.id, _to_micros(dt.datetime.now(dt.UTC) - older_than))
+        except NoSuchVersion:
+            return []
+        paths = self._sql.expire(self.record.id, keep)
+        for p in paths:  # unreferenced now: a failure here leaves garbage for cleanup(), never a broken table
+            try:
+                self.storage.delete(p)
+            except Exception:
+                log.warning("could not delete expired file %s", p)
+        return paths
 
     def cleanup(self, older_than: dt.timedelta = dt.timedelta(hours=1)) -> list[str]:
         """Delete files under the table's location that no version references (failed or killed writes).
