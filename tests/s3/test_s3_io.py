@@ -212,7 +212,9 @@ def test_bucket_files_of_one_write_upload_concurrently(proxied_catalog: Callable
     print(f"8 bucket files at 100 ms RTT: {elapsed:.3f} s")
     assert proxy.stats.by_method["PUT"] == 8
     assert proxy.stats.max_in_flight >= 4
-    assert elapsed < 0.75, f"8 uploads at 100 ms RTT took {elapsed:.2f} s (one after another: >= 0.8 s)"
+    # One after another: >= 8 x 2 round trips (each PUT waits for "100 Continue") = 1.6 s; the margin absorbs
+    # a loaded machine, max_in_flight above is the structural proof.
+    assert elapsed < 1.2, f"8 uploads at 100 ms RTT took {elapsed:.2f} s (one after another: >= 1.6 s)"
 
 
 def test_large_files_upload_as_multipart_with_parallel_parts(

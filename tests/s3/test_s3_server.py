@@ -63,5 +63,5 @@ def test_proxy_adds_one_round_trip_per_request_and_stays_pipelined(seaweed: Seaw
             t0 = time.perf_counter()
             list(pool.map(lambda i: handle.read_at(1000, i * 1000), range(16)))
             elapsed = time.perf_counter() - t0
-        assert elapsed < 0.2, elapsed
+        assert elapsed < 0.4, elapsed  # one after another: >= 16 x 40 ms = 0.64 s
         assert proxy.stats.max_in_flight >= 8
