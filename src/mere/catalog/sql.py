@@ -313,19 +313,19 @@ class SqlCatalog:
 
     # -- reads -----------------------------------------------------------------------------------
 
-    def current_version(self, table_id: int) -> int:
+    def _table_number(self, table_id: int, column: sa.Column[Any]) -> int:
         with self.engine.connect() as conn:
-            v = conn.execute(sa.select(tables.c.version).where(tables.c.id == table_id)).scalar()
+            v = conn.execute(sa.select(column).where(tables.c.id == table_id)).scalar()
         if v is None:
             raise NoSuchTable(f"table id {table_id} no longer exists")
         return int(v)
 
+    def current_version(self, table_id: int) -> int:
+        return self._table_number(table_id, tables.c.version)
+
     def oldest_version(self, table_id: int) -> int:
-        with self.engine.connect() as conn:
-            v = conn.execute(sa.select(tables.c.oldest_version).where(tables.c.id == table_id)).scalar()
-        if v is None:
-            raise NoSuchTable(f"table id {table_id} no longer exists")
-        return int(v)
+        """Versions before this one were expired."""
+        return self._table_number(table_id, tables.c.oldest_version)
 
     def expire(self, table_id: int, keep_from: int) -> list[str]:
         """Forget versions before ``keep_from``: drop the rows of files no kept version needs, return their paths."""
