@@ -97,17 +97,9 @@ class _Passthrough:
 
 
 def start_spark() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from mere.integrations.spark import local_session
 
-    spark = (SparkSession.builder.master("local[2]").appName("mere-bench")
-             .config("spark.driver.memory", "2g")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session("mere-bench", driver_memory="2g")
 
 
 def main() -> None:

@@ -70,19 +70,9 @@ def apply_model(model: dict[int, tuple[Any, ...]], batch: pa.Table) -> None:
 
 
 def start_spark() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from mere.integrations.spark import local_session
 
-    spark = (SparkSession.builder.master("local[2]").appName("mere-demo")
-             .config("spark.driver.memory", "1g")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "4")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session("mere-demo", shuffle_partitions=4)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,8 @@ pyspark = pytest.importorskip("pyspark", reason="pip install 'mere[spark]'")
 
 from pyspark.sql import SparkSession  # noqa: E402
 
+from mere.integrations.spark import local_session  # noqa: E402
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
@@ -22,18 +24,7 @@ def spark() -> Iterator[SparkSession]:
     # Workers must run this interpreter (the project venv), not whatever `python3` is on PATH.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("mere-tests")
-        .config("spark.driver.memory", "1g")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_session("mere-tests")
     try:
         yield session
     finally:

@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -67,7 +68,6 @@ import pyarrow.compute as pc
 import mere
 from mere import expr as E
 from mere.errors import InvalidInput, MereError, NoSuchNamespace, NoSuchTable, NotInstalled
-from mere.io import Storage
 from mere.read.planner import Split
 from mere.spec import TableSpec
 from mere.table.scan import ScanTask
@@ -168,7 +168,6 @@ class TableRef:
 
 
 _catalogs: dict[tuple[Any, ...], mere.Catalog] = {}
-_storages: dict[tuple[Any, ...], Storage] = {}
 _specs: dict[str, TableSpec] = {}
 _cache_lock = threading.Lock()
 
@@ -183,13 +182,22 @@ def _catalog(warehouse: str, catalog: str | None, storage: tuple[tuple[str, str]
         return cat
 
 
-def _storage(warehouse: str, storage: tuple[tuple[str, str], ...]) -> Storage:
-    key = (warehouse, storage)
-    with _cache_lock:
-        s = _storages.get(key)
-        if s is None:
-            s = _storages[key] = Storage(warehouse, dict(storage))
-        return s
+def local_session(app_name: str, driver_memory: str = "1g", shuffle_partitions: int = 2) -> Any:
+    """A local[2] SparkSession for jobs, tests and benchmarks on one machine (UTC, quiet, no UI)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName(app_name)
+               .config("spark.driver.memory", driver_memory)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+               .config("spark.default.parallelism", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def _spec(spec_json: str) -> TableSpec:

@@ -239,6 +239,15 @@ class Storage:
         return with_retries(operation, attempts=attempts, what=lambda: what, on_retry=count,
                             retry_if=is_transient_read if read else is_transient)
 
+    def _reading(self, what: str, operation: Any) -> Any:
+        """A read with retries; storage failures (and decode errors of remote files) become StorageError."""
+        try:
+            return self._retrying(what, operation, read=True)
+        except (OSError, pa.ArrowInvalid) as e:
+            if isinstance(e, OSError) or self.is_remote:
+                raise StorageError(f"{what} failed: {_first_line(e)}") from e
+            raise
+
     # -- writes ------------------------------------------------------------------------------------
 
     def write_parquet(
@@ -339,12 +348,7 @@ class Storage:
             fragment.ensure_complete_metadata()
             return _Footer(fragment.metadata, fragment)
 
-        try:
-            entry = self._retrying(f"reading the footer of {path}", read, read=True)
-        except (OSError, pa.ArrowInvalid) as e:
-            if isinstance(e, OSError) or self.is_remote:
-                raise StorageError(f"reading footer of {path} failed: {_first_line(e)}") from e
-            raise
+        entry = self._reading(f"reading the footer of {path}", read)
         md = entry.metadata
         footer = md.serialized_size + 8
         if size:
@@ -391,12 +395,7 @@ class Storage:
                 pf = pq.ParquetFile(f, metadata=md, pre_buffer=True)
                 return pf.read_row_groups(groups, columns=cols, use_threads=True)
 
-        try:
-            table = self._retrying(f"reading {path}", read, read=True)
-        except (OSError, pa.ArrowInvalid) as e:
-            if isinstance(e, OSError) or self.is_remote:
-                raise StorageError(f"reading {path} failed: {_first_line(e)}") from e
-            raise
+        table = self._reading(f"reading {path}", read)
         self._count(md, groups, cols)
         return table
 
