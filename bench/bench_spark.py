@@ -5,7 +5,9 @@ of 100,000 rows (half updates, half inserts). Reported (medians of --repeat runs
   - read: full merged read through mere into Spark's ``noop`` sink vs ``spark.read.parquet`` of the same
     merged rows compacted into one set of files, also into ``noop``: one zstd file per bucket (the layout a
     compaction of the table leaves), and 4 zstd files written by Spark itself; for reference, a minimal
-    Python data source that only yields the compacted files as Arrow (the cost of Spark's Python path)
+    Python data source that only yields the compacted files as Arrow (the cost of Spark's Python path),
+    Spark's own Parquet reader over the table's stored files without merging them (what any reader of the
+    uncompacted table has to decode), and mere's read of the same table after ``Table.compact()``
   - write: ``df.write.format("mere")`` of the 1M base rows into a new table (an upsert: bucket, sort,
     write) and of one 100k-row upsert into the W1 table, vs ``df.write.parquet`` of the same rows
     (Spark's default snappy, and zstd like mere); the source DataFrame is cached in Spark first
@@ -29,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -118,9 +121,16 @@ def main() -> None:
         t, *_ = build(cat, "bench.w1", base, 10, n_up, 4, rng)
         rows = t.scan().count()
         res["rows_after_merge"] = rows
+        stored = t.files()
+        res["stored_files"], res["stored_rows"] = stored.num_rows, pc.sum(stored.column("row_count")).as_py()
+        stored_paths = [os.path.join(wh, p) for p in stored.column("path").to_pylist()]
+        # The same table built again and compacted: one file per bucket.
+        compacted, *_ = build(cat, "bench.w1_compacted", base, 10, n_up, 4, np.random.default_rng(42))
+        compacted.compact()
+        assert compacted.files().num_rows == 4 and compacted.scan().count() == rows
 
-        def mere_df() -> Any:
-            return spark.read.format("mere").option("warehouse", wh).load("bench.w1")
+        def mere_df(name: str = "bench.w1") -> Any:
+            return spark.read.format("mere").option("warehouse", wh).load(name)
 
         # The same merged rows compacted into one set of files, two ways: one zstd file per bucket as a
         # compaction of this table would leave them (pyarrow), and 4 zstd files written by Spark itself.
@@ -138,6 +148,7 @@ def main() -> None:
             df.write.format("noop").mode("overwrite").save()
 
         _Passthrough.register(spark)
+        columns = t.schema.names
         files = ",".join(os.path.join(by_bucket, f) for f in sorted(os.listdir(by_bucket)))
         reads = interleaved({
             "mere": lambda: noop(mere_df()),
@@ -145,11 +156,14 @@ def main() -> None:
             "parquet_by_spark": lambda: noop(spark.read.parquet(by_spark)),
             "python_source_passthrough": lambda: noop(
                 spark.read.format("bench_passthrough").option("files", files).load()),
+            "parquet_stored_files_unmerged": lambda: noop(spark.read.parquet(*stored_paths).select(*columns)),
+            "mere_after_compact": lambda: noop(mere_df("bench.w1_compacted")),
         }, args.repeat)
         res["read_s"] = reads
         res["ratio_read_vs_parquet_by_bucket"] = reads["mere"] / reads["parquet_by_bucket"]
         res["ratio_read_vs_parquet_by_spark"] = reads["mere"] / reads["parquet_by_spark"]
-        res["ratio_passthrough_vs_parquet_by_bucket"] = reads["python_source_passthrough"] / reads["parquet_by_bucket"]
+        for k in ("python_source_passthrough", "parquet_stored_files_unmerged", "mere_after_compact"):
+            res[f"ratio_{k}_vs_parquet_by_bucket"] = reads[k] / reads["parquet_by_bucket"]
         print(json.dumps({k: v for k, v in res.items() if k.startswith(("read", "ratio"))}), flush=True)
 
         # Writes: the source rows are cached in Spark so that only the write is measured.

@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -97,6 +98,32 @@ def _delta_encoding(t: pa.DataType) -> str | None:
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
         return "DELTA_BYTE_ARRAY"
     return None
+
+
+DICTIONARY_SAMPLE_ROWS = 1 << 16
+DICTIONARY_MAX_DISTINCT = 0.5  # share of distinct values in the sample above which a column is written plain
+
+
+def _dictionary_columns(table: pa.Table, skip: Iterable[str]) -> list[str]:
+    """Columns worth dictionary encoding: few distinct values in a sample of their first rows.
+
+    Parquet writers try a dictionary for every column by default; for measures, timestamps and ids the
+    dictionary holds every value of a row group, which grows files and costs time to write and to read.
+    """
+    skipped = set(skip)
+    n = min(table.num_rows, DICTIONARY_SAMPLE_ROWS)
+    out = []
+    for name in table.column_names:
+        t = table.schema.field(name).type
+        if name in skipped or pa.types.is_boolean(t) or pa.types.is_nested(t):
+            continue
+        if pa.types.is_dictionary(t) or n == 0:
+            out.append(name)
+            continue
+        distinct = pc.count_distinct(table.column(name).slice(0, n), mode="all").as_py()
+        if distinct <= max(16, n * DICTIONARY_MAX_DISTINCT):
+            out.append(name)
+    return out
 
 
 @dataclass
@@ -262,8 +289,9 @@ class Storage:
     ) -> WrittenFile:
         """Write one Parquet file (zstd, statistics) at a path that must not exist yet.
 
-        Sort columns are delta-encoded instead of dictionary-encoded: sorted, mostly unique keys shrink
-        to a few bits each, which keeps key lookups (that read key columns first) cheap.
+        Sort columns are delta-encoded: sorted, mostly unique keys shrink to a few bits each, which keeps
+        key lookups (that read key columns first) cheap. Other columns are dictionary-encoded only when a
+        sample shows few distinct values.
 
         On object stores the file is encoded in memory, then uploaded (multipart from 10 MiB, parts in
         parallel); a failed write leaves no object behind and no referenced file.
@@ -273,7 +301,7 @@ class Storage:
         if sorting_columns:
             sorting = [pq.SortingColumn(table.schema.get_field_index(c)) for c in sorting_columns]
         encodings = {c: e for c in sorting_columns if (e := _delta_encoding(table.schema.field(c).type))}
-        dictionary = [c for c in table.column_names if c not in encodings] if encodings else True
+        dictionary = _dictionary_columns(table, encodings)
         writer_args: dict[str, Any] = dict(
             compression=compression, compression_level=compression_level, write_statistics=True,
             sorting_columns=sorting, use_dictionary=dictionary, column_encoding=encodings or None,
