@@ -7,7 +7,7 @@ of 100,000 rows (half updates, half inserts). Reported (medians of --repeat runs
     compaction of the table leaves), and 4 zstd files written by Spark itself; for reference, a minimal
     Python data source that only yields the compacted files as Arrow (the cost of Spark's Python path),
     Spark's own Parquet reader over the table's stored files without merging them (what any reader of the
-    uncompacted table has to decode), and mere's read of the same table after ``Table.compact()``
+    uncompacted table has to decode), and mere's read of the same table after a compaction (run by Spark, one task per bucket: timed too)
   - write: ``df.write.format("mere")`` of the 1M base rows into a new table (an upsert: bucket, sort,
     write) and of one 100k-row upsert into the W1 table, vs ``df.write.parquet`` of the same rows
     (Spark's default snappy, and zstd like mere); the source DataFrame is cached in Spark first
@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_core import build, make_rows
 
 import mere
+from mere.integrations.spark import compact
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -126,7 +127,7 @@ def main() -> None:
         stored_paths = [os.path.join(wh, p) for p in stored.column("path").to_pylist()]
         # The same table built again and compacted: one file per bucket.
         compacted, *_ = build(cat, "bench.w1_compacted", base, 10, n_up, 4, np.random.default_rng(42))
-        compacted.compact()
+        res["compact_with_spark_s"] = timed(lambda: compact(spark, "bench.w1_compacted", warehouse=wh))
         assert compacted.files().num_rows == 4 and compacted.scan().count() == rows
 
         def mere_df(name: str = "bench.w1") -> Any:

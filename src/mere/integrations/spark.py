@@ -67,11 +67,13 @@ import pyarrow.compute as pc
 
 import mere
 from mere import expr as E
-from mere.errors import InvalidInput, MereError, NoSuchNamespace, NoSuchTable, NotInstalled
+from mere.catalog import CommitRecord, FileEntry
+from mere.errors import CommitConflict, InvalidInput, MereError, NoSuchNamespace, NoSuchTable, NotInstalled
 from mere.read.planner import Split
 from mere.spec import TableSpec
+from mere.table.compaction import CompactionTask
 from mere.table.scan import ScanTask
-from mere.table.table import StagedWrite, Table
+from mere.table.table import MAX_REBASE_ATTEMPTS, StagedWrite, Table
 
 _INSTALL_HINT = "pip install 'mere[spark]' (PySpark >= 4.1 and a Java 17+ runtime)"
 
@@ -125,6 +127,7 @@ __all__ = [
     "MereWriter",
     "SplitPartition",
     "TableRef",
+    "compact",
     "register",
     "spark_schema",
 ]
@@ -644,6 +647,34 @@ class MereDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> MereStreamWriter:
         return MereStreamWriter(_WriteJob.plan(self.ref, self.options, schema, overwrite, streaming=True))
+
+
+def compact(spark: Any, table: str, *, warehouse: str | None = None, catalog: str | None = None,
+            storage_options: Mapping[str, str] | None = None, min_files: int = 2,
+            partition: Mapping[str, Any] | None = None) -> CommitRecord | None:
+    """Compact a table with Spark: one task per split folds its files, the driver commits once.
+
+    The same as :meth:`mere.Table.compact` for tables too big for one machine. Returns None when no split
+    has ``min_files`` files. A commit that loses a race against an overwrite or another compaction plans
+    again; a failed job commits nothing, and files of killed tasks are removed by :meth:`mere.Table.cleanup`.
+    """
+    options = {"table": table, "warehouse": warehouse, "catalog": catalog,
+               **{f"storage.{k}": v for k, v in (storage_options or {}).items()}}
+    ref = TableRef.from_options({k: v for k, v in options.items() if v is not None})
+    target = ref.open()
+    if target.catalog.filesystem_given:
+        raise InvalidInput(f"{table}: Spark compaction needs a warehouse URI its workers can open")
+    for _ in range(MAX_REBASE_ATTEMPTS):
+        plan = target.plan_compaction(min_files, partition)
+        if not plan.remove:
+            return None
+        tasks = spark.sparkContext.parallelize(list(plan.tasks), max(1, len(plan.tasks)))
+        results: list[list[FileEntry]] = tasks.map(CompactionTask.run).collect()
+        try:
+            return target.commit_compaction(plan, results)
+        except CommitConflict:
+            continue  # inputs replaced meanwhile: plan again (the commit deleted the new files)
+    raise CommitConflict(f"{table}: compaction lost {MAX_REBASE_ATTEMPTS} races; try again")
 
 
 def register(spark: Any) -> None:

@@ -27,7 +27,7 @@ _storages: dict[tuple[str, tuple[tuple[str, str], ...]], Storage] = {}
 _storages_lock = threading.Lock()
 
 
-def _storage_for(uri: str, options: tuple[tuple[str, str], ...]) -> Storage:
+def storage_for(uri: str, options: tuple[tuple[str, str], ...]) -> Storage:
     """One Storage (and footer cache) per warehouse in a worker process."""
     with _storages_lock:
         storage = _storages.get((uri, options))
@@ -53,7 +53,7 @@ class ScanTask:
 
     def read(self) -> Iterator[pa.RecordBatch]:
         """The split's merged rows, streamed."""
-        storage = _storage_for(self.warehouse, self.storage_options)
+        storage = storage_for(self.warehouse, self.storage_options)
         yield from SplitReader(storage, TableSpec.from_json(self.spec_json), self.split, self.options).batches()
 
 

@@ -6,7 +6,7 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,11 +18,11 @@ from mere import expr as E
 from mere.catalog import CommitRecord, ConcurrentChanges, FileEntry, SqlCatalog, TableRecord
 from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion, SchemaMismatch
 from mere.io import Storage
-from mere.read.merge import sort_indices
 from mere.read.planner import Explain, split_filter
-from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES, SplitReader
-from mere.spec import OP_COLUMN, OP_DELETE, OP_PUT, TableSpec
-from mere.table.scan import Scan, normalise_columns
+from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
+from mere.spec import OP_DELETE, TableSpec
+from mere.table.compaction import CompactionPlan, CompactionTask
+from mere.table.scan import Scan, ScanTask, normalise_columns
 from mere.write.writer import (
     PreparedFile,
     chunked,
@@ -497,47 +497,77 @@ class Table:
     def compact(self, min_files: int = 2, partition: Mapping[str, Any] | None = None) -> CommitRecord | None:
         """Fold each bucket's files into merged files; readers then merge less. Returns None if nothing to do.
 
-        The new files keep the sequence of the newest file they replace, so writes that commit meanwhile
-        still merge on top of them. Old files stay for time travel until :meth:`cleanup` after expiry.
+        Splits with at least ``min_files`` files (or any delete markers) are folded, optionally only in one
+        partition. The new files keep the sequence of the newest file they replace, so writes that commit
+        meanwhile still merge on top of them. Old files stay for time travel until :meth:`expire`.
+        To run the work on many machines, use :meth:`plan_compaction`, :meth:`CompactionTask.run
+        <mere.table.compaction.CompactionTask.run>` and :meth:`commit_compaction` (as the Spark adapter does).
         """
-        if not self.spec.has_primary_key:
-            return None
-        wanted = self._wanted_partition(partition)
         for _ in range(MAX_REBASE_ATTEMPTS):
-            base = self.version
-            scan = self.scan(version=base)
-            splits, opts = scan._plan(Explain(base))
-            add: list[FileEntry] = []
-            remove: list[int] = []
-            by_path = {f.path: f for f in self._files_at(base)}
+            plan = self.plan_compaction(min_files, partition)
+            if not plan.remove:
+                return None
+            results: list[list[FileEntry]] = []
             try:
-                for split in splits:
-                    values = dict(split.partition)
-                    if wanted is not None and any(values.get(c) != v for c, v in wanted.items()):
-                        continue
-                    if len(split.files) < min_files and not any(f.content == "delete" for f in split.files):
-                        continue
-                    seq = max(f.seq for f in split.files)
-                    reader = SplitReader(self.storage, self.spec, split, opts)
-                    for batch in _rebatch(reader.batches(), 1 << 20):
-                        # Merged output is sorted per window only; files must be sorted by key.
-                        batch = batch.take(pa.array(sort_indices([batch.column(c) for c in self.spec.primary_key])))
-                        rows = batch.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False),
-                                                   pa.array(np.full(batch.num_rows, OP_PUT, np.int8)))
-                        prepared = [PreparedFile(values, split.bucket, rows, "data")]
-                        for e in self._write_files(prepared, first_order=len(add)):
-                            e.seq = seq
-                            add.append(e)
-                    remove += [by_path[f.path].id for f in split.files if by_path[f.path].id is not None]  # type: ignore[misc]
-                if not remove:
-                    return None
-                return self._commit("compact", base, add, remove, sum(e.row_count for e in add),
-                                    partitions=sorted({e.partition for e in add}
-                                                      | {by_path[f.path].partition for s in splits for f in s.files
-                                                         if by_path[f.path].id in set(remove)}))
+                results.extend(task.run(self.storage) for task in plan.tasks)  # keeps the finished ones on error
+            except BaseException:
+                self.abort_compaction(results)
+                raise
+            try:
+                return self.commit_compaction(plan, results)
             except CommitConflict:
                 continue  # an overwrite or another compaction replaced some inputs: plan again
         raise CommitConflict(f"{self.name}: compaction lost {MAX_REBASE_ATTEMPTS} races; try again")
+
+    def plan_compaction(self, min_files: int = 2, partition: Mapping[str, Any] | None = None) -> CompactionPlan:
+        """The splits :meth:`compact` would fold now, as picklable tasks for workers to run."""
+        if min_files < 1:
+            raise InvalidInput(f"{self.name}: min_files must be at least 1, got {min_files}")
+        wanted = self._wanted_partition(partition)
+        base = self.version
+        if not self.spec.has_primary_key:
+            return CompactionPlan(self.name, self.record.uuid, base, (), (), ())
+        splits, opts = self.scan(version=base)._plan(Explain(base))
+        ids = {f.path: f.id for f in self._files_at(base)}
+        storage_options = tuple(sorted(self.storage.storage_options.items()))
+        tasks: list[CompactionTask] = []
+        remove: list[int] = []
+        partitions: set[str] = set()
+        for split in splits:
+            values = dict(split.partition)
+            if wanted is not None and any(values.get(c) != v for c, v in wanted.items()):
+                continue
+            if len(split.files) < min_files and not any(f.content == "delete" for f in split.files):
+                continue
+            read = ScanTask(self.storage.uri, storage_options, self.record.spec, split, opts)
+            tasks.append(CompactionTask(read, self.location, max(f.seq for f in split.files), self.row_group_rows,
+                                        self.compression, self.compression_level))
+            remove += [i for f in split.files if (i := ids.get(f.path)) is not None]
+            partitions.add(partition_json(values))
+        return CompactionPlan(self.name, self.record.uuid, base, tuple(tasks), tuple(remove), tuple(sorted(partitions)))
+
+    def commit_compaction(self, plan: CompactionPlan, results: Sequence[Sequence[FileEntry]]) -> CommitRecord:
+        """Swap the files the tasks wrote in for their inputs, as one new version.
+
+        Raises CommitConflict (and deletes the new files) when an input was replaced since the plan.
+        """
+        if plan.table_uuid != self.record.uuid:
+            self.abort_compaction(results)
+            raise InvalidInput(f"{self.name}: this compaction was planned for another table")
+        if len(results) != len(plan.tasks):
+            self.abort_compaction(results)
+            raise InvalidInput(f"{self.name}: {len(results)} results for {len(plan.tasks)} compaction tasks")
+        add = [replace(f, order=i, id=None, added_version=None)
+               for i, f in enumerate(f for files in results for f in files)]
+        if any(f.seq is None for f in add):
+            self._discard(add)
+            raise InvalidInput(f"{self.name}: compaction results must come from CompactionTask.run")
+        return self._commit("compact", plan.base_version, add, list(plan.remove), sum(f.row_count for f in add),
+                            partitions=list(plan.partitions))
+
+    def abort_compaction(self, results: Sequence[Sequence[FileEntry]]) -> None:
+        """Delete files written by compaction tasks that will not be committed."""
+        self._discard([f for files in results for f in files])
 
     def expire(self, older_than: dt.timedelta = dt.timedelta(days=7)) -> list[str]:
         """Give up time travel to versions older than ``older_than`` and delete the files only they used.
@@ -569,20 +599,6 @@ class Table:
                 self.storage.delete(path)
                 removed.append(path)
         return removed
-
-
-def _rebatch(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
-    """Group batches into tables of at least ``rows`` rows (the last may be smaller)."""
-    pending: list[pa.RecordBatch] = []
-    count = 0
-    for b in batches:
-        pending.append(b)
-        count += b.num_rows
-        if count >= rows:
-            yield pa.Table.from_batches(pending)
-            pending, count = [], 0
-    if pending:
-        yield pa.Table.from_batches(pending)
 
 
 def _split_id(partition: str, bucket: int) -> str:
