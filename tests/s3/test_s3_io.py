@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import re
 import time
@@ -226,7 +227,9 @@ def test_large_files_upload_as_multipart_with_parallel_parts(
     data = pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array(rng.integers(0, 1 << 62, len(ids))),
                      "s": pa.array(rng.integers(0, 1 << 62, len(ids)).astype(str))}, schema=SCHEMA)
     proxy.stats.reset()
+    proxy.rtt_ms = 40  # each part takes a round trip at least: parts sent one after another cannot overlap
     t.upsert(data)
+    proxy.rtt_ms = 0
     size = t.files().column("size_bytes")[0].as_py()
     assert size > 20 * 1024 * 1024
     parts = [i for i in proxy.stats.log if i.method == "PUT" and "partNumber=" in i.target]
@@ -370,6 +373,34 @@ def test_a_failed_multipart_upload_is_aborted_and_never_visible(
     assert state(t) == before
     assert objects(seaweed, f"{t.storage.root}/{t.location}") == before_objects
     assert not pending_uploads(seaweed, s3_bucket), "the incomplete multipart upload must be aborted"
+
+
+def test_cleanup_aborts_the_stale_multipart_uploads_of_its_table_only(
+        cat_direct: mere.Catalog, seaweed: SeaweedServer, s3_bucket: str) -> None:
+    t = cat_direct.create_table("gc.t", SCHEMA, primary_key=["id"], buckets=1)
+    other = cat_direct.create_table("gc.other", SCHEMA, primary_key=["id"], buckets=1)
+    t.upsert(rows(range(10)))
+    client = boto3.client("s3", endpoint_url=seaweed.endpoint, aws_access_key_id=seaweed.access_key,
+                          aws_secret_access_key=seaweed.secret_key, region_name=seaweed.region)
+    prefix = t.storage.root.partition("/")[2]
+
+    def start_upload(location: str) -> str:  # what a writer killed mid-upload leaves behind
+        key = f"{prefix}/{location}/bucket-00000/part-killed.parquet".lstrip("/")
+        upload = client.create_multipart_upload(Bucket=s3_bucket, Key=key)
+        client.upload_part(Bucket=s3_bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * 1024)
+        return key
+
+    mine, theirs = start_upload(t.location), start_upload(other.location)
+    pending = {u["Key"] for u in pending_uploads(seaweed, s3_bucket)}
+    assert {mine, theirs} <= pending
+    before = (t.version, sorted(t.files().column("path").to_pylist()), sorted_rows(t.to_arrow()))
+    assert t.cleanup() == []  # an hour's grace: uploads still in flight keep going
+    removed = t.cleanup(older_than=dt.timedelta(0))
+    assert [p for p in removed if p.endswith("part-killed.parquet")] == [f"{t.location}/bucket-00000/part-killed.parquet"]
+    pending = {u["Key"] for u in pending_uploads(seaweed, s3_bucket)}
+    assert mine not in pending and theirs in pending
+    assert (t.version, sorted(t.files().column("path").to_pylist()), sorted_rows(t.to_arrow())) == before
+    assert other.cleanup(older_than=dt.timedelta(0)) and not pending_uploads(seaweed, s3_bucket)
 
 
 def test_a_failure_while_encoding_publishes_nothing(proxied_catalog: Callable[..., mere.Catalog],

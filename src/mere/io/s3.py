@@ -167,16 +167,15 @@ class S3Pool:
     def for_upload(self, size: int) -> pafs.S3FileSystem:
         return self.large if size >= MULTIPART_THRESHOLD else self.small
 
-    def abort_incomplete_uploads(self, path: str) -> int:
-        """Abort pending multipart uploads of exactly this key (best effort; needs boto3). Returns the count."""
+    def _boto_client(self, purpose: str) -> Any | None:
+        """A boto3 S3 client with this pool's settings, or None (logged) without boto3."""
         try:
             import boto3
             from botocore.config import Config
         except ImportError:
-            log.warning("cannot abort the incomplete multipart upload of %s: install mere[s3] (boto3); "
-                        "a bucket lifecycle rule (AbortIncompleteMultipartUpload) removes it otherwise", path)
-            return 0
-        bucket, _, key = path.partition("/")
+            log.warning("cannot %s: install mere[s3] (boto3); a bucket lifecycle rule "
+                        "(AbortIncompleteMultipartUpload) removes incomplete uploads otherwise", purpose)
+            return None
         s = self.settings
         kwargs: dict[str, Any] = {"region_name": s.region,
                                   "config": Config(retries={"max_attempts": s.retries + 1, "mode": "standard"},
@@ -188,9 +187,16 @@ class S3Pool:
             kwargs["aws_access_key_id"] = self._abort_options["access_key_id"]
             kwargs["aws_secret_access_key"] = self._abort_options["secret_access_key"]
             kwargs["aws_session_token"] = self._abort_options.get("session_token")
+        return boto3.session.Session().client("s3", **kwargs)
+
+    def abort_incomplete_uploads(self, path: str) -> int:
+        """Abort pending multipart uploads of exactly this key (best effort; needs boto3). Returns the count."""
+        bucket, _, key = path.partition("/")
         aborted = 0
         try:
-            client = boto3.session.Session().client("s3", **kwargs)
+            client = self._boto_client(f"abort the incomplete multipart upload of {path}")
+            if client is None:
+                return 0
             listing = client.list_multipart_uploads(Bucket=bucket, Prefix=key)
             for upload in listing.get("Uploads", []):
                 if upload.get("Key") == key:
@@ -198,4 +204,19 @@ class S3Pool:
                     aborted += 1
         except Exception as e:  # best effort: the upload is invisible and unreferenced anyway
             log.warning("could not abort the incomplete multipart upload of %s: %s", path, type(e).__name__)
+        return aborted
+
+    def abort_stale_uploads(self, prefix: str, initiated_before: float) -> list[str]:
+        """Abort multipart uploads under ``bucket/prefix`` started before a time (epoch seconds): what killed
+        writers left pending, invisible but billed. Returns the ``bucket/key`` paths whose uploads went."""
+        bucket, _, key_prefix = prefix.partition("/")
+        client = self._boto_client(f"abort stale multipart uploads under {prefix}")
+        if client is None:
+            return []
+        aborted: list[str] = []
+        for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=key_prefix):
+            for upload in page.get("Uploads", []):
+                if upload["Initiated"].timestamp() < initiated_before:
+                    client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                    aborted.append(f"{bucket}/{upload['Key']}")
         return aborted

@@ -476,6 +476,19 @@ class Storage:
                 out.append((rel, int(info.size or 0), mtime))
         return out
 
+    def abort_stale_uploads(self, rel_dir: str, initiated_before: float) -> list[str]:
+        """Abort multipart uploads below a directory started before a time (object stores; nothing to do
+        elsewhere). Returns their relative paths. Maintenance only."""
+        if self._s3 is None:
+            return []
+        base = self.full_path(rel_dir).rstrip("/") + "/"
+        try:
+            paths = self._s3.abort_stale_uploads(base, initiated_before)
+        except Exception as e:
+            raise StorageError(f"aborting stale uploads under {base} failed: {_first_line(e)}") from e
+        prefix = self.root + "/"
+        return [p[len(prefix):] if p.startswith(prefix) else p for p in paths]
+
     @staticmethod
     def unique_name(prefix: str = "part") -> str:
         return f"{prefix}-{uuid.uuid4().hex}.parquet"

@@ -587,9 +587,11 @@ class Table:
         return paths
 
     def cleanup(self, older_than: dt.timedelta = dt.timedelta(hours=1)) -> list[str]:
-        """Delete files under the table's location that no version references (failed or killed writes).
+        """Delete files under the table's location that no version references (failed or killed writes),
+        and on object stores abort the multipart uploads such writes left pending.
 
-        Only files older than ``older_than`` go, so writes still in flight keep theirs.
+        Only files and uploads older than ``older_than`` go, so writes still in flight keep theirs.
+        Returns the removed paths.
         """
         referenced = self._sql.all_file_paths(self.record.id)
         cutoff = time.time() - older_than.total_seconds()
@@ -598,7 +600,7 @@ class Table:
             if path not in referenced and mtime < cutoff:
                 self.storage.delete(path)
                 removed.append(path)
-        return removed
+        return removed + self.storage.abort_stale_uploads(self.location, cutoff)
 
 
 def _split_id(partition: str, bucket: int) -> str:
