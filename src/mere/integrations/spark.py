@@ -45,6 +45,9 @@ Streaming: ``df.writeStream.format("mere").option("checkpointLocation", ...).sta
 upserts each micro-batch in one commit whose idempotency key is the query id (stable across restarts from
 the same checkpoint) plus the batch id, so a replayed batch is applied once.
 
+Compaction: ``compact(spark, "sales.orders", warehouse=...)`` folds each split's files in its own Spark task
+and commits once; reads of a compacted table cost Spark much less (fewer rows and files to decode).
+
 Spark SQL: ``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.orders', warehouse '...')`` or
 ``df.createOrReplaceTempView("orders")``; Spark cannot query a Python data source by path.
 """
