@@ -427,7 +427,8 @@ class Storage:
                 part = entry.fragment.subset(row_group_ids=groups)
                 return part.to_table(columns=cols, use_threads=True, batch_size=1 << 30)
             with self.fs.open_input_file(path) as f:
-                pf = pq.ParquetFile(f, metadata=md, pre_buffer=True)
+                # Coalesced prefetch pays on remote stores; on local disk it is an extra copy (~5% of a scan).
+                pf = pq.ParquetFile(f, metadata=md, pre_buffer=self.is_remote)
                 return pf.read_row_groups(groups, columns=cols, use_threads=True)
 
         table = self._reading(f"reading {path}", read)
