@@ -413,8 +413,12 @@ class Storage:
             f.result()
 
     def read_row_groups(self, rel: str, row_groups: Sequence[int], columns: Sequence[str] | None,
-                        size: int | None = None) -> pa.Table:
-        """Read some row groups of one file (in the given order), only the given columns (those it has)."""
+                        size: int | None = None, dictionary: Sequence[str] = ()) -> pa.Table:
+        """Read some row groups of one file (in the given order), only the given columns (those it has).
+
+        ``dictionary`` columns may come back dictionary-encoded (local and pyarrow filesystems), which saves
+        materialising values of rows a merge drops; callers cast them to their plain type.
+        """
         entry = self._footer(rel, size)
         md = entry.metadata
         cols = None if columns is None else [c for c in columns if c in md.schema.names]
@@ -428,7 +432,7 @@ class Storage:
                 return part.to_table(columns=cols, use_threads=True, batch_size=1 << 30)
             with self.fs.open_input_file(path) as f:
                 # Coalesced prefetch pays on remote stores; on local disk it is an extra copy (~5% of a scan).
-                pf = pq.ParquetFile(f, metadata=md, pre_buffer=self.is_remote)
+                pf = pq.ParquetFile(f, metadata=md, pre_buffer=self.is_remote, read_dictionary=list(dictionary) or None)
                 return pf.read_row_groups(groups, columns=cols, use_threads=True)
 
         table = self._reading(f"reading {path}", read)

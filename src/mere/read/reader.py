@@ -7,12 +7,13 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from mere import expr as E
 from mere.concurrency import shared_pool
@@ -47,6 +48,7 @@ class ReadOptions:
     window_bytes: int = DEFAULT_WINDOW_BYTES
     whole_split_bytes: int = DEFAULT_WHOLE_SPLIT_BYTES
     release_memory: bool = True  # streaming: return freed window memory to the OS now and then
+    dictionary: tuple[str, ...] = ()  # string columns read as dictionary where files hold them so (set per split)
 
 
 @dataclass
@@ -67,6 +69,7 @@ class _FileCursor:
         self.row_counts = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
         self.names = set(md.schema.names)
         self.columns = [c for c in needed if c in self.names]
+        self.dictionary = [c for c in opts.dictionary if c in self.names and _dictionary_pages(md, c)]
         key0 = spec.primary_key[0] if spec.primary_key else None
         stats_cols = sorted(E.columns(opts.pre) or set())
         if key0 is not None and key0 not in stats_cols:
@@ -115,7 +118,7 @@ class _FileCursor:
             if len(hits) == 0:
                 return None
             return self.storage.read_row_groups(self.task.path, hits.tolist(), self.columns, size).filter(predicate)
-        table = self.storage.read_row_groups(self.task.path, idx, self.columns, size)
+        table = self.storage.read_row_groups(self.task.path, idx, self.columns, size, self.dictionary)
         if not isinstance(pre, E.AlwaysTrue):
             table = table.filter(E.to_pyarrow(pre))
         return table
@@ -146,6 +149,29 @@ class _FileCursor:
 
 
 _ROW_GROUP_COLUMN = "__mere_row_group__"
+
+
+def _dictionary_pages(md: pq.FileMetaData, column: str) -> bool:
+    """Whether a column's values are dictionary-encoded in this file (first row group), so reading them as
+    dictionary costs no hashing."""
+    if md.num_row_groups == 0:
+        return False
+    index = md.schema.names.index(column)
+    return bool(md.row_group(0).column(index).has_dictionary_page)
+
+
+def _is_binary_like(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+def _plain(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Dictionary-read columns cast back to their table type (pyarrow may also hand a large_string back)."""
+    for i, f in enumerate(table.schema):
+        if f.name in schema.names and (pa.types.is_dictionary(f.type) or (
+                _is_binary_like(f.type) and f.type != schema.field(f.name).type)):
+            table = table.set_column(i, pa.field(f.name, schema.field(f.name).type, f.nullable),
+                                     table.column(i).cast(schema.field(f.name).type))
+    return table
 
 
 def _filter(table: pa.Table, predicate: E.Expr) -> pa.Table:
@@ -194,6 +220,12 @@ class SplitReader:
         self.needed = needed
         if spec.has_primary_key:
             needed = [*needed, OP_COLUMN]
+            if all(spec.operator(c).name == "last" for c in needed if c in spec.schema.names
+                   and c not in spec.identity_columns):
+                # Newest-wins merges drop whole rows: keep repetitive strings as dictionary indices until then.
+                opts = replace(opts, dictionary=tuple(
+                    c for c in self.needed if c not in spec.identity_columns and _is_binary_like(spec.schema.field(c).type)))
+                self.opts = opts
         tasks = split.files
         # All footers of the split at once (one round trip on an object store), then cursors from the cache.
         storage.prefetch_metadata([(t.path, t.size_bytes or None) for t in tasks], io_pool())
@@ -273,7 +305,7 @@ class SplitReader:
                 budget.release(ahead.popleft()[1])
 
     def _finish(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
-        table = _filter(table, self.opts.post)
+        table = _filter(_plain(table, self.spec.schema), self.opts.post)
         if table.num_rows == 0:
             return
         out = table.select([])  # keeps the row count, even with no output columns
@@ -335,12 +367,16 @@ class SplitReader:
         if not out:
             return pa.table({c: pa.array([], type=self.spec.schema.field(c).type) for c in self.needed})
         cols = [c for c in self.needed if c in out[0].column_names]
-        return pa.concat_tables([o.select(cols) for o in out])
+        out = [o.select(cols) for o in out]
+        if any(not o.schema.equals(out[0].schema) for o in out[1:]):
+            out = [_plain(o, self.spec.schema) for o in out]  # files differ in which columns are dictionaries
+        return pa.concat_tables(out)
 
     def _merge_general(self, parts: list[tuple[FileTask, pa.Table]], value_cols: list[str]) -> pa.Table:
         """Per-column merge operators and files with column subsets."""
         spec = self.spec
         schema = pa.schema([spec.schema.field(c) for c in self.needed])
+        parts = [(t, _plain(p, spec.schema)) for t, p in parts]
         aligned = []
         present: dict[str, list[np.ndarray]] = {c: [] for c in value_cols}
         for _, p in parts:
