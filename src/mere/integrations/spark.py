@@ -71,12 +71,12 @@ import pyarrow.compute as pc
 import mere
 from mere import expr as E
 from mere.catalog import CommitRecord, FileEntry
-from mere.errors import CommitConflict, InvalidInput, MereError, NoSuchNamespace, NoSuchTable, NotInstalled
+from mere.errors import InvalidInput, MereError, NoSuchNamespace, NoSuchTable, NotInstalled
 from mere.read.planner import Split
 from mere.spec import TableSpec
 from mere.table.compaction import CompactionTask
 from mere.table.scan import ScanTask
-from mere.table.table import MAX_REBASE_ATTEMPTS, StagedWrite, Table
+from mere.table.table import StagedWrite, Table
 
 _INSTALL_HINT = "pip install 'mere[spark]' (PySpark >= 4.1 and a Java 17+ runtime)"
 
@@ -667,17 +667,12 @@ def compact(spark: Any, table: str, *, warehouse: str | None = None, catalog: st
     target = ref.open()
     if target.catalog.filesystem_given:
         raise InvalidInput(f"{table}: Spark compaction needs a warehouse URI its workers can open")
-    for _ in range(MAX_REBASE_ATTEMPTS):
-        plan = target.plan_compaction(min_files, partition)
-        if not plan.remove:
-            return None
-        tasks = spark.sparkContext.parallelize(list(plan.tasks), max(1, len(plan.tasks)))
-        results: list[list[FileEntry]] = tasks.map(CompactionTask.run).collect()
-        try:
-            return target.commit_compaction(plan, results)
-        except CommitConflict:
-            continue  # inputs replaced meanwhile: plan again (the commit deleted the new files)
-    raise CommitConflict(f"{table}: compaction lost {MAX_REBASE_ATTEMPTS} races; try again")
+
+    def run(tasks: Sequence[CompactionTask]) -> list[list[FileEntry]]:
+        rdd = spark.sparkContext.parallelize(list(tasks), max(1, len(tasks)))
+        return rdd.map(CompactionTask.run).collect()
+
+    return target.compact(min_files, partition, run=run)
 
 
 def register(spark: Any) -> None:

@@ -470,6 +470,15 @@ class Storage:
         with self._lock:
             self._footers.pop(rel, None)
 
+    def discard(self, rels: Iterable[str]) -> None:
+        """Delete files nothing references (uncommitted writes), best effort: what stays is garbage that
+        ``Table.cleanup`` removes later, never a broken table."""
+        for rel in rels:
+            try:
+                self.delete(rel)
+            except Exception:
+                log.warning("could not delete uncommitted file %s", rel)
+
     def list_files(self, rel_dir: str) -> list[tuple[str, int, float]]:
         """Every file below a directory: (relative path, size, mtime seconds). Maintenance only: commits
         and reads never list."""

@@ -12,7 +12,6 @@ another compaction) raises :class:`~mere.errors.CommitConflict` and deletes the 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -71,7 +70,7 @@ class CompactionTask:
                     entry.seq = self.seq
                     written.append(entry)
         except BaseException:
-            discard(storage, written)
+            storage.discard(e.path for e in written)
             raise
         return written
 
@@ -86,12 +85,6 @@ class CompactionPlan:
     tasks: tuple[CompactionTask, ...]
     remove: tuple[int, ...]  # catalog ids of every input file
     partitions: tuple[str, ...]  # partitions the commit touches (also those folded to nothing)
-
-
-def discard(storage: Storage, entries: list[FileEntry]) -> None:
-    for e in entries:
-        with contextlib.suppress(Exception):  # unreferenced: garbage for cleanup() at worst
-            storage.delete(e.path)
 
 
 def _chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:

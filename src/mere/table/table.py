@@ -299,11 +299,7 @@ class Table:
                               compression_level=self.compression_level)
 
     def _discard(self, entries: Sequence[FileEntry]) -> None:
-        for e in entries:
-            try:
-                self.storage.delete(e.path)
-            except Exception:  # unreferenced files are garbage for cleanup() anyway
-                log.warning("could not delete uncommitted file %s", e.path)
+        self.storage.discard(e.path for e in entries)
 
     def _commit(self, operation: str, base: int, add: list[FileEntry], remove: list[int], rows: int,
                 validate: Callable[[ConcurrentChanges], None] | None = None,
@@ -494,30 +490,37 @@ class Table:
 
     # -- maintenance -----------------------------------------------------------------------------
 
-    def compact(self, min_files: int = 2, partition: Mapping[str, Any] | None = None) -> CommitRecord | None:
+    def compact(self, min_files: int = 2, partition: Mapping[str, Any] | None = None,
+                run: Callable[[Sequence[CompactionTask]], list[list[FileEntry]]] | None = None) -> CommitRecord | None:
         """Fold each bucket's files into merged files; readers then merge less. Returns None if nothing to do.
 
         Splits with at least ``min_files`` files (or any delete markers) are folded, optionally only in one
         partition. The new files keep the sequence of the newest file they replace, so writes that commit
         meanwhile still merge on top of them. Old files stay for time travel until :meth:`expire`.
-        To run the work on many machines, use :meth:`plan_compaction`, :meth:`CompactionTask.run
-        <mere.table.compaction.CompactionTask.run>` and :meth:`commit_compaction` (as the Spark adapter does).
+        ``run`` executes the tasks and returns each one's files, in task order (default: here, one after
+        another); an engine passes its own to spread them (see ``mere.integrations.spark.compact``). The
+        steps are also public: :meth:`plan_compaction`, :meth:`CompactionTask.run
+        <mere.table.compaction.CompactionTask.run>` and :meth:`commit_compaction`.
         """
         for _ in range(MAX_REBASE_ATTEMPTS):
             plan = self.plan_compaction(min_files, partition)
             if not plan.remove:
                 return None
-            results: list[list[FileEntry]] = []
-            try:
-                results.extend(task.run(self.storage) for task in plan.tasks)  # keeps the finished ones on error
-            except BaseException:
-                self.abort_compaction(results)
-                raise
+            results = (run or self._run_compaction)(plan.tasks)
             try:
                 return self.commit_compaction(plan, results)
             except CommitConflict:
                 continue  # an overwrite or another compaction replaced some inputs: plan again
         raise CommitConflict(f"{self.name}: compaction lost {MAX_REBASE_ATTEMPTS} races; try again")
+
+    def _run_compaction(self, tasks: Sequence[CompactionTask]) -> list[list[FileEntry]]:
+        results: list[list[FileEntry]] = []
+        try:
+            results.extend(task.run(self.storage) for task in tasks)  # keeps the finished ones on error
+        except BaseException:
+            self.abort_compaction(results)
+            raise
+        return results
 
     def plan_compaction(self, min_files: int = 2, partition: Mapping[str, Any] | None = None) -> CompactionPlan:
         """The splits :meth:`compact` would fold now, as picklable tasks for workers to run."""

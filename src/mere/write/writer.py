@@ -5,7 +5,6 @@ Nothing here is visible to readers: files become part of the table only when the
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -355,9 +354,6 @@ def write_prepared(
         except BaseException as e:  # collect, then clean up below
             errors.append(e)
     if errors:
-        for r in results:
-            if r is not None:
-                with contextlib.suppress(Exception):  # best effort: unreferenced files are garbage anyway
-                    storage.delete(r.path)
+        storage.discard(r.path for r in results if r is not None)
         raise errors[0]
     return [r for r in results if r is not None]
