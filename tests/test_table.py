@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import itertools
 import json
@@ -184,19 +185,20 @@ def test_missing_table_in_missing_namespace_is_no_such_table(cat: mere.Catalog) 
         cat.table("ghost.orders")
 
 
+def misbehaviour(case: str, call: Callable[[], Any], error: type[Exception]) -> str | None:
+    """What is wrong with how ``call`` failed (None: it raised ``error``, a MereError)."""
+    try:
+        call()
+    except error as e:
+        return None if isinstance(e, mere.MereError) else f"{case}: {type(e).__name__} is not a MereError"
+    except Exception as e:
+        return f"{case}: expected {error.__name__}, got {type(e).__name__}: {e}"
+    return f"{case}: expected {error.__name__}, nothing raised"
+
+
 def expect_errors(cases: list[tuple[str, Callable[[], Any], type[Exception]]]) -> None:
     """Run every case; each must raise its typed error. Reports all misbehaving cases at once."""
-    failures = []
-    for case, call, error in cases:
-        try:
-            call()
-        except error as e:
-            if not isinstance(e, mere.MereError):
-                failures.append(f"{case}: {type(e).__name__} is not a MereError")
-        except Exception as e:
-            failures.append(f"{case}: expected {error.__name__}, got {type(e).__name__}: {e}")
-        else:
-            failures.append(f"{case}: expected {error.__name__}, nothing raised")
+    failures = [f for case, call, error in cases if (f := misbehaviour(case, call, error))]
     assert not failures, "\n".join(failures)
 
 
@@ -670,15 +672,8 @@ def assert_rejected_without_change(t: mere.Table,
     failures = []
     for case, write, error in cases:
         before = snapshot(t)
-        try:
-            write(t)
-        except error as e:
-            if not isinstance(e, mere.MereError):
-                failures.append(f"{case}: {type(e).__name__} is not a MereError")
-        except Exception as e:
-            failures.append(f"{case}: expected {error.__name__}, got {type(e).__name__}: {e}")
-        else:
-            failures.append(f"{case}: expected {error.__name__}, nothing raised")
+        if (failure := misbehaviour(case, functools.partial(write, t), error)) is not None:
+            failures.append(failure)
         after = snapshot(t)
         if after != before:
             failures.append(f"{case}: changed {[k for k in before if before[k] != after[k]]}")

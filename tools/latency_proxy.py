@@ -197,11 +197,9 @@ class _RequestFramer:
                 if self.remaining == 0:
                     self.state = "head" if self.state == "body" else "chunk-size"
             elif self.state == "chunk-size":
-                end = self.buf.find(b"\r\n")
-                if end < 0:
+                line = self._line()
+                if line is None:
                     break
-                line = bytes(self.buf[:end + 2])
-                del self.buf[:end + 2]
                 events.append(line)
                 text = line[:-2].split(b";")[0].strip()
                 if not text:
@@ -213,15 +211,22 @@ class _RequestFramer:
                     self.remaining = size
                     self.state = "chunk-data"
             elif self.state == "trailer":
-                end = self.buf.find(b"\r\n")
-                if end < 0:
+                line = self._line()
+                if line is None:
                     break
-                line = bytes(self.buf[:end + 2])
-                del self.buf[:end + 2]
                 events.append(line)
                 if line == b"\r\n":
                     self.state = "head"
         return events
+
+    def _line(self) -> bytes | None:
+        """The next CRLF-terminated line, taken off the buffer (None until it is complete)."""
+        end = self.buf.find(b"\r\n")
+        if end < 0:
+            return None
+        line = bytes(self.buf[:end + 2])
+        del self.buf[:end + 2]
+        return line
 
 
 class LatencyProxy:
