@@ -6,6 +6,7 @@ The spec is engine- and storage-neutral and serialises to JSON for the catalog.
 from __future__ import annotations
 
 import base64
+import difflib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,15 +72,119 @@ def is_key_type(t: pa.DataType) -> bool:
     )
 
 
+MAX_BUCKETS = 100_000  # Spark's own limit (spark.sql.sources.bucketing.maxBuckets)
+
+
 def _normalise_type(t: pa.DataType) -> pa.DataType:
-    """Store plain large-free types; views and dictionaries become their value types."""
+    """The stored type: encodings (dictionary, run-end, views) become their plain value types, also inside
+    nested types."""
     if pa.types.is_dictionary(t):
+        return _normalise_type(t.value_type)
+    if pa.types.is_run_end_encoded(t):
         return _normalise_type(t.value_type)
     if t == pa.string_view():
         return pa.string()
     if t == pa.binary_view():
         return pa.binary()
+    if pa.types.is_list_view(t):
+        return pa.list_(_normalise_field(t.value_field))
+    if pa.types.is_large_list_view(t):
+        return pa.large_list(_normalise_field(t.value_field))
+    if pa.types.is_list(t):
+        return pa.list_(_normalise_field(t.value_field))
+    if pa.types.is_large_list(t):
+        return pa.large_list(_normalise_field(t.value_field))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(_normalise_field(t.value_field), t.list_size)
+    if pa.types.is_map(t):
+        return pa.map_(_normalise_field(t.key_field), _normalise_field(t.item_field), t.keys_sorted)
+    if pa.types.is_struct(t):
+        return pa.struct([_normalise_field(t.field(i)) for i in range(t.num_fields)])
     return t
+
+
+def _normalise_field(f: pa.Field) -> pa.Field:
+    return pa.field(f.name, _normalise_type(f.type), f.nullable, f.metadata)
+
+
+def _unstorable(t: pa.DataType) -> str | None:
+    """Why a (normalised) type cannot be stored and read back exactly, or None if it can."""
+    if isinstance(t, pa.ExtensionType):
+        return f"extension type {t} (store its storage type {t.storage_type} instead)"
+    if pa.types.is_union(t):
+        return "union types (Parquet cannot store them)"
+    if pa.types.is_interval(t):
+        return "interval types (Parquet cannot store them; use a duration or separate columns)"
+    if pa.types.is_null(t):
+        return "the null type (it holds no values; give the column a real type)"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _unstorable(t.value_type)
+    if pa.types.is_map(t):
+        return _unstorable(t.key_type) or _unstorable(t.item_type)
+    if pa.types.is_struct(t):
+        if t.num_fields == 0:
+            return "structs without fields"
+        return next((r for i in range(t.num_fields) if (r := _unstorable(t.field(i).type))), None)
+    return None
+
+
+def _names(value: Sequence[str] | str | None, what: str) -> tuple[str, ...]:
+    """A column list argument: one name, a sequence of names, or None."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Sequence) and all(isinstance(c, str) for c in value):
+        return tuple(value)
+    raise InvalidInput(f"{what} must be a column name or a list of column names, got {value!r}")
+
+
+PROPERTIES: dict[str, tuple[str, Any]] = {
+    # key: (what it takes, validator returning the parsed value or raising ValueError)
+    "write.compression": ("a Parquet codec: zstd, snappy, gzip, brotli, lz4 or none",
+                          lambda v: v if v.lower() in ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
+                          else _bad()),
+    "write.compression-level": ("an integer", int),
+    "write.row-group-rows": ("a positive integer", lambda v: _positive(int(v))),
+    "read.window-bytes": ("a positive integer (bytes)", lambda v: _positive(int(v))),
+    "read.whole-split-bytes": ("a non-negative integer (bytes)", lambda v: _positive(int(v) + 1) - 1),
+}
+"""Table properties mere reads. Other keys are kept for users, except under mere's ``read.`` / ``write.``."""
+
+
+def _bad() -> Any:
+    raise ValueError
+
+
+def _positive(n: int) -> int:
+    if n < 1:
+        raise ValueError
+    return n
+
+
+def validate_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
+    """Check property keys and values; raises InvalidInput naming what is allowed."""
+    if properties is None:
+        return {}
+    if not isinstance(properties, Mapping):
+        raise InvalidInput(f"properties must be a dict of strings, got {properties!r}")
+    out: dict[str, str] = {}
+    for key, value in properties.items():
+        if not isinstance(key, str) or not isinstance(value, str | int) or isinstance(value, bool):
+            raise InvalidInput(f"properties must map strings to strings, got {key!r}: {value!r}")
+        text = str(value)
+        if key in PROPERTIES:
+            what, parse = PROPERTIES[key]
+            try:
+                parse(text)
+            except (ValueError, TypeError):
+                raise InvalidInput(f"property {key!r} must be {what}, got {text!r}") from None
+        elif key.startswith(("read.", "write.")):
+            close = difflib.get_close_matches(key, PROPERTIES, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InvalidInput(f"unknown table property {key!r}{hint} mere reads {', '.join(sorted(PROPERTIES))}")
+        out[key] = text
+    return out
 
 
 @dataclass(frozen=True)
@@ -128,10 +233,15 @@ class TableSpec:
         if not isinstance(schema, pa.Schema):
             try:
                 schema = pa.schema(schema)
-            except (TypeError, ValueError) as e:
+            except (TypeError, ValueError, pa.ArrowInvalid) as e:
                 raise SchemaMismatch(f"schema must be a pyarrow.Schema, got {type(schema).__name__}") from e
-        pk = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key or ())
-        parts = (partition_by,) if isinstance(partition_by, str) else tuple(partition_by or ())
+        pk = _names(primary_key, "primary_key")
+        parts = _names(partition_by, "partition_by")
+        if cdc_column is not None and not isinstance(cdc_column, str):
+            raise InvalidInput(f"cdc_column must be a column name, got {cdc_column!r}")
+        if merge_operators is not None and not isinstance(merge_operators, Mapping):
+            raise InvalidInput(f"merge_operators must be a dict of column name -> operator, got {merge_operators!r}")
+        props = validate_properties(properties)
         if cdc_column is not None and cdc_column in schema.names:
             # The change column belongs to incoming batches, not to the stored rows.
             schema = schema.remove(schema.get_field_index(cdc_column))
@@ -142,6 +252,8 @@ class TableSpec:
             raise SchemaMismatch("schema has no columns")
         if OP_COLUMN in names:
             raise SchemaMismatch(f"column name {OP_COLUMN!r} is reserved")
+        if any(not n for n in names):
+            raise SchemaMismatch("column names must not be empty")
         for group, label in ((pk, "primary key"), (parts, "partition")):
             if len(set(group)) != len(group):
                 raise InvalidInput(f"duplicate {label} columns: {list(group)}")
@@ -151,6 +263,9 @@ class TableSpec:
         fields = []
         for f in schema:
             t = _normalise_type(f.type)
+            reason = _unstorable(t)
+            if reason is not None:
+                raise UnsupportedType(f"column {f.name!r} has type {f.type}: mere cannot store {reason}")
             nullable = f.nullable and f.name not in pk
             fields.append(pa.field(f.name, t, nullable=nullable, metadata=f.metadata))
         schema = pa.schema(fields, metadata=schema.metadata)
@@ -167,8 +282,8 @@ class TableSpec:
                 raise UnsupportedType(f"partition column {c!r} has type {t}; use integers, strings, dates or booleans")
         if pk:
             n = 8 if buckets is None else buckets
-            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise InvalidInput(f"buckets must be a positive integer, got {buckets!r}")
+            if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_BUCKETS:
+                raise InvalidInput(f"buckets must be an integer from 1 to {MAX_BUCKETS:,}, got {buckets!r}")
         else:
             if buckets not in (None, 1):
                 raise InvalidInput("buckets apply to primary-key tables only; give primary_key=[...]")
@@ -191,7 +306,7 @@ class TableSpec:
                 ops[c] = op
         if cdc_column is not None and not pk:
             raise InvalidInput("cdc_column needs a primary key")
-        return TableSpec(schema, pk, parts, n, ops, cdc_column, dict(properties or {}))
+        return TableSpec(schema, pk, parts, n, ops, cdc_column, props)
 
     def to_json(self) -> str:
         return json.dumps({

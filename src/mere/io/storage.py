@@ -183,14 +183,47 @@ class ByteBudget:
                 self.used = max(0, self.used - n)
 
 
+def column_leaves(md: pq.FileMetaData) -> dict[str, list[int]]:
+    """Top-level column name -> indices of its Parquet leaf columns.
+
+    Parquet's flat schema names leaves only (``l.list.element``, ``s.a``): a nested column has several
+    leaves, and a leaf's own name may repeat a top-level name, so columns are never looked up by leaf name.
+    """
+    top = md.schema.to_arrow_schema().names
+    exact = set(top)
+    by_length = sorted(top, key=len, reverse=True)
+    out: dict[str, list[int]] = {name: [] for name in top}
+    for i in range(md.num_columns):
+        path = md.schema.column(i).path
+        owner = path if path in exact else next((t for t in by_length if path.startswith(t + ".")), None)
+        if owner is not None:
+            out[owner].append(i)
+    return out
+
+
+def primitive_leaf(md: pq.FileMetaData, leaves: Mapping[str, Sequence[int]], column: str) -> int | None:
+    """The leaf index of a top-level primitive column (the only kind with statistics mere uses)."""
+    idx = leaves.get(column)
+    if idx is None or len(idx) != 1 or md.schema.column(idx[0]).path != column:
+        return None
+    return idx[0]
+
+
 class _Footer:
     """A file's parsed footer and, on object stores, a dataset fragment that reads it without a HEAD."""
 
-    __slots__ = ("fragment", "metadata")
+    __slots__ = ("_leaves", "fragment", "metadata")
 
     def __init__(self, metadata: pq.FileMetaData, fragment: ds.ParquetFileFragment | None) -> None:
         self.metadata = metadata
         self.fragment = fragment
+        self._leaves: dict[str, list[int]] | None = None
+
+    @property
+    def leaves(self) -> dict[str, list[int]]:
+        if self._leaves is None:
+            self._leaves = column_leaves(self.metadata)
+        return self._leaves
 
 
 class Storage:
@@ -400,6 +433,10 @@ class Storage:
         """Parquet footer, cached per path (files are immutable). ``size`` (from the catalog) saves a HEAD."""
         return self._footer(rel, size).metadata
 
+    def column_leaves(self, rel: str, size: int | None = None) -> dict[str, list[int]]:
+        """Top-level column name -> its Parquet leaf indices in this file (cached with the footer)."""
+        return self._footer(rel, size).leaves
+
     def prefetch_metadata(self, files: Iterable[tuple[str, int | None]],
                           pool: ThreadPoolExecutor | None = None) -> None:
         """Fetch the footers of several files concurrently (those not cached yet)."""
@@ -421,7 +458,7 @@ class Storage:
         """
         entry = self._footer(rel, size)
         md = entry.metadata
-        cols = None if columns is None else [c for c in columns if c in md.schema.names]
+        cols = None if columns is None else [c for c in columns if c in entry.leaves]
         groups = list(row_groups)
         path = self.full_path(rel)
 
@@ -436,12 +473,11 @@ class Storage:
                 return pf.read_row_groups(groups, columns=cols, use_threads=True)
 
         table = self._reading(f"reading {path}", read)
-        self._count(md, groups, cols)
+        self._count(md, groups, None if cols is None else [i for c in cols for i in entry.leaves[c]])
         return table
 
-    def _count(self, md: pq.FileMetaData, row_groups: Sequence[int], columns: Sequence[str] | None) -> None:
-        names = md.schema.names
-        wanted = range(len(names)) if columns is None else [names.index(c) for c in columns]
+    def _count(self, md: pq.FileMetaData, row_groups: Sequence[int], leaves: Sequence[int] | None) -> None:
+        wanted = range(md.num_columns) if leaves is None else leaves
         size = 0
         for i in row_groups:
             rg = md.row_group(i)

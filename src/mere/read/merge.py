@@ -84,6 +84,29 @@ def _null_mask(values: pa.Array) -> np.ndarray:
     return values.is_null().to_numpy(zero_copy_only=False)
 
 
+def _sum(values: pa.Array, valid: np.ndarray, start_pos: np.ndarray, name: str, versions: pa.Table,
+         key_columns: Sequence[str]) -> pa.Array:
+    """Per-group sums of the valid values; integer sums that leave their type raise, naming the key."""
+    counts = np.add.reduceat(valid.astype(np.int64), start_pos)
+    raw = values.fill_null(0).to_numpy(zero_copy_only=False)
+    picked = np.where(valid, raw, 0)
+    if not pa.types.is_integer(values.type):
+        return pa.array(np.add.reduceat(picked, start_pos), type=values.type, mask=counts == 0)
+    unsigned = pa.types.is_unsigned_integer(values.type)
+    sums = np.add.reduceat(picked.astype(np.uint64 if unsigned else np.int64), start_pos)
+    approx = np.add.reduceat(picked.astype(np.float64), start_pos)
+    info = np.iinfo(values.type.to_pandas_dtype())
+    # 64-bit sums wrap silently; a wrapped sum is ~2**64 away from the float estimate.
+    bad = (np.abs(approx - sums.astype(np.float64)) > 2.0**62) | (sums > info.max)
+    if not unsigned:
+        bad |= sums < info.min
+    if bad.any():
+        row = int(start_pos[int(np.argmax(bad))])
+        key = {c: versions.column(c)[row].as_py() for c in key_columns if c in versions.column_names}
+        raise SumOverflow(f"merge operator 'sum' on column {name!r} overflows {values.type} for key {key}")
+    return pa.array(sums, type=values.type, mask=counts == 0)
+
+
 def reduce_versions(
     versions: pa.Table,
     op: np.ndarray,
@@ -134,25 +157,16 @@ def reduce_versions(
         if operator.name == "last_non_null":
             columns[name] = _pick(values, np.maximum.reduceat(np.where(valid, pos, -1), start_pos))
         elif operator.name == "sum":
-            raw = values.fill_null(0).to_numpy(zero_copy_only=False)
-            picked = np.where(valid, raw, 0)
-            counts = np.add.reduceat(valid.astype(np.int64), start_pos)
-            if pa.types.is_integer(values.type):
-                sums = np.add.reduceat(picked.astype(np.int64), start_pos)
-                approx = np.add.reduceat(picked.astype(np.float64), start_pos)
-                info = np.iinfo(values.type.to_pandas_dtype())
-                # int64 sums wrap silently; a wrapped sum is ~2**64 away from the float estimate.
-                if (np.abs(approx - sums) > 2.0**62).any() or (sums > info.max).any() or (sums < info.min).any():
-                    raise SumOverflow(f"merge operator 'sum' on column {name!r} overflows {values.type}")
-            else:
-                sums = np.add.reduceat(picked, start_pos)
-            columns[name] = pa.array(sums, type=values.type, mask=counts == 0)
+            columns[name] = _sum(values, valid, start_pos, name, versions, key_columns)
         elif operator.name == "concat":
+            if pa.types.is_dictionary(values.type):
+                values = values.cast(values.type.value_type)
             picked = values.filter(pa.array(valid))
             counts = np.add.reduceat(valid.astype(np.int64), start_pos)
-            offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-            lists = pa.ListArray.from_arrays(pa.array(offsets), picked)
-            joined = pc.binary_join(lists, operator.separator)
+            offsets = np.concatenate([[0], np.cumsum(counts)])
+            lists = (pa.LargeListArray if len(picked) > np.iinfo(np.int32).max else pa.ListArray).from_arrays(
+                pa.array(offsets, pa.int64() if len(picked) > np.iinfo(np.int32).max else pa.int32()), picked)
+            joined = pc.binary_join(lists, pa.scalar(operator.separator, values.type))
             columns[name] = pc.if_else(pa.array(counts == 0), pa.nulls(len(joined), joined.type), joined)
         else:  # pragma: no cover - guarded by TableSpec
             raise AssertionError(operator.name)

@@ -21,6 +21,7 @@ from mere import expr as E
 from mere.catalog import FileEntry
 from mere.errors import FilterError
 from mere.hashing import bucket_ids
+from mere.io.storage import primitive_leaf
 from mere.spec import TableSpec
 
 
@@ -190,14 +191,16 @@ def _stat_value(v: Any, t: pa.DataType) -> Any:
     return v
 
 
-def row_group_stats(md: pq.FileMetaData, rg: int, schema: pa.Schema, columns: Sequence[str]) -> dict[str, E.ColumnStats]:
+def row_group_stats(md: pq.FileMetaData, rg: int, schema: pa.Schema, columns: Sequence[str],
+                    leaves: Mapping[str, Sequence[int]]) -> dict[str, E.ColumnStats]:
+    """Min/max/null statistics of the top-level primitive ``columns`` in one row group."""
     out: dict[str, E.ColumnStats] = {}
     group = md.row_group(rg)
-    names = md.schema.names
     for c in columns:
-        if c not in names:
+        index = primitive_leaf(md, leaves, c)
+        if index is None or c not in schema.names:
             continue
-        st = group.column(names.index(c)).statistics
+        st = group.column(index).statistics
         if st is None:
             continue
         t = schema.field(c).type

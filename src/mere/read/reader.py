@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from mere import expr as E
 from mere.concurrency import shared_pool
 from mere.io import Storage
+from mere.io.storage import primitive_leaf
 from mere.read.merge import _numpy_sortable, group_starts, reduce_versions, sort_indices
 from mere.read.planner import Explain, FileTask, Split, row_group_stats
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
@@ -66,25 +67,26 @@ class _FileCursor:
                  opts: ReadOptions, explain: Explain | None) -> None:
         self.storage, self.spec, self.task, self.opts = storage, spec, task, opts
         md = storage.metadata(task.path, task.size_bytes or None)
+        leaves = storage.column_leaves(task.path, task.size_bytes or None)
         self.row_counts = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
-        self.names = set(md.schema.names)
+        self.names = set(leaves)
         self.columns = [c for c in needed if c in self.names]
-        self.dictionary = [c for c in opts.dictionary if c in self.names and _dictionary_pages(md, c)]
+        self.dictionary = [c for c in opts.dictionary if c in self.names and _dictionary_pages(md, leaves, c)]
         key0 = spec.primary_key[0] if spec.primary_key else None
         stats_cols = sorted(E.columns(opts.pre) or set())
         if key0 is not None and key0 not in stats_cols:
             stats_cols.append(key0)
-        col_index = {n: i for i, n in enumerate(md.schema.names)}
+        read_leaves = [i for c in self.columns for i in leaves[c]]
         self.groups: list[_RowGroup] = []
         total = 0
         for i in range(md.num_row_groups):
-            stats = row_group_stats(md, i, spec.schema, stats_cols)
+            stats = row_group_stats(md, i, spec.schema, stats_cols, leaves)
             if explain is not None:
                 explain.row_groups_total += 1
             if not isinstance(opts.pre, E.AlwaysTrue) and not E.might_match(opts.pre, stats):
                 continue
             rg = md.row_group(i)
-            size = sum(rg.column(col_index[c]).total_uncompressed_size for c in self.columns if c in col_index)
+            size = sum(rg.column(j).total_uncompressed_size for j in read_leaves)
             k = stats.get(key0) if key0 else None
             self.groups.append(_RowGroup(i, size, k.min if k else None, k.max if k else None))
             total += rg.total_byte_size
@@ -151,12 +153,12 @@ class _FileCursor:
 _ROW_GROUP_COLUMN = "__mere_row_group__"
 
 
-def _dictionary_pages(md: pq.FileMetaData, column: str) -> bool:
+def _dictionary_pages(md: pq.FileMetaData, leaves: dict[str, list[int]], column: str) -> bool:
     """Whether a column's values are dictionary-encoded in this file (first row group), so reading them as
     dictionary costs no hashing."""
-    if md.num_row_groups == 0:
+    index = primitive_leaf(md, leaves, column)
+    if md.num_row_groups == 0 or index is None:
         return False
-    index = md.schema.names.index(column)
     return bool(md.row_group(0).column(index).has_dictionary_page)
 
 
@@ -213,7 +215,8 @@ class SplitReader:
         needed = list(opts.columns)
         extra = list(spec.identity_columns)
         for e in (opts.pre, opts.post):
-            extra.extend(sorted(E.columns(e) or spec.schema.names))
+            used = E.columns(e)  # None: an opaque pyarrow expression may read any column
+            extra.extend(spec.schema.names if used is None else sorted(used))
         for c in extra:
             if c not in needed:
                 needed.append(c)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from mere.io import Storage
 from mere.read.planner import Explain, FilterParts, Split, plan_splits, split_filter
 from mere.read.reader import LOOKUP_MAX_KEYS, ReadOptions, SplitReader, stream_splits
 from mere.spec import TableSpec
+from mere.write.writer import partition_json
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -96,7 +98,7 @@ class Scan:
 
     def _plan(self, explain: Explain) -> tuple[list[Split], ReadOptions]:
         parts = self._parts()
-        files = self.table._files_at(self.version)
+        files = self.table.files_at(self.version)
         splits = plan_splits(self.table.spec, files, parts, explain)
         explain.pre_merge_filter = str(parts.pre)
         explain.post_merge_filter = str(parts.post)
@@ -129,6 +131,21 @@ class Scan:
             raise InvalidInput("scan tasks need a warehouse URI; this catalog was opened with filesystem=")
         options = tuple(sorted(storage.storage_options.items()))
         return [ScanTask(storage.uri, options, self.table.record.spec, s, opts) for s in splits]
+
+    def split_tables(self, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], pa.Table]:
+        """Merged rows of the splits named by (partition JSON, bucket), read concurrently; others are not read."""
+        splits, opts = self._plan(Explain(self.version))
+        chosen = [s for s in splits if (partition_json(dict(s.partition)), s.bucket) in wanted]
+        storage, spec, schema = self.table.storage, self.table.spec, self.schema
+
+        def read(split: Split) -> pa.Table:
+            batches = SplitReader(storage, spec, split, opts).batches()
+            return pa.Table.from_batches(list(batches), schema=schema)
+
+        parallel = self.parallel or max(2, min(4, os.cpu_count() or 2))
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="mere-splits") as pool:
+            tables = list(pool.map(read, chosen))
+        return {(partition_json(dict(s.partition)), s.bucket): t for s, t in zip(chosen, tables)}
 
     def read_split(self, split: Split) -> Iterator[pa.RecordBatch]:
         """Merged batches of one split (for engines that distribute splits)."""

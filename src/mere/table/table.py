@@ -16,13 +16,14 @@ import pyarrow.compute as pc
 
 from mere import expr as E
 from mere.catalog import CommitRecord, ConcurrentChanges, FileEntry, SqlCatalog, TableRecord
-from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion, SchemaMismatch
+from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion
 from mere.io import Storage
 from mere.read.planner import Explain, split_filter
 from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.spec import OP_DELETE, TableSpec
 from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.scan import Scan, ScanTask, normalise_columns
+from mere.table.write_checks import WriteChecks
 from mere.write.writer import (
     PreparedFile,
     chunked,
@@ -100,8 +101,14 @@ class Table:
 
     # -- reads -----------------------------------------------------------------------------------
 
-    def _files_at(self, version: int) -> list[FileEntry]:
+    def files_at(self, version: int) -> list[FileEntry]:
+        """The catalog's entries of the live files at a version."""
         return self._sql.files_at(self.record.id, version)
+
+    def split_tables(self, version: int, splits: set[tuple[str, int]], columns: Sequence[str]
+                     ) -> dict[tuple[str, int], pa.Table]:
+        """Merged rows of some splits, keyed by (partition JSON, bucket); reads only those splits."""
+        return self.scan(columns=list(columns), version=version).split_tables(splits)
 
     def resolve_version(self, version: int | None = None, as_of: Any = None) -> int:
         if version is not None and as_of is not None:
@@ -137,7 +144,7 @@ class Table:
     def files(self, version: int | None = None) -> pa.Table:
         """The live files at a version, as an Arrow table."""
         v = self.resolve_version(version)
-        rows = self._files_at(v)
+        rows = self.files_at(v)
         return pa.table({
             "path": [f.path for f in rows], "partition": [f.partition for f in rows],
             "bucket": pa.array([f.bucket for f in rows], pa.int32()),
@@ -150,37 +157,15 @@ class Table:
     # -- writes ----------------------------------------------------------------------------------
 
     def upsert(self, data: Any, *, idempotency_key: str | None = None) -> CommitRecord:
-        """Insert or update rows by primary key; CDC rows are applied in order. Missing columns stay as they were."""
+        """Insert or update rows by primary key; CDC rows are applied in order. Missing columns stay as they were.
+
+        A row lacking a NOT NULL column may only update an existing key; an upsert that would push an
+        integer ``sum`` column out of its type's range raises :class:`~mere.errors.SumOverflow`, naming the
+        key. Either way nothing is committed.
+        """
         if not self.spec.has_primary_key:
             raise InvalidInput(f"{self.name} has no primary key: use append()")
-        schema, batches = to_batches(data)
-        missing = [f.name for f in self.spec.schema if not f.nullable and f.name not in schema.names]
-        if missing:
-            # Leaving out a NOT NULL column is fine for rows that exist already, not for new ones.
-            table = pa.Table.from_batches(list(batches), schema=schema)
-            return self._with_rebase(lambda: self._upsert_existing(table, missing, idempotency_key))
-        stream = pa.RecordBatchReader.from_batches(schema, batches)
-        return self._blind_write("upsert", stream, partial_ok=True, idempotency_key=idempotency_key)
-
-    def _upsert_existing(self, table: pa.Table, missing: list[str], idempotency_key: str | None) -> CommitRecord:
-        base = self.version
-        rows, ops = conform(table, self.spec, partial_ok=True, identifier=self.name)
-        if ops is not None:
-            rows = rows.filter(pa.array(ops != OP_DELETE))
-        identity = list(self.spec.identity_columns)
-        keys = rows.select(identity).group_by(identity).aggregate([])
-        where: Any = None
-        if len(self.spec.primary_key) == 1 and keys.num_rows <= 10_000:
-            pk = self.spec.primary_key[0]
-            where = E.In(pk, tuple(keys.column(pk).to_pylist()))
-        existing = self.scan(columns=identity, filter=where, version=base).to_arrow()
-        new = keys.join(existing, keys=identity, join_type="left anti")
-        if new.num_rows:
-            raise SchemaMismatch(f"{self.name}: {new.num_rows} new key(s) such as {new.slice(0, 1).to_pylist()[0]} "
-                                 f"lack non-nullable column(s) {missing}")
-        entries, n = self._write_data(table, partial_ok=True)
-        return self._commit("upsert", base, entries, [], n, validate=self._rows_unchanged(entries),
-                            idempotency_key=idempotency_key)
+        return self._blind_write("upsert", data, partial_ok=True, idempotency_key=idempotency_key)
 
     def _rows_unchanged(self, entries: Sequence[FileEntry]) -> Callable[[ConcurrentChanges], None]:
         """A commit check for writes that depend on rows read: no concurrent change to the same buckets."""
@@ -209,9 +194,10 @@ class Table:
             if prior is not None:
                 return prior
         base = self.version
-        entries, rows = self._write_data(data, partial_ok=partial_ok)
+        checks = WriteChecks(self.spec, self.name) if operation == "upsert" else None
+        entries, rows = self._write_data(data, partial_ok=partial_ok, check=checks.observe if checks else None)
         # Blind writes never conflict: they are rebased onto whatever landed meanwhile.
-        return self._commit(operation, base, entries, [], rows, idempotency_key=idempotency_key)
+        return self._commit(operation, base, entries, [], rows, idempotency_key=idempotency_key, checks=checks)
 
     def _write_data(self, data: Any, *, partial_ok: bool,
                     check: Callable[[list[PreparedFile]], None] | None = None) -> tuple[list[FileEntry], int]:
@@ -221,7 +207,7 @@ class Table:
         try:
             for chunk in chunked(schema, batches):
                 table, ops = conform(chunk, self.spec, partial_ok=partial_ok, identifier=self.name)
-                prepared = prepare(self.spec, table, ops)
+                prepared = prepare(self.spec, table, ops, identifier=self.name)
                 if check is not None:
                     check(prepared)
                 rows += table.num_rows
@@ -246,7 +232,9 @@ class Table:
             keys = self._key_rows(data, self.spec.identity_columns)
             entries = self._marker_files(keys.select(list(self.spec.identity_columns)))
             return StagedWrite(self.name, operation, entries, sum(e.row_count for e in entries))
-        entries, rows = self._write_data(data, partial_ok=operation == "upsert")
+        checks = WriteChecks(self.spec, self.name) if operation == "upsert" else None
+        entries, rows = self._write_data(data, partial_ok=operation == "upsert",
+                                         check=checks.observe if checks else None)
         return StagedWrite(self.name, operation, entries, rows)
 
     def find_commit(self, idempotency_key: str) -> CommitRecord | None:
@@ -284,8 +272,16 @@ class Table:
         if partition is not None:
             raise InvalidInput("partition= applies to overwrite only")
         extra = {"deleted_keys": rows} if operation == "delete" else None
+        checks = None
+        if operation == "upsert" and self.spec.has_primary_key:
+            checks = WriteChecks(self.spec, self.name)
+            try:
+                checks.observe_files(self, entries)
+            except BaseException:
+                self._discard(entries)
+                raise
         return self._commit(operation, self.version, entries, [], rows, idempotency_key=idempotency_key,
-                            extra=extra)
+                            extra=extra, checks=checks)
 
     def abort(self, staged: Sequence[StagedWrite | None]) -> None:
         """Delete the files of staged writes that will not be committed."""
@@ -304,7 +300,7 @@ class Table:
     def _commit(self, operation: str, base: int, add: list[FileEntry], remove: list[int], rows: int,
                 validate: Callable[[ConcurrentChanges], None] | None = None,
                 partitions: list[str] | None = None, idempotency_key: str | None = None,
-                extra: Mapping[str, Any] | None = None) -> CommitRecord:
+                extra: Mapping[str, Any] | None = None, checks: WriteChecks | None = None) -> CommitRecord:
         if partitions is None and add:
             partitions = sorted({f.partition for f in add})
         summary = {
@@ -314,9 +310,25 @@ class Table:
             **(extra or {}),
         }
         try:
-            return self._sql.commit(self.record.id, base_version=base, operation=operation, add=add,
-                                    remove=remove, summary=summary, validate=validate,
-                                    idempotency_key=idempotency_key)
+            if checks is None or not checks.needed:
+                return self._sql.commit(self.record.id, base_version=base, operation=operation, add=add,
+                                        remove=remove, summary=summary, validate=validate,
+                                        idempotency_key=idempotency_key)
+            summary |= checks.summary()
+            for attempt in range(MAX_REBASE_ATTEMPTS):
+                # The checks read the table at one version; a race on what they read re-checks on the next.
+                base = self.version
+                summary["read_version"] = base
+                checked = checks.verify(self, base)
+                try:
+                    return self._sql.commit(self.record.id, base_version=base, operation=operation, add=add,
+                                            remove=remove, summary=summary, validate=_both(validate, checked),
+                                            idempotency_key=idempotency_key)
+                except CommitConflict:
+                    if attempt == MAX_REBASE_ATTEMPTS - 1:
+                        raise
+                    time.sleep(0.01 * (attempt + 1))
+            raise AssertionError("unreachable")
         except CommitStateUnknown:
             raise  # the files may be referenced now: keep them
         except BaseException:
@@ -400,7 +412,7 @@ class Table:
         remove: list[int] = []
         deleted = 0
         try:
-            for f in self._files_at(base):
+            for f in self.files_at(base):
                 values = json.loads(f.partition)
                 if self.spec.partition_by and E.evaluate_constant(
                         parts.bound, _typed(self.spec, values)) is False:
@@ -420,7 +432,7 @@ class Table:
             self._discard(add)
             raise
         return self._commit("delete", base, add, remove, deleted, partitions=sorted({
-            f.partition for f in self._files_at(base) if f.id in set(remove)}), extra={"deleted_rows": deleted})
+            f.partition for f in self.files_at(base) if f.id in set(remove)}), extra={"deleted_rows": deleted})
 
     def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> CommitRecord:
         """Replace the whole table, or the partitions matching ``partition``, with ``data``."""
@@ -459,7 +471,7 @@ class Table:
 
         try:
             for _ in range(MAX_REBASE_ATTEMPTS):
-                removed = [f for f in self._files_at(base) if matches(f)]
+                removed = [f for f in self.files_at(base) if matches(f)]
                 touched = sorted({f.partition for f in removed} | {f.partition for f in entries})
                 try:
                     return self._sql.commit(
@@ -531,7 +543,7 @@ class Table:
         if not self.spec.has_primary_key:
             return CompactionPlan(self.name, self.record.uuid, base, (), (), ())
         splits, opts = self.scan(version=base)._plan(Explain(base))
-        ids = {f.path: f.id for f in self._files_at(base)}
+        ids = {f.path: f.id for f in self.files_at(base)}
         storage_options = tuple(sorted(self.storage.storage_options.items()))
         tasks: list[CompactionTask] = []
         remove: list[int] = []
@@ -604,6 +616,16 @@ class Table:
                 self.storage.delete(path)
                 removed.append(path)
         return removed + self.storage.abort_stale_uploads(self.location, cutoff)
+
+
+def _both(first: Callable[[ConcurrentChanges], None] | None,
+          second: Callable[[ConcurrentChanges], None]) -> Callable[[ConcurrentChanges], None]:
+    def validate(changes: ConcurrentChanges) -> None:
+        if first is not None:
+            first(changes)
+        second(changes)
+
+    return validate
 
 
 def _split_id(partition: str, bucket: int) -> str:

@@ -17,11 +17,12 @@ import pyarrow.compute as pc
 
 from mere.catalog import FileEntry
 from mere.concurrency import cpu_workers, shared_pool
-from mere.errors import InvalidInput, NullKey, SchemaMismatch
+from mere.errors import InvalidInput, NullKey, SchemaMismatch, SumOverflow
 from mere.hashing import bucket_ids
 from mere.io import Storage
 from mere.read.merge import group_starts, reduce_versions, sort_indices
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec
+from mere.write.cast import lossless_cast
 
 DEFAULT_ROW_GROUP_BYTES = 1 << 20  # uncompressed bytes per row group: small enough for key lookups
 CHUNK_ROWS = 2_000_000  # rows per prepared chunk when streaming large inputs
@@ -135,25 +136,20 @@ def conform(
     fields = []
     for f in spec.schema:
         if f.name in names:
-            col = table.column(f.name)
-            if col.type != f.type:
-                try:
-                    col = pc.cast(col, f.type, safe=True)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-                    raise SchemaMismatch(
-                        f"{identifier}: column {f.name!r} of type {table.column(f.name).type} cannot be cast "
-                        f"safely to {f.type}: {e}") from e
+            col = lossless_cast(table.column(f.name), f.type, f.name, identifier)
             if not f.nullable and col.null_count:
                 if f.name in spec.primary_key:
                     raise NullKey(f"{identifier}: primary-key column {f.name!r} holds {col.null_count} null(s)")
                 raise SchemaMismatch(f"{identifier}: non-nullable column {f.name!r} holds nulls")
             arrays.append(col)
-            fields.append(f)
         elif not partial_ok:
             if not f.nullable:
                 raise SchemaMismatch(f"{identifier}: input lacks non-nullable column {f.name!r}")
             arrays.append(pa.nulls(table.num_rows, f.type))
-            fields.append(f)
+        else:
+            continue
+        # Rows of deleted keys carry nulls in every other column: only key columns stay NOT NULL in files.
+        fields.append(f if f.name in spec.identity_columns else f.with_nullable(True))
     out = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
     if ops is not None and (ops < 0).any():
         keep = ops >= 0
@@ -215,7 +211,7 @@ def _group_order(code: np.ndarray, groups: int) -> np.ndarray:
     return np.argsort(code, kind="stable")
 
 
-def prepare(spec: TableSpec, table: pa.Table, ops: np.ndarray | None) -> list[PreparedFile]:
+def prepare(spec: TableSpec, table: pa.Table, ops: np.ndarray | None, identifier: str = "") -> list[PreparedFile]:
     """Bucket, sort and de-duplicate rows, then cut them into one slice per (partition, bucket).
 
     Rows are grouped by (partition, bucket) first; each group is then sorted by key and reduced on its
@@ -266,7 +262,10 @@ def prepare(spec: TableSpec, table: pa.Table, ops: np.ndarray | None) -> list[Pr
                               [rows.column(c) for c in spec.primary_key], len(idx))
         if not starts.all():
             # Duplicate keys in one batch: apply them in input order, like separate commits would.
-            rows, op = reduce_versions(rows, op, starts, spec.identity_columns, spec.merge_operators)
+            try:
+                rows, op = reduce_versions(rows, op, starts, spec.identity_columns, spec.merge_operators)
+            except SumOverflow as e:
+                raise SumOverflow(f"{identifier}: {e} within this batch; the write was not applied") from None
         rows = rows.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False), pa.array(op, pa.int8()))
         content = "delete" if bool((op == OP_DELETE).all()) else "data"
         if content == "delete":

@@ -1,0 +1,320 @@
+"""Checks an upsert must pass against the table state it commits on top of.
+
+Most upserts are blind: they never read the table and rebase onto whatever committed meanwhile. Two
+rules need the table's state, and both are checked per split (partition x bucket), for only the splits
+and keys a write touches:
+
+- **NOT NULL columns.** A partial row (one lacking a NOT NULL column) may only update a key that exists.
+  A row that starts a key afresh (the batch deleted it first) lacking such a column is refused at once;
+  a row that merges onto a key is refused if the key does not exist at the version the write commits on.
+- **Integer ``sum`` columns.** A write whose sums would leave the column's type is refused, naming the
+  key, instead of leaving a table no read can merge. Cheap in the common case: Parquet statistics bound
+  every key's current sum by the sum over the split's files of their largest absolute value; only when
+  that bound plus the incoming values could overflow are the current sums read. Each commit records the
+  largest value it adds per column (``sum_max``), so a concurrent writer's headroom check stays exact
+  without re-reading: its commit conflicts (and is retried) only if the recorded additions could
+  exceed its headroom.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mere.catalog import ConcurrentChanges, FileEntry
+from mere.errors import CommitConflict, SchemaMismatch, SumOverflow
+from mere.io.storage import primitive_leaf
+from mere.read.merge import group_starts, reduce_versions, sort_indices
+from mere.read.reader import io_pool
+from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, MergeOperator, TableSpec
+from mere.write.writer import PreparedFile, partition_json
+
+if TYPE_CHECKING:
+    from mere.table.table import Table
+
+SplitKey = tuple[str, int]  # (partition JSON, bucket)
+
+
+def split_label(key: SplitKey) -> str:
+    """How commit summaries name a split."""
+    return f"{key[0]}#{key[1]}"
+
+
+def _limit(t: pa.DataType) -> int:
+    """Largest absolute sum that stays in range (for signed types the smaller of |min| and max)."""
+    return int(np.iinfo(t.to_pandas_dtype()).max)
+
+
+def _abs_max(values: pa.Array | pa.ChunkedArray) -> int:
+    if len(values) == 0 or values.null_count == len(values):
+        return 0
+    lo, hi = pc.min_max(values).values()
+    return max(abs(int(lo.as_py())), abs(int(hi.as_py())))
+
+
+_FULL = "__mere_full__"  # True on rows that carry every NOT NULL column
+
+
+@dataclass
+class WriteChecks:
+    """What one write must check before it commits; filled while its files are prepared."""
+
+    spec: TableSpec
+    identifier: str
+    required: list[str] = field(init=False)
+    sum_columns: list[str] = field(init=False)
+    rows: dict[SplitKey, list[pa.Table]] = field(default_factory=lambda: defaultdict(list))
+    partial: bool = False  # some row lacks a NOT NULL column
+    _reduced: dict[SplitKey, tuple[pa.Table, np.ndarray]] | None = None
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        self.required = [f.name for f in spec.schema if not f.nullable and f.name not in spec.identity_columns]
+        self.sum_columns = [c for c, op in spec.merge_operators.items()
+                            if op.name == "sum" and pa.types.is_integer(spec.schema.field(c).type)]
+
+    @property
+    def needed(self) -> bool:
+        """Whether the commit must consult the table: rows lacking NOT NULL columns, or integer sums."""
+        return self.partial or bool(self.sum_columns and self.rows)
+
+    # -- collecting -------------------------------------------------------------------------------
+
+    def observe(self, prepared: Sequence[PreparedFile]) -> None:
+        """Take note of prepared (reduced, per-split) rows, in write order."""
+        if self.required or self.sum_columns:
+            for p in prepared:
+                self._observe((partition_json(p.partition), p.bucket), p.rows, True if p.content == "delete" else None)
+
+    def observe_files(self, table: Table, entries: Sequence[FileEntry]) -> None:
+        """The same for files another process staged: read only the columns the checks need."""
+        def has(e: FileEntry, c: str) -> bool:
+            return e.columns is None or c in e.columns
+
+        partial = any(e.content != "delete" and not all(has(e, c) for c in self.required) for e in entries)
+        summed = any(has(e, c) for e in entries for c in self.sum_columns)
+        if not partial and not summed:
+            return
+        pk = list(self.spec.primary_key)
+        for e in entries:
+            md = table.storage.metadata(e.path, e.size_bytes)
+            wanted = [*pk, OP_COLUMN, *(c for c in self.sum_columns if has(e, c))]
+            rows = table.storage.read_row_groups(e.path, range(md.num_row_groups), wanted, e.size_bytes)
+            full = e.content == "delete" or all(has(e, c) for c in self.required)
+            self._observe((e.partition, e.bucket), rows, full)
+
+    def _observe(self, key: SplitKey, rows: pa.Table, full: bool | None = None) -> None:
+        if full is None:
+            full = OP_COLUMN in rows.column_names and all(c in rows.column_names for c in self.required)
+        self.partial |= not full
+        pk = list(self.spec.primary_key)
+        keep = rows.select([*pk, OP_COLUMN, *(c for c in self.sum_columns if c in rows.column_names)])
+        flag = pa.array(np.ones(rows.num_rows, dtype=bool)) if full else pa.nulls(rows.num_rows, pa.bool_())
+        self.rows[key].append(keep.append_column(_FULL, flag))
+        self._reduced = None
+
+    def _net(self) -> dict[SplitKey, tuple[pa.Table, np.ndarray]]:
+        """Per split, each key's net effect of this write (its rows folded in write order) and its operation."""
+        if self._reduced is None:
+            fields = [self.spec.schema.field(c) for c in self.spec.primary_key]
+            fields += [pa.field(OP_COLUMN, pa.int8()), *(self.spec.schema.field(c) for c in self.sum_columns),
+                       pa.field(_FULL, pa.bool_())]
+            schema = pa.schema([f.with_nullable(True) for f in fields])
+            operators = {c: MergeOperator("sum") for c in self.sum_columns} | {_FULL: MergeOperator("last_non_null")}
+            self._reduced = {}
+            for key, parts in self.rows.items():
+                versions = pa.concat_tables([_align(p, schema) for p in parts])
+                pk = [versions.column(c) for c in self.spec.primary_key]
+                order = sort_indices(pk)
+                versions = versions.take(pa.array(order))
+                ops = versions.column(OP_COLUMN).to_numpy(zero_copy_only=False).astype(np.int8)
+                starts = group_starts([versions.column(c) for c in self.spec.primary_key], versions.num_rows)
+                try:
+                    self._reduced[key] = reduce_versions(versions.drop_columns([OP_COLUMN]), ops, starts,
+                                                         self.spec.primary_key, operators)
+                except SumOverflow as e:
+                    raise SumOverflow(f"{self.identifier}: {e}; the write was not applied") from None
+        return self._reduced
+
+    def summary(self) -> dict[str, Any]:
+        """What the commit records for concurrent writers' checks: the most it adds to any key's sum."""
+        if not self.sum_columns:
+            return {}
+        peak: dict[str, int] = {}
+        for rows, _ in self._net().values():
+            for c in self.sum_columns:
+                peak[c] = max(peak.get(c, 0), _abs_max(rows.column(c)))
+        return {"sum_max": peak}
+
+    # -- checking ---------------------------------------------------------------------------------
+
+    def verify(self, table: Table, base: int) -> Callable[[ConcurrentChanges], None]:
+        """Check the rules at ``base``; returns the commit validation for what lands after ``base``."""
+        net = self._net()
+        must_exist = self._check_fresh_rows(net) if self.partial else {}
+        headroom = self._check_sums(table, base, net) if self.sum_columns else {}
+        if must_exist:
+            self._check_existing(table, base, must_exist)
+        touched = {split_label(k) for k in net}
+        reads_rows = bool(must_exist)
+
+        def validate(changes: ConcurrentChanges) -> None:
+            used: dict[str, int] = defaultdict(int)
+            for c in changes.commits:
+                if c.operation == "compact":
+                    continue  # compaction changes no row
+                splits = c.summary.get("splits")
+                if c.summary.get("partitions") is None or splits is None:
+                    raise CommitConflict(f"{self.identifier}: version {c.version} rewrote data this write checked")
+                if not touched & set(splits):
+                    continue
+                if reads_rows:
+                    raise CommitConflict(f"{self.identifier}: keys this write updates changed in version {c.version}")
+                if c.operation == "delete":
+                    continue  # deletes only lower sums
+                added = c.summary.get("sum_max")
+                if added is None:
+                    raise CommitConflict(f"{self.identifier}: version {c.version} changed sums this write checked")
+                for col in headroom:
+                    used[col] += int(added.get(col, 0))
+                    if used[col] > headroom[col]:
+                        raise CommitConflict(f"{self.identifier}: concurrent sums of {col!r} leave too little room")
+
+        return validate
+
+    def _check_fresh_rows(self, net: dict[SplitKey, tuple[pa.Table, np.ndarray]]) -> dict[SplitKey, pa.Table]:
+        """Refuse keys this write (re)creates without NOT NULL columns; return those that must exist already."""
+        pk = list(self.spec.primary_key)
+        must_exist: dict[SplitKey, pa.Table] = {}
+        for key, (rows, ops) in net.items():
+            lacking = rows.column(_FULL).is_null().to_numpy(zero_copy_only=False)
+            fresh = lacking & (ops == OP_PUT)
+            if fresh.any():
+                example = rows.filter(pa.array(fresh)).select(pk).slice(0, 1).to_pylist()[0]
+                raise SchemaMismatch(f"{self.identifier}: key {example} is deleted and inserted again in this write "
+                                     f"without non-nullable column(s) {self.required}")
+            merging = lacking & (ops == OP_MERGE)
+            if merging.any():
+                must_exist[key] = rows.filter(pa.array(merging)).select(pk)
+        return must_exist
+
+    def _check_existing(self, table: Table, base: int, must_exist: dict[SplitKey, pa.Table]) -> None:
+        pk = list(self.spec.primary_key)
+        current = table.split_tables(base, set(must_exist), pk)
+        for key, wanted in must_exist.items():
+            have = current.get(key)
+            found = (_contains(have, wanted, pk) if have is not None and have.num_rows
+                     else np.zeros(wanted.num_rows, dtype=bool))
+            if not found.all():
+                example = wanted.filter(pa.array(~found)).slice(0, 1).to_pylist()[0]
+                raise SchemaMismatch(f"{self.identifier}: {int((~found).sum())} new key(s) such as {example} lack "
+                                     f"non-nullable column(s) {self.required}; rows that insert keys need them")
+
+    def _check_sums(self, table: Table, base: int, net: dict[SplitKey, tuple[pa.Table, np.ndarray]]) -> dict[str, int]:
+        """Refuse overflowing sums; return each column's headroom left for concurrent additions."""
+        files: dict[SplitKey, list[FileEntry]] = defaultdict(list)
+        for f in table.files_at(base):
+            key = (f.partition, f.bucket)
+            if key in net and f.content != "delete":
+                files[key].append(f)
+        storage = table.storage
+        storage.prefetch_metadata([(f.path, f.size_bytes) for fs in files.values() for f in fs], io_pool())
+        headroom: dict[str, int] = {}
+        exact: dict[SplitKey, list[str]] = defaultdict(list)
+        for key, (rows, _) in net.items():
+            for col in self.sum_columns:
+                limit = _limit(self.spec.schema.field(col).type)
+                bound = sum(_file_abs_max(storage, f, col) for f in files.get(key, ()))
+                peak = _abs_max(rows.column(col))
+                if bound + peak <= limit:
+                    headroom[col] = min(headroom.get(col, limit), limit - bound - peak)
+                else:
+                    exact[key].append(col)
+        if exact:
+            pk = list(self.spec.primary_key)
+            columns = sorted({c for cols in exact.values() for c in cols})
+            current = table.split_tables(base, set(exact), [*pk, *columns])
+            for key, cols in exact.items():
+                rows, ops = net[key]
+                for col in cols:
+                    limit = _limit(self.spec.schema.field(col).type)
+                    peak = _exact_peak(rows, ops, current.get(key), pk, col, self.identifier)
+                    headroom[col] = min(headroom.get(col, limit), limit - peak)
+        return headroom
+
+
+def _align(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_arrays([table.column(f.name).cast(f.type) if f.name in table.column_names
+                                 else pa.nulls(table.num_rows, f.type) for f in schema], schema=schema)
+
+
+def _file_abs_max(storage: Any, f: FileEntry, column: str) -> int:
+    """Largest absolute value of ``column`` in a file by its statistics (a huge number when unknown)."""
+    if f.columns is not None and column not in f.columns:
+        return 0
+    md = storage.metadata(f.path, f.size_bytes)
+    index = primitive_leaf(md, storage.column_leaves(f.path, f.size_bytes), column)
+    if index is None:
+        return 0
+    out = 0
+    for i in range(md.num_row_groups):
+        chunk = md.row_group(i).column(index)
+        st = chunk.statistics
+        if st is None or not st.has_min_max:
+            if st is not None and st.has_null_count and st.null_count == chunk.num_values:
+                continue  # only nulls
+            return 1 << 128
+        out = max(out, abs(int(st.min)), abs(int(st.max)))
+    return out
+
+
+def _contains(have: pa.Table, wanted: pa.Table, pk: list[str]) -> np.ndarray:
+    """Which ``wanted`` keys are among ``have``'s (keys are never null)."""
+    if len(pk) == 1:
+        return pc.is_in(wanted.column(pk[0]), value_set=have.column(pk[0]).combine_chunks()).to_numpy(
+            zero_copy_only=False)
+    marked = wanted.append_column("__row__", pa.array(np.arange(wanted.num_rows)))
+    hit = marked.join(have.select(pk), keys=pk, join_type="left semi").column("__row__").to_numpy()
+    found = np.zeros(wanted.num_rows, dtype=bool)
+    found[hit] = True
+    return found
+
+
+def _exact_peak(net: pa.Table, ops: np.ndarray, current: pa.Table | None, pk: list[str], col: str,
+                identifier: str) -> int:
+    """Largest absolute sum any key of this write reaches on top of ``current``; raises on overflow."""
+    t = net.schema.field(col).type
+    limit = _limit(t)
+    live = pc.and_(pc.is_valid(net.column(col)), pa.array(ops != OP_DELETE))
+    rows = net.filter(live)
+    ops = ops[live.to_numpy(zero_copy_only=False)]
+    unsigned = pa.types.is_unsigned_integer(t)
+    dtype = np.uint64 if unsigned else np.int64
+    add = rows.column(col).to_numpy(zero_copy_only=False).astype(dtype)
+    base = np.zeros(rows.num_rows, dtype=dtype)
+    if current is not None and current.num_rows:
+        marked = rows.select(pk).append_column("__row__", pa.array(np.arange(rows.num_rows)))
+        joined = marked.join(current.select([*pk, col]), keys=pk, join_type="inner")
+        idx = joined.column("__row__").to_numpy()
+        values = joined.column(col).fill_null(0).to_numpy(zero_copy_only=False).astype(dtype)
+        merging = ops[idx] == OP_MERGE  # rows that start a key afresh do not add to its old sum
+        base[idx[merging]] = values[merging]
+    total = base + add
+    if unsigned:
+        bad = total < base
+    else:
+        bad = ((base ^ total) & (add ^ total)) < 0  # two's-complement overflow
+    exceeds = np.abs(total.astype(np.float64)) > limit  # narrower integer types
+    bad |= exceeds & ~bad
+    if bad.any():
+        i = int(np.argmax(bad))
+        key = {c: rows.column(c)[i].as_py() for c in pk}
+        raise SumOverflow(f"{identifier}: merge operator 'sum' on column {col!r} would overflow {t} for key {key} "
+                          f"(stored sum {base[i]} + {add[i]}); the write was not applied")
+    return int(np.abs(total.astype(np.float64)).max()) if len(total) else 0
