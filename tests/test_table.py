@@ -151,7 +151,21 @@ def test_create_existing_table(cat: mere.Catalog) -> None:
         make_orders(cat)
     with pytest.raises(errors.TableExists):  # a different spec does not matter: the name is taken
         cat.create_table("sales.orders", EVENTS)
-    again = cat.create_table("sales.orders", EVENTS, exist_ok=True)
+    with pytest.raises(errors.TableExists, match="schema"):
+        cat.create_table("sales.orders", EVENTS, exist_ok=True)
+    # exist_ok returns the table only if it is the one asked for; otherwise it names the differences.
+    for spec, says in [(dict(schema=ORDERS.append(pa.field("extra", pa.int8()))), "schema"),
+                       (dict(schema=ORDERS, buckets=4), "buckets 8 vs 4"),
+                       (dict(schema=ORDERS, primary_key=["order_id", "day"]), "primary_key"),
+                       (dict(schema=ORDERS, merge_operators={}), "merge_operators"),
+                       (dict(schema=ORDERS, partition_by=None), "partition_by"),
+                       (dict(schema=ORDERS, cdc_column=None), "cdc_column"),
+                       (dict(schema=ORDERS, properties={"write.compression": "snappy"}), "properties")]:
+        kwargs: dict[str, Any] = dict(primary_key=["order_id"], partition_by=["day"], buckets=8,
+                                      merge_operators={"qty": "sum"}, cdc_column="op") | spec
+        with pytest.raises(errors.TableExists, match=says):
+            cat.create_table("sales.orders", exist_ok=True, **kwargs)
+    again = make_orders(cat, exist_ok=True)
     assert again.location == t.location
     assert again.spec == t.spec  # exist_ok returns the existing table, it does not replace it
     assert read(again) == read(t)

@@ -308,6 +308,27 @@ class TableSpec:
             raise InvalidInput("cdc_column needs a primary key")
         return TableSpec(schema, pk, parts, n, ops, cdc_column, props)
 
+    def differences(self, other: TableSpec, properties: bool = True) -> list[str]:
+        """What differs between two specs, in words (empty when they describe the same table)."""
+        out = []
+        def columns(schema: pa.Schema) -> list[str]:
+            return [f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in schema]
+
+        mine, theirs = columns(self.schema), columns(other.schema)
+        if mine != theirs:
+            out.append(f"schema ({', '.join(mine)}) vs ({', '.join(theirs)})")
+        for label in ("primary_key", "partition_by", "buckets", "cdc_column"):
+            a, b = getattr(self, label), getattr(other, label)
+            if a != b:
+                out.append(f"{label} {a!r} vs {b!r}")
+        ops = {c: (o.name, o.separator) for c, o in self.merge_operators.items()}
+        other_ops = {c: (o.name, o.separator) for c, o in other.merge_operators.items()}
+        if ops != other_ops:
+            out.append(f"merge_operators {ops} vs {other_ops}")
+        if properties and dict(self.properties) != dict(other.properties):
+            out.append(f"properties {dict(self.properties)} vs {dict(other.properties)}")
+        return out
+
     def to_json(self) -> str:
         return json.dumps({
             "format": 1,

@@ -8,6 +8,7 @@ the table version with a compare-and-swap. Nothing is visible until that transac
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
@@ -27,8 +28,10 @@ from mere.errors import (
     CatalogError,
     CommitConflict,
     CommitStateUnknown,
+    InvalidInput,
     NoSuchTable,
     NoSuchVersion,
+    NotInstalled,
     TableExists,
 )
 
@@ -128,10 +131,38 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class CommitRecord:
+    """One version of a table: what committed it, when, and a summary of what changed."""
+
     version: int
-    committed_at: int
+    committed_at: int  # microseconds since the epoch, UTC
     operation: str
     summary: dict[str, Any]
+    expired: bool = False  # given up by Table.expire: no longer readable
+
+    @property
+    def timestamp(self) -> dt.datetime:
+        """When the version was committed, as an aware UTC datetime."""
+        return micros_to_datetime(self.committed_at)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        parts = [f"version={self.version}", f"operation={self.operation!r}",
+                 f"committed_at='{self.timestamp.isoformat(timespec='milliseconds')}'"]
+        if "rows" in s:
+            parts.append(f"rows={s['rows']}")
+        if "added_files" in s:
+            parts.append(f"files=+{s['added_files']}/-{s.get('removed_files', 0)}")
+        if s.get("partitions") is not None:
+            parts.append(f"partitions={len(s['partitions'])}")
+        if s.get("already_committed"):
+            parts.append("already_committed=True")
+        if self.expired:
+            parts.append("expired=True")
+        return f"CommitRecord({', '.join(parts)})"
+
+
+def micros_to_datetime(micros: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(micros / 1_000_000, dt.UTC)
 
 
 @dataclass
@@ -170,7 +201,29 @@ class SqlCatalog:
         self.max_retries = max_retries
         self._pid = -1
         self._engine: Engine | None = None
-        self._ensure_schema()
+        self._ready = False
+        try:
+            parsed = sa.engine.make_url(url)
+        except sa.exc.ArgumentError as e:
+            raise InvalidInput(f"catalog {url!r} is not a database URL: use sqlite:///path or "
+                               "postgresql://user@host/db") from e
+        if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+            raise InvalidInput(f"catalog {self._safe_url()!r}: mere's catalog runs on SQLite (sqlite:///path) or "
+                               "PostgreSQL (postgresql://user@host/db)")
+        if parsed.get_backend_name() == "postgresql":
+            try:
+                import psycopg  # noqa: F401
+            except ImportError as e:
+                raise NotInstalled("a PostgreSQL catalog needs psycopg: pip install 'mere[postgres]'") from e
+        # A file database is created by the first write, never by opening or reading it.
+        self._sqlite_file = parsed.database if parsed.get_backend_name() == "sqlite" and parsed.database not in (
+            None, "", ":memory:") else None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SqlCatalog, (self.url,), {"max_retries": self.max_retries})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.max_retries = state["max_retries"]
 
     @property
     def dialect(self) -> str:
@@ -208,18 +261,32 @@ class SqlCatalog:
             return engine
         return sa.create_engine(self.url, pool_pre_ping=True, pool_size=2, max_overflow=8)
 
-    def _ensure_schema(self) -> None:
+    def _ensure_schema(self, create: bool) -> bool:
+        """Whether the catalog's tables exist; with ``create``, make them (and a SQLite file) if not."""
+        if self._ready:
+            return True
+        if self._sqlite_file is not None and not os.path.exists(self._sqlite_file):
+            if not create:
+                return False
+            os.makedirs(os.path.dirname(os.path.abspath(self._sqlite_file)), exist_ok=True)
         for attempt in range(10):
             try:
                 with self.engine.begin() as conn:
+                    if sa.inspect(conn).has_table(tables.name) and not create:
+                        self._ready = True
+                        return True
+                    if not create:
+                        return False
                     if self.dialect == "postgresql":
                         conn.execute(sa.text("SELECT pg_advisory_xact_lock(727265)"))
                     _metadata.create_all(conn, checkfirst=True)
-                return
+                self._ready = True
+                return True
             except (OperationalError, IntegrityError) as e:
-                if attempt == 9:
-                    raise CatalogError(f"cannot initialise catalog at {self._safe_url()}: {e}") from e
+                if attempt == 9 or not _is_transient(e):
+                    raise CatalogError(f"cannot open catalog {self._safe_url()}: {_first_line(e)}") from e
                 time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def _safe_url(self) -> str:
         return sa.engine.make_url(self.url).render_as_string(hide_password=True)
@@ -244,6 +311,8 @@ class SqlCatalog:
     # -- namespaces and tables -------------------------------------------------------------------
 
     def create_namespace(self, name: str, exist_ok: bool = True) -> None:
+        self._ensure_schema(create=True)
+
         def run(conn: Connection) -> None:
             exists = conn.execute(sa.select(namespaces.c.name).where(namespaces.c.name == name)).first()
             if exists is None:
@@ -258,6 +327,8 @@ class SqlCatalog:
                 raise CatalogError(f"namespace {name!r} already exists") from None
 
     def list_namespaces(self) -> list[str]:
+        if not self._ensure_schema(create=False):
+            return []
         with self.engine.connect() as conn:
             return [r[0] for r in conn.execute(sa.select(namespaces.c.name).order_by(namespaces.c.name))]
 
@@ -281,6 +352,8 @@ class SqlCatalog:
             raise TableExists(f"table {namespace}.{name} already exists") from e
 
     def load_table(self, namespace: str, name: str) -> TableRecord:
+        if not self._ensure_schema(create=False):
+            raise NoSuchTable(f"table {namespace}.{name} does not exist (the catalog {self._safe_url()} is empty)")
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(tables).where(
                 tables.c.namespace == namespace, tables.c.name == name)).first()
@@ -295,10 +368,15 @@ class SqlCatalog:
         q = sa.select(tables.c.namespace, tables.c.name).order_by(tables.c.namespace, tables.c.name)
         if namespace is not None:
             q = q.where(tables.c.namespace == namespace)
+        if not self._ensure_schema(create=False):
+            return []
         with self.engine.connect() as conn:
             return [f"{r[0]}.{r[1]}" for r in conn.execute(q)]
 
     def drop_table(self, namespace: str, name: str) -> TableRecord:
+        if not self._ensure_schema(create=False):
+            raise NoSuchTable(f"table {namespace}.{name} does not exist")
+
         def run(conn: Connection) -> TableRecord:
             row = conn.execute(sa.select(tables).where(
                 tables.c.namespace == namespace, tables.c.name == name)).first()
@@ -353,7 +431,12 @@ class SqlCatalog:
             v = conn.execute(sa.select(sa.func.max(commits.c.version)).where(
                 commits.c.table_id == table_id, commits.c.committed_at <= micros)).scalar()
         if v is None:
-            raise NoSuchVersion(f"table id {table_id} has no version at or before {micros} µs since the epoch")
+            with self.engine.connect() as conn:
+                first = conn.execute(sa.select(sa.func.min(commits.c.committed_at)).where(
+                    commits.c.table_id == table_id)).scalar()
+            when = micros_to_datetime(micros).isoformat()
+            created = "" if first is None else f": it was created at {micros_to_datetime(int(first)).isoformat()}"
+            raise NoSuchVersion(f"the table has no version at or before {when}{created}")
         return int(v)
 
     def files_at(self, table_id: int, version: int) -> list[FileEntry]:
@@ -379,10 +462,14 @@ class SqlCatalog:
             seq=int(r.seq), id=int(r.id), added_version=int(r.added_version))
 
     def history(self, table_id: int) -> list[CommitRecord]:
+        """Every commit, oldest first; those before the oldest readable version are marked expired."""
         q = sa.select(commits).where(commits.c.table_id == table_id).order_by(commits.c.version)
         with self.engine.connect() as conn:
-            return [CommitRecord(int(r.version), int(r.committed_at), r.operation, json.loads(r.summary))
-                    for r in conn.execute(q)]
+            oldest = conn.execute(sa.select(tables.c.oldest_version).where(tables.c.id == table_id)).scalar()
+            if oldest is None:
+                raise NoSuchTable(f"table id {table_id} no longer exists")
+            return [CommitRecord(int(r.version), int(r.committed_at), r.operation, json.loads(r.summary),
+                                 expired=int(r.version) < int(oldest)) for r in conn.execute(q)]
 
     def has_commit(self, table_id: int, version: int) -> bool:
         with self.engine.connect() as conn:
@@ -497,3 +584,8 @@ class SqlCatalog:
             files.c.table_id == table_id, files.c.removed_version > base, files.c.removed_version <= current))
         out.removed_file_ids = {int(r[0]) for r in removed}
         return out
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -533,6 +533,24 @@ class Storage:
                 out.append((rel, int(info.size or 0), mtime))
         return out
 
+    def delete_tree(self, rel_dir: str) -> None:
+        """Delete a directory with everything below it (a dropped table's files and folders)."""
+        base = self.full_path(rel_dir)
+
+        def once() -> None:
+            try:
+                self.fs.delete_dir(base)
+            except FileNotFoundError:
+                pass
+
+        try:
+            self._retrying(f"deleting {base}", once)
+        except OSError as e:
+            raise StorageError(f"deleting {base} failed: {_first_line(e)}") from e
+        with self._lock:
+            for rel in [r for r in self._footers if r.startswith(rel_dir.rstrip("/") + "/")]:
+                self._footers.pop(rel, None)
+
     def abort_stale_uploads(self, rel_dir: str, initiated_before: float) -> list[str]:
         """Abort multipart uploads below a directory started before a time (object stores; nothing to do
         elsewhere). Returns their relative paths. Maintenance only."""

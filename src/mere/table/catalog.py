@@ -40,20 +40,40 @@ _NAME = re.compile(r"[^\W_][\w\-]{0,199}")
 class Catalog:
     """Tables of one warehouse, with their metadata in a SQL catalog."""
 
-    def __init__(self, warehouse: str, catalog: str | None = None,
+    def __init__(self, warehouse: str | os.PathLike[str], catalog: str | os.PathLike[str] | None = None,
                  storage_options: Mapping[str, str] | None = None,
                  filesystem: pafs.FileSystem | None = None) -> None:
+        if isinstance(warehouse, os.PathLike):
+            warehouse = os.fspath(warehouse)
+        if not isinstance(warehouse, str) or not warehouse.strip():
+            raise InvalidInput(f"warehouse must be a path or URI such as 'wh/' or 's3://bucket/wh', got {warehouse!r}")
+        if isinstance(catalog, os.PathLike):
+            catalog = os.fspath(catalog)
+        if catalog is not None and (not isinstance(catalog, str) or not catalog.strip()):
+            raise InvalidInput(f"catalog must be a database URL such as 'postgresql://user@host/db' or "
+                               f"'sqlite:///path', or a file path, got {catalog!r}")
+        if storage_options is not None and (not isinstance(storage_options, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in storage_options.items())):
+            raise InvalidInput(f"storage_options must be a dict of strings, got {storage_options!r}")
+        if filesystem is not None and not isinstance(filesystem, pafs.FileSystem):
+            raise InvalidInput(f"filesystem must be a pyarrow.fs.FileSystem, got {type(filesystem).__name__}")
+        self._args = (warehouse, catalog, dict(storage_options or {}), filesystem)
         self.storage = Storage(warehouse, storage_options, filesystem)
         self.filesystem_given = filesystem is not None
         if catalog is None:
             if not self.storage.is_local:
                 raise InvalidInput(
                     f"warehouse {warehouse!r} is not local: pass catalog='postgresql://...' or 'sqlite:///path'")
-            os.makedirs(self.storage.root, exist_ok=True)
+            # Nothing is created here: the first create_table makes the warehouse folder and the catalog file.
             catalog = f"sqlite:///{os.path.join(self.storage.root, 'catalog.db')}"
         elif "://" not in catalog:
             catalog = f"sqlite:///{os.path.abspath(catalog)}"
         self.sql = SqlCatalog(catalog)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.filesystem_given:
+            raise InvalidInput("a catalog opened with filesystem= cannot be pickled: open it with a warehouse URI")
+        return (Catalog, self._args[:3])
 
     def __repr__(self) -> str:
         return (f"Catalog(warehouse={self.storage.uri!r}, catalog={self.sql!r}, "
@@ -71,16 +91,28 @@ class Catalog:
         properties: Mapping[str, str] | None = None,
         exist_ok: bool = False,
     ) -> Table:
+        """Create a table; with ``exist_ok`` an existing table of the same name and spec is returned instead.
+
+        An existing table whose schema, key, partitioning, buckets, merge operators, change column (or, when
+        given, properties) differ raises :class:`~mere.errors.TableExists` naming the differences.
+        """
         ns, short = split_name(name)
+        if not isinstance(exist_ok, bool):
+            raise InvalidInput(f"exist_ok must be True or False, got {exist_ok!r}")
         spec = TableSpec.create(schema, primary_key, partition_by, buckets, merge_operators, cdc_column, properties)
         table_uuid = uuid.uuid4().hex
         location = f"{ns}/{short}-{table_uuid[:12]}"
         try:
             record = self.sql.create_table(ns, short, location, spec.to_json(), table_uuid)
         except TableExists:
-            if exist_ok:
-                return self.table(name)
-            raise
+            if not exist_ok:
+                raise
+            existing = self.table(name)
+            differences = existing.spec.differences(spec, properties=properties is not None)
+            if differences:
+                raise TableExists(f"table {ns}.{short} already exists with a different spec: "
+                                  + "; ".join(differences)) from None
+            return existing
         return Table(self, record)
 
     def table(self, name: str) -> Table:
@@ -96,11 +128,13 @@ class Catalog:
         return self.sql.list_namespaces()
 
     def drop_table(self, name: str, purge: bool = False) -> None:
+        """Remove a table from the catalog; with ``purge`` also delete its files and folders."""
         ns, short = split_name(name)
+        if not isinstance(purge, bool):
+            raise InvalidInput(f"purge must be True or False, got {purge!r}")
         record = self.sql.drop_table(ns, short)
         if purge:
-            for path, _, _ in self.storage.list_files(record.location):
-                self.storage.delete(path)
+            self.storage.delete_tree(record.location)
 
     def exists(self, name: str) -> bool:
         try:
@@ -110,7 +144,10 @@ class Catalog:
         return True
 
 
-def connect(warehouse: str, catalog: str | None = None, storage_options: Mapping[str, str] | None = None,
-            filesystem: pafs.FileSystem | None = None) -> Catalog:
-    """Open a warehouse. With no ``catalog`` a local warehouse keeps an SQLite catalog file inside it."""
+def connect(warehouse: str | os.PathLike[str], catalog: str | os.PathLike[str] | None = None,
+            storage_options: Mapping[str, str] | None = None, filesystem: pafs.FileSystem | None = None) -> Catalog:
+    """Open a warehouse. With no ``catalog`` a local warehouse keeps an SQLite catalog file inside it.
+
+    Opening creates nothing: the warehouse folder and the catalog file appear with the first table.
+    """
     return Catalog(warehouse, catalog, storage_options, filesystem)

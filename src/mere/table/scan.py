@@ -72,10 +72,15 @@ class Scan:
     queue_batches: int = 2  # merged batches held per split ahead of the consumer
 
     def select(self, *columns: str) -> Scan:
-        return replace(self, columns=tuple(columns))
+        """The same scan with another projection (checked now)."""
+        scan = replace(self, columns=normalise_columns(columns))
+        scan.output_columns  # noqa: B018 - unknown names fail here, not at the first read
+        return scan
 
     def where(self, filter: Any) -> Scan:
+        """The same scan with ``filter`` ANDed to its filter (checked now)."""
         combined = E.to_expr(filter) if self.filter is None else E.to_expr(self.filter) & E.to_expr(filter)
+        split_filter(self.table.spec, combined)
         return replace(self, filter=combined)
 
     @property
@@ -85,7 +90,10 @@ class Scan:
             return list(spec.schema.names)
         unknown = [c for c in self.columns if c not in spec.schema.names]
         if unknown:
-            raise SchemaMismatch(f"{self.table.name}: unknown column(s) {unknown}; the table has {spec.schema.names}")
+            hint = ""
+            if len(self.columns) == 1 and "," in self.columns[0]:
+                hint = f"; to select several columns pass a list: columns={[c.strip() for c in self.columns[0].split(',')]}"
+            raise SchemaMismatch(f"{self.table.name}: unknown column(s) {unknown}; the table has {spec.schema.names}{hint}")
         return list(self.columns)
 
     @property
@@ -174,7 +182,19 @@ class Scan:
         return self.to_arrow().to_pandas(**kwargs)
 
     def count(self) -> int:
-        return sum(b.num_rows for b in self.to_batches())
+        """Rows of this scan, reading only the columns its filter and the merge need."""
+        return sum(b.num_rows for b in replace(self, columns=()).to_batches())
+
+    def __len__(self) -> int:
+        """``len(scan)`` counts the rows (a read; see :meth:`count`)."""
+        return self.count()
+
+    def __bool__(self) -> bool:
+        return True  # a scan object is always truthy: testing it must not read the table
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        """Iterating a scan streams its merged record batches."""
+        return self.to_batches()
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
         return self.to_reader().__arrow_c_stream__(requested_schema)
@@ -185,8 +205,11 @@ class Scan:
 
 
 def normalise_columns(columns: Sequence[str] | str | None) -> tuple[str, ...] | None:
+    """A projection argument: None (every column), one column name, or a sequence of names."""
     if columns is None:
         return None
     if isinstance(columns, str):
         return (columns,)
-    return tuple(columns)
+    if isinstance(columns, Sequence | set | frozenset) and all(isinstance(c, str) for c in columns):
+        return tuple(columns)
+    raise InvalidInput(f"columns must be a list of column names, got {columns!r}")

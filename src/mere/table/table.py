@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_REBASE_ATTEMPTS = 20
+SCAN_OPTIONS = ("parallel", "window_bytes", "queue_batches")
 STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
 
 
@@ -99,6 +101,10 @@ class Table:
     def __repr__(self) -> str:
         return f"Table({self.name!r}, primary_key={list(self.spec.primary_key)}, buckets={self.spec.buckets})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A table travels as its catalog's address and its record: the receiver reconnects.
+        return (Table, (self.catalog, self.record))
+
     # -- reads -----------------------------------------------------------------------------------
 
     def files_at(self, version: int) -> list[FileEntry]:
@@ -121,7 +127,10 @@ class Table:
             if isinstance(version, bool) or not isinstance(version, int) or version < oldest or version > current:
                 raise NoSuchVersion(f"{self.name} has versions {oldest}..{current}; got {version!r}")
             return version
-        v = self._sql.version_as_of(self.record.id, _to_micros(as_of))
+        try:
+            v = self._sql.version_as_of(self.record.id, _to_micros(as_of))
+        except NoSuchVersion as e:
+            raise NoSuchVersion(f"{self.name}: {e}") from None
         if v < oldest:
             raise NoSuchVersion(f"{self.name}: version {v} (as of {as_of}) has expired; the oldest is {oldest}")
         return v
@@ -129,6 +138,13 @@ class Table:
     def scan(self, columns: Sequence[str] | str | None = None, filter: Any = None, version: int | None = None,
              as_of: Any = None, **options: Any) -> Scan:
         """Plan a merged read. ``filter`` is a string, a :mod:`mere.expr` expression or a pyarrow Expression."""
+        unknown = sorted(set(options) - set(SCAN_OPTIONS))
+        if unknown:
+            raise InvalidInput(f"{self.name}: unknown scan option(s) {unknown}; scan() takes columns, filter, "
+                               f"version, as_of and {', '.join(SCAN_OPTIONS)}")
+        for key, value in options.items():
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise InvalidInput(f"{self.name}: scan option {key} must be a positive integer, got {value!r}")
         v = self.resolve_version(version, as_of)
         scan = Scan(self, v, normalise_columns(columns), filter, **options)
         scan.output_columns  # noqa: B018 - validate column names now, not at first read
@@ -189,6 +205,7 @@ class Table:
 
     def _blind_write(self, operation: str, data: Any, *, partial_ok: bool,
                      idempotency_key: str | None) -> CommitRecord:
+        _check_key(self.name, idempotency_key)
         if idempotency_key is not None:
             prior = self._sql.find_idempotent(self.record.id, idempotency_key)
             if prior is not None:
@@ -239,6 +256,7 @@ class Table:
 
     def find_commit(self, idempotency_key: str) -> CommitRecord | None:
         """The commit made with this idempotency key, if any."""
+        _check_key(self.name, idempotency_key)
         return self._sql.find_idempotent(self.record.id, idempotency_key)
 
     def commit(self, staged: Sequence[StagedWrite], *, operation: str | None = None,
@@ -247,6 +265,12 @@ class Table:
 
         Files of different stages are ordered as given: for equal keys a later stage wins.
         """
+        _check_key(self.name, idempotency_key)
+        if isinstance(staged, StagedWrite) or not isinstance(staged, Sequence) or not all(
+                isinstance(s, StagedWrite) for s in staged):
+            raise InvalidInput(f"{self.name}: commit() takes a list of StagedWrite from stage(), got {staged!r}")
+        if operation is not None and operation not in STAGE_OPERATIONS:
+            raise InvalidInput(f"{self.name}: cannot commit {operation!r}; choose one of {', '.join(STAGE_OPERATIONS)}")
         ops = {s.operation for s in staged}
         if len(ops) > 1:
             raise InvalidInput(f"{self.name}: cannot commit different operations {sorted(ops)} together")
@@ -285,9 +309,13 @@ class Table:
 
     def abort(self, staged: Sequence[StagedWrite | None]) -> None:
         """Delete the files of staged writes that will not be committed."""
+        if isinstance(staged, StagedWrite) or not isinstance(staged, Sequence):
+            raise InvalidInput(f"{self.name}: abort() takes a list of StagedWrite (None for failed tasks)")
         for s in staged:
-            if s is not None:
+            if isinstance(s, StagedWrite):
                 self._discard(s.files)
+            elif s is not None:
+                raise InvalidInput(f"{self.name}: abort() takes StagedWrite or None items, got {s!r}")
 
     def _write_files(self, prepared: Sequence[PreparedFile], first_order: int = 0) -> list[FileEntry]:
         return write_prepared(self.storage, self.location, self.spec, prepared, first_order=first_order,
@@ -336,7 +364,13 @@ class Table:
             raise
 
     def delete(self, where: Any) -> CommitRecord:
-        """Delete rows matching a filter (string, expression, pyarrow Expression), or the keys in a table of keys."""
+        """Delete rows matching a filter (string, expression, pyarrow Expression), or the keys in a table of keys.
+
+        ``delete("TRUE")`` deletes every row (as delete markers); :meth:`truncate` empties the table at once.
+        """
+        if where is None:
+            raise InvalidInput(f"{self.name}: delete(None) names no rows; to delete every row say delete('TRUE') "
+                               "or truncate()")
         if isinstance(where, (pa.Table, pa.RecordBatch, dict)) or type(where).__module__.startswith("pandas"):
             return self._with_rebase(lambda: self._delete_keys(where))
         if self.spec.has_primary_key:
@@ -434,6 +468,10 @@ class Table:
         return self._commit("delete", base, add, remove, deleted, partitions=sorted({
             f.partition for f in self.files_at(base) if f.id in set(remove)}), extra={"deleted_rows": deleted})
 
+    def truncate(self) -> CommitRecord:
+        """Remove every row as one new version, without writing anything (earlier versions stay readable)."""
+        return self._commit_overwrite([], 0, None, self.version, None, operation="truncate")
+
     def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> CommitRecord:
         """Replace the whole table, or the partitions matching ``partition``, with ``data``."""
         wanted = self._wanted_partition(partition)
@@ -445,6 +483,10 @@ class Table:
     def _wanted_partition(self, partition: Mapping[str, Any] | None) -> dict[str, str | None] | None:
         if partition is None:
             return None
+        if not isinstance(partition, Mapping) or not partition:
+            raise InvalidInput(f"{self.name}: partition must be a dict of partition column -> value such as "
+                               f"{{{self.spec.partition_by[0] if self.spec.partition_by else 'day'!r}: ...}}, "
+                               f"got {partition!r}")
         unknown = [c for c in partition if c not in self.spec.partition_by]
         if unknown:
             raise InvalidInput(f"{self.name}: {unknown} are not partition columns {list(self.spec.partition_by)}")
@@ -459,7 +501,7 @@ class Table:
                 raise InvalidInput(f"{self.name}: overwrite of partition {dict(wanted)} got rows of partition {dict(p)}")
 
     def _commit_overwrite(self, entries: list[FileEntry], rows: int, wanted: dict[str, str | None] | None,
-                          base: int, idempotency_key: str | None) -> CommitRecord:
+                          base: int, idempotency_key: str | None, operation: str = "overwrite") -> CommitRecord:
         def matches(f: FileEntry) -> bool:
             return wanted is None or _partition_matches(f.partition, wanted)
 
@@ -475,7 +517,7 @@ class Table:
                 touched = sorted({f.partition for f in removed} | {f.partition for f in entries})
                 try:
                     return self._sql.commit(
-                        self.record.id, base_version=base, operation="overwrite", add=entries,
+                        self.record.id, base_version=base, operation=operation, add=entries,
                         remove=[f.id for f in removed if f.id is not None], validate=validate,
                         idempotency_key=idempotency_key,
                         summary={"read_version": base, "added_files": len(entries), "removed_files": len(removed),
@@ -514,6 +556,8 @@ class Table:
         steps are also public: :meth:`plan_compaction`, :meth:`CompactionTask.run
         <mere.table.compaction.CompactionTask.run>` and :meth:`commit_compaction`.
         """
+        if run is not None and not callable(run):
+            raise InvalidInput(f"{self.name}: run must be a function of the compaction tasks, got {run!r}")
         for _ in range(MAX_REBASE_ATTEMPTS):
             plan = self.plan_compaction(min_files, partition)
             if not plan.remove:
@@ -536,8 +580,7 @@ class Table:
 
     def plan_compaction(self, min_files: int = 2, partition: Mapping[str, Any] | None = None) -> CompactionPlan:
         """The splits :meth:`compact` would fold now, as picklable tasks for workers to run."""
-        if min_files < 1:
-            raise InvalidInput(f"{self.name}: min_files must be at least 1, got {min_files}")
+        _check_count(self.name, "min_files", min_files)
         wanted = self._wanted_partition(partition)
         base = self.version
         if not self.spec.has_primary_key:
@@ -589,6 +632,7 @@ class Table:
 
         The version current at the cutoff stays readable. Returns the deleted paths.
         """
+        _check_age(self.name, older_than)
         try:
             keep = self._sql.version_as_of(self.record.id, _to_micros(dt.datetime.now(dt.UTC) - older_than))
         except NoSuchVersion:
@@ -608,6 +652,7 @@ class Table:
         Only files and uploads older than ``older_than`` go, so writes still in flight keep theirs.
         Returns the removed paths.
         """
+        _check_age(self.name, older_than)
         referenced = self._sql.all_file_paths(self.record.id)
         cutoff = time.time() - older_than.total_seconds()
         removed = []
@@ -664,11 +709,31 @@ def _to_micros(value: Any) -> int:
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.UTC)
         return int(value.timestamp() * 1_000_000)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return int(value * 1_000_000)  # seconds since the epoch
     if isinstance(value, str):
-        return _to_micros(dt.datetime.fromisoformat(value))
-    raise InvalidInput(f"as_of must be a datetime, ISO string or epoch seconds, got {value!r}")
+        try:
+            return _to_micros(dt.datetime.fromisoformat(value))
+        except ValueError:
+            pass
+    raise InvalidInput(f"as_of must be a datetime, an ISO 8601 string such as '2026-11-21T08:00:00+00:00' "
+                       f"(naive means UTC) or epoch seconds, got {value!r}")
+
+
+def _check_count(table: str, name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidInput(f"{table}: {name} must be a positive integer, got {value!r}")
+
+
+def _check_age(table: str, value: Any) -> None:
+    if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
+        raise InvalidInput(f"{table}: older_than must be a non-negative datetime.timedelta "
+                           f"(e.g. timedelta(days=7)), got {value!r}")
+
+
+def _check_key(table: str, key: Any) -> None:
+    if key is not None and (not isinstance(key, str) or not key):
+        raise InvalidInput(f"{table}: idempotency_key must be a non-empty string, got {key!r}")
 
 
 __all__ = ["Table", "partition_json"]
