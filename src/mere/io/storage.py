@@ -538,10 +538,8 @@ class Storage:
         base = self.full_path(rel_dir)
 
         def once() -> None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.fs.delete_dir(base)
-            except FileNotFoundError:
-                pass
 
         try:
             self._retrying(f"deleting {base}", once)
