@@ -146,6 +146,8 @@ PROPERTIES: dict[str, tuple[str, Any]] = {
                           else _bad()),
     "write.compression-level": ("an integer", int),
     "write.row-group-rows": ("a positive integer", lambda v: _positive(int(v))),
+    "write.chunk-bytes": ("a positive integer (bytes of a streamed input written as one run)",
+                          lambda v: _positive(int(v))),
     "read.window-bytes": ("a positive integer (bytes)", lambda v: _positive(int(v))),
     "read.whole-split-bytes": ("a non-negative integer (bytes)", lambda v: _positive(int(v) + 1) - 1),
 }

@@ -26,9 +26,10 @@ from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.scan import Scan, ScanTask, normalise_columns
 from mere.table.write_checks import WriteChecks
 from mere.write.writer import (
+    CHUNK_BYTES,
     PreparedFile,
-    chunked,
     conform,
+    input_chunks,
     partition_json,
     prepare,
     to_batches,
@@ -76,6 +77,7 @@ class Table:
         self.window_bytes = int(props.get("read.window-bytes", DEFAULT_WINDOW_BYTES))
         default_whole = 0 if "read.window-bytes" in props else DEFAULT_WHOLE_SPLIT_BYTES
         self.whole_split_bytes = int(props.get("read.whole-split-bytes", default_whole))
+        self.chunk_bytes = int(props.get("write.chunk-bytes", CHUNK_BYTES))
 
     @property
     def _sql(self) -> SqlCatalog:
@@ -218,17 +220,20 @@ class Table:
 
     def _write_data(self, data: Any, *, partial_ok: bool,
                     check: Callable[[list[PreparedFile]], None] | None = None) -> tuple[list[FileEntry], int]:
-        schema, batches = to_batches(data)
         entries: list[FileEntry] = []
         rows = 0
         try:
-            for chunk in chunked(schema, batches):
+            for chunk in input_chunks(data, self.chunk_bytes):
                 table, ops = conform(chunk, self.spec, partial_ok=partial_ok, identifier=self.name)
+                del chunk
+                rows += table.num_rows
                 prepared = prepare(self.spec, table, ops, identifier=self.name)
+                del table
                 if check is not None:
                     check(prepared)
-                rows += table.num_rows
                 entries += self._write_files(prepared, first_order=len(entries))
+                del prepared
+                pa.default_memory_pool().release_unused()  # RSS follows the chunk at hand, not the largest seen
         except BaseException:
             self._discard(entries)
             raise

@@ -25,7 +25,8 @@ from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec
 from mere.write.cast import lossless_cast
 
 DEFAULT_ROW_GROUP_BYTES = 1 << 20  # uncompressed bytes per row group: small enough for key lookups
-CHUNK_ROWS = 2_000_000  # rows per prepared chunk when streaming large inputs
+CHUNK_ROWS = 2_000_000  # rows per prepared chunk of inputs already in memory
+CHUNK_BYTES = 64 << 20  # Arrow bytes per prepared chunk of streamed inputs (memory bound of a streamed write)
 
 
 class ArrowStreamExportable(Protocol):
@@ -34,6 +35,11 @@ class ArrowStreamExportable(Protocol):
 
 def to_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """Accept Arrow tables, batches, readers, pandas frames or anything with ``__arrow_c_stream__``."""
+    return _converted(data)[:2]
+
+
+def _converted(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch], bool]:
+    """(schema, batches, whether the batches stream in, rather than already being in memory)."""
     try:
         return _to_batches(data)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as e:
@@ -42,45 +48,68 @@ def to_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
         raise InvalidInput(f"cannot convert {type(data).__name__} to Arrow: {e}") from e
 
 
-def _to_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+def _to_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch], bool]:
     if isinstance(data, pa.Table):
-        return data.schema, iter(data.to_batches())
+        return data.schema, iter(data.to_batches()), False
     if isinstance(data, pa.RecordBatch):
-        return data.schema, iter([data])
+        return data.schema, iter([data]), False
     if isinstance(data, pa.RecordBatchReader):
-        return data.schema, iter(data)
+        return data.schema, iter(data), True
     mod = type(data).__module__
     if mod.startswith("pandas"):
         t = pa.Table.from_pandas(data, preserve_index=False)
-        return t.schema, iter(t.to_batches())
+        return t.schema, iter(t.to_batches()), False
     if hasattr(data, "__arrow_c_stream__"):
         reader = pa.RecordBatchReader.from_stream(data)
-        return reader.schema, iter(reader)
+        return reader.schema, iter(reader), True
     if hasattr(data, "__arrow_c_array__"):
         batch = pa.record_batch(data)
-        return batch.schema, iter([batch])
+        return batch.schema, iter([batch]), False
     if isinstance(data, dict):
         t = pa.table(data)
-        return t.schema, iter(t.to_batches())
+        return t.schema, iter(t.to_batches()), False
     raise InvalidInput(
         f"cannot write {type(data).__name__}: pass a pyarrow Table/RecordBatch/RecordBatchReader, a pandas "
         "DataFrame or an object with __arrow_c_stream__")
 
 
-def chunked(schema: pa.Schema, batches: Iterator[pa.RecordBatch], rows: int = CHUNK_ROWS) -> Iterator[pa.Table]:
-    """Group a batch stream into tables of about ``rows`` rows (always at least one, maybe empty)."""
+def input_chunks(data: Any, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.Table]:
+    """The input as tables to prepare one after another (always at least one, maybe empty).
+
+    Streams are cut every ``chunk_bytes`` of Arrow data, so a streamed write holds a bounded amount;
+    inputs already in memory are cut every CHUNK_ROWS rows. Each chunk becomes one sorted file per split.
+    """
+    schema, batches, streaming = _converted(data)
+    return chunked(schema, batches, CHUNK_ROWS, chunk_bytes if streaming else None)
+
+
+def chunked(schema: pa.Schema, batches: Iterator[pa.RecordBatch], rows: int = CHUNK_ROWS,
+            max_bytes: int | None = None) -> Iterator[pa.Table]:
+    """Group a batch stream into tables of about ``rows`` rows or ``max_bytes`` (always one, maybe empty)."""
     pending: list[pa.RecordBatch] = []
-    count = 0
+    count = size = 0
     emitted = False
     for b in batches:
         pending.append(b)
         count += b.num_rows
-        if count >= rows:
-            yield pa.Table.from_batches(pending, schema=schema)
+        size += b.nbytes
+        if count >= rows or (max_bytes is not None and size >= max_bytes):
+            out = _gathered(pending, schema, max_bytes is not None)
+            pending, count, size = [], 0, 0
             emitted = True
-            pending, count = [], 0
+            yield out
     if pending or not emitted:
-        yield pa.Table.from_batches(pending, schema=schema)
+        yield _gathered(pending, schema, max_bytes is not None)
+
+
+def _gathered(batches: list[pa.RecordBatch], schema: pa.Schema, contiguous: bool) -> pa.Table:
+    """Streamed batches are copied into contiguous columns here, where the batches can be freed at once
+    (the writer needs contiguous columns anyway): a streamed chunk is never held twice."""
+    table = pa.Table.from_batches(batches, schema=schema)
+    if contiguous:
+        table = table.combine_chunks()
+        batches.clear()
+    return table
 
 
 _CDC_UPSERT = ("I", "+I", "INSERT", "C", "CREATE", "R", "READ", "SNAPSHOT", "U", "+U", "UPDATE", "UPDATE_AFTER",
