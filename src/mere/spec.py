@@ -109,7 +109,7 @@ def _normalise_field(f: pa.Field) -> pa.Field:
 
 def _unstorable(t: pa.DataType) -> str | None:
     """Why a (normalised) type cannot be stored and read back exactly, or None if it can."""
-    if isinstance(t, pa.ExtensionType):
+    if isinstance(t, pa.BaseExtensionType):
         return f"extension type {t} (store its storage type {t.storage_type} instead)"
     if pa.types.is_union(t):
         return "union types (Parquet cannot store them)"

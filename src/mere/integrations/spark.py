@@ -55,6 +55,7 @@ Spark SQL: ``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.order
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import sys
@@ -144,6 +145,25 @@ def _options(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
 
+LOCATION_OPTIONS = ("warehouse", "catalog", "table", "path")
+READ_OPTIONS = ("version", "versionasof", "as_of", "timestampasof", "filter", "columns", "pushdown")
+CREATE_OPTIONS = ("primary_key", "partition_by", "buckets", "cdc_column", "merge_operators", "create")
+WRITE_OPTIONS = ("operation", "partition", "idempotency_key", "flush_rows", "query_id", *CREATE_OPTIONS)
+SPARK_OPTIONS = ("checkpointlocation", "paths")  # set by Spark itself for some reads and streams
+
+
+def check_options(options: Mapping[str, str], known: Sequence[str]) -> None:
+    """Refuse option names mere does not read (a typo would otherwise be ignored)."""
+    allowed = {*LOCATION_OPTIONS, *SPARK_OPTIONS, *known}
+    for key in _options(options):
+        if key in allowed or key.startswith("storage."):
+            continue
+        close = difflib.get_close_matches(key, sorted(allowed), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InvalidInput(f"unknown option {key!r} for the mere data source{hint} It reads "
+                           f"{', '.join(sorted(allowed - set(SPARK_OPTIONS)))} and storage.<key>.")
+
+
 @dataclass(frozen=True)
 class TableRef:
     """Where a table lives; picklable, so workers can open it themselves."""
@@ -218,6 +238,18 @@ def _split_list(value: str | None) -> list[str] | None:
     if value is None or not value.strip():
         return None
     return [c.strip() for c in value.split(",") if c.strip()]
+
+
+def _int_option(name: str, value: str | None) -> int | None:
+    if value is None or not value.strip():
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise InvalidInput(f"option {name!r} must be a positive integer, got {value!r}")
+    return n
 
 
 def _json_object(name: str, value: str | None) -> dict[str, Any] | None:
@@ -315,6 +347,7 @@ class MereReader(DataSourceReader):
     """Plans one table version on the driver; each task merges one split."""
 
     def __init__(self, ref: TableRef, options: Mapping[str, str], schema: StructType) -> None:
+        check_options(options, READ_OPTIONS)
         opts = _options(options)
         self.ref = ref
         self.base_filter: str | None = opts.get("filter") or None
@@ -460,7 +493,7 @@ def _create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) ->
         ref.name, arrow,
         primary_key=_split_list(opts.get("primary_key")),
         partition_by=_split_list(opts.get("partition_by")),
-        buckets=int(buckets) if buckets else None,
+        buckets=_int_option("buckets", buckets),
         merge_operators=_json_object("merge_operators", opts.get("merge_operators")),
         cdc_column=opts.get("cdc_column") or None,
         exist_ok=True,
@@ -482,6 +515,7 @@ class _WriteJob:
     @staticmethod
     def plan(ref: TableRef, options: Mapping[str, str], schema: StructType, overwrite: bool,
              streaming: bool) -> _WriteJob:
+        check_options(options, WRITE_OPTIONS)
         opts = _options(options)
         operation = opts.get("operation", "").strip().lower() or None
         if operation is not None and operation not in WRITE_OPERATIONS:
@@ -490,9 +524,16 @@ class _WriteJob:
             raise InvalidInput(f"{ref.name}: mode('overwrite') cannot run operation {operation!r}; use mode('append')")
         try:
             table = ref.open()
-        except (NoSuchTable, NoSuchNamespace):
-            if operation == "delete":
-                raise
+        except (NoSuchTable, NoSuchNamespace) as missing:
+            create = opts.get("create", "").strip().lower()
+            if create not in ("", "true", "false"):
+                raise InvalidInput(f"option 'create' must be true or false, got {create!r}") from None
+            if operation == "delete" or create == "false" or (
+                    create != "true" and not any(o in opts for o in CREATE_OPTIONS)):
+                raise NoSuchTable(
+                    f"{missing} in warehouse {ref.warehouse!r}; to create it on write give its layout "
+                    "(.option('primary_key', ...), partition_by, buckets, cdc_column, merge_operators) or "
+                    ".option('create', 'true') for a table without key") from None
             table = _create_table(ref, opts, schema)
         if overwrite:
             operation = "overwrite"
@@ -513,9 +554,9 @@ class _WriteJob:
         key = opts.get("idempotency_key") or None
         if key is None and not streaming:
             key = f"spark-write:{uuid.uuid4().hex}"  # lets abort() tell whether a failed commit landed
-        flush = opts.get("flush_rows")
+        flush = _int_option("flush_rows", opts.get("flush_rows"))
         return _WriteJob(ref, table.record.uuid, operation, partition, key, opts.get("query_id") or None,
-                         int(flush) if flush else FLUSH_ROWS)
+                         flush or FLUSH_ROWS)
 
     def open(self) -> Table:
         table = self.ref.open()
@@ -628,6 +669,7 @@ class MereDataSource(DataSource):
         return "mere"
 
     def schema(self) -> StructType:
+        check_options(self.options, (*READ_OPTIONS, *WRITE_OPTIONS))
         table = self.ref.open()
         columns = _split_list(_options(self.options).get("columns"))
         return spark_schema(table.scan(columns=columns).schema)
