@@ -6,8 +6,24 @@ A filter reaches mere as SQL-like text, as an :class:`Expr` tree or as an opaque
 Semantics follow SQL three-valued logic. A comparison with a NULL column value is
 NULL; ``NOT NULL`` is NULL; ``x IN (1, NULL)`` is TRUE when ``x = 1`` and NULL
 otherwise; a row is kept only when the filter is TRUE. An empty ``IN ()`` list is
-FALSE for every row, NULL included. Floats follow Arrow: NaN compares unequal to
-everything (``NaN != 1`` is TRUE) but ``IN`` matches NaN with NaN.
+FALSE for every row, NULL included.
+
+Numbers follow SQL. Text with a decimal point and no exponent (``1.5``, ``.5``,
+``-0.25``) is an exact decimal literal (``decimal.Decimal``, every digit kept); text with
+an exponent (``1e5``, ``2.5E-3``) is an approximate literal (``float``); other numbers
+are integers. On an integer or decimal column a literal keeps its exact value: one the
+column type cannot hold is not an error but makes the comparison what it exactly is
+(``i = 1.5`` is FALSE, ``i < 1.5`` is ``i <= 1``, ``int8_col < 1000`` is TRUE; NULL rows
+stay NULL). A float literal there stands for its shortest decimal spelling (``0.1``).
+On a float column a literal becomes the nearest value of the column's float type.
+
+Floats follow Spark SQL, PostgreSQL and DuckDB, not IEEE: ``-0.0`` equals ``0.0`` and NaN
+equals NaN and is greater than every other value, ``+Infinity`` included (so ``f > 1`` is
+TRUE for NaN and ``f < 1`` FALSE). On a float column the strings ``'NaN'``,
+``'Infinity'``, ``'-Infinity'``, ``'inf'`` and ``'-inf'`` (any case) name those values, and
+``DOUBLE 'NaN'`` is a float literal anywhere. Bind a filter (:func:`bind`) before lowering
+or analysing it: the float rules apply where the literal is a float, which binding ensures
+for float columns.
 
 Literal values are always plain Python values (``int``, ``float``, ``Decimal``,
 ``str``, ``bytes``, ``bool``, ``datetime.date``, ``datetime.datetime``, ``datetime.time``,
@@ -18,15 +34,19 @@ kept at microsecond precision as ``datetime.datetime`` (tz-aware for tz columns)
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
+import functools
 import itertools
 import math
 import operator
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any, Literal, cast
+from decimal import ROUND_FLOOR, Decimal, localcontext
+from fractions import Fraction
+from typing import Any, Literal, NamedTuple, cast
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +63,10 @@ _OPS = frozenset(_PY_OPS)
 _FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _KEYWORDS = frozenset({"AND", "OR", "NOT", "IN", "IS", "NULL", "BETWEEN", "TRUE", "FALSE"})
 _BARE_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+# Literal types In.__post_init__ can accept without looking at each value (long IN lists).
+_PLAIN_TYPES = frozenset(
+    {int, float, str, bytes, bool, Decimal, type(None), _dt.date, _dt.datetime, _dt.time, _dt.timedelta}
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,10 +94,10 @@ class Expr:
         raise FilterError("an Expr has no truth value; combine filters with &, | and ~, not and/or/not")
 
     def __str__(self) -> str:
-        return _render(self, 0)
+        return _render(self, 0, None)
 
     def __repr__(self) -> str:
-        return _render(self, 0)
+        return _render(self, 0, None)
 
 
 def _check_column(column: object) -> None:
@@ -95,6 +119,10 @@ def _literal(value: object, what: str) -> object:
         raise FilterError(f"{what} must be a literal, got the expression {value}")
     if isinstance(value, list | tuple | set | frozenset | dict):
         raise FilterError(f"{what} must be a single value, got {value!r}")
+    if isinstance(value, Decimal) and not value.is_finite():
+        raise FilterError(f"{what} must be a finite Decimal, got {value!r}; NaN and infinities are floats")
+    if isinstance(value, bytearray | memoryview):
+        value = bytes(value)  # one type per kind keeps hash lookups of candidate values exact
     return value
 
 
@@ -132,7 +160,18 @@ class In(Expr):
         _check_column(self.column)
         if isinstance(self.values, str | bytes) or not isinstance(self.values, Iterable):
             raise FilterError(f"IN needs a list of values, got {self.values!r}")
-        object.__setattr__(self, "values", tuple(_literal(v, "IN value") for v in self.values))
+        values = tuple(self.values)
+        types = set(map(type, values))
+        plain = types <= _PLAIN_TYPES and (
+            Decimal not in types or all(v.is_finite() for v in values if type(v) is Decimal)
+        )
+        if not plain:
+            values = tuple(_literal(v, "IN value") for v in values)
+        object.__setattr__(self, "values", values)
+
+    def __getstate__(self) -> dict[str, object]:
+        # The lookup index built on demand (see _in_index) is not worth pickling.
+        return {k: v for k, v in self.__dict__.items() if k != "_index"}
 
 
 @dataclass(frozen=True, repr=False)
@@ -274,9 +313,15 @@ def _fmt_literal(value: object) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return repr(value)  # non-finite floats have no literal syntax and do not round-trip
+        if math.isnan(value):
+            return "DOUBLE 'NaN'"
+        if math.isinf(value):
+            return "DOUBLE 'Infinity'" if value > 0 else "DOUBLE '-Infinity'"
+        text = repr(value)
+        return text if "e" in text else text + "e0"  # an exponent keeps it a float when parsed back
     if isinstance(value, Decimal):
-        return format(value, "f")
+        text = format(value, "f")
+        return text if "." in text else text + ".0"  # a decimal point keeps it a Decimal when parsed back
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     if isinstance(value, bytes):
@@ -292,19 +337,22 @@ def _precedence(e: Expr) -> int:
     return 1 if isinstance(e, Or) else 2 if isinstance(e, And) else 3 if isinstance(e, Not) else 4
 
 
-def _render(e: Expr, min_prec: int) -> str:
+def _render(e: Expr, min_prec: int, max_values: int | None) -> str:
     if isinstance(e, Or):
-        text = f"{_render(e.left, 1)} OR {_render(e.right, 2)}"
+        text = f"{_render(e.left, 1, max_values)} OR {_render(e.right, 2, max_values)}"
     elif isinstance(e, And):
-        text = f"{_render(e.left, 2)} AND {_render(e.right, 3)}"
+        text = f"{_render(e.left, 2, max_values)} AND {_render(e.right, 3, max_values)}"
     elif isinstance(e, Not):
-        text = f"NOT {_render(e.operand, 3)}"
+        text = f"NOT {_render(e.operand, 3, max_values)}"
     elif isinstance(e, Compare):
         op = "=" if e.op == "==" else e.op
         text = f"{_fmt_ident(e.column)} {op} {_fmt_literal(e.value)}"
     elif isinstance(e, In):
-        values = ", ".join(_fmt_literal(v) for v in e.values)
-        text = f"{_fmt_ident(e.column)} {'NOT IN' if e.negated else 'IN'} ({values})"
+        shown = e.values if max_values is None else e.values[:max_values]
+        parts = list(map(_fmt_literal, shown))
+        if len(shown) < len(e.values):
+            parts.append(f"... and {len(e.values) - len(shown)} more")
+        text = f"{_fmt_ident(e.column)} {'NOT IN' if e.negated else 'IN'} ({', '.join(parts)})"
     elif isinstance(e, IsNull):
         text = f"{_fmt_ident(e.column)} IS {'NOT NULL' if e.negated else 'NULL'}"
     elif isinstance(e, AlwaysTrue):
@@ -318,25 +366,46 @@ def _render(e: Expr, min_prec: int) -> str:
     return f"({text})" if _precedence(e) < min_prec else text
 
 
+def render(expr: Expr, max_values: int | None = None) -> str:
+    """``str(expr)`` for people: IN lists longer than ``max_values`` are cut short.
+
+    ``id IN (1, 2, 3, ... and 997 more)``; with ``max_values=None`` this is ``str(expr)``, the
+    full text that :func:`parse` reads back to an equal expression.
+    """
+    if max_values is not None and max_values < 0:
+        raise FilterError(f"max_values must be None or >= 0, got {max_values}")
+    return _render(expr, 0, max_values)
+
+
 # ---------------------------------------------------------------------------------------------
 # Parsing
 
+# A long parenthesised list of plain numbers or of strings is one token: IN lists can hold
+# millions of values and one regex match with a bulk conversion beats a token per value.
+# Atomic groups and possessive repeats keep a failed match linear.
+_NUM = r"-?(?:\d+(?:\.\d*)?|\.\d+)"
+_STR = r"'(?:[^']|'')*+'"
 _TOKEN = re.compile(
-    r"""(?P<ws>\s+)
+    rf"""(?P<numlist>\((?>\s*{_NUM}\s*,){{15,}}+\s*{_NUM}\s*\))
+    |(?P<strlist>\((?>\s*{_STR}\s*,){{15,}}+\s*{_STR}\s*\))
+    |(?P<ws>\s+)
     |(?P<num>-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
     |(?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
     |(?P<op><=|>=|<>|!=|==|=|<|>)
     |(?P<punct>[(),])
-    |(?P<str>'(?:[^']|'')*')
-    |(?P<qident>"(?:[^"]|"")*"|`(?:[^`]|``)*`)""",
-    re.VERBOSE,
+    |(?P<str>{_STR})
+    |(?P<qident>"(?:[^"]|"")*+"|`(?:[^`]|``)*+`)
+    |(?P<bad>.)""",
+    re.VERBOSE | re.DOTALL,
 )
+_STR_ITEM = re.compile(r"'((?:[^']|'')*+)'")
+_FLOAT_TEXT = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)", re.IGNORECASE)
+_FLOAT_WORD = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 _NO_LITERAL = object()
 
 
-@dataclass(frozen=True)
-class _Tok:
-    kind: str  # num, str, ident, qident, kw, op, punct, eof
+class _Tok(NamedTuple):
+    kind: str  # num, str, ident, qident, kw, op, punct, numlist, strlist, eof
     value: str
     pos: int
 
@@ -350,26 +419,48 @@ def _error(text: str, pos: int, message: str) -> FilterError:
 
 def _tokenize(text: str) -> list[_Tok]:
     tokens: list[_Tok] = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            what = (
-                "unterminated quoted text" if text[pos] in "'\"`" else f"unexpected character {text[pos]!r}"
-            )
+    append = tokens.append
+    for m in _TOKEN.finditer(text):  # the catch-all 'bad' group makes the matches cover the text
+        kind = m.lastgroup or ""
+        if kind == "ws":
+            continue
+        value, pos = m.group(), m.start()
+        if kind == "bad":
+            what = "unterminated quoted text" if value in "'\"`" else f"unexpected character {value!r}"
             raise _error(text, pos, what)
-        kind, value = m.lastgroup or "", m.group()
         if kind in ("str", "qident"):
             value = value[1:-1].replace(value[0] * 2, value[0])
             if kind == "qident" and not value:
                 raise _error(text, pos, "empty quoted identifier")
-        if kind == "ident" and value.upper() in _KEYWORDS:
+        elif kind == "ident" and value.upper() in _KEYWORDS:
             kind, value = "kw", value.upper()
-        if kind != "ws":
-            tokens.append(_Tok(kind, value, pos))
-        pos = m.end()
-    tokens.append(_Tok("eof", "", len(text)))
+        append(_Tok(kind, value, pos))
+    append(_Tok("eof", "", len(text)))
     return tokens
+
+
+def _list_values(tok: _Tok) -> list[object]:
+    """The values of a numlist or strlist token, converted in bulk."""
+    body = tok.value[1:-1]
+    if tok.kind == "strlist":
+        items = _STR_ITEM.findall(body)
+        return [item.replace("''", "'") for item in items] if "''" in body else items
+    parts = body.split(",")
+    if "." not in body:
+        return list(map(int, parts))  # int() ignores the whitespace around each number
+    return [Decimal(part) if "." in part else int(part) for part in parts]
+
+
+def _number(text: str) -> int | float | Decimal:
+    """SQL numeric literal: exponent -> float, decimal point -> exact Decimal, else int."""
+    if "e" in text or "E" in text:
+        value = float(text)
+        if math.isinf(value):
+            raise ValueError("out of range for a DOUBLE")
+        return value
+    if "." in text:
+        return Decimal(text)
+    return int(text)
 
 
 class _Parser:
@@ -432,13 +523,18 @@ class _Parser:
             return expr
         return self.predicate()
 
+    def number(self, tok: _Tok) -> int | float | Decimal:
+        try:
+            return _number(tok.value)
+        except ValueError as exc:
+            raise self.fail(tok, f"invalid number {tok.value!r} ({exc})") from None
+
     def literal(self) -> object:
         """Parse a literal if one comes next, else return _NO_LITERAL without consuming."""
         tok = self.peek()
         if tok.kind == "num":
             self.i += 1
-            is_float = any(c in tok.value for c in ".eE")
-            return float(tok.value) if is_float else int(tok.value)
+            return self.number(tok)
         if tok.kind == "str":
             self.i += 1
             return tok.value
@@ -446,7 +542,11 @@ class _Parser:
             self.i += 1
             return {"TRUE": True, "FALSE": False, "NULL": None}[tok.value]
         prefix = tok.value.upper()
-        if tok.kind == "ident" and prefix in ("DATE", "TIMESTAMP", "X") and self.peek(1).kind == "str":
+        if (
+            tok.kind == "ident"
+            and prefix in ("DATE", "TIMESTAMP", "X", "DOUBLE")
+            and self.peek(1).kind == "str"
+        ):
             self.i += 2
             raw = self.peek(-1).value
             try:
@@ -454,6 +554,13 @@ class _Parser:
                     return _dt.date.fromisoformat(raw)
                 if prefix == "TIMESTAMP":
                     return _dt.datetime.fromisoformat(raw)
+                if prefix == "DOUBLE":
+                    if not _FLOAT_TEXT.fullmatch(raw):
+                        raise ValueError("expected a number, NaN, Infinity or -Infinity")
+                    number = float(raw)
+                    if math.isinf(number) and not _FLOAT_WORD.fullmatch(raw):
+                        raise ValueError("out of range for a DOUBLE")
+                    return number
                 return bytes.fromhex(raw)
             except ValueError as exc:
                 raise self.fail(self.peek(-1), f"invalid {prefix} literal {raw!r} ({exc})") from None
@@ -478,6 +585,17 @@ class _Parser:
         if value is None and not allow_null:
             raise self.fail(tok, "comparison with NULL is never true; use IS NULL or IS NOT NULL")
         return value
+
+    def in_values(self) -> list[object]:
+        """The literals of an IN list after its '(' up to and including its ')'."""
+        values: list[object] = []
+        while not self.accept("punct", ")"):
+            if values:
+                self.expect("punct", ",", "',' or ')' in the IN list")
+                if self.accept("punct", ")"):  # a trailing comma is tolerated
+                    break
+            values.append(self.required_literal("a literal in the IN list", allow_null=True))
+        return values
 
     def predicate(self) -> Expr:
         start = self.peek()
@@ -511,12 +629,13 @@ class _Parser:
         if negated:
             tok = self.next()
         if tok.kind == "kw" and tok.value == "IN":
+            if self.peek().kind in ("numlist", "strlist"):
+                try:
+                    return In(name, tuple(_list_values(self.next())), negated)
+                except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+                    raise self.fail(self.peek(-1), f"invalid IN list ({exc})") from None
             self.expect("punct", "(", "'(' after IN")
-            values: list[object] = []
-            while not self.at("punct", ")") and (not values or self.accept("punct", ",")):
-                values.append(self.required_literal("a literal in the IN list", allow_null=True))
-            self.expect("punct", ")", "',' or ')' in the IN list")
-            return In(name, tuple(values), negated)
+            return In(name, tuple(self.in_values()), negated)
         if tok.kind == "kw" and tok.value == "BETWEEN":
             low = self.required_literal("a literal after BETWEEN")
             self.expect("kw", "AND", "AND in BETWEEN ... AND ...")
@@ -647,7 +766,132 @@ def split_by_columns(expr: Expr, allowed: Collection[str]) -> tuple[Expr, Expr]:
 # Binding
 
 
-def _bind_value(value: object, column: str, typ: pa.DataType) -> object:
+@dataclass(frozen=True)
+class _Gap:
+    """A numeric literal an integer or decimal column cannot hold, between two values it can.
+
+    ``below``/``above`` are the nearest column values on either side; None where the literal
+    lies beyond the type's range on that side (NaN and +inf lie above every value).
+    """
+
+    below: object
+    above: object
+
+
+def _never(column: str) -> Expr:
+    """FALSE for every non-null value, NULL for NULL: ``x = v`` where v cannot be a value of x."""
+    return And(In(column, (None,)), IsNull(column))
+
+
+def _always(column: str) -> Expr:
+    """TRUE for every non-null value, NULL for NULL: ``x != v`` where v cannot be a value of x."""
+    return Or(IsNull(column, negated=True), In(column, (None,)))
+
+
+def _compare_gap(op: CompareOp, column: str, gap: _Gap) -> Expr:
+    """``column op literal`` for a literal the column cannot hold, as an exactly equivalent atom."""
+    if op == "==":
+        return _never(column)
+    if op == "!=":
+        return _always(column)
+    if op in ("<", "<="):
+        return _never(column) if gap.below is None else Compare("<=", column, gap.below)
+    return _never(column) if gap.above is None else Compare(">=", column, gap.above)
+
+
+def _int_range(typ: pa.DataType) -> tuple[int, int]:
+    bits = typ.bit_width
+    if pa.types.is_signed_integer(typ):
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def _decimal_max(typ: pa.DataType) -> Decimal:
+    return Decimal((0, (9,) * typ.precision, -typ.scale))
+
+
+def _bind_exact(value: int | float | Decimal, typ: pa.DataType) -> object:
+    """A number on an integer or decimal column: the column value it equals, or a _Gap."""
+    integer = pa.types.is_integer(typ)
+    low, high = _int_range(typ) if integer else (-_decimal_max(typ), _decimal_max(typ))
+    if isinstance(value, float):
+        if math.isnan(value) or value == math.inf:  # NaN sorts above every number
+            return _Gap(high, None)
+        if value == -math.inf:
+            return _Gap(None, low)
+        value = Decimal(repr(value))  # a float literal stands for its shortest decimal spelling
+    if value < low:
+        return _Gap(None, low)
+    if value > high:
+        return _Gap(high, None)
+    if integer:
+        if isinstance(value, int):
+            return value
+        floor = math.floor(value)
+        return floor if floor == value else _Gap(floor, floor + 1)
+    quantum = Decimal(1).scaleb(-typ.scale)
+    with localcontext() as ctx:
+        ctx.prec = typ.precision + 2  # every in-range multiple of quantum fits: arithmetic stays exact
+        step = Decimal(value).quantize(quantum, rounding=ROUND_FLOOR)
+        return step if step == value else _Gap(step, step + quantum)
+
+
+def _bind_float(value: int | float | Decimal, typ: pa.DataType) -> float:
+    """The nearest value of the float column type to ``value`` (round half to even)."""
+    if isinstance(value, float):
+        wide = value
+    else:
+        try:
+            wide = float(value)  # correctly rounded for int and Decimal
+        except OverflowError:
+            wide = math.inf if value > 0 else -math.inf
+    if typ.bit_width == 64 or not math.isfinite(wide):
+        return wide
+    np_type = np.float32 if typ.bit_width == 32 else np.float16
+    with np.errstate(over="ignore"):
+        narrow = np_type(wide)
+    if isinstance(value, float) or wide == value or not np.isfinite(narrow):
+        return float(narrow)
+    # Rounding twice (exact -> float64 -> narrow) errs only when the float64 lies exactly halfway
+    # between two narrow values; the exact value then decides.
+    other = np.nextafter(narrow, np_type(math.inf if wide > float(narrow) else -math.inf))
+    if Fraction(float(narrow)) + Fraction(float(other)) != 2 * Fraction(wide):
+        return float(narrow)
+    lower, upper = sorted((float(narrow), float(other)))
+    return lower if value < wide else upper
+
+
+def _zone_offset(tz: str, wall: _dt.datetime) -> _dt.timedelta:
+    """UTC offset of time zone ``tz`` at wall-clock time ``wall``; zero when unknown."""
+    try:
+        return ZoneInfo(tz).utcoffset(wall) or _dt.timedelta(0)
+    except (KeyError, ValueError):  # not a zone name: maybe a fixed offset such as +01:00
+        pass
+    try:
+        return _dt.datetime.strptime(tz, "%z").utcoffset() or _dt.timedelta(0)
+    except ValueError:
+        return _dt.timedelta(0)
+
+
+def _ts_hint(value: _dt.datetime | str, column: str, typ: pa.DataType) -> str | None:
+    """How to fix a timestamp literal whose time-zone awareness differs from its column's, else None."""
+    try:
+        stamp = value if isinstance(value, _dt.datetime) else _dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None  # Arrow's own parser reports it
+    if (typ.tz is None) == (stamp.tzinfo is None):
+        return None
+    prefix = "TIMESTAMP " if isinstance(value, _dt.datetime) else ""
+    if typ.tz is None:
+        plain = stamp.replace(tzinfo=None).isoformat(sep=" ")
+        return f"write {prefix}'{plain}' (without an offset): column {column!r} has no time zone"
+    offset = _zone_offset(typ.tz, stamp)
+    aware = stamp.replace(tzinfo=_dt.timezone(offset)).isoformat(sep=" ")
+    return f"write {prefix}'{aware}' (with an offset): column {column!r} has time zone {typ.tz}"
+
+
+def _bind_scalar(value: object, column: str, typ: pa.DataType) -> object:
+    """Cast one literal to ``typ``; numbers an integer/decimal column cannot hold become a _Gap."""
     if value is None:
         return None
     if pa.types.is_dictionary(typ):
@@ -658,11 +902,16 @@ def _bind_value(value: object, column: str, typ: pa.DataType) -> object:
 
     if pa.types.is_boolean(typ) != isinstance(value, bool):
         raise fail("booleans compare only with booleans")
-    numeric = pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
-    if numeric and not isinstance(value, int | float | Decimal):
-        raise fail("not a number")
-    if pa.types.is_decimal(typ) and isinstance(value, int | float):
-        value = Decimal(repr(value))
+    if pa.types.is_floating(typ):
+        if isinstance(value, str) and _FLOAT_WORD.fullmatch(value):
+            return _bind_float(float(value), typ)
+        if not isinstance(value, int | float | Decimal):
+            raise fail("not a number (the strings 'NaN', 'Infinity' and '-Infinity' name floats)")
+        return _bind_float(value, typ)
+    if pa.types.is_integer(typ) or pa.types.is_decimal(typ):
+        if not isinstance(value, int | float | Decimal):
+            raise fail("not a number")
+        return _bind_exact(value, typ)
     if typ in (pa.string(), pa.large_string(), pa.string_view()) and not isinstance(value, str):
         raise fail("not a string")
     if pa.types.is_temporal(typ) and isinstance(value, int | float | Decimal | bytes):
@@ -675,12 +924,11 @@ def _bind_value(value: object, column: str, typ: pa.DataType) -> object:
             value = _dt.time.fromisoformat(value)
         except ValueError as exc:
             raise fail(str(exc)) from None
-    if (
-        pa.types.is_timestamp(typ)
-        and isinstance(value, _dt.datetime)
-        and (typ.tz is None) != (value.tzinfo is None)
-    ):
-        raise fail("time-zone aware and naive timestamps cannot be compared")
+    if pa.types.is_timestamp(typ) and isinstance(value, _dt.datetime | str):
+        hint = _ts_hint(value, column, typ)
+        if hint is not None:
+            kind = "naive" if typ.tz is not None else "time-zone aware"
+            raise fail(f"a {kind} timestamp; {hint}")
     if pa.types.is_date(typ) and isinstance(value, _dt.datetime):
         if value.tzinfo is not None or value.time() != _dt.time():
             raise fail("a timestamp with a time of day does not fit a date column")
@@ -689,18 +937,82 @@ def _bind_value(value: object, column: str, typ: pa.DataType) -> object:
         scalar = pa.scalar(value).cast(typ, safe=True)
         if pa.types.is_timestamp(typ):
             scalar = scalar.cast(pa.timestamp("us", typ.tz), safe=True)
-        result = scalar.as_py()
+        return scalar.as_py()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError) as exc:
         raise fail(str(exc).splitlines()[0]) from None
     except OverflowError:
         raise fail("out of range") from None
-    if isinstance(value, Decimal) and result != value:
-        raise fail("the value does not fit the decimal scale")
-    return result
+
+
+def _bind_many(values: Sequence[object], column: str, typ: pa.DataType) -> list[object]:
+    """_bind_scalar of each value; common homogeneous lists take one vectorised cast."""
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    types = set(map(type, values))
+    present: Sequence[object] = values
+    if type(None) in types:
+        types.discard(type(None))
+        present = [v for v in values if v is not None]
+    bound = _bind_bulk(present, types, typ)
+    if bound is None:  # no fast path, or a value needs the careful path (or its error message)
+        return [_bind_scalar(v, column, typ) for v in values]
+    return bound + [None] * (len(values) - len(present))
+
+
+def _bind_bulk(values: Sequence[object], types: set[type], typ: pa.DataType) -> list[object] | None:
+    """Bound values when every value takes the vectorised path, else None."""
+    if not values:
+        return []
+    try:
+        if pa.types.is_integer(typ) and types == {int}:
+            low, high = _int_range(typ)
+            ints = cast("Sequence[int]", values)
+            return list(values) if low <= min(ints) and max(ints) <= high else None
+        if pa.types.is_floating(typ) and types <= {int, float, Decimal}:
+            if typ.bit_width != 64 and types != {float}:
+                return None  # a narrow float type needs _bind_float's care against double rounding
+            wide = np.asarray(values, dtype=np.float64)
+            if typ.bit_width != 64:
+                with np.errstate(over="ignore"):
+                    wide = wide.astype(np.float32 if typ.bit_width == 32 else np.float16)
+            return cast(list[object], wide.tolist())
+        if pa.types.is_decimal(typ) and types <= {int, Decimal}:
+            return cast(list[object], pa.array(values, type=typ).to_pylist())  # raises if one does not fit
+        if typ in (pa.string(), pa.large_string(), pa.string_view()) and types == {str}:
+            return list(values)
+        if (typ in (pa.binary(), pa.large_binary(), pa.binary_view())) and types == {bytes}:
+            return list(values)
+        if pa.types.is_boolean(typ) and types == {bool}:
+            return list(values)
+        if (pa.types.is_date(typ) and types <= {str, _dt.date}) or (
+            pa.types.is_timestamp(typ) and types == {str}
+        ):
+            array = pa.array(values).cast(typ, safe=True)
+            if pa.types.is_timestamp(typ):
+                array = array.cast(pa.timestamp("us", typ.tz), safe=True)
+            return cast(list[object], array.to_pylist())
+    except (
+        pa.ArrowInvalid,
+        pa.ArrowNotImplementedError,
+        pa.ArrowTypeError,
+        TypeError,
+        ValueError,
+        OverflowError,
+    ):
+        return None
+    return None
 
 
 def bind(expr: Expr, schema: pa.Schema) -> Expr:
-    """Check columns against ``schema`` and cast every literal to its column's type."""
+    """Check columns against ``schema`` and cast every literal to its column's type.
+
+    Numbers keep their exact value on integer and decimal columns: a comparison with one the
+    column type cannot hold becomes the exactly equivalent comparison (``i < 1.5`` becomes
+    ``i <= 1``, ``i = 1.5`` becomes FALSE for non-null ``i`` and NULL for NULL, written
+    ``(i IN (NULL) AND i IS NULL)``), and IN lists lose the values no row can equal. On float
+    columns numbers become the nearest value of the column's float type. A literal of the
+    wrong kind (a string for a number, ...) raises :class:`FilterError`.
+    """
     names = schema.names
 
     def field_type(name: str) -> pa.DataType:
@@ -711,10 +1023,22 @@ def bind(expr: Expr, schema: pa.Schema) -> Expr:
 
     def bind_atom(e: Expr) -> Expr:
         if isinstance(e, Compare):
-            return Compare(e.op, e.column, _bind_value(e.value, e.column, field_type(e.column)))
+            value = _bind_scalar(e.value, e.column, field_type(e.column))
+            return (
+                _compare_gap(e.op, e.column, value)
+                if isinstance(value, _Gap)
+                else Compare(e.op, e.column, value)
+            )
         if isinstance(e, In):
-            typ = field_type(e.column)
-            return In(e.column, tuple(_bind_value(v, e.column, typ) for v in e.values), e.negated)
+            bound = _bind_many(e.values, e.column, field_type(e.column))
+            if not any(isinstance(v, _Gap) for v in bound):
+                return In(e.column, tuple(bound), e.negated)
+            kept = tuple(v for v in bound if not isinstance(v, _Gap))  # values no row can equal
+            if any(v is not None for v in kept):
+                return In(e.column, kept, e.negated)
+            if kept:  # only NULL left: NULL for every row, negated or not
+                return In(e.column, (None,), e.negated)
+            return _always(e.column) if e.negated else _never(e.column)
         if isinstance(e, IsNull):
             field_type(e.column)
         return e
@@ -726,17 +1050,33 @@ def bind(expr: Expr, schema: pa.Schema) -> Expr:
 # Lowering to pyarrow
 
 _NULL_BOOL = pa.scalar(None, pa.bool_())
+_CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
 
 
 def _arrow_scalar(value: object) -> pc.Expression:
     try:
+        if type(value) is int:
+            # uint64 compares with every integer column (Arrow casts it to a signed column's type),
+            # int64 would make Arrow cast a uint64 column to int64 and fail on large values.
+            return pc.scalar(pa.scalar(value, pa.uint64() if value >= 0 else pa.int64()))
         return pc.scalar(pa.scalar(value))
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+    except _CONVERSION_ERRORS as exc:
         raise FilterError(f"literal {value!r} cannot be converted to Arrow: {exc}") from None
 
 
+def _value_set(values: Sequence[object]) -> pa.Array:
+    if set(map(type, values)) == {int}:
+        ints = cast("Sequence[int]", values)
+        return pa.array(values, pa.uint64() if min(ints) >= 0 else pa.int64())
+    return pa.array(values)
+
+
 def to_pyarrow(expr: Expr) -> pc.Expression:
-    """Lower to a ``pyarrow.compute.Expression`` with SQL null semantics."""
+    """Lower to a ``pyarrow.compute.Expression`` with SQL null semantics.
+
+    Float literals get SQL float semantics (NaN equal to NaN and above every other value,
+    -0.0 equal to 0.0); bind the expression first so that float columns have float literals.
+    """
     if isinstance(expr, And):
         return to_pyarrow(expr.left) & to_pyarrow(expr.right)
     if isinstance(expr, Or):
@@ -751,6 +1091,8 @@ def to_pyarrow(expr: Expr) -> pc.Expression:
         field = pc.field(expr.column)
         return field.is_valid() if expr.negated else field.is_null()
     if isinstance(expr, Compare):
+        if isinstance(expr.value, float):
+            return _float_compare(expr.op, pc.field(expr.column), expr.value)
         return cast(pc.Expression, _PY_OPS[expr.op](pc.field(expr.column), _arrow_scalar(expr.value)))
     if isinstance(expr, In):
         result = _in_to_pyarrow(expr)
@@ -758,20 +1100,41 @@ def to_pyarrow(expr: Expr) -> pc.Expression:
     raise FilterError(f"cannot lower {type(expr).__name__} to pyarrow")
 
 
+def _float_compare(op: str, field: pc.Expression, value: float) -> pc.Expression:
+    """``field op value`` where NaN equals NaN and sorts above everything (Arrow's IEEE order does not)."""
+    nan = pc.is_nan(field)  # NULL for NULL, so every combination below stays NULL for NULL
+    if math.isnan(value):
+        by_op = {"==": nan, ">=": nan, "!=": ~nan, "<": ~nan, "<=": nan | ~nan, ">": nan & ~nan}
+        return by_op[op]
+    # IEEE already makes NaN unequal to value, not below it, and -0.0 equal to 0.0.
+    result = cast(pc.Expression, _PY_OPS[op](field, pc.scalar(value)))
+    return result | nan if op in (">", ">=") else result
+
+
 def _in_to_pyarrow(expr: In) -> pc.Expression:
-    values = [v for v in expr.values if v is not None]
-    has_null = len(values) < len(expr.values)
+    index = _in_index(expr)
     if not expr.values:
         return pc.scalar(False)
-    if not values:
+    if not index.present:
         return pc.scalar(_NULL_BOOL)
-    try:
-        value_set = pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
-        raise FilterError(f"IN list for {expr.column!r} cannot be converted to Arrow: {exc}") from None
     field = pc.field(expr.column)
-    found = pc.is_in(field, value_set=value_set, skip_nulls=True)
-    if has_null:  # TRUE when found, NULL otherwise
+    try:
+        if index.types == {float}:
+            # Arrow's is_in hashes float bits: -0.0 misses 0.0 and NaNs differ by sign and payload.
+            # Adding 0.0 turns -0.0 into 0.0 on both sides; NaN is matched by is_nan instead.
+            numbers = np.asarray(index.present, dtype=np.float64) + 0.0
+            is_nan = np.isnan(numbers)
+            found = pc.scalar(False)
+            if not is_nan.all():
+                normalised = pc.add(field, pc.scalar(0.0))
+                found = pc.is_in(normalised, value_set=pa.array(numbers[~is_nan]), skip_nulls=True)
+            if is_nan.any():
+                found = found | pc.is_nan(field)
+        else:
+            found = pc.is_in(field, value_set=_value_set(index.present), skip_nulls=True)
+    except _CONVERSION_ERRORS as exc:
+        raise FilterError(f"IN list for {expr.column!r} cannot be converted to Arrow: {exc}") from None
+    if index.has_null:  # TRUE when found, NULL otherwise
         return pc.if_else(found, True, _NULL_BOOL)
     return pc.if_else(field.is_null(), _NULL_BOOL, found)
 
@@ -779,23 +1142,44 @@ def _in_to_pyarrow(expr: In) -> pc.Expression:
 # ---------------------------------------------------------------------------------------------
 # Value comparison shared by the pruning functions
 
+_MAX_EXACT_FLOAT_INT = 2**53  # ints beyond this may round when Arrow compares them with floats
+
+
+def _type_kind(t: type) -> str:
+    if issubclass(t, bool):
+        return "bool"
+    if issubclass(t, int):
+        return "int"
+    if issubclass(t, float):
+        return "float"
+    if issubclass(t, _dt.datetime):
+        return "datetime"
+    if issubclass(t, bytes | bytearray):
+        return "bytes"
+    return t.__name__  # Decimal, str, date, time, timedelta, ...
+
 
 def _kind(value: object) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, _dt.datetime):
-        return "datetime-tz" if value.tzinfo is not None else "datetime"
-    if isinstance(value, bytes | bytearray):
-        return "bytes"
-    return type(value).__name__  # Decimal, str, date, time, timedelta, ...
+    kind = _type_kind(type(value))
+    if kind == "datetime" and cast(_dt.datetime, value).tzinfo is not None:
+        return "datetime-tz"
+    return kind
+
+
+def _kinds(values: Collection[object]) -> frozenset[str]:
+    """The kinds of ``values``; per value only where the type does not decide (datetimes)."""
+    kinds = {_type_kind(t) for t in set(map(type, values))}
+    if "datetime" in kinds:
+        kinds.discard("datetime")
+        kinds.update(_kind(v) for v in values if isinstance(v, _dt.datetime))
+    return frozenset(kinds)
 
 
 def _comparable(a: object, b: object) -> bool:
-    ka, kb = _kind(a), _kind(b)
+    return _comparable_kinds(_kind(a), _kind(b))
+
+
+def _comparable_kinds(ka: str, kb: str) -> bool:
     return ka == kb or {ka, kb} in ({"int", "float"}, {"int", "Decimal"})
 
 
@@ -804,9 +1188,15 @@ def _is_nan(value: object) -> bool:
 
 
 def _compare(op: str, a: object, b: object) -> bool | None:
-    """``a op b`` for non-null values; None when the values are not comparable."""
+    """``a op b`` for non-null values (NaN equal to NaN and above all); None when not comparable."""
     if not _comparable(a, b):
         return None
+    if isinstance(a, float) or isinstance(b, float):
+        a_nan, b_nan = _is_nan(a), _is_nan(b)
+        if a_nan or b_nan:
+            return bool(_PY_OPS[op](a_nan, b_nan))
+        if any(isinstance(v, int) and abs(v) > _MAX_EXACT_FLOAT_INT for v in (a, b)):
+            return None  # Arrow would compare it rounded to a float
     try:
         return bool(_PY_OPS[op](a, b))
     except TypeError:
@@ -814,34 +1204,106 @@ def _compare(op: str, a: object, b: object) -> bool | None:
 
 
 def _in_match(value: object, candidates: Iterable[object]) -> bool | None:
-    """Whether ``value`` equals one of the non-null candidates (NaN matches NaN); None if unknown."""
+    """Whether ``value`` equals one of the non-null candidates; None if unknown (one value at a time)."""
     unknown = False
     for c in candidates:
-        same = True if _is_nan(value) and _is_nan(c) else _compare("==", value, c)
+        same = _compare("==", value, c)
         if same:
             return True
         unknown = unknown or same is None
     return None if unknown else False
 
 
+_NAN_KEY = ("NaN",)  # stands for every NaN in hash lookups (NaN != NaN as a Python float)
+
+
+def _canon(value: object) -> object:
+    return _NAN_KEY if _is_nan(value) else value
+
+
+class _InIndex:
+    """Lookup structures for the values of one In node, built once per node on demand."""
+
+    def __init__(self, values: tuple[object, ...]) -> None:
+        self.has_null = None in values
+        self.present = tuple(v for v in values if v is not None) if self.has_null else values
+        self.types = set(map(type, self.present))
+        self.has_float = any(issubclass(t, float) for t in self.types)
+        self.has_nan = self.has_float and any(_is_nan(v) for v in self.present)
+
+    @functools.cached_property
+    def kinds(self) -> frozenset[str]:
+        return _kinds(self.present)
+
+    @functools.cached_property
+    def lookup(self) -> frozenset[object] | None:
+        """Canonical values for hash lookups; None when a value is unhashable."""
+        try:
+            if self.has_nan:
+                return frozenset(map(_canon, self.present))
+            return frozenset(self.present)
+        except TypeError:
+            return None
+
+    @functools.cached_property
+    def ordered(self) -> list[Any] | None:
+        """The non-NaN values in ascending order; None unless they are all of one kind."""
+        if len(self.kinds) != 1:
+            return None
+        numbers: Sequence[Any] = [v for v in self.present if not _is_nan(v)] if self.has_nan else self.present
+        try:
+            return sorted(numbers)
+        except TypeError:
+            return None
+
+    def contains(self, value: object) -> bool | None:
+        """Whether non-null ``value`` equals a candidate (NaN equals NaN); None if unknown."""
+        lookup = self.lookup
+        if lookup is not None and self.kinds == {_kind(value)}:
+            return _canon(value) in lookup
+        return _in_match(value, self.present)
+
+    def any_between(self, lo: object, hi: object) -> bool:
+        """Whether some non-NaN candidate may lie in ``[lo, hi]`` (True when that is unclear)."""
+        ordered = self.ordered
+        if ordered is not None and self.kinds == {_kind(lo)} == {_kind(hi)}:
+            try:
+                i = bisect.bisect_left(ordered, cast(Any, lo))
+                return i < len(ordered) and _compare("<=", ordered[i], hi) is not False
+            except TypeError:
+                pass
+        return any(
+            _compare("<=", lo, v) is not False and _compare("<=", v, hi) is not False
+            for v in self.present
+            if not _is_nan(v)
+        )
+
+
+def _in_index(expr: In) -> _InIndex:
+    index = expr.__dict__.get("_index")
+    if index is None:
+        index = _InIndex(expr.values)
+        object.__setattr__(expr, "_index", index)  # frozen node: a cache, not part of its value
+    return cast(_InIndex, index)
+
+
 # ---------------------------------------------------------------------------------------------
 # Key points (hash-bucket pruning)
 
-_Pins = dict[str, list[object]] | None  # None: the expression is never true
+_PinSet = dict[object, object]  # (kind, value with NaN canonical) -> value: hashing keeps it linear
+_Pins = dict[str, _PinSet] | None  # None: the expression is never true
 
 
-def _union(a: list[object], b: Iterable[object]) -> list[object]:
-    out = list(a)
-    for v in b:
-        if not any(_kind(v) == _kind(w) and v == w for w in out):
-            out.append(v)
-    return out
+def _pin_set(values: Collection[object]) -> _PinSet:
+    kind_of = {t: _type_kind(t) for t in set(map(type, values))}
+    canonical = map(_canon, values) if "float" in kind_of.values() else values
+    return dict(zip(zip(map(kind_of.__getitem__, map(type, values)), canonical), values))
 
 
-def _intersect(a: list[object], b: list[object]) -> list[object]:
-    if any(not _comparable(x, y) for x in a for y in b):
-        return _union(a, b)  # mixed literal types (unbound filter): stay conservative
-    return [x for x in a if any(_in_match(x, [y]) for y in b)]
+def _intersect(a: _PinSet, b: _PinSet) -> _PinSet:
+    if len(_kinds(a.values()) | _kinds(b.values())) > 1:
+        return {**a, **b}  # mixed literal kinds (unbound filter): stay conservative
+    return {key: value for key, value in a.items() if key in b}
 
 
 def _pins(expr: Expr) -> _Pins:
@@ -849,9 +1311,9 @@ def _pins(expr: Expr) -> _Pins:
     if isinstance(expr, AlwaysFalse):
         return None
     if isinstance(expr, Compare) and expr.op == "==":
-        return {expr.column: [expr.value]}
+        return {expr.column: _pin_set((expr.value,))}
     if isinstance(expr, In) and not expr.negated:
-        return {expr.column: _union([], (v for v in expr.values if v is not None))}
+        return {expr.column: _pin_set(_in_index(expr).present)}
     if isinstance(expr, And):
         left, right = _pins(expr.left), _pins(expr.right)
         if left is None or right is None:
@@ -864,22 +1326,26 @@ def _pins(expr: Expr) -> _Pins:
         left, right = _pins(expr.left), _pins(expr.right)
         if left is None or right is None:
             return right if left is None else left
-        return {name: _union(vals, right[name]) for name, vals in left.items() if name in right}
+        return {name: {**vals, **right[name]} for name, vals in left.items() if name in right}
     return {}
 
 
-def key_points(expr: Expr, key_columns: Sequence[str], limit: int = 10000) -> list[tuple[object, ...]] | None:
+def key_points(
+    expr: Expr, key_columns: Sequence[str], limit: int = 1_000_000
+) -> list[tuple[object, ...]] | None:
     """Candidate key tuples if ``expr`` pins every key column to finitely many values, else None.
 
     Every row the filter accepts has its key in the result. Bind ``expr`` first so that the
-    values have the key columns' types.
+    values have the key columns' types. When the number of candidate tuples (the product of
+    the candidates per key column) exceeds ``limit`` the result is None, as if unpinned; the
+    default admits an IN list of a million keys. Linear in the number of IN values.
     """
     pins = _pins(_push_not(expr))
     if pins is None:
         return []
     if any(name not in pins for name in key_columns):
         return None
-    candidates = [pins[name] for name in key_columns]
+    candidates = [list(pins[name].values()) for name in key_columns]
     if math.prod(len(c) for c in candidates) > limit:
         return None
     return list(itertools.product(*candidates))
@@ -894,8 +1360,9 @@ class ColumnStats:
     """Statistics of one column in a chunk of rows; None means unknown.
 
     ``min``/``max`` must bound every non-null, non-NaN value (they need not be exact); NaN
-    values of float columns need not be reflected in them. ``num_values`` counts rows, nulls
-    included (a Parquet row group's ``num_rows``, not ``Statistics.num_values``).
+    values of float columns need not be reflected in them, and a zero bound may have either
+    sign (as in Parquet). ``num_values`` counts rows, nulls included (a Parquet row group's
+    ``num_rows``, not ``Statistics.num_values``).
     """
 
     min: object = None
@@ -904,25 +1371,54 @@ class ColumnStats:
     num_values: int | None = None
 
 
+def _may(op: str, a: object, b: object) -> bool:
+    return _compare(op, a, b) is not False
+
+
+# NaN literal: only NaN rows (which min/max never show) equal it; every other value is below it.
+_NAN_OUTCOMES = {
+    "==": (True, True), ">=": (True, True), "!=": (True, True), "<": (True, True),
+    "<=": (True, False), ">": (False, True),
+}  # fmt: skip
+
+
 def _range_outcomes(op: str, st: ColumnStats, value: object) -> tuple[bool, bool]:
     """(can be TRUE, can be FALSE) over the non-null values of a column for ``column op value``."""
+    if _is_nan(value):
+        return _NAN_OUTCOMES[op]
     lo, hi = st.min, st.max
     if lo is None or hi is None or _is_nan(lo) or _is_nan(hi):
         return True, True
     if not (_comparable(lo, value) and _comparable(hi, value)):
         return True, True
-    floaty = any(isinstance(v, float) for v in (lo, hi, value))  # unseen NaNs compare FALSE
-    inside = _compare("<=", lo, value) is not False and _compare("<=", value, hi) is not False
-    single = _compare("==", lo, hi) is not False and _compare("==", lo, value) is not False
-    first = {
-        "==": (inside, floaty or not single),
-        "!=": (floaty or not single, inside),
-        "<": (_compare("<", lo, value) is not False, floaty or _compare(">=", hi, value) is not False),
-        "<=": (_compare("<=", lo, value) is not False, floaty or _compare(">", hi, value) is not False),
-        ">": (_compare(">", hi, value) is not False, floaty or _compare("<=", lo, value) is not False),
-        ">=": (_compare(">=", hi, value) is not False, floaty or _compare("<", lo, value) is not False),
+    nan_rows = any(isinstance(v, float) for v in (lo, hi, value))  # unseen NaNs sort above everything
+    inside = _may("<=", lo, value) and _may("<=", value, hi)
+    single = _compare("==", lo, hi) is True and _compare("==", lo, value) is True
+    outcomes = {
+        "==": (inside, nan_rows or not single),
+        "!=": (nan_rows or not single, inside),
+        "<": (_may("<", lo, value), nan_rows or _may(">=", hi, value)),
+        "<=": (_may("<=", lo, value), nan_rows or _may(">", hi, value)),
+        ">": (nan_rows or _may(">", hi, value), _may("<=", lo, value)),
+        ">=": (nan_rows or _may(">=", hi, value), _may("<", lo, value)),
     }
-    return first[op]
+    return outcomes[op]
+
+
+def _in_outcomes(expr: In, st: ColumnStats, any_rows: bool, any_value: bool) -> tuple[bool, bool]:
+    """(can be TRUE, can be FALSE) of ``column IN (...)``; O(log n) per call after a one-off sort."""
+    index = _in_index(expr)
+    if not expr.values:
+        return False, any_rows
+    if not index.present or not any_value:
+        return False, False
+    lo, hi = st.min, st.max
+    if lo is None or hi is None or _is_nan(lo) or _is_nan(hi):
+        return True, not index.has_null
+    nan_rows = index.has_float or isinstance(lo, float) or isinstance(hi, float)
+    can_true = index.has_nan or index.any_between(lo, hi)
+    single = _compare("==", lo, hi) is True and index.contains(lo) is True
+    return can_true, not index.has_null and (nan_rows or not single)
 
 
 def _outcomes(expr: Expr, stats: Mapping[str, ColumnStats]) -> tuple[bool, bool]:
@@ -953,16 +1449,7 @@ def _outcomes(expr: Expr, stats: Mapping[str, ColumnStats]) -> tuple[bool, bool]
         if not any_value:
             return False, False
         return _range_outcomes(expr.op, st, expr.value)
-    values = [v for v in expr.values if v is not None]
-    has_null = len(values) < len(expr.values)
-    if not expr.values:
-        result = (False, any_rows)
-    elif not values or not any_value:
-        result = (False, False)
-    else:
-        can_true = any(_is_nan(v) or _range_outcomes("==", st, v)[0] for v in values)
-        can_false = not has_null and all(_range_outcomes("==", st, v)[1] for v in values)
-        result = (can_true, can_false)
+    result = _in_outcomes(expr, st, any_rows, any_value)
     return (result[1], result[0]) if expr.negated else result
 
 
@@ -1017,11 +1504,11 @@ def _possible(expr: Expr, values: Mapping[str, object]) -> _Truth:
     elif value is None:
         result3 = None
     else:
-        candidates = [v for v in expr.values if v is not None]
-        found = _in_match(value, candidates)
+        index = _in_index(expr)
+        found = index.contains(value) if index.present else False
         if found is None:
             return _ANY
-        result3 = True if found else (None if len(candidates) < len(expr.values) else False)
+        result3 = True if found else (None if index.has_null else False)
     if expr.negated:
         result3 = None if result3 is None else not result3
     return frozenset({result3})

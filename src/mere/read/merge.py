@@ -90,11 +90,12 @@ def _sum(values: pa.Array, valid: np.ndarray, start_pos: np.ndarray, name: str, 
     counts = np.add.reduceat(valid.astype(np.int64), start_pos)
     raw = values.fill_null(0).to_numpy(zero_copy_only=False)
     picked = np.where(valid, raw, 0)
-    if not pa.types.is_integer(values.type):
-        return pa.array(np.add.reduceat(picked, start_pos), type=values.type, mask=counts == 0)
-    unsigned = pa.types.is_unsigned_integer(values.type)
-    sums = np.add.reduceat(picked.astype(np.uint64 if unsigned else np.int64), start_pos)
-    approx = np.add.reduceat(picked.astype(np.float64), start_pos)
+    with np.errstate(over="ignore"):  # floats overflow to inf (IEEE); integer wrap-around is detected below
+        if not pa.types.is_integer(values.type):
+            return pa.array(np.add.reduceat(picked, start_pos), type=values.type, mask=counts == 0)
+        unsigned = pa.types.is_unsigned_integer(values.type)
+        sums = np.add.reduceat(picked.astype(np.uint64 if unsigned else np.int64), start_pos)
+        approx = np.add.reduceat(picked.astype(np.float64), start_pos)
     info = np.iinfo(values.type.to_pandas_dtype())
     # 64-bit sums wrap silently; a wrapped sum is ~2**64 away from the float estimate.
     bad = (np.abs(approx - sums.astype(np.float64)) > 2.0**62) | (sums > info.max)

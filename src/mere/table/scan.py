@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from mere.table.table import Table
 
 
+EXPLAIN_VALUES = 10  # IN-list values explain() shows before "... and N more"
+
 _storages: dict[tuple[str, tuple[tuple[str, str], ...]], Storage] = {}
 _storages_lock = threading.Lock()
 
@@ -108,8 +110,8 @@ class Scan:
         parts = self._parts()
         files = self.table.files_at(self.version)
         splits = plan_splits(self.table.spec, files, parts, explain)
-        explain.pre_merge_filter = str(parts.pre)
-        explain.post_merge_filter = str(parts.post)
+        explain.pre_merge_filter = E.render(parts.pre, max_values=EXPLAIN_VALUES)
+        explain.post_merge_filter = E.render(parts.post, max_values=EXPLAIN_VALUES)
         lookup = parts.key_points is not None and len(parts.key_points) <= LOOKUP_MAX_KEYS
         # An explicit window size is a memory limit: then every split bigger than it is windowed.
         whole = 0 if self.window_bytes else self.table.whole_split_bytes
@@ -201,7 +203,8 @@ class Scan:
 
     def __repr__(self) -> str:
         cols = "*" if self.columns is None else ", ".join(self.columns)
-        return f"Scan({self.table.name} @ v{self.version}, columns=[{cols}], filter={E.to_expr(self.filter)})"
+        shown = E.render(E.to_expr(self.filter), max_values=EXPLAIN_VALUES)
+        return f"Scan({self.table.name} @ v{self.version}, columns=[{cols}], filter={shown})"
 
 
 def normalise_columns(columns: Sequence[str] | str | None) -> tuple[str, ...] | None:

@@ -305,7 +305,8 @@ def _exact_peak(net: pa.Table, ops: np.ndarray, current: pa.Table | None, pk: li
         values = joined.column(col).fill_null(0).to_numpy(zero_copy_only=False).astype(dtype)
         merging = ops[idx] == OP_MERGE  # rows that start a key afresh do not add to its old sum
         base[idx[merging]] = values[merging]
-    total = base + add
+    with np.errstate(over="ignore"):
+        total = base + add  # wraps on overflow: detected next
     if unsigned:
         bad = total < base
     else:

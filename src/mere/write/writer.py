@@ -169,7 +169,11 @@ def conform(
             if not f.nullable and col.null_count:
                 if f.name in spec.primary_key:
                     raise NullKey(f"{identifier}: primary-key column {f.name!r} holds {col.null_count} null(s)")
-                raise SchemaMismatch(f"{identifier}: non-nullable column {f.name!r} holds nulls")
+                nulls = col.is_null().to_numpy(zero_copy_only=False)
+                if ops is not None:
+                    nulls &= ops == OP_MERGE  # change rows that delete a key (or are ignored) carry no values
+                if nulls.any():
+                    raise SchemaMismatch(f"{identifier}: non-nullable column {f.name!r} holds nulls")
             arrays.append(col)
         elif not partial_ok:
             if not f.nullable:

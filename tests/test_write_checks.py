@@ -1,0 +1,253 @@
+"""Writes that depend on the table's state: NOT NULL columns left out, and integer ``sum`` columns.
+
+No write may leave a table that reads back wrong or cannot be read: a partial row may only update a key
+that exists, and an upsert whose sums would leave the column's type is refused, naming the key. Both are
+checked per split at the version the write commits on, for the direct and the staged (distributed) path,
+on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mere
+from mere import errors
+
+REQ = pa.schema([pa.field("id", pa.int64()), pa.field("p", pa.string()), pa.field("req", pa.int64(), nullable=False),
+                 pa.field("opt", pa.string())])
+
+
+def rows(t: mere.Table) -> list[dict[str, Any]]:
+    return sorted(t.scan().to_arrow().to_pylist(), key=lambda r: (r["id"], str(r.get("p"))))
+
+
+def unchanged(t: mere.Table, call: Any, error: type[Exception], match: str | None = None) -> None:
+    """``call`` raises ``error`` and leaves the table exactly as it was (version, rows and files)."""
+    before = (t.version, rows(t), sorted(t.files().column("path").to_pylist()))
+    with pytest.raises(error, match=match):
+        call()
+    assert (t.version, rows(t), sorted(t.files().column("path").to_pylist())) == before
+
+
+# -- NOT NULL columns -----------------------------------------------------------------------------------------
+
+
+def test_cdc_batch_with_a_not_null_column_is_accepted(cat: mere.Catalog) -> None:
+    """Deleted keys carry nulls in every other column: that must not clash with NOT NULL."""
+    t = cat.create_table("t.cdc", REQ, primary_key="id", cdc_column="op", buckets=1)
+    t.upsert(pa.table({"id": [1, 1, 2], "p": ["a"] * 3, "req": [1, 2, 5], "op": ["I", "U", "D"]}))
+    assert rows(t) == [{"id": 1, "p": "a", "req": 2, "opt": None}]
+    t.upsert(pa.table({"id": [1, 3, 3], "p": ["a"] * 3, "req": [0, 7, 8], "op": ["D", "I", "U"]}))
+    assert rows(t) == [{"id": 3, "p": "a", "req": 8, "opt": None}]
+
+
+def test_partial_rows_may_only_update_existing_keys(cat: mere.Catalog) -> None:
+    t = cat.create_table("t.req", REQ, primary_key="id", cdc_column="op", buckets=2)
+    t.upsert(pa.table({"id": [1, 2], "p": ["a", "a"], "req": [7, 8]}))
+    t.upsert(pa.table({"id": [1], "p": ["a"], "opt": ["x"]}))  # an existing key: fine
+    assert rows(t)[0] == {"id": 1, "p": "a", "req": 7, "opt": "x"}
+    unchanged(t, lambda: t.upsert(pa.table({"id": [1, 9], "p": ["a", "a"], "opt": ["y", "z"]})),
+              errors.SchemaMismatch, "new key.*9.*req")
+    # Deleted and inserted again in one batch without the column: a fresh row that would read back null.
+    unchanged(t, lambda: t.upsert(pa.table({"id": [1, 1], "p": ["a", "a"], "op": ["D", "I"]})),
+              errors.SchemaMismatch, "deleted and inserted again")
+    unchanged(t, lambda: t.upsert(pa.table({"id": [2, 2], "p": ["a", "a"], "opt": ["q", "r"], "op": ["D", "U"]})),
+              errors.SchemaMismatch, "req")
+    # With the column, the same batch is fine; a key deleted earlier needs it again.
+    t.upsert(pa.table({"id": [2, 2], "p": ["a", "a"], "req": [None, 3], "op": ["D", "I"]}))
+    t.delete("id = 1")
+    unchanged(t, lambda: t.upsert(pa.table({"id": [1], "p": ["a"], "opt": ["back"]})), errors.SchemaMismatch)
+    assert rows(t) == [{"id": 2, "p": "a", "req": 3, "opt": None}]
+
+
+def test_staged_partial_rows_are_checked_when_committed(cat: mere.Catalog) -> None:
+    t = cat.create_table("t.staged", REQ, primary_key="id", buckets=2)
+    t.upsert(pa.table({"id": [1], "p": ["a"], "req": [7]}))
+    staged = t.stage(pa.table({"id": [2], "p": ["a"]}), "upsert")
+    unchanged(t, lambda: t.commit([staged]), errors.SchemaMismatch, "new key.*2")
+    # Two stages: the first creates the key with the column, the second updates it partially.
+    first = t.stage(pa.table({"id": [5], "p": ["a"], "req": [50]}), "upsert")
+    second = t.stage(pa.table({"id": [5, 1], "p": ["a", "a"], "opt": ["five", "one"]}), "upsert")
+    t.commit([first, second])
+    assert rows(t) == [{"id": 1, "p": "a", "req": 7, "opt": "one"}, {"id": 5, "p": "a", "req": 50, "opt": "five"}]
+
+
+def test_partial_upsert_in_the_null_partition(cat: mere.Catalog) -> None:
+    t = cat.create_table("t.nullpart", REQ, primary_key="id", partition_by="p", buckets=2)
+    t.upsert(pa.table({"id": [1, 1], "p": pa.array([None, "b"], pa.string()), "req": [1, 2]}))
+    t.upsert(pa.table({"id": [1], "p": pa.array([None], pa.string()), "opt": ["x"]}))
+    assert rows(t) == [{"id": 1, "p": None, "req": 1, "opt": "x"}, {"id": 1, "p": "b", "req": 2, "opt": None}]
+    # The key exists in another partition only: a new row of this one.
+    unchanged(t, lambda: t.upsert(pa.table({"id": [1], "p": ["c"], "opt": ["y"]})), errors.SchemaMismatch)
+
+
+def test_partial_rows_spread_over_several_runs_of_one_streamed_write(cat: mere.Catalog) -> None:
+    """A stream is written in runs (here one per batch): the checks see the runs in order, as one write."""
+    t = cat.create_table("t.runs", REQ, primary_key="id", cdc_column="op", buckets=2,
+                         properties={"write.chunk-bytes": "1"})
+    t.upsert(pa.table({"id": [1, 2], "p": ["a", "a"], "req": [1, 2]}))
+    schema = pa.schema([("id", pa.int64()), ("p", pa.string()), ("opt", pa.string()), ("op", pa.string())])
+
+    def stream(*batches: tuple[list[int], list[str]]) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(schema, [pa.record_batch(
+            [pa.array(ids), pa.array(["a"] * len(ids)), pa.array([f"v{i}" for i in ids]), pa.array(ops)],
+            schema=schema) for ids, ops in batches])
+
+    t.upsert(stream(([1], ["U"]), ([2], ["U"]), ([1], ["U"])))
+    assert len(t.history()[-1].summary["splits"]) >= 1 and t.history()[-1].summary["added_files"] == 3
+    # Deleted in one run, inserted again in a later one, never given req: refused as a whole.
+    unchanged(t, lambda: t.upsert(stream(([2], ["D"]), ([1], ["U"]), ([2], ["I"]))), errors.SchemaMismatch, "2")
+    assert rows(t) == [{"id": 1, "p": "a", "req": 1, "opt": "v1"}, {"id": 2, "p": "a", "req": 2, "opt": "v2"}]
+
+
+# -- integer sums ---------------------------------------------------------------------------------------------
+
+
+SUMS = pa.schema([("id", pa.int64()), ("q", pa.int64()), ("small", pa.int32()), ("u", pa.uint64()),
+                  ("f", pa.float64())])
+
+
+def summed(cat: mere.Catalog, **kwargs: Any) -> mere.Table:
+    return cat.create_table("t.sums", SUMS, primary_key="id", cdc_column="op",
+                            merge_operators={"q": "sum", "small": "sum", "u": "sum", "f": "sum"}, **kwargs)
+
+
+def test_an_overflowing_sum_is_refused_and_the_table_stays_readable(cat: mere.Catalog) -> None:
+    t = summed(cat, buckets=2)
+    big = 2**62
+    t.upsert(pa.table({"id": [1, 2], "q": [big, -big]}))
+    t.upsert(pa.table({"id": [1], "q": [big - 1]}))  # 2**63 - 1: still fits
+    unchanged(t, lambda: t.upsert(pa.table({"id": [1], "q": [1]})), errors.SumOverflow, r"key \{'id': 1\}")
+    unchanged(t, lambda: t.upsert(pa.table({"id": [2], "q": [-big - 1]})), errors.SumOverflow, "'id': 2")
+    t.upsert(pa.table({"id": [2], "q": [-big]}))  # -2**63 fits
+    assert {r["id"]: r["q"] for r in rows(t)} == {1: 2**63 - 1, 2: -(2**63)}
+    # Narrower types overflow at their own bounds; a batch overflowing on its own names the key too.
+    t.upsert(pa.table({"id": [3], "small": pa.array([2**31 - 1], pa.int32())}))
+    unchanged(t, lambda: t.upsert(pa.table({"id": [3], "small": pa.array([1], pa.int32())})), errors.SumOverflow)
+    unchanged(t, lambda: t.upsert(pa.table({"id": [4, 4], "q": [big, big]})), errors.SumOverflow, "'id': 4")
+    # A key deleted (or deleted and inserted again in one batch) starts from zero.
+    t.upsert(pa.table({"id": [1, 1], "q": [None, 5], "op": ["D", "I"]}))
+    assert {r["id"]: r["q"] for r in rows(t)}[1] == 5
+    t.delete("TRUE")
+    assert rows(t) == []
+    assert t.scan().count() == 0
+
+
+def test_unsigned_sums_use_the_whole_range(cat: mere.Catalog) -> None:
+    t = summed(cat, buckets=1)
+    t.upsert(pa.table({"id": [1], "u": pa.array([2**63 + 5], pa.uint64())}))
+    assert rows(t)[0]["u"] == 2**63 + 5
+    t.upsert(pa.table({"id": [1], "u": pa.array([2**63 - 6], pa.uint64())}))
+    assert rows(t)[0]["u"] == 2**64 - 1
+    unchanged(t, lambda: t.upsert(pa.table({"id": [1], "u": pa.array([1], pa.uint64())})), errors.SumOverflow)
+    t.compact()
+    assert rows(t)[0]["u"] == 2**64 - 1
+
+
+def test_float_sums_never_refuse(cat: mere.Catalog) -> None:
+    t = summed(cat, buckets=1)
+    t.upsert(pa.table({"id": [1], "f": [1e308]}))
+    t.upsert(pa.table({"id": [1], "f": [1e308]}))
+    assert rows(t)[0]["f"] == float("inf")
+
+
+def test_staged_sums_are_checked_when_committed(cat: mere.Catalog) -> None:
+    t = summed(cat, buckets=2)
+    t.upsert(pa.table({"id": [1], "q": [2**62]}))
+    a = t.stage(pa.table({"id": [1], "q": [2**62 - 1]}), "upsert")
+    b = t.stage(pa.table({"id": [1], "q": [1]}), "upsert")
+    unchanged(t, lambda: t.commit([a, b]), errors.SumOverflow, "'id': 1")
+    t.commit([t.stage(pa.table({"id": [1], "q": [2**62 - 1]}), "upsert")])
+    assert rows(t)[0]["q"] == 2**63 - 1
+
+
+def test_sum_checks_stay_cheap_while_far_from_the_bound(cat: mere.Catalog) -> None:
+    """Statistics bound the current sums: small values never read data pages before committing."""
+    t = summed(cat, buckets=2)
+    for i in range(5):
+        t.upsert(pa.table({"id": list(range(1000)), "q": [i] * 1000}))
+    t.storage.stats.reset()
+    t.upsert(pa.table({"id": [3], "q": [1]}))
+    assert t.storage.stats.row_groups_read == 0
+    # Two big keys of one bucket: the statistics bound (2**63 + ...) no longer proves the next write safe,
+    # so the current sums are read, of that bucket only; the exact sums show it fits.
+    buckets = mere.bucket_ids(pa.table({"id": list(range(2000, 2100))}), 2).tolist()
+    a, b = [2000 + i for i, x in enumerate(buckets) if x == buckets[0]][:2]
+    t.upsert(pa.table({"id": [a], "q": [2**62]}))
+    t.upsert(pa.table({"id": [b], "q": [2**62]}))
+    t.storage.stats.reset()
+    t.upsert(pa.table({"id": [a], "q": [2**62 - 1]}))
+    in_bucket = [f for f in t.files_at(t.version) if f.bucket == buckets[0]]
+    assert 0 < t.storage.stats.row_groups_read <= len(in_bucket)
+    assert {r["id"]: r["q"] for r in rows(t)}[a] == 2**63 - 1
+    unchanged(t, lambda: t.upsert(pa.table({"id": [a], "q": [1]})), errors.SumOverflow)
+
+
+def _add(warehouse: str, catalog: str, value: int, n: int) -> int:
+    t = mere.connect(warehouse, catalog=catalog).table("t.sums")
+    refused = 0
+    for _ in range(n):
+        try:
+            t.upsert(pa.table({"id": [1], "q": [value]}))
+        except errors.SumOverflow:
+            refused += 1
+    return refused
+
+
+def test_concurrent_writers_cannot_overflow_a_sum_together(catalog_url: str, tmp_path: Any) -> None:
+    """Each writer's check holds at its own version; the commit validation accounts for the others."""
+    wh = str(tmp_path / "wh")
+    t = summed(mere.connect(wh, catalog=catalog_url), buckets=1)
+    step = 2**59  # 16 additions fit below 2**63, the 17th does not (start 0)
+    t.upsert(pa.table({"id": [1], "q": [0]}))
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        refused = sum(pool.starmap(_add, [(wh, catalog_url, step, 6)] * 4))
+    total = rows(t)[0]["q"]
+    assert total == (24 - refused) * step
+    assert total <= 2**63 - 1 and refused >= 24 - 15  # at most 15 more additions fit after the first 0
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(batches=st.lists(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([2**61, 2**62, -(2**62), 1, None]),
+                                           st.sampled_from(["I", "U", "D"])), min_size=1, max_size=5),
+                        min_size=1, max_size=6))
+def test_property_sums_never_overflow_and_match_a_model(local_cat: mere.Catalog, batches: list[Any]) -> None:
+    name = f"t.s{abs(hash(str(batches))) % 10**9}"
+    t = local_cat.create_table(name, SUMS, primary_key="id", cdc_column="op", merge_operators={"q": "sum"},
+                               buckets=2)
+    model: dict[int, int | None] = {}
+    for batch in batches:
+        trial = dict(model)
+        for k, v, op in batch:
+            if op == "D":
+                trial.pop(k, None)
+            else:
+                old = trial.get(k)
+                trial[k] = old if v is None else (v if old is None else old + v)
+        fits = all(v is None or -(2**63) <= v < 2**63 for v in trial.values())
+        # Intermediate sums inside one batch may overflow too: the batch is then refused as a whole.
+        running: dict[int, int | None] = dict(model)
+        for k, v, op in batch:
+            if op == "D":
+                running.pop(k, None)
+                continue
+            old = running.get(k)
+            running[k] = old if v is None else (v if old is None else old + v)
+            fits &= running[k] is None or -(2**63) <= running[k] < 2**63  # type: ignore[operator]
+        data = pa.table({"id": [b[0] for b in batch], "q": pa.array([b[1] for b in batch], pa.int64()),
+                         "op": [b[2] for b in batch]})
+        if fits:
+            t.upsert(data)
+            model = trial
+        else:
+            with pytest.raises(errors.SumOverflow):
+                t.upsert(data)
+        assert {r["id"]: r["q"] for r in t.scan(columns=["id", "q"]).to_arrow().to_pylist()} == model
