@@ -90,7 +90,7 @@ def _sum(values: pa.Array, valid: np.ndarray, start_pos: np.ndarray, name: str, 
     counts = np.add.reduceat(valid.astype(np.int64), start_pos)
     raw = values.fill_null(0).to_numpy(zero_copy_only=False)
     picked = np.where(valid, raw, 0)
-    with np.errstate(over="ignore"):  # floats overflow to inf (IEEE); integer wrap-around is detected below
+    with np.errstate(over="ignore", invalid="ignore"):  # floats: inf and NaN as IEEE says; int wrap is detected
         if not pa.types.is_integer(values.type):
             return pa.array(np.add.reduceat(picked, start_pos), type=values.type, mask=counts == 0)
         unsigned = pa.types.is_unsigned_integer(values.type)

@@ -176,6 +176,12 @@ def _plain(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table
 
 
+def _nullable(table: pa.Table) -> pa.Table:
+    if all(f.nullable for f in table.schema):
+        return table
+    return pa.Table.from_arrays(table.columns, schema=pa.schema([f.with_nullable(True) for f in table.schema]))
+
+
 def _filter(table: pa.Table, predicate: E.Expr) -> pa.Table:
     if isinstance(predicate, E.AlwaysTrue) or table.num_rows == 0:
         return table
@@ -372,7 +378,9 @@ class SplitReader:
         cols = [c for c in self.needed if c in out[0].column_names]
         out = [o.select(cols) for o in out]
         if any(not o.schema.equals(out[0].schema) for o in out[1:]):
-            out = [_plain(o, self.spec.schema) for o in out]  # files differ in which columns are dictionaries
+            # Files differ in which columns are dictionaries, or in nullability (compacted files were
+            # written with the table's NOT NULL flags, delta files without them).
+            out = [_nullable(_plain(o, self.spec.schema)) for o in out]
         return pa.concat_tables(out)
 
     def _merge_general(self, parts: list[tuple[FileTask, pa.Table]], value_cols: list[str]) -> pa.Table:

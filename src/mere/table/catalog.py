@@ -122,6 +122,9 @@ class Catalog:
     load_table = table
 
     def tables(self, namespace: str | None = None) -> list[str]:
+        """Names of the tables, all or those of one namespace, sorted."""
+        if namespace is not None and (not isinstance(namespace, str) or not namespace.strip()):
+            raise InvalidInput(f"namespace must be a non-empty string, got {namespace!r}")
         return self.sql.list_tables(namespace)
 
     def namespaces(self) -> list[str]:

@@ -181,7 +181,13 @@ class Scan:
         return pa.Table.from_batches(list(self._stream(release_memory=False)), schema=self.schema)
 
     def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
-        return self.to_arrow().to_pandas(**kwargs)
+        """The merged rows as a pandas DataFrame; ``kwargs`` go to ``pyarrow.Table.to_pandas``
+        (e.g. ``types_mapper=pd.ArrowDtype``)."""
+        table = self.to_arrow()
+        try:
+            return table.to_pandas(**kwargs)
+        except (TypeError, ValueError, pa.ArrowException) as e:
+            raise InvalidInput(f"{self.table.name}: to_pandas{tuple(kwargs)}: {e}") from e
 
     def count(self) -> int:
         """Rows of this scan, reading only the columns its filter and the merge need."""

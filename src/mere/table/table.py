@@ -126,8 +126,13 @@ class Table:
             return current
         oldest = self._sql.oldest_version(self.record.id)
         if version is not None:
-            if isinstance(version, bool) or not isinstance(version, int) or version < oldest or version > current:
-                raise NoSuchVersion(f"{self.name} has versions {oldest}..{current}; got {version!r}")
+            if isinstance(version, bool) or not isinstance(version, int):
+                raise InvalidInput(f"{self.name}: version must be an integer, got {version!r}")
+            if 0 <= version < oldest:
+                raise NoSuchVersion(f"{self.name}: version {version} has expired; the readable versions are "
+                                    f"{oldest}..{current}")
+            if version < 0 or version > current:
+                raise NoSuchVersion(f"{self.name} has versions {oldest}..{current}; got {version}")
             return version
         try:
             v = self._sql.version_as_of(self.record.id, _to_micros(as_of))
@@ -144,8 +149,9 @@ class Table:
         if unknown:
             raise InvalidInput(f"{self.name}: unknown scan option(s) {unknown}; scan() takes columns, filter, "
                                f"version, as_of and {', '.join(SCAN_OPTIONS)}")
+        options = {k: v for k, v in options.items() if v is not None}  # None: the default
         for key, value in options.items():
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidInput(f"{self.name}: scan option {key} must be a positive integer, got {value!r}")
         v = self.resolve_version(version, as_of)
         scan = Scan(self, v, normalise_columns(columns), filter, **options)
@@ -715,7 +721,10 @@ def _to_micros(value: Any) -> int:
             value = value.replace(tzinfo=dt.UTC)
         return int(value.timestamp() * 1_000_000)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return int(value * 1_000_000)  # seconds since the epoch
+        try:  # seconds since the epoch, within datetime's range
+            return _to_micros(dt.datetime.fromtimestamp(value, dt.UTC))
+        except (OverflowError, ValueError, OSError):
+            pass
     if isinstance(value, str):
         try:
             return _to_micros(dt.datetime.fromisoformat(value))

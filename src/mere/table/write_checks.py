@@ -306,16 +306,15 @@ def _exact_peak(net: pa.Table, ops: np.ndarray, current: pa.Table | None, pk: li
         merging = ops[idx] == OP_MERGE  # rows that start a key afresh do not add to its old sum
         base[idx[merging]] = values[merging]
     with np.errstate(over="ignore"):
-        total = base + add  # wraps on overflow: detected next
+        total = base + add  # 64-bit sums wrap on overflow: detected next
+    info = np.iinfo(t.to_pandas_dtype())
     if unsigned:
-        bad = total < base
+        bad = (total < base) | (total > info.max)
     else:
-        bad = ((base ^ total) & (add ^ total)) < 0  # two's-complement overflow
-    exceeds = np.abs(total.astype(np.float64)) > limit  # narrower integer types
-    bad |= exceeds & ~bad
+        bad = (((base ^ total) & (add ^ total)) < 0) | (total < info.min) | (total > info.max)
     if bad.any():
         i = int(np.argmax(bad))
         key = {c: rows.column(c)[i].as_py() for c in pk}
         raise SumOverflow(f"{identifier}: merge operator 'sum' on column {col!r} would overflow {t} for key {key} "
                           f"(stored sum {base[i]} + {add[i]}); the write was not applied")
-    return int(np.abs(total.astype(np.float64)).max()) if len(total) else 0
+    return min(limit, int(np.abs(total.astype(np.float64)).max())) if len(total) else 0
