@@ -139,26 +139,16 @@ def workload(label: str, scale: int, repeat: int, tmp: str) -> dict[str, Any]:
 # A fresh process iterates the table; a thread samples RSS every 2 ms (ru_maxrss would be inherited
 # from the parent across fork/exec on Linux, so it is not used).
 RSS_CHILD = r"""
-import sys, threading, time
-import psutil
+import sys
+sys.path.insert(0, sys.argv[2])
+from rss import PeakRss
 import mere
 t = mere.connect(sys.argv[1]).table("bench.one")
-proc = psutil.Process()
-before = proc.memory_info().rss
-peak = [before]
-done = threading.Event()
-def sample():
-    while not done.is_set():
-        peak[0] = max(peak[0], proc.memory_info().rss)
-        time.sleep(0.002)
-sampler = threading.Thread(target=sample)
-sampler.start()
 rows = 0
-for b in t.scan().to_batches():
-    rows += b.num_rows
-done.set()
-sampler.join()
-print(rows, before, peak[0])
+with PeakRss() as rss:
+    for b in t.scan().to_batches():
+        rows += b.num_rows
+print(rows, rss.before, rss.peak)
 """
 
 
@@ -173,7 +163,8 @@ def rss_check(tmp: str) -> dict[str, Any]:
     t.upsert(upd)
     arrow_bytes = rows.nbytes
     del rows, upd
-    out = subprocess.run([sys.executable, "-c", RSS_CHILD, wh], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", RSS_CHILD, wh, os.path.dirname(os.path.abspath(__file__))],
+                         capture_output=True, text=True, check=True)
     n, before, peak = (int(x) for x in out.stdout.split())
     return {"rows": n, "arrow_bytes": arrow_bytes, "rss_before": before, "rss_peak": peak,
             "rss_growth": peak - before, "growth_fraction_of_arrow": (peak - before) / arrow_bytes}

@@ -87,10 +87,11 @@ def in_lists(t: mere.Table, sizes: list[int], repeat: int) -> dict[str, Any]:
 
 
 STREAM_CHILD = r"""
-import sys, threading, time
-import numpy as np, pyarrow as pa, psutil
+import sys, time
+import numpy as np, pyarrow as pa
 sys.path.insert(0, sys.argv[2])
 from bench_core import make_rows
+from rss import PeakRss
 import mere
 rows, batch = 5_000_000, 100_000
 cat = mere.connect(sys.argv[1])
@@ -104,28 +105,18 @@ def gen():
         b = make_rows(np.random.default_rng(lo), ids[lo:lo + batch]).to_batches()[0]
         nbytes[0] += b.nbytes
         yield b
-proc = psutil.Process()
-before = proc.memory_info().rss
-peak = [before]
-done = threading.Event()
-def sample():
-    while not done.is_set():
-        peak[0] = max(peak[0], proc.memory_info().rss)
-        time.sleep(0.002)
-sampler = threading.Thread(target=sample)
-sampler.start()
 t0 = time.perf_counter()
-t.upsert(pa.RecordBatchReader.from_batches(schema, gen()))
+with PeakRss() as rss:
+    t.upsert(pa.RecordBatchReader.from_batches(schema, gen()))
 elapsed = time.perf_counter() - t0
-done.set()
-sampler.join()
 assert t.scan(columns=["id"]).count() == rows
-print(nbytes[0], before, peak[0], elapsed, len(t.files()))
+print(nbytes[0], rss.before, rss.peak, elapsed, len(t.files()))
 """
 
 
 def stream_write(tmp: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-c", STREAM_CHILD, os.path.join(tmp, "stream"), os.path.dirname(__file__)],
+    out = subprocess.run([sys.executable, "-c", STREAM_CHILD, os.path.join(tmp, "stream"),
+                          os.path.dirname(os.path.abspath(__file__))],
                          capture_output=True, text=True, check=True)
     nbytes, before, peak, elapsed, files = out.stdout.split()
     growth = int(peak) - int(before)

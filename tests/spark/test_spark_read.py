@@ -139,3 +139,32 @@ def test_missing_options_are_clear_errors(spark: SparkSession, wh: str) -> None:
     mere.connect(wh)
     with pytest.raises(Exception, match="does not exist"):
         read(spark, wh, "sales.nothing").count()
+
+
+def test_unknown_options_and_wrong_warehouses_fail_without_creating_anything(spark: SparkSession, wh: str,
+                                                                            tmp_path: Any) -> None:
+    t = mere.connect(wh).create_table("sales.o", pa.schema([("id", pa.int64()), ("v", pa.string())]),
+                                      primary_key=["id"])
+    t.upsert(pa.table({"id": [1], "v": ["a"]}))
+    with pytest.raises(Exception, match=r"unknown option 'verison'.*did you mean 'version'"):
+        read(spark, wh, "sales.o", verison=1).count()
+    with pytest.raises(Exception, match="option 'buckets' must be a positive integer"):
+        spark.createDataFrame([(1, "x")], "id long, v string").write.format("mere").mode("append") \
+            .option("warehouse", wh).option("primary_key", "id").option("buckets", "four").save("sales.p")
+    nowhere = tmp_path / "typo" / "wh"
+    with pytest.raises(Exception, match="does not exist"):
+        read(spark, str(nowhere), "sales.o").count()
+    assert not (tmp_path / "typo").exists()
+
+
+def test_spark_reads_nested_columns(spark: SparkSession, wh: str) -> None:
+    schema = pa.schema([("id", pa.int64()), ("tags", pa.list_(pa.string())),
+                        ("attrs", pa.map_(pa.string(), pa.int64())),
+                        ("pt", pa.struct([("x", pa.float64()), ("y", pa.float64())]))])
+    t = mere.connect(wh).create_table("geo.points", schema, primary_key=["id"], buckets=2)
+    t.upsert(pa.table({"id": [1, 2], "tags": [["a", "b"], None], "attrs": [[("k", 1)], []],
+                       "pt": [{"x": 1.0, "y": 2.0}, None]}, schema=schema))
+    t.upsert(pa.table({"id": [2], "tags": [["c"]]}))
+    got = {r["id"]: r for r in (r.asDict(recursive=True) for r in read(spark, wh, "geo.points").collect())}
+    assert got[1] == {"id": 1, "tags": ["a", "b"], "attrs": {"k": 1}, "pt": {"x": 1.0, "y": 2.0}}
+    assert got[2] == {"id": 2, "tags": ["c"], "attrs": {}, "pt": None}

@@ -131,3 +131,21 @@ def test_failed_commit_aborts(spark: SparkSession, wh: str) -> None:
         write(wrong, wh, "sales.orders", operation="append")
     with pytest.raises(Exception, match="lacks"):
         write(spark.range(3).selectExpr("id", "'x' AS other"), wh, "sales.orders")
+
+
+def test_a_write_to_a_missing_table_creates_it_only_when_asked(spark: SparkSession, wh: str) -> None:
+    cat = mere.connect(wh)
+    _orders(wh)
+    df = spark.createDataFrame([(1, "d1", 2, "x")], "id long, day string, qty long, note string")
+    with pytest.raises(Exception, match=r"sales\.ordrs does not exist.*primary_key"):
+        write(df, wh, "sales.ordrs")  # a typo: no silent new table without key
+    assert cat.tables() == ["sales.orders"]
+    with pytest.raises(Exception, match=r"unknown option 'primary_keys'.*did you mean 'primary_key'"):
+        write(df, wh, "sales.new", primary_keys="id")
+    write(df, wh, "logs.raw", create="true")  # explicitly: a table without key
+    assert cat.table("logs.raw").spec.primary_key == ()
+    write(df, wh, "sales.new", primary_key="id", partition_by="day", buckets=2)
+    assert cat.table("sales.new").spec.partition_by == ("day",)
+    with pytest.raises(Exception, match="different spec"):
+        write(df, wh, "sales.new", primary_key="id", buckets=4)  # creation options must match the table
+    assert sorted(cat.tables()) == ["logs.raw", "sales.new", "sales.orders"]

@@ -39,7 +39,9 @@ Write options: ``operation`` (upsert, append, delete, overwrite), ``partition`` 
 only that partition), ``idempotency_key`` (a rerun with the same key is not applied twice), ``flush_rows``
 (rows a task buffers before it writes files, default 250,000), and to create
 a missing table: ``primary_key``, ``partition_by`` (comma-separated), ``buckets``, ``cdc_column``,
-``merge_operators`` (JSON object).
+``merge_operators`` (JSON object), or ``create`` = ``true`` for a table without key. Without one of
+them a missing table is :class:`~mere.errors.NoSuchTable` (a typo never creates a table); given for an
+existing table they must describe it. Unknown option names are refused with a suggestion.
 
 Streaming: ``df.writeStream.format("mere").option("checkpointLocation", ...).start("sales.orders")``
 upserts each micro-batch in one commit whose idempotency key is the query id (stable across restarts from
@@ -500,6 +502,28 @@ def _create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) ->
     )
 
 
+def _check_layout(table: Table, opts: Mapping[str, str]) -> None:
+    """Layout options given for an existing table must describe it (a mismatch is never ignored)."""
+    spec = table.spec
+    wanted: dict[str, Any] = {}
+    if "primary_key" in opts:
+        wanted["primary_key"] = (tuple(_split_list(opts["primary_key"]) or ()), spec.primary_key)
+    if "partition_by" in opts:
+        wanted["partition_by"] = (tuple(_split_list(opts["partition_by"]) or ()), spec.partition_by)
+    if "buckets" in opts:
+        wanted["buckets"] = (_int_option("buckets", opts["buckets"]), spec.buckets)
+    if "cdc_column" in opts:
+        wanted["cdc_column"] = (opts["cdc_column"] or None, spec.cdc_column)
+    if "merge_operators" in opts:
+        given = TableSpec.create(spec.schema, spec.primary_key or None,
+                                 spec.partition_by or None, spec.buckets if spec.primary_key else None,
+                                 _json_object("merge_operators", opts["merge_operators"]), spec.cdc_column)
+        wanted["merge_operators"] = (dict(given.merge_operators), dict(spec.merge_operators))
+    different = [f"{k} {a!r} vs the table's {b!r}" for k, (a, b) in wanted.items() if a != b]
+    if different:
+        raise mere.errors.TableExists(f"{table.name} already exists with a different spec: {'; '.join(different)}")
+
+
 @dataclass
 class _WriteJob:
     """One write (or one streaming query's writes), planned on the driver and shipped to every task."""
@@ -535,6 +559,8 @@ class _WriteJob:
                     "(.option('primary_key', ...), partition_by, buckets, cdc_column, merge_operators) or "
                     ".option('create', 'true') for a table without key") from None
             table = _create_table(ref, opts, schema)
+        else:
+            _check_layout(table, opts)
         if overwrite:
             operation = "overwrite"
         elif operation is None:
