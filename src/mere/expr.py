@@ -170,8 +170,8 @@ class In(Expr):
         object.__setattr__(self, "values", values)
 
     def __getstate__(self) -> dict[str, object]:
-        # The lookup index built on demand (see _in_index) is not worth pickling.
-        return {k: v for k, v in self.__dict__.items() if k != "_index"}
+        # The lookup index and the Arrow lowering built on demand are caches, not worth pickling.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_index", "_arrow", "_sorted_by_dtype")}
 
 
 @dataclass(frozen=True, repr=False)
@@ -1095,8 +1095,12 @@ def to_pyarrow(expr: Expr) -> pc.Expression:
             return _float_compare(expr.op, pc.field(expr.column), expr.value)
         return cast(pc.Expression, _PY_OPS[expr.op](pc.field(expr.column), _arrow_scalar(expr.value)))
     if isinstance(expr, In):
-        result = _in_to_pyarrow(expr)
-        return ~result if expr.negated else result
+        lowered = expr.__dict__.get("_arrow")
+        if lowered is None:  # long lists: build the value set once, not once per file read
+            result = _in_to_pyarrow(expr)
+            lowered = ~result if expr.negated else result
+            object.__setattr__(expr, "_arrow", lowered)
+        return cast(pc.Expression, lowered)
     raise FilterError(f"cannot lower {type(expr).__name__} to pyarrow")
 
 

@@ -154,9 +154,10 @@ WRITE_OPTIONS = ("operation", "partition", "idempotency_key", "flush_rows", "que
 SPARK_OPTIONS = ("checkpointlocation", "paths")  # set by Spark itself for some reads and streams
 
 
-def check_options(options: Mapping[str, str], known: Sequence[str]) -> None:
-    """Refuse option names mere does not read (a typo would otherwise be ignored)."""
-    allowed = {*LOCATION_OPTIONS, *SPARK_OPTIONS, *known}
+def check_options(options: Mapping[str, str]) -> None:
+    """Refuse option names mere does not read (a typo would otherwise be ignored). Read and write options
+    are both accepted either way: one temporary view's options serve its SELECTs and INSERTs."""
+    allowed = {*LOCATION_OPTIONS, *SPARK_OPTIONS, *READ_OPTIONS, *WRITE_OPTIONS}
     for key in _options(options):
         if key in allowed or key.startswith("storage."):
             continue
@@ -349,7 +350,7 @@ class MereReader(DataSourceReader):
     """Plans one table version on the driver; each task merges one split."""
 
     def __init__(self, ref: TableRef, options: Mapping[str, str], schema: StructType) -> None:
-        check_options(options, READ_OPTIONS)
+        check_options(options)
         opts = _options(options)
         self.ref = ref
         self.base_filter: str | None = opts.get("filter") or None
@@ -539,7 +540,7 @@ class _WriteJob:
     @staticmethod
     def plan(ref: TableRef, options: Mapping[str, str], schema: StructType, overwrite: bool,
              streaming: bool) -> _WriteJob:
-        check_options(options, WRITE_OPTIONS)
+        check_options(options)
         opts = _options(options)
         operation = opts.get("operation", "").strip().lower() or None
         if operation is not None and operation not in WRITE_OPERATIONS:
@@ -695,7 +696,7 @@ class MereDataSource(DataSource):
         return "mere"
 
     def schema(self) -> StructType:
-        check_options(self.options, (*READ_OPTIONS, *WRITE_OPTIONS))
+        check_options(self.options)
         table = self.ref.open()
         columns = _split_list(_options(self.options).get("columns"))
         return spark_schema(table.scan(columns=columns).schema)

@@ -158,8 +158,9 @@ def plan_splits(spec: TableSpec, files: Sequence[FileEntry], parts: FilterParts,
     if parts.key_points is not None:
         explain.key_lookup = parts.key_points
         if parts.key_points:
-            cols = list(zip(*parts.key_points))
-            arrays = [pa.array(list(c), type=spec.schema.field(k).type) for c, k in zip(cols, spec.primary_key)]
+            points = parts.key_points
+            cols = [[p[0] for p in points]] if len(spec.primary_key) == 1 else [list(c) for c in zip(*points)]
+            arrays = [pa.array(c, type=spec.schema.field(k).type) for c, k in zip(cols, spec.primary_key)]
             allowed_buckets = {int(b) for b in bucket_ids(arrays, spec.buckets)}
         else:
             allowed_buckets = set()

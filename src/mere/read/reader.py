@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -121,9 +121,7 @@ class _FileCursor:
                 return None
             return self.storage.read_row_groups(self.task.path, hits.tolist(), self.columns, size).filter(predicate)
         table = self.storage.read_row_groups(self.task.path, idx, self.columns, size, self.dictionary)
-        if not isinstance(pre, E.AlwaysTrue):
-            table = table.filter(E.to_pyarrow(pre))
-        return table
+        return _filter(table, pre)
 
     def take_until(self, hi: Any) -> pa.Table | None:
         """Rows whose first key column is below ``hi`` (all remaining rows when ``hi`` is None)."""
@@ -183,9 +181,76 @@ def _nullable(table: pa.Table) -> pa.Table:
 
 
 def _filter(table: pa.Table, predicate: E.Expr) -> pa.Table:
+    """Rows for which ``predicate`` is TRUE.
+
+    Conjuncts ``int_column IN (many values)`` are answered by a binary search in the values sorted once
+    per scan: Arrow's is_in would build a hash table of every value again for each file read.
+    """
     if isinstance(predicate, E.AlwaysTrue) or table.num_rows == 0:
         return table
-    return table.filter(E.to_pyarrow(predicate))
+    rest = []
+    for part in E.conjuncts(predicate):
+        sorted_values = _sorted_in_values(part, table)
+        if sorted_values is None:
+            rest.append(part)
+            continue
+        column = table.column(part.column)  # type: ignore[attr-defined]
+        keys = (column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()).to_numpy(
+            zero_copy_only=False)
+        pos = np.minimum(np.searchsorted(sorted_values, keys), len(sorted_values) - 1)
+        hit = sorted_values[pos] == keys
+        if column.null_count:
+            hit &= column.is_valid().to_numpy(zero_copy_only=False)
+        table = table.filter(pa.array(hit))
+        if table.num_rows == 0:
+            return table
+    return table if not rest else table.filter(E.to_pyarrow(E.conjunction(rest)))
+
+
+SORTED_IN_MIN_VALUES = 64  # below this Arrow's hash lookup is as cheap
+
+
+def _sorted_in_values(part: E.Expr, table: pa.Table) -> np.ndarray | None:
+    """The values of a plain ``int_column IN (...)`` conjunct, sorted as the column's NumPy type (cached on
+    the node), or None when the conjunct is anything else."""
+    if not isinstance(part, E.In) or part.negated or len(part.values) < SORTED_IN_MIN_VALUES:
+        return None
+    if part.column not in table.column_names:
+        return None
+    return sorted_in_values(part, table.schema.field(part.column).type)
+
+
+_sorted_lock = threading.Lock()
+
+
+def sorted_in_values(part: E.In, column_type: pa.DataType) -> np.ndarray | None:
+    """See :func:`_sorted_in_values`; planning calls this first so that reader threads find it cached."""
+    if not pa.types.is_integer(column_type):
+        return None
+    dtype = np.dtype(column_type.to_pandas_dtype())
+    with _sorted_lock:
+        cache = part.__dict__.setdefault("_sorted_by_dtype", {})
+        if dtype not in cache:
+            values = None
+            if all(type(v) is int for v in part.values):  # else NULLs or unbound literals: Arrow decides
+                try:
+                    values = np.unique(np.array(part.values, dtype=dtype))
+                except OverflowError:  # values the column cannot hold match nothing
+                    info = np.iinfo(dtype)
+                    lo, hi = int(info.min), int(info.max)
+                    values = np.unique(np.array([v for v in part.values if lo <= v <= hi], dtype=dtype))
+                if len(values) == 0:
+                    values = None
+            cache[dtype] = values
+        return cast("np.ndarray | None", cache[dtype])
+
+
+def warm_filter_caches(predicate: E.Expr, schema: pa.Schema) -> None:
+    """Build the sorted IN values of a filter once, before reader threads need them."""
+    for part in E.conjuncts(predicate):
+        if isinstance(part, E.In) and not part.negated and len(part.values) >= SORTED_IN_MIN_VALUES \
+                and part.column in schema.names:
+            sorted_in_values(part, schema.field(part.column).type)
 
 
 def _windows(cursors: Sequence[_FileCursor], budget: int, whole: int = 0) -> list[Any]:

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -15,7 +15,7 @@ from mere import expr as E
 from mere.errors import InvalidInput, SchemaMismatch
 from mere.io import Storage
 from mere.read.planner import Explain, FilterParts, Split, plan_splits, split_filter
-from mere.read.reader import LOOKUP_MAX_KEYS, ReadOptions, SplitReader, stream_splits
+from mere.read.reader import LOOKUP_MAX_KEYS, ReadOptions, SplitReader, stream_splits, warm_filter_caches
 from mere.spec import TableSpec
 from mere.write.writer import partition_json
 
@@ -104,7 +104,14 @@ class Scan:
         return pa.schema([spec.schema.field(c) for c in self.output_columns])
 
     def _parts(self) -> FilterParts:
-        return split_filter(self.table.spec, self.filter)
+        parts = self.__dict__.get("_filter_parts")
+        if parts is None:  # parsed and bound once per scan (long IN lists cost real time)
+            parts = split_filter(self.table.spec, self.filter)
+            object.__setattr__(self, "_filter_parts", parts)
+        return cast(FilterParts, parts)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_filter_parts"}
 
     def _plan(self, explain: Explain) -> tuple[list[Split], ReadOptions]:
         parts = self._parts()
@@ -117,6 +124,8 @@ class Scan:
         whole = 0 if self.window_bytes else self.table.whole_split_bytes
         opts = ReadOptions(self.output_columns, parts.pre, parts.post, lookup,
                            self.window_bytes or self.table.window_bytes, whole)
+        warm_filter_caches(parts.pre, self.table.spec.schema)
+        warm_filter_caches(parts.post, self.table.spec.schema)
         return splits, opts
 
     def plan(self) -> list[Split]:

@@ -156,7 +156,7 @@ class Table:
         v = self.resolve_version(version, as_of)
         scan = Scan(self, v, normalise_columns(columns), filter, **options)
         scan.output_columns  # noqa: B018 - validate column names now, not at first read
-        split_filter(self.spec, filter)  # validate the filter now
+        scan._parts()  # validate the filter now (the scan keeps what it parsed)
         return scan
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
@@ -239,7 +239,6 @@ class Table:
                     check(prepared)
                 entries += self._write_files(prepared, first_order=len(entries))
                 del prepared
-                pa.default_memory_pool().release_unused()  # RSS follows the chunk at hand, not the largest seen
         except BaseException:
             self._discard(entries)
             raise
