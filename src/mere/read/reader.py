@@ -238,7 +238,8 @@ def sorted_in_values(part: E.In, column_type: pa.DataType) -> np.ndarray | None:
                 except OverflowError:  # values the column cannot hold match nothing
                     info = np.iinfo(dtype)
                     lo, hi = int(info.min), int(info.max)
-                    values = np.unique(np.array([v for v in part.values if lo <= v <= hi], dtype=dtype))
+                    ints = cast("tuple[int, ...]", part.values)
+                    values = np.unique(np.array([v for v in ints if lo <= v <= hi], dtype=dtype))
                 if len(values) == 0:
                     values = None
             cache[dtype] = values
