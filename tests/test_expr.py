@@ -7,7 +7,6 @@ import functools
 import importlib.util
 import math
 import pickle
-import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
@@ -1246,31 +1245,26 @@ def test_might_match_float_parquet_statistics(tmp_path: Path) -> None:
 # Long IN lists stay linear
 
 
-def test_long_in_lists_are_fast() -> None:
+@pytest.mark.timeout(120)  # a guard, not a measurement (bench/bench_surface.py times it): quadratic work took hours
+def test_long_in_lists_stay_linear() -> None:
     n = 100_000
     schema = pa.schema([("id", pa.int64()), ("s", pa.string()), ("dec", pa.decimal128(18, 2))])
     stats = [
         {"id": ColumnStats(min=g * 1000, max=g * 1000 + 999, null_count=0, num_values=1000)}
         for g in range(1000)
     ]
-    start = time.perf_counter()
     expr = bind(parse("id IN (" + ", ".join(str(7 * i) for i in range(n)) + ")"), schema)
     points = key_points(expr, ["id"])
     kept = sum(might_match(expr, s) for s in stats)
-    elapsed = time.perf_counter() - start
     assert points is not None and len(points) == n and points[-1] == (7 * (n - 1),)
     assert kept == 700  # 7 * n spans 700 of the 1000 row groups
-    assert elapsed < 5, elapsed  # about 0.1 s; quadratic work took many minutes
-    start = time.perf_counter()
     strings = bind(parse("s IN (" + ", ".join(f"'k''{i}'" for i in range(n)) + ")"), schema)
     decimals = bind(parse("dec IN (" + ", ".join(f"{i}.25" for i in range(n)) + ")"), schema)
     assert key_points(strings & decimals, ["s", "dec"]) is None  # n * n candidates: over the limit
     points = key_points(strings & decimals, ["s"])
-    elapsed = time.perf_counter() - start
     assert isinstance(strings, In) and strings.values[5] == "k'5"
     assert isinstance(decimals, In) and decimals.values[5] == Decimal("5.25")
     assert points is not None and len(points) == n
-    assert elapsed < 5, elapsed
     both = key_points(bind(parse("id IN (1, 2, 3) AND id IN (3, 4, 1)"), schema), ["id"])
     assert both is not None and sorted(both) == [(1,), (3,)]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +213,95 @@ def test_a_struct_field_named_like_a_key_column_does_not_shadow_it(tmp_path: Pat
     assert sorted(t.scan(filter="id IN (0, 5)", columns=["v"]).to_arrow().column("v").to_pylist()) == ["a", "f"]
     explained = t.scan(filter="id = 4").explain()
     assert explained.row_groups_kept == 1  # pruned by the key's statistics, not the struct field's
+
+
+def test_concat_of_repetitive_and_large_strings(tmp_path: Path) -> None:
+    """Repetitive strings are dictionary-encoded while a batch is prepared; concat must still fold them."""
+    cat = mere.connect(str(tmp_path / "wh"))
+    for t_ in (pa.string(), pa.large_string()):
+        t = cat.create_table(f"t.tags_{t_}".replace("_string", ""), pa.schema([("k", pa.int64()), ("tags", t_)]),
+                             primary_key="k", merge_operators={"tags": "concat:|"})
+        t.upsert(pa.table({"k": [1] * 5000 + [2], "tags": pa.array(["x"] * 5000 + [None], t_)}))
+        t.upsert(pa.table({"k": [1, 2], "tags": pa.array(["y", "z"], t_)}))
+        got = {r["k"]: r["tags"] for r in t.scan().to_arrow().to_pylist()}
+        assert got == {1: "|".join(["x"] * 5000 + ["y"]), 2: "z"}
+        assert t.scan().schema.field("tags").type == t_
+
+
+LOSSLESS = [  # (input array, column type, stored values)
+    (pa.array([1, None], pa.int64()), pa.int8(), [1, None]),
+    (pa.array([2**53], pa.int64()), pa.float64(), [float(2**53)]),
+    (pa.array([1.0, 2.0]), pa.int32(), [1, 2]),
+    (pa.array([0.5]), pa.float32(), [0.5]),
+    (pa.array([0.1]), pa.decimal128(5, 2), [Decimal("0.10")]),
+    (pa.array(["a"]), pa.large_string(), ["a"]),
+    (pa.array(["a"]).dictionary_encode(), pa.string(), ["a"]),
+    (pa.array(["ü"]), pa.binary(), ["ü".encode()]),
+    (pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC)], pa.timestamp("s", tz="UTC")), pa.timestamp("us", tz="Asia/Tokyo"),
+     [dt.datetime(2026, 1, 1, tzinfo=dt.UTC)]),
+    (pa.array([[1, 2]], pa.list_(pa.int64())), pa.list_(pa.int16()), [[1, 2]]),
+    (pa.nulls(1), pa.date32(), [None]),
+]
+LOSSY = [  # (input array, column type, what the message names)
+    (pa.array(["12.5"]), pa.float64(), "never parses"),
+    (pa.array(["2026-11-02"]), pa.date32(), "never parses"),
+    (pa.array(["7"]), pa.int64(), "never parses"),
+    (pa.array([5]), pa.string(), "not compatible"),
+    (pa.array([True]), pa.int32(), "not compatible"),
+    (pa.array([dt.datetime(2026, 1, 1)], pa.timestamp("us")), pa.timestamp("us", tz="UTC"), "tz_localize"),
+    (pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")), pa.timestamp("us"),
+     "naive column"),
+    (pa.array([300]), pa.int8(), "without loss"),
+    (pa.array([1.5]), pa.int64(), "without loss"),
+    (pa.array([2**53 + 1]), pa.float64(), "without loss"),
+    (pa.array([0.1]), pa.float32(), "would change"),
+    (pa.array([0.125]), pa.decimal128(5, 2), "would change"),
+    (pa.array([dt.datetime(2026, 1, 1, 0, 0, 0, 1)], pa.timestamp("us")), pa.timestamp("ms"), "without loss"),
+    (pa.array([[1.5]], pa.list_(pa.float64())), pa.list_(pa.int64()), "without loss"),
+    (pa.array([b"\xff"]), pa.string(), "not compatible"),
+]
+
+
+@pytest.mark.parametrize(("given", "column", "stored"), LOSSLESS, ids=lambda v: str(v)[:30])
+def test_lossless_input_casts_are_accepted(tmp_path: Path, given: pa.Array, column: pa.DataType,
+                                           stored: list[Any]) -> None:
+    t = mere.connect(str(tmp_path / "wh")).create_table("t.c", pa.schema([("id", pa.int64()), ("c", column)]),
+                                                         primary_key="id")
+    t.upsert(pa.table({"id": list(range(len(given))), "c": given}))
+    assert t.scan().to_arrow().sort_by("id").column("c").to_pylist() == stored
+
+
+@pytest.mark.parametrize(("given", "column", "says"), LOSSY, ids=lambda v: str(v)[:30])
+def test_lossy_or_guessing_input_casts_are_refused(tmp_path: Path, given: pa.Array, column: pa.DataType,
+                                                   says: str) -> None:
+    t = mere.connect(str(tmp_path / "wh")).create_table("t.c", pa.schema([("id", pa.int64()), ("c", column)]),
+                                                         primary_key="id")
+    with pytest.raises(errors.SchemaMismatch, match=f"column 'c'.*{says}"):
+        t.upsert(pa.table({"id": list(range(len(given))), "c": given}))
+    assert t.version == 0 and t.scan().count() == 0
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_projection_reads_only_the_needed_columns(tmp_path: Path, keyed: bool) -> None:
+    """Bytes fetched, not time: a one-column scan reads that column (plus the key for the merge)."""
+    cat = mere.connect(str(tmp_path / "wh"))
+    n = 20_000
+    schema = pa.schema([("id", pa.int64()), ("a", pa.string()), ("b", pa.float64()), ("c", pa.string())])
+    t = cat.create_table("t.p", schema, primary_key="id" if keyed else None)
+    rows = pa.table({"id": list(range(n)), "a": [f"a{i}" * 5 for i in range(n)], "b": [i / 3 for i in range(n)],
+                     "c": [f"c{i * 7}" * 5 for i in range(n)]})
+    (t.upsert if keyed else t.append)(rows)
+    if keyed:
+        t.upsert(rows.slice(0, 100))
+
+    def fetched(**kwargs: Any) -> int:
+        t.storage.stats.reset()
+        t.storage.clear_cache()
+        t.scan(**kwargs).to_arrow()
+        return t.storage.stats.bytes_read
+
+    full = fetched()
+    assert fetched(columns=["b"]) < full / 2
+    assert fetched(columns=["id"]) < full / 5
+    assert fetched(columns=["b"], filter="id < 10") < full / 2
+    assert t.scan(columns=["b"], filter="b > 10").count() == n - 31
