@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-spark bench-s3 clean
+.PHONY: demo test lint typecheck bench bench-spark bench-s3 bench-surface clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ bench-spark: $(STAMP)
 
 bench-s3: $(STAMP)
 	$(PY) bench/bench_s3.py
+
+bench-surface: $(STAMP)
+	$(PY) bench/bench_surface.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

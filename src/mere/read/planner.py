@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -161,7 +162,7 @@ def plan_splits(spec: TableSpec, files: Sequence[FileEntry], parts: FilterParts,
             points = parts.key_points
             cols = [[p[0] for p in points]] if len(spec.primary_key) == 1 else [list(c) for c in zip(*points)]
             arrays = [pa.array(c, type=spec.schema.field(k).type) for c, k in zip(cols, spec.primary_key)]
-            allowed_buckets = {int(b) for b in bucket_ids(arrays, spec.buckets)}
+            allowed_buckets = set(np.unique(bucket_ids(arrays, spec.buckets)).tolist())
         else:
             allowed_buckets = set()
     splits = []
