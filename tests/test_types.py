@@ -73,9 +73,10 @@ def values_of(t: pa.DataType) -> st.SearchStrategy[Any]:
     if pa.types.is_duration(t):
         return st.one_of(st.none(), st.timedeltas(dt.timedelta(days=-9999), dt.timedelta(days=9999)))
     if pa.types.is_decimal(t):
-        digits = t.precision - t.scale
-        return st.one_of(st.none(), st.decimals(min_value=-(10 ** digits) + 1, max_value=10 ** digits - 1,
-                                                places=t.scale, allow_nan=False, allow_infinity=False))
+        # Unscaled integers, scaled by string: exact at any precision (st.decimals filters wide ones away).
+        edge = 10**t.precision - 1
+        unscaled = st.one_of(st.sampled_from([-edge, edge, 0]), st.integers(-edge, edge))
+        return st.one_of(st.none(), unscaled.map(lambda i: Decimal(f"{i}E-{t.scale}")))
     if pa.types.is_fixed_size_list(t):
         return st.one_of(st.none(), st.lists(values_of(t.value_type), min_size=t.list_size, max_size=t.list_size))
     if pa.types.is_list(t) or pa.types.is_large_list(t):
