@@ -171,7 +171,7 @@ def test_delete_none_is_refused_and_everything_takes_an_explicit_word(tmp_path: 
     t.upsert(ROWS)
     before = len(t.files())
     record = t.truncate()  # no delete markers: the files just leave the new version
-    assert record.operation == "truncate" and record.summary["added_files"] == 0 and before > 0
+    assert record.operation == "truncate" and record.files_added == 0 and before > 0
     assert t.scan().count() == 0 and len(t.files()) == 0
     assert t.scan(version=record.version - 1).count() == 1  # time travel still sees the rows
 
@@ -224,8 +224,10 @@ def test_commit_records_and_history_read_as_a_person_expects(tmp_path: Path) -> 
     wide = t.upsert({"id": list(range(100, 300)), "day": [f"d{i}" for i in range(200)], "qty": [1] * 200})
     text = repr(wide)
     assert "splits" not in text and "{}" not in text and len(text) < 200, text
-    assert f"version={wide.version}" in text and "rows=200" in text and "partitions=200" in text
-    assert wide.timestamp.tzinfo is dt.UTC
+    assert f"version={wide.version}" in text and "rows_written=200" in text and "partitions=200" in text
+    assert wide.committed_at.tzinfo is dt.UTC and isinstance(wide, mere.CommitResult)
+    assert wide.rows_written == 200 and wide.files_added == 200 and wide.files_removed == 0
+    assert "splits" not in wide.summary and "partitions" not in wide.summary  # internals stay internal
     t.upsert(ROWS)
     t.expire(older_than=dt.timedelta(0))
     history = t.history()

@@ -298,6 +298,7 @@ def test_idempotency_key_applies_once(cat: mere.Catalog) -> None:
     first = t.upsert(rows([1, 2], qty=5), idempotency_key="batch-1")
     second = t.upsert(rows([1, 2], qty=5), idempotency_key="batch-1")
     assert second.version == first.version == 1
+    assert not first.already_committed and second.already_committed and second.rows_written == first.rows_written == 2
     assert t.version == 1
     assert content(t) == {1: 5, 2: 5}  # the sum is not doubled
     # Another key applies; reusing the first key later still does nothing, even with other data.
@@ -337,6 +338,7 @@ def test_idempotency_key_under_concurrent_retries(cat: mere.Catalog) -> None:
     results = run_together(4, lambda i: handles[i].upsert(rows([1, 2], qty=10), idempotency_key="retry"))
     assert all(kind == "ok" for kind, _ in results), results
     assert len({r.version for _, r in results}) == 1
+    assert sum(not r.already_committed for _, r in results) == 1  # exactly one handle wrote it
     assert t.version == 2
     assert content(t) == {1: 11, 2: 10}
 

@@ -11,7 +11,7 @@ import pytest
 
 import mere
 from mere import errors
-from mere.catalog import FileEntry
+from mere.metadata import FileEntry
 from mere.table import compaction
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("s", pa.string())])

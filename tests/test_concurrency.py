@@ -23,8 +23,8 @@ import pyarrow as pa
 import pytest
 
 import mere
-from mere.catalog import CommitRecord
 from mere.errors import CommitConflict
+from mere.metadata import Snapshot
 
 WORKERS = 8
 START_TIMEOUT_S = 120.0  # spawn + import of 8 interpreters on a small, busy CI runner
@@ -258,7 +258,7 @@ def _warehouse(tmp_path: Path) -> str:
     return str(tmp_path / "warehouse")
 
 
-def _assert_contiguous_history(table: mere.Table, commits: int) -> list[CommitRecord]:
+def _assert_contiguous_history(table: mere.Table, commits: int) -> list[Snapshot]:
     history = table.history()
     assert [h.version for h in history] == list(range(commits + 1))
     assert history[0].operation == "create"
@@ -266,7 +266,7 @@ def _assert_contiguous_history(table: mere.Table, commits: int) -> list[CommitRe
     return history
 
 
-def _assert_really_raced(history: list[CommitRecord]) -> None:
+def _assert_really_raced(history: list[Snapshot]) -> None:
     """Some commit was rebased over others that landed after it read the table: the writers overlapped."""
     rebased = [h.version for h in history[1:] if h.summary["read_version"] < h.version - 1]
     assert rebased, "no commit overlapped another: the workers did not race"

@@ -36,7 +36,7 @@ def test_runs_are_written_while_the_stream_is_read(local_cat: mere.Catalog) -> N
     record = t.upsert(pa.RecordBatchReader.from_batches(schema, batches()))
     assert seen_files[0] == 0 and seen_files[-1] > 0  # files appeared before the stream ended
     assert seen_files[-1] >= 2 * 15  # about 19 runs x 2 buckets by the last batch
-    assert record.version == 1 and record.summary["added_files"] > 2  # one commit of many runs
+    assert record.version == 1 and record.files_added > 2  # one commit of many runs
     want: dict[int, str] = {}
     for i in range(40):
         for k in range(i * 1000 % 7000, i * 1000 % 7000 + 1000):
@@ -55,4 +55,4 @@ def test_in_memory_tables_are_written_as_one_run(local_cat: mere.Catalog) -> Non
     t = local_cat.create_table("t.table", pa.schema([("id", pa.int64()), ("v", pa.string())]), primary_key="id",
                                buckets=2, properties={"write.chunk-bytes": "1024"})
     record = t.upsert(pa.table({"id": list(range(20_000)), "v": ["x" * 20] * 20_000}))
-    assert record.summary["added_files"] == 2
+    assert record.files_added == 2

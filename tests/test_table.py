@@ -935,14 +935,14 @@ def test_time_travel_and_history(cat: mere.Catalog) -> None:
         0: {}, 1: {1: (10, 1), 2: (10, 1)}, 2: {1: (10, 1), 2: (20, 6)}, 3: {2: (20, 6)},
         4: {2: (20, 6), 3: (30, 1)}, 5: {1: (99, 1), 2: (20, 6), 3: (30, 1)},
     }
-    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     for v, rows in expected.items():
         assert state(version=v) == rows
-        when = epoch + dt.timedelta(microseconds=history[v].committed_at)
+        when = history[v].committed_at
+        assert when.tzinfo is not None and history[v].parent == (v - 1 if v else None)
         assert t.scan(as_of=when).version == v
         assert state(as_of=when) == rows
         assert t.scan(as_of=when.isoformat()).version == v
-        assert t.scan(as_of=history[v].committed_at / 1_000_000 + 1e-7).version == v  # epoch seconds
+        assert t.scan(as_of=history[v].committed_micros / 1_000_000 + 1e-7).version == v  # epoch seconds
     assert state(version=None) == expected[5]
     assert t.scan(as_of=dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).version == 5
     assert state(version=2, filter="amount >= 20") == {2: (20, 6)}

@@ -101,7 +101,7 @@ def test_partial_rows_spread_over_several_runs_of_one_streamed_write(cat: mere.C
             schema=schema) for ids, ops in batches])
 
     t.upsert(stream(([1], ["U"]), ([2], ["U"]), ([1], ["U"])))
-    assert len(t.history()[-1].summary["splits"]) >= 1 and t.history()[-1].summary["added_files"] == 3
+    assert len(t.history()[-1].internal["splits"]) >= 1 and t.history()[-1].summary["added_files"] == 3
     # Deleted in one run, inserted again in a later one, never given req: refused as a whole.
     unchanged(t, lambda: t.upsert(stream(([2], ["D"]), ([1], ["U"]), ([2], ["I"]))), errors.SchemaMismatch, "2")
     assert rows(t) == [{"id": 1, "p": "a", "req": 1, "opt": "v1"}, {"id": 2, "p": "a", "req": 2, "opt": "v2"}]

@@ -4,11 +4,12 @@ from mere import errors
 from mere.errors import CommitConflict, MereError
 from mere.expr import col
 from mere.hashing import bucket_ids
+from mere.metadata import CommitResult, Snapshot
 from mere.table.catalog import Catalog, connect
 from mere.table.scan import Scan
 from mere.table.table import Table
 
 __version__ = "0.1.0"
 
-__all__ = ["Catalog", "CommitConflict", "MereError", "Scan", "Table", "__version__", "bucket_ids", "col",
-           "connect", "errors"]
+__all__ = ["Catalog", "CommitConflict", "CommitResult", "MereError", "Scan", "Snapshot", "Table", "__version__",
+           "bucket_ids", "col", "connect", "errors"]

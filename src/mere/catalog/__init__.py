@@ -1,5 +1,22 @@
-"""Transactional metadata. Only this package issues SQL."""
+"""Transactional metadata. Only this package issues SQL.
 
-from mere.catalog.sql import CommitRecord, ConcurrentChanges, FileEntry, SqlCatalog, TableRecord
+SQLAlchemy is imported with :class:`SqlCatalog`, on first use: workers that only read or stage files
+never load it. The metadata model lives in :mod:`mere.metadata`.
+"""
 
-__all__ = ["CommitRecord", "ConcurrentChanges", "FileEntry", "SqlCatalog", "TableRecord"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mere.catalog.sql import SqlCatalog
+
+__all__ = ["SqlCatalog"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SqlCatalog":
+        from mere.catalog.sql import SqlCatalog
+
+        return SqlCatalog
+    raise AttributeError(f"module 'mere.catalog' has no attribute {name!r}")

@@ -8,7 +8,6 @@ the table version with a compare-and-swap. Nothing is visible until that transac
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import os
@@ -16,7 +15,6 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,10 +32,18 @@ from mere.errors import (
     NotInstalled,
     TableExists,
 )
+from mere.metadata import (
+    SEQ_SHIFT,
+    CommitResult,
+    ConcurrentChanges,
+    FileEntry,
+    Snapshot,
+    TableRecord,
+    micros_to_datetime,
+    now_micros,
+)
 
 log = logging.getLogger(__name__)
-
-SEQ_SHIFT = 24  # file sequence = (commit version << SEQ_SHIFT) | order of the file within its commit
 
 _metadata = sa.MetaData()
 
@@ -91,96 +97,6 @@ files = sa.Table(
     sa.Index("mere_files_added", "table_id", "added_version"),
     sa.Index("mere_files_removed", "table_id", "removed_version"),
 )
-
-
-def now_micros() -> int:
-    return time.time_ns() // 1000
-
-
-@dataclass(frozen=True)
-class TableRecord:
-    id: int
-    namespace: str
-    name: str
-    uuid: str
-    location: str
-    spec: str
-    version: int
-
-    @property
-    def identifier(self) -> str:
-        return f"{self.namespace}.{self.name}"
-
-
-@dataclass
-class FileEntry:
-    """A data file as the catalog knows it. ``id``/``seq``/``added_version`` are set once committed."""
-
-    path: str
-    partition: str  # canonical JSON object of partition values as strings
-    bucket: int
-    row_count: int
-    size_bytes: int
-    content: str = "data"  # "data" or "delete" (delete markers only)
-    columns: list[str] | None = None  # present columns when the file holds a subset (partial upsert)
-    order: int = 0  # order among the files of one commit
-    seq: int | None = None  # explicit sequence (compaction keeps its inputs' newest sequence)
-    id: int | None = None
-    added_version: int | None = None
-
-
-@dataclass(frozen=True)
-class CommitRecord:
-    """One version of a table: what committed it, when, and a summary of what changed."""
-
-    version: int
-    committed_at: int  # microseconds since the epoch, UTC
-    operation: str
-    summary: dict[str, Any]
-    expired: bool = False  # given up by Table.expire: no longer readable
-
-    @property
-    def timestamp(self) -> dt.datetime:
-        """When the version was committed, as an aware UTC datetime."""
-        return micros_to_datetime(self.committed_at)
-
-    def __repr__(self) -> str:
-        s = self.summary
-        parts = [f"version={self.version}", f"operation={self.operation!r}",
-                 f"committed_at='{self.timestamp.isoformat(timespec='milliseconds')}'"]
-        if "rows" in s:
-            parts.append(f"rows={s['rows']}")
-        if "added_files" in s:
-            parts.append(f"files=+{s['added_files']}/-{s.get('removed_files', 0)}")
-        if s.get("partitions") is not None:
-            parts.append(f"partitions={len(s['partitions'])}")
-        if s.get("already_committed"):
-            parts.append("already_committed=True")
-        if self.expired:
-            parts.append("expired=True")
-        return f"CommitRecord({', '.join(parts)})"
-
-
-def micros_to_datetime(micros: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(micros / 1_000_000, dt.UTC)
-
-
-@dataclass
-class ConcurrentChanges:
-    """What landed between a writer's read version and the version it commits on top of."""
-
-    commits: list[CommitRecord] = field(default_factory=list)
-    removed_file_ids: set[int] = field(default_factory=set)
-
-    def partitions_touched(self) -> set[str] | None:
-        """Partitions written by the concurrent commits; None means the whole table."""
-        out: set[str] = set()
-        for c in self.commits:
-            parts = c.summary.get("partitions")
-            if parts is None:
-                return None
-            out.update(parts)
-        return out
 
 
 def _is_transient(e: DBAPIError) -> bool:
@@ -461,27 +377,25 @@ class SqlCatalog:
             columns=None if r.columns is None else json.loads(r.columns),
             seq=int(r.seq), id=int(r.id), added_version=int(r.added_version))
 
-    def history(self, table_id: int) -> list[CommitRecord]:
+    def history(self, table_id: int) -> list[Snapshot]:
         """Every commit, oldest first; those before the oldest readable version are marked expired."""
         q = sa.select(commits).where(commits.c.table_id == table_id).order_by(commits.c.version)
         with self.engine.connect() as conn:
             oldest = conn.execute(sa.select(tables.c.oldest_version).where(tables.c.id == table_id)).scalar()
             if oldest is None:
                 raise NoSuchTable(f"table id {table_id} no longer exists")
-            return [CommitRecord(int(r.version), int(r.committed_at), r.operation, json.loads(r.summary),
-                                 expired=int(r.version) < int(oldest)) for r in conn.execute(q)]
+            return [_snapshot(r, expired=int(r.version) < int(oldest)) for r in conn.execute(q)]
 
     def has_commit(self, table_id: int, version: int) -> bool:
         with self.engine.connect() as conn:
             return conn.execute(sa.select(commits.c.version).where(
                 commits.c.table_id == table_id, commits.c.version == version)).first() is not None
 
-    def find_idempotent(self, table_id: int, key: str) -> CommitRecord | None:
+    def find_idempotent(self, table_id: int, key: str) -> Snapshot | None:
         with self.engine.connect() as conn:
             r = conn.execute(sa.select(commits).where(
                 commits.c.table_id == table_id, commits.c.idempotency_key == key)).first()
-        return None if r is None else CommitRecord(int(r.version), int(r.committed_at), r.operation,
-                                                   json.loads(r.summary))
+        return None if r is None else _snapshot(r)
 
     # -- commit ----------------------------------------------------------------------------------
 
@@ -496,7 +410,7 @@ class SqlCatalog:
         summary: dict[str, Any] | None = None,
         validate: Callable[[ConcurrentChanges], None] | None = None,
         idempotency_key: str | None = None,
-    ) -> CommitRecord:
+    ) -> CommitResult:
         """Atomically add and remove files as a new table version.
 
         ``validate`` sees what landed after ``base_version`` and raises :class:`CommitConflict` if this
@@ -506,7 +420,7 @@ class SqlCatalog:
         token = uuid.uuid4().hex
         summary = dict(summary or {})
 
-        def run(conn: Connection) -> CommitRecord:
+        def run(conn: Connection) -> CommitResult:
             q = sa.select(tables.c.version).where(tables.c.id == table_id)
             if self.dialect == "postgresql":
                 q = q.with_for_update()
@@ -518,8 +432,7 @@ class SqlCatalog:
                 prior = conn.execute(sa.select(commits).where(
                     commits.c.table_id == table_id, commits.c.idempotency_key == idempotency_key)).first()
                 if prior is not None:
-                    return CommitRecord(int(prior.version), int(prior.committed_at), prior.operation,
-                                        json.loads(prior.summary) | {"already_committed": True})
+                    return CommitResult.of(_snapshot(prior), already_committed=True)
             if current < base_version:
                 raise CommitConflict(f"table id {table_id} is at version {current}, older than {base_version}")
             if current != base_version and validate is not None:
@@ -553,7 +466,7 @@ class SqlCatalog:
                                .values(version=new))
             if res.rowcount != 1:
                 raise CommitConflict(f"table id {table_id} moved past version {current} during the commit")
-            return CommitRecord(new, ts, operation, summary)
+            return CommitResult.of(Snapshot.from_stored(new, ts, operation, summary))
 
         try:
             return self._run(run)
@@ -561,7 +474,7 @@ class SqlCatalog:
             if idempotency_key is not None:
                 prior = self.find_idempotent(table_id, idempotency_key)
                 if prior is not None:
-                    return prior
+                    return CommitResult.of(prior, already_committed=True)
             raise CatalogError(f"commit to table id {table_id} violated a catalog constraint: {e}") from e
         except OperationalError as e:
             # The connection may have died after the server committed: look for our token.
@@ -571,19 +484,23 @@ class SqlCatalog:
             except OperationalError:
                 raise CommitStateUnknown(f"commit to table id {table_id} may or may not have landed: {e}") from e
             if r is not None:
-                return CommitRecord(int(r.version), int(r.committed_at), r.operation, json.loads(r.summary))
+                return CommitResult.of(_snapshot(r))
             raise CommitConflict(f"commit to table id {table_id} failed and did not land: {e}") from e
 
     def _changes_since(self, conn: Connection, table_id: int, base: int, current: int) -> ConcurrentChanges:
         rows = conn.execute(sa.select(commits).where(
             commits.c.table_id == table_id, commits.c.version > base, commits.c.version <= current,
         ).order_by(commits.c.version))
-        out = ConcurrentChanges([CommitRecord(int(r.version), int(r.committed_at), r.operation,
-                                              json.loads(r.summary)) for r in rows])
+        out = ConcurrentChanges([_snapshot(r) for r in rows])
         removed = conn.execute(sa.select(files.c.id).where(
             files.c.table_id == table_id, files.c.removed_version > base, files.c.removed_version <= current))
         out.removed_file_ids = {int(r[0]) for r in removed}
         return out
+
+
+def _snapshot(row: Any, expired: bool = False) -> Snapshot:
+    return Snapshot.from_stored(int(row.version), int(row.committed_at), row.operation, json.loads(row.summary),
+                                expired)
 
 
 def _first_line(e: BaseException) -> str:

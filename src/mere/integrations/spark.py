@@ -73,8 +73,8 @@ import pyarrow.compute as pc
 
 import mere
 from mere import expr as E
-from mere.catalog import CommitRecord, FileEntry
 from mere.errors import InvalidInput, MereError, NoSuchNamespace, NoSuchTable, NotInstalled
+from mere.metadata import CommitResult, FileEntry
 from mere.read.planner import Split
 from mere.spec import TableSpec
 from mere.table.compaction import CompactionTask
@@ -723,7 +723,7 @@ class MereDataSource(DataSource):
 
 def compact(spark: Any, table: str, *, warehouse: str | None = None, catalog: str | None = None,
             storage_options: Mapping[str, str] | None = None, min_files: int = 2,
-            partition: Mapping[str, Any] | None = None) -> CommitRecord | None:
+            partition: Mapping[str, Any] | None = None) -> CommitResult | None:
     """Compact a table with Spark: one task per split folds its files, the driver commits once.
 
     The same as :meth:`mere.Table.compact` for tables too big for one machine. Returns None when no split

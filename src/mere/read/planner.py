@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mere import expr as E
-from mere.catalog import FileEntry
 from mere.errors import FilterError
 from mere.hashing import bucket_ids
 from mere.io.storage import primitive_leaf
+from mere.metadata import FileEntry
 from mere.spec import TableSpec
 
 

@@ -6,17 +6,19 @@ import os
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from mere.catalog import SqlCatalog
 from mere.errors import InvalidInput, NoSuchNamespace, NoSuchTable, TableExists
 from mere.io import Storage
 from mere.io.storage import redact
 from mere.spec import TableSpec
 from mere.table.table import Table
+
+if TYPE_CHECKING:
+    from mere.catalog.sql import SqlCatalog
 
 DEFAULT_NAMESPACE = "default"
 
@@ -43,6 +45,11 @@ class Catalog:
     def __init__(self, warehouse: str | os.PathLike[str], catalog: str | os.PathLike[str] | None = None,
                  storage_options: Mapping[str, str] | None = None,
                  filesystem: pafs.FileSystem | None = None) -> None:
+        self._open(warehouse, catalog, storage_options, filesystem)
+        self.sql  # noqa: B018 - a bad catalog URL fails here, not at the first query
+
+    def _open(self, warehouse: str | os.PathLike[str], catalog: str | os.PathLike[str] | None,
+              storage_options: Mapping[str, str] | None, filesystem: pafs.FileSystem | None) -> None:
         if isinstance(warehouse, os.PathLike):
             warehouse = os.fspath(warehouse)
         if not isinstance(warehouse, str) or not warehouse.strip():
@@ -68,12 +75,22 @@ class Catalog:
             catalog = f"sqlite:///{os.path.join(self.storage.root, 'catalog.db')}"
         elif "://" not in catalog:
             catalog = f"sqlite:///{os.path.abspath(catalog)}"
-        self.sql = SqlCatalog(catalog)
+        self.catalog_url = catalog
+        self._sql: SqlCatalog | None = None
+
+    @property
+    def sql(self) -> SqlCatalog:
+        """The SQL catalog, connected (and SQLAlchemy imported) on first use."""
+        if self._sql is None:
+            from mere.catalog.sql import SqlCatalog
+
+            self._sql = SqlCatalog(self.catalog_url)
+        return self._sql
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self.filesystem_given:
             raise InvalidInput("a catalog opened with filesystem= cannot be pickled: open it with a warehouse URI")
-        return (Catalog, self._args[:3])
+        return (_reopen, self._args[:3])
 
     def __repr__(self) -> str:
         return (f"Catalog(warehouse={self.storage.uri!r}, catalog={self.sql!r}, "
@@ -145,6 +162,13 @@ class Catalog:
         except (NoSuchTable, NoSuchNamespace):
             return False
         return True
+
+
+def _reopen(warehouse: str, catalog: str | None, storage_options: Mapping[str, str]) -> Catalog:
+    """A catalog unpickled in a worker: it connects only if the worker asks the catalog something."""
+    out = Catalog.__new__(Catalog)
+    out._open(warehouse, catalog, storage_options, None)
+    return out
 
 
 def connect(warehouse: str | os.PathLike[str], catalog: str | os.PathLike[str] | None = None,

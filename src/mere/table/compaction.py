@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from mere.catalog import FileEntry
 from mere.io import Storage
+from mere.metadata import FileEntry
 from mere.read.merge import sort_indices
 from mere.read.reader import SplitReader
 from mere.spec import OP_COLUMN, OP_PUT, TableSpec

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
-from mere.catalog import CommitRecord, ConcurrentChanges, FileEntry, SqlCatalog, TableRecord
 from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion
 from mere.io import Storage
+from mere.metadata import CommitResult, ConcurrentChanges, FileEntry, Snapshot, TableRecord
 from mere.read.planner import Explain, split_filter
 from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.spec import OP_DELETE, TableSpec
@@ -37,6 +37,7 @@ from mere.write.writer import (
 )
 
 if TYPE_CHECKING:
+    from mere.catalog.sql import SqlCatalog
     from mere.table.catalog import Catalog
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,8 @@ class Table:
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         return self.scan(**kwargs).to_arrow()
 
-    def history(self) -> list[CommitRecord]:
+    def history(self) -> list[Snapshot]:
+        """Every version as a :class:`~mere.metadata.Snapshot`, oldest first (expired ones marked)."""
         return self._sql.history(self.record.id)
 
     def files(self, version: int | None = None) -> pa.Table:
@@ -180,7 +182,7 @@ class Table:
 
     # -- writes ----------------------------------------------------------------------------------
 
-    def upsert(self, data: Any, *, idempotency_key: str | None = None) -> CommitRecord:
+    def upsert(self, data: Any, *, idempotency_key: str | None = None) -> CommitResult:
         """Insert or update rows by primary key; CDC rows are applied in order. Missing columns stay as they were.
 
         A row lacking a NOT NULL column may only update an existing key; an upsert that would push an
@@ -199,23 +201,23 @@ class Table:
             for c in changes.commits:
                 if c.operation == "compact":
                     continue  # compaction changes no row
-                splits = c.summary.get("splits")
-                if c.summary.get("partitions") is None or splits is None or mine & set(splits):
+                splits = c.internal.get("splits")
+                if c.internal.get("partitions") is None or splits is None or mine & set(splits):
                     raise CommitConflict(f"{self.name}: rows this write read changed in version {c.version}")
 
         return validate
 
-    def append(self, data: Any, *, idempotency_key: str | None = None) -> CommitRecord:
+    def append(self, data: Any, *, idempotency_key: str | None = None) -> CommitResult:
         """Add rows to a table without primary key."""
         if self.spec.has_primary_key:
             raise InvalidInput(f"{self.name} has a primary key {list(self.spec.primary_key)}: use upsert()")
         return self._blind_write("append", data, partial_ok=False, idempotency_key=idempotency_key)
 
     def _blind_write(self, operation: str, data: Any, *, partial_ok: bool,
-                     idempotency_key: str | None) -> CommitRecord:
+                     idempotency_key: str | None) -> CommitResult:
         _check_key(self.name, idempotency_key)
         if idempotency_key is not None:
-            prior = self._sql.find_idempotent(self.record.id, idempotency_key)
+            prior = self.find_commit(idempotency_key)
             if prior is not None:
                 return prior
         base = self.version
@@ -264,13 +266,14 @@ class Table:
                                          check=checks.observe if checks else None)
         return StagedWrite(self.name, operation, entries, rows)
 
-    def find_commit(self, idempotency_key: str) -> CommitRecord | None:
+    def find_commit(self, idempotency_key: str) -> CommitResult | None:
         """The commit made with this idempotency key, if any."""
         _check_key(self.name, idempotency_key)
-        return self._sql.find_idempotent(self.record.id, idempotency_key)
+        prior = self._sql.find_idempotent(self.record.id, idempotency_key)
+        return None if prior is None else CommitResult.of(prior, already_committed=True)
 
     def commit(self, staged: Sequence[StagedWrite], *, operation: str | None = None,
-               partition: Mapping[str, Any] | None = None, idempotency_key: str | None = None) -> CommitRecord:
+               partition: Mapping[str, Any] | None = None, idempotency_key: str | None = None) -> CommitResult:
         """Commit staged writes of one operation as one new version (the driver half).
 
         Files of different stages are ordered as given: for equal keys a later stage wins.
@@ -295,7 +298,7 @@ class Table:
                 entries.append(replace(f, order=len(entries), id=None, seq=None, added_version=None))
         rows = sum(s.rows for s in staged)
         if idempotency_key is not None:
-            prior = self._sql.find_idempotent(self.record.id, idempotency_key)
+            prior = self.find_commit(idempotency_key)
             if prior is not None:
                 self._discard(entries)
                 return prior
@@ -338,7 +341,7 @@ class Table:
     def _commit(self, operation: str, base: int, add: list[FileEntry], remove: list[int], rows: int,
                 validate: Callable[[ConcurrentChanges], None] | None = None,
                 partitions: list[str] | None = None, idempotency_key: str | None = None,
-                extra: Mapping[str, Any] | None = None, checks: WriteChecks | None = None) -> CommitRecord:
+                extra: Mapping[str, Any] | None = None, checks: WriteChecks | None = None) -> CommitResult:
         if partitions is None and add:
             partitions = sorted({f.partition for f in add})
         summary = {
@@ -373,7 +376,7 @@ class Table:
             self._discard(add)
             raise
 
-    def delete(self, where: Any) -> CommitRecord:
+    def delete(self, where: Any) -> CommitResult:
         """Delete rows matching a filter (string, expression, pyarrow Expression), or the keys in a table of keys.
 
         ``delete("TRUE")`` deletes every row (as delete markers); :meth:`truncate` empties the table at once.
@@ -398,7 +401,7 @@ class Table:
             raise InvalidInput(f"{self.name}: rows to delete lack key/partition column(s) {missing}")
         return table
 
-    def _delete_keys(self, keys: Any) -> CommitRecord:
+    def _delete_keys(self, keys: Any) -> CommitResult:
         table = self._key_rows(keys, self.spec.primary_key)
         cols = [c for c in self.spec.identity_columns if c in table.column_names]
         table = table.select(cols)
@@ -417,7 +420,7 @@ class Table:
         found = current.join(conformed.select(pk).group_by(pk).aggregate([]), keys=pk, join_type="left semi")
         return self._write_markers(base, found, validate_reads=True)
 
-    def _delete_markers(self, where: Any) -> CommitRecord:
+    def _delete_markers(self, where: Any) -> CommitResult:
         base = self.version
         parts = split_filter(self.spec, where)
         blind = (isinstance(parts.post, E.AlwaysTrue) and parts.key_points is not None
@@ -440,13 +443,13 @@ class Table:
         prepared = prepare(self.spec, keys, ops)
         return self._write_files(prepared)
 
-    def _write_markers(self, base: int, keys: pa.Table, validate_reads: bool = False) -> CommitRecord:
+    def _write_markers(self, base: int, keys: pa.Table, validate_reads: bool = False) -> CommitResult:
         entries = self._marker_files(keys)
         rows = sum(e.row_count for e in entries)
         return self._commit("delete", base, entries, [], rows, extra={"deleted_keys": rows},
                             validate=self._rows_unchanged(entries) if validate_reads else None)
 
-    def _delete_rewrite(self, where: Any) -> CommitRecord:
+    def _delete_rewrite(self, where: Any) -> CommitResult:
         """Tables without a key: rewrite the files holding matching rows (copy on write)."""
         base = self.version
         parts = split_filter(self.spec, where)
@@ -478,11 +481,11 @@ class Table:
         return self._commit("delete", base, add, remove, deleted, partitions=sorted({
             f.partition for f in self.files_at(base) if f.id in set(remove)}), extra={"deleted_rows": deleted})
 
-    def truncate(self) -> CommitRecord:
+    def truncate(self) -> CommitResult:
         """Remove every row as one new version, without writing anything (earlier versions stay readable)."""
         return self._commit_overwrite([], 0, None, self.version, None, operation="truncate")
 
-    def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> CommitRecord:
+    def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> CommitResult:
         """Replace the whole table, or the partitions matching ``partition``, with ``data``."""
         wanted = self._wanted_partition(partition)
         base = self.version
@@ -511,7 +514,7 @@ class Table:
                 raise InvalidInput(f"{self.name}: overwrite of partition {dict(wanted)} got rows of partition {dict(p)}")
 
     def _commit_overwrite(self, entries: list[FileEntry], rows: int, wanted: dict[str, str | None] | None,
-                          base: int, idempotency_key: str | None, operation: str = "overwrite") -> CommitRecord:
+                          base: int, idempotency_key: str | None, operation: str = "overwrite") -> CommitResult:
         def matches(f: FileEntry) -> bool:
             return wanted is None or _partition_matches(f.partition, wanted)
 
@@ -542,7 +545,7 @@ class Table:
             self._discard(entries)
             raise
 
-    def _with_rebase(self, op: Callable[[], CommitRecord]) -> CommitRecord:
+    def _with_rebase(self, op: Callable[[], CommitResult]) -> CommitResult:
         for attempt in range(MAX_REBASE_ATTEMPTS):
             try:
                 return op()
@@ -555,7 +558,7 @@ class Table:
     # -- maintenance -----------------------------------------------------------------------------
 
     def compact(self, min_files: int = 2, partition: Mapping[str, Any] | None = None,
-                run: Callable[[Sequence[CompactionTask]], list[list[FileEntry]]] | None = None) -> CommitRecord | None:
+                run: Callable[[Sequence[CompactionTask]], list[list[FileEntry]]] | None = None) -> CommitResult | None:
         """Fold each bucket's files into merged files; readers then merge less. Returns None if nothing to do.
 
         Splits with at least ``min_files`` files (or any delete markers) are folded, optionally only in one
@@ -614,7 +617,7 @@ class Table:
             partitions.add(partition_json(values))
         return CompactionPlan(self.name, self.record.uuid, base, tuple(tasks), tuple(remove), tuple(sorted(partitions)))
 
-    def commit_compaction(self, plan: CompactionPlan, results: Sequence[Sequence[FileEntry]]) -> CommitRecord:
+    def commit_compaction(self, plan: CompactionPlan, results: Sequence[Sequence[FileEntry]]) -> CommitResult:
         """Swap the files the tasks wrote in for their inputs, as one new version.
 
         Raises CommitConflict (and deletes the new files) when an input was replaced since the plan.

@@ -27,9 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mere.catalog import ConcurrentChanges, FileEntry
 from mere.errors import CommitConflict, SchemaMismatch, SumOverflow
 from mere.io.storage import primitive_leaf
+from mere.metadata import ConcurrentChanges, FileEntry
 from mere.read.merge import group_starts, reduce_versions, sort_indices
 from mere.read.reader import io_pool
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, MergeOperator, TableSpec
@@ -169,8 +169,8 @@ class WriteChecks:
             for c in changes.commits:
                 if c.operation == "compact":
                     continue  # compaction changes no row
-                splits = c.summary.get("splits")
-                if c.summary.get("partitions") is None or splits is None:
+                splits = c.internal.get("splits")
+                if c.internal.get("partitions") is None or splits is None:
                     raise CommitConflict(f"{self.identifier}: version {c.version} rewrote data this write checked")
                 if not touched & set(splits):
                     continue
@@ -178,7 +178,7 @@ class WriteChecks:
                     raise CommitConflict(f"{self.identifier}: keys this write updates changed in version {c.version}")
                 if c.operation == "delete":
                     continue  # deletes only lower sums
-                added = c.summary.get("sum_max")
+                added = c.internal.get("sum_max")
                 if added is None:
                     raise CommitConflict(f"{self.identifier}: version {c.version} changed sums this write checked")
                 for col in headroom:

@@ -15,11 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mere.catalog import FileEntry
 from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NullKey, SchemaMismatch, SumOverflow
 from mere.hashing import bucket_ids
 from mere.io import Storage
+from mere.metadata import FileEntry
 from mere.read.merge import group_starts, reduce_versions, sort_indices
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec
 from mere.write.cast import lossless_cast

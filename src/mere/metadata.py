@@ -1,0 +1,187 @@
+"""The metadata model: what a catalog stores about tables, their files and their versions.
+
+Plain dataclasses, free of SQL, so that workers that only read or stage files (Spark, Dask or Ray
+tasks) never import the catalog's database layer. The catalog (``mere.catalog``) persists these; the
+table layer builds on them; users meet :class:`Snapshot` and :class:`CommitResult`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SEQ_SHIFT = 24  # file sequence = (commit version << SEQ_SHIFT) | order of the file within its commit
+
+# Summary keys the commit protocol keeps for conflict detection; not part of the public summary.
+INTERNAL_SUMMARY_KEYS = frozenset({"partitions", "splits", "sum_max"})
+
+
+def now_micros() -> int:
+    return time.time_ns() // 1000
+
+
+def micros_to_datetime(micros: int) -> dt.datetime:
+    """Microseconds since the epoch as an aware UTC datetime."""
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
+
+
+def datetime_to_micros(when: dt.datetime) -> int:
+    """An aware datetime as microseconds since the epoch."""
+    return (when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    """A catalog's row for a table: identity, location and the layout (``spec``, as JSON) at load time."""
+
+    id: int
+    namespace: str
+    name: str
+    uuid: str
+    location: str
+    spec: str
+    version: int
+
+    @property
+    def identifier(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+
+@dataclass
+class FileEntry:
+    """A data file as the catalog knows it. ``id``/``seq``/``added_version`` are set once committed."""
+
+    path: str
+    partition: str  # canonical JSON object of partition values as strings
+    bucket: int
+    row_count: int
+    size_bytes: int
+    content: str = "data"  # "data" or "delete" (delete markers only)
+    columns: list[str] | None = None  # present columns when the file holds a subset (partial upsert)
+    order: int = 0  # order among the files of one commit
+    seq: int | None = None  # explicit sequence (compaction keeps its inputs' newest sequence)
+    id: int | None = None
+    added_version: int | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One version of a table: when and how it was committed, and a summary of what changed.
+
+    ``summary`` holds counts (``rows``, ``added_files``, ``removed_files``, ``added_bytes``,
+    ``deleted_keys`` or ``deleted_rows``, ``read_version``: the version the writer read). ``expired``
+    marks versions given up by :meth:`Table.expire <mere.Table.expire>`: no longer readable.
+    """
+
+    version: int
+    committed_at: dt.datetime
+    operation: str
+    summary: Mapping[str, Any]
+    parent: int | None = None
+    expired: bool = False
+    internal: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @staticmethod
+    def from_stored(version: int, committed_micros: int, operation: str, summary: Mapping[str, Any],
+                    expired: bool = False) -> Snapshot:
+        """A snapshot from what a catalog stores (the summary as written by the commit)."""
+        public = {k: v for k, v in summary.items() if k not in INTERNAL_SUMMARY_KEYS}
+        internal = {k: v for k, v in summary.items() if k in INTERNAL_SUMMARY_KEYS}
+        return Snapshot(version, micros_to_datetime(committed_micros), operation, public,
+                        version - 1 if version > 0 else None, expired, internal)
+
+    @property
+    def committed_micros(self) -> int:
+        """The commit time as microseconds since the epoch (UTC)."""
+        return datetime_to_micros(self.committed_at)
+
+    @property
+    def partitions(self) -> list[str] | None:
+        """Partitions this version wrote (canonical JSON), or None when it may have touched any."""
+        parts = self.internal.get("partitions")
+        return None if parts is None else list(parts)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        parts = [f"version={self.version}", f"operation={self.operation!r}",
+                 f"committed_at='{self.committed_at.isoformat(timespec='milliseconds')}'"]
+        if "rows" in s:
+            parts.append(f"rows={s['rows']}")
+        if "added_files" in s:
+            parts.append(f"files=+{s['added_files']}/-{s.get('removed_files', 0)}")
+        if self.internal.get("partitions") is not None:
+            parts.append(f"partitions={len(self.internal['partitions'])}")
+        if self.expired:
+            parts.append("expired=True")
+        return f"Snapshot({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What a write committed: the new version and what changed in it.
+
+    ``already_committed`` is True when an idempotency key named a commit that had landed before: the
+    result then describes that earlier commit and nothing new was written.
+    """
+
+    version: int
+    operation: str
+    committed_at: dt.datetime
+    rows_written: int
+    rows_deleted: int
+    files_added: int
+    files_removed: int
+    bytes_added: int
+    already_committed: bool = False
+    snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
+
+    @staticmethod
+    def of(snapshot: Snapshot, already_committed: bool = False) -> CommitResult:
+        s = snapshot.summary
+        deleted = int(s.get("deleted_keys", s.get("deleted_rows", 0)) or 0)
+        written = 0 if snapshot.operation in ("delete", "truncate", "compact") else int(s.get("rows", 0) or 0)
+        return CommitResult(
+            version=snapshot.version, operation=snapshot.operation, committed_at=snapshot.committed_at,
+            rows_written=written, rows_deleted=deleted, files_added=int(s.get("added_files", 0)),
+            files_removed=int(s.get("removed_files", 0)), bytes_added=int(s.get("added_bytes", 0)),
+            already_committed=already_committed, snapshot=snapshot)
+
+    @property
+    def summary(self) -> Mapping[str, Any]:
+        """The committed version's summary (see :class:`Snapshot`)."""
+        return {} if self.snapshot is None else self.snapshot.summary
+
+    def __repr__(self) -> str:
+        parts = [f"version={self.version}", f"operation={self.operation!r}",
+                 f"committed_at='{self.committed_at.isoformat(timespec='milliseconds')}'"]
+        if self.rows_written:
+            parts.append(f"rows_written={self.rows_written}")
+        if self.rows_deleted:
+            parts.append(f"rows_deleted={self.rows_deleted}")
+        parts.append(f"files=+{self.files_added}/-{self.files_removed}")
+        if self.snapshot is not None and self.snapshot.partitions is not None:
+            parts.append(f"partitions={len(self.snapshot.partitions)}")
+        if self.already_committed:
+            parts.append("already_committed=True")
+        return f"CommitResult({', '.join(parts)})"
+
+
+@dataclass
+class ConcurrentChanges:
+    """What landed between a writer's read version and the version it commits on top of."""
+
+    commits: list[Snapshot] = field(default_factory=list)
+    removed_file_ids: set[int] = field(default_factory=set)
+
+    def partitions_touched(self) -> set[str] | None:
+        """Partitions written by the concurrent commits; None means the whole table."""
+        out: set[str] = set()
+        for c in self.commits:
+            parts = c.partitions
+            if parts is None:
+                return None
+            out.update(parts)
+        return out
