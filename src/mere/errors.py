@@ -41,6 +41,11 @@ class CommitConflict(MereError):
     retryable = True
 
 
+class CommitFailed(CatalogError):
+    """A commit that did not land (the catalog connection failed before it committed): nothing changed,
+    and writing again is safe."""
+
+
 class CommitStateUnknown(MereError):
     """The catalog connection failed while committing; the commit may or may not have landed."""
 

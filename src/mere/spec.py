@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from mere.errors import InvalidInput, SchemaMismatch, UnsupportedType
+from mere.errors import CatalogError, InvalidInput, SchemaMismatch, UnsupportedType
 
 OP_COLUMN = "_mere_op"
 """Row-level change kind stored in primary-key table files."""
@@ -139,6 +139,8 @@ def _names(value: Sequence[str] | str | None, what: str) -> tuple[str, ...]:
     raise InvalidInput(f"{what} must be a column name or a list of column names, got {value!r}")
 
 
+SPEC_FORMAT = 1  # bumped when a spec gains something older readers would misread
+
 PROPERTIES: dict[str, tuple[str, Any]] = {
     # key: (what it takes, validator returning the parsed value or raising ValueError)
     "write.compression": ("a Parquet codec: zstd, snappy, gzip, brotli, lz4 or none",
@@ -200,6 +202,15 @@ class TableSpec:
     merge_operators: Mapping[str, MergeOperator] = field(default_factory=dict)
     cdc_column: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
+    field_ids: Mapping[str, int] = field(default_factory=dict)  # top-level column -> id; ids are never reused
+
+    def __post_init__(self) -> None:
+        if not self.field_ids:  # specs written before field ids: number the columns in order
+            object.__setattr__(self, "field_ids", {name: i + 1 for i, name in enumerate(self.schema.names)})
+
+    def field_id(self, column: str) -> int:
+        """The column's stable id: it survives renames and is never given to another column."""
+        return self.field_ids[column]
 
     @property
     def has_primary_key(self) -> bool:
@@ -333,7 +344,7 @@ class TableSpec:
 
     def to_json(self) -> str:
         return json.dumps({
-            "format": 1,
+            "format": SPEC_FORMAT,
             "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii"),
             "primary_key": list(self.primary_key),
             "partition_by": list(self.partition_by),
@@ -341,11 +352,15 @@ class TableSpec:
             "merge_operators": {c: op.to_json() for c, op in self.merge_operators.items()},
             "cdc_column": self.cdc_column,
             "properties": dict(self.properties),
+            "field_ids": dict(self.field_ids),
         }, sort_keys=True)
 
     @staticmethod
-    def from_json(text: str) -> TableSpec:
+    def from_json(text: str, identifier: str = "table") -> TableSpec:
         d = json.loads(text)
+        if int(d.get("format", 1)) > SPEC_FORMAT:
+            raise CatalogError(f"{identifier} was written in spec format {d['format']}, newer than this mere "
+                               f"reads ({SPEC_FORMAT}): upgrade mere to read it")
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"])))
         return TableSpec(
             schema=schema,
@@ -355,4 +370,5 @@ class TableSpec:
             merge_operators={c: MergeOperator(o["op"], o["separator"]) for c, o in d["merge_operators"].items()},
             cdc_column=d["cdc_column"],
             properties=dict(d["properties"]),
+            field_ids={k: int(v) for k, v in d.get("field_ids", {}).items()},
         )

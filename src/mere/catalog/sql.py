@@ -8,14 +8,14 @@ the table version with a compare-and-swap. Nothing is visible until that transac
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
-import random
-import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from mere.errors import (
     CatalogError,
     CommitConflict,
+    CommitFailed,
     CommitStateUnknown,
     InvalidInput,
     NoSuchTable,
@@ -42,10 +43,24 @@ from mere.metadata import (
     micros_to_datetime,
     now_micros,
 )
+from mere.retry import CATALOG_LOCK_RETRIES
 
 log = logging.getLogger(__name__)
 
+CATALOG_FORMAT = 3
+"""Version of the catalog's own tables. Older catalogs are migrated on connect; newer ones are refused.
+
+1: namespaces, tables, commits, files (the first mere). 2: ``mere_tables.oldest_version`` (expiry).
+3: the ``mere_catalog`` table holding this number, and ``mere_commits.spec`` (layout changes as commits).
+"""
+
 _metadata = sa.MetaData()
+
+catalog_info = sa.Table(
+    "mere_catalog", _metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
 
 namespaces = sa.Table(
     "mere_namespaces", _metadata,
@@ -77,6 +92,7 @@ commits = sa.Table(
     sa.Column("token", sa.String(32), nullable=False, unique=True),
     sa.Column("idempotency_key", sa.String(255), nullable=True),
     sa.Column("summary", sa.Text, nullable=False),
+    sa.Column("spec", sa.Text, nullable=True),  # the table's spec from this version on, when the commit changed it
     sa.UniqueConstraint("table_id", "idempotency_key", name="mere_commits_idempotency"),
 )
 
@@ -97,6 +113,58 @@ files = sa.Table(
     sa.Index("mere_files_added", "table_id", "added_version"),
     sa.Index("mere_files_removed", "table_id", "removed_version"),
 )
+
+
+def _stored_format(conn: Connection) -> int | None:
+    """The catalog format of a database: None when it holds no mere catalog yet."""
+    inspector = sa.inspect(conn)
+    if inspector.has_table(catalog_info.name):
+        value = conn.execute(sa.select(catalog_info.c.value).where(catalog_info.c.key == "format")).scalar()
+        if value is None:
+            raise CatalogError("the catalog's mere_catalog table has no format row: it was not made by mere")
+        return int(value)
+    if not inspector.has_table(tables.name):
+        return None
+    return 2 if "oldest_version" in {c["name"] for c in inspector.get_columns(tables.name)} else 1
+
+
+def _to_format_2(conn: Connection) -> None:
+    conn.execute(sa.text("ALTER TABLE mere_tables ADD COLUMN oldest_version BIGINT NOT NULL DEFAULT 0"))
+
+
+def _to_format_3(conn: Connection) -> None:
+    catalog_info.create(conn, checkfirst=True)
+    conn.execute(sa.text("ALTER TABLE mere_commits ADD COLUMN spec TEXT"))
+    conn.execute(catalog_info.insert().values(key="format", value="3"))
+
+
+MIGRATIONS: tuple[tuple[int, str, Callable[[Connection], None]], ...] = (
+    (2, "add mere_tables.oldest_version (versions given up by expire)", _to_format_2),
+    (3, "add the mere_catalog format row and mere_commits.spec (layout changes as commits)", _to_format_3),
+)
+"""Ordered migrations: (format reached, what it does, the step). Each runs in the upgrade's transaction."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _wraps_database_errors(what: str) -> Callable[[F], F]:
+    """Database errors of a catalog method surface as CatalogError (the cause chained), never raw."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapped(self: SqlCatalog, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            except sa.exc.SQLAlchemyError as e:
+                raise CatalogError(f"catalog {self._safe_url()}: cannot {what}: {_first_line(e)}") from e
+
+        return cast(F, wrapped)
+
+    return decorate
+
+
+def _transient(e: BaseException) -> bool:
+    return isinstance(e, DBAPIError) and not isinstance(e, IntegrityError) and _is_transient(e)
 
 
 def _is_transient(e: DBAPIError) -> bool:
@@ -178,31 +246,81 @@ class SqlCatalog:
         return sa.create_engine(self.url, pool_pre_ping=True, pool_size=2, max_overflow=8)
 
     def _ensure_schema(self, create: bool) -> bool:
-        """Whether the catalog's tables exist; with ``create``, make them (and a SQLite file) if not."""
+        """Whether the catalog's tables exist; with ``create``, make them (and a SQLite file) if not.
+
+        An existing catalog of an older format is migrated first; a newer one is refused.
+        """
         if self._ready:
             return True
         if self._sqlite_file is not None and not os.path.exists(self._sqlite_file):
             if not create:
                 return False
             os.makedirs(os.path.dirname(os.path.abspath(self._sqlite_file)), exist_ok=True)
-        for attempt in range(10):
-            try:
-                with self.engine.begin() as conn:
-                    if sa.inspect(conn).has_table(tables.name) and not create:
-                        self._ready = True
-                        return True
-                    if not create:
-                        return False
-                    if self.dialect == "postgresql":
-                        conn.execute(sa.text("SELECT pg_advisory_xact_lock(727265)"))
-                    _metadata.create_all(conn, checkfirst=True)
-                self._ready = True
-                return True
-            except (OperationalError, IntegrityError) as e:
-                if attempt == 9 or not _is_transient(e):
-                    raise CatalogError(f"cannot open catalog {self._safe_url()}: {_first_line(e)}") from e
-                time.sleep(0.05 * (attempt + 1))
-        raise AssertionError("unreachable")
+        def read_format() -> int | None:
+            with self.engine.connect() as conn:
+                return _stored_format(conn)
+
+        try:  # a catalog being created by another process may be locked for a moment
+            stored = replace(CATALOG_LOCK_RETRIES, attempts=self.max_retries + 1).run(read_format, _transient)
+        except sa.exc.SQLAlchemyError as e:
+            raise CatalogError(f"cannot open catalog {self._safe_url()}: {_first_line(e)}") from e
+        if stored is None and not create:
+            return False
+        if stored is not None and stored > CATALOG_FORMAT:
+            raise CatalogError(f"catalog {self._safe_url()} has format {stored}, newer than this mere "
+                               f"({mere_version()}, format {CATALOG_FORMAT}): upgrade mere to use it")
+        if stored != CATALOG_FORMAT:
+            self.upgrade()
+        self._ready = True
+        return True
+
+    def format_version(self) -> int | None:
+        """The catalog's format as stored (None for a database holding no mere catalog)."""
+        try:
+            if self._sqlite_file is not None and not os.path.exists(self._sqlite_file):
+                return None
+            with self.engine.connect() as conn:
+                return _stored_format(conn)
+        except sa.exc.SQLAlchemyError as e:
+            raise CatalogError(f"cannot open catalog {self._safe_url()}: {_first_line(e)}") from e
+
+    def upgrade(self) -> list[str]:
+        """Create the catalog's tables, or migrate older ones to :data:`CATALOG_FORMAT`; returns the steps run.
+
+        One transaction under the catalog's write lock: concurrent upgrades queue, and a failed one changes
+        nothing.
+        """
+        if self._sqlite_file is not None:
+            os.makedirs(os.path.dirname(os.path.abspath(self._sqlite_file)), exist_ok=True)
+
+        def run(conn: Connection) -> list[str]:
+            if self.dialect == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(727265)"))
+            stored = _stored_format(conn)
+            if stored is None:
+                _metadata.create_all(conn, checkfirst=True)
+                conn.execute(catalog_info.insert().values(key="format", value=str(CATALOG_FORMAT)))
+                return [f"create the catalog tables (format {CATALOG_FORMAT})"]
+            if stored > CATALOG_FORMAT:
+                raise CatalogError(f"catalog {self._safe_url()} has format {stored}, newer than this mere's "
+                                   f"{CATALOG_FORMAT}: upgrade mere to use it")
+            done = []
+            for reached, what, step in MIGRATIONS:
+                if stored < reached:
+                    step(conn)
+                    done.append(f"format {reached}: {what}")
+            if done:
+                conn.execute(catalog_info.update().where(catalog_info.c.key == "format")
+                             .values(value=str(CATALOG_FORMAT)))
+                log.info("catalog %s upgraded to format %d: %s", self._safe_url(), CATALOG_FORMAT, "; ".join(done))
+            return done
+
+        try:
+            out: list[str] = self._run(run)
+        except sa.exc.SQLAlchemyError as e:
+            raise CatalogError(f"cannot upgrade catalog {self._safe_url()}: {_first_line(e)}") from e
+        self._ready = True
+        return out
 
     def _safe_url(self) -> str:
         return sa.engine.make_url(self.url).render_as_string(hide_password=True)
@@ -211,21 +329,18 @@ class SqlCatalog:
         return f"SqlCatalog({self._safe_url()!r})"
 
     def _run(self, fn: Callable[[Connection], Any]) -> Any:
-        """Run fn in a transaction, retrying transient lock and serialisation failures."""
-        delay = 0.005
-        for attempt in range(self.max_retries + 1):
-            try:
-                with self.engine.connect() as conn, conn.execution_options(mere_write=True).begin():
-                    return fn(conn)
-            except (OperationalError, DBAPIError) as e:
-                if isinstance(e, IntegrityError) or not _is_transient(e) or attempt == self.max_retries:
-                    raise
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 0.5)
-        raise AssertionError("unreachable")
+        """Run fn in a write transaction, retrying transient lock and serialisation failures."""
+
+        def once() -> Any:
+            with self.engine.connect() as conn, conn.execution_options(mere_write=True).begin():
+                return fn(conn)
+
+        policy = replace(CATALOG_LOCK_RETRIES, attempts=self.max_retries + 1)
+        return policy.run(once, _transient)
 
     # -- namespaces and tables -------------------------------------------------------------------
 
+    @_wraps_database_errors("create a namespace")
     def create_namespace(self, name: str, exist_ok: bool = True) -> None:
         self._ensure_schema(create=True)
 
@@ -242,12 +357,14 @@ class SqlCatalog:
             if not exist_ok:
                 raise CatalogError(f"namespace {name!r} already exists") from None
 
+    @_wraps_database_errors("list namespaces")
     def list_namespaces(self) -> list[str]:
         if not self._ensure_schema(create=False):
             return []
         with self.engine.connect() as conn:
             return [r[0] for r in conn.execute(sa.select(namespaces.c.name).order_by(namespaces.c.name))]
 
+    @_wraps_database_errors("create a table")
     def create_table(self, namespace: str, name: str, location: str, spec: str, table_uuid: str) -> TableRecord:
         self.create_namespace(namespace)
 
@@ -267,6 +384,7 @@ class SqlCatalog:
         except IntegrityError as e:
             raise TableExists(f"table {namespace}.{name} already exists") from e
 
+    @_wraps_database_errors("load a table")
     def load_table(self, namespace: str, name: str) -> TableRecord:
         if not self._ensure_schema(create=False):
             raise NoSuchTable(f"table {namespace}.{name} does not exist (the catalog {self._safe_url()} is empty)")
@@ -280,6 +398,7 @@ class SqlCatalog:
                 raise NoSuchTable(f"table {namespace}.{name} does not exist")
         return TableRecord(row.id, row.namespace, row.name, row.uuid, row.location, row.spec, int(row.version))
 
+    @_wraps_database_errors("list tables")
     def list_tables(self, namespace: str | None = None) -> list[str]:
         q = sa.select(tables.c.namespace, tables.c.name).order_by(tables.c.namespace, tables.c.name)
         if namespace is not None:
@@ -289,6 +408,7 @@ class SqlCatalog:
         with self.engine.connect() as conn:
             return [f"{r[0]}.{r[1]}" for r in conn.execute(q)]
 
+    @_wraps_database_errors("drop a table")
     def drop_table(self, namespace: str, name: str) -> TableRecord:
         if not self._ensure_schema(create=False):
             raise NoSuchTable(f"table {namespace}.{name} does not exist")
@@ -307,6 +427,7 @@ class SqlCatalog:
 
     # -- reads -----------------------------------------------------------------------------------
 
+    @_wraps_database_errors("read a table's version")
     def _table_number(self, table_id: int, column: sa.Column[Any]) -> int:
         with self.engine.connect() as conn:
             v = conn.execute(sa.select(column).where(tables.c.id == table_id)).scalar()
@@ -321,6 +442,7 @@ class SqlCatalog:
         """Versions before this one were expired."""
         return self._table_number(table_id, tables.c.oldest_version)
 
+    @_wraps_database_errors("expire versions")
     def expire(self, table_id: int, keep_from: int) -> list[str]:
         """Forget versions before ``keep_from``: drop the rows of files no kept version needs, return their paths."""
 
@@ -342,6 +464,7 @@ class SqlCatalog:
 
         return self._run(run)
 
+    @_wraps_database_errors("find a version by time")
     def version_as_of(self, table_id: int, micros: int) -> int:
         with self.engine.connect() as conn:
             v = conn.execute(sa.select(sa.func.max(commits.c.version)).where(
@@ -355,6 +478,7 @@ class SqlCatalog:
             raise NoSuchVersion(f"the table has no version at or before {when}{created}")
         return int(v)
 
+    @_wraps_database_errors("list a version's files")
     def files_at(self, table_id: int, version: int) -> list[FileEntry]:
         """The live files of a table at a version, ordered by sequence."""
         q = sa.select(files).where(
@@ -365,6 +489,7 @@ class SqlCatalog:
         with self.engine.connect() as conn:
             return [self._file(r) for r in conn.execute(q)]
 
+    @_wraps_database_errors("list a table's files")
     def all_file_paths(self, table_id: int) -> set[str]:
         with self.engine.connect() as conn:
             return {r[0] for r in conn.execute(sa.select(files.c.path).where(files.c.table_id == table_id))}
@@ -377,6 +502,7 @@ class SqlCatalog:
             columns=None if r.columns is None else json.loads(r.columns),
             seq=int(r.seq), id=int(r.id), added_version=int(r.added_version))
 
+    @_wraps_database_errors("read the history")
     def history(self, table_id: int) -> list[Snapshot]:
         """Every commit, oldest first; those before the oldest readable version are marked expired."""
         q = sa.select(commits).where(commits.c.table_id == table_id).order_by(commits.c.version)
@@ -386,11 +512,26 @@ class SqlCatalog:
                 raise NoSuchTable(f"table id {table_id} no longer exists")
             return [_snapshot(r, expired=int(r.version) < int(oldest)) for r in conn.execute(q)]
 
+    @_wraps_database_errors("read a version")
+    def snapshot(self, table_id: int, version: int) -> Snapshot:
+        """The commit that made ``version``."""
+        with self.engine.connect() as conn:
+            oldest = conn.execute(sa.select(tables.c.oldest_version).where(tables.c.id == table_id)).scalar()
+            r = conn.execute(sa.select(commits).where(commits.c.table_id == table_id,
+                                                      commits.c.version == version)).first()
+        if oldest is None:
+            raise NoSuchTable(f"table id {table_id} no longer exists")
+        if r is None:
+            raise NoSuchVersion(f"table id {table_id} has no version {version}")
+        return _snapshot(r, expired=version < int(oldest))
+
+    @_wraps_database_errors("read a version")
     def has_commit(self, table_id: int, version: int) -> bool:
         with self.engine.connect() as conn:
             return conn.execute(sa.select(commits.c.version).where(
                 commits.c.table_id == table_id, commits.c.version == version)).first() is not None
 
+    @_wraps_database_errors("look up an idempotency key")
     def find_idempotent(self, table_id: int, key: str) -> Snapshot | None:
         with self.engine.connect() as conn:
             r = conn.execute(sa.select(commits).where(
@@ -399,6 +540,7 @@ class SqlCatalog:
 
     # -- commit ----------------------------------------------------------------------------------
 
+    @_wraps_database_errors("commit")
     def commit(
         self,
         table_id: int,
@@ -410,6 +552,7 @@ class SqlCatalog:
         summary: dict[str, Any] | None = None,
         validate: Callable[[ConcurrentChanges], None] | None = None,
         idempotency_key: str | None = None,
+        spec: str | None = None,
     ) -> CommitResult:
         """Atomically add and remove files as a new table version.
 
@@ -461,9 +604,10 @@ class SqlCatalog:
             ts = now_micros()
             conn.execute(commits.insert().values(
                 table_id=table_id, version=new, committed_at=ts, operation=operation, token=token,
-                idempotency_key=idempotency_key, summary=json.dumps(summary)))
+                idempotency_key=idempotency_key, summary=json.dumps(summary), spec=spec))
+            changes: dict[str, Any] = {"version": new} if spec is None else {"version": new, "spec": spec}
             res = conn.execute(tables.update().where(tables.c.id == table_id, tables.c.version == current)
-                               .values(version=new))
+                               .values(**changes))
             if res.rowcount != 1:
                 raise CommitConflict(f"table id {table_id} moved past version {current} during the commit")
             return CommitResult.of(Snapshot.from_stored(new, ts, operation, summary))
@@ -485,7 +629,7 @@ class SqlCatalog:
                 raise CommitStateUnknown(f"commit to table id {table_id} may or may not have landed: {e}") from e
             if r is not None:
                 return CommitResult.of(_snapshot(r))
-            raise CommitConflict(f"commit to table id {table_id} failed and did not land: {e}") from e
+            raise CommitFailed(f"commit to table id {table_id} did not land (nothing changed): {_first_line(e)}") from e
 
     def _changes_since(self, conn: Connection, table_id: int, base: int, current: int) -> ConcurrentChanges:
         rows = conn.execute(sa.select(commits).where(
@@ -501,6 +645,12 @@ class SqlCatalog:
 def _snapshot(row: Any, expired: bool = False) -> Snapshot:
     return Snapshot.from_stored(int(row.version), int(row.committed_at), row.operation, json.loads(row.summary),
                                 expired)
+
+
+def mere_version() -> str:
+    import mere
+
+    return mere.__version__
 
 
 def _first_line(e: BaseException) -> str:

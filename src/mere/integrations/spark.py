@@ -734,7 +734,7 @@ def compact(spark: Any, table: str, *, warehouse: str | None = None, catalog: st
                **{f"storage.{k}": v for k, v in (storage_options or {}).items()}}
     ref = TableRef.from_options({k: v for k, v in options.items() if v is not None})
     target = ref.open()
-    if target.catalog.filesystem_given:
+    if not target.storage.portable:
         raise InvalidInput(f"{table}: Spark compaction needs a warehouse URI its workers can open")
 
     def run(tasks: Sequence[CompactionTask]) -> list[list[FileEntry]]:

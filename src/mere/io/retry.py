@@ -8,10 +8,10 @@ unique name) once more when the client gave up on an error that may go away.
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from mere.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +56,15 @@ def with_retries(operation: Callable[[], T], *, attempts: int, what: Callable[[]
                  retry_if: Callable[[BaseException], bool] = is_transient,
                  base_delay: float = 0.2, max_delay: float = 5.0) -> T:
     """Run ``operation``; on a transient error wait (exponential backoff with jitter) and run it again."""
-    attempt = 1
-    while True:
-        try:
-            return operation()
-        except (OSError, ValueError, EOFError) as e:
-            if attempt >= attempts or not retry_if(e):
-                raise
-            delay = min(max_delay, base_delay * (2 ** (attempt - 1))) * (0.5 + random.random())
-            # The message names the file, never credentials (they are not part of any path or error text).
-            log.warning("%s failed (%s: %s); retry %d/%d in %.2f s", what(), type(e).__name__,
-                        str(e).splitlines()[0][:200], attempt, attempts - 1, delay)
-            if on_retry is not None:
-                on_retry(e)
-            time.sleep(delay)
-            attempt += 1
+
+    def log_retry(e: BaseException, attempt: int, delay: float) -> None:
+        # The message names the file, never credentials (they are not part of any path or error text).
+        log.warning("%s failed (%s: %s); retry %d/%d in %.2f s", what(), type(e).__name__,
+                    str(e).splitlines()[0][:200], attempt, attempts - 1, delay)
+        if on_retry is not None:
+            on_retry(e)
+
+    def retryable(e: BaseException) -> bool:
+        return isinstance(e, (OSError, ValueError, EOFError)) and retry_if(e)
+
+    return RetryPolicy(attempts, base_delay, max_delay).run(operation, retryable, log_retry)

@@ -239,6 +239,7 @@ class Storage:
         self.uri = uri
         self.storage_options = dict(storage_options or {})
         self._s3: S3Pool | None = None
+        self.portable = filesystem is None  # another process can open it again from the URI and options
         scheme = urlparse(uri).scheme
         if filesystem is not None:
             self.fs, self.root = filesystem, (_s3_root(uri) if scheme in ("s3", "s3a") else uri.rstrip("/"))

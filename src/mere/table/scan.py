@@ -146,10 +146,11 @@ class Scan:
         """One self-contained, picklable task per split (see :class:`ScanTask`)."""
         splits, opts = self._plan(Explain(self.version))
         storage = self.table.storage
-        if self.table.catalog.filesystem_given:
+        if not storage.portable:
             raise InvalidInput("scan tasks need a warehouse URI; this catalog was opened with filesystem=")
         options = tuple(sorted(storage.storage_options.items()))
-        return [ScanTask(storage.uri, options, self.table.record.spec, s, opts) for s in splits]
+        spec_json = self.table.spec.to_json()
+        return [ScanTask(storage.uri, options, spec_json, s, opts) for s in splits]
 
     def split_tables(self, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], pa.Table]:
         """Merged rows of the splits named by (partition JSON, bucket), read concurrently; others are not read."""

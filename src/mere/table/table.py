@@ -11,19 +11,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from mere import expr as E
-from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion
+from mere.errors import (
+    CommitConflict,
+    InvalidInput,
+    MereError,
+    NoSuchTable,
+    NoSuchVersion,
+)
 from mere.io import Storage
 from mere.metadata import CommitResult, ConcurrentChanges, FileEntry, Snapshot, TableRecord
-from mere.read.planner import Explain, split_filter
+from mere.read.planner import Explain
 from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
-from mere.spec import OP_DELETE, TableSpec
+from mere.retry import COMMIT_RETRIES, RetryPolicy
+from mere.spec import TableSpec
 from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.scan import Scan, ScanTask, normalise_columns
+from mere.table.transaction import Change, Transaction, marker_change
 from mere.table.write_checks import WriteChecks
 from mere.write.writer import (
     CHUNK_BYTES,
@@ -42,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_REBASE_ATTEMPTS = 20
+ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
 SCAN_OPTIONS = ("parallel", "window_bytes", "queue_batches")
 STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
 
@@ -65,20 +70,31 @@ class Table:
 
     def __init__(self, catalog: Catalog, record: TableRecord) -> None:
         self.catalog = catalog
-        self.record = record
-        self.spec = TableSpec.from_json(record.spec)
         self.storage: Storage = catalog.storage
+        self._load(record)
+
+    def _load(self, record: TableRecord) -> None:
+        self.record = record
+        self.spec = TableSpec.from_json(record.spec, record.identifier)
         self.location = record.location
-        self.compression = self.spec.properties.get("write.compression", "zstd")
-        level = self.spec.properties.get("write.compression-level")
-        self.compression_level = int(level) if level else None
-        rg_rows = self.spec.properties.get("write.row-group-rows")
-        self.row_group_rows = int(rg_rows) if rg_rows else None
         props = self.spec.properties
+        self.compression = props.get("write.compression", "zstd")
+        level = props.get("write.compression-level")
+        self.compression_level = int(level) if level else None
+        rg_rows = props.get("write.row-group-rows")
+        self.row_group_rows = int(rg_rows) if rg_rows else None
         self.window_bytes = int(props.get("read.window-bytes", DEFAULT_WINDOW_BYTES))
         default_whole = 0 if "read.window-bytes" in props else DEFAULT_WHOLE_SPLIT_BYTES
         self.whole_split_bytes = int(props.get("read.whole-split-bytes", default_whole))
         self.chunk_bytes = int(props.get("write.chunk-bytes", CHUNK_BYTES))
+
+    def refresh(self) -> Table:
+        """Reload the table's layout and properties from the catalog (another handle may have changed them)."""
+        record = self._sql.load_table(self.record.namespace, self.record.name)
+        if record.uuid != self.record.uuid:
+            raise NoSuchTable(f"{self.name} was dropped and created again; open it anew with catalog.table()")
+        self._load(record)
+        return self
 
     @property
     def _sql(self) -> SqlCatalog:
@@ -101,8 +117,23 @@ class Table:
         """The newest committed version."""
         return self._sql.current_version(self.record.id)
 
+    @property
+    def properties(self) -> dict[str, str]:
+        """The table's properties (see ``mere.spec.PROPERTIES`` for those mere reads)."""
+        return dict(self.spec.properties)
+
     def __repr__(self) -> str:
-        return f"Table({self.name!r}, primary_key={list(self.spec.primary_key)}, buckets={self.spec.buckets})"
+        try:
+            version: Any = self.version
+        except MereError:
+            version = "?"  # a repr must not fail when the catalog cannot be reached
+        parts = [repr(self.name), f"version={version}"]
+        if self.spec.primary_key:
+            parts.append(f"primary_key={list(self.spec.primary_key)}")
+        if self.spec.partition_by:
+            parts.append(f"partition_by={list(self.spec.partition_by)}")
+        parts.append(f"buckets={self.spec.buckets}")
+        return f"Table({', '.join(parts)})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A table travels as its catalog's address and its record: the receiver reconnects.
@@ -163,24 +194,37 @@ class Table:
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         return self.scan(**kwargs).to_arrow()
 
+    def current_snapshot(self) -> Snapshot:
+        """The newest version as a :class:`~mere.metadata.Snapshot`."""
+        return self._sql.snapshot(self.record.id, self.version)
+
+    def snapshot(self, version: int | None = None, as_of: Any = None) -> Snapshot:
+        """The snapshot of a version, or of the newest version committed at or before ``as_of``."""
+        return self._sql.snapshot(self.record.id, self.resolve_version(version, as_of))
+
+    @property
+    def inspect(self) -> Inspect:
+        """Tabular metadata as Arrow tables: ``t.inspect.files()``, ``t.inspect.snapshots()``."""
+        return Inspect(self)
+
     def history(self) -> list[Snapshot]:
         """Every version as a :class:`~mere.metadata.Snapshot`, oldest first (expired ones marked)."""
         return self._sql.history(self.record.id)
 
     def files(self, version: int | None = None) -> pa.Table:
-        """The live files at a version, as an Arrow table."""
-        v = self.resolve_version(version)
-        rows = self.files_at(v)
-        return pa.table({
-            "path": [f.path for f in rows], "partition": [f.partition for f in rows],
-            "bucket": pa.array([f.bucket for f in rows], pa.int32()),
-            "seq": pa.array([f.seq for f in rows], pa.int64()), "content": [f.content for f in rows],
-            "row_count": pa.array([f.row_count for f in rows], pa.int64()),
-            "size_bytes": pa.array([f.size_bytes for f in rows], pa.int64()),
-            "added_version": pa.array([f.added_version for f in rows], pa.int64()),
-        })
+        """The live files at a version, as an Arrow table (the same as ``t.inspect.files()``)."""
+        return self.inspect.files(version)
 
     # -- writes ----------------------------------------------------------------------------------
+
+    def transaction(self, idempotency_key: str | None = None) -> Transaction:
+        """Changes that commit together as one version: ``with t.transaction() as tx: ...``.
+
+        See :class:`~mere.table.transaction.Transaction`; every single write below is a transaction of one
+        change.
+        """
+        _check_key(self.name, idempotency_key)
+        return Transaction(self, idempotency_key)
 
     def upsert(self, data: Any, *, idempotency_key: str | None = None) -> CommitResult:
         """Insert or update rows by primary key; CDC rows are applied in order. Missing columns stay as they were.
@@ -191,7 +235,50 @@ class Table:
         """
         if not self.spec.has_primary_key:
             raise InvalidInput(f"{self.name} has no primary key: use append()")
-        return self._blind_write("upsert", data, partial_ok=True, idempotency_key=idempotency_key)
+        return self._write_once(idempotency_key, lambda tx: tx.upsert(data))
+
+    def append(self, data: Any, *, idempotency_key: str | None = None) -> CommitResult:
+        """Add rows to a table without primary key."""
+        if self.spec.has_primary_key:
+            raise InvalidInput(f"{self.name} has a primary key {list(self.spec.primary_key)}: use upsert()")
+        return self._write_once(idempotency_key, lambda tx: tx.append(data))
+
+    def delete(self, where: Any) -> CommitResult:
+        """Delete rows matching a filter (string, expression, pyarrow Expression), or the keys in a table of keys.
+
+        ``delete("TRUE")`` deletes every row (as delete markers); :meth:`truncate` empties the table at once.
+        """
+        return self._write_once(None, lambda tx: tx.delete(where))
+
+    def truncate(self) -> CommitResult:
+        """Remove every row as one new version, without writing anything (earlier versions stay readable)."""
+        return self._write_once(None, lambda tx: tx.truncate())
+
+    def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> CommitResult:
+        """Replace the whole table, or the partitions matching ``partition``, with ``data``."""
+        return self._write_once(None, lambda tx: tx.overwrite(data, partition))
+
+    def set_properties(self, updates: Mapping[str, str | int | None]) -> CommitResult:
+        """Set (or, with None, remove) table properties, as a new version; checked before anything commits.
+
+        Unknown or invalid keys raise :class:`~mere.errors.InvalidInput`. Data is unchanged; this handle
+        sees the change at once, others after :meth:`refresh`.
+        """
+        return self._write_once(None, lambda tx: tx.set_properties(updates))
+
+    def _write_once(self, idempotency_key: str | None, change: Callable[[Transaction], Any]) -> CommitResult:
+        """One change as its own transaction (a known idempotency key returns its commit, writing nothing)."""
+        tx = self.transaction(idempotency_key)
+        if idempotency_key is not None:
+            prior = self.find_commit(idempotency_key)
+            if prior is not None:
+                return prior
+        try:
+            change(tx)
+        except BaseException:
+            tx.abort()
+            raise
+        return tx.commit()
 
     def _rows_unchanged(self, entries: Sequence[FileEntry]) -> Callable[[ConcurrentChanges], None]:
         """A commit check for writes that depend on rows read: no concurrent change to the same buckets."""
@@ -206,25 +293,6 @@ class Table:
                     raise CommitConflict(f"{self.name}: rows this write read changed in version {c.version}")
 
         return validate
-
-    def append(self, data: Any, *, idempotency_key: str | None = None) -> CommitResult:
-        """Add rows to a table without primary key."""
-        if self.spec.has_primary_key:
-            raise InvalidInput(f"{self.name} has a primary key {list(self.spec.primary_key)}: use upsert()")
-        return self._blind_write("append", data, partial_ok=False, idempotency_key=idempotency_key)
-
-    def _blind_write(self, operation: str, data: Any, *, partial_ok: bool,
-                     idempotency_key: str | None) -> CommitResult:
-        _check_key(self.name, idempotency_key)
-        if idempotency_key is not None:
-            prior = self.find_commit(idempotency_key)
-            if prior is not None:
-                return prior
-        base = self.version
-        checks = WriteChecks(self.spec, self.name) if operation == "upsert" else None
-        entries, rows = self._write_data(data, partial_ok=partial_ok, check=checks.observe if checks else None)
-        # Blind writes never conflict: they are rebased onto whatever landed meanwhile.
-        return self._commit(operation, base, entries, [], rows, idempotency_key=idempotency_key, checks=checks)
 
     def _write_data(self, data: Any, *, partial_ok: bool,
                     check: Callable[[list[PreparedFile]], None] | None = None) -> tuple[list[FileEntry], int]:
@@ -259,7 +327,7 @@ class Table:
             raise InvalidInput(f"{self.name} has a primary key: stage 'upsert'")
         if operation == "delete":
             keys = self._key_rows(data, self.spec.identity_columns)
-            entries = self._marker_files(keys.select(list(self.spec.identity_columns)))
+            entries = marker_change(self, keys.select(list(self.spec.identity_columns))).files
             return StagedWrite(self.name, operation, entries, sum(e.row_count for e in entries))
         checks = WriteChecks(self.spec, self.name) if operation == "upsert" else None
         entries, rows = self._write_data(data, partial_ok=operation == "upsert",
@@ -292,33 +360,30 @@ class Table:
         if operation is not None and ops and ops != {operation}:
             raise InvalidInput(f"{self.name}: staged {sorted(ops)} cannot commit as {operation!r}")
         operation = operation or (ops.pop() if ops else ("upsert" if self.spec.has_primary_key else "append"))
-        entries: list[FileEntry] = []
-        for s in staged:
-            for f in s.files:
-                entries.append(replace(f, order=len(entries), id=None, seq=None, added_version=None))
+        if partition is not None and operation != "overwrite":
+            raise InvalidInput("partition= applies to overwrite only")
+        entries = [replace(f, order=i, id=None, seq=None, added_version=None)
+                   for i, f in enumerate(f for s in staged for f in s.files)]
         rows = sum(s.rows for s in staged)
-        if idempotency_key is not None:
-            prior = self.find_commit(idempotency_key)
-            if prior is not None:
+        tx = self.transaction(idempotency_key)
+        try:
+            if idempotency_key is not None and (prior := self.find_commit(idempotency_key)) is not None:
                 self._discard(entries)
                 return prior
-        if operation == "overwrite":
-            wanted = self._wanted_partition(partition)
-            self._check_partition(wanted, [json.loads(e.partition) for e in entries])
-            return self._commit_overwrite(entries, rows, wanted, self.version, idempotency_key)
-        if partition is not None:
-            raise InvalidInput("partition= applies to overwrite only")
-        extra = {"deleted_keys": rows} if operation == "delete" else None
-        checks = None
-        if operation == "upsert" and self.spec.has_primary_key:
-            checks = WriteChecks(self.spec, self.name)
-            try:
-                checks.observe_files(self, entries)
-            except BaseException:
-                self._discard(entries)
-                raise
-        return self._commit(operation, self.version, entries, [], rows, idempotency_key=idempotency_key,
-                            extra=extra, checks=checks)
+            if operation == "overwrite":
+                wanted = self._wanted_partition(partition)
+                self._check_partition(wanted, [json.loads(e.partition) for e in entries])
+                tx._add(tx._overwriting("overwrite", entries, rows, wanted))
+            elif operation == "delete":
+                tx._add(Change("delete", entries, rows, {"deleted_keys": rows}))
+            else:
+                if operation == "upsert" and self.spec.has_primary_key:
+                    tx._checks().observe_files(self, entries)
+                tx._add(Change(operation, entries, rows))
+        except BaseException:
+            self._discard(entries)
+            raise
+        return tx.commit()
 
     def abort(self, staged: Sequence[StagedWrite | None]) -> None:
         """Delete the files of staged writes that will not be committed."""
@@ -338,58 +403,6 @@ class Table:
     def _discard(self, entries: Sequence[FileEntry]) -> None:
         self.storage.discard(e.path for e in entries)
 
-    def _commit(self, operation: str, base: int, add: list[FileEntry], remove: list[int], rows: int,
-                validate: Callable[[ConcurrentChanges], None] | None = None,
-                partitions: list[str] | None = None, idempotency_key: str | None = None,
-                extra: Mapping[str, Any] | None = None, checks: WriteChecks | None = None) -> CommitResult:
-        if partitions is None and add:
-            partitions = sorted({f.partition for f in add})
-        summary = {
-            "read_version": base, "added_files": len(add), "removed_files": len(remove), "rows": rows,
-            "added_bytes": sum(f.size_bytes for f in add), "partitions": partitions,
-            "splits": sorted({_split_id(f.partition, f.bucket) for f in add}),
-            **(extra or {}),
-        }
-        try:
-            if checks is None or not checks.needed:
-                return self._sql.commit(self.record.id, base_version=base, operation=operation, add=add,
-                                        remove=remove, summary=summary, validate=validate,
-                                        idempotency_key=idempotency_key)
-            summary |= checks.summary()
-            for attempt in range(MAX_REBASE_ATTEMPTS):
-                # The checks read the table at one version; a race on what they read re-checks on the next.
-                base = self.version
-                summary["read_version"] = base
-                checked = checks.verify(self, base)
-                try:
-                    return self._sql.commit(self.record.id, base_version=base, operation=operation, add=add,
-                                            remove=remove, summary=summary, validate=_both(validate, checked),
-                                            idempotency_key=idempotency_key)
-                except CommitConflict:
-                    if attempt == MAX_REBASE_ATTEMPTS - 1:
-                        raise
-                    time.sleep(0.01 * (attempt + 1))
-            raise AssertionError("unreachable")
-        except CommitStateUnknown:
-            raise  # the files may be referenced now: keep them
-        except BaseException:
-            self._discard(add)
-            raise
-
-    def delete(self, where: Any) -> CommitResult:
-        """Delete rows matching a filter (string, expression, pyarrow Expression), or the keys in a table of keys.
-
-        ``delete("TRUE")`` deletes every row (as delete markers); :meth:`truncate` empties the table at once.
-        """
-        if where is None:
-            raise InvalidInput(f"{self.name}: delete(None) names no rows; to delete every row say delete('TRUE') "
-                               "or truncate()")
-        if isinstance(where, (pa.Table, pa.RecordBatch, dict)) or type(where).__module__.startswith("pandas"):
-            return self._with_rebase(lambda: self._delete_keys(where))
-        if self.spec.has_primary_key:
-            return self._with_rebase(lambda: self._delete_markers(where))
-        return self._with_rebase(lambda: self._delete_rewrite(where))
-
     def _key_rows(self, data: Any, required: Sequence[str]) -> pa.Table:
         """Rows naming keys to delete, checked to carry the ``required`` columns."""
         if not self.spec.has_primary_key:
@@ -400,98 +413,6 @@ class Table:
         if missing:
             raise InvalidInput(f"{self.name}: rows to delete lack key/partition column(s) {missing}")
         return table
-
-    def _delete_keys(self, keys: Any) -> CommitResult:
-        table = self._key_rows(keys, self.spec.primary_key)
-        cols = [c for c in self.spec.identity_columns if c in table.column_names]
-        table = table.select(cols)
-        if len(cols) == len(self.spec.identity_columns):
-            return self._write_markers(self.version, table)
-        # Partition unknown: find where each key lives now.
-        base = self.version
-        pk = list(self.spec.primary_key)
-        pk_spec = TableSpec(pa.schema([self.spec.schema.field(c) for c in pk]), self.spec.primary_key,
-                            (), self.spec.buckets)
-        conformed, _ = conform(table.select(pk), pk_spec, partial_ok=True, identifier=self.name)
-        where: Any = None
-        if len(pk) == 1 and conformed.num_rows <= 10_000:
-            where = E.In(pk[0], tuple(pc.unique(conformed.column(pk[0])).to_pylist()))  # prunes buckets
-        current = self.scan(columns=list(self.spec.identity_columns), filter=where, version=base).to_arrow()
-        found = current.join(conformed.select(pk).group_by(pk).aggregate([]), keys=pk, join_type="left semi")
-        return self._write_markers(base, found, validate_reads=True)
-
-    def _delete_markers(self, where: Any) -> CommitResult:
-        base = self.version
-        parts = split_filter(self.spec, where)
-        blind = (isinstance(parts.post, E.AlwaysTrue) and parts.key_points is not None
-                 and set(self.spec.partition_by) <= set(self.spec.primary_key))
-        if blind:
-            assert parts.key_points is not None
-            cols: list[Any] = list(zip(*parts.key_points)) if parts.key_points else [[] for _ in self.spec.primary_key]
-            keys = pa.table({k: pa.array(list(c), type=self.spec.schema.field(k).type)
-                             for k, c in zip(self.spec.primary_key, cols)})
-            keys = keys.filter(E.to_pyarrow(parts.pre)) if keys.num_rows else keys
-            return self._write_markers(base, keys)
-        # The predicate was evaluated on the base version: a concurrent change to the same buckets may
-        # have changed which rows match, so such a race is retried on the new version.
-        keys = self.scan(columns=list(self.spec.identity_columns), filter=where, version=base).to_arrow()
-        return self._write_markers(base, keys, validate_reads=True)
-
-    def _marker_files(self, keys: pa.Table) -> list[FileEntry]:
-        keys, _ = conform(keys, _key_only_spec(self.spec), partial_ok=True, identifier=self.name)
-        ops = np.full(keys.num_rows, OP_DELETE, dtype=np.int8)
-        prepared = prepare(self.spec, keys, ops)
-        return self._write_files(prepared)
-
-    def _write_markers(self, base: int, keys: pa.Table, validate_reads: bool = False) -> CommitResult:
-        entries = self._marker_files(keys)
-        rows = sum(e.row_count for e in entries)
-        return self._commit("delete", base, entries, [], rows, extra={"deleted_keys": rows},
-                            validate=self._rows_unchanged(entries) if validate_reads else None)
-
-    def _delete_rewrite(self, where: Any) -> CommitResult:
-        """Tables without a key: rewrite the files holding matching rows (copy on write)."""
-        base = self.version
-        parts = split_filter(self.spec, where)
-        predicate = E.to_pyarrow(parts.bound)
-        keep_expr = ~pc.coalesce(predicate, pa.scalar(False))
-        add: list[FileEntry] = []
-        remove: list[int] = []
-        deleted = 0
-        try:
-            for f in self.files_at(base):
-                values = json.loads(f.partition)
-                if self.spec.partition_by and E.evaluate_constant(
-                        parts.bound, _typed(self.spec, values)) is False:
-                    continue
-                md = self.storage.metadata(f.path)
-                data = self.storage.read_row_groups(f.path, range(md.num_row_groups), None)
-                kept = data.filter(keep_expr)
-                if kept.num_rows == data.num_rows:
-                    continue
-                deleted += data.num_rows - kept.num_rows
-                assert f.id is not None
-                remove.append(f.id)
-                if kept.num_rows:
-                    prepared = [PreparedFile(values, f.bucket, kept, "data")]
-                    add += self._write_files(prepared, first_order=len(add))
-        except BaseException:
-            self._discard(add)
-            raise
-        return self._commit("delete", base, add, remove, deleted, partitions=sorted({
-            f.partition for f in self.files_at(base) if f.id in set(remove)}), extra={"deleted_rows": deleted})
-
-    def truncate(self) -> CommitResult:
-        """Remove every row as one new version, without writing anything (earlier versions stay readable)."""
-        return self._commit_overwrite([], 0, None, self.version, None, operation="truncate")
-
-    def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> CommitResult:
-        """Replace the whole table, or the partitions matching ``partition``, with ``data``."""
-        wanted = self._wanted_partition(partition)
-        base = self.version
-        entries, rows = self._write_data(
-            data, partial_ok=False, check=lambda prepared: self._check_partition(wanted, [p.partition for p in prepared]))
-        return self._commit_overwrite(entries, rows, wanted, base, None)
 
     def _wanted_partition(self, partition: Mapping[str, Any] | None) -> dict[str, str | None] | None:
         if partition is None:
@@ -513,48 +434,6 @@ class Table:
             if any(p.get(c) != v for c, v in wanted.items()):
                 raise InvalidInput(f"{self.name}: overwrite of partition {dict(wanted)} got rows of partition {dict(p)}")
 
-    def _commit_overwrite(self, entries: list[FileEntry], rows: int, wanted: dict[str, str | None] | None,
-                          base: int, idempotency_key: str | None, operation: str = "overwrite") -> CommitResult:
-        def matches(f: FileEntry) -> bool:
-            return wanted is None or _partition_matches(f.partition, wanted)
-
-        def validate(changes: ConcurrentChanges) -> None:
-            # A concurrent write to the partitions being replaced: redo the file list on top of it.
-            other = changes.partitions_touched()
-            if wanted is None or other is None or any(_partition_matches(p, wanted) for p in other):
-                raise CommitConflict(f"{self.name}: a concurrent commit wrote to the overwritten data")
-
-        try:
-            for _ in range(MAX_REBASE_ATTEMPTS):
-                removed = [f for f in self.files_at(base) if matches(f)]
-                touched = sorted({f.partition for f in removed} | {f.partition for f in entries})
-                try:
-                    return self._sql.commit(
-                        self.record.id, base_version=base, operation=operation, add=entries,
-                        remove=[f.id for f in removed if f.id is not None], validate=validate,
-                        idempotency_key=idempotency_key,
-                        summary={"read_version": base, "added_files": len(entries), "removed_files": len(removed),
-                                 "rows": rows, "added_bytes": sum(f.size_bytes for f in entries),
-                                 "partitions": None if wanted is None else touched, "overwrite": wanted})
-                except CommitConflict:
-                    base = self.version
-            raise CommitConflict(f"{self.name}: overwrite lost {MAX_REBASE_ATTEMPTS} races; try again")
-        except CommitStateUnknown:
-            raise
-        except BaseException:
-            self._discard(entries)
-            raise
-
-    def _with_rebase(self, op: Callable[[], CommitResult]) -> CommitResult:
-        for attempt in range(MAX_REBASE_ATTEMPTS):
-            try:
-                return op()
-            except CommitConflict:
-                if attempt == MAX_REBASE_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.01 * (attempt + 1))
-        raise AssertionError("unreachable")
-
     # -- maintenance -----------------------------------------------------------------------------
 
     def compact(self, min_files: int = 2, partition: Mapping[str, Any] | None = None,
@@ -571,16 +450,18 @@ class Table:
         """
         if run is not None and not callable(run):
             raise InvalidInput(f"{self.name}: run must be a function of the compaction tasks, got {run!r}")
-        for _ in range(MAX_REBASE_ATTEMPTS):
+
+        def attempt() -> CommitResult | None:
             plan = self.plan_compaction(min_files, partition)
             if not plan.remove:
                 return None
-            results = (run or self._run_compaction)(plan.tasks)
-            try:
-                return self.commit_compaction(plan, results)
-            except CommitConflict:
-                continue  # an overwrite or another compaction replaced some inputs: plan again
-        raise CommitConflict(f"{self.name}: compaction lost {MAX_REBASE_ATTEMPTS} races; try again")
+            return self.commit_compaction(plan, (run or self._run_compaction)(plan.tasks))
+
+        # An overwrite or another compaction replaced some inputs: plan again, under the one retry policy.
+        try:
+            return COMMIT_RETRIES.run(attempt, lambda e: isinstance(e, CommitConflict))
+        except CommitConflict as e:
+            raise CommitConflict(f"{self.name}: compaction lost {COMMIT_RETRIES.attempts} races; try again") from e
 
     def _run_compaction(self, tasks: Sequence[CompactionTask]) -> list[list[FileEntry]]:
         results: list[list[FileEntry]] = []
@@ -633,8 +514,11 @@ class Table:
         if any(f.seq is None for f in add):
             self._discard(add)
             raise InvalidInput(f"{self.name}: compaction results must come from CompactionTask.run")
-        return self._commit("compact", plan.base_version, add, list(plan.remove), sum(f.row_count for f in add),
-                            partitions=list(plan.partitions))
+        tx = Transaction(self, retries=ONE_ATTEMPT)
+        tx.read_version = plan.base_version
+        tx._add(Change("compact", add, sum(f.row_count for f in add), remove_ids=tuple(plan.remove),
+                       partitions=lambda _removed: list(plan.partitions)))
+        return tx.commit()
 
     def abort_compaction(self, results: Sequence[Sequence[FileEntry]]) -> None:
         """Delete files written by compaction tasks that will not be committed."""
@@ -676,29 +560,39 @@ class Table:
         return removed + self.storage.abort_stale_uploads(self.location, cutoff)
 
 
-def _both(first: Callable[[ConcurrentChanges], None] | None,
-          second: Callable[[ConcurrentChanges], None]) -> Callable[[ConcurrentChanges], None]:
-    def validate(changes: ConcurrentChanges) -> None:
-        if first is not None:
-            first(changes)
-        second(changes)
+class Inspect:
+    """A table's metadata as Arrow tables, one convention for every kind (as pyiceberg's ``inspect``)."""
 
-    return validate
+    def __init__(self, table: Table) -> None:
+        self._table = table
+
+    def files(self, version: int | None = None) -> pa.Table:
+        """The live files at a version (default: the newest)."""
+        rows = self._table.files_at(self._table.resolve_version(version))
+        return pa.table({
+            "path": [f.path for f in rows], "partition": [f.partition for f in rows],
+            "bucket": pa.array([f.bucket for f in rows], pa.int32()),
+            "seq": pa.array([f.seq for f in rows], pa.int64()), "content": [f.content for f in rows],
+            "row_count": pa.array([f.row_count for f in rows], pa.int64()),
+            "size_bytes": pa.array([f.size_bytes for f in rows], pa.int64()),
+            "added_version": pa.array([f.added_version for f in rows], pa.int64()),
+        })
+
+    def snapshots(self) -> pa.Table:
+        """Every version: number, parent, commit time, operation, expired, and the summary as JSON."""
+        history = self._table.history()
+        return pa.table({
+            "version": pa.array([h.version for h in history], pa.int64()),
+            "parent": pa.array([h.parent for h in history], pa.int64()),
+            "committed_at": pa.array([h.committed_at for h in history], pa.timestamp("us", tz="UTC")),
+            "operation": [h.operation for h in history],
+            "expired": pa.array([h.expired for h in history], pa.bool_()),
+            "summary": [json.dumps(dict(h.summary), sort_keys=True) for h in history],
+        })
 
 
 def _split_id(partition: str, bucket: int) -> str:
     return f"{partition}#{bucket}"
-
-
-def _key_only_spec(spec: TableSpec) -> TableSpec:
-    fields = [spec.schema.field(c) for c in spec.schema.names if c in spec.identity_columns]
-    return TableSpec(pa.schema(fields), spec.primary_key, spec.partition_by, spec.buckets, {}, None, {})
-
-
-def _typed(spec: TableSpec, values: Mapping[str, str | None]) -> dict[str, Any]:
-    from mere.read.planner import typed_partition
-
-    return typed_partition(spec, values)
 
 
 def _partition_string(spec: TableSpec, column: str, value: Any) -> str | None:
@@ -710,11 +604,6 @@ def _partition_string(spec: TableSpec, column: str, value: Any) -> str | None:
         return str(scalar.cast(t).cast(pa.string()).as_py())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
         raise InvalidInput(f"partition value {value!r} does not fit column {column!r} of type {t}") from e
-
-
-def _partition_matches(partition: str, wanted: Mapping[str, str | None]) -> bool:
-    values = json.loads(partition)
-    return all(values.get(c) == v for c, v in wanted.items())
 
 
 def _to_micros(value: Any) -> int:

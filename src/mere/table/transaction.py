@@ -1,0 +1,443 @@
+"""The one commit path: a transaction collects changes and commits them as one new version.
+
+Every write goes through :class:`Transaction`: ``upsert``, ``append``, ``delete``, ``overwrite``,
+``truncate``, ``set_properties``, staged (distributed) commits and compaction. A change writes its files
+when it is added; nothing is visible until :meth:`Transaction.commit`. The commit then runs one catalog
+transaction that checks what landed since the transaction read the table (the conflict rules below),
+and on a lost race rebases and tries again under :data:`mere.retry.COMMIT_RETRIES`.
+
+Conflict rules (what a concurrent commit may have done, and what this transaction then does):
+
+- **Blind writes** (upserts, appends, deletes of given keys) never conflict: they rebase onto whatever
+  landed, since merge on read orders them by commit.
+- **Writes with checks** (NOT NULL partial rows, integer sums) conflict when a concurrent commit changed
+  the splits they checked; the checks run again on the new version.
+- **Deletes by predicate** (and of keys whose partition is unknown) read the table: they conflict when a
+  concurrent commit changed rows in the same splits, and are evaluated again on the new version.
+- **Overwrites** conflict when a concurrent commit wrote to the replaced partitions; they replace what is
+  there at the new version.
+- **Removed files** that a concurrent commit already removed (compaction racing an overwrite) always
+  conflict; compaction then plans again.
+- **Property changes** conflict with a concurrent property change and are applied again on its result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mere import expr as E
+from mere.errors import CommitConflict, CommitFailed, CommitStateUnknown, InvalidInput
+from mere.metadata import CommitResult, ConcurrentChanges, FileEntry
+from mere.read.planner import split_filter
+from mere.retry import COMMIT_RETRIES, RetryPolicy
+from mere.spec import OP_DELETE, TableSpec, validate_properties
+from mere.table.write_checks import WriteChecks
+from mere.write.writer import PreparedFile, conform, prepare
+
+if TYPE_CHECKING:
+    from mere.table.table import Table
+
+Validate = Callable[[ConcurrentChanges], None]
+
+
+@dataclass
+class Change:
+    """One operation's share of a commit: the files it wrote and what it needs from the table."""
+
+    operation: str
+    files: list[FileEntry]
+    rows: int
+    extra: dict[str, Any] = field(default_factory=dict)  # summary entries (deleted_keys, overwrite, ...)
+    replaces: Callable[[int], list[FileEntry]] | None = None  # files of a version this change removes
+    partitions: Callable[[list[FileEntry]], list[str] | None] | None = None  # touched, given the removed
+    validate: Validate | None = None
+    redo: Callable[[int], Change] | None = None  # changes that read rows: evaluate again at a newer version
+    remove_ids: tuple[int, ...] = ()  # catalog ids of files removed whatever the version (compaction inputs)
+
+
+class Transaction:
+    """Changes to one table that commit together as one version, or not at all.
+
+    Use it as a context manager: the changes commit when the block ends, and are discarded if it raises::
+
+        with t.transaction() as tx:
+            tx.delete("day = '2026-11-21'")
+            tx.append(replacement)
+
+    Operations see the table as of the transaction's start, not each other's writes; so changes that read
+    rows (deletes by predicate, overwrites) must come before the writes of the same transaction.
+    """
+
+    def __init__(self, table: Table, idempotency_key: str | None = None,
+                 retries: RetryPolicy = COMMIT_RETRIES) -> None:
+        self.table = table
+        self.idempotency_key = idempotency_key
+        self.retries = retries
+        self.read_version = table.version
+        self.changes: list[Change] = []
+        self.checks: WriteChecks | None = None
+        self._properties: dict[str, str] | None = None
+        self._state = "open"  # open, committed, aborted
+
+    # -- context manager ----------------------------------------------------------------------------
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        if self._state != "open":
+            return
+        if kind is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def __repr__(self) -> str:
+        ops = [c.operation for c in self.changes] + (["set-properties"] if self._properties is not None else [])
+        return f"Transaction({self.table.name!r}, read_version={self.read_version}, {self._state}, changes={ops})"
+
+    # -- operations ---------------------------------------------------------------------------------
+
+    def upsert(self, data: Any) -> Transaction:
+        """Insert or update rows by primary key (see :meth:`Table.upsert <mere.Table.upsert>`)."""
+        t = self._open()
+        if not t.spec.has_primary_key:
+            raise InvalidInput(f"{t.name} has no primary key: use append()")
+        checks = self._checks()
+        files, rows = t._write_data(data, partial_ok=True, check=checks.observe)
+        return self._add(Change("upsert", files, rows))
+
+    def append(self, data: Any) -> Transaction:
+        """Add rows to a table without primary key."""
+        t = self._open()
+        if t.spec.has_primary_key:
+            raise InvalidInput(f"{t.name} has a primary key {list(t.spec.primary_key)}: use upsert()")
+        files, rows = t._write_data(data, partial_ok=False)
+        return self._add(Change("append", files, rows))
+
+    def delete(self, where: Any) -> Transaction:
+        """Delete rows matching a filter, or the keys in a table of keys (see :meth:`Table.delete`)."""
+        t = self._open()
+        if where is None:
+            raise InvalidInput(f"{t.name}: delete(None) names no rows; to delete every row say delete('TRUE') "
+                               "or truncate()")
+        if isinstance(where, (pa.Table, pa.RecordBatch, dict)) or type(where).__module__.startswith("pandas"):
+            keys = t._key_rows(where, t.spec.primary_key)
+            cols = [c for c in t.spec.identity_columns if c in keys.column_names]
+            if len(cols) == len(t.spec.identity_columns):
+                return self._add(self._markers(keys.select(cols)))
+            return self._add_read(lambda base: self._keys_where_they_live(keys, base))
+        if t.spec.has_primary_key:
+            parts = split_filter(t.spec, where)
+            blind = (isinstance(parts.post, E.AlwaysTrue) and parts.key_points is not None
+                     and set(t.spec.partition_by) <= set(t.spec.primary_key))
+            if blind:
+                assert parts.key_points is not None
+                cols_: list[Any] = (list(zip(*parts.key_points)) if parts.key_points
+                                    else [[] for _ in t.spec.primary_key])
+                keys = pa.table({k: pa.array(list(c), type=t.spec.schema.field(k).type)
+                                 for k, c in zip(t.spec.primary_key, cols_)})
+                keys = keys.filter(E.to_pyarrow(parts.pre)) if keys.num_rows else keys
+                return self._add(self._markers(keys))
+            return self._add_read(lambda base: self._matching_rows(where, base))
+        split_filter(t.spec, where)  # a bad filter fails now
+        return self._add_read(lambda base: self._rewrite(where, base))
+
+    def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> Transaction:
+        """Replace the whole table, or the partitions matching ``partition``, with ``data``."""
+        t = self._open()
+        wanted = t._wanted_partition(partition)
+        self._reads_first("overwrite")
+        files, rows = t._write_data(
+            data, partial_ok=False, check=lambda prepared: t._check_partition(wanted, [p.partition for p in prepared]))
+        return self._add(self._overwriting("overwrite", files, rows, wanted))
+
+    def truncate(self) -> Transaction:
+        """Remove every row, writing nothing."""
+        self._open()
+        self._reads_first("truncate")
+        return self._add(self._overwriting("truncate", [], 0, None))
+
+    def set_properties(self, updates: Mapping[str, str | int | None]) -> Transaction:
+        """Set (None: remove) table properties in this transaction; checked now."""
+        t = self._open()
+        if not isinstance(updates, Mapping) or not updates:
+            raise InvalidInput(f"{t.name}: set_properties takes a non-empty dict of key -> value (None removes)")
+        merged: dict[str, Any] = dict(t.spec.properties if self._properties is None else self._properties)
+        for key, value in updates.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        self._properties = validate_properties(merged)
+        return self
+
+    # -- commit -------------------------------------------------------------------------------------
+
+    def commit(self) -> CommitResult:
+        """Commit every change as one new version; on any failure nothing is committed and the files go."""
+        t = self._open()
+        self._state = "committing"
+        try:
+            if self._needed_checks() is not None and any(c.replaces or c.redo for c in self.changes):
+                raise InvalidInput(f"{t.name}: overwrites and deletes that read the table cannot share a "
+                                   "transaction with upserts that need checks (NOT NULL partial rows, integer "
+                                   "sums): commit them separately")
+            if self.idempotency_key is not None:
+                prior = t.find_commit(self.idempotency_key)
+                if prior is not None:
+                    self._discard()
+                    self._state = "committed"
+                    return prior
+            result = self.retries.run(self._attempt, _lost_race)
+        except CommitConflict as e:
+            self._discard()
+            self._state = "aborted"
+            raise CommitConflict(f"{t.name}: {self._operation()} lost {self.retries.attempts} races to "
+                                 f"concurrent commits; try again ({e})") from e
+        except CommitStateUnknown:
+            self._state = "aborted"
+            raise  # the files may be referenced now: keep them
+        except BaseException:
+            self._discard()
+            self._state = "aborted"
+            raise
+        self._state = "committed"
+        if self._properties is not None:
+            t.refresh()
+        return result
+
+    def abort(self) -> None:
+        """Discard the transaction: delete the files its changes wrote."""
+        if self._state == "open":
+            self._discard()
+            self._state = "aborted"
+
+    def _attempt(self) -> CommitResult:
+        t = self.table
+        checks = self._needed_checks()
+        reads = any(c.redo is not None for c in self.changes)
+        if checks is not None and not reads:
+            self.read_version = t.version  # the checks read the table: at its newest version
+        base = self.read_version
+        removed: list[FileEntry] = []
+        partitions: set[str] | None = set()
+        for c in self.changes:
+            gone = c.replaces(base) if c.replaces is not None else []
+            removed += gone
+            touched = c.partitions(gone) if c.partitions is not None else sorted({f.partition for f in c.files})
+            partitions = None if partitions is None or touched is None else partitions | set(touched)
+        add = [replace(f, order=i, id=None, added_version=None) if f.seq is None else replace(f, id=None)
+               for i, f in enumerate(f for c in self.changes for f in c.files)]
+        validators = [c.validate for c in self.changes if c.validate is not None]
+        extra: dict[str, Any] = {}
+        for c in self.changes:
+            for k, v in c.extra.items():
+                extra[k] = extra.get(k, 0) + v if isinstance(v, int) and not isinstance(v, bool) else v
+        if checks is not None:
+            validators.append(checks.verify(t, base))
+            extra |= checks.summary()
+        spec = None
+        if self._properties is not None:
+            spec = replace(t.spec, properties=self._properties).to_json()
+            extra["properties"] = self._properties
+            validators.append(_no_property_change(t.name))
+        summary = {
+            "read_version": base, "added_files": len(add),
+            "removed_files": len(removed) + sum(len(c.remove_ids) for c in self.changes),
+            "rows": sum(c.rows for c in self.changes), "added_bytes": sum(f.size_bytes for f in add),
+            "partitions": None if partitions is None else sorted(partitions),
+            "splits": sorted({f"{f.partition}#{f.bucket}" for f in add}), **extra,
+        }
+        if len(self.changes) > 1 or (self.changes and spec is not None):
+            summary["operations"] = [c.operation for c in self.changes] + (["set-properties"] if spec else [])
+
+        def validate(changes: ConcurrentChanges) -> None:
+            for v in validators:
+                v(changes)
+
+        try:
+            remove = [f.id for f in removed if f.id is not None] + [i for c in self.changes for i in c.remove_ids]
+            return t._sql.commit(t.record.id, base_version=base, operation=self._operation(), add=add,
+                                 remove=remove, summary=summary,
+                                 validate=validate, idempotency_key=self.idempotency_key, spec=spec)
+        except CommitConflict:
+            # Rebase onto the version that beat us: changes that read rows are evaluated again there.
+            self.read_version = t.version
+            if reads:
+                self.changes = [self._redo(c) for c in self.changes]
+            raise
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _open(self) -> Table:
+        if self._state != "open":
+            raise InvalidInput(f"{self.table.name}: this transaction is {self._state}; start a new one")
+        return self.table
+
+    def _needed_checks(self) -> WriteChecks | None:
+        """The checks, when an upsert of this transaction needs them (deletes alone never do)."""
+        if self.checks is None or not self.checks.needed:
+            return None
+        return self.checks if any(c.operation == "upsert" for c in self.changes) else None
+
+    def _checks(self) -> WriteChecks:
+        if self.checks is None:
+            self.checks = WriteChecks(self.table.spec, self.table.name)
+        return self.checks
+
+    def _operation(self) -> str:
+        ops = [c.operation for c in self.changes] + (["set-properties"] if self._properties is not None else [])
+        return ops[0] if len(ops) == 1 else "transaction"
+
+    def _add(self, change: Change) -> Transaction:
+        self.changes.append(change)
+        return self
+
+    def _add_read(self, build: Callable[[int], Change]) -> Transaction:
+        self._reads_first("a delete that reads the table")
+        change = build(self.read_version)
+        change.redo = build
+        return self._add(change)
+
+    def _reads_first(self, what: str) -> None:
+        if any(c.operation in ("upsert", "append") for c in self.changes):
+            raise InvalidInput(f"{self.table.name}: {what} must come before the writes of a transaction (it sees "
+                               "the table as of the transaction's start, not the transaction's own writes)")
+
+    def _redo(self, change: Change) -> Change:
+        if change.redo is None:
+            return change
+        self.table._discard(change.files)
+        change.files = []
+        fresh = change.redo(self.read_version)
+        fresh.redo = change.redo
+        return fresh
+
+    def _discard(self, changes: Sequence[Change] | None = None) -> None:
+        for c in self.changes if changes is None else changes:
+            self.table._discard(c.files)
+
+    def _markers(self, keys: pa.Table, observe: bool = True) -> Change:
+        """Delete markers for these keys."""
+        return marker_change(self.table, keys, self._checks() if observe else None)
+
+    def _reading(self, files: list[FileEntry]) -> Validate:
+        return self.table._rows_unchanged(files)
+
+    def _keys_where_they_live(self, keys: pa.Table, base: int) -> Change:
+        """Keys given without their partition: find where each lives at ``base``."""
+        t = self.table
+        pk = list(t.spec.primary_key)
+        pk_spec = TableSpec(pa.schema([t.spec.schema.field(c) for c in pk]), t.spec.primary_key, (), t.spec.buckets)
+        conformed, _ = conform(keys.select(pk), pk_spec, partial_ok=True, identifier=t.name)
+        where: Any = None
+        if len(pk) == 1 and conformed.num_rows <= 10_000:
+            where = E.In(pk[0], tuple(pc.unique(conformed.column(pk[0])).to_pylist()))  # prunes buckets
+        current = t.scan(columns=list(t.spec.identity_columns), filter=where, version=base).to_arrow()
+        found = current.join(conformed.select(pk).group_by(pk).aggregate([]), keys=pk, join_type="left semi")
+        return self._read_markers(found)
+
+    def _matching_rows(self, where: Any, base: int) -> Change:
+        keys = self.table.scan(columns=list(self.table.spec.identity_columns), filter=where, version=base).to_arrow()
+        return self._read_markers(keys)
+
+    def _read_markers(self, keys: pa.Table) -> Change:
+        change = self._markers(keys, observe=False)
+        change.validate = self._reading(change.files)
+        return change
+
+    def _rewrite(self, where: Any, base: int) -> Change:
+        """Tables without a key: rewrite the files holding matching rows (copy on write)."""
+        t = self.table
+        parts = split_filter(t.spec, where)
+        keep_expr = ~pc.coalesce(E.to_pyarrow(parts.bound), pa.scalar(False))
+        add: list[FileEntry] = []
+        gone: list[FileEntry] = []
+        deleted = 0
+        try:
+            for f in t.files_at(base):
+                values = json.loads(f.partition)
+                if t.spec.partition_by and E.evaluate_constant(parts.bound, _typed(t.spec, values)) is False:
+                    continue
+                md = t.storage.metadata(f.path)
+                data = t.storage.read_row_groups(f.path, range(md.num_row_groups), None)
+                kept = data.filter(keep_expr)
+                if kept.num_rows == data.num_rows:
+                    continue
+                deleted += data.num_rows - kept.num_rows
+                gone.append(f)
+                if kept.num_rows:
+                    add += t._write_files([PreparedFile(values, f.bucket, kept, "data")], first_order=len(add))
+        except BaseException:
+            t._discard(add)
+            raise
+        return Change("delete", add, deleted, {"deleted_rows": deleted}, replaces=lambda _base: gone,
+                      partitions=lambda removed: sorted({f.partition for f in removed}))
+
+    def _overwriting(self, operation: str, files: list[FileEntry], rows: int,
+                     wanted: dict[str, str | None] | None) -> Change:
+        t = self.table
+
+        def replaces(base: int) -> list[FileEntry]:
+            return [f for f in t.files_at(base) if wanted is None or _partition_matches(f.partition, wanted)]
+
+        def touched(removed: list[FileEntry]) -> list[str] | None:
+            return None if wanted is None else sorted({f.partition for f in removed} | {f.partition for f in files})
+
+        def validate(changes: ConcurrentChanges) -> None:
+            # A concurrent write to the partitions being replaced: replace what is there now instead.
+            other = changes.partitions_touched()
+            if wanted is None or other is None or any(_partition_matches(p, wanted) for p in other):
+                raise CommitConflict(f"{t.name}: a concurrent commit wrote to the overwritten data")
+
+        return Change(operation, files, rows, {"overwrite": wanted} if operation == "overwrite" else {},
+                      replaces=replaces, partitions=touched, validate=validate)
+
+
+def marker_change(t: Table, keys: pa.Table, checks: WriteChecks | None = None) -> Change:
+    """Delete markers for these keys, written; ``checks`` take note of them (later upserts start afresh)."""
+    keys, _ = conform(keys, _key_only_spec(t.spec), partial_ok=True, identifier=t.name)
+    ops = np.full(keys.num_rows, OP_DELETE, dtype=np.int8)
+    prepared = prepare(t.spec, keys, ops)
+    if checks is not None:
+        checks.observe(prepared)
+    files = t._write_files(prepared)
+    rows = sum(f.row_count for f in files)
+    return Change("delete", files, rows, {"deleted_keys": rows})
+
+
+def _lost_race(error: BaseException) -> bool:
+    return isinstance(error, (CommitConflict, CommitFailed))
+
+
+def _no_property_change(name: str) -> Validate:
+    def validate(changes: ConcurrentChanges) -> None:
+        for c in changes.commits:
+            if "properties" in c.summary:
+                raise CommitConflict(f"{name}: properties changed concurrently in version {c.version}")
+
+    return validate
+
+
+def _key_only_spec(spec: TableSpec) -> TableSpec:
+    fields = [spec.schema.field(c) for c in spec.schema.names if c in spec.identity_columns]
+    return TableSpec(pa.schema(fields), spec.primary_key, spec.partition_by, spec.buckets, {}, None, {})
+
+
+def _typed(spec: TableSpec, values: Mapping[str, str | None]) -> dict[str, Any]:
+    from mere.read.planner import typed_partition
+
+    return typed_partition(spec, values)
+
+
+def _partition_matches(partition: str, wanted: Mapping[str, str | None]) -> bool:
+    values = json.loads(partition)
+    return all(values.get(c) == v for c, v in wanted.items())
