@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-spark bench-s3 bench-surface clean
+.PHONY: demo test test-fast lint typecheck bench bench-spark bench-s3 bench-surface clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,12 +18,21 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench tools
+	$(VENV)/bin/ruff format --check src tests bench tools
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
+# The developer loop: no PostgreSQL, S3 or Spark, fewer Hypothesis examples, slow tests left to `make test`.
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench tools
+	$(VENV)/bin/ruff format --check src tests bench tools
+	$(VENV)/bin/mypy
+	HYPOTHESIS_PROFILE=dev $(PY) -m pytest -q -x -m "not postgres and not slow" --ignore=tests/spark --ignore=tests/s3 \
+		--deselect tests/test_services.py
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench tools
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench tools
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

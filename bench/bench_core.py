@@ -56,8 +56,15 @@ def median_time(fn: Callable[[], Any], repeat: int) -> float:
     return statistics.median(timed(fn) for _ in range(repeat))
 
 
-def build(cat: mere.Catalog, name: str, base: int, upserts: int, upsert_rows: int, buckets: int,
-          rng: np.random.Generator) -> tuple[mere.Table, float, list[float], list[pa.Table]]:
+def build(
+    cat: mere.Catalog,
+    name: str,
+    base: int,
+    upserts: int,
+    upsert_rows: int,
+    buckets: int,
+    rng: np.random.Generator,
+) -> tuple[mere.Table, float, list[float], list[pa.Table]]:
     schema = make_rows(rng, np.arange(1)).schema
     t = cat.create_table(name, schema, primary_key=["id"], buckets=buckets)
     base_rows = make_rows(rng, rng.permutation(base).astype(np.int64))
@@ -86,7 +93,9 @@ def raw_write_times(tables: list[pa.Table], tmp: str, compression: str) -> list[
 def workload(label: str, scale: int, repeat: int, tmp: str) -> dict[str, Any]:
     rng = np.random.default_rng(42)
     cat = mere.connect(os.path.join(tmp, label))
-    t, base_s, upsert_s, written = build(cat, f"bench.{label}", 1_000_000 * scale, 10, 100_000 * scale, 4, rng)
+    t, base_s, upsert_s, written = build(
+        cat, f"bench.{label}", 1_000_000 * scale, 10, 100_000 * scale, 4, rng
+    )
     paths = [t.storage.full_path(p) for p in t.files().column("path").to_pylist()]
     scan = t.scan()
     expected_rows = scan.count()
@@ -163,11 +172,21 @@ def rss_check(tmp: str) -> dict[str, Any]:
     t.upsert(upd)
     arrow_bytes = rows.nbytes
     del rows, upd
-    out = subprocess.run([sys.executable, "-c", RSS_CHILD, wh, os.path.dirname(os.path.abspath(__file__))],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", RSS_CHILD, wh, os.path.dirname(os.path.abspath(__file__))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     n, before, peak = (int(x) for x in out.stdout.split())
-    return {"rows": n, "arrow_bytes": arrow_bytes, "rss_before": before, "rss_peak": peak,
-            "rss_growth": peak - before, "growth_fraction_of_arrow": (peak - before) / arrow_bytes}
+    return {
+        "rows": n,
+        "arrow_bytes": arrow_bytes,
+        "rss_before": before,
+        "rss_peak": peak,
+        "rss_growth": peak - before,
+        "growth_fraction_of_arrow": (peak - before) / arrow_bytes,
+    }
 
 
 def main() -> None:

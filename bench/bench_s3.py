@@ -143,8 +143,12 @@ def main() -> None:
     args = ap.parse_args()
     base, upsert_rows = int(1_000_000 * args.scale), int(100_000 * args.scale)
     rtt = args.rtt_ms
-    results: dict[str, Any] = {"rtt_ms": rtt, "repeat": args.repeat, "base_rows": base,
-                               "upsert_rows": upsert_rows}
+    results: dict[str, Any] = {
+        "rtt_ms": rtt,
+        "repeat": args.repeat,
+        "base_rows": base,
+        "upsert_rows": upsert_rows,
+    }
     tmp = tempfile.mkdtemp(prefix="mere-bench-s3-")
     procs = []
     with SeaweedServer() as server:
@@ -156,9 +160,12 @@ def main() -> None:
             warehouse = f"s3://{bucket}/w1"
             catalog = f"sqlite:///{tmp}/catalog.db"
             direct = mere.connect(warehouse, catalog, storage_options=server.storage_options())
-            at0 = mere.connect(warehouse, catalog, storage_options=server.storage_options(f"http://127.0.0.1:{port0}"))
-            at40 = mere.connect(warehouse, catalog,
-                                storage_options=server.storage_options(f"http://127.0.0.1:{port40}"))
+            at0 = mere.connect(
+                warehouse, catalog, storage_options=server.storage_options(f"http://127.0.0.1:{port0}")
+            )
+            at40 = mere.connect(
+                warehouse, catalog, storage_options=server.storage_options(f"http://127.0.0.1:{port40}")
+            )
             rng = np.random.default_rng(42)
             schema = make_rows(rng, np.arange(1)).schema
             t = direct.create_table("bench.w1", schema, primary_key=["id"], buckets=4)
@@ -201,16 +208,26 @@ def main() -> None:
                 results[f"read_ahead_budget_peak_{label}"] = tables[label].storage.read_ahead.peak
 
             # Streaming without collecting, in a fresh process, at 40 ms.
-            cfg = {"warehouse": warehouse, "catalog": catalog, "table": "bench.w1",
-                   "options": server.storage_options(f"http://127.0.0.1:{port40}")}
-            child = subprocess.run([sys.executable, "-c", STREAM_CHILD], input=json.dumps(cfg), text=True,
-                                   capture_output=True, check=True)
+            cfg = {
+                "warehouse": warehouse,
+                "catalog": catalog,
+                "table": "bench.w1",
+                "options": server.storage_options(f"http://127.0.0.1:{port40}"),
+            }
+            child = subprocess.run(
+                [sys.executable, "-c", STREAM_CHILD],
+                input=json.dumps(cfg),
+                text=True,
+                capture_output=True,
+                check=True,
+            )
             streamed = json.loads(child.stdout)
             assert streamed["rows"] == expected
             results[f"stream_{label40}_s"] = streamed["seconds"]
             results[f"stream_{label40}_rss_growth"] = streamed["rss_peak"] - streamed["rss_before"]
             results[f"stream_{label40}_rss_growth_fraction_of_arrow"] = (
-                results[f"stream_{label40}_rss_growth"] / results["arrow_bytes"])
+                results[f"stream_{label40}_rss_growth"] / results["arrow_bytes"]
+            )
             results[f"stream_{label40}_read_ahead_peak"] = streamed["read_ahead_peak"]
             results[f"stream_{label40}_arrow_allocated_peak"] = streamed["arrow_allocated_peak"]
 
@@ -239,7 +256,8 @@ def main() -> None:
                 results[f"key_lookup_{label}_s"] = statistics.median(lk)
                 results[f"key_lookup_{label}_bytes"] = tb.storage.stats.bytes_read
                 results[f"key_lookup_{label}_warm_s"] = statistics.median(
-                    timed(lambda tb=tb: tb.scan(filter=f"id = {key}").to_arrow()) for _ in range(args.repeat))
+                    timed(lambda tb=tb: tb.scan(filter=f"id = {key}").to_arrow()) for _ in range(args.repeat)
+                )
 
             # One upsert of upsert_rows rows (half updates, half inserts), alternating latencies.
             ups: dict[str, list[float]] = {k: [] for k in tables}

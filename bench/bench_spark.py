@@ -138,8 +138,11 @@ def main() -> None:
         by_bucket = os.path.join(tmp, "compacted_by_bucket")
         os.makedirs(by_bucket)
         for i, split in enumerate(t.scan().plan()):
-            pq.write_table(pa.Table.from_batches(list(t.scan().read_split(split))),
-                           os.path.join(by_bucket, f"part-{i}.parquet"), compression="zstd")
+            pq.write_table(
+                pa.Table.from_batches(list(t.scan().read_split(split))),
+                os.path.join(by_bucket, f"part-{i}.parquet"),
+                compression="zstd",
+            )
         by_spark = os.path.join(tmp, "compacted_by_spark")
         mere_df().repartition(4).write.option("compression", "zstd").parquet(by_spark)
         assert spark.read.parquet(by_bucket).count() == spark.read.parquet(by_spark).count() == rows
@@ -151,15 +154,21 @@ def main() -> None:
         _Passthrough.register(spark)
         columns = t.schema.names
         files = ",".join(os.path.join(by_bucket, f) for f in sorted(os.listdir(by_bucket)))
-        reads = interleaved({
-            "mere": lambda: noop(mere_df()),
-            "parquet_by_bucket": lambda: noop(spark.read.parquet(by_bucket)),
-            "parquet_by_spark": lambda: noop(spark.read.parquet(by_spark)),
-            "python_source_passthrough": lambda: noop(
-                spark.read.format("bench_passthrough").option("files", files).load()),
-            "parquet_stored_files_unmerged": lambda: noop(spark.read.parquet(*stored_paths).select(*columns)),
-            "mere_after_compact": lambda: noop(mere_df("bench.w1_compacted")),
-        }, args.repeat)
+        reads = interleaved(
+            {
+                "mere": lambda: noop(mere_df()),
+                "parquet_by_bucket": lambda: noop(spark.read.parquet(by_bucket)),
+                "parquet_by_spark": lambda: noop(spark.read.parquet(by_spark)),
+                "python_source_passthrough": lambda: noop(
+                    spark.read.format("bench_passthrough").option("files", files).load()
+                ),
+                "parquet_stored_files_unmerged": lambda: noop(
+                    spark.read.parquet(*stored_paths).select(*columns)
+                ),
+                "mere_after_compact": lambda: noop(mere_df("bench.w1_compacted")),
+            },
+            args.repeat,
+        )
         res["read_s"] = reads
         res["ratio_read_vs_parquet_by_bucket"] = reads["mere"] / reads["parquet_by_bucket"]
         res["ratio_read_vs_parquet_by_spark"] = reads["mere"] / reads["parquet_by_spark"]
@@ -168,32 +177,54 @@ def main() -> None:
         print(json.dumps({k: v for k, v in res.items() if k.startswith(("read", "ratio"))}), flush=True)
 
         # Writes: the source rows are cached in Spark so that only the write is measured.
-        base_df = spark.createDataFrame(make_rows(rng, rng.permutation(base).astype(np.int64))).repartition(2).cache()
-        upsert_ids = np.concatenate([rng.choice(base, n_up // 2, replace=False),
-                                     np.arange(10 * base, 10 * base + n_up // 2)])
-        upsert_df = spark.createDataFrame(make_rows(rng, rng.permutation(upsert_ids).astype(np.int64))) \
-            .repartition(2).cache()
+        base_df = (
+            spark.createDataFrame(make_rows(rng, rng.permutation(base).astype(np.int64)))
+            .repartition(2)
+            .cache()
+        )
+        upsert_ids = np.concatenate(
+            [rng.choice(base, n_up // 2, replace=False), np.arange(10 * base, 10 * base + n_up // 2)]
+        )
+        upsert_df = (
+            spark.createDataFrame(make_rows(rng, rng.permutation(upsert_ids).astype(np.int64)))
+            .repartition(2)
+            .cache()
+        )
         assert base_df.count() == base and upsert_df.count() == n_up
         runs = iter(range(1_000_000))
 
         def mere_base() -> None:
-            (base_df.write.format("mere").mode("append").option("warehouse", wh)
-             .option("primary_key", "id").option("buckets", "4").save(f"bench.base_{next(runs)}"))
+            (
+                base_df.write.format("mere")
+                .mode("append")
+                .option("warehouse", wh)
+                .option("primary_key", "id")
+                .option("buckets", "4")
+                .save(f"bench.base_{next(runs)}")
+            )
 
         def mere_upsert() -> None:
             upsert_df.write.format("mere").mode("append").option("warehouse", wh).save("bench.w1")
 
         def parquet(df: Any, compression: str) -> Callable[[], None]:
             def run() -> None:
-                df.write.mode("overwrite").option("compression", compression).parquet(os.path.join(tmp, "raw"))
+                df.write.mode("overwrite").option("compression", compression).parquet(
+                    os.path.join(tmp, "raw")
+                )
+
             return run
 
-        writes = interleaved({
-            "base_mere": mere_base, "base_parquet_snappy": parquet(base_df, "snappy"),
-            "base_parquet_zstd": parquet(base_df, "zstd"),
-            "upsert_mere": mere_upsert, "upsert_parquet_snappy": parquet(upsert_df, "snappy"),
-            "upsert_parquet_zstd": parquet(upsert_df, "zstd"),
-        }, args.repeat)
+        writes = interleaved(
+            {
+                "base_mere": mere_base,
+                "base_parquet_snappy": parquet(base_df, "snappy"),
+                "base_parquet_zstd": parquet(base_df, "zstd"),
+                "upsert_mere": mere_upsert,
+                "upsert_parquet_snappy": parquet(upsert_df, "snappy"),
+                "upsert_parquet_zstd": parquet(upsert_df, "zstd"),
+            },
+            args.repeat,
+        )
         res["write_s"] = writes
         res["ratio_write_base"] = writes["base_mere"] / writes["base_parquet_snappy"]
         res["ratio_write_base_vs_zstd"] = writes["base_mere"] / writes["base_parquet_zstd"]

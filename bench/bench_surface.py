@@ -84,9 +84,16 @@ def in_lists(t: mere.Table, sizes: list[int], repeat: int) -> dict[str, Any]:
         read_s = time.perf_counter() - t0
         explain_s = timed(lambda q=text: t.scan(filter=q).explain())
         assert got.num_rows == n, (got.num_rows, n)
-        out[f"in_{n}"] = {"plan_s": plan_s, "read_s": read_s, "explain_s": explain_s,
-                          "read_vs_full_scan": read_s / full_s, "total_vs_full_scan": (plan_s + read_s) / full_s}
-        print(f"  IN of {n}: scan() {plan_s:.3f} s, read {read_s:.3f} s, explain {explain_s:.3f} s", flush=True)
+        out[f"in_{n}"] = {
+            "plan_s": plan_s,
+            "read_s": read_s,
+            "explain_s": explain_s,
+            "read_vs_full_scan": read_s / full_s,
+            "total_vs_full_scan": (plan_s + read_s) / full_s,
+        }
+        print(
+            f"  IN of {n}: scan() {plan_s:.3f} s, read {read_s:.3f} s, explain {explain_s:.3f} s", flush=True
+        )
     return out
 
 
@@ -119,13 +126,27 @@ print(nbytes[0], rss.before, rss.peak, elapsed, len(t.files()))
 
 
 def stream_write(tmp: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-c", STREAM_CHILD, os.path.join(tmp, "stream"),
-                          os.path.dirname(os.path.abspath(__file__))],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            STREAM_CHILD,
+            os.path.join(tmp, "stream"),
+            os.path.dirname(os.path.abspath(__file__)),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     nbytes, before, peak, elapsed, files = out.stdout.split()
     growth = int(peak) - int(before)
-    return {"arrow_bytes": int(nbytes), "rss_growth": growth, "growth_fraction_of_arrow": growth / int(nbytes),
-            "seconds": float(elapsed), "files": int(files)}
+    return {
+        "arrow_bytes": int(nbytes),
+        "rss_growth": growth,
+        "growth_fraction_of_arrow": growth / int(nbytes),
+        "seconds": float(elapsed),
+        "files": int(files),
+    }
 
 
 def main() -> None:

@@ -28,7 +28,9 @@ class PeakRss:
             self.peak = max(self.peak, self._proc.memory_info().rss)
             time.sleep(0.002)
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._done.set()
         self._thread.join()
         self.peak = max(self.peak, self._proc.memory_info().rss)

@@ -14,12 +14,22 @@ import mere
 from services import PostgresServer
 
 settings.register_profile(
-    "ci", max_examples=30, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    "ci", max_examples=30, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.register_profile(
-    "dev", max_examples=10, stateful_step_count=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    "dev",
+    max_examples=10,
+    stateful_step_count=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.register_profile(
-    "thorough", max_examples=200, stateful_step_count=50, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow])
+    "thorough",
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 _db_counter = itertools.count()
@@ -31,7 +41,7 @@ def pg_server() -> Iterator[PostgresServer]:
         yield server
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh, empty catalog database of each kind."""
     if request.param == "sqlite":

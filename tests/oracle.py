@@ -34,8 +34,23 @@ SPECIAL_FLOATS = [math.nan, -0.0, 0.0, math.inf, -math.inf]
 # Text without surrogates (Arrow cannot encode them); NUL, quotes and non-BMP characters stay in.
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=10)
 LITERAL_TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=6)
-COMMON_STRINGS = ["", "a", "A", "b", "ab", "a b", "it's", "ä", "日本語", "😀", "x" * 40, "NULL", "-",
-                  "__HIVE_DEFAULT_PARTITION__", "a/b=c%20"]
+COMMON_STRINGS = [
+    "",
+    "a",
+    "A",
+    "b",
+    "ab",
+    "a b",
+    "it's",
+    "ä",
+    "日本語",
+    "😀",
+    "x" * 40,
+    "NULL",
+    "-",
+    "__HIVE_DEFAULT_PARTITION__",
+    "a/b=c%20",
+]
 
 
 def int_range(t: pa.DataType) -> tuple[int, int]:
@@ -64,8 +79,11 @@ def decimals_of(precision: int, scale: int) -> st.SearchStrategy[Decimal]:
 
 
 def floats_of(width: int) -> st.SearchStrategy[float]:
-    return st.one_of(st.sampled_from([*SPECIAL_FLOATS, 1.5, -2.25, 0.1 if width == 64 else 0.5]),
-                     st.floats(width=width), st.integers(-4, 4).map(float))
+    return st.one_of(
+        st.sampled_from([*SPECIAL_FLOATS, 1.5, -2.25, 0.1 if width == 64 else 0.5]),
+        st.floats(width=width),
+        st.integers(-4, 4).map(float),
+    )
 
 
 def dyadic_floats() -> st.SearchStrategy[float]:
@@ -73,13 +91,20 @@ def dyadic_floats() -> st.SearchStrategy[float]:
     return st.one_of(st.integers(-400, 400).map(lambda k: k / 4), st.sampled_from(SPECIAL_FLOATS))
 
 
-DATES = st.one_of(st.sampled_from([dt.date(1970, 1, 1), dt.date(2026, 11, 21), dt.date(1, 1, 1),
-                                   dt.date(9999, 12, 31)]),
-                  st.dates(dt.date(1, 1, 1), dt.date(9999, 12, 31)))
+DATES = st.one_of(
+    st.sampled_from([dt.date(1970, 1, 1), dt.date(2026, 11, 21), dt.date(1, 1, 1), dt.date(9999, 12, 31)]),
+    st.dates(dt.date(1, 1, 1), dt.date(9999, 12, 31)),
+)
 NAIVE_TIMES = st.one_of(
-    st.sampled_from([dt.datetime(1970, 1, 1), dt.datetime(2026, 3, 29, 2, 30), dt.datetime(1969, 12, 31, 23, 59, 59,
-                                                                                           999999)]),
-    st.datetimes(dt.datetime(1900, 1, 1), dt.datetime(2100, 1, 1)))
+    st.sampled_from(
+        [
+            dt.datetime(1970, 1, 1),
+            dt.datetime(2026, 3, 29, 2, 30),
+            dt.datetime(1969, 12, 31, 23, 59, 59, 999999),
+        ]
+    ),
+    st.datetimes(dt.datetime(1900, 1, 1), dt.datetime(2100, 1, 1)),
+)
 AWARE_TIMES = st.builds(lambda t, tz: t.replace(tzinfo=tz), NAIVE_TIMES, st.sampled_from([UTC, *PARIS_LIKE]))
 
 
@@ -176,15 +201,25 @@ class Kind:
         f, t = self.family, self.type
         if f == "int":
             lo, hi = int_range(t)
-            opts = [st.integers(lo - 2, hi + 2).map(lambda v: Lit("int", v)),
-                    st.integers(-(10**25), 10**25).map(lambda v: Lit("int", v)),
-                    st.builds(lambda i, s: Lit("dec", dec_of(i, s)), st.integers(-(10**20) + 1, 10**20 - 1),
-                              st.integers(1, 3))]
+            opts = [
+                st.integers(lo - 2, hi + 2).map(lambda v: Lit("int", v)),
+                st.integers(-(10**25), 10**25).map(lambda v: Lit("int", v)),
+                st.builds(
+                    lambda i, s: Lit("dec", dec_of(i, s)),
+                    st.integers(-(10**20) + 1, 10**20 - 1),
+                    st.integers(1, 3),
+                ),
+            ]
             if pool:
                 opts += [st.sampled_from(pool).map(lambda v: Lit("int", v))] * 3
                 # v.00 equals v; v.5 and v-0.25 fall between two integers.
-                opts.append(st.builds(lambda v, d: Lit("dec", dec_of(v * 100 + d, 2)),
-                                      st.sampled_from(pool), st.sampled_from([0, 50, -25])))
+                opts.append(
+                    st.builds(
+                        lambda v, d: Lit("dec", dec_of(v * 100 + d, 2)),
+                        st.sampled_from(pool),
+                        st.sampled_from([0, 50, -25]),
+                    )
+                )
             if t.bit_width <= 32:  # exact as a double, so SQL's double comparison is exact too
                 opts.append(st.integers(lo - 2, hi + 2).map(lambda v: Lit("float", float(v))))
                 opts.append(st.integers(lo, hi).map(lambda v: Lit("float", v + 0.5)))
@@ -192,11 +227,13 @@ class Kind:
         if f == "float":
             width = t.bit_width
             finite = [v for v in pool if math.isfinite(v)]
-            opts = [st.sampled_from(["NaN", "Infinity", "-Infinity"]).map(lambda v: Lit("special", v)),
-                    st.floats(width=width, allow_nan=False, allow_infinity=False).map(lambda v: Lit("float", v)),
-                    st.integers(-(2**20), 2**20).map(lambda v: Lit("int", v)),
-                    st.integers(-40, 40).map(lambda k: Lit("dec", Decimal(k) / 4)),
-                    st.sampled_from([0.0, -0.0, 1.5]).map(lambda v: Lit("float", v))]
+            opts = [
+                st.sampled_from(["NaN", "Infinity", "-Infinity"]).map(lambda v: Lit("special", v)),
+                st.floats(width=width, allow_nan=False, allow_infinity=False).map(lambda v: Lit("float", v)),
+                st.integers(-(2**20), 2**20).map(lambda v: Lit("int", v)),
+                st.integers(-40, 40).map(lambda k: Lit("dec", Decimal(k) / 4)),
+                st.sampled_from([0.0, -0.0, 1.5]).map(lambda v: Lit("float", v)),
+            ]
             if finite:
                 opts += [st.sampled_from(finite).map(lambda v: Lit("float", v))] * 3
             if any(math.isnan(v) for v in pool):
@@ -214,23 +251,35 @@ class Kind:
                 top = 10 ** (int_digits + scale) - 1
                 return st.integers(-top, top).map(lambda i: dec(i, scale))
 
-            opts = [st.integers(0, smax).flatmap(anywhere),  # up to the widest DuckDB can compare
-                    st.builds(dec, st.integers(-(10 ** (p + 2)), 10 ** (p + 2)), st.integers(0, smax)),
-                    st.integers(-999, 999).map(lambda v: Lit("int", v))]
+            opts = [
+                st.integers(0, smax).flatmap(anywhere),  # up to the widest DuckDB can compare
+                st.builds(dec, st.integers(-(10 ** (p + 2)), 10 ** (p + 2)), st.integers(0, smax)),
+                st.integers(-999, 999).map(lambda v: Lit("int", v)),
+            ]
             if pool:
                 opts += [st.sampled_from(pool).map(lambda v: Lit("dec", v) if s else Lit("int", int(v)))] * 3
                 if smax > s:  # finer than the column: never equal but ordered exactly (d=0: trailing zeros)
-                    opts.append(st.builds(lambda v, d: dec(int(v.scaleb(smax, _CTX)) + d, smax),
-                                          st.sampled_from(pool), st.sampled_from([-1, 1, 0])))
+                    opts.append(
+                        st.builds(
+                            lambda v, d: dec(int(v.scaleb(smax, _CTX)) + d, smax),
+                            st.sampled_from(pool),
+                            st.sampled_from([-1, 1, 0]),
+                        )
+                    )
             return st.one_of(opts).filter(lambda lit: _fits_dec(lit, smax))
         if f == "bool":
             return st.booleans().map(lambda v: Lit("bool", v))
         if f == "str":
-            opts = [LITERAL_TEXT.map(lambda v: Lit("str", v)), st.sampled_from(COMMON_STRINGS).map(lambda v: Lit("str", v))]
+            opts = [
+                LITERAL_TEXT.map(lambda v: Lit("str", v)),
+                st.sampled_from(COMMON_STRINGS).map(lambda v: Lit("str", v)),
+            ]
             clean = [v for v in pool if "\x00" not in v]
             if clean:
                 opts += [st.sampled_from(clean).map(lambda v: Lit("str", v))] * 3
-                opts.append(st.builds(lambda v, n: Lit("str", v[:n]), st.sampled_from(clean), st.integers(0, 3)))
+                opts.append(
+                    st.builds(lambda v, n: Lit("str", v[:n]), st.sampled_from(clean), st.integers(0, 3))
+                )
             return st.one_of(opts)
         if f == "bin":
             opts = [st.binary(max_size=4).map(lambda v: Lit("bin", v))]
@@ -248,8 +297,13 @@ class Kind:
             if pool and f == "ts":
                 opts += [st.sampled_from(pool).map(lambda v: Lit("ts", v))] * 2
             elif pool:  # the same instant, spelt with some offset
-                opts += [st.builds(lambda v, tz: Lit("ts", v.astimezone(tz)), st.sampled_from(pool),
-                                   st.sampled_from([UTC, *PARIS_LIKE]))] * 2
+                opts += [
+                    st.builds(
+                        lambda v, tz: Lit("ts", v.astimezone(tz)),
+                        st.sampled_from(pool),
+                        st.sampled_from([UTC, *PARIS_LIKE]),
+                    )
+                ] * 2
             return st.one_of(opts)
         raise AssertionError(f"{self.name} is not filterable")
 
@@ -263,8 +317,10 @@ class Kind:
                 lhs, rhs = f"CAST({col} AS HUGEINT)", f"CAST('{lit.value}' AS HUGEINT)"
             elif lit.cls == "dec":
                 scale = _decimal_digits(lit.value)[1]
-                lhs, rhs = (f"CAST({col} AS DECIMAL(38,{scale}))",
-                            f"CAST('{format(lit.value, 'f')}' AS DECIMAL(38,{scale}))")
+                lhs, rhs = (
+                    f"CAST({col} AS DECIMAL(38,{scale}))",
+                    f"CAST('{format(lit.value, 'f')}' AS DECIMAL(38,{scale}))",
+                )
             else:
                 lhs, rhs = f"CAST({col} AS DOUBLE)", f"CAST('{lit.value!r}' AS DOUBLE)"
         elif self.family == "float":
@@ -319,8 +375,19 @@ def _str_values() -> st.SearchStrategy[str]:
 
 
 VALUE_KINDS: list[Kind] = [
-    *(_int_kind(t) for t in (pa.int8(), pa.int16(), pa.int32(), pa.int64(),
-                             pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64())),
+    *(
+        _int_kind(t)
+        for t in (
+            pa.int8(),
+            pa.int16(),
+            pa.int32(),
+            pa.int64(),
+            pa.uint8(),
+            pa.uint16(),
+            pa.uint32(),
+            pa.uint64(),
+        )
+    ),
     Kind("float32", pa.float32(), "float", floats_of(32)),
     Kind("float64", pa.float64(), "float", floats_of(64)),
     *(_dec_kind(pa.decimal128(p, s)) for p, s in ((1, 0), (5, 2), (9, 9), (18, 4), (38, 0), (38, 10))),
@@ -328,7 +395,12 @@ VALUE_KINDS: list[Kind] = [
     Kind("bool", pa.bool_(), "bool", st.booleans()),
     Kind("string", pa.string(), "str", _str_values()),
     Kind("large_string", pa.large_string(), "str", _str_values()),
-    Kind("binary", pa.binary(), "bin", st.one_of(st.binary(max_size=6), st.sampled_from([b"", b"\x00", b"\xff" * 9]))),
+    Kind(
+        "binary",
+        pa.binary(),
+        "bin",
+        st.one_of(st.binary(max_size=6), st.sampled_from([b"", b"\x00", b"\xff" * 9])),
+    ),
     Kind("date32", pa.date32(), "date", DATES),
     Kind("ts", pa.timestamp("us"), "ts", NAIVE_TIMES),
     Kind("ts_utc", pa.timestamp("us", "UTC"), "tstz", AWARE_TIMES),
@@ -336,18 +408,36 @@ VALUE_KINDS: list[Kind] = [
     Kind("list_int32", pa.list_(pa.int32()), "nested", st.lists(nullable(ints_of(pa.int32())), max_size=4)),
     Kind("large_list_string", pa.large_list(pa.string()), "nested", st.lists(nullable(TEXT), max_size=3)),
     Kind("struct", STRUCT_AB, "nested", STRUCT_VALUES),
-    Kind("map", pa.map_(pa.string(), pa.int64()), "nested",
-         st.lists(st.tuples(TEXT, nullable(ints_of(pa.int64()))), max_size=3, unique_by=lambda kv: kv[0])),
+    Kind(
+        "map",
+        pa.map_(pa.string(), pa.int64()),
+        "nested",
+        st.lists(st.tuples(TEXT, nullable(ints_of(pa.int64()))), max_size=3, unique_by=lambda kv: kv[0]),
+    ),
     Kind("list_struct", pa.list_(STRUCT_AB), "nested", st.lists(nullable(STRUCT_VALUES), max_size=3)),
 ]
 KINDS = {k.name: k for k in VALUE_KINDS}
 
 KEY_KINDS: list[Kind] = [
-    KINDS["int64"], KINDS["int32"], KINDS["string"], KINDS["date32"], KINDS["ts"], KINDS["ts_utc"],
-    _dec_kind(pa.decimal128(9, 2)), _dec_kind(pa.decimal128(18, 0)), KINDS["binary"], KINDS["bool"],
+    KINDS["int64"],
+    KINDS["int32"],
+    KINDS["string"],
+    KINDS["date32"],
+    KINDS["ts"],
+    KINDS["ts_utc"],
+    _dec_kind(pa.decimal128(9, 2)),
+    _dec_kind(pa.decimal128(18, 0)),
+    KINDS["binary"],
+    KINDS["bool"],
 ]
-PARTITION_KINDS: list[Kind] = [KINDS["string"], KINDS["int32"], KINDS["int8"], KINDS["uint16"], KINDS["date32"],
-                               KINDS["bool"]]
+PARTITION_KINDS: list[Kind] = [
+    KINDS["string"],
+    KINDS["int32"],
+    KINDS["int8"],
+    KINDS["uint16"],
+    KINDS["date32"],
+    KINDS["bool"],
+]
 
 
 def canon(values: Sequence[Any], t: pa.DataType) -> list[Any]:
@@ -357,8 +447,21 @@ def canon(values: Sequence[Any], t: pa.DataType) -> list[Any]:
 
 # -- the table as a dict ---------------------------------------------------------------------------------
 
-UPSERT_OPS = {"I", "+I", "INSERT", "C", "CREATE", "R", "READ", "SNAPSHOT", "U", "+U", "UPDATE", "UPDATE_AFTER",
-              "UPSERT"}
+UPSERT_OPS = {
+    "I",
+    "+I",
+    "INSERT",
+    "C",
+    "CREATE",
+    "R",
+    "READ",
+    "SNAPSHOT",
+    "U",
+    "+U",
+    "UPDATE",
+    "UPDATE_AFTER",
+    "UPSERT",
+}
 DELETE_OPS = {"D", "-D", "DELETE"}
 IGNORED_OPS = {"-U", "UPDATE_BEFORE"}
 
@@ -425,8 +528,12 @@ class Model:
             return f"{old}{sep}{new}"
         raise AssertionError(op)
 
-    def apply(self, rows: Sequence[Mapping[str, Any]], changes: Sequence[str] | None = None,
-              fresh: Callable[[tuple[Any, ...]], bool] | None = None) -> Outcome:
+    def apply(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        changes: Sequence[str] | None = None,
+        fresh: Callable[[tuple[Any, ...]], bool] | None = None,
+    ) -> Outcome:
         """Apply a batch in order without touching ``self``; ``rows`` carry only the batch's columns.
 
         ``fresh(identity)`` says the key starts from nothing (an overwritten partition).
@@ -435,8 +542,11 @@ class Model:
         if fresh is not None:
             state = {k: v for k, v in state.items() if not fresh(k)}
         present = set(rows[0]) if rows else set()
-        sums = [f for f in self.schema if self.operators.get(f.name, ("",))[0] == "sum"
-                and pa.types.is_integer(f.type)]
+        sums = [
+            f
+            for f in self.schema
+            if self.operators.get(f.name, ("",))[0] == "sum" and pa.types.is_integer(f.type)
+        ]
         # Per key and integer sum column: the values added since the key was (re)created, oldest first.
         history: dict[tuple[tuple[Any, ...], str], list[int]] = {}
         created: set[tuple[Any, ...]] = set()
@@ -466,8 +576,9 @@ class Model:
                     new[c] = self._fold(c, None if old is None else old[c], row[c])
             for f in sums:
                 if f.name in present and row[f.name] is not None:
-                    seq = history.setdefault((key, f.name), [] if old is None or old[f.name] is None
-                                             else [old[f.name]])
+                    seq = history.setdefault(
+                        (key, f.name), [] if old is None or old[f.name] is None else [old[f.name]]
+                    )
                     seq.append(row[f.name])
             state[key] = new
         out = Outcome(state)
@@ -481,7 +592,9 @@ class Model:
                     out.must_fail.add("SumOverflow")
                     out.overflow_keys.append(key)
                 # Partial sums mere may form on the way (in batch order or pre-folded per batch).
-                elif any(not lo <= sum(seq[a:b]) <= hi for a in range(len(seq)) for b in range(a + 1, len(seq) + 1)):
+                elif any(
+                    not lo <= sum(seq[a:b]) <= hi for a in range(len(seq)) for b in range(a + 1, len(seq) + 1)
+                ):
                     out.may_fail.add("SumOverflow")
         for c in self.not_null:
             if any(r[c] is None for r in state.values()):
@@ -498,7 +611,7 @@ class Model:
         """Delete bare primary keys in whatever partition they live."""
         wanted = set(keys)
         n = len(self.primary_key)
-        self.rows = {k: v for k, v in self.rows.items() if k[len(k) - n:] not in wanted}
+        self.rows = {k: v for k, v in self.rows.items() if k[len(k) - n :] not in wanted}
 
 
 # -- comparing rows --------------------------------------------------------------------------------------
@@ -529,23 +642,28 @@ def norm(v: Any, zero_sign: bool = True) -> Any:
     return v
 
 
-def canon_rows(rows: Iterable[Mapping[str, Any]], columns: Sequence[str],
-               signless: Iterable[str] = ()) -> list[tuple[Any, ...]]:
+def canon_rows(
+    rows: Iterable[Mapping[str, Any]], columns: Sequence[str], signless: Iterable[str] = ()
+) -> list[tuple[Any, ...]]:
     """Rows as sorted tuples of normalised values (a multiset), for order-free comparison."""
     loose = set(signless)
     out = [tuple(norm(r[c], c not in loose) for c in columns) for r in rows]
     return sorted(out, key=repr)
 
 
-def diff(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]], columns: Sequence[str], limit: int = 4) -> str:
+def diff(
+    got: list[tuple[Any, ...]], want: list[tuple[Any, ...]], columns: Sequence[str], limit: int = 4
+) -> str:
     """Readable difference of two canon_rows results ('' when equal)."""
     if got == want:
         return ""
     g, w = Counter(map(repr, got)), Counter(map(repr, want))
     extra, missing = list((g - w).elements()), list((w - g).elements())
-    return (f"columns {list(columns)}: got {len(got)} rows, want {len(want)}; "
-            f"unexpected {extra[:limit]}{' ...' if len(extra) > limit else ''}; "
-            f"missing {missing[:limit]}{' ...' if len(missing) > limit else ''}")
+    return (
+        f"columns {list(columns)}: got {len(got)} rows, want {len(want)}; "
+        f"unexpected {extra[:limit]}{' ...' if len(extra) > limit else ''}; "
+        f"missing {missing[:limit]}{' ...' if len(missing) > limit else ''}"
+    )
 
 
 # -- DuckDB ----------------------------------------------------------------------------------------------
@@ -558,8 +676,9 @@ def duck_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def duck_select(con: duckdb.DuckDBPyConnection, schema: pa.Schema, rows: Sequence[Mapping[str, Any]],
-                where: str) -> list[int]:
+def duck_select(
+    con: duckdb.DuckDBPyConnection, schema: pa.Schema, rows: Sequence[Mapping[str, Any]], where: str
+) -> list[int]:
     """Indexes of ``rows`` for which DuckDB finds ``where`` TRUE (scalar, DuckDB-loadable columns only)."""
     fields = [pa.field(f.name, duck_type(f.type)) for f in schema]
     data = {f.name: pa.array([r[f.name] for r in rows], type=f.type) for f in fields}

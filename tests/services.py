@@ -450,8 +450,16 @@ _WEED_HINT = (
     "(the `dev` extra does), or point MERE_WEED at it"
 )
 # Every listener `weed mini` opens, each set explicitly (their defaults are fixed ports: 8333, 9333, ...).
-_WEED_PORTS = ("s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-               "filer.port", "filer.port.grpc")
+_WEED_PORTS = (
+    "s3.port",
+    "s3.port.grpc",
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+)
 _GRPC_OFFSET = 10000  # the embedded worker dials the admin server at admin.port + 10000, whatever is set
 
 
@@ -516,8 +524,9 @@ class SeaweedServer:
 
     region = "us-east-1"
 
-    def __init__(self, base_dir: str | None = None, access_key: str = "mere-test",
-                 secret_key: str | None = None) -> None:
+    def __init__(
+        self, base_dir: str | None = None, access_key: str = "mere-test", secret_key: str | None = None
+    ) -> None:
         self.base_dir = base_dir
         self.access_key = access_key
         self.secret_key = secret_key or secrets.token_hex(16)
@@ -553,8 +562,14 @@ class SeaweedServer:
 
     def storage_options(self, endpoint: str | None = None, **extra: str) -> dict[str, str]:
         """mere ``storage_options`` for this server (or for a proxy in front of it at ``endpoint``)."""
-        return {"endpoint": endpoint or self.endpoint, "access_key_id": self.access_key,
-                "secret_access_key": self.secret_key, "region": self.region, "allow_http": "true", **extra}
+        return {
+            "endpoint": endpoint or self.endpoint,
+            "access_key_id": self.access_key,
+            "secret_access_key": self.secret_key,
+            "region": self.region,
+            "allow_http": "true",
+            **extra,
+        }
 
     def filesystem(self, endpoint: str | None = None, **kwargs: Any) -> Any:
         """A plain ``pyarrow.fs.S3FileSystem`` on this server (for checks that bypass mere)."""
@@ -562,8 +577,14 @@ class SeaweedServer:
 
         host = (endpoint or self.endpoint).split("://", 1)[-1]
         kwargs.setdefault("allow_bucket_creation", True)
-        return pafs.S3FileSystem(endpoint_override=host, scheme="http", access_key=self.access_key,
-                                 secret_key=self.secret_key, region=self.region, **kwargs)
+        return pafs.S3FileSystem(
+            endpoint_override=host,
+            scheme="http",
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            region=self.region,
+            **kwargs,
+        )
 
     def create_bucket(self, name: str) -> str:
         self.filesystem().create_dir(name)
@@ -610,16 +631,34 @@ class SeaweedServer:
         logs = self.root / "logs"
         data.mkdir()
         logs.mkdir(exist_ok=True)
-        cmd = [weed, f"-logdir={logs}", "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-               "-admin.ui=false", "-webdav=false", "-master.telemetry=false", "-s3.port.iceberg=0",
-               "-s3.port.lance=0", f"-s3.localSocket={self.root / 's3.sock'}",
-               f"-filer.localSocket={self.root / 'filer.sock'}",
-               *(f"-{name}={port}" for name, port in self.ports.items())]
+        cmd = [
+            weed,
+            f"-logdir={logs}",
+            "mini",
+            f"-dir={data}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-admin.ui=false",
+            "-webdav=false",
+            "-master.telemetry=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-s3.localSocket={self.root / 's3.sock'}",
+            f"-filer.localSocket={self.root / 'filer.sock'}",
+            *(f"-{name}={port}" for name, port in self.ports.items()),
+        ]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
         env.update(AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key)
         with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=self.root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def _wait_ready(self, timeout: float) -> None:
         assert self.proc is not None
@@ -638,8 +677,10 @@ class SeaweedServer:
                 return
             except OSError as e:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"SeaweedFS on {self.address} is not ready after {timeout:.0f} s: {e}\n"
-                                       f"--- log tail ---\n{_tail(self.log_path)}") from e
+                    raise RuntimeError(
+                        f"SeaweedFS on {self.address} is not ready after {timeout:.0f} s: {e}\n"
+                        f"--- log tail ---\n{_tail(self.log_path)}"
+                    ) from e
                 time.sleep(0.1)
 
     def _terminate(self) -> None:
@@ -691,8 +732,9 @@ class SeaweedServer:
     def __enter__(self) -> SeaweedServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
 

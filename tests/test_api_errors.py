@@ -27,20 +27,38 @@ from mere import errors
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("qty", pa.int64()), ("note", pa.string())])
 
 ODD = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.sampled_from([0, -1, 1, 2**31, 2**63]),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.sampled_from(["", " ", "a,b", "id,qty",
-                                                                                          "1; DROP", "∂"]),
-    st.binary(max_size=4), st.lists(st.one_of(st.integers(), st.text(max_size=3)), max_size=3),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([0, -1, 1, 2**31, 2**63]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.sampled_from(["", " ", "a,b", "id,qty", "1; DROP", "∂"]),
+    st.binary(max_size=4),
+    st.lists(st.one_of(st.integers(), st.text(max_size=3)), max_size=3),
     st.dictionaries(st.text(max_size=3), st.one_of(st.integers(), st.text(max_size=3)), max_size=2),
-    st.just(object()), st.just(dt.timedelta(days=-1)), st.just(dt.datetime(1900, 1, 1)), st.just(math.nan),
-    st.just(pa.table({"x": [1]})), st.just(SCHEMA), st.just(("id",)), st.just({"id"}),
+    st.just(object()),
+    st.just(dt.timedelta(days=-1)),
+    st.just(dt.datetime(1900, 1, 1)),
+    st.just(math.nan),
+    st.just(pa.table({"x": [1]})),
+    st.just(SCHEMA),
+    st.just(("id",)),
+    st.just({"id"}),
 )
 
 
 def _table(tmp: Path) -> tuple[mere.Catalog, mere.Table]:
     cat = mere.connect(str(tmp / "wh"))
-    t = cat.create_table("sales.orders", SCHEMA, primary_key="id", partition_by="day", buckets=2,
-                         merge_operators={"qty": "sum"}, cdc_column="op")
+    t = cat.create_table(
+        "sales.orders",
+        SCHEMA,
+        primary_key="id",
+        partition_by="day",
+        buckets=2,
+        merge_operators={"qty": "sum"},
+        cdc_column="op",
+    )
     t.upsert(pa.table({"id": [1, 2], "day": ["d1", "d2"], "qty": [1, 2], "note": ["a", None]}))
     return cat, t
 
@@ -58,9 +76,14 @@ CALLS: list[tuple[str, Callable[[mere.Catalog, mere.Table, Any], Any]]] = [
     ("create_table.primary_key", lambda c, t, v: c.create_table("x.b", SCHEMA, primary_key=v)),
     ("create_table.partition_by", lambda c, t, v: c.create_table("x.c", SCHEMA, partition_by=v)),
     ("create_table.buckets", lambda c, t, v: c.create_table("x.d", SCHEMA, primary_key="id", buckets=v)),
-    ("create_table.merge_operators",
-     lambda c, t, v: c.create_table("x.e", SCHEMA, primary_key="id", merge_operators=v)),
-    ("create_table.cdc_column", lambda c, t, v: c.create_table("x.f", SCHEMA, primary_key="id", cdc_column=v)),
+    (
+        "create_table.merge_operators",
+        lambda c, t, v: c.create_table("x.e", SCHEMA, primary_key="id", merge_operators=v),
+    ),
+    (
+        "create_table.cdc_column",
+        lambda c, t, v: c.create_table("x.f", SCHEMA, primary_key="id", cdc_column=v),
+    ),
     ("create_table.properties", lambda c, t, v: c.create_table("x.g", SCHEMA, properties=v)),
     ("create_table.exist_ok", lambda c, t, v: c.create_table("sales.orders", SCHEMA, exist_ok=v)),
     ("table.name", lambda c, t, v: c.table(v)),
@@ -105,8 +128,11 @@ CALLS: list[tuple[str, Callable[[mere.Catalog, mere.Table, Any], Any]]] = [
 
 
 def state(t: mere.Table) -> tuple[Any, ...]:
-    return (t.version, sorted(t.scan().to_arrow().to_pylist(), key=lambda r: r["id"]),
-            sorted(t.files().column("path").to_pylist()))
+    return (
+        t.version,
+        sorted(t.scan().to_arrow().to_pylist(), key=lambda r: r["id"]),
+        sorted(t.files().column("path").to_pylist()),
+    )
 
 
 @pytest.mark.parametrize("name", [name for name, _ in CALLS])
@@ -143,17 +169,29 @@ def test_named_cases_say_what_is_allowed(tmp_path: Path) -> None:
         (lambda: t.scan(columns="id,qty"), errors.SchemaMismatch, r"columns=\['id', 'qty'\]"),
         (lambda: t.scan(verison=3), errors.InvalidInput, "unknown scan option"),
         (lambda: cat.create_table("x.y", SCHEMA, primary_key=5), errors.InvalidInput, "column name"),
-        (lambda: cat.create_table("x.y", SCHEMA, primary_key="id", buckets=2**40), errors.InvalidInput,
-         "1 to 100,000"),
-        (lambda: cat.create_table("x.y", SCHEMA, properties={"write.compresion": "zstd"}), errors.InvalidInput,
-         "did you mean 'write.compression'"),
-        (lambda: cat.create_table("x.y", SCHEMA, properties={"read.window-bytes": "8MiB"}), errors.InvalidInput,
-         "positive integer"),
+        (
+            lambda: cat.create_table("x.y", SCHEMA, primary_key="id", buckets=2**40),
+            errors.InvalidInput,
+            "1 to 100,000",
+        ),
+        (
+            lambda: cat.create_table("x.y", SCHEMA, properties={"write.compresion": "zstd"}),
+            errors.InvalidInput,
+            "did you mean 'write.compression'",
+        ),
+        (
+            lambda: cat.create_table("x.y", SCHEMA, properties={"read.window-bytes": "8MiB"}),
+            errors.InvalidInput,
+            "positive integer",
+        ),
         (lambda: mere.connect(5), errors.InvalidInput, "path or URI"),
         (lambda: mere.connect(str(tmp_path), catalog="mysql://u@h/db"), errors.InvalidInput, "PostgreSQL"),
         (lambda: t.delete(None), errors.InvalidInput, "delete\\('TRUE'\\)"),
-        (lambda: t.scan(as_of=dt.datetime(2000, 1, 1, tzinfo=dt.UTC)), errors.NoSuchVersion,
-         "2000-01-01T00:00:00\\+00:00.*created at 20"),
+        (
+            lambda: t.scan(as_of=dt.datetime(2000, 1, 1, tzinfo=dt.UTC)),
+            errors.NoSuchVersion,
+            "2000-01-01T00:00:00\\+00:00.*created at 20",
+        ),
     ]
     for call, error, says in cases:
         with pytest.raises(error, match=says):
@@ -203,9 +241,13 @@ def test_tables_and_scans_pickle_and_read_the_same_elsewhere(tmp_path: Path) -> 
     scan = t.scan(columns=["id", "qty"], filter="qty >= 1")
     again = pickle.loads(pickle.dumps(scan))
     assert again.to_arrow().sort_by("id").equals(scan.to_arrow().sort_by("id"))
-    code = ("import pickle, sys; s = pickle.loads(sys.stdin.buffer.read()); "
-            "print(sorted(r['id'] for r in s.to_arrow().to_pylist()), s.table.version)")
-    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(scan), capture_output=True, check=True)
+    code = (
+        "import pickle, sys; s = pickle.loads(sys.stdin.buffer.read()); "
+        "print(sorted(r['id'] for r in s.to_arrow().to_pylist()), s.table.version)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=pickle.dumps(scan), capture_output=True, check=True
+    )
     assert out.stdout.decode().split() == ["[1,", "2]", str(t.version)]
     assert pickle.loads(pickle.dumps(t)).scan().count() == 2
 

@@ -298,7 +298,11 @@ def test_idempotency_key_applies_once(cat: mere.Catalog) -> None:
     first = t.upsert(rows([1, 2], qty=5), idempotency_key="batch-1")
     second = t.upsert(rows([1, 2], qty=5), idempotency_key="batch-1")
     assert second.version == first.version == 1
-    assert not first.already_committed and second.already_committed and second.rows_written == first.rows_written == 2
+    assert (
+        not first.already_committed
+        and second.already_committed
+        and second.rows_written == first.rows_written == 2
+    )
     assert t.version == 1
     assert content(t) == {1: 5, 2: 5}  # the sum is not doubled
     # Another key applies; reusing the first key later still does nothing, even with other data.

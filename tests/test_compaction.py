@@ -113,7 +113,9 @@ def test_bad_commits_are_refused_and_delete_the_task_files(cat: mere.Catalog) ->
     assert t.compact() is not None and rows(t) == before  # the plan is still good after refusals
 
 
-def test_a_failing_task_deletes_what_it_wrote(local_cat: mere.Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_task_deletes_what_it_wrote(
+    local_cat: mere.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     t = build(local_cat)
     plan = t.plan_compaction()
     monkeypatch.setattr(compaction, "CHUNK_ROWS", 10)  # several output files per split
@@ -132,7 +134,7 @@ def test_a_failing_task_deletes_what_it_wrote(local_cat: mere.Catalog, monkeypat
         plan.tasks[0].run()
     assert on_disk(t) == before_files
     version, before = t.version, rows(t)
-    calls["n"] = -10**9  # no more failures
+    calls["n"] = -(10**9)  # no more failures
     assert t.compact() is not None and t.version == version + 1 and rows(t) == before
     files = t.files()
     assert files.num_rows > 3  # several files per bucket, each sorted by key
@@ -147,8 +149,9 @@ def test_tables_without_key_and_partition_scoped_plans(cat: mere.Catalog) -> Non
     log.append(pa.table({"id": [1], "v": [2], "s": ["b"]}))
     assert log.plan_compaction().tasks == () and log.compact() is None
 
-    t = cat.create_table("c.p", pa.schema([("day", pa.string()), *SCHEMA]), primary_key=["id"],
-                         partition_by=["day"], buckets=2)
+    t = cat.create_table(
+        "c.p", pa.schema([("day", pa.string()), *SCHEMA]), primary_key=["id"], partition_by=["day"], buckets=2
+    )
     for day in ("a", "b"):
         for i in range(3):
             t.upsert(pa.table({"day": [day] * 4, "id": [1, 2, 3, 4], "v": [i] * 4, "s": ["x"] * 4}))

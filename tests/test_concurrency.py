@@ -32,10 +32,14 @@ RUN_TIMEOUT_S = 240.0
 
 pytestmark = pytest.mark.timeout(600)
 # Both catalog backends; the PostgreSQL runs carry the ``postgres`` marker (they need the session server).
-BACKENDS = pytest.mark.parametrize("catalog_url", [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-], indirect=True)
+BACKENDS = pytest.mark.parametrize(
+    "catalog_url",
+    [
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ],
+    indirect=True,
+)
 
 
 # -- process harness (module level so that ``spawn`` children can import it) ------------------------------
@@ -85,14 +89,21 @@ class _Pool:
         self.barrier = ctx.Barrier(WORKERS)
         self.results = ctx.Queue()
         self.tasks = [ctx.Queue() for _ in range(WORKERS)]
-        self.procs = [ctx.Process(target=_worker_loop, name=f"mere-conc-{i}",
-                                  args=(i, self.tasks[i], self.results, self.barrier), daemon=True)
-                      for i in range(WORKERS)]
+        self.procs = [
+            ctx.Process(
+                target=_worker_loop,
+                name=f"mere-conc-{i}",
+                args=(i, self.tasks[i], self.results, self.barrier),
+                daemon=True,
+            )
+            for i in range(WORKERS)
+        ]
         for p in self.procs:
             p.start()
 
-    def run(self, job: str, warehouse: str, catalog_url: str, table_name: str,
-            payloads: list[Any]) -> dict[int, Any]:
+    def run(
+        self, job: str, warehouse: str, catalog_url: str, table_name: str, payloads: list[Any]
+    ) -> dict[int, Any]:
         """Run ``job`` in every worker (worker i gets ``payloads[i]``); return each worker's result."""
         assert len(payloads) == WORKERS
         self.barrier.reset()
@@ -113,8 +124,10 @@ class _Pool:
         errors = {w: v for w, (s, v) in out.items() if s != "ok"}
         problems = [f"worker {w} failed:\n{tb}" for w, tb in sorted(errors.items())]
         if missing:
-            problems.append(f"worker(s) {missing} reported nothing in time (alive: "
-                            f"{[p.is_alive() for p in self.procs]}, exit codes: {[p.exitcode for p in self.procs]})")
+            problems.append(
+                f"worker(s) {missing} reported nothing in time (alive: "
+                f"{[p.is_alive() for p in self.procs]}, exit codes: {[p.exitcode for p in self.procs]})"
+            )
         assert not problems, "\n".join(problems)
         return {w: v for w, (_, v) in out.items()}
 
@@ -143,8 +156,9 @@ class _Workers:
     def __init__(self) -> None:
         self.pool: _Pool | None = None
 
-    def run(self, job: str, warehouse: str, catalog_url: str, table_name: str,
-            payloads: list[Any]) -> dict[int, Any]:
+    def run(
+        self, job: str, warehouse: str, catalog_url: str, table_name: str, payloads: list[Any]
+    ) -> dict[int, Any]:
         if self.pool is None or not self.pool.healthy:
             self.kill()
             self.pool = _Pool()
@@ -185,11 +199,16 @@ def _job_disjoint(table: mere.Table, worker: int, payload: Any) -> list[tuple[in
     out = []
     for n in range(UPSERTS_PER_WORKER):
         ids = _disjoint_keys(worker, n)
-        rec = table.upsert(pa.table({
-            "id": ids, "value": ids * 3 + worker,
-            "worker": pa.array(np.full(len(ids), worker), pa.int32()),
-            "n": pa.array(np.full(len(ids), n), pa.int32()),
-        }))
+        rec = table.upsert(
+            pa.table(
+                {
+                    "id": ids,
+                    "value": ids * 3 + worker,
+                    "worker": pa.array(np.full(len(ids), worker), pa.int32()),
+                    "n": pa.array(np.full(len(ids), n), pa.int32()),
+                }
+            )
+        )
         out.append((n, rec.version, rec.operation))
     return out
 
@@ -210,10 +229,15 @@ def _job_overlap(table: mere.Table, worker: int, payload: Any) -> list[tuple[int
     for rnd in range(OVERLAP_ROUNDS):
         keys = _overlap_keys(worker, rnd)
         marker = worker * 100 + rnd
-        rec = table.upsert(pa.table({
-            "id": keys, "value": np.full(len(keys), worker, dtype=np.int64),
-            "marker": np.full(len(keys), marker, dtype=np.int64),
-        }))
+        rec = table.upsert(
+            pa.table(
+                {
+                    "id": keys,
+                    "value": np.full(len(keys), worker, dtype=np.int64),
+                    "marker": np.full(len(keys), marker, dtype=np.int64),
+                }
+            )
+        )
         assert rec.operation == "upsert"
         out.append((marker, rec.version))
     return out
@@ -226,12 +250,14 @@ def _job_mixed(table: mere.Table, worker: int, payload: Any) -> list[dict[str, A
     """Run a list of upserts / overwrites; report per operation its version or the error it raised."""
     out = []
     for op in payload:
-        rows = pa.table({
-            "part": pa.array([r[0] for r in op["rows"]], pa.string()),
-            "id": pa.array([r[1] for r in op["rows"]], pa.int64()),
-            "value": pa.array([r[2] for r in op["rows"]], pa.int64()),
-            "marker": pa.array([op["marker"]] * len(op["rows"]), pa.int64()),
-        })
+        rows = pa.table(
+            {
+                "part": pa.array([r[0] for r in op["rows"]], pa.string()),
+                "id": pa.array([r[1] for r in op["rows"]], pa.int64()),
+                "value": pa.array([r[2] for r in op["rows"]], pa.int64()),
+                "marker": pa.array([op["marker"]] * len(op["rows"]), pa.int64()),
+            }
+        )
         try:
             if op["kind"] == "upsert":
                 rec = table.upsert(rows)
@@ -247,7 +273,9 @@ def _job_mixed(table: mere.Table, worker: int, payload: Any) -> list[dict[str, A
 
 
 _JOBS: dict[str, Callable[[mere.Table, int, Any], Any]] = {
-    "disjoint": _job_disjoint, "overlap": _job_overlap, "mixed": _job_mixed,
+    "disjoint": _job_disjoint,
+    "overlap": _job_overlap,
+    "mixed": _job_mixed,
 }
 
 
@@ -273,10 +301,17 @@ def _assert_really_raced(history: list[Snapshot]) -> None:
 
 
 @BACKENDS
-def test_concurrent_disjoint_upserts_all_land(cat: mere.Catalog, catalog_url: str, tmp_path: Path,
-        workers: _Workers) -> None:
-    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("value", pa.int64()),
-                        ("worker", pa.int32()), ("n", pa.int32())])
+def test_concurrent_disjoint_upserts_all_land(
+    cat: mere.Catalog, catalog_url: str, tmp_path: Path, workers: _Workers
+) -> None:
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            ("value", pa.int64()),
+            ("worker", pa.int32()),
+            ("n", pa.int32()),
+        ]
+    )
     table = cat.create_table("conc.disjoint", schema, primary_key=["id"], buckets=4)
 
     reports = workers.run("disjoint", _warehouse(tmp_path), catalog_url, "conc.disjoint", [None] * WORKERS)
@@ -316,7 +351,9 @@ def test_concurrent_disjoint_upserts_all_land(cat: mere.Catalog, catalog_url: st
     worker_of = expected_ids // (UPSERTS_PER_WORKER * ROWS_PER_UPSERT)
     assert got.column("value").to_numpy().tolist() == (expected_ids * 3 + worker_of).tolist()
     assert got.column("worker").to_numpy().tolist() == worker_of.tolist()
-    assert got.column("n").to_numpy().tolist() == (expected_ids // ROWS_PER_UPSERT % UPSERTS_PER_WORKER).tolist()
+    assert (
+        got.column("n").to_numpy().tolist() == (expected_ids // ROWS_PER_UPSERT % UPSERTS_PER_WORKER).tolist()
+    )
 
     # Time travel to a few versions: exactly the keys of the commits up to it.
     for v in (1, commits // 3, commits - 1):
@@ -325,9 +362,12 @@ def test_concurrent_disjoint_upserts_all_land(cat: mere.Catalog, catalog_url: st
 
 
 @BACKENDS
-def test_concurrent_upserts_of_same_keys_last_commit_wins(cat: mere.Catalog, catalog_url: str,
-        tmp_path: Path, workers: _Workers) -> None:
-    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("value", pa.int64()), ("marker", pa.int64())])
+def test_concurrent_upserts_of_same_keys_last_commit_wins(
+    cat: mere.Catalog, catalog_url: str, tmp_path: Path, workers: _Workers
+) -> None:
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False), ("value", pa.int64()), ("marker", pa.int64())]
+    )
     table = cat.create_table("conc.overlap", schema, primary_key=["id"], buckets=2)
 
     reports = workers.run("overlap", _warehouse(tmp_path), catalog_url, "conc.overlap", [None] * WORKERS)
@@ -359,7 +399,9 @@ def test_concurrent_upserts_of_same_keys_last_commit_wins(cat: mere.Catalog, cat
     # Each key holds the value of the highest committed version that touched it.
     final = table.scan().to_arrow().sort_by("id").to_pylist()
     for row in final:
-        last = max(v for v, m in marker_at.items() if row["id"] in set(_overlap_keys(*divmod(m, 100)).tolist()))
+        last = max(
+            v for v, m in marker_at.items() if row["id"] in set(_overlap_keys(*divmod(m, 100)).tolist())
+        )
         assert row["marker"] == marker_at[last]
         assert row["value"] == marker_at[last] // 100
 
@@ -386,7 +428,9 @@ def _mixed_plans() -> list[list[dict[str, Any]]]:
     overwriter = []
     for n, part in enumerate(["a", "b", "a", "c", "a"]):
         marker = (WORKERS - 2) * 100 + n
-        overwriter.append({"kind": "overwrite", "partition": part, "marker": marker, "rows": rows([part], marker)})
+        overwriter.append(
+            {"kind": "overwrite", "partition": part, "marker": marker, "rows": rows([part], marker)}
+        )
     plans.append(overwriter)
     mixed = []
     for n, part in enumerate([None, "b", None, "a"]):
@@ -398,14 +442,29 @@ def _mixed_plans() -> list[list[dict[str, Any]]]:
 
 
 @BACKENDS
-def test_concurrent_overwrite_and_upsert_replay_serially(cat: mere.Catalog, catalog_url: str,
-        tmp_path: Path, workers: _Workers) -> None:
-    schema = pa.schema([pa.field("part", pa.string(), nullable=False), pa.field("id", pa.int64(), nullable=False),
-                        ("value", pa.int64()), ("marker", pa.int64())])
+def test_concurrent_overwrite_and_upsert_replay_serially(
+    cat: mere.Catalog, catalog_url: str, tmp_path: Path, workers: _Workers
+) -> None:
+    schema = pa.schema(
+        [
+            pa.field("part", pa.string(), nullable=False),
+            pa.field("id", pa.int64(), nullable=False),
+            ("value", pa.int64()),
+            ("marker", pa.int64()),
+        ]
+    )
     table = cat.create_table("conc.mixed", schema, primary_key=["id"], partition_by=["part"], buckets=2)
     seed = [(p, i, -i) for p in PARTITIONS for i in range(0, 40, 3)]
-    table.upsert(pa.table({"part": [r[0] for r in seed], "id": [r[1] for r in seed],
-                           "value": [r[2] for r in seed], "marker": [-1] * len(seed)}))
+    table.upsert(
+        pa.table(
+            {
+                "part": [r[0] for r in seed],
+                "id": [r[1] for r in seed],
+                "value": [r[2] for r in seed],
+                "marker": [-1] * len(seed),
+            }
+        )
+    )
     plans = _mixed_plans()
 
     reports = workers.run("mixed", _warehouse(tmp_path), catalog_url, "conc.mixed", plans)
@@ -429,13 +488,19 @@ def test_concurrent_overwrite_and_upsert_replay_serially(cat: mere.Catalog, cata
     for v in range(2, commits + 1):
         op = landed[v]
         if op["kind"] == "overwrite":
-            state = {k: s for k, s in state.items() if op["partition"] is not None and k[0] != op["partition"]}
+            state = {
+                k: s for k, s in state.items() if op["partition"] is not None and k[0] != op["partition"]
+            }
         for part, i, val in op["rows"]:
             state[(part, i)] = (val, op["marker"])
         seen_markers.add(op["marker"])
-        got = table.scan(version=v).to_arrow().sort_by([("part", "ascending"), ("id", "ascending")]).to_pylist()
+        got = (
+            table.scan(version=v).to_arrow().sort_by([("part", "ascending"), ("id", "ascending")]).to_pylist()
+        )
         want = [{"part": p, "id": i, "value": val, "marker": m} for (p, i), (val, m) in sorted(state.items())]
-        assert got == want, f"version {v} ({op['kind']} {op['partition']} marker {op['marker']}) differs from replay"
+        assert got == want, (
+            f"version {v} ({op['kind']} {op['partition']} marker {op['marker']}) differs from replay"
+        )
 
     final = table.scan().to_arrow()
     assert set(final.column("marker").to_pylist()) <= seen_markers

@@ -46,10 +46,14 @@ UNBLOCK_LIMIT_S = 30.0  # a writer queued behind the dead one must get through w
 
 pytestmark = pytest.mark.timeout(300)
 # Both catalog backends; the PostgreSQL runs carry the ``postgres`` marker (they need the session server).
-BACKENDS = pytest.mark.parametrize("catalog_url", [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-], indirect=True)
+BACKENDS = pytest.mark.parametrize(
+    "catalog_url",
+    [
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ],
+    indirect=True,
+)
 
 
 # -- the child (module level so that ``spawn`` can import it) ------------------------------------------
@@ -122,7 +126,9 @@ def _crash_child(mode: str, warehouse: str, catalog_url: str, probe: str) -> Non
             try:
                 cur.execute(f"SELECT version FROM mere_tables WHERE id = {table_id}")
                 version = int(cur.fetchone()[0])
-                cur.execute(f"SELECT path FROM mere_files WHERE table_id = {table_id} AND added_version = {version}")
+                cur.execute(
+                    f"SELECT path FROM mere_files WHERE table_id = {table_id} AND added_version = {version}"
+                )
                 paths = sorted(r[0] for r in cur.fetchall())
             finally:
                 cur.close()
@@ -182,11 +188,16 @@ def _referenced(table: mere.Table) -> set[str]:
 
 @BACKENDS
 @pytest.mark.parametrize("mode", ["after_file", "inside_file", "mid_commit", "mid_commit_waiter"])
-def test_killed_writer_leaves_table_intact(mode: str, cat: mere.Catalog, catalog_url: str, tmp_path: Path) -> None:
+def test_killed_writer_leaves_table_intact(
+    mode: str, cat: mere.Catalog, catalog_url: str, tmp_path: Path
+) -> None:
     warehouse = str(tmp_path / "warehouse")
-    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("value", pa.int64()), ("note", pa.string())])
-    table = cat.create_table(TABLE, schema, primary_key=["id"], buckets=BUCKETS,
-                             properties={"write.row-group-rows": "4096"})
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False), ("value", pa.int64()), ("note", pa.string())]
+    )
+    table = cat.create_table(
+        TABLE, schema, primary_key=["id"], buckets=BUCKETS, properties={"write.row-group-rows": "4096"}
+    )
     ids = np.arange(1000, dtype=np.int64)
     table.upsert(pa.table({"id": ids, "value": ids, "note": ["first"] * len(ids)}))
     table.upsert(pa.table({"id": ids[::2], "value": -ids[::2], "note": ["second"] * len(ids[::2])}))
@@ -199,7 +210,9 @@ def test_killed_writer_leaves_table_intact(mode: str, cat: mere.Catalog, catalog
 
     probe = tmp_path / "probe.jsonl"
     ctx = mp.get_context("spawn")
-    proc = ctx.Process(target=_crash_child, args=(mode, warehouse, catalog_url, str(probe)), name=f"crash-{mode}")
+    proc = ctx.Process(
+        target=_crash_child, args=(mode, warehouse, catalog_url, str(probe)), name=f"crash-{mode}"
+    )
     proc.start()
     waiter: threading.Thread | None = None
     waiter_out: dict[str, Any] = {}
@@ -210,8 +223,9 @@ def test_killed_writer_leaves_table_intact(mode: str, cat: mere.Catalog, catalog
             def queued_upsert() -> None:
                 try:
                     t = mere.connect(warehouse, catalog=catalog_url).table(TABLE)
-                    waiter_out["record"] = t.upsert(pa.table({"id": [1, 2000], "value": [11, 22],
-                                                              "note": ["waiter", "waiter"]}))
+                    waiter_out["record"] = t.upsert(
+                        pa.table({"id": [1, 2000], "value": [11, 22], "note": ["waiter", "waiter"]})
+                    )
                 except BaseException as e:  # reported below
                     waiter_out["error"] = e
                 finally:
@@ -274,14 +288,16 @@ def test_killed_writer_leaves_table_intact(mode: str, cat: mere.Catalog, catalog
     for t in (table, fresh):
         assert t.version == before["version"] + extra
         history = [(h.version, h.committed_at, h.operation, h.summary) for h in t.history()]
-        assert history[:len(before["history"])] == before["history"]
+        assert history[: len(before["history"])] == before["history"]
         assert len(history) == len(before["history"]) + extra
         for v, rows in enumerate(before["versions"]):
             assert _sorted(t.scan(version=v).to_arrow()) == rows
 
     expected = {r["id"]: r for r in before["versions"][-1]}
     if waiter is not None:
-        expected.update({1: {"id": 1, "value": 11, "note": "waiter"}, 2000: {"id": 2000, "value": 22, "note": "waiter"}})
+        expected.update(
+            {1: {"id": 1, "value": 11, "note": "waiter"}, 2000: {"id": 2000, "value": 22, "note": "waiter"}}
+        )
     assert _sorted(fresh.scan().to_arrow()) == [expected[k] for k in sorted(expected)]
 
     # A new writer gets through: the dead writer's lock is gone (SQLite) / its transaction rolled back (PG).
@@ -289,10 +305,12 @@ def test_killed_writer_leaves_table_intact(mode: str, cat: mere.Catalog, catalog
     rec = fresh.upsert(pa.table({"id": [3, 5000], "value": [33, 55], "note": ["after", "after"]}))
     assert time.monotonic() - started < UNBLOCK_LIMIT_S
     assert rec.version == before["version"] + extra + 1
-    expected.update({3: {"id": 3, "value": 33, "note": "after"}, 5000: {"id": 5000, "value": 55, "note": "after"}})
+    expected.update(
+        {3: {"id": 3, "value": 33, "note": "after"}, 5000: {"id": 5000, "value": 55, "note": "after"}}
+    )
     after = _snapshot(table)
     assert after["versions"][-1] == [expected[k] for k in sorted(expected)]
-    assert after["history"][:len(before["history"])] == before["history"]
+    assert after["history"][: len(before["history"])] == before["history"]
 
     # cleanup removes exactly the orphans, and nothing any version references.
     referenced = _referenced(table)

@@ -106,9 +106,11 @@ class TableDef:
         return pa.schema([c.field for c in self.columns])
 
     def __repr__(self) -> str:  # what a failing example needs to be rebuilt by hand
-        return (f"TableDef(schema={self.columns}, primary_key={self.primary_key}, partition_by={self.partition_by}, "
-                f"buckets={self.buckets}, merge_operators={self.operators}, "
-                f"cdc_column={CDC_COLUMN if self.cdc else None}, properties={self.properties}, pools={self.pools})")
+        return (
+            f"TableDef(schema={self.columns}, primary_key={self.primary_key}, partition_by={self.partition_by}, "
+            f"buckets={self.buckets}, merge_operators={self.operators}, "
+            f"cdc_column={CDC_COLUMN if self.cdc else None}, properties={self.properties}, pools={self.pools})"
+        )
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(repr(self))
@@ -139,9 +141,16 @@ class TableDef:
         schema = self.schema
         if self.cdc_in_schema:
             schema = schema.append(pa.field(CDC_COLUMN, pa.string()))
-        return cat.create_table(name, schema, primary_key=self.primary_key, partition_by=self.partition_by,
-                                buckets=self.buckets, merge_operators=self.operators,
-                                cdc_column=CDC_COLUMN if self.cdc else None, properties=self.properties)
+        return cat.create_table(
+            name,
+            schema,
+            primary_key=self.primary_key,
+            partition_by=self.partition_by,
+            buckets=self.buckets,
+            merge_operators=self.operators,
+            cdc_column=CDC_COLUMN if self.cdc else None,
+            properties=self.properties,
+        )
 
 
 def _slug(text: str) -> str:
@@ -168,16 +177,20 @@ def _pool(draw: st.DrawFn, kind: Kind, size: int) -> list[Any]:
 
 @st.composite
 def table_defs(draw: st.DrawFn) -> TableDef:
-    keys = [Column(f"k{i}", k, nullable=False) for i, k in
-            enumerate(draw(st.lists(st.sampled_from(KEY_KINDS), min_size=1, max_size=2)))]
+    keys = [
+        Column(f"k{i}", k, nullable=False)
+        for i, k in enumerate(draw(st.lists(st.sampled_from(KEY_KINDS), min_size=1, max_size=2)))
+    ]
     mode = draw(st.sampled_from(["none", "one", "one", "two", "key"]))
     parts: list[Column] = []
     if mode == "key" and keys[0].kind.partition_ok:
         partition_by = [keys[0].name]
     else:
         n = {"none": 0, "one": 1, "two": 2, "key": 1}[mode]
-        parts = [Column(f"p{i}", k) for i, k in enumerate(draw(st.lists(st.sampled_from(PARTITION_KINDS),
-                                                                          min_size=n, max_size=n)))]
+        parts = [
+            Column(f"p{i}", k)
+            for i, k in enumerate(draw(st.lists(st.sampled_from(PARTITION_KINDS), min_size=n, max_size=n)))
+        ]
         partition_by = [p.name for p in parts]
     kinds = draw(st.lists(st.sampled_from(VALUE_KINDS), min_size=1, max_size=7))
     values = [Column(f"v{i}_{_slug(k.name)}", k) for i, k in enumerate(kinds)]
@@ -199,8 +212,16 @@ def table_defs(draw: st.DrawFn) -> TableDef:
         values[draw(st.integers(0, len(values) - 1))].nullable = False
     columns = draw(st.permutations(keys + parts + values))
     cdc = draw(st.booleans())
-    tdef = TableDef(list(columns), [k.name for k in keys], partition_by, draw(st.integers(1, 8)), operators,
-                    cdc=cdc, cdc_in_schema=cdc and draw(st.booleans()), properties=dict(draw(st.sampled_from(TINY_IO))))
+    tdef = TableDef(
+        list(columns),
+        [k.name for k in keys],
+        partition_by,
+        draw(st.integers(1, 8)),
+        operators,
+        cdc=cdc,
+        cdc_in_schema=cdc and draw(st.booleans()),
+        properties=dict(draw(st.sampled_from(TINY_IO))),
+    )
     for k in keys:
         tdef.pools[k.name] = [False, True] if k.kind.family == "bool" else _pool(draw, k.kind, 6)
     for p in parts:
@@ -217,13 +238,24 @@ def lossless_alternative(kind: Kind, values: list[Any]) -> st.SearchStrategy[pa.
     present = [v for v in values if v is not None]
     options: list[pa.Array | None] = [None]
     if kind.family == "int":
-        for other in (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()):
+        for other in (
+            pa.int8(),
+            pa.int16(),
+            pa.int32(),
+            pa.int64(),
+            pa.uint8(),
+            pa.uint16(),
+            pa.uint32(),
+            pa.uint64(),
+        ):
             lo, hi = int_range(other)
             if other != t and all(lo <= v <= hi for v in present):
                 options.append(pa.array(values, other))
     elif kind.family == "float":
         limit = 2**24 if t == pa.float32() else 2**53
-        if all(math.isfinite(v) and v == int(v) and abs(v) <= limit and math.copysign(1, v) > 0 for v in present):
+        if all(
+            math.isfinite(v) and v == int(v) and abs(v) <= limit and math.copysign(1, v) > 0 for v in present
+        ):
             options.append(pa.array([None if v is None else int(v) for v in values], pa.int64()))
     elif t == pa.large_string():
         options.append(pa.array(values, pa.string()))
@@ -240,8 +272,15 @@ class Batch:
 
 
 @st.composite
-def batches(draw: st.DrawFn, tdef: TableDef, columns: list[str], max_rows: int = 8, cdc: bool = False,
-            fixed: dict[str, Any] | None = None, min_rows: int = 0) -> Batch:
+def batches(
+    draw: st.DrawFn,
+    tdef: TableDef,
+    columns: list[str],
+    max_rows: int = 8,
+    cdc: bool = False,
+    fixed: dict[str, Any] | None = None,
+    min_rows: int = 0,
+) -> Batch:
     """Rows over ``columns`` (identity columns always included); ``fixed`` pins some identity values."""
     fixed = fixed or {}
     names = [c.name for c in tdef.columns if c.name in tdef.identity or c.name in columns]
@@ -256,8 +295,17 @@ def batches(draw: st.DrawFn, tdef: TableDef, columns: list[str], max_rows: int =
             raw[name] = draw(st.lists(tdef.col(name).strategy(), min_size=n, max_size=n))
     changes = None
     if cdc:
-        changes = draw(st.lists(st.one_of(st.sampled_from(UPSERT_SPELLINGS), st.sampled_from(DELETE_SPELLINGS),
-                                          st.sampled_from(IGNORE_SPELLINGS)), min_size=n, max_size=n))
+        changes = draw(
+            st.lists(
+                st.one_of(
+                    st.sampled_from(UPSERT_SPELLINGS),
+                    st.sampled_from(DELETE_SPELLINGS),
+                    st.sampled_from(IGNORE_SPELLINGS),
+                ),
+                min_size=n,
+                max_size=n,
+            )
+        )
         # A delete carries only its key: its other values may be null, NOT NULL columns included.
         for name in names:
             if not tdef.col(name).nullable and name not in tdef.identity and draw(st.booleans()):
@@ -309,20 +357,29 @@ def atoms(draw: st.DrawFn, tdef: TableDef, pools: dict[str, list[Any]], kw: Call
         return Filter(text, f"(NOT ({duck}))" if negated else f"({duck})")
     if shape == "between":
         lo, hi, negated = draw(lits), draw(lits), draw(st.booleans())
-        text = f"{ident} {kw('NOT BETWEEN') if negated else kw('BETWEEN')} {lo.mere()} {kw('AND')} {hi.mere()}"
+        text = (
+            f"{ident} {kw('NOT BETWEEN') if negated else kw('BETWEEN')} {lo.mere()} {kw('AND')} {hi.mere()}"
+        )
         duck = f"(({kind.duck_compare(c.name, '>=', lo)}) AND ({kind.duck_compare(c.name, '<=', hi)}))"
         return Filter(text, f"(NOT {duck})" if negated else duck)
     if shape == "null":
         negated = draw(st.booleans())
-        return Filter(f"{ident} {kw('IS NOT NULL') if negated else kw('IS NULL')}",
-                      f"({quote(c.name)} IS {'NOT ' if negated else ''}NULL)")
+        return Filter(
+            f"{ident} {kw('IS NOT NULL') if negated else kw('IS NULL')}",
+            f"({quote(c.name)} IS {'NOT ' if negated else ''}NULL)",
+        )
     value = draw(st.booleans())
     return Filter(kw("TRUE" if value else "FALSE"), "TRUE" if value else "FALSE")
 
 
 @st.composite
-def filters(draw: st.DrawFn, tdef: TableDef, pools: dict[str, list[Any]], depth: int = 0,
-            style: tuple[bool, bool] | None = None) -> Filter:
+def filters(
+    draw: st.DrawFn,
+    tdef: TableDef,
+    pools: dict[str, list[Any]],
+    depth: int = 0,
+    style: tuple[bool, bool] | None = None,
+) -> Filter:
     """A random filter; mere gets SQL-like text (keywords in random case, minimal or full parentheses)."""
     lower, full_parens = style if style is not None else (draw(st.booleans()), draw(st.booleans()))
 
@@ -369,9 +426,13 @@ def duck_schema(tdef: TableDef) -> pa.Schema:
 # -- reads -----------------------------------------------------------------------------------------------
 
 
-def assert_rows(got: pa.Table, want: list[dict[str, Any]], columns: list[str], tdef: TableDef, what: str) -> None:
+def assert_rows(
+    got: pa.Table, want: list[dict[str, Any]], columns: list[str], tdef: TableDef, what: str
+) -> None:
     signless = tdef.signless()
-    problem = diff(canon_rows(got.to_pylist(), columns, signless), canon_rows(want, columns, signless), columns)
+    problem = diff(
+        canon_rows(got.to_pylist(), columns, signless), canon_rows(want, columns, signless), columns
+    )
     assert not problem, f"{what}: {problem}"
 
 
@@ -410,13 +471,19 @@ class DifferentialMachine(RuleBasedStateMachine):
         except mere.MereError as e:
             assert allowed, f"{what} raised {type(e).__name__}: {e}"
             assert any(isinstance(e, getattr(errors, name)) for name in allowed), (
-                f"{what} raised {type(e).__name__}: {e}; expected one of {sorted(allowed)}")
+                f"{what} raised {type(e).__name__}: {e}; expected one of {sorted(allowed)}"
+            )
             assert self.t.version == before, f"{what} failed but committed a version"
-            if outcome is not None and "SumOverflow" in outcome.must_fail and isinstance(e, errors.SumOverflow):
+            if (
+                outcome is not None
+                and "SumOverflow" in outcome.must_fail
+                and isinstance(e, errors.SumOverflow)
+            ):
                 self._check_names_key(e, outcome)
             return
         assert outcome is None or not outcome.must_fail, (
-            f"{what} should have raised {sorted(outcome.must_fail)}; it committed version {self.t.version}")
+            f"{what} should have raised {sorted(outcome.must_fail)}; it committed version {self.t.version}"
+        )
         assert self.t.version == before + 1, f"{what}: version {before} -> {self.t.version}"
         if outcome is not None:
             self.model.rows = outcome.rows
@@ -428,7 +495,8 @@ class DifferentialMachine(RuleBasedStateMachine):
         # Only keys whose text is unambiguous (dates, bytes or decimals could be spelt many ways).
         if keys and all(isinstance(v, int | str) and not isinstance(v, bool) for k in keys for v in k):
             assert any(all(str(v) in str(e) or repr(v) in str(e) for v in k) for k in keys), (
-                f"SumOverflow should name the key, one of {keys[:3]}: {e}")
+                f"SumOverflow should name the key, one of {keys[:3]}: {e}"
+            )
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -436,10 +504,13 @@ class DifferentialMachine(RuleBasedStateMachine):
     def upsert(self, data: st.DataObject) -> None:
         values = self.tdef.value_columns
         partial = data.draw(st.booleans(), label="partial")
-        cols = data.draw(st.lists(st.sampled_from(values), unique=True), label="columns") if partial else values
+        cols = (
+            data.draw(st.lists(st.sampled_from(values), unique=True), label="columns") if partial else values
+        )
         # Now and then a batch big enough for many row groups and read windows (with TINY_IO).
-        batch = data.draw(batches(self.tdef, cols, max_rows=data.draw(st.sampled_from([8, 8, 8, 40])),
-                                  min_rows=1))
+        batch = data.draw(
+            batches(self.tdef, cols, max_rows=data.draw(st.sampled_from([8, 8, 8, 40])), min_rows=1)
+        )
         outcome = self.model.apply(batch.rows)
         self._write("upsert", lambda: self.t.upsert(batch.table), outcome)
         self.check(data)
@@ -449,7 +520,9 @@ class DifferentialMachine(RuleBasedStateMachine):
         if not self.tdef.cdc:
             return self.upsert(data)
         values = self.tdef.value_columns
-        cols = data.draw(st.one_of(st.just(values), st.lists(st.sampled_from(values), unique=True)), label="columns")
+        cols = data.draw(
+            st.one_of(st.just(values), st.lists(st.sampled_from(values), unique=True)), label="columns"
+        )
         batch = data.draw(batches(self.tdef, cols, max_rows=10, cdc=True))
         outcome = self.model.apply(batch.rows, batch.changes)
         self._write("cdc upsert", lambda: self.t.upsert(batch.table), outcome)
@@ -458,7 +531,9 @@ class DifferentialMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def delete_keys(self, data: st.DataObject) -> None:
-        bare = len(self.tdef.identity) > len(self.tdef.primary_key) and data.draw(st.booleans(), label="bare keys")
+        bare = len(self.tdef.identity) > len(self.tdef.primary_key) and data.draw(
+            st.booleans(), label="bare keys"
+        )
         cols = self.tdef.primary_key if bare else self.tdef.identity
         n = data.draw(st.integers(0, 5))
         keys = [tuple(data.draw(st.sampled_from(self.tdef.pools[c])) for c in cols) for _ in range(n)]
@@ -494,8 +569,11 @@ class DifferentialMachine(RuleBasedStateMachine):
             names = data.draw(st.lists(st.sampled_from(tdef.partition_by), min_size=1, unique=True))
             fixed = {c: data.draw(st.sampled_from(tdef.pools[c])) for c in names}
         # Columns left out of an overwrite are null (NOT NULL ones must be there, or it is rejected).
-        dropped = data.draw(st.lists(st.sampled_from(tdef.value_columns), unique=True, max_size=2)) \
-            if data.draw(st.integers(0, 3)) == 0 else []
+        dropped = (
+            data.draw(st.lists(st.sampled_from(tdef.value_columns), unique=True, max_size=2))
+            if data.draw(st.integers(0, 3)) == 0
+            else []
+        )
         cols = [c for c in tdef.value_columns if c not in dropped]
         batch = data.draw(batches(tdef, cols, fixed=fixed))
         full = [{**{c: None for c in dropped}, **r} for r in batch.rows]
@@ -505,8 +583,11 @@ class DifferentialMachine(RuleBasedStateMachine):
             outcome.must_fail.discard("SchemaMismatch")
         if any(not tdef.col(c).nullable for c in dropped):
             outcome.must_fail.add("SchemaMismatch")
-        self._write(f"overwrite {fixed or 'all'}", lambda: self.t.overwrite(batch.table, partition=fixed or None),
-                    outcome)
+        self._write(
+            f"overwrite {fixed or 'all'}",
+            lambda: self.t.overwrite(batch.table, partition=fixed or None),
+            outcome,
+        )
         self.check(data)
 
     @rule(data=st.data())
@@ -529,11 +610,15 @@ class DifferentialMachine(RuleBasedStateMachine):
         try:
             case.call(self.t)
         except mere.MereError as e:
-            assert isinstance(e, case.error), f"{case.name}: expected {case.error.__name__}, got {type(e).__name__}: {e}"
+            assert isinstance(e, case.error), (
+                f"{case.name}: expected {case.error.__name__}, got {type(e).__name__}: {e}"
+            )
         except Exception as e:
             raise AssertionError(f"{case.name}: {type(e).__name__} is not a MereError: {e}") from e
         else:
-            raise AssertionError(f"{case.name}: nothing raised (version {before_version} -> {self.t.version})")
+            raise AssertionError(
+                f"{case.name}: nothing raised (version {before_version} -> {self.t.version})"
+            )
         assert self.t.version == before_version, f"{case.name}: committed version {self.t.version}"
         assert self._rows() == before_rows, f"{case.name}: rows changed"
         self.check(data)
@@ -556,7 +641,9 @@ class DifferentialMachine(RuleBasedStateMachine):
         cols = data.draw(st.lists(st.sampled_from(names), unique=True, max_size=4), label="projection")
         projected = t.scan(columns=cols).to_arrow()
         assert projected.schema.names == cols
-        assert projected.num_rows == len(want), f"projection {cols}: {projected.num_rows} rows, want {len(want)}"
+        assert projected.num_rows == len(want), (
+            f"projection {cols}: {projected.num_rows} rows, want {len(want)}"
+        )
         assert_rows(projected, want, cols, tdef, f"projection {cols}")
         if not cols:  # the streaming path counts rows without any column
             assert t.scan(columns=[]).count() == len(want)
@@ -576,8 +663,13 @@ class DifferentialMachine(RuleBasedStateMachine):
             if data.draw(st.booleans()):  # an old version, filtered
                 f = data.draw(filters(tdef, value_pools(tdef, rows)), label="old filter")
                 hit = duck_select(self.duck, duck_schema(tdef), rows, f.duck)
-                assert_rows(t.scan(version=v, filter=f.mere).to_arrow(), [rows[i] for i in hit], names, tdef,
-                            f"version {v} with filter {f.mere!r} (DuckDB: {f.duck})")
+                assert_rows(
+                    t.scan(version=v, filter=f.mere).to_arrow(),
+                    [rows[i] for i in hit],
+                    names,
+                    tdef,
+                    f"version {v} with filter {f.mere!r} (DuckDB: {f.duck})",
+                )
 
 
 # -- bad input -------------------------------------------------------------------------------------------
@@ -596,7 +688,9 @@ def _good_rows(draw: st.DrawFn, tdef: TableDef, n: int) -> dict[str, list[Any]]:
         if c.name in tdef.identity:
             out[c.name] = draw(st.lists(st.sampled_from(tdef.pools[c.name]), min_size=n, max_size=n))
         elif tdef.operators.get(c.name) == "sum" and c.kind.family == "int":
-            out[c.name] = [None if c.nullable else 0] * n  # never an overflow: the case must fail for its own reason
+            out[c.name] = [
+                None if c.nullable else 0
+            ] * n  # never an overflow: the case must fail for its own reason
         else:
             out[c.name] = draw(st.lists(c.strategy(), min_size=n, max_size=n))
     return out
@@ -612,16 +706,24 @@ def wrong_values(kind: Kind) -> list[tuple[str, pa.Array]]:
     out: list[tuple[str, pa.Array]] = []
     if f == "int":
         lo, hi = int_range(t)
-        out += [("numeric string", pa.array(["12"])), ("text", pa.array(["abc"])), ("bool", pa.array([True])),
-                ("fraction", pa.array([1.5]))]
+        out += [
+            ("numeric string", pa.array(["12"])),
+            ("text", pa.array(["abc"])),
+            ("bool", pa.array([True])),
+            ("fraction", pa.array([1.5])),
+        ]
         if lo > -(2**63):
             out.append(("too small", pa.array([lo - 1], pa.int64())))
         if hi < 2**63 - 1:
             out.append(("too big", pa.array([hi + 1], pa.uint64())))
     elif f == "float":
         inexact = 2**24 + 1 if t == pa.float32() else 2**53 + 1
-        out += [("numeric string", pa.array(["12.5"])), ("NaN string", pa.array(["NaN"])),
-                ("inexact int", pa.array([inexact], pa.int64())), ("bool", pa.array([True]))]
+        out += [
+            ("numeric string", pa.array(["12.5"])),
+            ("NaN string", pa.array(["NaN"])),
+            ("inexact int", pa.array([inexact], pa.int64())),
+            ("bool", pa.array([True])),
+        ]
     elif f == "dec":
         p, s = t.precision, t.scale
         out.append(("numeric string", pa.array(["1.5"])))
@@ -637,16 +739,22 @@ def wrong_values(kind: Kind) -> list[tuple[str, pa.Array]]:
     elif f == "bin":
         out += [("int", pa.array([5]))]
     elif f == "date":
-        out += [("date string", pa.array(["2026-11-02"])), ("timestamp with time", pa.array(
-            [dt.datetime(2026, 11, 2, 12)], pa.timestamp("us")))]
+        out += [
+            ("date string", pa.array(["2026-11-02"])),
+            ("timestamp with time", pa.array([dt.datetime(2026, 11, 2, 12)], pa.timestamp("us"))),
+        ]
     elif f == "ts":
         out += [("timestamp string", pa.array(["2026-11-02 00:00:00"])), ("int", pa.array([5]))]
     elif f == "tstz":
-        out += [("naive timestamp", pa.array([dt.datetime(2026, 11, 2)], pa.timestamp("us"))),
-                ("timestamp string", pa.array(["2026-11-02 00:00:00+00:00"]))]
+        out += [
+            ("naive timestamp", pa.array([dt.datetime(2026, 11, 2)], pa.timestamp("us"))),
+            ("timestamp string", pa.array(["2026-11-02 00:00:00+00:00"])),
+        ]
     elif kind.name == "list_int32":
-        out += [("list of too-big ints", pa.array([[2**40]], pa.list_(pa.int64()))),
-                ("list of strings", pa.array([["x"]], pa.list_(pa.string())))]
+        out += [
+            ("list of too-big ints", pa.array([[2**40]], pa.list_(pa.int64()))),
+            ("list of strings", pa.array([["x"]], pa.list_(pa.string()))),
+        ]
     elif kind.name == "struct":
         out += [("struct with a string a", pa.array([{"a": "x", "b": "y"}]))]
     return out
@@ -669,26 +777,44 @@ def bad_writes(draw: st.DrawFn, tdef: TableDef, model: Model) -> BadWrite:
             bad[c.name] = pa.concat_arrays([one] * n) if len(one) == 1 else one
             upsert(f"{what} into {c.name} ({c.kind.type})", bad, errors.SchemaMismatch)
             # The same, with the bad column alone (a partial upsert).
-            upsert(f"{what} into {c.name} ({c.kind.type}), partial",
-                   {k: v for k, v in bad.items() if k in tdef.identity or k == c.name}, errors.SchemaMismatch)
+            upsert(
+                f"{what} into {c.name} ({c.kind.type}), partial",
+                {k: v for k, v in bad.items() if k in tdef.identity or k == c.name},
+                errors.SchemaMismatch,
+            )
     for k in tdef.primary_key:
         bad = dict(arrays)
         bad[k] = pa.array([None] * n, tdef.col(k).kind.type)
         upsert(f"null key {k}", bad, errors.NullKey)
         upsert(f"missing key {k}", {c: v for c, v in arrays.items() if c != k}, errors.SchemaMismatch)
-        cases.append(BadWrite(f"delete keys with a null {k}", lambda t, bad=bad: t.delete(pa.table(
-            {c: bad[c] for c in tdef.identity})), errors.NullKey))
+        cases.append(
+            BadWrite(
+                f"delete keys with a null {k}",
+                lambda t, bad=bad: t.delete(pa.table({c: bad[c] for c in tdef.identity})),
+                errors.NullKey,
+            )
+        )
     for p in tdef.partition_by:
         if p not in tdef.primary_key:
-            upsert(f"missing partition column {p}", {c: v for c, v in arrays.items() if c != p},
-                   errors.SchemaMismatch)
+            upsert(
+                f"missing partition column {p}",
+                {c: v for c, v in arrays.items() if c != p},
+                errors.SchemaMismatch,
+            )
     for c in tdef.columns:
         if not c.nullable and c.name not in tdef.primary_key:
             bad = dict(arrays)
             bad[c.name] = pa.array([None] * n, c.kind.type)
             upsert(f"null in NOT NULL {c.name}", bad, errors.SchemaMismatch)
-            cases.append(BadWrite(f"overwrite without NOT NULL {c.name}", lambda t, name=c.name: t.overwrite(
-                pa.table({k: v for k, v in arrays.items() if k != name})), errors.SchemaMismatch))
+            cases.append(
+                BadWrite(
+                    f"overwrite without NOT NULL {c.name}",
+                    lambda t, name=c.name: t.overwrite(
+                        pa.table({k: v for k, v in arrays.items() if k != name})
+                    ),
+                    errors.SchemaMismatch,
+                )
+            )
     upsert("unknown column", {**arrays, "no_such_column": pa.array([1] * n)}, errors.SchemaMismatch)
     if tdef.cdc:
         upsert("unknown change", {**arrays, CDC_COLUMN: pa.array(["X"] * n)}, errors.InvalidInput)
@@ -696,8 +822,13 @@ def bad_writes(draw: st.DrawFn, tdef: TableDef, model: Model) -> BadWrite:
     cases.append(BadWrite("delete(None)", lambda t: t.delete(None), mere.MereError))
     ints = [c for c in tdef.columns if c.kind.family == "int" and c.kind.filterable]
     if ints:
-        cases.append(BadWrite("delete with a text literal for an int column",
-                              lambda t: t.delete(f"{quote(ints[0].name)} = 'abc'"), errors.FilterError))
+        cases.append(
+            BadWrite(
+                "delete with a text literal for an int column",
+                lambda t: t.delete(f"{quote(ints[0].name)} = 'abc'"),
+                errors.FilterError,
+            )
+        )
     # Two rows of a partition overwrite that belong to another partition.
     parts = [p for p in tdef.partition_by if len([v for v in tdef.pools[p]]) > 1]
     if parts:
@@ -706,16 +837,22 @@ def bad_writes(draw: st.DrawFn, tdef: TableDef, model: Model) -> BadWrite:
         bad = dict(raw)
         bad[p] = [b] * n
         table = pa.table(_typed(tdef, bad))
-        cases.append(BadWrite(f"overwrite {p}={a!r} with rows of {p}={b!r}",
-                              lambda t: t.overwrite(table, partition={p: a}), errors.InvalidInput))
+        cases.append(
+            BadWrite(
+                f"overwrite {p}={a!r} with rows of {p}={b!r}",
+                lambda t: t.overwrite(table, partition={p: a}),
+                errors.InvalidInput,
+            )
+        )
     # A sum that leaves its integer type, with the existing state counted in.
     for c in tdef.columns:
         if tdef.operators.get(c.name) == "sum" and c.kind.family == "int":
             hi = int_range(c.kind.type)[1]
             rows = {k: [v[0]] * 3 for k, v in raw.items()}
             rows[c.name] = [hi] * 3
-            outcome = model.apply([{k: canon(v, tdef.col(k).kind.type)[i] for k, v in rows.items()}
-                                   for i in range(3)])
+            outcome = model.apply(
+                [{k: canon(v, tdef.col(k).kind.type)[i] for k, v in rows.items()} for i in range(3)]
+            )
             if "SumOverflow" in outcome.must_fail:
                 upsert(f"sum overflow in {c.name}", _typed(tdef, rows), errors.SumOverflow)
     # A bad row in the second record batch of a stream: nothing of the first may land.
@@ -724,26 +861,45 @@ def bad_writes(draw: st.DrawFn, tdef: TableDef, model: Model) -> BadWrite:
         bad = dict(arrays)
         bad[k] = pa.array([None] * n, tdef.col(k).kind.type)
         good_t, bad_t = pa.table(arrays), pa.table(bad)
-        cases.append(BadWrite("null key in a later batch", lambda t: t.upsert(pa.RecordBatchReader.from_batches(
-            good_t.schema, good_t.to_batches() + bad_t.to_batches())), errors.NullKey))
+        cases.append(
+            BadWrite(
+                "null key in a later batch",
+                lambda t: t.upsert(
+                    pa.RecordBatchReader.from_batches(good_t.schema, good_t.to_batches() + bad_t.to_batches())
+                ),
+                errors.NullKey,
+            )
+        )
     return draw(st.sampled_from(cases))
 
 
 TestDifferential = DifferentialMachine.TestCase
-TestDifferential.settings = settings(max_examples=30, stateful_step_count=20, deadline=None,
-                                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                                            HealthCheck.data_too_large])
+TestDifferential.settings = settings(
+    max_examples=30,
+    stateful_step_count=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+)
 
 
 # -- focused properties ----------------------------------------------------------------------------------
 
-FOCUSED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                                         HealthCheck.filter_too_much, HealthCheck.data_too_large])
+FOCUSED = settings(
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.filter_too_much,
+        HealthCheck.data_too_large,
+    ],
+)
 
 
 @settings(FOCUSED, max_examples=30)
 @given(tdef=table_defs(), data=st.data())
-def test_filters_match_duckdb(tmp_path_factory: pytest.TempPathFactory, tdef: TableDef, data: st.DataObject) -> None:
+def test_filters_match_duckdb(
+    tmp_path_factory: pytest.TempPathFactory, tdef: TableDef, data: st.DataObject
+) -> None:
     """Many random filters over one table: every one must keep exactly the rows DuckDB keeps."""
     t = tdef.create(mere.connect(str(tmp_path_factory.mktemp("wh"))), "diff.filters")
     model = tdef.model()
@@ -769,8 +925,11 @@ def test_filters_match_duckdb(tmp_path_factory: pytest.TempPathFactory, tdef: Ta
                 failures.append(f"{f.mere!r}: {type(e).__name__}: {e}")
                 continue
             signless = tdef.signless()
-            if problem := diff(canon_rows(got.to_pylist(), names, signless),
-                               canon_rows([want[i] for i in hit], names, signless), names):
+            if problem := diff(
+                canon_rows(got.to_pylist(), names, signless),
+                canon_rows([want[i] for i in hit], names, signless),
+                names,
+            ):
                 failures.append(f"{f.mere!r} (DuckDB: {f.duck}): {problem}")
         assert not failures, "\n".join(failures)
     finally:
@@ -779,8 +938,9 @@ def test_filters_match_duckdb(tmp_path_factory: pytest.TempPathFactory, tdef: Ta
 
 @settings(FOCUSED, max_examples=40)
 @given(tdef=table_defs(), data=st.data())
-def test_bad_input_changes_nothing(tmp_path_factory: pytest.TempPathFactory, tdef: TableDef,
-                                   data: st.DataObject) -> None:
+def test_bad_input_changes_nothing(
+    tmp_path_factory: pytest.TempPathFactory, tdef: TableDef, data: st.DataObject
+) -> None:
     """Every kind of bad input this schema allows must raise its typed error and leave the table as it was."""
     t = tdef.create(mere.connect(str(tmp_path_factory.mktemp("wh"))), "diff.bad")
     model = tdef.model()
@@ -813,14 +973,23 @@ def test_bad_input_changes_nothing(tmp_path_factory: pytest.TempPathFactory, tde
 
 @settings(FOCUSED, max_examples=10)
 @given(rows=st.lists(st.tuples(*[nullable(k.values) for k in VALUE_KINDS]), min_size=6, max_size=6))
-def test_every_type_round_trips(tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[Any, ...]]) -> None:
+def test_every_type_round_trips(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[Any, ...]]
+) -> None:
     """One table with every value kind: written, merged, projected and read at an older version."""
-    schema = pa.schema([pa.field("k", pa.int64(), nullable=False)]
-                       + [pa.field(f"c{i}", k.type) for i, k in enumerate(VALUE_KINDS)])
-    t = mere.connect(str(tmp_path_factory.mktemp("wh"))).create_table("diff.types", schema, primary_key=["k"],
-                                                                      buckets=3)
-    first = pa.table({"k": list(range(6)), **{f"c{i}": pa.array([r[i] for r in rows], k.type)
-                                               for i, k in enumerate(VALUE_KINDS)}})
+    schema = pa.schema(
+        [pa.field("k", pa.int64(), nullable=False)]
+        + [pa.field(f"c{i}", k.type) for i, k in enumerate(VALUE_KINDS)]
+    )
+    t = mere.connect(str(tmp_path_factory.mktemp("wh"))).create_table(
+        "diff.types", schema, primary_key=["k"], buckets=3
+    )
+    first = pa.table(
+        {
+            "k": list(range(6)),
+            **{f"c{i}": pa.array([r[i] for r in rows], k.type) for i, k in enumerate(VALUE_KINDS)},
+        }
+    )
     t.upsert(first)
     second = first.slice(0, 3).set_column(0, "k", pa.array([3, 4, 6], pa.int64()))  # replaces 3 and 4, adds 6
     t.upsert(second)
@@ -832,10 +1001,15 @@ def test_every_type_round_trips(tmp_path_factory: pytest.TempPathFactory, rows: 
     problem = diff(canon_rows(got.to_pylist(), names), canon_rows(want.values(), names), names)
     assert not problem, problem
     sub = ["c3", *[f"c{i}" for i, k in enumerate(VALUE_KINDS) if k.family == "nested"]]
-    problem = diff(canon_rows(t.scan(columns=sub).to_arrow().to_pylist(), sub), canon_rows(want.values(), sub), sub)
+    problem = diff(
+        canon_rows(t.scan(columns=sub).to_arrow().to_pylist(), sub), canon_rows(want.values(), sub), sub
+    )
     assert not problem, problem
-    problem = diff(canon_rows(t.scan(version=1).to_arrow().to_pylist(), names), canon_rows(first.to_pylist(), names),
-                   names)
+    problem = diff(
+        canon_rows(t.scan(version=1).to_arrow().to_pylist(), names),
+        canon_rows(first.to_pylist(), names),
+        names,
+    )
     assert not problem, problem
 
 
@@ -843,8 +1017,9 @@ def test_every_type_round_trips(tmp_path_factory: pytest.TempPathFactory, rows: 
 def test_sum_overflow_is_rejected_and_uint64_sums_reach_the_top(tmp_path: Path, typ: pa.DataType) -> None:
     lo, hi = int_range(typ)
     schema = pa.schema([("k", pa.int64()), ("q", typ)])
-    t = mere.connect(str(tmp_path)).create_table("diff.sums", schema, primary_key=["k"], buckets=2,
-                                                 merge_operators={"q": "sum"})
+    t = mere.connect(str(tmp_path)).create_table(
+        "diff.sums", schema, primary_key=["k"], buckets=2, merge_operators={"q": "sum"}
+    )
     half = hi // 2
     t.upsert(pa.table({"k": [7, 8], "q": pa.array([half, 1], typ)}))
     t.upsert(pa.table({"k": [7], "q": pa.array([hi - half], typ)}))  # exactly the maximum
@@ -868,20 +1043,34 @@ def test_sum_overflow_is_rejected_and_uint64_sums_reach_the_top(tmp_path: Path, 
 
 def test_not_null_column_and_new_keys(tmp_path: Path) -> None:
     """Leaving out a NOT NULL column is fine for existing keys (NULL partition included), not for new ones."""
-    schema = pa.schema([pa.field("k", pa.int64()), pa.field("p", pa.string()),
-                        pa.field("amount", pa.int64(), nullable=False), pa.field("note", pa.string())])
-    t = mere.connect(str(tmp_path)).create_table("diff.nn", schema, primary_key=["k"], partition_by=["p"],
-                                                 buckets=2, cdc_column="op")
-    t.upsert(pa.table({"k": [1, 2], "p": pa.array([None, "a"], pa.string()), "amount": [10, 20],
-                       "note": ["x", "y"]}))
+    schema = pa.schema(
+        [
+            pa.field("k", pa.int64()),
+            pa.field("p", pa.string()),
+            pa.field("amount", pa.int64(), nullable=False),
+            pa.field("note", pa.string()),
+        ]
+    )
+    t = mere.connect(str(tmp_path)).create_table(
+        "diff.nn", schema, primary_key=["k"], partition_by=["p"], buckets=2, cdc_column="op"
+    )
+    t.upsert(
+        pa.table(
+            {"k": [1, 2], "p": pa.array([None, "a"], pa.string()), "amount": [10, 20], "note": ["x", "y"]}
+        )
+    )
     t.upsert(pa.table({"k": [1, 2], "p": pa.array([None, "a"], pa.string()), "note": ["x2", "y2"]}))
     assert sorted((r["k"], r["p"], r["amount"], r["note"]) for r in t.scan().to_arrow().to_pylist()) == [
-        (1, None, 10, "x2"), (2, "a", 20, "y2")]
+        (1, None, 10, "x2"),
+        (2, "a", 20, "y2"),
+    ]
     version = t.version
     for case, batch in {
         "new key": pa.table({"k": [3], "p": ["a"], "note": ["z"]}),
         "existing key in another partition": pa.table({"k": [1], "p": ["a"], "note": ["z"]}),
-        "delete then re-insert": pa.table({"k": [2, 2], "p": ["a", "a"], "note": ["z", "z"], "op": ["D", "I"]}),
+        "delete then re-insert": pa.table(
+            {"k": [2, 2], "p": ["a", "a"], "note": ["z", "z"], "op": ["D", "I"]}
+        ),
     }.items():
         with pytest.raises(errors.SchemaMismatch):
             t.upsert(batch)
@@ -905,8 +1094,9 @@ def test_delete_none_is_an_error_and_true_deletes_all(tmp_path: Path) -> None:
 def test_float_sums_of_opposite_infinities_are_nan(tmp_path: Path) -> None:
     """inf + -inf is NaN (IEEE), in one batch and across commits, without a warning (pytest makes them errors)."""
     schema = pa.schema([("k", pa.int64()), ("x", pa.float64()), ("y", pa.float32())])
-    t = mere.connect(str(tmp_path)).create_table("diff.inf", schema, primary_key=["k"], buckets=2,
-                                                 merge_operators={"x": "sum", "y": "sum"})
+    t = mere.connect(str(tmp_path)).create_table(
+        "diff.inf", schema, primary_key=["k"], buckets=2, merge_operators={"x": "sum", "y": "sum"}
+    )
     inf = math.inf
     t.upsert(pa.table({"k": [1, 1, 2], "x": [inf, -inf, inf], "y": pa.array([-inf, inf, 1.5], pa.float32())}))
     t.upsert(pa.table({"k": [2], "x": [-inf], "y": pa.array([-inf], pa.float32())}))
@@ -917,27 +1107,43 @@ def test_float_sums_of_opposite_infinities_are_nan(tmp_path: Path) -> None:
 @pytest.mark.parametrize("operators", [{}, {"n": "last_non_null"}])
 def test_not_null_column_after_compaction(tmp_path: Path, operators: dict[str, str]) -> None:
     """Compacted files and newer files of one split must merge whatever nullability each file's schema says."""
-    schema = pa.schema([pa.field("k", pa.int64()), pa.field("d", pa.string(), nullable=False),
-                        pa.field("n", pa.int64())])
-    t = mere.connect(str(tmp_path)).create_table("diff.nnc", schema, primary_key=["k"], buckets=1,
-                                                 merge_operators=operators)
+    schema = pa.schema(
+        [pa.field("k", pa.int64()), pa.field("d", pa.string(), nullable=False), pa.field("n", pa.int64())]
+    )
+    t = mere.connect(str(tmp_path)).create_table(
+        "diff.nnc", schema, primary_key=["k"], buckets=1, merge_operators=operators
+    )
     t.upsert(pa.table({"k": [1, 2], "d": ["a", "b"], "n": [1, 2]}))
     t.compact(min_files=1)
     t.upsert(pa.table({"k": [3], "d": ["c"], "n": [3]}))
     assert sorted(t.scan().to_arrow().to_pylist(), key=lambda r: r["k"]) == [
-        {"k": 1, "d": "a", "n": 1}, {"k": 2, "d": "b", "n": 2}, {"k": 3, "d": "c", "n": 3}]
+        {"k": 1, "d": "a", "n": 1},
+        {"k": 2, "d": "b", "n": 2},
+        {"k": 3, "d": "c", "n": 3},
+    ]
 
 
 # A sanity check of the oracle itself, so that a failure above is mere's and not DuckDB spelling.
 def test_duckdb_oracle_spelling() -> None:
     con = duck_connect()
-    schema = pa.schema([("f", pa.float32()), ("d", pa.decimal128(5, 2)), ("i", pa.int8()),
-                        ("z", pa.timestamp("us", "Europe/Paris"))])
-    rows = [{"f": math.nan, "d": dec_of(150, 2), "i": 5,
-             "z": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)},
-            {"f": -0.0, "d": None, "i": -128, "z": None}]
-    f, d, i, z = (KINDS["float32"], Kind("d", pa.decimal128(5, 2), "dec", st.nothing()), KINDS["int8"],
-                  KINDS["ts_paris"])
+    schema = pa.schema(
+        [
+            ("f", pa.float32()),
+            ("d", pa.decimal128(5, 2)),
+            ("i", pa.int8()),
+            ("z", pa.timestamp("us", "Europe/Paris")),
+        ]
+    )
+    rows = [
+        {"f": math.nan, "d": dec_of(150, 2), "i": 5, "z": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)},
+        {"f": -0.0, "d": None, "i": -128, "z": None},
+    ]
+    f, d, i, z = (
+        KINDS["float32"],
+        Kind("d", pa.decimal128(5, 2), "dec", st.nothing()),
+        KINDS["int8"],
+        KINDS["ts_paris"],
+    )
     assert duck_select(con, schema, rows, f.duck_compare("f", "=", Lit("special", "NaN"))) == [0]
     assert duck_select(con, schema, rows, f.duck_compare("f", ">", Lit("float", 1e300))) == [0]
     assert duck_select(con, schema, rows, f.duck_compare("f", "=", Lit("float", 0.0))) == [1]
@@ -947,6 +1153,12 @@ def test_duckdb_oracle_spelling() -> None:
     assert duck_select(con, schema, rows, d.duck_compare("d", "<", Lit("int", 10**30))) == [0]
     assert duck_select(con, schema, rows, i.duck_compare("i", "<", Lit("int", 1000))) == [0, 1]
     assert duck_select(con, schema, rows, i.duck_compare("i", "=", Lit("dec", Decimal("5.00")))) == [0]
-    assert duck_select(con, schema, rows, z.duck_compare(
-        "z", "=", Lit("ts", dt.datetime(2026, 1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1)))))) == [0]
+    assert duck_select(
+        con,
+        schema,
+        rows,
+        z.duck_compare(
+            "z", "=", Lit("ts", dt.datetime(2026, 1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1))))
+        ),
+    ) == [0]
     con.close()

@@ -1245,7 +1245,9 @@ def test_might_match_float_parquet_statistics(tmp_path: Path) -> None:
 # Long IN lists stay linear
 
 
-@pytest.mark.timeout(120)  # a guard, not a measurement (bench/bench_surface.py times it): quadratic work took hours
+@pytest.mark.timeout(
+    120
+)  # a guard, not a measurement (bench/bench_surface.py times it): quadratic work took hours
 def test_long_in_lists_stay_linear() -> None:
     n = 100_000
     schema = pa.schema([("id", pa.int64()), ("s", pa.string()), ("dec", pa.decimal128(18, 2))])

@@ -31,8 +31,9 @@ FIXTURE = Path(__file__).parent / "data" / "catalog_format2"
 
 def _rows(table: mere.Table, version: int) -> list[dict[str, Any]]:
     rows = table.scan(version=version).to_arrow().to_pylist()
-    return json.loads(json.dumps(sorted(rows, key=lambda r: json.dumps(r, default=str, sort_keys=True)),
-                                 default=str))
+    return json.loads(
+        json.dumps(sorted(rows, key=lambda r: json.dumps(r, default=str, sort_keys=True)), default=str)
+    )
 
 
 def _old_warehouse(tmp_path: Path) -> Path:
@@ -55,8 +56,9 @@ def _check_migrated_catalog(cat: mere.Catalog) -> None:
     assert orders.spec.field_ids == {"id": 1, "day": 2, "qty": 3, "note": 4, "tags": 5}
     # The migrated catalog takes writes of every kind, property changes included.
     before = _rows(orders, orders.version)
-    orders.upsert(pa.table({"id": [1], "day": pa.array([before[0]["day"]], pa.string()).cast(pa.date32()),
-                            "qty": [1]}))
+    orders.upsert(
+        pa.table({"id": [1], "day": pa.array([before[0]["day"]], pa.string()).cast(pa.date32()), "qty": [1]})
+    )
     orders.set_properties({"owner": "ops"})
     assert cat.table("sales.orders").properties["owner"] == "ops"
     assert orders.compact() is not None
@@ -73,7 +75,9 @@ def test_a_format_2_sqlite_catalog_is_migrated_on_connect_and_reads_the_same(tmp
     _check_migrated_catalog(cat)
     assert cat.sql.format_version() == CATALOG_FORMAT
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT value FROM mere_catalog WHERE key = 'format'").fetchone() == (str(CATALOG_FORMAT),)
+        assert conn.execute("SELECT value FROM mere_catalog WHERE key = 'format'").fetchone() == (
+            str(CATALOG_FORMAT),
+        )
         assert "spec" in {r[1] for r in conn.execute("PRAGMA table_info(mere_commits)")}
     assert cat.sql.upgrade() == []  # idempotent
 
@@ -90,8 +94,9 @@ def test_a_format_1_catalog_gains_the_columns_it_lacks(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
-def test_a_format_2_postgresql_catalog_is_migrated_and_reads_the_same(tmp_path: Path,
-                                                                      pg_server: PostgresServer) -> None:
+def test_a_format_2_postgresql_catalog_is_migrated_and_reads_the_same(
+    tmp_path: Path, pg_server: PostgresServer
+) -> None:
     dump = json.loads((FIXTURE / "postgresql.json").read_text())
     url = pg_server.create_database(f"mere_format2_{os.getpid()}")
     engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
@@ -103,7 +108,9 @@ def test_a_format_2_postgresql_catalog_is_migrated_and_reads_the_same(tmp_path: 
                 t = sa.Table(table, sa.MetaData(), autoload_with=conn)
                 conn.execute(t.insert(), rows)
         for table in ("mere_tables", "mere_files"):
-            conn.exec_driver_sql(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
+            conn.exec_driver_sql(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))"
+            )
     engine.dispose()
     cat = mere.connect(str(_old_warehouse(tmp_path)), catalog=url)
     assert cat.sql.format_version() == 2
@@ -118,7 +125,11 @@ def test_a_catalog_newer_than_this_mere_is_refused_and_left_alone(tmp_path: Path
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE mere_catalog SET value = ? WHERE key = 'format'", (str(CATALOG_FORMAT + 1),))
     newer = mere.connect(str(tmp_path / "wh"))
-    for call in (lambda: newer.table("a.t"), newer.tables, lambda: newer.create_table("a.u", pa.schema([("x", pa.int8())]))):
+    for call in (
+        lambda: newer.table("a.t"),
+        newer.tables,
+        lambda: newer.create_table("a.u", pa.schema([("x", pa.int8())])),
+    ):
         with pytest.raises(errors.CatalogError, match="newer than this mere"):
             call()
     with sqlite3.connect(db) as conn:
@@ -149,7 +160,9 @@ def test_a_corrupt_catalog_file_raises_catalog_error(tmp_path: Path) -> None:
             os.remove(f"{db}{extra}")
     db.write_bytes(b"this is not a database" * 100)
     fresh = mere.connect(str(tmp_path / "wh"))
-    for i, call in enumerate((lambda: fresh.table("a.t"), fresh.tables, lambda: t.version, t.history, t.scan)):
+    for i, call in enumerate(
+        (lambda: fresh.table("a.t"), fresh.tables, lambda: t.version, t.history, t.scan)
+    ):
         with pytest.raises(errors.CatalogError) as info:
             call()
             pytest.fail(f"call {i} did not raise")
@@ -157,8 +170,9 @@ def test_a_corrupt_catalog_file_raises_catalog_error(tmp_path: Path) -> None:
 
 
 def test_workers_that_read_or_stage_never_import_sqlalchemy(local_cat: mere.Catalog) -> None:
-    t = local_cat.create_table("a.t", pa.schema([("id", pa.int64()), ("v", pa.string())]), primary_key="id",
-                               buckets=2)
+    t = local_cat.create_table(
+        "a.t", pa.schema([("id", pa.int64()), ("v", pa.string())]), primary_key="id", buckets=2
+    )
     t.upsert(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}))
     payload = pickle.dumps((t, t.scan().tasks()))
     code = textwrap.dedent("""
@@ -175,8 +189,9 @@ def test_workers_that_read_or_stage_never_import_sqlalchemy(local_cat: mere.Cata
 
 
 def test_results_and_snapshots_are_typed(local_cat: mere.Catalog) -> None:
-    t = local_cat.create_table("a.t", pa.schema([("id", pa.int64()), ("day", pa.string())]), primary_key="id",
-                               partition_by="day")
+    t = local_cat.create_table(
+        "a.t", pa.schema([("id", pa.int64()), ("day", pa.string())]), primary_key="id", partition_by="day"
+    )
     first = t.upsert(pa.table({"id": [1, 2], "day": ["x", "y"]}))
     assert isinstance(first, mere.CommitResult)
     assert (first.version, first.operation, first.rows_written, first.files_added) == (1, "upsert", 2, 2)
@@ -211,8 +226,17 @@ def test_refresh_sees_another_handles_property_change(local_cat: mere.Catalog) -
     assert t.snapshot(version=1).summary["properties"] == {"write.compression": "snappy", "team": "x"}
 
 
-@pytest.mark.parametrize("bad", [{"write.compresion": "zstd"}, {"read.window-bytes": "8MiB"}, {}, None,
-                                 {"write.compression": "lzma"}, {5: "x"}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"write.compresion": "zstd"},
+        {"read.window-bytes": "8MiB"},
+        {},
+        None,
+        {"write.compression": "lzma"},
+        {5: "x"},
+    ],
+)
 def test_bad_properties_change_nothing(local_cat: mere.Catalog, bad: Any) -> None:
     t = local_cat.create_table("a.t", pa.schema([("id", pa.int64())]), primary_key="id")
     with pytest.raises(errors.InvalidInput):
@@ -224,9 +248,9 @@ def test_bad_properties_change_nothing(local_cat: mere.Catalog, bad: Any) -> Non
 
 
 @pytest.mark.postgres
-def test_a_commit_whose_connection_dies_before_it_lands_is_retried_once(tmp_path: Path,
-                                                                        pg_server: PostgresServer,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_commit_whose_connection_dies_before_it_lands_is_retried_once(
+    tmp_path: Path, pg_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from mere.catalog.sql import SqlCatalog
 
     url = pg_server.create_database(f"mere_lost_{os.getpid()}")

@@ -25,8 +25,16 @@ PARTS = st.sampled_from(["a", "b"])
 INTS = st.one_of(st.none(), st.integers(min_value=-5, max_value=5))
 STRS = st.one_of(st.none(), st.sampled_from(["x", "y", "zz", ""]))
 
-SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.int64()), ("s", pa.string()),
-                    ("q", pa.int64()), ("c", pa.string())])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("p", pa.string()),
+        ("v", pa.int64()),
+        ("s", pa.string()),
+        ("q", pa.int64()),
+        ("c", pa.string()),
+    ]
+)
 VALUE_COLS = ["v", "s", "q", "c"]
 OPERATORS = {"s": "last_non_null", "q": "sum", "c": "concat:|"}
 
@@ -78,7 +86,9 @@ class PkModel:
 
 
 def rows_of(table: pa.Table) -> list[dict[str, Any]]:
-    return sorted(table.to_pylist(), key=lambda r: (r["p"], r["id"]) + ((r["v"] or 0,) if "q" not in r else ()))
+    return sorted(
+        table.to_pylist(), key=lambda r: (r["p"], r["id"]) + ((r["v"] or 0,) if "q" not in r else ())
+    )
 
 
 class LakeMachine(RuleBasedStateMachine):
@@ -87,11 +97,23 @@ class LakeMachine(RuleBasedStateMachine):
         self.dir = tempfile.mkdtemp(prefix="mere-model-")
         self.cat = mere.connect(self.dir)
         self.t_last = self.cat.create_table(
-            "m.last", SCHEMA, primary_key=["id"], partition_by=["p"], buckets=3, cdc_column="op",
-            properties={"write.row-group-rows": "3", "read.window-bytes": "400"})
+            "m.last",
+            SCHEMA,
+            primary_key=["id"],
+            partition_by=["p"],
+            buckets=3,
+            cdc_column="op",
+            properties={"write.row-group-rows": "3", "read.window-bytes": "400"},
+        )
         self.t_ops = self.cat.create_table(
-            "m.ops", SCHEMA, primary_key=["id"], partition_by=["p"], buckets=2, cdc_column="op",
-            merge_operators=OPERATORS)
+            "m.ops",
+            SCHEMA,
+            primary_key=["id"],
+            partition_by=["p"],
+            buckets=2,
+            cdc_column="op",
+            merge_operators=OPERATORS,
+        )
         self.t_plain = self.cat.create_table("m.plain", SCHEMA, partition_by=["p"])
         self.m_last = PkModel({})
         self.m_ops = PkModel(OPERATORS)
@@ -124,8 +146,10 @@ class LakeMachine(RuleBasedStateMachine):
         self.m_plain.extend(copy.deepcopy(rows))
         self._snapshot()
 
-    @rule(rows=st.lists(row_strategy(), min_size=1, max_size=8),
-          cols=st.lists(st.sampled_from(VALUE_COLS), unique=True, max_size=3))
+    @rule(
+        rows=st.lists(row_strategy(), min_size=1, max_size=8),
+        cols=st.lists(st.sampled_from(VALUE_COLS), unique=True, max_size=3),
+    )
     def partial_upsert(self, rows: list[dict[str, Any]], cols: list[str]) -> None:
         keep = ["id", "p", *cols]
         rows = [{k: r[k] for k in keep} for r in rows]
@@ -136,8 +160,11 @@ class LakeMachine(RuleBasedStateMachine):
                 m.upsert(r)
         self._snapshot()
 
-    @rule(changes=st.lists(st.tuples(st.sampled_from(["I", "U", "D", "-U"]), row_strategy()), min_size=1,
-                           max_size=12))
+    @rule(
+        changes=st.lists(
+            st.tuples(st.sampled_from(["I", "U", "D", "-U"]), row_strategy()), min_size=1, max_size=12
+        )
+    )
     def cdc(self, changes: list[tuple[str, dict[str, Any]]]) -> None:
         rows = [dict(r, op=op) for op, r in changes]
         schema = SCHEMA.append(pa.field("op", pa.string()))
@@ -206,7 +233,9 @@ class LakeMachine(RuleBasedStateMachine):
     @invariant()
     def files_are_sorted_and_bucketed(self) -> None:
         for t, _ in self._pk_tables():
-            for path, bucket in zip(t.files().column("path").to_pylist(), t.files().column("bucket").to_pylist()):
+            for path, bucket in zip(
+                t.files().column("path").to_pylist(), t.files().column("bucket").to_pylist()
+            ):
                 ids = pq.read_table(t.storage.full_path(path), columns=["id"]).column("id")
                 assert ids.to_pylist() == sorted(ids.to_pylist()), path
                 assert set(mere.bucket_ids(ids, t.spec.buckets).tolist()) <= {bucket}, path
@@ -227,8 +256,11 @@ class LakeMachine(RuleBasedStateMachine):
             got = rows_of(t.scan(filter="id in (3, 7, 11) and p = 'a'").to_arrow())
             assert got == [r for r in m.table() if r["id"] in (3, 7, 11) and r["p"] == "a"], t.name
             got = rows_of(t.scan(filter="s is null or q > 0", columns=["p", "id", "q"]).to_arrow())
-            want = [{"id": r["id"], "p": r["p"], "q": r["q"]} for r in m.table()
-                    if r["s"] is None or (r["q"] is not None and r["q"] > 0)]
+            want = [
+                {"id": r["id"], "p": r["p"], "q": r["q"]}
+                for r in m.table()
+                if r["s"] is None or (r["q"] is not None and r["q"] > 0)
+            ]
             assert sorted(got, key=lambda r: (r["p"], r["id"])) == want, t.name
 
     @precondition(lambda self: len(self.snapshots["last"]) > 1)
@@ -248,4 +280,3 @@ def _plain_key(r: dict[str, Any]) -> tuple[Any, ...]:
 
 
 TestLake = LakeMachine.TestCase
-

@@ -13,7 +13,9 @@ SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string()), ("b", pa.binary()), 
 
 def batch(ids: range, s: list[str], n: int) -> pa.Table:
     ss = [s[i % len(s)] for i in range(len(ids))]
-    return pa.table({"id": list(ids), "s": ss, "b": [x.encode() for x in ss], "n": [n] * len(ids)}, schema=SCHEMA)
+    return pa.table(
+        {"id": list(ids), "s": ss, "b": [x.encode() for x in ss], "n": [n] * len(ids)}, schema=SCHEMA
+    )
 
 
 def unique(ids: range, tag: str) -> list[str]:
@@ -21,8 +23,9 @@ def unique(ids: range, tag: str) -> list[str]:
 
 
 @pytest.mark.parametrize("operators", [None, {"n": "sum"}])
-def test_dictionary_and_plain_files_merge_to_plain_strings(local_cat: mere.Catalog,
-                                                           operators: dict[str, str] | None) -> None:
+def test_dictionary_and_plain_files_merge_to_plain_strings(
+    local_cat: mere.Catalog, operators: dict[str, str] | None
+) -> None:
     t = local_cat.create_table("d.t", SCHEMA, primary_key=["id"], buckets=2, merge_operators=operators)
     model: dict[int, dict[str, object]] = {}
 
@@ -50,8 +53,10 @@ def test_dictionary_and_plain_files_merge_to_plain_strings(local_cat: mere.Catal
     got = t.to_arrow()
     assert got.schema.field("s").type == pa.string() and got.schema.field("b").type == pa.binary()
     assert sorted(got.to_pylist(), key=lambda r: r["id"]) == sorted(model.values(), key=lambda r: r["id"])
-    filters = [("s = 'red'", lambda r: r["s"] == "red"),
-               ("s != 'red' and id > 2000", lambda r: r["s"] != "red" and r["id"] > 2000)]
+    filters = [
+        ("s = 'red'", lambda r: r["s"] == "red"),
+        ("s != 'red' and id > 2000", lambda r: r["s"] != "red" and r["id"] > 2000),
+    ]
     for flt, keep in filters:
         rows = sorted(t.scan(filter=flt).to_arrow().to_pylist(), key=lambda r: r["id"])
         assert rows == sorted((r for r in model.values() if keep(r)), key=lambda r: r["id"]), flt
@@ -59,6 +64,10 @@ def test_dictionary_and_plain_files_merge_to_plain_strings(local_cat: mere.Catal
     assert all(b.schema.field("s").type == pa.string() for b in batches)
     t.upsert(pa.table({"id": [2600], "n": [5]}))  # a partial file: the general merge path
     model[2600] = {**model[2600], "n": (model[2600]["n"] + 5) if operators else 5}  # type: ignore[operator]
-    assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]) == sorted(model.values(), key=lambda r: r["id"])
+    assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]) == sorted(
+        model.values(), key=lambda r: r["id"]
+    )
     assert t.compact() is not None
-    assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]) == sorted(model.values(), key=lambda r: r["id"])
+    assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]) == sorted(
+        model.values(), key=lambda r: r["id"]
+    )

@@ -17,8 +17,14 @@ import mere
 
 def test_runs_are_written_while_the_stream_is_read(local_cat: mere.Catalog) -> None:
     schema = pa.schema([("id", pa.int64()), ("v", pa.string()), ("op", pa.string())])
-    t = local_cat.create_table("t.stream", schema, primary_key="id", cdc_column="op", buckets=2,
-                               properties={"write.chunk-bytes": str(64 << 10)})
+    t = local_cat.create_table(
+        "t.stream",
+        schema,
+        primary_key="id",
+        cdc_column="op",
+        buckets=2,
+        properties={"write.chunk-bytes": str(64 << 10)},
+    )
     root = os.path.join(t.storage.root, t.location)
     seen_files: list[int] = []
 
@@ -30,8 +36,10 @@ def test_runs_are_written_while_the_stream_is_read(local_cat: mere.Catalog) -> N
             seen_files.append(files_on_disk())
             ids = list(range(i * 1000 % 7000, i * 1000 % 7000 + 1000))  # keys repeat across runs
             ops = ["D" if (i == 39 and k % 2) else "U" for k in ids]
-            yield pa.record_batch([pa.array(ids, pa.int64()), pa.array([f"{i}-{k}" * 3 for k in ids]),
-                                   pa.array(ops)], schema=schema)
+            yield pa.record_batch(
+                [pa.array(ids, pa.int64()), pa.array([f"{i}-{k}" * 3 for k in ids]), pa.array(ops)],
+                schema=schema,
+            )
 
     record = t.upsert(pa.RecordBatchReader.from_batches(schema, batches()))
     assert seen_files[0] == 0 and seen_files[-1] > 0  # files appeared before the stream ended
@@ -52,7 +60,12 @@ def test_runs_are_written_while_the_stream_is_read(local_cat: mere.Catalog) -> N
 
 def test_in_memory_tables_are_written_as_one_run(local_cat: mere.Catalog) -> None:
     """A table already in memory is not cut by the streamed-run size: one file per split."""
-    t = local_cat.create_table("t.table", pa.schema([("id", pa.int64()), ("v", pa.string())]), primary_key="id",
-                               buckets=2, properties={"write.chunk-bytes": "1024"})
+    t = local_cat.create_table(
+        "t.table",
+        pa.schema([("id", pa.int64()), ("v", pa.string())]),
+        primary_key="id",
+        buckets=2,
+        properties={"write.chunk-bytes": "1024"},
+    )
     record = t.upsert(pa.table({"id": list(range(20_000)), "v": ["x" * 20] * 20_000}))
     assert record.files_added == 2

@@ -36,25 +36,40 @@ from mere.table.transaction import Transaction
 
 D1, D2, D3 = "2026-11-21", "2026-11-22", "2026-11-23"
 
-ORDERS = pa.schema([
-    ("order_id", pa.int64()), ("day", pa.string()), ("amount", pa.int64()), ("qty", pa.int64()),
-    ("units", pa.int32()), ("note", pa.string()), ("op", pa.string()),
-])
+ORDERS = pa.schema(
+    [
+        ("order_id", pa.int64()),
+        ("day", pa.string()),
+        ("amount", pa.int64()),
+        ("qty", pa.int64()),
+        ("units", pa.int32()),
+        ("note", pa.string()),
+        ("op", pa.string()),
+    ]
+)
 STORED = ORDERS.remove(ORDERS.get_field_index("op"))
 TYPES = {f.name: f.type for f in ORDERS}
 
 EVENTS = pa.schema([("ts", pa.int64()), ("day", pa.string()), ("amount", pa.int64()), ("note", pa.string())])
 
-HYPOTHESIS = settings(max_examples=12, deadline=None,
-                      suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+HYPOTHESIS = settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
 
 
 def make_orders(cat: mere.Catalog, name: str = "sales.orders", **overrides: Any) -> mere.Table:
-    kwargs: dict[str, Any] = dict(primary_key=["order_id"], partition_by=["day"], buckets=8,
-                                  merge_operators={"qty": "sum"}, cdc_column="op")
+    kwargs: dict[str, Any] = dict(
+        primary_key=["order_id"],
+        partition_by=["day"],
+        buckets=8,
+        merge_operators={"qty": "sum"},
+        cdc_column="op",
+    )
     kwargs.update(overrides)
     return cat.create_table(name, ORDERS, **kwargs)
 
@@ -64,10 +79,13 @@ def batch(**columns: list[Any]) -> pa.Table:
     return pa.table({name: pa.array(values, type=TYPES.get(name)) for name, values in columns.items()})
 
 
-def order_rows(ids: list[int], day: str = D1, amount: int | None = 10, qty: int | None = 1,
-               note: str | None = None) -> pa.Table:
+def order_rows(
+    ids: list[int], day: str = D1, amount: int | None = 10, qty: int | None = 1, note: str | None = None
+) -> pa.Table:
     n = len(ids)
-    return batch(order_id=ids, day=[day] * n, amount=[amount] * n, qty=[qty] * n, units=[1] * n, note=[note] * n)
+    return batch(
+        order_id=ids, day=[day] * n, amount=[amount] * n, qty=[qty] * n, units=[1] * n, note=[note] * n
+    )
 
 
 def sort_key(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -96,9 +114,19 @@ def snapshot(t: mere.Table) -> dict[str, Any]:
 
 def seeded_orders(cat: mere.Catalog) -> mere.Table:
     t = make_orders(cat)
-    t.upsert(batch(order_id=[1, 2, 3], day=[D1, D1, D2], amount=[100, 20, 30], qty=[1, 2, 3], units=[1, 1, 1],
-                   note=["a", "b", "c"]))
-    t.upsert(batch(order_id=[2, 4], day=[D1, D2], amount=[25, 40], qty=[5, 4], units=[2, 2], note=["b2", "d"]))
+    t.upsert(
+        batch(
+            order_id=[1, 2, 3],
+            day=[D1, D1, D2],
+            amount=[100, 20, 30],
+            qty=[1, 2, 3],
+            units=[1, 1, 1],
+            note=["a", "b", "c"],
+        )
+    )
+    t.upsert(
+        batch(order_id=[2, 4], day=[D1, D2], amount=[25, 40], qty=[5, 4], units=[2, 2], note=["b2", "d"])
+    )
     return t
 
 
@@ -155,15 +183,25 @@ def test_create_existing_table(cat: mere.Catalog) -> None:
     with pytest.raises(errors.TableExists, match="schema"):
         cat.create_table("sales.orders", EVENTS, exist_ok=True)
     # exist_ok returns the table only if it is the one asked for; otherwise it names the differences.
-    for spec, says in [(dict(schema=ORDERS.append(pa.field("extra", pa.int8()))), "schema"),
-                       (dict(schema=ORDERS, buckets=4), "buckets 8 vs 4"),
-                       (dict(schema=ORDERS, primary_key=["order_id", "day"]), "primary_key"),
-                       (dict(schema=ORDERS, merge_operators={}), "merge_operators"),
-                       (dict(schema=ORDERS, partition_by=None), "partition_by"),
-                       (dict(schema=ORDERS, cdc_column=None), "cdc_column"),
-                       (dict(schema=ORDERS, properties={"write.compression": "snappy"}), "properties")]:
-        kwargs: dict[str, Any] = dict(primary_key=["order_id"], partition_by=["day"], buckets=8,
-                                      merge_operators={"qty": "sum"}, cdc_column="op") | spec
+    for spec, says in [
+        (dict(schema=ORDERS.append(pa.field("extra", pa.int8()))), "schema"),
+        (dict(schema=ORDERS, buckets=4), "buckets 8 vs 4"),
+        (dict(schema=ORDERS, primary_key=["order_id", "day"]), "primary_key"),
+        (dict(schema=ORDERS, merge_operators={}), "merge_operators"),
+        (dict(schema=ORDERS, partition_by=None), "partition_by"),
+        (dict(schema=ORDERS, cdc_column=None), "cdc_column"),
+        (dict(schema=ORDERS, properties={"write.compression": "snappy"}), "properties"),
+    ]:
+        kwargs: dict[str, Any] = (
+            dict(
+                primary_key=["order_id"],
+                partition_by=["day"],
+                buckets=8,
+                merge_operators={"qty": "sum"},
+                cdc_column="op",
+            )
+            | spec
+        )
         with pytest.raises(errors.TableExists, match=says):
             cat.create_table("sales.orders", exist_ok=True, **kwargs)
     again = make_orders(cat, exist_ok=True)
@@ -245,22 +283,44 @@ def test_create_table_rejects_bad_arguments(cat: mere.Catalog) -> None:
     cases: list[tuple[str, Callable[[], Any], type[Exception]]] = []
     for key_type in (pa.float64(), pa.float32(), pa.uint32(), pa.list_(pa.int64()), pa.decimal128(30, 2)):
         schema = pa.schema([("k", key_type), ("v", pa.int64())])
-        cases.append((f"key-{key_type}", lambda schema=schema: cat.create_table("t.bad", schema, primary_key=["k"]),
-                      errors.UnsupportedType))
+        cases.append(
+            (
+                f"key-{key_type}",
+                lambda schema=schema: cat.create_table("t.bad", schema, primary_key=["k"]),
+                errors.UnsupportedType,
+            )
+        )
     score = pa.schema([("k", pa.int64()), ("score", pa.float64())])
-    cases.append(("float-partition", lambda: cat.create_table("t.bad", score, primary_key=["k"],
-                                                              partition_by=["score"]), errors.UnsupportedType))
+    cases.append(
+        (
+            "float-partition",
+            lambda: cat.create_table("t.bad", score, primary_key=["k"], partition_by=["score"]),
+            errors.UnsupportedType,
+        )
+    )
     # Key-only options on a table without key.
     cases += [
         ("buckets-without-key", lambda: cat.create_table("t.events", EVENTS, buckets=4), errors.InvalidInput),
-        ("operators-without-key", lambda: cat.create_table("t.events", EVENTS, merge_operators={"amount": "sum"}),
-         errors.InvalidInput),
-        ("cdc-without-key", lambda: cat.create_table("t.events", EVENTS, cdc_column="note"), errors.InvalidInput),
+        (
+            "operators-without-key",
+            lambda: cat.create_table("t.events", EVENTS, merge_operators={"amount": "sum"}),
+            errors.InvalidInput,
+        ),
+        (
+            "cdc-without-key",
+            lambda: cat.create_table("t.events", EVENTS, cdc_column="note"),
+            errors.InvalidInput,
+        ),
     ]
     # Invalid names.
     for name in ["", "   ", "sales/orders", "_hidden", "sales._hidden", "sales.", 42]:
-        cases.append((f"name-{name!r}", lambda name=name: cat.create_table(name, ORDERS, primary_key=["order_id"]),
-                      errors.InvalidInput))
+        cases.append(
+            (
+                f"name-{name!r}",
+                lambda name=name: cat.create_table(name, ORDERS, primary_key=["order_id"]),
+                errors.InvalidInput,
+            )
+        )
     expect_errors(cases)
     assert issubclass(errors.UnsupportedType, TypeError)
     assert cat.tables() == []
@@ -334,10 +394,24 @@ def _inputs() -> dict[str, Callable[[], Any]]:
         "table": lambda: base,
         "record-batch": lambda: base.combine_chunks().to_batches()[0],
         "reader": lambda: pa.RecordBatchReader.from_batches(base.schema, base.to_batches(max_chunksize=1)),
-        "pandas": lambda: pd.DataFrame({"order_id": [1, 2], "day": [D1, D2], "amount": [10, None],
-                                        "qty": [1, 2], "units": [3, 4], "note": ["a", None]}),
-        "dict": lambda: {"order_id": [1, 2], "day": [D1, D2], "amount": [10, None], "qty": [1, 2],
-                         "units": [3, 4], "note": ["a", None]},
+        "pandas": lambda: pd.DataFrame(
+            {
+                "order_id": [1, 2],
+                "day": [D1, D2],
+                "amount": [10, None],
+                "qty": [1, 2],
+                "units": [3, 4],
+                "note": ["a", None],
+            }
+        ),
+        "dict": lambda: {
+            "order_id": [1, 2],
+            "day": [D1, D2],
+            "amount": [10, None],
+            "qty": [1, 2],
+            "units": [3, 4],
+            "note": ["a", None],
+        },
         "arrow-c-stream": lambda: StreamOnly(base),
     }
 
@@ -368,9 +442,17 @@ def test_upsert_from_another_tables_scan(cat: mere.Catalog) -> None:
 
 def test_upsert_casts_safely(cat: mere.Catalog) -> None:
     t = make_orders(cat)
-    t.upsert(pa.table({"order_id": pa.array([1], pa.int32()), "day": pa.array([D1], pa.large_string()),
-                       "amount": pa.array([5], pa.int8()), "units": pa.array([7], pa.int64()),
-                       "note": pa.array(["x"]).dictionary_encode()}))
+    t.upsert(
+        pa.table(
+            {
+                "order_id": pa.array([1], pa.int32()),
+                "day": pa.array([D1], pa.large_string()),
+                "amount": pa.array([5], pa.int8()),
+                "units": pa.array([7], pa.int64()),
+                "note": pa.array(["x"]).dictionary_encode(),
+            }
+        )
+    )
     assert read(t) == [{"order_id": 1, "day": D1, "amount": 5, "qty": None, "units": 7, "note": "x"}]
 
 
@@ -386,8 +468,10 @@ def test_append_to_table_without_key(cat: mere.Catalog) -> None:
     assert sum(1 for r in out if r == {"ts": 2, "day": D1, "amount": 6, "note": None}) == 2
     assert {"ts": 10, "day": D3, "amount": None, "note": None} in out
     assert [c.operation for c in t.history()] == ["create", "append", "append", "append", "append"]
-    assert read(t, filter="day = '2026-11-21' and amount >= 6") == [
-        {"ts": 2, "day": D1, "amount": 6, "note": None}] * 2
+    assert (
+        read(t, filter="day = '2026-11-21' and amount >= 6")
+        == [{"ts": 2, "day": D1, "amount": 6, "note": None}] * 2
+    )
 
 
 def test_append_and_upsert_go_to_the_right_kind_of_table(cat: mere.Catalog) -> None:
@@ -438,8 +522,16 @@ def test_delete_by_keys_without_partition_columns(cat: mere.Catalog) -> None:
 
 def test_delete_on_table_without_key(cat: mere.Catalog) -> None:
     t = cat.create_table("logs.events", EVENTS, partition_by=["day"])
-    t.append(pa.table({"ts": list(range(6)), "day": [D1, D1, D1, D2, D2, D3], "amount": [1, 2, 3, 4, None, 6],
-                       "note": list("abcdef")}))
+    t.append(
+        pa.table(
+            {
+                "ts": list(range(6)),
+                "day": [D1, D1, D1, D2, D2, D3],
+                "amount": [1, 2, 3, 4, None, 6],
+                "note": list("abcdef"),
+            }
+        )
+    )
     t.delete("amount >= 3 and day <> '2026-11-23'")
     assert [r["ts"] for r in read(t)] == [0, 1, 4, 5]
     t.delete(mere.col("amount").is_null())
@@ -468,31 +560,44 @@ def test_overwrite_whole_table_and_one_partition(cat: mere.Catalog) -> None:
     t.upsert(order_rows([3], day=D1))
     t.overwrite(order_rows([], day=D3), partition={"day": D3})
     assert set(by_key(t)) == {(D1, 3)}
-    assert [c.operation for c in t.history()][3:] == ["overwrite", "overwrite", "overwrite", "upsert",
-                                                       "overwrite"]
+    assert [c.operation for c in t.history()][3:] == [
+        "overwrite",
+        "overwrite",
+        "overwrite",
+        "upsert",
+        "overwrite",
+    ]
     assert set(by_key(t, version=2)) == {(D1, 1), (D1, 2), (D2, 3), (D2, 4)}
 
 
 def test_overwrite_partition_of_an_integer_partition_column(cat: mere.Catalog) -> None:
     schema = pa.schema([("k", pa.int64()), ("year", pa.int32()), ("v", pa.string())])
     t = cat.create_table("t.years", schema, primary_key=["k"], partition_by=["year"], buckets=2)
-    t.upsert(pa.table({"k": [1, 2, 3], "year": pa.array([2025, 2026, 2026], pa.int32()), "v": ["a", "b", "c"]}))
-    t.overwrite(pa.table({"k": [4], "year": pa.array([2026], pa.int32()), "v": ["d"]}), partition={"year": 2026})
+    t.upsert(
+        pa.table({"k": [1, 2, 3], "year": pa.array([2025, 2026, 2026], pa.int32()), "v": ["a", "b", "c"]})
+    )
+    t.overwrite(
+        pa.table({"k": [4], "year": pa.array([2026], pa.int32()), "v": ["d"]}), partition={"year": 2026}
+    )
     assert sorted((r["k"], r["year"]) for r in t.to_arrow().to_pylist()) == [(1, 2025), (4, 2026)]
-    t.overwrite(pa.table({"k": [5], "year": pa.array([2025], pa.int32()), "v": ["e"]}), partition={"year": "2025"})
+    t.overwrite(
+        pa.table({"k": [5], "year": pa.array([2025], pa.int32()), "v": ["e"]}), partition={"year": "2025"}
+    )
     assert sorted((r["k"], r["year"]) for r in t.to_arrow().to_pylist()) == [(4, 2026), (5, 2025)]
 
 
 def test_cdc_batch_applies_changes_in_order(cat: mere.Catalog) -> None:
     t = make_orders(cat)
     t.upsert(batch(order_id=[3, 4, 5], day=[D1] * 3, amount=[30, 40, 50], qty=[10, 10, 10]))
-    t.upsert(batch(
-        order_id=[1, 1, 2, 2, 3, 4, 4, 1, 6, 5, 5],
-        day=[D1] * 11,
-        amount=[10, 20, 5, None, 31, None, 41, 21, None, 51, 52],
-        qty=[1, 2, 1, None, 3, None, 2, 5, None, 1, 1],
-        op=["I", "U", "I", "D", "U", "D", "I", "-U", "d", "update_before", "+U"],
-    ))
+    t.upsert(
+        batch(
+            order_id=[1, 1, 2, 2, 3, 4, 4, 1, 6, 5, 5],
+            day=[D1] * 11,
+            amount=[10, 20, 5, None, 31, None, 41, 21, None, 51, 52],
+            qty=[1, 2, 1, None, 3, None, 2, 5, None, 1, 1],
+            op=["I", "U", "I", "D", "U", "D", "I", "-U", "d", "update_before", "+U"],
+        )
+    )
     got = by_key(t)
     assert set(got) == {(D1, 1), (D1, 3), (D1, 4), (D1, 5)}
     assert got[(D1, 1)]["amount"] == 20 and got[(D1, 1)]["qty"] == 3  # I then U (the -U image is ignored)
@@ -506,12 +611,18 @@ def test_cdc_batch_applies_changes_in_order(cat: mere.Catalog) -> None:
     # Later batches may re-insert deleted keys, and lower-case and Debezium spellings work.
     t.upsert(batch(order_id=[2, 1], day=[D1, D1], amount=[7, None], qty=[7, None], op=["c", "delete"]))
     assert {k: (r["amount"], r["qty"]) for k, r in by_key(t).items()} == {
-        (D1, 2): (7, 7), (D1, 3): (31, 13), (D1, 4): (41, 2), (D1, 5): (52, 11)}
+        (D1, 2): (7, 7),
+        (D1, 3): (31, 13),
+        (D1, 4): (41, 2),
+        (D1, 5): (52, 11),
+    }
 
 
 def test_partial_column_upsert_updates_only_given_columns(cat: mere.Catalog) -> None:
     t = make_orders(cat, merge_operators={"qty": "sum", "note": "last_non_null"})
-    t.upsert(batch(order_id=[1, 2], day=[D1, D1], amount=[100, 200], qty=[1, 2], units=[5, 6], note=["a", "b"]))
+    t.upsert(
+        batch(order_id=[1, 2], day=[D1, D1], amount=[100, 200], qty=[1, 2], units=[5, 6], note=["a", "b"])
+    )
     t.upsert(batch(order_id=[1], day=[D1], amount=[None]))
     t.upsert(batch(order_id=[2, 3], day=[D1, D1], units=[60, 7]))
     t.upsert(batch(order_id=[2], day=[D1], qty=[10], note=[None]))
@@ -526,8 +637,13 @@ def test_partial_column_upsert_updates_only_given_columns(cat: mere.Catalog) -> 
 
 def test_partial_upsert_cannot_create_nulls_in_a_not_null_column(cat: mere.Catalog) -> None:
     """An explicit null in a NOT NULL column is rejected; leaving the column out of a new row must not sneak one in."""
-    schema = pa.schema([pa.field("k", pa.int64()), pa.field("amount", pa.int64(), nullable=False),
-                        pa.field("note", pa.string())])
+    schema = pa.schema(
+        [
+            pa.field("k", pa.int64()),
+            pa.field("amount", pa.int64(), nullable=False),
+            pa.field("note", pa.string()),
+        ]
+    )
     t = cat.create_table("t.strict", schema, primary_key=["k"], buckets=2)
     t.upsert(pa.table({"k": [1], "amount": [5], "note": ["a"]}))
     with pytest.raises(errors.SchemaMismatch):
@@ -545,23 +661,49 @@ def test_partial_column_upsert_with_last_operators_only(cat: mere.Catalog) -> No
     t.upsert(batch(order_id=[1, 2], day=[D1, D1], amount=[100, 200], qty=[1, 2], note=["a", "b"]))
     t.upsert(batch(order_id=[1], day=[D1], note=["a2"]))
     assert read(t, columns=["order_id", "amount", "note"]) == [
-        {"order_id": 1, "amount": 100, "note": "a2"}, {"order_id": 2, "amount": 200, "note": "b"}]
+        {"order_id": 1, "amount": 100, "note": "a2"},
+        {"order_id": 2, "amount": 200, "note": "b"},
+    ]
     assert read(t, columns=["order_id", "note"]) == [
-        {"order_id": 1, "note": "a2"}, {"order_id": 2, "note": "b"}]
+        {"order_id": 1, "note": "a2"},
+        {"order_id": 2, "note": "b"},
+    ]
     assert read(t, columns=["order_id"], filter="amount >= 100 and note = 'a2'") == [{"order_id": 1}]
 
 
-@pytest.mark.parametrize("concat", ["concat: | ", {"op": "concat", "separator": " | "}],
-                         ids=["string", "dict"])
+@pytest.mark.parametrize(
+    "concat", ["concat: | ", {"op": "concat", "separator": " | "}], ids=["string", "dict"]
+)
 def test_merge_operators(cat: mere.Catalog, concat: Any) -> None:
-    schema = pa.schema([("k", pa.int64()), ("last", pa.int64()), ("lnn", pa.string()), ("total", pa.float64()),
-                        ("log", pa.string())])
-    t = cat.create_table("t.ops", schema, primary_key="k", buckets=4,
-                         merge_operators={"lnn": "last_non_null", "total": "sum", "log": concat})
+    schema = pa.schema(
+        [
+            ("k", pa.int64()),
+            ("last", pa.int64()),
+            ("lnn", pa.string()),
+            ("total", pa.float64()),
+            ("log", pa.string()),
+        ]
+    )
+    t = cat.create_table(
+        "t.ops",
+        schema,
+        primary_key="k",
+        buckets=4,
+        merge_operators={"lnn": "last_non_null", "total": "sum", "log": concat},
+    )
 
     def up(k: int, last: int | None, lnn: str | None, total: float | None, log: str | None) -> None:
-        t.upsert(pa.table({"k": [k], "last": pa.array([last], pa.int64()), "lnn": pa.array([lnn], pa.string()),
-                           "total": pa.array([total], pa.float64()), "log": pa.array([log], pa.string())}))
+        t.upsert(
+            pa.table(
+                {
+                    "k": [k],
+                    "last": pa.array([last], pa.int64()),
+                    "lnn": pa.array([lnn], pa.string()),
+                    "total": pa.array([total], pa.float64()),
+                    "log": pa.array([log], pa.string()),
+                }
+            )
+        )
 
     up(1, 5, "a", 1.5, "x")
     up(1, None, None, None, None)
@@ -573,7 +715,12 @@ def test_merge_operators(cat: mere.Catalog, concat: Any) -> None:
     assert rows[2] == {"k": 2, "last": 3, "lnn": "b", "total": None, "log": ""}
     up(1, None, None, None, None)
     assert {r["k"]: r for r in t.to_arrow().to_pylist()}[1] == {
-        "k": 1, "last": None, "lnn": "a", "total": 3.5, "log": "x | y"}  # last keeps nulls too
+        "k": 1,
+        "last": None,
+        "lnn": "a",
+        "total": 3.5,
+        "log": "x | y",
+    }  # last keeps nulls too
     # Filters see merged values.
     assert [r["k"] for r in t.scan(filter="total > 3 and log = 'x | y'").to_arrow().to_pylist()] == [1]
     assert t.scan(filter="total = 1.5").to_arrow().num_rows == 0
@@ -587,7 +734,9 @@ def test_sum_overflow_is_never_silent(cat: mere.Catalog) -> None:
         for same_batch in (False, True):
             case = f"{typ}-{'one-batch' if same_batch else 'two-commits'}"
             schema = pa.schema([("k", pa.int64()), ("q", typ)])
-            t = cat.create_table(f"t.sums_{typ}_{same_batch}", schema, primary_key=["k"], merge_operators={"q": "sum"})
+            t = cat.create_table(
+                f"t.sums_{typ}_{same_batch}", schema, primary_key=["k"], merge_operators={"q": "sum"}
+            )
             t.upsert(pa.table({"k": [2], "q": pa.array([1], typ)}))
             try:
                 if same_batch:
@@ -609,9 +758,14 @@ def test_sum_overflow_is_never_silent(cat: mere.Catalog) -> None:
 def test_concat_separator_spellings_agree(cat: mere.Catalog) -> None:
     """'concat:<sep>' and {'op': 'concat', 'separator': <sep>} mean the same, the empty separator included."""
     for sep in ["|", " | ", ", ", ""]:
-        a = make_orders(cat, name=f"t.a{len(sep)}{sep.strip() == ''}", merge_operators={"note": f"concat:{sep}"})
-        b = make_orders(cat, name=f"t.b{len(sep)}{sep.strip() == ''}",
-                        merge_operators={"note": {"op": "concat", "separator": sep}})
+        a = make_orders(
+            cat, name=f"t.a{len(sep)}{sep.strip() == ''}", merge_operators={"note": f"concat:{sep}"}
+        )
+        b = make_orders(
+            cat,
+            name=f"t.b{len(sep)}{sep.strip() == ''}",
+            merge_operators={"note": {"op": "concat", "separator": sep}},
+        )
         assert a.spec.operator("note") == b.spec.operator("note") == mere.spec.MergeOperator("concat", sep)
     default = make_orders(cat, name="t.default", merge_operators={"note": "concat"})
     assert default.spec.operator("note").separator == ","
@@ -620,8 +774,15 @@ def test_concat_separator_spellings_agree(cat: mere.Catalog) -> None:
 def test_duplicate_keys_in_one_batch_apply_in_order(cat: mere.Catalog) -> None:
     t = make_orders(cat, merge_operators={"qty": "sum", "note": "concat:|"})
     t.upsert(batch(order_id=[1, 2], day=[D1, D1], amount=[1, 1], qty=[100, 100], note=["s", "s"]))
-    t.upsert(batch(order_id=[1, 1, 2, 1, 3, 3], day=[D1] * 6, amount=[5, 6, 9, None, 1, 2],
-                   qty=[1, 2, 3, None, 4, 5], note=["a", None, "c", "d", "e", "f"]))
+    t.upsert(
+        batch(
+            order_id=[1, 1, 2, 1, 3, 3],
+            day=[D1] * 6,
+            amount=[5, 6, 9, None, 1, 2],
+            qty=[1, 2, 3, None, 4, 5],
+            note=["a", None, "c", "d", "e", "f"],
+        )
+    )
     got = by_key(t)
     assert got[(D1, 1)]["amount"] is None  # last row wins, even a null
     assert got[(D1, 1)]["qty"] == 103
@@ -647,24 +808,73 @@ BAD_WRITES: list[tuple[str, Callable[[mere.Table], Any], type[Exception]]] = [
     ("missing-key", lambda t: t.upsert(batch(day=[D1], amount=[1])), errors.SchemaMismatch),
     ("missing-partition-column", lambda t: t.upsert(batch(order_id=[9], amount=[1])), errors.SchemaMismatch),
     ("null-key", lambda t: t.upsert(batch(order_id=[9, None], day=[D1, D1], amount=[1, 2])), errors.NullKey),
-    ("string-into-int64", lambda t: t.upsert(pa.table({"order_id": [9], "day": [D1], "amount": ["abc"]})), errors.SchemaMismatch),
-    ("string-into-key", lambda t: t.upsert(pa.table({"order_id": ["9x"], "day": [D1]})), errors.SchemaMismatch),
-    ("int64-overflow-into-int32", lambda t: t.upsert(pa.table({"order_id": [9], "day": [D1], "units": [2**40]})), errors.SchemaMismatch),
-    ("fraction-into-int64", lambda t: t.upsert(pa.table({"order_id": [9], "day": [D1], "amount": [1.5]})), errors.SchemaMismatch),
-    ("unknown-column", lambda t: t.upsert(pa.table({"order_id": [9], "day": [D1], "colour": ["red"]})), errors.SchemaMismatch),
-    ("duplicate-column", lambda t: t.upsert(pa.table([pa.array([9]), pa.array([D1]), pa.array([D1])],
-                                             names=["order_id", "day", "day"])), errors.SchemaMismatch),
+    (
+        "string-into-int64",
+        lambda t: t.upsert(pa.table({"order_id": [9], "day": [D1], "amount": ["abc"]})),
+        errors.SchemaMismatch,
+    ),
+    (
+        "string-into-key",
+        lambda t: t.upsert(pa.table({"order_id": ["9x"], "day": [D1]})),
+        errors.SchemaMismatch,
+    ),
+    (
+        "int64-overflow-into-int32",
+        lambda t: t.upsert(pa.table({"order_id": [9], "day": [D1], "units": [2**40]})),
+        errors.SchemaMismatch,
+    ),
+    (
+        "fraction-into-int64",
+        lambda t: t.upsert(pa.table({"order_id": [9], "day": [D1], "amount": [1.5]})),
+        errors.SchemaMismatch,
+    ),
+    (
+        "unknown-column",
+        lambda t: t.upsert(pa.table({"order_id": [9], "day": [D1], "colour": ["red"]})),
+        errors.SchemaMismatch,
+    ),
+    (
+        "duplicate-column",
+        lambda t: t.upsert(
+            pa.table([pa.array([9]), pa.array([D1]), pa.array([D1])], names=["order_id", "day", "day"])
+        ),
+        errors.SchemaMismatch,
+    ),
     ("bad-second-batch", lambda t: t.upsert(_bad_reader()), errors.NullKey),
-    ("unknown-cdc-op", lambda t: t.upsert(batch(order_id=[9, 10], day=[D1, D1], op=["I", "X"])), errors.InvalidInput),
-    ("null-cdc-op", lambda t: t.upsert(batch(order_id=[9, 10], day=[D1, D1], op=["I", None])), errors.InvalidInput),
+    (
+        "unknown-cdc-op",
+        lambda t: t.upsert(batch(order_id=[9, 10], day=[D1, D1], op=["I", "X"])),
+        errors.InvalidInput,
+    ),
+    (
+        "null-cdc-op",
+        lambda t: t.upsert(batch(order_id=[9, 10], day=[D1, D1], op=["I", None])),
+        errors.InvalidInput,
+    ),
     ("ragged-dict", lambda t: t.upsert({"order_id": [9, 10], "day": [D1]}), errors.InvalidInput),
-    ("mixed-type-pandas-column", lambda t: t.upsert(pd.DataFrame({"order_id": [9, "ten"], "day": [D1, D1]})), errors.InvalidInput),
+    (
+        "mixed-type-pandas-column",
+        lambda t: t.upsert(pd.DataFrame({"order_id": [9, "ten"], "day": [D1, D1]})),
+        errors.InvalidInput,
+    ),
     ("not-data", lambda t: t.upsert(42), errors.InvalidInput),
     ("list-of-dicts", lambda t: t.upsert([{"order_id": 9, "day": D1}]), errors.InvalidInput),
     ("append-on-pk-table", lambda t: t.append(order_rows([9])), errors.InvalidInput),
-    ("overwrite-rows-of-another-partition", lambda t: t.overwrite(order_rows([9], day=D2), partition={"day": D1}), errors.InvalidInput),
-    ("overwrite-some-rows-of-another-partition", lambda t: t.overwrite(batch(order_id=[9, 10], day=[D1, D2]), partition={"day": D1}), errors.InvalidInput),
-    ("overwrite-non-partition-column", lambda t: t.overwrite(order_rows([9]), partition={"amount": 1}), errors.InvalidInput),
+    (
+        "overwrite-rows-of-another-partition",
+        lambda t: t.overwrite(order_rows([9], day=D2), partition={"day": D1}),
+        errors.InvalidInput,
+    ),
+    (
+        "overwrite-some-rows-of-another-partition",
+        lambda t: t.overwrite(batch(order_id=[9, 10], day=[D1, D2]), partition={"day": D1}),
+        errors.InvalidInput,
+    ),
+    (
+        "overwrite-non-partition-column",
+        lambda t: t.overwrite(order_rows([9]), partition={"amount": 1}),
+        errors.InvalidInput,
+    ),
     ("overwrite-missing-key", lambda t: t.overwrite(batch(day=[D1], amount=[1])), errors.SchemaMismatch),
     ("overwrite-null-key", lambda t: t.overwrite(batch(order_id=[None], day=[D1])), errors.NullKey),
     ("delete-bad-syntax", lambda t: t.delete("amount >"), errors.FilterError),
@@ -675,14 +885,23 @@ BAD_WRITES: list[tuple[str, Callable[[mere.Table], Any], type[Exception]]] = [
     ("delete-literal-wrong-type", lambda t: t.delete("amount = 'abc'"), errors.FilterError),
     ("delete-non-boolean", lambda t: t.delete("order_id = 1 or note"), errors.FilterError),
     ("delete-keys-without-key", lambda t: t.delete(pa.table({"day": [D1]})), errors.InvalidInput),
-    ("delete-null-key", lambda t: t.delete(pa.table({"order_id": pa.array([1, None], pa.int64()), "day": [D1, D1]})), errors.NullKey),
-    ("delete-key-wrong-type", lambda t: t.delete(pa.table({"order_id": ["one"], "day": [D1]})), errors.SchemaMismatch),
+    (
+        "delete-null-key",
+        lambda t: t.delete(pa.table({"order_id": pa.array([1, None], pa.int64()), "day": [D1, D1]})),
+        errors.NullKey,
+    ),
+    (
+        "delete-key-wrong-type",
+        lambda t: t.delete(pa.table({"order_id": ["one"], "day": [D1]})),
+        errors.SchemaMismatch,
+    ),
     ("delete-not-a-filter", lambda t: t.delete(42), errors.FilterError),
 ]
 
 
-def assert_rejected_without_change(t: mere.Table,
-                                   cases: list[tuple[str, Callable[[mere.Table], Any], type[Exception]]]) -> None:
+def assert_rejected_without_change(
+    t: mere.Table, cases: list[tuple[str, Callable[[mere.Table], Any], type[Exception]]]
+) -> None:
     """Every case must raise its typed error and leave version, history, files and rows as they were."""
     failures = []
     for case, write, error in cases:
@@ -707,18 +926,39 @@ def test_bad_input_is_rejected_and_changes_nothing(cat: mere.Catalog) -> None:
 def test_bad_writes_to_table_without_key_change_nothing(cat: mere.Catalog) -> None:
     t = cat.create_table("logs.events", EVENTS, partition_by=["day"])
     t.append(pa.table({"ts": [1, 2], "day": [D1, D2], "amount": [1, 2], "note": ["a", "b"]}))
-    assert_rejected_without_change(t, [
-        ("upsert-without-key", lambda t: t.upsert(pa.table({"ts": [3], "day": [D1]})), errors.InvalidInput),
-        ("unknown-column", lambda t: t.append(pa.table({"ts": [3], "day": [D1], "colour": ["red"]})),
-         errors.SchemaMismatch),
-        ("string-into-int64", lambda t: t.append(pa.table({"ts": ["x"], "day": [D1]})), errors.SchemaMismatch),
-        ("delete-keys", lambda t: t.delete(pa.table({"ts": [1]})), errors.InvalidInput),
-        ("delete-bad-syntax", lambda t: t.delete("ts >"), errors.FilterError),
-        ("delete-unknown-column", lambda t: t.delete("colour = 1"), errors.FilterError),
-        ("overwrite-other-partition",
-         lambda t: t.overwrite(pa.table({"ts": [3], "day": [D2]}), partition={"day": D1}), errors.InvalidInput),
-        ("delete-pyarrow-unknown-column", lambda t: t.delete(pc.field("colour") == 1), errors.FilterError),
-    ])
+    assert_rejected_without_change(
+        t,
+        [
+            (
+                "upsert-without-key",
+                lambda t: t.upsert(pa.table({"ts": [3], "day": [D1]})),
+                errors.InvalidInput,
+            ),
+            (
+                "unknown-column",
+                lambda t: t.append(pa.table({"ts": [3], "day": [D1], "colour": ["red"]})),
+                errors.SchemaMismatch,
+            ),
+            (
+                "string-into-int64",
+                lambda t: t.append(pa.table({"ts": ["x"], "day": [D1]})),
+                errors.SchemaMismatch,
+            ),
+            ("delete-keys", lambda t: t.delete(pa.table({"ts": [1]})), errors.InvalidInput),
+            ("delete-bad-syntax", lambda t: t.delete("ts >"), errors.FilterError),
+            ("delete-unknown-column", lambda t: t.delete("colour = 1"), errors.FilterError),
+            (
+                "overwrite-other-partition",
+                lambda t: t.overwrite(pa.table({"ts": [3], "day": [D2]}), partition={"day": D1}),
+                errors.InvalidInput,
+            ),
+            (
+                "delete-pyarrow-unknown-column",
+                lambda t: t.delete(pc.field("colour") == 1),
+                errors.FilterError,
+            ),
+        ],
+    )
 
 
 def test_bad_reads_raise_typed_errors(cat: mere.Catalog) -> None:
@@ -750,8 +990,16 @@ def test_bad_reads_raise_typed_errors(cat: mere.Catalog) -> None:
 
 def test_scan_projection_filter_and_output_formats(cat: mere.Catalog) -> None:
     t = make_orders(cat)
-    t.upsert(batch(order_id=list(range(20)), day=[D1, D2] * 10, amount=[i * 2 for i in range(20)],
-                   qty=[1] * 20, units=[1] * 20, note=[f"n{i}" for i in range(20)]))
+    t.upsert(
+        batch(
+            order_id=list(range(20)),
+            day=[D1, D2] * 10,
+            amount=[i * 2 for i in range(20)],
+            qty=[1] * 20,
+            units=[1] * 20,
+            note=[f"n{i}" for i in range(20)],
+        )
+    )
     expected = sorted((i, i * 2) for i in range(20) if i * 2 > 10 and i % 2 == 0)
     scan = t.scan(columns=["order_id", "amount"], filter="amount > 10 and day = '2026-11-21'")
     assert scan.schema == pa.schema([t.schema.field("order_id"), t.schema.field("amount")])
@@ -781,15 +1029,22 @@ def test_scan_projection_filter_and_output_formats(cat: mere.Catalog) -> None:
     assert scan.count() == len(expected)
 
     # The same filter as an expression and as a pyarrow expression.
-    for f in ((mere.col("amount") > 10) & (mere.col("day") == D1), (pc.field("amount") > 10) & (pc.field("day") == D1)):
-        assert sorted(zip(*t.scan(columns=["order_id", "amount"], filter=f).to_arrow().to_pydict().values())) == expected
+    for f in (
+        (mere.col("amount") > 10) & (mere.col("day") == D1),
+        (pc.field("amount") > 10) & (pc.field("day") == D1),
+    ):
+        assert (
+            sorted(zip(*t.scan(columns=["order_id", "amount"], filter=f).to_arrow().to_pydict().values()))
+            == expected
+        )
     # Chained builders.
     chained = t.scan(columns=["order_id", "amount"]).where("amount > 10").where(mere.col("day") == D1)
     assert sorted(zip(*chained.to_arrow().to_pydict().values())) == expected
     assert t.scan().select("note").to_arrow().column_names == ["note"]
     # Filter columns need not be projected; projection order is kept.
     assert t.scan(columns=["note", "order_id"], filter="order_id = 3").to_arrow().to_pylist() == [
-        {"note": "n3", "order_id": 3}]
+        {"note": "n3", "order_id": 3}
+    ]
     assert t.scan(columns="amount", filter="order_id in (1, 2)").to_arrow().column_names == ["amount"]
 
 
@@ -817,8 +1072,9 @@ def test_splits_can_be_planned_serialised_and_read_separately(cat: mere.Catalog)
     assert sum(s.row_count for s in splits) >= len(read(scan))
 
 
-def test_delete_by_filter_does_not_delete_a_row_updated_concurrently(cat: mere.Catalog,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_delete_by_filter_does_not_delete_a_row_updated_concurrently(
+    cat: mere.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A predicate delete that raced with an update must not delete a row that no longer matches.
 
     Serially, ``upsert(k=1, amount=3)`` and ``delete("amount > 10")`` leave key 1 with amount 3 in either
@@ -874,7 +1130,8 @@ def test_explain_pruning(cat: mere.Catalog) -> None:
     assert ex.files_kept <= ex.files_total
     assert str(ex).startswith("scan at version 2")
     assert read(t, filter="order_id = 5") == [
-        {"order_id": 5, "day": D3, "amount": 5, "qty": None, "units": None, "note": None}]
+        {"order_id": 5, "day": D3, "amount": 5, "qty": None, "units": None, "note": None}
+    ]
 
     ex = t.scan(filter=f"day = '{D2}'").explain()
     assert ex.partitions_total == 3
@@ -933,8 +1190,12 @@ def test_time_travel_and_history(cat: mere.Catalog) -> None:
         return {r["order_id"]: (r["amount"], r["qty"]) for r in read(t, **kwargs)}
 
     expected = {
-        0: {}, 1: {1: (10, 1), 2: (10, 1)}, 2: {1: (10, 1), 2: (20, 6)}, 3: {2: (20, 6)},
-        4: {2: (20, 6), 3: (30, 1)}, 5: {1: (99, 1), 2: (20, 6), 3: (30, 1)},
+        0: {},
+        1: {1: (10, 1), 2: (10, 1)},
+        2: {1: (10, 1), 2: (20, 6)},
+        3: {2: (20, 6)},
+        4: {2: (20, 6), 3: (30, 1)},
+        5: {1: (99, 1), 2: (20, 6), 3: (30, 1)},
     }
     for v, rows in expected.items():
         assert state(version=v) == rows
@@ -1019,7 +1280,9 @@ def test_delete_in_one_partition_keeps_the_same_key_in_another(cat: mere.Catalog
 
 
 def test_blind_delete_when_partition_is_part_of_the_key(cat: mere.Catalog) -> None:
-    t = cat.create_table("sales.byday", STORED, primary_key=["day", "order_id"], partition_by=["day"], buckets=4)
+    t = cat.create_table(
+        "sales.byday", STORED, primary_key=["day", "order_id"], partition_by=["day"], buckets=4
+    )
     t.upsert(batch(order_id=[1, 1, 2], day=[D1, D2, D1], amount=[1, 2, 3]))
     t.delete(f"order_id = 1 and day = '{D1}'")
     assert sorted((r["day"], r["order_id"]) for r in read(t)) == [(D1, 2), (D2, 1)]
@@ -1035,9 +1298,19 @@ def test_string_and_composite_keys(cat: mere.Catalog) -> None:
     schema = pa.schema([("tenant", pa.string()), ("id", pa.int32()), ("d", pa.date32()), ("v", pa.int64())])
     t = cat.create_table("t.multi", schema, primary_key=["tenant", "id"], partition_by=["d"], buckets=5)
     d1, d2 = dt.date(2026, 11, 21), dt.date(2026, 11, 22)
-    t.upsert(pa.table({"tenant": ["a", "a", "b", "é", ""], "id": pa.array([1, 2, 1, 1, 0], pa.int32()),
-                       "d": [d1, d1, d2, d1, d2], "v": [1, 2, 3, 4, 5]}))
-    t.upsert(pa.table({"tenant": ["a", "b"], "id": pa.array([2, 1], pa.int32()), "d": [d1, d2], "v": [20, 30]}))
+    t.upsert(
+        pa.table(
+            {
+                "tenant": ["a", "a", "b", "é", ""],
+                "id": pa.array([1, 2, 1, 1, 0], pa.int32()),
+                "d": [d1, d1, d2, d1, d2],
+                "v": [1, 2, 3, 4, 5],
+            }
+        )
+    )
+    t.upsert(
+        pa.table({"tenant": ["a", "b"], "id": pa.array([2, 1], pa.int32()), "d": [d1, d2], "v": [20, 30]})
+    )
     got = {(r["tenant"], r["id"]): r["v"] for r in t.to_arrow().to_pylist()}
     assert got == {("a", 1): 1, ("a", 2): 20, ("b", 1): 30, ("é", 1): 4, ("", 0): 5}
     assert [r["v"] for r in t.scan(filter="tenant = 'a' and id = 2").to_arrow().to_pylist()] == [20]
@@ -1095,8 +1368,8 @@ def check_layout(t: mere.Table) -> None:
             assert f"/bucket-{f['bucket']:05d}/" in f["path"]
         # Hive-style partition directories, in partition_by order, matching the rows.
         partition = json.loads(f["partition"])
-        rel = f["path"][len(t.location) + 1:].split("/")
-        dirs = rel[:len(t.spec.partition_by)]
+        rel = f["path"][len(t.location) + 1 :].split("/")
+        dirs = rel[: len(t.spec.partition_by)]
         assert [d.split("=", 1)[0] for d in dirs] == list(t.spec.partition_by)
         for d, c in zip(dirs, t.spec.partition_by):
             value = unquote(d.split("=", 1)[1])
@@ -1116,7 +1389,9 @@ def test_layout_of_data_and_delete_files(cat: mere.Catalog) -> None:
     contents = set(t.files().column("content").to_pylist())
     assert contents == {"data", "delete"}
     check_layout(t)
-    assert {f.split("/")[2] for f in t.files().column("path").to_pylist()} == {f"day={d}" for d in (D1, D2, D3)}
+    assert {f.split("/")[2] for f in t.files().column("path").to_pylist()} == {
+        f"day={d}" for d in (D1, D2, D3)
+    }
 
 
 def test_partition_values_are_escaped_in_paths(cat: mere.Catalog) -> None:
@@ -1125,7 +1400,7 @@ def test_partition_values_are_escaped_in_paths(cat: mere.Catalog) -> None:
     t.upsert(batch(order_id=list(range(len(odd))), day=odd, amount=[1] * len(odd)))
     check_layout(t)
     for f in t.files().to_pylist():
-        rel = f["path"][len(t.location) + 1:]
+        rel = f["path"][len(t.location) + 1 :]
         assert rel.count("/") == 2  # day=.../bucket-.../file
     assert {r["day"] for r in read(t)} == set(odd)
     assert [r["order_id"] for r in read(t, filter="day = 'a/b'")] == [0]
@@ -1172,10 +1447,16 @@ def test_cleanup_removes_only_unreferenced_files(cat: mere.Catalog) -> None:
 
 
 def test_filters_on_table_without_key_prune_row_groups_correctly(cat: mere.Catalog) -> None:
-    t = cat.create_table("logs.events", EVENTS, partition_by=["day"], properties={"write.row-group-rows": "3"})
+    t = cat.create_table(
+        "logs.events", EVENTS, partition_by=["day"], properties={"write.row-group-rows": "3"}
+    )
     amounts = [None if i % 7 == 0 else (i * 5) % 23 for i in range(40)]
-    data = {"ts": list(range(40)), "day": [(D1, D2)[i % 2] for i in range(40)], "amount": amounts,
-            "note": [None if i % 5 == 0 else f"n{i % 4}" for i in range(40)]}
+    data = {
+        "ts": list(range(40)),
+        "day": [(D1, D2)[i % 2] for i in range(40)],
+        "amount": amounts,
+        "note": [None if i % 5 == 0 else f"n{i % 4}" for i in range(40)],
+    }
     t.append(pa.table(data, schema=EVENTS))
     t.append(pa.table(data, schema=EVENTS).slice(10, 5))
     model = pa.table(data, schema=EVENTS).to_pylist() + pa.table(data, schema=EVENTS).slice(10, 5).to_pylist()
@@ -1185,7 +1466,10 @@ def test_filters_on_table_without_key_prune_row_groups_correctly(cat: mere.Catal
         ("amount is null or note = 'n1'", lambda r: r["amount"] is None or r["note"] == "n1"),
         (f"day = '{D2}' and ts >= 30", lambda r: r["day"] == D2 and r["ts"] >= 30),
         ("not (amount < 20)", lambda r: r["amount"] is not None and not r["amount"] < 20),
-        ("note in ('n0', 'n3') and amount <> 5", lambda r: r["note"] in ("n0", "n3") and r["amount"] not in (None, 5)),
+        (
+            "note in ('n0', 'n3') and amount <> 5",
+            lambda r: r["note"] in ("n0", "n3") and r["amount"] not in (None, 5),
+        ),
     ]
     for text, pred in queries:
         assert read(t, filter=text) == sorted((r for r in model if pred(r)), key=sort_key), text
@@ -1203,9 +1487,15 @@ def test_table_without_key_layout(cat: mere.Catalog) -> None:
 
 
 def test_bucket_larger_than_read_window(cat: mere.Catalog) -> None:
-    t = cat.create_table("big.orders", ORDERS, primary_key=["order_id"], buckets=2, cdc_column="op",
-                         merge_operators={"qty": "sum"},
-                         properties={"read.window-bytes": "65536", "write.row-group-rows": "1000"})
+    t = cat.create_table(
+        "big.orders",
+        ORDERS,
+        primary_key=["order_id"],
+        buckets=2,
+        cdc_column="op",
+        merge_operators={"qty": "sum"},
+        properties={"read.window-bytes": "65536", "write.row-group-rows": "1000"},
+    )
     rng = np.random.default_rng(2026)
     n_keys = 60_000
     amount = np.full(n_keys, -1, dtype=np.int64)
@@ -1217,8 +1507,16 @@ def test_bucket_larger_than_read_window(cat: mere.Catalog) -> None:
         ids = rng.choice(n_keys, size=size, replace=False)
         amounts = rng.integers(0, 1000, size=size)
         qtys = rng.integers(0, 10, size=size)
-        t.upsert(pa.table({"order_id": pa.array(ids, pa.int64()), "day": pa.array([D1] * size),
-                           "amount": pa.array(amounts), "qty": pa.array(qtys)}))
+        t.upsert(
+            pa.table(
+                {
+                    "order_id": pa.array(ids, pa.int64()),
+                    "day": pa.array([D1] * size),
+                    "amount": pa.array(amounts),
+                    "qty": pa.array(qtys),
+                }
+            )
+        )
         amount[ids] = amounts
         qty[ids] = np.where(alive[ids], qty[ids], 0) + qtys
         has_qty[ids] = True
@@ -1246,7 +1544,11 @@ def test_bucket_larger_than_read_window(cat: mere.Catalog) -> None:
     filtered = t.scan(columns=["order_id"], filter="amount >= 990").to_arrow().sort_by("order_id")
     assert filtered.column("order_id").to_numpy().tolist() == live[amount[live] >= 990].tolist()
     keys = live[:: max(1, len(live) // 100)][:100].tolist()
-    points = t.scan(columns=["order_id", "qty"], filter=mere.col("order_id").isin(keys)).to_arrow().sort_by("order_id")
+    points = (
+        t.scan(columns=["order_id", "qty"], filter=mere.col("order_id").isin(keys))
+        .to_arrow()
+        .sort_by("order_id")
+    )
     assert points.column("qty").to_numpy().tolist() == qty[keys].tolist()
     assert t.scan(filter="order_id = 0").count() == int(alive[0])
 
@@ -1255,10 +1557,14 @@ def test_bucket_larger_than_read_window(cat: mere.Catalog) -> None:
 
 KEY_VALUES = st.one_of(
     st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), min_size=1, max_size=40, unique=True).map(
-        lambda v: pa.array(v, pa.int64())),
-    st.lists(st.text(max_size=12), min_size=1, max_size=40, unique=True).map(lambda v: pa.array(v, pa.string())),
+        lambda v: pa.array(v, pa.int64())
+    ),
+    st.lists(st.text(max_size=12), min_size=1, max_size=40, unique=True).map(
+        lambda v: pa.array(v, pa.string())
+    ),
     st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), min_size=1, max_size=40, unique=True).map(
-        lambda v: pa.array(v, pa.int32())),
+        lambda v: pa.array(v, pa.int32())
+    ),
 )
 
 
@@ -1284,8 +1590,13 @@ def test_property_rows_land_in_their_spark_bucket(cat: mere.Catalog, keys: pa.Ar
 
 # Filters: (text, python predicate over a merged row with SQL three-valued logic).
 def _cmp(column: str, op: str, value: int) -> tuple[str, Callable[[dict[str, Any]], bool | None]]:
-    fns = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "=": lambda a, b: a == b,
-           "<>": lambda a, b: a != b}
+    fns = {
+        ">": lambda a, b: a > b,
+        ">=": lambda a, b: a >= b,
+        "<": lambda a, b: a < b,
+        "=": lambda a, b: a == b,
+        "<>": lambda a, b: a != b,
+    }
 
     def pred(r: dict[str, Any]) -> bool | None:
         return None if r[column] is None else fns[op](r[column], value)
@@ -1294,15 +1605,23 @@ def _cmp(column: str, op: str, value: int) -> tuple[str, Callable[[dict[str, Any
 
 
 ATOMS = st.one_of(
-    st.builds(_cmp, st.sampled_from(["amount", "qty"]), st.sampled_from([">", ">=", "<", "=", "<>"]),
-              st.integers(min_value=-3, max_value=12)),
-    st.builds(_cmp, st.just("order_id"), st.sampled_from(["=", "<", ">="]), st.integers(min_value=0, max_value=7)),
-    st.sampled_from([
-        ("amount is null", lambda r: r["amount"] is None),
-        ("amount is not null", lambda r: r["amount"] is not None),
-        (f"day = '{D1}'", lambda r: r["day"] == D1),
-        ("order_id in (1, 3, 5)", lambda r: r["order_id"] in (1, 3, 5)),
-    ]),
+    st.builds(
+        _cmp,
+        st.sampled_from(["amount", "qty"]),
+        st.sampled_from([">", ">=", "<", "=", "<>"]),
+        st.integers(min_value=-3, max_value=12),
+    ),
+    st.builds(
+        _cmp, st.just("order_id"), st.sampled_from(["=", "<", ">="]), st.integers(min_value=0, max_value=7)
+    ),
+    st.sampled_from(
+        [
+            ("amount is null", lambda r: r["amount"] is None),
+            ("amount is not null", lambda r: r["amount"] is not None),
+            (f"day = '{D1}'", lambda r: r["day"] == D1),
+            ("order_id in (1, 3, 5)", lambda r: r["order_id"] in (1, 3, 5)),
+        ]
+    ),
 )
 
 
@@ -1334,20 +1653,38 @@ def _not(a: Any) -> tuple[str, Callable[[dict[str, Any]], bool | None]]:
     return f"not ({a[0]})", pred
 
 
-FILTERS = st.recursive(ATOMS, lambda inner: st.one_of(
-    st.builds(_and, inner, inner), st.builds(_or, inner, inner), st.builds(_not, inner)), max_leaves=4)
+FILTERS = st.recursive(
+    ATOMS,
+    lambda inner: st.one_of(
+        st.builds(_and, inner, inner), st.builds(_or, inner, inner), st.builds(_not, inner)
+    ),
+    max_leaves=4,
+)
 
-ROWS = st.lists(st.fixed_dictionaries({
-    "order_id": st.integers(min_value=0, max_value=7), "day": st.sampled_from([D1, D2]),
-    "amount": st.one_of(st.none(), st.integers(min_value=-2, max_value=12)),
-    "qty": st.one_of(st.none(), st.integers(min_value=0, max_value=4)),
-}), min_size=1, max_size=12)
-STEPS = st.lists(st.one_of(
-    st.tuples(st.just("upsert"), ROWS),
-    st.tuples(st.just("delete-keys"), st.lists(st.tuples(st.integers(0, 7), st.sampled_from([D1, D2])),
-                                               min_size=1, max_size=4)),
-    st.tuples(st.just("delete-filter"), FILTERS),
-), min_size=1, max_size=5)
+ROWS = st.lists(
+    st.fixed_dictionaries(
+        {
+            "order_id": st.integers(min_value=0, max_value=7),
+            "day": st.sampled_from([D1, D2]),
+            "amount": st.one_of(st.none(), st.integers(min_value=-2, max_value=12)),
+            "qty": st.one_of(st.none(), st.integers(min_value=0, max_value=4)),
+        }
+    ),
+    min_size=1,
+    max_size=12,
+)
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("upsert"), ROWS),
+        st.tuples(
+            st.just("delete-keys"),
+            st.lists(st.tuples(st.integers(0, 7), st.sampled_from([D1, D2])), min_size=1, max_size=4),
+        ),
+        st.tuples(st.just("delete-filter"), FILTERS),
+    ),
+    min_size=1,
+    max_size=5,
+)
 
 
 def _model_upsert(model: dict[tuple[str, int], dict[str, Any]], row: dict[str, Any]) -> None:
@@ -1362,10 +1699,17 @@ def _model_upsert(model: dict[tuple[str, int], dict[str, Any]], row: dict[str, A
 @HYPOTHESIS
 @given(steps=STEPS, query=FILTERS)
 def test_property_filters_after_merge_match_a_model(cat: mere.Catalog, steps: list[Any], query: Any) -> None:
-    schema = pa.schema([("order_id", pa.int64()), ("day", pa.string()), ("amount", pa.int64()),
-                        ("qty", pa.int64())])
-    t = cat.create_table(f"prop.f{uuid.uuid4().hex[:12]}", schema, primary_key=["order_id"], partition_by=["day"],
-                         buckets=3, merge_operators={"qty": "sum"})
+    schema = pa.schema(
+        [("order_id", pa.int64()), ("day", pa.string()), ("amount", pa.int64()), ("qty", pa.int64())]
+    )
+    t = cat.create_table(
+        f"prop.f{uuid.uuid4().hex[:12]}",
+        schema,
+        primary_key=["order_id"],
+        partition_by=["day"],
+        buckets=3,
+        merge_operators={"qty": "sum"},
+    )
     model: dict[tuple[str, int], dict[str, Any]] = {}
     for kind, arg in steps:
         if kind == "upsert":
@@ -1381,8 +1725,12 @@ def test_property_filters_after_merge_match_a_model(cat: mere.Catalog, steps: li
             for key in [k for k, r in model.items() if arg[1](r) is True]:
                 del model[key]
     text, pred = query
-    expected = sorted((r["day"], r["order_id"], r["amount"], r["qty"]) for r in model.values() if pred(r) is True)
-    got = sorted((r["day"], r["order_id"], r["amount"], r["qty"]) for r in t.scan(filter=text).to_arrow().to_pylist())
+    expected = sorted(
+        (r["day"], r["order_id"], r["amount"], r["qty"]) for r in model.values() if pred(r) is True
+    )
+    got = sorted(
+        (r["day"], r["order_id"], r["amount"], r["qty"]) for r in t.scan(filter=text).to_arrow().to_pylist()
+    )
     assert got == expected, text
     ids = sorted(r["order_id"] for r in t.scan(columns=["order_id"], filter=text).to_arrow().to_pylist())
     assert ids == sorted(e[1] for e in expected)
@@ -1390,21 +1738,34 @@ def test_property_filters_after_merge_match_a_model(cat: mere.Catalog, steps: li
 
 
 # Tiny row groups and read windows, string keys, CDC, partial columns and every merge operator at once.
-WIN_SCHEMA = pa.schema([("k", pa.string()), ("a", pa.int64()), ("b", pa.string()), ("c", pa.int64()),
-                        ("s", pa.string())])
+WIN_SCHEMA = pa.schema(
+    [("k", pa.string()), ("a", pa.int64()), ("b", pa.string()), ("c", pa.int64()), ("s", pa.string())]
+)
 WIN_OPS = {"b": "last_non_null", "c": "sum", "s": "concat:|"}
 WIN_VALUE_COLUMNS = ["a", "b", "c", "s"]
 WIN_KEYS = st.text(alphabet="abcé", min_size=0, max_size=3)
-WIN_BATCHES = st.lists(st.tuples(
-    st.lists(st.sampled_from(WIN_VALUE_COLUMNS), unique=True),
-    st.lists(st.tuples(WIN_KEYS, st.sampled_from(["I", "U", "D"]),
-                       st.one_of(st.none(), st.integers(-3, 3)), st.one_of(st.none(), st.sampled_from("xyz"))),
-             min_size=1, max_size=25),
-), min_size=1, max_size=4)
+WIN_BATCHES = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from(WIN_VALUE_COLUMNS), unique=True),
+        st.lists(
+            st.tuples(
+                WIN_KEYS,
+                st.sampled_from(["I", "U", "D"]),
+                st.one_of(st.none(), st.integers(-3, 3)),
+                st.one_of(st.none(), st.sampled_from("xyz")),
+            ),
+            min_size=1,
+            max_size=25,
+        ),
+    ),
+    min_size=1,
+    max_size=4,
+)
 
 
-def _win_apply(model: dict[str, dict[str, Any]], columns: list[str], key: str, op: str, num: int | None,
-               text: str | None) -> None:
+def _win_apply(
+    model: dict[str, dict[str, Any]], columns: list[str], key: str, op: str, num: int | None, text: str | None
+) -> None:
     if op == "D":
         model.pop(key, None)
         return
@@ -1426,10 +1787,18 @@ def _win_apply(model: dict[str, dict[str, Any]], columns: list[str], key: str, o
 
 @HYPOTHESIS
 @given(batches=WIN_BATCHES, threshold=st.integers(-4, 4))
-def test_property_windowed_merge_matches_a_model(cat: mere.Catalog, batches: list[Any], threshold: int) -> None:
-    t = cat.create_table(f"prop.w{uuid.uuid4().hex[:12]}", WIN_SCHEMA, primary_key=["k"], buckets=2,
-                         merge_operators=WIN_OPS, cdc_column="op",
-                         properties={"read.window-bytes": "64", "write.row-group-rows": "3"})
+def test_property_windowed_merge_matches_a_model(
+    cat: mere.Catalog, batches: list[Any], threshold: int
+) -> None:
+    t = cat.create_table(
+        f"prop.w{uuid.uuid4().hex[:12]}",
+        WIN_SCHEMA,
+        primary_key=["k"],
+        buckets=2,
+        merge_operators=WIN_OPS,
+        cdc_column="op",
+        properties={"read.window-bytes": "64", "write.row-group-rows": "3"},
+    )
     model: dict[str, dict[str, Any]] = {}
     history: list[dict[str, dict[str, Any]]] = [{}]
     for columns, rows in batches:

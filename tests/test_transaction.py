@@ -106,7 +106,9 @@ def test_sums_of_one_transaction_are_checked_together(local_cat: mere.Catalog) -
     t.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**62]}))
     with pytest.raises(errors.SumOverflow), t.transaction() as tx:
         tx.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**61]}))
-        tx.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**61]}))  # each fits alone; together they overflow
+        tx.upsert(
+            pa.table({"id": [1], "day": ["a"], "qty": [2**61]})
+        )  # each fits alone; together they overflow
     assert _state(t) == {1: ("a", 2**62)}
     with t.transaction() as tx:  # a delete earlier in the transaction starts the key afresh
         tx.delete(pa.table({"id": [1], "day": ["a"]}))
@@ -142,8 +144,9 @@ def test_idempotent_transaction(local_cat: mere.Catalog) -> None:
     assert len(t.inspect.files()) == len(_files_on_disk(t))  # the repeat's files were removed
 
 
-def test_a_predicate_delete_in_a_transaction_is_evaluated_again_after_a_race(cat: mere.Catalog,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_predicate_delete_in_a_transaction_is_evaluated_again_after_a_race(
+    cat: mere.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     t = _orders(cat)
     t.upsert(pa.table({"id": [1, 2], "day": ["a", "a"], "qty": [100, 100]}))
     other = mere.connect(cat.storage.uri, catalog=cat.sql.url).table("s.orders")
@@ -166,16 +169,23 @@ def test_a_predicate_delete_in_a_transaction_is_evaluated_again_after_a_race(cat
 
 _names = itertools.count()
 _op = st.one_of(
-    st.tuples(st.just("upsert"), st.lists(st.tuples(st.integers(0, 6), st.sampled_from("ab"), st.integers(-5, 5)),
-                                          min_size=1, max_size=4)),
+    st.tuples(
+        st.just("upsert"),
+        st.lists(
+            st.tuples(st.integers(0, 6), st.sampled_from("ab"), st.integers(-5, 5)), min_size=1, max_size=4
+        ),
+    ),
     st.tuples(st.just("delete_keys"), st.lists(st.integers(0, 6), max_size=3)),
     st.tuples(st.just("delete_where"), st.integers(-5, 5)),
     st.tuples(st.just("overwrite_day"), st.sampled_from("ab")),
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(transactions=st.lists(st.lists(_op, min_size=1, max_size=4), min_size=1, max_size=4))
 def test_transactions_match_a_dict_model(local_cat: mere.Catalog, transactions: list[list[Any]]) -> None:
     """Keys are partitioned by id parity (so a key lives in one day); reads come first in each transaction."""
@@ -188,8 +198,15 @@ def test_transactions_match_a_dict_model(local_cat: mere.Catalog, transactions: 
             for kind, arg in ops:
                 if kind == "upsert":
                     rows = [(k, "ab"[k % 2], q) for k, _, q in arg]
-                    tx.upsert(pa.table({"id": [r[0] for r in rows], "day": [r[1] for r in rows],
-                                        "qty": [r[2] for r in rows]}))
+                    tx.upsert(
+                        pa.table(
+                            {
+                                "id": [r[0] for r in rows],
+                                "day": [r[1] for r in rows],
+                                "qty": [r[2] for r in rows],
+                            }
+                        )
+                    )
                     trial.update({k: (d, q) for k, d, q in rows})
                     wrote = True
                 elif kind == "delete_keys":
@@ -199,13 +216,22 @@ def test_transactions_match_a_dict_model(local_cat: mere.Catalog, transactions: 
                 elif wrote:
                     with pytest.raises(errors.InvalidInput):
                         tx.delete(f"qty > {arg}") if kind == "delete_where" else tx.overwrite(
-                            pa.table({"id": [0], "day": [arg], "qty": [0]}, schema=ORDERS), {"day": arg})
+                            pa.table({"id": [0], "day": [arg], "qty": [0]}, schema=ORDERS), {"day": arg}
+                        )
                 elif kind == "delete_where":
                     tx.delete(f"qty > {arg}")
                     trial = {k: v for k, v in trial.items() if not v[1] > arg}
                 else:
-                    tx.overwrite(pa.table({"id": pa.array([], pa.int64()), "day": pa.array([], pa.string()),
-                                           "qty": pa.array([], pa.int64())}), {"day": arg})
+                    tx.overwrite(
+                        pa.table(
+                            {
+                                "id": pa.array([], pa.int64()),
+                                "day": pa.array([], pa.string()),
+                                "qty": pa.array([], pa.int64()),
+                            }
+                        ),
+                        {"day": arg},
+                    )
                     trial = {k: v for k, v in trial.items() if v[0] != arg}
         model = trial
         assert _state(t) == model

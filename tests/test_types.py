@@ -31,11 +31,25 @@ NESTED = {
     "struct_list": pa.struct([("xs", pa.large_list(pa.int16())), ("when", pa.timestamp("us", tz="UTC"))]),
 }
 SCALAR = {
-    "i8": pa.int8(), "u64": pa.uint64(), "f16": pa.float16(), "f32": pa.float32(), "f64": pa.float64(),
-    "bool": pa.bool_(), "str": pa.string(), "lstr": pa.large_string(), "bin": pa.binary(), "lbin": pa.large_binary(),
-    "fsb": pa.binary(3), "d32": pa.date32(), "t64": pa.time64("us"), "ts": pa.timestamp("us"),
-    "ts_tz": pa.timestamp("ms", tz="Europe/Paris"), "ts_ns": pa.timestamp("ns"), "dur": pa.duration("us"),
-    "dec": pa.decimal128(38, 20), "dec256": pa.decimal256(50, 10),
+    "i8": pa.int8(),
+    "u64": pa.uint64(),
+    "f16": pa.float16(),
+    "f32": pa.float32(),
+    "f64": pa.float64(),
+    "bool": pa.bool_(),
+    "str": pa.string(),
+    "lstr": pa.large_string(),
+    "bin": pa.binary(),
+    "lbin": pa.large_binary(),
+    "fsb": pa.binary(3),
+    "d32": pa.date32(),
+    "t64": pa.time64("us"),
+    "ts": pa.timestamp("us"),
+    "ts_tz": pa.timestamp("ms", tz="Europe/Paris"),
+    "ts_ns": pa.timestamp("ns"),
+    "dur": pa.duration("us"),
+    "dec": pa.decimal128(38, 20),
+    "dec256": pa.decimal256(50, 10),
 }
 ALL_TYPES = {**SCALAR, **NESTED}
 
@@ -55,8 +69,10 @@ def _present_values(t: pa.DataType) -> st.SearchStrategy[Any]:
         return st.one_of(st.sampled_from([lo, hi, 0]), st.integers(lo, hi))
     if pa.types.is_floating(t):
         width = {16: 16, 32: 32, 64: 64}[t.bit_width]
-        return st.one_of(st.sampled_from([math.nan, -0.0, 0.0, math.inf, -math.inf]),
-                         st.floats(width=width, allow_nan=False))
+        return st.one_of(
+            st.sampled_from([math.nan, -0.0, 0.0, math.inf, -math.inf]),
+            st.floats(width=width, allow_nan=False),
+        )
     if pa.types.is_boolean(t):
         return st.one_of(st.booleans())
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -88,11 +104,15 @@ def _present_values(t: pa.DataType) -> st.SearchStrategy[Any]:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return st.one_of(st.lists(values_of(t.value_type), max_size=3))
     if pa.types.is_struct(t):
-        return st.one_of(st.fixed_dictionaries({t.field(i).name: values_of(t.field(i).type)
-                                                           for i in range(t.num_fields)}))
+        return st.one_of(
+            st.fixed_dictionaries({t.field(i).name: values_of(t.field(i).type) for i in range(t.num_fields)})
+        )
     if pa.types.is_map(t):
-        return st.one_of(st.lists(st.tuples(st.text(max_size=3), values_of(t.item_type)), max_size=3,
-                                             unique_by=lambda kv: kv[0]))
+        return st.one_of(
+            st.lists(
+                st.tuples(st.text(max_size=3), values_of(t.item_type)), max_size=3, unique_by=lambda kv: kv[0]
+            )
+        )
     raise AssertionError(t)
 
 
@@ -114,11 +134,15 @@ def rows_equal(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> bool:
 
 
 @pytest.mark.parametrize("name", sorted(ALL_TYPES))
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@settings(
+    max_examples=3,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_every_type_round_trips_with_merge_projection_and_time_travel(
-        tmp_path_factory: pytest.TempPathFactory, name: str, data: st.DataObject) -> None:
+    tmp_path_factory: pytest.TempPathFactory, name: str, data: st.DataObject
+) -> None:
     t_ = ALL_TYPES[name]
     cat = mere.connect(str(tmp_path_factory.mktemp("wh")))
     schema = pa.schema([("id", pa.int64()), ("c", t_), ("n", pa.int64())])
@@ -133,43 +157,77 @@ def test_every_type_round_trips_with_merge_projection_and_time_travel(
     keyed.upsert(pa.table({"id": [1], "n": [10]}))  # partial: c of key 1 keeps its value
     keyed.upsert(pa.table({"id": [2, 4], "c": pa.array(second, t_)}))
     keyed.delete("id = 3")
-    want = [{"id": 1, "c": first[0], "n": 10}, {"id": 2, "c": second[0], "n": 2}, {"id": 4, "c": second[1], "n": None}]
+    want = [
+        {"id": 1, "c": first[0], "n": 10},
+        {"id": 2, "c": second[0], "n": 2},
+        {"id": 4, "c": second[1], "n": None},
+    ]
     got = keyed.scan().to_arrow().sort_by("id")
     assert got.schema.field("c").type == t_
     assert rows_equal(got.to_pylist(), want)
-    assert rows_equal(keyed.scan(columns=["c", "id"]).to_arrow().sort_by("id").to_pylist(),
-                      [{"c": r["c"], "id": r["id"]} for r in want])
+    assert rows_equal(
+        keyed.scan(columns=["c", "id"]).to_arrow().sort_by("id").to_pylist(),
+        [{"c": r["c"], "id": r["id"]} for r in want],
+    )
     assert rows_equal(keyed.scan(version=1).to_arrow().sort_by("id").to_pylist(), base.to_pylist())
     assert keyed.compact() is not None
     assert rows_equal(keyed.scan().to_arrow().sort_by("id").to_pylist(), want)
     assert rows_equal(keyless.scan().to_arrow().sort_by("id").to_pylist(), base.to_pylist())
-    assert rows_equal(keyless.scan(columns=["c"], filter="n >= 2").to_arrow().to_pylist(),
-                      [{"c": v} for v in first[1:]])
+    assert rows_equal(
+        keyless.scan(columns=["c"], filter="n >= 2").to_arrow().to_pylist(), [{"c": v} for v in first[1:]]
+    )
 
 
 @st.composite
 def nested_batches(draw: st.DrawFn) -> tuple[pa.DataType, list[list[tuple[int, Any, str | None]]]]:
     t_ = draw(st.sampled_from(sorted(NESTED.items())))[1]
-    batches = draw(st.lists(st.lists(st.tuples(st.integers(0, 6), values_of(t_), st.sampled_from(["I", "U", "D"])),
-                                     min_size=1, max_size=8), min_size=1, max_size=4))
+    batches = draw(
+        st.lists(
+            st.lists(
+                st.tuples(st.integers(0, 6), values_of(t_), st.sampled_from(["I", "U", "D"])),
+                min_size=1,
+                max_size=8,
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
     return t_, batches
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(case=nested_batches())
-def test_property_nested_columns_merge_like_a_model(tmp_path_factory: pytest.TempPathFactory,
-                                                     case: tuple[pa.DataType, list[list[Any]]]) -> None:
+def test_property_nested_columns_merge_like_a_model(
+    tmp_path_factory: pytest.TempPathFactory, case: tuple[pa.DataType, list[list[Any]]]
+) -> None:
     """CDC batches (several changes per key per batch) on a nested column and a last_non_null nested column."""
     t_, batches = case
     cat = mere.connect(str(tmp_path_factory.mktemp("wh")))
     schema = pa.schema([("k", pa.int64()), ("v", t_), ("w", t_)])
-    table = cat.create_table("t.nested", schema, primary_key="k", buckets=2, cdc_column="op",
-                             merge_operators={"w": "last_non_null"})
+    table = cat.create_table(
+        "t.nested",
+        schema,
+        primary_key="k",
+        buckets=2,
+        cdc_column="op",
+        merge_operators={"w": "last_non_null"},
+    )
     model: dict[int, dict[str, Any]] = {}
     for rows in batches:
-        table.upsert(pa.table({"k": [r[0] for r in rows], "v": pa.array([r[1] for r in rows], t_),
-                               "w": pa.array([r[1] for r in rows], t_), "op": [r[2] for r in rows]}))
+        table.upsert(
+            pa.table(
+                {
+                    "k": [r[0] for r in rows],
+                    "v": pa.array([r[1] for r in rows], t_),
+                    "w": pa.array([r[1] for r in rows], t_),
+                    "op": [r[2] for r in rows],
+                }
+            )
+        )
         for k, v, op in rows:
             if op == "D":
                 model.pop(k, None)
@@ -181,11 +239,18 @@ def test_property_nested_columns_merge_like_a_model(tmp_path_factory: pytest.Tem
         assert rows_equal(got, [model[k] for k in sorted(model)])
 
 
-@pytest.mark.parametrize("bad", [
-    pa.month_day_nano_interval(), pa.null(), pa.sparse_union([pa.field("a", pa.int32())]),
-    pa.list_(pa.month_day_nano_interval()), pa.struct([]), pa.fixed_shape_tensor(pa.int32(), [2]),
-    pa.struct([("x", pa.dense_union([pa.field("a", pa.int8())]))]),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pa.month_day_nano_interval(),
+        pa.null(),
+        pa.sparse_union([pa.field("a", pa.int32())]),
+        pa.list_(pa.month_day_nano_interval()),
+        pa.struct([]),
+        pa.fixed_shape_tensor(pa.int32(), [2]),
+        pa.struct([("x", pa.dense_union([pa.field("a", pa.int8())]))]),
+    ],
+)
 def test_types_parquet_cannot_store_are_refused_at_create(tmp_path: Path, bad: pa.DataType) -> None:
     cat = mere.connect(str(tmp_path / "wh"))
     with pytest.raises(errors.UnsupportedType, match="column 'c'"):
@@ -196,18 +261,36 @@ def test_types_parquet_cannot_store_are_refused_at_create(tmp_path: Path, bad: p
 
 def test_encodings_are_stored_as_plain_types_also_inside_nested_types(tmp_path: Path) -> None:
     cat = mere.connect(str(tmp_path / "wh"))
-    schema = pa.schema([
-        ("id", pa.int64()), ("d", pa.dictionary(pa.int32(), pa.string())), ("v", pa.string_view()),
-        ("r", pa.run_end_encoded(pa.int32(), pa.int64())), ("lv", pa.list_view(pa.int32())),
-        ("s", pa.struct([("x", pa.string_view()), ("l", pa.list_(pa.dictionary(pa.int8(), pa.string())))])),
-    ])
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("d", pa.dictionary(pa.int32(), pa.string())),
+            ("v", pa.string_view()),
+            ("r", pa.run_end_encoded(pa.int32(), pa.int64())),
+            ("lv", pa.list_view(pa.int32())),
+            (
+                "s",
+                pa.struct([("x", pa.string_view()), ("l", pa.list_(pa.dictionary(pa.int8(), pa.string())))]),
+            ),
+        ]
+    )
     t = cat.create_table("t.enc", schema, primary_key="id")
     assert [str(f.type) for f in t.schema] == [
-        "int64", "string", "string", "int64", "list<item: int32>", "struct<x: string, l: list<item: string>>"]
-    t.upsert(pa.table({"id": [1], "d": ["a"], "v": ["b"], "r": [7], "lv": [[1, 2]],
-                       "s": [{"x": "y", "l": ["p", "q"]}]}))
+        "int64",
+        "string",
+        "string",
+        "int64",
+        "list<item: int32>",
+        "struct<x: string, l: list<item: string>>",
+    ]
+    t.upsert(
+        pa.table(
+            {"id": [1], "d": ["a"], "v": ["b"], "r": [7], "lv": [[1, 2]], "s": [{"x": "y", "l": ["p", "q"]}]}
+        )
+    )
     assert t.scan().to_arrow().to_pylist() == [
-        {"id": 1, "d": "a", "v": "b", "r": 7, "lv": [1, 2], "s": {"x": "y", "l": ["p", "q"]}}]
+        {"id": 1, "d": "a", "v": "b", "r": 7, "lv": [1, 2], "s": {"x": "y", "l": ["p", "q"]}}
+    ]
 
 
 def test_a_struct_field_named_like_a_key_column_does_not_shadow_it(tmp_path: Path) -> None:
@@ -217,7 +300,10 @@ def test_a_struct_field_named_like_a_key_column_does_not_shadow_it(tmp_path: Pat
     t = cat.create_table("t.shadow", schema, primary_key="id", properties={"write.row-group-rows": "2"})
     t.upsert(pa.table({"s": [{"id": 100 - i} for i in range(6)], "id": list(range(6)), "v": list("abcdef")}))
     assert t.scan(filter="id = 4").to_arrow().to_pylist() == [{"s": {"id": 96}, "id": 4, "v": "e"}]
-    assert sorted(t.scan(filter="id IN (0, 5)", columns=["v"]).to_arrow().column("v").to_pylist()) == ["a", "f"]
+    assert sorted(t.scan(filter="id IN (0, 5)", columns=["v"]).to_arrow().column("v").to_pylist()) == [
+        "a",
+        "f",
+    ]
     explained = t.scan(filter="id = 4").explain()
     assert explained.row_groups_kept == 1  # pruned by the key's statistics, not the struct field's
 
@@ -226,8 +312,12 @@ def test_concat_of_repetitive_and_large_strings(tmp_path: Path) -> None:
     """Repetitive strings are dictionary-encoded while a batch is prepared; concat must still fold them."""
     cat = mere.connect(str(tmp_path / "wh"))
     for t_ in (pa.string(), pa.large_string()):
-        t = cat.create_table(f"t.tags_{t_}".replace("_string", ""), pa.schema([("k", pa.int64()), ("tags", t_)]),
-                             primary_key="k", merge_operators={"tags": "concat:|"})
+        t = cat.create_table(
+            f"t.tags_{t_}".replace("_string", ""),
+            pa.schema([("k", pa.int64()), ("tags", t_)]),
+            primary_key="k",
+            merge_operators={"tags": "concat:|"},
+        )
         t.upsert(pa.table({"k": [1] * 5000 + [2], "tags": pa.array(["x"] * 5000 + [None], t_)}))
         t.upsert(pa.table({"k": [1, 2], "tags": pa.array(["y", "z"], t_)}))
         got = {r["k"]: r["tags"] for r in t.scan().to_arrow().to_pylist()}
@@ -244,8 +334,11 @@ LOSSLESS = [  # (input array, column type, stored values)
     (pa.array(["a"]), pa.large_string(), ["a"]),
     (pa.array(["a"]).dictionary_encode(), pa.string(), ["a"]),
     (pa.array(["ü"]), pa.binary(), ["ü".encode()]),
-    (pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC)], pa.timestamp("s", tz="UTC")), pa.timestamp("us", tz="Asia/Tokyo"),
-     [dt.datetime(2026, 1, 1, tzinfo=dt.UTC)]),
+    (
+        pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC)], pa.timestamp("s", tz="UTC")),
+        pa.timestamp("us", tz="Asia/Tokyo"),
+        [dt.datetime(2026, 1, 1, tzinfo=dt.UTC)],
+    ),
     (pa.array([[1, 2]], pa.list_(pa.int64())), pa.list_(pa.int16()), [[1, 2]]),
     (pa.nulls(1), pa.date32(), [None]),
 ]
@@ -256,8 +349,11 @@ LOSSY = [  # (input array, column type, what the message names)
     (pa.array([5]), pa.string(), "not compatible"),
     (pa.array([True]), pa.int32(), "not compatible"),
     (pa.array([dt.datetime(2026, 1, 1)], pa.timestamp("us")), pa.timestamp("us", tz="UTC"), "tz_localize"),
-    (pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")), pa.timestamp("us"),
-     "naive column"),
+    (
+        pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")),
+        pa.timestamp("us"),
+        "naive column",
+    ),
     (pa.array([300]), pa.int8(), "without loss"),
     (pa.array([1.5]), pa.int64(), "without loss"),
     (pa.array([2**53 + 1]), pa.float64(), "without loss"),
@@ -270,19 +366,23 @@ LOSSY = [  # (input array, column type, what the message names)
 
 
 @pytest.mark.parametrize(("given", "column", "stored"), LOSSLESS, ids=lambda v: str(v)[:30])
-def test_lossless_input_casts_are_accepted(tmp_path: Path, given: pa.Array, column: pa.DataType,
-                                           stored: list[Any]) -> None:
-    t = mere.connect(str(tmp_path / "wh")).create_table("t.c", pa.schema([("id", pa.int64()), ("c", column)]),
-                                                         primary_key="id")
+def test_lossless_input_casts_are_accepted(
+    tmp_path: Path, given: pa.Array, column: pa.DataType, stored: list[Any]
+) -> None:
+    t = mere.connect(str(tmp_path / "wh")).create_table(
+        "t.c", pa.schema([("id", pa.int64()), ("c", column)]), primary_key="id"
+    )
     t.upsert(pa.table({"id": list(range(len(given))), "c": given}))
     assert t.scan().to_arrow().sort_by("id").column("c").to_pylist() == stored
 
 
 @pytest.mark.parametrize(("given", "column", "says"), LOSSY, ids=lambda v: str(v)[:30])
-def test_lossy_or_guessing_input_casts_are_refused(tmp_path: Path, given: pa.Array, column: pa.DataType,
-                                                   says: str) -> None:
-    t = mere.connect(str(tmp_path / "wh")).create_table("t.c", pa.schema([("id", pa.int64()), ("c", column)]),
-                                                         primary_key="id")
+def test_lossy_or_guessing_input_casts_are_refused(
+    tmp_path: Path, given: pa.Array, column: pa.DataType, says: str
+) -> None:
+    t = mere.connect(str(tmp_path / "wh")).create_table(
+        "t.c", pa.schema([("id", pa.int64()), ("c", column)]), primary_key="id"
+    )
     with pytest.raises(errors.SchemaMismatch, match=f"column 'c'.*{says}"):
         t.upsert(pa.table({"id": list(range(len(given))), "c": given}))
     assert t.version == 0 and t.scan().count() == 0
@@ -295,8 +395,14 @@ def test_projection_reads_only_the_needed_columns(tmp_path: Path, keyed: bool) -
     n = 20_000
     schema = pa.schema([("id", pa.int64()), ("a", pa.string()), ("b", pa.float64()), ("c", pa.string())])
     t = cat.create_table("t.p", schema, primary_key="id" if keyed else None)
-    rows = pa.table({"id": list(range(n)), "a": [f"a{i}" * 5 for i in range(n)], "b": [i / 3 for i in range(n)],
-                     "c": [f"c{i * 7}" * 5 for i in range(n)]})
+    rows = pa.table(
+        {
+            "id": list(range(n)),
+            "a": [f"a{i}" * 5 for i in range(n)],
+            "b": [i / 3 for i in range(n)],
+            "c": [f"c{i * 7}" * 5 for i in range(n)],
+        }
+    )
     (t.upsert if keyed else t.append)(rows)
     if keyed:
         t.upsert(rows.slice(0, 100))

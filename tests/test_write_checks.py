@@ -20,8 +20,14 @@ from hypothesis import strategies as st
 import mere
 from mere import errors
 
-REQ = pa.schema([pa.field("id", pa.int64()), pa.field("p", pa.string()), pa.field("req", pa.int64(), nullable=False),
-                 pa.field("opt", pa.string())])
+REQ = pa.schema(
+    [
+        pa.field("id", pa.int64()),
+        pa.field("p", pa.string()),
+        pa.field("req", pa.int64(), nullable=False),
+        pa.field("opt", pa.string()),
+    ]
+)
 
 
 def rows(t: mere.Table) -> list[dict[str, Any]]:
@@ -53,13 +59,25 @@ def test_partial_rows_may_only_update_existing_keys(cat: mere.Catalog) -> None:
     t.upsert(pa.table({"id": [1, 2], "p": ["a", "a"], "req": [7, 8]}))
     t.upsert(pa.table({"id": [1], "p": ["a"], "opt": ["x"]}))  # an existing key: fine
     assert rows(t)[0] == {"id": 1, "p": "a", "req": 7, "opt": "x"}
-    unchanged(t, lambda: t.upsert(pa.table({"id": [1, 9], "p": ["a", "a"], "opt": ["y", "z"]})),
-              errors.SchemaMismatch, "new key.*9.*req")
+    unchanged(
+        t,
+        lambda: t.upsert(pa.table({"id": [1, 9], "p": ["a", "a"], "opt": ["y", "z"]})),
+        errors.SchemaMismatch,
+        "new key.*9.*req",
+    )
     # Deleted and inserted again in one batch without the column: a fresh row that would read back null.
-    unchanged(t, lambda: t.upsert(pa.table({"id": [1, 1], "p": ["a", "a"], "op": ["D", "I"]})),
-              errors.SchemaMismatch, "deleted and inserted again")
-    unchanged(t, lambda: t.upsert(pa.table({"id": [2, 2], "p": ["a", "a"], "opt": ["q", "r"], "op": ["D", "U"]})),
-              errors.SchemaMismatch, "req")
+    unchanged(
+        t,
+        lambda: t.upsert(pa.table({"id": [1, 1], "p": ["a", "a"], "op": ["D", "I"]})),
+        errors.SchemaMismatch,
+        "deleted and inserted again",
+    )
+    unchanged(
+        t,
+        lambda: t.upsert(pa.table({"id": [2, 2], "p": ["a", "a"], "opt": ["q", "r"], "op": ["D", "U"]})),
+        errors.SchemaMismatch,
+        "req",
+    )
     # With the column, the same batch is fine; a key deleted earlier needs it again.
     t.upsert(pa.table({"id": [2, 2], "p": ["a", "a"], "req": [None, 3], "op": ["D", "I"]}))
     t.delete("id = 1")
@@ -76,7 +94,10 @@ def test_staged_partial_rows_are_checked_when_committed(cat: mere.Catalog) -> No
     first = t.stage(pa.table({"id": [5], "p": ["a"], "req": [50]}), "upsert")
     second = t.stage(pa.table({"id": [5, 1], "p": ["a", "a"], "opt": ["five", "one"]}), "upsert")
     t.commit([first, second])
-    assert rows(t) == [{"id": 1, "p": "a", "req": 7, "opt": "one"}, {"id": 5, "p": "a", "req": 50, "opt": "five"}]
+    assert rows(t) == [
+        {"id": 1, "p": "a", "req": 7, "opt": "one"},
+        {"id": 5, "p": "a", "req": 50, "opt": "five"},
+    ]
 
 
 def test_partial_upsert_in_the_null_partition(cat: mere.Catalog) -> None:
@@ -90,33 +111,55 @@ def test_partial_upsert_in_the_null_partition(cat: mere.Catalog) -> None:
 
 def test_partial_rows_spread_over_several_runs_of_one_streamed_write(cat: mere.Catalog) -> None:
     """A stream is written in runs (here one per batch): the checks see the runs in order, as one write."""
-    t = cat.create_table("t.runs", REQ, primary_key="id", cdc_column="op", buckets=2,
-                         properties={"write.chunk-bytes": "1"})
+    t = cat.create_table(
+        "t.runs", REQ, primary_key="id", cdc_column="op", buckets=2, properties={"write.chunk-bytes": "1"}
+    )
     t.upsert(pa.table({"id": [1, 2], "p": ["a", "a"], "req": [1, 2]}))
     schema = pa.schema([("id", pa.int64()), ("p", pa.string()), ("opt", pa.string()), ("op", pa.string())])
 
     def stream(*batches: tuple[list[int], list[str]]) -> pa.RecordBatchReader:
-        return pa.RecordBatchReader.from_batches(schema, [pa.record_batch(
-            [pa.array(ids), pa.array(["a"] * len(ids)), pa.array([f"v{i}" for i in ids]), pa.array(ops)],
-            schema=schema) for ids, ops in batches])
+        return pa.RecordBatchReader.from_batches(
+            schema,
+            [
+                pa.record_batch(
+                    [
+                        pa.array(ids),
+                        pa.array(["a"] * len(ids)),
+                        pa.array([f"v{i}" for i in ids]),
+                        pa.array(ops),
+                    ],
+                    schema=schema,
+                )
+                for ids, ops in batches
+            ],
+        )
 
     t.upsert(stream(([1], ["U"]), ([2], ["U"]), ([1], ["U"])))
     assert len(t.history()[-1].internal["splits"]) >= 1 and t.history()[-1].summary["added_files"] == 3
     # Deleted in one run, inserted again in a later one, never given req: refused as a whole.
-    unchanged(t, lambda: t.upsert(stream(([2], ["D"]), ([1], ["U"]), ([2], ["I"]))), errors.SchemaMismatch, "2")
+    unchanged(
+        t, lambda: t.upsert(stream(([2], ["D"]), ([1], ["U"]), ([2], ["I"]))), errors.SchemaMismatch, "2"
+    )
     assert rows(t) == [{"id": 1, "p": "a", "req": 1, "opt": "v1"}, {"id": 2, "p": "a", "req": 2, "opt": "v2"}]
 
 
 # -- integer sums ---------------------------------------------------------------------------------------------
 
 
-SUMS = pa.schema([("id", pa.int64()), ("q", pa.int64()), ("small", pa.int32()), ("u", pa.uint64()),
-                  ("f", pa.float64())])
+SUMS = pa.schema(
+    [("id", pa.int64()), ("q", pa.int64()), ("small", pa.int32()), ("u", pa.uint64()), ("f", pa.float64())]
+)
 
 
 def summed(cat: mere.Catalog, **kwargs: Any) -> mere.Table:
-    return cat.create_table("t.sums", SUMS, primary_key="id", cdc_column="op",
-                            merge_operators={"q": "sum", "small": "sum", "u": "sum", "f": "sum"}, **kwargs)
+    return cat.create_table(
+        "t.sums",
+        SUMS,
+        primary_key="id",
+        cdc_column="op",
+        merge_operators={"q": "sum", "small": "sum", "u": "sum", "f": "sum"},
+        **kwargs,
+    )
 
 
 def test_an_overflowing_sum_is_refused_and_the_table_stays_readable(cat: mere.Catalog) -> None:
@@ -130,7 +173,9 @@ def test_an_overflowing_sum_is_refused_and_the_table_stays_readable(cat: mere.Ca
     assert {r["id"]: r["q"] for r in rows(t)} == {1: 2**63 - 1, 2: -(2**63)}
     # Narrower types overflow at their own bounds; a batch overflowing on its own names the key too.
     t.upsert(pa.table({"id": [3], "small": pa.array([2**31 - 1], pa.int32())}))
-    unchanged(t, lambda: t.upsert(pa.table({"id": [3], "small": pa.array([1], pa.int32())})), errors.SumOverflow)
+    unchanged(
+        t, lambda: t.upsert(pa.table({"id": [3], "small": pa.array([1], pa.int32())})), errors.SumOverflow
+    )
     unchanged(t, lambda: t.upsert(pa.table({"id": [4, 4], "q": [big, big]})), errors.SumOverflow, "'id': 4")
     # A key deleted (or deleted and inserted again in one batch) starts from zero.
     t.upsert(pa.table({"id": [1, 1], "q": [None, 5], "op": ["D", "I"]}))
@@ -218,10 +263,17 @@ def test_concurrent_writers_cannot_overflow_a_sum_together(catalog_url: str, tmp
 _names = itertools.count()
 
 
-def test_a_batch_whose_running_sum_leaves_the_type_but_ends_inside_is_stored_exactly(local_cat: mere.Catalog) -> None:
-    t = local_cat.create_table("t.running", SUMS, primary_key="id", cdc_column="op", merge_operators={"q": "sum"})
-    t.upsert(pa.table({"id": [0, 0, 0, 0], "q": pa.array([2**61, 2**61, 2**62, -(2**62)], pa.int64()),
-                       "op": ["I"] * 4}))
+def test_a_batch_whose_running_sum_leaves_the_type_but_ends_inside_is_stored_exactly(
+    local_cat: mere.Catalog,
+) -> None:
+    t = local_cat.create_table(
+        "t.running", SUMS, primary_key="id", cdc_column="op", merge_operators={"q": "sum"}
+    )
+    t.upsert(
+        pa.table(
+            {"id": [0, 0, 0, 0], "q": pa.array([2**61, 2**61, 2**62, -(2**62)], pa.int64()), "op": ["I"] * 4}
+        )
+    )
     assert t.scan().to_arrow().column("q").to_pylist() == [2**62]
     t.upsert(pa.table({"id": [0], "q": pa.array([-(2**62)], pa.int64()), "op": ["U"]}))
     t.upsert(pa.table({"id": [0], "q": pa.array([2**62], pa.int64()), "op": ["U"]}))
@@ -230,15 +282,31 @@ def test_a_batch_whose_running_sum_leaves_the_type_but_ends_inside_is_stored_exa
         t.upsert(pa.table({"id": [0], "q": pa.array([2**62], pa.int64()), "op": ["U"]}))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
-@given(batches=st.lists(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([2**61, 2**62, -(2**62), 1, None]),
-                                           st.sampled_from(["I", "U", "D"])), min_size=1, max_size=5),
-                        min_size=1, max_size=6))
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    batches=st.lists(
+        st.lists(
+            st.tuples(
+                st.integers(0, 3),
+                st.sampled_from([2**61, 2**62, -(2**62), 1, None]),
+                st.sampled_from(["I", "U", "D"]),
+            ),
+            min_size=1,
+            max_size=5,
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_property_sums_never_overflow_and_match_a_model(local_cat: mere.Catalog, batches: list[Any]) -> None:
     name = f"t.s{next(_names)}"  # one table per example (examples can repeat while Hypothesis shrinks)
-    t = local_cat.create_table(name, SUMS, primary_key="id", cdc_column="op", merge_operators={"q": "sum"},
-                               buckets=2)
+    t = local_cat.create_table(
+        name, SUMS, primary_key="id", cdc_column="op", merge_operators={"q": "sum"}, buckets=2
+    )
     model: dict[int, int | None] = {}
     for batch in batches:
         trial = dict(model)
@@ -259,8 +327,13 @@ def test_property_sums_never_overflow_and_match_a_model(local_cat: mere.Catalog,
                 old = net.get(k)
                 net[k] = old if v is None else (v if old is None else old + v)
         fits = all(v is None or -(2**63) <= v < 2**63 for v in [*trial.values(), *net.values()])
-        data = pa.table({"id": [b[0] for b in batch], "q": pa.array([b[1] for b in batch], pa.int64()),
-                         "op": [b[2] for b in batch]})
+        data = pa.table(
+            {
+                "id": [b[0] for b in batch],
+                "q": pa.array([b[1] for b in batch], pa.int64()),
+                "op": [b[2] for b in batch],
+            }
+        )
         if fits:
             t.upsert(data)
             model = trial

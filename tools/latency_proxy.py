@@ -50,8 +50,10 @@ __all__ = ["FaultPlan", "LatencyProxy", "ProxyStats", "RequestInfo", "spawn"]
 CHUNK = 256 * 1024
 FAULT_KINDS = ("error", "reset", "stall")
 
-ERROR_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
-              b"<Message>Please reduce your request rate (injected by latency_proxy).</Message></Error>")
+ERROR_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate (injected by latency_proxy).</Message></Error>"
+)
 
 
 @dataclass(frozen=True)
@@ -174,8 +176,8 @@ class _RequestFramer:
                     if len(self.buf) > 1 << 20:
                         raise _Cut("request head too long")
                     break
-                raw = bytes(self.buf[:end + 4])
-                del self.buf[:end + 4]
+                raw = bytes(self.buf[: end + 4])
+                del self.buf[: end + 4]
                 lines = raw[:-4].decode("latin-1").split("\r\n")
                 parts = lines[0].split(" ")
                 method, target = (parts[0], parts[1]) if len(parts) >= 2 else (parts[0], "")
@@ -224,8 +226,8 @@ class _RequestFramer:
         end = self.buf.find(b"\r\n")
         if end < 0:
             return None
-        line = bytes(self.buf[:end + 2])
-        del self.buf[:end + 2]
+        line = bytes(self.buf[: end + 2])
+        del self.buf[: end + 2]
         return line
 
 
@@ -235,9 +237,17 @@ class LatencyProxy:
     ``rtt_ms`` and ``faults`` may be changed while the proxy runs; they apply to bytes read afterwards.
     """
 
-    def __init__(self, upstream_host: str, upstream_port: int, rtt_ms: float = 0.0, *,
-                 listen_host: str = "127.0.0.1", listen_port: int = 0, handshake: bool = True,
-                 faults: FaultPlan | None = None) -> None:
+    def __init__(
+        self,
+        upstream_host: str,
+        upstream_port: int,
+        rtt_ms: float = 0.0,
+        *,
+        listen_host: str = "127.0.0.1",
+        listen_port: int = 0,
+        handshake: bool = True,
+        faults: FaultPlan | None = None,
+    ) -> None:
         self.upstream = (upstream_host, int(upstream_port))
         self.rtt_ms = float(rtt_ms)
         self.listen_host = listen_host
@@ -294,8 +304,9 @@ class LatencyProxy:
     def __enter__(self) -> LatencyProxy:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     @property
@@ -308,8 +319,9 @@ class LatencyProxy:
 
     # -- serving -----------------------------------------------------------------------------------
     async def serve(self) -> asyncio.Server:
-        self._server = await asyncio.start_server(self._handle, self.listen_host, self.listen_port,
-                                                  limit=CHUNK, backlog=512)
+        self._server = await asyncio.start_server(
+            self._handle, self.listen_host, self.listen_port, limit=CHUNK, backlog=512
+        )
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self._server
 
@@ -369,8 +381,11 @@ class LatencyProxy:
         up_q: asyncio.Queue[tuple[float, bytes | None]] = asyncio.Queue()
         down_q: asyncio.Queue[tuple[float, bytes | None]] = asyncio.Queue()
 
-        async def deliver(q: asyncio.Queue[tuple[float, bytes | None]], w: asyncio.StreamWriter,
-                          on_write: Callable[[bytes], None] | None = None) -> None:
+        async def deliver(
+            q: asyncio.Queue[tuple[float, bytes | None]],
+            w: asyncio.StreamWriter,
+            on_write: Callable[[bytes], None] | None = None,
+        ) -> None:
             while True:
                 at, data = await q.get()
                 delay = at - loop.time()
@@ -449,8 +464,15 @@ class LatencyProxy:
                     reset_budget[0] = budget - len(data)
                 down_q.put_nowait((at, data))
 
-        tasks = [asyncio.ensure_future(t) for t in (
-            pump_up(), pump_down(), deliver(up_q, upstream_w), deliver(down_q, client_w, response_bytes))]
+        tasks = [
+            asyncio.ensure_future(t)
+            for t in (
+                pump_up(),
+                pump_down(),
+                deliver(up_q, upstream_w),
+                deliver(down_q, client_w, response_bytes),
+            )
+        ]
         try:
             pending = set(tasks)
             # Finish when both directions delivered their EOF, or on the first error / cut.
@@ -477,8 +499,10 @@ class LatencyProxy:
 
 async def _answer_error(w: asyncio.StreamWriter, status: int, delay: float) -> None:
     reason = {500: "Internal Server Error", 503: "Slow Down", 502: "Bad Gateway"}.get(status, "Error")
-    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\nContent-Length: {len(ERROR_BODY)}"
-            f"\r\nConnection: close\r\n\r\n").encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\nContent-Length: {len(ERROR_BODY)}"
+        f"\r\nConnection: close\r\n\r\n"
+    ).encode()
     if delay > 0:
         await asyncio.sleep(delay)
     with contextlib.suppress(OSError):
@@ -494,8 +518,9 @@ def _nodelay(w: asyncio.StreamWriter) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def spawn(upstream: str, rtt_ms: float, *, handshake: bool = True,
-          python: str = sys.executable) -> tuple[subprocess.Popen[str], int]:
+def spawn(
+    upstream: str, rtt_ms: float, *, handshake: bool = True, python: str = sys.executable
+) -> tuple[subprocess.Popen[str], int]:
     """Run the proxy in its own process; returns the process (stop it with ``terminate()``) and its port."""
     cmd = [python, os.path.abspath(__file__), "--upstream", upstream, "--rtt-ms", str(rtt_ms)]
     if not handshake:
@@ -523,8 +548,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     up_host, _, up_port = args.upstream.rpartition(":")
     host, _, port = args.listen.rpartition(":")
-    proxy = LatencyProxy(up_host, int(up_port), args.rtt_ms, listen_host=host or "127.0.0.1",
-                         listen_port=int(port or 0), handshake=not args.no_handshake)
+    proxy = LatencyProxy(
+        up_host,
+        int(up_port),
+        args.rtt_ms,
+        listen_host=host or "127.0.0.1",
+        listen_port=int(port or 0),
+        handshake=not args.no_handshake,
+    )
 
     async def run() -> None:
         await proxy.serve()

@@ -11,5 +11,17 @@ from mere.table.table import Table
 
 __version__ = "0.1.0"
 
-__all__ = ["Catalog", "CommitConflict", "CommitResult", "MereError", "Scan", "Snapshot", "Table", "__version__",
-           "bucket_ids", "col", "connect", "errors"]
+__all__ = [
+    "Catalog",
+    "CommitConflict",
+    "CommitResult",
+    "MereError",
+    "Scan",
+    "Snapshot",
+    "Table",
+    "__version__",
+    "bucket_ids",
+    "col",
+    "connect",
+    "errors",
+]

@@ -20,17 +20,21 @@ import pyarrow as pa
 
 import mere
 
-SCHEMA = pa.schema([
-    pa.field("order_id", pa.int64(), nullable=False),
-    ("day", pa.string()),
-    ("customer", pa.string()),
-    ("qty", pa.int64()),
-    ("amount", pa.float64()),
-    ("status", pa.string()),
-])
+SCHEMA = pa.schema(
+    [
+        pa.field("order_id", pa.int64(), nullable=False),
+        ("day", pa.string()),
+        ("customer", pa.string()),
+        ("qty", pa.int64()),
+        ("amount", pa.float64()),
+        ("status", pa.string()),
+    ]
+)
 COLUMNS = SCHEMA.names
-JAVA_HINT = ("Spark needs a Java 17+ runtime. On Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless "
-             "(or install any JDK 17+ and set JAVA_HOME).")
+JAVA_HINT = (
+    "Spark needs a Java 17+ runtime. On Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless "
+    "(or install any JDK 17+ and set JAVA_HOME)."
+)
 
 
 def java_missing() -> bool:
@@ -76,7 +80,9 @@ def start_spark() -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("warehouse", nargs="?", default="demo-warehouse")
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--rows", type=int, default=50_000, help="new orders per batch")
@@ -93,30 +99,36 @@ def main(argv: list[str] | None = None) -> int:
     warehouse = os.path.abspath(args.warehouse)
     shutil.rmtree(warehouse, ignore_errors=True)
     cat = mere.connect(warehouse)
-    orders = cat.create_table("sales.orders", SCHEMA, primary_key=["order_id"], partition_by=["day"], buckets=4,
-                              cdc_column="op")
+    orders = cat.create_table(
+        "sales.orders", SCHEMA, primary_key=["order_id"], partition_by=["day"], buckets=4, cdc_column="op"
+    )
     started = time.perf_counter()
     spark = start_spark()
     try:
-        print(f"spark {spark.version} local[2] started in {time.perf_counter() - started:.1f} s; "
-              f"warehouse {warehouse}")
+        print(
+            f"spark {spark.version} local[2] started in {time.perf_counter() - started:.1f} s; "
+            f"warehouse {warehouse}"
+        )
         model: dict[int, tuple[Any, ...]] = {}
         started = time.perf_counter()
         for b in range(args.batches):
             batch = spark.sql(cdc_batch_sql(b, args.rows))
-            (batch.write.format("mere").mode("append")
-             .option("warehouse", warehouse).save("sales.orders"))
+            (batch.write.format("mere").mode("append").option("warehouse", warehouse).save("sales.orders"))
             changes = batch.toArrow()  # the same rows again, for the reference model
             apply_model(model, changes)
             ops = changes.column("op").value_counts().to_pylist()
             counts = {d["values"]: d["counts"] for d in ops}
-            print(f"batch {b + 1}: {changes.num_rows:>7} changes (I {counts.get('I', 0)}, U {counts.get('U', 0)}, "
-                  f"D {counts.get('D', 0)}) -> version {orders.version}")
+            print(
+                f"batch {b + 1}: {changes.num_rows:>7} changes (I {counts.get('I', 0)}, U {counts.get('U', 0)}, "
+                f"D {counts.get('D', 0)}) -> version {orders.version}"
+            )
         write_s = time.perf_counter() - started
 
         started = time.perf_counter()
-        spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW orders USING mere "
-                  f"OPTIONS (table 'sales.orders', warehouse '{warehouse}')")
+        spark.sql(
+            f"CREATE OR REPLACE TEMPORARY VIEW orders USING mere "
+            f"OPTIONS (table 'sales.orders', warehouse '{warehouse}')"
+        )
         per_day = spark.sql("""
             SELECT day, count(*) AS orders, sum(qty) AS qty, round(sum(amount), 2) AS amount,
                    sum(CASE WHEN status = 'shipped' THEN 1 ELSE 0 END) AS shipped
@@ -125,10 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         read_s = time.perf_counter() - started
         native = orders.scan().to_pandas()  # mere's own reader, no Spark
 
-        expected = pa.Table.from_pylist([dict(zip(COLUMNS, r)) for r in sorted(model.values())],
-                                        schema=orders.schema).to_pandas()
+        expected = pa.Table.from_pylist(
+            [dict(zip(COLUMNS, r)) for r in sorted(model.values())], schema=orders.schema
+        ).to_pandas()
         got = merged.sort_values("order_id").reset_index(drop=True)[COLUMNS]
-        ok = got.equals(expected) and native.sort_values("order_id").reset_index(drop=True)[COLUMNS].equals(expected)
+        ok = got.equals(expected) and native.sort_values("order_id").reset_index(drop=True)[COLUMNS].equals(
+            expected
+        )
         want_days: dict[str, list[Any]] = {}
         for r in model.values():
             d = want_days.setdefault(r[1], [0, 0, 0.0, 0])
@@ -137,18 +152,24 @@ def main(argv: list[str] | None = None) -> int:
             d[2] += r[4]
             d[3] += r[5] == "shipped"
         ok = ok and [(r.day, r.orders, r.qty, r.shipped) for r in per_day] == [
-            (day, v[0], v[1], v[3]) for day, v in sorted(want_days.items())]
+            (day, v[0], v[1], v[3]) for day, v in sorted(want_days.items())
+        ]
         ok = ok and all(abs(r.amount - want_days[r.day][2]) < 0.01 for r in per_day)
 
         print()
         print("day         orders      qty      amount  shipped")
         for r in per_day:
             print(f"{r.day}  {r.orders:>6} {r.qty:>8} {r.amount:>11.2f} {r.shipped:>8}")
-        print(f"rows after merge : {len(merged)} (model: {len(model)}); Spark read {read_s:.1f} s "
-              f"in {len(orders.scan().plan())} splits")
+        print(
+            f"rows after merge : {len(merged)} (model: {len(model)}); Spark read {read_s:.1f} s "
+            f"in {len(orders.scan().plan())} splits"
+        )
         print(f"history          : {[c.operation for c in orders.history()]}")
         print(f"ingest           : {args.batches} CDC batches from Spark in {write_s:.1f} s")
-        print("\nRESULT:", "OK, merged table equals the expected result (Spark SQL and pandas)" if ok else "MISMATCH")
+        print(
+            "\nRESULT:",
+            "OK, merged table equals the expected result (Spark SQL and pandas)" if ok else "MISMATCH",
+        )
         return 0 if ok else 1
     finally:
         spark.stop()

@@ -85,13 +85,21 @@ class Snapshot:
     internal: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @staticmethod
-    def from_stored(version: int, committed_micros: int, operation: str, summary: Mapping[str, Any],
-                    expired: bool = False) -> Snapshot:
+    def from_stored(
+        version: int, committed_micros: int, operation: str, summary: Mapping[str, Any], expired: bool = False
+    ) -> Snapshot:
         """A snapshot from what a catalog stores (the summary as written by the commit)."""
         public = {k: v for k, v in summary.items() if k not in INTERNAL_SUMMARY_KEYS}
         internal = {k: v for k, v in summary.items() if k in INTERNAL_SUMMARY_KEYS}
-        return Snapshot(version, micros_to_datetime(committed_micros), operation, public,
-                        version - 1 if version > 0 else None, expired, internal)
+        return Snapshot(
+            version,
+            micros_to_datetime(committed_micros),
+            operation,
+            public,
+            version - 1 if version > 0 else None,
+            expired,
+            internal,
+        )
 
     @property
     def committed_micros(self) -> int:
@@ -106,8 +114,11 @@ class Snapshot:
 
     def __repr__(self) -> str:
         s = self.summary
-        parts = [f"version={self.version}", f"operation={self.operation!r}",
-                 f"committed_at='{self.committed_at.isoformat(timespec='milliseconds')}'"]
+        parts = [
+            f"version={self.version}",
+            f"operation={self.operation!r}",
+            f"committed_at='{self.committed_at.isoformat(timespec='milliseconds')}'",
+        ]
         if "rows" in s:
             parts.append(f"rows={s['rows']}")
         if "added_files" in s:
@@ -144,10 +155,17 @@ class CommitResult:
         deleted = int(s.get("deleted_keys", s.get("deleted_rows", 0)) or 0)
         written = 0 if snapshot.operation in ("delete", "truncate", "compact") else int(s.get("rows", 0) or 0)
         return CommitResult(
-            version=snapshot.version, operation=snapshot.operation, committed_at=snapshot.committed_at,
-            rows_written=written, rows_deleted=deleted, files_added=int(s.get("added_files", 0)),
-            files_removed=int(s.get("removed_files", 0)), bytes_added=int(s.get("added_bytes", 0)),
-            already_committed=already_committed, snapshot=snapshot)
+            version=snapshot.version,
+            operation=snapshot.operation,
+            committed_at=snapshot.committed_at,
+            rows_written=written,
+            rows_deleted=deleted,
+            files_added=int(s.get("added_files", 0)),
+            files_removed=int(s.get("removed_files", 0)),
+            bytes_added=int(s.get("added_bytes", 0)),
+            already_committed=already_committed,
+            snapshot=snapshot,
+        )
 
     @property
     def summary(self) -> Mapping[str, Any]:
@@ -155,8 +173,11 @@ class CommitResult:
         return {} if self.snapshot is None else self.snapshot.summary
 
     def __repr__(self) -> str:
-        parts = [f"version={self.version}", f"operation={self.operation!r}",
-                 f"committed_at='{self.committed_at.isoformat(timespec='milliseconds')}'"]
+        parts = [
+            f"version={self.version}",
+            f"operation={self.operation!r}",
+            f"committed_at='{self.committed_at.isoformat(timespec='milliseconds')}'",
+        ]
         if self.rows_written:
             parts.append(f"rows_written={self.rows_written}")
         if self.rows_deleted:

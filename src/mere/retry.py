@@ -26,10 +26,14 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after the ``attempt``-th failure (1-based)."""
-        return min(self.max_delay, self.base_delay * (2 ** (attempt - 1))) * (0.5 + random.random())
+        return float(min(self.max_delay, self.base_delay * (2 ** (attempt - 1))) * (0.5 + random.random()))
 
-    def run(self, operation: Callable[[], T], retry_if: Callable[[BaseException], bool],
-            on_retry: Callable[[BaseException, int, float], None] | None = None) -> T:
+    def run(
+        self,
+        operation: Callable[[], T],
+        retry_if: Callable[[BaseException], bool],
+        on_retry: Callable[[BaseException, int, float], None] | None = None,
+    ) -> T:
         """Run ``operation`` until it succeeds, an error ``retry_if`` rejects, or the attempts run out
         (the last error is raised as is)."""
         attempt = 1

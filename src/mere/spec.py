@@ -43,10 +43,14 @@ class MergeOperator:
         elif isinstance(value, tuple) and len(value) == 2:
             op = MergeOperator(str(value[0]).lower(), str(value[1]))
         elif isinstance(value, Mapping):
-            op = MergeOperator(str(value.get("op", value.get("name", ""))).lower(),
-                               str(value.get("separator", value.get("sep", ","))))
+            op = MergeOperator(
+                str(value.get("op", value.get("name", ""))).lower(),
+                str(value.get("separator", value.get("sep", ","))),
+            )
         else:
-            raise InvalidInput(f"merge operator for column {column!r} must be a name like 'sum', got {value!r}")
+            raise InvalidInput(
+                f"merge operator for column {column!r} must be a name like 'sum', got {value!r}"
+            )
         if op.name not in MERGE_OPERATORS:
             raise InvalidInput(
                 f"unknown merge operator {op.name!r} for column {column!r}; choose one of {', '.join(MERGE_OPERATORS)}"
@@ -57,17 +61,26 @@ class MergeOperator:
         return {"op": self.name, "separator": self.separator}
 
 
-_PARTITION_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_date,
-                    pa.types.is_boolean)
+_PARTITION_TYPES = (
+    pa.types.is_integer,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_date,
+    pa.types.is_boolean,
+)
 
 
 def is_key_type(t: pa.DataType) -> bool:
     """Types mere can hash into buckets the way Spark SQL does."""
     return bool(
         (pa.types.is_integer(t) and pa.types.is_signed_integer(t))
-        or pa.types.is_string(t) or pa.types.is_large_string(t)
-        or pa.types.is_binary(t) or pa.types.is_large_binary(t)
-        or pa.types.is_boolean(t) or pa.types.is_date32(t) or pa.types.is_timestamp(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_date32(t)
+        or pa.types.is_timestamp(t)
         or (pa.types.is_decimal128(t) and t.precision <= 18)
     )
 
@@ -143,13 +156,16 @@ SPEC_FORMAT = 1  # bumped when a spec gains something older readers would misrea
 
 PROPERTIES: dict[str, tuple[str, Any]] = {
     # key: (what it takes, validator returning the parsed value or raising ValueError)
-    "write.compression": ("a Parquet codec: zstd, snappy, gzip, brotli, lz4 or none",
-                          lambda v: v if v.lower() in ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
-                          else _bad()),
+    "write.compression": (
+        "a Parquet codec: zstd, snappy, gzip, brotli, lz4 or none",
+        lambda v: v if v.lower() in ("zstd", "snappy", "gzip", "brotli", "lz4", "none") else _bad(),
+    ),
     "write.compression-level": ("an integer", int),
     "write.row-group-rows": ("a positive integer", lambda v: _positive(int(v))),
-    "write.chunk-bytes": ("a positive integer (bytes of a streamed input written as one run)",
-                          lambda v: _positive(int(v))),
+    "write.chunk-bytes": (
+        "a positive integer (bytes of a streamed input written as one run)",
+        lambda v: _positive(int(v)),
+    ),
     "read.window-bytes": ("a positive integer (bytes)", lambda v: _positive(int(v))),
     "read.whole-split-bytes": ("a non-negative integer (bytes)", lambda v: _positive(int(v) + 1) - 1),
 }
@@ -186,7 +202,9 @@ def validate_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
         elif key.startswith(("read.", "write.")):
             close = difflib.get_close_matches(key, PROPERTIES, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise InvalidInput(f"unknown table property {key!r}{hint} mere reads {', '.join(sorted(PROPERTIES))}")
+            raise InvalidInput(
+                f"unknown table property {key!r}{hint} mere reads {', '.join(sorted(PROPERTIES))}"
+            )
         out[key] = text
     return out
 
@@ -253,7 +271,9 @@ class TableSpec:
         if cdc_column is not None and not isinstance(cdc_column, str):
             raise InvalidInput(f"cdc_column must be a column name, got {cdc_column!r}")
         if merge_operators is not None and not isinstance(merge_operators, Mapping):
-            raise InvalidInput(f"merge_operators must be a dict of column name -> operator, got {merge_operators!r}")
+            raise InvalidInput(
+                f"merge_operators must be a dict of column name -> operator, got {merge_operators!r}"
+            )
         props = validate_properties(properties)
         if cdc_column is not None and cdc_column in schema.names:
             # The change column belongs to incoming batches, not to the stored rows.
@@ -292,7 +312,9 @@ class TableSpec:
         for c in parts:
             t = schema.field(c).type
             if not any(check(t) for check in _PARTITION_TYPES):
-                raise UnsupportedType(f"partition column {c!r} has type {t}; use integers, strings, dates or booleans")
+                raise UnsupportedType(
+                    f"partition column {c!r} has type {t}; use integers, strings, dates or booleans"
+                )
         if pk:
             n = 8 if buckets is None else buckets
             if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_BUCKETS:
@@ -309,7 +331,9 @@ class TableSpec:
             if not pk:
                 raise InvalidInput("merge operators apply to primary-key tables only")
             if c in pk or c in parts:
-                raise InvalidInput(f"column {c!r} is a key or partition column and cannot have a merge operator")
+                raise InvalidInput(
+                    f"column {c!r} is a key or partition column and cannot have a merge operator"
+                )
             t = schema.field(c).type
             if op.name == "sum" and not (pa.types.is_integer(t) or pa.types.is_floating(t)):
                 raise InvalidInput(f"merge operator 'sum' needs a numeric column; {c!r} is {t}")
@@ -324,6 +348,7 @@ class TableSpec:
     def differences(self, other: TableSpec, properties: bool = True) -> list[str]:
         """What differs between two specs, in words (empty when they describe the same table)."""
         out = []
+
         def columns(schema: pa.Schema) -> list[str]:
             return [f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in schema]
 
@@ -343,31 +368,38 @@ class TableSpec:
         return out
 
     def to_json(self) -> str:
-        return json.dumps({
-            "format": SPEC_FORMAT,
-            "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii"),
-            "primary_key": list(self.primary_key),
-            "partition_by": list(self.partition_by),
-            "buckets": self.buckets,
-            "merge_operators": {c: op.to_json() for c, op in self.merge_operators.items()},
-            "cdc_column": self.cdc_column,
-            "properties": dict(self.properties),
-            "field_ids": dict(self.field_ids),
-        }, sort_keys=True)
+        return json.dumps(
+            {
+                "format": SPEC_FORMAT,
+                "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii"),
+                "primary_key": list(self.primary_key),
+                "partition_by": list(self.partition_by),
+                "buckets": self.buckets,
+                "merge_operators": {c: op.to_json() for c, op in self.merge_operators.items()},
+                "cdc_column": self.cdc_column,
+                "properties": dict(self.properties),
+                "field_ids": dict(self.field_ids),
+            },
+            sort_keys=True,
+        )
 
     @staticmethod
     def from_json(text: str, identifier: str = "table") -> TableSpec:
         d = json.loads(text)
         if int(d.get("format", 1)) > SPEC_FORMAT:
-            raise CatalogError(f"{identifier} was written in spec format {d['format']}, newer than this mere "
-                               f"reads ({SPEC_FORMAT}): upgrade mere to read it")
+            raise CatalogError(
+                f"{identifier} was written in spec format {d['format']}, newer than this mere "
+                f"reads ({SPEC_FORMAT}): upgrade mere to read it"
+            )
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"])))
         return TableSpec(
             schema=schema,
             primary_key=tuple(d["primary_key"]),
             partition_by=tuple(d["partition_by"]),
             buckets=int(d["buckets"]),
-            merge_operators={c: MergeOperator(o["op"], o["separator"]) for c, o in d["merge_operators"].items()},
+            merge_operators={
+                c: MergeOperator(o["op"], o["separator"]) for c, o in d["merge_operators"].items()
+            },
             cdc_column=d["cdc_column"],
             properties=dict(d["properties"]),
             field_ids={k: int(v) for k, v in d.get("field_ids", {}).items()},

@@ -70,17 +70,22 @@ def proxy(seaweed: SeaweedServer) -> Iterator[LatencyProxy]:
 @pytest.fixture
 def cat_direct(s3_warehouse: str, s3_options: dict[str, str], tmp_path: Path) -> mere.Catalog:
     """A SQLite catalog on the warehouse, talking to the server directly (to set up data quickly)."""
-    return mere.connect(s3_warehouse, catalog=f"sqlite:///{tmp_path / 'catalog.db'}", storage_options=s3_options)
+    return mere.connect(
+        s3_warehouse, catalog=f"sqlite:///{tmp_path / 'catalog.db'}", storage_options=s3_options
+    )
 
 
 @pytest.fixture
-def proxied_catalog(seaweed: SeaweedServer, proxy: LatencyProxy, s3_warehouse: str,
-                    tmp_path: Path) -> Callable[..., mere.Catalog]:
+def proxied_catalog(
+    seaweed: SeaweedServer, proxy: LatencyProxy, s3_warehouse: str, tmp_path: Path
+) -> Callable[..., mere.Catalog]:
     """``make(**storage_options)``: the same catalog and warehouse as ``cat_direct``, with S3 traffic
     through ``proxy``."""
 
     def make(**options: str) -> mere.Catalog:
         opts = seaweed.storage_options(proxy.endpoint, **options)
-        return mere.connect(s3_warehouse, catalog=f"sqlite:///{tmp_path / 'catalog.db'}", storage_options=opts)
+        return mere.connect(
+            s3_warehouse, catalog=f"sqlite:///{tmp_path / 'catalog.db'}", storage_options=opts
+        )
 
     return make

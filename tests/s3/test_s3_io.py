@@ -51,23 +51,36 @@ def sorted_rows(t: pa.Table) -> list[dict[str, Any]]:
 def objects(seaweed: SeaweedServer, prefix: str) -> set[str]:
     import pyarrow.fs as pafs
 
-    infos = seaweed.filesystem().get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
+    infos = seaweed.filesystem().get_file_info(
+        pafs.FileSelector(prefix, recursive=True, allow_not_found=True)
+    )
     return {i.path for i in infos if i.type == pafs.FileType.File}
 
 
 def pending_uploads(seaweed: SeaweedServer, bucket: str) -> list[dict[str, Any]]:
-    client = boto3.client("s3", endpoint_url=seaweed.endpoint, aws_access_key_id=seaweed.access_key,
-                          aws_secret_access_key=seaweed.secret_key, region_name=seaweed.region)
+    client = boto3.client(
+        "s3",
+        endpoint_url=seaweed.endpoint,
+        aws_access_key_id=seaweed.access_key,
+        aws_secret_access_key=seaweed.secret_key,
+        region_name=seaweed.region,
+    )
     return list(client.list_multipart_uploads(Bucket=bucket).get("Uploads", []))
 
 
 def state(t: mere.Table) -> dict[str, Any]:
-    return {"version": t.version, "history": [(c.version, c.operation) for c in t.history()],
-            "files": sorted(t.files().column("path").to_pylist()), "rows": sorted_rows(t.to_arrow())}
+    return {
+        "version": t.version,
+        "history": [(c.version, c.operation) for c in t.history()],
+        "files": sorted(t.files().column("path").to_pylist()),
+        "rows": sorted_rows(t.to_arrow()),
+    }
 
 
 def is_list(info: RequestInfo) -> bool:
-    return info.method == "GET" and bool(re.search(r"[?&](list-type|prefix|delimiter|uploads)\b", info.target))
+    return info.method == "GET" and bool(
+        re.search(r"[?&](list-type|prefix|delimiter|uploads)\b", info.target)
+    )
 
 
 # -- storage_options -----------------------------------------------------------------------------------
@@ -75,10 +88,19 @@ def is_list(info: RequestInfo) -> bool:
 
 def test_storage_options_canonical_names_aliases_and_environment() -> None:
     given = {"aws_access_key_id": "AK", "SECRET": "SK", "aws_endpoint": "http://h:1", "Timeout": "2s"}
-    assert O.canonical(given) == {"access_key_id": "AK", "secret_access_key": "SK", "endpoint": "http://h:1",
-                                  "request_timeout": "2s"}
-    env = {"AWS_ACCESS_KEY_ID": "EAK", "AWS_SECRET_ACCESS_KEY": "ESK", "AWS_ENDPOINT_URL": "http://e:2",
-           "AWS_REGION": "eu-west-1", "AWS_ALLOW_HTTP": "true"}
+    assert O.canonical(given) == {
+        "access_key_id": "AK",
+        "secret_access_key": "SK",
+        "endpoint": "http://h:1",
+        "request_timeout": "2s",
+    }
+    env = {
+        "AWS_ACCESS_KEY_ID": "EAK",
+        "AWS_SECRET_ACCESS_KEY": "ESK",
+        "AWS_ENDPOINT_URL": "http://e:2",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ALLOW_HTTP": "true",
+    }
     resolved = O.resolve_options({"access_key_id": "AK", "secret_access_key": "SK"}, environ=env)
     assert resolved["access_key_id"] == "AK" and resolved["secret_access_key"] == "SK"  # explicit wins
     assert resolved["endpoint"] == "http://e:2" and resolved["region"] == "eu-west-1"  # env fills the rest
@@ -98,8 +120,9 @@ def test_docs_table_lists_every_storage_option() -> None:
     assert {o.name for o in O.OPTIONS} <= documented, "docs/storage.md must list every storage option"
 
 
-def test_environment_fallback_reaches_the_server(seaweed: SeaweedServer, s3_warehouse: str, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_fallback_reaches_the_server(
+    seaweed: SeaweedServer, s3_warehouse: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweed.secret_key)
     monkeypatch.setenv("AWS_ENDPOINT_URL", seaweed.endpoint)
@@ -110,8 +133,9 @@ def test_environment_fallback_reaches_the_server(seaweed: SeaweedServer, s3_ware
     assert t.scan().count() == 10
 
 
-def test_secrets_never_appear_in_reprs_errors_or_logs(seaweed: SeaweedServer, s3_warehouse: str,
-                                                      tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_secrets_never_appear_in_reprs_errors_or_logs(
+    seaweed: SeaweedServer, s3_warehouse: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     good = seaweed.storage_options()
     cat = mere.connect(s3_warehouse, catalog=f"sqlite:///{tmp_path / 'c.db'}", storage_options=good)
@@ -121,8 +145,11 @@ def test_secrets_never_appear_in_reprs_errors_or_logs(seaweed: SeaweedServer, s3
     secrets = [seaweed.secret_key, wrong_secret]
     texts = [repr(cat), repr(cat.storage), repr(t), str(O.redact(good)), repr(t.scan())]
 
-    bad = mere.connect(s3_warehouse, catalog=f"sqlite:///{tmp_path / 'c.db'}",
-                       storage_options={**good, "secret_access_key": wrong_secret, "retries": "0"})
+    bad = mere.connect(
+        s3_warehouse,
+        catalog=f"sqlite:///{tmp_path / 'c.db'}",
+        storage_options={**good, "secret_access_key": wrong_secret, "retries": "0"},
+    )
     texts.append(repr(bad))
     bt = bad.table("sec.t")
     for action in (lambda: bt.upsert(rows([7])), lambda: bt.scan().to_arrow()):
@@ -133,8 +160,11 @@ def test_secrets_never_appear_in_reprs_errors_or_logs(seaweed: SeaweedServer, s3
             texts += [str(err), repr(err)]
             err = err.__cause__ or err.__context__
     with pytest.raises(errors.InvalidInput) as bad_value:
-        mere.connect(s3_warehouse, catalog="sqlite://", storage_options={**good, "secret_access_key": wrong_secret,
-                                                                          "anonymous": "perhaps"})
+        mere.connect(
+            s3_warehouse,
+            catalog="sqlite://",
+            storage_options={**good, "secret_access_key": wrong_secret, "anonymous": "perhaps"},
+        )
     texts.append(str(bad_value.value))
     texts += [r.getMessage() for r in caplog.records]
     assert any("SIGNATURE_DOES_NOT_MATCH" in x or "SignatureDoesNotMatch" in x for x in texts)
@@ -147,7 +177,8 @@ def test_secrets_never_appear_in_reprs_errors_or_logs(seaweed: SeaweedServer, s3
 
 
 def test_reads_need_no_head_no_listing_and_one_get_per_footer(
-        cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy) -> None:
+    cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy
+) -> None:
     t = cat_direct.create_table("req.t", SCHEMA, primary_key=["id"], buckets=2)
     for i in range(3):
         t.upsert(rows(range(i * 100, i * 100 + 150), v=i))
@@ -166,8 +197,9 @@ def test_reads_need_no_head_no_listing_and_one_get_per_footer(
     assert proxy.stats.by_method["GET"] <= files
 
 
-def test_commits_neither_list_nor_copy_nor_delete(proxied_catalog: Callable[..., mere.Catalog],
-                                                  proxy: LatencyProxy) -> None:
+def test_commits_neither_list_nor_copy_nor_delete(
+    proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy
+) -> None:
     t = proxied_catalog().create_table("req.w", SCHEMA, primary_key=["id"], buckets=4)
     proxy.stats.reset()
     t.upsert(rows(range(1000)))
@@ -179,7 +211,8 @@ def test_commits_neither_list_nor_copy_nor_delete(proxied_catalog: Callable[...,
 
 
 def test_scan_of_40_files_at_100ms_rtt_takes_a_few_round_trips(
-        cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy) -> None:
+    cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy
+) -> None:
     t = cat_direct.create_table("conc.t", SCHEMA, primary_key=["id"], buckets=4)
     for i in range(10):
         t.upsert(rows(range(i * 50, i * 50 + 400), v=i))
@@ -201,8 +234,9 @@ def test_scan_of_40_files_at_100ms_rtt_takes_a_few_round_trips(
     assert proxy.stats.by_method["GET"] >= 80
 
 
-def test_bucket_files_of_one_write_upload_concurrently(proxied_catalog: Callable[..., mere.Catalog],
-                                                       proxy: LatencyProxy) -> None:
+def test_bucket_files_of_one_write_upload_concurrently(
+    proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy
+) -> None:
     t = proxied_catalog().create_table("conc.w", SCHEMA, primary_key=["id"], buckets=8)
     t.upsert(rows(range(100)))  # connections up
     proxy.rtt_ms = 100
@@ -219,13 +253,19 @@ def test_bucket_files_of_one_write_upload_concurrently(proxied_catalog: Callable
 
 
 def test_large_files_upload_as_multipart_with_parallel_parts(
-        proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy, seaweed: SeaweedServer,
-        s3_bucket: str) -> None:
+    proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy, seaweed: SeaweedServer, s3_bucket: str
+) -> None:
     t = proxied_catalog().create_table("big.t", SCHEMA, primary_key=["id"], buckets=1)
     rng = np.random.default_rng(3)
     ids = rng.permutation(1_500_000)
-    data = pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array(rng.integers(0, 1 << 62, len(ids))),
-                     "s": pa.array(rng.integers(0, 1 << 62, len(ids)).astype(str))}, schema=SCHEMA)
+    data = pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "v": pa.array(rng.integers(0, 1 << 62, len(ids))),
+            "s": pa.array(rng.integers(0, 1 << 62, len(ids)).astype(str)),
+        },
+        schema=SCHEMA,
+    )
     proxy.stats.reset()
     proxy.rtt_ms = 40  # each part takes a round trip at least: parts sent one after another cannot overlap
     t.upsert(data)
@@ -236,15 +276,23 @@ def test_large_files_upload_as_multipart_with_parallel_parts(
     assert len(parts) == -(-size // (10 * 1024 * 1024))  # 10 MiB parts
     assert proxy.stats.by_method["POST"] == 2  # create + complete
     assert proxy.stats.max_in_flight >= 2
-    assert t.scan(filter="id = 123").to_arrow().column("v").to_pylist() == \
-        data.filter(pa.compute.equal(data["id"], 123)).column("v").to_pylist()
+    assert (
+        t.scan(filter="id = 123").to_arrow().column("v").to_pylist()
+        == data.filter(pa.compute.equal(data["id"], 123)).column("v").to_pylist()
+    )
     assert not pending_uploads(seaweed, s3_bucket)
 
 
 def test_read_ahead_budget_bounds_what_a_scan_holds(
-        cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog]) -> None:
-    t = cat_direct.create_table("mem.t", SCHEMA, primary_key=["id"], buckets=2,
-                                properties={"read.window-bytes": str(64 * 1024), "write.row-group-rows": "2000"})
+    cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog]
+) -> None:
+    t = cat_direct.create_table(
+        "mem.t",
+        SCHEMA,
+        primary_key=["id"],
+        buckets=2,
+        properties={"read.window-bytes": str(64 * 1024), "write.row-group-rows": "2000"},
+    )
     for i in range(4):
         t.upsert(rows(range(i * 7000, i * 7000 + 20000), v=i))
     expected = sorted_rows(t.to_arrow())
@@ -265,7 +313,9 @@ def test_read_ahead_budget_bounds_what_a_scan_holds(
 # -- faults --------------------------------------------------------------------------------------------
 
 
-def _cycle(kinds: list[str | None], methods: tuple[str, ...] = ("GET",)) -> Callable[[RequestInfo], str | None]:
+def _cycle(
+    kinds: list[str | None], methods: tuple[str, ...] = ("GET",)
+) -> Callable[[RequestInfo], str | None]:
     count = [0]
 
     def decide(info: RequestInfo) -> str | None:
@@ -278,7 +328,8 @@ def _cycle(kinds: list[str | None], methods: tuple[str, ...] = ("GET",)) -> Call
 
 
 def test_reads_retry_errors_and_resets_and_return_correct_rows(
-        cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy) -> None:
+    cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy
+) -> None:
     t = cat_direct.create_table("fault.r", SCHEMA, primary_key=["id"], buckets=4)
     for i in range(4):
         t.upsert(rows(range(i * 300, i * 300 + 1000), v=i))
@@ -294,13 +345,15 @@ def test_reads_retry_errors_and_resets_and_return_correct_rows(
         proxy.faults = FaultPlan("reset", every=3, methods=["GET"], reset_after_bytes=cut, limit=6)
         pt.storage.clear_cache()
         assert sorted_rows(pt.to_arrow()) == expected
-        assert sorted_rows(pt.scan(filter="id in (150, 2000)").to_arrow()) == \
-            [r for r in expected if r["id"] in (150, 2000)]
+        assert sorted_rows(pt.scan(filter="id in (150, 2000)").to_arrow()) == [
+            r for r in expected if r["id"] in (150, 2000)
+        ]
     assert proxy.stats.faults["reset"] >= 10
 
 
 def test_stalled_requests_time_out_and_are_retried(
-        cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy) -> None:
+    cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy
+) -> None:
     t = cat_direct.create_table("fault.s", SCHEMA, primary_key=["id"], buckets=2)
     t.upsert(rows(range(500)))
     pt = proxied_catalog(request_timeout="1s").table("fault.s")
@@ -312,7 +365,8 @@ def test_stalled_requests_time_out_and_are_retried(
 
 
 def test_a_read_that_keeps_failing_raises_a_storage_error(
-        cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy) -> None:
+    cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy
+) -> None:
     t = cat_direct.create_table("fault.f", SCHEMA, primary_key=["id"], buckets=2)
     t.upsert(rows(range(100)))
     pt = proxied_catalog(retries="1").table("fault.f")
@@ -321,30 +375,36 @@ def test_a_read_that_keeps_failing_raises_a_storage_error(
         pt.to_arrow()
 
 
-def test_writes_retry_transient_faults(proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy,
-                                       seaweed: SeaweedServer, s3_bucket: str) -> None:
+def test_writes_retry_transient_faults(
+    proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy, seaweed: SeaweedServer, s3_bucket: str
+) -> None:
     t = proxied_catalog().create_table("fault.w", SCHEMA, primary_key=["id"], buckets=4)
     proxy.faults = FaultPlan(decide=_cycle(["error", None, "reset", None], methods=("PUT", "POST")))
     t.upsert(rows(range(2000)))
     t.upsert(rows(range(1000, 3000), v=1))
     proxy.faults = None
     assert proxy.stats.faults["error"] + proxy.stats.faults["reset"] >= 4
-    assert sorted_rows(t.to_arrow()) == sorted_rows(pa.concat_tables([rows(range(1000)),
-                                                                      rows(range(1000, 3000), v=1)]))
+    assert sorted_rows(t.to_arrow()) == sorted_rows(
+        pa.concat_tables([rows(range(1000)), rows(range(1000, 3000), v=1)])
+    )
     assert len(objects(seaweed, f"{t.storage.root}/{t.location}")) == t.files().num_rows
 
 
 @pytest.mark.parametrize("catalog_url", ["sqlite", "postgres"], indirect=True)
 def test_a_write_that_still_fails_changes_nothing(
-        catalog_url: str, seaweed: SeaweedServer, proxy: LatencyProxy, s3_warehouse: str, s3_bucket: str) -> None:
+    catalog_url: str, seaweed: SeaweedServer, proxy: LatencyProxy, s3_warehouse: str, s3_bucket: str
+) -> None:
     opts = seaweed.storage_options(proxy.endpoint, retries="1")
     t = mere.connect(s3_warehouse, catalog=catalog_url, storage_options=opts).create_table(
-        "fault.x", SCHEMA, primary_key=["id"], buckets=4)
+        "fault.x", SCHEMA, primary_key=["id"], buckets=4
+    )
     t.upsert(rows(range(100)))
     before = state(t)
     before_objects = objects(seaweed, f"{t.storage.root}/{t.location}")
     # Every upload to bucket 2 fails; the other buckets' files upload fine (and must be cleaned up).
-    proxy.faults = FaultPlan(decide=lambda i: "error" if i.method == "PUT" and "bucket-00002" in i.target else None)
+    proxy.faults = FaultPlan(
+        decide=lambda i: "error" if i.method == "PUT" and "bucket-00002" in i.target else None
+    )
     with pytest.raises(errors.StorageError, match="bucket-00002"):
         t.upsert(rows(range(50, 5000), v=9))
     proxy.faults = None
@@ -354,15 +414,20 @@ def test_a_write_that_still_fails_changes_nothing(
 
 
 def test_a_failed_multipart_upload_is_aborted_and_never_visible(
-        proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy, seaweed: SeaweedServer,
-        s3_bucket: str) -> None:
+    proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy, seaweed: SeaweedServer, s3_bucket: str
+) -> None:
     t = proxied_catalog(retries="1").create_table("fault.mp", SCHEMA, primary_key=["id"], buckets=1)
     t.upsert(rows(range(10)))
     before = state(t)
     before_objects = objects(seaweed, f"{t.storage.root}/{t.location}")
     rng = np.random.default_rng(5)
-    big = pa.table({"id": pa.array(rng.permutation(1_500_000), pa.int64()),
-                    "v": pa.array(rng.integers(0, 1 << 62, 1_500_000)), "s": pa.nulls(1_500_000, pa.string())})
+    big = pa.table(
+        {
+            "id": pa.array(rng.permutation(1_500_000), pa.int64()),
+            "v": pa.array(rng.integers(0, 1 << 62, 1_500_000)),
+            "s": pa.nulls(1_500_000, pa.string()),
+        }
+    )
     # The second part never gets through: the upload is created, part 1 lands, completion never happens.
     proxy.faults = FaultPlan(decide=lambda i: "error" if "partNumber=2" in i.target else None)
     with pytest.raises(errors.StorageError):
@@ -376,18 +441,26 @@ def test_a_failed_multipart_upload_is_aborted_and_never_visible(
 
 
 def test_cleanup_aborts_the_stale_multipart_uploads_of_its_table_only(
-        cat_direct: mere.Catalog, seaweed: SeaweedServer, s3_bucket: str) -> None:
+    cat_direct: mere.Catalog, seaweed: SeaweedServer, s3_bucket: str
+) -> None:
     t = cat_direct.create_table("gc.t", SCHEMA, primary_key=["id"], buckets=1)
     other = cat_direct.create_table("gc.other", SCHEMA, primary_key=["id"], buckets=1)
     t.upsert(rows(range(10)))
-    client = boto3.client("s3", endpoint_url=seaweed.endpoint, aws_access_key_id=seaweed.access_key,
-                          aws_secret_access_key=seaweed.secret_key, region_name=seaweed.region)
+    client = boto3.client(
+        "s3",
+        endpoint_url=seaweed.endpoint,
+        aws_access_key_id=seaweed.access_key,
+        aws_secret_access_key=seaweed.secret_key,
+        region_name=seaweed.region,
+    )
     prefix = t.storage.root.partition("/")[2]
 
     def start_upload(location: str) -> str:  # what a writer killed mid-upload leaves behind
         key = f"{prefix}/{location}/bucket-00000/part-killed.parquet".lstrip("/")
         upload = client.create_multipart_upload(Bucket=s3_bucket, Key=key)
-        client.upload_part(Bucket=s3_bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * 1024)
+        client.upload_part(
+            Bucket=s3_bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * 1024
+        )
         return key
 
     mine, theirs = start_upload(t.location), start_upload(other.location)
@@ -396,20 +469,26 @@ def test_cleanup_aborts_the_stale_multipart_uploads_of_its_table_only(
     before = (t.version, sorted(t.files().column("path").to_pylist()), sorted_rows(t.to_arrow()))
     assert t.cleanup() == []  # an hour's grace: uploads still in flight keep going
     removed = t.cleanup(older_than=dt.timedelta(0))
-    assert [p for p in removed if p.endswith("part-killed.parquet")] == [f"{t.location}/bucket-00000/part-killed.parquet"]
+    assert [p for p in removed if p.endswith("part-killed.parquet")] == [
+        f"{t.location}/bucket-00000/part-killed.parquet"
+    ]
     pending = {u["Key"] for u in pending_uploads(seaweed, s3_bucket)}
     assert mine not in pending and theirs in pending
     assert (t.version, sorted(t.files().column("path").to_pylist()), sorted_rows(t.to_arrow())) == before
     assert other.cleanup(older_than=dt.timedelta(0)) and not pending_uploads(seaweed, s3_bucket)
 
 
-def test_a_failure_while_encoding_publishes_nothing(proxied_catalog: Callable[..., mere.Catalog],
-                                                    proxy: LatencyProxy, seaweed: SeaweedServer,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_while_encoding_publishes_nothing(
+    proxied_catalog: Callable[..., mere.Catalog],
+    proxy: LatencyProxy,
+    seaweed: SeaweedServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """pyarrow's S3 stream completes whatever was written when it is closed or collected, so a file is
     encoded completely before any byte is sent: a failure half-way through uploads nothing."""
-    t = proxied_catalog().create_table("fault.enc", SCHEMA, primary_key=["id"], buckets=2,
-                                       properties={"write.row-group-rows": "1000"})
+    t = proxied_catalog().create_table(
+        "fault.enc", SCHEMA, primary_key=["id"], buckets=2, properties={"write.row-group-rows": "1000"}
+    )
     t.upsert(rows(range(10)))
     before = state(t)
     before_objects = objects(seaweed, f"{t.storage.root}/{t.location}")
@@ -429,9 +508,9 @@ def test_a_failure_while_encoding_publishes_nothing(proxied_catalog: Callable[..
     assert objects(seaweed, f"{t.storage.root}/{t.location}") == before_objects
 
 
-def test_random_write_faults_commit_all_or_nothing(proxied_catalog: Callable[..., mere.Catalog],
-                                                  proxy: LatencyProxy, seaweed: SeaweedServer,
-                                                  s3_bucket: str) -> None:
+def test_random_write_faults_commit_all_or_nothing(
+    proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy, seaweed: SeaweedServer, s3_bucket: str
+) -> None:
     t = proxied_catalog(retries="0").create_table("fault.rnd", SCHEMA, primary_key=["id"], buckets=4)
     model: dict[int, dict[str, Any]] = {}
     proxy.faults = FaultPlan("reset", methods=["PUT"], probability=0.5, seed=11)
@@ -456,8 +535,9 @@ def test_random_write_faults_commit_all_or_nothing(proxied_catalog: Callable[...
     assert not pending_uploads(seaweed, s3_bucket)
 
 
-def test_storage_survives_pickling_without_exposing_secrets_in_its_repr(s3_options: dict[str, str],
-                                                                        s3_warehouse: str) -> None:
+def test_storage_survives_pickling_without_exposing_secrets_in_its_repr(
+    s3_options: dict[str, str], s3_warehouse: str
+) -> None:
     import pickle
 
     s = Storage(s3_warehouse, s3_options)

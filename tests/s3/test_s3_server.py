@@ -16,7 +16,11 @@ from services import SeaweedServer
 
 def _listening(pid: int) -> set[tuple[str, int]]:
     proc = psutil.Process(pid)
-    return {(c.laddr.ip, c.laddr.port) for c in proc.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in proc.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
 
 
 def test_server_listens_on_loopback_ports_it_chose(seaweed: SeaweedServer) -> None:
@@ -43,7 +47,9 @@ def test_a_server_starts_and_stops_without_leftovers() -> None:
     assert not leftovers
 
 
-def test_proxy_adds_one_round_trip_per_request_and_stays_pipelined(seaweed: SeaweedServer, s3_bucket: str) -> None:
+def test_proxy_adds_one_round_trip_per_request_and_stays_pipelined(
+    seaweed: SeaweedServer, s3_bucket: str
+) -> None:
     fs = seaweed.filesystem()
     with fs.open_output_stream(f"{s3_bucket}/rtt-probe") as f:
         f.write(b"x" * 100_000)

@@ -35,4 +35,3 @@ def spark() -> Iterator[SparkSession]:
 def wh(tmp_path: Path) -> str:
     """A fresh local warehouse (SQLite catalog inside)."""
     return str(tmp_path / "warehouse")
-

@@ -18,12 +18,20 @@ SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("qty", pa.int64()
 
 
 def _orders(spark: SparkSession, wh: str) -> mere.Table:
-    t = mere.connect(wh).create_table("sales.orders", SCHEMA, primary_key=["id"], partition_by=["day"], buckets=3)
+    t = mere.connect(wh).create_table(
+        "sales.orders", SCHEMA, primary_key=["id"], partition_by=["day"], buckets=3
+    )
     for i in range(3):
         df = spark.range(i * 500, i * 500 + 1000, numPartitions=2).selectExpr(
-            "id", "concat('d', id % 2) AS day", f"id * 10 + {i} AS qty")
+            "id", "concat('d', id % 2) AS day", f"id * 10 + {i} AS qty"
+        )
         write(df, wh, "sales.orders")
-    write(spark.range(0, 100).selectExpr("id", "concat('d', id % 2) AS day"), wh, "sales.orders", operation="delete")
+    write(
+        spark.range(0, 100).selectExpr("id", "concat('d', id % 2) AS day"),
+        wh,
+        "sales.orders",
+        operation="delete",
+    )
     return t
 
 

@@ -32,23 +32,45 @@ def _random_table(rng: np.random.Generator) -> pa.Table:
     days = rng.integers(-700_000, 2_900_000, ROWS)
     micros = rng.integers(-(2**60), 2**60, ROWS)
     unscaled = rng.integers(-(10**18) + 1, 10**18 - 1, ROWS)
-    return pa.table({
-        "rid": pa.array(range(ROWS), pa.int32()),
-        "i8": ints(8), "i16": ints(16), "i32": ints(32), "i64": ints(64),
-        "s": nulls(pa.array(strings)),
-        "bin": nulls(pa.array([s.encode() + bytes(rng.integers(0, 256, 3, dtype=np.uint8)) for s in strings])),
-        "flag": nulls(pa.array(rng.random(ROWS) < 0.5)),
-        "d": nulls(pa.array(days.astype("int32")).cast(pa.date32())),
-        "ts": nulls(pa.array(micros, pa.timestamp("us", tz="UTC"))),
-        "ntz": nulls(pa.array(micros // 7, pa.timestamp("us"))),
-        "dec18": nulls(pa.array([Decimal(int(u)).scaleb(-4) for u in unscaled], pa.decimal128(18, 4))),
-        "dec7": nulls(pa.array([Decimal(int(u) % 10**7).scaleb(-2) for u in unscaled], pa.decimal128(7, 2))),
-    })
+    return pa.table(
+        {
+            "rid": pa.array(range(ROWS), pa.int32()),
+            "i8": ints(8),
+            "i16": ints(16),
+            "i32": ints(32),
+            "i64": ints(64),
+            "s": nulls(pa.array(strings)),
+            "bin": nulls(
+                pa.array([s.encode() + bytes(rng.integers(0, 256, 3, dtype=np.uint8)) for s in strings])
+            ),
+            "flag": nulls(pa.array(rng.random(ROWS) < 0.5)),
+            "d": nulls(pa.array(days.astype("int32")).cast(pa.date32())),
+            "ts": nulls(pa.array(micros, pa.timestamp("us", tz="UTC"))),
+            "ntz": nulls(pa.array(micros // 7, pa.timestamp("us"))),
+            "dec18": nulls(pa.array([Decimal(int(u)).scaleb(-4) for u in unscaled], pa.decimal128(18, 4))),
+            "dec7": nulls(
+                pa.array([Decimal(int(u) % 10**7).scaleb(-2) for u in unscaled], pa.decimal128(7, 2))
+            ),
+        }
+    )
 
 
 KEYS = [
-    ["i8"], ["i16"], ["i32"], ["i64"], ["s"], ["bin"], ["flag"], ["d"], ["ts"], ["ntz"], ["dec18"], ["dec7"],
-    ["i64", "s"], ["d", "dec18", "flag"], ["s", "bin", "ts", "i8"],
+    ["i8"],
+    ["i16"],
+    ["i32"],
+    ["i64"],
+    ["s"],
+    ["bin"],
+    ["flag"],
+    ["d"],
+    ["ts"],
+    ["ntz"],
+    ["dec18"],
+    ["dec7"],
+    ["i64", "s"],
+    ["d", "dec18", "flag"],
+    ["s", "bin", "ts", "i8"],
     ["i8", "i16", "i32", "i64", "s", "bin", "flag", "d", "ts", "ntz", "dec18", "dec7"],
 ]
 

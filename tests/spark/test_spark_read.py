@@ -29,29 +29,44 @@ from mere.integrations.spark import MereDataSource, register
 
 UTC = dt.UTC
 
-ALL_TYPES = pa.schema([
-    pa.field("id", pa.int64(), nullable=False),
-    ("i8", pa.int8()), ("i16", pa.int16()), ("f64", pa.float64()), ("s", pa.large_string()),
-    ("b", pa.binary()), ("flag", pa.bool_()), ("d", pa.date32()),
-    ("ts", pa.timestamp("ns", tz="Europe/Paris")), ("ntz", pa.timestamp("ms")), ("dec", pa.decimal128(12, 3)),
-])
+ALL_TYPES = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        ("i8", pa.int8()),
+        ("i16", pa.int16()),
+        ("f64", pa.float64()),
+        ("s", pa.large_string()),
+        ("b", pa.binary()),
+        ("flag", pa.bool_()),
+        ("d", pa.date32()),
+        ("ts", pa.timestamp("ns", tz="Europe/Paris")),
+        ("ntz", pa.timestamp("ms")),
+        ("dec", pa.decimal128(12, 3)),
+    ]
+)
 
 
 def _typed_rows(n: int) -> pa.Table:
     base = dt.datetime(2026, 11, 21, 12, 30, 15, 123456, tzinfo=UTC)
-    return pa.table({
-        "id": pa.array(range(n), pa.int64()),
-        "i8": pa.array([i % 100 - 50 for i in range(n)], pa.int8()),
-        "i16": pa.array([None if i % 7 == 0 else i * 3 for i in range(n)], pa.int16()),
-        "f64": pa.array([i / 4 for i in range(n)]),
-        "s": pa.array([f"name-{i}" if i % 5 else None for i in range(n)], pa.large_string()),
-        "b": pa.array([bytes([i % 256, 7]) for i in range(n)]),
-        "flag": pa.array([i % 2 == 0 for i in range(n)]),
-        "d": pa.array([dt.date(2026, 1, 1) + dt.timedelta(days=i) for i in range(n)]),
-        "ts": pa.array([base + dt.timedelta(seconds=i) for i in range(n)], pa.timestamp("ns", tz="Europe/Paris")),
-        "ntz": pa.array([dt.datetime(2026, 1, 1) + dt.timedelta(milliseconds=i) for i in range(n)], pa.timestamp("ms")),
-        "dec": pa.array([Decimal(i) / 8 for i in range(n)], pa.decimal128(12, 3)),
-    })
+    return pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "i8": pa.array([i % 100 - 50 for i in range(n)], pa.int8()),
+            "i16": pa.array([None if i % 7 == 0 else i * 3 for i in range(n)], pa.int16()),
+            "f64": pa.array([i / 4 for i in range(n)]),
+            "s": pa.array([f"name-{i}" if i % 5 else None for i in range(n)], pa.large_string()),
+            "b": pa.array([bytes([i % 256, 7]) for i in range(n)]),
+            "flag": pa.array([i % 2 == 0 for i in range(n)]),
+            "d": pa.array([dt.date(2026, 1, 1) + dt.timedelta(days=i) for i in range(n)]),
+            "ts": pa.array(
+                [base + dt.timedelta(seconds=i) for i in range(n)], pa.timestamp("ns", tz="Europe/Paris")
+            ),
+            "ntz": pa.array(
+                [dt.datetime(2026, 1, 1) + dt.timedelta(milliseconds=i) for i in range(n)], pa.timestamp("ms")
+            ),
+            "dec": pa.array([Decimal(i) / 8 for i in range(n)], pa.decimal128(12, 3)),
+        }
+    )
 
 
 def _py(value: Any) -> Any:
@@ -70,21 +85,32 @@ def test_python_writes_spark_reads_every_type(spark: SparkSession, wh: str) -> N
     df = read(spark, wh, "lake.types")  # no register call: found through pyspark_mere
     types = {f.name: f.dataType for f in df.schema.fields}
     assert types == {
-        "id": LongType(), "i8": ByteType(), "i16": ShortType(), "f64": DoubleType(), "s": StringType(),
-        "b": BinaryType(), "flag": BooleanType(), "d": DateType(), "ts": TimestampType(),
-        "ntz": TimestampNTZType(), "dec": DecimalType(12, 3),
+        "id": LongType(),
+        "i8": ByteType(),
+        "i16": ShortType(),
+        "f64": DoubleType(),
+        "s": StringType(),
+        "b": BinaryType(),
+        "flag": BooleanType(),
+        "d": DateType(),
+        "ts": TimestampType(),
+        "ntz": TimestampNTZType(),
+        "dec": DecimalType(12, 3),
     }
     assert not df.schema["id"].nullable and df.schema["s"].nullable
     got = rows(df)
     want = sorted(t.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
     assert len(got) == 198
-    assert [{k: _py(v) for k, v in r.items()} for r in got] == [{k: _py(v) for k, v in r.items()} for r in want]
+    assert [{k: _py(v) for k, v in r.items()} for r in got] == [
+        {k: _py(v) for k, v in r.items()} for r in want
+    ]
     assert df.rdd.getNumPartitions() == len(t.scan().plan()) == 3  # one Spark partition per split
 
 
 def test_explicit_register_and_table_option(spark: SparkSession, wh: str) -> None:
-    t = mere.connect(wh).create_table("lake.small", pa.schema([("id", pa.int64()), ("v", pa.string())]),
-                                      primary_key=["id"], buckets=2)
+    t = mere.connect(wh).create_table(
+        "lake.small", pa.schema([("id", pa.int64()), ("v", pa.string())]), primary_key=["id"], buckets=2
+    )
     t.upsert(pa.table({"id": [1, 2], "v": ["a", "b"]}))
     register(spark)
     spark.dataSource.register(MereDataSource)
@@ -94,7 +120,9 @@ def test_explicit_register_and_table_option(spark: SparkSession, wh: str) -> Non
 
 def test_splits_partitions_time_travel_and_filter_option(spark: SparkSession, wh: str) -> None:
     schema = pa.schema([("id", pa.int64()), ("day", pa.string()), ("qty", pa.int64())])
-    t = mere.connect(wh).create_table("sales.orders", schema, primary_key=["id"], partition_by=["day"], buckets=4)
+    t = mere.connect(wh).create_table(
+        "sales.orders", schema, primary_key=["id"], partition_by=["day"], buckets=4
+    )
     t.upsert(pa.table({"id": list(range(40)), "day": ["d1"] * 20 + ["d2"] * 20, "qty": [1] * 40}))
     v1 = t.version
     t.upsert(pa.table({"id": [5, 25], "day": ["d1", "d2"], "qty": [100, 100]}))
@@ -113,7 +141,14 @@ def test_splits_partitions_time_travel_and_filter_option(spark: SparkSession, wh
     assert one.rdd.getNumPartitions() == 1
     assert rows(one) == [{"id": 5, "day": "d1", "qty": 100}]
     # ...and a non-key filter runs after the merge: key 5's old version (qty 1) must not resurface.
-    assert [r["id"] for r in rows(read(spark, wh, "sales.orders", filter="qty < 50 and id < 8"))] == [0, 1, 2, 3, 4, 7]
+    assert [r["id"] for r in rows(read(spark, wh, "sales.orders", filter="qty < 50 and id < 8"))] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+        7,
+    ]
     assert read(spark, wh, "sales.orders", filter="day = 'd2'").rdd.getNumPartitions() == 4
 
     # Projection: the columns option, or a user schema naming a subset.
@@ -128,7 +163,9 @@ def test_spark_sql_temporary_view_and_empty_table(spark: SparkSession, wh: str) 
     empty = read(spark, wh, "sales.o")
     assert empty.count() == 0 and empty.columns == ["id", "qty"]
     t.upsert(pa.table({"id": [1, 2, 3], "qty": [10, 20, 30]}))
-    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW mere_o USING mere OPTIONS (table 'sales.o', warehouse '{wh}')")
+    spark.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW mere_o USING mere OPTIONS (table 'sales.o', warehouse '{wh}')"
+    )
     assert spark.sql("SELECT sum(qty) AS s FROM mere_o WHERE id >= 2").collect()[0].s == 50
     spark.catalog.dropTempView("mere_o")
 
@@ -141,16 +178,19 @@ def test_missing_options_are_clear_errors(spark: SparkSession, wh: str) -> None:
         read(spark, wh, "sales.nothing").count()
 
 
-def test_unknown_options_and_wrong_warehouses_fail_without_creating_anything(spark: SparkSession, wh: str,
-                                                                            tmp_path: Any) -> None:
-    t = mere.connect(wh).create_table("sales.o", pa.schema([("id", pa.int64()), ("v", pa.string())]),
-                                      primary_key=["id"])
+def test_unknown_options_and_wrong_warehouses_fail_without_creating_anything(
+    spark: SparkSession, wh: str, tmp_path: Any
+) -> None:
+    t = mere.connect(wh).create_table(
+        "sales.o", pa.schema([("id", pa.int64()), ("v", pa.string())]), primary_key=["id"]
+    )
     t.upsert(pa.table({"id": [1], "v": ["a"]}))
     with pytest.raises(Exception, match=r"unknown option 'verison'.*did you mean 'version'"):
         read(spark, wh, "sales.o", verison=1).count()
     with pytest.raises(Exception, match="option 'buckets' must be a positive integer"):
-        spark.createDataFrame([(1, "x")], "id long, v string").write.format("mere").mode("append") \
-            .option("warehouse", wh).option("primary_key", "id").option("buckets", "four").save("sales.p")
+        spark.createDataFrame([(1, "x")], "id long, v string").write.format("mere").mode("append").option(
+            "warehouse", wh
+        ).option("primary_key", "id").option("buckets", "four").save("sales.p")
     nowhere = tmp_path / "typo" / "wh"
     with pytest.raises(Exception, match="does not exist"):
         read(spark, str(nowhere), "sales.o").count()
@@ -158,12 +198,26 @@ def test_unknown_options_and_wrong_warehouses_fail_without_creating_anything(spa
 
 
 def test_spark_reads_nested_columns(spark: SparkSession, wh: str) -> None:
-    schema = pa.schema([("id", pa.int64()), ("tags", pa.list_(pa.string())),
-                        ("attrs", pa.map_(pa.string(), pa.int64())),
-                        ("pt", pa.struct([("x", pa.float64()), ("y", pa.float64())]))])
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("tags", pa.list_(pa.string())),
+            ("attrs", pa.map_(pa.string(), pa.int64())),
+            ("pt", pa.struct([("x", pa.float64()), ("y", pa.float64())])),
+        ]
+    )
     t = mere.connect(wh).create_table("geo.points", schema, primary_key=["id"], buckets=2)
-    t.upsert(pa.table({"id": [1, 2], "tags": [["a", "b"], None], "attrs": [[("k", 1)], []],
-                       "pt": [{"x": 1.0, "y": 2.0}, None]}, schema=schema))
+    t.upsert(
+        pa.table(
+            {
+                "id": [1, 2],
+                "tags": [["a", "b"], None],
+                "attrs": [[("k", 1)], []],
+                "pt": [{"x": 1.0, "y": 2.0}, None],
+            },
+            schema=schema,
+        )
+    )
     t.upsert(pa.table({"id": [2], "tags": [["c"]]}))
     got = {r["id"]: r for r in (r.asDict(recursive=True) for r in read(spark, wh, "geo.points").collect())}
     assert got[1] == {"id": 1, "tags": ["a", "b"], "attrs": {"k": 1}, "pt": {"x": 1.0, "y": 2.0}}

@@ -88,7 +88,9 @@ def test_spark_reuses_pushed_filters(spark: SparkSession, pushdown_on: None) -> 
 
 def _orders(wh: str) -> mere.Table:
     schema = pa.schema([("id", pa.int64()), ("day", pa.string()), ("qty", pa.int64())])
-    t = mere.connect(wh).create_table("sales.orders", schema, primary_key=["id"], partition_by=["day"], buckets=4)
+    t = mere.connect(wh).create_table(
+        "sales.orders", schema, primary_key=["id"], partition_by=["day"], buckets=4
+    )
     t.upsert(pa.table({"id": list(range(100)), "day": ["d1"] * 50 + ["d2"] * 50, "qty": list(range(100))}))
     t.upsert(pa.table({"id": [1, 60], "day": ["d1", "d2"], "qty": [1000, 1000]}))  # newer versions
     t.delete("id = 2")

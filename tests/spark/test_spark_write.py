@@ -15,8 +15,9 @@ SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("qty", pa.int64()
 
 
 def _orders(wh: str, **kwargs: object) -> mere.Table:
-    return mere.connect(wh).create_table("sales.orders", SCHEMA, primary_key=["id"], partition_by=["day"],
-                                         buckets=4, **kwargs)  # type: ignore[arg-type]
+    return mere.connect(wh).create_table(
+        "sales.orders", SCHEMA, primary_key=["id"], partition_by=["day"], buckets=4, **kwargs
+    )  # type: ignore[arg-type]
 
 
 def _py(t: mere.Table) -> dict[int, tuple[str, int, str | None]]:
@@ -31,7 +32,8 @@ def _unreferenced(t: mere.Table) -> set[str]:
 def test_upsert_delete_overwrite_round_trip(spark: SparkSession, wh: str) -> None:
     t = _orders(wh)
     base = spark.range(0, 3000, numPartitions=2).selectExpr(
-        "id", "concat('d', id % 2) AS day", "id AS qty", "cast(NULL AS string) AS note")
+        "id", "concat('d', id % 2) AS day", "id AS qty", "cast(NULL AS string) AS note"
+    )
     write(base, wh, "sales.orders")
     assert t.version == 1 and [c.operation for c in t.history()][-1] == "upsert"  # one commit for both tasks
     model = {i: (f"d{i % 2}", i, None) for i in range(3000)}
@@ -45,38 +47,66 @@ def test_upsert_delete_overwrite_round_trip(spark: SparkSession, wh: str) -> Non
     model.update({i: (f"d{i % 2}", i, "only-note") for i in range(100, 110)})
     assert _py(t) == model
 
-    write(spark.range(0, 10).selectExpr("id", "concat('d', id % 2) AS day"), wh, "sales.orders",
-          operation="delete")
+    write(
+        spark.range(0, 10).selectExpr("id", "concat('d', id % 2) AS day"),
+        wh,
+        "sales.orders",
+        operation="delete",
+    )
     for i in range(10):
         del model[i]
     assert _py(t) == model
 
     d1 = spark.range(5000, 5003).selectExpr("id", "'d1' AS day", "7 AS qty", "'new' AS note")
     write(d1, wh, "sales.orders", mode="overwrite", partition='{"day": "d1"}')
-    model = {k: v for k, v in model.items() if v[0] != "d1"} | {i: ("d1", 7, "new") for i in range(5000, 5003)}
+    model = {k: v for k, v in model.items() if v[0] != "d1"} | {
+        i: ("d1", 7, "new") for i in range(5000, 5003)
+    }
     assert _py(t) == model
     # Spark reads back what Spark wrote.
     assert {r["id"]: (r["day"], r["qty"], r["note"]) for r in rows(read(spark, wh, "sales.orders"))} == model
 
     write(d1, wh, "sales.orders", mode="overwrite")
     assert _py(t) == {i: ("d1", 7, "new") for i in range(5000, 5003)}
-    write(spark.range(0).selectExpr("id", "'d1' AS day", "1 AS qty", "'x' AS note"), wh, "sales.orders",
-          mode="overwrite")  # an empty overwrite empties the table
+    write(
+        spark.range(0).selectExpr("id", "'d1' AS day", "1 AS qty", "'x' AS note"),
+        wh,
+        "sales.orders",
+        mode="overwrite",
+    )  # an empty overwrite empties the table
     assert _py(t) == {}
     assert not _unreferenced(t)
 
 
 def test_cdc_dataframe_create_on_write_and_sum_operator(spark: SparkSession, wh: str) -> None:
     changes = spark.createDataFrame(
-        [(1, "a", 5, "I"), (2, "b", 1, "I"), (1, "a", 3, "U"), (3, "c", 9, "I"), (2, "b", 0, "D"), (3, "c", 1, "U")],
-        "id long, name string, qty long, op string").coalesce(1)  # one partition: the rows apply in order
-    write(changes, wh, "shop.stock", primary_key="id", cdc_column="op", buckets=2,
-          merge_operators='{"qty": "sum"}')
+        [
+            (1, "a", 5, "I"),
+            (2, "b", 1, "I"),
+            (1, "a", 3, "U"),
+            (3, "c", 9, "I"),
+            (2, "b", 0, "D"),
+            (3, "c", 1, "U"),
+        ],
+        "id long, name string, qty long, op string",
+    ).coalesce(1)  # one partition: the rows apply in order
+    write(
+        changes,
+        wh,
+        "shop.stock",
+        primary_key="id",
+        cdc_column="op",
+        buckets=2,
+        merge_operators='{"qty": "sum"}',
+    )
     t = mere.connect(wh).table("shop.stock")
     assert t.spec.primary_key == ("id",) and t.spec.cdc_column == "op" and "op" not in t.schema.names
     got = {r["id"]: (r["name"], r["qty"]) for r in t.scan().to_arrow().to_pylist()}
     assert got == {1: ("a", 8), 3: ("c", 10)}  # sums across changes; key 2 deleted
-    assert rows(read(spark, wh, "shop.stock")) == [{"id": 1, "name": "a", "qty": 8}, {"id": 3, "name": "c", "qty": 10}]
+    assert rows(read(spark, wh, "shop.stock")) == [
+        {"id": 1, "name": "a", "qty": 8},
+        {"id": 3, "name": "c", "qty": 10},
+    ]
 
     again = spark.createDataFrame([(1, "a", 2, "U")], "id long, name string, qty long, op string")
     write(again, wh, "shop.stock", idempotency_key="load-7")
@@ -85,10 +115,12 @@ def test_cdc_dataframe_create_on_write_and_sum_operator(spark: SparkSession, wh:
 
 
 def test_append_to_table_without_key(spark: SparkSession, wh: str) -> None:
-    t = mere.connect(wh).create_table("logs.events", pa.schema([("ts", pa.timestamp("us", tz="UTC")),
-                                                               ("msg", pa.string())]))
-    df = spark.range(5).selectExpr("timestamp'2026-11-21 10:00:00' + make_interval(0,0,0,0,0,0,id) AS ts",
-                                   "concat('m', id) AS msg")
+    t = mere.connect(wh).create_table(
+        "logs.events", pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("msg", pa.string())])
+    )
+    df = spark.range(5).selectExpr(
+        "timestamp'2026-11-21 10:00:00' + make_interval(0,0,0,0,0,0,id) AS ts", "concat('m', id) AS msg"
+    )
     write(df, wh, "logs.events")
     write(df, wh, "logs.events")
     got = t.scan().to_arrow()
@@ -102,15 +134,20 @@ def test_failed_task_leaves_table_unchanged(spark: SparkSession, wh: str) -> Non
     version, before = t.version, _py(t)
     # 40k rows in 2 tasks; the second task fails after files for its first rows were written.
     bad = spark.range(0, 40_000, numPartitions=2).selectExpr(
-        "id", "concat('d', id % 2) AS day",
-        "CASE WHEN id = 39000 THEN cast(raise_error('boom') AS long) ELSE id END AS qty", "'x' AS note")
+        "id",
+        "concat('d', id % 2) AS day",
+        "CASE WHEN id = 39000 THEN cast(raise_error('boom') AS long) ELSE id END AS qty",
+        "'x' AS note",
+    )
     with pytest.raises(Exception, match="boom"):
         write(bad, wh, "sales.orders", flush_rows=5000)
     assert t.version == version and _py(t) == before
     assert read(spark, wh, "sales.orders").count() == 2
     # Files of the failed job were deleted by abort() or are orphans that cleanup() finds; never read.
     orphans = _unreferenced(t)
-    assert orphans  # the failing task was stopped after it had staged files: nobody can delete them but cleanup
+    assert (
+        orphans
+    )  # the failing task was stopped after it had staged files: nobody can delete them but cleanup
     removed = t.cleanup(older_than=dt.timedelta(0))
     assert set(removed) == orphans and not _unreferenced(t)
     assert _py(t) == before
@@ -122,7 +159,9 @@ def test_failed_commit_aborts(spark: SparkSession, wh: str) -> None:
     version = t.version
     wrong = spark.range(0, 100, numPartitions=2).selectExpr("id", "'d1' AS day", "id AS qty", "'x' AS note")
     with pytest.raises(Exception, match="overwrite of partition"):
-        write(wrong, wh, "sales.orders", mode="overwrite", partition='{"day": "d0"}')  # rows of another partition
+        write(
+            wrong, wh, "sales.orders", mode="overwrite", partition='{"day": "d0"}'
+        )  # rows of another partition
     assert t.version == version and _py(t) == {1: ("d0", 1, "a")}
     assert not _unreferenced(t)  # abort() deleted every staged file
     with pytest.raises(Exception, match="operation"):

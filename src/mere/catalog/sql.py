@@ -57,19 +57,22 @@ CATALOG_FORMAT = 3
 _metadata = sa.MetaData()
 
 catalog_info = sa.Table(
-    "mere_catalog", _metadata,
+    "mere_catalog",
+    _metadata,
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
 )
 
 namespaces = sa.Table(
-    "mere_namespaces", _metadata,
+    "mere_namespaces",
+    _metadata,
     sa.Column("name", sa.String(255), primary_key=True),
     sa.Column("created_at", sa.BigInteger, nullable=False),
 )
 
 tables = sa.Table(
-    "mere_tables", _metadata,
+    "mere_tables",
+    _metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("namespace", sa.String(255), nullable=False),
     sa.Column("name", sa.String(255), nullable=False),
@@ -84,7 +87,8 @@ tables = sa.Table(
 )
 
 commits = sa.Table(
-    "mere_commits", _metadata,
+    "mere_commits",
+    _metadata,
     sa.Column("table_id", sa.Integer, primary_key=True),
     sa.Column("version", sa.BigInteger, primary_key=True),
     sa.Column("committed_at", sa.BigInteger, nullable=False),  # microseconds since the epoch, UTC
@@ -92,12 +96,15 @@ commits = sa.Table(
     sa.Column("token", sa.String(32), nullable=False, unique=True),
     sa.Column("idempotency_key", sa.String(255), nullable=True),
     sa.Column("summary", sa.Text, nullable=False),
-    sa.Column("spec", sa.Text, nullable=True),  # the table's spec from this version on, when the commit changed it
+    sa.Column(
+        "spec", sa.Text, nullable=True
+    ),  # the table's spec from this version on, when the commit changed it
     sa.UniqueConstraint("table_id", "idempotency_key", name="mere_commits_idempotency"),
 )
 
 files = sa.Table(
-    "mere_files", _metadata,
+    "mere_files",
+    _metadata,
     sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
     sa.Column("table_id", sa.Integer, nullable=False),
     sa.Column("path", sa.Text, nullable=False),
@@ -145,6 +152,7 @@ MIGRATIONS: tuple[tuple[int, str, Callable[[Connection], None]], ...] = (
 """Ordered migrations: (format reached, what it does, the step). Each runs in the upgrade's transaction."""
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def _wraps_database_errors(what: str) -> Callable[[F], F]:
@@ -189,19 +197,25 @@ class SqlCatalog:
         try:
             parsed = sa.engine.make_url(url)
         except sa.exc.ArgumentError as e:
-            raise InvalidInput(f"catalog {url!r} is not a database URL: use sqlite:///path or "
-                               "postgresql://user@host/db") from e
+            raise InvalidInput(
+                f"catalog {url!r} is not a database URL: use sqlite:///path or postgresql://user@host/db"
+            ) from e
         if parsed.get_backend_name() not in ("sqlite", "postgresql"):
-            raise InvalidInput(f"catalog {self._safe_url()!r}: mere's catalog runs on SQLite (sqlite:///path) or "
-                               "PostgreSQL (postgresql://user@host/db)")
+            raise InvalidInput(
+                f"catalog {self._safe_url()!r}: mere's catalog runs on SQLite (sqlite:///path) or "
+                "PostgreSQL (postgresql://user@host/db)"
+            )
         if parsed.get_backend_name() == "postgresql":
             try:
                 import psycopg  # noqa: F401
             except ImportError as e:
                 raise NotInstalled("a PostgreSQL catalog needs psycopg: pip install 'mere[postgres]'") from e
         # A file database is created by the first write, never by opening or reading it.
-        self._sqlite_file = parsed.database if parsed.get_backend_name() == "sqlite" and parsed.database not in (
-            None, "", ":memory:") else None
+        self._sqlite_file = (
+            parsed.database
+            if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
+            else None
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (SqlCatalog, (self.url,), {"max_retries": self.max_retries})
@@ -225,8 +239,12 @@ class SqlCatalog:
 
     def _make_engine(self) -> Engine:
         if self.url.startswith("sqlite"):
-            engine = sa.create_engine(self.url, connect_args={"timeout": 60, "check_same_thread": False},
-                                      pool_size=4, max_overflow=16)
+            engine = sa.create_engine(
+                self.url,
+                connect_args={"timeout": 60, "check_same_thread": False},
+                pool_size=4,
+                max_overflow=16,
+            )
 
             @event.listens_for(engine, "connect")
             def _connect(dbapi_conn: Any, _record: Any) -> None:
@@ -256,6 +274,7 @@ class SqlCatalog:
             if not create:
                 return False
             os.makedirs(os.path.dirname(os.path.abspath(self._sqlite_file)), exist_ok=True)
+
         def read_format() -> int | None:
             with self.engine.connect() as conn:
                 return _stored_format(conn)
@@ -267,8 +286,10 @@ class SqlCatalog:
         if stored is None and not create:
             return False
         if stored is not None and stored > CATALOG_FORMAT:
-            raise CatalogError(f"catalog {self._safe_url()} has format {stored}, newer than this mere "
-                               f"({mere_version()}, format {CATALOG_FORMAT}): upgrade mere to use it")
+            raise CatalogError(
+                f"catalog {self._safe_url()} has format {stored}, newer than this mere "
+                f"({mere_version()}, format {CATALOG_FORMAT}): upgrade mere to use it"
+            )
         if stored != CATALOG_FORMAT:
             self.upgrade()
         self._ready = True
@@ -302,17 +323,24 @@ class SqlCatalog:
                 conn.execute(catalog_info.insert().values(key="format", value=str(CATALOG_FORMAT)))
                 return [f"create the catalog tables (format {CATALOG_FORMAT})"]
             if stored > CATALOG_FORMAT:
-                raise CatalogError(f"catalog {self._safe_url()} has format {stored}, newer than this mere's "
-                                   f"{CATALOG_FORMAT}: upgrade mere to use it")
+                raise CatalogError(
+                    f"catalog {self._safe_url()} has format {stored}, newer than this mere's "
+                    f"{CATALOG_FORMAT}: upgrade mere to use it"
+                )
             done = []
             for reached, what, step in MIGRATIONS:
                 if stored < reached:
                     step(conn)
                     done.append(f"format {reached}: {what}")
             if done:
-                conn.execute(catalog_info.update().where(catalog_info.c.key == "format")
-                             .values(value=str(CATALOG_FORMAT)))
-                log.info("catalog %s upgraded to format %d: %s", self._safe_url(), CATALOG_FORMAT, "; ".join(done))
+                conn.execute(
+                    catalog_info.update()
+                    .where(catalog_info.c.key == "format")
+                    .values(value=str(CATALOG_FORMAT))
+                )
+                log.info(
+                    "catalog %s upgraded to format %d: %s", self._safe_url(), CATALOG_FORMAT, "; ".join(done)
+                )
             return done
 
         try:
@@ -328,10 +356,10 @@ class SqlCatalog:
     def __repr__(self) -> str:
         return f"SqlCatalog({self._safe_url()!r})"
 
-    def _run(self, fn: Callable[[Connection], Any]) -> Any:
+    def _run(self, fn: Callable[[Connection], T]) -> T:
         """Run fn in a write transaction, retrying transient lock and serialisation failures."""
 
-        def once() -> Any:
+        def once() -> T:
             with self.engine.connect() as conn, conn.execution_options(mere_write=True).begin():
                 return fn(conn)
 
@@ -365,18 +393,35 @@ class SqlCatalog:
             return [r[0] for r in conn.execute(sa.select(namespaces.c.name).order_by(namespaces.c.name))]
 
     @_wraps_database_errors("create a table")
-    def create_table(self, namespace: str, name: str, location: str, spec: str, table_uuid: str) -> TableRecord:
+    def create_table(
+        self, namespace: str, name: str, location: str, spec: str, table_uuid: str
+    ) -> TableRecord:
         self.create_namespace(namespace)
 
         def run(conn: Connection) -> TableRecord:
             ts = now_micros()
-            res = conn.execute(tables.insert().values(
-                namespace=namespace, name=name, uuid=table_uuid, location=location, spec=spec, version=0,
-                created_at=ts))
+            res = conn.execute(
+                tables.insert().values(
+                    namespace=namespace,
+                    name=name,
+                    uuid=table_uuid,
+                    location=location,
+                    spec=spec,
+                    version=0,
+                    created_at=ts,
+                )
+            )
             table_id = int(res.inserted_primary_key[0])  # type: ignore[index]
-            conn.execute(commits.insert().values(
-                table_id=table_id, version=0, committed_at=ts, operation="create", token=uuid.uuid4().hex,
-                summary=json.dumps({"added_files": 0, "removed_files": 0, "added_rows": 0})))
+            conn.execute(
+                commits.insert().values(
+                    table_id=table_id,
+                    version=0,
+                    committed_at=ts,
+                    operation="create",
+                    token=uuid.uuid4().hex,
+                    summary=json.dumps({"added_files": 0, "removed_files": 0, "added_rows": 0}),
+                )
+            )
             return TableRecord(table_id, namespace, name, table_uuid, location, spec, 0)
 
         try:
@@ -387,16 +432,23 @@ class SqlCatalog:
     @_wraps_database_errors("load a table")
     def load_table(self, namespace: str, name: str) -> TableRecord:
         if not self._ensure_schema(create=False):
-            raise NoSuchTable(f"table {namespace}.{name} does not exist (the catalog {self._safe_url()} is empty)")
+            raise NoSuchTable(
+                f"table {namespace}.{name} does not exist (the catalog {self._safe_url()} is empty)"
+            )
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(tables).where(
-                tables.c.namespace == namespace, tables.c.name == name)).first()
+            row = conn.execute(
+                sa.select(tables).where(tables.c.namespace == namespace, tables.c.name == name)
+            ).first()
             if row is None:
-                known = conn.execute(sa.select(namespaces.c.name).where(namespaces.c.name == namespace)).first()
+                known = conn.execute(
+                    sa.select(namespaces.c.name).where(namespaces.c.name == namespace)
+                ).first()
                 if known is None:
                     raise NoSuchTable(f"table {namespace}.{name} does not exist (no namespace {namespace!r})")
                 raise NoSuchTable(f"table {namespace}.{name} does not exist")
-        return TableRecord(row.id, row.namespace, row.name, row.uuid, row.location, row.spec, int(row.version))
+        return TableRecord(
+            row.id, row.namespace, row.name, row.uuid, row.location, row.spec, int(row.version)
+        )
 
     @_wraps_database_errors("list tables")
     def list_tables(self, namespace: str | None = None) -> list[str]:
@@ -414,14 +466,17 @@ class SqlCatalog:
             raise NoSuchTable(f"table {namespace}.{name} does not exist")
 
         def run(conn: Connection) -> TableRecord:
-            row = conn.execute(sa.select(tables).where(
-                tables.c.namespace == namespace, tables.c.name == name)).first()
+            row = conn.execute(
+                sa.select(tables).where(tables.c.namespace == namespace, tables.c.name == name)
+            ).first()
             if row is None:
                 raise NoSuchTable(f"table {namespace}.{name} does not exist")
             conn.execute(files.delete().where(files.c.table_id == row.id))
             conn.execute(commits.delete().where(commits.c.table_id == row.id))
             conn.execute(tables.delete().where(tables.c.id == row.id))
-            return TableRecord(row.id, row.namespace, row.name, row.uuid, row.location, row.spec, int(row.version))
+            return TableRecord(
+                row.id, row.namespace, row.name, row.uuid, row.location, row.spec, int(row.version)
+            )
 
         return self._run(run)
 
@@ -467,25 +522,35 @@ class SqlCatalog:
     @_wraps_database_errors("find a version by time")
     def version_as_of(self, table_id: int, micros: int) -> int:
         with self.engine.connect() as conn:
-            v = conn.execute(sa.select(sa.func.max(commits.c.version)).where(
-                commits.c.table_id == table_id, commits.c.committed_at <= micros)).scalar()
+            v = conn.execute(
+                sa.select(sa.func.max(commits.c.version)).where(
+                    commits.c.table_id == table_id, commits.c.committed_at <= micros
+                )
+            ).scalar()
         if v is None:
             with self.engine.connect() as conn:
-                first = conn.execute(sa.select(sa.func.min(commits.c.committed_at)).where(
-                    commits.c.table_id == table_id)).scalar()
+                first = conn.execute(
+                    sa.select(sa.func.min(commits.c.committed_at)).where(commits.c.table_id == table_id)
+                ).scalar()
             when = micros_to_datetime(micros).isoformat()
-            created = "" if first is None else f": it was created at {micros_to_datetime(int(first)).isoformat()}"
+            created = (
+                "" if first is None else f": it was created at {micros_to_datetime(int(first)).isoformat()}"
+            )
             raise NoSuchVersion(f"the table has no version at or before {when}{created}")
         return int(v)
 
     @_wraps_database_errors("list a version's files")
     def files_at(self, table_id: int, version: int) -> list[FileEntry]:
         """The live files of a table at a version, ordered by sequence."""
-        q = sa.select(files).where(
-            files.c.table_id == table_id,
-            files.c.added_version <= version,
-            sa.or_(files.c.removed_version.is_(None), files.c.removed_version > version),
-        ).order_by(files.c.seq, files.c.id)
+        q = (
+            sa.select(files)
+            .where(
+                files.c.table_id == table_id,
+                files.c.added_version <= version,
+                sa.or_(files.c.removed_version.is_(None), files.c.removed_version > version),
+            )
+            .order_by(files.c.seq, files.c.id)
+        )
         with self.engine.connect() as conn:
             return [self._file(r) for r in conn.execute(q)]
 
@@ -497,10 +562,17 @@ class SqlCatalog:
     @staticmethod
     def _file(r: Any) -> FileEntry:
         return FileEntry(
-            path=r.path, partition=r.partition, bucket=int(r.bucket), row_count=int(r.row_count),
-            size_bytes=int(r.size_bytes), content=r.content,
+            path=r.path,
+            partition=r.partition,
+            bucket=int(r.bucket),
+            row_count=int(r.row_count),
+            size_bytes=int(r.size_bytes),
+            content=r.content,
             columns=None if r.columns is None else json.loads(r.columns),
-            seq=int(r.seq), id=int(r.id), added_version=int(r.added_version))
+            seq=int(r.seq),
+            id=int(r.id),
+            added_version=int(r.added_version),
+        )
 
     @_wraps_database_errors("read the history")
     def history(self, table_id: int) -> list[Snapshot]:
@@ -517,8 +589,9 @@ class SqlCatalog:
         """The commit that made ``version``."""
         with self.engine.connect() as conn:
             oldest = conn.execute(sa.select(tables.c.oldest_version).where(tables.c.id == table_id)).scalar()
-            r = conn.execute(sa.select(commits).where(commits.c.table_id == table_id,
-                                                      commits.c.version == version)).first()
+            r = conn.execute(
+                sa.select(commits).where(commits.c.table_id == table_id, commits.c.version == version)
+            ).first()
         if oldest is None:
             raise NoSuchTable(f"table id {table_id} no longer exists")
         if r is None:
@@ -528,14 +601,21 @@ class SqlCatalog:
     @_wraps_database_errors("read a version")
     def has_commit(self, table_id: int, version: int) -> bool:
         with self.engine.connect() as conn:
-            return conn.execute(sa.select(commits.c.version).where(
-                commits.c.table_id == table_id, commits.c.version == version)).first() is not None
+            return (
+                conn.execute(
+                    sa.select(commits.c.version).where(
+                        commits.c.table_id == table_id, commits.c.version == version
+                    )
+                ).first()
+                is not None
+            )
 
     @_wraps_database_errors("look up an idempotency key")
     def find_idempotent(self, table_id: int, key: str) -> Snapshot | None:
         with self.engine.connect() as conn:
-            r = conn.execute(sa.select(commits).where(
-                commits.c.table_id == table_id, commits.c.idempotency_key == key)).first()
+            r = conn.execute(
+                sa.select(commits).where(commits.c.table_id == table_id, commits.c.idempotency_key == key)
+            ).first()
         return None if r is None else _snapshot(r)
 
     # -- commit ----------------------------------------------------------------------------------
@@ -572,42 +652,76 @@ class SqlCatalog:
                 raise NoSuchTable(f"table id {table_id} was dropped before the commit")
             current = int(current)
             if idempotency_key is not None:
-                prior = conn.execute(sa.select(commits).where(
-                    commits.c.table_id == table_id, commits.c.idempotency_key == idempotency_key)).first()
+                prior = conn.execute(
+                    sa.select(commits).where(
+                        commits.c.table_id == table_id, commits.c.idempotency_key == idempotency_key
+                    )
+                ).first()
                 if prior is not None:
                     return CommitResult.of(_snapshot(prior), already_committed=True)
             if current < base_version:
-                raise CommitConflict(f"table id {table_id} is at version {current}, older than {base_version}")
+                raise CommitConflict(
+                    f"table id {table_id} is at version {current}, older than {base_version}"
+                )
             if current != base_version and validate is not None:
                 validate(self._changes_since(conn, table_id, base_version, current))
             new = current + 1
             if remove_ids:
                 done = 0
                 for i in range(0, len(remove_ids), 500):
-                    chunk = remove_ids[i:i + 500]
-                    res = conn.execute(files.update().where(
-                        files.c.table_id == table_id, files.c.id.in_(chunk), files.c.removed_version.is_(None),
-                    ).values(removed_version=new))
+                    chunk = remove_ids[i : i + 500]
+                    res = conn.execute(
+                        files.update()
+                        .where(
+                            files.c.table_id == table_id,
+                            files.c.id.in_(chunk),
+                            files.c.removed_version.is_(None),
+                        )
+                        .values(removed_version=new)
+                    )
                     done += res.rowcount
                 if done != len(remove_ids):
                     raise CommitConflict(
                         f"table id {table_id}: {len(remove_ids) - done} file(s) this commit replaces were already "
-                        "removed by a concurrent commit")
+                        "removed by a concurrent commit"
+                    )
             if add:
-                conn.execute(files.insert(), [{
-                    "table_id": table_id, "path": f.path, "partition": f.partition, "bucket": f.bucket,
-                    "seq": f.seq if f.seq is not None else (new << SEQ_SHIFT) | f.order,
-                    "added_version": new, "removed_version": None, "row_count": f.row_count,
-                    "size_bytes": f.size_bytes, "content": f.content,
-                    "columns": None if f.columns is None else json.dumps(f.columns),
-                } for f in add])
+                conn.execute(
+                    files.insert(),
+                    [
+                        {
+                            "table_id": table_id,
+                            "path": f.path,
+                            "partition": f.partition,
+                            "bucket": f.bucket,
+                            "seq": f.seq if f.seq is not None else (new << SEQ_SHIFT) | f.order,
+                            "added_version": new,
+                            "removed_version": None,
+                            "row_count": f.row_count,
+                            "size_bytes": f.size_bytes,
+                            "content": f.content,
+                            "columns": None if f.columns is None else json.dumps(f.columns),
+                        }
+                        for f in add
+                    ],
+                )
             ts = now_micros()
-            conn.execute(commits.insert().values(
-                table_id=table_id, version=new, committed_at=ts, operation=operation, token=token,
-                idempotency_key=idempotency_key, summary=json.dumps(summary), spec=spec))
+            conn.execute(
+                commits.insert().values(
+                    table_id=table_id,
+                    version=new,
+                    committed_at=ts,
+                    operation=operation,
+                    token=token,
+                    idempotency_key=idempotency_key,
+                    summary=json.dumps(summary),
+                    spec=spec,
+                )
+            )
             changes: dict[str, Any] = {"version": new} if spec is None else {"version": new, "spec": spec}
-            res = conn.execute(tables.update().where(tables.c.id == table_id, tables.c.version == current)
-                               .values(**changes))
+            res = conn.execute(
+                tables.update().where(tables.c.id == table_id, tables.c.version == current).values(**changes)
+            )
             if res.rowcount != 1:
                 raise CommitConflict(f"table id {table_id} moved past version {current} during the commit")
             return CommitResult.of(Snapshot.from_stored(new, ts, operation, summary))
@@ -626,25 +740,41 @@ class SqlCatalog:
                 with self.engine.connect() as conn:
                     r = conn.execute(sa.select(commits).where(commits.c.token == token)).first()
             except OperationalError:
-                raise CommitStateUnknown(f"commit to table id {table_id} may or may not have landed: {e}") from e
+                raise CommitStateUnknown(
+                    f"commit to table id {table_id} may or may not have landed: {e}"
+                ) from e
             if r is not None:
                 return CommitResult.of(_snapshot(r))
-            raise CommitFailed(f"commit to table id {table_id} did not land (nothing changed): {_first_line(e)}") from e
+            raise CommitFailed(
+                f"commit to table id {table_id} did not land (nothing changed): {_first_line(e)}"
+            ) from e
 
     def _changes_since(self, conn: Connection, table_id: int, base: int, current: int) -> ConcurrentChanges:
-        rows = conn.execute(sa.select(commits).where(
-            commits.c.table_id == table_id, commits.c.version > base, commits.c.version <= current,
-        ).order_by(commits.c.version))
+        rows = conn.execute(
+            sa.select(commits)
+            .where(
+                commits.c.table_id == table_id,
+                commits.c.version > base,
+                commits.c.version <= current,
+            )
+            .order_by(commits.c.version)
+        )
         out = ConcurrentChanges([_snapshot(r) for r in rows])
-        removed = conn.execute(sa.select(files.c.id).where(
-            files.c.table_id == table_id, files.c.removed_version > base, files.c.removed_version <= current))
+        removed = conn.execute(
+            sa.select(files.c.id).where(
+                files.c.table_id == table_id,
+                files.c.removed_version > base,
+                files.c.removed_version <= current,
+            )
+        )
         out.removed_file_ids = {int(r[0]) for r in removed}
         return out
 
 
 def _snapshot(row: Any, expired: bool = False) -> Snapshot:
-    return Snapshot.from_stored(int(row.version), int(row.committed_at), row.operation, json.loads(row.summary),
-                                expired)
+    return Snapshot.from_stored(
+        int(row.version), int(row.committed_at), row.operation, json.loads(row.summary), expired
+    )
 
 
 def mere_version() -> str:

@@ -113,16 +113,22 @@ def _version_tuple(text: str) -> tuple[int, int]:
 
 SPARK_VERSION = _version_tuple(pyspark.__version__)
 if SPARK_VERSION < (4, 1):  # pragma: no cover
-    raise NotInstalled(f"mere's Spark integration needs PySpark >= 4.1, found {pyspark.__version__}: {_INSTALL_HINT}")
+    raise NotInstalled(
+        f"mere's Spark integration needs PySpark >= 4.1, found {pyspark.__version__}: {_INSTALL_HINT}"
+    )
 
 SCAN_SCOPED_READS = SPARK_VERSION >= (5, 0)
 """Whether Spark plans a Python data source read per scan (so pushed filters cannot leak into other queries)."""
 
 ENV_WAREHOUSE = "MERE_WAREHOUSE"
 ENV_CATALOG = "MERE_CATALOG"
-FLUSH_ROWS = 250_000  # rows a write task buffers before staging files (one chunk stages while the next arrives)
+FLUSH_ROWS = (
+    250_000  # rows a write task buffers before staging files (one chunk stages while the next arrives)
+)
 FLUSH_BYTES = 256 << 20
-STREAM_QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's local property: the query id kept in the checkpoint
+STREAM_QUERY_ID_PROPERTY = (
+    "sql.streaming.queryId"  # Spark's local property: the query id kept in the checkpoint
+)
 WRITE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
 
 __all__ = [
@@ -163,8 +169,10 @@ def check_options(options: Mapping[str, str]) -> None:
             continue
         close = difflib.get_close_matches(key, sorted(allowed), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise InvalidInput(f"unknown option {key!r} for the mere data source{hint} It reads "
-                           f"{', '.join(sorted(allowed - set(SPARK_OPTIONS)))} and storage.<key>.")
+        raise InvalidInput(
+            f"unknown option {key!r} for the mere data source{hint} It reads "
+            f"{', '.join(sorted(allowed - set(SPARK_OPTIONS)))} and storage.<key>."
+        )
 
 
 @dataclass(frozen=True)
@@ -181,12 +189,18 @@ class TableRef:
         opts = _options(options)
         name = opts.get("table") or opts.get("path")
         if not name:
-            raise InvalidInput('give the table name: .load("ns.table") / .save("ns.table") or .option("table", ...)')
+            raise InvalidInput(
+                'give the table name: .load("ns.table") / .save("ns.table") or .option("table", ...)'
+            )
         warehouse = opts.get("warehouse") or os.environ.get(ENV_WAREHOUSE)
         if not warehouse:
-            raise InvalidInput(f"{name}: give .option('warehouse', URI) or set the environment variable {ENV_WAREHOUSE}")
+            raise InvalidInput(
+                f"{name}: give .option('warehouse', URI) or set the environment variable {ENV_WAREHOUSE}"
+            )
         catalog = opts.get("catalog") or os.environ.get(ENV_CATALOG) or None
-        storage = tuple(sorted((k[len("storage."):], v) for k, v in opts.items() if k.startswith("storage.")))
+        storage = tuple(
+            sorted((k[len("storage.") :], v) for k, v in opts.items() if k.startswith("storage."))
+        )
         return TableRef(name, warehouse, catalog, storage)
 
     def connect(self) -> mere.Catalog:
@@ -217,14 +231,17 @@ def local_session(app_name: str, driver_memory: str = "1g", shuffle_partitions: 
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").appName(app_name)
-               .config("spark.driver.memory", driver_memory)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-               .config("spark.default.parallelism", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     return session
 
@@ -423,13 +440,26 @@ def translate_filter(f: Any, spec: TableSpec) -> E.Expr | None:
         values = tuple(f.value)
         if all(v is None or _literal_ok(v) for v in values):
             expr = E.In(column, values)
-    elif name in ("EqualTo", "EqualNullSafe", "GreaterThan", "GreaterThanOrEqual", "LessThan", "LessThanOrEqual"):
+    elif name in (
+        "EqualTo",
+        "EqualNullSafe",
+        "GreaterThan",
+        "GreaterThanOrEqual",
+        "LessThan",
+        "LessThanOrEqual",
+    ):
         value = f.value
         if value is None:
             expr = E.IsNull(column) if name == "EqualNullSafe" else None
         elif _literal_ok(value):
-            op = {"EqualTo": "==", "EqualNullSafe": "==", "GreaterThan": ">", "GreaterThanOrEqual": ">=",
-                  "LessThan": "<", "LessThanOrEqual": "<="}[name]
+            op = {
+                "EqualTo": "==",
+                "EqualNullSafe": "==",
+                "GreaterThan": ">",
+                "GreaterThanOrEqual": ">=",
+                "LessThan": "<",
+                "LessThanOrEqual": "<=",
+            }[name]
             expr = E.Compare(op, column, value)  # type: ignore[arg-type]
     if expr is None:
         return None
@@ -493,7 +523,8 @@ def _create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) ->
     arrow = to_arrow_schema(schema, timezone="UTC")
     buckets = opts.get("buckets")
     return ref.connect().create_table(
-        ref.name, arrow,
+        ref.name,
+        arrow,
         primary_key=_split_list(opts.get("primary_key")),
         partition_by=_split_list(opts.get("partition_by")),
         buckets=_int_option("buckets", buckets),
@@ -516,13 +547,20 @@ def _check_layout(table: Table, opts: Mapping[str, str]) -> None:
     if "cdc_column" in opts:
         wanted["cdc_column"] = (opts["cdc_column"] or None, spec.cdc_column)
     if "merge_operators" in opts:
-        given = TableSpec.create(spec.schema, spec.primary_key or None,
-                                 spec.partition_by or None, spec.buckets if spec.primary_key else None,
-                                 _json_object("merge_operators", opts["merge_operators"]), spec.cdc_column)
+        given = TableSpec.create(
+            spec.schema,
+            spec.primary_key or None,
+            spec.partition_by or None,
+            spec.buckets if spec.primary_key else None,
+            _json_object("merge_operators", opts["merge_operators"]),
+            spec.cdc_column,
+        )
         wanted["merge_operators"] = (dict(given.merge_operators), dict(spec.merge_operators))
     different = [f"{k} {a!r} vs the table's {b!r}" for k, (a, b) in wanted.items() if a != b]
     if different:
-        raise mere.errors.TableExists(f"{table.name} already exists with a different spec: {'; '.join(different)}")
+        raise mere.errors.TableExists(
+            f"{table.name} already exists with a different spec: {'; '.join(different)}"
+        )
 
 
 @dataclass
@@ -538,27 +576,36 @@ class _WriteJob:
     flush_rows: int = FLUSH_ROWS
 
     @staticmethod
-    def plan(ref: TableRef, options: Mapping[str, str], schema: StructType, overwrite: bool,
-             streaming: bool) -> _WriteJob:
+    def plan(
+        ref: TableRef, options: Mapping[str, str], schema: StructType, overwrite: bool, streaming: bool
+    ) -> _WriteJob:
         check_options(options)
         opts = _options(options)
         operation = opts.get("operation", "").strip().lower() or None
         if operation is not None and operation not in WRITE_OPERATIONS:
-            raise InvalidInput(f"{ref.name}: unknown operation {operation!r}; choose one of {', '.join(WRITE_OPERATIONS)}")
+            raise InvalidInput(
+                f"{ref.name}: unknown operation {operation!r}; choose one of {', '.join(WRITE_OPERATIONS)}"
+            )
         if overwrite and operation not in (None, "overwrite"):
-            raise InvalidInput(f"{ref.name}: mode('overwrite') cannot run operation {operation!r}; use mode('append')")
+            raise InvalidInput(
+                f"{ref.name}: mode('overwrite') cannot run operation {operation!r}; use mode('append')"
+            )
         try:
             table = ref.open()
         except (NoSuchTable, NoSuchNamespace) as missing:
             create = opts.get("create", "").strip().lower()
             if create not in ("", "true", "false"):
                 raise InvalidInput(f"option 'create' must be true or false, got {create!r}") from None
-            if operation == "delete" or create == "false" or (
-                    create != "true" and not any(o in opts for o in CREATE_OPTIONS)):
+            if (
+                operation == "delete"
+                or create == "false"
+                or (create != "true" and not any(o in opts for o in CREATE_OPTIONS))
+            ):
                 raise NoSuchTable(
                     f"{missing} in warehouse {ref.warehouse!r}; to create it on write give its layout "
                     "(.option('primary_key', ...), partition_by, buckets, cdc_column, merge_operators) or "
-                    ".option('create', 'true') for a table without key") from None
+                    ".option('create', 'true') for a table without key"
+                ) from None
             table = _create_table(ref, opts, schema)
         else:
             _check_layout(table, opts)
@@ -568,8 +615,10 @@ class _WriteJob:
             operation = "upsert" if table.spec.has_primary_key else "append"
         keyed = table.spec.has_primary_key
         if (operation in ("upsert", "delete") and not keyed) or (operation == "append" and keyed):
-            raise InvalidInput(f"{ref.name}: operation {operation!r} does not apply to a table "
-                               + (f"with primary key {list(table.spec.primary_key)}" if keyed else "without key"))
+            raise InvalidInput(
+                f"{ref.name}: operation {operation!r} does not apply to a table "
+                + (f"with primary key {list(table.spec.primary_key)}" if keyed else "without key")
+            )
         partition = _json_object("partition", opts.get("partition"))
         if partition is not None and operation != "overwrite":
             raise InvalidInput(f"{ref.name}: option 'partition' applies to mode('overwrite') only")
@@ -577,13 +626,21 @@ class _WriteJob:
         unknown = [c for c in schema.fieldNames() if c not in names]
         if unknown:
             raise mere.errors.SchemaMismatch(
-                f"{ref.name}: the DataFrame has column(s) {unknown} the table lacks; the table has {sorted(names)}")
+                f"{ref.name}: the DataFrame has column(s) {unknown} the table lacks; the table has {sorted(names)}"
+            )
         key = opts.get("idempotency_key") or None
         if key is None and not streaming:
             key = f"spark-write:{uuid.uuid4().hex}"  # lets abort() tell whether a failed commit landed
         flush = _int_option("flush_rows", opts.get("flush_rows"))
-        return _WriteJob(ref, table.record.uuid, operation, partition, key, opts.get("query_id") or None,
-                         flush or FLUSH_ROWS)
+        return _WriteJob(
+            ref,
+            table.record.uuid,
+            operation,
+            partition,
+            key,
+            opts.get("query_id") or None,
+            flush or FLUSH_ROWS,
+        )
 
     def open(self) -> Table:
         table = self.ref.open()
@@ -661,11 +718,14 @@ class MereStreamWriter(DataSourceStreamArrowWriter):
 
     def batch_key(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> str | None:
         query_id = self.job.query_id or next(
-            (m.query_id for m in messages if isinstance(m, MereCommitMessage) and m.query_id), None)
+            (m.query_id for m in messages if isinstance(m, MereCommitMessage) and m.query_id), None
+        )
         if query_id is None:
             if any(isinstance(m, MereCommitMessage) and m.staged for m in messages):
-                raise InvalidInput(f"{self.job.ref.name}: cannot tell which streaming query this is; "
-                                   "give .option('query_id', ...)")
+                raise InvalidInput(
+                    f"{self.job.ref.name}: cannot tell which streaming query this is; "
+                    "give .option('query_id', ...)"
+                )
             return None
         return f"spark-stream:{query_id}:{batch_id}"
 
@@ -710,7 +770,8 @@ class MereDataSource(DataSource):
                 raise InvalidInput(
                     f"{self.ref.name}: .option('pushdown', 'true') is refused on Spark {pyspark.__version__}: it reuses "
                     "one query's pushed filters for later queries on the same DataFrame or view, which would return "
-                    "wrong rows. Prune with .option('filter', \"<key/partition filter>\") instead.")
+                    "wrong rows. Prune with .option('filter', \"<key/partition filter>\") instead."
+                )
             return MerePushdownReader(self.ref, self.options, schema)
         return MereReader(self.ref, self.options, schema)
 
@@ -721,17 +782,28 @@ class MereDataSource(DataSource):
         return MereStreamWriter(_WriteJob.plan(self.ref, self.options, schema, overwrite, streaming=True))
 
 
-def compact(spark: Any, table: str, *, warehouse: str | None = None, catalog: str | None = None,
-            storage_options: Mapping[str, str] | None = None, min_files: int = 2,
-            partition: Mapping[str, Any] | None = None) -> CommitResult | None:
+def compact(
+    spark: Any,
+    table: str,
+    *,
+    warehouse: str | None = None,
+    catalog: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    min_files: int = 2,
+    partition: Mapping[str, Any] | None = None,
+) -> CommitResult | None:
     """Compact a table with Spark: one task per split folds its files, the driver commits once.
 
     The same as :meth:`mere.Table.compact` for tables too big for one machine. Returns None when no split
     has ``min_files`` files. A commit that loses a race against an overwrite or another compaction plans
     again; a failed job commits nothing, and files of killed tasks are removed by :meth:`mere.Table.cleanup`.
     """
-    options = {"table": table, "warehouse": warehouse, "catalog": catalog,
-               **{f"storage.{k}": v for k, v in (storage_options or {}).items()}}
+    options = {
+        "table": table,
+        "warehouse": warehouse,
+        "catalog": catalog,
+        **{f"storage.{k}": v for k, v in (storage_options or {}).items()},
+    }
     ref = TableRef.from_options({k: v for k, v in options.items() if v is not None})
     target = ref.open()
     if not target.storage.portable:
@@ -739,7 +811,8 @@ def compact(spark: Any, table: str, *, warehouse: str | None = None, catalog: st
 
     def run(tasks: Sequence[CompactionTask]) -> list[list[FileEntry]]:
         rdd = spark.sparkContext.parallelize(list(tasks), max(1, len(tasks)))
-        return rdd.map(CompactionTask.run).collect()
+        results: list[list[FileEntry]] = rdd.map(CompactionTask.run).collect()
+        return results
 
     return target.compact(min_files, partition, run=run)
 

@@ -32,49 +32,182 @@ class Option:
 _MIB = 1024 * 1024
 
 OPTIONS: tuple[Option, ...] = (
-    Option("endpoint", ("aws_endpoint", "aws_endpoint_url", "endpoint_url", "endpoint_override"),
-           ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"), "str", None, False,
-           "S3-compatible server, e.g. `http://127.0.0.1:8333` (scheme optional; default: AWS)"),
-    Option("region", ("aws_region", "aws_default_region"), ("AWS_REGION", "AWS_DEFAULT_REGION"), "str",
-           "us-east-1", False, "bucket region"),
-    Option("access_key_id", ("aws_access_key_id", "key", "access_key"), ("AWS_ACCESS_KEY_ID",), "str", None,
-           True, "access key id (with `secret_access_key`; otherwise the AWS default credential chain)"),
-    Option("secret_access_key", ("aws_secret_access_key", "secret", "secret_key"), ("AWS_SECRET_ACCESS_KEY",),
-           "str", None, True, "secret access key"),
-    Option("session_token", ("aws_session_token", "token", "aws_token"), ("AWS_SESSION_TOKEN",), "str", None,
-           True, "session token of temporary credentials"),
-    Option("role_arn", ("aws_role_arn",), ("AWS_ROLE_ARN",), "str", None, False,
-           "assume this IAM role (with `role_session_name`, `external_id`)"),
-    Option("role_session_name", ("aws_role_session_name",), ("AWS_ROLE_SESSION_NAME",), "str", None, False,
-           "session name when assuming `role_arn`"),
-    Option("external_id", ("aws_external_id",), (), "str", None, True, "external id when assuming `role_arn`"),
-    Option("anonymous", ("skip_signature", "aws_skip_signature"), ("AWS_SKIP_SIGNATURE",), "bool", "false",
-           False, "unsigned requests (public buckets)"),
-    Option("allow_http", ("aws_allow_http",), ("AWS_ALLOW_HTTP",), "bool", "false", False,
-           "allow plain http (an `http://` endpoint implies it)"),
-    Option("virtual_hosted_style_request", ("aws_virtual_hosted_style_request",),
-           ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST",), "bool", "false", False,
-           "`bucket.host` addressing instead of `host/bucket`"),
-    Option("ca_file", ("aws_ca_bundle", "tls_ca_file_path"), ("AWS_CA_BUNDLE",), "str", None, False,
-           "CA bundle for TLS"),
-    Option("proxy", ("proxy_url", "aws_proxy_url"), (), "str", None, True,
-           "HTTP proxy URL (may carry credentials, so it is treated as a secret)"),
-    Option("retries", ("max_retries", "aws_max_retries"), (), "int", "5", False,
-           "retries of a request after a transient error (5xx, throttling, timeouts, connection resets), "
-           "with exponential backoff; a file read or upload that still fails is retried once more whole"),
-    Option("connect_timeout", ("aws_connect_timeout",), (), "seconds", "5", False,
-           "seconds to establish a connection (`500ms`, `2s` also accepted)"),
-    Option("request_timeout", ("timeout", "aws_request_timeout"), (), "seconds", "30", False,
-           "seconds a request may wait for data before it fails (and is retried)"),
-    Option("max_connections", ("max_concurrency", "pool_max_connections"), (), "int", "64", False,
-           "concurrent requests to the store (reads and uploads); also the IO thread count"),
-    Option("coalesce_bytes", ("hole_size_limit",), (), "bytes", str(1 * _MIB), False,
-           "byte ranges of one file closer than this are fetched in one request"),
-    Option("range_bytes", ("range_size_limit",), (), "bytes", str(32 * _MIB), False,
-           "largest coalesced range (bigger reads are split into parallel requests)"),
-    Option("read_ahead_bytes", ("max_inflight_bytes",), (), "bytes", str(256 * _MIB), False,
-           "fetched-but-not-yet-merged bytes a scan may hold for read-ahead (backpressure); "
-           "each split's current window is always read"),
+    Option(
+        "endpoint",
+        ("aws_endpoint", "aws_endpoint_url", "endpoint_url", "endpoint_override"),
+        ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"),
+        "str",
+        None,
+        False,
+        "S3-compatible server, e.g. `http://127.0.0.1:8333` (scheme optional; default: AWS)",
+    ),
+    Option(
+        "region",
+        ("aws_region", "aws_default_region"),
+        ("AWS_REGION", "AWS_DEFAULT_REGION"),
+        "str",
+        "us-east-1",
+        False,
+        "bucket region",
+    ),
+    Option(
+        "access_key_id",
+        ("aws_access_key_id", "key", "access_key"),
+        ("AWS_ACCESS_KEY_ID",),
+        "str",
+        None,
+        True,
+        "access key id (with `secret_access_key`; otherwise the AWS default credential chain)",
+    ),
+    Option(
+        "secret_access_key",
+        ("aws_secret_access_key", "secret", "secret_key"),
+        ("AWS_SECRET_ACCESS_KEY",),
+        "str",
+        None,
+        True,
+        "secret access key",
+    ),
+    Option(
+        "session_token",
+        ("aws_session_token", "token", "aws_token"),
+        ("AWS_SESSION_TOKEN",),
+        "str",
+        None,
+        True,
+        "session token of temporary credentials",
+    ),
+    Option(
+        "role_arn",
+        ("aws_role_arn",),
+        ("AWS_ROLE_ARN",),
+        "str",
+        None,
+        False,
+        "assume this IAM role (with `role_session_name`, `external_id`)",
+    ),
+    Option(
+        "role_session_name",
+        ("aws_role_session_name",),
+        ("AWS_ROLE_SESSION_NAME",),
+        "str",
+        None,
+        False,
+        "session name when assuming `role_arn`",
+    ),
+    Option(
+        "external_id", ("aws_external_id",), (), "str", None, True, "external id when assuming `role_arn`"
+    ),
+    Option(
+        "anonymous",
+        ("skip_signature", "aws_skip_signature"),
+        ("AWS_SKIP_SIGNATURE",),
+        "bool",
+        "false",
+        False,
+        "unsigned requests (public buckets)",
+    ),
+    Option(
+        "allow_http",
+        ("aws_allow_http",),
+        ("AWS_ALLOW_HTTP",),
+        "bool",
+        "false",
+        False,
+        "allow plain http (an `http://` endpoint implies it)",
+    ),
+    Option(
+        "virtual_hosted_style_request",
+        ("aws_virtual_hosted_style_request",),
+        ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST",),
+        "bool",
+        "false",
+        False,
+        "`bucket.host` addressing instead of `host/bucket`",
+    ),
+    Option(
+        "ca_file",
+        ("aws_ca_bundle", "tls_ca_file_path"),
+        ("AWS_CA_BUNDLE",),
+        "str",
+        None,
+        False,
+        "CA bundle for TLS",
+    ),
+    Option(
+        "proxy",
+        ("proxy_url", "aws_proxy_url"),
+        (),
+        "str",
+        None,
+        True,
+        "HTTP proxy URL (may carry credentials, so it is treated as a secret)",
+    ),
+    Option(
+        "retries",
+        ("max_retries", "aws_max_retries"),
+        (),
+        "int",
+        "5",
+        False,
+        "retries of a request after a transient error (5xx, throttling, timeouts, connection resets), "
+        "with exponential backoff; a file read or upload that still fails is retried once more whole",
+    ),
+    Option(
+        "connect_timeout",
+        ("aws_connect_timeout",),
+        (),
+        "seconds",
+        "5",
+        False,
+        "seconds to establish a connection (`500ms`, `2s` also accepted)",
+    ),
+    Option(
+        "request_timeout",
+        ("timeout", "aws_request_timeout"),
+        (),
+        "seconds",
+        "30",
+        False,
+        "seconds a request may wait for data before it fails (and is retried)",
+    ),
+    Option(
+        "max_connections",
+        ("max_concurrency", "pool_max_connections"),
+        (),
+        "int",
+        "64",
+        False,
+        "concurrent requests to the store (reads and uploads); also the IO thread count",
+    ),
+    Option(
+        "coalesce_bytes",
+        ("hole_size_limit",),
+        (),
+        "bytes",
+        str(1 * _MIB),
+        False,
+        "byte ranges of one file closer than this are fetched in one request",
+    ),
+    Option(
+        "range_bytes",
+        ("range_size_limit",),
+        (),
+        "bytes",
+        str(32 * _MIB),
+        False,
+        "largest coalesced range (bigger reads are split into parallel requests)",
+    ),
+    Option(
+        "read_ahead_bytes",
+        ("max_inflight_bytes",),
+        (),
+        "bytes",
+        str(256 * _MIB),
+        False,
+        "fetched-but-not-yet-merged bytes a scan may hold for read-ahead (backpressure); "
+        "each split's current window is always read",
+    ),
     Option("allow_bucket_creation", (), (), "bool", "false", False, "create a missing bucket on first write"),
 )
 
@@ -93,7 +226,8 @@ def canonical(options: Mapping[str, Any] | None, *, strict: bool = True) -> dict
             if strict:
                 raise InvalidInput(
                     f"unknown storage option {key!r}; known keys: {', '.join(o.name for o in OPTIONS)} "
-                    "(see docs/storage.md)")
+                    "(see docs/storage.md)"
+                )
             continue
         if value is None:
             continue
@@ -103,7 +237,9 @@ def canonical(options: Mapping[str, Any] | None, *, strict: bool = True) -> dict
     return out
 
 
-def resolve_options(options: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def resolve_options(
+    options: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Canonical options with the environment as fallback and defaults last."""
     env = os.environ if environ is None else environ
     given = canonical(options)
@@ -144,20 +280,34 @@ def as_int(name: str, value: str, minimum: int = 0) -> int:
 def as_seconds(name: str, value: str) -> float:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m)?\s*", value)
     if not m:
-        raise InvalidInput(f"storage option {name!r} must be seconds (e.g. 5, 2.5s, 500ms), got {_show(name, value)}")
+        raise InvalidInput(
+            f"storage option {name!r} must be seconds (e.g. 5, 2.5s, 500ms), got {_show(name, value)}"
+        )
     n = float(m.group(1))
     return n / 1000 if m.group(2) == "ms" else n * 60 if m.group(2) == "m" else n
 
 
-_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": _MIB, "mb": _MIB, "mib": _MIB,
-          "g": 1024 * _MIB, "gb": 1024 * _MIB, "gib": 1024 * _MIB}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1024,
+    "kib": 1024,
+    "m": _MIB,
+    "mb": _MIB,
+    "mib": _MIB,
+    "g": 1024 * _MIB,
+    "gb": 1024 * _MIB,
+    "gib": 1024 * _MIB,
+}
 
 
 def as_bytes(name: str, value: str) -> int:
     m = re.fullmatch(r"\s*([0-9]+)\s*([a-zA-Z]*)\s*", value)
     if not m or m.group(2).lower() not in _UNITS:
-        raise InvalidInput(f"storage option {name!r} must be a byte size (e.g. 1048576, 1MiB), got "
-                           f"{_show(name, value)}")
+        raise InvalidInput(
+            f"storage option {name!r} must be a byte size (e.g. 1048576, 1MiB), got {_show(name, value)}"
+        )
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 

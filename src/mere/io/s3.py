@@ -75,14 +75,18 @@ def parse_settings(opts: Mapping[str, str]) -> S3Settings:
     if endpoint:
         parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidInput(f"storage option 'endpoint' must look like http(s)://host[:port], got "
-                               f"{redact_url(endpoint)!r}")
+            raise InvalidInput(
+                f"storage option 'endpoint' must look like http(s)://host[:port], got "
+                f"{redact_url(endpoint)!r}"
+            )
         host = parts.netloc.rpartition("@")[2]
         scheme = parts.scheme if "://" in endpoint else scheme
     if as_bool("allow_http", opts.get("allow_http", "false")) and (not endpoint or "://" not in endpoint):
         scheme = "http"
     return S3Settings(
-        endpoint=host, scheme=scheme, region=opts.get("region") or "us-east-1",
+        endpoint=host,
+        scheme=scheme,
+        region=opts.get("region") or "us-east-1",
         retries=as_int("retries", opts.get("retries", "5")),
         connect_timeout=as_seconds("connect_timeout", opts.get("connect_timeout", "5")),
         request_timeout=as_seconds("request_timeout", opts.get("request_timeout", "30")),
@@ -90,7 +94,9 @@ def parse_settings(opts: Mapping[str, str]) -> S3Settings:
         coalesce_bytes=as_bytes("coalesce_bytes", opts.get("coalesce_bytes", str(1 << 20))),
         range_bytes=as_bytes("range_bytes", opts.get("range_bytes", str(32 << 20))),
         read_ahead_bytes=as_bytes("read_ahead_bytes", opts.get("read_ahead_bytes", str(256 << 20))),
-        virtual_hosted=as_bool("virtual_hosted_style_request", opts.get("virtual_hosted_style_request", "false")),
+        virtual_hosted=as_bool(
+            "virtual_hosted_style_request", opts.get("virtual_hosted_style_request", "false")
+        ),
         anonymous=as_bool("anonymous", opts.get("anonymous", "false")),
     )
 
@@ -113,8 +119,9 @@ def _filesystem(settings: S3Settings, opts: Mapping[str, str], *, delayed_open: 
     else:
         access, secret = opts.get("access_key_id"), opts.get("secret_access_key")
         if bool(access) != bool(secret):
-            raise InvalidInput("storage options 'access_key_id' and 'secret_access_key' go together; "
-                               "only one of them is set")
+            raise InvalidInput(
+                "storage options 'access_key_id' and 'secret_access_key' go together; only one of them is set"
+            )
         if access and secret:
             kwargs["access_key"] = access
             kwargs["secret_key"] = secret
@@ -152,8 +159,9 @@ class S3Pool:
         # never fall back to a single-request upload of whatever was buffered.
         self.small = _filesystem(self.settings, opts, delayed_open=True)
         self.large = _filesystem(self.settings, opts, delayed_open=False)
-        self._abort_options = {k: opts[k] for k in ("access_key_id", "secret_access_key", "session_token")
-                               if opts.get(k)}
+        self._abort_options = {
+            k: opts[k] for k in ("access_key_id", "secret_access_key", "session_token") if opts.get(k)
+        }
 
     @property
     def main(self) -> pafs.S3FileSystem:
@@ -173,14 +181,21 @@ class S3Pool:
             import boto3
             from botocore.config import Config
         except ImportError:
-            log.warning("cannot %s: install mere[s3] (boto3); a bucket lifecycle rule "
-                        "(AbortIncompleteMultipartUpload) removes incomplete uploads otherwise", purpose)
+            log.warning(
+                "cannot %s: install mere[s3] (boto3); a bucket lifecycle rule "
+                "(AbortIncompleteMultipartUpload) removes incomplete uploads otherwise",
+                purpose,
+            )
             return None
         s = self.settings
-        kwargs: dict[str, Any] = {"region_name": s.region,
-                                  "config": Config(retries={"max_attempts": s.retries + 1, "mode": "standard"},
-                                                   connect_timeout=s.connect_timeout,
-                                                   read_timeout=s.request_timeout)}
+        kwargs: dict[str, Any] = {
+            "region_name": s.region,
+            "config": Config(
+                retries={"max_attempts": s.retries + 1, "mode": "standard"},
+                connect_timeout=s.connect_timeout,
+                read_timeout=s.request_timeout,
+            ),
+        }
         if s.endpoint:
             kwargs["endpoint_url"] = f"{s.scheme}://{s.endpoint}"
         if "access_key_id" in self._abort_options:
@@ -217,6 +232,8 @@ class S3Pool:
         for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=key_prefix):
             for upload in page.get("Uploads", []):
                 if upload["Initiated"].timestamp() < initiated_before:
-                    client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                    client.abort_multipart_upload(
+                        Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                    )
                     aborted.append(f"{bucket}/{upload['Key']}")
         return aborted

@@ -20,10 +20,10 @@ import os
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import numpy as np
@@ -37,6 +37,8 @@ from mere.errors import InvalidInput, StorageError
 from mere.io.options import canonical, redact, resolve_options
 from mere.io.retry import is_transient, is_transient_read, with_retries
 from mere.io.s3 import MULTIPART_THRESHOLD, S3Pool, ensure_io_threads
+
+T = TypeVar("T")
 
 __all__ = ["ByteBudget", "IOStats", "Storage", "WrittenFile", "redact", "resolve"]
 
@@ -88,15 +90,22 @@ def _other_filesystem(uri: str, storage_options: Mapping[str, str] | None) -> tu
     except (pa.ArrowInvalid, ValueError, OSError) as e:
         raise InvalidInput(f"cannot open warehouse {uri!r}: {e}") from e
     if storage_options:
-        log.warning("storage_options are ignored for %s (only s3:// reads them; install fsspec for others)",
-                    urlparse(uri).scheme)
+        log.warning(
+            "storage_options are ignored for %s (only s3:// reads them; install fsspec for others)",
+            urlparse(uri).scheme,
+        )
     return fs, path.rstrip("/")
 
 
 def _delta_encoding(t: pa.DataType) -> str | None:
     if pa.types.is_integer(t) or pa.types.is_date32(t) or pa.types.is_timestamp(t):
         return "DELTA_BINARY_PACKED"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    ):
         return "DELTA_BYTE_ARRAY"
     return None
 
@@ -268,11 +277,16 @@ class Storage:
         self.max_connections = s.max_connections if s else 16
         self._format: ds.ParquetFileFormat | None = None
         if not self.is_local:
-            self._format = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
-                pre_buffer=True,
-                cache_options=pa.CacheOptions(hole_size_limit=self.coalesce_bytes,
-                                              range_size_limit=max(self.range_bytes, self.coalesce_bytes),
-                                              lazy=False)))
+            self._format = ds.ParquetFileFormat(
+                default_fragment_scan_options=ds.ParquetFragmentScanOptions(
+                    pre_buffer=True,
+                    cache_options=pa.CacheOptions(
+                        hole_size_limit=self.coalesce_bytes,
+                        range_size_limit=max(self.range_bytes, self.coalesce_bytes),
+                        lazy=False,
+                    ),
+                )
+            )
 
     def __repr__(self) -> str:
         return f"Storage({self.uri!r}, storage_options={redact(self.storage_options)})"
@@ -298,16 +312,21 @@ class Storage:
     def _fs_for(self, path: str) -> pafs.FileSystem:
         return self._s3.for_path(path) if self._s3 is not None else self.fs
 
-    def _retrying(self, what: str, operation: Any, *, read: bool = False) -> Any:
+    def _retrying(self, what: str, operation: Callable[[], T], *, read: bool = False) -> T:
         def count(_: BaseException) -> None:
             with self._lock:
                 self.stats.retries += 1
 
         attempts = (READ_ATTEMPTS if read else WRITE_ATTEMPTS) if self.is_remote else 1
-        return with_retries(operation, attempts=attempts, what=lambda: what, on_retry=count,
-                            retry_if=is_transient_read if read else is_transient)
+        return with_retries(
+            operation,
+            attempts=attempts,
+            what=lambda: what,
+            on_retry=count,
+            retry_if=is_transient_read if read else is_transient,
+        )
 
-    def _reading(self, what: str, operation: Any) -> Any:
+    def _reading(self, what: str, operation: Callable[[], T]) -> T:
         """A read with retries; storage failures (and decode errors of remote files) become StorageError."""
         try:
             return self._retrying(what, operation, read=True)
@@ -344,8 +363,12 @@ class Storage:
         encodings = {c: e for c in sorting_columns if (e := _delta_encoding(table.schema.field(c).type))}
         dictionary = _dictionary_columns(table, encodings)
         writer_args: dict[str, Any] = dict(
-            compression=compression, compression_level=compression_level, write_statistics=True,
-            sorting_columns=sorting, use_dictionary=dictionary, column_encoding=encodings or None,
+            compression=compression,
+            compression_level=compression_level,
+            write_statistics=True,
+            sorting_columns=sorting,
+            use_dictionary=dictionary,
+            column_encoding=encodings or None,
             store_schema=False,  # readers cast to the table schema; dictionary columns read as plain
         )
         if self.is_remote:
@@ -359,8 +382,10 @@ class Storage:
             try:
                 os.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
                 try:
-                    with self.fs.open_output_stream(path) as out, pq.ParquetWriter(
-                            out, table.schema, **writer_args) as writer:
+                    with (
+                        self.fs.open_output_stream(path) as out,
+                        pq.ParquetWriter(out, table.schema, **writer_args) as writer,
+                    ):
                         writer.write_table(table, row_group_size=row_group_rows)
                 except BaseException:
                     with contextlib.suppress(OSError):
@@ -438,8 +463,9 @@ class Storage:
         """Top-level column name -> its Parquet leaf indices in this file (cached with the footer)."""
         return self._footer(rel, size).leaves
 
-    def prefetch_metadata(self, files: Iterable[tuple[str, int | None]],
-                          pool: ThreadPoolExecutor | None = None) -> None:
+    def prefetch_metadata(
+        self, files: Iterable[tuple[str, int | None]], pool: ThreadPoolExecutor | None = None
+    ) -> None:
         """Fetch the footers of several files concurrently (those not cached yet)."""
         with self._lock:
             todo = [(rel, size) for rel, size in files if rel not in self._footers]
@@ -450,8 +476,14 @@ class Storage:
         for f in [pool.submit(self._footer, rel, size) for rel, size in todo]:
             f.result()
 
-    def read_row_groups(self, rel: str, row_groups: Sequence[int], columns: Sequence[str] | None,
-                        size: int | None = None, dictionary: Sequence[str] = ()) -> pa.Table:
+    def read_row_groups(
+        self,
+        rel: str,
+        row_groups: Sequence[int],
+        columns: Sequence[str] | None,
+        size: int | None = None,
+        dictionary: Sequence[str] = (),
+    ) -> pa.Table:
         """Read some row groups of one file (in the given order), only the given columns (those it has).
 
         ``dictionary`` columns may come back dictionary-encoded (local and pyarrow filesystems), which saves
@@ -470,7 +502,9 @@ class Storage:
                 return part.to_table(columns=cols, use_threads=True, batch_size=1 << 30)
             with self.fs.open_input_file(path) as f:
                 # Coalesced prefetch pays on remote stores; on local disk it is an extra copy (~5% of a scan).
-                pf = pq.ParquetFile(f, metadata=md, pre_buffer=self.is_remote, read_dictionary=list(dictionary) or None)
+                pf = pq.ParquetFile(
+                    f, metadata=md, pre_buffer=self.is_remote, read_dictionary=list(dictionary) or None
+                )
                 return pf.read_row_groups(groups, columns=cols, use_threads=True)
 
         table = self._reading(f"reading {path}", read)
@@ -529,7 +563,7 @@ class Storage:
         prefix = self.root + "/"
         for info in infos:
             if info.type == pafs.FileType.File:
-                rel = info.path[len(prefix):] if info.path.startswith(prefix) else info.path
+                rel = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
                 mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
                 out.append((rel, int(info.size or 0), mtime))
         return out
@@ -561,7 +595,7 @@ class Storage:
         except Exception as e:
             raise StorageError(f"aborting stale uploads under {base} failed: {_first_line(e)}") from e
         prefix = self.root + "/"
-        return [p[len(prefix):] if p.startswith(prefix) else p for p in paths]
+        return [p[len(prefix) :] if p.startswith(prefix) else p for p in paths]
 
     @staticmethod
     def unique_name(prefix: str = "part") -> str:

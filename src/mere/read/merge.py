@@ -21,13 +21,13 @@ from mere.spec import OP_DELETE, OP_MERGE, OP_PUT, MergeOperator
 def _numpy_sortable(arr: pa.Array) -> np.ndarray | None:
     t = arr.type
     if pa.types.is_integer(t) or pa.types.is_floating(t):
-        return arr.to_numpy(zero_copy_only=False)
+        return np.asarray(arr.to_numpy(zero_copy_only=False))
     if pa.types.is_date32(t):
-        return arr.view(pa.int32()).to_numpy(zero_copy_only=False)
+        return np.asarray(arr.view(pa.int32()).to_numpy(zero_copy_only=False))
     if pa.types.is_timestamp(t) or pa.types.is_date64(t):
-        return arr.view(pa.int64()).to_numpy(zero_copy_only=False)
+        return np.asarray(arr.view(pa.int64()).to_numpy(zero_copy_only=False))
     if pa.types.is_boolean(t):
-        return arr.to_numpy(zero_copy_only=False).astype(np.int8)
+        return np.asarray(arr.to_numpy(zero_copy_only=False).astype(np.int8))
     return None
 
 
@@ -46,9 +46,11 @@ def sort_indices(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray]) -> 
         if len(numeric) == 1:
             return np.argsort(numeric[0], kind="stable")
         return np.lexsort(numeric[::-1])
-    table = pa.table({f"c{i}": (pa.array(a) if isinstance(a, np.ndarray) else a) for i, a in enumerate(arrays)})
+    table = pa.table(
+        {f"c{i}": (pa.array(a) if isinstance(a, np.ndarray) else a) for i, a in enumerate(arrays)}
+    )
     order = pc.sort_indices(table, sort_keys=[(f"c{i}", "ascending") for i in range(len(arrays))])
-    return order.to_numpy(zero_copy_only=False)
+    return np.asarray(order.to_numpy(zero_copy_only=False))
 
 
 def group_starts(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], n: int) -> np.ndarray:
@@ -81,16 +83,24 @@ def _pick(values: pa.Array, best: np.ndarray) -> pa.Array:
 def _null_mask(values: pa.Array) -> np.ndarray:
     if values.null_count == 0:
         return np.zeros(len(values), dtype=bool)
-    return values.is_null().to_numpy(zero_copy_only=False)
+    return np.asarray(values.is_null().to_numpy(zero_copy_only=False))
 
 
-def _sum(values: pa.Array, valid: np.ndarray, start_pos: np.ndarray, name: str, versions: pa.Table,
-         key_columns: Sequence[str]) -> pa.Array:
+def _sum(
+    values: pa.Array,
+    valid: np.ndarray,
+    start_pos: np.ndarray,
+    name: str,
+    versions: pa.Table,
+    key_columns: Sequence[str],
+) -> pa.Array:
     """Per-group sums of the valid values; integer sums that leave their type raise, naming the key."""
     counts = np.add.reduceat(valid.astype(np.int64), start_pos)
     raw = values.fill_null(0).to_numpy(zero_copy_only=False)
     picked = np.where(valid, raw, 0)
-    with np.errstate(over="ignore", invalid="ignore"):  # floats: inf and NaN as IEEE says; int wrap is detected
+    with np.errstate(
+        over="ignore", invalid="ignore"
+    ):  # floats: inf and NaN as IEEE says; int wrap is detected
         if not pa.types.is_integer(values.type):
             return pa.array(np.add.reduceat(picked, start_pos), type=values.type, mask=counts == 0)
         unsigned = pa.types.is_unsigned_integer(values.type)
@@ -166,7 +176,8 @@ def reduce_versions(
             counts = np.add.reduceat(valid.astype(np.int64), start_pos)
             offsets = np.concatenate([[0], np.cumsum(counts)])
             lists = (pa.LargeListArray if len(picked) > np.iinfo(np.int32).max else pa.ListArray).from_arrays(
-                pa.array(offsets, pa.int64() if len(picked) > np.iinfo(np.int32).max else pa.int32()), picked)
+                pa.array(offsets, pa.int64() if len(picked) > np.iinfo(np.int32).max else pa.int32()), picked
+            )
             joined = pc.binary_join(lists, pa.scalar(operator.separator, values.type))
             columns[name] = pc.if_else(pa.array(counts == 0), pa.nulls(len(joined), joined.type), joined)
         else:  # pragma: no cover - guarded by TableSpec

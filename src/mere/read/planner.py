@@ -55,16 +55,28 @@ class Split:
         return sum(f.row_count for f in self.files)
 
     def to_json(self) -> str:
-        return json.dumps({"partition": [list(p) for p in self.partition], "bucket": self.bucket,
-                           "files": [f.__dict__ | {"columns": None if f.columns is None else list(f.columns)}
-                                     for f in self.files]})
+        return json.dumps(
+            {
+                "partition": [list(p) for p in self.partition],
+                "bucket": self.bucket,
+                "files": [
+                    f.__dict__ | {"columns": None if f.columns is None else list(f.columns)}
+                    for f in self.files
+                ],
+            }
+        )
 
     @staticmethod
     def from_json(text: str) -> Split:
         d = json.loads(text)
-        return Split(tuple((p[0], p[1]) for p in d["partition"]), int(d["bucket"]),
-                     tuple(FileTask(**(f | {"columns": None if f["columns"] is None else tuple(f["columns"])}))
-                           for f in d["files"]))
+        return Split(
+            tuple((p[0], p[1]) for p in d["partition"]),
+            int(d["bucket"]),
+            tuple(
+                FileTask(**(f | {"columns": None if f["columns"] is None else tuple(f["columns"])}))
+                for f in d["files"]
+            ),
+        )
 
 
 @dataclass
@@ -140,7 +152,9 @@ def split_filter(spec: TableSpec, filter_: E.Expr | str | Any | None) -> FilterP
     return FilterParts(bound, pre, post, points)
 
 
-def plan_splits(spec: TableSpec, files: Sequence[FileEntry], parts: FilterParts, explain: Explain) -> list[Split]:
+def plan_splits(
+    spec: TableSpec, files: Sequence[FileEntry], parts: FilterParts, explain: Explain
+) -> list[Split]:
     """Group live files into splits, dropping partitions and buckets the pre-merge filter excludes."""
     by_split: dict[tuple[str, int], list[FileEntry]] = {}
     for f in files:
@@ -172,10 +186,23 @@ def plan_splits(spec: TableSpec, files: Sequence[FileEntry], parts: FilterParts,
         if allowed_buckets is not None and b not in allowed_buckets:
             continue
         fs = sorted(fs, key=lambda f: (f.seq or 0, f.id or 0))
-        splits.append(Split(
-            tuple(json.loads(p).items()), b,
-            tuple(FileTask(f.path, int(f.seq or 0), f.content, f.row_count, f.size_bytes,
-                           None if f.columns is None else tuple(f.columns)) for f in fs)))
+        splits.append(
+            Split(
+                tuple(json.loads(p).items()),
+                b,
+                tuple(
+                    FileTask(
+                        f.path,
+                        int(f.seq or 0),
+                        f.content,
+                        f.row_count,
+                        f.size_bytes,
+                        None if f.columns is None else tuple(f.columns),
+                    )
+                    for f in fs
+                ),
+            )
+        )
     explain.partitions_kept = len({s.partition for s in splits})
     explain.buckets_kept = len({s.bucket for s in splits}) if spec.has_primary_key else 0
     explain.splits = len(splits)
@@ -193,8 +220,13 @@ def _stat_value(v: Any, t: pa.DataType) -> Any:
     return v
 
 
-def row_group_stats(md: pq.FileMetaData, rg: int, schema: pa.Schema, columns: Sequence[str],
-                    leaves: Mapping[str, Sequence[int]]) -> dict[str, E.ColumnStats]:
+def row_group_stats(
+    md: pq.FileMetaData,
+    rg: int,
+    schema: pa.Schema,
+    columns: Sequence[str],
+    leaves: Mapping[str, Sequence[int]],
+) -> dict[str, E.ColumnStats]:
     """Min/max/null statistics of the top-level primitive ``columns`` in one row group."""
     out: dict[str, E.ColumnStats] = {}
     group = md.row_group(rg)

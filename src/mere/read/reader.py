@@ -49,7 +49,9 @@ class ReadOptions:
     window_bytes: int = DEFAULT_WINDOW_BYTES
     whole_split_bytes: int = DEFAULT_WHOLE_SPLIT_BYTES
     release_memory: bool = True  # streaming: return freed window memory to the OS now and then
-    dictionary: tuple[str, ...] = ()  # string columns read as dictionary where files hold them so (set per split)
+    dictionary: tuple[
+        str, ...
+    ] = ()  # string columns read as dictionary where files hold them so (set per split)
 
 
 @dataclass
@@ -63,8 +65,15 @@ class _RowGroup:
 class _FileCursor:
     """Reads one file's selected row groups in key order, keeping only rows not yet handed out."""
 
-    def __init__(self, storage: Storage, spec: TableSpec, task: FileTask, needed: Sequence[str],
-                 opts: ReadOptions, explain: Explain | None) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        spec: TableSpec,
+        task: FileTask,
+        needed: Sequence[str],
+        opts: ReadOptions,
+        explain: Explain | None,
+    ) -> None:
         self.storage, self.spec, self.task, self.opts = storage, spec, task, opts
         md = storage.metadata(task.path, task.size_bytes or None)
         leaves = storage.column_leaves(task.path, task.size_bytes or None)
@@ -119,7 +128,9 @@ class _FileCursor:
             hits = np.unique(keys.filter(predicate).column(_ROW_GROUP_COLUMN).to_numpy())
             if len(hits) == 0:
                 return None
-            return self.storage.read_row_groups(self.task.path, hits.tolist(), self.columns, size).filter(predicate)
+            return self.storage.read_row_groups(self.task.path, hits.tolist(), self.columns, size).filter(
+                predicate
+            )
         table = self.storage.read_row_groups(self.task.path, idx, self.columns, size, self.dictionary)
         return _filter(table, pre)
 
@@ -129,10 +140,11 @@ class _FileCursor:
         if hi is None:
             self.next = len(self.groups)
         else:
-            while self.next < len(self.groups) and (self.groups[self.next].min0 is None
-                                                    or self.groups[self.next].min0 < hi):
+            while self.next < len(self.groups) and (
+                self.groups[self.next].min0 is None or self.groups[self.next].min0 < hi
+            ):
                 self.next += 1
-        fresh = self._read(self.groups[start:self.next])
+        fresh = self._read(self.groups[start : self.next])
         parts = [t for t in (self.buffer, fresh) if t is not None and t.num_rows]
         if not parts:
             self.buffer = None
@@ -161,23 +173,35 @@ def _dictionary_pages(md: pq.FileMetaData, leaves: dict[str, list[int]], column:
 
 
 def _is_binary_like(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+    return bool(
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    )
 
 
 def _plain(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Dictionary-read columns cast back to their table type (pyarrow may also hand a large_string back)."""
     for i, f in enumerate(table.schema):
-        if f.name in schema.names and (pa.types.is_dictionary(f.type) or (
-                _is_binary_like(f.type) and f.type != schema.field(f.name).type)):
-            table = table.set_column(i, pa.field(f.name, schema.field(f.name).type, f.nullable),
-                                     table.column(i).cast(schema.field(f.name).type))
+        if f.name in schema.names and (
+            pa.types.is_dictionary(f.type)
+            or (_is_binary_like(f.type) and f.type != schema.field(f.name).type)
+        ):
+            table = table.set_column(
+                i,
+                pa.field(f.name, schema.field(f.name).type, f.nullable),
+                table.column(i).cast(schema.field(f.name).type),
+            )
     return table
 
 
 def _nullable(table: pa.Table) -> pa.Table:
     if all(f.nullable for f in table.schema):
         return table
-    return pa.Table.from_arrays(table.columns, schema=pa.schema([f.with_nullable(True) for f in table.schema]))
+    return pa.Table.from_arrays(
+        table.columns, schema=pa.schema([f.with_nullable(True) for f in table.schema])
+    )
 
 
 def _filter(table: pa.Table, predicate: E.Expr) -> pa.Table:
@@ -196,7 +220,8 @@ def _filter(table: pa.Table, predicate: E.Expr) -> pa.Table:
             continue
         column = table.column(part.column)  # type: ignore[attr-defined]
         keys = (column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()).to_numpy(
-            zero_copy_only=False)
+            zero_copy_only=False
+        )
         pos = np.minimum(np.searchsorted(sorted_values, keys), len(sorted_values) - 1)
         hit = sorted_values[pos] == keys
         if column.null_count:
@@ -249,8 +274,12 @@ def sorted_in_values(part: E.In, column_type: pa.DataType) -> np.ndarray | None:
 def warm_filter_caches(predicate: E.Expr, schema: pa.Schema) -> None:
     """Build the sorted IN values of a filter once, before reader threads need them."""
     for part in E.conjuncts(predicate):
-        if isinstance(part, E.In) and not part.negated and len(part.values) >= SORTED_IN_MIN_VALUES \
-                and part.column in schema.names:
+        if (
+            isinstance(part, E.In)
+            and not part.negated
+            and len(part.values) >= SORTED_IN_MIN_VALUES
+            and part.column in schema.names
+        ):
             sorted_in_values(part, schema.field(part.column).type)
 
 
@@ -280,8 +309,14 @@ def _windows(cursors: Sequence[_FileCursor], budget: int, whole: int = 0) -> lis
 class SplitReader:
     """Streams the merged rows of one split."""
 
-    def __init__(self, storage: Storage, spec: TableSpec, split: Split, opts: ReadOptions,
-                 explain: Explain | None = None) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        spec: TableSpec,
+        split: Split,
+        opts: ReadOptions,
+        explain: Explain | None = None,
+    ) -> None:
         self.storage, self.spec, self.split, self.opts = storage, spec, split, opts
         self.output_schema = pa.schema([spec.schema.field(c) for c in opts.columns])
         needed = list(opts.columns)
@@ -295,11 +330,20 @@ class SplitReader:
         self.needed = needed
         if spec.has_primary_key:
             needed = [*needed, OP_COLUMN]
-            if all(spec.operator(c).name == "last" for c in needed if c in spec.schema.names
-                   and c not in spec.identity_columns):
+            if all(
+                spec.operator(c).name == "last"
+                for c in needed
+                if c in spec.schema.names and c not in spec.identity_columns
+            ):
                 # Newest-wins merges drop whole rows: keep repetitive strings as dictionary indices until then.
-                opts = replace(opts, dictionary=tuple(
-                    c for c in self.needed if c not in spec.identity_columns and _is_binary_like(spec.schema.field(c).type)))
+                opts = replace(
+                    opts,
+                    dictionary=tuple(
+                        c
+                        for c in self.needed
+                        if c not in spec.identity_columns and _is_binary_like(spec.schema.field(c).type)
+                    ),
+                )
                 self.opts = opts
         tasks = split.files
         # All footers of the split at once (one round trip on an object store), then cursors from the cache.
@@ -400,7 +444,8 @@ class SplitReader:
         spec = self.spec
         value_cols = [c for c in self.needed if c not in spec.identity_columns]
         fast = all(spec.operator(c).name == "last" for c in value_cols) and all(
-            t.content == "delete" or t.columns is None or set(value_cols) <= set(t.columns) for t, _ in parts)
+            t.content == "delete" or t.columns is None or set(value_cols) <= set(t.columns) for t, _ in parts
+        )
         if fast:
             return self._merge_last(parts)
         return self._merge_general(parts, value_cols)
@@ -434,7 +479,7 @@ class SplitReader:
         out = []
         offset = 0
         for t, p in parts:
-            m = winner[offset:offset + p.num_rows]
+            m = winner[offset : offset + p.num_rows]
             offset += p.num_rows
             if t.content == "delete" or not m.any():
                 continue
@@ -471,7 +516,9 @@ class SplitReader:
         ops = ops[order]
         pres = {c: np.concatenate(v)[order] for c, v in present.items()}
         starts = group_starts([versions.column(c) for c in spec.primary_key], versions.num_rows)
-        merged, out_op = reduce_versions(versions, ops, starts, spec.identity_columns, spec.merge_operators, pres)
+        merged, out_op = reduce_versions(
+            versions, ops, starts, spec.identity_columns, spec.merge_operators, pres
+        )
         keep = out_op != OP_DELETE
         return merged if keep.all() else merged.filter(pa.array(keep))
 
@@ -479,7 +526,7 @@ class SplitReader:
 def _ops(table: pa.Table) -> np.ndarray:
     if OP_COLUMN not in table.column_names:
         return np.zeros(table.num_rows, dtype=np.int8)
-    return table.column(OP_COLUMN).to_numpy().astype(np.int8, copy=False)
+    return np.asarray(table.column(OP_COLUMN).to_numpy().astype(np.int8, copy=False))
 
 
 def _take(values: pa.ChunkedArray, order: np.ndarray) -> pa.Array:
@@ -488,7 +535,10 @@ def _take(values: pa.ChunkedArray, order: np.ndarray) -> pa.Array:
 
 
 def stream_splits(
-    make_reader: Callable[[Split], SplitReader], splits: Sequence[Split], parallel: int, queue_size: int = 4,
+    make_reader: Callable[[Split], SplitReader],
+    splits: Sequence[Split],
+    parallel: int,
+    queue_size: int = 4,
     splits_ahead: int = SPLITS_AHEAD,
 ) -> Iterator[pa.RecordBatch]:
     """Yield batches split by split, in order, while up to ``parallel`` splits are merged ahead.

@@ -32,7 +32,8 @@ def split_name(identifier: str) -> tuple[str, str]:
     for part in (*ns.split("."), name):
         if not _NAME.fullmatch(part):
             raise InvalidInput(
-                f"invalid table name {identifier!r}: use 'namespace.table' with letters, digits, '_' and '-'")
+                f"invalid table name {identifier!r}: use 'namespace.table' with letters, digits, '_' and '-'"
+            )
     return ns, name
 
 
@@ -42,25 +43,40 @@ _NAME = re.compile(r"[^\W_][\w\-]{0,199}")
 class Catalog:
     """Tables of one warehouse, with their metadata in a SQL catalog."""
 
-    def __init__(self, warehouse: str | os.PathLike[str], catalog: str | os.PathLike[str] | None = None,
-                 storage_options: Mapping[str, str] | None = None,
-                 filesystem: pafs.FileSystem | None = None) -> None:
+    def __init__(
+        self,
+        warehouse: str | os.PathLike[str],
+        catalog: str | os.PathLike[str] | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        filesystem: pafs.FileSystem | None = None,
+    ) -> None:
         self._open(warehouse, catalog, storage_options, filesystem)
         self.sql  # noqa: B018 - a bad catalog URL fails here, not at the first query
 
-    def _open(self, warehouse: str | os.PathLike[str], catalog: str | os.PathLike[str] | None,
-              storage_options: Mapping[str, str] | None, filesystem: pafs.FileSystem | None) -> None:
+    def _open(
+        self,
+        warehouse: str | os.PathLike[str],
+        catalog: str | os.PathLike[str] | None,
+        storage_options: Mapping[str, str] | None,
+        filesystem: pafs.FileSystem | None,
+    ) -> None:
         if isinstance(warehouse, os.PathLike):
             warehouse = os.fspath(warehouse)
         if not isinstance(warehouse, str) or not warehouse.strip():
-            raise InvalidInput(f"warehouse must be a path or URI such as 'wh/' or 's3://bucket/wh', got {warehouse!r}")
+            raise InvalidInput(
+                f"warehouse must be a path or URI such as 'wh/' or 's3://bucket/wh', got {warehouse!r}"
+            )
         if isinstance(catalog, os.PathLike):
             catalog = os.fspath(catalog)
         if catalog is not None and (not isinstance(catalog, str) or not catalog.strip()):
-            raise InvalidInput(f"catalog must be a database URL such as 'postgresql://user@host/db' or "
-                               f"'sqlite:///path', or a file path, got {catalog!r}")
-        if storage_options is not None and (not isinstance(storage_options, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in storage_options.items())):
+            raise InvalidInput(
+                f"catalog must be a database URL such as 'postgresql://user@host/db' or "
+                f"'sqlite:///path', or a file path, got {catalog!r}"
+            )
+        if storage_options is not None and (
+            not isinstance(storage_options, Mapping)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in storage_options.items())
+        ):
             raise InvalidInput(f"storage_options must be a dict of strings, got {storage_options!r}")
         if filesystem is not None and not isinstance(filesystem, pafs.FileSystem):
             raise InvalidInput(f"filesystem must be a pyarrow.fs.FileSystem, got {type(filesystem).__name__}")
@@ -70,7 +86,8 @@ class Catalog:
         if catalog is None:
             if not self.storage.is_local:
                 raise InvalidInput(
-                    f"warehouse {warehouse!r} is not local: pass catalog='postgresql://...' or 'sqlite:///path'")
+                    f"warehouse {warehouse!r} is not local: pass catalog='postgresql://...' or 'sqlite:///path'"
+                )
             # Nothing is created here: the first create_table makes the warehouse folder and the catalog file.
             catalog = f"sqlite:///{os.path.join(self.storage.root, 'catalog.db')}"
         elif "://" not in catalog:
@@ -89,12 +106,16 @@ class Catalog:
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self.filesystem_given:
-            raise InvalidInput("a catalog opened with filesystem= cannot be pickled: open it with a warehouse URI")
+            raise InvalidInput(
+                "a catalog opened with filesystem= cannot be pickled: open it with a warehouse URI"
+            )
         return (_reopen, self._args[:3])
 
     def __repr__(self) -> str:
-        return (f"Catalog(warehouse={self.storage.uri!r}, catalog={self.sql!r}, "
-                f"storage_options={redact(self.storage.storage_options)})")
+        return (
+            f"Catalog(warehouse={self.storage.uri!r}, catalog={self.sql!r}, "
+            f"storage_options={redact(self.storage.storage_options)})"
+        )
 
     def create_table(
         self,
@@ -116,7 +137,9 @@ class Catalog:
         ns, short = split_name(name)
         if not isinstance(exist_ok, bool):
             raise InvalidInput(f"exist_ok must be True or False, got {exist_ok!r}")
-        spec = TableSpec.create(schema, primary_key, partition_by, buckets, merge_operators, cdc_column, properties)
+        spec = TableSpec.create(
+            schema, primary_key, partition_by, buckets, merge_operators, cdc_column, properties
+        )
         table_uuid = uuid.uuid4().hex
         location = f"{ns}/{short}-{table_uuid[:12]}"
         try:
@@ -127,8 +150,9 @@ class Catalog:
             existing = self.table(name)
             differences = existing.spec.differences(spec, properties=properties is not None)
             if differences:
-                raise TableExists(f"table {ns}.{short} already exists with a different spec: "
-                                  + "; ".join(differences)) from None
+                raise TableExists(
+                    f"table {ns}.{short} already exists with a different spec: " + "; ".join(differences)
+                ) from None
             return existing
         return Table(self, record)
 
@@ -171,8 +195,12 @@ def _reopen(warehouse: str, catalog: str | None, storage_options: Mapping[str, s
     return out
 
 
-def connect(warehouse: str | os.PathLike[str], catalog: str | os.PathLike[str] | None = None,
-            storage_options: Mapping[str, str] | None = None, filesystem: pafs.FileSystem | None = None) -> Catalog:
+def connect(
+    warehouse: str | os.PathLike[str],
+    catalog: str | os.PathLike[str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    filesystem: pafs.FileSystem | None = None,
+) -> Catalog:
     """Open a warehouse. With no ``catalog`` a local warehouse keeps an SQLite catalog file inside it.
 
     Opening creates nothing: the warehouse folder and the catalog file appear with the first table.

@@ -62,11 +62,20 @@ class CompactionTask:
             for table in _chunks(batches, CHUNK_ROWS):
                 # Merged output is sorted per window only; every file must be sorted by key.
                 table = table.take(pa.array(sort_indices([table.column(c) for c in spec.primary_key])))
-                rows = table.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False),
-                                           pa.array(np.full(table.num_rows, OP_PUT, np.int8)))
-                for entry in write_prepared(storage, self.location, spec, [PreparedFile(values, split.bucket, rows, "data")],
-                                            first_order=len(written), row_group_rows=self.row_group_rows,
-                                            compression=self.compression, compression_level=self.compression_level):
+                rows = table.append_column(
+                    pa.field(OP_COLUMN, pa.int8(), nullable=False),
+                    pa.array(np.full(table.num_rows, OP_PUT, np.int8)),
+                )
+                for entry in write_prepared(
+                    storage,
+                    self.location,
+                    spec,
+                    [PreparedFile(values, split.bucket, rows, "data")],
+                    first_order=len(written),
+                    row_group_rows=self.row_group_rows,
+                    compression=self.compression,
+                    compression_level=self.compression_level,
+                ):
                     entry.seq = self.seq
                     written.append(entry)
         except BaseException:

@@ -58,7 +58,9 @@ class ScanTask:
     def read(self) -> Iterator[pa.RecordBatch]:
         """The split's merged rows, streamed."""
         storage = storage_for(self.warehouse, self.storage_options)
-        yield from SplitReader(storage, TableSpec.from_json(self.spec_json), self.split, self.options).batches()
+        yield from SplitReader(
+            storage, TableSpec.from_json(self.spec_json), self.split, self.options
+        ).batches()
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,9 @@ class Scan:
             hint = ""
             if len(self.columns) == 1 and "," in self.columns[0]:
                 hint = f"; to select several columns pass a list: columns={[c.strip() for c in self.columns[0].split(',')]}"
-            raise SchemaMismatch(f"{self.table.name}: unknown column(s) {unknown}; the table has {spec.schema.names}{hint}")
+            raise SchemaMismatch(
+                f"{self.table.name}: unknown column(s) {unknown}; the table has {spec.schema.names}{hint}"
+            )
         return list(self.columns)
 
     @property
@@ -122,8 +126,14 @@ class Scan:
         lookup = parts.key_points is not None and len(parts.key_points) <= LOOKUP_MAX_KEYS
         # An explicit window size is a memory limit: then every split bigger than it is windowed.
         whole = 0 if self.window_bytes else self.table.whole_split_bytes
-        opts = ReadOptions(self.output_columns, parts.pre, parts.post, lookup,
-                           self.window_bytes or self.table.window_bytes, whole)
+        opts = ReadOptions(
+            self.output_columns,
+            parts.pre,
+            parts.post,
+            lookup,
+            self.window_bytes or self.table.window_bytes,
+            whole,
+        )
         warm_filter_caches(parts.pre, self.table.spec.schema)
         warm_filter_caches(parts.post, self.table.spec.schema)
         return splits, opts
@@ -139,7 +149,9 @@ class Scan:
         for s in splits:
             SplitReader(self.table.storage, self.table.spec, s, opts, ex)
         if isinstance(E.to_expr(self.filter), E.ArrowPredicate):
-            ex.notes.append("a pyarrow expression filter is opaque: it runs after the merge and prunes nothing")
+            ex.notes.append(
+                "a pyarrow expression filter is opaque: it runs after the merge and prunes nothing"
+            )
         return ex
 
     def tasks(self) -> list[ScanTask]:
@@ -180,8 +192,9 @@ class Scan:
         opts = replace(opts, release_memory=release_memory)
         storage, spec = self.table.storage, self.table.spec
         parallel = self.parallel or max(2, min(4, os.cpu_count() or 2))
-        return stream_splits(lambda s: SplitReader(storage, spec, s, opts), splits, parallel,
-                             queue_size=self.queue_batches)
+        return stream_splits(
+            lambda s: SplitReader(storage, spec, s, opts), splits, parallel, queue_size=self.queue_batches
+        )
 
     def to_reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())

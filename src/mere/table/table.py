@@ -145,8 +145,9 @@ class Table:
         """The catalog's entries of the live files at a version."""
         return self._sql.files_at(self.record.id, version)
 
-    def split_tables(self, version: int, splits: set[tuple[str, int]], columns: Sequence[str]
-                     ) -> dict[tuple[str, int], pa.Table]:
+    def split_tables(
+        self, version: int, splits: set[tuple[str, int]], columns: Sequence[str]
+    ) -> dict[tuple[str, int], pa.Table]:
         """Merged rows of some splits, keyed by (partition JSON, bucket); reads only those splits."""
         return self.scan(columns=list(columns), version=version).split_tables(splits)
 
@@ -161,8 +162,10 @@ class Table:
             if isinstance(version, bool) or not isinstance(version, int):
                 raise InvalidInput(f"{self.name}: version must be an integer, got {version!r}")
             if 0 <= version < oldest:
-                raise NoSuchVersion(f"{self.name}: version {version} has expired; the readable versions are "
-                                    f"{oldest}..{current}")
+                raise NoSuchVersion(
+                    f"{self.name}: version {version} has expired; the readable versions are "
+                    f"{oldest}..{current}"
+                )
             if version < 0 or version > current:
                 raise NoSuchVersion(f"{self.name} has versions {oldest}..{current}; got {version}")
             return version
@@ -171,20 +174,32 @@ class Table:
         except NoSuchVersion as e:
             raise NoSuchVersion(f"{self.name}: {e}") from None
         if v < oldest:
-            raise NoSuchVersion(f"{self.name}: version {v} (as of {as_of}) has expired; the oldest is {oldest}")
+            raise NoSuchVersion(
+                f"{self.name}: version {v} (as of {as_of}) has expired; the oldest is {oldest}"
+            )
         return v
 
-    def scan(self, columns: Sequence[str] | str | None = None, filter: Any = None, version: int | None = None,
-             as_of: Any = None, **options: Any) -> Scan:
+    def scan(
+        self,
+        columns: Sequence[str] | str | None = None,
+        filter: Any = None,
+        version: int | None = None,
+        as_of: Any = None,
+        **options: Any,
+    ) -> Scan:
         """Plan a merged read. ``filter`` is a string, a :mod:`mere.expr` expression or a pyarrow Expression."""
         unknown = sorted(set(options) - set(SCAN_OPTIONS))
         if unknown:
-            raise InvalidInput(f"{self.name}: unknown scan option(s) {unknown}; scan() takes columns, filter, "
-                               f"version, as_of and {', '.join(SCAN_OPTIONS)}")
+            raise InvalidInput(
+                f"{self.name}: unknown scan option(s) {unknown}; scan() takes columns, filter, "
+                f"version, as_of and {', '.join(SCAN_OPTIONS)}"
+            )
         options = {k: v for k, v in options.items() if v is not None}  # None: the default
         for key, value in options.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidInput(f"{self.name}: scan option {key} must be a positive integer, got {value!r}")
+                raise InvalidInput(
+                    f"{self.name}: scan option {key} must be a positive integer, got {value!r}"
+                )
         v = self.resolve_version(version, as_of)
         scan = Scan(self, v, normalise_columns(columns), filter, **options)
         scan.output_columns  # noqa: B018 - validate column names now, not at first read
@@ -294,8 +309,9 @@ class Table:
 
         return validate
 
-    def _write_data(self, data: Any, *, partial_ok: bool,
-                    check: Callable[[list[PreparedFile]], None] | None = None) -> tuple[list[FileEntry], int]:
+    def _write_data(
+        self, data: Any, *, partial_ok: bool, check: Callable[[list[PreparedFile]], None] | None = None
+    ) -> tuple[list[FileEntry], int]:
         entries: list[FileEntry] = []
         rows = 0
         try:
@@ -330,8 +346,9 @@ class Table:
             entries = marker_change(self, keys.select(list(self.spec.identity_columns))).files
             return StagedWrite(self.name, operation, entries, sum(e.row_count for e in entries))
         checks = WriteChecks(self.spec, self.name) if operation == "upsert" else None
-        entries, rows = self._write_data(data, partial_ok=operation == "upsert",
-                                         check=checks.observe if checks else None)
+        entries, rows = self._write_data(
+            data, partial_ok=operation == "upsert", check=checks.observe if checks else None
+        )
         return StagedWrite(self.name, operation, entries, rows)
 
     def find_commit(self, idempotency_key: str) -> CommitResult | None:
@@ -340,18 +357,31 @@ class Table:
         prior = self._sql.find_idempotent(self.record.id, idempotency_key)
         return None if prior is None else CommitResult.of(prior, already_committed=True)
 
-    def commit(self, staged: Sequence[StagedWrite], *, operation: str | None = None,
-               partition: Mapping[str, Any] | None = None, idempotency_key: str | None = None) -> CommitResult:
+    def commit(
+        self,
+        staged: Sequence[StagedWrite],
+        *,
+        operation: str | None = None,
+        partition: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> CommitResult:
         """Commit staged writes of one operation as one new version (the driver half).
 
         Files of different stages are ordered as given: for equal keys a later stage wins.
         """
         _check_key(self.name, idempotency_key)
-        if isinstance(staged, StagedWrite) or not isinstance(staged, Sequence) or not all(
-                isinstance(s, StagedWrite) for s in staged):
-            raise InvalidInput(f"{self.name}: commit() takes a list of StagedWrite from stage(), got {staged!r}")
+        if (
+            isinstance(staged, StagedWrite)
+            or not isinstance(staged, Sequence)
+            or not all(isinstance(s, StagedWrite) for s in staged)
+        ):
+            raise InvalidInput(
+                f"{self.name}: commit() takes a list of StagedWrite from stage(), got {staged!r}"
+            )
         if operation is not None and operation not in STAGE_OPERATIONS:
-            raise InvalidInput(f"{self.name}: cannot commit {operation!r}; choose one of {', '.join(STAGE_OPERATIONS)}")
+            raise InvalidInput(
+                f"{self.name}: cannot commit {operation!r}; choose one of {', '.join(STAGE_OPERATIONS)}"
+            )
         ops = {s.operation for s in staged}
         if len(ops) > 1:
             raise InvalidInput(f"{self.name}: cannot commit different operations {sorted(ops)} together")
@@ -362,8 +392,10 @@ class Table:
         operation = operation or (ops.pop() if ops else ("upsert" if self.spec.has_primary_key else "append"))
         if partition is not None and operation != "overwrite":
             raise InvalidInput("partition= applies to overwrite only")
-        entries = [replace(f, order=i, id=None, seq=None, added_version=None)
-                   for i, f in enumerate(f for s in staged for f in s.files)]
+        entries = [
+            replace(f, order=i, id=None, seq=None, added_version=None)
+            for i, f in enumerate(f for s in staged for f in s.files)
+        ]
         rows = sum(s.rows for s in staged)
         tx = self.transaction(idempotency_key)
         try:
@@ -396,9 +428,16 @@ class Table:
                 raise InvalidInput(f"{self.name}: abort() takes StagedWrite or None items, got {s!r}")
 
     def _write_files(self, prepared: Sequence[PreparedFile], first_order: int = 0) -> list[FileEntry]:
-        return write_prepared(self.storage, self.location, self.spec, prepared, first_order=first_order,
-                              row_group_rows=self.row_group_rows, compression=self.compression,
-                              compression_level=self.compression_level)
+        return write_prepared(
+            self.storage,
+            self.location,
+            self.spec,
+            prepared,
+            first_order=first_order,
+            row_group_rows=self.row_group_rows,
+            compression=self.compression,
+            compression_level=self.compression_level,
+        )
 
     def _discard(self, entries: Sequence[FileEntry]) -> None:
         self.storage.discard(e.path for e in entries)
@@ -418,26 +457,37 @@ class Table:
         if partition is None:
             return None
         if not isinstance(partition, Mapping) or not partition:
-            raise InvalidInput(f"{self.name}: partition must be a dict of partition column -> value such as "
-                               f"{{{self.spec.partition_by[0] if self.spec.partition_by else 'day'!r}: ...}}, "
-                               f"got {partition!r}")
+            raise InvalidInput(
+                f"{self.name}: partition must be a dict of partition column -> value such as "
+                f"{{{self.spec.partition_by[0] if self.spec.partition_by else 'day'!r}: ...}}, "
+                f"got {partition!r}"
+            )
         unknown = [c for c in partition if c not in self.spec.partition_by]
         if unknown:
-            raise InvalidInput(f"{self.name}: {unknown} are not partition columns {list(self.spec.partition_by)}")
+            raise InvalidInput(
+                f"{self.name}: {unknown} are not partition columns {list(self.spec.partition_by)}"
+            )
         return {c: _partition_string(self.spec, c, v) for c, v in partition.items()}
 
-    def _check_partition(self, wanted: Mapping[str, str | None] | None,
-                         partitions: Sequence[Mapping[str, str | None]]) -> None:
+    def _check_partition(
+        self, wanted: Mapping[str, str | None] | None, partitions: Sequence[Mapping[str, str | None]]
+    ) -> None:
         if wanted is None:
             return
         for p in partitions:
             if any(p.get(c) != v for c, v in wanted.items()):
-                raise InvalidInput(f"{self.name}: overwrite of partition {dict(wanted)} got rows of partition {dict(p)}")
+                raise InvalidInput(
+                    f"{self.name}: overwrite of partition {dict(wanted)} got rows of partition {dict(p)}"
+                )
 
     # -- maintenance -----------------------------------------------------------------------------
 
-    def compact(self, min_files: int = 2, partition: Mapping[str, Any] | None = None,
-                run: Callable[[Sequence[CompactionTask]], list[list[FileEntry]]] | None = None) -> CommitResult | None:
+    def compact(
+        self,
+        min_files: int = 2,
+        partition: Mapping[str, Any] | None = None,
+        run: Callable[[Sequence[CompactionTask]], list[list[FileEntry]]] | None = None,
+    ) -> CommitResult | None:
         """Fold each bucket's files into merged files; readers then merge less. Returns None if nothing to do.
 
         Splits with at least ``min_files`` files (or any delete markers) are folded, optionally only in one
@@ -461,7 +511,9 @@ class Table:
         try:
             return COMMIT_RETRIES.run(attempt, lambda e: isinstance(e, CommitConflict))
         except CommitConflict as e:
-            raise CommitConflict(f"{self.name}: compaction lost {COMMIT_RETRIES.attempts} races; try again") from e
+            raise CommitConflict(
+                f"{self.name}: compaction lost {COMMIT_RETRIES.attempts} races; try again"
+            ) from e
 
     def _run_compaction(self, tasks: Sequence[CompactionTask]) -> list[list[FileEntry]]:
         results: list[list[FileEntry]] = []
@@ -472,7 +524,9 @@ class Table:
             raise
         return results
 
-    def plan_compaction(self, min_files: int = 2, partition: Mapping[str, Any] | None = None) -> CompactionPlan:
+    def plan_compaction(
+        self, min_files: int = 2, partition: Mapping[str, Any] | None = None
+    ) -> CompactionPlan:
         """The splits :meth:`compact` would fold now, as picklable tasks for workers to run."""
         _check_count(self.name, "min_files", min_files)
         wanted = self._wanted_partition(partition)
@@ -492,11 +546,21 @@ class Table:
             if len(split.files) < min_files and not any(f.content == "delete" for f in split.files):
                 continue
             read = ScanTask(self.storage.uri, storage_options, self.record.spec, split, opts)
-            tasks.append(CompactionTask(read, self.location, max(f.seq for f in split.files), self.row_group_rows,
-                                        self.compression, self.compression_level))
+            tasks.append(
+                CompactionTask(
+                    read,
+                    self.location,
+                    max(f.seq for f in split.files),
+                    self.row_group_rows,
+                    self.compression,
+                    self.compression_level,
+                )
+            )
             remove += [i for f in split.files if (i := ids.get(f.path)) is not None]
             partitions.add(partition_json(values))
-        return CompactionPlan(self.name, self.record.uuid, base, tuple(tasks), tuple(remove), tuple(sorted(partitions)))
+        return CompactionPlan(
+            self.name, self.record.uuid, base, tuple(tasks), tuple(remove), tuple(sorted(partitions))
+        )
 
     def commit_compaction(self, plan: CompactionPlan, results: Sequence[Sequence[FileEntry]]) -> CommitResult:
         """Swap the files the tasks wrote in for their inputs, as one new version.
@@ -509,15 +573,24 @@ class Table:
         if len(results) != len(plan.tasks):
             self.abort_compaction(results)
             raise InvalidInput(f"{self.name}: {len(results)} results for {len(plan.tasks)} compaction tasks")
-        add = [replace(f, order=i, id=None, added_version=None)
-               for i, f in enumerate(f for files in results for f in files)]
+        add = [
+            replace(f, order=i, id=None, added_version=None)
+            for i, f in enumerate(f for files in results for f in files)
+        ]
         if any(f.seq is None for f in add):
             self._discard(add)
             raise InvalidInput(f"{self.name}: compaction results must come from CompactionTask.run")
         tx = Transaction(self, retries=ONE_ATTEMPT)
         tx.read_version = plan.base_version
-        tx._add(Change("compact", add, sum(f.row_count for f in add), remove_ids=tuple(plan.remove),
-                       partitions=lambda _removed: list(plan.partitions)))
+        tx._add(
+            Change(
+                "compact",
+                add,
+                sum(f.row_count for f in add),
+                remove_ids=tuple(plan.remove),
+                partitions=lambda _removed: list(plan.partitions),
+            )
+        )
         return tx.commit()
 
     def abort_compaction(self, results: Sequence[Sequence[FileEntry]]) -> None:
@@ -569,26 +642,32 @@ class Inspect:
     def files(self, version: int | None = None) -> pa.Table:
         """The live files at a version (default: the newest)."""
         rows = self._table.files_at(self._table.resolve_version(version))
-        return pa.table({
-            "path": [f.path for f in rows], "partition": [f.partition for f in rows],
-            "bucket": pa.array([f.bucket for f in rows], pa.int32()),
-            "seq": pa.array([f.seq for f in rows], pa.int64()), "content": [f.content for f in rows],
-            "row_count": pa.array([f.row_count for f in rows], pa.int64()),
-            "size_bytes": pa.array([f.size_bytes for f in rows], pa.int64()),
-            "added_version": pa.array([f.added_version for f in rows], pa.int64()),
-        })
+        return pa.table(
+            {
+                "path": [f.path for f in rows],
+                "partition": [f.partition for f in rows],
+                "bucket": pa.array([f.bucket for f in rows], pa.int32()),
+                "seq": pa.array([f.seq for f in rows], pa.int64()),
+                "content": [f.content for f in rows],
+                "row_count": pa.array([f.row_count for f in rows], pa.int64()),
+                "size_bytes": pa.array([f.size_bytes for f in rows], pa.int64()),
+                "added_version": pa.array([f.added_version for f in rows], pa.int64()),
+            }
+        )
 
     def snapshots(self) -> pa.Table:
         """Every version: number, parent, commit time, operation, expired, and the summary as JSON."""
         history = self._table.history()
-        return pa.table({
-            "version": pa.array([h.version for h in history], pa.int64()),
-            "parent": pa.array([h.parent for h in history], pa.int64()),
-            "committed_at": pa.array([h.committed_at for h in history], pa.timestamp("us", tz="UTC")),
-            "operation": [h.operation for h in history],
-            "expired": pa.array([h.expired for h in history], pa.bool_()),
-            "summary": [json.dumps(dict(h.summary), sort_keys=True) for h in history],
-        })
+        return pa.table(
+            {
+                "version": pa.array([h.version for h in history], pa.int64()),
+                "parent": pa.array([h.parent for h in history], pa.int64()),
+                "committed_at": pa.array([h.committed_at for h in history], pa.timestamp("us", tz="UTC")),
+                "operation": [h.operation for h in history],
+                "expired": pa.array([h.expired for h in history], pa.bool_()),
+                "summary": [json.dumps(dict(h.summary), sort_keys=True) for h in history],
+            }
+        )
 
 
 def _split_id(partition: str, bucket: int) -> str:
@@ -621,8 +700,10 @@ def _to_micros(value: Any) -> int:
             return _to_micros(dt.datetime.fromisoformat(value))
         except ValueError:
             pass
-    raise InvalidInput(f"as_of must be a datetime, an ISO 8601 string such as '2026-11-21T08:00:00+00:00' "
-                       f"(naive means UTC) or epoch seconds, got {value!r}")
+    raise InvalidInput(
+        f"as_of must be a datetime, an ISO 8601 string such as '2026-11-21T08:00:00+00:00' "
+        f"(naive means UTC) or epoch seconds, got {value!r}"
+    )
 
 
 def _check_count(table: str, name: str, value: Any) -> None:
@@ -632,8 +713,10 @@ def _check_count(table: str, name: str, value: Any) -> None:
 
 def _check_age(table: str, value: Any) -> None:
     if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
-        raise InvalidInput(f"{table}: older_than must be a non-negative datetime.timedelta "
-                           f"(e.g. timedelta(days=7)), got {value!r}")
+        raise InvalidInput(
+            f"{table}: older_than must be a non-negative datetime.timedelta "
+            f"(e.g. timedelta(days=7)), got {value!r}"
+        )
 
 
 def _check_key(table: str, key: Any) -> None:

@@ -75,8 +75,9 @@ class Transaction:
     rows (deletes by predicate, overwrites) must come before the writes of the same transaction.
     """
 
-    def __init__(self, table: Table, idempotency_key: str | None = None,
-                 retries: RetryPolicy = COMMIT_RETRIES) -> None:
+    def __init__(
+        self, table: Table, idempotency_key: str | None = None, retries: RetryPolicy = COMMIT_RETRIES
+    ) -> None:
         self.table = table
         self.idempotency_key = idempotency_key
         self.retries = retries
@@ -100,7 +101,9 @@ class Transaction:
             self.abort()
 
     def __repr__(self) -> str:
-        ops = [c.operation for c in self.changes] + (["set-properties"] if self._properties is not None else [])
+        ops = [c.operation for c in self.changes] + (
+            ["set-properties"] if self._properties is not None else []
+        )
         return f"Transaction({self.table.name!r}, read_version={self.read_version}, {self._state}, changes={ops})"
 
     # -- operations ---------------------------------------------------------------------------------
@@ -126,8 +129,9 @@ class Transaction:
         """Delete rows matching a filter, or the keys in a table of keys (see :meth:`Table.delete`)."""
         t = self._open()
         if where is None:
-            raise InvalidInput(f"{t.name}: delete(None) names no rows; to delete every row say delete('TRUE') "
-                               "or truncate()")
+            raise InvalidInput(
+                f"{t.name}: delete(None) names no rows; to delete every row say delete('TRUE') or truncate()"
+            )
         if isinstance(where, (pa.Table, pa.RecordBatch, dict)) or type(where).__module__.startswith("pandas"):
             keys = t._key_rows(where, t.spec.primary_key)
             cols = [c for c in t.spec.identity_columns if c in keys.column_names]
@@ -136,14 +140,22 @@ class Transaction:
             return self._add_read(lambda base: self._keys_where_they_live(keys, base))
         if t.spec.has_primary_key:
             parts = split_filter(t.spec, where)
-            blind = (isinstance(parts.post, E.AlwaysTrue) and parts.key_points is not None
-                     and set(t.spec.partition_by) <= set(t.spec.primary_key))
+            blind = (
+                isinstance(parts.post, E.AlwaysTrue)
+                and parts.key_points is not None
+                and set(t.spec.partition_by) <= set(t.spec.primary_key)
+            )
             if blind:
                 assert parts.key_points is not None
-                cols_: list[Any] = (list(zip(*parts.key_points)) if parts.key_points
-                                    else [[] for _ in t.spec.primary_key])
-                keys = pa.table({k: pa.array(list(c), type=t.spec.schema.field(k).type)
-                                 for k, c in zip(t.spec.primary_key, cols_)})
+                cols_: list[Any] = (
+                    list(zip(*parts.key_points)) if parts.key_points else [[] for _ in t.spec.primary_key]
+                )
+                keys = pa.table(
+                    {
+                        k: pa.array(list(c), type=t.spec.schema.field(k).type)
+                        for k, c in zip(t.spec.primary_key, cols_)
+                    }
+                )
                 keys = keys.filter(E.to_pyarrow(parts.pre)) if keys.num_rows else keys
                 return self._add(self._markers(keys))
             return self._add_read(lambda base: self._matching_rows(where, base))
@@ -156,7 +168,10 @@ class Transaction:
         wanted = t._wanted_partition(partition)
         self._reads_first("overwrite")
         files, rows = t._write_data(
-            data, partial_ok=False, check=lambda prepared: t._check_partition(wanted, [p.partition for p in prepared]))
+            data,
+            partial_ok=False,
+            check=lambda prepared: t._check_partition(wanted, [p.partition for p in prepared]),
+        )
         return self._add(self._overwriting("overwrite", files, rows, wanted))
 
     def truncate(self) -> Transaction:
@@ -169,7 +184,9 @@ class Transaction:
         """Set (None: remove) table properties in this transaction; checked now."""
         t = self._open()
         if not isinstance(updates, Mapping) or not updates:
-            raise InvalidInput(f"{t.name}: set_properties takes a non-empty dict of key -> value (None removes)")
+            raise InvalidInput(
+                f"{t.name}: set_properties takes a non-empty dict of key -> value (None removes)"
+            )
         merged: dict[str, Any] = dict(t.spec.properties if self._properties is None else self._properties)
         for key, value in updates.items():
             if value is None:
@@ -187,9 +204,11 @@ class Transaction:
         self._state = "committing"
         try:
             if self._needed_checks() is not None and any(c.replaces or c.redo for c in self.changes):
-                raise InvalidInput(f"{t.name}: overwrites and deletes that read the table cannot share a "
-                                   "transaction with upserts that need checks (NOT NULL partial rows, integer "
-                                   "sums): commit them separately")
+                raise InvalidInput(
+                    f"{t.name}: overwrites and deletes that read the table cannot share a "
+                    "transaction with upserts that need checks (NOT NULL partial rows, integer "
+                    "sums): commit them separately"
+                )
             if self.idempotency_key is not None:
                 prior = t.find_commit(self.idempotency_key)
                 if prior is not None:
@@ -200,8 +219,10 @@ class Transaction:
         except CommitConflict as e:
             self._discard()
             self._state = "aborted"
-            raise CommitConflict(f"{t.name}: {self._operation()} lost {self.retries.attempts} races to "
-                                 f"concurrent commits; try again ({e})") from e
+            raise CommitConflict(
+                f"{t.name}: {self._operation()} lost {self.retries.attempts} races to "
+                f"concurrent commits; try again ({e})"
+            ) from e
         except CommitStateUnknown:
             self._state = "aborted"
             raise  # the files may be referenced now: keep them
@@ -232,10 +253,14 @@ class Transaction:
         for c in self.changes:
             gone = c.replaces(base) if c.replaces is not None else []
             removed += gone
-            touched = c.partitions(gone) if c.partitions is not None else sorted({f.partition for f in c.files})
+            touched = (
+                c.partitions(gone) if c.partitions is not None else sorted({f.partition for f in c.files})
+            )
             partitions = None if partitions is None or touched is None else partitions | set(touched)
-        add = [replace(f, order=i, id=None, added_version=None) if f.seq is None else replace(f, id=None)
-               for i, f in enumerate(f for c in self.changes for f in c.files)]
+        add = [
+            replace(f, order=i, id=None, added_version=None) if f.seq is None else replace(f, id=None)
+            for i, f in enumerate(f for c in self.changes for f in c.files)
+        ]
         validators = [c.validate for c in self.changes if c.validate is not None]
         extra: dict[str, Any] = {}
         for c in self.changes:
@@ -250,11 +275,14 @@ class Transaction:
             extra["properties"] = self._properties
             validators.append(_no_property_change(t.name))
         summary = {
-            "read_version": base, "added_files": len(add),
+            "read_version": base,
+            "added_files": len(add),
             "removed_files": len(removed) + sum(len(c.remove_ids) for c in self.changes),
-            "rows": sum(c.rows for c in self.changes), "added_bytes": sum(f.size_bytes for f in add),
+            "rows": sum(c.rows for c in self.changes),
+            "added_bytes": sum(f.size_bytes for f in add),
             "partitions": None if partitions is None else sorted(partitions),
-            "splits": sorted({f"{f.partition}#{f.bucket}" for f in add}), **extra,
+            "splits": sorted({f"{f.partition}#{f.bucket}" for f in add}),
+            **extra,
         }
         if len(self.changes) > 1 or (self.changes and spec is not None):
             summary["operations"] = [c.operation for c in self.changes] + (["set-properties"] if spec else [])
@@ -264,10 +292,20 @@ class Transaction:
                 v(changes)
 
         try:
-            remove = [f.id for f in removed if f.id is not None] + [i for c in self.changes for i in c.remove_ids]
-            return t._sql.commit(t.record.id, base_version=base, operation=self._operation(), add=add,
-                                 remove=remove, summary=summary,
-                                 validate=validate, idempotency_key=self.idempotency_key, spec=spec)
+            remove = [f.id for f in removed if f.id is not None] + [
+                i for c in self.changes for i in c.remove_ids
+            ]
+            return t._sql.commit(
+                t.record.id,
+                base_version=base,
+                operation=self._operation(),
+                add=add,
+                remove=remove,
+                summary=summary,
+                validate=validate,
+                idempotency_key=self.idempotency_key,
+                spec=spec,
+            )
         except CommitConflict:
             # Rebase onto the version that beat us: changes that read rows are evaluated again there.
             self.read_version = t.version
@@ -294,7 +332,9 @@ class Transaction:
         return self.checks
 
     def _operation(self) -> str:
-        ops = [c.operation for c in self.changes] + (["set-properties"] if self._properties is not None else [])
+        ops = [c.operation for c in self.changes] + (
+            ["set-properties"] if self._properties is not None else []
+        )
         return ops[0] if len(ops) == 1 else "transaction"
 
     def _add(self, change: Change) -> Transaction:
@@ -309,8 +349,10 @@ class Transaction:
 
     def _reads_first(self, what: str) -> None:
         if any(c.operation in ("upsert", "append") for c in self.changes):
-            raise InvalidInput(f"{self.table.name}: {what} must come before the writes of a transaction (it sees "
-                               "the table as of the transaction's start, not the transaction's own writes)")
+            raise InvalidInput(
+                f"{self.table.name}: {what} must come before the writes of a transaction (it sees "
+                "the table as of the transaction's start, not the transaction's own writes)"
+            )
 
     def _redo(self, change: Change) -> Change:
         if change.redo is None:
@@ -336,7 +378,9 @@ class Transaction:
         """Keys given without their partition: find where each lives at ``base``."""
         t = self.table
         pk = list(t.spec.primary_key)
-        pk_spec = TableSpec(pa.schema([t.spec.schema.field(c) for c in pk]), t.spec.primary_key, (), t.spec.buckets)
+        pk_spec = TableSpec(
+            pa.schema([t.spec.schema.field(c) for c in pk]), t.spec.primary_key, (), t.spec.buckets
+        )
         conformed, _ = conform(keys.select(pk), pk_spec, partial_ok=True, identifier=t.name)
         where: Any = None
         if len(pk) == 1 and conformed.num_rows <= 10_000:
@@ -346,7 +390,9 @@ class Transaction:
         return self._read_markers(found)
 
     def _matching_rows(self, where: Any, base: int) -> Change:
-        keys = self.table.scan(columns=list(self.table.spec.identity_columns), filter=where, version=base).to_arrow()
+        keys = self.table.scan(
+            columns=list(self.table.spec.identity_columns), filter=where, version=base
+        ).to_arrow()
         return self._read_markers(keys)
 
     def _read_markers(self, keys: pa.Table) -> Change:
@@ -375,22 +421,35 @@ class Transaction:
                 deleted += data.num_rows - kept.num_rows
                 gone.append(f)
                 if kept.num_rows:
-                    add += t._write_files([PreparedFile(values, f.bucket, kept, "data")], first_order=len(add))
+                    add += t._write_files(
+                        [PreparedFile(values, f.bucket, kept, "data")], first_order=len(add)
+                    )
         except BaseException:
             t._discard(add)
             raise
-        return Change("delete", add, deleted, {"deleted_rows": deleted}, replaces=lambda _base: gone,
-                      partitions=lambda removed: sorted({f.partition for f in removed}))
+        return Change(
+            "delete",
+            add,
+            deleted,
+            {"deleted_rows": deleted},
+            replaces=lambda _base: gone,
+            partitions=lambda removed: sorted({f.partition for f in removed}),
+        )
 
-    def _overwriting(self, operation: str, files: list[FileEntry], rows: int,
-                     wanted: dict[str, str | None] | None) -> Change:
+    def _overwriting(
+        self, operation: str, files: list[FileEntry], rows: int, wanted: dict[str, str | None] | None
+    ) -> Change:
         t = self.table
 
         def replaces(base: int) -> list[FileEntry]:
             return [f for f in t.files_at(base) if wanted is None or _partition_matches(f.partition, wanted)]
 
         def touched(removed: list[FileEntry]) -> list[str] | None:
-            return None if wanted is None else sorted({f.partition for f in removed} | {f.partition for f in files})
+            return (
+                None
+                if wanted is None
+                else sorted({f.partition for f in removed} | {f.partition for f in files})
+            )
 
         def validate(changes: ConcurrentChanges) -> None:
             # A concurrent write to the partitions being replaced: replace what is there now instead.
@@ -398,8 +457,15 @@ class Transaction:
             if wanted is None or other is None or any(_partition_matches(p, wanted) for p in other):
                 raise CommitConflict(f"{t.name}: a concurrent commit wrote to the overwritten data")
 
-        return Change(operation, files, rows, {"overwrite": wanted} if operation == "overwrite" else {},
-                      replaces=replaces, partitions=touched, validate=validate)
+        return Change(
+            operation,
+            files,
+            rows,
+            {"overwrite": wanted} if operation == "overwrite" else {},
+            replaces=replaces,
+            partitions=touched,
+            validate=validate,
+        )
 
 
 def marker_change(t: Table, keys: pa.Table, checks: WriteChecks | None = None) -> Change:

@@ -75,9 +75,14 @@ class WriteChecks:
 
     def __post_init__(self) -> None:
         spec = self.spec
-        self.required = [f.name for f in spec.schema if not f.nullable and f.name not in spec.identity_columns]
-        self.sum_columns = [c for c, op in spec.merge_operators.items()
-                            if op.name == "sum" and pa.types.is_integer(spec.schema.field(c).type)]
+        self.required = [
+            f.name for f in spec.schema if not f.nullable and f.name not in spec.identity_columns
+        ]
+        self.sum_columns = [
+            c
+            for c, op in spec.merge_operators.items()
+            if op.name == "sum" and pa.types.is_integer(spec.schema.field(c).type)
+        ]
 
     @property
     def needed(self) -> bool:
@@ -90,10 +95,13 @@ class WriteChecks:
         """Take note of prepared (reduced, per-split) rows, in write order."""
         if self.required or self.sum_columns:
             for p in prepared:
-                self._observe((partition_json(p.partition), p.bucket), p.rows, True if p.content == "delete" else None)
+                self._observe(
+                    (partition_json(p.partition), p.bucket), p.rows, True if p.content == "delete" else None
+                )
 
     def observe_files(self, table: Table, entries: Sequence[FileEntry]) -> None:
         """The same for files another process staged: read only the columns the checks need."""
+
         def has(e: FileEntry, c: str) -> bool:
             return e.columns is None or c in e.columns
 
@@ -123,10 +131,15 @@ class WriteChecks:
         """Per split, each key's net effect of this write (its rows folded in write order) and its operation."""
         if self._reduced is None:
             fields = [self.spec.schema.field(c) for c in self.spec.primary_key]
-            fields += [pa.field(OP_COLUMN, pa.int8()), *(self.spec.schema.field(c) for c in self.sum_columns),
-                       pa.field(_FULL, pa.bool_())]
+            fields += [
+                pa.field(OP_COLUMN, pa.int8()),
+                *(self.spec.schema.field(c) for c in self.sum_columns),
+                pa.field(_FULL, pa.bool_()),
+            ]
             schema = pa.schema([f.with_nullable(True) for f in fields])
-            operators = {c: MergeOperator("sum") for c in self.sum_columns} | {_FULL: MergeOperator("last_non_null")}
+            operators = {c: MergeOperator("sum") for c in self.sum_columns} | {
+                _FULL: MergeOperator("last_non_null")
+            }
             self._reduced = {}
             for key, parts in self.rows.items():
                 versions = pa.concat_tables([_align(p, schema) for p in parts])
@@ -136,8 +149,9 @@ class WriteChecks:
                 ops = versions.column(OP_COLUMN).to_numpy(zero_copy_only=False).astype(np.int8)
                 starts = group_starts([versions.column(c) for c in self.spec.primary_key], versions.num_rows)
                 try:
-                    self._reduced[key] = reduce_versions(versions.drop_columns([OP_COLUMN]), ops, starts,
-                                                         self.spec.primary_key, operators)
+                    self._reduced[key] = reduce_versions(
+                        versions.drop_columns([OP_COLUMN]), ops, starts, self.spec.primary_key, operators
+                    )
                 except SumOverflow as e:
                     raise SumOverflow(f"{self.identifier}: {e}; the write was not applied") from None
         return self._reduced
@@ -171,20 +185,28 @@ class WriteChecks:
                     continue  # compaction changes no row
                 splits = c.internal.get("splits")
                 if c.internal.get("partitions") is None or splits is None:
-                    raise CommitConflict(f"{self.identifier}: version {c.version} rewrote data this write checked")
+                    raise CommitConflict(
+                        f"{self.identifier}: version {c.version} rewrote data this write checked"
+                    )
                 if not touched & set(splits):
                     continue
                 if reads_rows:
-                    raise CommitConflict(f"{self.identifier}: keys this write updates changed in version {c.version}")
+                    raise CommitConflict(
+                        f"{self.identifier}: keys this write updates changed in version {c.version}"
+                    )
                 if c.operation == "delete":
                     continue  # deletes only lower sums
                 added = c.internal.get("sum_max")
                 if added is None:
-                    raise CommitConflict(f"{self.identifier}: version {c.version} changed sums this write checked")
+                    raise CommitConflict(
+                        f"{self.identifier}: version {c.version} changed sums this write checked"
+                    )
                 for col in headroom:
                     used[col] += int(added.get(col, 0))
                     if used[col] > headroom[col]:
-                        raise CommitConflict(f"{self.identifier}: concurrent sums of {col!r} leave too little room")
+                        raise CommitConflict(
+                            f"{self.identifier}: concurrent sums of {col!r} leave too little room"
+                        )
 
         return validate
 
@@ -197,8 +219,10 @@ class WriteChecks:
             fresh = lacking & (ops == OP_PUT)
             if fresh.any():
                 example = rows.filter(pa.array(fresh)).select(pk).slice(0, 1).to_pylist()[0]
-                raise SchemaMismatch(f"{self.identifier}: key {example} is deleted and inserted again in this write "
-                                     f"without non-nullable column(s) {self.required}")
+                raise SchemaMismatch(
+                    f"{self.identifier}: key {example} is deleted and inserted again in this write "
+                    f"without non-nullable column(s) {self.required}"
+                )
             merging = lacking & (ops == OP_MERGE)
             if merging.any():
                 must_exist[key] = rows.filter(pa.array(merging)).select(pk)
@@ -209,14 +233,21 @@ class WriteChecks:
         current = table.split_tables(base, set(must_exist), pk)
         for key, wanted in must_exist.items():
             have = current.get(key)
-            found = (_contains(have, wanted, pk) if have is not None and have.num_rows
-                     else np.zeros(wanted.num_rows, dtype=bool))
+            found = (
+                _contains(have, wanted, pk)
+                if have is not None and have.num_rows
+                else np.zeros(wanted.num_rows, dtype=bool)
+            )
             if not found.all():
                 example = wanted.filter(pa.array(~found)).slice(0, 1).to_pylist()[0]
-                raise SchemaMismatch(f"{self.identifier}: {int((~found).sum())} new key(s) such as {example} lack "
-                                     f"non-nullable column(s) {self.required}; rows that insert keys need them")
+                raise SchemaMismatch(
+                    f"{self.identifier}: {int((~found).sum())} new key(s) such as {example} lack "
+                    f"non-nullable column(s) {self.required}; rows that insert keys need them"
+                )
 
-    def _check_sums(self, table: Table, base: int, net: dict[SplitKey, tuple[pa.Table, np.ndarray]]) -> dict[str, int]:
+    def _check_sums(
+        self, table: Table, base: int, net: dict[SplitKey, tuple[pa.Table, np.ndarray]]
+    ) -> dict[str, int]:
         """Refuse overflowing sums; return each column's headroom left for concurrent additions."""
         files: dict[SplitKey, list[FileEntry]] = defaultdict(list)
         for f in table.files_at(base):
@@ -250,8 +281,15 @@ class WriteChecks:
 
 
 def _align(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    return pa.Table.from_arrays([table.column(f.name).cast(f.type) if f.name in table.column_names
-                                 else pa.nulls(table.num_rows, f.type) for f in schema], schema=schema)
+    return pa.Table.from_arrays(
+        [
+            table.column(f.name).cast(f.type)
+            if f.name in table.column_names
+            else pa.nulls(table.num_rows, f.type)
+            for f in schema
+        ],
+        schema=schema,
+    )
 
 
 def _file_abs_max(storage: Any, f: FileEntry, column: str) -> int:
@@ -277,8 +315,11 @@ def _file_abs_max(storage: Any, f: FileEntry, column: str) -> int:
 def _contains(have: pa.Table, wanted: pa.Table, pk: list[str]) -> np.ndarray:
     """Which ``wanted`` keys are among ``have``'s (keys are never null)."""
     if len(pk) == 1:
-        return pc.is_in(wanted.column(pk[0]), value_set=have.column(pk[0]).combine_chunks()).to_numpy(
-            zero_copy_only=False)
+        return np.asarray(
+            pc.is_in(wanted.column(pk[0]), value_set=have.column(pk[0]).combine_chunks()).to_numpy(
+                zero_copy_only=False
+            )
+        )
     marked = wanted.append_column("__row__", pa.array(np.arange(wanted.num_rows)))
     hit = marked.join(have.select(pk), keys=pk, join_type="left semi").column("__row__").to_numpy()
     found = np.zeros(wanted.num_rows, dtype=bool)
@@ -286,8 +327,9 @@ def _contains(have: pa.Table, wanted: pa.Table, pk: list[str]) -> np.ndarray:
     return found
 
 
-def _exact_peak(net: pa.Table, ops: np.ndarray, current: pa.Table | None, pk: list[str], col: str,
-                identifier: str) -> int:
+def _exact_peak(
+    net: pa.Table, ops: np.ndarray, current: pa.Table | None, pk: list[str], col: str, identifier: str
+) -> int:
     """Largest absolute sum any key of this write reaches on top of ``current``; raises on overflow."""
     t = net.schema.field(col).type
     limit = _limit(t)
@@ -315,6 +357,8 @@ def _exact_peak(net: pa.Table, ops: np.ndarray, current: pa.Table | None, pk: li
     if bad.any():
         i = int(np.argmax(bad))
         key = {c: rows.column(c)[i].as_py() for c in pk}
-        raise SumOverflow(f"{identifier}: merge operator 'sum' on column {col!r} would overflow {t} for key {key} "
-                          f"(stored sum {base[i]} + {add[i]}); the write was not applied")
+        raise SumOverflow(
+            f"{identifier}: merge operator 'sum' on column {col!r} would overflow {t} for key {key} "
+            f"(stored sum {base[i]} + {add[i]}); the write was not applied"
+        )
     return min(limit, int(np.abs(total.astype(np.float64)).max())) if len(total) else 0

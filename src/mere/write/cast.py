@@ -18,21 +18,30 @@ _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError
 
 
 def _is_number(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
 
 
 def _is_text(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 
 def _is_bytes(t: pa.DataType) -> bool:
-    return (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
-            or pa.types.is_fixed_size_binary(t))
+    return bool(
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_binary_view(t)
+        or pa.types.is_fixed_size_binary(t)
+    )
 
 
 def _is_list(t: pa.DataType) -> bool:
-    return (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
-            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t))
+    return bool(
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+    )
 
 
 def incompatibility(source: pa.DataType, target: pa.DataType) -> str | None:
@@ -58,8 +67,10 @@ def incompatibility(source: pa.DataType, target: pa.DataType) -> str | None:
         if (source.tz is None) == (target.tz is None):
             return None
         if source.tz is None:
-            return (f"naive timestamps are not taken as {target.tz}: localize them first "
-                    f"(pandas: .dt.tz_localize({target.tz!r}); Arrow: pc.assume_timezone(col, {target.tz!r}))")
+            return (
+                f"naive timestamps are not taken as {target.tz}: localize them first "
+                f"(pandas: .dt.tz_localize({target.tz!r}); Arrow: pc.assume_timezone(col, {target.tz!r}))"
+            )
         return "time-zone aware timestamps do not fit a naive column: convert and drop the zone first"
     if pa.types.is_time(source) and pa.types.is_time(target):
         return None
@@ -72,10 +83,18 @@ def incompatibility(source: pa.DataType, target: pa.DataType) -> str | None:
         wanted = [target.field(i).name for i in range(target.num_fields)]
         if names != wanted:
             return f"struct fields {names} differ from {wanted}"
-        return next((f"field {n!r}: {why}" for i, n in enumerate(names)
-                     if (why := incompatibility(source.field(i).type, target.field(i).type))), None)
+        return next(
+            (
+                f"field {n!r}: {why}"
+                for i, n in enumerate(names)
+                if (why := incompatibility(source.field(i).type, target.field(i).type))
+            ),
+            None,
+        )
     if pa.types.is_map(source) and pa.types.is_map(target):
-        return incompatibility(source.key_type, target.key_type) or incompatibility(source.item_type, target.item_type)
+        return incompatibility(source.key_type, target.key_type) or incompatibility(
+            source.item_type, target.item_type
+        )
     return "the types are not compatible (mere casts only without loss and never parses or guesses)"
 
 
@@ -83,10 +102,10 @@ def _rounds(source: pa.DataType, target: pa.DataType) -> bool:
     """Casts Arrow's safe mode does not value-check: floats narrowed, and numbers into or out of floats
     or decimals (float -> decimal rounds silently)."""
     if pa.types.is_floating(target) and not pa.types.is_integer(source):
-        return source != target
+        return bool(source != target)
     if pa.types.is_decimal(target) and pa.types.is_floating(source):
         return True
-    return pa.types.is_date64(source) and pa.types.is_date32(target)
+    return bool(pa.types.is_date64(source) and pa.types.is_date32(target))
 
 
 def _same_values(before: pa.Array | pa.ChunkedArray, after: pa.Array | pa.ChunkedArray) -> bool:
@@ -97,15 +116,18 @@ def _same_values(before: pa.Array | pa.ChunkedArray, after: pa.Array | pa.Chunke
     return bool(pc.all(pc.fill_null(equal, True)).as_py())
 
 
-def lossless_cast(values: pa.Array | pa.ChunkedArray, target: pa.DataType, column: str,
-                  identifier: str) -> pa.Array | pa.ChunkedArray:
+def lossless_cast(
+    values: pa.Array | pa.ChunkedArray, target: pa.DataType, column: str, identifier: str
+) -> pa.Array | pa.ChunkedArray:
     """``values`` as ``target``, or :class:`SchemaMismatch` naming the column when the cast is not lossless."""
     source = values.type
     if source == target:
         return values
     why = incompatibility(source, target)
     if why is not None:
-        raise SchemaMismatch(f"{identifier}: column {column!r} of type {source} cannot be stored as {target}: {why}")
+        raise SchemaMismatch(
+            f"{identifier}: column {column!r} of type {source} cannot be stored as {target}: {why}"
+        )
     if pa.types.is_dictionary(source) or pa.types.is_run_end_encoded(source):
         values = pc.cast(values, source.value_type)
         source = values.type
@@ -114,9 +136,13 @@ def lossless_cast(values: pa.Array | pa.ChunkedArray, target: pa.DataType, colum
     try:
         out = pc.cast(values, target, safe=True)
         if _rounds(source, target) and not _same_values(values, out):
-            raise SchemaMismatch(f"{identifier}: column {column!r}: some {source} values would change when stored "
-                                 f"as {target}; cast them yourself if that is intended")
+            raise SchemaMismatch(
+                f"{identifier}: column {column!r}: some {source} values would change when stored "
+                f"as {target}; cast them yourself if that is intended"
+            )
     except _ARROW_ERRORS as e:
-        raise SchemaMismatch(f"{identifier}: column {column!r} of type {source} cannot be stored as {target} "
-                             f"without loss: {str(e).splitlines()[0]}") from e
+        raise SchemaMismatch(
+            f"{identifier}: column {column!r} of type {source} cannot be stored as {target} "
+            f"without loss: {str(e).splitlines()[0]}"
+        ) from e
     return out

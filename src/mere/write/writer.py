@@ -70,7 +70,8 @@ def _to_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch], bool]:
         return t.schema, iter(t.to_batches()), False
     raise InvalidInput(
         f"cannot write {type(data).__name__}: pass a pyarrow Table/RecordBatch/RecordBatchReader, a pandas "
-        "DataFrame or an object with __arrow_c_stream__")
+        "DataFrame or an object with __arrow_c_stream__"
+    )
 
 
 def input_chunks(data: Any, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.Table]:
@@ -83,8 +84,9 @@ def input_chunks(data: Any, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.Table
     return chunked(schema, batches, CHUNK_ROWS, chunk_bytes if streaming else None)
 
 
-def chunked(schema: pa.Schema, batches: Iterator[pa.RecordBatch], rows: int = CHUNK_ROWS,
-            max_bytes: int | None = None) -> Iterator[pa.Table]:
+def chunked(
+    schema: pa.Schema, batches: Iterator[pa.RecordBatch], rows: int = CHUNK_ROWS, max_bytes: int | None = None
+) -> Iterator[pa.Table]:
     """Group a batch stream into tables of about ``rows`` rows or ``max_bytes`` (always one, maybe empty)."""
     pending: list[pa.RecordBatch] = []
     count = size = 0
@@ -112,8 +114,21 @@ def _gathered(batches: list[pa.RecordBatch], schema: pa.Schema, contiguous: bool
     return table
 
 
-_CDC_UPSERT = ("I", "+I", "INSERT", "C", "CREATE", "R", "READ", "SNAPSHOT", "U", "+U", "UPDATE", "UPDATE_AFTER",
-               "UPSERT")
+_CDC_UPSERT = (
+    "I",
+    "+I",
+    "INSERT",
+    "C",
+    "CREATE",
+    "R",
+    "READ",
+    "SNAPSHOT",
+    "U",
+    "+U",
+    "UPDATE",
+    "UPDATE_AFTER",
+    "UPSERT",
+)
 _CDC_DELETE = ("D", "-D", "DELETE")
 _CDC_IGNORE = ("-U", "UPDATE_BEFORE")
 
@@ -130,11 +145,14 @@ def decode_cdc(values: pa.ChunkedArray | pa.Array, column: str) -> np.ndarray:
         samples = pc.unique(upper.filter(pa.array(bad))).to_pylist()[:5]
         raise InvalidInput(
             f"change column {column!r} holds unknown operations {samples}; use insert/update/delete "
-            "(I/U/D, +I/+U/-U/-D, c/u/d/r)")
+            "(I/U/D, +I/+U/-U/-D, c/u/d/r)"
+        )
     idx = idx.astype(np.int64)
-    table = np.array([OP_MERGE] * len(_CDC_UPSERT) + [OP_DELETE] * len(_CDC_DELETE) + [-1] * len(_CDC_IGNORE),
-                     dtype=np.int8)
-    return table[idx]
+    table = np.array(
+        [OP_MERGE] * len(_CDC_UPSERT) + [OP_DELETE] * len(_CDC_DELETE) + [-1] * len(_CDC_IGNORE),
+        dtype=np.int8,
+    )
+    return np.asarray(table[idx])
 
 
 def conform(
@@ -168,7 +186,9 @@ def conform(
             col = lossless_cast(table.column(f.name), f.type, f.name, identifier)
             if not f.nullable and col.null_count:
                 if f.name in spec.primary_key:
-                    raise NullKey(f"{identifier}: primary-key column {f.name!r} holds {col.null_count} null(s)")
+                    raise NullKey(
+                        f"{identifier}: primary-key column {f.name!r} holds {col.null_count} null(s)"
+                    )
                 nulls = col.is_null().to_numpy(zero_copy_only=False)
                 if ops is not None:
                     nulls &= ops == OP_MERGE  # change rows that delete a key (or are ignored) carry no values
@@ -191,7 +211,9 @@ def conform(
     return out, ops
 
 
-def partition_value_strings(spec: TableSpec, table: pa.Table) -> tuple[np.ndarray, list[dict[str, str | None]]]:
+def partition_value_strings(
+    spec: TableSpec, table: pa.Table
+) -> tuple[np.ndarray, list[dict[str, str | None]]]:
     """Per-row partition code and, per code, the partition values rendered as strings."""
     n = table.num_rows
     if not spec.partition_by:
@@ -223,7 +245,9 @@ def partition_json(values: dict[str, str | None]) -> str:
 
 
 def partition_path(spec: TableSpec, values: dict[str, str | None]) -> str:
-    parts = [f"{c}={HIVE_NULL if values[c] is None else quote(str(values[c]), safe='')}" for c in spec.partition_by]
+    parts = [
+        f"{c}={HIVE_NULL if values[c] is None else quote(str(values[c]), safe='')}" for c in spec.partition_by
+    ]
     return "/".join(parts)
 
 
@@ -244,7 +268,9 @@ def _group_order(code: np.ndarray, groups: int) -> np.ndarray:
     return np.argsort(code, kind="stable")
 
 
-def prepare(spec: TableSpec, table: pa.Table, ops: np.ndarray | None, identifier: str = "") -> list[PreparedFile]:
+def prepare(
+    spec: TableSpec, table: pa.Table, ops: np.ndarray | None, identifier: str = ""
+) -> list[PreparedFile]:
     """Bucket, sort and de-duplicate rows, then cut them into one slice per (partition, bucket).
 
     Rows are grouped by (partition, bucket) first; each group is then sorted by key and reduced on its
@@ -260,8 +286,10 @@ def prepare(spec: TableSpec, table: pa.Table, ops: np.ndarray | None, identifier
             table = table.take(pa.array(order))
             pcode = pcode[order]
         bounds = np.flatnonzero(np.diff(pcode)) + 1
-        return [PreparedFile(pvalues[int(pcode[lo])], 0, table.slice(int(lo), int(hi - lo)), "data")
-                for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n])]
+        return [
+            PreparedFile(pvalues[int(pcode[lo])], 0, table.slice(int(lo), int(hi - lo)), "data")
+            for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n])
+        ]
     table = table.combine_chunks()
     buckets = bucket_ids([table.column(c) for c in spec.primary_key], spec.buckets).astype(np.int64)
     code = pcode * spec.buckets + buckets
@@ -291,8 +319,9 @@ def prepare(spec: TableSpec, table: pa.Table, ops: np.ndarray | None, identifier
             rows = rows.take(pa.array(sub))
             idx = idx[sub]
         op = op_all[idx]
-        starts = group_starts([key_np[idx]] if key_np is not None else
-                              [rows.column(c) for c in spec.primary_key], len(idx))
+        starts = group_starts(
+            [key_np[idx]] if key_np is not None else [rows.column(c) for c in spec.primary_key], len(idx)
+        )
         if not starts.all():
             # Duplicate keys in one batch: apply them in input order, like separate commits would.
             try:
@@ -327,8 +356,9 @@ def _dictionary_strings(table: pa.Table, spec: TableSpec) -> pa.Table:
         col = table.column(i)
         if pc.count_distinct(col.slice(0, sample)).as_py() * 8 > sample:
             continue  # too many distinct values to gain from a dictionary
-        out = out.set_column(i, pa.field(f.name, pa.dictionary(pa.int32(), f.type), f.nullable),
-                             pc.dictionary_encode(col))
+        out = out.set_column(
+            i, pa.field(f.name, pa.dictionary(pa.int32(), f.type), f.nullable), pc.dictionary_encode(col)
+        )
     return out
 
 
@@ -368,13 +398,26 @@ def write_prepared(
         bucket_dir = f"bucket-{p.bucket:05d}" if spec.has_primary_key else ""
         rel = "/".join(x for x in (location, ppath, bucket_dir, Storage.unique_name(prefix)) if x)
         rows = row_group_rows or _rows_per_group(p.rows, row_group_bytes)
-        written = storage.write_parquet(rel, p.rows, row_group_rows=rows, sorting_columns=sorting,
-                                        compression=compression, compression_level=compression_level)
+        written = storage.write_parquet(
+            rel,
+            p.rows,
+            row_group_rows=rows,
+            sorting_columns=sorting,
+            compression=compression,
+            compression_level=compression_level,
+        )
         full = len(p.rows.column_names) - (1 if OP_COLUMN in p.rows.column_names else 0) == len(spec.schema)
         columns = None if full else [c for c in p.rows.column_names if c != OP_COLUMN]
-        return FileEntry(path=written.path, partition=partition_json(p.partition), bucket=p.bucket,
-                         row_count=written.row_count, size_bytes=written.size_bytes, content=p.content,
-                         columns=columns, order=first_order + i)
+        return FileEntry(
+            path=written.path,
+            partition=partition_json(p.partition),
+            bucket=p.bucket,
+            row_count=written.row_count,
+            size_bytes=written.size_bytes,
+            content=p.content,
+            columns=columns,
+            order=first_order + i,
+        )
 
     results: list[FileEntry | None] = [None] * len(prepared)
     errors: list[BaseException] = []
