@@ -20,6 +20,7 @@ INTERNAL_SUMMARY_KEYS = frozenset({"partitions", "splits", "sum_max"})
 
 
 def now_micros() -> int:
+    """Microseconds since the epoch, now."""
     return time.time_ns() // 1000
 
 
@@ -47,6 +48,7 @@ class TableRecord:
 
     @property
     def identifier(self) -> str:
+        """``namespace.name``."""
         return f"{self.namespace}.{self.name}"
 
 
@@ -151,6 +153,7 @@ class CommitResult:
 
     @staticmethod
     def of(snapshot: Snapshot, already_committed: bool = False) -> CommitResult:
+        """The result of the commit that made ``snapshot``."""
         s = snapshot.summary
         deleted = int(s.get("deleted_keys", s.get("deleted_rows", 0)) or 0)
         written = 0 if snapshot.operation in ("delete", "truncate", "compact") else int(s.get("rows", 0) or 0)

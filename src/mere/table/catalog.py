@@ -157,6 +157,7 @@ class Catalog:
         return Table(self, record)
 
     def table(self, name: str) -> Table:
+        """The table ``namespace.name`` (or ``name`` in the default namespace); NoSuchTable if absent."""
         ns, short = split_name(name)
         return Table(self, self.sql.load_table(ns, short))
 
@@ -169,6 +170,7 @@ class Catalog:
         return self.sql.list_tables(namespace)
 
     def namespaces(self) -> list[str]:
+        """Names of the namespaces, sorted."""
         return self.sql.list_namespaces()
 
     def drop_table(self, name: str, purge: bool = False) -> None:
@@ -180,7 +182,15 @@ class Catalog:
         if purge:
             self.storage.delete_tree(record.location)
 
+    def upgrade(self) -> list[str]:
+        """Migrate the catalog's tables to this mere's format now (connecting does it too); returns the steps.
+
+        A catalog written by a newer mere is refused with :class:`~mere.errors.CatalogError`, unchanged.
+        """
+        return self.sql.upgrade()
+
     def exists(self, name: str) -> bool:
+        """Whether the table exists (asks the catalog; creates nothing)."""
         try:
             self.table(name)
         except (NoSuchTable, NoSuchNamespace):

@@ -42,10 +42,12 @@ class CompactionTask:
 
     @property
     def bucket(self) -> int:
+        """The bucket of the split this task folds."""
         return self.read.split.bucket
 
     @property
     def inputs(self) -> int:
+        """How many files this task folds."""
         return len(self.read.split.files)
 
     def run(self, storage: Storage | None = None) -> list[FileEntry]:

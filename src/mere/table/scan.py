@@ -53,6 +53,7 @@ class ScanTask:
 
     @property
     def size_bytes(self) -> int:
+        """Bytes of the split's files (for sizing engine tasks)."""
         return self.split.size_bytes
 
     def read(self) -> Iterator[pa.RecordBatch]:
@@ -89,6 +90,7 @@ class Scan:
 
     @property
     def output_columns(self) -> list[str]:
+        """The columns this scan returns, in order (checked against the schema)."""
         spec = self.table.spec
         if self.columns is None:
             return list(spec.schema.names)
@@ -104,6 +106,7 @@ class Scan:
 
     @property
     def schema(self) -> pa.Schema:
+        """The Arrow schema of the scan's output."""
         spec = self.table.spec
         return pa.schema([spec.schema.field(c) for c in self.output_columns])
 
@@ -185,6 +188,7 @@ class Scan:
         yield from SplitReader(self.table.storage, self.table.spec, split, opts).batches()
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
+        """Merged record batches, streamed with bounded memory (splits read concurrently)."""
         return self._stream(release_memory=True)
 
     def _stream(self, release_memory: bool) -> Iterator[pa.RecordBatch]:
@@ -197,9 +201,11 @@ class Scan:
         )
 
     def to_reader(self) -> pa.RecordBatchReader:
+        """The merged rows as a ``pyarrow.RecordBatchReader`` (streamed)."""
         return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
 
     def to_arrow(self) -> pa.Table:
+        """The merged rows as one Arrow table."""
         # Everything is kept anyway: returning freed window memory to the OS would only cost time.
         return pa.Table.from_batches(list(self._stream(release_memory=False)), schema=self.schema)
 

@@ -102,14 +102,17 @@ class Table:
 
     @property
     def name(self) -> str:
+        """``namespace.name``."""
         return self.record.identifier
 
     @property
     def schema(self) -> pa.Schema:
+        """The table's Arrow schema."""
         return self.spec.schema
 
     @property
     def primary_key(self) -> tuple[str, ...]:
+        """The primary key columns (empty for tables without key)."""
         return self.spec.primary_key
 
     @property
@@ -152,6 +155,7 @@ class Table:
         return self.scan(columns=list(columns), version=version).split_tables(splits)
 
     def resolve_version(self, version: int | None = None, as_of: Any = None) -> int:
+        """The version a read of ``version`` or ``as_of`` sees (default: the newest); NoSuchVersion if none."""
         if version is not None and as_of is not None:
             raise InvalidInput("give version or as_of, not both")
         current = self.version
@@ -207,6 +211,7 @@ class Table:
         return scan
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
+        """``scan(**kwargs).to_arrow()``."""
         return self.scan(**kwargs).to_arrow()
 
     def current_snapshot(self) -> Snapshot:
