@@ -209,8 +209,11 @@ def test_results_and_snapshots_are_typed(local_cat: mere.Catalog) -> None:
     assert snaps.column("parent").to_pylist() == [None, 0, 1]
     assert snaps.schema.field("committed_at").type == pa.timestamp("us", tz="UTC")
     assert t.inspect.files().num_rows == t.files().num_rows == 3
+    scan = t.scan()
+    t.set_properties({"team": "x"})
+    assert scan.snapshot().version == 2 and scan.spec.properties == {} and t.spec.properties == {"team": "x"}
     text = repr(t)
-    assert "version=2" in text and "partition_by=['day']" in text and "primary_key=['id']" in text
+    assert "version=3" in text and "partition_by=['day']" in text and "primary_key=['id']" in text
 
 
 def test_refresh_sees_another_handles_property_change(local_cat: mere.Catalog) -> None:

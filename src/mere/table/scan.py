@@ -14,6 +14,7 @@ import pyarrow as pa
 from mere import expr as E
 from mere.errors import InvalidInput, SchemaMismatch
 from mere.io import Storage
+from mere.metadata import Snapshot
 from mere.read.planner import Explain, FilterParts, Split, plan_splits, split_filter
 from mere.read.reader import LOOKUP_MAX_KEYS, ReadOptions, SplitReader, stream_splits, warm_filter_caches
 from mere.spec import TableSpec
@@ -75,6 +76,15 @@ class Scan:
     parallel: int | None = None
     window_bytes: int | None = None
     queue_batches: int = 2  # merged batches held per split ahead of the consumer
+    spec: TableSpec = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.spec is None:  # the layout at planning time: a later refresh() of the table does not move it
+            object.__setattr__(self, "spec", self.table.spec)
+
+    def snapshot(self) -> Snapshot:
+        """The snapshot (version) this scan reads."""
+        return self.table.snapshot(version=self.version)
 
     def select(self, *columns: str) -> Scan:
         """The same scan with another projection (checked now)."""
@@ -85,13 +95,13 @@ class Scan:
     def where(self, filter: Any) -> Scan:
         """The same scan with ``filter`` ANDed to its filter (checked now)."""
         combined = E.to_expr(filter) if self.filter is None else E.to_expr(self.filter) & E.to_expr(filter)
-        split_filter(self.table.spec, combined)
+        split_filter(self.spec, combined)
         return replace(self, filter=combined)
 
     @property
     def output_columns(self) -> list[str]:
         """The columns this scan returns, in order (checked against the schema)."""
-        spec = self.table.spec
+        spec = self.spec
         if self.columns is None:
             return list(spec.schema.names)
         unknown = [c for c in self.columns if c not in spec.schema.names]
@@ -107,13 +117,13 @@ class Scan:
     @property
     def schema(self) -> pa.Schema:
         """The Arrow schema of the scan's output."""
-        spec = self.table.spec
+        spec = self.spec
         return pa.schema([spec.schema.field(c) for c in self.output_columns])
 
     def _parts(self) -> FilterParts:
         parts = self.__dict__.get("_filter_parts")
         if parts is None:  # parsed and bound once per scan (long IN lists cost real time)
-            parts = split_filter(self.table.spec, self.filter)
+            parts = split_filter(self.spec, self.filter)
             object.__setattr__(self, "_filter_parts", parts)
         return cast(FilterParts, parts)
 
@@ -123,7 +133,7 @@ class Scan:
     def _plan(self, explain: Explain) -> tuple[list[Split], ReadOptions]:
         parts = self._parts()
         files = self.table.files_at(self.version)
-        splits = plan_splits(self.table.spec, files, parts, explain)
+        splits = plan_splits(self.spec, files, parts, explain)
         explain.pre_merge_filter = E.render(parts.pre, max_values=EXPLAIN_VALUES)
         explain.post_merge_filter = E.render(parts.post, max_values=EXPLAIN_VALUES)
         lookup = parts.key_points is not None and len(parts.key_points) <= LOOKUP_MAX_KEYS
@@ -137,8 +147,8 @@ class Scan:
             self.window_bytes or self.table.window_bytes,
             whole,
         )
-        warm_filter_caches(parts.pre, self.table.spec.schema)
-        warm_filter_caches(parts.post, self.table.spec.schema)
+        warm_filter_caches(parts.pre, self.spec.schema)
+        warm_filter_caches(parts.post, self.spec.schema)
         return splits, opts
 
     def plan(self) -> list[Split]:
@@ -150,7 +160,7 @@ class Scan:
         ex = Explain(self.version)
         splits, opts = self._plan(ex)
         for s in splits:
-            SplitReader(self.table.storage, self.table.spec, s, opts, ex)
+            SplitReader(self.table.storage, self.spec, s, opts, ex)
         if isinstance(E.to_expr(self.filter), E.ArrowPredicate):
             ex.notes.append(
                 "a pyarrow expression filter is opaque: it runs after the merge and prunes nothing"
@@ -164,14 +174,14 @@ class Scan:
         if not storage.portable:
             raise InvalidInput("scan tasks need a warehouse URI; this catalog was opened with filesystem=")
         options = tuple(sorted(storage.storage_options.items()))
-        spec_json = self.table.spec.to_json()
+        spec_json = self.spec.to_json()
         return [ScanTask(storage.uri, options, spec_json, s, opts) for s in splits]
 
     def split_tables(self, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], pa.Table]:
         """Merged rows of the splits named by (partition JSON, bucket), read concurrently; others are not read."""
         splits, opts = self._plan(Explain(self.version))
         chosen = [s for s in splits if (partition_json(dict(s.partition)), s.bucket) in wanted]
-        storage, spec, schema = self.table.storage, self.table.spec, self.schema
+        storage, spec, schema = self.table.storage, self.spec, self.schema
 
         def read(split: Split) -> pa.Table:
             batches = SplitReader(storage, spec, split, opts).batches()
@@ -185,7 +195,7 @@ class Scan:
     def read_split(self, split: Split) -> Iterator[pa.RecordBatch]:
         """Merged batches of one split (for engines that distribute splits)."""
         _, opts = self._plan(Explain(self.version))
-        yield from SplitReader(self.table.storage, self.table.spec, split, opts).batches()
+        yield from SplitReader(self.table.storage, self.spec, split, opts).batches()
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Merged record batches, streamed with bounded memory (splits read concurrently)."""
@@ -194,7 +204,7 @@ class Scan:
     def _stream(self, release_memory: bool) -> Iterator[pa.RecordBatch]:
         splits, opts = self._plan(Explain(self.version))
         opts = replace(opts, release_memory=release_memory)
-        storage, spec = self.table.storage, self.table.spec
+        storage, spec = self.table.storage, self.spec
         parallel = self.parallel or max(2, min(4, os.cpu_count() or 2))
         return stream_splits(
             lambda s: SplitReader(storage, spec, s, opts), splits, parallel, queue_size=self.queue_batches
