@@ -115,6 +115,14 @@ def test_sums_of_one_transaction_are_checked_together(local_cat: mere.Catalog) -
         tx.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**62]}))
         tx.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**61]}))
     assert _state(t) == {1: ("a", 2**62 + 2**61)}
+    with t.transaction() as tx:  # a delete by predicate restarts the keys it deletes, for the checks too
+        tx.delete("qty > 10")
+        tx.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**62]}))
+        tx.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**61]}))
+    assert _state(t) == {1: ("a", 2**62 + 2**61)}
+    with pytest.raises(errors.SumOverflow), t.transaction() as tx:
+        tx.delete("qty < 0")  # deletes nothing: the key keeps its sum
+        tx.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**62]}))
     with pytest.raises(errors.InvalidInput, match="separately"), t.transaction() as tx:
         tx.overwrite(pa.table({"id": [1], "day": ["a"], "qty": [1]}))
         tx.upsert(pa.table({"id": [1], "day": ["a"], "qty": [1]}))
@@ -238,3 +246,26 @@ def test_transactions_match_a_dict_model(local_cat: mere.Catalog, transactions: 
     assert t.version == len(transactions)
     referenced = {p for v in range(t.version + 1) for p in t.inspect.files(v).column("path").to_pylist()}
     assert _files_on_disk(t) <= referenced, "a transaction left files no version references"
+
+
+def test_checks_follow_a_delete_evaluated_again_after_a_race(
+    local_cat: mere.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race makes key 1 no longer match the delete: the upsert then adds to its sum and must be refused."""
+    t = _orders(local_cat, merge_operators={"qty": "sum"})
+    t.upsert(pa.table({"id": [1], "day": ["a"], "qty": [100]}))
+    other = local_cat.table("s.orders")
+    original = Transaction._read_markers
+    raced: list[Any] = []
+
+    def racing(self: Transaction, keys: pa.Table) -> Any:
+        if not raced:
+            raced.append(other.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**62 - 100]})))
+        return original(self, keys)
+
+    monkeypatch.setattr(Transaction, "_read_markers", racing)
+    with pytest.raises(errors.SumOverflow), t.transaction() as tx:
+        tx.delete("qty > 10 and qty < 1000")
+        tx.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**62]}))
+    monkeypatch.undo()
+    assert raced and _state(t) == {1: ("a", 2**62)}  # readable, unchanged by the refused transaction

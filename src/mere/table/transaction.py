@@ -203,11 +203,10 @@ class Transaction:
         t = self._open()
         self._state = "committing"
         try:
-            if self._needed_checks() is not None and any(c.replaces or c.redo for c in self.changes):
+            if self._needed_checks() is not None and any(c.replaces for c in self.changes):
                 raise InvalidInput(
-                    f"{t.name}: overwrites and deletes that read the table cannot share a "
-                    "transaction with upserts that need checks (NOT NULL partial rows, integer "
-                    "sums): commit them separately"
+                    f"{t.name}: overwrites and copy-on-write deletes cannot share a transaction with "
+                    "upserts that need checks (NOT NULL partial rows, integer sums): commit them separately"
                 )
             if self.idempotency_key is not None:
                 prior = t.find_commit(self.idempotency_key)
@@ -357,6 +356,8 @@ class Transaction:
     def _redo(self, change: Change) -> Change:
         if change.redo is None:
             return change
+        if self.checks is not None:
+            self.checks.forget(change)
         self.table._discard(change.files)
         change.files = []
         fresh = change.redo(self.read_version)
@@ -396,7 +397,9 @@ class Transaction:
         return self._read_markers(keys)
 
     def _read_markers(self, keys: pa.Table) -> Change:
-        change = self._markers(keys, observe=False)
+        # The keys were read at the transaction's version: the checks see their deletes before every write
+        # of the transaction (reading changes come first, and deletes commute with one another).
+        change = marker_change(self.table, keys, self._checks(), first=True)
         change.validate = self._reading(change.files)
         return change
 
@@ -468,16 +471,17 @@ class Transaction:
         )
 
 
-def marker_change(t: Table, keys: pa.Table, checks: WriteChecks | None = None) -> Change:
+def marker_change(t: Table, keys: pa.Table, checks: WriteChecks | None = None, first: bool = False) -> Change:
     """Delete markers for these keys, written; ``checks`` take note of them (later upserts start afresh)."""
     keys, _ = conform(keys, _key_only_spec(t.spec), partial_ok=True, identifier=t.name)
     ops = np.full(keys.num_rows, OP_DELETE, dtype=np.int8)
     prepared = prepare(t.spec, keys, ops)
-    if checks is not None:
-        checks.observe(prepared)
     files = t._write_files(prepared)
     rows = sum(f.row_count for f in files)
-    return Change("delete", files, rows, {"deleted_keys": rows})
+    change = Change("delete", files, rows, {"deleted_keys": rows})
+    if checks is not None:
+        checks.observe(prepared, tag=change, first=first)
+    return change
 
 
 def _lost_race(error: BaseException) -> bool:

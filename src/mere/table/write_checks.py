@@ -70,6 +70,7 @@ class WriteChecks:
     required: list[str] = field(init=False)
     sum_columns: list[str] = field(init=False)
     rows: dict[SplitKey, list[pa.Table]] = field(default_factory=lambda: defaultdict(list))
+    tags: dict[SplitKey, list[Any]] = field(default_factory=lambda: defaultdict(list))  # who observed each
     partial: bool = False  # some row lacks a NOT NULL column
     _reduced: dict[SplitKey, tuple[pa.Table, np.ndarray]] | None = None
 
@@ -91,13 +92,25 @@ class WriteChecks:
 
     # -- collecting -------------------------------------------------------------------------------
 
-    def observe(self, prepared: Sequence[PreparedFile]) -> None:
-        """Take note of prepared (reduced, per-split) rows, in write order."""
+    def observe(self, prepared: Sequence[PreparedFile], tag: Any = None, first: bool = False) -> None:
+        """Take note of prepared (reduced, per-split) rows, in write order (``first``: before all others).
+
+        ``tag`` names the observer, so that :meth:`forget` can take its rows back.
+        """
         if self.required or self.sum_columns:
             for p in prepared:
-                self._observe(
-                    (partition_json(p.partition), p.bucket), p.rows, True if p.content == "delete" else None
-                )
+                full = True if p.content == "delete" else None
+                self._observe((partition_json(p.partition), p.bucket), p.rows, full, tag, first)
+
+    def forget(self, tag: Any) -> None:
+        """Drop the rows observed under ``tag`` (a change evaluated again replaces them)."""
+        for key in list(self.rows):
+            kept = [(r, t) for r, t in zip(self.rows[key], self.tags[key]) if t is not tag]
+            if kept:
+                self.rows[key], self.tags[key] = [r for r, _ in kept], [t for _, t in kept]
+            else:
+                del self.rows[key], self.tags[key]
+        self._reduced = None
 
     def observe_files(self, table: Table, entries: Sequence[FileEntry]) -> None:
         """The same for files another process staged: read only the columns the checks need."""
@@ -117,14 +130,18 @@ class WriteChecks:
             full = e.content == "delete" or all(has(e, c) for c in self.required)
             self._observe((e.partition, e.bucket), rows, full)
 
-    def _observe(self, key: SplitKey, rows: pa.Table, full: bool | None = None) -> None:
+    def _observe(
+        self, key: SplitKey, rows: pa.Table, full: bool | None = None, tag: Any = None, first: bool = False
+    ) -> None:
         if full is None:
             full = OP_COLUMN in rows.column_names and all(c in rows.column_names for c in self.required)
         self.partial |= not full
         pk = list(self.spec.primary_key)
         keep = rows.select([*pk, OP_COLUMN, *(c for c in self.sum_columns if c in rows.column_names)])
         flag = pa.array(np.ones(rows.num_rows, dtype=bool)) if full else pa.nulls(rows.num_rows, pa.bool_())
-        self.rows[key].append(keep.append_column(_FULL, flag))
+        at = 0 if first else len(self.rows[key])
+        self.rows[key].insert(at, keep.append_column(_FULL, flag))
+        self.tags[key].insert(at, tag)
         self._reduced = None
 
     def _net(self) -> dict[SplitKey, tuple[pa.Table, np.ndarray]]:
