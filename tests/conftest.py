@@ -23,6 +23,13 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+settings.register_profile(  # make test-fast: the developer loop
+    "fast",
+    max_examples=5,
+    stateful_step_count=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.register_profile(
     "thorough",
     max_examples=200,
@@ -60,3 +67,22 @@ def cat(catalog_url: str, tmp_path: Path) -> mere.Catalog:
 def local_cat(tmp_path: Path) -> mere.Catalog:
     """The embedded default: SQLite catalog inside a local warehouse."""
     return mere.connect(str(tmp_path / "warehouse"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under the ``fast`` profile, tests that fix their own example counts get the profile's smaller ones."""
+    if os.environ.get("HYPOTHESIS_PROFILE") != "fast":
+        return
+    fast = settings.get_profile("fast")
+    for item in items:
+        target = getattr(item, "obj", None)
+        owner = getattr(item, "cls", None)
+        for holder, attr in ((target, "_hypothesis_internal_use_settings"), (owner, "settings")):
+            own = getattr(holder, attr, None) if holder is not None else None
+            if isinstance(own, settings) and own is not fast:
+                capped = settings(
+                    own,
+                    max_examples=min(own.max_examples, fast.max_examples),
+                    stateful_step_count=min(own.stateful_step_count, fast.stateful_step_count),
+                )
+                setattr(holder, attr, capped)
