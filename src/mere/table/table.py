@@ -29,7 +29,7 @@ from mere.spec import TableSpec
 from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.scan import Scan, ScanTask, normalise_columns
 from mere.table.transaction import Change, Transaction, marker_change
-from mere.table.write_checks import WriteChecks
+from mere.table.write_checks import WriteChecks, split_label
 from mere.write.writer import (
     CHUNK_BYTES,
     PreparedFile,
@@ -302,7 +302,7 @@ class Table:
 
     def _rows_unchanged(self, entries: Sequence[FileEntry]) -> Callable[[ConcurrentChanges], None]:
         """A commit check for writes that depend on rows read: no concurrent change to the same buckets."""
-        mine = {_split_id(e.partition, e.bucket) for e in entries}
+        mine = {split_label((e.partition, e.bucket)) for e in entries}
 
         def validate(changes: ConcurrentChanges) -> None:
             for c in changes.commits:
@@ -673,10 +673,6 @@ class Inspect:
                 "summary": [json.dumps(dict(h.summary), sort_keys=True) for h in history],
             }
         )
-
-
-def _split_id(partition: str, bucket: int) -> str:
-    return f"{partition}#{bucket}"
 
 
 def _partition_string(spec: TableSpec, column: str, value: Any) -> str | None:

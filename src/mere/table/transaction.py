@@ -38,7 +38,7 @@ from mere.metadata import CommitResult, ConcurrentChanges, FileEntry
 from mere.read.planner import split_filter
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import OP_DELETE, TableSpec, validate_properties
-from mere.table.write_checks import WriteChecks
+from mere.table.write_checks import WriteChecks, split_label
 from mere.write.writer import PreparedFile, conform, prepare
 
 if TYPE_CHECKING:
@@ -280,7 +280,7 @@ class Transaction:
             "rows": sum(c.rows for c in self.changes),
             "added_bytes": sum(f.size_bytes for f in add),
             "partitions": None if partitions is None else sorted(partitions),
-            "splits": sorted({f"{f.partition}#{f.bucket}" for f in add}),
+            "splits": sorted({split_label((f.partition, f.bucket)) for f in add}),
             **extra,
         }
         if len(self.changes) > 1 or (self.changes and spec is not None):
