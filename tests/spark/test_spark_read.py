@@ -129,9 +129,13 @@ def test_splits_partitions_time_travel_and_filter_option(spark: SparkSession, wh
     before_delete = dt.datetime.now(UTC)
     t.delete("id = 6")
 
-    df = read(spark, wh, "sales.orders")
+    df = read(spark, wh, "sales.orders", max_partition_bytes="4m")  # = the open cost: one split per task
     assert df.rdd.getNumPartitions() == len(t.scan().plan()) == 8  # 2 partitions x 4 buckets
     assert df.count() == 39
+    # By default small splits share Spark partitions (each split counts 4 MiB of opening cost).
+    grouped = read(spark, wh, "sales.orders", min_partitions=2)
+    assert grouped.rdd.getNumPartitions() == 3 and grouped.count() == 39
+    assert read(spark, wh, "sales.orders", open_cost_bytes="1k", min_partitions=1).rdd.getNumPartitions() == 1
     assert read(spark, wh, "sales.orders", version=v1).groupBy().sum("qty").collect()[0][0] == 40
     assert read(spark, wh, "sales.orders", versionAsOf=v1).count() == 40
     assert read(spark, wh, "sales.orders", as_of=before_delete.isoformat()).count() == 40
@@ -149,7 +153,10 @@ def test_splits_partitions_time_travel_and_filter_option(spark: SparkSession, wh
         4,
         7,
     ]
-    assert read(spark, wh, "sales.orders", filter="day = 'd2'").rdd.getNumPartitions() == 4
+    assert (
+        read(spark, wh, "sales.orders", filter="day = 'd2'", max_partition_bytes="4m").rdd.getNumPartitions()
+        == 4
+    )
 
     # Projection: the columns option, or a user schema naming a subset.
     assert read(spark, wh, "sales.orders", columns="qty,id").columns == ["qty", "id"]

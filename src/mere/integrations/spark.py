@@ -76,9 +76,10 @@ from mere import expr as E
 from mere.errors import InvalidInput, MereError, NoSuchNamespace, NoSuchTable, NotInstalled
 from mere.metadata import CommitResult, FileEntry
 from mere.read.planner import Split
+from mere.read.reader import stored_rows_are_merged
 from mere.spec import TableSpec
 from mere.table.compaction import CompactionTask
-from mere.table.scan import ScanTask
+from mere.table.scan import OPEN_COST_BYTES, TASK_BYTES, ScanTask, group_tasks
 from mere.table.table import StagedWrite, Table
 
 _INSTALL_HINT = "pip install 'mere[spark]' (PySpark >= 4.1 and a Java 17+ runtime)"
@@ -154,7 +155,19 @@ def _options(options: Mapping[str, str]) -> dict[str, str]:
 
 
 LOCATION_OPTIONS = ("warehouse", "catalog", "table", "path")
-READ_OPTIONS = ("version", "versionasof", "as_of", "timestampasof", "filter", "columns", "pushdown")
+READ_OPTIONS = (
+    "version",
+    "versionasof",
+    "as_of",
+    "timestampasof",
+    "filter",
+    "columns",
+    "pushdown",
+    "merged_only",
+    "max_partition_bytes",
+    "open_cost_bytes",
+    "min_partitions",
+)
 CREATE_OPTIONS = ("primary_key", "partition_by", "buckets", "cdc_column", "merge_operators", "create")
 WRITE_OPTIONS = ("operation", "partition", "idempotency_key", "flush_rows", "query_id", *CREATE_OPTIONS)
 SPARK_OPTIONS = ("checkpointlocation", "paths")  # set by Spark itself for some reads and streams
@@ -181,8 +194,8 @@ class TableRef:
 
     name: str
     warehouse: str
-    catalog: str | None = None
-    storage_options: tuple[tuple[str, str], ...] = ()
+    catalog: str | None = field(default=None, repr=False)  # a URL may hold a password
+    storage_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # may hold secrets
 
     @staticmethod
     def from_options(options: Mapping[str, str]) -> TableRef:
@@ -272,6 +285,15 @@ def _int_option(name: str, value: str | None) -> int | None:
     return n
 
 
+def _bool_option(name: str, value: str | None, default: bool = False) -> bool:
+    text = (value or "").strip().lower()
+    if not text:
+        return default
+    if text not in ("true", "false"):
+        raise InvalidInput(f"option {name!r} must be true or false, got {value!r}")
+    return text == "true"
+
+
 def _json_object(name: str, value: str | None) -> dict[str, Any] | None:
     if value is None or not value.strip():
         return None
@@ -333,16 +355,77 @@ def _conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
 
 
 class SplitPartition(InputPartition):
-    """One split (range partition x bucket): the files a task merges on its own."""
+    """One Spark task's share of a scan: small splits packed together, or key-range windows of a big one.
+    Each scan task merges on its own; they are read one after another."""
 
-    def __init__(self, index: int, task: ScanTask) -> None:
+    def __init__(self, index: int, tasks: Sequence[ScanTask]) -> None:
         super().__init__(index)
         self.index = index
-        self.task = task
+        self.tasks = tuple(tasks)
 
     @property
-    def split(self) -> Split:
-        return self.task.split
+    def splits(self) -> list[Split]:
+        """The splits this partition reads (a divided split appears once per window)."""
+        return [t.split for t in self.tasks]
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes this partition reads, about."""
+        return sum(t.size_bytes for t in self.tasks)
+
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1 << 30,
+}
+
+
+def _size_option(name: str, value: str | None, minimum: int = 1) -> int | None:
+    """A byte size option: an integer, or Spark-style ``128m`` / ``1g`` / ``64kb``."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip().lower()
+    digits = text.rstrip("bkmg")
+    unit = text[len(digits) :]
+    if not digits.isdigit() or unit not in _SIZE_UNITS or int(digits) * _SIZE_UNITS[unit] < minimum:
+        raise InvalidInput(
+            f"option {name!r} must be a byte size of at least {minimum} (e.g. 134217728, 128m, 1g), got {value!r}"
+        )
+    return int(digits) * _SIZE_UNITS[unit]
+
+
+@dataclass(frozen=True)
+class PartitionSizing:
+    """How a read is cut into Spark tasks (see :func:`mere.table.scan.group_tasks`)."""
+
+    max_bytes: int = TASK_BYTES
+    open_cost: int = OPEN_COST_BYTES
+    min_partitions: int = 1
+
+    @staticmethod
+    def from_options(opts: Mapping[str, str]) -> PartitionSizing:
+        """Options ``max_partition_bytes``, ``open_cost_bytes`` and ``min_partitions``; the defaults are
+        Spark's (128 MiB, 4 MiB) and the planning machine's core count (``read_table`` passes the session's
+        own ``spark.sql.files.*`` settings and ``defaultParallelism``)."""
+        open_cost = _size_option("open_cost_bytes", opts.get("open_cost_bytes"), minimum=0)
+        return PartitionSizing(
+            _size_option("max_partition_bytes", opts.get("max_partition_bytes")) or TASK_BYTES,
+            OPEN_COST_BYTES if open_cost is None else open_cost,
+            _int_option("min_partitions", opts.get("min_partitions")) or _cores(),
+        )
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _as_of(value: str | None) -> Any:
@@ -375,8 +458,15 @@ class MereReader(DataSourceReader):
         self.requested_version = _version(opts.get("version", opts.get("versionasof")))
         self.as_of = _as_of(opts.get("as_of", opts.get("timestampasof")))
         self.target = _arrow_target(schema)
+        self.sizing = PartitionSizing.from_options(opts)
+        self.merged_only = _bool_option("merged_only", opts.get("merged_only"))
         self.pushed: list[E.Expr] = []
         self._plan()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark ships the reader to every task with its read function: the plan stays on the driver
+        # (it grows with the table and would be sent, whole, once per task).
+        return {k: v for k, v in self.__dict__.items() if k != "tasks"}
 
     def _plan(self) -> None:
         table = self.ref.open()
@@ -385,17 +475,24 @@ class MereReader(DataSourceReader):
             filt = e if filt is None else E.to_expr(filt) & e
         scan = table.scan(columns=self.columns, filter=filt, version=self.requested_version, as_of=self.as_of)
         self.version = scan.version
-        self.tasks = scan.tasks()
+        tasks = scan.tasks()
+        if self.merged_only:  # read_table() reads the other splits with Spark's own Parquet reader
+            tasks = [t for t in tasks if not stored_rows_are_merged(table.storage, scan.spec, t.split)]
+        self.tasks = tasks
 
     def partitions(self) -> list[InputPartition]:
-        return [SplitPartition(i, t) for i, t in enumerate(self.tasks)]
+        groups = group_tasks(
+            self.tasks, self.sizing.max_bytes, self.sizing.open_cost, self.sizing.min_partitions
+        )
+        return [SplitPartition(i, g) for i, g in enumerate(groups)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SplitPartition):
             return  # Spark's placeholder partition of an empty table
-        for batch in partition.task.read():
-            if batch.num_rows:
-                yield _conform_batch(batch, self.target)
+        for task in partition.tasks:
+            for batch in task.read():
+                if batch.num_rows:
+                    yield _conform_batch(batch, self.target)
 
 
 _PUSHABLE_VALUE_TYPES = (int, str, bytes, bool)
@@ -808,6 +905,7 @@ def compact(
     target = ref.open()
     if not target.storage.portable:
         raise InvalidInput(f"{table}: Spark compaction needs a warehouse URI its workers can open")
+    check_workers(spark)
 
     def run(tasks: Sequence[CompactionTask]) -> list[list[FileEntry]]:
         rdd = spark.sparkContext.parallelize(list(tasks), max(1, len(tasks)))
@@ -817,6 +915,236 @@ def compact(
     return target.compact(min_files, partition, run=run)
 
 
-def register(spark: Any) -> None:
-    """Register the data source explicitly (auto-discovery through ``pyspark_mere`` usually does it)."""
+def register(spark: Any, *, check: bool = True) -> None:
+    """Register the data source explicitly (auto-discovery through ``pyspark_mere`` usually does it).
+
+    With ``check`` (the default) it first makes sure Spark's Python workers can import mere
+    (:func:`check_workers`: one tiny task per session), so that a worker interpreter without mere is one
+    clear :class:`~mere.errors.NotInstalled` here, not a Java stack trace at the first query.
+    """
+    if check:
+        check_workers(spark)
     spark.dataSource.register(MereDataSource)
+    _registered_sessions.add(spark.sparkContext.applicationId)
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers and the native route
+
+
+WORKERS_HINT = (
+    "Spark's Python workers must run an interpreter where mere is installed: set PYSPARK_PYTHON (and "
+    "PYSPARK_DRIVER_PYTHON) to it before the session starts, e.g. PYSPARK_PYTHON=$(which python) in the "
+    "activated virtual environment, or the spark.pyspark.python setting."
+)
+_checked_sessions: set[str] = set()
+_registered_sessions: set[str] = set()
+
+
+def check_workers(spark: Any) -> None:
+    """Fail with one clear sentence if Spark's Python workers cannot import mere (or pyarrow).
+
+    Runs one tiny Spark task per session (remembered), whose function travels by value so that it runs
+    even where mere is missing. Called by :func:`register` and :func:`read_table`.
+    """
+    app = spark.sparkContext.applicationId
+    if app in _checked_sessions:
+        return
+
+    def probe(_: Any) -> str | None:  # nested: cloudpickle sends it by value, not as a reference to mere
+        import sys as worker_sys
+
+        try:
+            import pyarrow  # noqa: F401
+
+            import mere as worker_mere  # noqa: F401
+        except ImportError as e:
+            return f"{worker_sys.executable} ({e})"
+        return None
+
+    try:
+        problem = spark.sparkContext.parallelize([0], 1).map(probe).collect()[0]
+    except Exception as e:  # the worker could not even start (wrong or missing interpreter)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise NotInstalled(f"Spark could not run a Python worker ({first[:300]}). {WORKERS_HINT}") from None
+    if problem is not None:
+        raise NotInstalled(f"Spark's Python workers run {problem}, which cannot import mere. {WORKERS_HINT}")
+    _checked_sessions.add(app)
+
+
+_NATIVE_LEAVES = (
+    pa.types.is_boolean,
+    pa.types.is_signed_integer,
+    pa.types.is_floating,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_binary,
+    pa.types.is_large_binary,
+    pa.types.is_date32,
+    pa.types.is_decimal128,
+)
+
+
+def native_type(t: pa.DataType) -> bool:
+    """Whether Spark's Parquet reader returns this mere column exactly as the mere data source does:
+    unsigned integers (read as wider or decimal types), nanosecond timestamps and float16 are not."""
+    if pa.types.is_float16(t):
+        return False
+    if any(check(t) for check in _NATIVE_LEAVES):
+        return True
+    if pa.types.is_timestamp(t):
+        return t.unit in ("ms", "us")
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return native_type(t.value_type)
+    if pa.types.is_struct(t):
+        return all(native_type(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return native_type(t.key_type) and native_type(t.item_type)
+    return False
+
+
+def _column(name: str) -> Any:
+    """A Spark column reference for any name (dots and backticks quoted)."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+_SPARK_OPS = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}
+
+
+def _spark_literal_ok(value: Any, column_type: pa.DataType) -> bool:
+    import datetime as dt
+    from decimal import Decimal
+
+    if pa.types.is_floating(column_type) or pa.types.is_timestamp(column_type):
+        return False  # NaN ordering and time zones: leave those to the merged route
+    return value is None or (
+        isinstance(value, (bool, int, str, bytes, Decimal, dt.date)) and not isinstance(value, dt.datetime)
+    )
+
+
+def spark_filter(expr: E.Expr, schema: pa.Schema) -> Any | None:
+    """A bound mere filter as a Spark Column with the same result on every row, or None when some part
+    has no exact Spark equivalent (float or timestamp literals, pyarrow expressions)."""
+    from pyspark.sql import functions as F
+
+    col = _column
+
+    def go(e: E.Expr) -> Any | None:
+        if isinstance(e, E.AlwaysTrue):
+            return F.lit(True)
+        if isinstance(e, (E.And, E.Or)):
+            left, right = go(e.left), go(e.right)
+            if left is None or right is None:
+                return None
+            return (left & right) if isinstance(e, E.And) else (left | right)
+        if isinstance(e, E.Not):
+            inner = go(e.operand)
+            return None if inner is None else ~inner
+        if isinstance(e, E.IsNull):
+            return col(e.column).isNotNull() if e.negated else col(e.column).isNull()
+        if isinstance(e, E.Compare):
+            if not _spark_literal_ok(e.value, schema.field(e.column).type):
+                return None
+            return getattr(col(e.column), _SPARK_OPS[e.op])(F.lit(e.value))
+        if isinstance(e, E.In):
+            kind = schema.field(e.column).type
+            if not all(_spark_literal_ok(v, kind) for v in e.values):
+                return None
+            if not e.values:
+                return F.lit(e.negated)  # x IN () is false, NOT IN () true, NULL or not
+            test = col(e.column).isin([F.lit(v) for v in e.values])
+            return ~test if e.negated else test
+        return None
+
+    return go(expr)
+
+
+def _spark_path(uri: str) -> str:
+    """A file URI for Spark's reader: glob characters escaped (Spark globs every path it is given)."""
+    return "".join("\\" + ch if ch in "*?[]{}\\" else ch for ch in uri)
+
+
+def read_table(
+    spark: Any,
+    table: str,
+    *,
+    warehouse: str | None = None,
+    catalog: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    columns: Sequence[str] | None = None,
+    filter: str | E.Expr | None = None,
+    version: int | None = None,
+    as_of: Any = None,
+    native: bool | None = None,
+    options: Mapping[str, str] | None = None,
+) -> Any:
+    """A Spark DataFrame of a mere table in which splits with nothing to merge are read by Spark's own
+    vectorised Parquet reader, and the others are merged by mere's data source: one snapshot, one schema.
+
+    A split needs no merge when its stored rows already are its merged rows (see
+    :func:`mere.read.reader.stored_rows_are_merged`): a compacted split, or one written by a single upsert
+    without deletes; every file of a table without key. After :func:`compact`, the whole table is read
+    natively. Both parts read the same version (pinned here), and Spark's own filters may prune the native
+    part freely (its rows need no merge). ``filter`` is mere's filter language, evaluated by mere for the
+    merged part and translated exactly for the native part (or, where it cannot be, such as float or
+    timestamp literals, every split goes through mere). ``native`` = None uses the route for local
+    warehouses; True also for object stores, whose files Spark then reads as ``s3a://`` (the session
+    needs hadoop-aws and credentials configured); False never. Columns of types Spark's Parquet reader
+    returns differently (unsigned integers, nanosecond timestamps) turn the route off. ``options`` are
+    passed to the mere data source (``max_partition_bytes``, ``storage.<key>``, ...).
+    """
+    register(spark)  # the registered source runs in the interpreter check_workers tests
+    given: dict[str, str] = {"table": table}
+    if warehouse is not None:
+        given["warehouse"] = warehouse
+    if catalog is not None:
+        given["catalog"] = catalog
+    given.update({f"storage.{k}": str(v) for k, v in (storage_options or {}).items()})
+    given.update({str(k): str(v) for k, v in (options or {}).items()})
+    check_options(given)
+    given = _options(given)
+    ref = TableRef.from_options(given)
+    t = ref.open()
+    scan = t.scan(columns=columns, filter=filter, version=version, as_of=as_of)
+    target = spark_schema(scan.schema)
+    conf = spark.conf
+    given.setdefault("max_partition_bytes", str(conf.get("spark.sql.files.maxPartitionBytes", "128m")))
+    given.setdefault("open_cost_bytes", str(conf.get("spark.sql.files.openCostInBytes", "4m")))
+    given.setdefault("min_partitions", str(spark.sparkContext.defaultParallelism))
+    given["version"] = str(scan.version)
+    given.pop("versionasof", None)
+    given.pop("as_of", None)
+    given.pop("timestampasof", None)
+    given.pop("columns", None)
+    if filter is not None:
+        given["filter"] = E.render(E.to_expr(filter)) if isinstance(filter, E.Expr) else str(filter)
+
+    def merged(only: bool) -> Any:
+        reader = spark.read.format("mere").schema(target).options(**given)
+        return reader.option("merged_only", "true" if only else "false").load()
+
+    use_native = t.storage.is_local if native is None else native
+    if not use_native or not all(native_type(f.type) for f in t.spec.schema):
+        return merged(only=False)
+    condition = None
+    if filter is not None:
+        condition = spark_filter(E.bind(E.to_expr(filter), t.spec.schema), t.spec.schema)
+        if condition is None:
+            return merged(only=False)
+    splits = scan.plan()
+    clean = [s for s in splits if stored_rows_are_merged(t.storage, scan.spec, s)]
+    if not clean:
+        return merged(only=False)
+    uris = [t.storage.file_uri(f.path) for s in clean for f in s.files]
+    if not t.storage.is_local:
+        uris = ["s3a://" + u.split("://", 1)[1] if u.startswith("s3://") else u for u in uris]
+    full = spark_schema(t.spec.schema)
+    native_df = spark.read.schema(full).parquet(*[_spark_path(u) for u in uris])
+    if condition is not None:
+        native_df = native_df.where(condition)
+    native_df = native_df.select(*[_column(c) for c in target.fieldNames()])
+    if len(clean) == len(splits):
+        return native_df
+    return native_df.unionByName(merged(only=True))

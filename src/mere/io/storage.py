@@ -305,6 +305,14 @@ class Storage:
     def full_path(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
 
+    def file_uri(self, rel: str) -> str:
+        """Where another engine finds the file: ``file:///abs/path`` locally, ``s3://bucket/key`` on S3
+        (engines that need ``s3a://`` map the scheme). Not percent-encoded, as Hadoop paths expect."""
+        if self.is_local:
+            return "file://" + self.full_path(rel)
+        scheme = urlparse(self.uri).scheme or "s3"
+        return f"{'s3' if scheme == 's3a' else scheme}://{self.full_path(rel)}"
+
     def makedirs(self, rel: str) -> None:
         if self.is_local:
             os.makedirs(self.full_path(rel), exist_ok=True)

@@ -523,6 +523,34 @@ class SplitReader:
         return merged if keep.all() else merged.filter(pa.array(keep))
 
 
+def stored_rows_are_merged(storage: Storage, spec: TableSpec, split: Split) -> bool:
+    """Whether the split's stored rows, as they are, are its merged rows: nothing to merge or drop.
+
+    True for a table without key whose files all hold every column, and for a keyed split of one data
+    file holding every column and, by its footer statistics, no delete rows (a compacted split, or one
+    written by a single upsert). Each key appears once in such a file and its value folds into an empty
+    state, which every merge operator leaves as it is. Engines may then read the file with their own
+    Parquet reader (ignoring the ``_mere_op`` column); only the footer is fetched here.
+    """
+    files = split.files
+    if not files or any(f.content != "data" or f.columns is not None for f in files):
+        return False
+    if not spec.has_primary_key:
+        return True
+    if len(files) != 1:
+        return False
+    md = storage.metadata(files[0].path, files[0].size_bytes or None)
+    leaves = storage.column_leaves(files[0].path, files[0].size_bytes or None)
+    if OP_COLUMN not in leaves:
+        return False
+    index = leaves[OP_COLUMN][0]
+    for i in range(md.num_row_groups):
+        st = md.row_group(i).column(index).statistics
+        if st is None or not st.has_min_max or st.min <= OP_DELETE <= st.max:
+            return False
+    return True
+
+
 def _ops(table: pa.Table) -> np.ndarray:
     if OP_COLUMN not in table.column_names:
         return np.zeros(table.num_rows, dtype=np.int8)

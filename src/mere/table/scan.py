@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -15,7 +16,7 @@ from mere import expr as E
 from mere.errors import InvalidInput, SchemaMismatch
 from mere.io import Storage
 from mere.metadata import Snapshot
-from mere.read.planner import Explain, FilterParts, Split, plan_splits, split_filter
+from mere.read.planner import Explain, FilterParts, Split, plan_splits, row_group_stats, split_filter
 from mere.read.reader import LOOKUP_MAX_KEYS, ReadOptions, SplitReader, stream_splits, warm_filter_caches
 from mere.spec import TableSpec
 from mere.write.writer import partition_json
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 
 EXPLAIN_VALUES = 10  # IN-list values explain() shows before "... and N more"
+TASK_BYTES = 128 << 20  # default bytes per engine task (Spark's spark.sql.files.maxPartitionBytes)
+OPEN_COST_BYTES = 4 << 20  # what starting one more split costs, in bytes (Spark's openCostInBytes)
 
 _storages: dict[tuple[str, tuple[tuple[str, str], ...]], Storage] = {}
 _storages_lock = threading.Lock()
@@ -51,18 +54,109 @@ class ScanTask:
     spec_json: str = field(repr=False)
     split: Split
     options: ReadOptions
+    size_hint: int | None = None  # bytes of a key-range window's row groups (see divide)
 
     @property
     def size_bytes(self) -> int:
-        """Bytes of the split's files (for sizing engine tasks)."""
-        return self.split.size_bytes
+        """Bytes this task reads, about (for sizing engine tasks)."""
+        return self.split.size_bytes if self.size_hint is None else self.size_hint
 
     def read(self) -> Iterator[pa.RecordBatch]:
         """The split's merged rows, streamed."""
         storage = storage_for(self.warehouse, self.storage_options)
-        yield from SplitReader(
-            storage, TableSpec.from_json(self.spec_json), self.split, self.options
-        ).batches()
+        yield from SplitReader(storage, _spec(self.spec_json), self.split, self.options).batches()
+
+    def divide(self, max_bytes: int) -> list[ScanTask]:
+        """This task as key-range windows of about ``max_bytes`` each, for several workers to merge apart.
+
+        Every version of a key shares its first key column, so a window ``lo <= key0 < hi`` merges on its
+        own. Windows are cut at row-group boundaries from the files' footer statistics (fetched here);
+        a split that fits, a first key column other than integers, strings and dates or files without
+        statistics give back ``[self]``.
+        """
+        spec = _spec(self.spec_json)
+        if not spec.primary_key or self.size_bytes <= max_bytes or len(self.split.files) == 0:
+            return [self]
+        key = spec.primary_key[0]
+        kind = spec.schema.field(key).type
+        if not (
+            pa.types.is_integer(kind)
+            or pa.types.is_string(kind)
+            or pa.types.is_large_string(kind)
+            or pa.types.is_date(kind)
+        ):
+            return [self]
+        storage = storage_for(self.warehouse, self.storage_options)
+        starts: list[tuple[Any, float]] = []  # (smallest key, bytes) of every row group
+        for f in self.split.files:
+            md = storage.metadata(f.path, f.size_bytes or None)
+            leaves = storage.column_leaves(f.path, f.size_bytes or None)
+            for i in range(md.num_row_groups):
+                st = row_group_stats(md, i, spec.schema, [key], leaves).get(key)
+                if st is None or st.min is None:
+                    return [self]
+                starts.append((st.min, f.size_bytes * md.row_group(i).num_rows / max(1, md.num_rows)))
+        starts.sort(key=lambda s: s[0])
+        bounds: list[Any] = []
+        sizes = [0.0]
+        for low, size in starts:
+            if sizes[-1] >= max_bytes and (not bounds or low > bounds[-1]) and low > starts[0][0]:
+                bounds.append(low)
+                sizes.append(0.0)
+            sizes[-1] += size
+        if not bounds:
+            return [self]
+        edges = [None, *bounds, None]
+        pieces = []
+        for lo, hi, size in zip(edges, edges[1:], sizes):
+            window: E.Expr = self.options.pre
+            if lo is not None:
+                window = window & E.Compare(">=", key, lo)
+            if hi is not None:
+                window = window & E.Compare("<", key, hi)
+            pre = E.bind(window, spec.schema)
+            pieces.append(replace(self, options=replace(self.options, pre=pre), size_hint=int(size)))
+        return pieces
+
+
+@functools.lru_cache(maxsize=64)
+def _spec(spec_json: str) -> TableSpec:
+    return TableSpec.from_json(spec_json)
+
+
+def group_tasks(
+    tasks: Sequence[ScanTask],
+    max_bytes: int = TASK_BYTES,
+    open_cost: int = OPEN_COST_BYTES,
+    min_groups: int = 1,
+) -> list[list[ScanTask]]:
+    """Pack scan tasks into engine tasks of about ``max_bytes`` (Spark's file-partition rule).
+
+    Each task counts its bytes plus ``open_cost``. The target shrinks so that a table big enough gives at
+    least ``min_groups`` groups (one per core), as Spark does for its own files: ``min(max_bytes,
+    max(open_cost, total / min_groups))``. Tasks bigger than the target are first divided into key-range
+    windows (:meth:`ScanTask.divide`); then groups are filled largest first, next fit.
+    """
+    if max_bytes < 1 or open_cost < 0 or min_groups < 1:
+        raise InvalidInput(
+            f"group_tasks: max_bytes and min_groups must be positive and open_cost >= 0, "
+            f"got {max_bytes}, {open_cost}, {min_groups}"
+        )
+    total = sum(t.size_bytes + open_cost for t in tasks)
+    target = min(max_bytes, max(open_cost, total // min_groups))
+    pieces = [p for t in tasks for p in t.divide(target)]
+    pieces.sort(key=lambda t: t.size_bytes, reverse=True)
+    groups: list[list[ScanTask]] = []
+    held = 0
+    for t in pieces:
+        cost = t.size_bytes + open_cost
+        if groups and held + cost <= target:
+            groups[-1].append(t)
+            held += cost
+        else:
+            groups.append([t])
+            held = cost
+    return groups
 
 
 @dataclass(frozen=True)
