@@ -1095,7 +1095,8 @@ def read_table(
     returns differently (unsigned integers, nanosecond timestamps) turn the route off. ``options`` are
     passed to the mere data source (``max_partition_bytes``, ``storage.<key>``, ...).
     """
-    register(spark)  # the registered source runs in the interpreter check_workers tests
+    if spark.sparkContext.applicationId not in _registered_sessions:
+        register(spark)  # the registered source runs in the interpreter check_workers tests
     given: dict[str, str] = {"table": table}
     if warehouse is not None:
         given["warehouse"] = warehouse
