@@ -7,8 +7,11 @@ Reading::
           .option("catalog", "postgresql://u@h/db")        # optional (default: SQLite inside the warehouse)
           .load("sales.orders"))                           # or .option("table", "sales.orders").load()
 
-One Spark input partition per split (range partition x bucket): the merge runs in the executors, each
-task streams merged Arrow record batches cast exactly to the declared Spark schema. Read options:
+Splits (range partition x bucket) become Spark input partitions by bytes, as Spark cuts its own files:
+small splits share a task, big ones are divided into key-range windows (options ``max_partition_bytes``,
+``open_cost_bytes``, ``min_partitions``). The merge runs in the executors; each task streams merged Arrow
+record batches cast exactly to the declared Spark schema. :func:`read_table` also hands the splits that
+need no merge (compacted ones) to Spark's own Parquet reader. Read options:
 ``version`` / ``versionAsOf``, ``as_of`` / ``timestampAsOf`` (ISO timestamp or epoch seconds), ``filter``
 (a mere filter such as ``"day = '2026-11-21' and order_id in (1, 2)"``: pruned and evaluated inside the
 scan, with merge-on-read semantics), ``columns`` (comma-separated projection) and ``storage.<key>`` for
