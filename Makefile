@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck bench bench-spark bench-s3 bench-surface clean
+.PHONY: demo test test-fast lint typecheck bench bench-spark bench-spark-ccf bench-s3 bench-surface clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ bench: $(STAMP)
 
 bench-spark: $(STAMP)
 	$(PY) bench/bench_spark.py
+
+bench-spark-ccf: $(STAMP)
+	$(PY) bench/bench_spark_ccf.py
 
 bench-s3: $(STAMP)
 	$(PY) bench/bench_s3.py

@@ -86,9 +86,12 @@ def test_groups_read_every_merged_row_once(
         (r for g in groups for task in g for b in task.read() for r in b.to_pylist()), key=lambda r: r["k"]
     )
     assert got == want
-    target = min(max_bytes, max(open_cost, sum(t.size_bytes + open_cost for t in scan.tasks()) // min_groups))
-    for g in groups:
-        assert len(g) == 1 or sum(t.size_bytes + open_cost for t in g) <= target
+    total = sum(t.size_bytes + open_cost for t in scan.tasks())
+    wanted = max(min_groups, -(-total // max_bytes)) if scan.tasks() else 0
+    assert len(groups) <= wanted and all(groups)
+    costs = sorted(sum(t.size_bytes + open_cost for t in g) for g in groups)
+    biggest = max((t.size_bytes + open_cost for g in groups for t in g), default=0)
+    assert not costs or costs[-1] - costs[0] <= biggest  # balanced: within one piece of each other
 
 
 def test_divide_cuts_a_big_split_into_windows(tmp_path: Path) -> None:

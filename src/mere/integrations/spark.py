@@ -82,7 +82,7 @@ from mere.read.planner import Split
 from mere.read.reader import stored_rows_are_merged
 from mere.spec import TableSpec
 from mere.table.compaction import CompactionTask
-from mere.table.scan import OPEN_COST_BYTES, TASK_BYTES, ScanTask, group_tasks
+from mere.table.scan import OPEN_COST_BYTES, TASK_BYTES, ScanTask, group_tasks, read_tasks
 from mere.table.table import StagedWrite, Table
 
 _INSTALL_HINT = "pip install 'mere[spark]' (PySpark >= 4.1 and a Java 17+ runtime)"
@@ -492,10 +492,9 @@ class MereReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SplitPartition):
             return  # Spark's placeholder partition of an empty table
-        for task in partition.tasks:
-            for batch in task.read():
-                if batch.num_rows:
-                    yield _conform_batch(batch, self.target)
+        for batch in read_tasks(partition.tasks):
+            if batch.num_rows:
+                yield _conform_batch(batch, self.target)
 
 
 _PUSHABLE_VALUE_TYPES = (int, str, bytes, bool)

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -523,6 +523,9 @@ class SplitReader:
         return merged if keep.all() else merged.filter(pa.array(keep))
 
 
+_Item = TypeVar("_Item")  # what stream_splits opens a reader for: a Split, or a task holding one
+
+
 def stored_rows_are_merged(storage: Storage, spec: TableSpec, split: Split) -> bool:
     """Whether the split's stored rows, as they are, are its merged rows: nothing to merge or drop.
 
@@ -563,8 +566,8 @@ def _take(values: pa.ChunkedArray, order: np.ndarray) -> pa.Array:
 
 
 def stream_splits(
-    make_reader: Callable[[Split], SplitReader],
-    splits: Sequence[Split],
+    make_reader: Callable[[_Item], SplitReader],
+    splits: Sequence[_Item],
     parallel: int,
     queue_size: int = 4,
     splits_ahead: int = SPLITS_AHEAD,
@@ -582,7 +585,7 @@ def stream_splits(
     stop = threading.Event()
     queues: list[queue.Queue[Any]] = [queue.Queue(maxsize=queue_size) for _ in splits]
     opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mere-open")
-    opened: dict[int, Future[SplitReader]] = {}
+    opened: dict[int, Future[SplitReader]] = {}  # splits (or scan tasks) whose readers are open
     open_lock = threading.Lock()
     next_open = [0]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import heapq
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 
 EXPLAIN_VALUES = 10  # IN-list values explain() shows before "... and N more"
-TASK_BYTES = 128 << 20  # default bytes per engine task (Spark's spark.sql.files.maxPartitionBytes)
+TASK_BYTES = 128 << 20  # default most bytes per engine task (Spark's spark.sql.files.maxPartitionBytes)
 OPEN_COST_BYTES = 4 << 20  # what starting one more split costs, in bytes (Spark's openCostInBytes)
 
 _storages: dict[tuple[str, tuple[tuple[str, str], ...]], Storage] = {}
@@ -119,6 +120,20 @@ class ScanTask:
         return pieces
 
 
+def read_tasks(tasks: Sequence[ScanTask], parallel: int = 2, queue_size: int = 2) -> Iterator[pa.RecordBatch]:
+    """Merged batches of several scan tasks (one engine task's share), task by task in order, with up to
+    ``parallel`` tasks merged ahead so that reading overlaps with the engine consuming batches."""
+    if len(tasks) == 1:
+        yield from tasks[0].read()
+        return
+
+    def reader(task: ScanTask) -> SplitReader:
+        storage = storage_for(task.warehouse, task.storage_options)
+        return SplitReader(storage, _spec(task.spec_json), task.split, task.options)
+
+    yield from stream_splits(reader, tasks, parallel, queue_size=queue_size)
+
+
 @functools.lru_cache(maxsize=64)
 def _spec(spec_json: str) -> TableSpec:
     return TableSpec.from_json(spec_json)
@@ -130,32 +145,33 @@ def group_tasks(
     open_cost: int = OPEN_COST_BYTES,
     min_groups: int = 1,
 ) -> list[list[ScanTask]]:
-    """Pack scan tasks into engine tasks of about ``max_bytes`` (Spark's file-partition rule).
+    """Pack scan tasks into balanced engine tasks of at most about ``max_bytes`` each.
 
-    Each task counts its bytes plus ``open_cost``. The target shrinks so that a table big enough gives at
-    least ``min_groups`` groups (one per core), as Spark does for its own files: ``min(max_bytes,
-    max(open_cost, total / min_groups))``. Tasks bigger than the target are first divided into key-range
-    windows (:meth:`ScanTask.divide`); then groups are filled largest first, next fit.
+    Each task counts its bytes plus ``open_cost`` (what starting one more split costs). The tasks become
+    ``max(min_groups, ceil(total / max_bytes))`` groups, so a table big enough keeps every core busy;
+    tasks bigger than a group's share are first divided into key-range windows
+    (:meth:`ScanTask.divide`), then each, largest first, joins the lightest group. Equal groups matter:
+    Spark waits for its slowest task.
     """
     if max_bytes < 1 or open_cost < 0 or min_groups < 1:
         raise InvalidInput(
             f"group_tasks: max_bytes and min_groups must be positive and open_cost >= 0, "
             f"got {max_bytes}, {open_cost}, {min_groups}"
         )
+    if not tasks:
+        return []
     total = sum(t.size_bytes + open_cost for t in tasks)
-    target = min(max_bytes, max(open_cost, total // min_groups))
-    pieces = [p for t in tasks for p in t.divide(target)]
+    count = max(min_groups, -(-total // max_bytes))
+    share = max(1, -(-total // count))
+    pieces = [p for t in tasks for p in t.divide(share)]
     pieces.sort(key=lambda t: t.size_bytes, reverse=True)
-    groups: list[list[ScanTask]] = []
-    held = 0
+    count = min(count, len(pieces))
+    groups: list[list[ScanTask]] = [[] for _ in range(count)]
+    lightest = [(0, i) for i in range(count)]  # a heap of (bytes, group)
     for t in pieces:
-        cost = t.size_bytes + open_cost
-        if groups and held + cost <= target:
-            groups[-1].append(t)
-            held += cost
-        else:
-            groups.append([t])
-            held = cost
+        held, k = heapq.heappop(lightest)
+        groups[k].append(t)
+        heapq.heappush(lightest, (held + t.size_bytes + open_cost, k))
     return groups
 
 
