@@ -355,3 +355,17 @@ def test_failed_write_does_not_consume_the_idempotency_key(cat: mere.Catalog) ->
     t.upsert(rows([1], qty=4), idempotency_key="k")
     assert content(t) == {1: 4}
     assert t.version == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:hunter2-secret@db:notaport/lake",
+        "postgres://app:hunter2-secret@db:54x2/lake",
+    ],
+)
+def test_malformed_catalog_url_is_typed_and_hides_the_password(tmp_path: Path, url: str) -> None:
+    with pytest.raises(mere.errors.InvalidInput) as info:
+        mere.connect(str(tmp_path / "wh"), catalog=url)
+    assert "hunter2-secret" not in str(info.value) and "***" in str(info.value)
+    assert not (tmp_path / "wh").exists()

@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import os
+import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -196,10 +197,11 @@ class SqlCatalog:
         self._ready = False
         try:
             parsed = sa.engine.make_url(url)
-        except sa.exc.ArgumentError as e:
+        except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
+            shown = re.sub(r"(://[^/@]*?:)[^/@]*@", r"\1***@", url)  # never echo a password
             raise InvalidInput(
-                f"catalog {url!r} is not a database URL: use sqlite:///path or postgresql://user@host/db"
-            ) from e
+                f"catalog {shown!r} is not a database URL: use sqlite:///path or postgresql://user@host/db"
+            ) from None
         if parsed.get_backend_name() not in ("sqlite", "postgresql"):
             raise InvalidInput(
                 f"catalog {self._safe_url()!r}: mere's catalog runs on SQLite (sqlite:///path) or "
