@@ -141,10 +141,15 @@ __all__ = [
     "MereReader",
     "MereStreamWriter",
     "MereWriter",
+    "PartitionSizing",
     "SplitPartition",
     "TableRef",
+    "check_workers",
     "compact",
+    "native_type",
+    "read_table",
     "register",
+    "spark_filter",
     "spark_schema",
 ]
 
