@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from collections import deque
@@ -529,29 +530,40 @@ _Item = TypeVar("_Item")  # what stream_splits opens a reader for: a Split, or a
 def stored_rows_are_merged(storage: Storage, spec: TableSpec, split: Split) -> bool:
     """Whether the split's stored rows, as they are, are its merged rows: nothing to merge or drop.
 
-    True for a table without key whose files all hold every column, and for a keyed split of one data
-    file holding every column and, by its footer statistics, no delete rows (a compacted split, or one
-    written by a single upsert). Each key appears once in such a file and its value folds into an empty
-    state, which every merge operator leaves as it is. Engines may then read the file with their own
-    Parquet reader (ignoring the ``_mere_op`` column); only the footer is fetched here.
+    True for a table without key whose files all hold every column. For a keyed split: every file is a
+    data file holding every column with, by its footer statistics, no delete rows, and no key is in two
+    files (the files' ranges of the first key column are disjoint): a compacted split, or one written by
+    a single upsert. Each key then has one stored version, which folds into an empty state unchanged
+    under every merge operator. Engines may read such files with their own Parquet reader (ignoring the
+    ``_mere_op`` column). Only footers are fetched here (cached).
     """
     files = split.files
     if not files or any(f.content != "data" or f.columns is not None for f in files):
         return False
     if not spec.has_primary_key:
         return True
-    if len(files) != 1:
-        return False
-    md = storage.metadata(files[0].path, files[0].size_bytes or None)
-    leaves = storage.column_leaves(files[0].path, files[0].size_bytes or None)
-    if OP_COLUMN not in leaves:
-        return False
-    index = leaves[OP_COLUMN][0]
-    for i in range(md.num_row_groups):
-        st = md.row_group(i).column(index).statistics
-        if st is None or not st.has_min_max or st.min <= OP_DELETE <= st.max:
+    key0 = spec.primary_key[0]
+    ranges: list[tuple[Any, Any]] = []  # (smallest, largest) first key column of each file
+    for f in files:
+        md = storage.metadata(f.path, f.size_bytes or None)
+        leaves = storage.column_leaves(f.path, f.size_bytes or None)
+        if OP_COLUMN not in leaves or md.num_row_groups == 0:
             return False
-    return True
+        op_leaf = leaves[OP_COLUMN][0]
+        low: Any = None
+        high: Any = None
+        for i in range(md.num_row_groups):
+            st = md.row_group(i).column(op_leaf).statistics
+            if st is None or not st.has_min_max or st.min <= OP_DELETE <= st.max:
+                return False
+            key = row_group_stats(md, i, spec.schema, [key0], leaves).get(key0)
+            if key is None or key.min is None or key.max is None:
+                return False
+            low = key.min if low is None or key.min < low else low
+            high = key.max if high is None or key.max > high else high
+        ranges.append((low, high))
+    ranges.sort(key=lambda r: r[0])
+    return all(prev[1] < nxt[0] for prev, nxt in itertools.pairwise(ranges))
 
 
 def _ops(table: pa.Table) -> np.ndarray:
