@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_core import build, make_rows
 
 import mere
+from mere.demo import SCHEMA as ORDERS_SCHEMA
 from mere.integrations.spark import compact, read_table
 
 
@@ -105,16 +106,7 @@ def _orders_table(
 ) -> mere.Table:
     """A table shaped like the main job's: orders keyed by id, partitioned by day, upserted in batches."""
     rng = np.random.default_rng(7)
-    schema = pa.schema(
-        [
-            pa.field("order_id", pa.int64(), nullable=False),
-            ("day", pa.string()),
-            ("customer", pa.string()),
-            ("qty", pa.int64()),
-            ("amount", pa.float64()),
-            ("status", pa.string()),
-        ]
-    )
+    schema = ORDERS_SCHEMA  # the main job's
     t = cat.create_table(name, schema, primary_key=["order_id"], partition_by=["day"], buckets=buckets)
     ids = np.arange(rows, dtype=np.int64)
     customers = pa.array([f"c{x:08x}" for x in rng.integers(0, 1 << 32, rows)])  # high cardinality

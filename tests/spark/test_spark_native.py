@@ -28,7 +28,7 @@ from mere.integrations.spark import compact, read_table, spark_filter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the model and type strategies of tests/
 from test_model import LakeMachine, _plain_key, rows_of
-from test_types import values_of
+from test_types import ALL_TYPES, values_of
 
 
 def plan_of(df: DataFrame) -> str:
@@ -138,23 +138,27 @@ def test_filters_without_exact_spark_form_go_through_mere(spark: SparkSession, w
     assert spark_filter(mere.expr.to_expr("x > 1"), schema) is None
 
 
-SPARK_TYPES = {
-    "i8": pa.int8(),
-    "i16": pa.int16(),
-    "f32": pa.float32(),
-    "f64": pa.float64(),
-    "bool": pa.bool_(),
-    "str": pa.string(),
-    "lstr": pa.large_string(),
-    "bin": pa.binary(),
-    "d32": pa.date32(),
-    "ts": pa.timestamp("us"),
-    "ts_tz": pa.timestamp("ms", tz="Europe/Paris"),
-    "dec": pa.decimal128(38, 20),
-    "list": pa.list_(pa.int32()),
-    "struct": pa.struct([("a", pa.int64()), ("b", pa.string())]),
-    "map": pa.map_(pa.string(), pa.int64()),
-    "list_struct": pa.list_(pa.struct([("id", pa.int64()), ("tags", pa.list_(pa.string()))])),
+SPARK_TYPES = {  # every type of tests/test_types.py that Spark has a type for
+    name: ALL_TYPES[name]
+    for name in [
+        "i8",
+        "f32",
+        "f64",
+        "bool",
+        "str",
+        "lstr",
+        "bin",
+        "d32",
+        "ts",
+        "ts_tz",
+        "dec",
+        "list",
+        "large_list",
+        "struct",
+        "map",
+        "list_struct",
+        "struct_list",
+    ]
 }
 
 

@@ -886,6 +886,18 @@ class MereDataSource(DataSource):
         return MereStreamWriter(_WriteJob.plan(self.ref, self.options, schema, overwrite, streaming=True))
 
 
+def _location(
+    table: str, warehouse: str | None, catalog: str | None, storage_options: Mapping[str, str] | None
+) -> dict[str, str]:
+    """Data source options naming a table, from the keyword arguments of compact() and read_table()."""
+    given = {"table": table, **{f"storage.{k}": str(v) for k, v in (storage_options or {}).items()}}
+    if warehouse is not None:
+        given["warehouse"] = warehouse
+    if catalog is not None:
+        given["catalog"] = catalog
+    return given
+
+
 def compact(
     spark: Any,
     table: str,
@@ -902,13 +914,7 @@ def compact(
     has ``min_files`` files. A commit that loses a race against an overwrite or another compaction plans
     again; a failed job commits nothing, and files of killed tasks are removed by :meth:`mere.Table.cleanup`.
     """
-    options = {
-        "table": table,
-        "warehouse": warehouse,
-        "catalog": catalog,
-        **{f"storage.{k}": v for k, v in (storage_options or {}).items()},
-    }
-    ref = TableRef.from_options({k: v for k, v in options.items() if v is not None})
+    ref = TableRef.from_options(_location(table, warehouse, catalog, storage_options))
     target = ref.open()
     if not target.storage.portable:
         raise InvalidInput(f"{table}: Spark compaction needs a warehouse URI its workers can open")
@@ -1104,12 +1110,7 @@ def read_table(
     """
     if spark.sparkContext.applicationId not in _registered_sessions:
         register(spark)  # the registered source runs in the interpreter check_workers tests
-    given: dict[str, str] = {"table": table}
-    if warehouse is not None:
-        given["warehouse"] = warehouse
-    if catalog is not None:
-        given["catalog"] = catalog
-    given.update({f"storage.{k}": str(v) for k, v in (storage_options or {}).items()})
+    given = _location(table, warehouse, catalog, storage_options)
     given.update({str(k): str(v) for k, v in (options or {}).items()})
     check_options(given)
     given = _options(given)
