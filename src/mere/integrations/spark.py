@@ -78,7 +78,6 @@ import mere
 from mere import expr as E
 from mere.errors import InvalidInput, MereError, NoSuchNamespace, NoSuchTable, NotInstalled
 from mere.metadata import CommitResult, FileEntry
-from mere.read.planner import Split
 from mere.read.reader import stored_rows_are_merged
 from mere.spec import TableSpec
 from mere.table.compaction import CompactionTask
@@ -232,7 +231,6 @@ class TableRef:
 
 
 _catalogs: dict[tuple[Any, ...], mere.Catalog] = {}
-_specs: dict[str, TableSpec] = {}
 _cache_lock = threading.Lock()
 
 
@@ -265,14 +263,6 @@ def local_session(app_name: str, driver_memory: str = "1g", shuffle_partitions: 
     )
     session.sparkContext.setLogLevel("ERROR")
     return session
-
-
-def _spec(spec_json: str) -> TableSpec:
-    with _cache_lock:
-        spec = _specs.get(spec_json)
-        if spec is None:
-            spec = _specs[spec_json] = TableSpec.from_json(spec_json)
-        return spec
 
 
 def _split_list(value: str | None) -> list[str] | None:
@@ -370,11 +360,6 @@ class SplitPartition(InputPartition):
         super().__init__(index)
         self.index = index
         self.tasks = tuple(tasks)
-
-    @property
-    def splits(self) -> list[Split]:
-        """The splits this partition reads (a divided split appears once per window)."""
-        return [t.split for t in self.tasks]
 
     @property
     def size_bytes(self) -> int:
@@ -578,7 +563,7 @@ class MerePushdownReader(MereReader):
     """A reader that also takes Spark's key/partition filters (only where Spark scopes reads to one scan)."""
 
     def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
-        spec = _spec(self.tasks[0].spec_json) if self.tasks else self.ref.open().spec
+        spec = self.tasks[0].spec if self.tasks else self.ref.open().spec
         rest = []
         accepted = []
         for f in filters:

@@ -62,10 +62,20 @@ class ScanTask:
         """Bytes this task reads, about (for sizing engine tasks)."""
         return self.split.size_bytes if self.size_hint is None else self.size_hint
 
+    @property
+    def spec(self) -> TableSpec:
+        """The table layout the task was planned with (parsed once per process)."""
+        return _spec(self.spec_json)
+
+    def reader(self) -> SplitReader:
+        """A reader of this task's merged rows (opens the files' footers)."""
+        return SplitReader(
+            storage_for(self.warehouse, self.storage_options), self.spec, self.split, self.options
+        )
+
     def read(self) -> Iterator[pa.RecordBatch]:
         """The split's merged rows, streamed."""
-        storage = storage_for(self.warehouse, self.storage_options)
-        yield from SplitReader(storage, _spec(self.spec_json), self.split, self.options).batches()
+        yield from self.reader().batches()
 
     def divide(self, max_bytes: int) -> list[ScanTask]:
         """This task as key-range windows of about ``max_bytes`` each, for several workers to merge apart.
@@ -75,7 +85,7 @@ class ScanTask:
         a split that fits, a first key column other than integers, strings and dates or files without
         statistics give back ``[self]``.
         """
-        spec = _spec(self.spec_json)
+        spec = self.spec
         if not spec.primary_key or self.size_bytes <= max_bytes or len(self.split.files) == 0:
             return [self]
         key = spec.primary_key[0]
@@ -126,12 +136,7 @@ def read_tasks(tasks: Sequence[ScanTask], parallel: int = 2, queue_size: int = 2
     if len(tasks) == 1:
         yield from tasks[0].read()
         return
-
-    def reader(task: ScanTask) -> SplitReader:
-        storage = storage_for(task.warehouse, task.storage_options)
-        return SplitReader(storage, _spec(task.spec_json), task.split, task.options)
-
-    yield from stream_splits(reader, tasks, parallel, queue_size=queue_size)
+    yield from stream_splits(ScanTask.reader, tasks, parallel, queue_size=queue_size)
 
 
 @functools.lru_cache(maxsize=64)
