@@ -277,3 +277,48 @@ def test_compaction_into_several_files_per_split_is_still_native(
     df = read_table(spark, "sales.orders", warehouse=wh)
     assert routes(df) == (True, False)
     assert arrow_rows(df) == sorted(t.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_partition_bytes": "0"},
+        {"max_partition_bytes": "12q"},
+        {"max_partition_bytes": "-5m"},
+        {"open_cost_bytes": "lots"},
+        {"min_partitions": "0"},
+        {"min_partitions": "two"},
+        {"merged_only": "maybe"},
+    ],
+)
+def test_bad_sizing_options_are_refused(options: dict[str, str]) -> None:
+    from mere.integrations.spark import PartitionSizing, _bool_option
+
+    with pytest.raises(mere.errors.InvalidInput):
+        PartitionSizing.from_options(options)
+        _bool_option("merged_only", options.get("merged_only"))
+
+
+def test_sizes_read_like_spark_settings() -> None:
+    from mere.integrations.spark import PartitionSizing
+
+    sizing = PartitionSizing.from_options(
+        {"max_partition_bytes": "128MB", "open_cost_bytes": "0", "min_partitions": "3"}
+    )
+    assert sizing == PartitionSizing(128 << 20, 0, 3)
+    assert PartitionSizing.from_options({"max_partition_bytes": "134217728b"}).max_bytes == 128 << 20
+
+
+def test_read_table_bad_arguments_create_nothing(spark: SparkSession, wh: str) -> None:
+    t = _orders(wh)
+    version = t.version
+    for call in (
+        lambda: read_table(spark, "sales.nope", warehouse=wh),
+        lambda: read_table(spark, "sales.orders", warehouse=wh, columns=["nope"]),
+        lambda: read_table(spark, "sales.orders", warehouse=wh, filter="nope = 1"),
+        lambda: read_table(spark, "sales.orders", warehouse=wh, version=10_000),
+        lambda: read_table(spark, "sales.orders", warehouse=wh, options={"verison": "1"}),
+    ):
+        with pytest.raises(mere.errors.MereError):
+            call()
+    assert t.refresh().version == version and mere.connect(wh).tables() == ["sales.orders"]
