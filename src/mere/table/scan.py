@@ -17,6 +17,7 @@ from mere import expr as E
 from mere.errors import InvalidInput, SchemaMismatch
 from mere.io import Storage
 from mere.metadata import Snapshot
+from mere.optional import require
 from mere.read.planner import Explain, FilterParts, Split, plan_splits, row_group_stats, split_filter
 from mere.read.reader import LOOKUP_MAX_KEYS, ReadOptions, SplitReader, stream_splits, warm_filter_caches
 from mere.spec import TableSpec
@@ -24,6 +25,7 @@ from mere.write.writer import partition_json
 
 if TYPE_CHECKING:
     import pandas as pd
+    import polars as pl
 
     from mere.table.table import Table
 
@@ -358,8 +360,44 @@ class Scan:
         """Iterating a scan streams its merged record batches."""
         return self.to_batches()
 
+    def to_polars(self) -> pl.DataFrame:
+        """The merged rows as a Polars DataFrame (eager; see ``mere.integrations.polars.scan_table``
+        for a lazy one)."""
+        polars = require("polars", "polars", "to_polars()")
+        return cast("pl.DataFrame", polars.from_arrow(self.to_arrow(), rechunk=False))
+
+    def __arrow_c_schema__(self) -> object:
+        """The output schema as an Arrow C schema capsule (without reading)."""
+        return self.schema.__arrow_c_schema__()
+
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
-        return self.to_reader().__arrow_c_stream__(requested_schema)
+        """A fresh, lazy read as an Arrow C stream (every call reads again).
+
+        A ``requested_schema`` is honoured: its fields, by name, become the projection (only those columns
+        are read) and their types a cast of the output.
+        """
+        if requested_schema is None:
+            return self.to_reader().__arrow_c_stream__()
+        try:
+            wanted = pa.Schema._import_from_c_capsule(requested_schema)
+        except (TypeError, ValueError, pa.ArrowException) as e:
+            raise InvalidInput(
+                f"{self.table.name}: requested_schema is not an Arrow schema capsule: {e}"
+            ) from e
+        missing = [n for n in wanted.names if n not in self.output_columns]
+        if missing or len(set(wanted.names)) != len(wanted.names):
+            raise SchemaMismatch(
+                f"{self.table.name}: requested schema asks for {wanted.names}; this scan returns "
+                f"{self.output_columns} (unknown or repeated: {missing or wanted.names})"
+            )
+        projected = self.select(*wanted.names)
+        reader = projected.to_reader()
+        if not projected.schema.equals(wanted):
+            try:
+                reader = reader.cast(wanted)
+            except (TypeError, ValueError, pa.ArrowException) as e:
+                raise SchemaMismatch(f"{self.table.name}: cannot return the requested schema: {e}") from e
+        return reader.__arrow_c_stream__()
 
     def __repr__(self) -> str:
         cols = "*" if self.columns is None else ", ".join(self.columns)

@@ -1,0 +1,239 @@
+"""Polars: a ``LazyFrame`` over a mere table, built on Polars' IO-source plugin hook.
+
+Polars hands the source its projection, its predicate and its row limit. The projection becomes mere's
+projection. Predicate conjuncts on key and partition columns are translated into mere filters, so they
+prune partitions, buckets and row groups before the merge; the whole predicate is then evaluated by
+Polars on the merged rows, so a predicate on any other column never drops an older version of a row
+before the merge, and its semantics stay Polars' own (NaN ordering, nulls).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING, Any, cast
+
+import pyarrow as pa
+
+from mere import expr as E
+from mere.errors import InvalidInput
+from mere.optional import require
+from mere.table.scan import Scan
+from mere.table.table import Table
+
+if TYPE_CHECKING:
+    import polars as pl
+
+_COMPARE = {"Eq": "==", "NotEq": "!=", "Lt": "<", "LtEq": "<=", "Gt": ">", "GtEq": ">="}
+_FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_EPOCH = dt.date(1970, 1, 1)
+
+
+def _polars() -> Any:
+    return require("polars", "polars", "mere.integrations.polars")
+
+
+def scan_table(
+    table: Table, *, version: int | None = None, as_of: Any = None, filter: Any = None
+) -> pl.LazyFrame:
+    """A ``LazyFrame`` of the table's merged rows at one version (the current one unless given).
+
+    ``filter`` is an extra mere filter applied by mere; Polars' own ``filter()``, ``select()`` and
+    ``head()`` reach mere through the plugin hook. Batches stream; ``collect(engine="streaming")`` works.
+    """
+    polars = _polars()
+    if not isinstance(table, Table):
+        raise InvalidInput(f"scan_table() takes a mere Table, got {type(table).__name__}")
+    base = table.scan(version=version, as_of=as_of, filter=filter)
+    schema = polars.from_arrow(base.schema.empty_table()).schema
+
+    def source(
+        with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None, batch_size: int | None
+    ) -> Iterator[pl.DataFrame]:
+        return _batches(base, with_columns, predicate, n_rows)
+
+    return cast(
+        "pl.LazyFrame",
+        polars.io.plugins.register_io_source(
+            source,
+            schema=schema,
+            is_pure=True,
+            explain_name="mere",
+            explain_detail=f"{table.name} @ v{base.version}",
+        ),
+    )
+
+
+def _batches(
+    base: Scan, with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None
+) -> Iterator[pl.DataFrame]:
+    polars = _polars()
+    scan = base
+    if predicate is not None:
+        pushed = pushdown(predicate, base)
+        if pushed is not None:
+            scan = scan.where(pushed)
+    if with_columns is not None:
+        needed = list(with_columns)
+        if predicate is not None:
+            needed += [c for c in predicate.meta.root_names() if c not in needed]
+        scan = scan.select(*needed)
+    left = n_rows
+    if left is not None and left <= 0:
+        return
+    batches = cast(Generator[pa.RecordBatch, None, None], scan.to_batches())
+    try:
+        for batch in batches:
+            frame = polars.from_arrow(batch, rechunk=False)
+            if predicate is not None:
+                frame = frame.filter(predicate)
+            if with_columns is not None:
+                frame = frame.select(with_columns)
+            if left is not None:
+                frame = frame.head(left)
+                left -= frame.height
+            if frame.height:
+                yield frame
+            if left == 0:
+                return
+    finally:
+        batches.close()  # a row limit stops the read: the splits' readers shut down here
+
+
+def pushdown(predicate: pl.Expr, scan: Scan) -> E.Expr | None:
+    """What of a Polars predicate mere can use to prune, as one mere filter (None when nothing).
+
+    Comparisons, IN lists, BETWEEN and null tests of key and partition columns of integer, string or date
+    type are translated, with AND, OR and NOT around them. The result holds every row the predicate holds
+    (a conjunct that cannot be translated is left out, never guessed); Polars still evaluates the whole
+    predicate on the merged rows.
+    """
+    try:
+        tree = json.loads(predicate.meta.serialize(format="json"))
+    except Exception:  # an expression Polars cannot serialise prunes nothing
+        return None
+    spec = scan.spec
+    prunable = {*spec.primary_key, *spec.partition_by}
+    kinds = {f.name: _kind(f.type) for f in spec.schema if f.name in prunable}
+    try:
+        return _translate(tree, {k: v for k, v in kinds.items() if v is not None}, exact=False)
+    except _NoValue:
+        return None
+
+
+def _kind(t: pa.DataType) -> type | None:
+    if pa.types.is_integer(t):
+        return int
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return str
+    if pa.types.is_date32(t):
+        return dt.date
+    return None
+
+
+class _NoValue(Exception):
+    """A node this translation does not understand."""
+
+
+def _column(node: Any, kinds: dict[str, type]) -> str | None:
+    if isinstance(node, dict) and isinstance(node.get("Column"), str) and node["Column"] in kinds:
+        return str(node["Column"])
+    return None
+
+
+def _value(node: Any, kind: type) -> Any:
+    """The Python value of a Polars literal node, which must be of ``kind``."""
+    literal = node.get("Literal") if isinstance(node, dict) else None
+    if not isinstance(literal, dict):
+        raise _NoValue
+    for form in ("Dyn", "Scalar"):
+        inner = literal.get(form)
+        if not isinstance(inner, dict) or len(inner) != 1:
+            continue
+        ((tag, value),) = inner.items()
+        if tag == "Date" and isinstance(value, int) and not isinstance(value, bool):
+            value = _EPOCH + dt.timedelta(days=value)
+        elif tag not in ("Int", "Str", "String") and not (
+            tag.startswith(("Int", "UInt")) and tag[-1].isdigit()
+        ):
+            raise _NoValue
+        if type(value) is kind:
+            return value
+    raise _NoValue
+
+
+def _values(node: Any, kind: type) -> list[Any]:
+    """The values of a Polars list literal (an Arrow IPC stream of one list column), all of ``kind``."""
+    literal = node.get("Literal") if isinstance(node, dict) else None
+    scalar = literal.get("Scalar") if isinstance(literal, dict) else None
+    payload = scalar.get("List") if isinstance(scalar, dict) else None
+    if not isinstance(payload, list):
+        raise _NoValue
+    try:
+        values = pa.ipc.open_stream(bytes(payload)).read_all().column(0).to_pylist()
+    except (pa.ArrowException, ValueError, TypeError) as e:
+        raise _NoValue from e
+    if not values or any(type(v) is not kind for v in values):
+        raise _NoValue
+    return list(values)
+
+
+def _translate(node: Any, kinds: dict[str, type], exact: bool) -> E.Expr | None:
+    """A mere filter for ``node``: equal to it when ``exact``, else holding at least its rows
+    (None: nothing known). Raises _NoValue where an exact translation is impossible."""
+    binary = node.get("BinaryExpr") if isinstance(node, dict) else None
+    function = node.get("Function") if isinstance(node, dict) else None
+    if isinstance(binary, dict):
+        op = binary.get("op")
+        if op in ("And", "LogicalAnd"):
+            known = [e for side in ("left", "right") if (e := _part(binary[side], kinds, exact)) is not None]
+            return E.conjunction(known) if known else None
+        if op in ("Or", "LogicalOr"):
+            left, right = (_part(binary[side], kinds, exact) for side in ("left", "right"))
+            return None if left is None or right is None else left | right
+        if op in _COMPARE:
+            name = _column(binary["left"], kinds)
+            if name is not None:
+                return E.Compare(_COMPARE[op], name, _value(binary["right"], kinds[name]))  # type: ignore[arg-type]
+            name = _column(binary["right"], kinds)
+            if name is not None:
+                return E.Compare(_FLIPPED[_COMPARE[op]], name, _value(binary["left"], kinds[name]))  # type: ignore[arg-type]
+    elif isinstance(function, dict):
+        inputs, kind = function.get("input") or [], function.get("function")
+        boolean = kind.get("Boolean") if isinstance(kind, dict) else None
+        name = _column(inputs[0], kinds) if inputs else None
+        if boolean == "Not" and len(inputs) == 1:
+            try:  # under a NOT only an exact translation is safe: a wider one would narrow the rows
+                return ~_translate(inputs[0], kinds, exact=True)  # type: ignore[operator]
+            except _NoValue:
+                if exact:
+                    raise
+                return None
+        if boolean in ("IsNull", "IsNotNull") and name is not None:
+            return E.IsNull(name) if boolean == "IsNull" else ~E.IsNull(name)
+        if isinstance(boolean, dict) and name is not None:
+            if "IsIn" in boolean and len(inputs) == 2:
+                return E.In(name, tuple(_values(inputs[1], kinds[name])))
+            between = boolean.get("IsBetween")
+            if isinstance(between, dict) and len(inputs) == 3:
+                closed = between.get("closed")
+                low, high = _value(inputs[1], kinds[name]), _value(inputs[2], kinds[name])
+                lower = ">=" if closed in ("Both", "Left") else ">"
+                upper = "<=" if closed in ("Both", "Right") else "<"
+                return E.Compare(lower, name, low) & E.Compare(upper, name, high)  # type: ignore[arg-type]
+    if exact:
+        raise _NoValue
+    return None
+
+
+def _part(node: Any, kinds: dict[str, type], exact: bool) -> E.Expr | None:
+    """A sub-expression's translation; outside an exact context one that fails is unknown (None)."""
+    return _translate(node, kinds, exact) if exact else _part_or_none(node, kinds)
+
+
+def _part_or_none(node: Any, kinds: dict[str, type]) -> E.Expr | None:
+    try:
+        return _translate(node, kinds, exact=False)
+    except _NoValue:
+        return None
