@@ -66,3 +66,19 @@ def build(catalog: mere.Catalog, name: str = "eng.orders", buckets: int = 4) -> 
     t.upsert(_rows(range(10, 20), 5, "D").select(["id", "day", "op"]))  # v5: more deletes, keys only
     t.upsert(_rows(range(10, 15), 6, "I"))  # v6: five of them come back
     return t
+
+
+def build_big(catalog: mere.Catalog, rows: int = 300_000) -> mere.Table:
+    """A table for pushdown byte counts: 16 buckets, small row groups, a base write and an upsert of 20k keys
+    (high-cardinality strings), so a key point read touches one bucket's row groups."""
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("x", pa.float64())])
+    t = catalog.create_table(
+        "eng.big", schema, primary_key="id", buckets=16, properties={"write.row-group-rows": "2048"}
+    )
+    ids = pa.array(range(rows), pa.int64())
+    names = pa.array([f"name-{i * 7919 % 100_003}" for i in range(rows)])
+    t.upsert(pa.table({"id": ids, "name": names, "x": pa.array(range(rows), pa.float64())}))
+    t.upsert(
+        pa.table({"id": ids.slice(0, 20_000), "name": names.slice(0, 20_000), "x": pa.array([0.5] * 20_000)})
+    )
+    return t

@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from enginelake import build_big
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -90,18 +91,8 @@ def test_non_key_filter_never_drops_an_older_version(tmp_path: Path) -> None:
 
 
 def test_key_point_filter_reads_little(tmp_path: Path) -> None:
-    cat = mere.connect(str(tmp_path / "wh"))
-    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("x", pa.float64())])
-    t = cat.create_table(
-        "t.big", schema, primary_key="id", buckets=16, properties={"write.row-group-rows": "2048"}
-    )
+    t = build_big(mere.connect(str(tmp_path / "wh")))
     n = 300_000
-    ids = pa.array(range(n), pa.int64())
-    names = pa.array([f"name-{i * 7919 % 100_003}" for i in range(n)])
-    t.upsert(pa.table({"id": ids, "name": names, "x": pa.array(range(n), pa.float64())}))
-    t.upsert(
-        pa.table({"id": ids.slice(0, 20_000), "name": names.slice(0, 20_000), "x": pa.array([0.5] * 20_000)})
-    )
 
     def fetched(query: Any, read: Any = lambda lf: lf.collect()) -> tuple[int, Any]:
         t.storage.stats.reset()

@@ -1,0 +1,405 @@
+"""DuckDB: SQL over mere tables, merged by mere, with projection and key/partition filters reaching mere.
+
+``register(con, "orders", table)`` registers a :class:`pyarrow.dataset.Dataset` whose scanning is mere's.
+DuckDB treats a registered Arrow dataset as a source it can push work into: for each query it asks the
+dataset for a scanner with the columns the query needs and the filters DuckDB could push, as a pyarrow
+expression. mere reads only those columns; the filter's comparisons, IN lists and null tests on key and
+partition columns prune partitions, buckets and row groups; and the whole filter runs on the merged rows,
+so a filter on any other column never drops an older version of a row before the merge. DuckDB is never
+handed the raw Parquet files (that would skip the merge).
+
+A plain ``Scan`` also works in DuckDB's SQL as a Python variable (``duckdb.sql("SELECT * FROM scan")``):
+every query calls its Arrow C stream again and gets a fresh read, without pushdown.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from mere import expr as E
+from mere.errors import InvalidInput
+from mere.optional import require
+from mere.table.scan import Scan
+from mere.table.table import Table
+
+
+def register(
+    con: Any,
+    name: str,
+    table: Table | Scan,
+    *,
+    columns: Any = None,
+    filter: Any = None,
+    version: int | None = None,
+    as_of: Any = None,
+) -> None:
+    """Register ``table`` (or a planned ``Scan``) as the view ``name`` of the DuckDB connection ``con``.
+
+    The view reads one version (the current one unless ``version``/``as_of`` is given), pinned now;
+    register again to see later commits. ``columns`` and ``filter`` narrow it further, in mere.
+    """
+    duckdb = require("duckdb", "duckdb", "mere.integrations.duckdb")
+    if not isinstance(con, duckdb.DuckDBPyConnection):
+        raise InvalidInput(f"register() takes a duckdb connection, got {type(con).__name__}")
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"register() takes a view name, got {name!r}")
+    if isinstance(table, Scan):
+        if columns is not None or filter is not None or version is not None or as_of is not None:
+            raise InvalidInput("register(): pass columns/filter/version with a Table, not with a Scan")
+        scan = table
+    elif isinstance(table, Table):
+        scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of)
+    else:
+        raise InvalidInput(f"register() takes a mere Table or Scan, got {type(table).__name__}")
+    con.register(name, dataset(scan))
+
+
+def dataset(scan: Scan) -> MereDataset:
+    """The scan as a :class:`pyarrow.dataset.Dataset` that engines push projections and filters into."""
+    made: MereDataset = MereDataset.__new__(MereDataset)  # the C++ constructor is bypassed: mere scans
+    made._scan = scan
+    return made
+
+
+class MereDataset(ds.Dataset):
+    """A pyarrow Dataset whose ``scanner()`` is a mere read (see the module docstring).
+
+    Only ``schema``, ``scanner()``, ``to_batches()`` and ``to_table()`` are served; other Dataset methods
+    (fragments, joins, replace_schema) raise, as this dataset has no files of its own.
+    """
+
+    _scan: Scan
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The output schema of the scan."""
+        return self._scan.schema
+
+    def scanner(
+        self, columns: list[str] | None = None, filter: pc.Expression | None = None, **options: Any
+    ) -> ds.Scanner:
+        """A scanner over the merged rows: ``columns`` and ``filter`` reach mere (see the module)."""
+        scan = self._scan
+        if columns is not None and not all(isinstance(c, str) for c in columns):
+            raise InvalidInput("MereDataset.scanner: columns must be names")
+        if filter is not None:
+            pushed = pushdown(filter, scan)
+            if pushed is not None:
+                scan = scan.where(pushed)
+        if columns is not None:
+            needed = list(columns)
+            if filter is not None:
+                referenced = _columns(filter, scan)
+                needed += [c for c in referenced if c not in needed]
+            scan = scan.select(*needed)
+        reader = scan.to_reader()
+        batch_size = options.get("batch_size")
+        extra = {} if batch_size is None else {"batch_size": batch_size}
+        return ds.Scanner.from_batches(reader, columns=columns, filter=filter, **extra)
+
+    def to_batches(self, **kwargs: Any) -> Iterator[pa.RecordBatch]:
+        """Merged batches (``columns``/``filter`` as for :meth:`scanner`)."""
+        return iter(self.scanner(**kwargs).to_reader())
+
+    def to_table(self, **kwargs: Any) -> pa.Table:
+        """Merged rows as one table (``columns``/``filter`` as for :meth:`scanner`)."""
+        return self.scanner(**kwargs).to_table()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return dataset, (self._scan,)
+
+    def __repr__(self) -> str:
+        return f"MereDataset({self._scan!r})"
+
+
+def _columns(filter: pc.Expression, scan: Scan) -> list[str]:
+    """Columns a pyarrow filter references: every column of the scan when its text cannot be read."""
+    try:
+        node = _Parser(str(filter)).parse()
+    except _Unreadable:
+        return list(scan.spec.schema.names)
+    names: list[str] = []
+    node.fields(names)
+    known = set(scan.spec.schema.names)
+    return names if all(n in known for n in names) else list(scan.spec.schema.names)
+
+
+# --- reading DuckDB's pyarrow filters ---------------------------------------------------------------
+# pyarrow offers no public way to walk an Expression, so its text is parsed, and every piece used for
+# pruning is proven: it is rebuilt as a pyarrow Expression whose text must equal the piece's own text.
+# A piece that does not prove out prunes nothing; the filter itself always runs whole on the merged rows.
+
+
+class _Unreadable(Exception):
+    """Filter text this parser does not read."""
+
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+      (?P<str>"(?:[^"\\]|\\.)*")
+    | (?P<ts>\d{4}-\d{2}-\d{2}\ \d{2}:\d{2}:\d{2}(?:\.\d+)?Z?)
+    | (?P<op>==|!=|<=|>=|<|>|[(){}\[\],:=])
+    | (?P<word>[A-Za-z0-9_.+\-]+(?:\[[A-Za-z0-9_, ]*\])?)
+    )""",
+    re.VERBOSE,
+)
+_COMPARE = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+_FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+@dataclass
+class _Node:
+    kind: str  # "bin", "call", "field", "lit", "opts"
+    text: str  # this node's own source text
+    op: str = ""  # operator or function name
+    args: tuple[_Node, ...] = ()
+    raw: str = ""  # a literal's or options' text
+
+    def fields(self, out: list[str]) -> None:
+        if self.kind == "field" and self.op not in out:
+            out.append(self.op)
+        for a in self.args:
+            a.fields(out)
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[tuple[str, str, int, int]] = []
+        pos = 0
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if m is None or m.end() == pos:
+                if text[pos:].strip() == "":
+                    break
+                raise _Unreadable(text[pos : pos + 20])
+            kind = m.lastgroup or ""
+            self.tokens.append((kind, m.group(kind), m.start(kind), m.end(kind)))
+            pos = m.end()
+        self.i = 0
+
+    def peek(self) -> tuple[str, str, int, int]:
+        return (
+            self.tokens[self.i] if self.i < len(self.tokens) else ("end", "", len(self.text), len(self.text))
+        )
+
+    def take(self, value: str | None = None) -> tuple[str, str, int, int]:
+        token = self.peek()
+        if token[0] == "end" or (value is not None and token[1] != value):
+            raise _Unreadable(f"expected {value!r} at {token[2]}")
+        self.i += 1
+        return token
+
+    def parse(self) -> _Node:
+        node = self.expr()
+        if self.peek()[0] != "end":
+            raise _Unreadable("trailing text")
+        return node
+
+    def expr(self) -> _Node:
+        kind, value, start, _ = self.peek()
+        if value == "(":
+            self.take("(")
+            left = self.expr()
+            _, op, _, _ = self.take()
+            if op not in _COMPARE and op not in ("and", "or"):
+                raise _Unreadable(f"operator {op!r}")
+            right = self.expr()
+            end = self.take(")")[3]
+            return _Node("bin", self.text[start:end], op, (left, right))
+        if kind in ("str", "ts"):
+            self.take()
+            return _Node("lit", value, raw=value)
+        if kind != "word":
+            raise _Unreadable(f"unexpected {value!r}")
+        self.take()
+        if self.peek()[1] == "(":  # a function call
+            self.take("(")
+            args: list[_Node] = []
+            while self.peek()[1] != ")":
+                args.append(self.options() if self.peek()[1] == "{" else self.expr())
+                if self.peek()[1] == ",":
+                    self.take(",")
+            end = self.take(")")[3]
+            return _Node("call", self.text[start:end], value, tuple(args))
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value) and value not in ("true", "false", "null"):
+            return _Node("field", value, value)
+        return _Node("lit", value, raw=value)
+
+    def options(self) -> _Node:
+        start = self.take("{")[2]
+        depth = 1
+        while depth:
+            _, value, _, end = self.take()
+            depth += {"{": 1, "}": -1}.get(value, 0)
+        return _Node("opts", self.text[start:end], raw=self.text[start:end])
+
+
+def pushdown(filter: pc.Expression, scan: Scan) -> E.Expr | None:
+    """What of a pyarrow filter mere can use to prune (key and partition columns of integer, string or
+    date type), as one mere filter holding at least the filter's rows; None when nothing."""
+    try:
+        node = _Parser(str(filter)).parse()
+    except _Unreadable:
+        return None
+    spec = scan.spec
+    prunable = {*spec.primary_key, *spec.partition_by}
+    types = {f.name: f.type for f in spec.schema if f.name in prunable and _literal_kind(f.type) is not None}
+    return _part(node, types, exact=False)
+
+
+def _literal_kind(t: pa.DataType) -> type | None:
+    if pa.types.is_integer(t):
+        return int
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return str
+    if pa.types.is_date32(t):
+        return dt.date
+    return None
+
+
+def _part(node: _Node, types: dict[str, pa.DataType], exact: bool) -> E.Expr | None:
+    try:
+        return _translate(node, types, exact)
+    except _Unreadable:
+        if exact:
+            raise
+        return None
+
+
+def _translate(node: _Node, types: dict[str, pa.DataType], exact: bool) -> E.Expr | None:
+    """Equal to ``node`` when ``exact`` (else raises), else holding at least its rows (None: unknown)."""
+    if node.kind == "bin" and node.op in ("and", "or"):
+        sides = [_part(a, types, exact) for a in node.args]
+        if node.op == "and":
+            known = [s for s in sides if s is not None]
+            return E.conjunction(known) if known else None
+        return None if None in sides else sides[0] | sides[1]  # type: ignore[operator]
+    leaf = _leaf(node, types)
+    if leaf is None:
+        if exact:
+            raise _Unreadable(node.text)
+        return None
+    mere_expr, rebuilt = leaf
+    if str(rebuilt) != node.text:  # the proof: pyarrow prints the rebuilt piece exactly as the original
+        if exact:
+            raise _Unreadable(node.text)
+        return None
+    return mere_expr
+
+
+def _leaf(node: _Node, types: dict[str, pa.DataType]) -> tuple[E.Expr, pc.Expression] | None:
+    """A comparison, IN list or null test of one prunable column: (mere filter, the same in pyarrow)."""
+    if node.kind == "bin" and node.op in _COMPARE:
+        left, right = node.args
+        op = node.op
+        if right.kind == "field" and left.kind == "lit":
+            left, right, op = right, left, _FLIP[op]
+        if left.kind != "field" or right.kind != "lit" or left.op not in types:
+            return None
+        value = _value(right.raw, types[left.op])
+        rebuilt = _compare(op, ds.field(left.op), pa.scalar(value, types[left.op]))
+        if node.args[0].kind == "lit":
+            rebuilt = _compare(node.op, pc.scalar(pa.scalar(value, types[left.op])), ds.field(left.op))
+        return E.Compare(op, left.op, value), rebuilt  # type: ignore[arg-type]
+    if node.kind != "call":
+        return None
+    if node.op in ("is_null", "is_valid") and node.args and node.args[0].kind == "field":
+        name = node.args[0].op
+        if name not in types:
+            return None
+        if node.op == "is_valid":
+            return ~E.IsNull(name), pc.is_valid(ds.field(name))
+        nan_is_null = len(node.args) > 1 and "nan_is_null=true" in node.args[1].raw
+        return E.IsNull(name), pc.is_null(ds.field(name), nan_is_null=nan_is_null)
+    if node.op == "if_else" and len(node.args) == 3:  # DuckDB's IN: if_else(is_valid(c), is_in(c, ...), null)
+        test, inner, otherwise = node.args
+        if (
+            inner.kind != "call"
+            or inner.op != "is_in"
+            or len(inner.args) != 2
+            or inner.args[0].kind != "field"
+        ):
+            return None
+        name = inner.args[0].op
+        if name not in types or test.text != f"is_valid({name})" or otherwise.text != "null[bool]":
+            return None
+        values = _value_set(inner.args[1].raw, types[name])
+        rebuilt = pc.if_else(
+            pc.is_valid(ds.field(name)),
+            pc.is_in(ds.field(name), value_set=pa.array(values, types[name])),
+            pa.scalar(None, pa.bool_()),
+        )
+        return E.In(name, tuple(values)), rebuilt
+    if node.op == "is_in" and len(node.args) == 2 and node.args[0].kind == "field":
+        name = node.args[0].op
+        if name not in types or "null_matching_behavior=MATCH" not in node.args[1].raw:
+            return None
+        values = _value_set(node.args[1].raw, types[name])
+        return E.In(name, tuple(values)), pc.is_in(ds.field(name), value_set=pa.array(values, types[name]))
+    if node.op == "invert" and len(node.args) == 1:
+        negated = _translate(node.args[0], types, exact=True)
+        if negated is None:
+            return None
+        return ~negated, ~_rebuilt_exact(node.args[0], types)
+    return None
+
+
+def _rebuilt_exact(node: _Node, types: dict[str, pa.DataType]) -> pc.Expression:
+    """The pyarrow expression of a node already proven exact."""
+    if node.kind == "bin" and node.op in ("and", "or"):
+        left, right = (_rebuilt_exact(a, types) for a in node.args)
+        return (left & right) if node.op == "and" else (left | right)
+    leaf = _leaf(node, types)
+    if leaf is None:
+        raise _Unreadable(node.text)
+    return leaf[1]
+
+
+def _compare(op: str, left: Any, right: Any) -> pc.Expression:
+    if not isinstance(left, pc.Expression):
+        left = pc.scalar(left)
+    if not isinstance(right, pc.Expression):
+        right = pc.scalar(right)
+    result: pc.Expression = {
+        "==": left.__eq__,
+        "!=": left.__ne__,
+        "<": left.__lt__,
+        "<=": left.__le__,
+        ">": left.__gt__,
+        ">=": left.__ge__,
+    }[op](right)
+    return result
+
+
+def _value(raw: str, typ: pa.DataType) -> Any:
+    kind = _literal_kind(typ)
+    try:
+        if kind is int and re.fullmatch(r"-?\d+", raw):
+            return int(raw)
+        if kind is str and raw.startswith('"') and raw.endswith('"') and len(raw) >= 2:
+            return re.sub(r"\\(.)", r"\1", raw[1:-1])
+        if kind is dt.date and re.fullmatch(r"\d{4}-\d{2}-\d{2}", raw):
+            return dt.date.fromisoformat(raw)
+    except ValueError as e:
+        raise _Unreadable(raw) from e
+    raise _Unreadable(raw)
+
+
+def _value_set(raw: str, typ: pa.DataType) -> list[Any]:
+    m = re.search(r"value_set=[^:\[]*:\[(.*)\]", raw, re.DOTALL)
+    if m is None:
+        raise _Unreadable(raw)
+    body = m.group(1)
+    items = re.findall(r'"(?:[^"\\]|\\.)*"|[^\s,]+', body)
+    if not items or "null" in items:
+        raise _Unreadable(raw)
+    return [_value(item, typ) for item in items]
