@@ -82,3 +82,22 @@ def build_big(catalog: mere.Catalog, rows: int = 300_000) -> mere.Table:
         pa.table({"id": ids.slice(0, 20_000), "name": names.slice(0, 20_000), "x": pa.array([0.5] * 20_000)})
     )
     return t
+
+
+def assert_same_rows(got: pa.Table, expected: pa.Table) -> None:
+    """Equal rows in key order, with NaN equal to NaN and the sign of zero compared (Table.equals says
+    NaN != NaN); nullability may differ (engines drop NOT NULL)."""
+    import numpy as np
+
+    assert got.column_names == expected.column_names
+    got, expected = got.cast(expected.schema).sort_by("id"), expected.sort_by("id")
+    assert got.num_rows == expected.num_rows
+    for name in expected.column_names:
+        a, b = got[name].combine_chunks(), expected[name].combine_chunks()
+        if pa.types.is_floating(b.type):
+            assert a.is_null().equals(b.is_null()), name
+            bits_a = a.fill_null(0.0).to_numpy(zero_copy_only=False).view(np.int64)
+            bits_b = b.fill_null(0.0).to_numpy(zero_copy_only=False).view(np.int64)
+            assert (bits_a == bits_b).all(), name
+        else:
+            assert a.equals(b), name

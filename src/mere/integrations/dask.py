@@ -1,0 +1,209 @@
+"""Dask: a Dask DataFrame over a mere table, and distributed writes committed once.
+
+Reads plan on the client and ship self-contained :class:`~mere.table.scan.ScanTask` s to the workers
+(no catalog access there): one partition per split, or per group of small splits, big splits cut into
+key-range windows. Column selections on the DataFrame reach mere's projection.
+
+Writes stage files in the workers (:meth:`~mere.Table.stage`) and the client commits them once; when
+any partition fails, the files of every partition are deleted and nothing is committed.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, cast
+
+import pyarrow as pa
+
+from mere.errors import InvalidInput, MereError
+from mere.metadata import CommitResult
+from mere.optional import require
+from mere.table.scan import TASK_BYTES, ScanTask, group_tasks, read_tasks
+from mere.table.table import StagedWrite, Table
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+    import pandas as pd
+
+WRITE_MODES = ("upsert", "append", "overwrite")
+
+
+def _dask() -> Any:
+    return require("dask.dataframe", "dask", "mere.integrations.dask")
+
+
+def read_table(
+    table: Table,
+    columns: Sequence[str] | str | None = None,
+    filter: Any = None,
+    version: int | None = None,
+    as_of: Any = None,
+    *,
+    partition_bytes: int = TASK_BYTES,
+    types_mapper: Callable[[pa.DataType], Any] | None = None,
+) -> dd.DataFrame:
+    """The table's merged rows at one version as a Dask DataFrame (lazy; the version is pinned now).
+
+    Each partition reads about ``partition_bytes`` of stored data (Spark's default, 128 MiB). Partitions
+    are pandas DataFrames with Arrow-backed dtypes (``pd.ArrowDtype``: exact for decimals, dates, lists,
+    nullable integers; pass another ``types_mapper`` for ``pyarrow.Table.to_pandas`` to change that).
+    ``meta`` comes from the schema, so nothing is read to plan.
+    """
+    dd_module = _dask()
+    if types_mapper is None:
+        import pandas as pd
+
+        types_mapper = pd.ArrowDtype
+    if not isinstance(table, Table):
+        raise InvalidInput(f"read_table() takes a mere Table, got {type(table).__name__}")
+    if not isinstance(partition_bytes, int) or isinstance(partition_bytes, bool) or partition_bytes < 1:
+        raise InvalidInput(f"partition_bytes must be a positive integer, got {partition_bytes!r}")
+    scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of)
+    groups = group_tasks(scan.tasks(), max_bytes=partition_bytes)
+    reader = _PartitionReader(scan.schema, types_mapper)
+    meta = reader.frame(scan.schema.empty_table())
+    if not groups:
+        return cast("dd.DataFrame", dd_module.from_pandas(meta, npartitions=1))
+    frame = dd_module.from_map(
+        reader, groups, meta=meta, label=f"mere-read-{table.name}", enforce_metadata=False
+    )
+    return cast("dd.DataFrame", frame)
+
+
+@dataclass(frozen=True)
+class _PartitionReader:
+    """Reads one partition: a group of scan tasks, merged, as pandas (picklable)."""
+
+    schema: pa.Schema
+    types_mapper: Callable[[pa.DataType], Any] | None = None
+
+    def frame(self, table: pa.Table) -> pd.DataFrame:
+        kwargs = {} if self.types_mapper is None else {"types_mapper": self.types_mapper}
+        return table.to_pandas(**kwargs)
+
+    def __call__(self, group: Sequence[ScanTask], columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """One partition; ``columns`` is Dask's projection (the signature is its hook), read by mere."""
+        schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+        wanted = schema.names
+        tasks = [
+            t if list(t.options.columns) == wanted else replace(t, options=replace(t.options, columns=wanted))
+            for t in group
+        ]
+        return self.frame(pa.Table.from_batches(list(read_tasks(tasks)), schema=schema))
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A partition whose staging raised (kept as text: the exception may not unpickle on the client)."""
+
+    kind: str
+    message: str
+    trace: str
+    typed: MereError | None = None
+
+
+def _stage(frame: pd.DataFrame, table: Table, operation: str) -> StagedWrite | _Failed:
+    try:
+        data = pa.Table.from_pandas(frame, preserve_index=False)
+        return table.stage(data, operation)
+    except Exception as e:  # reported to the client, which cleans every partition's files
+        return _Failed(
+            type(e).__name__, str(e), traceback.format_exc(), e if isinstance(e, MereError) else None
+        )
+
+
+def write(
+    ddf: dd.DataFrame, table: Table, mode: str = "upsert", *, idempotency_key: str | None = None
+) -> CommitResult:
+    """Write a Dask DataFrame into ``table`` as one commit (``mode``: upsert, append or overwrite).
+
+    Each partition is staged by a worker; the client commits all of them once. If any partition fails,
+    every staged file is deleted, nothing is committed and the first failure is raised (a
+    :class:`~mere.errors.MereError` keeps its type). A worker killed mid-write leaves files that
+    :meth:`~mere.Table.cleanup` removes later; they are never visible.
+    """
+    dd_module = _dask()
+    import dask
+
+    if not isinstance(table, Table):
+        raise InvalidInput(f"write() takes a mere Table, got {type(table).__name__}")
+    if mode not in WRITE_MODES:
+        raise InvalidInput(f"write(): mode must be one of {', '.join(WRITE_MODES)}, got {mode!r}")
+    if not isinstance(ddf, dd_module.DataFrame):
+        raise InvalidInput(f"write() takes a Dask DataFrame, got {type(ddf).__name__}")
+    keyed = table.spec.has_primary_key
+    if mode == "upsert" and not keyed:
+        raise InvalidInput(f"{table.name} has no primary key: write with mode='append'")
+    if mode == "append" and keyed:
+        raise InvalidInput(f"{table.name} has a primary key: write with mode='upsert'")
+    stage = dask.delayed(_stage, pure=False)
+    results = _compute_all([stage(part, table, mode) for part in ddf.to_delayed()], table)
+    staged = [r for r in results if isinstance(r, StagedWrite)]
+    failed = [r for r in results if isinstance(r, _Failed)]
+    if failed:
+        table.abort(staged)
+        first = failed[0]
+        if first.typed is not None:
+            raise first.typed
+        raise MereError(
+            f"{table.name}: {len(failed)} of {len(results)} partitions failed, nothing committed; first: "
+            f"{first.kind}: {first.message}\n{first.trace}"
+        )
+    return table.commit(staged, operation=mode, idempotency_key=idempotency_key)
+
+
+def _compute_all(stages: list[Any], table: Table) -> list[Any]:
+    """Every stage's result; when a partition's upstream work raises, the files staged by the others are
+    deleted before the error is re-raised (Dask stops at the first error and drops finished results)."""
+    import dask
+
+    client = _client()
+    if client is not None:  # distributed: wait for every future, then sort results from errors
+        import distributed
+
+        futures = client.compute(stages)
+        distributed.wait(futures)
+        done = [f.result() for f in futures if f.status == "finished"]
+        errors = [f for f in futures if f.status != "finished"]
+        if errors:
+            table.abort([r for r in done if isinstance(r, StagedWrite)])
+            errors[0].result()  # raises the partition's own error
+        return done
+    # Local schedulers stop at the first error while other threads still finish their writes, so each
+    # partition is computed apart (shared upstream work of a shuffle is repeated) and all are awaited.
+    parallel = 1 if dask.config.get("scheduler", None) in ("sync", "synchronous", "single-threaded") else 0
+    with ThreadPoolExecutor(max_workers=parallel or min(8, os.cpu_count() or 2)) as pool:
+        outcomes = list(pool.map(_compute_one, stages))
+    raised = [o for o in outcomes if isinstance(o, BaseException)]
+    if raised:
+        table.abort([o for o in outcomes if isinstance(o, StagedWrite)])
+        raise raised[0]
+    return outcomes
+
+
+def _compute_one(stage: Any) -> Any:
+    import dask
+
+    try:
+        return dask.compute(stage, scheduler="sync")[0]
+    except Exception as e:
+        return e
+
+
+def _client() -> Any:
+    import dask
+
+    if dask.config.get("scheduler", None) not in (None, "dask.distributed", "distributed"):
+        return None  # a local scheduler was chosen explicitly
+    try:
+        from distributed import get_client
+    except ImportError:
+        return None
+    try:
+        return get_client()
+    except ValueError:  # no client: a local scheduler
+        return None
