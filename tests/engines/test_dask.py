@@ -59,6 +59,12 @@ def test_read_equals_the_scan(client: Any, lake: mere.Table, kwargs: dict[str, A
     assert_same_rows(arrow(frame), expected)
 
 
+def test_partitions_follow_the_cluster(client: Any, lake: mere.Table) -> None:
+    assert read_table(lake).npartitions == 2  # the cluster's 2 worker threads, though the table is tiny
+    assert read_table(lake, min_partitions=5).npartitions == 5
+    assert read_table(lake, partition_bytes=1 << 40, min_partitions=1).npartitions == 1
+
+
 def test_column_selection_reaches_mere(client: Any, lake: mere.Table) -> None:
     ddf = read_table(lake, partition_bytes=20_000)
     expected = lake.scan(columns=["id", "qty"]).to_arrow()

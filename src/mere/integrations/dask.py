@@ -44,11 +44,14 @@ def read_table(
     as_of: Any = None,
     *,
     partition_bytes: int = TASK_BYTES,
+    min_partitions: int | None = None,
     types_mapper: Callable[[pa.DataType], Any] | None = None,
 ) -> dd.DataFrame:
     """The table's merged rows at one version as a Dask DataFrame (lazy; the version is pinned now).
 
-    Each partition reads about ``partition_bytes`` of stored data (Spark's default, 128 MiB). Partitions
+    Each partition reads about ``partition_bytes`` of stored data (Spark's default, 128 MiB), and there are
+    at least ``min_partitions`` (default: the worker threads of the current distributed client, else this
+    machine's cores) where the table has enough splits and row groups to cut. Partitions
     are pandas DataFrames with Arrow-backed dtypes (``pd.ArrowDtype``: exact for decimals, dates, lists,
     nullable integers; pass another ``types_mapper`` for ``pyarrow.Table.to_pandas`` to change that).
     ``meta`` comes from the schema, so nothing is read to plan.
@@ -60,10 +63,11 @@ def read_table(
         types_mapper = pd.ArrowDtype
     if not isinstance(table, Table):
         raise InvalidInput(f"read_table() takes a mere Table, got {type(table).__name__}")
-    if not isinstance(partition_bytes, int) or isinstance(partition_bytes, bool) or partition_bytes < 1:
-        raise InvalidInput(f"partition_bytes must be a positive integer, got {partition_bytes!r}")
+    for name, value in (("partition_bytes", partition_bytes), ("min_partitions", min_partitions)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
     scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of)
-    groups = group_tasks(scan.tasks(), max_bytes=partition_bytes)
+    groups = group_tasks(scan.tasks(), max_bytes=partition_bytes, min_groups=min_partitions or _threads())
     reader = _PartitionReader(scan.schema, types_mapper)
     meta = reader.frame(scan.schema.empty_table())
     if not groups:
@@ -93,7 +97,7 @@ class _PartitionReader:
             t if list(t.options.columns) == wanted else replace(t, options=replace(t.options, columns=wanted))
             for t in group
         ]
-        return self.frame(pa.Table.from_batches(list(read_tasks(tasks)), schema=schema))
+        return self.frame(pa.Table.from_batches(list(read_tasks(tasks)), schema=schema).combine_chunks())
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,17 @@ def _compute_one(stage: Any) -> Any:
         return dask.compute(stage, scheduler="sync")[0]
     except Exception as e:
         return e
+
+
+def _threads() -> int:
+    """Worker threads of the current distributed client, else this machine's cores."""
+    client = _client()
+    if client is not None:
+        try:
+            return max(1, int(sum(client.nthreads().values())))
+        except Exception:  # a client that cannot answer: plan for this machine
+            pass
+    return os.cpu_count() or 1
 
 
 def _client() -> Any:
