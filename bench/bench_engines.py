@@ -5,10 +5,12 @@ then 10 upserts of 100,000 rows (half updates). Each engine runs in a fresh proc
 read, then ``--repeat`` timed reads (median) with the peak RSS growth of the process over them.
 
   arrow    scan.to_arrow()                                  (the reference of every ratio)
-  pandas   scan.to_pandas()
+  pandas   scan.to_pandas(); pandas_arrow: scan.to_pandas(types_mapper=pd.ArrowDtype)
   polars   scan.to_polars(); and scan_table(t).collect()    (the IO-plugin LazyFrame)
   duckdb   register(con, "w1", t); SELECT * into Arrow
-  dask     read_table(t).compute() on a LocalCluster of 2 worker processes (started before timing)
+  dask     read_table(t).compute() on a LocalCluster of 2 worker processes (started before timing);
+           dask_threads: 2 workers in this process; dask_parquet: dd.read_parquet of the table's stored
+           files on the 2 worker processes (no merge: what moving the rows through Dask costs by itself)
   ray      read_table(t) materialised to Arrow on a local Ray of 2 CPUs (started before timing)
   torch    TableDataset (numeric columns) through a DataLoader, num_workers 0 and 2: rows/s
 
@@ -34,7 +36,20 @@ sys.path.insert(0, str(HERE))
 
 from bench_core import build  # noqa: E402
 
-ENGINES = ("arrow", "pandas", "polars", "polars_lazy", "duckdb", "dask", "ray", "torch0", "torch2")
+ENGINES = (
+    "arrow",
+    "pandas",
+    "pandas_arrow",
+    "polars",
+    "polars_lazy",
+    "duckdb",
+    "dask",
+    "dask_threads",
+    "dask_parquet",
+    "ray",
+    "torch0",
+    "torch2",
+)
 
 CHILD = r"""
 import json, statistics, sys, time
@@ -50,6 +65,9 @@ if engine == "arrow":
     read = lambda: table.scan().to_arrow().num_rows
 elif engine == "pandas":
     read = lambda: len(table.scan().to_pandas())
+elif engine == "pandas_arrow":
+    import pandas as pd
+    read = lambda: len(table.scan().to_pandas(types_mapper=pd.ArrowDtype))
 elif engine == "polars":
     read = lambda: table.scan().to_polars().height
 elif engine == "polars_lazy":
@@ -62,12 +80,20 @@ elif engine == "duckdb":
     def read():
         register(con, "w1", table)
         return con.sql("SELECT * FROM w1").to_arrow_table().num_rows
-elif engine == "dask":
+elif engine.startswith("dask"):
+    import dask.dataframe as dd
     import distributed
     from mere.integrations.dask import read_table
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None)
+    processes = engine != "dask_threads"
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=None
+    )
     client = distributed.Client(cluster)
-    read = lambda: len(read_table(table).compute())
+    if engine == "dask_parquet":  # Dask's own reader on the same stored files: no merge (a reference)
+        files = [table.storage.file_uri(p) for p in table.files()["path"].to_pylist()]
+        read = lambda: len(dd.read_parquet(files).compute())
+    else:
+        read = lambda: len(read_table(table).compute())
 elif engine == "ray":
     import ray
     from mere.integrations.ray import read_table

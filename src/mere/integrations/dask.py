@@ -52,15 +52,14 @@ def read_table(
     Each partition reads about ``partition_bytes`` of stored data (Spark's default, 128 MiB), and there are
     at least ``min_partitions`` (default: the worker threads of the current distributed client, else this
     machine's cores) where the table has enough splits and row groups to cut. Partitions
-    are pandas DataFrames with Arrow-backed dtypes (``pd.ArrowDtype``: exact for decimals, dates, lists,
-    nullable integers; pass another ``types_mapper`` for ``pyarrow.Table.to_pandas`` to change that).
+    are pandas DataFrames with exact dtypes (:func:`pandas_types`: nullable integers, floats and booleans,
+    Arrow-backed strings, ``pd.ArrowDtype`` for the rest); pass another ``types_mapper`` for
+    ``pyarrow.Table.to_pandas`` to change that (``pd.ArrowDtype`` for every column).
     ``meta`` comes from the schema, so nothing is read to plan.
     """
     dd_module = _dask()
     if types_mapper is None:
-        import pandas as pd
-
-        types_mapper = pd.ArrowDtype
+        types_mapper = pandas_types
     if not isinstance(table, Table):
         raise InvalidInput(f"read_table() takes a mere Table, got {type(table).__name__}")
     for name, value in (("partition_bytes", partition_bytes), ("min_partitions", min_partitions)):
@@ -76,6 +75,33 @@ def read_table(
         reader, groups, meta=meta, label=f"mere-read-{table.name}", enforce_metadata=False
     )
     return cast("dd.DataFrame", frame)
+
+
+def pandas_types(kind: pa.DataType) -> Any:
+    """The pandas dtype of a partition's Arrow column: exact (nulls stay nulls, NaN stays NaN), and cheap
+    to move between Dask processes: numbers and booleans are pandas' masked NumPy arrays, strings
+    Arrow-backed ``string``, everything else (decimals, dates, timestamps, lists, structs) ``pd.ArrowDtype``.
+    """
+    import pandas as pd
+
+    masked = {
+        pa.int8(): pd.Int8Dtype(),
+        pa.int16(): pd.Int16Dtype(),
+        pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(),
+        pa.uint8(): pd.UInt8Dtype(),
+        pa.uint16(): pd.UInt16Dtype(),
+        pa.uint32(): pd.UInt32Dtype(),
+        pa.uint64(): pd.UInt64Dtype(),
+        pa.float32(): pd.Float32Dtype(),
+        pa.float64(): pd.Float64Dtype(),
+        pa.bool_(): pd.BooleanDtype(),
+    }.get(kind)
+    if masked is not None:
+        return masked
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return pd.StringDtype("pyarrow")
+    return pd.ArrowDtype(kind)
 
 
 @dataclass(frozen=True)
@@ -97,7 +123,7 @@ class _PartitionReader:
             t if list(t.options.columns) == wanted else replace(t, options=replace(t.options, columns=wanted))
             for t in group
         ]
-        return self.frame(pa.Table.from_batches(list(read_tasks(tasks)), schema=schema).combine_chunks())
+        return self.frame(pa.Table.from_batches(list(read_tasks(tasks)), schema=schema))
 
 
 @dataclass(frozen=True)
