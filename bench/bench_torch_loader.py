@@ -5,7 +5,11 @@ of 10% of the keys each (so every split merges 4 files). The dataset yields dict
 ``--batch-size`` rows (default 65,536); the DataLoader runs with ``batch_size=None``. Each setting: one
 warm-up epoch, then the median of ``--repeat`` epochs (every batch touched: ``sum`` of one column).
 
+With ``--step-ms`` the main process also busies itself for that long per batch (a stand-in for the
+training step that DataLoader workers exist to overlap with reading); 0 measures bare loading.
+
 Usage: python bench/bench_torch_loader.py [--rows 2000000] [--batch-size 65536] [--repeat 3] [--workers 2]
+       [--step-ms 0,20]
 """
 
 from __future__ import annotations
@@ -59,22 +63,26 @@ def cpu_seconds() -> float:
     return total
 
 
-def epoch(loader: DataLoader[Any]) -> tuple[float, float, int]:
-    """(wall seconds, CPU seconds, rows) of one pass."""
+def epoch(loader: DataLoader[Any], step_ms: float = 0.0) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds, rows) of one pass; ``step_ms`` of busy work per batch stands for the
+    training step the main process runs between batches (it holds a core, as a CPU-side step would)."""
     c0, t0 = cpu_seconds(), time.perf_counter()
     rows = 0
     for batch in loader:
         rows += len(batch["id"])
         batch["f0"].sum()
+        end = time.perf_counter() + step_ms / 1000
+        while time.perf_counter() < end:
+            pass
     wall = time.perf_counter() - t0
     return wall, cpu_seconds() - c0, rows
 
 
-def rate(ds: TableDataset, workers: int, repeat: int) -> tuple[float, float, int]:
+def rate(ds: TableDataset, workers: int, repeat: int, step_ms: float = 0.0) -> tuple[float, float, int]:
     """(rows per second, CPU seconds per million rows, rows per epoch): medians after a warm-up."""
     loader = DataLoader(ds, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
-    epoch(loader)  # warm-up (and worker start)
-    runs = [epoch(loader) for _ in range(repeat)]
+    epoch(loader, step_ms)  # warm-up (and worker start)
+    runs = [epoch(loader, step_ms) for _ in range(repeat)]
     rows = runs[0][2]
     return (
         rows / statistics.median(r[0] for r in runs),
@@ -89,6 +97,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=65_536)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--step-ms", default="0,20", help="busy milliseconds per batch in the main process")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="mere-bench-torch-")
     try:
@@ -99,14 +108,17 @@ def main() -> None:
         )
         ds = TableDataset(table, batch_size=args.batch_size)
         print(ds)
-        results = {}
-        for workers in (0, args.workers):
-            results[workers], cpu, rows = rate(ds, workers, args.repeat)
+        for step in (float(x) for x in args.step_ms.split(",")):
+            results = {}
+            for workers in (0, args.workers):
+                results[workers], cpu, rows = rate(ds, workers, args.repeat, step)
+                print(
+                    f"step {step:g} ms/batch, num_workers={workers}: {results[workers] / 1e6:.2f} M rows/s, "
+                    f"{cpu:.2f} CPU-s per M rows ({rows:,} rows per epoch)"
+                )
             print(
-                f"num_workers={workers}: {results[workers] / 1e6:.2f} M rows/s, {cpu:.2f} CPU-s per M rows "
-                f"({rows:,} rows per epoch)"
+                f"step {step:g} ms: ratio {args.workers} workers / 0 workers: {results[args.workers] / results[0]:.2f}x"
             )
-        print(f"ratio {args.workers} workers / 0 workers: {results[args.workers] / results[0]:.2f}x")
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     finally:
         shutil.rmtree(root, ignore_errors=True)
