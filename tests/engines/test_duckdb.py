@@ -76,9 +76,7 @@ def test_scan_variable_time_travel_and_pinning(lake: mere.Table) -> None:
     assert duckdb.sql("SELECT count(*) FROM scan").fetchall()[0] == (expected.num_rows,)  # re-callable stream
     con = duckdb.connect()
     register(con, "v2", lake, version=2, columns=["id", "qty"], filter="id < 300")
-    assert rows(con.sql("SELECT * FROM v2")) == rows(
-        duckdb.sql("SELECT * FROM scan WHERE id < 300")
-    )
+    assert rows(con.sql("SELECT * FROM v2")) == rows(duckdb.sql("SELECT * FROM scan WHERE id < 300"))
     register(con, "now", lake)
     before = con.sql("SELECT count(*) FROM now").fetchall()[0]
     lake.upsert(pa.table({"id": [10_000, 10_001], "day": pa.array([None, None], pa.date32())}))

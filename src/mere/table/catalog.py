@@ -80,6 +80,18 @@ class Catalog:
             raise InvalidInput(f"storage_options must be a dict of strings, got {storage_options!r}")
         if filesystem is not None and not isinstance(filesystem, pafs.FileSystem):
             raise InvalidInput(f"filesystem must be a pyarrow.fs.FileSystem, got {type(filesystem).__name__}")
+        if filesystem is None and "://" not in warehouse:
+            # A relative path means this process's directory: engine workers (Spark, Dask, Ray, DataLoader
+            # processes) run elsewhere and must open the same warehouse.
+            warehouse = os.path.abspath(warehouse)
+        if (
+            isinstance(catalog, str)
+            and catalog.startswith("sqlite:///")
+            and not catalog.startswith("sqlite:////")
+        ):
+            path = catalog[len("sqlite:///") :]
+            if path and not path.startswith(":memory:") and not os.path.isabs(path):
+                catalog = f"sqlite:///{os.path.abspath(path)}"
         self._args = (warehouse, catalog, dict(storage_options or {}), filesystem)
         self.storage = Storage(warehouse, storage_options, filesystem)
         self.filesystem_given = filesystem is not None
