@@ -369,3 +369,27 @@ def test_malformed_catalog_url_is_typed_and_hides_the_password(tmp_path: Path, u
         mere.connect(str(tmp_path / "wh"), catalog=url)
     assert "hunter2-secret" not in str(info.value) and "***" in str(info.value)
     assert not (tmp_path / "wh").exists()
+
+
+def test_relative_paths_survive_a_change_of_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Engine workers open a pickled catalog, table or scan task from another directory."""
+    import pickle
+
+    monkeypatch.chdir(tmp_path)
+    for catalog in (None, "sqlite:///cat.db", "side.db"):
+        cat = mere.connect(f"wh-{catalog is None}", catalog=catalog)
+        t = cat.create_table(
+            f"a.t{abs(hash(catalog)) % 1000}", pa.schema([("id", pa.int64())]), primary_key="id"
+        )
+        t.upsert(pa.table({"id": [1, 2]}))
+        shipped = pickle.dumps((cat, t, t.scan().tasks()))
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir(exist_ok=True)
+        monkeypatch.chdir(elsewhere)
+        cat2, t2, tasks = pickle.loads(shipped)
+        assert t2.scan().count() == 2 and cat2.table(t.name).version == 1
+        assert sum(b.num_rows for task in tasks for b in task.read()) == 2
+        assert list(elsewhere.iterdir()) == []  # nothing created in the worker's directory
+        monkeypatch.chdir(tmp_path)

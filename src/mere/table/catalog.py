@@ -84,6 +84,8 @@ class Catalog:
             # A relative path means this process's directory: engine workers (Spark, Dask, Ray, DataLoader
             # processes) run elsewhere and must open the same warehouse.
             warehouse = os.path.abspath(warehouse)
+        if isinstance(catalog, str) and "://" not in catalog:  # a file path: an SQLite catalog file
+            catalog = f"sqlite:///{os.path.abspath(catalog)}"
         if (
             isinstance(catalog, str)
             and catalog.startswith("sqlite:///")
@@ -102,8 +104,6 @@ class Catalog:
                 )
             # Nothing is created here: the first create_table makes the warehouse folder and the catalog file.
             catalog = f"sqlite:///{os.path.join(self.storage.root, 'catalog.db')}"
-        elif "://" not in catalog:
-            catalog = f"sqlite:///{os.path.abspath(catalog)}"
         self.catalog_url = catalog
         self._sql: SqlCatalog | None = None
 
