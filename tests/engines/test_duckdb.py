@@ -193,3 +193,47 @@ def test_bad_arguments(lake: mere.Table) -> None:
     assert con.sql("SELECT count(*) FROM duckdb_views() WHERE view_name = 't'").fetchall()[0] == (0,)
     assert lake.version == before
     assert isinstance(dataset(lake.scan()), ds.Dataset)
+
+
+def test_dataset_methods_read_through_mere(lake: mere.Table) -> None:
+    data = dataset(lake.scan())
+    expected = lake.scan().to_arrow()
+    wanted = (ds.field("id") < 100) & (ds.field("qty") > 50)
+    reference = expected.filter(wanted).select(["id", "qty"])
+    assert data.to_table(columns=["id", "qty"], filter=wanted).sort_by("id").equals(reference.sort_by("id"))
+    assert data.count_rows() == expected.num_rows
+    assert data.count_rows(filter=wanted) == reference.num_rows
+    assert data.head(5, columns=["id"]).num_rows == 5
+    assert data.take([0, 2]).num_rows == 2
+    assert sum(b.num_rows for b in data.to_batches(filter=wanted)) == reference.num_rows
+    assert data.partition_expression.equals(pc.scalar(True))
+    for call in (
+        lambda: data.get_fragments(),
+        lambda: data.filter(ds.field("id") > 1),
+        lambda: data.sort_by("id"),
+        lambda: data.join(data, "id"),
+        lambda: data.replace_schema(data.schema),
+    ):
+        with pytest.raises(InvalidInput):
+            call()
+    with pytest.raises(InvalidInput):
+        data.to_table(filter="id < 3")  # type: ignore[arg-type]
+
+
+def test_stopping_early_lets_the_process_exit(lake: mere.Table, tmp_path: Path) -> None:
+    """A LIMIT or head() stops the read; nothing is left running that keeps the interpreter alive."""
+    import subprocess
+    import sys
+
+    code = f"""
+import duckdb, mere
+from mere.integrations.duckdb import dataset, register
+t = mere.connect({str(tmp_path / "wh")!r}).table("eng.orders")
+print(dataset(t.scan()).head(3).num_rows)
+con = duckdb.connect()
+register(con, "o", t)
+print(len(con.sql("SELECT * FROM o LIMIT 3").fetchall()))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["3", "3"]

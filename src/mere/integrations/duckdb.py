@@ -72,8 +72,9 @@ def dataset(scan: Scan) -> MereDataset:
 class MereDataset(ds.Dataset):
     """A pyarrow Dataset whose ``scanner()`` is a mere read (see the module docstring).
 
-    Only ``schema``, ``scanner()``, ``to_batches()`` and ``to_table()`` are served; other Dataset methods
-    (fragments, joins, replace_schema) raise, as this dataset has no files of its own.
+    Reading methods (``scanner``, ``to_table``, ``to_batches``, ``head``, ``take``, ``count_rows``) are
+    mere reads; the rest (fragments, ``filter``, ``sort_by``, joins, ``replace_schema``) raise
+    :class:`~mere.errors.InvalidInput`, as this dataset has no files of its own.
     """
 
     _scan: Scan
@@ -87,9 +88,21 @@ class MereDataset(ds.Dataset):
         self, columns: list[str] | None = None, filter: pc.Expression | None = None, **options: Any
     ) -> ds.Scanner:
         """A scanner over the merged rows: ``columns`` and ``filter`` reach mere (see the module)."""
+        reader = self._planned(columns, filter).to_reader()
+        batch_size = options.get("batch_size")
+        extra = {} if batch_size is None else {"batch_size": batch_size}
+        return ds.Scanner.from_batches(reader, columns=columns, filter=filter, **extra)
+
+    def _planned(self, columns: list[str] | None, filter: pc.Expression | None) -> Scan:
+        """The mere scan for a projection and filter: the filter's prunable part pushed, the columns it
+        needs read."""
         scan = self._scan
         if columns is not None and not all(isinstance(c, str) for c in columns):
-            raise InvalidInput("MereDataset.scanner: columns must be names")
+            raise InvalidInput("MereDataset: columns must be names")
+        if filter is not None and not isinstance(filter, pc.Expression):
+            raise InvalidInput(
+                f"MereDataset: filter must be a pyarrow Expression, got {type(filter).__name__}"
+            )
         if filter is not None:
             pushed = pushdown(filter, scan)
             if pushed is not None:
@@ -100,18 +113,73 @@ class MereDataset(ds.Dataset):
                 referenced = _columns(filter, scan)
                 needed += [c for c in referenced if c not in needed]
             scan = scan.select(*needed)
-        reader = scan.to_reader()
-        batch_size = options.get("batch_size")
-        extra = {} if batch_size is None else {"batch_size": batch_size}
-        return ds.Scanner.from_batches(reader, columns=columns, filter=filter, **extra)
+        return scan
 
-    def to_batches(self, **kwargs: Any) -> Iterator[pa.RecordBatch]:
-        """Merged batches (``columns``/``filter`` as for :meth:`scanner`)."""
-        return iter(self.scanner(**kwargs).to_reader())
+    def to_batches(
+        self, columns: list[str] | None = None, filter: pc.Expression | None = None, **_: Any
+    ) -> Iterator[pa.RecordBatch]:
+        """Merged batches (``columns``/``filter`` as for :meth:`scanner`), streamed in this thread: a
+        consumer that stops early stops the read (no background scanner keeps calling into it)."""
+        scan = self._planned(columns, filter)
+        batches = scan.to_batches()
+        try:
+            for batch in batches:
+                table = pa.Table.from_batches([batch])
+                if filter is not None:
+                    table = table.filter(filter)
+                if columns is not None:
+                    table = table.select(columns)
+                yield from table.to_batches()
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
 
-    def to_table(self, **kwargs: Any) -> pa.Table:
+    def to_table(
+        self, columns: list[str] | None = None, filter: pc.Expression | None = None, **_: Any
+    ) -> pa.Table:
         """Merged rows as one table (``columns``/``filter`` as for :meth:`scanner`)."""
-        return self.scanner(**kwargs).to_table()
+        schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+        return pa.Table.from_batches(list(self.to_batches(columns, filter)), schema=schema)
+
+    def head(
+        self, num_rows: int, columns: list[str] | None = None, filter: pc.Expression | None = None, **_: Any
+    ) -> pa.Table:
+        """The first ``num_rows`` merged rows (the read stops there)."""
+        out: list[pa.RecordBatch] = []
+        left = num_rows
+        batches = self.to_batches(columns, filter)
+        for batch in batches:
+            if left <= 0:
+                break
+            out.append(batch.slice(0, left))
+            left -= out[-1].num_rows
+        batches.close()  # type: ignore[attr-defined]
+        schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+        return pa.Table.from_batches(out, schema=schema)
+
+    def take(
+        self, indices: Any, columns: list[str] | None = None, filter: pc.Expression | None = None, **_: Any
+    ) -> pa.Table:
+        """Merged rows at ``indices`` (of the whole, filtered read)."""
+        return self.to_table(columns, filter).take(indices)
+
+    def count_rows(self, filter: pc.Expression | None = None, **_: Any) -> int:
+        """Merged rows (a read: see :meth:`mere.Scan.count`)."""
+        return sum(b.num_rows for b in self.to_batches(None, filter))
+
+    def _unsupported(self, *args: Any, **kwargs: Any) -> Any:
+        raise InvalidInput(
+            "a mere dataset has no files of its own to list, filter, sort, join or re-type: scan it "
+            "(to_table, scanner) or use the mere Scan"
+        )
+
+    get_fragments = _get_fragments = filter = sort_by = join = join_asof = replace_schema = _unsupported
+
+    @property
+    def partition_expression(self) -> pc.Expression:
+        """Always true: mere's partitions are pruned inside :meth:`scanner`."""
+        return pc.scalar(True)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return dataset, (self._scan,)
