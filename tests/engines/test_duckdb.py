@@ -141,7 +141,8 @@ def test_pushdown_is_proven_or_left_out(lake: mere.Table) -> None:
     tricky = (f("id") == 3) | (f("day").cast(pa.string()) == '") or (id == 5')
     assert pushdown(tricky, scan) is None
     big = pc.is_in(f("id"), value_set=pa.array(range(500), pa.int64()))
-    assert pushdown(big, scan) is None  # the printed value set is cut short: nothing proven, nothing pushed
+    # pyarrow prints a long value set cut short; its values come from the typed, serialised form
+    assert str(pushdown(big, scan)) == str(mere.col("id").isin(list(range(500))))
     con = duckdb.connect()
     register(con, "o", lake)
     con.register("reference", lake.scan().to_arrow())

@@ -189,20 +189,17 @@ class MereDataset(ds.Dataset):
 
 
 def _columns(filter: pc.Expression, scan: Scan) -> list[str]:
-    """Columns a pyarrow filter references: every column of the scan when its text cannot be read."""
-    try:
-        node = _Parser(str(filter)).parse()
-    except _Unreadable:
-        return list(scan.spec.schema.names)
-    names: list[str] = []
-    node.fields(names)
-    known = set(scan.spec.schema.names)
-    return names if all(n in known for n in names) else list(scan.spec.schema.names)
+    """Columns a pyarrow filter may reference: every column whose name appears in its text (a few too
+    many at worst, never one too few)."""
+    text = str(filter)
+    return [name for name in scan.spec.schema.names if name in text]
 
 
 # --- reading DuckDB's pyarrow filters ---------------------------------------------------------------
-# pyarrow offers no public way to walk an Expression, so its text is parsed, and every piece used for
-# pruning is proven: it is rebuilt as a pyarrow Expression whose text must equal the piece's own text.
+# pyarrow offers no public way to walk an Expression. Its structure is read from its text, and its
+# literals (typed values, IN lists, function options) from its serialised form, an Arrow IPC file
+# holding one column per literal in the order the text shows them. Every piece used for pruning is then
+# proven: rebuilt as a pyarrow Expression from those typed values, its text must equal the piece's own.
 # A piece that does not prove out prunes nothing; the filter itself always runs whole on the merged rows.
 
 
@@ -230,6 +227,7 @@ class _Node:
     op: str = ""  # operator or function name
     args: tuple[_Node, ...] = ()
     raw: str = ""  # a literal's or options' text
+    value: pa.Array | None = None  # a literal's or options' typed value (one row), from the IPC form
 
     def fields(self, out: list[str]) -> None:
         if self.kind == "field" and self.op not in out:
@@ -253,6 +251,7 @@ class _Parser:
             self.tokens.append((kind, m.group(kind), m.start(kind), m.end(kind)))
             pos = m.end()
         self.i = 0
+        self.literals: list[_Node] = []  # literal and options nodes, in text order
 
     def peek(self) -> tuple[str, str, int, int]:
         return (
@@ -285,7 +284,7 @@ class _Parser:
             return _Node("bin", self.text[start:end], op, (left, right))
         if kind in ("str", "ts"):
             self.take()
-            return _Node("lit", value, raw=value)
+            return self.literal(_Node("lit", value, raw=value))
         if kind != "word":
             raise _Unreadable(f"unexpected {value!r}")
         self.take()
@@ -300,7 +299,11 @@ class _Parser:
             return _Node("call", self.text[start:end], value, tuple(args))
         if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value) and value not in ("true", "false", "null"):
             return _Node("field", value, value)
-        return _Node("lit", value, raw=value)
+        return self.literal(_Node("lit", value, raw=value))
+
+    def literal(self, node: _Node) -> _Node:
+        self.literals.append(node)
+        return node
 
     def options(self) -> _Node:
         start = self.take("{")[2]
@@ -308,20 +311,36 @@ class _Parser:
         while depth:
             _, value, _, end = self.take()
             depth += {"{": 1, "}": -1}.get(value, 0)
-        return _Node("opts", self.text[start:end], raw=self.text[start:end])
+        return self.literal(_Node("opts", self.text[start:end], raw=self.text[start:end]))
 
 
 def pushdown(filter: pc.Expression, scan: Scan) -> E.Expr | None:
     """What of a pyarrow filter mere can use to prune (key and partition columns of integer, string or
     date type), as one mere filter holding at least the filter's rows; None when nothing."""
     try:
-        node = _Parser(str(filter)).parse()
+        parser = _Parser(str(filter))
+        node = parser.parse()
     except _Unreadable:
         return None
+    values = _literal_values(filter)
+    if values is None or len(values) != len(parser.literals):
+        return None
+    for literal, value in zip(parser.literals, values):
+        literal.value = value
     spec = scan.spec
     prunable = {*spec.primary_key, *spec.partition_by}
     types = {f.name: f.type for f in spec.schema if f.name in prunable and _literal_kind(f.type) is not None}
     return _part(node, types, exact=False)
+
+
+def _literal_values(filter: pc.Expression) -> list[pa.Array] | None:
+    """The filter's literals, typed, in text order (None when its serialised form cannot be read)."""
+    try:
+        _, args = filter.__reduce__()
+        table = pa.ipc.open_file(args[0]).read_all()
+    except Exception:  # a form this pyarrow does not write: nothing is pushed
+        return None
+    return [column.combine_chunks() for column in table.columns]
 
 
 def _literal_kind(t: pa.DataType) -> type | None:
@@ -351,7 +370,7 @@ def _translate(node: _Node, types: dict[str, pa.DataType], exact: bool) -> E.Exp
             known = [s for s in sides if s is not None]
             return E.conjunction(known) if known else None
         return None if None in sides else sides[0] | sides[1]  # type: ignore[operator]
-    leaf = _leaf(node, types)
+    leaf = _leaf(node, types, exact)
     if leaf is None:
         if exact:
             raise _Unreadable(node.text)
@@ -364,8 +383,20 @@ def _translate(node: _Node, types: dict[str, pa.DataType], exact: bool) -> E.Exp
     return mere_expr
 
 
-def _leaf(node: _Node, types: dict[str, pa.DataType]) -> tuple[E.Expr, pc.Expression] | None:
-    """A comparison, IN list or null test of one prunable column: (mere filter, the same in pyarrow)."""
+def _leaf(node: _Node, types: dict[str, pa.DataType], exact: bool) -> tuple[E.Expr, pc.Expression] | None:
+    """A comparison, IN list or null test of one prunable column: (mere filter, the same in pyarrow).
+
+    With ``exact`` the mere filter must equal the piece on every row, nulls included (it is under a NOT);
+    otherwise it must hold the same rows where the piece is true."""
+    try:
+        return _leaf_unguarded(node, types, exact)
+    except (pa.ArrowException, OverflowError, ValueError, TypeError) as e:  # e.g. 1000 on an int8 key
+        raise _Unreadable(node.text) from e
+
+
+def _leaf_unguarded(
+    node: _Node, types: dict[str, pa.DataType], exact: bool
+) -> tuple[E.Expr, pc.Expression] | None:
     if node.kind == "bin" and node.op in _COMPARE:
         left, right = node.args
         op = node.op
@@ -373,10 +404,11 @@ def _leaf(node: _Node, types: dict[str, pa.DataType]) -> tuple[E.Expr, pc.Expres
             left, right, op = right, left, _FLIP[op]
         if left.kind != "field" or right.kind != "lit" or left.op not in types:
             return None
-        value = _value(right.raw, types[left.op])
-        rebuilt = _compare(op, ds.field(left.op), pa.scalar(value, types[left.op]))
+        column = types[left.op]
+        value = _value(right, column)
+        rebuilt = _compare(op, ds.field(left.op), pa.scalar(value, column))
         if node.args[0].kind == "lit":
-            rebuilt = _compare(node.op, pc.scalar(pa.scalar(value, types[left.op])), ds.field(left.op))
+            rebuilt = _compare(node.op, pc.scalar(pa.scalar(value, column)), ds.field(left.op))
         return E.Compare(op, left.op, value), rebuilt  # type: ignore[arg-type]
     if node.kind != "call":
         return None
@@ -400,18 +432,19 @@ def _leaf(node: _Node, types: dict[str, pa.DataType]) -> tuple[E.Expr, pc.Expres
         name = inner.args[0].op
         if name not in types or test.text != f"is_valid({name})" or otherwise.text != "null[bool]":
             return None
-        values = _value_set(inner.args[1].raw, types[name])
+        values = _value_set(inner.args[1], types[name])
         rebuilt = pc.if_else(
             pc.is_valid(ds.field(name)),
             pc.is_in(ds.field(name), value_set=pa.array(values, types[name])),
             pa.scalar(None, pa.bool_()),
         )
         return E.In(name, tuple(values)), rebuilt
-    if node.op == "is_in" and len(node.args) == 2 and node.args[0].kind == "field":
+    # A bare is_in gives false, not null, for a null: the same rows as SQL IN, but not under a NOT.
+    if node.op == "is_in" and len(node.args) == 2 and node.args[0].kind == "field" and not exact:
         name = node.args[0].op
         if name not in types or "null_matching_behavior=MATCH" not in node.args[1].raw:
             return None
-        values = _value_set(node.args[1].raw, types[name])
+        values = _value_set(node.args[1], types[name])
         return E.In(name, tuple(values)), pc.is_in(ds.field(name), value_set=pa.array(values, types[name]))
     if node.op == "invert" and len(node.args) == 1:
         negated = _translate(node.args[0], types, exact=True)
@@ -426,7 +459,7 @@ def _rebuilt_exact(node: _Node, types: dict[str, pa.DataType]) -> pc.Expression:
     if node.kind == "bin" and node.op in ("and", "or"):
         left, right = (_rebuilt_exact(a, types) for a in node.args)
         return (left & right) if node.op == "and" else (left | right)
-    leaf = _leaf(node, types)
+    leaf = _leaf(node, types, exact=True)
     if leaf is None:
         raise _Unreadable(node.text)
     return leaf[1]
@@ -448,26 +481,39 @@ def _compare(op: str, left: Any, right: Any) -> pc.Expression:
     return result
 
 
-def _value(raw: str, typ: pa.DataType) -> Any:
-    kind = _literal_kind(typ)
-    try:
-        if kind is int and re.fullmatch(r"-?\d+", raw):
-            return int(raw)
-        if kind is str and raw.startswith('"') and raw.endswith('"') and len(raw) >= 2:
-            return re.sub(r"\\(.)", r"\1", raw[1:-1])
-        if kind is dt.date and re.fullmatch(r"\d{4}-\d{2}-\d{2}", raw):
-            return dt.date.fromisoformat(raw)
-    except ValueError as e:
-        raise _Unreadable(raw) from e
-    raise _Unreadable(raw)
+def _same_kind(literal: pa.DataType, column: pa.DataType) -> bool:
+    """Whether a literal of type ``literal`` compares with the column's values as the same Python value
+    (a binary literal never stands for a string, whatever its printed form)."""
+    kind = _literal_kind(column)
+    if kind is int:
+        return bool(pa.types.is_integer(literal))
+    if kind is str:
+        return bool(
+            pa.types.is_string(literal)
+            or pa.types.is_large_string(literal)
+            or pa.types.is_string_view(literal)
+        )
+    return kind is dt.date and bool(pa.types.is_date32(literal))
 
 
-def _value_set(raw: str, typ: pa.DataType) -> list[Any]:
-    m = re.search(r"value_set=[^:\[]*:\[(.*)\]", raw, re.DOTALL)
-    if m is None:
-        raise _Unreadable(raw)
-    body = m.group(1)
-    items = re.findall(r'"(?:[^"\\]|\\.)*"|[^\s,]+', body)
-    if not items or "null" in items:
-        raise _Unreadable(raw)
-    return [_value(item, typ) for item in items]
+def _value(node: _Node, column: pa.DataType) -> Any:
+    """A literal node's value, from its typed form, if it is of the column's kind and not null."""
+    value = node.value
+    if value is None or len(value) != 1 or value.null_count or not _same_kind(value.type, column):
+        raise _Unreadable(node.text)
+    return value[0].as_py()
+
+
+def _value_set(node: _Node, column: pa.DataType) -> list[Any]:
+    """The value set of an is_in options node, from its typed form (no nulls, of the column's kind)."""
+    options = node.value
+    if (
+        options is None
+        or not pa.types.is_struct(options.type)
+        or options.type.get_field_index("value_set") < 0
+    ):
+        raise _Unreadable(node.text)
+    values = options.field("value_set")[0].values
+    if len(values) == 0 or values.null_count or not _same_kind(values.type, column):
+        raise _Unreadable(node.text)
+    return list(values.to_pylist())

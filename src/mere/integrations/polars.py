@@ -70,7 +70,10 @@ def _batches(
 ) -> Iterator[pl.DataFrame]:
     polars = _polars()
     scan = base
-    if predicate is not None:
+    # Polars hands a row limit with a predicate for ``head(n).filter(p)``: the first n rows, then the
+    # filter. Such a predicate cannot prune (it would change which rows are first) and runs after the cut.
+    limit_first = n_rows is not None and predicate is not None
+    if predicate is not None and not limit_first:
         pushed = pushdown(predicate, base)
         if pushed is not None:
             scan = scan.where(pushed)
@@ -86,11 +89,14 @@ def _batches(
     try:
         for batch in batches:
             frame = polars.from_arrow(batch, rechunk=False)
+            if left is not None and limit_first:
+                frame = frame.head(left)
+                left -= frame.height
             if predicate is not None:
                 frame = frame.filter(predicate)
             if with_columns is not None:
                 frame = frame.select(with_columns)
-            if left is not None:
+            if left is not None and not limit_first:
                 frame = frame.head(left)
                 left -= frame.height
             if frame.height:
@@ -213,7 +219,11 @@ def _translate(node: Any, kinds: dict[str, type], exact: bool) -> E.Expr | None:
         if boolean in ("IsNull", "IsNotNull") and name is not None:
             return E.IsNull(name) if boolean == "IsNull" else ~E.IsNull(name)
         if isinstance(boolean, dict) and name is not None:
-            if "IsIn" in boolean and len(inputs) == 2:
+            is_in = boolean.get("IsIn")
+            # With nulls_equal a null is not IN the list (false, not null): the same rows, but not under
+            # a NOT, where SQL's null would drop what Polars keeps.
+            loose = isinstance(is_in, dict) and bool(is_in.get("nulls_equal"))
+            if "IsIn" in boolean and len(inputs) == 2 and not (exact and loose):
                 return E.In(name, tuple(_values(inputs[1], kinds[name])))
             between = boolean.get("IsBetween")
             if isinstance(between, dict) and len(inputs) == 3:
