@@ -91,7 +91,15 @@ class MereDataset(ds.Dataset):
         reader = self._planned(columns, filter).to_reader()
         batch_size = options.get("batch_size")
         extra = {} if batch_size is None else {"batch_size": batch_size}
-        return ds.Scanner.from_batches(reader, columns=columns, filter=filter, **extra)
+        return ds.Scanner.from_batches(
+            reader,
+            columns=columns,
+            filter=filter,
+            use_threads=False,
+            batch_readahead=0,
+            fragment_readahead=0,
+            **extra,
+        )
 
     def _planned(self, columns: list[str] | None, filter: pc.Expression | None) -> Scan:
         """The mere scan for a projection and filter: the filter's prunable part pushed, the columns it
