@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 _COMPARE = {"Eq": "==", "NotEq": "!=", "Lt": "<", "LtEq": "<=", "Gt": ">", "GtEq": ">="}
 _FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _EPOCH = dt.date(1970, 1, 1)
+BUNDLE_ROWS = 262_144  # merged rows handed to Polars per frame
 
 
 def _polars() -> Any:
@@ -87,8 +88,8 @@ def _batches(
         return
     batches = cast(Generator[pa.RecordBatch, None, None], scan.to_batches())
     try:
-        for batch in batches:
-            frame = polars.from_arrow(batch, rechunk=False)
+        for chunk in _bundled(batches, 1 if n_rows is not None else BUNDLE_ROWS):
+            frame = polars.from_arrow(chunk, rechunk=False)
             if left is not None and limit_first:
                 frame = frame.head(left)
                 left -= frame.height
@@ -105,6 +106,21 @@ def _batches(
                 return
     finally:
         batches.close()  # a row limit stops the read: the splits' readers shut down here
+
+
+def _bundled(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """Merged batches gathered into tables of at least ``rows`` rows: Polars takes a few large frames
+    faster than many small ones (each conversion and each frame it concatenates costs a little)."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        pending.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield pa.Table.from_batches(pending)
+            pending, count = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)
 
 
 def pushdown(predicate: pl.Expr, scan: Scan) -> E.Expr | None:
