@@ -26,6 +26,7 @@ import pyarrow.dataset as ds
 
 from mere import expr as E
 from mere.errors import InvalidInput
+from mere.integrations.pushdown import prunable_kind
 from mere.optional import require
 from mere.table.scan import Scan
 from mere.table.table import Table
@@ -337,7 +338,7 @@ def pushdown(filter: pc.Expression, scan: Scan) -> E.Expr | None:
         literal.value = value
     spec = scan.spec
     prunable = {*spec.primary_key, *spec.partition_by}
-    types = {f.name: f.type for f in spec.schema if f.name in prunable and _literal_kind(f.type) is not None}
+    types = {f.name: f.type for f in spec.schema if f.name in prunable and prunable_kind(f.type) is not None}
     return _part(node, types, exact=False)
 
 
@@ -349,16 +350,6 @@ def _literal_values(filter: pc.Expression) -> list[pa.Array] | None:
     except Exception:  # a form this pyarrow does not write: nothing is pushed
         return None
     return [column.combine_chunks() for column in table.columns]
-
-
-def _literal_kind(t: pa.DataType) -> type | None:
-    if pa.types.is_integer(t):
-        return int
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return str
-    if pa.types.is_date32(t):
-        return dt.date
-    return None
 
 
 def _part(node: _Node, types: dict[str, pa.DataType], exact: bool) -> E.Expr | None:
@@ -492,7 +483,7 @@ def _compare(op: str, left: Any, right: Any) -> pc.Expression:
 def _same_kind(literal: pa.DataType, column: pa.DataType) -> bool:
     """Whether a literal of type ``literal`` compares with the column's values as the same Python value
     (a binary literal never stands for a string, whatever its printed form)."""
-    kind = _literal_kind(column)
+    kind = prunable_kind(column)
     if kind is int:
         return bool(pa.types.is_integer(literal))
     if kind is str:

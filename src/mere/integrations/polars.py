@@ -18,7 +18,9 @@ import pyarrow as pa
 
 from mere import expr as E
 from mere.errors import InvalidInput
+from mere.integrations.pushdown import prunable_kind
 from mere.optional import require
+from mere.read.reader import gather_batches
 from mere.table.scan import Scan
 from mere.table.table import Table
 
@@ -88,7 +90,9 @@ def _batches(
         return
     batches = cast(Generator[pa.RecordBatch, None, None], scan.to_batches())
     try:
-        for chunk in _bundled(batches, 1 if n_rows is not None else BUNDLE_ROWS):
+        # Polars takes a few large frames faster than many small ones (each conversion and each frame
+        # it concatenates costs a little); a row limit streams batch by batch.
+        for chunk in gather_batches(batches, 1 if n_rows is not None else BUNDLE_ROWS):
             frame = polars.from_arrow(chunk, rechunk=False)
             if left is not None and limit_first:
                 frame = frame.head(left)
@@ -108,21 +112,6 @@ def _batches(
         batches.close()  # a row limit stops the read: the splits' readers shut down here
 
 
-def _bundled(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
-    """Merged batches gathered into tables of at least ``rows`` rows: Polars takes a few large frames
-    faster than many small ones (each conversion and each frame it concatenates costs a little)."""
-    pending: list[pa.RecordBatch] = []
-    count = 0
-    for batch in batches:
-        pending.append(batch)
-        count += batch.num_rows
-        if count >= rows:
-            yield pa.Table.from_batches(pending)
-            pending, count = [], 0
-    if pending:
-        yield pa.Table.from_batches(pending)
-
-
 def pushdown(predicate: pl.Expr, scan: Scan) -> E.Expr | None:
     """What of a Polars predicate mere can use to prune, as one mere filter (None when nothing).
 
@@ -137,21 +126,11 @@ def pushdown(predicate: pl.Expr, scan: Scan) -> E.Expr | None:
         return None
     spec = scan.spec
     prunable = {*spec.primary_key, *spec.partition_by}
-    kinds = {f.name: _kind(f.type) for f in spec.schema if f.name in prunable}
+    kinds = {f.name: prunable_kind(f.type) for f in spec.schema if f.name in prunable}
     try:
         return _translate(tree, {k: v for k, v in kinds.items() if v is not None}, exact=False)
     except _NoValue:
         return None
-
-
-def _kind(t: pa.DataType) -> type | None:
-    if pa.types.is_integer(t):
-        return int
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return str
-    if pa.types.is_date32(t):
-        return dt.date
-    return None
 
 
 class _NoValue(Exception):

@@ -524,6 +524,20 @@ class SplitReader:
         return merged if keep.all() else merged.filter(pa.array(keep))
 
 
+def gather_batches(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """Batches gathered into tables of at least ``rows`` rows (the last may hold fewer)."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        pending.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield pa.Table.from_batches(pending)
+            pending, count = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)
+
+
 _Item = TypeVar("_Item")  # what stream_splits opens a reader for: a Split, or a task holding one
 
 

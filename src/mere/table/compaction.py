@@ -12,7 +12,6 @@ another compaction) raises :class:`~mere.errors.CommitConflict` and deletes the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +20,7 @@ import pyarrow as pa
 from mere.io import Storage
 from mere.metadata import FileEntry
 from mere.read.merge import sort_indices
-from mere.read.reader import SplitReader
+from mere.read.reader import SplitReader, gather_batches
 from mere.spec import OP_COLUMN, OP_PUT, TableSpec
 from mere.table.scan import ScanTask, storage_for
 from mere.write.writer import PreparedFile, write_prepared
@@ -61,7 +60,7 @@ class CompactionTask:
         written: list[FileEntry] = []
         try:
             batches = SplitReader(storage, spec, split, self.read.options).batches()
-            for table in _chunks(batches, CHUNK_ROWS):
+            for table in gather_batches(batches, CHUNK_ROWS):
                 # Merged output is sorted per window only; every file must be sorted by key.
                 table = table.take(pa.array(sort_indices([table.column(c) for c in spec.primary_key])))
                 rows = table.append_column(
@@ -96,17 +95,3 @@ class CompactionPlan:
     tasks: tuple[CompactionTask, ...]
     remove: tuple[int, ...]  # catalog ids of every input file
     partitions: tuple[str, ...]  # partitions the commit touches (also those folded to nothing)
-
-
-def _chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
-    """Group batches into tables of at least ``rows`` rows (the last may be smaller)."""
-    pending: list[pa.RecordBatch] = []
-    count = 0
-    for b in batches:
-        pending.append(b)
-        count += b.num_rows
-        if count >= rows:
-            yield pa.Table.from_batches(pending)
-            pending, count = [], 0
-    if pending:
-        yield pa.Table.from_batches(pending)
