@@ -1085,6 +1085,10 @@ FLOAT_TEXT = [
 # On FLOAT columns DuckDB compares a DOUBLE literal as a DOUBLE but mere rounds it to the column
 # type (like a decimal literal): exponent literals for g are those float32 holds exactly.
 FLOAT32_TEXT = [t for t in FLOAT_TEXT if t not in ("1e300", "5e-324")]
+# DuckDB gives BETWEEN bounds and IN-list items one common type: one DOUBLE literal among them makes it
+# compare a decimal such as 0.1 as a DOUBLE too (the divergence above, spread to the other literal), so
+# on g those lists and bounds hold no DOUBLE literal.
+FLOAT32_LISTED = [t for t in FLOAT32_TEXT if not t.startswith("DOUBLE")]
 
 
 @needs_duckdb
@@ -1094,7 +1098,7 @@ FLOAT32_TEXT = [t for t in FLOAT_TEXT if t not in ("1e300", "5e-324")]
     text_trees(
         st.one_of(
             text_atoms("f", st.sampled_from(FLOAT_TEXT)),
-            text_atoms("g", st.sampled_from(FLOAT32_TEXT)),
+            text_atoms("g", st.sampled_from(FLOAT32_TEXT), st.sampled_from(FLOAT32_LISTED)),
         )
     ),
 )
@@ -1177,7 +1181,7 @@ def parquet_like_stats(table: pa.Table, data: st.DataObject) -> dict[str, Column
     text_trees(
         st.one_of(
             text_atoms("f", st.sampled_from(FLOAT_TEXT)),
-            text_atoms("g", st.sampled_from(FLOAT32_TEXT)),
+            text_atoms("g", st.sampled_from(FLOAT32_TEXT), st.sampled_from(FLOAT32_LISTED)),
         )
     ),
     st.data(),
