@@ -1,5 +1,6 @@
 """The small table every engine test reads: upserts, CDC deletes, a partial upsert, a partition, several
-versions, and column types the engines map differently (decimal, timestamp with zone, list, nulls)."""
+versions, and column types the engines map differently (decimal, timestamp with zone, list, struct, unsigned above 2**63,
+NaN and -0.0, nulls)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ SCHEMA = pa.schema(
         pa.field("score", pa.float64()),
         pa.field("ts", pa.timestamp("us", tz="UTC")),
         pa.field("tags", pa.list_(pa.string())),
+        pa.field("big", pa.uint64()),
+        pa.field("where", pa.struct([("lat", pa.float32()), ("city", pa.string())])),
     ]
 )
 STORED = SCHEMA  # the change column "op" is not stored

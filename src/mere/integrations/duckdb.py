@@ -26,7 +26,7 @@ import pyarrow.dataset as ds
 
 from mere import expr as E
 from mere.errors import InvalidInput
-from mere.integrations.pushdown import prunable_kind
+from mere.integrations.pushdown import narrowed, prunable_kind
 from mere.optional import require
 from mere.table.scan import Scan
 from mere.table.table import Table
@@ -112,17 +112,9 @@ class MereDataset(ds.Dataset):
             raise InvalidInput(
                 f"MereDataset: filter must be a pyarrow Expression, got {type(filter).__name__}"
             )
-        if filter is not None:
-            pushed = pushdown(filter, scan)
-            if pushed is not None:
-                scan = scan.where(pushed)
-        if columns is not None:
-            needed = list(columns)
-            if filter is not None:
-                referenced = _columns(filter, scan)
-                needed += [c for c in referenced if c not in needed]
-            scan = scan.select(*needed)
-        return scan
+        if filter is None:
+            return narrowed(scan, None, columns, ())
+        return narrowed(scan, pushdown(filter, scan), columns, _columns(filter, scan))
 
     def to_batches(
         self, columns: list[str] | None = None, filter: pc.Expression | None = None, **_: Any

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from mere import expr as E
 from mere.errors import InvalidInput
-from mere.integrations.pushdown import prunable_kind
+from mere.integrations.pushdown import narrowed, prunable_kind
 from mere.optional import require
 from mere.read.reader import gather_batches
 from mere.table.scan import Scan
@@ -72,19 +72,11 @@ def _batches(
     base: Scan, with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None
 ) -> Iterator[pl.DataFrame]:
     polars = _polars()
-    scan = base
     # Polars hands a row limit with a predicate for ``head(n).filter(p)``: the first n rows, then the
     # filter. Such a predicate cannot prune (it would change which rows are first) and runs after the cut.
     limit_first = n_rows is not None and predicate is not None
-    if predicate is not None and not limit_first:
-        pushed = pushdown(predicate, base)
-        if pushed is not None:
-            scan = scan.where(pushed)
-    if with_columns is not None:
-        needed = list(with_columns)
-        if predicate is not None:
-            needed += [c for c in predicate.meta.root_names() if c not in needed]
-        scan = scan.select(*needed)
+    pushed = pushdown(predicate, base) if predicate is not None and not limit_first else None
+    scan = narrowed(base, pushed, with_columns, predicate.meta.root_names() if predicate is not None else ())
     left = n_rows
     if left is not None and left <= 0:
         return

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from mere import expr as E
+    from mere.table.scan import Scan
 
 
 def prunable_kind(t: pa.DataType) -> type | None:
@@ -18,3 +24,17 @@ def prunable_kind(t: pa.DataType) -> type | None:
     if pa.types.is_date32(t):
         return dt.date
     return None
+
+
+def narrowed(
+    scan: Scan, pushed: E.Expr | None, columns: Sequence[str] | None, filter_columns: Sequence[str]
+) -> Scan:
+    """``scan`` with an engine's prunable filter part ANDed in and its projection applied, keeping the
+    columns the engine's own filter still needs after the merge."""
+    if pushed is not None:
+        scan = scan.where(pushed)
+    if columns is not None:
+        needed = list(columns)
+        needed += [c for c in filter_columns if c not in needed]
+        scan = scan.select(*needed)
+    return scan
