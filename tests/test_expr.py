@@ -137,28 +137,25 @@ def test_precedence() -> None:
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("x = NULL", "position 4"),
+        ("x = NULL", "use IS NULL"),
         ("NULL = x", "IS NULL"),
-        ("x = y", "another column"),
-        ("1 = 2", "column on one side"),
         ("x IN (1", "end of filter"),
         ("x = 'abc", "unterminated"),
         ("x = 1 y", "position 6"),
-        ("x @ 1", "position 2"),
+        ("x @ 1", "position 4"),
         ("x = 1 AND", "end of filter"),
-        ("(x = 1", "expected ')'"),
+        ("(x = 1", "Expecting )"),
         ("x IS 1", "NULL after IS"),
-        ("x NOT = 1", "position 6"),
+        ("x NOT = 1", "position 2"),
         ("x = DATE '2026-13-01'", "invalid DATE"),
-        ("x", "after column 'x'"),
-        ("5", "operator after the literal"),
-        ('"" = 1', "empty quoted identifier"),
+        ('"" = 1', "non-empty"),
         ("", "empty filter"),
         ("x = 1e999", "invalid number"),
         ("x = DOUBLE 'abc'", "invalid DOUBLE"),
         ("x = DOUBLE '1e999'", "out of range"),
-        ("x IN (" + "1, " * 20 + "y)", "another column"),
         ("x IN (" + "1, " * 20 + "2", "end of filter"),
+        ("x IN (SELECT 1)", "not a SQL engine"),
+        ("SELECT 1", "not a SELECT"),
     ],
 )
 def test_parse_errors(text: str, fragment: str) -> None:
@@ -262,7 +259,7 @@ def test_builder() -> None:
     with pytest.raises(FilterError, match="no truth value"):
         bool(x == 1)
     with pytest.raises(FilterError, match="another column"):
-        _ = x == col("y")
+        _ = x == col("y")  # the builder compares with literals; text compares columns
     with pytest.raises(FilterError):
         Compare("~", "x", 1)  # type: ignore[arg-type]
     with pytest.raises(FilterError):

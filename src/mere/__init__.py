@@ -5,7 +5,9 @@ from mere.errors import CommitConflict, MereError
 from mere.expr import col
 from mere.hashing import bucket_ids
 from mere.metadata import CommitResult, Snapshot
+from mere.statements import sql
 from mere.table.catalog import Catalog, connect
+from mere.table.merge import Merge, MergeMetrics
 from mere.table.scan import Scan
 from mere.table.table import Table
 
@@ -16,6 +18,8 @@ __all__ = [
     "CommitConflict",
     "CommitResult",
     "MereError",
+    "Merge",
+    "MergeMetrics",
     "Scan",
     "Snapshot",
     "Table",
@@ -24,4 +28,5 @@ __all__ = [
     "col",
     "connect",
     "errors",
+    "sql",
 ]

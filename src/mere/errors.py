@@ -66,6 +66,10 @@ class FilterError(InvalidInput):
     """A filter could not be parsed or bound to the table schema."""
 
 
+class MergeConflict(InvalidInput):
+    """A MERGE would change one target row twice, or insert a key twice or one the table holds."""
+
+
 class UnsupportedType(InvalidInput, TypeError):
     """A type that mere cannot hash, key or store."""
 

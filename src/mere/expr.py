@@ -45,7 +45,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -61,8 +61,6 @@ _PY_OPS: dict[str, Callable[[Any, Any], Any]] = {
 }  # fmt: skip
 _OPS = frozenset(_PY_OPS)
 _FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-_KEYWORDS = frozenset({"AND", "OR", "NOT", "IN", "IS", "NULL", "BETWEEN", "TRUE", "FALSE"})
-_BARE_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 # Literal types In.__post_init__ can accept without looking at each value (long IN lists).
 _PLAIN_TYPES = frozenset(
     {int, float, str, bytes, bool, Decimal, type(None), _dt.date, _dt.datetime, _dt.time, _dt.timedelta}
@@ -231,6 +229,25 @@ class ArrowPredicate(Expr):
         return hash(str(self.expression))
 
 
+@dataclass(frozen=True, repr=False, eq=False)
+class Sql(Expr):
+    """A predicate of the full SQL expression language: arithmetic, functions, two columns compared...
+
+    It prunes nothing; :func:`bind` lowers it with the table schema to an Arrow expression (``arrow``) and
+    notes the columns it reads (``names``), so that one on key columns only can still run before the merge.
+    """
+
+    text: str
+    arrow: pc.Expression | None = None
+    names: frozenset[str] | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sql) and other.text == self.text and other.names == self.names
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
 @dataclass(frozen=True, eq=False)
 class Col:
     """A column reference used to build expressions: ``col("x") >= 3``."""
@@ -300,7 +317,9 @@ def col(name: str) -> Col:
 
 
 def _fmt_ident(name: str) -> str:
-    if _BARE_IDENT.fullmatch(name) and name.upper() not in _KEYWORDS:
+    from mere.lang.parse import is_plain_identifier
+
+    if is_plain_identifier(name):
         return name
     return '"' + name.replace('"', '""') + '"'
 
@@ -343,7 +362,10 @@ def _render(e: Expr, min_prec: int, max_values: int | None) -> str:
     elif isinstance(e, And):
         text = f"{_render(e.left, 2, max_values)} AND {_render(e.right, 3, max_values)}"
     elif isinstance(e, Not):
-        text = f"NOT {_render(e.operand, 3, max_values)}"
+        # NOT x IN (...) reads back as x NOT IN (...): parentheses keep NOT outside
+        wrap = isinstance(e.operand, In | IsNull) and not e.operand.negated
+        inner = _render(e.operand, 5 if wrap else 3, max_values)
+        text = f"NOT {inner}"
     elif isinstance(e, Compare):
         op = "=" if e.op == "==" else e.op
         text = f"{_fmt_ident(e.column)} {op} {_fmt_literal(e.value)}"
@@ -361,6 +383,8 @@ def _render(e: Expr, min_prec: int, max_values: int | None) -> str:
         text = "FALSE"
     elif isinstance(e, ArrowPredicate):
         text = f"<arrow {e.expression}>"
+    elif isinstance(e, Sql):
+        text = e.text
     else:
         text = f"<{type(e).__name__}>"
     return f"({text})" if _precedence(e) < min_prec else text
@@ -380,276 +404,15 @@ def render(expr: Expr, max_values: int | None = None) -> str:
 # ---------------------------------------------------------------------------------------------
 # Parsing
 
-# A long parenthesised list of plain numbers or of strings is one token: IN lists can hold
-# millions of values and one regex match with a bulk conversion beats a token per value.
-# Atomic groups and possessive repeats keep a failed match linear.
-_NUM = r"-?(?:\d+(?:\.\d*)?|\.\d+)"
-_STR = r"'(?:[^']|'')*+'"
-_TOKEN = re.compile(
-    rf"""(?P<numlist>\((?>\s*{_NUM}\s*,){{15,}}+\s*{_NUM}\s*\))
-    |(?P<strlist>\((?>\s*{_STR}\s*,){{15,}}+\s*{_STR}\s*\))
-    |(?P<ws>\s+)
-    |(?P<num>-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
-    |(?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
-    |(?P<op><=|>=|<>|!=|==|=|<|>)
-    |(?P<punct>[(),])
-    |(?P<str>{_STR})
-    |(?P<qident>"(?:[^"]|"")*+"|`(?:[^`]|``)*+`)
-    |(?P<bad>.)""",
-    re.VERBOSE | re.DOTALL,
-)
-_STR_ITEM = re.compile(r"'((?:[^']|'')*+)'")
 _FLOAT_TEXT = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)", re.IGNORECASE)
 _FLOAT_WORD = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
-_NO_LITERAL = object()
-
-
-class _Tok(NamedTuple):
-    kind: str  # num, str, ident, qident, kw, op, punct, numlist, strlist, eof
-    value: str
-    pos: int
-
-
-def _error(text: str, pos: int, message: str) -> FilterError:
-    if pos >= len(text):
-        return FilterError(f"{message} at end of filter (filter: {text!r})")
-    excerpt = text[pos : pos + 20] + ("..." if pos + 20 < len(text) else "")
-    return FilterError(f"{message} at position {pos} near {excerpt!r} (filter: {text!r})")
-
-
-def _tokenize(text: str) -> list[_Tok]:
-    tokens: list[_Tok] = []
-    append = tokens.append
-    for m in _TOKEN.finditer(text):  # the catch-all 'bad' group makes the matches cover the text
-        kind = m.lastgroup or ""
-        if kind == "ws":
-            continue
-        value, pos = m.group(), m.start()
-        if kind == "bad":
-            what = "unterminated quoted text" if value in "'\"`" else f"unexpected character {value!r}"
-            raise _error(text, pos, what)
-        if kind in ("str", "qident"):
-            value = value[1:-1].replace(value[0] * 2, value[0])
-            if kind == "qident" and not value:
-                raise _error(text, pos, "empty quoted identifier")
-        elif kind == "ident" and value.upper() in _KEYWORDS:
-            kind, value = "kw", value.upper()
-        append(_Tok(kind, value, pos))
-    append(_Tok("eof", "", len(text)))
-    return tokens
-
-
-def _list_values(tok: _Tok) -> list[object]:
-    """The values of a numlist or strlist token, converted in bulk."""
-    body = tok.value[1:-1]
-    if tok.kind == "strlist":
-        items = _STR_ITEM.findall(body)
-        return [item.replace("''", "'") for item in items] if "''" in body else items
-    parts = body.split(",")
-    if "." not in body:
-        return list(map(int, parts))  # int() ignores the whitespace around each number
-    return [Decimal(part) if "." in part else int(part) for part in parts]
-
-
-def _number(text: str) -> int | float | Decimal:
-    """SQL numeric literal: exponent -> float, decimal point -> exact Decimal, else int."""
-    if "e" in text or "E" in text:
-        value = float(text)
-        if math.isinf(value):
-            raise ValueError("out of range for a DOUBLE")
-        return value
-    if "." in text:
-        return Decimal(text)
-    return int(text)
-
-
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = _tokenize(text)
-        self.i = 0
-
-    def peek(self, ahead: int = 0) -> _Tok:
-        return self.tokens[min(self.i + ahead, len(self.tokens) - 1)]
-
-    def next(self) -> _Tok:
-        tok = self.peek()
-        self.i += 1
-        return tok
-
-    def fail(self, tok: _Tok, message: str) -> FilterError:
-        return _error(self.text, tok.pos, message)
-
-    def at(self, kind: str, value: str) -> bool:
-        return self.peek().kind == kind and self.peek().value == value
-
-    def accept(self, kind: str, value: str) -> bool:
-        if self.at(kind, value):
-            self.i += 1
-            return True
-        return False
-
-    def expect(self, kind: str, value: str, what: str) -> None:
-        tok = self.next()
-        if tok.kind != kind or tok.value != value:
-            raise self.fail(tok, f"expected {what}")
-
-    def parse(self) -> Expr:
-        if self.peek().kind == "eof":
-            raise FilterError("empty filter")
-        expr = self.or_expr()
-        if self.peek().kind != "eof":
-            raise self.fail(self.peek(), "unexpected text after the end of the expression")
-        return expr
-
-    def or_expr(self) -> Expr:
-        expr = self.and_expr()
-        while self.accept("kw", "OR"):
-            expr = Or(expr, self.and_expr())
-        return expr
-
-    def and_expr(self) -> Expr:
-        expr = self.not_expr()
-        while self.accept("kw", "AND"):
-            expr = And(expr, self.not_expr())
-        return expr
-
-    def not_expr(self) -> Expr:
-        if self.accept("kw", "NOT"):
-            return Not(self.not_expr())
-        if self.accept("punct", "("):
-            expr = self.or_expr()
-            self.expect("punct", ")", "')'")
-            return expr
-        return self.predicate()
-
-    def number(self, tok: _Tok) -> int | float | Decimal:
-        try:
-            return _number(tok.value)
-        except ValueError as exc:
-            raise self.fail(tok, f"invalid number {tok.value!r} ({exc})") from None
-
-    def literal(self) -> object:
-        """Parse a literal if one comes next, else return _NO_LITERAL without consuming."""
-        tok = self.peek()
-        if tok.kind == "num":
-            self.i += 1
-            return self.number(tok)
-        if tok.kind == "str":
-            self.i += 1
-            return tok.value
-        if tok.kind == "kw" and tok.value in ("TRUE", "FALSE", "NULL"):
-            self.i += 1
-            return {"TRUE": True, "FALSE": False, "NULL": None}[tok.value]
-        prefix = tok.value.upper()
-        if (
-            tok.kind == "ident"
-            and prefix in ("DATE", "TIMESTAMP", "X", "DOUBLE")
-            and self.peek(1).kind == "str"
-        ):
-            self.i += 2
-            raw = self.peek(-1).value
-            try:
-                if prefix == "DATE":
-                    return _dt.date.fromisoformat(raw)
-                if prefix == "TIMESTAMP":
-                    return _dt.datetime.fromisoformat(raw)
-                if prefix == "DOUBLE":
-                    if not _FLOAT_TEXT.fullmatch(raw):
-                        raise ValueError("expected a number, NaN, Infinity or -Infinity")
-                    number = float(raw)
-                    if math.isinf(number) and not _FLOAT_WORD.fullmatch(raw):
-                        raise ValueError("out of range for a DOUBLE")
-                    return number
-                return bytes.fromhex(raw)
-            except ValueError as exc:
-                raise self.fail(self.peek(-1), f"invalid {prefix} literal {raw!r} ({exc})") from None
-        return _NO_LITERAL
-
-    def column(self) -> str | None:
-        tok = self.peek()
-        if tok.kind in ("ident", "qident"):
-            self.i += 1
-            return tok.value
-        return None
-
-    def required_literal(self, what: str, allow_null: bool = False) -> object:
-        tok = self.peek()
-        value = self.literal()
-        if value is _NO_LITERAL:
-            if tok.kind in ("ident", "qident"):
-                raise self.fail(
-                    tok, "comparing a column with another column is not supported; expected a literal"
-                )
-            raise self.fail(tok, f"expected {what}")
-        if value is None and not allow_null:
-            raise self.fail(tok, "comparison with NULL is never true; use IS NULL or IS NOT NULL")
-        return value
-
-    def in_values(self) -> list[object]:
-        """The literals of an IN list after its '(' up to and including its ')'."""
-        values: list[object] = []
-        while not self.accept("punct", ")"):
-            if values:
-                self.expect("punct", ",", "',' or ')' in the IN list")
-                if self.accept("punct", ")"):  # a trailing comma is tolerated
-                    break
-            values.append(self.required_literal("a literal in the IN list", allow_null=True))
-        return values
-
-    def predicate(self) -> Expr:
-        start = self.peek()
-        value = self.literal()
-        if value is not _NO_LITERAL:
-            if self.peek().kind == "op":
-                op = _OP_ALIASES.get(self.next().value, self.peek(-1).value)
-                name = self.column()
-                if name is None:
-                    raise self.fail(
-                        self.peek(), "a comparison needs a column on one side; expected a column name"
-                    )
-                if value is None:
-                    raise self.fail(start, "comparison with NULL is never true; use IS NULL or IS NOT NULL")
-                return Compare(cast(CompareOp, _FLIP[op]), name, value)
-            if isinstance(value, bool):
-                return AlwaysTrue() if value else AlwaysFalse()
-            raise self.fail(self.peek(), "expected a comparison operator after the literal")
-        name = self.column()
-        if name is None:
-            raise self.fail(start, "expected a column name, literal, NOT or '('")
-        tok = self.next()
-        if tok.kind == "op":
-            op = _OP_ALIASES.get(tok.value, tok.value)
-            return Compare(cast(CompareOp, op), name, self.required_literal("a literal value"))
-        if tok.kind == "kw" and tok.value == "IS":
-            negated = self.accept("kw", "NOT")
-            self.expect("kw", "NULL", "NULL after IS [NOT]")
-            return IsNull(name, negated)
-        negated = tok.kind == "kw" and tok.value == "NOT"
-        if negated:
-            tok = self.next()
-        if tok.kind == "kw" and tok.value == "IN":
-            if self.peek().kind in ("numlist", "strlist"):
-                try:
-                    return In(name, tuple(_list_values(self.next())), negated)
-                except ValueError as exc:  # e.g. an integer beyond Python's digit limit
-                    raise self.fail(self.peek(-1), f"invalid IN list ({exc})") from None
-            self.expect("punct", "(", "'(' after IN")
-            return In(name, tuple(self.in_values()), negated)
-        if tok.kind == "kw" and tok.value == "BETWEEN":
-            low = self.required_literal("a literal after BETWEEN")
-            self.expect("kw", "AND", "AND in BETWEEN ... AND ...")
-            high = self.required_literal("a literal after BETWEEN ... AND")
-            between = And(Compare(">=", name, low), Compare("<=", name, high))
-            return Not(between) if negated else between
-        raise self.fail(tok, f"expected an operator, IN, BETWEEN or IS after column {name!r}")
 
 
 def parse(text: str) -> Expr:
-    """Parse SQL-like filter text (see module docs) into an :class:`Expr`."""
-    if not isinstance(text, str):
-        raise FilterError(f"filter text must be a str, got {type(text).__name__}")
-    return _Parser(text).parse()
+    """Parse SQL filter text (see module docs) into an :class:`Expr`."""
+    from mere.lang.lower import parse_filter
+
+    return parse_filter(text)
 
 
 def to_expr(value: str | Expr | pc.Expression | None) -> Expr:
@@ -692,6 +455,8 @@ def columns(expr: Expr) -> frozenset[str] | None:
         return frozenset({expr.column})
     if isinstance(expr, ArrowPredicate):
         return None
+    if isinstance(expr, Sql):
+        return expr.names
     return frozenset()
 
 
@@ -1041,6 +806,11 @@ def bind(expr: Expr, schema: pa.Schema) -> Expr:
             return _always(e.column) if e.negated else _never(e.column)
         if isinstance(e, IsNull):
             field_type(e.column)
+        if isinstance(e, Sql):
+            from mere.lang.lower import lower_predicate
+
+            arrow, names = lower_predicate(e.text, schema)
+            return Sql(e.text, arrow, names)
         return e
 
     return _map_atoms(expr, bind_atom)
@@ -1087,6 +857,10 @@ def to_pyarrow(expr: Expr) -> pc.Expression:
         return pc.scalar(isinstance(expr, AlwaysTrue))
     if isinstance(expr, ArrowPredicate):
         return expr.expression
+    if isinstance(expr, Sql):
+        if expr.arrow is None:
+            raise FilterError(f"bind {expr.text!r} to a schema before lowering it")
+        return expr.arrow
     if isinstance(expr, IsNull):
         field = pc.field(expr.column)
         return field.is_valid() if expr.negated else field.is_null()

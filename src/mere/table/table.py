@@ -27,6 +27,7 @@ from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import TableSpec
 from mere.table.compaction import CompactionPlan, CompactionTask
+from mere.table.merge import Merge, MergeMetrics, StagedMerge, commit_staged_merges
 from mere.table.scan import Scan, ScanTask, normalise_columns
 from mere.table.transaction import Change, Transaction, marker_change
 from mere.table.write_checks import WriteChecks, split_label
@@ -269,6 +270,51 @@ class Table:
         ``delete("TRUE")`` deletes every row (as delete markers); :meth:`truncate` empties the table at once.
         """
         return self._write_once(None, lambda tx: tx.delete(where))
+
+    def update(self, set: Mapping[str, str], where: Any = None) -> CommitResult:
+        """Set columns of the rows matching ``where`` (every row when None) to SQL expressions of the row.
+
+        ``t.update(set={"status": "'shipped'", "qty": "qty + 1"}, where="day = '2026-11-21'")``. Keyed
+        tables write the changed rows as whole new rows (a merge operator's column takes the value set, it
+        is not folded into the old one); tables without a key rewrite the files holding matching rows.
+        Key and partition columns cannot be set.
+        """
+        return self._write_once(None, lambda tx: tx.update(set, where))
+
+    def merge(
+        self, source: Any, on: str | None = None, source_alias: str = "s", target_alias: str = "t"
+    ) -> Merge:
+        """Start a MERGE INTO this table from ``source`` (Arrow, pandas, Polars or an Arrow stream).
+
+        ``on`` defaults to equality of every primary-key column; add WHEN clauses, then ``execute()``::
+
+            (t.merge(changes)
+              .when_matched_update(set={"qty": "t.qty + s.qty"}, condition="s.ts > t.ts")
+              .when_matched_delete(condition="s.op = 'D'")
+              .when_not_matched_insert_all()
+              .execute())
+
+        See :class:`~mere.table.merge.Merge`.
+        """
+        return Merge(self, source, on, source_alias, target_alias)
+
+    def commit_merge(self, staged: Sequence[StagedMerge]) -> MergeMetrics:
+        """Commit the staged shares of one distributed MERGE as one version (see :meth:`Merge.stage`).
+
+        Raises :class:`~mere.errors.CommitConflict` (having deleted the files) when a concurrent commit
+        changed rows the MERGE read; the caller then runs it again.
+        """
+        try:
+            return commit_staged_merges(self, staged)
+        except BaseException:
+            self.abort_merge(staged)
+            raise
+
+    def abort_merge(self, staged: Sequence[StagedMerge | None]) -> None:
+        """Delete the files of staged MERGE shares that will not be committed."""
+        for s in staged if isinstance(staged, Sequence) else []:
+            if isinstance(s, StagedMerge):
+                self._discard(s.files)
 
     def truncate(self) -> CommitResult:
         """Remove every row as one new version, without writing anything (earlier versions stay readable)."""

@@ -162,6 +162,18 @@ class Transaction:
         split_filter(t.spec, where)  # a bad filter fails now
         return self._add_read(lambda base: self._rewrite(where, base))
 
+    def update(self, set: Mapping[str, str], where: Any = None) -> Transaction:
+        """Set columns of matching rows to SQL expressions (see :meth:`Table.update <mere.Table.update>`)."""
+        from mere.table.merge import check_update, rewrite_update_change, update_change
+
+        t = self._open()
+        check_update(t, set)
+        where = "TRUE" if where is None else where
+        split_filter(t.spec, where)  # a bad filter fails now
+        if t.spec.has_primary_key:
+            return self._add_read(lambda base: update_change(t, set, where, base))
+        return self._add_read(lambda base: rewrite_update_change(t, set, where, base))
+
     def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> Transaction:
         """Replace the whole table, or the partitions matching ``partition``, with ``data``."""
         t = self._open()

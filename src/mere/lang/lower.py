@@ -1,0 +1,916 @@
+"""Syntax trees to mere's expressions: prunable filter atoms, and typed Arrow compute expressions.
+
+A filter's comparisons of a column with literals (``=``, ``<``, IN, BETWEEN, IS NULL) become the
+:mod:`mere.expr` atoms that prune partitions, buckets and row groups. Everything else (arithmetic,
+functions, CASE, comparisons of two expressions) becomes an :class:`~mere.expr.Sql` atom, lowered with
+the table schema to a ``pyarrow.compute.Expression`` that Arrow evaluates on whole batches.
+
+The language follows DuckDB's SQL: ``/`` divides as DOUBLE, ``//`` and ``%`` truncate and give NULL for a
+zero divisor, integer arithmetic raises on overflow, ``||`` and ``concat`` join text, comparisons treat NaN
+as equal to itself and above every other float (as the prunable atoms do), and a string literal compared
+with a date, timestamp or number is read as that type.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from mere import expr as E
+from mere.errors import FilterError
+from mere.lang.parse import LIST_PREFIX, MereDialect, Parsed, parse_expression
+
+NO_LITERAL = object()
+_FLOAT_TEXT = E._FLOAT_TEXT
+_FLOAT_WORD = E._FLOAT_WORD
+_COMPARE_OPS: dict[type[exp.Expression], E.CompareOp] = {
+    exp.EQ: "==",
+    exp.NEQ: "!=",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+}
+_FLIP: dict[E.CompareOp, E.CompareOp] = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def sql_text(node: exp.Expression) -> str:
+    """``node`` as SQL text in mere's dialect."""
+    return node.sql(dialect=MereDialect)
+
+
+# ---------------------------------------------------------------------------------------------
+# Literals
+
+
+def number(text: str) -> int | float | Decimal:
+    """SQL numeric literal: exponent -> float, decimal point -> exact Decimal, else int."""
+    if "e" in text or "E" in text:
+        value = float(text)
+        if math.isinf(value):
+            raise FilterError(f"invalid number {text!r} (out of range for a DOUBLE)")
+        return value
+    if "." in text:
+        return Decimal(text)
+    return int(text)
+
+
+def _typed_literal(kind: Any, raw: str) -> object:
+    T = exp.DataType.Type
+    try:
+        if kind == T.DATE:
+            return _dt.date.fromisoformat(raw)
+        if kind in (T.TIMESTAMP, T.TIMESTAMPNTZ, T.TIMESTAMPTZ, T.DATETIME):
+            return _dt.datetime.fromisoformat(raw)
+        if kind in (T.DOUBLE, T.FLOAT):
+            if not _FLOAT_TEXT.fullmatch(raw.strip()):
+                raise ValueError("expected a number, NaN, Infinity or -Infinity")
+            value = float(raw)
+            if math.isinf(value) and not _FLOAT_WORD.fullmatch(raw.strip()):
+                raise ValueError("out of range for a DOUBLE")
+            return value
+    except ValueError as exc:
+        raise FilterError(f"invalid {kind.value} literal {raw!r} ({exc})") from None
+    return NO_LITERAL
+
+
+def literal_value(node: exp.Expression) -> object:
+    """The Python value of a literal node, or NO_LITERAL."""
+    if isinstance(node, exp.Paren):
+        return literal_value(node.this)
+    if isinstance(node, exp.Literal):
+        return node.this if node.is_string else number(node.this)
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+        value = number(node.this.this)
+        return value.copy_negate() if isinstance(value, Decimal) else -value  # exact: no context rounding
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.HexString):
+        try:
+            return bytes.fromhex(node.this)
+        except ValueError as exc:
+            raise FilterError(f"invalid X literal {node.this!r} ({exc})") from None
+    if (
+        isinstance(node, exp.Cast)
+        and not isinstance(node, exp.TryCast)
+        and isinstance(node.this, exp.Literal)
+        and node.this.is_string
+    ):
+        return _typed_literal(node.to.this, node.this.this)
+    return NO_LITERAL
+
+
+def column_name(node: exp.Column) -> str:
+    """A column's name; dotted names (``a.b``) are one name, as the filter language has always read them."""
+    return ".".join(part.name for part in node.parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Filters
+
+
+def parse_filter(text: str) -> E.Expr:
+    """Filter text to an :class:`~mere.expr.Expr`: prunable atoms where possible, Sql atoms elsewhere."""
+    parsed = parse_expression(text)
+    return _filter(parsed.tree, parsed)
+
+
+def _in_values(node: exp.In, parsed: Parsed) -> list[object] | None:
+    field = node.args.get("field")
+    if field is not None:
+        if isinstance(field, exp.Placeholder) and str(field.name).startswith(LIST_PREFIX):
+            return parsed.lists[field.name]
+        return None
+    if node.args.get("query") is not None:
+        raise FilterError("IN (SELECT ...) is not supported: mere is not a SQL engine")
+    values = []
+    for item in node.expressions:
+        v = literal_value(item)
+        if v is NO_LITERAL:
+            return None
+        values.append(v)
+    return values
+
+
+def inline_lists(node: exp.Expression, parsed: Parsed) -> exp.Expression:
+    """``node`` with bulk-list placeholders replaced by their literals."""
+    if not parsed.lists:
+        return node
+
+    def fill(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.In) and isinstance(n.args.get("field"), exp.Placeholder):
+            values = parsed.lists.get(n.args["field"].name)
+            if values is not None:
+                return exp.In(this=n.this, expressions=[_literal_node(v) for v in values])
+        return n
+
+    return node.copy().transform(fill)
+
+
+def _literal_node(value: object) -> exp.Expression:
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    return exp.Literal.number(str(value))
+
+
+def _filter(node: exp.Expression, parsed: Parsed) -> E.Expr:
+    if isinstance(node, exp.Paren):
+        return _filter(node.this, parsed)
+    if isinstance(node, exp.And):
+        return E.And(_filter(node.this, parsed), _filter(node.expression, parsed))
+    if isinstance(node, exp.Or):
+        return E.Or(_filter(node.this, parsed), _filter(node.expression, parsed))
+    if isinstance(node, exp.Not):
+        inner = node.this
+        if (
+            isinstance(inner, exp.Is)
+            and isinstance(inner.expression, exp.Null)
+            and isinstance(inner.this, exp.Column)
+        ):
+            return E.IsNull(column_name(inner.this), negated=True)
+        if isinstance(inner, exp.In) and isinstance(inner.this, exp.Column):
+            values = _in_values(inner, parsed)
+            if values is not None:
+                return E.In(column_name(inner.this), tuple(values), negated=True)
+        return E.Not(_filter(inner, parsed))
+    if isinstance(node, exp.Boolean):
+        return E.AlwaysTrue() if node.this else E.AlwaysFalse()
+    op = _COMPARE_OPS.get(type(node))
+    if op is not None:
+        left, right = node.this, node.expression
+        lv, rv = literal_value(left), literal_value(right)
+        if (
+            (lv is None and rv is not NO_LITERAL)
+            or (rv is None and lv is not NO_LITERAL)
+            or (
+                (lv is None or rv is None) and (isinstance(left, exp.Column) or isinstance(right, exp.Column))
+            )
+        ):
+            raise FilterError(
+                f"comparison with NULL is never true; use IS NULL or IS NOT NULL (filter: {parsed.text!r})"
+            )
+        if isinstance(left, exp.Column) and rv is not NO_LITERAL:
+            return E.Compare(op, column_name(left), rv)
+        if isinstance(right, exp.Column) and lv is not NO_LITERAL:
+            return E.Compare(_FLIP[op], column_name(right), lv)
+    if isinstance(node, exp.In) and isinstance(node.this, exp.Column):
+        values = _in_values(node, parsed)
+        if values is not None:
+            return E.In(column_name(node.this), tuple(values))
+    if isinstance(node, exp.Between) and isinstance(node.this, exp.Column):
+        low, high = literal_value(node.args["low"]), literal_value(node.args["high"])
+        if low is not NO_LITERAL and high is not NO_LITERAL and low is not None and high is not None:
+            name = column_name(node.this)
+            return E.And(E.Compare(">=", name, low), E.Compare("<=", name, high))
+    if (
+        isinstance(node, exp.Is)
+        and isinstance(node.expression, exp.Null)
+        and isinstance(node.this, exp.Column)
+    ):
+        return E.IsNull(column_name(node.this))
+    if isinstance(node, exp.Is) and not isinstance(node.expression, exp.Null | exp.Boolean):
+        raise FilterError(f"expected NULL after IS [NOT] (filter: {parsed.text!r})")
+    return E.Sql(sql_text(inline_lists(node, parsed)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed lowering to pyarrow compute expressions
+
+
+@dataclass(frozen=True)
+class Typed:
+    """A lowered expression and the Arrow type of its values."""
+
+    expr: pc.Expression
+    type: pa.DataType
+    value: object = NO_LITERAL  # the literal's value, for literals
+
+    @property
+    def is_literal(self) -> bool:
+        """Whether this is a literal (its value known at planning time)."""
+        return self.value is not NO_LITERAL
+
+
+Resolver = Callable[[exp.Column], tuple[str, pa.DataType]]
+
+
+def schema_resolver(schema: pa.Schema) -> Resolver:
+    """Columns by name in one schema (filters, UPDATE)."""
+
+    def resolve(node: exp.Column) -> tuple[str, pa.DataType]:
+        name = column_name(node)
+        if name not in schema.names:
+            raise FilterError(
+                f"unknown column {name!r}; available columns: {', '.join(schema.names) or '(none)'}"
+            )
+        return name, schema.field(name).type
+
+    return resolve
+
+
+def _null(t: pa.DataType) -> pa.Scalar:
+    return pa.scalar(None, t)
+
+
+def _is_float(t: pa.DataType) -> bool:
+    return bool(pa.types.is_floating(t))
+
+
+def _is_number(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
+
+
+_CAST_TYPES: dict[Any, pa.DataType] = {
+    exp.DataType.Type.TINYINT: pa.int8(),
+    exp.DataType.Type.SMALLINT: pa.int16(),
+    exp.DataType.Type.INT: pa.int32(),
+    exp.DataType.Type.BIGINT: pa.int64(),
+    exp.DataType.Type.UTINYINT: pa.uint8(),
+    exp.DataType.Type.USMALLINT: pa.uint16(),
+    exp.DataType.Type.UINT: pa.uint32(),
+    exp.DataType.Type.UBIGINT: pa.uint64(),
+    exp.DataType.Type.FLOAT: pa.float32(),
+    exp.DataType.Type.DOUBLE: pa.float64(),
+    exp.DataType.Type.VARCHAR: pa.string(),
+    exp.DataType.Type.TEXT: pa.string(),
+    exp.DataType.Type.CHAR: pa.string(),
+    exp.DataType.Type.BOOLEAN: pa.bool_(),
+    exp.DataType.Type.DATE: pa.date32(),
+    exp.DataType.Type.TIMESTAMP: pa.timestamp("us"),
+    exp.DataType.Type.TIMESTAMPNTZ: pa.timestamp("us"),
+    exp.DataType.Type.DATETIME: pa.timestamp("us"),
+    exp.DataType.Type.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
+    exp.DataType.Type.BLOB: pa.binary(),
+    exp.DataType.Type.VARBINARY: pa.binary(),
+    exp.DataType.Type.BINARY: pa.binary(),
+}
+
+
+def arrow_type(node: exp.DataType) -> pa.DataType:
+    """The Arrow type a SQL type name stands for."""
+    kind = node.this
+    if kind == exp.DataType.Type.DECIMAL:
+        params = [
+            int(str(p.this.this if isinstance(p.this, exp.Literal) else p.this)) for p in node.expressions
+        ]
+        precision, scale = [*params, 18, 3][:2] if params else (18, 3)
+        if len(params) == 1:
+            scale = 0
+        return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
+    found = _CAST_TYPES.get(kind)
+    if found is None:
+        raise FilterError(f"CAST to {node.sql(dialect=MereDialect)} is not supported")
+    return found
+
+
+class Lowering:
+    """Lowers syntax trees to typed ``pyarrow.compute`` expressions, columns found by ``resolve``."""
+
+    def __init__(self, resolve: Resolver, text: str = "", lists: Mapping[str, list[object]] | None = None):
+        self.resolve = resolve
+        self.text = text
+        self.lists = dict(lists or {})
+        self.columns: set[str] = set()
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def fail(self, message: str) -> FilterError:
+        """A FilterError naming the expression text."""
+        return FilterError(f"{message} (in {self.text!r})" if self.text else message)
+
+    def call(self, name: str, args: Sequence[Typed], options: pc.FunctionOptions | None = None) -> Typed:
+        """``name(args)``, with its result type found by running the kernel on empty inputs."""
+        try:
+            probe = pc.call_function(name, [pa.nulls(0, a.type) for a in args], options)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+            types = ", ".join(str(a.type) for a in args)
+            raise self.fail(f"{name} cannot take ({types}): {exc}") from None
+        return Typed(pc.Expression._call(name, [a.expr for a in args], options), probe.type)
+
+    def cast(self, value: Typed, to: pa.DataType, safe: bool = True) -> Typed:
+        """``value`` as type ``to``; literals are converted now, columns by Arrow's cast."""
+        if value.type == to:
+            return value
+        if value.is_literal:
+            return self.literal_as(value, to)
+        try:
+            pc.cast(pa.nulls(0, value.type), to)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise self.fail(f"cannot cast {value.type} to {to}: {exc}") from None
+        options = pc.CastOptions(to, allow_int_overflow=not safe, allow_float_truncate=not safe)
+        return Typed(pc.Expression._call("cast", [value.expr], options), to)
+
+    def literal(self, value: object) -> Typed:
+        """A Python value as a typed Arrow literal (integers as int64, uint64 beyond)."""
+        if value is None:
+            return Typed(pc.scalar(_null(pa.null())), pa.null(), None)
+        try:
+            if type(value) is int:
+                scalar = pa.scalar(value, pa.int64() if -(2**63) <= value < 2**63 else pa.uint64())
+            elif isinstance(value, _dt.datetime):
+                scalar = pa.scalar(value, pa.timestamp("us", tz="UTC" if value.tzinfo else None))
+            else:
+                scalar = pa.scalar(value)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
+            raise self.fail(f"literal {value!r} does not fit an Arrow type: {exc}") from None
+        return Typed(pc.scalar(scalar), scalar.type, value)
+
+    def literal_as(self, value: Typed, to: pa.DataType) -> Typed:
+        """A literal read as type ``to`` (a string as a date, a number as the column's type)."""
+        if value.value is None:
+            return Typed(pc.scalar(_null(to)), to, None)
+        try:
+            if isinstance(value.value, str) and not _is_text(to):
+                bound = E._bind_scalar(value.value, "literal", to)
+                if isinstance(bound, E._Gap):
+                    raise FilterError(f"{value.value!r} is not a {to} value")
+                scalar = pa.scalar(bound, to)
+            else:
+                scalar = pa.scalar(value.value, value.type).cast(to)
+        except FilterError as exc:
+            reason = str(exc).rsplit(": ", 1)[-1]
+            raise self.fail(f"literal {value.value!r} is not a {to} value ({reason})") from None
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
+            raise self.fail(f"literal {value.value!r} is not a {to} value: {exc}") from None
+        return Typed(pc.scalar(scalar), to, scalar.as_py())
+
+    def unify(self, values: Sequence[Typed], what: str) -> list[Typed]:
+        """Values cast to one common type (NULL literals and string literals take the others' type)."""
+        typed = [v for v in values if not (v.is_literal and (v.value is None or isinstance(v.value, str)))]
+        if not typed:
+            typed = [v for v in values if v.value is not None] or list(values)
+        types = {v.type for v in typed}
+        if len(types) == 1:
+            target = types.pop()
+        else:
+            try:
+                target = pc.coalesce(*[pa.nulls(0, t) for t in {v.type for v in typed}]).type
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                names = ", ".join(sorted(str(t) for t in types))
+                raise self.fail(f"{what} mixes types with no common type ({names}): {exc}") from None
+        if pa.types.is_null(target):
+            return list(values)
+        return [self.cast(v, target) for v in values]
+
+    def boolean(self, value: Typed, what: str) -> Typed:
+        """``value`` checked to be a truth value (NULL literals become boolean NULL)."""
+        if pa.types.is_null(value.type):
+            return self.cast(value, pa.bool_())
+        if not pa.types.is_boolean(value.type):
+            raise self.fail(f"{what} must be a boolean expression, got {value.type}")
+        return value
+
+    # -- entry point ----------------------------------------------------------------------------
+
+    def lower(self, node: exp.Expression) -> Typed:
+        """Lower one syntax tree node (and its children)."""
+        method = getattr(self, f"_{type(node).__name__}", None)
+        if method is not None:
+            return cast(Typed, method(node))
+        value = literal_value(node)
+        if value is not NO_LITERAL:
+            return self.literal(value)
+        return self._function(node)
+
+    # -- nodes ----------------------------------------------------------------------------------
+
+    def _Paren(self, node: exp.Paren) -> Typed:
+        return self.lower(node.this)
+
+    def _Column(self, node: exp.Column) -> Typed:
+        name, typ = self.resolve(node)
+        self.columns.add(name)
+        return Typed(pc.field(name), typ)
+
+    def _Cast(self, node: exp.Cast) -> Typed:
+        value = literal_value(node)
+        if value is not NO_LITERAL:
+            return self.literal_as(self.literal(value), arrow_type(node.to))
+        inner = self.lower(node.this)
+        to = arrow_type(node.to)
+        if pa.types.is_integer(to) and (_is_float(inner.type) or pa.types.is_decimal(inner.type)):
+            # SQL rounds to the nearest integer, halves away from zero; Arrow would refuse or truncate.
+            inner = self.call("round", [inner], pc.RoundOptions(0, "half_towards_infinity"))
+        return self.cast(inner, to)
+
+    def _TryCast(self, node: exp.TryCast) -> Typed:
+        raise self.fail("TRY_CAST is not supported; use CAST")
+
+    def _Neg(self, node: exp.Neg) -> Typed:
+        value = literal_value(node)
+        if value is not NO_LITERAL:
+            return self.literal(value)
+        return self.call("negate_checked", [self.lower(node.this)])
+
+    def _arith(self, name: str, node: exp.Binary) -> Typed:
+        left, right = self.lower(node.this), self.lower(node.expression)
+        left, right = self._numeric_pair(left, right, name)
+        return self.call(name, [left, right])
+
+    def _numeric_pair(self, left: Typed, right: Typed, what: str) -> tuple[Typed, Typed]:
+        if isinstance(left.value, str) and _is_number(right.type):
+            left = self.literal_as(left, right.type)
+        if isinstance(right.value, str) and _is_number(left.type):
+            right = self.literal_as(right, left.type)
+        if pa.types.is_null(left.type):
+            left = self.cast(left, right.type if not pa.types.is_null(right.type) else pa.int64())
+        if pa.types.is_null(right.type):
+            right = self.cast(right, left.type)
+        return left, right
+
+    def _Add(self, node: exp.Add) -> Typed:
+        return self._arith("add_checked", node)
+
+    def _Sub(self, node: exp.Sub) -> Typed:
+        return self._arith("subtract_checked", node)
+
+    def _Mul(self, node: exp.Mul) -> Typed:
+        return self._arith("multiply_checked", node)
+
+    def _Div(self, node: exp.Div) -> Typed:
+        left, right = self._numeric_pair(self.lower(node.this), self.lower(node.expression), "/")
+        return self.call("divide", [self.cast(left, pa.float64()), self.cast(right, pa.float64())])
+
+    def _nonzero(self, value: Typed) -> Typed:
+        zero = self.call("equal", [value, self.literal_as(self.literal(0), value.type)])
+        return self.call("if_else", [zero, Typed(pc.scalar(_null(value.type)), value.type), value])
+
+    def _IntDiv(self, node: exp.IntDiv) -> Typed:
+        left, right = self._numeric_pair(self.lower(node.this), self.lower(node.expression), "//")
+        quotient = self.call("divide_checked", [left, self._nonzero(right)])
+        return self.call("trunc", [quotient]) if _is_float(quotient.type) else quotient
+
+    def _Mod(self, node: exp.Mod) -> Typed:
+        left, right = self._numeric_pair(self.lower(node.this), self.lower(node.expression), "%")
+        divisor = self._nonzero(right)
+        quotient = self.call("divide_checked", [left, divisor])
+        if _is_float(quotient.type) or pa.types.is_decimal(quotient.type):
+            quotient = self.call("trunc", [quotient])
+        return self.call("subtract_checked", [left, self.call("multiply_checked", [quotient, divisor])])
+
+    def _text(self, value: Typed) -> Typed:
+        if _is_text(value.type):
+            return value
+        if value.is_literal and value.value is not None:
+            return self.literal(str(value.value))
+        return self.cast(value, pa.string())
+
+    def _DPipe(self, node: exp.DPipe) -> Typed:
+        return self.call(
+            "binary_join_element_wise",
+            [self._text(self.lower(node.this)), self._text(self.lower(node.expression)), self.literal("")],
+        )
+
+    def _Concat(self, node: exp.Concat) -> Typed:
+        parts = [self._text(self.lower(a)) for a in node.expressions]
+        return self.call(
+            "binary_join_element_wise",
+            [*parts, self.literal("")],
+            pc.JoinOptions(null_handling="skip"),  # DuckDB's concat() skips NULLs
+        )
+
+    def _And(self, node: exp.And) -> Typed:
+        return self.call(
+            "and_kleene",
+            [self.boolean(self.lower(node.this), "AND"), self.boolean(self.lower(node.expression), "AND")],
+        )
+
+    def _Or(self, node: exp.Or) -> Typed:
+        return self.call(
+            "or_kleene",
+            [self.boolean(self.lower(node.this), "OR"), self.boolean(self.lower(node.expression), "OR")],
+        )
+
+    def _Not(self, node: exp.Not) -> Typed:
+        return self.call("invert", [self.boolean(self.lower(node.this), "NOT")])
+
+    def _Boolean(self, node: exp.Boolean) -> Typed:
+        return self.literal(bool(node.this))
+
+    # comparisons
+
+    def compare(self, op: str, left: Typed, right: Typed) -> Typed:
+        """``left op right`` with SQL's rules: literal coercion, NaN-aware floats, NULL is NULL."""
+        if left.value is None or right.value is None:
+            return Typed(pc.scalar(_null(pa.bool_())), pa.bool_(), None)
+        if isinstance(left.value, str) and not _is_text(right.type):
+            left = self.literal_as(left, right.type)
+        elif isinstance(right.value, str) and not _is_text(left.type):
+            right = self.literal_as(right, left.type)
+        elif left.is_literal and not right.is_literal and _is_number(right.type) and _is_float(left.type):
+            left = self.literal_as(left, right.type) if _is_float(right.type) else left
+        elif right.is_literal and not left.is_literal and _is_number(left.type) and _is_float(right.type):
+            right = self.literal_as(right, left.type) if _is_float(left.type) else right
+        if _is_float(left.type) or _is_float(right.type):
+            return self._float_compare(op, left, right)
+        names = {
+            "==": "equal",
+            "!=": "not_equal",
+            "<": "less",
+            "<=": "less_equal",
+            ">": "greater",
+            ">=": "greater_equal",
+        }
+        return self.call(names[op], [left, right])
+
+    def _float_compare(self, op: str, left: Typed, right: Typed) -> Typed:
+        """Comparison where NaN equals NaN and is above every other value (SQL, not IEEE)."""
+        if op in (">", ">="):
+            return self._float_compare("<" if op == ">" else "<=", right, left)
+        a = (
+            left
+            if _is_float(left.type)
+            else self.cast(left, right.type if _is_float(right.type) else pa.float64())
+        )
+        b = right if _is_float(right.type) else self.cast(right, a.type)
+        nan_a, nan_b = self.call("is_nan", [a]), self.call("is_nan", [b])
+        equal = self.call("or_kleene", [self.call("equal", [a, b]), self.call("and_kleene", [nan_a, nan_b])])
+        if op == "==":
+            return equal
+        if op == "!=":
+            return self.call("invert", [equal])
+        less = self.call(
+            "or_kleene",
+            [self.call("less", [a, b]), self.call("and_kleene", [self.call("invert", [nan_a]), nan_b])],
+        )
+        return less if op == "<" else self.call("or_kleene", [less, equal])
+
+    def _comparison(self, node: exp.Binary) -> Typed:
+        op = _COMPARE_OPS[cast(type[exp.Expression], type(node))]
+        return self.compare(op, self.lower(node.this), self.lower(node.expression))
+
+    _EQ = _NEQ = _LT = _LTE = _GT = _GTE = _comparison
+
+    def _NullSafeEQ(self, node: exp.NullSafeEQ) -> Typed:
+        return self._distinct(node, negate=False)
+
+    def _NullSafeNEQ(self, node: exp.NullSafeNEQ) -> Typed:
+        return self._distinct(node, negate=True)
+
+    def _distinct(self, node: exp.Binary, negate: bool) -> Typed:
+        left, right = self.lower(node.this), self.lower(node.expression)
+        both_null = self.call("and_kleene", [self.call("is_null", [left]), self.call("is_null", [right])])
+        equal = self.call("fill_null", [self.compare("==", left, right), self.literal(False)])
+        same = self.call("or_kleene", [both_null, equal])
+        return self.call("invert", [same]) if negate else same
+
+    def _Between(self, node: exp.Between) -> Typed:
+        value = self.lower(node.this)
+        low, high = self.lower(node.args["low"]), self.lower(node.args["high"])
+        return self.call("and_kleene", [self.compare(">=", value, low), self.compare("<=", value, high)])
+
+    def _In(self, node: exp.In) -> Typed:
+        value = self.lower(node.this)
+        field = node.args.get("field")
+        if node.args.get("query") is not None:
+            raise self.fail("IN (SELECT ...) is not supported: mere is not a SQL engine")
+        if isinstance(field, exp.Placeholder) and str(field.name) in self.lists:
+            items = [self.literal(v) for v in self.lists[field.name]]
+        elif field is not None:
+            raise self.fail(f"IN {field.sql(dialect=MereDialect)} is not supported")
+        else:
+            items = [self.lower(v) for v in node.expressions]
+        if not items:
+            return self.literal(False)
+        result: Typed | None = None
+        for item in items:
+            test = self.compare("==", value, item)
+            result = test if result is None else self.call("or_kleene", [result, test])
+        assert result is not None
+        return result
+
+    def _Is(self, node: exp.Is) -> Typed:
+        value = self.lower(node.this)
+        target = node.expression
+        if isinstance(target, exp.Null):
+            return self.call("is_null", [value])
+        if isinstance(target, exp.Boolean):
+            test = self.call("equal", [self.boolean(value, "IS TRUE/FALSE"), self.literal(bool(target.this))])
+            return self.call("fill_null", [test, self.literal(False)])
+        raise self.fail("expected NULL, TRUE or FALSE after IS [NOT]")
+
+    def _like(self, node: exp.Binary, ignore_case: bool) -> Typed:
+        value = self._text(self.lower(node.this))
+        pattern = literal_value(node.expression)
+        if not isinstance(pattern, str):
+            raise self.fail("LIKE takes a string literal pattern")
+        return self.call("match_like", [value], pc.MatchSubstringOptions(pattern, ignore_case=ignore_case))
+
+    def _Like(self, node: exp.Like) -> Typed:
+        return self._like(node, False)
+
+    def _ILike(self, node: exp.ILike) -> Typed:
+        return self._like(node, True)
+
+    def _Escape(self, node: exp.Escape) -> Typed:
+        raise self.fail("LIKE ... ESCAPE is not supported")
+
+    # conditional
+
+    def _Case(self, node: exp.Case) -> Typed:
+        operand = self.lower(node.this) if node.this is not None else None
+        conditions: list[Typed] = []
+        values: list[Typed] = []
+        for branch in node.args.get("ifs") or []:
+            test = self.lower(branch.this)
+            if operand is not None:
+                test = self.compare("==", operand, test)
+            conditions.append(self.boolean(test, "a CASE WHEN condition"))
+            values.append(self.lower(branch.args["true"]))
+        default = node.args.get("default")
+        values.append(self.lower(default) if default is not None else self.literal(None))
+        values = self.unify(values, "CASE")
+        if all(pa.types.is_null(v.type) for v in values):
+            values = [self.cast(v, pa.bool_()) for v in values]
+        struct = Typed(
+            pc.Expression._call(
+                "make_struct",
+                [c.expr for c in conditions],
+                pc.MakeStructOptions([f"c{i}" for i in range(len(conditions))]),
+            ),
+            pa.struct([pa.field(f"c{i}", pa.bool_()) for i in range(len(conditions))]),
+        )
+        return Typed(
+            pc.Expression._call("case_when", [struct.expr, *[v.expr for v in values]]), values[0].type
+        )
+
+    def _If(self, node: exp.If) -> Typed:
+        test = self.call("fill_null", [self.boolean(self.lower(node.this), "IF"), self.literal(False)])
+        false = node.args.get("false")
+        a, b = self.unify(
+            [self.lower(node.args["true"]), self.lower(false) if false is not None else self.literal(None)],
+            "IF",
+        )
+        return self.call("if_else", [test, a, b])
+
+    def _Coalesce(self, node: exp.Coalesce) -> Typed:
+        values = self.unify([self.lower(node.this), *[self.lower(e) for e in node.expressions]], "COALESCE")
+        return self.call("coalesce", values)
+
+    def _Nullif(self, node: exp.Nullif) -> Typed:
+        value, other = self.unify([self.lower(node.this), self.lower(node.expression)], "NULLIF")
+        same = self.call("fill_null", [self.compare("==", value, other), self.literal(False)])
+        return self.call("if_else", [same, Typed(pc.scalar(_null(value.type)), value.type), value])
+
+    def _Greatest(self, node: exp.Greatest) -> Typed:
+        return self.call(
+            "max_element_wise",
+            self.unify([self.lower(node.this), *map(self.lower, node.expressions)], "GREATEST"),
+        )
+
+    def _Least(self, node: exp.Least) -> Typed:
+        return self.call(
+            "min_element_wise",
+            self.unify([self.lower(node.this), *map(self.lower, node.expressions)], "LEAST"),
+        )
+
+    # functions
+
+    def _unary(self, name: str, node: exp.Func, options: pc.FunctionOptions | None = None) -> Typed:
+        return self.call(name, [self.lower(node.this)], options)
+
+    def _Lower(self, node: exp.Lower) -> Typed:
+        return self.call("utf8_lower", [self._text(self.lower(node.this))])
+
+    def _Upper(self, node: exp.Upper) -> Typed:
+        return self.call("utf8_upper", [self._text(self.lower(node.this))])
+
+    def _Length(self, node: exp.Length) -> Typed:
+        return self.cast(self.call("utf8_length", [self._text(self.lower(node.this))]), pa.int64())
+
+    def _Reverse(self, node: exp.Reverse) -> Typed:
+        return self.call("utf8_reverse", [self._text(self.lower(node.this))])
+
+    def _Trim(self, node: exp.Trim) -> Typed:
+        value = self._text(self.lower(node.this))
+        chars = node.expression
+        position = str(node.args.get("position") or "BOTH").upper()
+        name = {"LEADING": "utf8_ltrim", "TRAILING": "utf8_rtrim"}.get(position, "utf8_trim")
+        if chars is None:
+            return self.call(name + "_whitespace", [value])
+        text = literal_value(chars)
+        if not isinstance(text, str):
+            raise self.fail("TRIM takes a string literal of characters")
+        return self.call(name, [value], pc.TrimOptions(text))
+
+    def _Substring(self, node: exp.Substring) -> Typed:
+        value = self._text(self.lower(node.this))
+        start_node = node.args.get("start")
+        start = literal_value(start_node) if start_node is not None else 1
+        length = literal_value(node.args["length"]) if node.args.get("length") is not None else None
+        if not isinstance(start, int) or not (length is None or isinstance(length, int)):
+            raise self.fail("SUBSTRING takes integer literal start and length")
+        begin = start - 1 if start > 0 else start
+        stop = None if length is None else begin + max(length, 0)
+        if stop is not None and begin < 0 <= stop:
+            stop = None if stop == 0 and begin < 0 else stop
+        return self.call("utf8_slice_codeunits", [value], pc.SliceOptions(begin, stop))
+
+    def _Left(self, node: exp.Left) -> Typed:
+        n = literal_value(node.expression)
+        if not isinstance(n, int) or n < 0:
+            raise self.fail("LEFT takes a non-negative integer literal")
+        return self.call("utf8_slice_codeunits", [self._text(self.lower(node.this))], pc.SliceOptions(0, n))
+
+    def _StartsWith(self, node: exp.StartsWith) -> Typed:
+        return self._match("starts_with", node)
+
+    def _EndsWith(self, node: exp.EndsWith) -> Typed:
+        return self._match("ends_with", node)
+
+    def _Contains(self, node: exp.Contains) -> Typed:
+        return self._match("match_substring", node)
+
+    def _match(self, name: str, node: exp.Func) -> Typed:
+        pattern = literal_value(node.expression)
+        if not isinstance(pattern, str):
+            raise self.fail(f"{node.key.upper()} takes a string literal")
+        return self.call(name, [self._text(self.lower(node.this))], pc.MatchSubstringOptions(pattern))
+
+    def _Replace(self, node: exp.Replace) -> Typed:
+        replacement = node.args.get("replacement")
+        old = literal_value(node.expression)
+        new = literal_value(replacement) if replacement is not None else NO_LITERAL
+        if not isinstance(old, str) or not isinstance(new, str):
+            raise self.fail("REPLACE takes string literals")
+        return self.call(
+            "replace_substring", [self._text(self.lower(node.this))], pc.ReplaceSubstringOptions(old, new)
+        )
+
+    def _Abs(self, node: exp.Abs) -> Typed:
+        return self._unary("abs_checked", node)
+
+    def _Sign(self, node: exp.Sign) -> Typed:
+        return self._unary("sign", node)
+
+    def _Sqrt(self, node: exp.Sqrt) -> Typed:
+        return self.call("sqrt", [self.cast(self.lower(node.this), pa.float64())])
+
+    def _Ln(self, node: exp.Ln) -> Typed:
+        return self.call("ln", [self.cast(self.lower(node.this), pa.float64())])
+
+    def _Exp(self, node: exp.Exp) -> Typed:
+        return self.call("exp", [self.cast(self.lower(node.this), pa.float64())])
+
+    def _Pow(self, node: exp.Pow) -> Typed:
+        return self.call(
+            "power",
+            [
+                self.cast(self.lower(node.this), pa.float64()),
+                self.cast(self.lower(node.expression), pa.float64()),
+            ],
+        )
+
+    def _Floor(self, node: exp.Floor) -> Typed:
+        value = self.lower(node.this)
+        return value if pa.types.is_integer(value.type) else self.call("floor", [value])
+
+    def _Ceil(self, node: exp.Ceil) -> Typed:
+        value = self.lower(node.this)
+        return value if pa.types.is_integer(value.type) else self.call("ceil", [value])
+
+    def _Round(self, node: exp.Round) -> Typed:
+        value = self.lower(node.this)
+        digits = literal_value(node.args["decimals"]) if node.args.get("decimals") is not None else 0
+        if not isinstance(digits, int):
+            raise self.fail("ROUND takes an integer literal of digits")
+        if pa.types.is_integer(value.type) and digits >= 0:
+            return value
+        return self.call("round", [value], pc.RoundOptions(digits, "half_towards_infinity"))
+
+    def _part(self, name: str, node: exp.Func) -> Typed:
+        value = self.lower(node.this)
+        if isinstance(value.value, str):
+            value = self.literal_as(value, pa.timestamp("us"))
+        return self.call(name, [value])
+
+    def _Year(self, node: exp.Year) -> Typed:
+        return self._part("year", node)
+
+    def _Month(self, node: exp.Month) -> Typed:
+        return self._part("month", node)
+
+    def _Day(self, node: exp.Day) -> Typed:
+        return self._part("day", node)
+
+    def _Hour(self, node: exp.Hour) -> Typed:
+        return self._part("hour", node)
+
+    def _Minute(self, node: exp.Minute) -> Typed:
+        return self._part("minute", node)
+
+    def _Second(self, node: exp.Second) -> Typed:
+        return self._part("second", node)
+
+    def _Quarter(self, node: exp.Quarter) -> Typed:
+        return self._part("quarter", node)
+
+    def _DayOfWeek(self, node: exp.DayOfWeek) -> Typed:
+        return self.call(
+            "day_of_week", [self.lower(node.this)], pc.DayOfWeekOptions(count_from_zero=True, week_start=7)
+        )
+
+    def _Placeholder(self, node: exp.Placeholder) -> Typed:
+        raise self.fail(f"parameter {node.sql(dialect=MereDialect)} is not supported here")
+
+    def _Star(self, node: exp.Star) -> Typed:
+        raise self.fail("* is not an expression here")
+
+    def _Subquery(self, node: exp.Subquery) -> Typed:
+        raise self.fail("subqueries are not supported: mere is not a SQL engine")
+
+    def _Select(self, node: exp.Select) -> Typed:
+        return self._Subquery(cast(exp.Subquery, node))
+
+    def _function(self, node: exp.Expression) -> Typed:
+        name = node.name if isinstance(node, exp.Anonymous) else node.key
+        shown = node.sql(dialect=MereDialect)
+        if isinstance(node, exp.Func | exp.Anonymous):
+            raise self.fail(
+                f"function {name.upper()}() is not supported ({shown}); supported: arithmetic, comparisons, "
+                "IN, BETWEEN, LIKE/ILIKE, IS [NOT] NULL, CASE, IF, COALESCE, NULLIF, GREATEST, LEAST, CAST, "
+                "LOWER, UPPER, LENGTH, TRIM, SUBSTRING, LEFT, REPLACE, CONCAT, STARTS_WITH, ENDS_WITH, "
+                "CONTAINS, ABS, SIGN, ROUND, FLOOR, CEIL, SQRT, LN, EXP, POWER, YEAR, QUARTER, MONTH, DAY, "
+                "HOUR, MINUTE, SECOND, DAYOFWEEK"
+            )
+        raise self.fail(f"{type(node).__name__} ({shown}) is not supported")
+
+
+def lower_predicate(text: str, schema: pa.Schema) -> tuple[pc.Expression, frozenset[str]]:
+    """A predicate's Arrow expression on ``schema`` and the columns it reads."""
+    parsed = parse_expression(text)
+    lowering = Lowering(schema_resolver(schema), text, parsed.lists)
+    typed = lowering.lower(parsed.tree)
+    typed = lowering.boolean(typed, "a filter")
+    return typed.expr, frozenset(lowering.columns)
+
+
+def evaluate(table: pa.Table, expressions: Mapping[str, pc.Expression]) -> pa.Table:
+    """Evaluate named expressions on every row of ``table`` (Arrow's Acero engine, in row order)."""
+    from pyarrow import acero
+
+    if not expressions:
+        return pa.table({"_": pa.nulls(table.num_rows)}).drop_columns(["_"])
+    plan = acero.Declaration.from_sequence(
+        [
+            acero.Declaration("table_source", acero.TableSourceNodeOptions(table)),
+            acero.Declaration(
+                "project", acero.ProjectNodeOptions(list(expressions.values()), list(expressions))
+            ),
+        ]
+    )
+    return plan.to_table(use_threads=False)

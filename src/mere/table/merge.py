@@ -1,0 +1,967 @@
+"""MERGE INTO and UPDATE, evaluated by mere on Arrow and written as merge-on-read deltas.
+
+A MERGE reads only the target rows whose keys are in the source (every row when a ``WHEN NOT MATCHED BY
+SOURCE`` clause is present), pairs them with the source rows on the primary key, runs the clauses in
+order (the first whose condition holds acts on a row), and writes the outcome as new files: updated and
+inserted rows as whole rows that replace the key's previous state (so merge operators do not fold them
+into the old values), deleted keys as delete markers. Base files are never rewritten. The change reads
+rows: it commits only if no concurrent commit changed the splits it read, and is evaluated again
+otherwise (see :mod:`mere.table.transaction`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from mere import expr as E
+from mere.errors import FilterError, InvalidInput, MergeConflict
+from mere.lang.lower import Lowering, Typed, column_name, evaluate
+from mere.lang.parse import Parsed, parse_expression
+from mere.metadata import ConcurrentChanges, FileEntry
+from mere.spec import OP_PUT
+from mere.table.write_checks import split_label
+from mere.write.writer import conform, partition_json, prepare, to_batches
+
+if TYPE_CHECKING:
+    from mere.read.planner import Split
+    from mere.table.table import Table
+    from mere.table.transaction import Change
+
+ClauseKind = Literal["matched", "not_matched", "not_matched_by_source"]
+Action = Literal["update", "delete", "insert", "nothing"]
+_TARGET, _SOURCE = "\x00t.", "\x00s."
+
+
+@dataclass(frozen=True)
+class MergeMetrics:
+    """What a MERGE (or UPDATE) did: rows inserted, updated, deleted and left unchanged, files written."""
+
+    inserted: int
+    updated: int
+    deleted: int
+    unchanged: int
+    files: int
+    seconds: float
+    version: int | None = None  # the committed version (None when nothing was written)
+    rows_read: int = 0  # target rows read
+    splits_read: int = 0
+
+
+@dataclass(frozen=True)
+class StagedMerge:
+    """A MERGE evaluated on part of the source and written, not committed (one Spark task's share).
+
+    Commit a list of them with :meth:`Table.commit_merge <mere.Table.commit_merge>`, or delete their files
+    with :meth:`Table.abort_merge <mere.Table.abort_merge>`.
+    """
+
+    table: str
+    read_version: int
+    files: list[FileEntry]
+    counts: dict[str, int]
+    splits: tuple[str, ...]  # the splits read, as commit summaries name them
+    full_scan: bool = False
+
+    def change(self) -> Change:
+        """The transaction change that commits these files (checked against the splits read)."""
+        from mere.table.transaction import Change
+
+        rows = sum(f.row_count for f in self.files)
+        change = Change(
+            "merge", list(self.files), rows, {k: self.counts[k] for k in ("inserted", "updated", "deleted")}
+        )
+        change.validate = _rows_unchanged(self.table, set(self.splits), full=self.full_scan)
+        return change
+
+
+def commit_staged_merges(table: Table, staged: Sequence[StagedMerge]) -> MergeMetrics:
+    """Commit the staged shares of one MERGE as one version (the driver half of a distributed MERGE).
+
+    Every share must have been evaluated at the same version; the commit fails with
+    :class:`~mere.errors.CommitConflict` (and deletes the files) when a concurrent commit changed a split
+    any share read: run the MERGE again.
+    """
+    from dataclasses import replace
+
+    from mere.errors import CommitConflict
+    from mere.retry import RetryPolicy
+    from mere.table.transaction import Change, Transaction
+
+    started = time.perf_counter()
+    if isinstance(staged, StagedMerge) or not all(isinstance(s, StagedMerge) for s in staged):
+        raise InvalidInput(f"{table.name}: commit_merge() takes a list of StagedMerge")
+    if any(s.table != table.name for s in staged):
+        raise InvalidInput(f"{table.name}: staged MERGE shares belong to another table")
+    versions = {s.read_version for s in staged}
+    if len(versions) > 1:
+        raise InvalidInput(f"{table.name}: staged MERGE shares read different versions {sorted(versions)}")
+    files = [
+        replace(f, order=i, id=None, seq=None, added_version=None)
+        for i, f in enumerate(f for s in staged for f in s.files)
+    ]
+    counts = {
+        k: sum(s.counts.get(k, 0) for s in staged)
+        for k in ("inserted", "updated", "deleted", "unchanged", "rows_read", "splits_read")
+    }
+    change = Change(
+        "merge",
+        files,
+        sum(f.row_count for f in files),
+        {k: counts[k] for k in ("inserted", "updated", "deleted")},
+    )
+    change.validate = _rows_unchanged(
+        table.name, {x for s in staged for x in s.splits}, full=any(s.full_scan for s in staged)
+    )
+    tx = Transaction(table, retries=RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0))
+    if versions:
+        tx.read_version = versions.pop()
+    tx._add(change)
+    try:
+        result = tx.commit()
+    except CommitConflict:
+        raise
+    return MergeMetrics(
+        counts["inserted"],
+        counts["updated"],
+        counts["deleted"],
+        counts["unchanged"],
+        len(files),
+        time.perf_counter() - started,
+        result.version,
+        counts["rows_read"],
+        counts["splits_read"],
+    )
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One WHEN clause: which rows it sees, what it does, its condition and its assignments."""
+
+    kind: ClauseKind
+    action: Action
+    condition: Parsed | None = None
+    assignments: tuple[tuple[str, Parsed], ...] = ()
+    all_columns: bool = False  # UPDATE SET * / INSERT *
+
+    def describe(self) -> str:
+        """The clause as SQL."""
+        when = {
+            "matched": "WHEN MATCHED",
+            "not_matched": "WHEN NOT MATCHED",
+            "not_matched_by_source": "WHEN NOT MATCHED BY SOURCE",
+        }[self.kind]
+        cond = f" AND {self.condition.text}" if self.condition is not None else ""
+        if self.action == "update":
+            what = (
+                "UPDATE SET *"
+                if self.all_columns
+                else "UPDATE SET " + ", ".join(f"{c} = {p.text}" for c, p in self.assignments)
+            )
+        elif self.action == "insert":
+            what = (
+                "INSERT *"
+                if self.all_columns
+                else "INSERT ("
+                + ", ".join(c for c, _ in self.assignments)
+                + ") VALUES ("
+                + ", ".join(p.text for _, p in self.assignments)
+                + ")"
+            )
+        else:
+            what = "DELETE" if self.action == "delete" else "DO NOTHING"
+        return f"{when}{cond} THEN {what}"
+
+
+@dataclass(frozen=True)
+class MergeExplain:
+    """How a MERGE will run: which target splits it reads and why."""
+
+    table: str
+    on: str
+    clauses: tuple[str, ...]
+    source_rows: int
+    full_scan: bool
+    splits_read: int
+    splits_total: int
+
+    def __str__(self) -> str:
+        reads = (
+            f"reads every split in full ({self.splits_read} of {self.splits_total}): a WHEN NOT MATCHED BY "
+            "SOURCE clause needs every target row"
+            if self.full_scan
+            else f"reads {self.splits_read} of {self.splits_total} splits: only those that can hold the "
+            f"{self.source_rows} source keys, and in them only row groups whose key range holds one"
+        )
+        lines = [f"MERGE INTO {self.table} ON {self.on}", *("  " + c for c in self.clauses), reads]
+        return "\n".join(lines)
+
+
+def _expression(text: Any, what: str) -> Parsed:
+    if not isinstance(text, str):
+        raise InvalidInput(f"{what} must be SQL text (a str), got {type(text).__name__}: {text!r}")
+    return parse_expression(text, what)
+
+
+def _assignments(values: Any, what: str) -> tuple[tuple[str, Parsed], ...]:
+    if not isinstance(values, Mapping) or not values:
+        raise InvalidInput(f"{what} takes a non-empty dict of column -> SQL expression text, got {values!r}")
+    out = []
+    for column, text in values.items():
+        if not isinstance(column, str) or not column:
+            raise InvalidInput(f"{what}: column names must be non-empty strings, got {column!r}")
+        if isinstance(text, str):
+            out.append((column, _expression(text, f"{what} value for {column!r}")))
+        else:
+            raise InvalidInput(
+                f'{what}: the value for {column!r} must be SQL text such as "s.{column}" or "\'text\'", '
+                f"got {type(text).__name__} {text!r}"
+            )
+    return tuple(out)
+
+
+class Merge:
+    """A MERGE INTO being built: add WHEN clauses in order, then :meth:`execute` (see :meth:`Table.merge`)."""
+
+    def __init__(
+        self,
+        table: Table,
+        source: Any,
+        on: str | None = None,
+        source_alias: str = "s",
+        target_alias: str = "t",
+    ) -> None:
+        if not table.spec.has_primary_key:
+            raise InvalidInput(f"{table.name} has no primary key: MERGE pairs rows by primary key")
+        for name, alias in (("source_alias", source_alias), ("target_alias", target_alias)):
+            if not isinstance(alias, str) or not alias:
+                raise InvalidInput(f"{name} must be a non-empty string, got {alias!r}")
+        if source_alias.lower() == target_alias.lower():
+            raise InvalidInput(f"source_alias and target_alias must differ, both are {source_alias!r}")
+        self.table = table
+        self.source_alias = source_alias
+        self.target_alias = target_alias
+        self.source = _source_table(source, table.name)
+        for c in self.source.column_names:
+            if not c:
+                raise InvalidInput(f"{table.name}: MERGE source has a column without a name")
+        if on is None:
+            on = " AND ".join(
+                f"{_quote(target_alias)}.{_quote(k)} = {_quote(source_alias)}.{_quote(k)}"
+                for k in table.spec.primary_key
+            )
+        self.on = _expression(on, "ON condition")
+        self.clauses: list[Clause] = []
+        self._state = "open"
+
+    # -- builder ------------------------------------------------------------------------------
+
+    def _add(self, clause: Clause) -> Merge:
+        if self._state != "open":
+            raise InvalidInput(f"{self.table.name}: this MERGE was executed; build a new one")
+        self.clauses.append(clause)
+        return self
+
+    def _condition(self, condition: Any) -> Parsed | None:
+        return None if condition is None else _expression(condition, "clause condition")
+
+    def when_matched_update(self, set: Mapping[str, str], condition: str | None = None) -> Merge:
+        """Target rows paired with a source row (and meeting ``condition``): set columns to expressions."""
+        return self._add(
+            Clause("matched", "update", self._condition(condition), _assignments(set, "UPDATE SET"))
+        )
+
+    def when_matched_update_all(self, condition: str | None = None) -> Merge:
+        """Matched rows take every non-key column the source has, by name."""
+        return self._add(Clause("matched", "update", self._condition(condition), all_columns=True))
+
+    def when_matched_delete(self, condition: str | None = None) -> Merge:
+        """Delete matched target rows (meeting ``condition``)."""
+        return self._add(Clause("matched", "delete", self._condition(condition)))
+
+    def when_matched_do_nothing(self, condition: str | None = None) -> Merge:
+        """Leave matched rows (meeting ``condition``) as they are, so that later clauses skip them."""
+        return self._add(Clause("matched", "nothing", self._condition(condition)))
+
+    def when_not_matched_insert(self, values: Mapping[str, str], condition: str | None = None) -> Merge:
+        """Source rows with no target row: insert a row of these column -> expression values."""
+        return self._add(
+            Clause("not_matched", "insert", self._condition(condition), _assignments(values, "INSERT"))
+        )
+
+    def when_not_matched_insert_all(self, condition: str | None = None) -> Merge:
+        """Source rows with no target row: insert them, columns by name (missing columns are NULL)."""
+        return self._add(Clause("not_matched", "insert", self._condition(condition), all_columns=True))
+
+    def when_not_matched_do_nothing(self, condition: str | None = None) -> Merge:
+        """Skip unmatched source rows (meeting ``condition``)."""
+        return self._add(Clause("not_matched", "nothing", self._condition(condition)))
+
+    def when_not_matched_by_source_update(
+        self, set: Mapping[str, str], condition: str | None = None
+    ) -> Merge:
+        """Target rows no source row pairs with: set columns (reads every target row)."""
+        return self._add(
+            Clause(
+                "not_matched_by_source", "update", self._condition(condition), _assignments(set, "UPDATE SET")
+            )
+        )
+
+    def when_not_matched_by_source_delete(self, condition: str | None = None) -> Merge:
+        """Delete target rows no source row pairs with (reads every target row)."""
+        return self._add(Clause("not_matched_by_source", "delete", self._condition(condition)))
+
+    # -- running ------------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if not self.clauses:
+            raise InvalidInput(f"{self.table.name}: a MERGE needs at least one WHEN clause")
+
+    @property
+    def full_scan(self) -> bool:
+        """Whether the MERGE must read every target row (a NOT MATCHED BY SOURCE clause)."""
+        return any(c.kind == "not_matched_by_source" for c in self.clauses)
+
+    def explain(self) -> MergeExplain:
+        """What the MERGE reads (at the table's current version); nothing is read or written."""
+        self._check()
+        plan = MergePlan(self)
+        splits = plan.splits(self.table.version)
+        total = len({(f.partition, f.bucket) for f in self.table.files_at(self.table.version)})
+        return MergeExplain(
+            self.table.name,
+            self.on.text,
+            tuple(c.describe() for c in self.clauses),
+            self.source.num_rows,
+            self.full_scan,
+            len(splits),
+            total,
+        )
+
+    def stage(self, version: int) -> StagedMerge:
+        """Evaluate against ``version`` and write the files without committing (one task of a distributed
+        MERGE whose source rows of a key all reach the same task); see :class:`StagedMerge`."""
+        self._check()
+        return MergePlan(self).stage(version)
+
+    def execute(self) -> MergeMetrics:
+        """Run the MERGE as one commit; nothing is written when any part of it fails."""
+        self._check()
+        if self._state != "open":
+            raise InvalidInput(f"{self.table.name}: this MERGE was executed; build a new one")
+        self._state = "executed"
+        started = time.perf_counter()
+        plan = MergePlan(self)  # checks every expression before anything is read
+        tx = self.table.transaction()
+        try:
+            tx._add_read(plan.change)
+        except BaseException:
+            tx.abort()
+            raise
+        result = tx.commit()
+        m = plan.metrics
+        return MergeMetrics(
+            m["inserted"],
+            m["updated"],
+            m["deleted"],
+            m["unchanged"],
+            m["files"],
+            time.perf_counter() - started,
+            result.version,
+            m["rows_read"],
+            m["splits_read"],
+        )
+
+
+def _label(split: Split) -> str:
+    return split_label((partition_json(dict(split.partition)), split.bucket))
+
+
+def _quote(name: str) -> str:
+    return E._fmt_ident(name)
+
+
+def _source_table(data: Any, name: str) -> pa.Table:
+    if isinstance(data, pa.Table):
+        return data
+    try:
+        schema, batches = to_batches(data)
+    except InvalidInput:
+        raise
+    except Exception as exc:  # anything unreadable is bad input
+        raise InvalidInput(
+            f"{name}: MERGE source must be Arrow data, a pandas or Polars frame or an Arrow stream: {exc}"
+        ) from exc
+    return pa.Table.from_batches(list(batches), schema=schema)
+
+
+def _to_mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(pc.fill_null(values, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _arrow_failure(name: str, exc: BaseException) -> InvalidInput:
+    return InvalidInput(f"{name}: evaluating the statement failed: {str(exc).splitlines()[0]}")
+
+
+class _Scope:
+    """Which columns an expression may name: the target's (``t.x``), the source's (``s.x``) or both."""
+
+    def __init__(self, merge: Merge, target: bool, source: bool, what: str) -> None:
+        self.merge, self.target, self.source, self.what = merge, target, source, what
+        self.t_names = set(merge.table.spec.schema.names)
+        self.s_names = set(merge.source.column_names)
+        self.t_aliases = {
+            merge.target_alias.lower(),
+            merge.table.name.lower(),
+            merge.table.name.split(".")[-1].lower(),
+        }
+        self.s_aliases = {merge.source_alias.lower()}
+
+    def resolve(self, node: exp.Column) -> tuple[str, pa.DataType]:
+        parts = [p.name for p in node.parts]
+        side: str | None = None
+        if len(parts) > 1 and parts[0].lower() in self.s_aliases:
+            side, name = "s", ".".join(parts[1:])
+        elif len(parts) > 1 and parts[0].lower() in self.t_aliases:
+            side, name = "t", ".".join(parts[1:])
+        else:
+            name = ".".join(parts)
+            in_t, in_s = name in self.t_names and self.target, name in self.s_names and self.source
+            if in_t and in_s:
+                raise FilterError(
+                    f"column {name!r} is ambiguous in {self.what}: write {self.merge.target_alias}.{name} or "
+                    f"{self.merge.source_alias}.{name}"
+                )
+            side = "t" if in_t else "s" if in_s else None
+            if side is None:
+                raise FilterError(f"unknown column {column_name(node)!r} in {self.what}; {self._available()}")
+        if side == "t":
+            if not self.target:
+                raise FilterError(f"{self.what} cannot refer to target column {column_name(node)!r}")
+            if name not in self.t_names:
+                raise FilterError(f"unknown target column {name!r} in {self.what}; {self._available()}")
+            return _TARGET + name, self.merge.table.spec.schema.field(name).type
+        if not self.source:
+            raise FilterError(f"{self.what} cannot refer to source column {column_name(node)!r}")
+        if name not in self.s_names:
+            raise FilterError(f"unknown source column {name!r} in {self.what}; {self._available()}")
+        return _SOURCE + name, self.merge.source.schema.field(name).type
+
+    def _available(self) -> str:
+        parts = []
+        if self.target:
+            parts.append(f"target ({self.merge.target_alias}): {', '.join(sorted(self.t_names))}")
+        if self.source:
+            parts.append(f"source ({self.merge.source_alias}): {', '.join(sorted(self.s_names)) or '(none)'}")
+        return "; ".join(parts)
+
+    def lower(self, parsed: Parsed) -> Typed:
+        return Lowering(self.resolve, parsed.text, parsed.lists).lower(parsed.tree)
+
+
+@dataclass
+class _Lowered:
+    clause: Clause
+    condition: pc.Expression | None
+    values: dict[str, pc.Expression] = field(default_factory=dict)
+
+
+class MergePlan:
+    """A checked MERGE: the key pairing, the lowered clauses, and the evaluation at a table version."""
+
+    def __init__(self, merge: Merge) -> None:
+        self.merge = merge
+        t = merge.table
+        self.spec = t.spec
+        self.name = t.name
+        self.metrics: dict[str, int] = {}
+        self.pairs, extra = self._on()
+        both = _Scope(merge, True, True, "the ON condition")
+        self.on_extra = None if extra is None else Lowering(both.resolve, merge.on.text).lower(extra)
+        if self.on_extra is not None and not pa.types.is_boolean(self.on_extra.type):
+            raise FilterError(f"the ON condition must be boolean (in {merge.on.text!r})")
+        self.source_keys = self._source_keys()
+        self.lowered = [self._lower(c) for c in merge.clauses]
+
+    # -- checking ------------------------------------------------------------------------------
+
+    def _on(self) -> tuple[dict[str, str], exp.Expression | None]:
+        """ON as primary key equalities (target key column -> source column) and any other condition."""
+        m = self.merge
+        conjuncts: list[exp.Expression] = []
+
+        def split(node: exp.Expression) -> None:
+            if isinstance(node, exp.Paren):
+                split(node.this)
+            elif isinstance(node, exp.And):
+                split(node.this)
+                split(node.expression)
+            else:
+                conjuncts.append(node)
+
+        split(m.on.tree)
+        scope = _Scope(m, True, True, "the ON condition")
+        pairs: dict[str, str] = {}
+        rest: list[exp.Expression] = []
+        for c in conjuncts:
+            if (
+                isinstance(c, exp.EQ)
+                and isinstance(c.this, exp.Column)
+                and isinstance(c.expression, exp.Column)
+            ):
+                a, _ = scope.resolve(c.this)
+                b, _ = scope.resolve(c.expression)
+                if a.startswith(_SOURCE) and b.startswith(_TARGET):
+                    a, b = b, a
+                if a.startswith(_TARGET) and b.startswith(_SOURCE):
+                    key = a[len(_TARGET) :]
+                    if key in self.spec.primary_key and key not in pairs:
+                        pairs[key] = b[len(_SOURCE) :]
+                        continue
+            rest.append(c)
+        missing = [k for k in self.spec.primary_key if k not in pairs]
+        if missing:
+            raise InvalidInput(
+                f"{self.name}: MERGE pairs rows by primary key: the ON condition must equate every key column "
+                f"of {list(self.spec.primary_key)} with a source column (missing {missing}), e.g. "
+                + " AND ".join(f"{m.target_alias}.{k} = {m.source_alias}.{k}" for k in self.spec.primary_key)
+                + "; other conditions may be ANDed to it"
+            )
+        extra: exp.Expression | None = None
+        for c in rest:
+            extra = c if extra is None else exp.And(this=extra, expression=c)
+        return pairs, extra
+
+    def _source_keys(self) -> pa.Table:
+        from mere.write.cast import lossless_cast
+
+        m = self.merge
+        cols = {}
+        for key, src in self.pairs.items():
+            target_type = self.spec.schema.field(key).type
+            cols[key] = lossless_cast(m.source.column(src), target_type, src, f"{self.name} MERGE source")
+        return pa.table(cols) if cols else pa.table({})
+
+    def _lower(self, clause: Clause) -> _Lowered:
+        m = self.merge
+        target = clause.kind != "not_matched"
+        source = clause.kind != "not_matched_by_source"
+        where = {
+            "matched": "WHEN MATCHED",
+            "not_matched": "WHEN NOT MATCHED",
+            "not_matched_by_source": "WHEN NOT MATCHED BY SOURCE",
+        }[clause.kind]
+        scope = _Scope(m, target, source, f"a {where} clause")
+        condition = None
+        if clause.condition is not None:
+            typed = scope.lower(clause.condition)
+            if not (pa.types.is_boolean(typed.type) or pa.types.is_null(typed.type)):
+                raise FilterError(
+                    f"a {where} condition must be boolean, got {typed.type} (in {clause.condition.text!r})"
+                )
+            condition = typed.expr
+        out = _Lowered(clause, condition)
+        schema = self.spec.schema
+        identity = set(self.spec.identity_columns)
+        if clause.action == "update":
+            items = clause.assignments
+            if clause.all_columns:
+                items = tuple(
+                    (c, parse_expression(f"{_quote(m.source_alias)}.{_quote(c)}"))
+                    for c in schema.names
+                    if c in m.source.column_names and c not in identity
+                )
+            for column, parsed in items:
+                name = (
+                    column.split(".", 1)[1]
+                    if "." in column and column.split(".", 1)[0].lower() == m.target_alias.lower()
+                    else column
+                )
+                if name not in schema.names:
+                    raise InvalidInput(
+                        f"{self.name}: UPDATE SET names unknown column {column!r}; columns: {schema.names}"
+                    )
+                if name in identity:
+                    raise InvalidInput(
+                        f"{self.name}: UPDATE cannot set key or partition column {name!r} (delete the row and "
+                        "insert the new one instead)"
+                    )
+                if name in out.values:
+                    raise InvalidInput(f"{self.name}: UPDATE SET names {name!r} twice")
+                out.values[name] = _assign(scope.lower(parsed), schema.field(name).type, name, parsed.text)
+        elif clause.action == "insert":
+            items = clause.assignments
+            if clause.all_columns:
+                items = tuple(
+                    (c, parse_expression(f"{_quote(m.source_alias)}.{_quote(c)}"))
+                    for c in schema.names
+                    if c in m.source.column_names
+                )
+            for column, parsed in items:
+                if column not in schema.names:
+                    raise InvalidInput(
+                        f"{self.name}: INSERT names unknown column {column!r}; columns: {schema.names}"
+                    )
+                if column in out.values:
+                    raise InvalidInput(f"{self.name}: INSERT names {column!r} twice")
+                out.values[column] = _assign(
+                    scope.lower(parsed), schema.field(column).type, column, parsed.text
+                )
+            missing = [c for c in self.spec.primary_key if c not in out.values]
+            if missing:
+                raise InvalidInput(f"{self.name}: INSERT must give the primary key column(s) {missing}")
+        return out
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _filter(self) -> E.Expr | None:
+        if self.merge.full_scan:
+            return None
+        parts: list[E.Expr] = []
+        for key in self.spec.primary_key:
+            values = pc.unique(self.source_keys.column(key).drop_null())
+            parts.append(E.In(key, tuple(values.to_pylist())))
+        return E.conjunction(parts)
+
+    def splits(self, version: int) -> list[str]:
+        """The splits (as commit summaries name them) the MERGE reads at ``version``."""
+        scan = self.merge.table.scan(filter=self._filter(), version=version)
+        return [_label(s) for s in scan.plan()]
+
+    def stage(self, base: int) -> StagedMerge:
+        """Evaluate at version ``base`` and write the outcome's files, uncommitted."""
+        t = self.merge.table
+        scan = t.scan(filter=self._filter(), version=base)
+        read = [_label(s) for s in scan.plan()]
+        target = scan.to_arrow()
+        puts, deletes, counts = self._evaluate(target)
+        files: list[FileEntry] = []
+        try:
+            if puts.num_rows:
+                rows, _ = conform(puts, self.spec, partial_ok=False, identifier=self.name)
+                ops = np.full(rows.num_rows, OP_PUT, dtype=np.int8)
+                files += t._write_files(prepare(self.spec, rows, ops, identifier=self.name))
+            if deletes.num_rows:
+                from mere.table.transaction import marker_change
+
+                files += marker_change(t, deletes).files
+        except BaseException:
+            t._discard(files)
+            raise
+        counts = {**counts, "files": len(files), "rows_read": target.num_rows, "splits_read": len(read)}
+        return StagedMerge(self.name, base, files, counts, tuple(sorted(read)), self.merge.full_scan)
+
+    def change(self, base: int) -> Change:
+        """Evaluate at version ``base`` and write the outcome (a Change of the transaction)."""
+        staged = self.stage(base)
+        self.metrics = dict(staged.counts)
+        return staged.change()
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    def _evaluate(self, target: pa.Table) -> tuple[pa.Table, pa.Table, dict[str, int]]:
+        m = self.merge
+        source = m.source
+        keys = list(self.pairs)
+        s_side = self.source_keys.append_column("\x00s", pa.array(np.arange(source.num_rows, dtype=np.int64)))
+        t_side = target.select(keys).append_column(
+            "\x00t", pa.array(np.arange(target.num_rows, dtype=np.int64))
+        )
+        joined = s_side.join(t_side, keys=keys, join_type="inner", use_threads=False)
+        s_idx = joined.column("\x00s").to_numpy()
+        t_idx = joined.column("\x00t").to_numpy()
+        if self.on_extra is not None and len(s_idx):
+            both = self._frame(target, t_idx, s_idx)
+            keep = self._mask(both, self.on_extra.expr)
+            s_idx, t_idx = s_idx[keep], t_idx[keep]
+        counts = {"inserted": 0, "updated": 0, "deleted": 0, "unchanged": 0}
+        puts: list[pa.Table] = []
+        deletes: list[pa.Table] = []
+        acted_targets: list[np.ndarray] = []
+        self._inserted: list[pa.Table] = []
+
+        by_kind: dict[str, list[_Lowered]] = {"matched": [], "not_matched": [], "not_matched_by_source": []}
+        for low in self.lowered:
+            by_kind[low.clause.kind].append(low)
+
+        # WHEN MATCHED
+        if len(t_idx):
+            frame = self._frame(target, t_idx, s_idx)
+            taken = self._apply(by_kind["matched"], frame, target, t_idx, None, puts, deletes, counts)
+            acted_targets.append(t_idx[taken])
+            counts["unchanged"] += int(len(t_idx) - taken.sum())
+        # WHEN NOT MATCHED (by target)
+        unmatched_s = np.setdiff1d(np.arange(source.num_rows), s_idx, assume_unique=False)
+        if len(unmatched_s) and by_kind["not_matched"]:
+            frame = self._frame(None, None, unmatched_s)
+            self._apply(by_kind["not_matched"], frame, None, None, unmatched_s, puts, deletes, counts)
+        # WHEN NOT MATCHED BY SOURCE
+        if by_kind["not_matched_by_source"]:
+            unmatched_t = np.setdiff1d(np.arange(target.num_rows), t_idx)
+            if len(unmatched_t):
+                frame = self._frame(target, unmatched_t, None)
+                taken = self._apply(
+                    by_kind["not_matched_by_source"], frame, target, unmatched_t, None, puts, deletes, counts
+                )
+                counts["unchanged"] += int(len(unmatched_t) - taken.sum())
+
+        if acted_targets:
+            acted = np.concatenate(acted_targets)
+            if len(np.unique(acted)) < len(acted):
+                raise MergeConflict(
+                    f"{self.name}: MERGE would change a target row more than once: a target row matched more "
+                    "than one source row; deduplicate the source or make the ON condition unique"
+                )
+        schema = pa.schema([f.with_nullable(True) for f in self.spec.schema])
+        put_table = pa.concat_tables([p.cast(schema) for p in puts]) if puts else schema.empty_table()
+        identity = list(self.spec.identity_columns)
+        del_table = pa.concat_tables(deletes) if deletes else schema.empty_table().select(identity)
+        self._check_inserts(target)
+        return put_table, del_table, counts
+
+    def _check_inserts(self, target: pa.Table) -> None:
+        if not self._inserted:
+            return
+        identity = list(self.spec.identity_columns)
+        keys = pa.concat_tables(self._inserted)
+        grouped = keys.group_by(identity).aggregate([([], "count_all")])
+        if grouped.num_rows < keys.num_rows:
+            raise MergeConflict(
+                f"{self.name}: MERGE would insert the same key twice (a duplicate key among the source rows "
+                "that match no target row)"
+            )
+        if target.num_rows:
+            clash = keys.join(
+                target.select(identity), keys=identity, join_type="left semi", use_threads=False
+            )
+            if clash.num_rows:
+                raise MergeConflict(
+                    f"{self.name}: MERGE would insert a key the table already holds: "
+                    f"{clash.slice(0, 1).to_pylist()[0]} (its row did not meet the ON condition)"
+                )
+
+    def _frame(self, target: pa.Table | None, t_idx: np.ndarray | None, s_idx: np.ndarray | None) -> pa.Table:
+        cols: dict[str, Any] = {}
+        if target is not None and t_idx is not None:
+            taken = target.take(pa.array(t_idx))
+            for name in taken.column_names:
+                cols[_TARGET + name] = taken.column(name)
+        if s_idx is not None:
+            taken = self.merge.source.take(pa.array(s_idx))
+            for name in taken.column_names:
+                cols[_SOURCE + name] = taken.column(name)
+        return pa.table(cols)
+
+    def _mask(self, frame: pa.Table, expression: pc.Expression) -> np.ndarray:
+        try:
+            return _to_mask(evaluate(frame, {"m": expression}).column("m"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise _arrow_failure(self.name, exc) from exc
+
+    def _apply(
+        self,
+        clauses: Sequence[_Lowered],
+        frame: pa.Table,
+        target: pa.Table | None,
+        t_idx: np.ndarray | None,
+        s_idx: np.ndarray | None,
+        puts: list[pa.Table],
+        deletes: list[pa.Table],
+        counts: dict[str, int],
+    ) -> np.ndarray:
+        """Run clauses in order on ``frame``'s rows; returns which rows a clause took."""
+        n = frame.num_rows
+        remaining = np.ones(n, dtype=bool)
+        taken = np.zeros(n, dtype=bool)
+        for low in clauses:
+            if not remaining.any():
+                break
+            hit = remaining.copy()
+            if low.condition is not None:
+                hit &= self._mask(frame, low.condition)
+            if not hit.any():
+                continue
+            remaining &= ~hit
+            idx = np.flatnonzero(hit)
+            action = low.clause.action
+            if action == "nothing":
+                counts["unchanged"] += len(idx)
+                continue
+            taken |= hit
+            rows = frame.take(pa.array(idx))
+            if action == "delete":
+                assert target is not None and t_idx is not None
+                deletes.append(target.take(pa.array(t_idx[idx])).select(list(self.spec.identity_columns)))
+                counts["deleted"] += len(idx)
+                continue
+            try:
+                values = evaluate(rows, low.values) if low.values else None
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise _arrow_failure(self.name, exc) from exc
+            if action == "update":
+                assert target is not None and t_idx is not None
+                base = target.take(pa.array(t_idx[idx]))
+                for name in low.values:
+                    assert values is not None
+                    base = base.set_column(base.schema.get_field_index(name), name, values.column(name))
+                puts.append(base)
+                counts["updated"] += len(idx)
+            else:
+                cols = {}
+                for f in self.spec.schema:
+                    cols[f.name] = (
+                        values.column(f.name)
+                        if values is not None and f.name in low.values
+                        else pa.nulls(len(idx), f.type)
+                    )
+                puts.append(pa.table(cols))
+                self._inserted.append(puts[-1].select(list(self.spec.identity_columns)))
+                counts["inserted"] += len(idx)
+        return taken
+
+
+def _assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Expression:
+    """A value stored into a column of type ``to``: SQL's assignment cast (floats round to integers)."""
+    if value.type == to:
+        return value.expr
+    lowering = Lowering(lambda node: ("", pa.null()), text)
+    if pa.types.is_integer(to) and (pa.types.is_floating(value.type) or pa.types.is_decimal(value.type)):
+        value = lowering.call("round", [value], pc.RoundOptions(0, "half_towards_infinity"))
+    try:
+        return lowering.cast(value, to).expr
+    except FilterError as exc:
+        raise FilterError(
+            f"cannot store {text!r} ({value.type}) in column {column!r} ({to}): {exc}"
+        ) from None
+
+
+def _rows_unchanged(name: str, splits: set[str], full: bool) -> Callable[[ConcurrentChanges], None]:
+    """Commit check: no concurrent commit changed rows in the splits read (any split, for a full read)."""
+    from mere.errors import CommitConflict
+
+    def validate(changes: ConcurrentChanges) -> None:
+        for c in changes.commits:
+            if c.operation == "compact":
+                continue
+            touched = c.internal.get("splits")
+            if full or c.internal.get("partitions") is None or touched is None or splits & set(touched):
+                raise CommitConflict(f"{name}: rows this MERGE read changed in version {c.version}")
+
+    return validate
+
+
+def update_change(table: Table, assignments: Mapping[str, str], where: Any, base: int) -> Change:
+    """UPDATE ``table`` SET ... WHERE ...: the rows matching ``where`` at ``base``, rewritten as whole rows."""
+    from mere.table.transaction import Change
+
+    spec = table.spec
+    scan = table.scan(filter=where, version=base)
+    read = {_label(s) for s in scan.plan()}
+    rows = scan.to_arrow()
+    values = _update_values(table, assignments)
+    files: list[FileEntry] = []
+    if rows.num_rows:
+        try:
+            computed = evaluate(rows, values)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise _arrow_failure(table.name, exc) from exc
+        for name in values:
+            rows = rows.set_column(rows.schema.get_field_index(name), name, computed.column(name))
+        conformed, _ = conform(rows, spec, partial_ok=False, identifier=table.name)
+        ops = np.full(conformed.num_rows, OP_PUT, dtype=np.int8)
+        files = table._write_files(prepare(spec, conformed, ops, identifier=table.name))
+    change = Change("update", files, rows.num_rows, {"updated_rows": rows.num_rows})
+    change.validate = _rows_unchanged(table.name, read, full=False)
+    return change
+
+
+def _update_values(table: Table, assignments: Mapping[str, str]) -> dict[str, pc.Expression]:
+    from mere.lang.lower import schema_resolver
+
+    spec = table.spec
+    items = _assignments(assignments, "UPDATE SET")
+    out: dict[str, pc.Expression] = {}
+    for column, parsed in items:
+        if column not in spec.schema.names:
+            raise InvalidInput(
+                f"{table.name}: UPDATE SET names unknown column {column!r}; columns: {spec.schema.names}"
+            )
+        if spec.has_primary_key and column in spec.identity_columns:
+            raise InvalidInput(
+                f"{table.name}: UPDATE cannot set key or partition column {column!r} (delete the row and insert "
+                "the new one instead)"
+            )
+        typed = Lowering(schema_resolver(spec.schema), parsed.text, parsed.lists).lower(parsed.tree)
+        out[column] = _assign(typed, spec.schema.field(column).type, column, parsed.text)
+    return out
+
+
+def check_update(table: Table, assignments: Mapping[str, str]) -> None:
+    """Fail now on a bad SET (unknown column, key column, type) before anything is read."""
+    _update_values(table, assignments)
+
+
+def rewrite_update_change(table: Table, assignments: Mapping[str, str], where: Any, base: int) -> Change:
+    """UPDATE of a table without key: the files holding matching rows are rewritten (copy on write)."""
+    import json
+
+    from mere.read.planner import split_filter, typed_partition
+    from mere.table.transaction import Change
+    from mere.write.writer import PreparedFile
+
+    spec = table.spec
+    values = _update_values(table, assignments)
+    parts = split_filter(spec, where)
+    hit_expr = pc.fill_null(E.to_pyarrow(parts.bound), False)
+    add: list[FileEntry] = []
+    gone: list[FileEntry] = []
+    updated = 0
+    try:
+        for f in table.files_at(base):
+            partition = json.loads(f.partition)
+            if (
+                spec.partition_by
+                and E.evaluate_constant(parts.bound, typed_partition(spec, partition)) is False
+            ):
+                continue
+            md = table.storage.metadata(f.path)
+            data = table.storage.read_row_groups(f.path, range(md.num_row_groups), None)
+            try:
+                hit = evaluate(data, {"hit": hit_expr}).column("hit")
+                count = pc.sum(hit.cast(pa.int64())).as_py() or 0
+                if not count:
+                    continue
+                computed = evaluate(data.filter(hit), values)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise _arrow_failure(table.name, exc) from exc
+            mask = np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)
+            positions = np.cumsum(mask) - 1  # row i of the file -> its row among the updated ones
+            for name in values:
+                new = computed.column(name).combine_chunks()
+                old = data.column(name).combine_chunks()
+                merged = pc.if_else(pa.array(mask), new.take(pa.array(np.where(mask, positions, 0))), old)
+                data = data.set_column(data.schema.get_field_index(name), name, merged)
+            conformed, _ = conform(data, spec, partial_ok=False, identifier=table.name)
+            updated += count
+            gone.append(f)
+            add += table._write_files(
+                [PreparedFile(partition, f.bucket, conformed, "data")], first_order=len(add)
+            )
+    except BaseException:
+        table._discard(add)
+        raise
+    return Change(
+        "update",
+        add,
+        updated,
+        {"updated_rows": updated},
+        replaces=lambda _base: gone,
+        partitions=lambda removed: sorted({f.partition for f in removed}),
+    )
