@@ -24,3 +24,12 @@ def test_readme_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.Mon
     namespace: dict[str, object] = {}
     exec(compile(code, f"README.md[{index}]", "exec"), namespace)
     assert os.path.exists(tmp_path / "warehouse")
+
+
+@pytest.mark.parametrize("index", range(len(python_blocks(ROOT / "docs" / "sql.md"))))
+def test_sql_doc_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code = python_blocks(ROOT / "docs" / "sql.md")[index]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    exec(compile(code, f"docs/sql.md[{index}]", "exec"), namespace)
+    assert os.path.exists(tmp_path / "warehouse")
