@@ -14,6 +14,8 @@ Conflict rules (what a concurrent commit may have done, and what this transactio
   the splits they checked; the checks run again on the new version.
 - **Deletes by predicate** (and of keys whose partition is unknown) read the table: they conflict when a
   concurrent commit changed rows in the same splits, and are evaluated again on the new version.
+- **MERGE and UPDATE** read rows the same way: they conflict when a concurrent commit changed rows in the
+  splits they read (any split, for a MERGE with a NOT MATCHED BY SOURCE clause) and are evaluated again.
 - **Overwrites** conflict when a concurrent commit wrote to the replaced partitions; they replace what is
   there at the new version.
 - **Removed files** that a concurrent commit already removed (compaction racing an overwrite) always
