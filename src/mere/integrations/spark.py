@@ -53,6 +53,11 @@ the same checkpoint) plus the batch id, so a replayed batch is applied once.
 Compaction: ``compact(spark, "sales.orders", warehouse=...)`` folds each split's files in its own Spark task
 and commits once; reads of a compacted table cost Spark much less (fewer rows and files to decode).
 
+MERGE: ``merge(spark, source_df, "sales.orders", warehouse=...)`` returns a builder with the WHEN clauses of
+:meth:`mere.Table.merge`; ``execute()`` repartitions the source by the table's bucket of the key, each task
+merges its rows against one pinned version and stages files, and the driver commits once (``WHEN NOT
+MATCHED BY SOURCE`` needs the local ``Table.merge``).
+
 Spark SQL: ``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.orders', warehouse '...')`` or
 ``df.createOrReplaceTempView("orders")``; Spark cannot query a Python data source by path.
 """
@@ -69,6 +74,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from typing import Any
 
 import pyarrow as pa
@@ -81,6 +87,7 @@ from mere.metadata import CommitResult, FileEntry
 from mere.read.reader import stored_rows_are_merged
 from mere.spec import TableSpec
 from mere.table.compaction import CompactionTask
+from mere.table.merge import Merge, MergeMetrics, MergePlan, StagedMerge
 from mere.table.scan import OPEN_COST_BYTES, TASK_BYTES, ScanTask, group_tasks, read_tasks
 from mere.table.table import StagedWrite, Table
 
@@ -141,10 +148,13 @@ __all__ = [
     "MereStreamWriter",
     "MereWriter",
     "PartitionSizing",
+    "SparkMerge",
+    "SparkMergeExplain",
     "SplitPartition",
     "TableRef",
     "check_workers",
     "compact",
+    "merge",
     "native_type",
     "read_table",
     "register",
@@ -1142,3 +1152,351 @@ def read_table(
     if len(clean) == len(splits):
         return native_df
     return native_df.unionByName(merged(only=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# MERGE INTO from a Spark DataFrame
+
+MERGE_ATTEMPTS = 3
+"""How often :meth:`SparkMerge.execute` runs the job when a concurrent commit changed rows it read."""
+
+_MERGE_CLAUSES = (
+    "when_matched_update",
+    "when_matched_update_all",
+    "when_matched_delete",
+    "when_matched_do_nothing",
+    "when_not_matched_insert",
+    "when_not_matched_insert_all",
+    "when_not_matched_do_nothing",
+)
+_BY_SOURCE_REFUSED = (
+    "WHEN NOT MATCHED BY SOURCE needs every target row, and a Spark MERGE reads in each task only the "
+    "target rows of that task's source keys (buckets without source rows get no task at all); run this "
+    "MERGE with the local Table.merge(...) (mere.connect(...).table(name).merge(source_arrow)) instead"
+)
+
+
+@dataclass
+class _MergeJob:
+    """One attempt of a Spark MERGE, planned on the driver and shipped to every task."""
+
+    ref: TableRef
+    table_uuid: str
+    version: int
+    schema: pa.Schema  # the source's Arrow schema, as tasks cast their batches to
+    on: str | None
+    source_alias: str
+    target_alias: str
+    clauses: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
+
+    def open(self) -> Table:
+        table = self.ref.open()
+        if table.record.uuid != self.table_uuid:
+            raise InvalidInput(f"{self.ref.name} was dropped and created again during the MERGE")
+        return table
+
+    def build(self, table: Table, source: pa.Table) -> Merge:
+        m = Merge(table, source, self.on, self.source_alias, self.target_alias)
+        for method, kwargs in self.clauses:
+            getattr(m, method)(**dict(kwargs))
+        return m
+
+    def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """A task: MERGE its source rows (every row of their keys is here) at the pinned version, write the
+        files, and return the pickled :class:`~mere.table.merge.StagedMerge` (or the error) to the driver."""
+        import pickle
+        import traceback
+
+        payload: tuple[Any, ...] | None
+        try:
+            parts = [_conform_batch(b, self.schema) for b in batches if b.num_rows]
+            if parts:
+                source = pa.Table.from_batches(parts, schema=self.schema)
+                payload = ("staged", self.build(self.open(), source).stage(self.version))
+            else:
+                payload = None  # no source rows: nothing to read or write
+        except Exception as exc:  # reported to the driver, which deletes the other tasks' files
+            payload = ("error", _portable_error(exc), traceback.format_exc())
+        if payload is not None:
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([pickle.dumps(payload)], pa.binary())], names=["payload"]
+            )
+
+
+def _portable_error(exc: Exception) -> Exception:
+    """``exc`` if it survives pickling (mere's errors do), else a MereError with its text."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return MereError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+@dataclass(frozen=True)
+class SparkMergeExplain:
+    """How a Spark MERGE runs: its statement, the version it reads and how the source is distributed."""
+
+    table: str
+    on: str
+    clauses: tuple[str, ...]
+    version: int
+    buckets: int
+    partitions: int
+    distribute_by: str
+
+    def __str__(self) -> str:
+        return "\n".join(
+            [
+                f"MERGE INTO {self.table} ON {self.on}",
+                *("  " + c for c in self.clauses),
+                f"Spark: the source is repartitioned by {self.distribute_by} (the table's bucket of the key, "
+                f"{self.buckets} buckets) into {self.partitions} tasks; each task merges its rows against "
+                f"version {self.version}, reading only the target rows of its keys, and stages files; the "
+                "driver commits every task's files as one version",
+            ]
+        )
+
+
+class SparkMerge:
+    """A MERGE INTO a mere table from a Spark DataFrame being built (see :func:`merge`).
+
+    The clause methods are those of :class:`mere.table.merge.Merge` (conditions and values are SQL text
+    over the aliases); ``WHEN NOT MATCHED BY SOURCE`` is refused (use the local ``Table.merge``).
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        source: Any,
+        ref: TableRef,
+        on: str | None,
+        source_alias: str,
+        target_alias: str,
+        partitions: int | None,
+        attempts: int,
+    ) -> None:
+        from pyspark.sql import DataFrame
+
+        if not isinstance(source, DataFrame):
+            raise InvalidInput(
+                f"{ref.name}: merge() takes a Spark DataFrame as the source, got {type(source).__name__}; "
+                "for Arrow, pandas or Polars data use the local Table.merge(...)"
+            )
+        if partitions is not None and (
+            isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
+        ):
+            raise InvalidInput(f"{ref.name}: partitions must be a positive int, got {partitions!r}")
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise InvalidInput(f"{ref.name}: attempts must be a positive int, got {attempts!r}")
+        self.spark = spark
+        self.source = source
+        self.ref = ref
+        self.partitions = partitions
+        self.attempts = attempts
+        table = ref.open()
+        if not table.storage.portable:
+            raise InvalidInput(f"{ref.name}: a Spark MERGE needs a warehouse URI its workers can open")
+        try:
+            schema = to_arrow_schema(source.schema, timezone="UTC")
+        except Exception as e:  # PySpark's type errors
+            raise InvalidInput(f"{ref.name}: the MERGE source has a column type mere cannot take: {e}") from e
+        self._job = _MergeJob(
+            ref, table.record.uuid, table.version, schema, on, source_alias, target_alias, ()
+        )
+        self._check = self._job.build(table, schema.empty_table())  # fails now on bad aliases or ON text
+        self._state = "open"
+
+    # -- builder ------------------------------------------------------------------------------
+
+    def _add(self, method: str, **kwargs: Any) -> SparkMerge:
+        if self._state != "open":
+            raise InvalidInput(f"{self.ref.name}: this MERGE was executed; build a new one")
+        assert method in _MERGE_CLAUSES, method
+        getattr(self._check, method)(**kwargs)  # parses the SQL text now
+        given = tuple((k, v) for k, v in kwargs.items())
+        self._job = _replace(self._job, clauses=(*self._job.clauses, (method, given)))
+        return self
+
+    def when_matched_update(self, set: Mapping[str, str], condition: str | None = None) -> SparkMerge:
+        """Target rows paired with a source row (and meeting ``condition``): set columns to expressions."""
+        return self._add(
+            "when_matched_update", set=dict(set) if isinstance(set, Mapping) else set, condition=condition
+        )
+
+    def when_matched_update_all(self, condition: str | None = None) -> SparkMerge:
+        """Matched rows take every non-key column the source has, by name."""
+        return self._add("when_matched_update_all", condition=condition)
+
+    def when_matched_delete(self, condition: str | None = None) -> SparkMerge:
+        """Delete matched target rows (meeting ``condition``)."""
+        return self._add("when_matched_delete", condition=condition)
+
+    def when_matched_do_nothing(self, condition: str | None = None) -> SparkMerge:
+        """Leave matched rows (meeting ``condition``) as they are, so that later clauses skip them."""
+        return self._add("when_matched_do_nothing", condition=condition)
+
+    def when_not_matched_insert(self, values: Mapping[str, str], condition: str | None = None) -> SparkMerge:
+        """Source rows with no target row: insert a row of these column -> expression values."""
+        return self._add(
+            "when_not_matched_insert",
+            values=dict(values) if isinstance(values, Mapping) else values,
+            condition=condition,
+        )
+
+    def when_not_matched_insert_all(self, condition: str | None = None) -> SparkMerge:
+        """Source rows with no target row: insert them, columns by name (missing columns are NULL)."""
+        return self._add("when_not_matched_insert_all", condition=condition)
+
+    def when_not_matched_do_nothing(self, condition: str | None = None) -> SparkMerge:
+        """Skip unmatched source rows (meeting ``condition``)."""
+        return self._add("when_not_matched_do_nothing", condition=condition)
+
+    def when_not_matched_by_source_update(
+        self, set: Mapping[str, str], condition: str | None = None
+    ) -> SparkMerge:
+        """Refused: a Spark task sees only its own keys' target rows; use the local ``Table.merge``."""
+        raise InvalidInput(f"{self.ref.name}: {_BY_SOURCE_REFUSED}")
+
+    def when_not_matched_by_source_delete(self, condition: str | None = None) -> SparkMerge:
+        """Refused: a Spark task sees only its own keys' target rows; use the local ``Table.merge``."""
+        raise InvalidInput(f"{self.ref.name}: {_BY_SOURCE_REFUSED}")
+
+    # -- planning and running -----------------------------------------------------------------------
+
+    def _plan(self) -> tuple[Table, _MergeJob, MergePlan]:
+        """Open the table, pin its current version and check every clause on an empty source (no Spark job)."""
+        if not self._job.clauses:
+            raise InvalidInput(f"{self.ref.name}: a MERGE needs at least one WHEN clause")
+        table = self._job.open()
+        job = _replace(self._job, version=table.version)
+        plan = MergePlan(job.build(table, job.schema.empty_table()))  # resolves and types every expression
+        return table, job, plan
+
+    def _distribute(self, table: Table, plan: MergePlan) -> tuple[Any, str, int]:
+        """The Spark column of each source row's table bucket, its SQL text, and the number of tasks."""
+        from pyspark.sql import functions as F
+
+        spec = table.spec
+        types = {f.name: f.dataType for f in self.source.schema.fields}
+        cols, texts = [], []
+        for key in spec.primary_key:
+            src = plan.pairs[key]
+            c, text = _column(src), f"{self._job.source_alias}.{src}"
+            try:
+                want = _spark_type(spec.schema.field(key).type)
+            except InvalidInput:
+                want = types[src]
+            if types[src] != want:  # hash the key as the table stores it (a failed cast is NULL here and
+                c = c.try_cast(want)  # an error in the task, as in a local MERGE)
+                text = f"try_cast({text} AS {want.simpleString()})"
+            cols.append(c)
+            texts.append(text)
+        default = int(self.spark.conf.get("spark.sql.shuffle.partitions", "200"))
+        n = min(spec.buckets, self.partitions if self.partitions is not None else default)
+        bucket = F.pmod(F.hash(*cols), F.lit(spec.buckets))
+        return bucket, f"pmod(hash({', '.join(texts)}), {spec.buckets})", max(1, n)
+
+    def explain(self) -> SparkMergeExplain:
+        """How the MERGE will run (at the table's current version); no Spark job runs."""
+        table, job, plan = self._plan()
+        _, distribute_by, n = self._distribute(table, plan)
+        return SparkMergeExplain(
+            table.name,
+            plan.merge.on.text,
+            tuple(c.describe() for c in plan.merge.clauses),
+            job.version,
+            table.spec.buckets,
+            n,
+            distribute_by,
+        )
+
+    def _stage(self, table: Table, job: _MergeJob, plan: MergePlan) -> list[StagedMerge]:
+        """Run the Spark job: every task stages its share; on any task's error the others' files go."""
+        import pickle
+
+        bucket, _, n = self._distribute(table, plan)
+        shuffled = self.source.repartition(n, bucket.alias("__mere_bucket"))
+        rows = shuffled.mapInArrow(job.run, "payload binary").collect()
+        staged: list[StagedMerge] = []
+        errors: list[tuple[Exception, str]] = []
+        for row in rows:
+            payload = pickle.loads(bytes(row[0]))
+            if payload[0] == "staged":
+                staged.append(payload[1])
+            else:
+                errors.append((payload[1], payload[2]))
+        if errors:
+            table.abort_merge(staged)
+            exc, trace = errors[0]
+            exc.add_note(f"raised in a Spark task of the MERGE into {table.name}:\n{trace.rstrip()}")
+            raise exc
+        return staged
+
+    def execute(self) -> MergeMetrics:
+        """Run the MERGE as one Spark job and one commit; nothing is committed when any task fails.
+
+        A concurrent commit that changed rows the MERGE read (:class:`~mere.errors.CommitConflict`) runs
+        the job again against the new version, up to ``attempts`` times in all.
+        """
+        import time
+
+        from mere.errors import CommitConflict
+
+        if self._state != "open":
+            raise InvalidInput(f"{self.ref.name}: this MERGE was executed; build a new one")
+        started = time.perf_counter()
+        table, job, plan = self._plan()  # bad clauses fail here, before any Spark job
+        self._state = "executed"
+        check_workers(self.spark)
+        for attempt in range(1, self.attempts + 1):
+            if attempt > 1:
+                table, job, plan = self._plan()
+            staged = self._stage(table, job, plan)
+            try:
+                metrics = table.commit_merge(staged)
+            except CommitConflict:
+                if attempt == self.attempts:
+                    raise
+                continue
+            return _replace(metrics, seconds=time.perf_counter() - started)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def merge(
+    spark: Any,
+    source: Any,
+    table: str,
+    *,
+    on: str | None = None,
+    source_alias: str = "s",
+    target_alias: str = "t",
+    warehouse: str | None = None,
+    catalog: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    partitions: int | None = None,
+    attempts: int = MERGE_ATTEMPTS,
+) -> SparkMerge:
+    """MERGE INTO a mere table from a Spark DataFrame: add WHEN clauses, then ``execute()``::
+
+        (merge(spark, changes, "sales.orders", warehouse="s3://bucket/wh")
+           .when_matched_update(set={"qty": "t.qty + s.qty"}, condition="s.ts > t.ts")
+           .when_matched_delete(condition="s.op = 'D'")
+           .when_not_matched_insert_all()
+           .execute())
+
+    The same statement as :meth:`mere.Table.merge`, distributed: the driver pins the table's current
+    version and checks every clause (on an empty source, so a bad expression fails before any Spark job);
+    the source is repartitioned by the table's bucket of its key (Spark's ``pmod(hash(key), N)``, which is
+    mere's bucket function), so all source rows of a key reach one task; each task evaluates the MERGE
+    on its rows against the pinned version, reading only the target rows of its keys, and writes files;
+    the driver commits every task's files as one version. A task's error (such as
+    :class:`~mere.errors.MergeConflict`) is raised on the driver after the other tasks' files are deleted;
+    a :class:`~mere.errors.CommitConflict` runs the job again at the new version (``attempts`` in all).
+    ``partitions`` is the number of Spark tasks (default: the table's buckets, at most
+    ``spark.sql.shuffle.partitions``); a task holds its source rows in memory. ``WHEN NOT MATCHED BY
+    SOURCE`` is refused: use the local ``Table.merge``.
+    """
+    ref = TableRef.from_options(_location(table, warehouse, catalog, storage_options))
+    return SparkMerge(spark, source, ref, on, source_alias, target_alias, partitions, attempts)
