@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck bench bench-spark bench-spark-ccf bench-s3 bench-surface bench-engines clean
+.PHONY: demo test test-fast lint typecheck bench bench-spark bench-spark-ccf bench-s3 bench-surface bench-engines bench-merge clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,9 @@ bench-surface: $(STAMP)
 
 bench-engines: $(STAMP)
 	$(PY) bench/bench_engines.py
+
+bench-merge: $(STAMP)
+	$(PY) bench/bench_merge.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -26,7 +26,7 @@ from mere.errors import FilterError, InvalidInput, MergeConflict
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
 from mere.metadata import ConcurrentChanges, FileEntry
-from mere.spec import OP_PUT
+from mere.spec import OP_DELETE, OP_PUT
 from mere.table.write_checks import split_label
 from mere.write.writer import conform, partition_json, prepare, to_batches
 
@@ -380,6 +380,13 @@ class Merge:
         )
 
 
+def _complement(n: int, taken: np.ndarray) -> np.ndarray:
+    """Positions in ``range(n)`` not in ``taken`` (linear, unlike a set difference that sorts)."""
+    mask = np.ones(n, dtype=bool)
+    mask[taken] = False
+    return np.flatnonzero(mask)
+
+
 def _label(split: Split) -> str:
     return split_label((partition_json(dict(split.partition)), split.bucket))
 
@@ -489,6 +496,10 @@ class MergePlan:
             raise FilterError(f"the ON condition must be boolean (in {merge.on.text!r})")
         self.source_keys = self._source_keys()
         self.lowered = [self._lower(c) for c in merge.clauses]
+        # Updated rows are written whole, as rows that replace the key's state: merge operators then do not
+        # fold them into the old values, and reads stay as cheap as after upserts (partial rows would need
+        # the slower column-wise merge).
+        self.read_columns = list(self.spec.schema.names)
 
     # -- checking ------------------------------------------------------------------------------
 
@@ -622,36 +633,111 @@ class MergePlan:
     # -- reading -------------------------------------------------------------------------------
 
     def _filter(self) -> E.Expr | None:
+        """The source keys' range per key column: prunes row groups by their statistics, cheaply."""
         if self.merge.full_scan:
             return None
         parts: list[E.Expr] = []
         for key in self.spec.primary_key:
-            values = pc.unique(self.source_keys.column(key).drop_null())
-            parts.append(E.In(key, tuple(values.to_pylist())))
+            column = self.source_keys.column(key)
+            typ = column.type
+            if not (
+                pa.types.is_integer(typ)
+                or pa.types.is_string(typ)
+                or pa.types.is_large_string(typ)
+                or pa.types.is_date(typ)
+                or pa.types.is_decimal(typ)
+                or pa.types.is_timestamp(typ)
+            ):
+                continue
+            bounds = pc.min_max(column)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            if low is None:  # every source key is NULL: nothing can match
+                return E.AlwaysFalse()
+            parts += [E.Compare(">=", key, low), E.Compare("<=", key, high)]
         return E.conjunction(parts)
+
+    def _buckets(self) -> set[int] | None:
+        """The buckets that can hold a source key (None: every bucket)."""
+        if self.merge.full_scan:
+            return None
+        from mere.hashing import bucket_ids
+
+        keys = self.source_keys.filter(
+            pc.and_(*[pc.is_valid(self.source_keys.column(k)) for k in self.spec.primary_key])
+            if len(self.spec.primary_key) > 1
+            else pc.is_valid(self.source_keys.column(self.spec.primary_key[0]))
+        )
+        return set(np.unique(bucket_ids(keys, self.spec.buckets)).tolist()) if keys.num_rows else set()
+
+    def _scan(self, version: int) -> tuple[Any, list[Split]]:
+        scan = self.merge.table.scan(columns=self.read_columns, filter=self._filter(), version=version)
+        buckets = self._buckets()
+        splits = [s for s in scan.plan() if buckets is None or s.bucket in buckets]
+        return scan, splits
 
     def splits(self, version: int) -> list[str]:
         """The splits (as commit summaries name them) the MERGE reads at ``version``."""
-        scan = self.merge.table.scan(filter=self._filter(), version=version)
-        return [_label(s) for s in scan.plan()]
+        return [_label(s) for s in self._scan(version)[1]]
+
+    def _read_target(self, version: int) -> tuple[pa.Table, list[str]]:
+        """The target rows the MERGE needs (those of source keys; every row for NOT MATCHED BY SOURCE)."""
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        from mere.read.planner import Explain
+        from mere.read.reader import SplitReader
+
+        scan, splits = self._scan(version)
+        _, opts = scan._plan(Explain(version))
+        storage, spec, schema = scan.table.storage, scan.spec, scan.schema
+        keys = list(self.spec.primary_key)
+        wanted = None if self.merge.full_scan else self.source_keys.select(keys)
+
+        def read(split: Split) -> pa.Table:
+            rows = pa.Table.from_batches(
+                list(SplitReader(storage, spec, split, opts).batches()), schema=schema
+            )
+            if wanted is None or not rows.num_rows:
+                return rows
+            # Keep the rows of source keys only (a semi-join: one hash table of the split's keys).
+            kept = rows.join(wanted, keys=keys, join_type="left semi", use_threads=False)
+            return kept.select(schema.names).cast(schema)
+
+        workers = max(1, min(len(splits), os.cpu_count() or 2))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mere-merge") as pool:
+            parts = list(pool.map(read, splits))
+        target = pa.concat_tables(parts) if parts else schema.empty_table()
+        return target, [_label(s) for s in splits]
 
     def stage(self, base: int) -> StagedMerge:
         """Evaluate at version ``base`` and write the outcome's files, uncommitted."""
         t = self.merge.table
-        scan = t.scan(filter=self._filter(), version=base)
-        read = [_label(s) for s in scan.plan()]
-        target = scan.to_arrow()
-        puts, deletes, counts = self._evaluate(target)
+        target, read = self._read_target(base)
+        whole, deletes, counts = self._evaluate(target)
+        read += self._check_computed_inserts(base)
         files: list[FileEntry] = []
         try:
-            if puts.num_rows:
-                rows, _ = conform(puts, self.spec, partial_ok=False, identifier=self.name)
-                ops = np.full(rows.num_rows, OP_PUT, dtype=np.int8)
-                files += t._write_files(prepare(self.spec, rows, ops, identifier=self.name))
-            if deletes.num_rows:
-                from mere.table.transaction import marker_change
-
-                files += marker_change(t, deletes).files
+            if whole.num_rows or deletes.num_rows:
+                rows, _ = conform(whole, self.spec, partial_ok=False, identifier=self.name)
+                gone, _ = conform(deletes, self.spec, partial_ok=True, identifier=self.name)
+                # Deleted keys ride in the same files as whole rows: their other columns are NULL.
+                gone = pa.table(
+                    {
+                        f.name: gone.column(f.name)
+                        if f.name in gone.column_names
+                        else pa.nulls(gone.num_rows, f.type)
+                        for f in rows.schema
+                    },
+                    schema=rows.schema,
+                )
+                ops = np.concatenate(
+                    [
+                        np.full(rows.num_rows, OP_PUT, dtype=np.int8),
+                        np.full(gone.num_rows, OP_DELETE, dtype=np.int8),
+                    ]
+                )
+                both = pa.concat_tables([rows, gone])
+                files += t._write_files(prepare(self.spec, both, ops, identifier=self.name))
         except BaseException:
             t._discard(files)
             raise
@@ -667,6 +753,7 @@ class MergePlan:
     # -- evaluation ----------------------------------------------------------------------------
 
     def _evaluate(self, target: pa.Table) -> tuple[pa.Table, pa.Table, dict[str, int]]:
+        """(whole rows to write, keys to delete, counts)."""
         m = self.merge
         source = m.source
         keys = list(self.pairs)
@@ -686,6 +773,7 @@ class MergePlan:
         deletes: list[pa.Table] = []
         acted_targets: list[np.ndarray] = []
         self._inserted: list[pa.Table] = []
+        self._updates: list[pa.Table] = []
 
         by_kind: dict[str, list[_Lowered]] = {"matched": [], "not_matched": [], "not_matched_by_source": []}
         for low in self.lowered:
@@ -698,13 +786,13 @@ class MergePlan:
             acted_targets.append(t_idx[taken])
             counts["unchanged"] += int(len(t_idx) - taken.sum())
         # WHEN NOT MATCHED (by target)
-        unmatched_s = np.setdiff1d(np.arange(source.num_rows), s_idx, assume_unique=False)
+        unmatched_s = _complement(source.num_rows, s_idx)
         if len(unmatched_s) and by_kind["not_matched"]:
             frame = self._frame(None, None, unmatched_s)
             self._apply(by_kind["not_matched"], frame, None, None, unmatched_s, puts, deletes, counts)
         # WHEN NOT MATCHED BY SOURCE
         if by_kind["not_matched_by_source"]:
-            unmatched_t = np.setdiff1d(np.arange(target.num_rows), t_idx)
+            unmatched_t = _complement(target.num_rows, t_idx)
             if len(unmatched_t):
                 frame = self._frame(target, unmatched_t, None)
                 taken = self._apply(
@@ -714,17 +802,47 @@ class MergePlan:
 
         if acted_targets:
             acted = np.concatenate(acted_targets)
-            if len(np.unique(acted)) < len(acted):
+            if len(acted) and np.bincount(acted, minlength=target.num_rows).max() > 1:
                 raise MergeConflict(
                     f"{self.name}: MERGE would change a target row more than once: a target row matched more "
                     "than one source row; deduplicate the source or make the ON condition unique"
                 )
         schema = pa.schema([f.with_nullable(True) for f in self.spec.schema])
-        put_table = pa.concat_tables([p.cast(schema) for p in puts]) if puts else schema.empty_table()
         identity = list(self.spec.identity_columns)
+        whole = [p.cast(schema) for p in puts + self._updates]
+        whole_table = pa.concat_tables(whole) if whole else schema.empty_table()
         del_table = pa.concat_tables(deletes) if deletes else schema.empty_table().select(identity)
         self._check_inserts(target)
-        return put_table, del_table, counts
+        return whole_table, del_table, counts
+
+    def _check_computed_inserts(self, base: int) -> list[str]:
+        """Inserted keys that are not source keys (``INSERT VALUES (s.k + 1, ...)``) were not read with the
+        target: look them up, so that inserting a key the table holds fails as it does for source keys.
+        Returns the splits read."""
+        if not self._inserted or self.merge.full_scan:
+            return []
+        keys = list(self.spec.primary_key)
+        inserted = pa.concat_tables(self._inserted).select(keys)
+        inserted = inserted.cast(pa.schema([self.spec.schema.field(k) for k in keys]))
+        other = inserted.join(
+            self.source_keys.select(keys), keys=keys, join_type="left anti", use_threads=False
+        )
+        if not other.num_rows:
+            return []
+        where = E.conjunction([E.In(k, tuple(pc.unique(other.column(k)).to_pylist())) for k in keys])
+        scan = self.merge.table.scan(columns=list(self.spec.identity_columns), filter=where, version=base)
+        identity = list(self.spec.identity_columns)
+        found = scan.to_arrow().join(
+            pa.concat_tables(self._inserted).select(identity).cast(scan.schema),
+            keys=identity,
+            join_type="left semi",
+            use_threads=False,
+        )
+        if found.num_rows:
+            raise MergeConflict(
+                f"{self.name}: MERGE would insert a key the table already holds: {found.slice(0, 1).to_pylist()[0]}"
+            )
+        return [_label(s) for s in scan.plan()]
 
     def _check_inserts(self, target: pa.Table) -> None:
         if not self._inserted:
@@ -811,7 +929,7 @@ class MergePlan:
                 for name in low.values:
                     assert values is not None
                     base = base.set_column(base.schema.get_field_index(name), name, values.column(name))
-                puts.append(base)
+                self._updates.append(base)
                 counts["updated"] += len(idx)
             else:
                 cols = {}
