@@ -93,7 +93,7 @@ class Explain:
     row_groups_total: int = 0
     row_groups_kept: int = 0
     bytes_total: int = 0
-    bytes_kept: int = 0
+    bytes_kept: int = 0  # stored bytes of the kept row groups' columns that are read (footers excluded)
     pre_merge_filter: str = "true"
     post_merge_filter: str = "true"
     key_lookup: list[tuple[Any, ...]] | None = None

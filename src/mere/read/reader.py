@@ -100,11 +100,12 @@ class _FileCursor:
             k = stats.get(key0) if key0 else None
             self.groups.append(_RowGroup(i, size, k.min if k else None, k.max if k else None))
             total += rg.total_byte_size
+            if explain is not None:  # the stored bytes of the kept row groups' columns that are read
+                explain.bytes_kept += sum(rg.column(j).total_compressed_size for j in read_leaves)
         if explain is not None:
             explain.row_groups_kept += len(self.groups)
             if self.groups:
                 explain.files_kept += 1
-                explain.bytes_kept += task.size_bytes
         self.next = 0
         self.buffer: pa.Table | None = None
 
