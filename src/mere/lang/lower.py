@@ -262,6 +262,13 @@ def _null(t: pa.DataType) -> pa.Scalar:
     return pa.scalar(None, t)
 
 
+def _int_fits(value: int, t: pa.DataType) -> bool:
+    bits = t.bit_width
+    if pa.types.is_unsigned_integer(t):
+        return bool(0 <= value < 2**bits)
+    return bool(-(2 ** (bits - 1)) <= value < 2 ** (bits - 1))
+
+
 def _is_float(t: pa.DataType) -> bool:
     return bool(pa.types.is_floating(t))
 
@@ -470,6 +477,25 @@ class Lowering:
             left = self.cast(left, right.type if not pa.types.is_null(right.type) else pa.int64())
         if pa.types.is_null(right.type):
             right = self.cast(right, left.type)
+        return self._integers(left, right)
+
+    def _integers(self, left: Typed, right: Typed) -> tuple[Typed, Typed]:
+        """Integer operands of different types: an integer literal takes the other side's type when it fits
+        (``u + 1`` stays uint64, ``i32 + 1`` int32, as in DuckDB); signed against unsigned values that no
+        integer type holds both of are compared and computed as exact decimals."""
+        lt, rt = left.type, right.type
+        if not (pa.types.is_integer(lt) and pa.types.is_integer(rt)) or lt == rt:
+            return left, right
+        for a, b in ((left, right), (right, left)):
+            if type(a.value) is int and not b.is_literal and _int_fits(a.value, b.type):
+                cast_a = self.literal_as(a, b.type)
+                return (cast_a, b) if a is left else (b, cast_a)
+        if pa.types.is_unsigned_integer(lt) != pa.types.is_unsigned_integer(rt) and 64 in (
+            lt.bit_width,
+            rt.bit_width,
+        ):
+            exact = pa.decimal128(20, 0)  # holds every int64 and uint64
+            return self.cast(left, exact), self.cast(right, exact)
         return left, right
 
     def _Add(self, node: exp.Add) -> Typed:
@@ -557,6 +583,7 @@ class Lowering:
             right = self.literal_as(right, left.type) if _is_float(left.type) else right
         if _is_float(left.type) or _is_float(right.type):
             return self._float_compare(op, left, right)
+        left, right = self._integers(left, right)
         names = {
             "==": "equal",
             "!=": "not_equal",

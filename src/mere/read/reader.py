@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from mere import expr as E
 from mere.concurrency import shared_pool
+from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.storage import primitive_leaf
 from mere.read.merge import _numpy_sortable, group_starts, reduce_versions, sort_indices
@@ -123,15 +124,14 @@ class _FileCursor:
             # Point lookups: read the key columns first; read the rest only of row groups where a key
             # matches. Two requests per file, whatever the number of candidate row groups.
             key_cols = [c for c in self.spec.identity_columns if c in self.names]
-            predicate = E.to_pyarrow(pre)
             keys = self.storage.read_row_groups(self.task.path, idx, key_cols, size)
             owner = np.repeat(np.asarray(idx, dtype=np.int64), [self.row_counts[i] for i in idx])
             keys = keys.append_column(_ROW_GROUP_COLUMN, pa.array(owner, pa.int64()))
-            hits = np.unique(keys.filter(predicate).column(_ROW_GROUP_COLUMN).to_numpy())
+            hits = np.unique(_filter(keys, pre).column(_ROW_GROUP_COLUMN).to_numpy())
             if len(hits) == 0:
                 return None
-            return self.storage.read_row_groups(self.task.path, hits.tolist(), self.columns, size).filter(
-                predicate
+            return _filter(
+                self.storage.read_row_groups(self.task.path, hits.tolist(), self.columns, size), pre
             )
         table = self.storage.read_row_groups(self.task.path, idx, self.columns, size, self.dictionary)
         return _filter(table, pre)
@@ -231,7 +231,13 @@ def _filter(table: pa.Table, predicate: E.Expr) -> pa.Table:
         table = table.filter(pa.array(hit))
         if table.num_rows == 0:
             return table
-    return table if not rest else table.filter(E.to_pyarrow(E.conjunction(rest)))
+    if not rest:
+        return table
+    try:
+        return table.filter(E.to_pyarrow(E.conjunction(rest)))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        # e.g. integer overflow in the arithmetic of a filter: the user's expression, not mere, failed
+        raise FilterError(f"evaluating the filter {E.render(predicate, 10)} failed: {exc}") from exc
 
 
 SORTED_IN_MIN_VALUES = 64  # below this Arrow's hash lookup is as cheap
