@@ -8,7 +8,7 @@ the table schema to a ``pyarrow.compute.Expression`` that Arrow evaluates on who
 The language follows DuckDB's SQL: ``/`` divides as DOUBLE, ``//`` and ``%`` truncate and give NULL for a
 zero divisor, integer arithmetic raises on overflow, ``||`` and ``concat`` join text, comparisons treat NaN
 as equal to itself and above every other float (as the prunable atoms do), and a string literal compared
-with a date, timestamp or number is read as that type.
+with a date or timestamp is read as that type (with a number it is an error, as in the prunable atoms).
 """
 
 from __future__ import annotations
@@ -349,11 +349,21 @@ class Lowering:
         return Typed(pc.Expression._call(name, [a.expr for a in args], options), probe.type)
 
     def cast(self, value: Typed, to: pa.DataType, safe: bool = True) -> Typed:
-        """``value`` as type ``to``; literals are converted now, columns by Arrow's cast."""
+        """``value`` as type ``to`` (SQL's CAST); literals are converted now, columns by Arrow's cast."""
         if value.type == to:
             return value
+        if value.is_literal and isinstance(value.value, str) and not _is_text(to):
+            try:  # CAST('12.34' AS DECIMAL(9, 2)): text is parsed as the type
+                scalar = pa.scalar(value.value, pa.string()).cast(to)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise self.fail(f"cannot cast {value.value!r} to {to}: {exc}") from None
+            return Typed(pc.scalar(scalar), to, scalar.as_py())
         if value.is_literal:
             return self.literal_as(value, to)
+        wide = pa.decimal128(38, 0)
+        if pa.types.is_integer(value.type) and pa.types.is_decimal(to) and to != wide:
+            # Arrow wants room for every value of the integer type; SQL checks the values themselves.
+            value = self.cast(value, wide)
         try:
             pc.cast(pa.nulls(0, value.type), to)
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -397,9 +407,13 @@ class Lowering:
 
     def unify(self, values: Sequence[Typed], what: str) -> list[Typed]:
         """Values cast to one common type (NULL literals and string literals take the others' type)."""
-        typed = [v for v in values if not (v.is_literal and (v.value is None or isinstance(v.value, str)))]
+        typed = [
+            v
+            for v in values
+            if not pa.types.is_null(v.type) and not (v.is_literal and isinstance(v.value, str))
+        ]
         if not typed:
-            typed = [v for v in values if v.value is not None] or list(values)
+            typed = [v for v in values if not pa.types.is_null(v.type)] or list(values)
         types = {v.type for v in typed}
         if len(types) == 1:
             target = types.pop()

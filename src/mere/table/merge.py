@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from mere import expr as E
-from mere.errors import FilterError, InvalidInput, MergeConflict
+from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
 from mere.metadata import ConcurrentChanges, FileEntry
@@ -730,13 +730,14 @@ class MergePlan:
                     },
                     schema=rows.schema,
                 )
+                # Deletes first: a key deleted and inserted again by one MERGE ends up inserted.
                 ops = np.concatenate(
                     [
-                        np.full(rows.num_rows, OP_PUT, dtype=np.int8),
                         np.full(gone.num_rows, OP_DELETE, dtype=np.int8),
+                        np.full(rows.num_rows, OP_PUT, dtype=np.int8),
                     ]
                 )
-                both = pa.concat_tables([rows, gone])
+                both = pa.concat_tables([gone, rows])
                 files += t._write_files(prepare(self.spec, both, ops, identifier=self.name))
         except BaseException:
             t._discard(files)
@@ -774,6 +775,7 @@ class MergePlan:
         acted_targets: list[np.ndarray] = []
         self._inserted: list[pa.Table] = []
         self._updates: list[pa.Table] = []
+        self._deleted: list[pa.Table] = []
 
         by_kind: dict[str, list[_Lowered]] = {"matched": [], "not_matched": [], "not_matched_by_source": []}
         for low in self.lowered:
@@ -849,6 +851,9 @@ class MergePlan:
             return
         identity = list(self.spec.identity_columns)
         keys = pa.concat_tables(self._inserted)
+        for k in self.spec.primary_key:
+            if keys.column(k).null_count:
+                raise NullKey(f"{self.name}: MERGE would insert a row whose primary-key column {k!r} is NULL")
         grouped = keys.group_by(identity).aggregate([([], "count_all")])
         if grouped.num_rows < keys.num_rows:
             raise MergeConflict(
@@ -856,9 +861,11 @@ class MergePlan:
                 "that match no target row)"
             )
         if target.num_rows:
-            clash = keys.join(
-                target.select(identity), keys=identity, join_type="left semi", use_threads=False
-            )
+            held = target.select(identity)
+            if self._deleted:  # keys this MERGE deletes may be inserted again
+                gone = pa.concat_tables(self._deleted).cast(held.schema)
+                held = held.join(gone, keys=identity, join_type="left anti", use_threads=False)
+            clash = keys.join(held, keys=identity, join_type="left semi", use_threads=False)
             if clash.num_rows:
                 raise MergeConflict(
                     f"{self.name}: MERGE would insert a key the table already holds: "
@@ -910,13 +917,13 @@ class MergePlan:
             idx = np.flatnonzero(hit)
             action = low.clause.action
             if action == "nothing":
-                counts["unchanged"] += len(idx)
-                continue
+                continue  # counted as unchanged by the caller
             taken |= hit
             rows = frame.take(pa.array(idx))
             if action == "delete":
                 assert target is not None and t_idx is not None
                 deletes.append(target.take(pa.array(t_idx[idx])).select(list(self.spec.identity_columns)))
+                self._deleted.append(deletes[-1])
                 counts["deleted"] += len(idx)
                 continue
             try:
@@ -949,6 +956,8 @@ def _assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Express
     """A value stored into a column of type ``to``: SQL's assignment cast (floats round to integers)."""
     if value.type == to:
         return value.expr
+    if not (value.is_literal and isinstance(value.value, str)) and not _assignable(value.type, to):
+        raise FilterError(f"cannot store {text!r} ({value.type}) in column {column!r} ({to})")
     lowering = Lowering(lambda node: ("", pa.null()), text)
     if pa.types.is_integer(to) and (pa.types.is_floating(value.type) or pa.types.is_decimal(value.type)):
         value = lowering.call("round", [value], pc.RoundOptions(0, "half_towards_infinity"))
@@ -958,6 +967,30 @@ def _assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Express
         raise FilterError(
             f"cannot store {text!r} ({value.type}) in column {column!r} ({to}): {exc}"
         ) from None
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "number"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "text"
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        return "datetime"
+    return str(t.id)
+
+
+def _assignable(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether SQL stores values of ``source`` into a ``target`` column by an implicit cast."""
+    from mere.write.cast import incompatibility
+
+    if pa.types.is_null(source):
+        return True
+    kinds = (_kind(source), _kind(target))
+    if kinds[0] == kinds[1] and kinds[0] in ("number", "text", "datetime"):
+        return True
+    if kinds == ("text", str(pa.binary().id)) or (pa.types.is_binary(target) and kinds[0] == "text"):
+        return True
+    return kinds[0] == kinds[1] and incompatibility(source, target) is None
 
 
 def _rows_unchanged(name: str, splits: set[str], full: bool) -> Callable[[ConcurrentChanges], None]:
@@ -1037,7 +1070,7 @@ def rewrite_update_change(table: Table, assignments: Mapping[str, str], where: A
     spec = table.spec
     values = _update_values(table, assignments)
     parts = split_filter(spec, where)
-    hit_expr = pc.fill_null(E.to_pyarrow(parts.bound), False)
+    hit_expr = pc.coalesce(E.to_pyarrow(parts.bound), pc.scalar(False))
     add: list[FileEntry] = []
     gone: list[FileEntry] = []
     updated = 0
