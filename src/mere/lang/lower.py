@@ -5,8 +5,8 @@ A filter's comparisons of a column with literals (``=``, ``<``, IN, BETWEEN, IS 
 functions, CASE, comparisons of two expressions) becomes an :class:`~mere.expr.Sql` atom, lowered with
 the table schema to a ``pyarrow.compute.Expression`` that Arrow evaluates on whole batches.
 
-The language follows DuckDB's SQL: ``/`` divides as DOUBLE, ``//`` and ``%`` truncate and give NULL for a
-zero divisor, integer arithmetic raises on overflow, ``||`` and ``concat`` join text, comparisons treat NaN
+The language follows DuckDB's SQL: ``/`` divides as DOUBLE, ``//`` and ``%`` on integers truncate and give
+NULL for a zero divisor (DuckDB's ``error_on_division_by_zero = false``), integer arithmetic raises on overflow, ``||`` and ``concat`` join text, comparisons treat NaN
 as equal to itself and above every other float (as the prunable atoms do), and a string literal compared
 with a date or timestamp is read as that type (with a number it is an error, as in the prunable atoms).
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -142,25 +143,18 @@ def _in_values(node: exp.In, parsed: Parsed) -> list[object] | None:
     return values
 
 
-def inline_lists(node: exp.Expression, parsed: Parsed) -> exp.Expression:
-    """``node`` with bulk-list placeholders replaced by their literals."""
+def _with_lists(text: str, parsed: Parsed) -> str:
+    """SQL text with the bulk lists' placeholders (``$mere_list_0``) written out again as literal lists.
+
+    Text, not syntax trees: a million-value list costs one join, and parsing the text again lifts it out
+    again in one pass."""
     if not parsed.lists:
-        return node
+        return text
 
-    def fill(n: exp.Expression) -> exp.Expression:
-        if isinstance(n, exp.In) and isinstance(n.args.get("field"), exp.Placeholder):
-            values = parsed.lists.get(n.args["field"].name)
-            if values is not None:
-                return exp.In(this=n.this, expressions=[_literal_node(v) for v in values])
-        return n
+    def values(m: re.Match[str]) -> str:
+        return "(" + ", ".join(map(E._fmt_literal, parsed.lists[m.group(1)])) + ")"
 
-    return node.copy().transform(fill)
-
-
-def _literal_node(value: object) -> exp.Expression:
-    if isinstance(value, str):
-        return exp.Literal.string(value)
-    return exp.Literal.number(str(value))
+    return re.sub(rf"\$({LIST_PREFIX}\d+)", values, text)
 
 
 def _filter(node: exp.Expression, parsed: Parsed) -> E.Expr:
@@ -220,7 +214,7 @@ def _filter(node: exp.Expression, parsed: Parsed) -> E.Expr:
         return E.IsNull(column_name(node.this))
     if isinstance(node, exp.Is) and not isinstance(node.expression, exp.Null | exp.Boolean):
         raise FilterError(f"expected NULL after IS [NOT] (filter: {parsed.text!r})")
-    return E.Sql(sql_text(inline_lists(node, parsed)))
+    return E.Sql(_with_lists(sql_text(node), parsed))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,7 +362,10 @@ class Lowering:
             pc.cast(pa.nulls(0, value.type), to)
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise self.fail(f"cannot cast {value.type} to {to}: {exc}") from None
-        options = pc.CastOptions(to, allow_int_overflow=not safe, allow_float_truncate=not safe)
+        # A cast to a float rounds (CAST(u AS DOUBLE) of 2**64 - 1 is 1.8446744073709552e19).
+        options = pc.CastOptions(
+            to, allow_int_overflow=not safe, allow_float_truncate=not safe or _is_float(to)
+        )
         return Typed(pc.Expression._call("cast", [value.expr], options), to)
 
     def literal(self, value: object) -> Typed:
@@ -396,6 +393,8 @@ class Lowering:
                 if isinstance(bound, E._Gap):
                     raise FilterError(f"{value.value!r} is not a {to} value")
                 scalar = pa.scalar(bound, to)
+            elif type(value.value) is int and pa.types.is_decimal(to):
+                scalar = pa.scalar(Decimal(value.value)).cast(to)  # checks the value, not int64's range
             else:
                 scalar = pa.scalar(value.value, value.type).cast(to)
         except FilterError as exc:
@@ -461,12 +460,25 @@ class Lowering:
         value = literal_value(node)
         if value is not NO_LITERAL:
             return self.literal_as(self.literal(value), arrow_type(node.to))
-        inner = self.lower(node.this)
-        to = arrow_type(node.to)
-        if pa.types.is_integer(to) and (_is_float(inner.type) or pa.types.is_decimal(inner.type)):
-            # SQL rounds to the nearest integer, halves away from zero; Arrow would refuse or truncate.
-            inner = self.call("round", [inner], pc.RoundOptions(0, "half_towards_infinity"))
-        return self.cast(inner, to)
+        return self.cast(self.to_integer(self.lower(node.this), arrow_type(node.to)), arrow_type(node.to))
+
+    def to_integer(self, value: Typed, to: pa.DataType) -> Typed:
+        """Before a cast to an integer type: round as DuckDB does (DOUBLE halves to even, DECIMAL halves
+        away from zero); Arrow would refuse or truncate."""
+        if not pa.types.is_integer(to):
+            return value
+        if _is_float(value.type):
+            return self.call("round", [value], pc.RoundOptions(0, "half_to_even"))
+        if pa.types.is_decimal(value.type):
+            return self.call("round", [self.roomy(value)], pc.RoundOptions(0, "half_towards_infinity"))
+        return value
+
+    def roomy(self, value: Typed) -> Typed:
+        """A decimal with at least one integer digit (rounding DECIMAL(1, 1) 0.5 needs one)."""
+        t = value.type
+        if pa.types.is_decimal(t) and t.precision - t.scale < 1 and t.precision < 38:
+            return self.cast(value, pa.decimal128(t.precision + 1, t.scale))
+        return value
 
     def _TryCast(self, node: exp.TryCast) -> Typed:
         raise self.fail("TRY_CAST is not supported; use CAST")
@@ -497,6 +509,12 @@ class Lowering:
         """Integer operands of different types: an integer literal takes the other side's type when it fits
         (``u + 1`` stays uint64, ``i32 + 1`` int32, as in DuckDB); signed against unsigned values that no
         integer type holds both of are compared and computed as exact decimals."""
+        # An integer literal next to a decimal is a decimal of its own digits (1 is DECIMAL(1, 0)), not an
+        # int64 that Arrow would widen to DECIMAL(19, 0) and overflow the precision with.
+        if type(left.value) is int and pa.types.is_decimal(right.type):
+            left = self.literal(Decimal(left.value))
+        if type(right.value) is int and pa.types.is_decimal(left.type):
+            right = self.literal(Decimal(right.value))
         lt, rt = left.type, right.type
         if not (pa.types.is_integer(lt) and pa.types.is_integer(rt)) or lt == rt:
             return left, right
@@ -526,37 +544,59 @@ class Lowering:
         return self.call("divide", [self.cast(left, pa.float64()), self.cast(right, pa.float64())])
 
     def _nonzero(self, value: Typed) -> Typed:
+        """``value``, NULL where it is zero (an integer division by zero is NULL)."""
         zero = self.call("equal", [value, self.literal_as(self.literal(0), value.type)])
         return self.call("if_else", [zero, Typed(pc.scalar(_null(value.type)), value.type), value])
 
     def _IntDiv(self, node: exp.IntDiv) -> Typed:
         left, right = self._numeric_pair(self.lower(node.this), self.lower(node.expression), "//")
-        quotient = self.call("divide_checked", [left, self._nonzero(right)])
-        return self.call("trunc", [quotient]) if _is_float(quotient.type) else quotient
+        if pa.types.is_integer(left.type) and pa.types.is_integer(right.type):
+            return self.call("divide_checked", [left, self._nonzero(right)])  # truncates
+        return self.call("divide", [self.cast(left, pa.float64()), self.cast(right, pa.float64())])
 
     def _Mod(self, node: exp.Mod) -> Typed:
         left, right = self._numeric_pair(self.lower(node.this), self.lower(node.expression), "%")
-        divisor = self._nonzero(right)
-        quotient = self.call("divide_checked", [left, divisor])
-        if _is_float(quotient.type) or pa.types.is_decimal(quotient.type):
-            quotient = self.call("trunc", [quotient])
-        return self.call("subtract_checked", [left, self.call("multiply_checked", [quotient, divisor])])
+        if pa.types.is_integer(left.type) and pa.types.is_integer(right.type):
+            right = self._nonzero(right)
+            quotient = self.call("divide_checked", [left, right])
+            return self.call("subtract_checked", [left, self.call("multiply_checked", [quotient, right])])
+        decimals = pa.types.is_decimal(left.type) or pa.types.is_decimal(right.type)
+        if decimals and not (_is_float(left.type) or _is_float(right.type)):
+            right = self._nonzero(right)
+            # x - trunc(x / y) * y with the quotient as an integer keeps the decimal's precision small
+            quotient = self.cast(
+                self.call("trunc", [self.roomy(self.call("divide_checked", [left, right]))]), pa.int64()
+            )
+            return self.call("subtract_checked", [left, self.call("multiply_checked", [quotient, right])])
+        a, b = self.cast(left, pa.float64()), self.cast(right, pa.float64())
+        quotient = self.call("trunc", [self.call("divide", [a, b])])
+        rest = self.call("subtract", [a, self.call("multiply", [quotient, b])])
+        # fmod's zero has the dividend's sign (-3 % -1 is -0.0); a * 0.0 is that zero
+        zero = self.call("equal", [rest, self.literal(0.0)])
+        return self.call("if_else", [zero, self.call("multiply", [a, self.literal(0.0)]), rest])
 
     def _text(self, value: Typed) -> Typed:
         if _is_text(value.type):
             return value
-        if value.is_literal and value.value is not None:
+        if value.is_literal and value.value is None:
+            return self.literal_as(value, pa.string())
+        if value.is_literal:
             return self.literal(str(value.value))
         return self.cast(value, pa.string())
 
     def _DPipe(self, node: exp.DPipe) -> Typed:
-        return self.call(
-            "binary_join_element_wise",
-            [self._text(self.lower(node.this)), self._text(self.lower(node.expression)), self.literal("")],
-        )
+        parts = [self._text(self.lower(node.this)), self._text(self.lower(node.expression))]
+        if any(p.is_literal and p.value is None for p in parts):
+            return Typed(pc.scalar(_null(pa.string())), pa.string(), None)  # x || NULL is NULL
+        return self.call("binary_join_element_wise", [*parts, self.literal("")])
 
     def _Concat(self, node: exp.Concat) -> Typed:
         parts = [self._text(self.lower(a)) for a in node.expressions]
+        parts = [p for p in parts if not (p.is_literal and p.value is None)]  # concat() skips NULLs
+        if not parts:
+            return self.literal("")
+        if len(parts) == 1:
+            return self.call("coalesce", [parts[0], self.literal("")])
         return self.call(
             "binary_join_element_wise",
             [*parts, self.literal("")],
@@ -595,6 +635,12 @@ class Lowering:
             left = self.literal_as(left, right.type) if _is_float(right.type) else left
         elif right.is_literal and not left.is_literal and _is_number(left.type) and _is_float(right.type):
             right = self.literal_as(right, left.type) if _is_float(left.type) else right
+        if pa.types.is_null(left.type) != pa.types.is_null(right.type):  # e.g. COALESCE(NULL, NULL) = x
+            left, right = (
+                (self.cast(left, right.type), right)
+                if pa.types.is_null(left.type)
+                else (left, self.cast(right, left.type))
+            )
         if _is_float(left.type) or _is_float(right.type):
             return self._float_compare(op, left, right)
         left, right = self._integers(left, right)
@@ -645,7 +691,7 @@ class Lowering:
     def _distinct(self, node: exp.Binary, negate: bool) -> Typed:
         left, right = self.lower(node.this), self.lower(node.expression)
         both_null = self.call("and_kleene", [self.call("is_null", [left]), self.call("is_null", [right])])
-        equal = self.call("fill_null", [self.compare("==", left, right), self.literal(False)])
+        equal = self.call("coalesce", [self.compare("==", left, right), self.literal(False)])
         same = self.call("or_kleene", [both_null, equal])
         return self.call("invert", [same]) if negate else same
 
@@ -660,19 +706,44 @@ class Lowering:
         if node.args.get("query") is not None:
             raise self.fail("IN (SELECT ...) is not supported: mere is not a SQL engine")
         if isinstance(field, exp.Placeholder) and str(field.name) in self.lists:
-            items = [self.literal(v) for v in self.lists[field.name]]
+            bulk = self.lists[field.name]
+            if not _is_float(value.type) and not pa.types.is_null(value.type):
+                return self._in_values(value, [v for v in bulk if v is not None], None in bulk)
+            items = [self.literal(v) for v in bulk]
         elif field is not None:
             raise self.fail(f"IN {field.sql(dialect=MereDialect)} is not supported")
         else:
             items = [self.lower(v) for v in node.expressions]
         if not items:
             return self.literal(False)
+        if len(items) > 16 and all(i.is_literal for i in items) and not _is_float(value.type):
+            return self._in_set(value, items)
         result: Typed | None = None
         for item in items:
             test = self.compare("==", value, item)
             result = test if result is None else self.call("or_kleene", [result, test])
         assert result is not None
         return result
+
+    def _in_set(self, value: Typed, items: list[Typed]) -> Typed:
+        """``value IN (many literals)`` as one hash lookup (SQL's NULL rules kept)."""
+        present = [self.literal_as(i, value.type).value for i in items if i.value is not None]
+        return self._in_values(value, present, any(i.value is None for i in items))
+
+    def _in_values(self, value: Typed, present: list[object], has_null: bool) -> Typed:
+        try:
+            values = pa.array(present).cast(value.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
+            raise self.fail(f"the IN list's values are not {value.type} values: {exc}") from None
+        found = Typed(
+            pc.Expression._call("is_in", [value.expr], pc.SetLookupOptions(values, skip_nulls=True)),
+            pa.bool_(),
+        )
+        null = Typed(pc.scalar(_null(pa.bool_())), pa.bool_(), None)
+        found = self.call("if_else", [self.call("is_null", [value]), null, found])
+        if has_null:  # x IN (..., NULL) is NULL, not FALSE, when x matches nothing
+            found = self.call("or_kleene", [found, null])
+        return found
 
     def _Is(self, node: exp.Is) -> Typed:
         value = self.lower(node.this)
@@ -681,7 +752,7 @@ class Lowering:
             return self.call("is_null", [value])
         if isinstance(target, exp.Boolean):
             test = self.call("equal", [self.boolean(value, "IS TRUE/FALSE"), self.literal(bool(target.this))])
-            return self.call("fill_null", [test, self.literal(False)])
+            return self.call("coalesce", [test, self.literal(False)])
         raise self.fail("expected NULL, TRUE or FALSE after IS [NOT]")
 
     def _like(self, node: exp.Binary, ignore_case: bool) -> Typed:
@@ -689,7 +760,10 @@ class Lowering:
         pattern = literal_value(node.expression)
         if not isinstance(pattern, str):
             raise self.fail("LIKE takes a string literal pattern")
-        return self.call("match_like", [value], pc.MatchSubstringOptions(pattern, ignore_case=ignore_case))
+        # DuckDB's LIKE has no escape character; Arrow's treats a backslash as one.
+        options = pc.MatchSubstringOptions(pattern.replace("\\", "\\\\"), ignore_case=ignore_case)
+        result = self.call("match_like", [value], options)
+        return self.call("invert", [result]) if node.args.get("negate") else result
 
     def _Like(self, node: exp.Like) -> Typed:
         return self._like(node, False)
@@ -716,7 +790,7 @@ class Lowering:
         values.append(self.lower(default) if default is not None else self.literal(None))
         values = self.unify(values, "CASE")
         if all(pa.types.is_null(v.type) for v in values):
-            values = [self.cast(v, pa.bool_()) for v in values]
+            return self.literal(None)  # every branch is NULL
         struct = Typed(
             pc.Expression._call(
                 "make_struct",
@@ -730,7 +804,7 @@ class Lowering:
         )
 
     def _If(self, node: exp.If) -> Typed:
-        test = self.call("fill_null", [self.boolean(self.lower(node.this), "IF"), self.literal(False)])
+        test = self.call("coalesce", [self.boolean(self.lower(node.this), "IF"), self.literal(False)])
         false = node.args.get("false")
         a, b = self.unify(
             [self.lower(node.args["true"]), self.lower(false) if false is not None else self.literal(None)],
@@ -744,20 +818,38 @@ class Lowering:
 
     def _Nullif(self, node: exp.Nullif) -> Typed:
         value, other = self.unify([self.lower(node.this), self.lower(node.expression)], "NULLIF")
-        same = self.call("fill_null", [self.compare("==", value, other), self.literal(False)])
+        same = self.call("coalesce", [self.compare("==", value, other), self.literal(False)])
         return self.call("if_else", [same, Typed(pc.scalar(_null(value.type)), value.type), value])
 
     def _Greatest(self, node: exp.Greatest) -> Typed:
-        return self.call(
-            "max_element_wise",
-            self.unify([self.lower(node.this), *map(self.lower, node.expressions)], "GREATEST"),
-        )
+        return self._extreme("max_element_wise", node)
 
     def _Least(self, node: exp.Least) -> Typed:
-        return self.call(
-            "min_element_wise",
-            self.unify([self.lower(node.this), *map(self.lower, node.expressions)], "LEAST"),
+        return self._extreme("min_element_wise", node)
+
+    def _extreme(self, name: str, node: exp.Func) -> Typed:
+        """GREATEST / LEAST, NULLs skipped; NaN is above every float, as in comparisons."""
+        values = self.unify(
+            [self.lower(node.this), *map(self.lower, node.expressions)], name.split("_")[0].upper()
         )
+        if not _is_float(values[0].type):
+            return self.call(name, values)
+        nan = Typed(pc.scalar(pa.scalar(math.nan, values[0].type)), values[0].type, math.nan)
+        null = Typed(pc.scalar(_null(values[0].type)), values[0].type)
+        nans = [self.call("is_nan", [v]) for v in values]
+        any_nan = nans[0]
+        for n in nans[1:]:
+            any_nan = self.call("or_kleene", [any_nan, n])
+        any_nan = self.call("coalesce", [any_nan, self.literal(False)])
+        if name == "max_element_wise":
+            return self.call("if_else", [any_nan, nan, self.call(name, values)])
+        plain = [
+            self.call("if_else", [self.call("coalesce", [n, self.literal(False)]), null, v])
+            for v, n in zip(values, nans)
+        ]
+        least = self.call(name, plain)
+        all_nan = self.call("and_kleene", [self.call("is_null", [least]), any_nan])
+        return self.call("if_else", [all_nan, nan, least])
 
     # functions
 
@@ -795,10 +887,14 @@ class Lowering:
         length = literal_value(node.args["length"]) if node.args.get("length") is not None else None
         if not isinstance(start, int) or not (length is None or isinstance(length, int)):
             raise self.fail("SUBSTRING takes integer literal start and length")
-        begin = start - 1 if start > 0 else start
-        stop = None if length is None else begin + max(length, 0)
-        if stop is not None and begin < 0 <= stop:
-            stop = None if stop == 0 and begin < 0 else stop
+        # 1-based; position 0 lies before the first character; a negative start counts from the end.
+        if start > 0:
+            begin, stop = start - 1, None if length is None else start - 1 + max(length, 0)
+        elif start == 0:
+            begin, stop = 0, None if length is None else max(length - 1, 0)
+        else:
+            begin = start
+            stop = None if length is None or start + length >= 0 else start + max(length, 0)
         return self.call("utf8_slice_codeunits", [value], pc.SliceOptions(begin, stop))
 
     def _Left(self, node: exp.Left) -> Typed:
@@ -828,6 +924,8 @@ class Lowering:
         new = literal_value(replacement) if replacement is not None else NO_LITERAL
         if not isinstance(old, str) or not isinstance(new, str):
             raise self.fail("REPLACE takes string literals")
+        if not old:
+            return self._text(self.lower(node.this))  # nothing to replace (Arrow would loop forever)
         return self.call(
             "replace_substring", [self._text(self.lower(node.this))], pc.ReplaceSubstringOptions(old, new)
         )
@@ -836,7 +934,12 @@ class Lowering:
         return self._unary("abs_checked", node)
 
     def _Sign(self, node: exp.Sign) -> Typed:
-        return self._unary("sign", node)
+        value = self.lower(node.this)
+        sign = self.call("sign", [value])
+        if _is_float(value.type):  # DuckDB: a TINYINT, 0 for NaN
+            zero = Typed(pc.scalar(pa.scalar(0.0, sign.type)), sign.type, 0.0)
+            sign = self.call("if_else", [self.call("is_nan", [value]), zero, sign])
+        return self.cast(sign, pa.int8())
 
     def _Sqrt(self, node: exp.Sqrt) -> Typed:
         return self.call("sqrt", [self.cast(self.lower(node.this), pa.float64())])
@@ -858,11 +961,11 @@ class Lowering:
 
     def _Floor(self, node: exp.Floor) -> Typed:
         value = self.lower(node.this)
-        return value if pa.types.is_integer(value.type) else self.call("floor", [value])
+        return value if pa.types.is_integer(value.type) else self.call("floor", [self.roomy(value)])
 
     def _Ceil(self, node: exp.Ceil) -> Typed:
         value = self.lower(node.this)
-        return value if pa.types.is_integer(value.type) else self.call("ceil", [value])
+        return value if pa.types.is_integer(value.type) else self.call("ceil", [self.roomy(value)])
 
     def _Round(self, node: exp.Round) -> Typed:
         value = self.lower(node.this)
@@ -871,12 +974,14 @@ class Lowering:
             raise self.fail("ROUND takes an integer literal of digits")
         if pa.types.is_integer(value.type) and digits >= 0:
             return value
-        return self.call("round", [value], pc.RoundOptions(digits, "half_towards_infinity"))
+        return self.call("round", [self.roomy(value)], pc.RoundOptions(digits, "half_towards_infinity"))
 
     def _part(self, name: str, node: exp.Func) -> Typed:
         value = self.lower(node.this)
         if isinstance(value.value, str):
             value = self.literal_as(value, pa.timestamp("us"))
+        if pa.types.is_date(value.type) and name in ("hour", "minute", "second"):
+            value = self.cast(value, pa.timestamp("s"))  # a date's time of day is midnight
         return self.call(name, [value])
 
     def _Year(self, node: exp.Year) -> Typed:

@@ -1,0 +1,1292 @@
+"""MERGE INTO, UPDATE and DELETE evaluated by mere, checked against DuckDB running the same statements.
+
+* Differential MERGE: Hypothesis draws a target table (int64 key, int32/int64 columns, a nullable string,
+  a float64 with NaN/-0.0/inf/NULL, optionally a decimal and a date), a source (duplicate keys, NULL keys,
+  new and existing keys, an extra ``op`` column) and 1-4 WHEN clauses whose conditions and values come
+  from a small expression grammar (comparisons, AND/OR/NOT, IS NULL, IN, arithmetic, CASE, COALESCE,
+  lower/upper/||). The same statement runs in DuckDB (``MERGE INTO ... RETURNING merge_action``) over a
+  table with the same PRIMARY KEY; final rows, error-ness and the per-action counts must agree, and a
+  failed mere MERGE must leave the table as it was (same version, same rows).
+* The same for a composite key with a partition column (string or date) in it.
+* Differential UPDATE / DELETE with the expression language, on keyed and key-less tables.
+* Merge operators: UPDATE and MERGE UPDATE put the value set; they do not fold it into the old one.
+* Atomicity: a MERGE failing during evaluation writes nothing; one SIGKILLed while writing commits nothing.
+* Concurrency: processes racing MERGE increments and upserts lose nothing.
+* Bad arguments to every public entry point raise a MereError and change nothing.
+
+Documented divergences from DuckDB that the oracle accounts for: SET of key/partition columns is
+rejected; ON must equate every key column with a source column; a value that cannot be stored losslessly
+raises (so no literal is generated that DuckDB would cast lossily); a string literal compared with a
+number is an error (DuckDB casts it); ``x = NULL`` in a filter is refused (use IS NULL); ``//`` and ``%`` by
+zero give NULL (DuckDB's ``error_on_division_by_zero = false``, set here; its default raises, and does so
+even for rows no clause changes).
+DuckDB's ``UPDATE SET *`` / ``INSERT *`` need every column, so mere's by-name forms are spelt out.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as dt
+import itertools
+import math
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import strategies as st
+
+import mere
+from mere import errors
+from oracle import canon_rows, diff
+
+pytestmark = pytest.mark.timeout(600)
+
+DIFF_SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    report_multiple_bugs=False,  # shrink one failure only: each step runs mere and DuckDB
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+SMALL_SETTINGS = settings(DIFF_SETTINGS, max_examples=25)
+
+# -- columns ---------------------------------------------------------------------------------------------
+
+DEC = pa.decimal128(9, 2)
+STRINGS = ["", "a", "A", "B", "ab", "it's", "ä", "Ω x", " a "]
+FLOATS = [math.nan, -0.0, 0.0, 1.5, -2.25, math.inf, -math.inf, 3.0]
+DATES = [dt.date(1970, 1, 1), dt.date(2020, 2, 29), dt.date(1999, 12, 31), dt.date(2026, 11, 21)]
+REGIONS = ["eu", "us", "", "a/b"]
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str
+    type: pa.DataType
+    family: str  # int, float, str, dec, date
+    duck: str
+    values: st.SearchStrategy[Any]
+
+
+def _nullable(s: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(st.none(), s)
+
+
+COLS = {
+    "k": Col("k", pa.int64(), "int", "BIGINT", st.integers(0, 24)),
+    "q": Col("q", pa.int32(), "int", "INTEGER", _nullable(st.integers(-1000, 1000))),
+    "v": Col("v", pa.int64(), "int", "BIGINT", _nullable(st.integers(-(10**5), 10**5))),
+    "s": Col("s", pa.string(), "str", "VARCHAR", _nullable(st.sampled_from(STRINGS))),
+    "f": Col(
+        "f",
+        pa.float64(),
+        "float",
+        "DOUBLE",
+        _nullable(st.one_of(st.sampled_from(FLOATS), st.integers(-4, 4).map(float))),
+    ),
+    "d": Col(
+        "d", DEC, "dec", "DECIMAL(9,2)", _nullable(st.integers(-99999, 99999).map(lambda i: Decimal(i) / 100))
+    ),
+    "dt": Col("dt", pa.date32(), "date", "DATE", _nullable(st.sampled_from(DATES))),
+    "region": Col("region", pa.string(), "str", "VARCHAR", st.sampled_from(REGIONS)),
+    "day": Col("day", pa.date32(), "date", "DATE", st.sampled_from(DATES[:3])),
+    "op": Col("op", pa.string(), "str", "VARCHAR", _nullable(st.sampled_from(["I", "U", "D"]))),
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A table shape: key columns (first the partition column, if any) and the other columns."""
+
+    name: str
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+    partition_by: tuple[str, ...] = ()
+    buckets: int = 4
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.keys + self.values
+
+    def schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c, COLS[c].type) for c in self.columns])
+
+    def create(self, cat: mere.Catalog, name: str = "db.t", keyed: bool = True) -> mere.Table:
+        if not keyed:
+            return cat.create_table(name, self.schema())
+        return cat.create_table(
+            name,
+            self.schema(),
+            primary_key=list(self.keys),
+            partition_by=list(self.partition_by) or None,
+            buckets=self.buckets,
+        )
+
+    def duck_create(self, con: duckdb.DuckDBPyConnection, keyed: bool = True) -> None:
+        cols = ", ".join(f"{c} {COLS[c].duck}" for c in self.columns)
+        pk = f", PRIMARY KEY ({', '.join(self.keys)})" if keyed else ""
+        con.execute(f"CREATE TABLE t ({cols}{pk})")
+
+
+WIDE = Layout("wide", ("k",), ("q", "v", "s", "f", "d", "dt"))
+NARROW = Layout("narrow", ("k",), ("q", "v", "s", "f"))
+BY_REGION = Layout("by_region", ("region", "k"), ("q", "s", "f"), partition_by=("region",), buckets=2)
+BY_DAY = Layout("by_day", ("day", "k"), ("q", "v", "s"), partition_by=("day",), buckets=3)
+
+
+def arrow_rows(schema: pa.Schema, rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.table({f.name: pa.array([r[f.name] for r in rows], type=f.type) for f in schema}, schema=schema)
+
+
+def target_rows(
+    layout: Layout, keyed: bool = True, min_size: int = 0
+) -> st.SearchStrategy[list[dict[str, Any]]]:
+    row = st.fixed_dictionaries({c: COLS[c].values for c in layout.columns})
+    if not keyed:
+        return st.lists(row, min_size=min_size, max_size=10)
+    return st.lists(row, min_size=min_size, max_size=10, unique_by=lambda r: tuple(r[k] for k in layout.keys))
+
+
+# -- the expression grammar ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Columns an expression may name: ``t_cols`` as ``<t_prefix>c`` and ``s_cols`` as ``s.c``."""
+
+    t_cols: tuple[str, ...]
+    s_cols: tuple[str, ...]
+    t_prefix: str = "t."
+
+    def leaves(self, family: str) -> list[str]:
+        out = [self.t_prefix + c for c in self.t_cols if COLS[c].family == family]
+        return out + ["s." + c for c in self.s_cols if COLS[c].family == family]
+
+    def any_column(self) -> list[str]:
+        return [self.t_prefix + c for c in self.t_cols] + ["s." + c for c in self.s_cols]
+
+
+def _q(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+LITERALS: dict[str, st.SearchStrategy[str]] = {
+    "int": st.one_of(st.integers(-5, 5).map(str), st.sampled_from(["100", "-7", "1000"])),
+    "float": st.sampled_from(
+        [
+            "1.5",
+            "-2.25",
+            "0.0",
+            "3e0",
+            "CAST('NaN' AS DOUBLE)",
+            "CAST('-0.0' AS DOUBLE)",
+            "CAST('Infinity' AS DOUBLE)",
+        ]
+    ),
+    "str": st.sampled_from(STRINGS).map(_q),
+    "dec": st.sampled_from(["1.25", "-3.50", "0.01", "12.34"]),
+    "date": st.sampled_from([f"DATE '{d.isoformat()}'" for d in DATES]),
+}
+
+
+@st.composite
+def value_expr(draw: st.DrawFn, scope: Scope, family: str, depth: int = 2) -> str:
+    """An expression of ``family`` over ``scope`` whose values stay far inside int32."""
+    leaves = scope.leaves(family)
+    leaf = st.one_of(st.sampled_from(leaves), LITERALS[family]) if leaves else LITERALS[family]
+    if depth <= 0 or draw(st.integers(0, 2)) == 0:
+        return draw(st.one_of(leaf, st.just("NULL"))) if draw(st.integers(0, 9)) == 0 else draw(leaf)
+    sub = value_expr(scope, family, depth - 1)
+    cond = bool_expr(scope, depth - 1)
+    common = ["coalesce", "case"]
+    forms = {
+        "int": ["add", "sub", "mul", "intdiv", "mod", "abs", "length", *common],
+        "float": ["add", "sub", "mul", "div", "cast", *common],
+        "str": ["lower", "upper", "concat", "cast", *common],
+        "dec": ["add", "sub", *common],
+        "date": common,
+    }[family]
+    form = draw(st.sampled_from(forms))
+    if form == "coalesce":
+        return f"COALESCE({draw(sub)}, {draw(sub)})"
+    if form == "case":
+        return f"CASE WHEN {draw(cond)} THEN {draw(sub)} ELSE {draw(sub)} END"
+    if form == "add":
+        return f"({draw(sub)} + {draw(sub)})"
+    if form == "sub":
+        return f"({draw(sub)} - {draw(sub)})"
+    if form == "mul":
+        if family == "int":
+            return f"({draw(sub)} * {draw(st.sampled_from(['2', '-3', '0']))})"
+        return f"({draw(sub)} * {draw(sub)})"
+    if form == "intdiv":
+        return f"({draw(sub)} // {draw(st.sampled_from(['2', '-3', '7', '0']))})"
+    if form == "mod":
+        return f"({draw(sub)} % {draw(st.sampled_from(['2', '-3', '7', '0']))})"
+    if form == "abs":
+        return f"abs({draw(sub)})"
+    if form == "length":
+        return f"length({draw(value_expr(scope, 'str', depth - 1))})"
+    if form == "div":
+        ints = value_expr(scope, "int", depth - 1)
+        return f"({draw(ints)} / {draw(st.one_of(ints, sub))})"
+    if form == "cast":
+        if family == "float":
+            return f"CAST({draw(value_expr(scope, 'int', depth - 1))} AS DOUBLE)"
+        return f"CAST({draw(value_expr(scope, 'int', depth - 1))} AS VARCHAR)"
+    if form in ("lower", "upper"):
+        return f"{form}({draw(sub)})"
+    if form == "concat":
+        other = draw(st.one_of(sub, value_expr(scope, "int", depth - 1)))
+        return f"({draw(sub)} || {other})"
+    raise AssertionError(form)
+
+
+@st.composite
+def bool_expr(draw: st.DrawFn, scope: Scope, depth: int = 2) -> str:
+    families = ["int", "int", "float", "str", "dec", "date"]
+    form = draw(
+        st.sampled_from(["cmp", "cmp", "null", "in", "between"] + (["and", "or", "not"] if depth > 0 else []))
+    )
+    if form in ("and", "or"):
+        return f"({draw(bool_expr(scope, depth - 1))} {form.upper()} {draw(bool_expr(scope, depth - 1))})"
+    if form == "not":
+        return f"(NOT {draw(bool_expr(scope, depth - 1))})"
+    if form == "null":
+        cols = scope.any_column()
+        if not cols:
+            return draw(st.sampled_from(["TRUE", "FALSE"]))
+        return f"({draw(st.sampled_from(cols))} IS {draw(st.sampled_from(['', 'NOT ']))}NULL)"
+    family = draw(st.sampled_from([f for f in families if scope.leaves(f)] or ["int"]))
+    operand = value_expr(scope, family, min(depth, 1))
+    if form == "in":
+        lits = draw(st.lists(LITERALS[family], min_size=1, max_size=3))
+        if draw(st.integers(0, 4)) == 0:
+            lits.append("NULL")
+        neg = draw(st.sampled_from(["", "NOT "]))
+        return f"({draw(operand)} {neg}IN ({', '.join(lits)}))"
+    if form == "between":
+        return f"({draw(operand)} BETWEEN {draw(LITERALS[family])} AND {draw(LITERALS[family])})"
+    op = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">="]))
+    left, right = draw(operand), draw(st.one_of(operand, LITERALS[family]))
+    if "NULL" in (left, right):  # mere refuses `x = NULL` in filters (a documented foot-gun guard)
+        return f"({left if right == 'NULL' else right} IS NULL)"
+    return f"({left} {op} {right})"
+
+
+# -- MERGE clauses ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Clause:
+    kind: str  # matched, not_matched, by_source
+    action: str  # update, update_all, delete, nothing, insert, insert_all
+    condition: str | None = None
+    assignments: tuple[tuple[str, str], ...] = ()
+
+    def apply(self, m: Any) -> None:
+        c, values = self.condition, dict(self.assignments)
+        if self.kind == "matched":
+            {
+                "update": lambda: m.when_matched_update(set=values, condition=c),
+                "update_all": lambda: m.when_matched_update_all(condition=c),
+                "delete": lambda: m.when_matched_delete(condition=c),
+                "nothing": lambda: m.when_matched_do_nothing(condition=c),
+            }[self.action]()
+        elif self.kind == "not_matched":
+            {
+                "insert": lambda: m.when_not_matched_insert(values=values, condition=c),
+                "insert_all": lambda: m.when_not_matched_insert_all(condition=c),
+                "nothing": lambda: m.when_not_matched_do_nothing(),
+            }[self.action]()
+        else:
+            {
+                "update": lambda: m.when_not_matched_by_source_update(set=values, condition=c),
+                "delete": lambda: m.when_not_matched_by_source_delete(condition=c),
+            }[self.action]()
+
+    def duck(self, layout: Layout, source_cols: tuple[str, ...]) -> str:
+        when = {
+            "matched": "WHEN MATCHED",
+            "not_matched": "WHEN NOT MATCHED",
+            "by_source": "WHEN NOT MATCHED BY SOURCE",
+        }
+        cond = f" AND {self.condition}" if self.condition is not None else ""
+        assignments = self.assignments
+        if self.action == "update_all":
+            assignments = tuple((c, f"s.{c}") for c in layout.values if c in source_cols)
+        if self.action == "insert_all":
+            assignments = tuple((c, f"s.{c}") for c in layout.columns if c in source_cols)
+        if self.action in ("update", "update_all"):
+            what = "UPDATE SET " + ", ".join(f"{c} = {e}" for c, e in assignments)
+        elif self.action in ("insert", "insert_all"):
+            cols = ", ".join(c for c, _ in assignments)
+            what = f"INSERT ({cols}) VALUES ({', '.join(e for _, e in assignments)})"
+        elif self.action == "delete":
+            what = "DELETE"
+        else:
+            what = "DO NOTHING"
+        return f"{when[self.kind]}{cond} THEN {what}"
+
+
+@st.composite
+def assignments(draw: st.DrawFn, layout: Layout, scope: Scope, columns: tuple[str, ...], min_size: int = 1):
+    chosen = draw(st.lists(st.sampled_from(columns), min_size=min_size, max_size=3, unique=True))
+    out = []
+    for c in chosen:
+        family = COLS[c].family
+        if family == "float" and draw(st.booleans()):
+            family = "int"  # an integer stored in a float column (always exact here)
+        out.append((c, draw(value_expr(scope, family))))
+    return tuple(out)
+
+
+@st.composite
+def clause(
+    draw: st.DrawFn, layout: Layout, source_cols: tuple[str, ...], key_exprs: bool = False, insert: str = ""
+) -> Clause:
+    kind = (
+        "not_matched" if insert else draw(st.sampled_from(["matched", "matched", "not_matched", "by_source"]))
+    )
+    t_all = layout.columns
+    s_all = tuple(source_cols)
+    scope = {
+        "matched": Scope(t_all, s_all),
+        "not_matched": Scope((), s_all),
+        "by_source": Scope(t_all, ()),
+    }[kind]
+    condition = draw(st.one_of(st.none(), bool_expr(scope)))
+    settable = layout.values
+    if kind == "matched":
+        action = draw(st.sampled_from(["update", "update", "update_all", "delete", "nothing"]))
+        if action == "update_all" and not any(c in source_cols for c in settable):
+            action = "delete"
+        sets = draw(assignments(layout, scope, settable)) if action == "update" else ()
+        return Clause(kind, action, condition, sets)
+    if kind == "not_matched":
+        action = insert or draw(st.sampled_from(["insert", "insert", "insert_all", "nothing"]))
+        if action == "nothing":
+            return Clause(kind, action)  # mere's when_not_matched_do_nothing() takes no condition
+        values: tuple[tuple[str, str], ...] = ()
+        if action == "insert":
+            keys = []
+            for k in layout.keys:
+                expr = f"s.{k}"
+                if key_exprs and COLS[k].family == "int":
+                    expr = draw(
+                        st.sampled_from(["s.k", "(s.k + 1)", "(s.k - 1)", "(s.k * 2)", "COALESCE(s.k, 3)"])
+                    )
+                keys.append((k, expr))
+            values = tuple(keys) + draw(assignments(layout, scope, settable, min_size=0))
+        return Clause(kind, action, condition, values)
+    action = draw(st.sampled_from(["update", "delete"]))
+    sets = draw(assignments(layout, scope, settable)) if action == "update" else ()
+    return Clause(kind, action, condition, sets)
+
+
+def reachable(clauses: list[Clause]) -> list[Clause]:
+    """Drop clauses after an unconditional one of the same kind (DuckDB rejects unreachable clauses)."""
+    closed: set[str] = set()
+    out = []
+    for c in clauses:
+        if c.kind in closed:
+            continue
+        if c.condition is None:
+            closed.add(c.kind)
+        out.append(c)
+    return out
+
+
+@dataclass
+class MergeCase:
+    layout: Layout
+    target: list[dict[str, Any]]
+    source: pa.Table
+    on_extra: str | None
+    clauses: list[Clause]
+
+    def duck_sql(self) -> str:
+        on = " AND ".join(f"t.{k} = s.{k}" for k in self.layout.keys)
+        if self.on_extra:
+            on += f" AND {self.on_extra}"
+        body = "\n  ".join(c.duck(self.layout, tuple(self.source.column_names)) for c in self.clauses)
+        return f"MERGE INTO t USING src AS s ON {on}\n  {body}\nRETURNING merge_action"
+
+    def mere_on(self) -> str | None:
+        if self.on_extra is None:
+            return None
+        return " AND ".join(f"t.{k} = s.{k}" for k in self.layout.keys) + f" AND {self.on_extra}"
+
+
+@st.composite
+def merge_cases(draw: st.DrawFn, layout: Layout, key_exprs: bool = False) -> MergeCase:
+    target = draw(target_rows(layout, min_size=draw(st.sampled_from([0, 1, 1, 3]))))
+    existing = [tuple(r[k] for k in layout.keys) for r in target]
+    optional = [c for c in layout.values if draw(st.booleans())]
+    if draw(st.booleans()):
+        optional.append("op")
+    source_cols = (*layout.keys, *optional)
+
+    def key_part(k: str) -> st.SearchStrategy[Any]:
+        return st.one_of(COLS[k].values, st.none()) if draw_null_keys else COLS[k].values
+
+    draw_null_keys = draw(st.integers(0, 4)) == 0
+    fresh_keys = st.tuples(*(key_part(k) for k in layout.keys))
+    keys = st.one_of(st.sampled_from(existing), fresh_keys) if existing else fresh_keys
+    unique = draw(st.integers(0, 2)) > 0  # mostly one source row per key (a twice-matched row must fail)
+    rows = []
+    for key in draw(st.lists(keys, min_size=1, max_size=8, unique=unique)):
+        row = dict(zip(layout.keys, key, strict=True))
+        for c in optional:
+            row[c] = draw(COLS[c].values)
+        rows.append(row)
+    schema = pa.schema([pa.field(c, COLS[c].type) for c in source_cols])
+    source = arrow_rows(schema, rows)
+    clauses = draw(st.lists(clause(layout, source_cols, key_exprs), min_size=1, max_size=4))
+    if key_exprs and not any(c.action == "insert" for c in clauses):
+        clauses.insert(
+            draw(st.integers(0, len(clauses))), draw(clause(layout, source_cols, key_exprs, "insert"))
+        )
+    clauses = reachable(clauses)
+    on_extra = None
+    if draw(st.integers(0, 5)) == 0:
+        on_extra = draw(bool_expr(Scope(layout.columns, source_cols), depth=1))
+    return MergeCase(layout, target, source, on_extra, clauses)
+
+
+# -- running both ----------------------------------------------------------------------------------------
+
+
+_SHARED: dict[str, Any] = {}
+_TABLE_NUMBERS = itertools.count()
+
+
+@contextmanager
+def fresh_catalog() -> Iterator[tuple[mere.Catalog, str]]:
+    """A catalog in a temporary directory (one per test process: connecting costs more than a table) and
+    the name of a table that does not exist yet: every example gets its own table."""
+    if "catalog" not in _SHARED:
+        path = tempfile.mkdtemp(prefix="mere-merge-")
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+        _SHARED["catalog"] = mere.connect(path)
+    yield _SHARED["catalog"], f"db.t{next(_TABLE_NUMBERS)}"
+
+
+def duck_connection() -> duckdb.DuckDBPyConnection:
+    """One DuckDB connection for the process, its table ``t`` dropped."""
+    con = _SHARED.get("duck")
+    if con is None:
+        con = _SHARED["duck"] = duckdb.connect(":memory:", config={"threads": "1"})
+        con.execute("SET error_on_division_by_zero = false")  # as mere: x // 0 and x % 0 are NULL
+        con.execute("SET TimeZone = 'UTC'")
+    con.execute("DROP TABLE IF EXISTS t")
+    return con
+
+
+def canon(table: pa.Table, layout: Layout) -> list[tuple[Any, ...]]:
+    floats = [c for c in layout.columns if COLS[c].family == "float"]
+    return canon_rows(table.select(list(layout.columns)).to_pylist(), layout.columns, signless=floats)
+
+
+def mere_rows(t: mere.Table) -> list[dict[str, Any]]:
+    return t.to_arrow().to_pylist()
+
+
+@dataclass
+class Outcome:
+    error: BaseException | None
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def run_duck_merge(case: MergeCase) -> Outcome:
+    con = duck_connection()
+    case.layout.duck_create(con)
+    con.register("tgt", arrow_rows(case.layout.schema(), case.target))
+    con.execute("INSERT INTO t SELECT * FROM tgt")
+    con.register("src", case.source)
+    try:
+        actions = con.execute(case.duck_sql()).fetchall()
+    except duckdb.Error as exc:
+        return Outcome(exc)
+    counts = Counter(a for (a,) in actions)
+    rows = canon(con.sql("SELECT * FROM t").to_arrow_table(), case.layout)
+    return Outcome(
+        None, rows, {"inserted": counts["INSERT"], "updated": counts["UPDATE"], "deleted": counts["DELETE"]}
+    )
+
+
+def run_mere_merge(case: MergeCase) -> Outcome:
+    with fresh_catalog() as (cat, name):
+        t = case.layout.create(cat, name)
+        if case.target:
+            t.upsert(arrow_rows(case.layout.schema(), case.target))
+        before_version = t.version
+        before = canon(t.to_arrow(), case.layout)
+        try:
+            m = t.merge(case.source, on=case.mere_on())
+            for c in case.clauses:
+                c.apply(m)
+            metrics = m.execute()
+        except errors.MereError as exc:
+            t = cat.table(name)
+            assert t.version == before_version, f"failed MERGE ({exc!r}) committed a version"
+            assert canon(t.to_arrow(), case.layout) == before, f"failed MERGE ({exc!r}) changed rows"
+            return Outcome(exc)
+        rows = canon(cat.table(name).to_arrow(), case.layout)
+        assert metrics.version == cat.table(name).version
+        counts = {"inserted": metrics.inserted, "updated": metrics.updated, "deleted": metrics.deleted}
+        return Outcome(None, rows, counts)
+
+
+def check_merge(case: MergeCase) -> None:
+    note(case.duck_sql())
+    note(f"mere on={case.mere_on()!r}")
+    note(f"target={case.target}")
+    note(f"source={case.source.to_pylist()}")
+    want = run_duck_merge(case)
+    got = run_mere_merge(case)
+    note(f"duckdb: {want.error!r}; mere: {got.error!r}")
+    event(
+        "outcome",
+        "error" if want.error is not None else "changed" if any(want.counts.values()) else "no change",
+    )
+    if want.error is not None or got.error is not None:
+        assert (want.error is None) == (got.error is None), (
+            f"error-ness differs: duckdb {want.error!r}, mere {got.error!r}"
+        )
+        return
+    assert got.rows == want.rows, diff(got.rows, want.rows, case.layout.columns)
+    assert got.counts == want.counts, f"counts: mere {got.counts}, duckdb {want.counts}"
+
+
+@DIFF_SETTINGS
+@given(merge_cases(NARROW))
+def test_merge_matches_duckdb(case: MergeCase) -> None:
+    check_merge(case)
+
+
+@SMALL_SETTINGS
+@given(merge_cases(WIDE))
+def test_merge_matches_duckdb_decimal_and_date(case: MergeCase) -> None:
+    check_merge(case)
+
+
+@SMALL_SETTINGS
+@given(st.sampled_from([BY_REGION, BY_DAY]).flatmap(merge_cases))
+def test_merge_partitioned_composite_key_matches_duckdb(case: MergeCase) -> None:
+    check_merge(case)
+
+
+@DIFF_SETTINGS
+@given(merge_cases(NARROW, key_exprs=True))
+def test_merge_computed_insert_keys_match_duckdb(case: MergeCase) -> None:
+    """INSERT of a key computed from the source (it may name a key the target holds but the source lacks)."""
+    check_merge(case)
+
+
+# -- targeted MERGE cases --------------------------------------------------------------------------------
+
+KQ = pa.schema([("k", pa.int64()), ("q", pa.int32())])
+
+
+def kq(rows: list[tuple[Any, Any]]) -> pa.Table:
+    return pa.table(
+        {"k": pa.array([r[0] for r in rows], pa.int64()), "q": pa.array([r[1] for r in rows], pa.int32())}
+    )
+
+
+@pytest.fixture
+def kq_table(local_cat: mere.Catalog) -> mere.Table:
+    t = local_cat.create_table("db.t", KQ, primary_key="k", buckets=2)
+    t.upsert(kq([(1, 10), (2, 20)]))
+    return t
+
+
+def state(t: mere.Table) -> tuple[int, list[dict[str, Any]]]:
+    t = t.refresh() if hasattr(t, "refresh") else t
+    return t.version, sorted(t.to_arrow().to_pylist(), key=lambda r: repr(sorted(r.items())))
+
+
+def test_insert_of_key_present_but_not_in_source_raises(kq_table: mere.Table) -> None:
+    """DuckDB: PRIMARY KEY violation. The inserted key (s.k + 1 = 1) is not among the source keys."""
+    before = state(kq_table)
+    with pytest.raises(errors.MergeConflict):
+        kq_table.merge(kq([(0, 5)])).when_not_matched_insert(values={"k": "s.k + 1", "q": "s.q"}).execute()
+    assert state(kq_table) == before
+
+
+def test_do_nothing_counts_each_pair_once(kq_table: mere.Table) -> None:
+    metrics = kq_table.merge(kq([(1, 1), (1, 2)])).when_matched_do_nothing().execute()
+    assert (metrics.inserted, metrics.updated, metrics.deleted) == (0, 0, 0)
+    assert metrics.unchanged == 2, metrics  # two matched pairs, neither changed anything
+    metrics = (
+        kq_table.merge(kq([(1, 1), (1, 2)]))
+        .when_matched_do_nothing(condition="s.q = 1")
+        .when_matched_update(set={"q": "5"})
+        .execute()
+    )
+    assert (metrics.updated, metrics.unchanged) == (1, 1), metrics
+
+
+def test_string_literal_compared_with_a_number_is_an_error(kq_table: mere.Table) -> None:
+    """docs/sql.md: a string literal is not read as a number in comparisons (DuckDB casts it: a documented
+    divergence, as in the prunable filter atoms), but a SET or INSERT stores text into a number column by
+    SQL's assignment cast."""
+    before = state(kq_table)
+    for bad in (
+        lambda: kq_table.to_arrow(filter="q = '10'"),
+        lambda: (
+            kq_table.merge(kq([(1, 0)])).when_matched_update(set={"q": "1"}, condition="t.q = '10'").execute()
+        ),
+        lambda: kq_table.update(set={"q": "1"}, where="k = '2'"),
+    ):
+        with pytest.raises(errors.FilterError, match="not a number"):
+            bad()
+    assert state(kq_table) == before
+    kq_table.merge(kq([(1, 0)])).when_matched_update(set={"q": "'7'"}).execute()
+    kq_table.update(set={"q": "'8'"}, where="k = 2")
+    assert sorted(kq_table.to_arrow().to_pylist(), key=lambda r: r["k"]) == [
+        {"k": 1, "q": 7},
+        {"k": 2, "q": 8},
+    ]
+    with pytest.raises(errors.InvalidInput):
+        kq_table.update(set={"q": "'x'"}, where="k = 2")
+
+
+def test_string_literal_cast_to_decimal(local_cat: mere.Catalog) -> None:
+    """CAST('12.34' AS DECIMAL(9,2)) is 12.34 in DuckDB."""
+    t = WIDE.create(local_cat)
+    t.upsert(arrow_rows(WIDE.schema(), [dict.fromkeys(WIDE.columns) | {"k": 1, "d": Decimal("12.34")}]))
+    assert t.to_arrow(filter="d = CAST('12.34' AS DECIMAL(9,2))").num_rows == 1
+    t.update(set={"d": "CAST('1.5' AS DECIMAL(9,2))", "q": "CAST('7' AS INTEGER)"})
+    assert t.to_arrow().select(["d", "q"]).to_pylist() == [{"d": Decimal("1.50"), "q": 7}]
+
+
+def test_integer_expression_stored_in_decimal_column(local_cat: mere.Catalog) -> None:
+    """DuckDB: SET d = t.k (BIGINT into DECIMAL(9,2)) stores 3.00; values are checked, not types."""
+    t = WIDE.create(local_cat)
+    t.upsert(arrow_rows(WIDE.schema(), [dict.fromkeys(WIDE.columns) | {"k": 3, "q": 4}]))
+    src = pa.table({"k": pa.array([3], pa.int64())})
+    t.merge(src).when_matched_update(set={"d": "t.k", "f": "t.q"}).execute()
+    t.update(set={"v": "q"})
+    assert t.to_arrow().select(["d", "f", "v"]).to_pylist() == [{"d": Decimal("3.00"), "f": 4.0, "v": 4}]
+    t.update(set={"d": "q + 1"})
+    assert t.to_arrow().column("d").to_pylist() == [Decimal("5.00")]
+
+
+def test_coalesce_of_decimal_and_null_expression(local_cat: mere.Catalog) -> None:
+    """DuckDB: COALESCE(d, COALESCE(NULL, NULL)) is d (a NULL-typed expression takes the other type)."""
+    t = WIDE.create(local_cat)
+    t.upsert(arrow_rows(WIDE.schema(), [dict.fromkeys(WIDE.columns) | {"k": 1, "d": Decimal("2.50")}]))
+    t.update(set={"d": "COALESCE(d, COALESCE(NULL, NULL))", "q": "COALESCE(q, COALESCE(NULL, NULL))"})
+    assert t.to_arrow().select(["d", "q"]).to_pylist() == [{"d": Decimal("2.50"), "q": None}]
+
+
+def test_delete_and_insert_of_one_key_in_one_merge(kq_table: mere.Table) -> None:
+    """DuckDB accepts a MERGE that deletes a target row and inserts its key again (the key is unique after
+    the statement): ON never pairs here, so BY SOURCE deletes 1 and 2 and NOT MATCHED inserts them."""
+    src = kq([(1, 5), (2, 6)])
+    metrics = (
+        kq_table.merge(src, on="t.k = s.k AND t.q < 0")
+        .when_not_matched_by_source_delete()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert (metrics.deleted, metrics.inserted) == (2, 2)
+    assert sorted(kq_table.to_arrow().to_pylist(), key=lambda r: r["k"]) == [
+        {"k": 1, "q": 5},
+        {"k": 2, "q": 6},
+    ]
+
+
+def test_update_of_table_without_key(local_cat: mere.Catalog) -> None:
+    t = local_cat.create_table("db.nk", KQ)
+    t.append(kq([(1, 10), (2, 20), (2, 21)]))
+    t.update(set={"q": "q + 1"}, where="k = 2")
+    t.update(set={"k": "k * 10"})
+    assert sorted(t.to_arrow().to_pylist(), key=lambda r: (r["k"], r["q"])) == [
+        {"k": 10, "q": 10},
+        {"k": 20, "q": 21},
+        {"k": 20, "q": 22},
+    ]
+
+
+def test_twice_matched_target_row(kq_table: mere.Table) -> None:
+    before = state(kq_table)
+    for build in (
+        lambda m: m.when_matched_update(set={"q": "s.q"}),
+        lambda m: m.when_matched_delete(),
+        lambda m: m.when_matched_update(set={"q": "s.q"}, condition="s.q > 0"),
+    ):
+        with pytest.raises(errors.MergeConflict):
+            build(kq_table.merge(kq([(1, 1), (1, 2)]))).execute()
+        assert state(kq_table) == before
+    # Only one of the two pairs acts: allowed (as in DuckDB).
+    kq_table.merge(kq([(1, 1), (1, 2)])).when_matched_update(set={"q": "s.q"}, condition="s.q > 1").execute()
+    assert sorted(kq_table.to_arrow().to_pylist(), key=lambda r: r["k"]) == [
+        {"k": 1, "q": 2},
+        {"k": 2, "q": 20},
+    ]
+
+
+def test_explain_names_the_splits_read(local_cat: mere.Catalog) -> None:
+    t = local_cat.create_table("db.t", KQ, primary_key="k", buckets=8)
+    t.upsert(kq([(i, i) for i in range(64)]))
+    m = t.merge(kq([(3, 1)])).when_matched_update(set={"q": "t.q + s.q"})
+    ex = m.explain()
+    assert ex.splits_read == 1 and ex.splits_total == 8 and not ex.full_scan
+    assert "1 of 8" in str(ex)
+    full = t.merge(kq([(3, 1)])).when_not_matched_by_source_delete(condition="t.q > 60")
+    assert full.explain().full_scan and full.explain().splits_read == 8
+    metrics = m.execute()
+    assert metrics.splits_read == 1 and metrics.rows_read == 1 and metrics.updated == 1
+    metrics = full.execute()
+    assert metrics.deleted == 3 and metrics.rows_read == 64
+
+
+# -- UPDATE and DELETE -----------------------------------------------------------------------------------
+
+
+@dataclass
+class UpdateCase:
+    layout: Layout
+    keyed: bool
+    rows: list[dict[str, Any]]
+    kind: str  # update, delete
+    sets: tuple[tuple[str, str], ...]
+    where: str | None
+
+    def duck_sql(self) -> str:
+        where = f" WHERE {self.where}" if self.where is not None else ""
+        if self.kind == "delete":
+            return f"DELETE FROM t{where}"
+        return "UPDATE t SET " + ", ".join(f"{c} = {e}" for c, e in self.sets) + where
+
+
+@st.composite
+def update_cases(draw: st.DrawFn, layout: Layout) -> UpdateCase:
+    keyed = draw(st.booleans())
+    rows = draw(target_rows(layout, keyed))
+    scope = Scope(layout.columns, (), t_prefix="")
+    kind = draw(st.sampled_from(["update", "update", "delete"]))
+    where = draw(bool_expr(scope))
+    if kind == "update" and draw(st.integers(0, 3)) == 0:
+        where = None
+    sets = draw(assignments(layout, scope, layout.values)) if kind == "update" else ()
+    return UpdateCase(layout, keyed, rows, kind, sets, where)
+
+
+@DIFF_SETTINGS
+@given(st.sampled_from([NARROW, WIDE]).flatmap(update_cases))
+def test_update_and_delete_match_duckdb(case: UpdateCase) -> None:
+    note(case.duck_sql())
+    note(f"keyed={case.keyed} rows={case.rows}")
+    layout = case.layout
+    con = duck_connection()
+    layout.duck_create(con, keyed=case.keyed)
+    con.register("tgt", arrow_rows(layout.schema(), case.rows))
+    con.execute("INSERT INTO t SELECT * FROM tgt")
+    try:
+        con.execute(case.duck_sql())
+        want: list[tuple[Any, ...]] | None = canon(con.sql("SELECT * FROM t").to_arrow_table(), layout)
+        duck_error = None
+    except duckdb.Error as exc:
+        want, duck_error = None, exc
+    with fresh_catalog() as (cat, name):
+        t = layout.create(cat, name, keyed=case.keyed)
+        if case.rows:
+            data = arrow_rows(layout.schema(), case.rows)
+            t.upsert(data) if case.keyed else t.append(data)
+        before = (t.version, canon(t.to_arrow(), layout))
+        try:
+            if case.kind == "delete":
+                assert case.where is not None
+                t.delete(case.where)
+            else:
+                t.update(set=dict(case.sets), where=case.where)
+        except errors.MereError as exc:
+            t = cat.table(name)
+            assert (t.version, canon(t.to_arrow(), layout)) == before, f"failed {case.kind} changed the table"
+            assert duck_error is not None, f"mere raised {exc!r}, DuckDB did not"
+            return
+        assert duck_error is None, f"DuckDB raised {duck_error!r}, mere did not"
+        got = canon(cat.table(name).to_arrow(), layout)
+        assert want is not None
+        assert got == want, diff(got, want, layout.columns)
+
+
+def test_update_rejects_key_and_partition_columns(local_cat: mere.Catalog) -> None:
+    t = BY_REGION.create(local_cat)
+    t.upsert(arrow_rows(BY_REGION.schema(), [{"region": "eu", "k": 1, "q": 1, "s": "a", "f": 1.0}]))
+    before = state(t)
+    for col in ("region", "k"):
+        with pytest.raises(errors.InvalidInput):
+            t.update(set={col: "'x'" if col == "region" else "5"})
+        with pytest.raises(errors.InvalidInput):
+            t.merge(
+                arrow_rows(BY_REGION.schema(), [{"region": "eu", "k": 1, "q": 2, "s": None, "f": None}])
+            ).when_matched_update(set={col: "s." + col}).execute()
+    assert state(t) == before
+
+
+# -- merge operators -------------------------------------------------------------------------------------
+
+
+def test_update_and_merge_put_the_value_of_a_sum_column(local_cat: mere.Catalog) -> None:
+    schema = pa.schema([("k", pa.int64()), ("qty", pa.int64()), ("note", pa.string())])
+    t = local_cat.create_table("db.sums", schema, primary_key="k", buckets=2, merge_operators={"qty": "sum"})
+    t.upsert(pa.table({"k": [1, 2, 3], "qty": [10, 20, 30], "note": ["a", "b", "c"]}, schema=schema))
+    t.upsert(pa.table({"k": [1, 2, 3], "qty": [1, 2, 3], "note": ["a", "b", "c"]}, schema=schema))
+    assert sorted(t.to_arrow().column("qty").to_pylist()) == [11, 22, 33]  # upserts add
+    t.update(set={"qty": "5"}, where="k = 1")
+    src = pa.table({"k": [2, 4], "qty": [7, 9], "note": ["x", "y"]}, schema=schema)
+    metrics = t.merge(src).when_matched_update(set={"qty": "5"}).when_not_matched_insert_all().execute()
+    assert (metrics.updated, metrics.inserted) == (1, 1)
+    t.merge(pa.table({"k": [3]}, schema=pa.schema([("k", pa.int64())]))).when_matched_update(
+        set={"qty": "t.qty + 100"}
+    ).execute()
+    got = {r["k"]: r["qty"] for r in t.to_arrow().to_pylist()}
+    assert got == {1: 5, 2: 5, 3: 133, 4: 9}, got
+    # A later upsert adds to the value put, not to the folded history.
+    t.upsert(pa.table({"k": [1, 2], "qty": [1, 1], "note": ["a", "b"]}, schema=schema))
+    got = {r["k"]: r["qty"] for r in t.to_arrow().to_pylist()}
+    assert got == {1: 6, 2: 6, 3: 133, 4: 9}, got
+    t.compact()
+    assert {r["k"]: r["qty"] for r in t.to_arrow().to_pylist()} == got
+
+
+# -- atomicity -------------------------------------------------------------------------------------------
+
+
+def table_files(warehouse: Path, t: mere.Table) -> set[str]:
+    root = warehouse / t.location
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} if root.exists() else set()
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        pytest.param(lambda m: m.when_matched_update(set={"v": "t.v + 9223372036854775807"}), id="overflow"),
+        pytest.param(lambda m: m.when_matched_update(set={"v": "CAST(t.s AS BIGINT)"}), id="bad-cast"),
+        pytest.param(
+            lambda m: (
+                m.when_matched_delete(condition="s.v < 0")
+                .when_not_matched_insert_all()
+                .when_matched_update(set={"q": "t.q * 1000000000"})
+            ),
+            id="overflow-after-other-clauses",
+        ),
+        pytest.param(
+            lambda m: m.when_not_matched_insert_all().when_not_matched_by_source_update(
+                set={"v": "-t.v - 9223372036854775807 - 2"}
+            ),
+            id="by-source-overflow",
+        ),
+    ],
+)
+def test_failing_merge_writes_nothing(tmp_path: Path, build: Callable[[Any], Any]) -> None:
+    cat = mere.connect(str(tmp_path))
+    schema = pa.schema([("k", pa.int64()), ("q", pa.int32()), ("v", pa.int64()), ("s", pa.string())])
+    t = cat.create_table("db.t", schema, primary_key="k", buckets=4)
+    n = 2000
+    t.upsert(
+        pa.table(
+            {
+                "k": range(n),
+                "q": pa.array([i % 100 + 3 for i in range(n)], pa.int32()),
+                "v": range(n),
+                "s": ["1x"] * n,
+            },
+            schema=schema,
+        )
+    )
+    before = state(t)
+    files = table_files(tmp_path, t)
+    src = pa.table(
+        {"k": range(n - 500, n + 500), "v": [-1 if i % 2 else 1 for i in range(1000)]},
+        schema=pa.schema([("k", pa.int64()), ("v", pa.int64())]),
+    )
+    with pytest.raises(errors.MereError) as info:
+        build(t.merge(src)).execute()
+    assert "Traceback" not in str(info.value)
+    assert state(cat.table("db.t")) == before
+    assert table_files(tmp_path, t) == files, "a failed MERGE left files behind"
+
+
+def test_failing_update_writes_nothing(tmp_path: Path) -> None:
+    cat = mere.connect(str(tmp_path))
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    for keyed in (True, False):
+        name = f"db.t{int(keyed)}"
+        t = cat.create_table(name, schema, primary_key="k" if keyed else None, buckets=4 if keyed else None)
+        data = pa.table({"k": range(1000), "v": range(1000)}, schema=schema)
+        t.upsert(data) if keyed else t.append(data)
+        before, files = state(t), table_files(tmp_path, t)
+        with pytest.raises(errors.MereError):
+            t.update(set={"v": "v + 9223372036854775000"})
+        with pytest.raises(errors.MereError):
+            t.update(set={"v": "CAST(CAST(v AS VARCHAR) || 'x' AS BIGINT)"}, where="k > 10")
+        assert state(cat.table(name)) == before
+        assert table_files(tmp_path, t) == files
+
+
+KILL_CHILD = """
+import sys, time, mere, pyarrow as pa
+from mere.io.storage import Storage
+
+original = Storage.write_parquet
+
+def write_parquet(self, *args, **kwargs):
+    out = original(self, *args, **kwargs)
+    print("wrote", flush=True)  # the parent kills this process now, with the MERGE's other files unwritten
+    time.sleep(600)
+    return out
+
+Storage.write_parquet = write_parquet
+t = mere.connect(sys.argv[1]).table("db.big")
+n = int(sys.argv[2])
+src = pa.table({"k": pa.array(range(n), pa.int64()), "q": pa.array([7] * n, pa.int64())})
+t.merge(src).when_matched_update(set={"q": "t.q + s.q"}).when_not_matched_insert_all().execute()
+print("done", flush=True)
+"""
+
+
+def test_killed_merge_commits_nothing(tmp_path: Path) -> None:
+    """A MERGE process SIGKILLed once it has written a data file: nothing commits; cleanup() removes the
+    orphans and nothing else."""
+    cat = mere.connect(str(tmp_path))
+    schema = pa.schema([("k", pa.int64()), ("q", pa.int64())])
+    t = cat.create_table("db.big", schema, primary_key="k", buckets=8)
+    t.upsert(pa.table({"k": range(0, 40_000, 2), "q": [1] * 20_000}, schema=schema))
+    before = state(t)
+    files = table_files(tmp_path, t)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_CHILD, str(tmp_path), "40000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    seen: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:  # until the first file is written (or the child ends)
+            seen.append(raw.decode())
+            if raw.strip() == b"wrote":
+                break
+        wrote = bool(table_files(tmp_path, t) - files)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    assert seen and seen[-1].strip() == "wrote", f"child did not write: {seen} {err}"
+    assert wrote, "the child reported a file that is not there"
+    assert proc.returncode == -signal.SIGKILL
+    t = cat.table("db.big")
+    assert state(t) == before
+    orphans = table_files(tmp_path, t) - files
+    assert orphans
+    removed = t.cleanup(older_than=dt.timedelta(0))
+    assert {Path(p).name for p in removed} == {Path(p).name for p in orphans}
+    assert table_files(tmp_path, t) == files
+    assert state(cat.table("db.big")) == before
+    # The table still takes a MERGE.
+    metrics = (
+        t.merge(pa.table({"k": [0, 1], "q": [5, 5]}, schema=schema))
+        .when_matched_update(set={"q": "t.q + s.q"})
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert (metrics.updated, metrics.inserted) == (1, 1)
+    assert {r["k"]: r["q"] for r in t.to_arrow(filter="k < 2").to_pylist()} == {0: 6, 1: 5}
+
+
+# -- concurrency -----------------------------------------------------------------------------------------
+
+COUNTER_KEYS = list(range(8))
+CONC_WORKERS = 3
+CONC_ROUNDS = 4
+
+
+def _conc_worker(warehouse: str, worker: int, start: Any, results: Any) -> None:
+    try:
+        cat = mere.connect(warehouse)
+        t = cat.table("db.c")
+        t.version  # noqa: B018 - open the catalog before the race
+        start.wait(timeout=120)
+        merges = 0
+        upserted: list[int] = []
+        schema = pa.schema([("k", pa.int64()), ("n", pa.int64())])
+        for r in range(CONC_ROUNDS):
+            src = pa.table({"k": COUNTER_KEYS, "n": [worker + 1] * len(COUNTER_KEYS)}, schema=schema)
+            while True:
+                try:
+                    t.merge(src).when_matched_update(
+                        set={"n": "t.n + s.n"}
+                    ).when_not_matched_insert_all().execute()
+                    merges += 1
+                    break
+                except errors.CommitConflict:
+                    continue
+            keys = [1000 * (worker + 1) + 10 * r + j for j in range(3)]
+            t.upsert(pa.table({"k": keys, "n": [r] * 3}, schema=schema))
+            upserted += keys
+        results.put((worker, "ok", merges, upserted))
+    except BaseException:
+        results.put((worker, "error", traceback.format_exc(), []))
+
+
+def test_concurrent_merges_lose_nothing(tmp_path: Path) -> None:
+    cat = mere.connect(str(tmp_path))
+    schema = pa.schema([("k", pa.int64()), ("n", pa.int64())])
+    t = cat.create_table("db.c", schema, primary_key="k", buckets=2)
+    t.upsert(pa.table({"k": COUNTER_KEYS[:4], "n": [0] * 4}, schema=schema))  # the other 4 are inserted
+    ctx = mp.get_context("spawn")
+    start = ctx.Barrier(CONC_WORKERS)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_conc_worker, args=(str(tmp_path), w, start, results), daemon=True)
+        for w in range(CONC_WORKERS)
+    ]
+    for p in procs:
+        p.start()
+    reports: list[Any] = []
+    try:
+        reports.extend(results.get(timeout=300) for _ in range(CONC_WORKERS))
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    failures = [r[2] for r in reports if r[1] != "ok"]
+    assert not failures, "\n".join(failures)
+    assert all(r[2] == CONC_ROUNDS for r in reports)
+    rows = {r["k"]: r["n"] for r in cat.table("db.c").to_arrow().to_pylist()}
+    # Each worker w's first MERGE inserts the 4 missing keys with w+1 or adds w+1: every MERGE adds w+1.
+    total = sum((w + 1) * CONC_ROUNDS for w in range(CONC_WORKERS))
+    for k in COUNTER_KEYS:
+        assert rows[k] == total, (k, rows[k], total)
+    upserted = [k for r in reports for k in r[3]]
+    for k in upserted:
+        assert k in rows, f"upsert of {k} lost"
+        assert rows[k] == (k % 1000) // 10
+    assert len(rows) == len(COUNTER_KEYS) + CONC_WORKERS * CONC_ROUNDS * 3
+    history = [s.version for s in cat.table("db.c").history()]
+    assert history == list(range(history[0], history[0] + len(history)))
+
+
+# -- bad arguments ---------------------------------------------------------------------------------------
+
+
+def _bad_merges() -> list[Any]:
+    src = kq([(1, 1), (3, 3)])
+    upd = {"q": "s.q"}
+    cases: list[tuple[str, Callable[[mere.Table], Any]]] = [
+        ("no clauses", lambda t: t.merge(src).execute()),
+        ("explain no clauses", lambda t: t.merge(src).explain()),
+        ("source not data", lambda t: t.merge(42)),
+        ("source str", lambda t: t.merge("SELECT 1")),
+        ("source without key", lambda t: t.merge(pa.table({"q": [1]})).when_matched_delete().execute()),
+        (
+            "source key wrong type",
+            lambda t: t.merge(pa.table({"k": ["x"], "q": [1]})).when_matched_delete().execute(),
+        ),
+        ("on not str", lambda t: t.merge(src, on=1)),
+        ("on empty", lambda t: t.merge(src, on="")),
+        ("on unparsable", lambda t: t.merge(src, on="t.k = = s.k")),
+        ("on without key", lambda t: t.merge(src, on="t.q = s.q").when_matched_delete().execute()),
+        ("on key to constant", lambda t: t.merge(src, on="t.k = 1").when_matched_delete().execute()),
+        ("on OR", lambda t: t.merge(src, on="t.k = s.k OR t.q = s.q").when_matched_delete().execute()),
+        ("on unknown column", lambda t: t.merge(src, on="t.k = s.nope").when_matched_delete().execute()),
+        ("on not boolean", lambda t: t.merge(src, on="t.k = s.k AND t.q").when_matched_delete().execute()),
+        ("source_alias empty", lambda t: t.merge(src, source_alias="")),
+        ("source_alias not str", lambda t: t.merge(src, source_alias=3)),
+        ("target_alias None", lambda t: t.merge(src, target_alias=None)),
+        ("same aliases", lambda t: t.merge(src, source_alias="x", target_alias="X")),
+        (
+            "wrong alias in condition",
+            lambda t: t.merge(src).when_matched_update(upd, condition="x.q > 1").execute(),
+        ),
+        ("wrong alias in value", lambda t: t.merge(src).when_matched_update({"q": "src.q"}).execute()),
+        (
+            "renamed alias, old name used",
+            lambda t: t.merge(src, source_alias="n").when_matched_update({"q": "s.q"}).execute(),
+        ),
+        ("set not dict", lambda t: t.merge(src).when_matched_update(set=["q"])),
+        ("set None", lambda t: t.merge(src).when_matched_update(set=None)),
+        ("set empty", lambda t: t.merge(src).when_matched_update(set={})),
+        ("set value not str", lambda t: t.merge(src).when_matched_update(set={"q": 5})),
+        ("set value None", lambda t: t.merge(src).when_matched_update(set={"q": None})),
+        ("set key not str", lambda t: t.merge(src).when_matched_update(set={1: "s.q"})),
+        ("set empty column", lambda t: t.merge(src).when_matched_update(set={"": "s.q"})),
+        ("set unknown column", lambda t: t.merge(src).when_matched_update(set={"nope": "s.q"}).execute()),
+        ("set key column", lambda t: t.merge(src).when_matched_update(set={"k": "s.k"}).execute()),
+        ("set twice", lambda t: t.merge(src).when_matched_update(set={"q": "1", "t.q": "2"}).execute()),
+        ("set unparsable", lambda t: t.merge(src).when_matched_update(set={"q": "s.q +"})),
+        (
+            "set unknown function",
+            lambda t: t.merge(src).when_matched_update(set={"q": "nope(s.q)"}).execute(),
+        ),
+        (
+            "set wrong type",
+            lambda t: t.merge(src).when_matched_update(set={"q": "DATE '2020-01-01'"}).execute(),
+        ),
+        ("set subquery", lambda t: t.merge(src).when_matched_update(set={"q": "(SELECT 1)"}).execute()),
+        ("ambiguous column", lambda t: t.merge(src).when_matched_update(set={"q": "q + 1"}).execute()),
+        ("ambiguous in condition", lambda t: t.merge(src).when_matched_delete(condition="q > 1").execute()),
+        ("unknown source column", lambda t: t.merge(src).when_matched_update(set={"q": "s.nope"}).execute()),
+        ("condition not str", lambda t: t.merge(src).when_matched_delete(condition=True)),
+        ("condition not boolean", lambda t: t.merge(src).when_matched_delete(condition="t.q + 1").execute()),
+        ("condition empty", lambda t: t.merge(src).when_matched_delete(condition="")),
+        (
+            "target column in NOT MATCHED",
+            lambda t: t.merge(src).when_not_matched_insert({"k": "s.k"}, condition="t.q > 1").execute(),
+        ),
+        (
+            "target column in INSERT value",
+            lambda t: t.merge(src).when_not_matched_insert({"k": "s.k", "q": "t.q"}).execute(),
+        ),
+        (
+            "source column in BY SOURCE",
+            lambda t: t.merge(src).when_not_matched_by_source_delete(condition="s.q > 1").execute(),
+        ),
+        (
+            "source column in BY SOURCE set",
+            lambda t: t.merge(src).when_not_matched_by_source_update(set={"q": "s.q"}).execute(),
+        ),
+        ("insert without key", lambda t: t.merge(src).when_not_matched_insert({"q": "s.q"}).execute()),
+        ("insert empty", lambda t: t.merge(src).when_not_matched_insert({})),
+        (
+            "insert unknown column",
+            lambda t: t.merge(src).when_not_matched_insert({"k": "s.k", "x": "1"}).execute(),
+        ),
+        ("insert value not str", lambda t: t.merge(src).when_not_matched_insert({"k": 3})),
+        ("by-source set empty", lambda t: t.merge(src).when_not_matched_by_source_update(set={})),
+        ("overflowing literal", lambda t: t.merge(src).when_matched_update({"q": "10000000000"}).execute()),
+        (
+            "lossy decimal",
+            lambda t: t.merge(src).when_matched_update({"q": "CAST('x' AS INTEGER)"}).execute(),
+        ),
+    ]
+    return [pytest.param(f, id=name) for name, f in cases]
+
+
+@pytest.mark.parametrize("bad", _bad_merges())
+def test_bad_merge_arguments(kq_table: mere.Table, bad: Callable[[mere.Table], Any]) -> None:
+    before = state(kq_table)
+    with pytest.raises(errors.MereError):
+        bad(kq_table)
+    assert state(kq_table) == before
+
+
+def test_merge_executes_once_and_is_closed_after(kq_table: mere.Table) -> None:
+    m = kq_table.merge(kq([(1, 1)])).when_matched_update(set={"q": "t.q + s.q"})
+    m.execute()
+    after = state(kq_table)
+    with pytest.raises(errors.InvalidInput):
+        m.execute()
+    with pytest.raises(errors.InvalidInput):
+        m.when_matched_delete()
+    assert state(kq_table) == after
+
+
+def test_merge_on_table_without_key(local_cat: mere.Catalog) -> None:
+    t = local_cat.create_table("db.nk", KQ)
+    t.append(kq([(1, 1)]))
+    with pytest.raises(errors.InvalidInput):
+        t.merge(kq([(1, 2)]))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param({"set": {}}, id="empty-set"),
+        pytest.param({"set": None}, id="none-set"),
+        pytest.param({"set": "q = 1"}, id="str-set"),
+        pytest.param({"set": {"q": 1}}, id="value-not-str"),
+        pytest.param({"set": {"nope": "1"}}, id="unknown-column"),
+        pytest.param({"set": {"k": "k + 1"}}, id="key-column"),
+        pytest.param({"set": {"q": "nope + 1"}}, id="unknown-column-in-value"),
+        pytest.param({"set": {"q": "t.q + 1"}}, id="alias-in-update"),
+        pytest.param({"set": {"q": "q +"}}, id="unparsable"),
+        pytest.param({"set": {"q": "'2020-01-01'::DATE"}}, id="wrong-type"),
+        pytest.param({"set": {"q": "1"}, "where": "nope > 1"}, id="unknown-where"),
+        pytest.param({"set": {"q": "1"}, "where": "q +"}, id="unparsable-where"),
+        pytest.param({"set": {"q": "1"}, "where": 5}, id="where-int"),
+        pytest.param({"set": {"q": "1"}, "where": "q"}, id="where-not-boolean"),
+    ],
+)
+@pytest.mark.parametrize("keyed", [True, False])
+def test_bad_update_arguments(local_cat: mere.Catalog, kwargs: dict[str, Any], keyed: bool) -> None:
+    if not keyed and kwargs["set"] == {"k": "k + 1"}:
+        pytest.skip("without a primary key, k is an ordinary column")
+    t = local_cat.create_table("db.u", KQ, primary_key="k" if keyed else None, buckets=2 if keyed else None)
+    t.upsert(kq([(1, 1), (2, 2)])) if keyed else t.append(kq([(1, 1), (2, 2)]))
+    before = state(t)
+    with pytest.raises(errors.MereError):
+        t.update(**kwargs)
+    assert state(t) == before
+
+
+@pytest.mark.parametrize("where", ["", "q +", "nope = 1", "q", "q = DATE '2020-01-01'", "s.q = 1"])
+def test_bad_delete_filters(kq_table: mere.Table, where: str) -> None:
+    before = state(kq_table)
+    with pytest.raises(errors.MereError):
+        kq_table.delete(where)
+    assert state(kq_table) == before
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        pytest.param(lambda m: m.when_not_matched_insert_all(), id="null-key-insert"),
+        pytest.param(
+            lambda m: m.when_not_matched_insert({"k": "s.k", "q": "s.q"}), id="null-key-insert-values"
+        ),
+    ],
+)
+def test_null_source_key_inserted_raises(kq_table: mere.Table, build: Callable[[Any], Any]) -> None:
+    before = state(kq_table)
+    with pytest.raises(errors.NullKey):
+        build(kq_table.merge(kq([(None, 1), (1, 2)]))).execute()
+    assert state(kq_table) == before
+    # Not inserted: a NULL-key source row just matches nothing.
+    kq_table.merge(kq([(None, 1), (1, 2)])).when_matched_update(set={"q": "s.q"}).execute()
+    assert sorted(kq_table.to_arrow().to_pylist(), key=lambda r: r["k"]) == [
+        {"k": 1, "q": 2},
+        {"k": 2, "q": 20},
+    ]
+
+
+def test_source_types_are_cast_losslessly(kq_table: mere.Table) -> None:
+    """A source whose key is int32 / q int64 works when lossless; an overflowing value is rejected."""
+    src = pa.table({"k": pa.array([1, 5], pa.int32()), "q": pa.array([3, 4], pa.int64())})
+    kq_table.merge(src).when_matched_update_all().when_not_matched_insert_all().execute()
+    assert sorted(kq_table.to_arrow().to_pylist(), key=lambda r: r["k"]) == [
+        {"k": 1, "q": 3},
+        {"k": 2, "q": 20},
+        {"k": 5, "q": 4},
+    ]
+    before = state(kq_table)
+    big = pa.table({"k": pa.array([1], pa.int64()), "q": pa.array([2**40], pa.int64())})
+    with pytest.raises(errors.MereError):
+        kq_table.merge(big).when_matched_update_all().execute()
+    assert state(kq_table) == before
