@@ -48,7 +48,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import HealthCheck, assume, event, given, note, settings
 from hypothesis import strategies as st
 
 import mere
@@ -523,6 +523,7 @@ def run_duck_merge(case: MergeCase) -> Outcome:
     try:
         actions = con.execute(case.duck_sql()).fetchall()
     except duckdb.Error as exc:
+        assume("BindBuiltinScalarFunction" not in str(exc))  # a DuckDB internal failure: no verdict
         return Outcome(exc)
     counts = Counter(a for (a,) in actions)
     rows = canon(con.sql("SELECT * FROM t").to_arrow_table(), case.layout)
@@ -807,6 +808,8 @@ def test_update_and_delete_match_duckdb(case: UpdateCase) -> None:
         want: list[tuple[Any, ...]] | None = canon(con.sql("SELECT * FROM t").to_arrow_table(), layout)
         duck_error = None
     except duckdb.Error as exc:
+        # DuckDB's own internal binder failures say nothing about the statement: no verdict
+        assume("BindBuiltinScalarFunction" not in str(exc))
         want, duck_error = None, exc
     with fresh_catalog() as (cat, name):
         t = layout.create(cat, name, keyed=case.keyed)

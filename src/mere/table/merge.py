@@ -1061,58 +1061,22 @@ def check_update(table: Table, assignments: Mapping[str, str]) -> None:
 
 def rewrite_update_change(table: Table, assignments: Mapping[str, str], where: Any, base: int) -> Change:
     """UPDATE of a table without key: the files holding matching rows are rewritten (copy on write)."""
-    import json
+    from mere.table.transaction import rewrite_files
 
-    from mere.read.planner import split_filter, typed_partition
-    from mere.table.transaction import Change
-    from mere.write.writer import PreparedFile
-
-    spec = table.spec
     values = _update_values(table, assignments)
-    parts = split_filter(spec, where)
-    hit_expr = pc.coalesce(E.to_pyarrow(parts.bound), pc.scalar(False))
-    add: list[FileEntry] = []
-    gone: list[FileEntry] = []
-    updated = 0
-    try:
-        for f in table.files_at(base):
-            partition = json.loads(f.partition)
-            if (
-                spec.partition_by
-                and E.evaluate_constant(parts.bound, typed_partition(spec, partition)) is False
-            ):
-                continue
-            md = table.storage.metadata(f.path)
-            data = table.storage.read_row_groups(f.path, range(md.num_row_groups), None)
-            try:
-                hit = evaluate(data, {"hit": hit_expr}).column("hit")
-                count = pc.sum(hit.cast(pa.int64())).as_py() or 0
-                if not count:
-                    continue
-                computed = evaluate(data.filter(hit), values)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                raise _arrow_failure(table.name, exc) from exc
-            mask = np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)
-            positions = np.cumsum(mask) - 1  # row i of the file -> its row among the updated ones
-            for name in values:
-                new = computed.column(name).combine_chunks()
-                old = data.column(name).combine_chunks()
-                merged = pc.if_else(pa.array(mask), new.take(pa.array(np.where(mask, positions, 0))), old)
-                data = data.set_column(data.schema.get_field_index(name), name, merged)
-            conformed, _ = conform(data, spec, partial_ok=False, identifier=table.name)
-            updated += count
-            gone.append(f)
-            add += table._write_files(
-                [PreparedFile(partition, f.bucket, conformed, "data")], first_order=len(add)
-            )
-    except BaseException:
-        table._discard(add)
-        raise
-    return Change(
-        "update",
-        add,
-        updated,
-        {"updated_rows": updated},
-        replaces=lambda _base: gone,
-        partitions=lambda removed: sorted({f.partition for f in removed}),
-    )
+    spec = table.spec
+
+    def update(data: pa.Table, hit: pa.Array) -> pa.Table:
+        try:
+            computed = evaluate(data.filter(hit), values)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise _arrow_failure(table.name, exc) from exc
+        mask = np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)
+        positions = pa.array(np.where(mask, np.cumsum(mask) - 1, 0))  # file row -> its updated row
+        for name in values:
+            new = computed.column(name).combine_chunks().take(positions)
+            merged = pc.if_else(hit, new, data.column(name).combine_chunks())
+            data = data.set_column(data.schema.get_field_index(name), name, merged)
+        return conform(data, spec, partial_ok=False, identifier=table.name)[0]
+
+    return rewrite_files(table, where, base, update, "update", "updated_rows")

@@ -419,39 +419,11 @@ class Transaction:
 
     def _rewrite(self, where: Any, base: int) -> Change:
         """Tables without a key: rewrite the files holding matching rows (copy on write)."""
-        t = self.table
-        parts = split_filter(t.spec, where)
-        keep_expr = ~pc.coalesce(E.to_pyarrow(parts.bound), pa.scalar(False))
-        add: list[FileEntry] = []
-        gone: list[FileEntry] = []
-        deleted = 0
-        try:
-            for f in t.files_at(base):
-                values = json.loads(f.partition)
-                if t.spec.partition_by and E.evaluate_constant(parts.bound, _typed(t.spec, values)) is False:
-                    continue
-                md = t.storage.metadata(f.path)
-                data = t.storage.read_row_groups(f.path, range(md.num_row_groups), None)
-                kept = data.filter(keep_expr)
-                if kept.num_rows == data.num_rows:
-                    continue
-                deleted += data.num_rows - kept.num_rows
-                gone.append(f)
-                if kept.num_rows:
-                    add += t._write_files(
-                        [PreparedFile(values, f.bucket, kept, "data")], first_order=len(add)
-                    )
-        except BaseException:
-            t._discard(add)
-            raise
-        return Change(
-            "delete",
-            add,
-            deleted,
-            {"deleted_rows": deleted},
-            replaces=lambda _base: gone,
-            partitions=lambda removed: sorted({f.partition for f in removed}),
-        )
+
+        def drop(data: pa.Table, hit: pa.Array) -> pa.Table:
+            return data.filter(pc.invert(hit))
+
+        return rewrite_files(self.table, where, base, drop, "delete", "deleted_rows")
 
     def _overwriting(
         self, operation: str, files: list[FileEntry], rows: int, wanted: dict[str, str | None] | None
@@ -483,6 +455,61 @@ class Transaction:
             partitions=touched,
             validate=validate,
         )
+
+
+def rewrite_files(
+    t: Table,
+    where: Any,
+    base: int,
+    rewrite: Callable[[pa.Table, pa.Array], pa.Table],
+    operation: str,
+    count_key: str,
+) -> Change:
+    """Copy on write for tables without a key: each file at ``base`` holding rows that match ``where`` is
+    replaced by ``rewrite(rows, matches)`` (no file if that is empty); files without a match stay."""
+    parts = split_filter(t.spec, where)
+    hit_expr = pc.coalesce(E.to_pyarrow(parts.bound), pa.scalar(False))
+    add: list[FileEntry] = []
+    gone: list[FileEntry] = []
+    matched = 0
+    try:
+        for f in t.files_at(base):
+            values = json.loads(f.partition)
+            if t.spec.partition_by and E.evaluate_constant(parts.bound, _typed(t.spec, values)) is False:
+                continue
+            md = t.storage.metadata(f.path)
+            data = t.storage.read_row_groups(f.path, range(md.num_row_groups), None)
+            try:
+                mask = _evaluate_mask(data, hit_expr)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise InvalidInput(
+                    f"{t.name}: evaluating the filter failed: {str(exc).splitlines()[0]}"
+                ) from exc
+            count = int(pc.sum(mask.cast(pa.int64())).as_py() or 0)
+            if not count:
+                continue
+            new = rewrite(data, mask)
+            matched += count
+            gone.append(f)
+            if new.num_rows:
+                add += t._write_files([PreparedFile(values, f.bucket, new, "data")], first_order=len(add))
+    except BaseException:
+        t._discard(add)
+        raise
+    return Change(
+        operation,
+        add,
+        matched,
+        {count_key: matched},
+        replaces=lambda _base: gone,
+        partitions=lambda removed: sorted({f.partition for f in removed}),
+    )
+
+
+def _evaluate_mask(data: pa.Table, predicate: pc.Expression) -> pa.Array:
+    from mere.lang.lower import evaluate
+
+    return evaluate(data, {"hit": predicate}).column("hit").combine_chunks()
 
 
 def marker_change(t: Table, keys: pa.Table, checks: WriteChecks | None = None, first: bool = False) -> Change:
