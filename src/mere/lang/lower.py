@@ -595,13 +595,11 @@ class Lowering:
         parts = [p for p in parts if not (p.is_literal and p.value is None)]  # concat() skips NULLs
         if not parts:
             return self.literal("")
-        if len(parts) == 1:
-            return self.call("coalesce", [parts[0], self.literal("")])
-        return self.call(
-            "binary_join_element_wise",
-            [*parts, self.literal("")],
-            pc.JoinOptions(null_handling="skip"),  # DuckDB's concat() skips NULLs
-        )
+        # NULL parts count as '' (Arrow's own "skip" mode drops rows whose parts are all NULL)
+        filled = [self.call("coalesce", [p, self.literal("")]) for p in parts]
+        if len(filled) == 1:
+            return filled[0]
+        return self.call("binary_join_element_wise", [*filled, self.literal("")])
 
     def _And(self, node: exp.And) -> Typed:
         return self.call(
@@ -960,12 +958,15 @@ class Lowering:
         )
 
     def _Floor(self, node: exp.Floor) -> Typed:
-        value = self.lower(node.this)
-        return value if pa.types.is_integer(value.type) else self.call("floor", [self.roomy(value)])
+        return self._integral("floor", self.lower(node.this))
 
     def _Ceil(self, node: exp.Ceil) -> Typed:
-        value = self.lower(node.this)
-        return value if pa.types.is_integer(value.type) else self.call("ceil", [self.roomy(value)])
+        return self._integral("ceil", self.lower(node.this))
+
+    def _integral(self, name: str, value: Typed) -> Typed:
+        if pa.types.is_integer(value.type):
+            return self.cast(value, pa.float64())  # DuckDB's floor/ceil of an integer is a DOUBLE
+        return self.call(name, [self.roomy(value)])
 
     def _Round(self, node: exp.Round) -> Typed:
         value = self.lower(node.this)
