@@ -975,7 +975,15 @@ class Lowering:
             raise self.fail("ROUND takes an integer literal of digits")
         if pa.types.is_integer(value.type) and digits >= 0:
             return value
-        return self.call("round", [self.roomy(value)], pc.RoundOptions(digits, "half_towards_infinity"))
+        options = pc.RoundOptions(digits, "half_towards_infinity")
+        if _is_float(value.type) and digits > 0:
+            # Arrow overflows scaling a huge float by 10**digits; floats beyond 2**52 are whole numbers anyway
+            big = self.call("greater", [self.call("abs", [value]), self.literal(2.0**52)])
+            big = self.call("coalesce", [big, self.literal(False)])
+            zero = Typed(pc.scalar(pa.scalar(0.0, value.type)), value.type, 0.0)
+            rounded = self.call("round", [self.call("if_else", [big, zero, value])], options)
+            return self.call("if_else", [big, value, rounded])
+        return self.call("round", [self.roomy(value)], options)
 
     def _part(self, name: str, node: exp.Func) -> Typed:
         value = self.lower(node.this)
