@@ -28,6 +28,7 @@ from sqlglot import exp
 from mere import expr as E
 from mere.errors import FilterError
 from mere.lang.parse import LIST_PREFIX, MereDialect, Parsed, parse_expression
+from mere.write.cast import _is_number, _is_text
 
 NO_LITERAL = object()
 _FLOAT_TEXT = E._FLOAT_TEXT
@@ -265,14 +266,6 @@ def _int_fits(value: int, t: pa.DataType) -> bool:
 
 def _is_float(t: pa.DataType) -> bool:
     return bool(pa.types.is_floating(t))
-
-
-def _is_number(t: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
-
-
-def _is_text(t: pa.DataType) -> bool:
-    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 
 _CAST_TYPES: dict[Any, pa.DataType] = {

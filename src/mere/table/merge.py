@@ -970,9 +970,11 @@ def _assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Express
 
 
 def _kind(t: pa.DataType) -> str:
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+    from mere.write.cast import _is_number, _is_text
+
+    if _is_number(t):
         return "number"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+    if _is_text(t):
         return "text"
     if pa.types.is_date(t) or pa.types.is_timestamp(t):
         return "datetime"
