@@ -6,13 +6,40 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from mere.errors import InvalidInput
+
 _pools: dict[str, ThreadPoolExecutor] = {}
 _lock = threading.Lock()
 _pid = os.getpid()
 
 
+THREADS_ENV = "MERE_THREADS"
+
+
 def cpu_workers() -> int:
     return max(2, os.cpu_count() or 2)
+
+
+def machine_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which containers and taskset narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_threads() -> int:
+    """Merge workers of a read: ``$MERE_THREADS`` when set, else one per core."""
+    raw = os.environ.get(THREADS_ENV)
+    if raw is None or not raw.strip():
+        return machine_cores()
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidInput(f"{THREADS_ENV} must be a positive integer, got {raw!r}")
+    return value
 
 
 def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:

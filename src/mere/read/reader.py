@@ -7,7 +7,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
@@ -324,8 +324,12 @@ class SplitReader:
         split: Split,
         opts: ReadOptions,
         explain: Explain | None = None,
+        merge_pool: Executor | None = None,
+        windows_ahead: int = 1,
     ) -> None:
         self.storage, self.spec, self.split, self.opts = storage, spec, split, opts
+        # Workers that merge this split's key windows concurrently (None: merged by the caller's thread).
+        self.merge_pool, self.windows_ahead = merge_pool, windows_ahead
         self.output_schema = pa.schema([spec.schema.field(c) for c in opts.columns])
         needed = list(opts.columns)
         extra = list(spec.identity_columns)
@@ -360,9 +364,13 @@ class SplitReader:
         self.cursors = [c for c in self.cursors if c.groups]
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        """Merged batches, window by window. The files of a window are fetched concurrently, and the next
-        window is fetched while this one is merged and handed out, as far as the storage's read-ahead
-        budget (``read_ahead_bytes``) allows; without budget the next window is fetched after."""
+        """Merged batches, window by window, in key order.
+
+        The files of a window are fetched concurrently, and the next window is fetched while this one is
+        merged. With a merge pool, up to ``windows_ahead`` windows are merged concurrently by its workers
+        and handed out in order. Every window but the one the consumer waits for holds the storage's
+        read-ahead budget (``read_ahead_bytes``); without budget, windows are read one after another.
+        """
         if not self.cursors:
             return
         if not self.spec.has_primary_key:
@@ -372,34 +380,69 @@ class SplitReader:
         budget = self.storage.read_ahead
         bounds = _windows(self.cursors, self.opts.window_bytes, self.opts.whole_split_bytes)
         estimate = min(self.opts.window_bytes, sum(c.estimated_bytes for c in self.cursors))
+        workers = self.merge_pool if len(bounds) > 1 else None
+        ahead = max(1, self.windows_ahead) if workers is not None else 1
 
-        def start(hi: Any) -> list[Future[pa.Table | None]]:
-            return [pool.submit(c.take_until, hi) for c in self.cursors]
+        # Windows past their read, in order: [merged batches or their future, budget held].
+        merging: deque[list[Any]] = deque()
+        reading: tuple[list[Future[pa.Table | None]], int] | None = None
+        next_window = 0
 
-        held: deque[int] = deque()  # budget held per window in flight, in window order
-        pending = start(bounds[0])
-        held.append(0)  # the current window is never budgeted: it is what the consumer waits for
+        def start_read() -> None:
+            nonlocal reading, next_window
+            if reading is not None or next_window >= len(bounds):
+                return
+            if not merging:
+                cost = 0  # the window the consumer waits for is never budgeted
+            elif len(merging) <= ahead and budget.try_acquire(estimate):
+                cost = estimate
+            else:
+                return
+            hi = bounds[next_window]
+            reading = ([pool.submit(c.take_until, hi) for c in self.cursors], cost)
+            next_window += 1
+
+        def merge(parts: list[tuple[FileTask, pa.Table]]) -> list[pa.RecordBatch]:
+            merged = self._merge(parts)
+            return [] if merged is None or not merged.num_rows else list(self._finish(merged))
+
+        def hand_to_merge() -> None:
+            nonlocal reading
+            assert reading is not None
+            futures, cost = reading
+            reading = None
+            entry: list[Any] = [None, cost]
+            merging.append(entry)  # budget is released when the entry leaves, whatever happens
+            parts = [(c.task, f.result()) for c, f in zip(self.cursors, futures)]
+            start_read()  # the next window is fetched while this one is merged
+            kept = [(t, p) for t, p in parts if p is not None and p.num_rows]
+            entry[0] = workers.submit(merge, kept) if workers is not None else merge(kept)
+
+        consumed = 0
         try:
-            for k in range(len(bounds)):
-                parts = [(c.task, f.result()) for c, f in zip(self.cursors, pending)]
-                if k + 1 < len(bounds):
-                    ahead = budget.try_acquire(estimate)
-                    pending = start(bounds[k + 1]) if ahead else []
-                    held.append(estimate if ahead else 0)
-                merged = self._merge([(t, p) for t, p in parts if p is not None and p.num_rows])
-                del parts
-                if merged is not None and merged.num_rows:
-                    yield from self._finish(merged)
-                del merged
-                budget.release(held.popleft())
-                if self.opts.release_memory and len(bounds) > 1 and k % RELEASE_EVERY_WINDOWS == 1:
+            start_read()
+            while reading is not None or merging:
+                if reading is not None and len(merging) < ahead:
+                    hand_to_merge()
+                    continue
+                result, cost = merging[0]
+                out = result.result() if isinstance(result, Future) else result
+                merging.popleft()
+                budget.release(cost)
+                yield from out
+                del out, result
+                consumed += 1
+                if self.opts.release_memory and len(bounds) > 1 and consumed % RELEASE_EVERY_WINDOWS == 0:
                     # Windowed splits are big: hand freed window memory back so RSS tracks live data.
                     pa.default_memory_pool().release_unused()
-                if k + 1 < len(bounds) and not pending:
-                    pending = start(bounds[k + 1])
+                start_read()
         finally:
-            while held:
-                budget.release(held.popleft())
+            for entry in merging:
+                if isinstance(entry[0], Future):
+                    entry[0].cancel()
+                budget.release(entry[1])
+            if reading is not None:
+                budget.release(reading[1])
 
     def _batches_unmerged(self) -> Iterator[pa.RecordBatch]:
         """Tables without primary key: files in order, the next ones read ahead within the budget."""

@@ -49,8 +49,9 @@ class Catalog:
         catalog: str | os.PathLike[str] | None = None,
         storage_options: Mapping[str, str] | None = None,
         filesystem: pafs.FileSystem | None = None,
+        threads: int | None = None,
     ) -> None:
-        self._open(warehouse, catalog, storage_options, filesystem)
+        self._open(warehouse, catalog, storage_options, filesystem, threads)
         self.sql  # noqa: B018 - a bad catalog URL fails here, not at the first query
 
     def _open(
@@ -59,7 +60,11 @@ class Catalog:
         catalog: str | os.PathLike[str] | None,
         storage_options: Mapping[str, str] | None,
         filesystem: pafs.FileSystem | None,
+        threads: int | None = None,
     ) -> None:
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+            raise InvalidInput(f"threads must be a positive integer or None, got {threads!r}")
+        self.threads = threads  # merge workers of this catalog's reads (None: $MERE_THREADS or one per core)
         if isinstance(warehouse, os.PathLike):
             warehouse = os.fspath(warehouse)
         if not isinstance(warehouse, str) or not warehouse.strip():
@@ -94,7 +99,7 @@ class Catalog:
             path = catalog[len("sqlite:///") :]
             if path and not path.startswith(":memory:") and not os.path.isabs(path):
                 catalog = f"sqlite:///{os.path.abspath(path)}"
-        self._args = (warehouse, catalog, dict(storage_options or {}), filesystem)
+        self._args = (warehouse, catalog, dict(storage_options or {}), threads, filesystem)
         self.storage = Storage(warehouse, storage_options, filesystem)
         self.filesystem_given = filesystem is not None
         if catalog is None:
@@ -121,7 +126,7 @@ class Catalog:
             raise InvalidInput(
                 "a catalog opened with filesystem= cannot be pickled: open it with a warehouse URI"
             )
-        return (_reopen, self._args[:3])
+        return (_reopen, self._args[:4])
 
     def __repr__(self) -> str:
         return (
@@ -210,10 +215,12 @@ class Catalog:
         return True
 
 
-def _reopen(warehouse: str, catalog: str | None, storage_options: Mapping[str, str]) -> Catalog:
+def _reopen(
+    warehouse: str, catalog: str | None, storage_options: Mapping[str, str], threads: int | None = None
+) -> Catalog:
     """A catalog unpickled in a worker: it connects only if the worker asks the catalog something."""
     out = Catalog.__new__(Catalog)
-    out._open(warehouse, catalog, storage_options, None)
+    out._open(warehouse, catalog, storage_options, None, threads)
     return out
 
 
@@ -222,9 +229,12 @@ def connect(
     catalog: str | os.PathLike[str] | None = None,
     storage_options: Mapping[str, str] | None = None,
     filesystem: pafs.FileSystem | None = None,
+    threads: int | None = None,
 ) -> Catalog:
     """Open a warehouse. With no ``catalog`` a local warehouse keeps an SQLite catalog file inside it.
 
-    Opening creates nothing: the warehouse folder and the catalog file appear with the first table.
+    ``threads`` sets how many workers merge this catalog's reads (default: ``$MERE_THREADS``, else one
+    per core). Opening creates nothing: the warehouse folder and the catalog file appear with the first
+    table.
     """
-    return Catalog(warehouse, catalog, storage_options, filesystem)
+    return Catalog(warehouse, catalog, storage_options, filesystem, threads)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 
 from mere import expr as E
+from mere.concurrency import default_threads
 from mere.errors import InvalidInput, SchemaMismatch
 from mere.io import Storage
 from mere.metadata import Snapshot
@@ -190,7 +190,7 @@ class Scan:
     version: int
     columns: tuple[str, ...] | None = None
     filter: Any = None
-    parallel: int | None = None
+    threads: int | None = None  # merge workers; None: the catalog's, else $MERE_THREADS, else one per core
     window_bytes: int | None = None
     queue_batches: int = 2  # merged batches held per split ahead of the consumer
     spec: TableSpec = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
@@ -304,8 +304,7 @@ class Scan:
             batches = SplitReader(storage, spec, split, opts).batches()
             return pa.Table.from_batches(list(batches), schema=schema)
 
-        parallel = self.parallel or max(2, min(4, os.cpu_count() or 2))
-        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="mere-splits") as pool:
+        with ThreadPoolExecutor(max_workers=self.worker_count(), thread_name_prefix="mere-splits") as pool:
             tables = list(pool.map(read, chosen))
         return {(partition_json(dict(s.partition)), s.bucket): t for s, t in zip(chosen, tables)}
 
@@ -318,14 +317,35 @@ class Scan:
         """Merged record batches, streamed with bounded memory (splits read concurrently)."""
         return self._stream(release_memory=True)
 
+    def worker_count(self) -> int:
+        """Merge workers of this scan: ``threads=``, else the catalog's ``threads``, else
+        ``$MERE_THREADS``, else one per core this process may use."""
+        return self.threads or self.table.catalog.threads or default_threads()
+
     def _stream(self, release_memory: bool) -> Iterator[pa.RecordBatch]:
         splits, opts = self._plan(Explain(self.version))
         opts = replace(opts, release_memory=release_memory)
+        threads = self.worker_count()
+        if len(splits) < threads:
+            # Fewer splits than workers: cut even small splits into key windows, merged concurrently.
+            opts = replace(opts, whole_split_bytes=0)
+        return self._stream_splits(splits, opts, threads)
+
+    def _stream_splits(
+        self, splits: list[Split], opts: ReadOptions, threads: int
+    ) -> Iterator[pa.RecordBatch]:
         storage, spec = self.table.storage, self.spec
-        parallel = self.parallel or max(2, min(4, os.cpu_count() or 2))
-        return stream_splits(
-            lambda s: SplitReader(storage, spec, s, opts), splits, parallel, queue_size=self.queue_batches
-        )
+        # One pool merges key windows for every split of the scan: splits and windows share the cores.
+        merge_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mere-merge")
+        try:
+            yield from stream_splits(
+                lambda s: SplitReader(storage, spec, s, opts, merge_pool=merge_pool, windows_ahead=threads),
+                splits,
+                threads,
+                queue_size=self.queue_batches,
+            )
+        finally:
+            merge_pool.shutdown(wait=True, cancel_futures=True)
 
     def to_reader(self) -> pa.RecordBatchReader:
         """The merged rows as a ``pyarrow.RecordBatchReader`` (streamed)."""

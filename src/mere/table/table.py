@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
-SCAN_OPTIONS = ("parallel", "window_bytes", "queue_batches")
+SCAN_OPTIONS = ("threads", "parallel", "window_bytes", "queue_batches")
 STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
 
 
@@ -205,6 +205,8 @@ class Table:
                 raise InvalidInput(
                     f"{self.name}: scan option {key} must be a positive integer, got {value!r}"
                 )
+        if "parallel" in options:  # the option's earlier name
+            options.setdefault("threads", options.pop("parallel"))
         v = self.resolve_version(version, as_of)
         scan = Scan(self, v, normalise_columns(columns), filter, **options)
         scan.output_columns  # noqa: B018 - validate column names now, not at first read

@@ -1,0 +1,184 @@
+"""Read scaling benchmark: buckets x threads, merged read against the raw parallel scan of the same files.
+
+Workload (neutral data, as in the peers harness): id int64 key, 3 int64, 3 float64, a low-cardinality
+and a high-cardinality string. W1 = 1M base rows + 10 upserts of 100k (half updates, half new keys);
+``--scales 1,5`` also runs W1x5. For every bucket count (1/4/16/64) a table is built once; then for
+every thread count (1, 2, all cores) the script measures, with pyarrow's CPU pool set to the same count:
+
+  - mere's merged full read (``scan(threads=N).to_arrow()``), median of ``--repeat``
+  - the raw scan of exactly the table's live files (``pyarrow.parquet.read_table``, no merge)
+  - their ratio, and the upsert median of the build
+
+and prints the floors of the read-scaling issue. It runs unchanged on a machine with more cores: "all"
+is the cores this process may use.
+
+Usage: python bench/bench_scale.py [--scales 1,5] [--buckets 1,4,16,64] [--repeat 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import mere
+from mere.concurrency import machine_cores
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        *(pa.field(f"i{i}", pa.int64()) for i in range(3)),
+        *(pa.field(f"f{i}", pa.float64()) for i in range(3)),
+        pa.field("low", pa.string()),
+        pa.field("high", pa.string()),
+    ]
+)
+
+
+def make_rows(rng: np.random.Generator, ids: np.ndarray) -> pa.Table:
+    n = len(ids)
+    low = np.char.add("c", rng.integers(0, 1_000, n).astype(str))
+    high = np.char.add("u_", rng.integers(0, 10_000_000, n).astype(str))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "i0": rng.integers(0, 1_000_000, n),
+            "i1": rng.integers(-(2**40), 2**40, n),
+            "i2": rng.integers(0, 100, n),
+            "f0": rng.random(n),
+            "f1": rng.normal(0.0, 1.0, n),
+            "f2": np.round(rng.random(n) * 1000.0, 2),
+            "low": pa.array(low.astype(object), pa.string()),
+            "high": pa.array(high.astype(object), pa.string()),
+        },
+        schema=SCHEMA,
+    )
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def median(fn: Callable[[], Any], repeat: int) -> float:
+    return statistics.median(timed(fn) for _ in range(repeat))
+
+
+def build(root: str, scale: float, buckets: int, seed: int = 7) -> tuple[mere.Table, float]:
+    """The table and its upsert median."""
+    rng = np.random.default_rng(seed)
+    base, batch = int(1_000_000 * scale), int(100_000 * scale)
+    key_space = 4 * (base + 10 * batch)
+    ids = np.sort(rng.choice(key_space, base, replace=False))
+    cat = mere.connect(root)
+    t = cat.create_table("bench.t", SCHEMA, primary_key="id", buckets=buckets)
+    t.upsert(make_rows(rng, ids))
+    upserts = []
+    for _ in range(10):
+        keys = np.unique(
+            np.concatenate([rng.choice(ids, batch // 2), rng.integers(0, key_space, batch // 2)])
+        )
+        rows = make_rows(rng, keys)
+        upserts.append(timed(lambda rows=rows: t.upsert(rows)))
+    return cat.table("bench.t"), statistics.median(upserts)
+
+
+def live_files(t: mere.Table) -> list[str]:
+    root = t.storage.root
+    return [os.path.join(root, p) for p in t.files().column("path").to_pylist()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scales", default="1,5")
+    parser.add_argument("--buckets", default="1,4,16,64")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    cores = machine_cores()
+    thread_counts = sorted({1, min(2, cores), cores})
+    cells: list[dict[str, Any]] = []
+    tmp = tempfile.mkdtemp(prefix="mere-scale-")
+    try:
+        for scale in [float(s) for s in args.scales.split(",")]:
+            for buckets in [int(b) for b in args.buckets.split(",")]:
+                root = os.path.join(tmp, f"s{scale}-b{buckets}")
+                t, upsert = build(root, scale, buckets)
+                files = live_files(t)
+                rows = t.scan(columns=["id"]).count()
+                for threads in thread_counts:
+                    pa.set_cpu_count(threads)
+                    got = t.scan(threads=threads).to_arrow()  # warm the page cache and footers
+                    assert got.num_rows == rows, (got.num_rows, rows)
+                    del got
+                    merged = median(lambda t=t, n=threads: t.scan(threads=n).to_arrow(), args.repeat)
+                    raw = median(lambda f=files: pq.read_table(f, use_threads=True), args.repeat)
+                    cell = {
+                        "scale": scale,
+                        "buckets": buckets,
+                        "threads": threads,
+                        "files": len(files),
+                        "live_rows": rows,
+                        "merged_s": round(merged, 4),
+                        "raw_s": round(raw, 4),
+                        "ratio": round(merged / raw, 2),
+                        "upsert_s": round(upsert, 4),
+                    }
+                    cells.append(cell)
+                    print(json.dumps(cell), flush=True)
+                shutil.rmtree(root, ignore_errors=True)
+    finally:
+        pa.set_cpu_count(cores)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def cell(scale: float, buckets: int, threads: int) -> dict[str, Any] | None:
+        for c in cells:
+            if (c["scale"], c["buckets"], c["threads"]) == (scale, buckets, threads):
+                return c
+        return None
+
+    print(f"\ncores: {cores}; pyarrow {pa.__version__}")
+    print("| scale | buckets | files | threads | merged read | raw scan | ratio | upsert |")
+    print("|---|---|---|---|---|---|---|---|")
+    for c in cells:
+        print(
+            f"| W1x{c['scale']:g} | {c['buckets']} | {c['files']} | {c['threads']} | {c['merged_s']:.3f} s "
+            f"| {c['raw_s']:.3f} s | {c['ratio']:.2f}x | {c['upsert_s']:.3f} s |"
+        )
+    print("\nfloors:")
+    one, two = cell(max(c["scale"] for c in cells), 1, 1), cell(max(c["scale"] for c in cells), 1, 2)
+    if one and two:
+        speedup = one["merged_s"] / two["merged_s"]
+        print(f"  1 bucket at W1x{one['scale']:g}: 2 threads {speedup:.2f}x faster than 1 (floor 1.7x)")
+    top = max(thread_counts)
+    b64, b4 = cell(1.0, 64, top), cell(1.0, 4, top)
+    if b64 and b4:
+        print(f"  64 buckets W1, {top} threads: {b64['ratio']:.2f}x the raw scan (floor 1.25x)")
+        print(f"  64 buckets vs 4 buckets W1: {b64['merged_s'] / b4['merged_s']:.2f}x (floor 1.3x)")
+    wide = [c for c in cells if c["buckets"] >= 16]
+    if wide:
+        worst = max(wide, key=lambda c: c["ratio"])
+        print(
+            f"  cells with >= 16 buckets: worst {worst['ratio']:.2f}x the raw scan "
+            f"(W1x{worst['scale']:g}, {worst['buckets']} buckets, {worst['threads']} threads; floor 1.2x)"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cores": cores, "cells": cells}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
