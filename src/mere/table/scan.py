@@ -19,7 +19,14 @@ from mere.io import Storage
 from mere.metadata import Snapshot
 from mere.optional import require
 from mere.read.planner import Explain, FilterParts, Split, plan_splits, row_group_stats, split_filter
-from mere.read.reader import LOOKUP_MAX_KEYS, ReadOptions, SplitReader, stream_splits, warm_filter_caches
+from mere.read.reader import (
+    LOOKUP_MAX_KEYS,
+    ReadOptions,
+    SplitReader,
+    stored_rows_are_merged,
+    stream_splits,
+    warm_filter_caches,
+)
 from mere.spec import TableSpec
 from mere.write.writer import partition_json
 
@@ -366,8 +373,22 @@ class Scan:
             raise InvalidInput(f"{self.table.name}: to_pandas{tuple(kwargs)}: {e}") from e
 
     def count(self) -> int:
-        """Rows of this scan, reading only the columns its filter and the merge need."""
-        return sum(b.num_rows for b in replace(self, columns=()).to_batches())
+        """Rows of this scan. Without a filter, a split whose stored rows are its merged rows (one
+        compacted file, or one write's files with disjoint keys and no deletes: see
+        :func:`~mere.read.reader.stored_rows_are_merged`) is counted from the catalog's row counts and
+        its footers; other splits read only the key and operation columns (and those the filter needs)."""
+        keyed = replace(self, columns=())
+        splits, opts = keyed._plan(Explain(self.version))
+        opts = replace(opts, release_memory=True)
+        total = 0
+        if isinstance(opts.pre, E.AlwaysTrue) and isinstance(opts.post, E.AlwaysTrue):
+            storage = self.table.storage
+            clean = [stored_rows_are_merged(storage, self.spec, s) for s in splits]
+            total = sum(s.row_count for s, c in zip(splits, clean) if c)
+            splits = [s for s, c in zip(splits, clean) if not c]
+        if splits:
+            total += sum(b.num_rows for b in keyed._stream_splits(splits, opts, keyed.worker_count()))
+        return total
 
     def __len__(self) -> int:
         """``len(scan)`` counts the rows (a read; see :meth:`count`)."""
