@@ -17,7 +17,7 @@ THREADS_ENV = "MERE_THREADS"
 
 
 def cpu_workers() -> int:
-    return max(2, os.cpu_count() or 2)
+    return max(2, machine_cores())
 
 
 def machine_cores() -> int:
