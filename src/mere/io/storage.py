@@ -491,11 +491,13 @@ class Storage:
         columns: Sequence[str] | None,
         size: int | None = None,
         dictionary: Sequence[str] = (),
+        use_threads: bool = True,
     ) -> pa.Table:
         """Read some row groups of one file (in the given order), only the given columns (those it has).
 
         ``dictionary`` columns may come back dictionary-encoded (local and pyarrow filesystems), which saves
         materialising values of rows a merge drops; callers cast them to their plain type.
+        ``use_threads=False`` decodes on the calling thread instead of pyarrow's CPU pool.
         """
         entry = self._footer(rel, size)
         md = entry.metadata
@@ -507,13 +509,13 @@ class Storage:
             if entry.fragment is not None:
                 # One request per coalesced byte range, all issued at once; no HEAD, no footer re-read.
                 part = entry.fragment.subset(row_group_ids=groups)
-                return part.to_table(columns=cols, use_threads=True, batch_size=1 << 30)
+                return part.to_table(columns=cols, use_threads=use_threads, batch_size=1 << 30)
             with self.fs.open_input_file(path) as f:
                 # Coalesced prefetch pays on remote stores; on local disk it is an extra copy (~5% of a scan).
                 pf = pq.ParquetFile(
                     f, metadata=md, pre_buffer=self.is_remote, read_dictionary=list(dictionary) or None
                 )
-                return pf.read_row_groups(groups, columns=cols, use_threads=True)
+                return pf.read_row_groups(groups, columns=cols, use_threads=use_threads)
 
         table = self._reading(f"reading {path}", read)
         self._count(md, groups, None if cols is None else [i for c in cols for i in entry.leaves[c]])

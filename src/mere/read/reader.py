@@ -54,6 +54,9 @@ class ReadOptions:
     dictionary: tuple[
         str, ...
     ] = ()  # string columns read as dictionary where files hold them so (set per split)
+    # 1: the split is read and merged on the calling thread alone (files one after another, decoded without
+    # pyarrow's pool) where storage is local; any other value leaves reads concurrent.
+    threads: int = 0
 
 
 @dataclass
@@ -120,20 +123,26 @@ class _FileCursor:
         idx = [g.index for g in groups]
         pre = self.opts.pre
         size = self.task.size_bytes or None
+        threaded = self.opts.threads != 1
         if self.opts.lookup and self.spec.primary_key:
             # Point lookups: read the key columns first; read the rest only of row groups where a key
             # matches. Two requests per file, whatever the number of candidate row groups.
             key_cols = [c for c in self.spec.identity_columns if c in self.names]
-            keys = self.storage.read_row_groups(self.task.path, idx, key_cols, size)
+            keys = self.storage.read_row_groups(self.task.path, idx, key_cols, size, use_threads=threaded)
             owner = np.repeat(np.asarray(idx, dtype=np.int64), [self.row_counts[i] for i in idx])
             keys = keys.append_column(_ROW_GROUP_COLUMN, pa.array(owner, pa.int64()))
             hits = np.unique(_filter(keys, pre).column(_ROW_GROUP_COLUMN).to_numpy())
             if len(hits) == 0:
                 return None
             return _filter(
-                self.storage.read_row_groups(self.task.path, hits.tolist(), self.columns, size), pre
+                self.storage.read_row_groups(
+                    self.task.path, hits.tolist(), self.columns, size, use_threads=threaded
+                ),
+                pre,
             )
-        table = self.storage.read_row_groups(self.task.path, idx, self.columns, size, self.dictionary)
+        table = self.storage.read_row_groups(
+            self.task.path, idx, self.columns, size, self.dictionary, use_threads=threaded
+        )
         return _filter(table, pre)
 
     def take_until(self, hi: Any) -> pa.Table | None:
@@ -314,6 +323,16 @@ def _windows(cursors: Sequence[_FileCursor], budget: int, whole: int = 0) -> lis
     return bounds
 
 
+class _Deferred:
+    """A read done when its result is asked for (single-threaded reads)."""
+
+    def __init__(self, fn: Callable[[Any], pa.Table | None], arg: Any) -> None:
+        self.fn, self.arg = fn, arg
+
+    def result(self) -> pa.Table | None:
+        return self.fn(self.arg)
+
+
 class SplitReader:
     """Streams the merged rows of one split."""
 
@@ -385,8 +404,9 @@ class SplitReader:
 
         # Windows past their read, in order: [merged batches or their future, budget held].
         merging: deque[list[Any]] = deque()
-        reading: tuple[list[Future[pa.Table | None]], int] | None = None
+        reading: tuple[Sequence[Future[pa.Table | None] | _Deferred], int] | None = None
         next_window = 0
+        serial = self.opts.threads == 1 and not self.storage.is_remote
 
         def start_read() -> None:
             nonlocal reading, next_window
@@ -399,7 +419,10 @@ class SplitReader:
             else:
                 return
             hi = bounds[next_window]
-            reading = ([pool.submit(c.take_until, hi) for c in self.cursors], cost)
+            if serial:  # read when merged, on this thread
+                reading = ([_Deferred(c.take_until, hi) for c in self.cursors], cost)
+            else:
+                reading = ([pool.submit(c.take_until, hi) for c in self.cursors], cost)
             next_window += 1
 
         def merge(parts: list[tuple[FileTask, pa.Table]]) -> list[pa.RecordBatch]:

@@ -342,6 +342,7 @@ class Scan:
         self, splits: list[Split], opts: ReadOptions, threads: int
     ) -> Iterator[pa.RecordBatch]:
         storage, spec = self.table.storage, self.spec
+        opts = replace(opts, threads=threads)
         # One pool merges key windows for every split of the scan: splits and windows share the cores.
         merge_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mere-merge")
         try:
