@@ -35,6 +35,17 @@ class NoSuchVersion(CatalogError, LookupError):
     """The requested version or timestamp is not in the table's history."""
 
 
+class NoSuchTag(CatalogError, KeyError):
+    """The table has no tag of that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class TagExists(CatalogError):
+    """The table already has a tag of that name (``replace=True`` moves it)."""
+
+
 class CommitConflict(MereError):
     """A concurrent commit made this one invalid. Retrying the operation may succeed."""
 

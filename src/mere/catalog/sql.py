@@ -30,9 +30,11 @@ from mere.errors import (
     CommitStateUnknown,
     InvalidInput,
     NoSuchTable,
+    NoSuchTag,
     NoSuchVersion,
     NotInstalled,
     TableExists,
+    TagExists,
 )
 from mere.metadata import (
     SEQ_SHIFT,
@@ -48,11 +50,12 @@ from mere.retry import CATALOG_LOCK_RETRIES
 
 log = logging.getLogger(__name__)
 
-CATALOG_FORMAT = 3
+CATALOG_FORMAT = 4
 """Version of the catalog's own tables. Older catalogs are migrated on connect; newer ones are refused.
 
 1: namespaces, tables, commits, files (the first mere). 2: ``mere_tables.oldest_version`` (expiry).
 3: the ``mere_catalog`` table holding this number, and ``mere_commits.spec`` (layout changes as commits).
+4: ``mere_tags`` (named versions, kept by expire).
 """
 
 _metadata = sa.MetaData()
@@ -122,6 +125,15 @@ files = sa.Table(
     sa.Index("mere_files_removed", "table_id", "removed_version"),
 )
 
+tags = sa.Table(
+    "mere_tags",
+    _metadata,
+    sa.Column("table_id", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("version", sa.BigInteger, nullable=False),  # expire keeps this version's files
+    sa.Column("created_at", sa.BigInteger, nullable=False),  # microseconds since the epoch, UTC
+)
+
 
 def _stored_format(conn: Connection) -> int | None:
     """The catalog format of a database: None when it holds no mere catalog yet."""
@@ -146,9 +158,14 @@ def _to_format_3(conn: Connection) -> None:
     conn.execute(catalog_info.insert().values(key="format", value="3"))
 
 
+def _to_format_4(conn: Connection) -> None:
+    tags.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[tuple[int, str, Callable[[Connection], None]], ...] = (
     (2, "add mere_tables.oldest_version (versions given up by expire)", _to_format_2),
     (3, "add the mere_catalog format row and mere_commits.spec (layout changes as commits)", _to_format_3),
+    (4, "add mere_tags (named versions that expire keeps)", _to_format_4),
 )
 """Ordered migrations: (format reached, what it does, the step). Each runs in the upgrade's transaction."""
 
@@ -422,6 +439,7 @@ class SqlCatalog:
                     operation="create",
                     token=uuid.uuid4().hex,
                     summary=json.dumps({"added_files": 0, "removed_files": 0, "added_rows": 0}),
+                    spec=spec,  # the spec of every version until a commit changes it (rollback reads it)
                 )
             )
             return TableRecord(table_id, namespace, name, table_uuid, location, spec, 0)
@@ -474,6 +492,7 @@ class SqlCatalog:
             if row is None:
                 raise NoSuchTable(f"table {namespace}.{name} does not exist")
             conn.execute(files.delete().where(files.c.table_id == row.id))
+            conn.execute(tags.delete().where(tags.c.table_id == row.id))
             conn.execute(commits.delete().where(commits.c.table_id == row.id))
             conn.execute(tables.delete().where(tables.c.id == row.id))
             return TableRecord(
@@ -501,25 +520,193 @@ class SqlCatalog:
 
     @_wraps_database_errors("expire versions")
     def expire(self, table_id: int, keep_from: int) -> list[str]:
-        """Forget versions before ``keep_from``: drop the rows of files no kept version needs, return their paths."""
+        """Forget versions before ``keep_from``: drop the rows of files no kept version needs, return the
+        paths no remaining row references (the caller deletes them).
+
+        Tagged versions stay readable: the rows of their files are kept. A version untagged since the last
+        expire gives up its files here too.
+        """
 
         def run(conn: Connection) -> list[str]:
-            q = sa.select(tables.c.version, tables.c.oldest_version).where(tables.c.id == table_id)
-            if self.dialect == "postgresql":
-                q = q.with_for_update()
-            row = conn.execute(q).first()
-            if row is None:
-                raise NoSuchTable(f"table id {table_id} no longer exists")
-            keep = min(keep_from, int(row.version))
-            if keep <= int(row.oldest_version):
-                return []
-            gone = files.c.table_id == table_id, files.c.removed_version <= keep
-            paths = [r[0] for r in conn.execute(sa.select(files.c.path).where(*gone))]
-            conn.execute(files.delete().where(*gone))
-            conn.execute(tables.update().where(tables.c.id == table_id).values(oldest_version=keep))
-            return paths
+            row = self._lock_table(conn, table_id, tables.c.version, tables.c.oldest_version)
+            keep = max(min(keep_from, int(row.version)), int(row.oldest_version))
+            tagged = sa.exists().where(
+                tags.c.table_id == table_id,
+                tags.c.version >= files.c.added_version,
+                tags.c.version < files.c.removed_version,
+            )
+            gone = conn.execute(
+                sa.select(files.c.id, files.c.path).where(
+                    files.c.table_id == table_id, files.c.removed_version <= keep, ~tagged
+                )
+            ).all()
+            ids = [int(r.id) for r in gone]
+            for i in range(0, len(ids), 500):
+                conn.execute(files.delete().where(files.c.id.in_(ids[i : i + 500])))
+            paths = sorted({r.path for r in gone})
+            # A rollback re-adds a file of an older version as a new row: the file stays while a row needs it.
+            still: set[str] = set()
+            for i in range(0, len(paths), 500):
+                still.update(
+                    r[0]
+                    for r in conn.execute(
+                        sa.select(files.c.path).where(
+                            files.c.table_id == table_id, files.c.path.in_(paths[i : i + 500])
+                        )
+                    )
+                )
+            if keep > int(row.oldest_version):
+                conn.execute(tables.update().where(tables.c.id == table_id).values(oldest_version=keep))
+            return [p for p in paths if p not in still]
 
         return self._run(run)
+
+    def _lock_table(self, conn: Connection, table_id: int, *columns: sa.Column[Any]) -> Any:
+        """The table's row, locked for this write transaction (SQLite: BEGIN IMMEDIATE already holds it)."""
+        q = sa.select(*columns).where(tables.c.id == table_id)
+        if self.dialect == "postgresql":
+            q = q.with_for_update()
+        row = conn.execute(q).first()
+        if row is None:
+            raise NoSuchTable(f"table id {table_id} no longer exists")
+        return row
+
+    @staticmethod
+    def _readable(conn: Connection, table_id: int, version: int, current: int, oldest: int) -> bool:
+        """Whether ``version`` can be read: committed, and not expired (or kept by a tag)."""
+        if version < 0 or version > current:
+            return False
+        if version >= oldest:
+            return True
+        return (
+            conn.execute(
+                sa.select(tags.c.name).where(tags.c.table_id == table_id, tags.c.version == version).limit(1)
+            ).first()
+            is not None
+        )
+
+    # -- tags ------------------------------------------------------------------------------------
+
+    @_wraps_database_errors("tag a version")
+    def create_tag(self, table_id: int, name: str, version: int | None, move: bool = False) -> int:
+        """Name ``version`` (None: the current one); TagExists unless ``move``. Returns the version tagged.
+
+        Runs under the table's lock, so a version being expired cannot be tagged half-way.
+        """
+
+        def run(conn: Connection) -> int:
+            row = self._lock_table(conn, table_id, tables.c.version, tables.c.oldest_version)
+            current, oldest = int(row.version), int(row.oldest_version)
+            v = current if version is None else version
+            if not self._readable(conn, table_id, v, current, oldest):
+                if 0 <= v < oldest:
+                    raise NoSuchVersion(
+                        f"version {v} has expired (readable: {oldest}..{current} and tagged versions)"
+                    )
+                raise NoSuchVersion(f"the table has versions {oldest}..{current}; got {v}")
+            existing = conn.execute(
+                sa.select(tags.c.version).where(tags.c.table_id == table_id, tags.c.name == name)
+            ).first()
+            if existing is not None and not move:
+                raise TagExists(
+                    f"tag {name!r} already names version {int(existing.version)}; pass replace=True to move it"
+                )
+            if existing is not None:
+                conn.execute(
+                    tags.update()
+                    .where(tags.c.table_id == table_id, tags.c.name == name)
+                    .values(version=v, created_at=now_micros())
+                )
+            else:
+                conn.execute(
+                    tags.insert().values(table_id=table_id, name=name, version=v, created_at=now_micros())
+                )
+            return v
+
+        try:
+            return self._run(run)
+        except IntegrityError as e:  # a concurrent tag of the same name (PostgreSQL)
+            raise TagExists(f"tag {name!r} was created concurrently; pass replace=True to move it") from e
+
+    @_wraps_database_errors("remove a tag")
+    def drop_tag(self, table_id: int, name: str) -> int:
+        """Remove a tag; returns the version it named. Its files go at the next expire if no version needs them."""
+
+        def run(conn: Connection) -> int:
+            self._lock_table(conn, table_id, tables.c.version)
+            v = conn.execute(
+                sa.select(tags.c.version).where(tags.c.table_id == table_id, tags.c.name == name)
+            ).scalar()
+            if v is None:
+                raise NoSuchTag(f"no tag {name!r}")
+            conn.execute(tags.delete().where(tags.c.table_id == table_id, tags.c.name == name))
+            return int(v)
+
+        return self._run(run)
+
+    @_wraps_database_errors("list tags")
+    def list_tags(self, table_id: int) -> dict[str, int]:
+        """Tag name -> version, sorted by name."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(tags.c.name, tags.c.version)
+                .where(tags.c.table_id == table_id)
+                .order_by(tags.c.name)
+            ).all()
+        return {r.name: int(r.version) for r in rows}
+
+    @_wraps_database_errors("read a tag")
+    def tag_version(self, table_id: int, name: str) -> int:
+        """The version a tag names; NoSuchTag if none."""
+        with self.engine.connect() as conn:
+            v = conn.execute(
+                sa.select(tags.c.version).where(tags.c.table_id == table_id, tags.c.name == name)
+            ).scalar()
+        if v is None:
+            raise NoSuchTag(f"no tag {name!r}")
+        return int(v)
+
+    @_wraps_database_errors("read a version")
+    def is_tagged(self, table_id: int, version: int) -> bool:
+        """Whether a tag names this version (its files survive expire)."""
+        with self.engine.connect() as conn:
+            return (
+                conn.execute(
+                    sa.select(tags.c.name)
+                    .where(tags.c.table_id == table_id, tags.c.version == version)
+                    .limit(1)
+                ).first()
+                is not None
+            )
+
+    @_wraps_database_errors("read a version's spec")
+    def spec_at(self, table_id: int, version: int) -> str | None:
+        """The table's spec (JSON) in force at ``version``; None when the catalog cannot tell (a table
+        created before the create commit recorded its spec, whose spec changed after ``version``)."""
+        with self.engine.connect() as conn:
+            at = conn.execute(
+                sa.select(commits.c.spec)
+                .where(
+                    commits.c.table_id == table_id, commits.c.version <= version, commits.c.spec.is_not(None)
+                )
+                .order_by(commits.c.version.desc())
+                .limit(1)
+            ).scalar()
+            if at is not None:
+                return str(at)
+            later = conn.execute(
+                sa.select(commits.c.version)
+                .where(
+                    commits.c.table_id == table_id, commits.c.version > version, commits.c.spec.is_not(None)
+                )
+                .limit(1)
+            ).first()
+            if later is not None:
+                return None
+            current = conn.execute(sa.select(tables.c.spec).where(tables.c.id == table_id)).scalar()
+        if current is None:
+            raise NoSuchTable(f"table id {table_id} no longer exists")
+        return str(current)
 
     @_wraps_database_errors("find a version by time")
     def version_as_of(self, table_id: int, micros: int) -> int:
@@ -584,7 +771,13 @@ class SqlCatalog:
             oldest = conn.execute(sa.select(tables.c.oldest_version).where(tables.c.id == table_id)).scalar()
             if oldest is None:
                 raise NoSuchTable(f"table id {table_id} no longer exists")
-            return [_snapshot(r, expired=int(r.version) < int(oldest)) for r in conn.execute(q)]
+            tagged = {
+                int(r[0]) for r in conn.execute(sa.select(tags.c.version).where(tags.c.table_id == table_id))
+            }
+            return [
+                _snapshot(r, expired=int(r.version) < int(oldest) and int(r.version) not in tagged)
+                for r in conn.execute(q)
+            ]
 
     @_wraps_database_errors("read a version")
     def snapshot(self, table_id: int, version: int) -> Snapshot:
@@ -594,11 +787,21 @@ class SqlCatalog:
             r = conn.execute(
                 sa.select(commits).where(commits.c.table_id == table_id, commits.c.version == version)
             ).first()
+            tagged = (
+                oldest is not None
+                and version < int(oldest)
+                and conn.execute(
+                    sa.select(tags.c.name)
+                    .where(tags.c.table_id == table_id, tags.c.version == version)
+                    .limit(1)
+                ).first()
+                is not None
+            )
         if oldest is None:
             raise NoSuchTable(f"table id {table_id} no longer exists")
         if r is None:
             raise NoSuchVersion(f"table id {table_id} has no version {version}")
-        return _snapshot(r, expired=version < int(oldest))
+        return _snapshot(r, expired=version < int(oldest) and not tagged)
 
     @_wraps_database_errors("read a version")
     def has_commit(self, table_id: int, version: int) -> bool:
@@ -635,11 +838,14 @@ class SqlCatalog:
         validate: Callable[[ConcurrentChanges], None] | None = None,
         idempotency_key: str | None = None,
         spec: str | None = None,
+        restores: int | None = None,
     ) -> CommitResult:
         """Atomically add and remove files as a new table version.
 
         ``validate`` sees what landed after ``base_version`` and raises :class:`CommitConflict` if this
         commit cannot be rebased onto it. Files to remove that are already gone are always a conflict.
+        ``restores``: the version whose files this commit adds again (a rollback); if an expire gave it up
+        meanwhile the commit raises :class:`NoSuchVersion` and changes nothing.
         """
         remove_ids = sorted(set(remove))
         token = uuid.uuid4().hex
@@ -653,6 +859,16 @@ class SqlCatalog:
             if current is None:
                 raise NoSuchTable(f"table id {table_id} was dropped before the commit")
             current = int(current)
+            if restores is not None:
+                oldest = int(
+                    conn.execute(
+                        sa.select(tables.c.oldest_version).where(tables.c.id == table_id)
+                    ).scalar_one()
+                )
+                if not self._readable(conn, table_id, restores, current, oldest):
+                    raise NoSuchVersion(
+                        f"table id {table_id}: version {restores} was expired before the rollback committed"
+                    )
             if idempotency_key is not None:
                 prior = conn.execute(
                     sa.select(commits).where(

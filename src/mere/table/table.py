@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -15,10 +16,13 @@ import pyarrow as pa
 
 from mere.errors import (
     CommitConflict,
+    CommitFailed,
     InvalidInput,
     MereError,
     NoSuchTable,
+    NoSuchTag,
     NoSuchVersion,
+    TagExists,
 )
 from mere.io import Storage
 from mere.metadata import CommitResult, ConcurrentChanges, FileEntry, Snapshot, TableRecord
@@ -155,10 +159,16 @@ class Table:
         """Merged rows of some splits, keyed by (partition JSON, bucket); reads only those splits."""
         return self.scan(columns=list(columns), version=version).split_tables(splits)
 
-    def resolve_version(self, version: int | None = None, as_of: Any = None) -> int:
-        """The version a read of ``version`` or ``as_of`` sees (default: the newest); NoSuchVersion if none."""
-        if version is not None and as_of is not None:
-            raise InvalidInput("give version or as_of, not both")
+    def resolve_version(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> int:
+        """The version a read of ``version``, ``as_of`` or ``tag`` sees (default: the newest).
+
+        NoSuchVersion if there is none (or it expired), NoSuchTag for an unknown tag.
+        """
+        given = [k for k, v in (("version", version), ("as_of", as_of), ("tag", tag)) if v is not None]
+        if len(given) > 1:
+            raise InvalidInput(f"{self.name}: give one of version, as_of and tag, not {' and '.join(given)}")
+        if tag is not None:
+            return self._tag_version(tag)
         current = self.version
         if version is None and as_of is None:
             return current
@@ -166,7 +176,7 @@ class Table:
         if version is not None:
             if isinstance(version, bool) or not isinstance(version, int):
                 raise InvalidInput(f"{self.name}: version must be an integer, got {version!r}")
-            if 0 <= version < oldest:
+            if 0 <= version < oldest and not self._sql.is_tagged(self.record.id, version):
                 raise NoSuchVersion(
                     f"{self.name}: version {version} has expired; the readable versions are "
                     f"{oldest}..{current}"
@@ -178,7 +188,7 @@ class Table:
             v = self._sql.version_as_of(self.record.id, _to_micros(as_of))
         except NoSuchVersion as e:
             raise NoSuchVersion(f"{self.name}: {e}") from None
-        if v < oldest:
+        if v < oldest and not self._sql.is_tagged(self.record.id, v):
             raise NoSuchVersion(
                 f"{self.name}: version {v} (as of {as_of}) has expired; the oldest is {oldest}"
             )
@@ -190,14 +200,18 @@ class Table:
         filter: Any = None,
         version: int | None = None,
         as_of: Any = None,
+        tag: str | None = None,
         **options: Any,
     ) -> Scan:
-        """Plan a merged read. ``filter`` is a string, a :mod:`mere.expr` expression or a pyarrow Expression."""
+        """Plan a merged read. ``filter`` is a string, a :mod:`mere.expr` expression or a pyarrow Expression.
+
+        ``version``, ``as_of`` or ``tag`` (one at most) pick an older version to read.
+        """
         unknown = sorted(set(options) - set(SCAN_OPTIONS))
         if unknown:
             raise InvalidInput(
                 f"{self.name}: unknown scan option(s) {unknown}; scan() takes columns, filter, "
-                f"version, as_of and {', '.join(SCAN_OPTIONS)}"
+                f"version, as_of, tag and {', '.join(SCAN_OPTIONS)}"
             )
         options = {k: v for k, v in options.items() if v is not None}  # None: the default
         for key, value in options.items():
@@ -207,7 +221,7 @@ class Table:
                 )
         if "parallel" in options:  # the option's earlier name
             options.setdefault("threads", options.pop("parallel"))
-        v = self.resolve_version(version, as_of)
+        v = self.resolve_version(version, as_of, tag)
         scan = Scan(self, v, normalise_columns(columns), filter, **options)
         scan.output_columns  # noqa: B018 - validate column names now, not at first read
         scan._parts()  # validate the filter now (the scan keeps what it parsed)
@@ -221,9 +235,10 @@ class Table:
         """The newest version as a :class:`~mere.metadata.Snapshot`."""
         return self._sql.snapshot(self.record.id, self.version)
 
-    def snapshot(self, version: int | None = None, as_of: Any = None) -> Snapshot:
-        """The snapshot of a version, or of the newest version committed at or before ``as_of``."""
-        return self._sql.snapshot(self.record.id, self.resolve_version(version, as_of))
+    def snapshot(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> Snapshot:
+        """The snapshot of a version, of a tag's version, or of the newest version committed at or before
+        ``as_of``."""
+        return self._sql.snapshot(self.record.id, self.resolve_version(version, as_of, tag))
 
     @property
     def inspect(self) -> Inspect:
@@ -237,6 +252,129 @@ class Table:
     def files(self, version: int | None = None) -> pa.Table:
         """The live files at a version, as an Arrow table (the same as ``t.inspect.files()``)."""
         return self.inspect.files(version)
+
+    # -- tags and rollback -----------------------------------------------------------------------
+
+    def tag(self, name: str, version: int | None = None, *, replace: bool = False) -> int:
+        """Name a version (default: the current one) so that reads can ask for it by name and
+        :meth:`expire` keeps it. Returns the version tagged.
+
+        Tag names are 1 to 128 ASCII letters, digits, ``.``, ``_`` and ``-``, starting with a letter or
+        digit. An existing name raises :class:`~mere.errors.TagExists` unless ``replace`` moves it. Only a
+        readable version (not expired, or already tagged) can be tagged.
+        """
+        _check_tag(self.name, name)
+        if not isinstance(replace, bool):
+            raise InvalidInput(f"{self.name}: replace must be True or False, got {replace!r}")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+            raise InvalidInput(f"{self.name}: version must be an integer, got {version!r}")
+        try:
+            return self._sql.create_tag(self.record.id, name, version, move=replace)
+        except (NoSuchVersion, TagExists) as e:
+            raise type(e)(f"{self.name}: {e}") from None
+
+    def tags(self) -> dict[str, int]:
+        """The table's tags: name -> version, sorted by name."""
+        return self._sql.list_tags(self.record.id)
+
+    def untag(self, name: str) -> None:
+        """Remove a tag (NoSuchTag if there is none). Data is unchanged; the version it named stays readable
+        until an :meth:`expire` gives it up like any other version."""
+        _check_tag(self.name, name)
+        try:
+            self._sql.drop_tag(self.record.id, name)
+        except NoSuchTag:
+            raise NoSuchTag(f"{self.name} has no tag {name!r}; it has {sorted(self.tags())}") from None
+
+    def _tag_version(self, name: Any) -> int:
+        _check_tag(self.name, name)
+        try:
+            return self._sql.tag_version(self.record.id, name)
+        except NoSuchTag:
+            raise NoSuchTag(f"{self.name} has no tag {name!r}; it has {sorted(self.tags())}") from None
+
+    def rollback(self, version: int | None = None, *, tag: str | None = None) -> CommitResult:
+        """Make an older version (or a tag's version) current again, as a new commit of operation
+        ``rollback``: its live files are those of that version. History is kept; nothing is rewritten.
+
+        The version must still be readable (not expired, or tagged): otherwise
+        :class:`~mere.errors.NoSuchVersion` (:class:`~mere.errors.NoSuchTag` for an unknown tag) and the
+        table is unchanged. The properties of that version come back with its files when the catalog knows
+        them (always for tables created by this mere; older tables keep their current properties).
+
+        A rollback replaces the whole table state, so it conflicts with every commit that lands while it
+        runs: it raises :class:`~mere.errors.CommitConflict` (nothing changed) rather than undo a write it
+        never saw; only concurrent compactions, which change no row, are rolled back over on a retry.
+        """
+        if version is None and tag is None:
+            raise InvalidInput(f"{self.name}: rollback() needs a version or a tag")
+        target = self.resolve_version(version, None, tag)
+        expected = self.version  # a commit other than a compaction after this one: refuse, do not undo it
+
+        def attempt() -> CommitResult:
+            base = self.version
+            for v in range(expected + 1, base + 1):
+                landed = self._sql.snapshot(self.record.id, v)
+                if landed.operation != "compact":
+                    raise _Overtaken(
+                        f"{self.name}: version {v} ({landed.operation}) landed while rolling back to "
+                        f"version {target}; nothing was changed: look at it, then roll back again if it "
+                        "should be undone too"
+                    )
+            return self._rollback_commit(target, base)
+
+        try:
+            return COMMIT_RETRIES.run(
+                attempt,
+                lambda e: isinstance(e, (CommitConflict, CommitFailed)) and not isinstance(e, _Overtaken),
+            )
+        except _Overtaken as e:
+            raise CommitConflict(str(e)) from None
+
+    def _rollback_commit(self, target: int, base: int) -> CommitResult:
+        """One attempt: swap the live files at ``base`` for those of ``target``, committing only onto ``base``."""
+        wanted = self.files_at(target)
+        live = self.files_at(base)
+        live_ids = {f.id for f in live}
+        wanted_ids = {f.id for f in wanted}
+        # Files of the target that are still live stay as they are; the others come back as new rows with
+        # their own sequence numbers, so they merge in the order they had.
+        add = [replace(f, order=i) for i, f in enumerate(f for f in wanted if f.id not in live_ids)]
+        remove = [f for f in live if f.id not in wanted_ids]
+        present = {path for path, _size, _mtime in self.storage.list_files(self.location)} if add else set()
+        missing = [f.path for f in add if f.path not in present]
+        if missing:
+            raise NoSuchVersion(
+                f"{self.name}: files of version {target} are gone from storage ({missing[:3]}...): "
+                "cannot roll back to it"
+            )
+
+        def overtaken(changes: ConcurrentChanges) -> None:
+            if changes.commits:
+                raise CommitConflict(
+                    f"{self.name}: version {changes.commits[0].version} landed during the rollback"
+                )
+
+        tx = Transaction(self, retries=ONE_ATTEMPT)
+        tx.read_version = base
+        tx._add(
+            Change(
+                "rollback",
+                add,
+                0,
+                {"rollback_to": target},
+                replaces=lambda _base: remove,
+                partitions=lambda _removed: None,  # the whole table
+                validate=overtaken,
+                restores=target,
+            )
+        )
+        spec = self._sql.spec_at(self.record.id, target)
+        if spec is not None:
+            properties = TableSpec.from_json(spec, self.name).properties
+            if dict(properties) != dict(self.spec.properties):
+                tx._properties = dict(properties)
+        return tx.commit()
 
     # -- writes ----------------------------------------------------------------------------------
 
@@ -650,16 +788,20 @@ class Table:
         """Delete files written by compaction tasks that will not be committed."""
         self._discard([f for files in results for f in files])
 
-    def expire(self, older_than: dt.timedelta = dt.timedelta(days=7)) -> list[str]:
+    def expire(self, older_than: dt.timedelta = dt.timedelta(days=7), *, dry_run: bool = False) -> list[str]:
         """Give up time travel to versions older than ``older_than`` and delete the files only they used.
 
-        The version current at the cutoff stays readable. Returns the deleted paths.
+        The version current at the cutoff stays readable. Returns the deleted paths; with ``dry_run`` the
+        paths that would be deleted, changing nothing.
         """
         _check_age(self.name, older_than)
+        _check_flag(self.name, "dry_run", dry_run)
         try:
             keep = self._sql.version_as_of(self.record.id, _to_micros(dt.datetime.now(dt.UTC) - older_than))
         except NoSuchVersion:
             return []
+        if dry_run:
+            return self._expirable(keep)
         paths = self._sql.expire(self.record.id, keep)
         for p in paths:  # unreferenced now: a failure here leaves garbage for cleanup(), never a broken table
             try:
@@ -668,21 +810,51 @@ class Table:
                 log.warning("could not delete expired file %s", p)
         return paths
 
-    def cleanup(self, older_than: dt.timedelta = dt.timedelta(hours=1)) -> list[str]:
+    def _expirable(self, keep_from: int) -> list[str]:
+        """The paths ``expire`` would delete keeping versions from ``keep_from`` on, computed from what the
+        catalog lists (nothing changes): the rows removed by a version up to the kept one that no tagged
+        version needs, less the paths a remaining row (a rollback may re-add a file) still uses."""
+        history = self.history()
+        oldest = self._sql.oldest_version(self.record.id)
+        keep = max(min(keep_from, history[-1].version), oldest)
+        kept = self.files_at(keep)
+        needed = {f.id for f in kept}
+        still = {f.path for f in kept}
+        for v in set(self.tags().values()):
+            tagged = self.files_at(v)
+            needed.update(f.id for f in tagged)
+            still.update(f.path for f in tagged)
+        gone: set[str] = set()
+        for snap in history:
+            if 0 < snap.version <= keep and snap.summary.get("removed_files", 1):
+                # every row removed by this version was live at the one before
+                gone.update(f.path for f in self.files_at(snap.version - 1) if f.id not in needed)
+            elif snap.version > keep and snap.operation == "rollback":
+                still.update(f.path for f in self.files_at(snap.version))
+        return sorted(gone - still)
+
+    def cleanup(
+        self, older_than: dt.timedelta = dt.timedelta(hours=1), *, dry_run: bool = False
+    ) -> list[str]:
         """Delete files under the table's location that no version references (failed or killed writes),
         and on object stores abort the multipart uploads such writes left pending.
 
         Only files and uploads older than ``older_than`` go, so writes still in flight keep theirs.
-        Returns the removed paths.
+        Returns the removed paths; with ``dry_run`` the files that would be removed, deleting nothing
+        (pending multipart uploads are then neither listed nor aborted).
         """
         _check_age(self.name, older_than)
+        _check_flag(self.name, "dry_run", dry_run)
         referenced = self._sql.all_file_paths(self.record.id)
         cutoff = time.time() - older_than.total_seconds()
         removed = []
         for path, _size, mtime in self.storage.list_files(self.location):
             if path not in referenced and mtime < cutoff:
-                self.storage.delete(path)
+                if not dry_run:
+                    self.storage.delete(path)
                 removed.append(path)
+        if dry_run:
+            return removed
         return removed + self.storage.abort_stale_uploads(self.location, cutoff)
 
 
@@ -766,6 +938,27 @@ def _check_age(table: str, value: Any) -> None:
             f"{table}: older_than must be a non-negative datetime.timedelta "
             f"(e.g. timedelta(days=7)), got {value!r}"
         )
+
+
+def _check_flag(table: str, name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{table}: {name} must be True or False, got {value!r}")
+
+
+_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,127}")
+
+
+class _Overtaken(CommitConflict):
+    """A rollback found a commit (not a compaction) that landed after it read the table."""
+
+
+def _check_tag(table: str, name: Any) -> str:
+    if not isinstance(name, str) or not _TAG.fullmatch(name):
+        raise InvalidInput(
+            f"{table}: a tag name is 1 to 128 ASCII letters, digits, '.', '_' or '-', starting with a letter "
+            f"or digit; got {name!r}"
+        )
+    return name
 
 
 def _check_key(table: str, key: Any) -> None:

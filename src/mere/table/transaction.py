@@ -21,6 +21,9 @@ Conflict rules (what a concurrent commit may have done, and what this transactio
 - **Removed files** that a concurrent commit already removed (compaction racing an overwrite) always
   conflict; compaction then plans again.
 - **Property changes** conflict with a concurrent property change and are applied again on its result.
+- **Rollbacks** (:meth:`Table.rollback <mere.Table.rollback>`) replace the whole table state: they conflict
+  with every concurrent commit, and are recomputed only when the commits that landed were compactions
+  (which change no row); otherwise they raise ``CommitConflict`` rather than undo a write they never saw.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ class Change:
     validate: Validate | None = None
     redo: Callable[[int], Change] | None = None  # changes that read rows: evaluate again at a newer version
     remove_ids: tuple[int, ...] = ()  # catalog ids of files removed whatever the version (compaction inputs)
+    # A rollback: ``files`` are files of this older version, added again. They belong to that version, so
+    # a failed transaction never deletes them, and the commit checks the version was not expired meanwhile.
+    restores: int | None = None
 
 
 class Transaction:
@@ -318,6 +324,7 @@ class Transaction:
                 validate=validate,
                 idempotency_key=self.idempotency_key,
                 spec=spec,
+                restores=next((c.restores for c in self.changes if c.restores is not None), None),
             )
         except CommitConflict:
             # Rebase onto the version that beat us: changes that read rows are evaluated again there.
@@ -348,6 +355,8 @@ class Transaction:
         ops = [c.operation for c in self.changes] + (
             ["set-properties"] if self._properties is not None else []
         )
+        if ops and ops[0] == "rollback":
+            return "rollback"  # with the properties of the version it restores
         return ops[0] if len(ops) == 1 else "transaction"
 
     def _add(self, change: Change) -> Transaction:
@@ -372,7 +381,8 @@ class Transaction:
             return change
         if self.checks is not None:
             self.checks.forget(change)
-        self.table._discard(change.files)
+        if change.restores is None:
+            self.table._discard(change.files)
         change.files = []
         fresh = change.redo(self.read_version)
         fresh.redo = change.redo
@@ -380,7 +390,8 @@ class Transaction:
 
     def _discard(self, changes: Sequence[Change] | None = None) -> None:
         for c in self.changes if changes is None else changes:
-            self.table._discard(c.files)
+            if c.restores is None:  # a rollback's files belong to the version it restores
+                self.table._discard(c.files)
 
     def _markers(self, keys: pa.Table, observe: bool = True) -> Change:
         """Delete markers for these keys."""

@@ -1,0 +1,800 @@
+"""The ``mere`` commands (click + rich), built on the public API only: Catalog, Table and Scan methods."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, TYPE_CHECKING, Any
+
+import click
+import pyarrow as pa
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table as RichTable
+from rich.text import Text
+
+import mere
+from mere.cli.settings import (
+    Settings,
+    SettingsError,
+    parse_duration,
+    parse_pairs,
+    redact,
+    redact_url,
+    resolve,
+)
+from mere.errors import MereError
+
+if TYPE_CHECKING:
+    from mere.metadata import FileEntry
+    from mere.table.compaction import CompactionTask
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+
+
+class Format(enum.StrEnum):
+    """Output formats of ``scan`` and ``head``."""
+
+    table = "table"
+    csv = "csv"
+    parquet = "parquet"
+    jsonl = "jsonl"
+
+
+# -- the connection -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class State:
+    """What the global options said; the catalog opens on first use."""
+
+    warehouse: str | None
+    catalog: str | None
+    storage_options: list[str]
+    config: str | None
+    settings: Settings | None = None
+    _catalog: mere.Catalog | None = None
+
+    def resolve(self) -> Settings:
+        """The settings, from options, environment and config file."""
+        if self.settings is None:
+            try:
+                self.settings = resolve(self.warehouse, self.catalog, self.storage_options, self.config)
+            except SettingsError as e:
+                raise click.UsageError(str(e)) from None
+        return self.settings
+
+    def open(self) -> mere.Catalog:
+        """The catalog (opening it creates nothing)."""
+        if self._catalog is None:
+            s = self.resolve()
+            self._catalog = mere.connect(s.warehouse, s.catalog, s.storage_options)
+        return self._catalog
+
+    def table(self, name: str) -> mere.Table:
+        """An existing table (NoSuchTable otherwise; nothing is created)."""
+        return self.open().table(name)
+
+
+_STATE: State | None = None  # this invocation's state, for the error handler's redaction
+
+
+class _InOrder(click.Group):
+    """A group that lists its commands in the order they are defined (reads first, maintenance last)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """The command names, in definition order."""
+        return list(self.commands)
+
+
+@click.group(name="mere", cls=_InOrder, context_settings=CONTEXT, no_args_is_help=True)
+@click.option("--warehouse", "-w", metavar="URI", help="Warehouse path or URI (env MERE_WAREHOUSE).")
+@click.option(
+    "--catalog",
+    "-c",
+    metavar="URL",
+    help="Catalog: an SQLite file path, sqlite:///path or postgresql://user@host/db (env MERE_CATALOG); "
+    "default: catalog.db inside a local warehouse.",
+)
+@click.option(
+    "--storage-option",
+    "-o",
+    "storage_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Storage option, repeatable (env MERE_STORAGE_OPTIONS: a JSON object or k=v,k=v).",
+)
+@click.option(
+    "--config",
+    metavar="FILE",
+    help="Config file (TOML: warehouse, catalog, [storage_options]); default $MERE_CONFIG, else "
+    "~/.config/mere/config.toml. Options beat environment variables, which beat the file.",
+)
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    warehouse: str | None,
+    catalog: str | None,
+    storage_options: tuple[str, ...],
+    config: str | None,
+) -> None:
+    """Inspect, read and maintain mere tables."""
+    global _STATE
+    _STATE = State(warehouse, catalog, list(storage_options), config)
+    ctx.obj = _STATE
+    for item in storage_options:  # check the syntax at once, before any command runs
+        try:
+            parse_pairs([item], "--storage-option")
+        except SettingsError as e:
+            raise click.BadParameter(str(e), param_hint="--storage-option") from None
+
+
+# -- output helpers ---------------------------------------------------------------------------------
+
+
+def _out() -> Console:
+    # Piped output is not cut to 80 columns (COLUMNS still sets the width where given).
+    wide = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=200 if wide else None)
+
+
+def _err() -> Console:
+    return Console(file=sys.stderr, highlight=False)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinities: they become the strings "NaN", "Infinity", "-Infinity"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(_finite(value), default=_json_default, allow_nan=False, ensure_ascii=False)
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(_dumps(value) + "\n")
+
+
+def _cell(value: Any) -> Text:
+    if value is None:
+        return Text("null", style="dim")
+    if isinstance(value, (dict, list)):
+        return Text(_dumps(value))
+    return Text(str(value))
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _columns(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    cols = [c.strip() for c in text.split(",")]
+    if not all(cols):
+        raise click.BadParameter(
+            f"{text!r} is not a comma-separated list of column names", param_hint="--columns"
+        )
+    return cols
+
+
+def _duration(text: str, option: str) -> dt.timedelta:
+    try:
+        return parse_duration(text)
+    except SettingsError as e:
+        raise click.BadParameter(str(e), param_hint=option) from None
+
+
+# -- commands -----------------------------------------------------------------------------------------
+
+json_flag = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+table_arg = click.argument("table")  # namespace.table, or table in the 'default' namespace
+version_opt = click.option(
+    "--version", type=click.IntRange(min=0), default=None, help="Read this version (time travel)."
+)
+
+
+@cli.command("tables")
+@click.argument("namespace", required=False)
+@json_flag
+@click.pass_obj
+def tables_command(state: State, namespace: str | None, as_json: bool) -> None:
+    """List the tables (all, or those of NAMESPACE)."""
+    names = state.open().tables(namespace)
+    if as_json:
+        _print_json(names)
+    else:
+        for name in names:
+            sys.stdout.write(name + "\n")
+
+
+@cli.command("describe")
+@table_arg
+@version_opt
+@json_flag
+@click.pass_obj
+def describe_command(state: State, table: str, version: int | None, as_json: bool) -> None:
+    """Schema, primary key, partitioning, buckets, properties, version and files of TABLE."""
+    t = state.table(table)
+    snap = t.snapshot(version=version)
+    files = t.inspect.files(snap.version).to_pylist()
+    spec = t.spec
+    ops = {
+        c: op.name + (f":{op.separator}" if op.name == "concat" else "")
+        for c, op in spec.merge_operators.items()
+    }
+    columns = [
+        {
+            "name": f.name,
+            "type": str(f.type),
+            "nullable": f.nullable,
+            "primary_key": f.name in spec.primary_key,
+            "partition": f.name in spec.partition_by,
+            "merge_operator": ops.get(f.name),
+        }
+        for f in t.schema
+    ]
+    data_files = [f for f in files if f["content"] == "data"]
+    info: dict[str, Any] = {
+        "name": t.name,
+        "warehouse": redact_url(t.catalog.storage.uri),
+        "catalog": redact_url(t.catalog.catalog_url),
+        "location": t.location,
+        "version": snap.version,
+        "current_version": t.version,
+        "committed_at": snap.committed_at,
+        "operation": snap.operation,
+        "columns": columns,
+        "primary_key": list(spec.primary_key),
+        "partition_by": list(spec.partition_by),
+        "buckets": spec.buckets,
+        "merge_operators": ops,
+        "cdc_column": spec.cdc_column,
+        "properties": dict(t.properties),
+        "files": {
+            "count": len(files),
+            "data_files": len(data_files),
+            "delete_files": len(files) - len(data_files),
+            "rows": sum(f["row_count"] for f in data_files),
+            "delete_rows": sum(f["row_count"] for f in files if f["content"] != "data"),
+            "bytes": sum(f["size_bytes"] for f in files),
+        },
+    }
+    if as_json:
+        _print_json(info)
+        return
+    out = _out()
+    out.print(Text(t.name, style="bold"))
+    fi = info["files"]
+    head = [
+        ("location", f"{info['warehouse'].rstrip('/')}/{t.location}"),
+        ("catalog", info["catalog"]),
+        (
+            "version",
+            f"{snap.version} ({snap.operation}, {snap.committed_at.isoformat(timespec='seconds')})"
+            + ("" if snap.version == info["current_version"] else f"; current {info['current_version']}"),
+        ),
+        ("primary key", ", ".join(spec.primary_key) or "(none)"),
+        ("partitioned by", ", ".join(spec.partition_by) or "(none)"),
+        ("buckets", str(spec.buckets)),
+        ("change column", spec.cdc_column or "(none)"),
+        (
+            "files",
+            f"{fi['count']} ({fi['data_files']} data, {fi['delete_files']} delete), {fi['rows']} stored rows, "
+            f"{_human_bytes(fi['bytes'])}",
+        ),
+    ]
+    grid = RichTable.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for k, v in head:
+        grid.add_row(k, Text(v))
+    out.print(grid)
+    schema = RichTable(title="schema", title_justify="left")
+    for col in ("column", "type", "nullable", "key", "merge"):
+        schema.add_column(col)
+    for c in columns:
+        key = "primary key" if c["primary_key"] else ("partition" if c["partition"] else "")
+        schema.add_row(
+            c["name"], Text(c["type"]), "yes" if c["nullable"] else "no", key, c["merge_operator"] or ""
+        )
+    out.print(schema)
+    if info["properties"]:
+        props = RichTable(title="properties", title_justify="left")
+        props.add_column("key")
+        props.add_column("value")
+        for k, v in sorted(info["properties"].items()):
+            props.add_row(Text(k), Text(v))
+        out.print(props)
+
+
+@cli.command("history")
+@table_arg
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=None, help="Only the newest N versions.")
+@json_flag
+@click.pass_obj
+def history_command(state: State, table: str, limit: int | None, as_json: bool) -> None:
+    """Every version of TABLE: when, which operation, what changed."""
+    snaps = state.table(table).history()
+    if limit is not None:
+        snaps = snaps[-limit:]
+    rows: list[dict[str, Any]] = [
+        {
+            "version": s.version,
+            "committed_at": s.committed_at,
+            "operation": s.operation,
+            "expired": s.expired,
+            "summary": dict(s.summary),
+        }
+        for s in snaps
+    ]
+    if as_json:
+        _print_json(rows)
+        return
+    out = RichTable()
+    for col in ("version", "committed at (UTC)", "operation", "summary"):
+        out.add_column(col)
+    for r in rows:
+        out.add_row(
+            str(r["version"]) + (" (expired)" if r["expired"] else ""),
+            r["committed_at"].astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            Text(r["operation"]),
+            Text(_summary_text(r["summary"])),
+            style="dim" if r["expired"] else "",
+        )
+    _out().print(out)
+
+
+def _summary_text(summary: dict[str, Any]) -> str:
+    s = dict(summary)
+    s.pop("read_version", None)
+    parts = []
+    if "rows" in s:
+        parts.append(f"rows={s.pop('rows')}")
+    if "added_files" in s or "removed_files" in s:
+        parts.append(f"files=+{s.pop('added_files', 0)}/-{s.pop('removed_files', 0)}")
+    if "added_bytes" in s:
+        parts.append(f"bytes=+{_human_bytes(int(s.pop('added_bytes') or 0))}")
+    parts += [f"{k}={v if isinstance(v, str) else _dumps(v)}" for k, v in sorted(s.items())]
+    return " ".join(parts)
+
+
+def _read(
+    state: State,
+    table: str,
+    columns: str | None,
+    filter: str | None,
+    version: int | None,
+    as_of: str | None,
+    limit: int | None,
+    fmt_name: str | None,
+    output: str | None,
+    as_json: bool,
+) -> None:
+    fmt = None if fmt_name is None else Format(fmt_name)
+    if as_json:
+        if fmt not in (None, Format.jsonl):
+            raise click.UsageError(f"--json prints JSON lines; it cannot go with --format {fmt.value}")
+        fmt = Format.jsonl
+    fmt = fmt or Format.table
+    if fmt is Format.parquet and output is None:
+        raise click.BadParameter("--format parquet needs --output FILE", param_hint="--output")
+    if fmt is Format.table and output is not None:
+        raise click.BadParameter(
+            "--format table prints to the terminal; write files with --format csv, jsonl or parquet",
+            param_hint="--output",
+        )
+    t = state.table(table)
+    scan = t.scan(columns=_columns(columns), filter=filter, version=version, as_of=as_of)
+    schema = scan.schema
+    batches = _limited(scan.to_batches(), limit)
+    try:
+        if fmt is Format.table:
+            _print_rows(schema, batches)
+        elif output is None:
+            _write_stream(fmt, schema, batches, sys.stdout.buffer)
+        else:
+            _write_file(fmt, schema, batches, output)
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+
+
+def _limited(batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[pa.RecordBatch]:
+    if limit is None:
+        yield from batches
+        return
+    left = limit
+    try:
+        for b in batches:
+            if left <= 0:
+                break
+            if b.num_rows > left:
+                b = b.slice(0, left)
+            left -= b.num_rows
+            yield b
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:  # stop the readers of splits not needed any more
+            close()
+
+
+def _print_rows(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> None:
+    out = RichTable()
+    for name in schema.names:
+        out.add_column(Text(name))
+    for b in batches:
+        for row in b.to_pylist():
+            out.add_row(*(_cell(row[n]) for n in schema.names))
+    _out().print(out)
+
+
+def _write_stream(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBatch], sink: IO[bytes]) -> None:
+    if fmt is Format.jsonl:
+        names = schema.names
+        for b in batches:
+            lines = "".join(_dumps({n: r[n] for n in names}) + "\n" for r in b.to_pylist())
+            sink.write(lines.encode())
+    elif fmt is Format.csv:
+        import pyarrow.csv as pacsv
+
+        with pacsv.CSVWriter(sink, schema) as writer:
+            for b in batches:
+                writer.write_batch(b)
+    else:  # parquet
+        import pyarrow.parquet as pq
+
+        with pq.ParquetWriter(sink, schema) as writer:
+            for b in batches:
+                writer.write_batch(b)
+    sink.flush()
+
+
+def _write_file(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBatch], path: str) -> None:
+    """Write to a temporary file beside ``path``, then rename: a failed read leaves no partial file."""
+    target = os.path.abspath(path)
+    fd, tmp = tempfile.mkstemp(prefix=".mere-", suffix=".partial", dir=os.path.dirname(target))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            _write_stream(fmt, schema, batches, f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _scan_options(fn: Callable[..., None]) -> Callable[..., None]:
+    options = [
+        click.option("--columns", metavar="A,B", help="Comma-separated columns to read."),
+        click.option("--filter", metavar="EXPR", help="SQL filter, e.g. \"day = '2026-11-21' and qty > 3\"."),
+        version_opt,
+        click.option("--as-of", metavar="TIME", help="Read the version current at this ISO time."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _output_options(fn: Callable[..., None]) -> Callable[..., None]:
+    options = [
+        click.option(
+            "--format",
+            "-f",
+            "fmt_name",
+            type=click.Choice([f.value for f in Format]),
+            default=None,
+            help="Output format (default: table).",
+        ),
+        click.option("--output", metavar="FILE", help="Write to this file (needed for parquet)."),
+        click.option(
+            "--json", "as_json", is_flag=True, help="Rows as JSON lines (the same as --format jsonl)."
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@cli.command("scan")
+@table_arg
+@_scan_options
+@click.option(
+    "--limit", "-n", type=click.IntRange(min=0), default=None, help="At most N rows (default: all)."
+)
+@_output_options
+@click.pass_obj
+def scan_command(state: State, table: str, **options: Any) -> None:
+    """Read the merged rows of TABLE: print them, or write csv, jsonl or parquet."""
+    _read(state, table, **options)
+
+
+@cli.command("head")
+@table_arg
+@_scan_options
+@click.option(
+    "--limit", "-n", type=click.IntRange(min=0), default=10, show_default=True, help="At most N rows."
+)
+@_output_options
+@click.pass_obj
+def head_command(state: State, table: str, **options: Any) -> None:
+    """The first rows of TABLE (a scan with --limit 10)."""
+    _read(state, table, **options)
+
+
+@cli.command("explain")
+@table_arg
+@_scan_options
+@json_flag
+@click.pass_obj
+def explain_command(
+    state: State,
+    table: str,
+    columns: str | None,
+    filter: str | None,
+    version: int | None,
+    as_of: str | None,
+    as_json: bool,
+) -> None:
+    """How a scan of TABLE would read: what is pruned, which filters run before and after the merge."""
+    t = state.table(table)
+    ex = t.scan(columns=_columns(columns), filter=filter, version=version, as_of=as_of).explain()
+    if as_json:
+        _print_json(dataclasses.asdict(ex))
+    else:
+        sys.stdout.write(str(ex) + "\n")
+
+
+@cli.command("compact")
+@table_arg
+@click.option(
+    "--min-files",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Fold splits with at least this many files (or any delete markers).",
+)
+@click.option("--partition", multiple=True, metavar="COL=VALUE", help="Only this partition; repeatable.")
+@json_flag
+@click.pass_obj
+def compact_command(
+    state: State, table: str, min_files: int, partition: tuple[str, ...], as_json: bool
+) -> None:
+    """Fold each split's files of TABLE into one merged file (a new version; old files stay until expire)."""
+    try:
+        wanted = parse_pairs(partition, "--partition") if partition else None
+    except SettingsError as e:
+        raise click.BadParameter(str(e), param_hint="--partition") from None
+    t = state.table(table)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=_err(),
+        transient=True,
+        disable=not sys.stderr.isatty(),  # a bar only where someone watches
+    )
+
+    def run(tasks: Sequence[CompactionTask]) -> list[list[FileEntry]]:
+        job = progress.add_task(f"compacting {t.name}", total=len(tasks))
+        results: list[list[FileEntry]] = []
+        try:
+            for task in tasks:
+                results.append(task.run(t.storage))
+                progress.advance(job)
+        except BaseException:
+            t.abort_compaction(results)
+            raise
+        return results
+
+    with progress:
+        result = t.compact(min_files=min_files, partition=wanted, run=run)
+    info: dict[str, Any] = {"table": t.name, "compacted": result is not None}
+    if result is not None:
+        info |= {
+            "version": result.version,
+            "files_added": result.files_added,
+            "files_removed": result.files_removed,
+            "bytes_added": result.bytes_added,
+        }
+    if as_json:
+        _print_json(info)
+    elif result is None:
+        sys.stdout.write(
+            f"nothing to compact in {t.name}: no split has {min_files}+ files or delete markers\n"
+        )
+    else:
+        sys.stdout.write(
+            f"compacted {t.name}: version {result.version}, files +{result.files_added}/-{result.files_removed}\n"
+        )
+
+
+apply_flag = click.option(
+    "--apply",
+    "--no-dry-run",
+    "apply",
+    is_flag=True,
+    help="Really delete (the default is a dry run that lists what would go).",
+)
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``'0..2, 5'``."""
+    out: list[str] = []
+    for n in sorted(numbers):
+        if out and out[-1].split("..")[-1] == str(n - 1):
+            out[-1] = f"{out[-1].split('..')[0]}..{n}"
+        else:
+            out.append(str(n))
+    return ", ".join(out)
+
+
+def _report(
+    table: str, what: str, paths: list[str], applied: bool, as_json: bool, extra: dict[str, Any]
+) -> None:
+    if as_json:
+        _print_json({"table": table, "dry_run": not applied, "count": len(paths), "files": paths, **extra})
+        return
+    verb = "deleted" if applied else "would delete"
+    lines = [f"{what} {table}: {verb} {len(paths)} file(s)"]
+    if extra.get("expired_versions"):
+        versions = _ranges(extra["expired_versions"])
+        lines[0] += (
+            f"; version(s) {versions} {'are' if applied else 'would'} no longer {'' if applied else 'be '}readable"
+        )
+    lines += [f"  {p}" for p in paths]
+    if not applied and paths:
+        lines.append("(dry run: nothing was deleted; pass --apply to delete)")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+@cli.command("expire")
+@table_arg
+@click.option(
+    "--older-than",
+    default="7d",
+    show_default=True,
+    help="Give up versions older than this (7d, 12h, 1h30m, 0).",
+)
+@apply_flag
+@json_flag
+@click.pass_obj
+def expire_command(state: State, table: str, older_than: str, apply: bool, as_json: bool) -> None:
+    """Give up time travel to old versions of TABLE and delete the files only they use (dry run unless --apply).
+
+    The version current at the cutoff and tagged versions stay readable.
+    """
+    age = _duration(older_than, "--older-than")
+    t = state.table(table)
+    before = t.history()
+    tagged = set(t.tags().values())
+    paths = sorted(t.expire(older_than=age, dry_run=not apply))
+    cutoff = dt.datetime.now(dt.UTC) - age
+    readable = [s for s in before if not s.expired]
+    keep = max((s.version for s in readable if s.committed_at <= cutoff), default=None)
+    gone = [s.version for s in readable if keep is not None and s.version < keep and s.version not in tagged]
+    extra = {"older_than_seconds": age.total_seconds(), "expired_versions": gone}
+    _report(t.name, "expire", paths, apply, as_json, extra)
+
+
+@cli.command("cleanup")
+@table_arg
+@click.option(
+    "--older-than", default="1h", show_default=True, help="Only files older than this (1h, 30m, 0)."
+)
+@apply_flag
+@json_flag
+@click.pass_obj
+def cleanup_command(state: State, table: str, older_than: str, apply: bool, as_json: bool) -> None:
+    """Delete files of TABLE that no version references, left by failed or killed writes (dry run unless --apply)."""
+    age = _duration(older_than, "--older-than")
+    t = state.table(table)
+    paths = sorted(t.cleanup(older_than=age, dry_run=not apply))
+    _report(t.name, "cleanup", paths, apply, as_json, {"older_than_seconds": age.total_seconds()})
+
+
+# -- running ------------------------------------------------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def _known_secrets() -> list[str]:
+    """Every secret the options, environment and config file hold, to hide in an error message."""
+    if _STATE is None:
+        return []
+    if _STATE.settings is not None:
+        return _STATE.settings.secrets()
+    with contextlib.suppress(SettingsError):
+        return resolve(
+            _STATE.warehouse or "-", _STATE.catalog, _STATE.storage_options, _STATE.config
+        ).secrets()
+    pairs = {}  # the settings do not resolve: at least the command line's own
+    for item in _STATE.storage_options:
+        with contextlib.suppress(SettingsError):
+            pairs.update(parse_pairs([item], ""))
+    return Settings(_STATE.warehouse or "", _STATE.catalog, pairs).secrets()
+
+
+def _fail(message: str, code: int) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"mere: error: {redact(_one_line(message), _known_secrets())}\n")
+        sys.stderr.flush()
+    return code
+
+
+def run(argv: list[str]) -> int:
+    """Run the command line on ``argv``; returns the exit status (0 ok, 1 error, 2 bad usage)."""
+    global _STATE
+    _STATE = None
+    try:
+        result = cli.main(args=argv, prog_name="mere", standalone_mode=False)
+    except click.UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError" and e.ctx is not None:  # a bare `mere` (click >= 8.2)
+            sys.stdout.write(e.ctx.get_help() + "\n")
+            return 0
+        hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+        return _fail(e.format_message() + hint, EXIT_USAGE)
+    except click.ClickException as e:
+        return _fail(e.format_message(), e.exit_code)
+    except SystemExit as e:  # click exits 1 itself when the reader of stdout went away (EPIPE)
+        return e.code if isinstance(e.code, int) else EXIT_ERROR
+    except click.Abort:
+        return _fail("aborted", 130)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except MereError as e:
+        return _fail(str(e) or type(e).__name__, EXIT_ERROR)
+    except OSError as e:
+        return _fail(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""), EXIT_ERROR)
+    except pa.ArrowException as e:
+        return _fail(f"cannot write the output: {e}", EXIT_ERROR)
+    except Exception as e:
+        if os.environ.get("MERE_DEBUG"):
+            raise
+        return _fail(f"internal error {type(e).__name__}: {e} (MERE_DEBUG=1 shows the traceback)", EXIT_ERROR)
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,440 @@
+"""The ``mere`` command line against warehouses made with the Python API.
+
+Starting a Python process costs ~2 s here, so each test runs a few invocations as real processes (side by
+side where they are independent: `python -m mere.cli` and the installed `mere` script) and the rest
+in-process through ``mere.cli.app.run``, the function the command itself calls, with the same output
+streams, exit codes and error handling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mere
+from mere import errors
+
+pytest.importorskip("click")
+pytest.importorskip("rich")
+
+from mere.cli import app as cli_app
+from mere.cli.settings import Settings, SettingsError, parse_duration, redact, resolve
+
+SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("qty", pa.int64()), ("note", pa.string())])
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    def one_error_line(self) -> str:
+        """The single ``mere: error: ...`` line the command printed, checked to be alone."""
+        assert self.err.endswith("\n") and self.err.count("\n") == 1, self.err
+        assert self.err.startswith("mere: error: "), self.err
+        assert "Traceback" not in self.err
+        return self.err
+
+
+def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The environment without MERE_* settings and without a user config file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MERE_")}
+    env["XDG_CONFIG_HOME"] = str(tmp / "no-config")
+    env.update(extra)
+    return env
+
+
+def mere_cmd(*args: str, env: dict[str, str], script: bool = False) -> Result:
+    exe = str(Path(sys.executable).with_name("mere"))
+    argv = [exe, *args] if script else [sys.executable, "-m", "mere.cli", *args]
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
+def mere_all(calls: Sequence[Sequence[str]], env: dict[str, str]) -> list[Result]:
+    """Run several independent invocations side by side."""
+    with ThreadPoolExecutor(3) as pool:
+        return list(pool.map(lambda a: mere_cmd(*a, env=env), calls))
+
+
+def in_process(*args: str) -> Result:
+    raw = io.BytesIO()
+    out, err = io.TextIOWrapper(raw, encoding="utf-8"), io.StringIO()  # stdout with a .buffer, as sys.stdout
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli_app.run(list(args))
+    out.flush()
+    return Result(rc, raw.getvalue().decode(), err.getvalue())
+
+
+def by_id(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    return sorted(rows, key=lambda r: r["id"])  # type: ignore[arg-type, return-value]
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wh = tmp_path_factory.mktemp("cli") / "wh"
+    cat = mere.connect(wh)
+    t = cat.create_table(
+        "sales.orders",
+        SCHEMA,
+        primary_key="id",
+        partition_by="day",
+        buckets=2,
+        merge_operators={"qty": "sum"},
+        properties={"write.compression": "snappy"},
+    )
+    t.upsert(pa.table({"id": [1, 2, 3, 4, 5, 6], "day": ["d1"] * 3 + ["d2"] * 3, "qty": [1, 2, 3, 4, 5, 6],
+                       "note": ["a", "b", None, "d", "e, \"quoted\"", "f"]}))  # fmt: skip
+    t.upsert(pa.table({"id": [1, 4], "day": ["d1", "d2"], "qty": [10, 10]}))  # partial: qty only
+    t.delete("id = 6")
+    cat.create_table("events", pa.schema([("x", pa.float64())])).append(pa.table({"x": [1.5, 2.5]}))
+    return wh
+
+
+def test_read_only_commands(warehouse: Path, tmp_path: Path) -> None:
+    t = mere.connect(warehouse).table("sales.orders")
+    rows = by_id(t.to_arrow().to_pylist())
+    w = ["-w", str(warehouse)]
+    csv_out, pq_out, jsonl_out = tmp_path / "o.csv", tmp_path / "o.parquet", tmp_path / "o.jsonl"
+    real = [  # as processes
+        [*w, "tables", "--json"],
+        [*w, "describe", "sales.orders", "--json"],
+        [*w, "head", "sales.orders", "-n", "2", "--json"],
+        [*w, "scan", "sales.orders", "--columns", "id,qty", "--filter", "qty > 3", "--format", "csv"],
+    ]
+    tables_json, desc_json, head, csv_r = mere_all(real, clean_env(tmp_path))
+    calls = [
+        [*w, "tables", "sales"],
+        [*w, "describe", "sales.orders"],
+        [*w, "history", "sales.orders", "--json"],
+        [*w, "history", "sales.orders"],
+        [*w, "scan", "sales.orders", "--version", "1", "--format", "parquet", "--output", str(pq_out)],
+        [*w, "scan", "sales.orders", "--format", "jsonl", "--output", str(jsonl_out)],
+        [*w, "scan", "sales.orders", "--filter", "day = 'd1'"],
+        [*w, "explain", "sales.orders", "--filter", "id = 1 and qty > 2", "--columns", "id", "--json"],
+        [*w, "explain", "sales.orders", "--filter", "id = 1"],
+        [
+            *w,
+            "head",
+            "sales.orders",
+            "--columns",
+            "note",
+            "--filter",
+            "id = 5",
+            "--format",
+            "csv",
+            "--output",
+            str(csv_out),
+        ],
+    ]
+    res = [in_process(*c) for c in calls]
+    for call, r in zip(real + calls, [tables_json, desc_json, head, csv_r, *res]):
+        assert r.rc == 0 and r.err == "", (call, r)
+    tables_ns, desc, hist_json, hist, pq_r, jsonl_r, scan, ex_json, ex, note_csv = res
+
+    assert json.loads(tables_json.out) == ["default.events", "sales.orders"]
+    assert tables_ns.out == "sales.orders\n"
+
+    d = json.loads(desc_json.out)
+    assert d["name"] == "sales.orders" and d["primary_key"] == ["id"] and d["partition_by"] == ["day"]
+    assert d["buckets"] == 2 and d["merge_operators"] == {"qty": "sum"}
+    assert d["properties"] == {"write.compression": "snappy"}
+    assert d["version"] == d["current_version"] == t.version == 3
+    assert [c["name"] for c in d["columns"]] == SCHEMA.names
+    assert d["columns"][0] == {"name": "id", "type": "int64", "nullable": False, "primary_key": True,
+                               "partition": False, "merge_operator": None}  # fmt: skip
+    files = t.inspect.files()
+    assert d["files"]["count"] == files.num_rows > 0
+    assert d["files"]["bytes"] == sum(files.column("size_bytes").to_pylist())
+    assert d["files"]["delete_files"] >= 1
+    for word in ("sales.orders", "primary key", "partitioned by", "buckets", "write.compression", "snappy"):
+        assert word in desc.out
+
+    h = json.loads(hist_json.out)
+    assert [v["version"] for v in h] == [0, 1, 2, 3]
+    assert [v["operation"] for v in h] == ["create", "upsert", "upsert", "delete"]
+    assert h[1]["summary"]["rows"] == 6 and not h[1]["expired"]
+    dt.datetime.fromisoformat(h[1]["committed_at"])
+    assert "upsert" in hist.out and "delete" in hist.out
+
+    head_rows = [json.loads(line) for line in head.out.splitlines()]
+    assert len(head_rows) == 2 and all(r in rows for r in head_rows)
+
+    got_csv = pacsv.read_csv(io.BytesIO(csv_r.out.encode())).sort_by("id").to_pylist()
+    assert got_csv == [{"id": r["id"], "qty": r["qty"]} for r in rows if r["qty"] > 3]  # type: ignore[operator]
+    assert pacsv.read_csv(csv_out).to_pylist() == [{"note": 'e, "quoted"'}]
+    assert pq.read_table(pq_out).sort_by("id") == t.scan(version=1).to_arrow().sort_by("id")
+    assert by_id([json.loads(line) for line in jsonl_out.read_text().splitlines()]) == rows
+    assert pq_r.out == jsonl_r.out == note_csv.out == ""
+
+    assert "11" in scan.out and "d1" in scan.out and "d2" not in scan.out  # id 1: qty 1 + 10 (sum)
+
+    e = json.loads(ex_json.out)
+    assert e["version"] == 3 and e["key_lookup"] == [[1]]
+    assert "id" in e["pre_merge_filter"] and "qty" in e["post_merge_filter"]
+    assert ex.out.startswith("scan at version 3") and "before merge" in ex.out
+
+
+def test_entry_points_and_settings_sources(
+    warehouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The installed `mere` script, MERE_CONFIG files and the environment; options beat env beats file."""
+    config = tmp_path / "mere.toml"
+    config.write_text(f'warehouse = "{tmp_path / "elsewhere"}"\n[storage_options]\nretries = 3\n')
+    good = tmp_path / "good.toml"
+    good.write_text(f"warehouse = {json.dumps(str(warehouse))}\n")
+    base = clean_env(tmp_path)
+    with ThreadPoolExecutor(3) as pool:
+        from_file = pool.submit(mere_cmd, "tables", "--json", env={**base, "MERE_CONFIG": str(good)})
+        nowhere = pool.submit(mere_cmd, "tables", "--json", env=base)
+        script = pool.submit(mere_cmd, "-w", str(warehouse), "tables", env=base, script=True)
+    assert from_file.result().rc == 0 and json.loads(from_file.result().out) == [
+        "default.events",
+        "sales.orders",
+    ]
+    assert nowhere.result().rc == 2 and "no warehouse" in nowhere.result().one_error_line()
+    assert script.result().rc == 0 and script.result().out.split() == ["default.events", "sales.orders"]
+
+    for k, v in base.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("MERE_CONFIG", str(config))
+    monkeypatch.setenv("MERE_WAREHOUSE", str(warehouse))
+    env_over_file = in_process("tables", "--json")
+    monkeypatch.setenv("MERE_WAREHOUSE", str(tmp_path / "nowhere"))
+    option_over_env = in_process("-w", str(warehouse), "tables", "--json")
+    for r in (env_over_file, option_over_env):
+        assert r.rc == 0 and json.loads(r.out) == ["default.events", "sales.orders"], r
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "nowhere").exists()
+
+
+def test_errors_are_one_line_and_hide_secrets(
+    warehouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = ["-w", str(warehouse)]
+    fresh = tmp_path / "fresh-wh"
+    secrets = ["TOPSECRET-1", "TOKEN-2", "PASSW0RD-3", "ENVSECRET-4"]
+    pg = f"postgresql://alice:{secrets[2]}@127.0.0.1:1/db"
+    real = [
+        ["-w", str(fresh), "scan", "sales.orders"],
+        [*w, "scan", "sales.orders", "--filter", "qty >"],
+        [*w, "scan", "sales.orders", "--bogus"],
+        [
+            *w,
+            "-o",
+            f"secret_access_key={secrets[0]}",
+            "-o",
+            f"session_token={secrets[1]}",
+            "-c",
+            pg,
+            "tables",
+        ],
+    ]
+    calls = [
+        [*w, "describe", "sales.nope"],
+        [*w, "scan", "sales.orders", "--format", "parquet"],
+        [*w, "expire", "sales.orders", "--older-than", "7x"],
+        [*w, "head", "sales.orders", "--columns", "id,nope"],
+        [*w, "-o", f"password={secrets[0]}", "tables"],  # refused by the core, which names the key only
+        [*w, "-o", f"secret_access_key={secrets[0]}", "describe", "sales.nope"],
+        [*w, "-o", "no-equals-sign", "tables"],
+    ]
+    env = clean_env(tmp_path, MERE_STORAGE_OPTIONS=json.dumps({"session_token": secrets[3]}))
+    fresh_missing, bad_filter, bogus, pg_err = mere_all(real, env)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    missing, no_output, bad_age, bad_column, unknown, secret_err, bad_opt = [in_process(*c) for c in calls]
+    res = [fresh_missing, bad_filter, bogus, pg_err, missing, no_output, bad_age, bad_column, unknown]
+    res += [secret_err, bad_opt]
+    assert missing.rc == 1 and "sales.nope does not exist" in missing.one_error_line()
+    assert fresh_missing.rc == 1 and "does not exist" in fresh_missing.one_error_line()
+    assert not fresh.exists()  # reads never create a warehouse or a catalog
+    assert bad_filter.rc == 1 and "filter" in bad_filter.one_error_line()
+    assert no_output.rc == 2 and "--output" in no_output.one_error_line()
+    assert bogus.rc == 2 and "--bogus" in bogus.one_error_line()
+    assert bad_age.rc == 2 and "7x" in bad_age.one_error_line()
+    assert bad_column.rc == 1 and "nope" in bad_column.one_error_line()
+    assert pg_err.rc == 1 and "alice" in pg_err.one_error_line()
+    assert unknown.rc == 1 and "password" in unknown.one_error_line()
+    assert secret_err.rc == 1 and "does not exist" in secret_err.one_error_line()
+    assert bad_opt.rc == 2 and "key=value" in bad_opt.one_error_line()
+    for r in res:
+        assert r.out == "" or r.rc == 0
+        for s in secrets:
+            assert s not in r.out + r.err
+
+
+def test_compact_expire_cleanup_dry_run_then_apply(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    t = mere.connect(wh).create_table("m.t", SCHEMA, primary_key="id", buckets=2)
+    for i in range(3):
+        t.upsert(pa.table({"id": [1, 2, 3], "day": ["d"] * 3, "qty": [i] * 3, "note": ["x"] * 3}))
+    rows = by_id(t.to_arrow().to_pylist())
+    orphan = wh / t.location / "bucket-00000" / "orphan.parquet"
+    orphan.write_bytes(b"left by a killed writer")
+    old = time.time() - 7200
+    os.utime(orphan, (old, old))
+    w, env = ["-w", str(wh)], clean_env(tmp_path)
+
+    compact = mere_cmd(*w, "compact", "m.t", "--json", env=env)
+    dry = mere_cmd(*w, "expire", "m.t", "--older-than", "0", env=env)
+    applied = mere_cmd(*w, "expire", "m.t", "--older-than", "0", "--json", "--apply", env=env)
+    cdry = in_process(*w, "cleanup", "m.t", "--json")  # the compaction's files are younger than 1h: kept
+    capplied = in_process(*w, "cleanup", "m.t", "--apply")
+    for r in (compact, dry, applied, cdry, capplied):
+        assert r.rc == 0 and r.err == "", r
+
+    c = json.loads(compact.out)
+    assert c["compacted"] and c["version"] == 4 and c["files_removed"] == 6
+    listed = [line.strip() for line in dry.out.splitlines()[1:] if line.startswith("  ")]
+    assert "would delete 6 file(s)" in dry.out and "--apply" in dry.out and len(listed) == 6
+    e = json.loads(applied.out)
+    assert e["dry_run"] is False and sorted(e["files"]) == sorted(listed)
+    assert e["expired_versions"] == [0, 1, 2, 3]
+    assert not any((wh / p).exists() for p in listed)
+    assert by_id(t.to_arrow().to_pylist()) == rows
+
+    cd = json.loads(cdry.out)
+    assert cd["dry_run"] is True and cd["files"] == [f"{t.location}/bucket-00000/orphan.parquet"]
+    assert "deleted 1 file(s)" in capplied.out and not orphan.exists()
+
+
+def test_dry_run_lists_what_expire_and_cleanup_delete(tmp_path: Path) -> None:
+    """Table.expire/cleanup(dry_run=True) name exactly what the real call deletes and change nothing,
+    with tags and rollbacks about."""
+    t = mere.connect(tmp_path / "wh").create_table("x.t", SCHEMA, primary_key="id", buckets=2)
+
+    def write(i: int) -> None:
+        t.upsert(pa.table({"id": [i % 4, 7], "day": ["d", "d"], "qty": [i, i], "note": ["n", "n"]}))
+        time.sleep(0.03)  # commits far enough apart to aim a cutoff between them
+
+    def both(cutoff: dt.datetime | None) -> list[str]:
+        """expire(dry_run=True), then expire(), both giving up the versions before ``cutoff`` (None: all)."""
+
+        def age() -> dt.timedelta:
+            return dt.timedelta(0) if cutoff is None else dt.datetime.now(dt.UTC) - cutoff
+
+        on_disk = {p for p, _, _ in t.storage.list_files(t.location)}
+        history = t.history()
+        dry = t.expire(age(), dry_run=True)
+        assert {p for p, _, _ in t.storage.list_files(t.location)} == on_disk and t.history() == history
+        real = t.expire(age())
+        assert sorted(dry) == sorted(real)
+        return real
+
+    for i in range(3):
+        write(i)
+    t.compact()  # v4 replaces the files of v1..v3
+    time.sleep(0.03)
+    t.tag("keep-2", 2)
+    for i in range(3, 5):
+        write(i)
+    t.rollback(4)  # v7: the compacted files again
+    time.sleep(0.03)
+    write(5)
+    t.compact()
+    time.sleep(0.03)
+    assert both(t.snapshot(version=6).committed_at + dt.timedelta(milliseconds=10))  # v6 on; tagged v2 too
+    t.untag("keep-2")
+    assert both(None)  # now v2's files go too
+    assert both(None) == []
+
+    orphan = f"{t.location}/bucket-00001/orphan.parquet"
+    Path(t.storage.full_path(orphan)).write_bytes(b"x")
+    time.sleep(0.01)
+    assert t.cleanup(dt.timedelta(0), dry_run=True) == [orphan]
+    assert Path(t.storage.full_path(orphan)).exists()
+    assert t.cleanup(dt.timedelta(0)) == [orphan] and not Path(t.storage.full_path(orphan)).exists()
+    with pytest.raises(errors.InvalidInput, match="dry_run"):
+        t.expire(dry_run="yes")  # type: ignore[arg-type]
+
+
+def test_settings_precedence(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        'warehouse = "file-wh"\ncatalog = "file.db"\n[storage_options]\nregion = "eu"\nretries = 2\n'
+    )
+    env = {"MERE_CONFIG": str(cfg), "MERE_STORAGE_OPTIONS": "region=us,allow_http=true"}
+    s = resolve(env=env)
+    assert (s.warehouse, s.catalog) == ("file-wh", "file.db")
+    assert s.storage_options == {"region": "us", "retries": "2", "allow_http": "true"}
+    s = resolve(
+        "cli-wh", None, ["retries=5"], env={**env, "MERE_WAREHOUSE": "env-wh", "MERE_CATALOG": "e.db"}
+    )
+    assert (s.warehouse, s.catalog, s.storage_options["retries"]) == ("cli-wh", "e.db", "5")
+    assert resolve(env={"XDG_CONFIG_HOME": str(tmp_path / "x"), "MERE_WAREHOUSE": "w"}).warehouse == "w"
+    cfg.write_text('warehose = "typo"\n')
+    with pytest.raises(SettingsError, match="warehose"):
+        resolve(env=env)
+    with pytest.raises(SettingsError, match="JSON"):
+        resolve("w", env={"MERE_STORAGE_OPTIONS": "{bad", "XDG_CONFIG_HOME": str(tmp_path)})
+
+
+_DURATION = re.compile(r"\s*0\s*|\s*(\d+(\.\d+)?\s*(ms|s|m|h|d|w)\s*)+", re.IGNORECASE)
+UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(sorted(UNITS))), min_size=1, max_size=4))
+def test_durations_parse(parts: list[tuple[int, str]]) -> None:
+    text = "".join(f"{n}{u}" for n, u in parts)
+    assert parse_duration(text) == dt.timedelta(seconds=sum(n * UNITS[u] for n, u in parts))
+
+
+@given(st.text(max_size=12).filter(lambda s: not _DURATION.fullmatch(s)))
+def test_bad_durations_are_usage_errors(text: str) -> None:
+    r = in_process("-w", "/nonexistent/wh", "expire", "x.t", "--older-than", text)
+    assert r.rc == 2 and r.out == "" and "--older-than" in r.one_error_line()
+
+
+def _not_count(s: str) -> bool:
+    try:
+        return int(s) < 0
+    except ValueError:
+        return True
+
+
+@given(
+    st.sampled_from(["--limit", "--version"]),
+    st.one_of(st.integers(max_value=-1).map(str), st.text(max_size=8).filter(_not_count)),
+)
+def test_bad_numbers_are_usage_errors(option: str, value: str) -> None:
+    r = in_process("-w", "/nonexistent/wh", "scan", "x.t", option, value)
+    assert r.rc == 2 and r.out == "" and option in r.one_error_line()
+    assert not Path("/nonexistent/wh").exists()
+
+
+SECRETISH = st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF, exclude_characters="*"), min_size=6)
+
+
+@given(SECRETISH, SECRETISH, st.text(max_size=20))
+def test_secrets_never_survive_redaction(secret: str, password: str, noise: str) -> None:
+    url = f"postgresql://bob:{quote(password, safe='')}@db.example:5432/cat"
+    s = Settings("s3://bucket/wh", url, {"aws_secret_access_key": secret, "region": "eu-west-1"})
+    message = f"{noise}failed with {secret} at {url} ({password}) {noise}"
+    shown = redact(message, s.secrets())
+    assert secret not in shown and password not in shown and quote(password, safe="") not in shown
+
+
+def test_short_secrets_go_as_whole_words_only() -> None:
+    s = Settings("wh", "postgresql://a:b@host:1/db", {"token": "x1"})
+    shown = redact("cannot open postgresql://a:b@host:1/db: b; token x1 in ax1", s.secrets())
+    assert shown == "cannot open postgresql://a:***@host:1/db: ***; token *** in ax1"
