@@ -819,7 +819,10 @@ def bind(expr: Expr, schema: pa.Schema) -> Expr:
 # ---------------------------------------------------------------------------------------------
 # Lowering to pyarrow
 
-_NULL_BOOL = pa.scalar(None, pa.bool_())
+@functools.cache
+def _null_bool() -> pa.Scalar:
+    # Made on first use: pa.scalar at import would make pyarrow import pandas (a second of start-up).
+    return pa.scalar(None, pa.bool_())
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
 
 
@@ -894,7 +897,7 @@ def _in_to_pyarrow(expr: In) -> pc.Expression:
     if not expr.values:
         return pc.scalar(False)
     if not index.present:
-        return pc.scalar(_NULL_BOOL)
+        return pc.scalar(_null_bool())
     field = pc.field(expr.column)
     try:
         if index.types == {float}:
@@ -913,8 +916,8 @@ def _in_to_pyarrow(expr: In) -> pc.Expression:
     except _CONVERSION_ERRORS as exc:
         raise FilterError(f"IN list for {expr.column!r} cannot be converted to Arrow: {exc}") from None
     if index.has_null:  # TRUE when found, NULL otherwise
-        return pc.if_else(found, True, _NULL_BOOL)
-    return pc.if_else(field.is_null(), _NULL_BOOL, found)
+        return pc.if_else(found, True, _null_bool())
+    return pc.if_else(field.is_null(), _null_bool(), found)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,13 +23,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -37,6 +36,9 @@ from mere.errors import InvalidInput, StorageError
 from mere.io.options import canonical, redact, resolve_options
 from mere.io.retry import is_transient, is_transient_read, with_retries
 from mere.io.s3 import MULTIPART_THRESHOLD, S3Pool, ensure_io_threads
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 T = TypeVar("T")
 
@@ -277,6 +279,8 @@ class Storage:
         self.max_connections = s.max_connections if s else 16
         self._format: ds.ParquetFileFormat | None = None
         if not self.is_local:
+            import pyarrow.dataset as ds  # object stores only: importing it also imports pandas
+
             self._format = ds.ParquetFileFormat(
                 default_fragment_scan_options=ds.ParquetFragmentScanOptions(
                     pre_buffer=True,
