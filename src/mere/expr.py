@@ -819,10 +819,13 @@ def bind(expr: Expr, schema: pa.Schema) -> Expr:
 # ---------------------------------------------------------------------------------------------
 # Lowering to pyarrow
 
+
 @functools.cache
 def _null_bool() -> pa.Scalar:
     # Made on first use: pa.scalar at import would make pyarrow import pandas (a second of start-up).
     return pa.scalar(None, pa.bool_())
+
+
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
 
 
