@@ -7,6 +7,7 @@ from mere.hashing import bucket_ids
 from mere.metadata import CommitResult, Snapshot
 from mere.statements import sql
 from mere.table.catalog import Catalog, connect
+from mere.table.changes import follow
 from mere.table.merge import Merge, MergeMetrics
 from mere.table.scan import Scan
 from mere.table.table import Table
@@ -28,5 +29,6 @@ __all__ = [
     "col",
     "connect",
     "errors",
+    "follow",
     "sql",
 ]

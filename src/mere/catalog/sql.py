@@ -743,6 +743,29 @@ class SqlCatalog:
         with self.engine.connect() as conn:
             return [self._file(r) for r in conn.execute(q)]
 
+    @_wraps_database_errors("list the files a version range changed")
+    def files_changed(self, table_id: int, after: int, upto: int) -> list[tuple[FileEntry, int | None]]:
+        """Files added or removed by the commits ``after < version <= upto``, with the version that
+        removed each (None: still live at ``upto``)."""
+        q = (
+            sa.select(files)
+            .where(
+                files.c.table_id == table_id,
+                sa.or_(
+                    sa.and_(files.c.added_version > after, files.c.added_version <= upto),
+                    sa.and_(files.c.removed_version > after, files.c.removed_version <= upto),
+                ),
+            )
+            .order_by(files.c.seq, files.c.id)
+        )
+        with self.engine.connect() as conn:
+            out = []
+            for r in conn.execute(q):
+                removed = r.removed_version
+                gone = None if removed is None or int(removed) > upto else int(removed)
+                out.append((self._file(r), gone))
+            return out
+
     @_wraps_database_errors("list a table's files")
     def all_file_paths(self, table_id: int) -> set[str]:
         with self.engine.connect() as conn:

@@ -227,6 +227,23 @@ class Table:
         scan._parts()  # validate the filter now (the scan keeps what it parsed)
         return scan
 
+    def changes(
+        self,
+        start_version: int,
+        end_version: int | None = None,
+        columns: Sequence[str] | None = None,
+        filter: Any = None,
+    ) -> pa.RecordBatchReader:
+        """The net change of every key between ``start_version`` and ``end_version`` (default: newest):
+        the rows of the commits after ``start_version`` up to ``end_version``, with ``_change`` (``insert``,
+        ``update_before``, ``update_after``, ``delete``), ``_version`` and ``_commit_time`` columns, streamed
+        split by split. Applied to the snapshot at ``start_version`` it gives the one at ``end_version``.
+        ``filter`` keeps the feed rows it holds for (on before and after images alike). Keyed tables only;
+        a version before the retained history raises :class:`~mere.errors.NoSuchVersion`."""
+        from mere.table.changes import change_feed
+
+        return change_feed(self, start_version, end_version, columns, filter)
+
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         """``scan(**kwargs).to_arrow()``."""
         return self.scan(**kwargs).to_arrow()

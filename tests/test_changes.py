@@ -1,0 +1,220 @@
+"""Change feed (``Table.changes``) and ``mere.follow``.
+
+The property: for any two versions a <= b of a table built by random upserts (full and partial, with merge
+operators), deletes (by key and by filter), compactions, overwrites and rollbacks, the feed between them
+applied to the snapshot at a gives the snapshot at b, it names no key whose row did not change, and every
+``_version`` lies in (a, b].
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import math
+import threading
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mere
+from mere import errors
+
+SCHEMA = pa.schema(
+    [
+        pa.field("k", pa.int64(), nullable=False),
+        pa.field("p", pa.string()),
+        pa.field("v", pa.float64()),
+        pa.field("n", pa.int64()),
+        pa.field("s", pa.string()),
+    ]
+)
+OPERATORS = {"n": "sum", "s": "last_non_null"}
+FLOATS = st.sampled_from([0.0, -0.0, 1.5, math.nan, math.inf, None])
+KEYS = st.integers(0, 12)
+
+
+def rows_table(rows: list[dict[str, Any]], columns: list[str]) -> pa.Table:
+    return pa.table({c: pa.array([r[c] for r in rows], SCHEMA.field(c).type) for c in columns})
+
+
+ROW = st.fixed_dictionaries(
+    {
+        "k": KEYS,
+        "p": st.sampled_from(["a", "b", None]),
+        "v": FLOATS,
+        "n": st.one_of(st.none(), st.integers(-5, 5)),
+        "s": st.one_of(st.none(), st.sampled_from(["x", "y", ""])),
+    }
+)
+OPS = st.one_of(
+    st.tuples(st.just("upsert"), st.lists(ROW, min_size=1, max_size=6)),
+    st.tuples(st.just("partial"), st.lists(ROW, min_size=1, max_size=4)),
+    st.tuples(st.just("delete_keys"), st.lists(KEYS, min_size=1, max_size=4)),
+    st.tuples(st.just("delete_where"), st.sampled_from(["n > 0", "v IS NULL", "s = 'x'"])),
+    st.tuples(st.just("compact"), st.just(None)),
+    st.tuples(st.just("overwrite"), st.lists(ROW, max_size=5)),
+    st.tuples(st.just("rollback"), st.integers(0, 30)),
+)
+
+
+def key_rows(table: pa.Table) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """Rows by identity (partition, key), values compared by repr so NaN == NaN and -0.0 != 0.0."""
+    names = SCHEMA.names
+    return {(r["p"], r["k"]): tuple(repr(r[c]) for c in names) for r in table.select(names).to_pylist()}
+
+
+def apply_feed(before: dict[Any, Any], feed: pa.Table) -> dict[Any, Any]:
+    state = dict(before)
+    names = SCHEMA.names
+    for r in feed.to_pylist():
+        key = (r["p"], r["k"])
+        if r["_change"] in ("delete", "update_before"):
+            assert key in state, f"{r['_change']} of a key the older snapshot lacks: {r}"
+            assert state[key] == tuple(repr(r[c]) for c in names), f"before image differs: {r}"
+            if r["_change"] == "delete":
+                del state[key]
+        else:
+            state[key] = tuple(repr(r[c]) for c in names)
+    return state
+
+
+def run_ops(t: mere.Table, ops: list[tuple[str, Any]]) -> None:
+    for kind, arg in ops:
+        if kind in ("upsert", "overwrite"):
+            unique = {(r["p"], r["k"]): r for r in arg}  # one version per key and batch
+            data = rows_table(list(unique.values()), SCHEMA.names)
+            t.upsert(data) if kind == "upsert" else t.overwrite(data)
+        elif kind == "partial":
+            unique = {(r["p"], r["k"]): r for r in arg}
+            t.upsert(rows_table(list(unique.values()), ["k", "p", "n"]))
+        elif kind == "delete_keys":
+            t.delete(f"k IN ({', '.join(map(str, arg))})")
+        elif kind == "delete_where":
+            t.delete(arg)
+        elif kind == "compact":
+            t.compact(min_files=1)
+        elif kind == "rollback":
+            t.rollback(arg % (t.version + 1))
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(ops=st.lists(OPS, min_size=1, max_size=8), buckets=st.sampled_from([1, 3]), data=st.data())
+def test_feed_applied_to_the_older_snapshot_gives_the_newer(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, Any]], buckets: int, data: st.DataObject
+) -> None:
+    cat = mere.connect(str(tmp_path_factory.mktemp("feed")))
+    t = cat.create_table(
+        "a.t", SCHEMA, primary_key="k", partition_by="p", buckets=buckets, merge_operators=OPERATORS
+    )
+    run_ops(t, ops)
+    t = t.refresh()
+    snapshots = {v: key_rows(t.to_arrow(version=v)) for v in range(t.version + 1)}
+    pairs = list(itertools.combinations_with_replacement(range(t.version + 1), 2))
+    for a, b in data.draw(st.lists(st.sampled_from(pairs), min_size=1, max_size=6, unique=True)):
+        feed = t.changes(a, b).read_all()
+        assert apply_feed(snapshots[a], feed) == snapshots[b], (a, b, feed.to_pylist())
+        if feed.num_rows:
+            versions = feed.column("_version").to_pylist()
+            assert all(a < v <= b for v in versions), (a, b, versions)
+        # No key appears whose row is the same at a and b.
+        keys = {(r["p"], r["k"]) for r in feed.to_pylist()}
+        assert all(snapshots[a].get(k) != snapshots[b].get(k) for k in keys), (a, b)
+        # A projection and a filter keep the matching rows of the same feed.
+        part = t.changes(a, b, columns=["n"], filter="n > 0").read_all()
+        assert part.column_names == ["p", "k", "n", "_change", "_version", "_commit_time"]
+        expected = [(r["p"], r["k"], r["n"], r["_change"]) for r in feed.to_pylist() if (r["n"] or 0) > 0]
+        got = [(r["p"], r["k"], r["n"], r["_change"]) for r in part.to_pylist()]
+        assert got == expected
+
+
+def test_feed_rows_and_times(tmp_path: Any) -> None:
+    t = mere.connect(str(tmp_path)).create_table("a.t", SCHEMA, primary_key="k", merge_operators=OPERATORS)
+    base = rows_table(
+        [{"k": 1, "p": "a", "v": 1.0, "n": 1, "s": "x"}, {"k": 2, "p": "a", "v": 2.0, "n": 2, "s": "y"}],
+        SCHEMA.names,
+    )
+    start = t.upsert(base).version
+    t.upsert(rows_table([{"k": 1, "p": "a", "v": 1.0, "n": 5, "s": None}], SCHEMA.names))  # sum: n 1 -> 6
+    t.delete("k = 2")
+    t.upsert(base.slice(1))  # key 2 back, as it was at `start`
+    t.compact(min_files=1)
+    feed = t.changes(start).read_all().to_pylist()
+    assert [(r["k"], r["_change"], r["n"], r["s"]) for r in feed] == [
+        (1, "update_before", 1, "x"),
+        (1, "update_after", 6, "x"),
+    ]
+    assert feed[0]["_version"] == start + 1
+    when = {s.version: s.committed_at for s in t.history()}
+    assert feed[0]["_commit_time"] == when[start + 1]
+    assert t.changes(t.version).read_all().num_rows == 0
+    mid = t.changes(start, start + 2).read_all().to_pylist()
+    assert sorted((r["k"], r["_change"], r["_version"]) for r in mid) == [
+        (1, "update_after", start + 1),
+        (1, "update_before", start + 1),
+        (2, "delete", start + 2),
+    ]
+
+
+def test_bad_arguments_raise_and_expired_versions_are_refused(tmp_path: Any) -> None:
+    cat = mere.connect(str(tmp_path))
+    t = cat.create_table("a.t", SCHEMA, primary_key="k")
+    for _ in range(3):
+        t.upsert(rows_table([{"k": 1, "p": "a", "v": 1.0, "n": 1, "s": "x"}], SCHEMA.names))
+    for bad in (
+        lambda: t.changes(-1),
+        lambda: t.changes("1"),  # type: ignore[arg-type]
+        lambda: t.changes(True),  # type: ignore[arg-type]
+        lambda: t.changes(2, 1),
+        lambda: t.changes(0, 99),
+        lambda: t.changes(0, columns=["nope"]),
+        lambda: t.changes(0, filter="nope > 1"),
+        lambda: t.changes(0, filter="v ="),
+    ):
+        with pytest.raises(errors.MereError):
+            bad()
+    t.compact(min_files=1)
+    t.upsert(rows_table([{"k": 2, "p": "a", "v": 1.0, "n": 1, "s": "x"}], SCHEMA.names))
+    t.expire(older_than=dt.timedelta(0))
+    with pytest.raises(errors.NoSuchVersion):
+        t.changes(0)
+    keyless = cat.create_table("a.plain", SCHEMA)
+    with pytest.raises(errors.InvalidInput, match="primary key"):
+        keyless.changes(0)
+
+
+def test_follow_yields_each_new_range(tmp_path: Any) -> None:
+    cat = mere.connect(str(tmp_path))
+    t = cat.create_table("a.t", SCHEMA, primary_key="k")
+    start = t.version
+    got: list[tuple[int, int]] = []
+
+    def writer() -> None:
+        for k in range(3):
+            t.upsert(rows_table([{"k": k, "p": "a", "v": 1.0, "n": 1, "s": "x"}], SCHEMA.names))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    seen = 0
+    for version, changes in mere.follow(cat.table("a.t"), start, poll_seconds=0.01, max_poll_seconds=0.05):
+        got.append((version, changes.num_rows))
+        seen += changes.num_rows
+        if seen == 3:
+            break
+    thread.join()
+    assert sum(n for _, n in got) == 3 and got[-1][0] == start + 3
+    assert [v for v, _ in got] == sorted({v for v, _ in got})
+    for bad in (
+        lambda: next(mere.follow(t, -1)),
+        lambda: next(mere.follow(t, 0, poll_seconds=0)),
+        lambda: next(mere.follow(t, 0, max_poll_seconds="1")),  # type: ignore[arg-type]
+        lambda: next(mere.follow(t, 99)),
+    ):
+        with pytest.raises(errors.MereError):
+            bad()
