@@ -329,28 +329,37 @@ class Scan:
         ``$MERE_THREADS``, else one per core this process may use."""
         return self.threads or self.table.catalog.threads or default_threads()
 
-    def _stream(self, release_memory: bool) -> Iterator[pa.RecordBatch]:
+    def _stream(self, release_memory: bool, queue_size: int | None = None) -> Iterator[pa.RecordBatch]:
         splits, opts = self._plan(Explain(self.version))
         opts = replace(opts, release_memory=release_memory)
         threads = self.worker_count()
         if len(splits) < threads:
             # Fewer splits than workers: cut even small splits into key windows, merged concurrently.
             opts = replace(opts, whole_split_bytes=0)
-        return self._stream_splits(splits, opts, threads)
+        return self._stream_splits(splits, opts, threads, queue_size)
 
     def _stream_splits(
-        self, splits: list[Split], opts: ReadOptions, threads: int
+        self, splits: list[Split], opts: ReadOptions, threads: int, queue_size: int | None = None
     ) -> Iterator[pa.RecordBatch]:
+        """``queue_size``: finished batches a split holds ahead of the consumer (default ``queue_batches``;
+        0 means no limit, for reads that keep every batch anyway)."""
         storage, spec = self.table.storage, self.spec
+        queue_size = self.queue_batches if queue_size is None else queue_size
         opts = replace(opts, threads=threads)
-        # One pool merges key windows for every split of the scan: splits and windows share the cores.
+        if len(splits) >= threads:  # one split per worker keeps every core busy: no hand-offs per window
+            yield from stream_splits(
+                lambda s: SplitReader(storage, spec, s, opts), splits, threads, queue_size=queue_size
+            )
+            return
+        # Fewer splits than workers: one pool merges the key windows of every split concurrently.
         merge_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mere-merge")
+        ahead = -(-threads // max(1, len(splits)))
         try:
             yield from stream_splits(
-                lambda s: SplitReader(storage, spec, s, opts, merge_pool=merge_pool, windows_ahead=threads),
+                lambda s: SplitReader(storage, spec, s, opts, merge_pool=merge_pool, windows_ahead=ahead),
                 splits,
                 threads,
-                queue_size=self.queue_batches,
+                queue_size=queue_size,
             )
         finally:
             merge_pool.shutdown(wait=True, cancel_futures=True)
@@ -362,7 +371,10 @@ class Scan:
     def to_arrow(self) -> pa.Table:
         """The merged rows as one Arrow table."""
         # Everything is kept anyway: returning freed window memory to the OS would only cost time.
-        return pa.Table.from_batches(list(self._stream(release_memory=False)), schema=self.schema)
+        # Splits after the one being collected must not wait for it either: their batches are kept anyway.
+        return pa.Table.from_batches(
+            list(self._stream(release_memory=False, queue_size=0)), schema=self.schema
+        )
 
     def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
         """The merged rows as a pandas DataFrame; ``kwargs`` go to ``pyarrow.Table.to_pandas``
