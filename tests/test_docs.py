@@ -33,3 +33,16 @@ def test_sql_doc_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.Mo
     namespace: dict[str, object] = {}
     exec(compile(code, f"docs/sql.md[{index}]", "exec"), namespace)
     assert os.path.exists(tmp_path / "warehouse")
+
+
+def concepts_examples() -> list[str]:
+    """The concept guide's self-contained examples (the others are fragments of a sentence)."""
+    return [b for b in python_blocks(ROOT / "docs" / "concepts.md") if "mere.connect(" in b]
+
+
+@pytest.mark.parametrize("index", range(len(concepts_examples())))
+def test_concepts_doc_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code = concepts_examples()[index]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, f"docs/concepts.md[{index}]", "exec"), {})
+    assert os.path.exists(tmp_path / "warehouse")
