@@ -438,3 +438,51 @@ def test_short_secrets_go_as_whole_words_only() -> None:
     s = Settings("wh", "postgresql://a:b@host:1/db", {"token": "x1"})
     shown = redact("cannot open postgresql://a:b@host:1/db: b; token x1 in ax1", s.secrets())
     assert shown == "cannot open postgresql://a:***@host:1/db: ***; token *** in ax1"
+
+
+def test_changes_tags_and_rollback(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    t = mere.connect(wh).create_table("m.t", SCHEMA, primary_key="id", buckets=2)
+    t.upsert(pa.table({"id": [1, 2], "day": ["d"] * 2, "qty": [1, 2], "note": ["a", "b"]}))
+    t.upsert(pa.table({"id": [2, 3], "day": ["d"] * 2, "qty": [20, 3], "note": ["b", "c"]}))
+    t.delete("id = 1")
+    w, env = ["-w", str(wh)], clean_env(tmp_path)
+    feed_proc = mere_cmd(*w, "changes", "m.t", "--from", "1", "--json", env=env)
+    assert feed_proc.rc == 0 and feed_proc.err == "", feed_proc
+    feed = [json.loads(line) for line in feed_proc.out.splitlines()]
+    want = t.changes(1).read_all().to_pylist()
+    assert sorted((r["id"], r["_change"], r["qty"]) for r in feed) == sorted(
+        (r["id"], r["_change"], r["qty"]) for r in want
+    )
+    csv = in_process(*w, "changes", "m.t", "--from", "1", "--to", "2", "--columns", "qty", "-f", "csv")
+    assert csv.rc == 0 and csv.out.splitlines()[0] == '"id","qty","_change","_version","_commit_time"'
+
+    tagged = in_process(*w, "tag", "m.t", "first", "--version", "1", "--json")
+    assert tagged.rc == 0 and json.loads(tagged.out)["version"] == 1
+    assert json.loads(in_process(*w, "tags", "m.t", "--json").out) == {"first": 1}
+    by_tag = in_process(*w, "scan", "m.t", "--tag", "first", "--json")
+    assert sorted(json.loads(line)["id"] for line in by_tag.out.splitlines()) == [1, 2]
+    rolled = in_process(*w, "rollback", "m.t", "--tag", "first", "--json")
+    assert rolled.rc == 0 and json.loads(rolled.out) == {
+        "table": "m.t",
+        "version": 4,
+        "operation": "rollback",
+    }
+    assert by_id(t.refresh().to_arrow().to_pylist()) == by_id(t.to_arrow(version=1).to_pylist())
+    assert in_process(*w, "untag", "m.t", "first").rc == 0
+    assert json.loads(in_process(*w, "tags", "m.t", "--json").out) == {}
+
+    for bad, code in (
+        (["rollback", "m.t"], 2),  # neither a version nor a tag
+        (["rollback", "m.t", "1", "--tag", "x"], 2),
+        (["rollback", "m.t", "99"], 1),
+        (["changes", "m.t"], 2),  # --from is required
+        (["changes", "m.t", "--from", "3", "--to", "1"], 1),
+        (["scan", "m.t", "--tag", "nope"], 1),
+        (["untag", "m.t", "nope"], 1),
+        (["tag", "m.t", "bad name!"], 1),
+    ):
+        r = in_process(*w, *bad)
+        assert r.rc == code, (bad, r)
+        r.one_error_line()
+    assert t.refresh().version == 4  # the failed commands changed nothing

@@ -404,11 +404,19 @@ def _read(
     filter: str | None,
     version: int | None,
     as_of: str | None,
+    tag: str | None,
     limit: int | None,
     fmt_name: str | None,
     output: str | None,
     as_json: bool,
 ) -> None:
+    fmt = _format(fmt_name, output, as_json)
+    t = state.table(table)
+    scan = t.scan(columns=_columns(columns), filter=filter, version=version, as_of=as_of, tag=tag)
+    _emit(fmt, scan.schema, _limited(scan.to_batches(), limit), output)
+
+
+def _format(fmt_name: str | None, output: str | None, as_json: bool) -> Format:
     fmt = None if fmt_name is None else Format(fmt_name)
     if as_json:
         if fmt not in (None, Format.jsonl):
@@ -422,10 +430,10 @@ def _read(
             "--format table prints to the terminal; write files with --format csv, jsonl or parquet",
             param_hint="--output",
         )
-    t = state.table(table)
-    scan = t.scan(columns=_columns(columns), filter=filter, version=version, as_of=as_of)
-    schema = scan.schema
-    batches = _limited(scan.to_batches(), limit)
+    return fmt
+
+
+def _emit(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBatch], output: str | None) -> None:
     try:
         if fmt is Format.table:
             _print_rows(schema, batches)
@@ -512,6 +520,7 @@ def _scan_options(fn: Callable[..., None]) -> Callable[..., None]:
         click.option("--filter", metavar="EXPR", help="SQL filter, e.g. \"day = '2026-11-21' and qty > 3\"."),
         version_opt,
         click.option("--as-of", metavar="TIME", help="Read the version current at this ISO time."),
+        click.option("--tag", metavar="NAME", help="Read the version this tag names."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -576,15 +585,115 @@ def explain_command(
     filter: str | None,
     version: int | None,
     as_of: str | None,
+    tag: str | None,
     as_json: bool,
 ) -> None:
     """How a scan of TABLE would read: what is pruned, which filters run before and after the merge."""
     t = state.table(table)
-    ex = t.scan(columns=_columns(columns), filter=filter, version=version, as_of=as_of).explain()
+    ex = t.scan(columns=_columns(columns), filter=filter, version=version, as_of=as_of, tag=tag).explain()
     if as_json:
         _print_json(dataclasses.asdict(ex))
     else:
         sys.stdout.write(str(ex) + "\n")
+
+
+@cli.command("changes")
+@table_arg
+@click.option("--from", "start", type=click.IntRange(min=0), required=True, help="The older version.")
+@click.option(
+    "--to", "end", type=click.IntRange(min=0), default=None, help="The newer version (default: newest)."
+)
+@click.option("--columns", metavar="A,B", help="Comma-separated columns (key columns always come first).")
+@click.option("--filter", metavar="EXPR", help="Keep the change rows this SQL filter holds for.")
+@click.option(
+    "--limit", "-n", type=click.IntRange(min=0), default=None, help="At most N rows (default: all)."
+)
+@_output_options
+@click.pass_obj
+def changes_command(
+    state: State,
+    table: str,
+    start: int,
+    end: int | None,
+    columns: str | None,
+    filter: str | None,
+    limit: int | None,
+    fmt_name: str | None,
+    output: str | None,
+    as_json: bool,
+) -> None:
+    """The net change of every key of TABLE between two versions (_change, _version, _commit_time)."""
+    fmt = _format(fmt_name, output, as_json)
+    reader = state.table(table).changes(start, end, columns=_columns(columns), filter=filter)
+    _emit(fmt, reader.schema, _limited(iter(reader), limit), output)
+
+
+@cli.command("tags")
+@table_arg
+@json_flag
+@click.pass_obj
+def tags_command(state: State, table: str, as_json: bool) -> None:
+    """The tags of TABLE and the versions they name."""
+    tags = state.table(table).tags()
+    if as_json:
+        _print_json(tags)
+        return
+    out = RichTable()
+    out.add_column("tag")
+    out.add_column("version")
+    for name, version in tags.items():
+        out.add_row(Text(name), str(version))
+    _out().print(out)
+
+
+@cli.command("tag")
+@table_arg
+@click.argument("name")
+@version_opt
+@click.option("--replace", is_flag=True, help="Move the tag if it exists.")
+@json_flag
+@click.pass_obj
+def tag_command(
+    state: State, table: str, name: str, version: int | None, replace: bool, as_json: bool
+) -> None:
+    """Name a version of TABLE (default: the newest); expire keeps tagged versions."""
+    tagged = state.table(table).tag(name, version, replace=replace)
+    if as_json:
+        _print_json({"table": table, "tag": name, "version": tagged})
+    else:
+        sys.stdout.write(f"{table}: tag {name} -> version {tagged}\n")
+
+
+@cli.command("untag")
+@table_arg
+@click.argument("name")
+@json_flag
+@click.pass_obj
+def untag_command(state: State, table: str, name: str, as_json: bool) -> None:
+    """Remove a tag of TABLE (its version may then expire)."""
+    state.table(table).untag(name)
+    if as_json:
+        _print_json({"table": table, "untagged": name})
+    else:
+        sys.stdout.write(f"{table}: tag {name} removed\n")
+
+
+@cli.command("rollback")
+@table_arg
+@click.argument("version", type=click.IntRange(min=0), required=False)
+@click.option("--tag", metavar="NAME", help="Roll back to the version this tag names.")
+@json_flag
+@click.pass_obj
+def rollback_command(state: State, table: str, version: int | None, tag: str | None, as_json: bool) -> None:
+    """Make an older VERSION (or --tag) of TABLE current again, as a new commit; history is kept."""
+    if (version is None) == (tag is None):
+        raise click.UsageError("give a VERSION or --tag NAME (one of them)")
+    result = state.table(table).rollback(version, tag=tag)
+    if as_json:
+        _print_json({"table": table, "version": result.version, "operation": result.operation})
+    else:
+        target = f"tag {tag}" if tag is not None else f"version {version}"
+        sys.stdout.write(f"{table}: rolled back to {target}; now version {result.version}\n")
 
 
 @cli.command("compact")
