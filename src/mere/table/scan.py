@@ -346,9 +346,12 @@ class Scan:
         storage, spec = self.table.storage, self.spec
         queue_size = self.queue_batches if queue_size is None else queue_size
         opts = replace(opts, threads=threads)
-        if len(splits) >= threads:  # one split per worker keeps every core busy: no hand-offs per window
+        if len(splits) >= threads:
+            # One split per worker keeps every core busy: each worker reads its split's files itself (on
+            # local storage), without a hand-off per file or window.
+            solo = replace(opts, threads=1)
             yield from stream_splits(
-                lambda s: SplitReader(storage, spec, s, opts), splits, threads, queue_size=queue_size
+                lambda s: SplitReader(storage, spec, s, solo), splits, threads, queue_size=queue_size
             )
             return
         # Fewer splits than workers: one pool merges the key windows of every split concurrently.
