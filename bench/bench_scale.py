@@ -22,9 +22,8 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,6 +32,10 @@ import pyarrow.parquet as pq
 
 import mere
 from mere.concurrency import machine_cores
+
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_core import median_time as median
+from bench_core import timed
 
 SCHEMA = pa.schema(
     [
@@ -63,16 +66,6 @@ def make_rows(rng: np.random.Generator, ids: np.ndarray) -> pa.Table:
         },
         schema=SCHEMA,
     )
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def median(fn: Callable[[], Any], repeat: int) -> float:
-    return statistics.median(timed(fn) for _ in range(repeat))
 
 
 def build(root: str, scale: float, buckets: int, seed: int = 7) -> tuple[mere.Table, float]:
