@@ -486,3 +486,19 @@ def test_changes_tags_and_rollback(tmp_path: Path) -> None:
         assert r.rc == code, (bad, r)
         r.one_error_line()
     assert t.refresh().version == 4  # the failed commands changed nothing
+
+
+def test_compact_auto_follows_the_table_policy(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    t = mere.connect(wh).create_table(
+        "m.t", SCHEMA, primary_key="id", buckets=1, properties={"compaction.min-files": "3"}
+    )
+    w = ["-w", str(wh)]
+    for i in range(2):
+        t.upsert(pa.table({"id": [i], "day": ["d"], "qty": [i], "note": ["x"]}))
+    idle = in_process(*w, "compact", "m.t", "--auto", "--json")
+    assert idle.rc == 0 and json.loads(idle.out)["compacted"] is False
+    t.upsert(pa.table({"id": [9], "day": ["d"], "qty": [9], "note": ["x"]}))
+    done = in_process(*w, "compact", "m.t", "--auto", "--json")
+    assert done.rc == 0 and json.loads(done.out)["files_removed"] == 3
+    assert len(t.refresh().files()) == 1

@@ -168,6 +168,11 @@ PROPERTIES: dict[str, tuple[str, Any]] = {
     ),
     "read.window-bytes": ("a positive integer (bytes)", lambda v: _positive(int(v))),
     "read.whole-split-bytes": ("a non-negative integer (bytes)", lambda v: _positive(int(v) + 1) - 1),
+    "compaction.auto": (
+        "off, inline (the committing call compacts) or background (a thread of the committing process)",
+        lambda v: v.lower() if v.lower() in ("off", "inline", "background") else _bad(),
+    ),
+    "compaction.min-files": ("an integer of at least 2", lambda v: _positive(int(v) - 1) + 1),
 }
 """Table properties mere reads. Other keys are kept for users, except under mere's ``read.`` / ``write.``."""
 

@@ -706,10 +706,15 @@ def rollback_command(state: State, table: str, version: int | None, tag: str | N
     help="Fold splits with at least this many files (or any delete markers).",
 )
 @click.option("--partition", multiple=True, metavar="COL=VALUE", help="Only this partition; repeatable.")
+@click.option(
+    "--auto",
+    is_flag=True,
+    help="Follow the table's policy: compact only when a split holds compaction.min-files files (default 8).",
+)
 @json_flag
 @click.pass_obj
 def compact_command(
-    state: State, table: str, min_files: int, partition: tuple[str, ...], as_json: bool
+    state: State, table: str, min_files: int, partition: tuple[str, ...], auto: bool, as_json: bool
 ) -> None:
     """Fold each split's files of TABLE into one merged file (a new version; old files stay until expire)."""
     try:
@@ -739,8 +744,12 @@ def compact_command(
             raise
         return results
 
+    due: int | None = None
+    if auto:  # for cron or an orchestrator: nothing happens until the policy says so
+        due = t.compaction_due()
+        min_files = due if due is not None else t.compaction_policy[1]
     with progress:
-        result = t.compact(min_files=min_files, partition=wanted, run=run)
+        result = None if auto and due is None else t.compact(min_files=min_files, partition=wanted, run=run)
     info: dict[str, Any] = {"table": t.name, "compacted": result is not None}
     if result is not None:
         info |= {

@@ -7,7 +7,9 @@ import json
 import logging
 import math
 import re
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
+AUTO_COMPACT_MIN_FILES = 8  # compaction.min-files default: a split is folded when it holds this many files
 SCAN_OPTIONS = ("threads", "parallel", "window_bytes", "queue_batches")
 STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
 
@@ -722,6 +725,48 @@ class Table:
             raise CommitConflict(
                 f"{self.name}: compaction lost {COMMIT_RETRIES.attempts} races; try again"
             ) from e
+
+    def _after_commit(self, result: CommitResult) -> None:
+        """Automatic compaction (``compaction.auto``) after a commit of this process: inline, or on a
+        background thread. It never fails (nor undoes) the write that triggered it."""
+        mode = self.compaction_policy[0]
+        if mode == "off" or result.operation == "compact" or not self.spec.has_primary_key:
+            return
+        if mode == "background":
+            name = f"mere-auto-compact-{self.name}"
+            threading.Thread(target=self.auto_compact, args=(result.version,), name=name, daemon=True).start()
+        else:
+            self.auto_compact(result.version)
+
+    @property
+    def compaction_policy(self) -> tuple[str, int]:
+        """``(compaction.auto, compaction.min-files)`` of this table, defaults filled in."""
+        props = self.spec.properties
+        mode = props.get("compaction.auto", "off").lower()
+        return mode, int(props.get("compaction.min-files", AUTO_COMPACT_MIN_FILES))
+
+    def compaction_due(self, version: int | None = None) -> int | None:
+        """``compaction.min-files`` when a split of ``version`` (default: the newest) holds that many files
+        or more, else None."""
+        min_files = self.compaction_policy[1]
+        per_split = Counter(
+            (f.partition, f.bucket) for f in self.files_at(self.version if version is None else version)
+        )
+        return min_files if per_split and max(per_split.values()) >= min_files else None
+
+    def auto_compact(self, version: int | None = None) -> CommitResult | None:
+        """Compact by the table's policy: when a split of ``version`` (default: the newest) holds
+        ``compaction.min-files`` files or more (default 8), fold every such split (and those with delete
+        markers). Returns None when no split needs it or when compaction failed (logged as a warning:
+        the data is unchanged and a later write or call tries again)."""
+        try:
+            min_files = self.compaction_due(version)
+            return None if min_files is None else self.compact(min_files=min_files)
+        except Exception as e:  # a policy run must never fail the write that triggered it
+            logging.getLogger("mere").warning(
+                "%s: automatic compaction failed (%s); data unchanged", self.name, e
+            )
+            return None
 
     def _run_compaction(self, tasks: Sequence[CompactionTask]) -> list[list[FileEntry]]:
         results: list[list[FileEntry]] = []

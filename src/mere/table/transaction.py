@@ -252,6 +252,7 @@ class Transaction:
         self._state = "committed"
         if self._properties is not None:
             t.refresh()
+        t._after_commit(result)
         return result
 
     def abort(self) -> None:

@@ -1,0 +1,142 @@
+"""Automatic compaction (``compaction.auto`` / ``compaction.min-files``): splits stay small, no write is
+lost or failed by it, and a compaction racing writer processes loses no commit."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import mere
+from mere import errors
+
+SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("n", pa.int64()), ("s", pa.string())])
+
+
+def batch(keys: list[int], n: int = 1) -> pa.Table:
+    return pa.table({"k": keys, "n": [n] * len(keys), "s": [f"v{k}" for k in keys]}, schema=SCHEMA)
+
+
+def files_per_split(t: mere.Table) -> int:
+    return max(Counter((f.partition, f.bucket) for f in t.files_at(t.version)).values())
+
+
+def make(tmp_path: Path, **props: str) -> mere.Table:
+    return mere.connect(str(tmp_path)).create_table(
+        "a.t", SCHEMA, primary_key="k", buckets=2, merge_operators={"n": "sum"}, properties=props
+    )
+
+
+def test_inline_policy_keeps_splits_small_and_rows_right(tmp_path: Path) -> None:
+    t = make(tmp_path, **{"compaction.auto": "inline", "compaction.min-files": "3"})
+    model: dict[int, int] = {}
+    for i in range(10):
+        keys = [i, i + 1, 100]
+        t.upsert(batch(keys))
+        for k in keys:
+            model[k] = model.get(k, 0) + 1
+        assert files_per_split(t) < 3  # folded by the write that reached 3
+        assert {r["k"]: r["n"] for r in t.to_arrow().to_pylist()} == model
+    ops = [s.operation for s in t.history()]
+    assert ops.count("compact") >= 3 and ops.count("upsert") == 10
+    t.delete("k = 100")
+    assert 100 not in {r["k"] for r in t.to_arrow().to_pylist()}
+
+
+def test_off_by_default_and_explicit_call(tmp_path: Path) -> None:
+    t = make(tmp_path)
+    for i in range(7):
+        t.upsert(batch(list(range(10 * i, 10 * i + 10))))  # ten keys: both buckets get a file
+    assert files_per_split(t) == 7  # no policy: nothing folded
+    assert t.auto_compact() is None  # below the default of 8 files
+    t.upsert(batch([70, 71, 72, 73, 74, 75]))
+    assert files_per_split(t) == 8
+    result = t.auto_compact()
+    assert result is not None and result.operation == "compact"
+    assert files_per_split(t) == 1 and len(t.to_arrow()) == 76
+
+
+def test_failed_auto_compaction_never_fails_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    t = make(tmp_path, **{"compaction.auto": "inline", "compaction.min-files": "2"})
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise errors.StorageError("disk full")
+
+    monkeypatch.setattr(mere.Table, "compact", broken)
+    with caplog.at_level(logging.WARNING, logger="mere"):
+        for i in range(3):
+            result = t.upsert(batch([i]))
+            assert result.operation == "upsert"
+    assert "automatic compaction failed" in caplog.text and "disk full" in caplog.text
+    assert sorted(r["k"] for r in t.to_arrow().to_pylist()) == [0, 1, 2]
+
+
+def test_background_policy(tmp_path: Path) -> None:
+    t = make(tmp_path, **{"compaction.auto": "background", "compaction.min-files": "2"})
+    for i in range(4):
+        t.upsert(batch([i, 50]))
+    for thread in threading.enumerate():
+        if thread.name.startswith("mere-auto-compact"):
+            thread.join(timeout=60)
+    t = t.refresh()
+    assert "compact" in [s.operation for s in t.history()]
+    assert {r["k"]: r["n"] for r in t.to_arrow().to_pylist()} == {0: 1, 1: 1, 2: 1, 3: 1, 50: 4}
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        {"compaction.auto": "sometimes"},
+        {"compaction.auto": ""},
+        {"compaction.min-files": "1"},
+        {"compaction.min-files": "two"},
+    ],
+)
+def test_bad_policy_values_are_refused(tmp_path: Path, props: dict[str, str]) -> None:
+    with pytest.raises(errors.InvalidInput):
+        make(tmp_path, **props)
+    t = make(tmp_path / "ok")
+    before = t.version
+    with pytest.raises(errors.InvalidInput):
+        t.set_properties(props)
+    assert t.refresh().version == before
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, pyarrow as pa, mere
+    worker, rounds = int(sys.argv[2]), int(sys.argv[3])
+    t = mere.connect(sys.argv[1]).table("a.t")
+    schema = t.schema
+    for r in range(rounds):
+        keys = [0, 1000 * (worker + 1) + r]  # key 0 is shared: its sum counts every commit
+        t.upsert(pa.table({"k": keys, "n": [1, 1], "s": ["x", "y"]}, schema=schema))
+    """
+)
+
+
+def test_auto_compaction_racing_four_writer_processes_loses_no_commit(tmp_path: Path) -> None:
+    t = make(tmp_path, **{"compaction.auto": "inline", "compaction.min-files": "3"})
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    rounds = 6
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(tmp_path), str(w), str(rounds)]) for w in range(4)
+    ]
+    assert all(p.wait(timeout=300) == 0 for p in procs)
+    t = t.refresh()
+    rows = {r["k"]: r["n"] for r in t.to_arrow().to_pylist()}
+    assert rows[0] == 4 * rounds  # every commit's increment of the shared key is there
+    assert sorted(k for k in rows if k) == sorted(1000 * (w + 1) + r for w in range(4) for r in range(rounds))
+    ops = Counter(s.operation for s in t.history())
+    assert ops["upsert"] == 4 * rounds and ops["compact"] >= 1
