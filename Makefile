@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck bench bench-spark bench-spark-ccf bench-s3 bench-surface bench-engines bench-merge bench-scale clean
+.PHONY: demo test test-fast lint typecheck bench bench-spark bench-spark-ccf bench-s3 bench-surface bench-engines bench-merge bench-scale bench-maintenance clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -62,6 +62,9 @@ bench-merge: $(STAMP)
 
 bench-scale: $(STAMP)
 	$(PY) bench/bench_scale.py
+
+bench-maintenance: $(STAMP)
+	$(PY) bench/bench_maintenance.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
