@@ -218,3 +218,30 @@ def test_follow_yields_each_new_range(tmp_path: Any) -> None:
     ):
         with pytest.raises(errors.MereError):
             bad()
+
+
+@pytest.mark.parametrize("key_type", [pa.string(), pa.date32()])
+def test_composite_and_non_integer_keys(tmp_path: Any, key_type: pa.DataType) -> None:
+    schema = pa.schema(
+        [
+            pa.field("a", key_type, nullable=False),
+            pa.field("b", pa.int32(), nullable=False),
+            ("v", pa.float64()),
+        ]
+    )
+    t = mere.connect(str(tmp_path)).create_table("a.t", schema, primary_key=["a", "b"], buckets=3)
+    values = ["x", "y"] if key_type == pa.string() else [dt.date(2026, 1, 1), dt.date(2026, 1, 2)]
+    rows = pa.table({"a": values * 2, "b": [1, 1, 2, 2], "v": [1.0, 2.0, 3.0, 4.0]}, schema=schema)
+    start = t.upsert(rows).version
+    t.upsert(pa.table({"a": values[:1], "b": [2], "v": [-0.0]}, schema=schema))
+    t.upsert(pa.table({"a": values[1:], "b": [9], "v": [9.0]}, schema=schema))
+    t.delete(pa.table({"a": values[1:], "b": [1]}, schema=pa.schema([schema.field("a"), schema.field("b")])))
+    feed = sorted((r["a"], r["b"], r["_change"], r["v"]) for r in t.changes(start).read_all().to_pylist())
+    assert feed == sorted(
+        [
+            (values[0], 2, "update_before", 3.0),
+            (values[0], 2, "update_after", -0.0),
+            (values[1], 9, "insert", 9.0),
+            (values[1], 1, "delete", 2.0),
+        ]
+    )

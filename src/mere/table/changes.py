@@ -110,15 +110,29 @@ class _Feed:
     ) -> Iterator[pa.RecordBatch]:
         splits = sorted(touched)
         for i in range(0, len(splits), SPLITS_PER_READ):
-            group = set(splits[i : i + SPLITS_PER_READ])
-            before = self.table.split_tables(self.start, group, self.columns)
-            after = self.table.split_tables(self.end, group, self.columns)
-            for split in splits[i : i + SPLITS_PER_READ]:
+            chosen = splits[i : i + SPLITS_PER_READ]
+            keys = {split: self._touched_keys(touched[split]) for split in chosen}
+            # Only touched keys are merged: a key filter runs before the merge, as every version of a key
+            # holds the same key (row groups outside the keys' range are not read at all).
+            where = self._key_filter(pa.concat_tables(list(keys.values())))
+            before = self.table.split_tables(self.start, set(chosen), self.columns, where)
+            after = self.table.split_tables(self.end, set(chosen), self.columns, where)
+            for split in chosen:
                 out = self._split(
-                    touched[split], before.get(split, self._empty()), after.get(split, self._empty())
+                    keys[split], before.get(split, self._empty()), after.get(split, self._empty())
                 )
                 if out.num_rows:
                     yield from out.to_batches()
+
+    def _key_filter(self, keys: pa.Table) -> E.Expr | None:
+        """``key IN (touched keys)`` for a one-column integer or string key (None otherwise: the touched
+        keys are joined after the merge anyway)."""
+        if len(self.keys) != 1 or not keys.num_rows:
+            return None
+        kind = keys.schema.field(self.keys[0]).type
+        if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            return None  # other key types are joined only (their literals need no round trip here)
+        return E.In(self.keys[0], tuple(pc.unique(keys.column(self.keys[0])).to_pylist()))
 
     def _empty(self) -> pa.Table:
         return pa.schema([self.table.spec.schema.field(c) for c in self.columns]).empty_table()
@@ -143,8 +157,7 @@ class _Feed:
             .rename_columns([*self.keys, VERSION_COLUMN])
         )
 
-    def _split(self, files: list[tuple[FileEntry, int]], before: pa.Table, after: pa.Table) -> pa.Table:
-        touched = self._touched_keys(files)
+    def _split(self, touched: pa.Table, before: pa.Table, after: pa.Table) -> pa.Table:
         before = _plain(before, self.table.spec.schema).join(
             touched, self.keys, join_type="inner", use_threads=False
         )

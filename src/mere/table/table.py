@@ -157,10 +157,10 @@ class Table:
         return self._sql.files_at(self.record.id, version)
 
     def split_tables(
-        self, version: int, splits: set[tuple[str, int]], columns: Sequence[str]
+        self, version: int, splits: set[tuple[str, int]], columns: Sequence[str], filter: Any = None
     ) -> dict[tuple[str, int], pa.Table]:
         """Merged rows of some splits, keyed by (partition JSON, bucket); reads only those splits."""
-        return self.scan(columns=list(columns), version=version).split_tables(splits)
+        return self.scan(columns=list(columns), filter=filter, version=version).split_tables(splits)
 
     def resolve_version(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> int:
         """The version a read of ``version``, ``as_of`` or ``tag`` sees (default: the newest).
