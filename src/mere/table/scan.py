@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 EXPLAIN_VALUES = 10  # IN-list values explain() shows before "... and N more"
 TASK_BYTES = 128 << 20  # default most bytes per engine task (Spark's spark.sql.files.maxPartitionBytes)
 OPEN_COST_BYTES = 4 << 20  # what starting one more split costs, in bytes (Spark's openCostInBytes)
+COLLECT_WINDOW_BYTES = 32 << 20  # windows of to_arrow(): all output is kept anyway, so fewer, larger merges
 
 _storages: dict[tuple[str, tuple[tuple[str, str], ...]], Storage] = {}
 _storages_lock = threading.Lock()
@@ -329,14 +330,19 @@ class Scan:
         ``$MERE_THREADS``, else one per core this process may use."""
         return self.threads or self.table.catalog.threads or default_threads()
 
-    def _stream(self, release_memory: bool, queue_size: int | None = None) -> Iterator[pa.RecordBatch]:
+    def _stream(self, release_memory: bool, collect: bool = False) -> Iterator[pa.RecordBatch]:
+        """Merged batches. ``collect``: the caller keeps every batch (``to_arrow``), so splits need not wait
+        for the one being collected, and big splits merge in larger windows (fewer reads and sorts) unless
+        a window size was set."""
         splits, opts = self._plan(Explain(self.version))
         opts = replace(opts, release_memory=release_memory)
         threads = self.worker_count()
         if len(splits) < threads:
             # Fewer splits than workers: cut even small splits into key windows, merged concurrently.
             opts = replace(opts, whole_split_bytes=0)
-        return self._stream_splits(splits, opts, threads, queue_size)
+        elif collect and self.window_bytes is None and "read.window-bytes" not in self.spec.properties:
+            opts = replace(opts, window_bytes=max(opts.window_bytes, COLLECT_WINDOW_BYTES))
+        return self._stream_splits(splits, opts, threads, 0 if collect else None)
 
     def _stream_splits(
         self, splits: list[Split], opts: ReadOptions, threads: int, queue_size: int | None = None
@@ -376,7 +382,7 @@ class Scan:
         # Everything is kept anyway: returning freed window memory to the OS would only cost time.
         # Splits after the one being collected must not wait for it either: their batches are kept anyway.
         return pa.Table.from_batches(
-            list(self._stream(release_memory=False, queue_size=0)), schema=self.schema
+            list(self._stream(release_memory=False, collect=True)), schema=self.schema
         )
 
     def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
