@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
-from mere.errors import InvalidInput
+from mere.errors import InvalidInput, NoSuchVersion
 from mere.metadata import FileEntry
 from mere.read.planner import split_filter
 from mere.read.reader import _filter, _plain
@@ -39,6 +39,7 @@ VERSION_COLUMN = "_version"
 COMMIT_TIME_COLUMN = "_commit_time"
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "insert", "update_before", "update_after", "delete"
 _ORDER = {DELETE: 0, UPDATE_BEFORE: 1, UPDATE_AFTER: 2, INSERT: 3}
+_ROW = "\x00row"
 SPLITS_PER_READ = 16  # touched splits read together (one plan per group, memory bounded by the group)
 
 
@@ -65,10 +66,12 @@ def change_feed(
         raise InvalidInput(f"{table.name}: start_version {start} is after end_version {end}")
     identity = list(spec.identity_columns)
     wanted = list(table.scan(columns=columns, version=end).output_columns)
-    read_columns = identity + [c for c in wanted if c not in identity]
-    predicate = split_filter(spec, filter).bound  # validated now; runs on the feed's rows
+    out_columns = identity + [c for c in wanted if c not in identity]
+    # Rows are compared and filtered whole; the projection applies to what comes out.
+    read_columns = identity + [c for c in spec.schema.names if c not in identity]
+    predicate = split_filter(spec, filter).bound  # validated now; runs on the feed's whole rows
     schema = pa.schema(
-        [spec.schema.field(c).with_nullable(True) for c in read_columns]
+        [spec.schema.field(c).with_nullable(True) for c in out_columns]
         + [
             pa.field(CHANGE_COLUMN, pa.string(), nullable=False),
             pa.field(VERSION_COLUMN, pa.int64(), nullable=False),
@@ -78,6 +81,12 @@ def change_feed(
     if start == end:
         return pa.RecordBatchReader.from_batches(schema, iter(()))
     history = {s.version: s for s in table.history()}
+    gone = [v for v, snap in history.items() if start < v <= end and snap.expired]
+    if gone:  # e.g. a tagged start_version: readable itself, but the commits after it were expired
+        raise NoSuchVersion(
+            f"{table.name}: the change feed from version {start} needs every commit after it, and "
+            f"version {gone[0]} has expired"
+        )
     touched: dict[tuple[str, int], list[tuple[FileEntry, int]]] = defaultdict(list)
     for entry, removed in table._sql.files_changed(table.record.id, start, end):
         added = entry.added_version
@@ -86,7 +95,10 @@ def change_feed(
         if removed is not None and history[removed].operation != "compact":
             touched[(entry.partition, entry.bucket)].append((entry, removed))
     times = {v: s.committed_at for v, s in history.items()}
-    feed = _Feed(table, start, end, read_columns, predicate, schema, times)
+    full = pa.schema(
+        [spec.schema.field(c).with_nullable(True) for c in read_columns] + list(schema)[len(out_columns) :]
+    )
+    feed = _Feed(table, start, end, read_columns, predicate, full, times, out_columns)
     return pa.RecordBatchReader.from_batches(schema, feed.batches(touched))
 
 
@@ -100,9 +112,11 @@ class _Feed:
         predicate: E.Expr,
         schema: pa.Schema,
         times: dict[int, Any],
+        out_columns: list[str],
     ) -> None:
         self.table, self.start, self.end = table, start, end
         self.columns, self.predicate, self.schema, self.times = columns, predicate, schema, times
+        self.out_names = [*out_columns, CHANGE_COLUMN, VERSION_COLUMN, COMMIT_TIME_COLUMN]
         self.keys = list(table.spec.primary_key)  # one split shares its partition values: joins need the key
 
     def batches(
@@ -158,19 +172,23 @@ class _Feed:
         )
 
     def _split(self, touched: pa.Table, before: pa.Table, after: pa.Table) -> pa.Table:
-        before = _plain(before, self.table.spec.schema).join(
-            touched, self.keys, join_type="inner", use_threads=False
+        # Joins see only key columns and row numbers (Arrow's joins cannot carry nested columns).
+        before, after = (
+            self._touched(_plain(before, self.table.spec.schema), touched),
+            self._touched(_plain(after, self.table.spec.schema), touched),
         )
-        after = _plain(after, self.table.spec.schema).join(
-            touched, self.keys, join_type="inner", use_threads=False
-        )
-        key_of = lambda t: t.select(self.keys)  # noqa: E731
-        inserted = after.join(key_of(before), self.keys, join_type="left anti", use_threads=False)
-        deleted = before.join(key_of(after), self.keys, join_type="left anti", use_threads=False)
-        old = before.join(key_of(after), self.keys, join_type="left semi", use_threads=False)
-        new = after.join(key_of(before), self.keys, join_type="left semi", use_threads=False)
+        b_keys, a_keys = self._numbered(before), self._numbered(after)
+        key_only = [*self.keys]
+
+        def rows(table: pa.Table, numbered: pa.Table, other: pa.Table, how: str) -> pa.Table:
+            hit = numbered.join(other.select(key_only), key_only, join_type=how, use_threads=False)
+            return table.take(pa.array(np.sort(hit.column(_ROW).to_numpy())))
+
+        inserted = rows(after, a_keys, b_keys, "left anti")
+        deleted = rows(before, b_keys, a_keys, "left anti")
         order = [(k, "ascending") for k in self.keys]
-        old, new = old.sort_by(order), new.sort_by(order)
+        old = rows(before, b_keys, a_keys, "left semi").sort_by(order)
+        new = rows(after, a_keys, b_keys, "left semi").sort_by(order)
         changed = ~_rows_equal(old.select(self.columns), new.select(self.columns))
         if not changed.all():
             mask = pa.array(changed)
@@ -178,13 +196,25 @@ class _Feed:
         parts = [(deleted, DELETE), (old, UPDATE_BEFORE), (new, UPDATE_AFTER), (inserted, INSERT)]
         tables = [self._labelled(t, label) for t, label in parts if t.num_rows]
         if not tables:
-            return self.schema.empty_table()
+            return self.schema.empty_table().select(self.out_names)
         out = pa.concat_tables(tables)
         rank = pc.index_in(out.column(CHANGE_COLUMN), pa.array(list(_ORDER)))
         out = out.append_column("\x00rank", rank)
         out = out.sort_by([(VERSION_COLUMN, "ascending"), *order, ("\x00rank", "ascending")])
         out = out.drop_columns(["\x00rank"])
-        return _filter(out, self.predicate) if not isinstance(self.predicate, E.AlwaysTrue) else out
+        if not isinstance(self.predicate, E.AlwaysTrue):
+            out = _filter(out, self.predicate)
+        return out.select(self.out_names)
+
+    def _touched(self, rows: pa.Table, touched: pa.Table) -> pa.Table:
+        """The rows of touched keys, with the newest version of the range that touched each."""
+        hit = self._numbered(rows).join(touched, self.keys, join_type="inner", use_threads=False)
+        hit = hit.sort_by(_ROW)
+        taken = rows.take(hit.column(_ROW))
+        return taken.append_column(VERSION_COLUMN, hit.column(VERSION_COLUMN))
+
+    def _numbered(self, rows: pa.Table) -> pa.Table:
+        return rows.select(self.keys).append_column(_ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
 
     def _labelled(self, rows: pa.Table, label: str) -> pa.Table:
         versions = rows.column(VERSION_COLUMN).to_numpy()
