@@ -140,3 +140,29 @@ def test_auto_compaction_racing_four_writer_processes_loses_no_commit(tmp_path: 
     assert sorted(k for k in rows if k) == sorted(1000 * (w + 1) + r for w in range(4) for r in range(rounds))
     ops = Counter(s.operation for s in t.history())
     assert ops["upsert"] == 4 * rounds and ops["compact"] >= 1
+
+
+def test_policy_calls_check_their_version(tmp_path: Path) -> None:
+    t = make(tmp_path)
+    t.upsert(batch([1, 2, 3]))
+    for bad in (-1, 999, True, 2.0, "x"):
+        with pytest.raises(errors.MereError):
+            t.compaction_due(bad)  # type: ignore[arg-type]
+        with pytest.raises(errors.MereError):
+            t.auto_compact(bad)  # type: ignore[arg-type]
+    assert t.compaction_due(1) is None and t.auto_compact(1) is None
+    keyless = mere.connect(str(tmp_path)).create_table("a.plain", SCHEMA)
+    keyless.append(batch([1]))
+    assert keyless.compaction_due() is None
+
+
+def test_one_background_compaction_per_table_at_a_time(tmp_path: Path) -> None:
+    t = make(tmp_path, **{"compaction.auto": "background", "compaction.min-files": "2"})
+    for i in range(30):
+        t.upsert(batch([i]))
+        running = [th for th in threading.enumerate() if th.name.startswith("mere-auto-compact")]
+        assert len(running) <= 1
+    for thread in threading.enumerate():
+        if thread.name.startswith("mere-auto-compact"):
+            thread.join(timeout=60)
+    assert sorted(r["k"] for r in t.refresh().to_arrow().to_pylist()) == list(range(30))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import math
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -295,3 +297,21 @@ def test_a_tagged_start_whose_later_commits_expired_is_refused(tmp_path: Any) ->
     with pytest.raises(errors.NoSuchVersion, match="expired"):
         t.changes(start)
     assert t.changes(t.version).read_all().num_rows == 0  # the kept history itself reads
+
+
+def test_a_half_read_scan_does_not_keep_the_program_alive(tmp_path: Any) -> None:
+    """Found by an adversarial review: split workers blocked on a full queue kept the interpreter from
+    exiting when a reader was abandoned half-read."""
+    code = (
+        "import pyarrow as pa, mere, sys\n"
+        "t = mere.connect(sys.argv[1]).create_table('a.t', pa.schema([pa.field('k', pa.int64(), "
+        "nullable=False), ('n', pa.int64())]), primary_key='k', buckets=2)\n"
+        "t.upsert(pa.table({'k': list(range(600_000)), 'n': [1] * 600_000}))\n"
+        "reader = t.scan(threads=1).to_reader()\n"
+        "reader.read_next_batch()\n"
+        "print('done')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "done", done

@@ -719,9 +719,27 @@ def stream_splits(
         except BaseException as e:
             put(q, e)
 
-    pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="mere-split")
+    # Daemon threads, not an executor's: a reader abandoned half-read (still referenced when the program
+    # ends) must not keep the interpreter waiting on workers blocked on a full queue.
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in range(len(splits)):
+        todo.put(i)
+
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            work(i)
+
+    workers = [
+        threading.Thread(target=worker, name=f"mere-split-{n}", daemon=True)
+        for n in range(max(1, min(parallel, len(splits))))
+    ]
     try:
-        futures = [pool.submit(work, i) for i in range(len(splits))]
+        for w in workers:
+            w.start()
         for i in range(len(splits)):
             q = queues[i]
             while True:
@@ -731,9 +749,9 @@ def stream_splits(
                 if isinstance(item, BaseException):
                     raise item
                 yield item
-        for f in futures:
-            f.result()
     finally:
         stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+        for w in workers:
+            if w.is_alive():
+                w.join()
         opener.shutdown(wait=True, cancel_futures=True)

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
+_BACKGROUND_COMPACTIONS: dict[str, threading.Lock] = {}  # per table: one background compaction at a time
 AUTO_COMPACT_MIN_FILES = 8  # compaction.min-files default: a split is folded when it holds this many files
 SCAN_OPTIONS = ("threads", "parallel", "window_bytes", "queue_batches")
 STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
@@ -733,8 +734,18 @@ class Table:
         if mode == "off" or result.operation == "compact" or not self.spec.has_primary_key:
             return
         if mode == "background":
+            busy = _BACKGROUND_COMPACTIONS.setdefault(self.record.uuid, threading.Lock())
+            if not busy.acquire(blocking=False):
+                return  # one is running for this table: it or the next commit's catches up
+
+            def run() -> None:
+                try:
+                    self.auto_compact(result.version)
+                finally:
+                    busy.release()
+
             name = f"mere-auto-compact-{self.name}"
-            threading.Thread(target=self.auto_compact, args=(result.version,), name=name, daemon=True).start()
+            threading.Thread(target=run, name=name, daemon=True).start()
         else:
             self.auto_compact(result.version)
 
@@ -748,10 +759,11 @@ class Table:
     def compaction_due(self, version: int | None = None) -> int | None:
         """``compaction.min-files`` when a split of ``version`` (default: the newest) holds that many files
         or more, else None."""
+        if not self.spec.has_primary_key:
+            return None  # tables without a key have nothing to fold
+        base = self.resolve_version(version)
         min_files = self.compaction_policy[1]
-        per_split = Counter(
-            (f.partition, f.bucket) for f in self.files_at(self.version if version is None else version)
-        )
+        per_split = Counter((f.partition, f.bucket) for f in self.files_at(base))
         return min_files if per_split and max(per_split.values()) >= min_files else None
 
     def auto_compact(self, version: int | None = None) -> CommitResult | None:
@@ -759,6 +771,8 @@ class Table:
         ``compaction.min-files`` files or more (default 8), fold every such split (and those with delete
         markers). Returns None when no split needs it or when compaction failed (logged as a warning:
         the data is unchanged and a later write or call tries again)."""
+        if version is not None:
+            self.resolve_version(version)  # a bad or unknown version raises, before anything runs
         try:
             min_files = self.compaction_due(version)
             return None if min_files is None else self.compact(min_files=min_files)
