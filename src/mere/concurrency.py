@@ -30,15 +30,21 @@ def machine_cores() -> int:
 
 def default_threads() -> int:
     """Merge workers of a read: ``$MERE_THREADS`` when set, else one per core."""
-    raw = os.environ.get(THREADS_ENV)
+    value = positive_int(os.environ.get(THREADS_ENV), THREADS_ENV)
+    return machine_cores() if value is None else value
+
+
+def positive_int(raw: str | None, what: str) -> int | None:
+    """A positive integer setting given as text (None when unset or blank); ``InvalidInput`` names
+    ``what`` otherwise."""
     if raw is None or not raw.strip():
-        return machine_cores()
+        return None
     try:
         value = int(raw)
     except ValueError:
         value = 0
     if value < 1:
-        raise InvalidInput(f"{THREADS_ENV} must be a positive integer, got {raw!r}")
+        raise InvalidInput(f"{what} must be a positive integer, got {raw!r}")
     return value
 
 

@@ -82,6 +82,7 @@ import pyarrow.compute as pc
 
 import mere
 from mere import expr as E
+from mere.concurrency import positive_int
 from mere.errors import InvalidInput, MereError, NoSuchNamespace, NoSuchTable, NotInstalled
 from mere.metadata import CommitResult, FileEntry
 from mere.read.reader import stored_rows_are_merged
@@ -282,15 +283,7 @@ def _split_list(value: str | None) -> list[str] | None:
 
 
 def _int_option(name: str, value: str | None) -> int | None:
-    if value is None or not value.strip():
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise InvalidInput(f"option {name!r} must be a positive integer, got {value!r}")
-    return n
+    return positive_int(value, f"option {name!r}")
 
 
 def _bool_option(name: str, value: str | None, default: bool = False) -> bool:

@@ -154,8 +154,12 @@ class _Feed:
     def _touched_keys(self, files: list[tuple[FileEntry, int]]) -> pa.Table:
         """Each touched key of the split with the newest version of the range that touched it."""
         storage = self.table.storage
-        parts = []
+        newest: dict[str, tuple[FileEntry, int]] = {}  # a file added and removed in the range is read once
         for entry, version in files:
+            if entry.path not in newest or newest[entry.path][1] < version:
+                newest[entry.path] = (entry, version)
+        parts = []
+        for entry, version in newest.values():
             md = storage.metadata(entry.path, entry.size_bytes or None)
             keys = storage.read_row_groups(entry.path, range(md.num_row_groups), self.keys, entry.size_bytes)
             keys = keys.select(self.keys).cast(
