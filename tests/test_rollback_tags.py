@@ -543,6 +543,20 @@ def test_an_expired_version_cannot_be_tagged(cat: mere.Catalog) -> None:
     assert t.tags() == {}
 
 
+
+def test_an_existing_tag_name_is_the_error_even_for_an_expired_version(cat: mere.Catalog) -> None:
+    # Found by the model: without replace, the name clash wins over the version check.
+    t = new_table(cat)
+    put(t, {1: 1})
+    put(t, {1: 2})
+    t.tag("keep", 2)
+    t.expire(older_than=NOW)
+    with pytest.raises(errors.TagExists):
+        t.tag("keep", 1)
+    with pytest.raises(errors.NoSuchVersion, match="expired"):
+        t.tag("keep", 1, replace=True)
+    assert t.tags() == {"keep": 2}
+
 # -- the catalog -------------------------------------------------------------------------------------
 
 

@@ -598,12 +598,7 @@ class SqlCatalog:
             row = self._lock_table(conn, table_id, tables.c.version, tables.c.oldest_version)
             current, oldest = int(row.version), int(row.oldest_version)
             v = current if version is None else version
-            if not self._readable(conn, table_id, v, current, oldest):
-                if 0 <= v < oldest:
-                    raise NoSuchVersion(
-                        f"version {v} has expired (readable: {oldest}..{current} and tagged versions)"
-                    )
-                raise NoSuchVersion(f"the table has versions {oldest}..{current}; got {v}")
+            # The name is checked first: without replace, an existing name is the error whatever the version.
             existing = conn.execute(
                 sa.select(tags.c.version).where(tags.c.table_id == table_id, tags.c.name == name)
             ).first()
@@ -611,6 +606,12 @@ class SqlCatalog:
                 raise TagExists(
                     f"tag {name!r} already names version {int(existing.version)}; pass replace=True to move it"
                 )
+            if not self._readable(conn, table_id, v, current, oldest):
+                if 0 <= v < oldest:
+                    raise NoSuchVersion(
+                        f"version {v} has expired (readable: {oldest}..{current} and tagged versions)"
+                    )
+                raise NoSuchVersion(f"the table has versions {oldest}..{current}; got {v}")
             if existing is not None:
                 conn.execute(
                     tags.update()
