@@ -543,7 +543,6 @@ def test_an_expired_version_cannot_be_tagged(cat: mere.Catalog) -> None:
     assert t.tags() == {}
 
 
-
 def test_an_existing_tag_name_is_the_error_even_for_an_expired_version(cat: mere.Catalog) -> None:
     # Found by the model: without replace, the name clash wins over the version check.
     t = new_table(cat)
@@ -556,6 +555,7 @@ def test_an_existing_tag_name_is_the_error_even_for_an_expired_version(cat: mere
     with pytest.raises(errors.NoSuchVersion, match="expired"):
         t.tag("keep", 1, replace=True)
     assert t.tags() == {"keep": 2}
+
 
 # -- the catalog -------------------------------------------------------------------------------------
 
