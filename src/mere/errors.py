@@ -52,6 +52,11 @@ class CommitConflict(MereError):
     retryable = True
 
 
+class SchemaChanged(CommitConflict):
+    """The table's columns changed after this handle read them: :meth:`Table.refresh
+    <mere.Table.refresh>` and write again (a write is never rebased onto a schema it did not see)."""
+
+
 class CommitFailed(CatalogError):
     """A commit that did not land (the catalog connection failed before it committed): nothing changed,
     and writing again is safe."""

@@ -152,7 +152,10 @@ def _names(value: Sequence[str] | str | None, what: str) -> tuple[str, ...]:
     raise InvalidInput(f"{what} must be a column name or a list of column names, got {value!r}")
 
 
-SPEC_FORMAT = 1  # bumped when a spec gains something older readers would misread
+SPEC_FORMAT = 2  # bumped when a spec gains something older readers would misread
+# Specs of tables whose schema never changed are still written as format 1, so older mere reads them;
+# format 2 adds renamed, dropped, widened and added columns, which an older reader would misread.
+EVOLVED_SPEC_FORMAT = 2
 
 PROPERTIES: dict[str, tuple[str, Any]] = {
     # key: (what it takes, validator returning the parsed value or raising ValueError)
@@ -226,10 +229,24 @@ class TableSpec:
     cdc_column: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
     field_ids: Mapping[str, int] = field(default_factory=dict)  # top-level column -> id; ids are never reused
+    # Schema evolution. The largest id ever given (a dropped column's id is not given again); the
+    # name -> id mapping of files written without Parquet field ids (the schema before the first change:
+    # None while the schema never changed); and the values that added columns take in older rows, by id.
+    last_field_id: int = 0
+    legacy_field_ids: Mapping[str, int] | None = None
+    defaults: Mapping[int, pa.Scalar] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.field_ids:  # specs written before field ids: number the columns in order
             object.__setattr__(self, "field_ids", {name: i + 1 for i, name in enumerate(self.schema.names)})
+        highest = max(self.field_ids.values(), default=0)
+        if self.last_field_id < highest:
+            object.__setattr__(self, "last_field_id", highest)
+
+    @property
+    def evolved(self) -> bool:
+        """Whether a column was ever added, renamed, widened or dropped (files then map by field id)."""
+        return self.legacy_field_ids is not None
 
     def field_id(self, column: str) -> int:
         """The column's stable id: it survives renames and is never given to another column."""
@@ -373,9 +390,18 @@ class TableSpec:
         return out
 
     def to_json(self) -> str:
+        evolution: dict[str, Any] = {}
+        if self.evolved:
+            assert self.legacy_field_ids is not None
+            evolution = {
+                "last_field_id": self.last_field_id,
+                "legacy_field_ids": dict(self.legacy_field_ids),
+                "defaults": _defaults_json(self.defaults),
+            }
         return json.dumps(
             {
-                "format": SPEC_FORMAT,
+                **evolution,
+                "format": EVOLVED_SPEC_FORMAT if self.evolved else 1,
                 "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii"),
                 "primary_key": list(self.primary_key),
                 "partition_by": list(self.partition_by),
@@ -408,4 +434,45 @@ class TableSpec:
             cdc_column=d["cdc_column"],
             properties=dict(d["properties"]),
             field_ids={k: int(v) for k, v in d.get("field_ids", {}).items()},
+            last_field_id=int(d.get("last_field_id", 0)),
+            legacy_field_ids=(
+                None
+                if d.get("legacy_field_ids") is None
+                else {k: int(v) for k, v in d["legacy_field_ids"].items()}
+            ),
+            defaults=_defaults_from_json(d.get("defaults")),
         )
+
+
+FIELD_ID_KEY = b"PARQUET:field_id"  # where Parquet (and pyarrow) keep a column's field id
+
+
+def with_field_ids(table: pa.Table, spec: TableSpec) -> pa.Table:
+    """``table`` with each table column's field id in its Arrow field metadata, so Parquet files written
+    from it record the ids (readers map columns by id after renames and drops). Zero-copy."""
+    fields = []
+    for f in table.schema:
+        fid = spec.field_ids.get(f.name)
+        if fid is not None:
+            f = f.with_metadata({**(f.metadata or {}), FIELD_ID_KEY: str(fid).encode()})
+        fields.append(f)
+    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=table.schema.metadata))
+
+
+def _defaults_json(defaults: Mapping[int, pa.Scalar]) -> str | None:
+    """Default values as one Arrow IPC row (any type survives), base64; columns named by field id."""
+    if not defaults:
+        return None
+    ids = sorted(defaults)
+    row = pa.table({str(i): pa.array([defaults[i].as_py()], type=defaults[i].type) for i in ids})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, row.schema) as writer:
+        writer.write_table(row)
+    return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
+
+
+def _defaults_from_json(text: str | None) -> dict[int, pa.Scalar]:
+    if not text:
+        return {}
+    row = pa.ipc.open_stream(pa.py_buffer(base64.b64decode(text))).read_all()
+    return {int(name): row.column(name)[0] for name in row.column_names}

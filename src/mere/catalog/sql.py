@@ -680,6 +680,19 @@ class SqlCatalog:
                 is not None
             )
 
+    @_wraps_database_errors("read the spec changes after a version")
+    def specs_after(self, table_id: int, version: int) -> list[tuple[int, str]]:
+        """(version, spec JSON) of every commit after ``version`` that changed the table's spec."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(commits.c.version, commits.c.spec)
+                .where(
+                    commits.c.table_id == table_id, commits.c.version > version, commits.c.spec.is_not(None)
+                )
+                .order_by(commits.c.version)
+            ).all()
+        return [(int(r.version), str(r.spec)) for r in rows]
+
     @_wraps_database_errors("read a version's spec")
     def spec_at(self, table_id: int, version: int) -> str | None:
         """The table's spec (JSON) in force at ``version``; None when the catalog cannot tell (a table

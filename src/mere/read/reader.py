@@ -21,6 +21,7 @@ from mere.concurrency import shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.storage import primitive_leaf
+from mere.read.evolution import FileColumns, file_columns, to_table_columns, without_field_ids
 from mere.read.merge import _numpy_sortable, group_starts, reduce_versions, sort_indices
 from mere.read.planner import Explain, FileTask, Split, row_group_stats
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
@@ -83,14 +84,26 @@ class _FileCursor:
         md = storage.metadata(task.path, task.size_bytes or None)
         leaves = storage.column_leaves(task.path, task.size_bytes or None)
         self.row_counts = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
-        self.names = set(leaves)
+        # Tables whose columns changed map each file's columns by field id; full files written before a
+        # column was added read its default.
+        self.mapping: FileColumns | None = None
+        self.fill: list[str] = []
+        if spec.evolved:
+            mapping = self.mapping = file_columns(spec, md)
+            leaves = {mapping.to_table[n]: v for n, v in leaves.items() if n in mapping.to_table}
+            if task.columns is not None:
+                cols = tuple(mapping.to_table[c] for c in task.columns if c in mapping.to_table)
+                self.task = task = replace(task, columns=cols)
+            elif task.content != "delete":
+                self.fill = [c for c in needed if c in spec.schema.names and c not in leaves]
+        self.names = set(leaves) | set(self.fill)
         self.columns = [c for c in needed if c in self.names]
-        self.dictionary = [c for c in opts.dictionary if c in self.names and _dictionary_pages(md, leaves, c)]
+        self.dictionary = [c for c in opts.dictionary if c in leaves and _dictionary_pages(md, leaves, c)]
         key0 = spec.primary_key[0] if spec.primary_key else None
         stats_cols = sorted(E.columns(opts.pre) or set())
         if key0 is not None and key0 not in stats_cols:
             stats_cols.append(key0)
-        read_leaves = [i for c in self.columns for i in leaves[c]]
+        read_leaves = [i for c in self.columns if c in leaves for i in leaves[c]]
         self.groups: list[_RowGroup] = []
         total = 0
         for i in range(md.num_row_groups):
@@ -117,33 +130,45 @@ class _FileCursor:
     def estimated_bytes(self) -> int:
         return sum(g.bytes for g in self.groups)
 
+    def _load(
+        self, groups: Sequence[int], columns: Sequence[str], dictionary: Sequence[str] = ()
+    ) -> pa.Table:
+        """Row groups of the file, as the table's columns."""
+        size = self.task.size_bytes or None
+        threaded = self.opts.threads != 1
+        m = self.mapping
+        if m is None:
+            table = self.storage.read_row_groups(
+                self.task.path, groups, columns, size, dictionary, use_threads=threaded
+            )
+            return without_field_ids(table)
+        table = self.storage.read_row_groups(
+            self.task.path,
+            groups,
+            m.file_names(columns),
+            size,
+            m.file_names(dictionary),
+            use_threads=threaded,
+        )
+        return to_table_columns(table, m, self.spec, [c for c in self.fill if c in columns])
+
     def _read(self, groups: list[_RowGroup]) -> pa.Table | None:
         if not groups:
             return None
         idx = [g.index for g in groups]
         pre = self.opts.pre
-        size = self.task.size_bytes or None
-        threaded = self.opts.threads != 1
         if self.opts.lookup and self.spec.primary_key:
             # Point lookups: read the key columns first; read the rest only of row groups where a key
             # matches. Two requests per file, whatever the number of candidate row groups.
             key_cols = [c for c in self.spec.identity_columns if c in self.names]
-            keys = self.storage.read_row_groups(self.task.path, idx, key_cols, size, use_threads=threaded)
+            keys = self._load(idx, key_cols)
             owner = np.repeat(np.asarray(idx, dtype=np.int64), [self.row_counts[i] for i in idx])
             keys = keys.append_column(_ROW_GROUP_COLUMN, pa.array(owner, pa.int64()))
             hits = np.unique(_filter(keys, pre).column(_ROW_GROUP_COLUMN).to_numpy())
             if len(hits) == 0:
                 return None
-            return _filter(
-                self.storage.read_row_groups(
-                    self.task.path, hits.tolist(), self.columns, size, use_threads=threaded
-                ),
-                pre,
-            )
-        table = self.storage.read_row_groups(
-            self.task.path, idx, self.columns, size, self.dictionary, use_threads=threaded
-        )
-        return _filter(table, pre)
+            return _filter(self._load(hits.tolist(), self.columns), pre)
+        return _filter(self._load(idx, self.columns, self.dictionary), pre)
 
     def take_until(self, hi: Any) -> pa.Table | None:
         """Rows whose first key column is below ``hi`` (all remaining rows when ``hi`` is None)."""

@@ -65,7 +65,7 @@ def change_feed(
     if start > end:
         raise InvalidInput(f"{table.name}: start_version {start} is after end_version {end}")
     identity = list(spec.identity_columns)
-    wanted = list(table.scan(columns=columns, version=end).output_columns)
+    wanted = list(table.scan(columns=columns).output_columns)  # the feed speaks the current columns
     out_columns = identity + [c for c in wanted if c not in identity]
     # Rows are compared and filtered whole; the projection applies to what comes out.
     read_columns = identity + [c for c in spec.schema.names if c not in identity]

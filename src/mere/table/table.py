@@ -33,6 +33,7 @@ from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import TableSpec
 from mere.table.compaction import CompactionPlan, CompactionTask
+from mere.table.evolve import SchemaUpdate, same_columns
 from mere.table.merge import Merge, MergeMetrics, StagedMerge, commit_staged_merges
 from mere.table.scan import Scan, ScanTask, normalise_columns
 from mere.table.transaction import Change, Transaction, marker_change
@@ -160,8 +161,10 @@ class Table:
     def split_tables(
         self, version: int, splits: set[tuple[str, int]], columns: Sequence[str], filter: Any = None
     ) -> dict[tuple[str, int], pa.Table]:
-        """Merged rows of some splits, keyed by (partition JSON, bucket); reads only those splits."""
-        return self.scan(columns=list(columns), filter=filter, version=version).split_tables(splits)
+        """Merged rows of some splits, keyed by (partition JSON, bucket); reads only those splits. Rows of
+        older versions come in the current columns (the change feed compares versions column by column)."""
+        self.resolve_version(version)
+        return Scan(self, version, list(columns), filter, spec=self.spec).split_tables(splits)
 
     def resolve_version(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> int:
         """The version a read of ``version``, ``as_of`` or ``tag`` sees (default: the newest).
@@ -226,10 +229,50 @@ class Table:
         if "parallel" in options:  # the option's earlier name
             options.setdefault("threads", options.pop("parallel"))
         v = self.resolve_version(version, as_of, tag)
-        scan = Scan(self, v, normalise_columns(columns), filter, **options)
+        # An older version is read with its own columns (time travel across schema changes).
+        older = (version, as_of, tag) != (None, None, None) and v != self.version
+        spec = self.spec_at(v) if older else self.spec
+        scan = Scan(self, v, normalise_columns(columns), filter, **options, spec=spec)
         scan.output_columns  # noqa: B018 - validate column names now, not at first read
         scan._parts()  # validate the filter now (the scan keeps what it parsed)
         return scan
+
+    def spec_at(self, version: int) -> TableSpec:
+        """The table's layout (columns, key, properties) as of ``version``; the current one when the
+        catalog cannot tell."""
+        text = self._sql.spec_at(self.record.id, version)
+        if text is None:
+            return self.spec
+        at = TableSpec.from_json(text, self.name)
+        return self.spec if same_columns(at, self.spec) else at
+
+    # -- schema evolution ---------------------------------------------------------------------------
+
+    def evolve(self) -> SchemaUpdate:
+        """Start a schema change: add, widen, rename and drop columns, committed together as one version.
+
+        ``with t.evolve() as e: e.add_column("note", pa.string()).rename_column("qty", "quantity")``.
+        Data files are never rewritten; older versions keep their own schema for time travel. Key and
+        partition columns cannot be dropped, renamed or retyped.
+        """
+        return SchemaUpdate(self)
+
+    def add_column(self, name: str, type: pa.DataType | str, default: Any = None) -> CommitResult | None:
+        """Add a nullable column as a new version; rows written before it read ``default`` (None: null)."""
+        return self.evolve().add_column(name, type, default).commit()
+
+    def widen(self, column: str, type: pa.DataType | str) -> CommitResult | None:
+        """Widen a column's type (int8 -> ... -> int64, float32 -> float64, decimal precision up,
+        string -> large_string, binary -> large_binary) as a new version; None if it has that type."""
+        return self.evolve().widen(column, type).commit()
+
+    def rename_column(self, column: str, new_name: str) -> CommitResult | None:
+        """Rename a column as a new version."""
+        return self.evolve().rename_column(column, new_name).commit()
+
+    def drop_column(self, column: str) -> CommitResult | None:
+        """Drop a column as a new version (its values stay readable in older versions)."""
+        return self.evolve().drop_column(column).commit()
 
     def changes(
         self,
@@ -392,9 +435,20 @@ class Table:
         )
         spec = self._sql.spec_at(self.record.id, target)
         if spec is not None:
-            properties = TableSpec.from_json(spec, self.name).properties
-            if dict(properties) != dict(self.spec.properties):
-                tx._properties = dict(properties)
+            then = TableSpec.from_json(spec, self.name)
+            if dict(then.properties) != dict(self.spec.properties):
+                tx._properties = dict(then.properties)
+            if not same_columns(then, self.spec):
+                # The version's columns come back too; ids already given stay given.
+                restored = replace(
+                    then,
+                    properties=self.spec.properties,
+                    last_field_id=max(then.last_field_id, self.spec.last_field_id),
+                    legacy_field_ids=then.legacy_field_ids
+                    if then.legacy_field_ids is not None
+                    else self.spec.legacy_field_ids,
+                )
+                tx._schema = (restored, [f"columns of version {target}"])
         return tx.commit()
 
     # -- writes ----------------------------------------------------------------------------------

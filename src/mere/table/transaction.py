@@ -21,6 +21,9 @@ Conflict rules (what a concurrent commit may have done, and what this transactio
 - **Removed files** that a concurrent commit already removed (compaction racing an overwrite) always
   conflict; compaction then plans again.
 - **Property changes** conflict with a concurrent property change and are applied again on its result.
+- **Schema changes** (:meth:`Table.evolve <mere.Table.evolve>`): every commit fails with ``SchemaChanged``
+  (not retried) when the table's columns changed after its handle read them, so nothing is ever written
+  under a schema its writer did not see; :meth:`Table.refresh <mere.Table.refresh>` and write again.
 - **Rollbacks** (:meth:`Table.rollback <mere.Table.rollback>`) replace the whole table state: they conflict
   with every concurrent commit, and are recomputed only when the commits that landed were compactions
   (which change no row); otherwise they raise ``CommitConflict`` rather than undo a write they never saw.
@@ -38,8 +41,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
-from mere.errors import CommitConflict, CommitFailed, CommitStateUnknown, InvalidInput
+from mere.errors import (
+    CommitConflict,
+    CommitFailed,
+    CommitStateUnknown,
+    InvalidInput,
+    SchemaChanged,
+)
 from mere.metadata import CommitResult, ConcurrentChanges, FileEntry
+from mere.read.evolution import whole_file_as_table
 from mere.read.planner import split_filter
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import OP_DELETE, TableSpec, validate_properties
@@ -93,6 +103,7 @@ class Transaction:
         self.changes: list[Change] = []
         self.checks: WriteChecks | None = None
         self._properties: dict[str, str] | None = None
+        self._schema: tuple[TableSpec, list[str]] | None = None  # a column change: the new spec, its steps
         self._state = "open"  # open, committed, aborted
 
     # -- context manager ----------------------------------------------------------------------------
@@ -109,9 +120,7 @@ class Transaction:
             self.abort()
 
     def __repr__(self) -> str:
-        ops = [c.operation for c in self.changes] + (
-            ["set-properties"] if self._properties is not None else []
-        )
+        ops = [c.operation for c in self.changes] + self._spec_operations()
         return f"Transaction({self.table.name!r}, read_version={self.read_version}, {self._state}, changes={ops})"
 
     # -- operations ---------------------------------------------------------------------------------
@@ -235,6 +244,10 @@ class Transaction:
                     self._state = "committed"
                     return prior
             result = self.retries.run(self._attempt, _lost_race)
+        except SchemaChanged:
+            self._discard()
+            self._state = "aborted"
+            raise
         except CommitConflict as e:
             self._discard()
             self._state = "aborted"
@@ -250,7 +263,7 @@ class Transaction:
             self._state = "aborted"
             raise
         self._state = "committed"
-        if self._properties is not None:
+        if self._properties is not None or self._schema is not None:
             t.refresh()
         t._after_commit(result)
         return result
@@ -289,11 +302,18 @@ class Transaction:
         if checks is not None:
             validators.append(checks.verify(t, base))
             extra |= checks.summary()
+        _columns_current(t)
+        validators.append(_no_column_change(t.name))
         spec = None
-        if self._properties is not None:
-            spec = replace(t.spec, properties=self._properties).to_json()
-            extra["properties"] = self._properties
-            validators.append(_no_property_change(t.name))
+        if self._properties is not None or self._schema is not None:
+            new_spec = t.spec if self._schema is None else self._schema[0]
+            if self._properties is not None:
+                new_spec = replace(new_spec, properties=self._properties)
+                extra["properties"] = self._properties
+                validators.append(_no_property_change(t.name))
+            if self._schema is not None:
+                extra["schema"] = self._schema[1]
+            spec = new_spec.to_json()
         summary = {
             "read_version": base,
             "added_files": len(add),
@@ -305,7 +325,7 @@ class Transaction:
             **extra,
         }
         if len(self.changes) > 1 or (self.changes and spec is not None):
-            summary["operations"] = [c.operation for c in self.changes] + (["set-properties"] if spec else [])
+            summary["operations"] = [c.operation for c in self.changes] + self._spec_operations()
 
         def validate(changes: ConcurrentChanges) -> None:
             for v in validators:
@@ -352,10 +372,13 @@ class Transaction:
             self.checks = WriteChecks(self.table.spec, self.table.name)
         return self.checks
 
-    def _operation(self) -> str:
-        ops = [c.operation for c in self.changes] + (
-            ["set-properties"] if self._properties is not None else []
+    def _spec_operations(self) -> list[str]:
+        return (["set-properties"] if self._properties is not None else []) + (
+            ["evolve-schema"] if self._schema is not None else []
         )
+
+    def _operation(self) -> str:
+        ops = [c.operation for c in self.changes] + self._spec_operations()
         if ops and ops[0] == "rollback":
             return "rollback"  # with the properties of the version it restores
         return ops[0] if len(ops) == 1 else "transaction"
@@ -490,7 +513,9 @@ def rewrite_files(
             if t.spec.partition_by and E.evaluate_constant(parts.bound, _typed(t.spec, values)) is False:
                 continue
             md = t.storage.metadata(f.path)
-            data = t.storage.read_row_groups(f.path, range(md.num_row_groups), None)
+            data = whole_file_as_table(
+                t.storage.read_row_groups(f.path, range(md.num_row_groups), None), t.spec, md
+            )
             try:
                 mask = _evaluate_mask(data, hit_expr)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
@@ -538,7 +563,31 @@ def marker_change(t: Table, keys: pa.Table, checks: WriteChecks | None = None, f
 
 
 def _lost_race(error: BaseException) -> bool:
-    return isinstance(error, (CommitConflict, CommitFailed))
+    return isinstance(error, (CommitConflict, CommitFailed)) and not isinstance(error, SchemaChanged)
+
+
+def _columns_current(t: Table) -> None:
+    """The handle's columns are the table's: no commit since the handle loaded its spec changed them."""
+    from mere.table.evolve import same_columns
+
+    for version, text in t._sql.specs_after(t.record.id, t.record.version):
+        if not same_columns(TableSpec.from_json(text, t.name), t.spec):
+            raise SchemaChanged(
+                f"{t.name}: the table's columns changed in version {version}, after this handle read "
+                "them; refresh() the table and write again"
+            )
+
+
+def _no_column_change(name: str) -> Validate:
+    def validate(changes: ConcurrentChanges) -> None:
+        for c in changes.commits:
+            if "schema" in c.summary:
+                raise SchemaChanged(
+                    f"{name}: the table's columns changed concurrently in version {c.version}; "
+                    "refresh() the table and write again"
+                )
+
+    return validate
 
 
 def _no_property_change(name: str) -> Validate:

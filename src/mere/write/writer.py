@@ -21,7 +21,7 @@ from mere.hashing import bucket_ids
 from mere.io import Storage
 from mere.metadata import FileEntry
 from mere.read.merge import group_starts, reduce_versions, sort_indices
-from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec
+from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec, with_field_ids
 from mere.write.cast import lossless_cast
 
 DEFAULT_ROW_GROUP_BYTES = 1 << 20  # uncompressed bytes per row group: small enough for key lookups
@@ -400,7 +400,7 @@ def write_prepared(
         rows = row_group_rows or _rows_per_group(p.rows, row_group_bytes)
         written = storage.write_parquet(
             rel,
-            p.rows,
+            with_field_ids(p.rows, spec),
             row_group_rows=rows,
             sorting_columns=sorting,
             compression=compression,

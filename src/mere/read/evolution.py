@@ -1,0 +1,98 @@
+"""Reading files written under an older schema: columns are matched by field id, not by name.
+
+Only tables whose schema changed (``TableSpec.evolved``) pay for this; for them each file's columns are
+mapped once, when its cursor opens (its footer is already cached). Files written before mere recorded
+Parquet field ids name their columns as the table did before its first schema change
+(``TableSpec.legacy_field_ids``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mere.spec import FIELD_ID_KEY, OP_COLUMN, TableSpec
+
+
+@dataclass(frozen=True)
+class FileColumns:
+    """How one file's top-level columns map to the table's current columns."""
+
+    to_table: Mapping[str, str]  # file column -> table column (dropped columns are absent)
+    from_table: Mapping[str, str]  # table column -> file column
+
+    def file_names(self, columns: Sequence[str]) -> list[str]:
+        """The file's names of those table columns the file holds."""
+        return [self.from_table[c] for c in columns if c in self.from_table]
+
+
+def file_columns(spec: TableSpec, md: pq.FileMetaData) -> FileColumns:
+    """Map a file's columns to ``spec``'s by field id (the file's own ids, else the legacy names)."""
+    arrow = md.schema.to_arrow_schema()
+    ids = {f.name: int(f.metadata[FIELD_ID_KEY]) for f in arrow if f.metadata and FIELD_ID_KEY in f.metadata}
+    if not ids:
+        legacy = spec.legacy_field_ids if spec.legacy_field_ids is not None else spec.field_ids
+        ids = {name: legacy[name] for name in arrow.names if name in legacy}
+    by_id = {fid: name for name, fid in spec.field_ids.items()}
+    to_table: dict[str, str] = {}
+    for name in arrow.names:
+        if name in ids:
+            target = by_id.get(ids[name])
+            if target is not None:
+                to_table[name] = target
+        elif name == OP_COLUMN:
+            to_table[name] = name
+    return FileColumns(to_table, {t: f for f, t in to_table.items()})
+
+
+def to_table_columns(
+    table: pa.Table, mapping: FileColumns, spec: TableSpec, fill: Sequence[str] = ()
+) -> pa.Table:
+    """Rows read from a file, renamed to the table's columns and cast to their (widened) types; ``fill``
+    columns, which the file predates, take their default (or null)."""
+    names = spec.schema.names
+    arrays: list[pa.ChunkedArray | pa.Array] = []
+    fields: list[pa.Field] = []
+    for f, column in zip(table.schema, table.columns):
+        target = mapping.to_table[f.name]
+        if target in names:
+            want = spec.schema.field(target).type
+            if column.type != want and not pa.types.is_dictionary(column.type):
+                column = column.cast(want)
+        arrays.append(column)
+        fields.append(pa.field(target, column.type, f.nullable))
+    for name in fill:
+        kind = spec.schema.field(name).type
+        default = spec.defaults.get(spec.field_ids[name])
+        arrays.append(
+            pa.nulls(table.num_rows, kind) if default is None else pa.repeat(default, table.num_rows)
+        )
+        fields.append(pa.field(name, kind, True))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def whole_file_as_table(table: pa.Table, spec: TableSpec, md: pq.FileMetaData) -> pa.Table:
+    """Every column of a file read whole, as the table's current columns (a copy-on-write rewrite)."""
+    if not spec.evolved:
+        return without_field_ids(table)
+    mapping = file_columns(spec, md)
+    kept = table.select([n for n in table.column_names if n in mapping.to_table])
+    fill = [c for c in spec.schema.names if c not in mapping.from_table]
+    return to_table_columns(kept, mapping, spec, fill)
+
+
+def without_field_ids(table: pa.Table) -> pa.Table:
+    """Drop the Parquet field ids pyarrow puts in the fields of rows it reads (they are the files'
+    business, not the caller's)."""
+    if not any(f.metadata and FIELD_ID_KEY in f.metadata for f in table.schema):
+        return table
+    fields = []
+    for f in table.schema:
+        if f.metadata and FIELD_ID_KEY in f.metadata:
+            rest = {k: v for k, v in f.metadata.items() if k != FIELD_ID_KEY}
+            f = f.remove_metadata() if not rest else f.with_metadata(rest)
+        fields.append(f)
+    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=table.schema.metadata))

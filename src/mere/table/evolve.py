@@ -1,0 +1,253 @@
+"""Schema evolution: add, widen, rename and drop columns, as commits.
+
+Columns carry stable field ids (in the spec, and in every Parquet file written since ids were written),
+so a change never rewrites data: readers map each file's columns to the table's by id. A renamed column
+keeps its id; a dropped column's id is never given again (a column added later under the same name is a
+new column, and old files' values of the dropped one stay hidden); a widened column's old values are cast
+on read; an added column reads as its default (or null) in rows written before it existed.
+
+Key, partition and bucket columns cannot be dropped, renamed or retyped: files are sorted, bucketed and
+placed by them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from mere.errors import InvalidInput, SchemaMismatch, UnsupportedType
+from mere.spec import OP_COLUMN, TableSpec
+
+if TYPE_CHECKING:
+    from mere.metadata import CommitResult
+    from mere.table.table import Table
+
+_SIGNED = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+_UNSIGNED = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
+_FLOATS = [pa.float16(), pa.float32(), pa.float64()]
+
+
+def can_widen(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether every value of ``old`` is exactly a value of ``new`` (the type changes mere allows)."""
+    if old == new:
+        return True
+    for ladder in (_SIGNED, _UNSIGNED, _FLOATS):
+        if old in ladder and new in ladder:
+            return ladder.index(new) > ladder.index(old)
+    if old in _UNSIGNED and new in _SIGNED:  # uint8 -> int16, ...: the signed type must be wider
+        return bool(new.bit_width > old.bit_width)
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return bool(new.scale == old.scale and new.precision >= old.precision)
+    return (old, new) in ((pa.string(), pa.large_string()), (pa.binary(), pa.large_binary()))
+
+
+def _data_type(value: Any, what: str) -> pa.DataType:
+    if isinstance(value, pa.DataType):
+        return value
+    if isinstance(value, str):
+        try:
+            return pa.type_for_alias(value)
+        except (ValueError, KeyError):
+            pass
+    raise InvalidInput(f"{what} must be a pyarrow DataType or a type name such as 'int64', got {value!r}")
+
+
+def _column_name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{what} must be a non-empty column name, got {value!r}")
+    return value
+
+
+def _existing(spec: TableSpec, column: Any, verb: str, table: str) -> str:
+    name = _column_name(column, "column")
+    if name not in spec.schema.names:
+        raise SchemaMismatch(f"{table}: no column {name!r} to {verb}; the table has {spec.schema.names}")
+    if name in spec.identity_columns:
+        role = "primary-key" if name in spec.primary_key else "partition"
+        raise InvalidInput(f"{table}: {name!r} is a {role} column and cannot be {verb.rstrip('e')}ed")
+    return name
+
+
+def _new_name(spec: TableSpec, value: Any, table: str) -> str:
+    name = _column_name(value, "the new column name")
+    if name in spec.schema.names:
+        raise SchemaMismatch(f"{table}: the table already has a column {name!r}")
+    if name == OP_COLUMN or name == spec.cdc_column:
+        raise SchemaMismatch(f"{table}: column name {name!r} is reserved")
+    return name
+
+
+def _started(spec: TableSpec) -> TableSpec:
+    """The spec about to change for the first time remembers how files without field ids name columns."""
+    return spec if spec.evolved else replace(spec, legacy_field_ids=dict(spec.field_ids))
+
+
+def add_column(
+    spec: TableSpec, name: Any, type: Any, default: Any = None, *, table: str = "table"
+) -> TableSpec:
+    """``spec`` with a nullable column appended; older rows read ``default`` (None: null)."""
+    name = _new_name(spec, name, table)
+    kind = _data_type(type, "type")
+    schema = spec.schema.append(pa.field(name, kind, nullable=True))
+    try:  # the same checks as a new table's columns (storable types, names)
+        checked = TableSpec.create(schema, spec.primary_key, spec.partition_by, spec.buckets)
+    except (SchemaMismatch, UnsupportedType) as e:
+        raise type(e)(f"{table}: {e}") from None
+    field = checked.schema.field(name)
+    spec = _started(spec)
+    new_id = spec.last_field_id + 1
+    defaults = dict(spec.defaults)
+    if default is not None:
+        try:
+            defaults[new_id] = pa.scalar(default, type=field.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as e:
+            raise InvalidInput(
+                f"{table}: default {default!r} is not a value of type {field.type}: {str(e).splitlines()[0]}"
+            ) from None
+    return replace(
+        spec,
+        schema=spec.schema.append(field),
+        field_ids={**spec.field_ids, name: new_id},
+        last_field_id=new_id,
+        defaults=defaults,
+    )
+
+
+def widen(spec: TableSpec, column: Any, type: Any, *, table: str = "table") -> TableSpec:
+    """``spec`` with ``column`` of a wider type (int8 -> ... -> int64, float32 -> float64, decimal precision
+    up, string -> large_string, binary -> large_binary); the same type changes nothing."""
+    name = _existing(spec, column, "retype", table)
+    kind = _data_type(type, "type")
+    old = spec.schema.field(name)
+    if old.type == kind:
+        return spec
+    if not can_widen(old.type, kind):
+        raise SchemaMismatch(
+            f"{table}: cannot change {name!r} from {old.type} to {kind}: only widening that keeps every "
+            "value (int8 -> int16 -> int32 -> int64, float32 -> float64, decimal precision up at the same "
+            "scale, string -> large_string, binary -> large_binary) is allowed"
+        )
+    op = spec.operator(name)
+    if op.name == "concat" and not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise InvalidInput(f"{table}: {name!r} has merge operator 'concat' and must stay a string")
+    spec = _started(spec)
+    index = spec.schema.get_field_index(name)
+    fid = spec.field_ids[name]
+    defaults = dict(spec.defaults)
+    if fid in defaults:
+        defaults[fid] = defaults[fid].cast(kind)
+    return replace(spec, schema=spec.schema.set(index, old.with_type(kind)), defaults=defaults)
+
+
+def rename_column(spec: TableSpec, column: Any, new_name: Any, *, table: str = "table") -> TableSpec:
+    """``spec`` with ``column`` called ``new_name`` (same id, same place, same merge operator)."""
+    name = _existing(spec, column, "rename", table)
+    new = _new_name(spec, new_name, table)
+    if spec.operator(name).name == "sum":
+        # The integer-sum range checks read file statistics by name; renaming would blind them.
+        raise InvalidInput(f"{table}: {name!r} has merge operator 'sum' and cannot be renamed")
+    spec = _started(spec)
+    index = spec.schema.get_field_index(name)
+    ops = {(new if c == name else c): op for c, op in spec.merge_operators.items()}
+    ids = {(new if c == name else c): i for c, i in spec.field_ids.items()}
+    return replace(
+        spec,
+        schema=spec.schema.set(index, spec.schema.field(name).with_name(new)),
+        merge_operators=ops,
+        field_ids=ids,
+    )
+
+
+def drop_column(spec: TableSpec, column: Any, *, table: str = "table") -> TableSpec:
+    """``spec`` without ``column``; its id is retired, its data stays in old files, unread."""
+    name = _existing(spec, column, "drop", table)
+    if len(spec.schema) == 1:
+        raise InvalidInput(f"{table}: cannot drop {name!r}, the table's only column")
+    spec = _started(spec)
+    fid = spec.field_ids[name]
+    return replace(
+        spec,
+        schema=spec.schema.remove(spec.schema.get_field_index(name)),
+        merge_operators={c: op for c, op in spec.merge_operators.items() if c != name},
+        field_ids={c: i for c, i in spec.field_ids.items() if c != name},
+        defaults={i: v for i, v in spec.defaults.items() if i != fid},
+    )
+
+
+def same_columns(a: TableSpec, b: TableSpec) -> bool:
+    """Whether two specs read files the same way (schema, ids and defaults; properties aside)."""
+    return (
+        a.schema.equals(b.schema)
+        and dict(a.field_ids) == dict(b.field_ids)
+        and (None if a.legacy_field_ids is None else dict(a.legacy_field_ids))
+        == (None if b.legacy_field_ids is None else dict(b.legacy_field_ids))
+        and {i: v.as_py() for i, v in a.defaults.items()} == {i: v.as_py() for i, v in b.defaults.items()}
+    )
+
+
+class SchemaUpdate:
+    """Column changes that commit together as one version: ``t.evolve()``.
+
+    Each call is checked at once against the schema as changed so far; :meth:`commit` (or leaving a
+    ``with`` block without error) commits them::
+
+        with t.evolve() as e:
+            e.add_column("discount", pa.float64(), default=0.0)
+            e.rename_column("qty", "quantity")
+            e.widen("price", pa.float64())
+    """
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.base = table.spec
+        self.spec = table.spec
+        self.steps: list[str] = []
+        self._done = False
+
+    def _step(self, change: Callable[[TableSpec], TableSpec], text: str) -> SchemaUpdate:
+        if self._done:
+            raise InvalidInput(f"{self.table.name}: this schema update was already committed")
+        self.spec = change(self.spec)
+        self.steps.append(text)
+        return self
+
+    def add_column(self, name: str, type: pa.DataType | str, default: Any = None) -> SchemaUpdate:
+        """Append a nullable column; rows written before read ``default`` (None: null)."""
+        return self._step(lambda s: add_column(s, name, type, default, table=self.table.name), f"add {name}")
+
+    def widen(self, column: str, type: pa.DataType | str) -> SchemaUpdate:
+        """Give ``column`` a wider type; stored values are cast when read."""
+        return self._step(lambda s: widen(s, column, type, table=self.table.name), f"widen {column}")
+
+    def rename_column(self, column: str, new_name: str) -> SchemaUpdate:
+        """Rename a column; files keep their data, mapped by the column's id."""
+        return self._step(
+            lambda s: rename_column(s, column, new_name, table=self.table.name),
+            f"rename {column} to {new_name}",
+        )
+
+    def drop_column(self, column: str) -> SchemaUpdate:
+        """Remove a column from the table (old versions still read it: time travel keeps its schema)."""
+        return self._step(lambda s: drop_column(s, column, table=self.table.name), f"drop {column}")
+
+    def commit(self) -> CommitResult | None:
+        """Commit the changes as one new version; None (and no commit) when they change nothing."""
+        if self._done:
+            raise InvalidInput(f"{self.table.name}: this schema update was already committed")
+        self._done = True
+        t = self.table
+        if same_columns(self.spec, self.base):
+            return None
+        tx = t.transaction()
+        tx._schema = (self.spec, list(self.steps))
+        return tx.commit()
+
+    def __enter__(self) -> SchemaUpdate:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        if kind is None and not self._done:
+            self.commit()
