@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import logging
@@ -31,7 +32,7 @@ from mere.metadata import CommitResult, ConcurrentChanges, FileEntry, Snapshot, 
 from mere.read.planner import Explain
 from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.spec import TableSpec
+from mere.spec import OP_COLUMN, TableSpec
 from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.evolve import SchemaUpdate, same_columns
 from mere.table.merge import Merge, MergeMetrics, StagedMerge, commit_staged_merges
@@ -42,6 +43,7 @@ from mere.write.writer import (
     CHUNK_BYTES,
     PreparedFile,
     conform,
+    converted_input,
     input_chunks,
     partition_json,
     prepare,
@@ -164,7 +166,7 @@ class Table:
         """Merged rows of some splits, keyed by (partition JSON, bucket); reads only those splits. Rows of
         older versions come in the current columns (the change feed compares versions column by column)."""
         self.resolve_version(version)
-        return Scan(self, version, list(columns), filter, spec=self.spec).split_tables(splits)
+        return Scan(self, version, tuple(columns), filter, spec=self.spec).split_tables(splits)
 
     def resolve_version(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> int:
         """The version a read of ``version``, ``as_of`` or ``tag`` sees (default: the newest).
@@ -462,22 +464,68 @@ class Table:
         _check_key(self.name, idempotency_key)
         return Transaction(self, idempotency_key)
 
-    def upsert(self, data: Any, *, idempotency_key: str | None = None) -> CommitResult:
+    def upsert(self, data: Any, *, idempotency_key: str | None = None, evolve: bool = False) -> CommitResult:
         """Insert or update rows by primary key; CDC rows are applied in order. Missing columns stay as they were.
 
         A row lacking a NOT NULL column may only update an existing key; an upsert that would push an
         integer ``sum`` column out of its type's range raises :class:`~mere.errors.SumOverflow`, naming the
-        key. Either way nothing is committed.
+        key. Either way nothing is committed. Columns the table lacks raise
+        :class:`~mere.errors.SchemaMismatch`, unless ``evolve=True`` adds them (nullable, in the same commit).
         """
         if not self.spec.has_primary_key:
             raise InvalidInput(f"{self.name} has no primary key: use append()")
-        return self._write_once(idempotency_key, lambda tx: tx.upsert(data))
+        return self._write_evolving(data, idempotency_key, evolve, lambda tx, d: tx.upsert(d))
 
-    def append(self, data: Any, *, idempotency_key: str | None = None) -> CommitResult:
-        """Add rows to a table without primary key."""
+    def append(self, data: Any, *, idempotency_key: str | None = None, evolve: bool = False) -> CommitResult:
+        """Add rows to a table without primary key; ``evolve=True`` adds columns the table lacks."""
         if self.spec.has_primary_key:
             raise InvalidInput(f"{self.name} has a primary key {list(self.spec.primary_key)}: use upsert()")
-        return self._write_once(idempotency_key, lambda tx: tx.append(data))
+        return self._write_evolving(data, idempotency_key, evolve, lambda tx, d: tx.append(d))
+
+    def _write_evolving(
+        self,
+        data: Any,
+        idempotency_key: str | None,
+        evolve: bool,
+        write: Callable[[Transaction, Any], Any],
+    ) -> CommitResult:
+        """A write that, with ``evolve``, first adds the input's new columns: both in one commit."""
+        if not isinstance(evolve, bool):
+            raise InvalidInput(f"{self.name}: evolve must be True or False, got {evolve!r}")
+        if not evolve:
+            return self._write_once(idempotency_key, lambda tx: write(tx, data))
+        schema, batches, streaming = converted_input(data)
+        data = (
+            pa.RecordBatchReader.from_batches(schema, batches)
+            if streaming
+            else pa.Table.from_batches(list(batches), schema)
+        )
+        known = {*self.spec.schema.names, OP_COLUMN, self.spec.cdc_column}
+        new = [f for f in schema if f.name not in known]
+        if not new:
+            return self._write_once(idempotency_key, lambda tx: write(tx, data))
+        update = self.evolve()
+        for f in new:
+            update.add_column(f.name, f.type)
+        # The write runs against a handle that already has the new columns; the columns and the rows
+        # commit together, so a failed write adds no column.
+        evolved = copy.copy(self)
+        evolved.spec = update.spec
+        tx = evolved.transaction(idempotency_key)
+        if idempotency_key is not None:
+            prior = self.find_commit(idempotency_key)
+            if prior is not None:
+                return prior
+        tx._schema = (update.spec, update.steps)
+        try:
+            write(tx, data)
+        except BaseException:
+            tx.abort()
+            raise
+        try:
+            return tx.commit()
+        finally:
+            self.refresh()
 
     def delete(self, where: Any) -> CommitResult:
         """Delete rows matching a filter (string, expression, pyarrow Expression), or the keys in a table of keys.

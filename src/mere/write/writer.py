@@ -35,10 +35,10 @@ class ArrowStreamExportable(Protocol):
 
 def to_batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """Accept Arrow tables, batches, readers, pandas frames or anything with ``__arrow_c_stream__``."""
-    return _converted(data)[:2]
+    return converted_input(data)[:2]
 
 
-def _converted(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch], bool]:
+def converted_input(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch], bool]:
     """(schema, batches, whether the batches stream in, rather than already being in memory)."""
     try:
         return _to_batches(data)
@@ -80,7 +80,7 @@ def input_chunks(data: Any, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.Table
     Streams are cut every ``chunk_bytes`` of Arrow data, so a streamed write holds a bounded amount;
     inputs already in memory are cut every CHUNK_ROWS rows. Each chunk becomes one sorted file per split.
     """
-    schema, batches, streaming = _converted(data)
+    schema, batches, streaming = converted_input(data)
     return chunked(schema, batches, CHUNK_ROWS, chunk_bytes if streaming else None)
 
 
