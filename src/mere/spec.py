@@ -445,6 +445,9 @@ class TableSpec:
 
 
 FIELD_ID_KEY = b"PARQUET:field_id"  # where Parquet (and pyarrow) keep a column's field id
+# A file's newest known field id: a column with a larger id was added after the file was written, so
+# the file's rows read that column's default (a column the file lacks but knew was left out on purpose).
+LAST_FIELD_ID_KEY = b"mere.last_field_id"
 
 
 def with_field_ids(table: pa.Table, spec: TableSpec) -> pa.Table:
@@ -456,7 +459,8 @@ def with_field_ids(table: pa.Table, spec: TableSpec) -> pa.Table:
         if fid is not None:
             f = f.with_metadata({**(f.metadata or {}), FIELD_ID_KEY: str(fid).encode()})
         fields.append(f)
-    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=table.schema.metadata))
+    metadata = {**(table.schema.metadata or {}), LAST_FIELD_ID_KEY: str(spec.last_field_id).encode()}
+    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=metadata))
 
 
 def _defaults_json(defaults: Mapping[int, pa.Scalar]) -> str | None:

@@ -194,6 +194,13 @@ class ByteBudget:
                 self.used = max(0, self.used - n)
 
 
+def _add_mere_metadata(writer: pq.ParquetWriter, schema: pa.Schema) -> None:
+    """Keep the schema's ``mere.*`` entries in the file's footer (the Arrow schema itself is not stored)."""
+    ours = {k: v for k, v in (schema.metadata or {}).items() if k.startswith(b"mere.")}
+    if ours:
+        writer.add_key_value_metadata(ours)
+
+
 def column_leaves(md: pq.FileMetaData) -> dict[str, list[int]]:
     """Top-level column name -> indices of its Parquet leaf columns.
 
@@ -387,6 +394,7 @@ class Storage:
             sink = pa.BufferOutputStream()
             with pq.ParquetWriter(sink, table.schema, **writer_args) as writer:
                 writer.write_table(table, row_group_size=row_group_rows)
+                _add_mere_metadata(writer, table.schema)
             data = sink.getvalue()
             self._upload(path, data)
             size = data.size
@@ -399,6 +407,7 @@ class Storage:
                         pq.ParquetWriter(out, table.schema, **writer_args) as writer,
                     ):
                         writer.write_table(table, row_group_size=row_group_rows)
+                        _add_mere_metadata(writer, table.schema)
                 except BaseException:
                     with contextlib.suppress(OSError):
                         os.remove(path)  # a partial local file: never referenced, remove it now

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mere.spec import FIELD_ID_KEY, OP_COLUMN, TableSpec
+from mere.spec import FIELD_ID_KEY, LAST_FIELD_ID_KEY, OP_COLUMN, TableSpec
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,11 @@ class FileColumns:
 
     to_table: Mapping[str, str]  # file column -> table column (dropped columns are absent)
     from_table: Mapping[str, str]  # table column -> file column
+    known_up_to: int  # the newest field id when the file was written: later columns read their default
+
+    def added_after(self, spec: TableSpec, columns: Sequence[str]) -> list[str]:
+        """Those of ``columns`` added after the file was written (it holds their default)."""
+        return [c for c in columns if c in spec.field_ids and spec.field_ids[c] > self.known_up_to]
 
     def file_names(self, columns: Sequence[str]) -> list[str]:
         """The file's names of those table columns the file holds."""
@@ -33,9 +38,11 @@ def file_columns(spec: TableSpec, md: pq.FileMetaData) -> FileColumns:
     """Map a file's columns to ``spec``'s by field id (the file's own ids, else the legacy names)."""
     arrow = md.schema.to_arrow_schema()
     ids = {f.name: int(f.metadata[FIELD_ID_KEY]) for f in arrow if f.metadata and FIELD_ID_KEY in f.metadata}
+    legacy = spec.legacy_field_ids if spec.legacy_field_ids is not None else spec.field_ids
     if not ids:
-        legacy = spec.legacy_field_ids if spec.legacy_field_ids is not None else spec.field_ids
         ids = {name: legacy[name] for name in arrow.names if name in legacy}
+    stamp = (md.metadata or {}).get(LAST_FIELD_ID_KEY)
+    known = int(stamp) if stamp is not None else max(legacy.values(), default=0)
     by_id = {fid: name for name, fid in spec.field_ids.items()}
     to_table: dict[str, str] = {}
     for name in arrow.names:
@@ -45,7 +52,7 @@ def file_columns(spec: TableSpec, md: pq.FileMetaData) -> FileColumns:
                 to_table[name] = target
         elif name == OP_COLUMN:
             to_table[name] = name
-    return FileColumns(to_table, {t: f for f, t in to_table.items()})
+    return FileColumns(to_table, {t: f for f, t in to_table.items()}, known)
 
 
 def to_table_columns(
@@ -80,7 +87,7 @@ def whole_file_as_table(table: pa.Table, spec: TableSpec, md: pq.FileMetaData) -
         return without_field_ids(table)
     mapping = file_columns(spec, md)
     kept = table.select([n for n in table.column_names if n in mapping.to_table])
-    fill = [c for c in spec.schema.names if c not in mapping.from_table]
+    fill = [c for c in mapping.added_after(spec, spec.schema.names) if c not in mapping.from_table]
     return to_table_columns(kept, mapping, spec, fill)
 
 

@@ -91,11 +91,11 @@ class _FileCursor:
         if spec.evolved:
             mapping = self.mapping = file_columns(spec, md)
             leaves = {mapping.to_table[n]: v for n, v in leaves.items() if n in mapping.to_table}
-            if task.columns is not None:
+            if task.content != "delete":
+                self.fill = [c for c in mapping.added_after(spec, needed) if c not in leaves]
+            if task.columns is not None:  # a partial file holds its columns and the defaults it predates
                 cols = tuple(mapping.to_table[c] for c in task.columns if c in mapping.to_table)
-                self.task = task = replace(task, columns=cols)
-            elif task.content != "delete":
-                self.fill = [c for c in needed if c in spec.schema.names and c not in leaves]
+                self.task = task = replace(task, columns=cols + tuple(self.fill))
         self.names = set(leaves) | set(self.fill)
         self.columns = [c for c in needed if c in self.names]
         self.dictionary = [c for c in opts.dictionary if c in leaves and _dictionary_pages(md, leaves, c)]

@@ -86,11 +86,11 @@ def _started(spec: TableSpec) -> TableSpec:
 
 
 def add_column(
-    spec: TableSpec, name: Any, type: Any, default: Any = None, *, table: str = "table"
+    spec: TableSpec, name: Any, data_type: Any, default: Any = None, *, table: str = "table"
 ) -> TableSpec:
     """``spec`` with a nullable column appended; older rows read ``default`` (None: null)."""
     name = _new_name(spec, name, table)
-    kind = _data_type(type, "type")
+    kind = _data_type(data_type, "type")
     schema = spec.schema.append(pa.field(name, kind, nullable=True))
     try:  # the same checks as a new table's columns (storable types, names)
         checked = TableSpec.create(schema, spec.primary_key, spec.partition_by, spec.buckets)
@@ -116,11 +116,11 @@ def add_column(
     )
 
 
-def widen(spec: TableSpec, column: Any, type: Any, *, table: str = "table") -> TableSpec:
+def widen(spec: TableSpec, column: Any, data_type: Any, *, table: str = "table") -> TableSpec:
     """``spec`` with ``column`` of a wider type (int8 -> ... -> int64, float32 -> float64, decimal precision
     up, string -> large_string, binary -> large_binary); the same type changes nothing."""
     name = _existing(spec, column, "retype", table)
-    kind = _data_type(type, "type")
+    kind = _data_type(data_type, "type")
     old = spec.schema.field(name)
     if old.type == kind:
         return spec

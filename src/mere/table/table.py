@@ -25,6 +25,7 @@ from mere.errors import (
     NoSuchTable,
     NoSuchTag,
     NoSuchVersion,
+    SchemaChanged,
     TagExists,
 )
 from mere.io import Storage
@@ -392,7 +393,10 @@ class Table:
         try:
             return COMMIT_RETRIES.run(
                 attempt,
-                lambda e: isinstance(e, (CommitConflict, CommitFailed)) and not isinstance(e, _Overtaken),
+                lambda e: (
+                    isinstance(e, (CommitConflict, CommitFailed))
+                    and not isinstance(e, (_Overtaken, SchemaChanged))
+                ),
             )
         except _Overtaken as e:
             raise CommitConflict(str(e)) from None
@@ -823,7 +827,11 @@ class Table:
 
         # An overwrite or another compaction replaced some inputs: plan again, under the one retry policy.
         try:
-            return COMMIT_RETRIES.run(attempt, lambda e: isinstance(e, CommitConflict))
+            return COMMIT_RETRIES.run(
+                attempt, lambda e: isinstance(e, CommitConflict) and not isinstance(e, SchemaChanged)
+            )
+        except SchemaChanged:
+            raise
         except CommitConflict as e:
             raise CommitConflict(
                 f"{self.name}: compaction lost {COMMIT_RETRIES.attempts} races; try again"
