@@ -50,6 +50,10 @@ Streaming: ``df.writeStream.format("mere").option("checkpointLocation", ...).sta
 upserts each micro-batch in one commit whose idempotency key is the query id (stable across restarts from
 the same checkpoint) plus the batch id, so a replayed batch is applied once.
 
+Streaming reads: ``spark.readStream.format("mere").option("readChangeFeed", "true").load("sales.orders")``
+streams the table's change feed, one version range per micro-batch (options ``startingVersion``,
+``maxVersionsPerTrigger``); see :mod:`mere.integrations.spark_streaming`.
+
 Compaction: ``compact(spark, "sales.orders", warehouse=...)`` folds each split's files in its own Spark task
 and commits once; reads of a compacted table cost Spark much less (fewer rows and files to decode).
 
@@ -83,11 +87,19 @@ import pyarrow.compute as pc
 import mere
 from mere import expr as E
 from mere.concurrency import positive_int
-from mere.errors import InvalidInput, MereError, NoSuchNamespace, NoSuchTable, NotInstalled
+from mere.errors import (
+    InvalidInput,
+    MereError,
+    NoSuchNamespace,
+    NoSuchTable,
+    NotInstalled,
+    SchemaChanged,
+)
 from mere.metadata import CommitResult, FileEntry
 from mere.read.reader import stored_rows_are_merged
 from mere.spec import TableSpec
 from mere.table.compaction import CompactionTask
+from mere.table.evolve import same_columns
 from mere.table.merge import Merge, MergeMetrics, MergePlan, StagedMerge
 from mere.table.scan import OPEN_COST_BYTES, TASK_BYTES, ScanTask, group_tasks, read_tasks
 from mere.table.table import StagedWrite, Table
@@ -101,6 +113,7 @@ try:
         DataSourceArrowWriter,
         DataSourceReader,
         DataSourceStreamArrowWriter,
+        DataSourceStreamReader,
         InputPartition,
         WriterCommitMessage,
     )
@@ -186,15 +199,24 @@ READ_OPTIONS = (
     "open_cost_bytes",
     "min_partitions",
 )
+STREAM_READ_OPTIONS = ("readchangefeed", "startingversion", "maxversionspertrigger")  # spark_streaming
 CREATE_OPTIONS = ("primary_key", "partition_by", "buckets", "cdc_column", "merge_operators", "create")
-WRITE_OPTIONS = ("operation", "partition", "idempotency_key", "flush_rows", "query_id", *CREATE_OPTIONS)
+WRITE_OPTIONS = (
+    "operation",
+    "partition",
+    "idempotency_key",
+    "flush_rows",
+    "query_id",
+    "mergeschema",
+    *CREATE_OPTIONS,
+)
 SPARK_OPTIONS = ("checkpointlocation", "paths")  # set by Spark itself for some reads and streams
 
 
 def check_options(options: Mapping[str, str]) -> None:
     """Refuse option names mere does not read (a typo would otherwise be ignored). Read and write options
     are both accepted either way: one temporary view's options serve its SELECTs and INSERTs."""
-    allowed = {*LOCATION_OPTIONS, *SPARK_OPTIONS, *READ_OPTIONS, *WRITE_OPTIONS}
+    allowed = {*LOCATION_OPTIONS, *SPARK_OPTIONS, *READ_OPTIONS, *STREAM_READ_OPTIONS, *WRITE_OPTIONS}
     for key in _options(options):
         if key in allowed or key.startswith("storage."):
             continue
@@ -666,6 +688,8 @@ class _WriteJob:
     idempotency_key: str | None
     query_id: str | None
     flush_rows: int = FLUSH_ROWS
+    evolved_spec: str | None = None  # mergeSchema: the spec with the DataFrame's new columns
+    base_spec: str | None = None  # ... and the one it was derived from
 
     @staticmethod
     def plan(
@@ -716,9 +740,18 @@ class _WriteJob:
             raise InvalidInput(f"{ref.name}: option 'partition' applies to mode('overwrite') only")
         names = set(table.schema.names) | ({table.spec.cdc_column} if table.spec.cdc_column else set())
         unknown = [c for c in schema.fieldNames() if c not in names]
-        if unknown:
+        evolved: str | None = None
+        if unknown and _bool_option("mergeSchema", opts.get("mergeschema")) and operation != "delete":
+            # The new columns commit with the rows: tasks stage under the evolved spec, the driver commits it.
+            arrow = to_arrow_schema(schema, timezone="UTC")
+            update = table.evolve()
+            for c in unknown:
+                update.add_column(c, arrow.field(c).type)
+            evolved = update.spec.to_json()
+        elif unknown:
             raise mere.errors.SchemaMismatch(
-                f"{ref.name}: the DataFrame has column(s) {unknown} the table lacks; the table has {sorted(names)}"
+                f"{ref.name}: the DataFrame has column(s) {unknown} the table lacks; the table has "
+                f"{sorted(names)} (.option('mergeSchema', 'true') adds them)"
             )
         key = opts.get("idempotency_key") or None
         if key is None and not streaming:
@@ -732,13 +765,25 @@ class _WriteJob:
             key,
             opts.get("query_id") or None,
             flush or FLUSH_ROWS,
+            evolved,
+            table.spec.to_json() if evolved else None,
         )
 
     def open(self) -> Table:
         table = self.ref.open()
         if table.record.uuid != self.table_uuid:
             raise InvalidInput(f"{self.ref.name} was dropped and created again during the write")
-        return table
+        if self.evolved_spec is None or self.base_spec is None:
+            return table
+        # mergeSchema: write (and commit) the new columns too, unless an earlier batch already did.
+        evolved = TableSpec.from_json(self.evolved_spec, table.name)
+        if same_columns(table.spec, evolved):
+            return table
+        if not same_columns(table.spec, TableSpec.from_json(self.base_spec, table.name)):
+            raise SchemaChanged(f"{table.name}: the table's columns changed during the write; run it again")
+        update = table.evolve()
+        update.spec, update.steps = evolved, ["mergeSchema"]
+        return table.adding_columns(update)
 
     def write(self, batches: Iterator[pa.RecordBatch], query_id: str | None = None) -> MereCommitMessage:
         """Stage files chunk by chunk; a chunk is written in the background while Spark sends the next one."""
@@ -837,7 +882,8 @@ class MereStreamWriter(DataSourceStreamArrowWriter):
 
 
 class MereDataSource(DataSource):
-    """``spark.read.format("mere")`` / ``df.write.format("mere")`` / ``df.writeStream.format("mere")``."""
+    """``spark.read.format("mere")`` / ``df.write.format("mere")`` / ``df.writeStream.format("mere")`` /
+    ``spark.readStream.format("mere").option("readChangeFeed", "true")``."""
 
     def __init__(self, options: Any) -> None:
         super().__init__(options)
@@ -849,6 +895,10 @@ class MereDataSource(DataSource):
 
     def schema(self) -> StructType:
         check_options(self.options)
+        from mere.integrations import spark_streaming  # imports this module: loaded on first use
+
+        if spark_streaming.wants_change_feed(self.options):  # Spark gives no other sign of a stream read
+            return spark_streaming.stream_schema(self.ref, self.options)
         table = self.ref.open()
         columns = _split_list(_options(self.options).get("columns"))
         return spark_schema(table.scan(columns=columns).schema)
@@ -857,6 +907,11 @@ class MereDataSource(DataSource):
         pushdown = _options(self.options).get("pushdown", "false").strip().lower()
         if pushdown not in ("true", "false"):
             raise InvalidInput(f"option 'pushdown' must be true or false, got {pushdown!r}")
+        if _options(self.options).get("readchangefeed", "").strip().lower() == "true":
+            raise InvalidInput(
+                f"{self.ref.name}: 'readChangeFeed' reads are streams (spark.readStream); for a batch of "
+                "changes use Table.changes(start_version, end_version)"
+            )
         if pushdown == "true":
             if not SCAN_SCOPED_READS:
                 raise InvalidInput(
@@ -872,6 +927,13 @@ class MereDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> MereStreamWriter:
         return MereStreamWriter(_WriteJob.plan(self.ref, self.options, schema, overwrite, streaming=True))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """``spark.readStream.format("mere").option("readChangeFeed", "true")``: the table's change feed,
+        micro-batch by micro-batch (see :mod:`mere.integrations.spark_streaming`)."""
+        from mere.integrations.spark_streaming import MereStreamReader
+
+        return MereStreamReader(self.ref, self.options, schema)
 
 
 def _location(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,8 +49,10 @@ def change_feed(
     end_version: int | None = None,
     columns: Sequence[str] | None = None,
     filter: Any = None,
+    splits: Collection[tuple[str, int]] | None = None,
 ) -> pa.RecordBatchReader:
-    """See :meth:`mere.Table.changes`."""
+    """See :meth:`mere.Table.changes`. ``splits`` ((partition JSON, bucket) pairs) limits the feed to those
+    splits: an engine's task computes its share of one feed."""
     spec = table.spec
     if not spec.has_primary_key:
         raise InvalidInput(
@@ -88,7 +90,10 @@ def change_feed(
             f"version {gone[0]} has expired"
         )
     touched: dict[tuple[str, int], list[tuple[FileEntry, int]]] = defaultdict(list)
+    only = None if splits is None else set(splits)
     for entry, removed in table._sql.files_changed(table.record.id, start, end):
+        if only is not None and (entry.partition, entry.bucket) not in only:
+            continue
         added = entry.added_version
         if added is not None and added > start and history[added].operation != "compact":
             touched[(entry.partition, entry.bucket)].append((entry, added))

@@ -88,6 +88,7 @@ class Table:
 
     def _load(self, record: TableRecord) -> None:
         self.record = record
+        self._pending_columns: tuple[TableSpec, list[str]] | None = None  # see adding_columns()
         self.spec = TableSpec.from_json(record.spec, record.identifier)
         self.location = record.location
         props = self.spec.properties
@@ -511,25 +512,22 @@ class Table:
         update = self.evolve()
         for f in new:
             update.add_column(f.name, f.type)
-        # The write runs against a handle that already has the new columns; the columns and the rows
-        # commit together, so a failed write adds no column.
-        evolved = copy.copy(self)
-        evolved.spec = update.spec
-        tx = evolved.transaction(idempotency_key)
-        if idempotency_key is not None:
-            prior = self.find_commit(idempotency_key)
-            if prior is not None:
-                return prior
-        tx._schema = (update.spec, update.steps)
+        evolved = self.adding_columns(update)
         try:
-            write(tx, data)
-        except BaseException:
-            tx.abort()
-            raise
-        try:
-            return tx.commit()
+            return evolved._write_once(idempotency_key, lambda tx: write(tx, data))
         finally:
             self.refresh()
+
+    def adding_columns(self, update: SchemaUpdate) -> Table:
+        """A handle that writes (and stages) as if ``update`` had committed, and whose every commit also
+        commits it: the columns and the rows land together, so a failed write adds no column. Engines use
+        it to write new columns from many tasks (``mergeSchema``); this handle is :meth:`refresh` ed after."""
+        if update.table.record.uuid != self.record.uuid:
+            raise InvalidInput(f"{self.name}: that schema update belongs to {update.table.name}")
+        evolved = copy.copy(self)
+        evolved.spec = update.spec
+        evolved._pending_columns = (update.spec, list(update.steps))
+        return evolved
 
     def delete(self, where: Any) -> CommitResult:
         """Delete rows matching a filter (string, expression, pyarrow Expression), or the keys in a table of keys.

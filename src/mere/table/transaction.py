@@ -103,7 +103,8 @@ class Transaction:
         self.changes: list[Change] = []
         self.checks: WriteChecks | None = None
         self._properties: dict[str, str] | None = None
-        self._schema: tuple[TableSpec, list[str]] | None = None  # a column change: the new spec, its steps
+        # A column change: the new spec and its steps (a handle from Table.adding_columns carries one).
+        self._schema: tuple[TableSpec, list[str]] | None = getattr(table, "_pending_columns", None)
         self._state = "open"  # open, committed, aborted
 
     # -- context manager ----------------------------------------------------------------------------
@@ -378,7 +379,12 @@ class Transaction:
         )
 
     def _operation(self) -> str:
-        ops = [c.operation for c in self.changes] + self._spec_operations()
+        # A write that adds columns (evolve=True, mergeSchema) is named by the write.
+        ops = [c.operation for c in self.changes] + (
+            ["set-properties"] if self._properties is not None else []
+        )
+        if not ops:
+            return "evolve-schema" if self._schema is not None else "transaction"
         if ops and ops[0] == "rollback":
             return "rollback"  # with the properties of the version it restores
         return ops[0] if len(ops) == 1 else "transaction"
