@@ -81,6 +81,28 @@ def to_table_columns(
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
+def stored_as_table(spec: TableSpec, md: pq.FileMetaData) -> bool:
+    """Whether a file holds every table column under its current name and type (string and binary
+    widths aside), so any Parquet reader reads it as the table's rows."""
+    mapping = file_columns(spec, md)
+    if any(mapping.to_table[n] != n for n in mapping.to_table) or set(spec.schema.names) - set(
+        mapping.from_table
+    ):
+        return False
+    stored = md.schema.to_arrow_schema()
+    for f in spec.schema:
+        kind = stored.field(f.name).type
+        if kind != f.type and not (_width_only(kind, f.type)):
+            return False
+    return True
+
+
+def _width_only(a: pa.DataType, b: pa.DataType) -> bool:
+    strings = (pa.string(), pa.large_string())
+    binaries = (pa.binary(), pa.large_binary())
+    return (a in strings and b in strings) or (a in binaries and b in binaries)
+
+
 def whole_file_as_table(table: pa.Table, spec: TableSpec, md: pq.FileMetaData) -> pa.Table:
     """Every column of a file read whole, as the table's current columns (a copy-on-write rewrite)."""
     if not spec.evolved:

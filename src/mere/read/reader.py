@@ -21,7 +21,13 @@ from mere.concurrency import shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.storage import primitive_leaf
-from mere.read.evolution import FileColumns, file_columns, to_table_columns, without_field_ids
+from mere.read.evolution import (
+    FileColumns,
+    file_columns,
+    stored_as_table,
+    to_table_columns,
+    without_field_ids,
+)
 from mere.read.merge import _numpy_sortable, group_starts, reduce_versions, sort_indices
 from mere.read.planner import Explain, FileTask, Split, row_group_stats
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
@@ -652,6 +658,10 @@ def stored_rows_are_merged(storage: Storage, spec: TableSpec, split: Split) -> b
     files = split.files
     if not files or any(f.content != "data" or f.columns is not None for f in files):
         return False
+    if spec.evolved and not all(
+        stored_as_table(spec, storage.metadata(f.path, f.size_bytes or None)) for f in files
+    ):
+        return False  # an engine's own reader would see old names, narrower types or missing columns
     if not spec.has_primary_key:
         return True
     key0 = spec.primary_key[0]
