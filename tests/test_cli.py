@@ -162,7 +162,8 @@ def test_read_only_commands(warehouse: Path, tmp_path: Path) -> None:
     assert d["version"] == d["current_version"] == t.version == 3
     assert [c["name"] for c in d["columns"]] == SCHEMA.names
     assert d["columns"][0] == {"name": "id", "type": "int64", "nullable": False, "primary_key": True,
-                               "partition": False, "merge_operator": None}  # fmt: skip
+                               "partition": False, "merge_operator": None, "field_id": 1,
+                               "default": None}  # fmt: skip
     files = t.inspect.files()
     assert d["files"]["count"] == files.num_rows > 0
     assert d["files"]["bytes"] == sum(files.column("size_bytes").to_pylist())
@@ -502,3 +503,31 @@ def test_compact_auto_follows_the_table_policy(tmp_path: Path) -> None:
     done = in_process(*w, "compact", "m.t", "--auto", "--json")
     assert done.rc == 0 and json.loads(done.out)["files_removed"] == 3
     assert len(t.refresh().files()) == 1
+
+
+def test_describe_shows_each_version_with_its_own_columns(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    t = mere.connect(str(wh)).create_table(
+        "ev.t", pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int32())]), primary_key="k"
+    )
+    t.upsert(pa.table({"k": [1], "v": pa.array([1], pa.int32())}))
+    t.rename_column("v", "w")
+    t.add_column("n", pa.string(), default="x")
+    env = clean_env(tmp_path)
+    now, then = mere_all(
+        [
+            ["--warehouse", str(wh), "describe", "ev.t", "--json"],
+            ["--warehouse", str(wh), "describe", "ev.t", "--version", "1", "--json"],
+        ],
+        env,
+    )
+    assert now.rc == 0 and then.rc == 0, (now.err, then.err)
+    cols = json.loads(now.out)["columns"]
+    assert [(c["name"], c["field_id"], c["default"]) for c in cols] == [
+        ("k", 1, None),
+        ("w", 2, None),
+        ("n", 3, "x"),
+    ]
+    assert [c["name"] for c in json.loads(then.out)["columns"]] == ["k", "v"]
+    rows = mere_cmd("--warehouse", str(wh), "scan", "ev.t", "--version", "1", "--format", "jsonl", env=env)
+    assert rows.rc == 0 and json.loads(rows.out.splitlines()[0]) == {"k": 1, "v": 1}, rows.err

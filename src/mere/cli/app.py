@@ -256,7 +256,7 @@ def describe_command(state: State, table: str, version: int | None, as_json: boo
     t = state.table(table)
     snap = t.snapshot(version=version)
     files = t.inspect.files(snap.version).to_pylist()
-    spec = t.spec
+    spec = t.spec_at(snap.version)  # an older version shows its own columns
     ops = {
         c: op.name + (f":{op.separator}" if op.name == "concat" else "")
         for c, op in spec.merge_operators.items()
@@ -269,8 +269,12 @@ def describe_command(state: State, table: str, version: int | None, as_json: boo
             "primary_key": f.name in spec.primary_key,
             "partition": f.name in spec.partition_by,
             "merge_operator": ops.get(f.name),
+            "field_id": spec.field_ids.get(f.name),
+            "default": None
+            if spec.defaults.get(spec.field_ids.get(f.name, -1)) is None
+            else str(spec.defaults[spec.field_ids[f.name]]),
         }
-        for f in t.schema
+        for f in spec.schema
     ]
     data_files = [f for f in files if f["content"] == "data"]
     info: dict[str, Any] = {
@@ -329,12 +333,18 @@ def describe_command(state: State, table: str, version: int | None, as_json: boo
         grid.add_row(k, Text(v))
     out.print(grid)
     schema = RichTable(title="schema", title_justify="left")
-    for col in ("column", "type", "nullable", "key", "merge"):
+    for col in ("column", "type", "nullable", "key", "merge", "id", "default"):
         schema.add_column(col)
     for c in columns:
         key = "primary key" if c["primary_key"] else ("partition" if c["partition"] else "")
         schema.add_row(
-            c["name"], Text(c["type"]), "yes" if c["nullable"] else "no", key, c["merge_operator"] or ""
+            c["name"],
+            Text(c["type"]),
+            "yes" if c["nullable"] else "no",
+            key,
+            c["merge_operator"] or "",
+            str(c["field_id"]),
+            Text(c["default"] or ""),
         )
     out.print(schema)
     if info["properties"]:
