@@ -26,7 +26,6 @@ from mere.read.evolution import (
     file_columns,
     stored_as_table,
     to_table_columns,
-    without_field_ids,
 )
 from mere.read.merge import _numpy_sortable, group_starts, reduce_versions, sort_indices
 from mere.read.planner import Explain, FileTask, Split, row_group_stats
@@ -144,10 +143,10 @@ class _FileCursor:
         threaded = self.opts.threads != 1
         m = self.mapping
         if m is None:
-            table = self.storage.read_row_groups(
+            # Rows keep pyarrow's field-id metadata: _finish builds the output from the table's fields.
+            return self.storage.read_row_groups(
                 self.task.path, groups, columns, size, dictionary, use_threads=threaded
             )
-            return without_field_ids(table)
         table = self.storage.read_row_groups(
             self.task.path,
             groups,
