@@ -28,8 +28,9 @@ import pyarrow.compute as pc
 from mere import expr as E
 from mere.errors import InvalidInput, NoSuchVersion
 from mere.metadata import FileEntry
-from mere.read.planner import split_filter
+from mere.read.planner import Explain, plan_splits, split_filter
 from mere.read.reader import _filter, _plain
+from mere.table.scan import Scan
 
 if TYPE_CHECKING:
     from mere.table.table import Table
@@ -90,20 +91,35 @@ def change_feed(
             f"version {gone[0]} has expired"
         )
     touched: dict[tuple[str, int], list[tuple[FileEntry, int]]] = defaultdict(list)
+    added_files: dict[tuple[str, int], list[FileEntry]] = defaultdict(list)
+    replaced: set[tuple[str, int]] = set()  # splits where the range removed or partially wrote rows
     only = None if splits is None else set(splits)
     for entry, removed in table._sql.files_changed(table.record.id, start, end):
-        if only is not None and (entry.partition, entry.bucket) not in only:
+        split = (entry.partition, entry.bucket)
+        if only is not None and split not in only:
             continue
         added = entry.added_version
         if added is not None and added > start and history[added].operation != "compact":
-            touched[(entry.partition, entry.bucket)].append((entry, added))
+            touched[split].append((entry, added))
+            added_files[split].append(entry)
+            if entry.content == "data" and entry.columns is not None:
+                replaced.add(split)
         if removed is not None and history[removed].operation != "compact":
-            touched[(entry.partition, entry.bucket)].append((entry, removed))
+            touched[split].append((entry, removed))
+            replaced.add(split)
+    # Newest version wins and the range only added whole rows and delete markers: the newest version of
+    # every touched key is in the files the range added (they are newer than every file before it), so
+    # the after-image merges those files alone instead of the whole split.
+    from_added = (
+        {split: files for split, files in added_files.items() if split not in replaced}
+        if spec.all_last
+        else {}
+    )
     times = {v: s.committed_at for v, s in history.items()}
     full = pa.schema(
         [spec.schema.field(c).with_nullable(True) for c in read_columns] + list(schema)[len(out_columns) :]
     )
-    feed = _Feed(table, start, end, read_columns, predicate, full, times, out_columns)
+    feed = _Feed(table, start, end, read_columns, predicate, full, times, out_columns, from_added)
     return pa.RecordBatchReader.from_batches(schema, feed.batches(touched))
 
 
@@ -118,8 +134,10 @@ class _Feed:
         schema: pa.Schema,
         times: dict[int, Any],
         out_columns: list[str],
+        from_added: dict[tuple[str, int], list[FileEntry]],
     ) -> None:
         self.table, self.start, self.end = table, start, end
+        self.from_added = from_added
         self.columns, self.predicate, self.schema, self.times = columns, predicate, schema, times
         self.out_names = [*out_columns, CHANGE_COLUMN, VERSION_COLUMN, COMMIT_TIME_COLUMN]
         self.keys = list(table.spec.primary_key)  # one split shares its partition values: joins need the key
@@ -135,13 +153,25 @@ class _Feed:
             # holds the same key (row groups outside the keys' range are not read at all).
             where = self._key_filter(pa.concat_tables(list(keys.values())))
             before = self.table.split_tables(self.start, set(chosen), self.columns, where)
-            after = self.table.split_tables(self.end, set(chosen), self.columns, where)
+            after = self._after(chosen, where)
             for split in chosen:
                 out = self._split(
                     keys[split], before.get(split, self._empty()), after.get(split, self._empty())
                 )
                 if out.num_rows:
                     yield from out.to_batches()
+
+    def _after(self, chosen: list[tuple[str, int]], where: E.Expr | None) -> dict[tuple[str, int], pa.Table]:
+        """Merged rows of the touched keys at the end version."""
+        quick = [split for split in chosen if split in self.from_added]
+        rest = {split for split in chosen if split not in self.from_added}
+        after = self.table.split_tables(self.end, rest, self.columns, where) if rest else {}
+        if quick:
+            t = self.table
+            scan = Scan(t, self.end, tuple(self.columns), where, spec=t.spec)
+            entries = [e for split in quick for e in self.from_added[split]]
+            after.update(scan.merge_splits(plan_splits(t.spec, entries, scan._parts(), Explain(self.end))))
+        return after
 
     def _key_filter(self, keys: pa.Table) -> E.Expr | None:
         """``key IN (touched keys)`` for a one-column integer or string key (None otherwise: the touched

@@ -261,6 +261,9 @@ class Scan:
         splits = plan_splits(self.spec, files, parts, explain)
         explain.pre_merge_filter = E.render(parts.pre, max_values=EXPLAIN_VALUES)
         explain.post_merge_filter = E.render(parts.post, max_values=EXPLAIN_VALUES)
+        return splits, self._options(parts)
+
+    def _options(self, parts: FilterParts) -> ReadOptions:
         lookup = parts.key_points is not None and len(parts.key_points) <= LOOKUP_MAX_KEYS
         # An explicit window size is a memory limit: then every split bigger than it is windowed.
         whole = 0 if self.window_bytes else self.table.whole_split_bytes
@@ -274,7 +277,7 @@ class Scan:
         )
         warm_filter_caches(parts.pre, self.spec.schema)
         warm_filter_caches(parts.post, self.spec.schema)
-        return splits, opts
+        return opts
 
     def plan(self) -> list[Split]:
         """Splits (one per partition x bucket) that together hold every row of this scan."""
@@ -306,6 +309,14 @@ class Scan:
         """Merged rows of the splits named by (partition JSON, bucket), read concurrently; others are not read."""
         splits, opts = self._plan(Explain(self.version))
         chosen = [s for s in splits if (partition_json(dict(s.partition)), s.bucket) in wanted]
+        return self.merge_splits(chosen, opts)
+
+    def merge_splits(
+        self, splits: Sequence[Split], opts: ReadOptions | None = None
+    ) -> dict[tuple[str, int], pa.Table]:
+        """Merged rows of the given splits (any files, e.g. only those some commits added) under this
+        scan's columns and filter, read concurrently; keyed by (partition JSON, bucket)."""
+        opts = self._options(self._parts()) if opts is None else opts
         storage, spec, schema = self.table.storage, self.spec, self.schema
 
         def read(split: Split) -> pa.Table:
@@ -313,8 +324,8 @@ class Scan:
             return pa.Table.from_batches(list(batches), schema=schema)
 
         with ThreadPoolExecutor(max_workers=self.worker_count(), thread_name_prefix="mere-splits") as pool:
-            tables = list(pool.map(read, chosen))
-        return {(partition_json(dict(s.partition)), s.bucket): t for s, t in zip(chosen, tables)}
+            tables = list(pool.map(read, splits))
+        return {(partition_json(dict(s.partition)), s.bucket): t for s, t in zip(splits, tables)}
 
     def read_split(self, split: Split) -> Iterator[pa.RecordBatch]:
         """Merged batches of one split (for engines that distribute splits)."""
