@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck bench bench-spark bench-spark-ccf bench-s3 bench-surface bench-engines bench-merge bench-scale bench-maintenance clean
+.PHONY: demo test test-fast lint typecheck bench bench-spark bench-spark-ccf bench-s3 bench-surface bench-engines bench-merge bench-scale bench-maintenance bench-lookup clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,9 @@ bench-scale: $(STAMP)
 
 bench-maintenance: $(STAMP)
 	$(PY) bench/bench_maintenance.py
+
+bench-lookup: $(STAMP)
+	$(PY) bench/bench_lookup.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

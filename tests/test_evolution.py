@@ -504,3 +504,32 @@ def test_a_nested_column_can_be_added_renamed_and_dropped(tmp_path: Path) -> Non
     # The files stay: the older version still reads the column.
     older = t.to_arrow(version=t.version - 1).sort_by("k")
     assert older.column("nested").to_pylist()[1] == {"x": 2, "tags": []}
+
+
+def test_point_lookups_and_small_merges_of_an_evolved_table(cat: mere.Catalog) -> None:
+    t = new_table(cat)
+    t.upsert(
+        pa.table(
+            {"k": list(range(50)), "v": pa.array(range(50), pa.int32()), "s": [str(i) for i in range(50)]}
+        )
+    )
+    t.upsert(pa.table({"k": [3], "s": ["partial"]}))  # a partial file
+    with t.evolve() as e:
+        e.rename_column("s", "label").widen("v", pa.int64()).add_column("n", pa.int64(), default=7)
+    t.drop_column("day")
+    t.upsert(pa.table({"k": [4], "v": [40], "label": ["new"], "n": [1]}))
+    expected = {
+        3: {"k": 3, "v": 3, "label": "partial", "n": 7},
+        4: {"k": 4, "v": 40, "label": "new", "n": 1},
+        5: {"k": 5, "v": 5, "label": "5", "n": 7},
+    }
+    for k, row in expected.items():
+        assert t.to_arrow(filter=f"k = {k}").to_pylist() == [row]
+    got = t.to_arrow(filter="k IN (3, 4, 5, 999)").sort_by("k").to_pylist()
+    assert got == list(expected.values())
+    src = pa.table({"k": [5, 60], "v": [55, 60]})
+    t.merge(src).when_matched_update(set={"v": "s.v", "n": "t.n + 1"}).when_not_matched_insert_all().execute()
+    assert t.to_arrow(filter="k IN (5, 60)").sort_by("k").to_pylist() == [
+        {"k": 5, "v": 55, "label": "5", "n": 8},
+        {"k": 60, "v": 60, "label": None, "n": None},
+    ]

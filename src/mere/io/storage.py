@@ -3,7 +3,8 @@
 Files are immutable and named uniquely, so nothing here renames or lists to make data visible: a file
 becomes part of a table only through the catalog transaction. What this module adds on object stores:
 
-- no HEAD requests: the catalog knows every file's size, so a footer costs one ranged GET;
+- no HEAD requests: the catalog knows every file's size, so a footer costs one ranged GET (key
+  lookups' small ranged reads, :meth:`Storage.read_ranges`, open a file once with one);
 - footers cached per file; row groups fetched with their byte ranges coalesced (``coalesce_bytes``)
   and requested all at once (pre-buffering), on a pool of connections (``max_connections``);
 - uploads that either complete or never become visible, with retries (see :mod:`mere.io.s3`);
@@ -32,7 +33,9 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from mere.concurrency import shared_pool
 from mere.errors import InvalidInput, StorageError
+from mere.io import keyindex
 from mere.io.options import canonical, redact, resolve_options
 from mere.io.retry import is_transient, is_transient_read, with_retries
 from mere.io.s3 import MULTIPART_THRESHOLD, S3Pool, ensure_io_threads
@@ -46,6 +49,7 @@ __all__ = ["ByteBudget", "IOStats", "Storage", "WrittenFile", "redact", "resolve
 
 log = logging.getLogger(__name__)
 
+RANGE_GAP_BYTES = 16 << 10  # object stores: ranges this close are fetched in one request
 READ_ATTEMPTS = 4  # whole-read attempts on object stores, on top of the S3 client's per-request retries
 WRITE_ATTEMPTS = 3  # whole-upload attempts (same key, same bytes: idempotent)
 _REMOTE_IO_THREADS = 32
@@ -230,12 +234,13 @@ def primitive_leaf(md: pq.FileMetaData, leaves: Mapping[str, Sequence[int]], col
 class _Footer:
     """A file's parsed footer and, on object stores, a dataset fragment that reads it without a HEAD."""
 
-    __slots__ = ("_leaves", "fragment", "metadata")
+    __slots__ = ("_leaves", "extra", "fragment", "metadata")
 
     def __init__(self, metadata: pq.FileMetaData, fragment: ds.ParquetFileFragment | None) -> None:
         self.metadata = metadata
         self.fragment = fragment
         self._leaves: dict[str, list[int]] | None = None
+        self.extra: dict[str, Any] = {}  # what readers parse from the footer (key index), cached with it
 
     @property
     def leaves(self) -> dict[str, list[int]]:
@@ -390,6 +395,8 @@ class Storage:
             column_encoding=encodings or None,
             store_schema=False,  # readers cast to the table schema; dictionary columns read as plain
         )
+        if sorting_columns:  # key-sorted files get a key index for point reads (see mere.io.keyindex)
+            writer_args.update(keyindex.writer_options(table, sorting_columns, row_group_rows))
         if self.is_remote:
             sink = pa.BufferOutputStream()
             with pq.ParquetWriter(sink, table.schema, **writer_args) as writer:
@@ -483,6 +490,64 @@ class Storage:
     def column_leaves(self, rel: str, size: int | None = None) -> dict[str, list[int]]:
         """Top-level column name -> its Parquet leaf indices in this file (cached with the footer)."""
         return self._footer(rel, size).leaves
+
+    def file_cache(self, rel: str, size: int | None = None) -> dict[str, Any]:
+        """A dict kept (and dropped) with the file's cached footer, for what readers derive from it."""
+        return self._footer(rel, size).extra
+
+    def read_ranges(
+        self, rel: str, ranges: Sequence[tuple[int, int]], size: int | None = None
+    ) -> list[bytes]:
+        """The bytes of ``(offset, length)`` ranges of one file (index structures, single pages).
+
+        Overlapping and adjacent ranges are fetched once (on object stores also ranges less than
+        ``RANGE_GAP_BYTES`` apart); the bytes fetched are counted in ``stats.bytes_read``.
+        """
+        if not ranges:
+            return []
+        path = self.full_path(rel)
+        gap = RANGE_GAP_BYTES if self.is_remote else 0
+        spans: list[list[int]] = []  # [start, end] of each fetch
+        for start, length in sorted(set(ranges)):
+            if spans and start <= spans[-1][1] + gap:
+                spans[-1][1] = max(spans[-1][1], start + length)
+            else:
+                spans.append([start, start + length])
+
+        extra = self._footer(rel, size).extra
+
+        def read() -> list[bytes]:
+            if self.is_local:
+                with self.fs.open_input_file(path) as f:
+                    return [f.read_at(end - start, start) for start, end in spans]
+            # pyarrow opens object-store files with a HEAD (it takes no known size here): keep the
+            # handle with the footer, so a file costs that once, not once per read.
+            f = extra.get("input")
+            if f is None:
+                f = extra["input"] = self._fs_for(path).open_input_file(path)
+            try:
+                if len(spans) == 1:
+                    return [f.read_at(spans[0][1] - spans[0][0], spans[0][0])]
+                # Pages of different columns lie apart: one request each, all in flight at once. The
+                # pool's tasks wait on nothing, so callers on other pools may wait on them.
+                pool = shared_pool("ranges", self.max_connections)
+                return list(pool.map(lambda span: f.read_at(span[1] - span[0], span[0]), spans))
+            except OSError:
+                extra.pop("input", None)  # a retry opens it again
+                raise
+
+        blobs = self._reading(f"reading {path}", read)
+        if any(len(b) != end - start for b, (start, end) in zip(blobs, spans)):
+            raise StorageError(f"reading {path} failed: ranges beyond the end of the file")
+        with self._lock:
+            self.stats.bytes_read += sum(end - start for start, end in spans)
+        starts = [s[0] for s in spans]
+        out = []
+        for start, length in ranges:
+            i = int(np.searchsorted(starts, start, side="right")) - 1
+            base = spans[i][0]
+            out.append(blobs[i][start - base : start - base + length])
+        return out
 
     def prefetch_metadata(
         self, files: Iterable[tuple[str, int | None]], pool: ThreadPoolExecutor | None = None

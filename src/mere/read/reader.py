@@ -6,7 +6,7 @@ import itertools
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
@@ -21,6 +21,7 @@ from mere.concurrency import shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.storage import primitive_leaf
+from mere.read import lookup
 from mere.read.evolution import (
     FileColumns,
     file_columns,
@@ -63,6 +64,7 @@ class ReadOptions:
     # 1: the split is read and merged on the calling thread alone (files one after another, decoded without
     # pyarrow's pool) where storage is local; any other value leaves reads concurrent.
     threads: int = 0
+    keys: pa.Table | None = None  # key tuples to look up besides those the filter pins (a MERGE's source)
 
 
 @dataclass
@@ -84,6 +86,7 @@ class _FileCursor:
         needed: Sequence[str],
         opts: ReadOptions,
         explain: Explain | None,
+        ruled_out: Collection[int] = (),
     ) -> None:
         self.storage, self.spec, self.task, self.opts = storage, spec, task, opts
         md = storage.metadata(task.path, task.size_bytes or None)
@@ -116,6 +119,8 @@ class _FileCursor:
             if explain is not None:
                 explain.row_groups_total += 1
             if not isinstance(opts.pre, E.AlwaysTrue) and not E.might_match(opts.pre, stats):
+                continue
+            if i in ruled_out:  # by the key index: no key looked for is in this row group
                 continue
             rg = md.row_group(i)
             size = sum(rg.column(j).total_uncompressed_size for j in read_leaves)
@@ -161,19 +166,7 @@ class _FileCursor:
         if not groups:
             return None
         idx = [g.index for g in groups]
-        pre = self.opts.pre
-        if self.opts.lookup and self.spec.primary_key:
-            # Point lookups: read the key columns first; read the rest only of row groups where a key
-            # matches. Two requests per file, whatever the number of candidate row groups.
-            key_cols = [c for c in self.spec.identity_columns if c in self.names]
-            keys = self._load(idx, key_cols)
-            owner = np.repeat(np.asarray(idx, dtype=np.int64), [self.row_counts[i] for i in idx])
-            keys = keys.append_column(_ROW_GROUP_COLUMN, pa.array(owner, pa.int64()))
-            hits = np.unique(_filter(keys, pre).column(_ROW_GROUP_COLUMN).to_numpy())
-            if len(hits) == 0:
-                return None
-            return _filter(self._load(hits.tolist(), self.columns), pre)
-        return _filter(self._load(idx, self.columns, self.dictionary), pre)
+        return _filter(self._load(idx, self.columns, self.dictionary), self.opts.pre)
 
     def take_until(self, hi: Any) -> pa.Table | None:
         """Rows whose first key column is below ``hi`` (all remaining rows when ``hi`` is None)."""
@@ -199,9 +192,6 @@ class _FileCursor:
         count = int(pc.sum(below).as_py() or 0)  # rows are sorted by key: a prefix
         self.buffer = table.slice(count) if count < table.num_rows else None
         return table.slice(0, count) if count else None
-
-
-_ROW_GROUP_COLUMN = "__mere_row_group__"
 
 
 def _dictionary_pages(md: pq.FileMetaData, leaves: dict[str, list[int]], column: str) -> bool:
@@ -409,7 +399,10 @@ class SplitReader:
         tasks = split.files
         # All footers of the split at once (one round trip on an object store), then cursors from the cache.
         storage.prefetch_metadata([(t.path, t.size_bytes or None) for t in tasks], io_pool())
-        self.cursors = [_FileCursor(storage, spec, t, needed, opts, explain) for t in tasks]
+        ruled_out = lookup.bloom_pruned(storage, spec, split, opts, io_pool() if storage.is_remote else None)
+        self.cursors = [
+            _FileCursor(storage, spec, t, needed, opts, explain, ruled_out.get(t.path, ())) for t in tasks
+        ]
         self.cursors = [c for c in self.cursors if c.groups]
 
     def batches(self) -> Iterator[pa.RecordBatch]:
@@ -424,6 +417,21 @@ class SplitReader:
             return
         if not self.spec.has_primary_key:
             yield from self._batches_unmerged()
+            return
+        if self.opts.lookup:  # a few keys: only their rows, from the files and pages that may hold them
+            found = lookup.read(
+                self.storage,
+                self.spec,
+                self.split,
+                self.cursors,
+                self.needed,
+                self.opts,
+                _filter,
+                io_pool() if self.storage.is_remote else None,  # a few local pages: no hand-offs
+            )
+            merged = self._merge(found)
+            if merged is not None and merged.num_rows:
+                yield from self._finish(merged)
             return
         pool = io_pool()
         budget = self.storage.read_ahead

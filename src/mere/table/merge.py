@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -29,6 +29,8 @@ from mere.metadata import ConcurrentChanges, FileEntry
 from mere.spec import OP_DELETE, OP_PUT
 from mere.table.write_checks import split_label
 from mere.write.writer import conform, partition_json, prepare, to_batches
+
+MERGE_LOOKUP_KEYS = 256  # sources of up to this many keys are looked up, as scans pinning as many keys are
 
 if TYPE_CHECKING:
     from mere.read.planner import Split
@@ -692,6 +694,10 @@ class MergePlan:
         storage, spec, schema = scan.table.storage, scan.spec, scan.schema
         keys = list(self.spec.primary_key)
         wanted = None if self.merge.full_scan else self.source_keys.select(keys)
+        if wanted is not None:
+            # Key indexes rule out row groups that hold no source key; a small source is looked up key
+            # by key (the pages of its rows only) rather than read by row groups (mere.read.lookup).
+            opts = replace(opts, keys=wanted, lookup=opts.lookup or wanted.num_rows <= MERGE_LOOKUP_KEYS)
 
         def read(split: Split) -> pa.Table:
             rows = pa.Table.from_batches(
