@@ -30,6 +30,8 @@ from mere.errors import FilterError
 from mere.lang.parse import LIST_PREFIX, MereDialect, Parsed, parse_expression
 from mere.write.cast import _is_number, _is_text
 
+_REASSOCIATED = frozenset({"add", "add_checked", "multiply", "multiply_checked"})
+
 NO_LITERAL = object()
 _FLOAT_TEXT = E._FLOAT_TEXT
 _FLOAT_WORD = E._FLOAT_WORD
@@ -333,7 +335,12 @@ class Lowering:
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
             types = ", ".join(str(a.type) for a in args)
             raise self.fail(f"{name} cannot take ({types}): {exc}") from None
-        return Typed(pc.Expression._call(name, [a.expr for a in args], options), probe.type)
+        expr = pc.Expression._call(name, [a.expr for a in args], options)
+        if name in _REASSOCIATED:
+            # Arrow flattens and reorders chains of these calls when it binds an expression; a one-argument
+            # coalesce keeps SQL's evaluation order (floats overflow and round, integers overflow, by order).
+            expr = pc.Expression._call("coalesce", [expr])
+        return Typed(expr, probe.type)
 
     def cast(self, value: Typed, to: pa.DataType, safe: bool = True) -> Typed:
         """``value`` as type ``to`` (SQL's CAST); literals are converted now, columns by Arrow's cast."""
