@@ -67,7 +67,8 @@ def _existing(spec: TableSpec, column: Any, verb: str, table: str) -> str:
         raise SchemaMismatch(f"{table}: no column {name!r} to {verb}; the table has {spec.schema.names}")
     if name in spec.identity_columns:
         role = "primary-key" if name in spec.primary_key else "partition"
-        raise InvalidInput(f"{table}: {name!r} is a {role} column and cannot be {verb.rstrip('e')}ed")
+        done = {"drop": "dropped", "rename": "renamed", "retype": "retyped"}.get(verb, verb)
+        raise InvalidInput(f"{table}: {name!r} is a {role} column and cannot be {done}")
     return name
 
 
