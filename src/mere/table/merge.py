@@ -695,6 +695,7 @@ class MergePlan:
         keys = list(self.spec.primary_key)
         wanted = None if self.merge.full_scan else self.source_keys.select(keys)
         if wanted is not None:
+            wanted = wanted.drop_null()  # a null key matches no target row: nothing to look up
             # Key indexes rule out row groups that hold no source key; a small source is looked up key
             # by key (the pages of its rows only) rather than read by row groups (mere.read.lookup).
             opts = replace(opts, keys=wanted, lookup=opts.lookup or wanted.num_rows <= MERGE_LOOKUP_KEYS)
