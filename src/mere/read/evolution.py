@@ -25,9 +25,18 @@ class FileColumns:
     from_table: Mapping[str, str]  # table column -> file column
     known_up_to: int  # the newest field id when the file was written: later columns read their default
 
-    def added_after(self, spec: TableSpec, columns: Sequence[str]) -> list[str]:
-        """Those of ``columns`` added after the file was written (it holds their default)."""
-        return [c for c in columns if c in spec.field_ids and spec.field_ids[c] > self.known_up_to]
+    def defaulted(self, spec: TableSpec, columns: Sequence[str], whole_rows: bool) -> list[str]:
+        """Those of ``columns`` the file lacks and whose rows read the column's default: columns added
+        after it was written, and, in a file of whole rows, any column it lacks (one dropped when it was
+        written and brought back by a rollback since). A partial file lacks a column it knew because it
+        did not write it: older versions hold that column's value."""
+        return [
+            c
+            for c in columns
+            if c in spec.field_ids
+            and c not in self.from_table
+            and (whole_rows or spec.field_ids[c] > self.known_up_to)
+        ]
 
     def file_names(self, columns: Sequence[str]) -> list[str]:
         """The file's names of those table columns the file holds."""
@@ -109,7 +118,7 @@ def whole_file_as_table(table: pa.Table, spec: TableSpec, md: pq.FileMetaData) -
         return without_field_ids(table)
     mapping = file_columns(spec, md)
     kept = table.select([n for n in table.column_names if n in mapping.to_table])
-    fill = [c for c in mapping.added_after(spec, spec.schema.names) if c not in mapping.from_table]
+    fill = mapping.defaulted(spec, spec.schema.names, whole_rows=True)
     return to_table_columns(kept, mapping, spec, fill)
 
 

@@ -100,7 +100,7 @@ class _FileCursor:
             mapping = self.mapping = file_columns(spec, md)
             leaves = {mapping.to_table[n]: v for n, v in leaves.items() if n in mapping.to_table}
             if task.content != "delete":
-                self.fill = [c for c in mapping.added_after(spec, needed) if c not in leaves]
+                self.fill = mapping.defaulted(spec, needed, whole_rows=task.columns is None)
             if task.columns is not None:  # a partial file holds its columns and the defaults it predates
                 cols = tuple(mapping.to_table[c] for c in task.columns if c in mapping.to_table)
                 self.task = task = replace(task, columns=cols + tuple(self.fill))

@@ -269,27 +269,52 @@ class _Feed:
 
 
 def _rows_equal(a: pa.Table, b: pa.Table) -> np.ndarray:
-    """Row-wise equality of two aligned tables: NULL equals NULL, floats compare by value and sign (NaN
-    equals NaN, -0.0 differs from 0.0); a column whose type Arrow cannot compare (nested types) counts as
-    changed."""
+    """Row-wise equality of two aligned tables (see :func:`_values_equal`)."""
     same = np.ones(a.num_rows, dtype=bool)
     for name in a.column_names:
-        x, y = a.column(name), b.column(name)
-        x_null = np.asarray(x.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        y_null = np.asarray(y.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        if pa.types.is_floating(x.type):
-            xs = np.asarray(x.fill_null(0).to_numpy(zero_copy_only=False))
-            ys = np.asarray(y.fill_null(0).to_numpy(zero_copy_only=False))
-            with np.errstate(invalid="ignore"):
-                eq = ((xs == ys) & (np.signbit(xs) == np.signbit(ys))) | (np.isnan(xs) & np.isnan(ys))
-        else:
-            try:
-                cmp = pc.equal(x, y)
-            except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                return np.zeros(a.num_rows, dtype=bool)
-            eq = np.asarray(cmp.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
-        same &= np.where(x_null | y_null, x_null & y_null, eq)
+        same &= _values_equal(a.column(name).combine_chunks(), b.column(name).combine_chunks())
     return same
+
+
+def _values_equal(x: pa.Array, y: pa.Array) -> np.ndarray:
+    """Element-wise equality of two arrays of one type: NULL equals NULL, floats compare by value and sign
+    (NaN equals NaN, -0.0 differs from 0.0), structs field by field, lists (and maps, in order) by length
+    and element. A type Arrow cannot compare (unions) counts as different."""
+    if pa.types.is_dictionary(x.type):
+        x, y = x.dictionary_decode(), y.dictionary_decode()
+    kind = x.type
+    x_null = np.asarray(x.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    y_null = np.asarray(y.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if pa.types.is_floating(kind):
+        xs = np.asarray(x.fill_null(0).to_numpy(zero_copy_only=False))
+        ys = np.asarray(y.fill_null(0).to_numpy(zero_copy_only=False))
+        with np.errstate(invalid="ignore"):
+            eq = ((xs == ys) & (np.signbit(xs) == np.signbit(ys))) | (np.isnan(xs) & np.isnan(ys))
+    elif pa.types.is_struct(kind):
+        eq = np.ones(len(x), dtype=bool)
+        for i in range(kind.num_fields):  # a NULL struct's fields read NULL: settled by the NULL masks
+            eq &= _values_equal(pc.struct_field(x, [i]), pc.struct_field(y, [i]))
+    elif pa.types.is_map(kind):
+        entries = pa.list_(pa.struct([kind.key_field, kind.item_field]))
+        eq = _values_equal(x.cast(entries), y.cast(entries))
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        x_len = np.asarray(pc.list_value_length(x).fill_null(-1).to_numpy(zero_copy_only=False))
+        y_len = np.asarray(pc.list_value_length(y).fill_null(-1).to_numpy(zero_copy_only=False))
+        eq = (x_len == y_len) & ~x_null & ~y_null
+        rows = np.flatnonzero(eq)
+        if len(rows):  # lists of equal length flatten to aligned elements
+            xs, ys = x.take(pa.array(rows)), y.take(pa.array(rows))
+            element = _values_equal(pc.list_flatten(xs), pc.list_flatten(ys))
+            parents = np.asarray(pc.list_parent_indices(xs).to_numpy(zero_copy_only=False))
+            differs = np.bincount(parents[~element], minlength=len(rows)) > 0
+            eq[rows[differs]] = False
+    else:
+        try:
+            cmp = pc.equal(x, y)
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return np.asarray(x_null & y_null, dtype=bool)
+        eq = np.asarray(cmp.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+    return np.asarray(np.where(x_null | y_null, x_null & y_null, eq), dtype=bool)
 
 
 def follow(

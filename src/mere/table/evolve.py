@@ -12,7 +12,7 @@ placed by them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from mere.errors import InvalidInput, SchemaMismatch, UnsupportedType
 from mere.spec import OP_COLUMN, TableSpec
+from mere.write.cast import incompatibility, lossless_cast
 
 if TYPE_CHECKING:
     from mere.metadata import CommitResult
@@ -42,6 +43,80 @@ def can_widen(old: pa.DataType, new: pa.DataType) -> bool:
     if pa.types.is_decimal(old) and pa.types.is_decimal(new):
         return bool(new.scale == old.scale and new.precision >= old.precision)
     return (old, new) in ((pa.string(), pa.large_string()), (pa.binary(), pa.large_binary()))
+
+
+_NOT_A_VALUE = (
+    SchemaMismatch,
+    InvalidInput,
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+    TypeError,
+    ValueError,
+    OverflowError,
+)
+
+
+def _value_of(value: Any, kind: pa.DataType) -> pa.Array:
+    """``value`` as a one-element array of ``kind``, by the rules writes follow (:mod:`mere.write.cast`):
+    nothing parsed, rounded or guessed. Arrow's own conversion would take ``"abc"`` as a list of letters,
+    drop a struct's unknown fields and truncate ``1.5`` to an integer. Recursion runs per element of one
+    value, never per row."""
+    if value is None:
+        return pa.nulls(1, kind)
+    if isinstance(value, pa.Scalar):  # typed already: the write rules decide between the two types
+        given = pa.array([value.as_py()], value.type)
+        return _checked(given, kind)
+    if pa.types.is_struct(kind):
+        if not isinstance(value, Mapping):
+            raise InvalidInput(f"a {kind} value is a dict of its fields, not {type(value).__name__}")
+        names = [kind.field(i).name for i in range(kind.num_fields)]
+        unknown = [k for k in value if k not in names]
+        if unknown:
+            raise InvalidInput(f"{kind} has no field {unknown[0]!r}")
+        children = [
+            _value_of(value.get(kind.field(i).name), kind.field(i).type) for i in range(kind.num_fields)
+        ]
+        return pa.StructArray.from_arrays(children, fields=[kind.field(i) for i in range(kind.num_fields)])
+    if pa.types.is_map(kind):
+        pairs = list(value.items()) if isinstance(value, Mapping) else _items(value, kind)
+        if any(not isinstance(p, (tuple, list)) or len(p) != 2 for p in pairs):
+            raise InvalidInput(f"a {kind} value is a dict or a list of (key, value) pairs")
+        keys = _elements([p[0] for p in pairs], kind.key_type)
+        items = _elements([p[1] for p in pairs], kind.item_type)
+        return pa.MapArray.from_arrays(pa.array([0, len(pairs)], pa.int32()), keys, items, type=kind)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        elements = _elements(_items(value, kind), kind.value_type)
+        if pa.types.is_fixed_size_list(kind):
+            if len(elements) != kind.list_size:
+                raise InvalidInput(f"a {kind} value holds {kind.list_size} elements, not {len(elements)}")
+            return pa.FixedSizeListArray.from_arrays(elements, type=kind)
+        offsets = pa.array([0, len(elements)], pa.int64() if pa.types.is_large_list(kind) else pa.int32())
+        return (pa.LargeListArray if pa.types.is_large_list(kind) else pa.ListArray).from_arrays(
+            offsets, elements, type=kind
+        )
+    return _checked(pa.array([value]), kind)
+
+
+def _checked(given: pa.Array, kind: pa.DataType) -> pa.Array:
+    why = incompatibility(given.type, kind)
+    if why is not None:
+        raise InvalidInput(f"a {given.type} value: {why}")
+    try:
+        return lossless_cast(given, kind, "default", "value")
+    except SchemaMismatch:
+        raise InvalidInput(f"the {given.type} value would change when stored as {kind}") from None
+
+
+def _items(value: Any, kind: pa.DataType) -> list[Any]:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise InvalidInput(f"a {kind} value is a list, not {type(value).__name__}")
+    return list(value)
+
+
+def _elements(values: list[Any], kind: pa.DataType) -> pa.Array:
+    parts = [_value_of(v, kind) for v in values]
+    return pa.concat_arrays(parts) if parts else pa.array([], kind)
 
 
 def _data_type(value: Any, what: str) -> pa.DataType:
@@ -103,8 +178,8 @@ def add_column(
     defaults = dict(spec.defaults)
     if default is not None:
         try:
-            defaults[new_id] = pa.scalar(default, type=field.type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as e:
+            defaults[new_id] = _value_of(default, field.type)[0]
+        except _NOT_A_VALUE as e:
             raise InvalidInput(
                 f"{table}: default {default!r} is not a value of type {field.type}: {str(e).splitlines()[0]}"
             ) from None
