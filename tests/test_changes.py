@@ -107,13 +107,30 @@ def run_ops(t: mere.Table, ops: list[tuple[str, Any]]) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(ops=st.lists(OPS, min_size=1, max_size=8), buckets=st.sampled_from([1, 3]), data=st.data())
+@given(
+    ops=st.lists(OPS, min_size=1, max_size=8),
+    buckets=st.sampled_from([1, 3]),
+    kind=st.sampled_from(["operators", "last", "logged"]),
+    data=st.data(),
+)
 def test_feed_applied_to_the_older_snapshot_gives_the_newer(
-    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, Any]], buckets: int, data: st.DataObject
+    tmp_path_factory: pytest.TempPathFactory,
+    ops: list[tuple[str, Any]],
+    buckets: int,
+    kind: str,
+    data: st.DataObject,
 ) -> None:
+    """Merge operators, newest-wins, and newest-wins with the change log (before-images kept by the
+    writes, read by the feed instead of merging the older version)."""
     cat = mere.connect(str(tmp_path_factory.mktemp("feed")))
     t = cat.create_table(
-        "a.t", SCHEMA, primary_key="k", partition_by="p", buckets=buckets, merge_operators=OPERATORS
+        "a.t",
+        SCHEMA,
+        primary_key="k",
+        partition_by="p",
+        buckets=buckets,
+        merge_operators=OPERATORS if kind == "operators" else None,
+        properties={"changes.log": "on"} if kind == "logged" else None,
     )
     run_ops(t, ops)
     t = t.refresh()
@@ -347,3 +364,100 @@ def test_nested_values_are_compared_element_by_element(tmp_path: Any) -> None:
     assert sorted(set(feed.column("id").to_pylist())) == [1, 2, 3, 4, 5, 6]
     assert feed.num_rows == 12
     assert t.changes(start - 1).read_all().num_rows == 7  # all inserts from the empty table
+
+
+LOGGED = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.string())])
+
+
+def logged_table(tmp_path: Any, **kwargs: Any) -> mere.Table:
+    props = {"changes.log": "on", **kwargs.pop("properties", {})}
+    t = mere.connect(str(tmp_path)).create_table(
+        "a.t", LOGGED, primary_key="k", buckets=2, properties=props, **kwargs
+    )
+    t.upsert(pa.table({"k": pa.array(range(10), pa.int64()), "v": [f"a{i}" for i in range(10)]}))
+    return t
+
+
+def feed_rows(t: mere.Table, start: int, end: int | None = None) -> list[tuple[Any, ...]]:
+    feed = t.changes(start, end).read_all()
+    return sorted((r["k"], r["_change"], r["v"], r["_version"]) for r in feed.to_pylist())
+
+
+def test_a_logged_feed_reads_no_older_version(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``changes.log`` on, the before-images come from the writes' logs: the feed merges no split
+    at its start version (and the after-images come from the added files)."""
+    t = logged_table(tmp_path)
+    start = t.version
+    t.upsert(pa.table({"k": pa.array([1, 11], pa.int64()), "v": ["b1", "b11"]}))
+    t.delete(pa.table({"k": pa.array([2], pa.int64())}))
+    t.upsert(pa.table({"k": pa.array([1, 2], pa.int64()), "v": ["c1", "c2"]}))
+    merged: list[int] = []
+    real = mere.Table.split_tables
+
+    def spy(self: mere.Table, version: int, *args: Any, **kwargs: Any) -> Any:
+        merged.append(version)
+        return real(self, version, *args, **kwargs)
+
+    monkeypatch.setattr(mere.Table, "split_tables", spy)
+    assert feed_rows(t, start) == [
+        (1, "update_after", "c1", 4),
+        (1, "update_before", "a1", 4),
+        (2, "update_after", "c2", 4),
+        (2, "update_before", "a2", 4),
+        (11, "insert", "b11", 2),
+    ]
+    assert feed_rows(t, start + 1, start + 2) == [(2, "delete", "a2", 3)]
+    assert merged == []
+    monkeypatch.undo()
+    # The same table without logs gives the same feeds, by merging.
+    t.set_properties({"changes.log": "off"})
+    t.upsert(pa.table({"k": pa.array([3], pa.int64()), "v": ["d3"]}))
+    assert feed_rows(t, start, t.version - 2) == feed_rows(t, start, start + 3)
+    assert feed_rows(t, start + 3) == [(3, "update_after", "d3", 6), (3, "update_before", "a3", 6)]
+
+
+def test_a_commit_whose_logged_rows_changed_meanwhile_logs_them_again(tmp_path: Any) -> None:
+    """A logged write reads the rows it replaces at its read version; a concurrent commit to the same
+    split makes it read them again (a retry), so its log holds the rows it really replaced."""
+    t = logged_table(tmp_path)
+    other = mere.connect(str(tmp_path)).table("a.t")
+    start = t.version
+    with t.transaction() as tx:
+        tx.upsert(pa.table({"k": pa.array([5], pa.int64()), "v": ["mine"]}))
+        other.upsert(pa.table({"k": pa.array([5], pa.int64()), "v": ["theirs"]}))
+    t = t.refresh()
+    assert t.version == start + 2 and t.history()[-1].summary["read_version"] == start + 1
+    assert feed_rows(t, start + 1) == [(5, "update_after", "mine", 3), (5, "update_before", "theirs", 3)]
+    assert feed_rows(t, start) == [(5, "update_after", "mine", 3), (5, "update_before", "a5", 3)]
+
+
+def test_logs_go_with_their_versions_and_failed_logs_leave_nothing(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = logged_table(tmp_path)
+    t.upsert(pa.table({"k": pa.array([1, 2, 3], pa.int64()), "v": ["x", "y", "z"]}))
+    root = tmp_path / "a" / "t" if (tmp_path / "a" / "t").exists() else tmp_path
+    logs = [p for p in root.rglob("log-*")]
+    assert len(logs) == 2  # one per split with replaced rows
+    before = (t.version, t.to_arrow().sort_by("k"), sorted(p.name for p in root.rglob("*.parquet")))
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(mere.Table, "split_tables", broken)
+    with pytest.raises(OSError, match="disk full"):
+        t.upsert(pa.table({"k": pa.array([4], pa.int64()), "v": ["w"]}))
+    monkeypatch.undo()
+    t = t.refresh()
+    assert (t.version, t.to_arrow().sort_by("k"), sorted(p.name for p in root.rglob("*.parquet"))) == before
+    t.compact(min_files=1)
+    t.expire(dt.timedelta(0))
+    assert not [p for p in root.rglob("log-*")]  # the logs' versions expired: their files went
+    assert t.changes(t.version).read_all().num_rows == 0
+
+
+def test_changes_log_property_is_checked(tmp_path: Any) -> None:
+    t = logged_table(tmp_path)
+    with pytest.raises(errors.InvalidInput, match=r"changes\.log"):
+        t.set_properties({"changes.log": "sometimes"})
+    assert t.spec.properties["changes.log"] == "on"

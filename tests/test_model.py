@@ -301,7 +301,12 @@ META_COLUMNS = ("_change", "_version", "_commit_time")
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "insert", "update_before", "update_after", "delete"
 # The ``last`` table compacts only when asked (``auto_compact``); the ``ops`` one after every commit
 # that leaves a split with 4 files. The compaction_policy step switches either way.
-LAST_PROPERTIES = {"write.row-group-rows": "3", "read.window-bytes": "400", "compaction.min-files": "3"}
+LAST_PROPERTIES = {
+    "write.row-group-rows": "3",
+    "read.window-bytes": "400",
+    "compaction.min-files": "3",
+    "changes.log": "on",  # its feeds read before-images from the writes' logs
+}
 OPS_PROPERTIES = {"compaction.auto": "inline", "compaction.min-files": "4"}
 NOW = dt.timedelta(0)  # expire everything but the current version
 _RUNS = itertools.count()

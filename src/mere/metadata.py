@@ -16,7 +16,7 @@ from typing import Any
 SEQ_SHIFT = 24  # file sequence = (commit version << SEQ_SHIFT) | order of the file within its commit
 
 # Summary keys the commit protocol keeps for conflict detection; not part of the public summary.
-INTERNAL_SUMMARY_KEYS = frozenset({"partitions", "splits", "sum_max"})
+INTERNAL_SUMMARY_KEYS = frozenset({"partitions", "splits", "sum_max", "change_log"})
 
 
 def now_micros() -> int:
@@ -61,7 +61,7 @@ class FileEntry:
     bucket: int
     row_count: int
     size_bytes: int
-    content: str = "data"  # "data" or "delete" (delete markers only)
+    content: str = "data"  # "data", "delete" (delete markers only) or "log" (a commit's before-images)
     columns: list[str] | None = None  # present columns when the file holds a subset (partial upsert)
     order: int = 0  # order among the files of one commit
     seq: int | None = None  # explicit sequence (compaction keeps its inputs' newest sequence)

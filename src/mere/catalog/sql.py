@@ -951,7 +951,9 @@ class SqlCatalog:
                             "bucket": f.bucket,
                             "seq": f.seq if f.seq is not None else (new << SEQ_SHIFT) | f.order,
                             "added_version": new,
-                            "removed_version": None,
+                            # A change log belongs to its commit alone: live at no version, it is
+                            # listed by the change feed and dropped when that commit expires.
+                            "removed_version": new if f.content == "log" else None,
                             "row_count": f.row_count,
                             "size_bytes": f.size_bytes,
                             "content": f.content,

@@ -16,6 +16,7 @@ commit of the range that touched the key, ``_commit_time`` its commit time.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from collections.abc import Collection, Iterator, Sequence
@@ -28,9 +29,11 @@ import pyarrow.compute as pc
 from mere import expr as E
 from mere.errors import InvalidInput, NoSuchVersion
 from mere.metadata import FileEntry
+from mere.read.evolution import whole_file_as_table
 from mere.read.planner import Explain, plan_splits, split_filter
 from mere.read.reader import _filter, _plain
 from mere.table.scan import Scan
+from mere.write.writer import PreparedFile
 
 if TYPE_CHECKING:
     from mere.table.table import Table
@@ -41,6 +44,7 @@ COMMIT_TIME_COLUMN = "_commit_time"
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "insert", "update_before", "update_after", "delete"
 _ORDER = {DELETE: 0, UPDATE_BEFORE: 1, UPDATE_AFTER: 2, INSERT: 3}
 _ROW = "\x00row"
+_FIRST = "\x00first"  # the first version of the range that touched a key
 SPLITS_PER_READ = 16  # touched splits read together (one plan per group, memory bounded by the group)
 
 
@@ -94,9 +98,13 @@ def change_feed(
     added_files: dict[tuple[str, int], list[FileEntry]] = defaultdict(list)
     replaced: set[tuple[str, int]] = set()  # splits where the range removed or partially wrote rows
     only = None if splits is None else set(splits)
+    logs: dict[tuple[str, int], list[FileEntry]] = defaultdict(list)
     for entry, removed in table._sql.files_changed(table.record.id, start, end):
         split = (entry.partition, entry.bucket)
         if only is not None and split not in only:
+            continue
+        if entry.content == "log":
+            logs[split].append(entry)
             continue
         added = entry.added_version
         if added is not None and added > start and history[added].operation != "compact":
@@ -115,11 +123,19 @@ def change_feed(
         if spec.all_last
         else {}
     )
+    # Where every commit that touched a split logged its before-images (``changes.log``), the before-image
+    # of a key is in the log of the first commit of the range that touched it: no merge at ``start``.
+    logged = {v for v, snap in history.items() if start < v <= end and snap.internal.get("change_log")}
+    from_logs = {
+        split: logs.get(split, [])
+        for split in from_added
+        if all(e.added_version in logged for e in added_files[split])
+    }
     times = {v: s.committed_at for v, s in history.items()}
     full = pa.schema(
         [spec.schema.field(c).with_nullable(True) for c in read_columns] + list(schema)[len(out_columns) :]
     )
-    feed = _Feed(table, start, end, read_columns, predicate, full, times, out_columns, from_added)
+    feed = _Feed(table, start, end, read_columns, predicate, full, times, out_columns, from_added, from_logs)
     return pa.RecordBatchReader.from_batches(schema, feed.batches(touched))
 
 
@@ -135,9 +151,10 @@ class _Feed:
         times: dict[int, Any],
         out_columns: list[str],
         from_added: dict[tuple[str, int], list[FileEntry]],
+        from_logs: dict[tuple[str, int], list[FileEntry]],
     ) -> None:
         self.table, self.start, self.end = table, start, end
-        self.from_added = from_added
+        self.from_added, self.from_logs = from_added, from_logs
         self.columns, self.predicate, self.schema, self.times = columns, predicate, schema, times
         self.out_names = [*out_columns, CHANGE_COLUMN, VERSION_COLUMN, COMMIT_TIME_COLUMN]
         self.keys = list(table.spec.primary_key)  # one split shares its partition values: joins need the key
@@ -152,7 +169,11 @@ class _Feed:
             # Only touched keys are merged: a key filter runs before the merge, as every version of a key
             # holds the same key (row groups outside the keys' range are not read at all).
             where = self._key_filter(pa.concat_tables(list(keys.values())))
-            before = self.table.split_tables(self.start, set(chosen), self.columns, where)
+            merged = {split for split in chosen if split not in self.from_logs}
+            before = self.table.split_tables(self.start, merged, self.columns, where) if merged else {}
+            for split in chosen:
+                if split in self.from_logs:
+                    before[split] = self._logged(self.from_logs[split], keys[split])
             after = self._after(chosen, where)
             for split in chosen:
                 out = self._split(
@@ -174,20 +195,35 @@ class _Feed:
         return after
 
     def _key_filter(self, keys: pa.Table) -> E.Expr | None:
-        """``key IN (touched keys)`` for a one-column integer or string key (None otherwise: the touched
-        keys are joined after the merge anyway)."""
-        if len(self.keys) != 1 or not keys.num_rows:
-            return None
-        kind = keys.schema.field(self.keys[0]).type
-        if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            return None  # other key types are joined only (their literals need no round trip here)
-        return E.In(self.keys[0], tuple(pc.unique(keys.column(self.keys[0])).to_pylist()))
+        return key_filter(self.keys, keys)
+
+    def _logged(self, logs: list[FileEntry], touched: pa.Table) -> pa.Table:
+        """Rows at the start version of the touched keys, from the logs: each key's row in the log of
+        the first commit of the range that touched it (absent there: the key was absent)."""
+        if not logs:
+            return self._empty()
+        spec, storage = self.table.spec, self.table.storage
+        schema = pa.schema([spec.schema.field(c).with_nullable(True) for c in self.columns])
+        parts = []
+        for entry in logs:
+            md = storage.metadata(entry.path, entry.size_bytes or None)
+            rows = storage.read_row_groups(entry.path, range(md.num_row_groups), None, entry.size_bytes)
+            rows = _plain(whole_file_as_table(rows, spec, md), spec.schema).select(self.columns)
+            rows = pa.Table.from_arrays([c.cast(f.type) for c, f in zip(rows.columns, schema)], schema=schema)
+            version = np.full(rows.num_rows, entry.added_version, np.int64)
+            parts.append(rows.append_column(_FIRST, pa.array(version)))
+        logged = pa.concat_tables(parts)
+        on = [*self.keys, _FIRST]
+        numbered = logged.select(on).append_column(_ROW, pa.array(np.arange(logged.num_rows, dtype=np.int64)))
+        hit = numbered.join(touched.select(on), on, join_type="left semi", use_threads=False)
+        return logged.take(pa.array(np.sort(hit.column(_ROW).to_numpy()))).select(self.columns)
 
     def _empty(self) -> pa.Table:
         return pa.schema([self.table.spec.schema.field(c) for c in self.columns]).empty_table()
 
     def _touched_keys(self, files: list[tuple[FileEntry, int]]) -> pa.Table:
-        """Each touched key of the split with the newest version of the range that touched it."""
+        """Each touched key of the split with the newest and the first version of the range that touched
+        it."""
         storage = self.table.storage
         newest: dict[str, tuple[FileEntry, int]] = {}  # a file added and removed in the range is read once
         for entry, version in files:
@@ -206,8 +242,8 @@ class _Feed:
         both = pa.concat_tables(parts)
         return (
             both.group_by(self.keys, use_threads=False)
-            .aggregate([(VERSION_COLUMN, "max")])
-            .rename_columns([*self.keys, VERSION_COLUMN])
+            .aggregate([(VERSION_COLUMN, "max"), (VERSION_COLUMN, "min")])
+            .rename_columns([*self.keys, VERSION_COLUMN, _FIRST])
         )
 
     def _split(self, touched: pa.Table, before: pa.Table, after: pa.Table) -> pa.Table:
@@ -266,6 +302,70 @@ class _Feed:
             stamps.take(pa.array(where)),
         ]
         return pa.Table.from_arrays(cols, schema=self.schema)
+
+
+def key_filter(key_columns: Sequence[str], keys: pa.Table) -> E.Expr | None:
+    """``key IN (keys)`` for a one-column integer or string key (None otherwise: the keys are joined
+    after the merge anyway). Runs before the merge: every version of a key holds the same key, and row
+    groups outside the keys' range are not read at all."""
+    if len(key_columns) != 1 or not keys.num_rows:
+        return None
+    kind = keys.schema.field(key_columns[0]).type
+    if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return None  # other key types are joined only (their literals need no round trip here)
+    return E.In(key_columns[0], tuple(pc.unique(keys.column(key_columns[0])).to_pylist()))
+
+
+def _file_keys(table: Table, entry: FileEntry) -> pa.Table:
+    """The key columns of one file, in the table's key types."""
+    keys = list(table.spec.primary_key)  # key columns are never renamed or retyped
+    md = table.storage.metadata(entry.path, entry.size_bytes or None)
+    read = table.storage.read_row_groups(entry.path, range(md.num_row_groups), keys, entry.size_bytes)
+    return read.select(keys).cast(pa.schema([table.spec.schema.field(k) for k in keys]))
+
+
+def logs_changes(table: Table, added: Sequence[FileEntry], removes_files: bool) -> bool:
+    """Whether a commit records its before-images: ``changes.log`` is on, the newest version wins, and the
+    commit adds whole rows or delete markers and removes nothing (feeds over other commits merge)."""
+    spec = table.spec
+    return (
+        spec.properties.get("changes.log", "off").lower() == "on"
+        and spec.has_primary_key
+        and spec.all_last
+        and not removes_files
+        and bool(added)
+        and all(f.content == "delete" or (f.content == "data" and f.columns is None) for f in added)
+    )
+
+
+def write_change_log(table: Table, base: int, added: Sequence[FileEntry]) -> list[FileEntry]:
+    """The rows at ``base`` of the keys the ``added`` files hold (the rows the commit replaces or deletes),
+    one log file per split that had any. The commit must also check that no concurrent commit changed
+    those splits since ``base`` (``Table._rows_unchanged``), so the rows are those it replaces."""
+    spec = table.spec
+    keys = list(spec.primary_key)
+    columns = list(spec.identity_columns) + [c for c in spec.schema.names if c not in spec.identity_columns]
+    by_split: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
+    for entry in added:
+        by_split[(entry.partition, entry.bucket)].append(_file_keys(table, entry))
+    split_keys = {split: pa.concat_tables(parts) for split, parts in by_split.items()}
+    where = key_filter(keys, pa.concat_tables(list(split_keys.values())))
+    before = table.split_tables(base, set(split_keys), columns, where)
+    prepared = []
+    for split, wanted in split_keys.items():
+        rows = before.get(split)
+        if rows is None or not rows.num_rows:
+            continue
+        numbered = rows.select(keys).append_column(_ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+        hit = numbered.join(
+            wanted.group_by(keys).aggregate([]), keys, join_type="left semi", use_threads=False
+        )
+        if not hit.num_rows:
+            continue
+        rows = _plain(rows, spec.schema).take(pa.array(np.sort(hit.column(_ROW).to_numpy())))
+        rows = rows.sort_by([(k, "ascending") for k in keys]).select(spec.schema.names)
+        prepared.append(PreparedFile(json.loads(split[0]), split[1], rows, "log"))
+    return table._write_files(prepared)
 
 
 def _rows_equal(a: pa.Table, b: pa.Table) -> np.ndarray:

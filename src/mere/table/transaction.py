@@ -53,6 +53,7 @@ from mere.read.evolution import whole_file_as_table
 from mere.read.planner import split_filter
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import OP_DELETE, TableSpec, validate_properties
+from mere.table.changes import logs_changes, write_change_log
 from mere.table.write_checks import WriteChecks, split_label
 from mere.write.writer import PreparedFile, conform, prepare
 
@@ -315,6 +316,15 @@ class Transaction:
             if self._schema is not None:
                 extra["schema"] = self._schema[1]
             spec = new_spec.to_json()
+        # With ``changes.log`` on, the commit also records the rows it replaces (read at ``base``; a
+        # concurrent change to those splits is a conflict, and the retry reads them again).
+        logs: list[FileEntry] = []
+        if logs_changes(
+            t, add, bool(removed) or any(c.remove_ids or c.restores is not None for c in self.changes)
+        ):
+            logs = write_change_log(t, base, add)
+            validators.append(t._rows_unchanged(add))
+            extra["change_log"] = True
         summary = {
             "read_version": base,
             "added_files": len(add),
@@ -340,7 +350,7 @@ class Transaction:
                 t.record.id,
                 base_version=base,
                 operation=self._operation(),
-                add=add,
+                add=add + [replace(f, order=len(add) + i) for i, f in enumerate(logs)],
                 remove=remove,
                 summary=summary,
                 validate=validate,
@@ -349,10 +359,16 @@ class Transaction:
                 restores=next((c.restores for c in self.changes if c.restores is not None), None),
             )
         except CommitConflict:
+            t._discard(logs)
             # Rebase onto the version that beat us: changes that read rows are evaluated again there.
             self.read_version = t.version
             if reads:
                 self.changes = [self._redo(c) for c in self.changes]
+            raise
+        except CommitStateUnknown:
+            raise  # the logs may be referenced now: keep them
+        except BaseException:
+            t._discard(logs)
             raise
 
     # -- helpers ------------------------------------------------------------------------------------

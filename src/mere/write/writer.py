@@ -394,7 +394,7 @@ def write_prepared(
 
     def write_one(i: int, p: PreparedFile) -> FileEntry:
         ppath = partition_path(spec, p.partition)
-        prefix = "del" if p.content == "delete" else "part"
+        prefix = {"delete": "del", "log": "log"}.get(p.content, "part")
         bucket_dir = f"bucket-{p.bucket:05d}" if spec.has_primary_key else ""
         rel = "/".join(x for x in (location, ppath, bucket_dir, Storage.unique_name(prefix)) if x)
         rows = row_group_rows or _rows_per_group(p.rows, row_group_bytes)
