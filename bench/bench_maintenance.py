@@ -9,6 +9,7 @@ Workload: the neutral W1 data of ``bench_scale.py`` (1M base rows, 4 buckets), t
     of the same files
   - the change feed between two adjacent versions vs a merged read of the splits that commit touched
   - the feed of a commit touching 1% of the keys vs a full merged read
+  - both feeds without and with the change log (``changes.log=on``), and the upserts' times in each mode
 
 Usage: python bench/bench_maintenance.py [--upserts 100] [--batch 10000] [--repeat 3]
 """
@@ -88,27 +89,40 @@ def main() -> None:
         out["compacted_read_s"] = median_time(lambda: plain.to_arrow(), args.repeat)
         out["auto_vs_compacted"] = round(out["auto_read_s"] / out["compacted_read_s"], 2)
 
-        # Change feed of one more upsert (10k keys, every bucket) vs a merged read of the splits it touched.
+        # The change feed, without and with the change log (changes.log=on: writes record the rows they
+        # replace, so a feed reads those instead of merging the older version).
         rng = np.random.default_rng(5)
         live = plain.to_arrow(columns=["id"]).column("id").to_numpy()
-        before = plain.version
-        plain.upsert(make_rows(rng, np.unique(rng.choice(live, args.batch))))
-        touched = {
-            (f.partition, f.bucket) for f in plain.files_at(plain.version) if f.added_version == plain.version
-        }
-        out["feed_adjacent_s"] = median_time(
-            lambda: plain.changes(before, plain.version).read_all(), args.repeat
-        )
-        out["touched_splits_read_s"] = median_time(
-            lambda: plain.split_tables(plain.version, touched, SCHEMA.names), args.repeat
-        )
-        out["feed_vs_touched_read"] = round(out["feed_adjacent_s"] / out["touched_splits_read_s"], 2)
-        # A commit touching 1% of the keys, against a full merged read.
-        before = plain.version
-        plain.upsert(make_rows(rng, np.unique(rng.choice(live, len(live) // 100))))
-        out["feed_1pct_s"] = median_time(lambda: plain.changes(before, plain.version).read_all(), args.repeat)
         out["full_read_s"] = median_time(lambda: plain.to_arrow(), args.repeat)
-        out["feed_1pct_vs_full_read"] = round(out["feed_1pct_s"] / out["full_read_s"], 2)
+        for mode in ("off", "on"):
+            plain.set_properties({"changes.log": mode})
+            tag = "" if mode == "off" else "_logged"
+            # One more upsert (10k keys, every bucket) vs a merged read of the splits it touched.
+            before = plain.version
+            data = make_rows(rng, np.unique(rng.choice(live, args.batch)))
+            out[f"upsert{tag}_s"] = timed(lambda d=data: plain.upsert(d))
+            touched = {
+                (f.partition, f.bucket)
+                for f in plain.files_at(plain.version)
+                if f.added_version == plain.version
+            }
+            out[f"feed_adjacent{tag}_s"] = median_time(
+                lambda b=before: plain.changes(b, plain.version).read_all(), args.repeat
+            )
+            out[f"touched_splits_read{tag}_s"] = median_time(
+                lambda s=touched: plain.split_tables(plain.version, s, SCHEMA.names), args.repeat
+            )
+            out[f"feed_vs_touched_read{tag}"] = round(
+                out[f"feed_adjacent{tag}_s"] / out[f"touched_splits_read{tag}_s"], 2
+            )
+            # A commit touching 1% of the keys, against a full merged read.
+            before = plain.version
+            data = make_rows(rng, np.unique(rng.choice(live, len(live) // 100)))
+            out[f"upsert_1pct{tag}_s"] = timed(lambda d=data: plain.upsert(d))
+            out[f"feed_1pct{tag}_s"] = median_time(
+                lambda b=before: plain.changes(b, plain.version).read_all(), args.repeat
+            )
+            out[f"feed_1pct_vs_full_read{tag}"] = round(out[f"feed_1pct{tag}_s"] / out["full_read_s"], 2)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}, indent=1))
@@ -117,11 +131,15 @@ def main() -> None:
         f"{out['auto_vs_compacted']:.2f}x (floor 1.15x); without auto compaction {out['plain_files']} files, "
         f"{out['plain_read_s']:.3f} s (auto: {out['auto_files']} files)\n"
         f"compaction {out['compact_rows_per_s']:,} rows/s vs raw read+write {out['raw_rows_per_s']:,} rows/s\n"
-        f"feed of one commit {out['feed_adjacent_s']:.3f} s vs merged read of its splits "
-        f"{out['touched_splits_read_s']:.3f} s: {out['feed_vs_touched_read']:.2f}x (floor 1.5x)\n"
-        f"feed of a 1% commit {out['feed_1pct_s']:.3f} s vs full read {out['full_read_s']:.3f} s: "
-        f"{out['feed_1pct_vs_full_read']:.2f}x (floor 0.10x)"
     )
+    for tag, what in (("", "without the change log"), ("_logged", "with changes.log=on")):
+        print(
+            f"{what}: feed of one commit {out[f'feed_adjacent{tag}_s']:.3f} s vs merged read of its "
+            f"splits {out[f'touched_splits_read{tag}_s']:.3f} s: {out[f'feed_vs_touched_read{tag}']:.2f}x "
+            f"(floor 1.5x); feed of a 1% commit {out[f'feed_1pct{tag}_s']:.3f} s vs full read "
+            f"{out['full_read_s']:.3f} s: {out[f'feed_1pct_vs_full_read{tag}']:.2f}x (floor 0.10x); "
+            f"upserts of 10k / 1% keys {out[f'upsert{tag}_s']:.3f} / {out[f'upsert_1pct{tag}_s']:.3f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -27,9 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
+from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NoSuchVersion
 from mere.metadata import FileEntry
 from mere.read.evolution import whole_file_as_table
+from mere.read.merge import _numpy_sortable
 from mere.read.planner import Explain, plan_splits, split_filter
 from mere.read.reader import _filter, _plain
 from mere.table.scan import Scan
@@ -163,22 +165,34 @@ class _Feed:
         self, touched: dict[tuple[str, int], list[tuple[FileEntry, int]]]
     ) -> Iterator[pa.RecordBatch]:
         splits = sorted(touched)
+        pool = shared_pool("feed", cpu_workers())  # splits are independent: their files read in parallel
         for i in range(0, len(splits), SPLITS_PER_READ):
             chosen = splits[i : i + SPLITS_PER_READ]
-            keys = {split: self._touched_keys(touched[split]) for split in chosen}
-            # Only touched keys are merged: a key filter runs before the merge, as every version of a key
-            # holds the same key (row groups outside the keys' range are not read at all).
-            where = self._key_filter(pa.concat_tables(list(keys.values())))
+            keys = dict(zip(chosen, pool.map(lambda split: self._touched_keys(touched[split]), chosen)))
             merged = {split for split in chosen if split not in self.from_logs}
+            # The after-image of a split read from its added files needs no key filter: they hold only
+            # touched keys.
+            slow = merged | {split for split in chosen if split not in self.from_added}
+            where = (
+                self._key_filter(pa.concat_tables([keys[split] for split in sorted(slow)])) if slow else None
+            )
             before = self.table.split_tables(self.start, merged, self.columns, where) if merged else {}
-            for split in chosen:
-                if split in self.from_logs:
-                    before[split] = self._logged(self.from_logs[split], keys[split])
-            after = self._after(chosen, where)
-            for split in chosen:
-                out = self._split(
-                    keys[split], before.get(split, self._empty()), after.get(split, self._empty())
+            logged = [split for split in chosen if split in self.from_logs]
+            before.update(
+                zip(
+                    logged,
+                    pool.map(self._logged, [self.from_logs[s] for s in logged], [keys[s] for s in logged]),
                 )
+            )
+            after = self._after(chosen, where)
+            empty = self._empty()
+            outs = pool.map(
+                self._split,
+                [keys[s] for s in chosen],
+                [before.get(s, empty) for s in chosen],
+                [after.get(s, empty) for s in chosen],
+            )
+            for out in outs:
                 if out.num_rows:
                     yield from out.to_batches()
 
@@ -189,7 +203,7 @@ class _Feed:
         after = self.table.split_tables(self.end, rest, self.columns, where) if rest else {}
         if quick:
             t = self.table
-            scan = Scan(t, self.end, tuple(self.columns), where, spec=t.spec)
+            scan = Scan(t, self.end, tuple(self.columns), None, spec=t.spec)
             entries = [e for split in quick for e in self.from_added[split]]
             after.update(scan.merge_splits(plan_splits(t.spec, entries, scan._parts(), Explain(self.end))))
         return after
@@ -213,10 +227,11 @@ class _Feed:
             version = np.full(rows.num_rows, entry.added_version, np.int64)
             parts.append(rows.append_column(_FIRST, pa.array(version)))
         logged = pa.concat_tables(parts)
-        on = [*self.keys, _FIRST]
-        numbered = logged.select(on).append_column(_ROW, pa.array(np.arange(logged.num_rows, dtype=np.int64)))
-        hit = numbered.join(touched.select(on), on, join_type="left semi", use_threads=False)
-        return logged.take(pa.array(np.sort(hit.column(_ROW).to_numpy()))).select(self.columns)
+        at = self._lookup(logged, touched)
+        first = np.asarray(touched.column(_FIRST).to_numpy())
+        found = at >= 0
+        found[found] = first[at[found]] == np.asarray(logged.column(_FIRST).to_numpy())[found]
+        return logged.filter(pa.array(found)).select(self.columns)
 
     def _empty(self) -> pa.Table:
         return pa.schema([self.table.spec.schema.field(c) for c in self.columns]).empty_table()
@@ -247,23 +262,16 @@ class _Feed:
         )
 
     def _split(self, touched: pa.Table, before: pa.Table, after: pa.Table) -> pa.Table:
-        # Joins see only key columns and row numbers (Arrow's joins cannot carry nested columns).
         before, after = (
             self._touched(_plain(before, self.table.spec.schema), touched),
             self._touched(_plain(after, self.table.spec.schema), touched),
         )
-        b_keys, a_keys = self._numbered(before), self._numbered(after)
-        key_only = [*self.keys]
-
-        def rows(table: pa.Table, numbered: pa.Table, other: pa.Table, how: str) -> pa.Table:
-            hit = numbered.join(other.select(key_only), key_only, join_type=how, use_threads=False)
-            return table.take(pa.array(np.sort(hit.column(_ROW).to_numpy())))
-
-        inserted = rows(after, a_keys, b_keys, "left anti")
-        deleted = rows(before, b_keys, a_keys, "left anti")
-        order = [(k, "ascending") for k in self.keys]
-        old = rows(before, b_keys, a_keys, "left semi").sort_by(order)
-        new = rows(after, a_keys, b_keys, "left semi").sort_by(order)
+        in_before, in_after = self._lookup(after, before), self._lookup(before, after)
+        inserted = after.filter(pa.array(in_before < 0)) if (in_before < 0).any() else after.slice(0, 0)
+        deleted = before.filter(pa.array(in_after < 0)) if (in_after < 0).any() else before.slice(0, 0)
+        both = np.flatnonzero(in_before >= 0)
+        new = after if len(both) == after.num_rows else after.take(pa.array(both))
+        old = before.take(pa.array(in_before[both]))  # aligned with ``new`` by key
         changed = ~_rows_equal(old.select(self.columns), new.select(self.columns))
         if not changed.all():
             mask = pa.array(changed)
@@ -275,6 +283,7 @@ class _Feed:
         out = pa.concat_tables(tables)
         rank = pc.index_in(out.column(CHANGE_COLUMN), pa.array(list(_ORDER)))
         out = out.append_column("\x00rank", rank)
+        order = [(k, "ascending") for k in self.keys]
         out = out.sort_by([(VERSION_COLUMN, "ascending"), *order, ("\x00rank", "ascending")])
         out = out.drop_columns(["\x00rank"])
         if not isinstance(self.predicate, E.AlwaysTrue):
@@ -283,10 +292,37 @@ class _Feed:
 
     def _touched(self, rows: pa.Table, touched: pa.Table) -> pa.Table:
         """The rows of touched keys, with the newest version of the range that touched each."""
-        hit = self._numbered(rows).join(touched, self.keys, join_type="inner", use_threads=False)
-        hit = hit.sort_by(_ROW)
-        taken = rows.take(hit.column(_ROW))
-        return taken.append_column(VERSION_COLUMN, hit.column(VERSION_COLUMN))
+        at = self._lookup(rows, touched)
+        hit = np.flatnonzero(at >= 0)
+        versions = touched.column(VERSION_COLUMN).take(pa.array(at[hit]))
+        if len(hit) < rows.num_rows:
+            rows = rows.take(pa.array(hit))
+        return rows.append_column(VERSION_COLUMN, versions)
+
+    def _lookup(self, left: pa.Table, right: pa.Table) -> np.ndarray:
+        """For each row of ``left``, the row of ``right`` with the same key, or -1 (keys are unique in
+        ``right``). One integer-like key: a sorted search in NumPy; other keys: a join of the key columns
+        and row numbers (Arrow's joins cannot carry nested columns)."""
+        if len(self.keys) == 1:
+            mine, theirs = (_integer_keys(t.column(self.keys[0])) for t in (left, right))
+            if mine is not None and theirs is not None:
+                out = np.full(len(mine), -1, dtype=np.int64)
+                if len(theirs) and len(mine):
+                    order = np.argsort(theirs, kind="stable")
+                    ranked = theirs[order]
+                    at = np.minimum(np.searchsorted(ranked, mine), len(ranked) - 1)
+                    hit = ranked[at] == mine
+                    out[hit] = order[at[hit]]
+                return out
+        right_row = "\x00right"
+        numbered = self._numbered(left)
+        other = right.select(self.keys).append_column(
+            right_row, pa.array(np.arange(right.num_rows, dtype=np.int64))
+        )
+        hit = numbered.join(other, self.keys, join_type="inner", use_threads=False)
+        out = np.full(left.num_rows, -1, dtype=np.int64)
+        out[np.asarray(hit.column(_ROW).to_numpy())] = np.asarray(hit.column(right_row).to_numpy())
+        return out
 
     def _numbered(self, rows: pa.Table) -> pa.Table:
         return rows.select(self.keys).append_column(_ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
@@ -297,7 +333,7 @@ class _Feed:
         where = np.searchsorted(np.unique(versions), versions)
         cols = [rows.column(c).cast(self.schema.field(c).type) for c in self.columns]
         cols += [
-            pa.array(np.full(rows.num_rows, label, dtype=object), pa.string()),
+            pa.repeat(pa.scalar(label, pa.string()), rows.num_rows),
             rows.column(VERSION_COLUMN),
             stamps.take(pa.array(where)),
         ]
@@ -366,6 +402,15 @@ def write_change_log(table: Table, base: int, added: Sequence[FileEntry]) -> lis
         rows = rows.sort_by([(k, "ascending") for k in keys]).select(spec.schema.names)
         prepared.append(PreparedFile(json.loads(split[0]), split[1], rows, "log"))
     return table._write_files(prepared)
+
+
+def _integer_keys(column: pa.ChunkedArray) -> np.ndarray | None:
+    """A key column as int64 NumPy values when its type is integer-like (integers, dates, timestamps)."""
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind)):
+        return None
+    values = _numpy_sortable(column.combine_chunks())
+    return None if values is None else values.astype(np.int64, copy=False)
 
 
 def _rows_equal(a: pa.Table, b: pa.Table) -> np.ndarray:
