@@ -451,7 +451,9 @@ def test_logs_go_with_their_versions_and_failed_logs_leave_nothing(
     t = t.refresh()
     assert (t.version, t.to_arrow().sort_by("k"), sorted(p.name for p in root.rglob("*.parquet"))) == before
     t.compact(min_files=1)
-    t.expire(dt.timedelta(0))
+    listed = {path.rsplit("/", 1)[-1] for path in t.expire(dt.timedelta(0), dry_run=True)}
+    assert {p.name for p in logs} <= listed  # the dry run lists the logs too
+    assert {path.rsplit("/", 1)[-1] for path in t.expire(dt.timedelta(0))} == listed
     assert not [p for p in root.rglob("log-*")]  # the logs' versions expired: their files went
     assert t.changes(t.version).read_all().num_rows == 0
 

@@ -385,22 +385,26 @@ def write_change_log(table: Table, base: int, added: Sequence[FileEntry]) -> lis
     for entry in added:
         by_split[(entry.partition, entry.bucket)].append(_file_keys(table, entry))
     split_keys = {split: pa.concat_tables(parts) for split, parts in by_split.items()}
-    where = key_filter(keys, pa.concat_tables(list(split_keys.values())))
-    before = table.split_tables(base, set(split_keys), columns, where)
+    splits = sorted(split_keys)
     prepared = []
-    for split, wanted in split_keys.items():
-        rows = before.get(split)
-        if rows is None or not rows.num_rows:
-            continue
-        numbered = rows.select(keys).append_column(_ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-        hit = numbered.join(
-            wanted.group_by(keys).aggregate([]), keys, join_type="left semi", use_threads=False
-        )
-        if not hit.num_rows:
-            continue
-        rows = _plain(rows, spec.schema).take(pa.array(np.sort(hit.column(_ROW).to_numpy())))
-        rows = rows.sort_by([(k, "ascending") for k in keys]).select(spec.schema.names)
-        prepared.append(PreparedFile(json.loads(split[0]), split[1], rows, "log"))
+    for i in range(0, len(splits), SPLITS_PER_READ):  # memory bounded as the feed's reads are
+        chosen = splits[i : i + SPLITS_PER_READ]
+        where = key_filter(keys, pa.concat_tables([split_keys[split] for split in chosen]))
+        before = table.split_tables(base, set(chosen), columns, where)
+        for split in chosen:
+            rows = before.pop(split, None)
+            if rows is None or not rows.num_rows:
+                continue
+            numbered = rows.select(keys).append_column(
+                _ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64))
+            )
+            wanted = split_keys[split].group_by(keys).aggregate([])
+            hit = numbered.join(wanted, keys, join_type="left semi", use_threads=False)
+            if not hit.num_rows:
+                continue
+            rows = _plain(rows, spec.schema).take(pa.array(np.sort(hit.column(_ROW).to_numpy())))
+            rows = rows.sort_by([(k, "ascending") for k in keys]).select(spec.schema.names)
+            prepared.append(PreparedFile(json.loads(split[0]), split[1], rows, "log"))
     return table._write_files(prepared)
 
 

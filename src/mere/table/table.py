@@ -1015,6 +1015,10 @@ class Table:
                 gone.update(f.path for f in self.files_at(snap.version - 1) if f.id not in needed)
             elif snap.version > keep and snap.operation == "rollback":
                 still.update(f.path for f in self.files_at(snap.version))
+        # Change logs are live at no version: each goes with its commit.
+        gone.update(
+            f.path for f, _ in self._sql.files_changed(self.record.id, oldest, keep) if f.content == "log"
+        )
         return sorted(gone - still)
 
     def cleanup(
