@@ -3,7 +3,7 @@
 Covers table creation and its argument checks, every write (upsert, append, delete, overwrite, CDC,
 partial columns, merge operators), the all-or-nothing rule for bad input, reads (projection, filters,
 every output format, explain, time travel, history), merge-on-read correctness around filters, the
-on-disk layout (sorted zstd Parquet with statistics, Spark buckets, Hive directories, immutable files)
+on-disk layout (sorted LZ4 Parquet with statistics, Spark buckets, Hive directories, immutable files)
 and a bucket larger than the read window.
 """
 
@@ -1336,7 +1336,8 @@ def test_null_partition_values(cat: mere.Catalog) -> None:
 
 
 def check_layout(t: mere.Table) -> None:
-    """Every live file: sorted by the key, zstd, statistics, right bucket, Hive partition directories."""
+    """Every live file: sorted by the key, LZ4 (the default codec), statistics, right bucket, Hive partition
+    directories."""
     files = t.files().to_pylist()
     assert files
     key = list(t.primary_key)
@@ -1351,7 +1352,7 @@ def check_layout(t: mere.Table) -> None:
             rg = md.row_group(i)
             for j in range(rg.num_columns):
                 chunk = rg.column(j)
-                assert chunk.compression == "ZSTD", (f["path"], chunk.path_in_schema)
+                assert chunk.compression == "LZ4", (f["path"], chunk.path_in_schema)  # LZ4_RAW in Parquet
                 assert chunk.is_stats_set, (f["path"], chunk.path_in_schema)
                 assert chunk.statistics.has_null_count
             if key:

@@ -157,6 +157,10 @@ SPEC_FORMAT = 2  # bumped when a spec gains something older readers would misrea
 # format 2 adds renamed, dropped, widened and added columns, which an older reader would misread.
 EVOLVED_SPEC_FORMAT = 2
 
+# LZ4 (Parquet's LZ4_RAW): on W1, merged reads 30% faster than zstd for files 20% bigger (decode is
+# most of a local read); tables on slow links may prefer write.compression=zstd.
+DEFAULT_COMPRESSION = "lz4"
+
 PROPERTIES: dict[str, tuple[str, Any]] = {
     # key: (what it takes, validator returning the parsed value or raising ValueError)
     "write.compression": (

@@ -368,10 +368,10 @@ class Storage:
         *,
         row_group_rows: int,
         sorting_columns: Sequence[str] = (),
-        compression: str = "zstd",
+        compression: str = "lz4",
         compression_level: int | None = None,
     ) -> WrittenFile:
-        """Write one Parquet file (zstd, statistics) at a path that must not exist yet.
+        """Write one Parquet file (with statistics) at a path that must not exist yet.
 
         Sort columns are delta-encoded: sorted, mostly unique keys shrink to a few bits each, which keeps
         key lookups (that read key columns first) cheap. Other columns are dictionary-encoded only when a

@@ -33,7 +33,7 @@ from mere.metadata import CommitResult, ConcurrentChanges, FileEntry, Snapshot, 
 from mere.read.planner import Explain
 from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.spec import OP_COLUMN, TableSpec
+from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, TableSpec
 from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.evolve import SchemaUpdate, same_columns
 from mere.table.merge import Merge, MergeMetrics, StagedMerge, commit_staged_merges
@@ -92,7 +92,7 @@ class Table:
         self.spec = TableSpec.from_json(record.spec, record.identifier)
         self.location = record.location
         props = self.spec.properties
-        self.compression = props.get("write.compression", "zstd")
+        self.compression = props.get("write.compression", DEFAULT_COMPRESSION)
         level = props.get("write.compression-level")
         self.compression_level = int(level) if level else None
         rg_rows = props.get("write.row-group-rows")

@@ -21,7 +21,7 @@ from mere.hashing import bucket_ids
 from mere.io import Storage
 from mere.metadata import FileEntry
 from mere.read.merge import group_starts, reduce_versions, sort_indices
-from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec, with_field_ids
+from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec, with_field_ids
 from mere.write.cast import lossless_cast
 
 DEFAULT_ROW_GROUP_BYTES = 1 << 20  # uncompressed bytes per row group: small enough for key lookups
@@ -384,7 +384,7 @@ def write_prepared(
     row_group_rows: int | None = None,
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
     max_workers: int = 8,
-    compression: str = "zstd",
+    compression: str = DEFAULT_COMPRESSION,
     compression_level: int | None = None,
 ) -> list[FileEntry]:
     """Write the slices concurrently. On any failure the files already written are deleted."""
