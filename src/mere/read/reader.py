@@ -589,13 +589,15 @@ class SplitReader:
         winner = np.empty(n, dtype=bool)
         winner[order] = is_last & (op_all[order] != OP_DELETE)
         out = []
+        masks = []
         offset = 0
         for t, p in parts:
             m = winner[offset : offset + p.num_rows]
             offset += p.num_rows
             if t.content == "delete" or not m.any():
                 continue
-            out.append(p if m.all() else p.filter(pa.array(m)))
+            out.append(p)
+            masks.append(m)
         if not out:
             return pa.table({c: pa.array([], type=self.spec.schema.field(c).type) for c in self.needed})
         cols = [c for c in self.needed if c in out[0].column_names]
@@ -604,7 +606,10 @@ class SplitReader:
             # Files differ in which columns are dictionaries, or in nullability (compacted files were
             # written with the table's NOT NULL flags, delta files without them).
             out = [_nullable(_plain(o, self.spec.schema)) for o in out]
-        return pa.concat_tables(out)
+        # One filter over every file's rows (Arrow walks the chunks): not one call per file.
+        kept = np.concatenate(masks) if len(masks) > 1 else masks[0]
+        merged = pa.concat_tables(out) if len(out) > 1 else out[0]
+        return merged if kept.all() else merged.filter(pa.array(kept))
 
     def _merge_general(self, parts: list[tuple[FileTask, pa.Table]], value_cols: list[str]) -> pa.Table:
         """Per-column merge operators and files with column subsets."""
