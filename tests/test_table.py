@@ -1826,3 +1826,26 @@ def test_property_windowed_merge_matches_a_model(
     if model:
         key = sorted(model)[len(model) // 2]
         assert rows_of(t.scan(filter=mere.col("k") == key)) == [model[key]]
+
+
+@pytest.mark.parametrize("key_index", ["on", "off"])
+def test_key_index_property_decides_the_index_and_lookups_stay_right(tmp_path: Any, key_index: str) -> None:
+    """``write.key-index=off`` writes no Bloom filters and no page index (smaller, cheaper files); point
+    lookups still find the right rows, by statistics alone."""
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.string())])
+    t = mere.connect(str(tmp_path)).create_table(
+        "a.t", schema, primary_key="k", buckets=2, properties={"write.key-index": key_index}
+    )
+    t.upsert(pa.table({"k": pa.array(range(5000), pa.int64()), "v": [str(i) for i in range(5000)]}))
+    t.upsert(pa.table({"k": pa.array([7, 4999], pa.int64()), "v": ["seven", "last"]}))
+    t.compact(min_files=1)
+    t.upsert(pa.table({"k": pa.array([8], pa.int64()), "v": ["eight"]}))
+    for path in t.files().column("path").to_pylist():
+        md = pq.read_metadata(os.path.join(t.storage.root, path))
+        chunk = md.row_group(0).column(0)
+        assert chunk.has_offset_index == (key_index == "on"), path
+        assert (chunk.to_dict().get("bloom_filter_length") or 0) > 0 if key_index == "on" else True
+    got = t.to_arrow(filter="k IN (7, 8, 4999, 123456)").sort_by("k").to_pylist()
+    assert got == [{"k": 7, "v": "seven"}, {"k": 8, "v": "eight"}, {"k": 4999, "v": "last"}]
+    with pytest.raises(errors.InvalidInput, match=r"write\.key-index"):
+        t.set_properties({"write.key-index": "maybe"})

@@ -173,6 +173,10 @@ PROPERTIES: dict[str, tuple[str, Any]] = {
         "a positive integer (bytes of a streamed input written as one run)",
         lambda v: _positive(int(v)),
     ),
+    "write.key-index": (
+        "on (Bloom filters and page index on key columns, for point lookups) or off",
+        lambda v: v.lower() if v.lower() in ("on", "off") else _bad(),
+    ),
     "read.window-bytes": ("a positive integer (bytes)", lambda v: _positive(int(v))),
     "read.whole-split-bytes": ("a non-negative integer (bytes)", lambda v: _positive(int(v) + 1) - 1),
     "compaction.auto": (

@@ -370,6 +370,7 @@ class Storage:
         sorting_columns: Sequence[str] = (),
         compression: str = "lz4",
         compression_level: int | None = None,
+        key_index: bool = True,
     ) -> WrittenFile:
         """Write one Parquet file (with statistics) at a path that must not exist yet.
 
@@ -377,8 +378,9 @@ class Storage:
         key lookups (that read key columns first) cheap. Other columns are dictionary-encoded only when a
         sample shows few distinct values.
 
-        On object stores the file is encoded in memory, then uploaded (multipart from 10 MiB, parts in
-        parallel); a failed write leaves no object behind and no referenced file.
+        Key-sorted files get a key index unless ``key_index`` is False. On object stores the file is
+        encoded in memory, then uploaded (multipart from 10 MiB, parts in parallel); a failed write
+        leaves no object behind and no referenced file.
         """
         path = self.full_path(rel)
         sorting = None
@@ -395,7 +397,7 @@ class Storage:
             column_encoding=encodings or None,
             store_schema=False,  # readers cast to the table schema; dictionary columns read as plain
         )
-        if sorting_columns:  # key-sorted files get a key index for point reads (see mere.io.keyindex)
+        if sorting_columns and key_index:  # key-sorted files get a key index (see mere.io.keyindex)
             writer_args.update(keyindex.writer_options(table, sorting_columns, row_group_rows))
         if self.is_remote:
             sink = pa.BufferOutputStream()

@@ -391,6 +391,7 @@ def write_prepared(
     if not prepared:
         return []
     sorting = list(spec.primary_key)
+    key_index = spec.properties.get("write.key-index", "on").lower() == "on"
 
     def write_one(i: int, p: PreparedFile) -> FileEntry:
         ppath = partition_path(spec, p.partition)
@@ -405,6 +406,7 @@ def write_prepared(
             sorting_columns=sorting,
             compression=compression,
             compression_level=compression_level,
+            key_index=key_index,
         )
         full = len(p.rows.column_names) - (1 if OP_COLUMN in p.rows.column_names else 0) == len(spec.schema)
         columns = None if full else [c for c in p.rows.column_names if c != OP_COLUMN]
