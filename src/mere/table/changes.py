@@ -16,6 +16,7 @@ commit of the range that touched the key, ``_commit_time`` its commit time.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections import defaultdict
@@ -159,7 +160,8 @@ class _Feed:
         self.from_added, self.from_logs = from_added, from_logs
         self.columns, self.predicate, self.schema, self.times = columns, predicate, schema, times
         self.out_names = [*out_columns, CHANGE_COLUMN, VERSION_COLUMN, COMMIT_TIME_COLUMN]
-        self.keys = list(table.spec.primary_key)  # one split shares its partition values: joins need the key
+        # The splits of one partition share its values: a row is known by its key there.
+        self.keys = list(table.spec.primary_key)
 
     def batches(
         self, touched: dict[tuple[str, int], list[tuple[FileEntry, int]]]
@@ -185,16 +187,31 @@ class _Feed:
                 )
             )
             after = self._after(chosen, where)
-            empty = self._empty()
-            outs = pool.map(
-                self._split,
-                [keys[s] for s in chosen],
-                [before.get(s, empty) for s in chosen],
-                [after.get(s, empty) for s in chosen],
-            )
-            for out in outs:
+            # The splits of a partition are compared at once (a key lives in one bucket): one pass of a
+            # few Arrow calls, not one per split.
+            for _, run in itertools.groupby(chosen, key=lambda split: split[0]):
+                together = list(run)
+                out = self._split(
+                    pa.concat_tables([keys[s] for s in together]),
+                    self._together([before[s] for s in together if s in before]),
+                    self._together([after[s] for s in together if s in after]),
+                )
                 if out.num_rows:
                     yield from out.to_batches()
+
+    def _together(self, tables: list[pa.Table]) -> pa.Table:
+        """Merged rows of several splits as one table of the feed's column types."""
+        spec = self.table.spec
+        schema = pa.schema([spec.schema.field(c).with_nullable(True) for c in self.columns])
+        plain = [_plain(t, spec.schema).select(self.columns) for t in tables if t.num_rows]
+        if not plain:
+            return schema.empty_table()
+        return pa.concat_tables(
+            [
+                pa.Table.from_arrays([c.cast(f.type) for c, f in zip(t.columns, schema)], schema=schema)
+                for t in plain
+            ]
+        )
 
     def _after(self, chosen: list[tuple[str, int]], where: E.Expr | None) -> dict[tuple[str, int], pa.Table]:
         """Merged rows of the touched keys at the end version."""
@@ -262,10 +279,7 @@ class _Feed:
         )
 
     def _split(self, touched: pa.Table, before: pa.Table, after: pa.Table) -> pa.Table:
-        before, after = (
-            self._touched(_plain(before, self.table.spec.schema), touched),
-            self._touched(_plain(after, self.table.spec.schema), touched),
-        )
+        before, after = self._touched(before, touched), self._touched(after, touched)
         in_before, in_after = self._lookup(after, before), self._lookup(before, after)
         inserted = after.filter(pa.array(in_before < 0)) if (in_before < 0).any() else after.slice(0, 0)
         deleted = before.filter(pa.array(in_after < 0)) if (in_after < 0).any() else before.slice(0, 0)
