@@ -88,6 +88,7 @@ class Table:
 
     def _load(self, record: TableRecord) -> None:
         self.record = record
+        self._columns_seen = record.version  # commits up to here kept the columns of self.spec
         self._pending_columns: tuple[TableSpec, list[str]] | None = None  # see adding_columns()
         self.spec = TableSpec.from_json(record.spec, record.identifier)
         self.location = record.location

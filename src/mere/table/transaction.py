@@ -267,6 +267,9 @@ class Transaction:
         self._state = "committed"
         if self._properties is not None or self._schema is not None:
             t.refresh()
+        elif not result.already_committed:
+            # Every commit up to this one kept the handle's columns (checked above and by the validator).
+            t._columns_seen = max(t._columns_seen, result.version)
         t._after_commit(result)
         return result
 
@@ -304,7 +307,7 @@ class Transaction:
         if checks is not None:
             validators.append(checks.verify(t, base))
             extra |= checks.summary()
-        _columns_current(t)
+        _columns_current(t, base)
         validators.append(_no_column_change(t.name))
         spec = None
         if self._properties is not None or self._schema is not None:
@@ -588,11 +591,17 @@ def _lost_race(error: BaseException) -> bool:
     return isinstance(error, (CommitConflict, CommitFailed)) and not isinstance(error, SchemaChanged)
 
 
-def _columns_current(t: Table) -> None:
-    """The handle's columns are the table's: no commit since the handle loaded its spec changed them."""
+def _columns_current(t: Table, base: int) -> None:
+    """The handle's columns are the table's: no commit since the handle loaded its spec changed them.
+
+    Versions up to ``t._columns_seen`` were checked already (a commit of this handle checked them), and
+    those after ``base`` are the commit's validator's: a handle writing on top of its own last commit
+    asks the catalog nothing more."""
     from mere.table.evolve import same_columns
 
-    for version, text in t._sql.specs_after(t.record.id, t.record.version):
+    if base <= t._columns_seen:
+        return
+    for version, text in t._sql.specs_after(t.record.id, t._columns_seen):
         if not same_columns(TableSpec.from_json(text, t.name), t.spec):
             raise SchemaChanged(
                 f"{t.name}: the table's columns changed in version {version}, after this handle read "
