@@ -8,7 +8,8 @@
   (integers of all widths, strings, binaries, dates, timestamps, decimals, booleans, composite keys),
   with files written with the index, without it (as before it existed) and mixed.
 * Bytes: a lookup reads fewer bytes than the same lookup of files without the index, skips files whose
-  Bloom filters rule the key out, and reads no older version of a key a newer one settles.
+  Bloom filters rule the key out, and reads no older version of a key a newer one settles; a MERGE
+  source of many keys in a narrow key range reads their pages only (every version of its keys).
 * Bad input: NULL and out-of-range literals, malformed index bytes, ranges past the end of a file.
 """
 
@@ -33,6 +34,7 @@ import mere
 from mere.errors import StorageError
 from mere.io import keyindex
 from mere.io.storage import Storage
+from mere.read import lookup as lookup_module
 from mere.table import merge as merge_module
 
 # -- key types --------------------------------------------------------------------------------------
@@ -622,6 +624,8 @@ def test_merge_probes_read_fewer_bytes(tmp_path: Path, monkeypatch: pytest.Monke
     for lookup in (True, False):
         t = _build(tmp_path / f"m{lookup}", True, monkeypatch, upserts=3)
         monkeypatch.setattr(merge_module, "MERGE_LOOKUP_KEYS", 256 if lookup else 0)
+        if not lookup:  # nor looked up for falling in a narrow key range: read by row groups
+            monkeypatch.setattr(lookup_module, "few_pages", lambda *args, **kwargs: False)
         source = pa.table({"id": [2, 4, 3, 160_009], "a": [1, 2, 3, 4], "b": ["m"] * 4})
         t.storage.clear_cache()
         t.storage.stats.reset()
@@ -654,6 +658,81 @@ def test_large_merge_sources_are_pruned_by_bloom_filters(
         model.update({i: (a, "big") for i, a in zip(ids, range(len(ids)))})
         assert {r["id"]: (r["a"], r["b"]) for r in t.to_arrow().to_pylist()} == model
     assert results[0] < results[1]  # the upserts' files hold none of the source keys
+
+
+def _merge_table(root: Path, sum_a: bool) -> mere.Table:
+    """Keys 0..19,999 in 2 buckets (row groups of 1,024 rows, pages of 64), then versions in the window
+    5,000..5,999 only: whole rows, partial rows (column a alone) and deletes, each in files of their own."""
+    cat = mere.connect(str(root))
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False), pa.field("a", pa.int64()), pa.field("b", pa.string())]
+    )
+    t = cat.create_table(
+        "ns.t",
+        schema,
+        primary_key="id",
+        buckets=2,
+        merge_operators={"a": "sum"} if sum_a else None,
+        properties={"write.row-group-rows": "1024"},
+    )
+    n = 20_000
+    t.upsert(
+        pa.table({"id": np.arange(n), "a": np.arange(n), "b": [f"x{i}" for i in range(n)]}, schema=schema)
+    )
+    t.upsert(
+        pa.table({"id": np.arange(5000, 6000, 3), "a": np.full(334, 7), "b": ["whole"] * 334}, schema=schema)
+    )
+    t.upsert(pa.table({"id": np.arange(5001, 6000, 5), "a": np.full(200, 1000)}))  # partial: a only
+    t.delete(pa.table({"id": np.arange(5002, 6000, 7)}))
+    return t
+
+
+@pytest.mark.parametrize("sum_a", [False, True])
+def test_merge_of_a_narrow_key_range_reads_its_pages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sum_a: bool
+) -> None:
+    """A MERGE source of more keys than are looked up one by one, all in a narrow key range, reads the
+    pages whose key min/max admit one (every version of its keys: whole, partial, deleted and summed
+    ones) rather than whole row groups: the same rows and counts, fewer bytes. A source spread over the
+    key range reads what it did."""
+    monkeypatch.setattr(keyindex, "PAGE_ROWS", 64)
+    narrow = np.arange(5100, 5900, 2)  # updated keys, and deleted ones inserted again
+    spread = np.arange(3, 20_000, 50)
+    assert min(len(narrow), len(spread)) > merge_module.MERGE_LOOKUP_KEYS
+    decide = lookup_module.few_pages
+    for keys, paged in ((narrow, True), (spread, False)):
+        source = pa.table({"id": keys, "a": np.ones(len(keys), np.int64), "b": ["m"] * len(keys)})
+        bytes_read = {}
+        for allowed in (True, False):
+            t = _merge_table(tmp_path / f"{paged}-{allowed}", sum_a)
+            model = {r["id"]: (r["a"], r["b"]) for r in t.to_arrow().to_pylist()}
+            chosen: list[bool] = []
+
+            def few_pages(*args: Any, allowed: bool = allowed, chosen: list[bool] = chosen) -> bool:
+                chosen.append(allowed and decide(*args))
+                return chosen[-1]
+
+            with monkeypatch.context() as m:
+                m.setattr(lookup_module, "few_pages", few_pages)
+                t.storage.clear_cache()
+                t.storage.stats.reset()
+                metrics = (
+                    t.merge(source)
+                    .when_matched_update(set={"a": "t.a + s.a", "b": "s.b"})
+                    .when_not_matched_insert_all()
+                    .execute()
+                )
+                bytes_read[allowed] = t.storage.stats.bytes_read
+            assert chosen == [allowed and paged] * 2  # one decision per bucket
+            held = [int(k) for k in keys if k in model]
+            model.update({k: (model[k][0] + 1, "m") for k in held})
+            model.update({int(k): (1, "m") for k in keys if k not in model})
+            assert (metrics.updated, metrics.inserted) == (len(held), len(keys) - len(held))
+            assert {r["id"]: (r["a"], r["b"]) for r in t.to_arrow().to_pylist()} == model
+        if paged:  # (the footers of the small files are most of the bytes here)
+            assert bytes_read[True] < bytes_read[False], bytes_read
+        else:
+            assert bytes_read[True] == bytes_read[False], bytes_read
 
 
 # -- bad input --------------------------------------------------------------------------------------

@@ -21,6 +21,9 @@ number is an error (DuckDB casts it); ``x = NULL`` in a filter is refused (use I
 zero give NULL (DuckDB's ``error_on_division_by_zero = false``, set here; its default raises, and does so
 even for rows no clause changes).
 DuckDB's ``UPDATE SET *`` / ``INSERT *`` need every column, so mere's by-name forms are spelt out.
+DuckDB 2.0.0 answers ``k = 0 AND k IN (1, NULL)`` wrongly on a PRIMARY KEY table (its index scan returns
+k = 0), which a one-row source with such an extra ON condition hits: MERGEs with an extra ON condition
+run in DuckDB on a table without the key, and the key is checked when the statement ends.
 """
 
 from __future__ import annotations
@@ -515,6 +518,12 @@ class Outcome:
 
 
 def run_duck_merge(case: MergeCase, keyed: bool = True) -> Outcome:
+    if keyed and case.on_extra is not None:
+        # DuckDB 2.0.0 answers a key equality ANDed with an IN list holding NULL wrongly on a PRIMARY KEY
+        # table (its index scan): `SELECT k FROM t WHERE k = 0 AND k IN (1, NULL)` returns k = 0, so a
+        # one-row source `ON t.k = s.k AND t.k IN (1, NULL)` matches the row it must not. With an extra ON
+        # condition, run the MERGE on a table without the key and check the key when the statement ends.
+        return statement_end_key_check(case, duckdb.ConstraintException("Duplicate key (checked at the end)"))
     con = duck_connection()
     case.layout.duck_create(con, keyed=keyed)
     con.register("tgt", arrow_rows(case.layout.schema(), case.target))
@@ -1325,3 +1334,139 @@ def test_key_deleted_by_one_source_row_may_be_inserted_by_another(kq_table: mere
         )
         assert (metrics.deleted, metrics.inserted) == (1, 1), metrics
         assert state(t)[1] == [{"k": 1, "q": 6}, {"k": 2, "q": 20}]
+
+
+@pytest.mark.parametrize(
+    ("source", "clash"),
+    [
+        pytest.param([(1, 5)], 2, id="inserted-key-not-a-source-key"),
+        pytest.param([(1, 5), (2, 6)], 2, id="inserted-key-also-a-source-key"),
+        pytest.param([(0, 5), (1, 6)], 1, id="inserted-key-of-an-unmatched-pair"),
+    ],
+)
+def test_extra_on_condition_then_computed_insert_of_a_held_key(
+    kq_table: mere.Table, source: list[tuple[int, int]], clash: int
+) -> None:
+    """An extra ON condition leaves the (k, k) pairs unmatched (``t.q = t.k`` holds for no row: q is 10 or
+    20), and INSERT VALUES (s.k + 1) then names a key the table holds. DuckDB: a duplicate primary key
+    (Constraint Error); mere: MergeConflict, and nothing is written."""
+    before = state(kq_table)
+    with pytest.raises(errors.MergeConflict, match=f"'k': {clash}"):
+        (
+            kq_table.merge(kq(source), on="t.k = s.k AND t.q = t.k")
+            .when_matched_update(set={"q": "s.q"})
+            .when_not_matched_insert(values={"k": "s.k + 1", "q": "s.q"})
+            .execute()
+        )
+    assert state(kq_table) == before
+    # Once the held key's row matches and is deleted, inserting its key again is fine (as in DuckDB).
+    metrics = (
+        kq_table.merge(kq([(1, 5), (2, 6)]), on="t.k = s.k AND s.q = 6")
+        .when_matched_delete()
+        .when_not_matched_insert(values={"k": "s.k + 1", "q": "s.q"})
+        .execute()
+    )
+    assert (metrics.deleted, metrics.inserted) == (1, 1)
+    assert state(kq_table)[1] == [{"k": 1, "q": 10}, {"k": 2, "q": 5}]
+
+
+def test_on_condition_with_an_in_list_holding_null(local_cat: mere.Catalog) -> None:
+    """``t.k IN (1, NULL)`` is NULL for k = 0: the pair (0, 0) does not match, and inserting key 0 again
+    is a duplicate key. DuckDB 2.0.0 matches the pair instead (an index-scan bug: on a PRIMARY KEY table
+    ``SELECT k FROM t WHERE k = 0 AND k IN (1, NULL)`` returns k = 0) and updates the row; mere follows
+    SQL, and the differential test runs such MERGEs in DuckDB on a table without the key."""
+    t = local_cat.create_table("db.t", KQ, primary_key="k", buckets=2)
+    t.upsert(kq([(0, None), (1, None)]))
+    before = state(t)
+    with pytest.raises(errors.MergeConflict, match="'k': 0"):
+        (
+            t.merge(kq([(0, None)]).select(["k"]), on="t.k = s.k AND (t.k IN (1, NULL))")
+            .when_not_matched_insert(values={"k": "s.k"})
+            .when_matched_update(set={"q": "t.k"})
+            .execute()
+        )
+    assert state(t) == before
+    metrics = (
+        t.merge(kq([(0, None), (1, None)]).select(["k"]), on="t.k = s.k AND (t.k IN (1, NULL))")
+        .when_matched_update(set={"q": "t.k + 5"})
+        .execute()
+    )
+    assert (metrics.updated, metrics.unchanged) == (1, 0)
+    assert state(t)[1] == [{"k": 0, "q": None}, {"k": 1, "q": 6}]
+
+
+@pytest.mark.parametrize("lookup_keys", [256, 0], ids=["looked-up", "row-groups"])
+def test_composite_source_key_with_a_null_part(
+    local_cat: mere.Catalog, monkeypatch: pytest.MonkeyPatch, lookup_keys: int
+) -> None:
+    """A source key tuple with a NULL part matches no row, whether the source is looked up key by key
+    or read by row groups (the lookup once raised IndexError on it), and inserting it raises NullKey."""
+    from mere.table import merge as merge_module
+
+    monkeypatch.setattr(merge_module, "MERGE_LOOKUP_KEYS", lookup_keys)
+    t = BY_REGION.create(local_cat)
+    t.upsert(
+        arrow_rows(
+            BY_REGION.schema(),
+            [
+                {"region": "eu", "k": 1, "q": 1, "s": "a", "f": 1.0},
+                {"region": "us", "k": 2, "q": 2, "s": "b", "f": 2.0},
+            ],
+        )
+    )
+    source = pa.table(
+        {
+            "region": pa.array(["eu", None, "us"], pa.string()),
+            "k": pa.array([None, 1, 2], pa.int64()),
+            "q": pa.array([7, 8, 9], pa.int32()),
+        }
+    )
+    metrics = t.merge(source).when_matched_update(set={"q": "s.q"}).execute()
+    assert (metrics.updated, metrics.inserted, metrics.rows_read) == (1, 0, 1)
+    assert sorted((r["region"], r["k"], r["q"]) for r in t.to_arrow().to_pylist()) == [
+        ("eu", 1, 1),
+        ("us", 2, 9),
+    ]
+    before = state(t)
+    with pytest.raises(errors.NullKey):
+        t.merge(source).when_not_matched_insert_all().execute()
+    assert state(t) == before
+
+
+def test_decimal_values_stored_in_float_columns_round_as_duckdb(local_cat: mere.Catalog) -> None:
+    """A decimal stored in a float column is its unscaled integer over 10^scale, as in DuckDB (Arrow's
+    cast multiplies by an inexact 10^-scale: 0.3 was stored as 0.30000000000000004, and the product of
+    literals ``(-2.25 + -2.25) * (1.5 * -2.25)``, DECIMAL 15.18750, as 15.187500000000002; found by the
+    differential test)."""
+    schema = pa.schema([("k", pa.int64()), ("f", pa.float64()), ("g", pa.float32())])
+    t = local_cat.create_table("db.t", schema, primary_key="k", buckets=2)
+    t.upsert(pa.table({"k": [1], "f": [0.0], "g": [0.0]}, schema=schema))
+    values = [Decimal("9.9"), Decimal("0.3"), Decimal("0.7"), Decimal("-0.000123"), None]  # k = 1 matches
+    source = pa.table(
+        {
+            "k": [1, 2, 3, 4, 5],
+            "x": pa.array(values, pa.decimal128(9, 6)),
+            "w": pa.array(values, pa.decimal128(30, 6)),
+        }
+    )
+    product = "((-2.25 + -2.25) * (1.5 * -2.25))"
+    (
+        t.merge(source)
+        .when_matched_update(set={"f": product, "g": "0.3"})
+        .when_not_matched_insert(values={"k": "s.k", "f": "s.x", "g": "s.w"})
+        .execute()
+    )
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (k BIGINT PRIMARY KEY, f DOUBLE, g FLOAT)")
+    con.execute("INSERT INTO t VALUES (1, 0, 0)")
+    con.register("s", source)
+    con.execute(
+        f"MERGE INTO t USING s ON t.k = s.k WHEN MATCHED THEN UPDATE SET f = {product}, g = 0.3 "
+        "WHEN NOT MATCHED THEN INSERT (k, f, g) VALUES (s.k, s.x, s.w)"
+    )
+    want = sorted(con.sql("SELECT k, f, g FROM t").fetchall())
+    assert sorted((r["k"], r["f"], r["g"]) for r in t.to_arrow().to_pylist()) == want
+    assert want[0][1] == 15.1875 and want[1][1] == 0.3
+    t.update(set={"f": "0.3", "g": "0.7"}, where="k = 2")
+    (g,) = con.sql("SELECT 0.7::FLOAT").fetchall()[0]
+    assert t.scan(filter="k = 2").to_arrow().to_pylist() == [{"k": 2, "f": 0.3, "g": g}]

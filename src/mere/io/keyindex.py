@@ -47,7 +47,7 @@ __all__ = [
 
 PAGE_ROWS = 4096  # rows per data page of key-sorted files: a point read decodes this many rows per column
 BLOOM_FPP = 0.01  # asked of the writer; sizes round up to a power of two: files get 1% to 0.1%
-WHOLE_SHARE = 0.5  # when a row group's selected pages hold more than this share of its bytes, read it whole
+WHOLE_SHARE = 0.75  # when a row group's selected pages hold more than this share of its bytes, read it whole
 WRITE_INDEX = True  # False: write files as mere did before key indexes (benchmarks, compatibility tests)
 
 
@@ -479,18 +479,26 @@ def xxh64(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 # -- probe values -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class ProbeValues:
     """Values as one file's column stores them.
 
-    ``hashes`` (uint64, aligned with the values given) are what its Bloom filters hold; ``order`` holds
+    ``hashes`` (uint64, aligned with the values given) are what its Bloom filters hold (hashed when first
+    asked for: reads that only compare values with min/max statistics never hash them); ``order`` holds
     the values sorted, comparable with its min/max statistics (integers, or bytes compared unsigned),
     and ``rank`` the position of each sorted value among the values given.
     """
 
-    hashes: np.ndarray
-    order: np.ndarray
-    rank: np.ndarray
+    def __init__(self, data: np.ndarray, offsets: np.ndarray, order: np.ndarray, rank: np.ndarray) -> None:
+        self._plain = (data, offsets)  # the plain encoding, hashed when first asked for
+        self._hashes: np.ndarray | None = None
+        self.order = order
+        self.rank = rank
+
+    @property
+    def hashes(self) -> np.ndarray:
+        if self._hashes is None:
+            self._hashes = xxh64(*self._plain)  # threads racing here compute the same hashes
+        return self._hashes
 
     def within(self, low: Any, high: Any) -> np.ndarray:
         """Positions (among the values given) of the values between ``low`` and ``high``."""
@@ -568,7 +576,7 @@ def probe_values(values: pa.Array, column: pq.ColumnSchema) -> ProbeValues | Non
         return None
     data, offsets, order = plain
     rank = np.argsort(order, kind="stable")
-    return ProbeValues(xxh64(data, offsets), order[rank], rank)
+    return ProbeValues(data, offsets, order[rank], rank)
 
 
 # -- split-block Bloom filters ----------------------------------------------------------------------

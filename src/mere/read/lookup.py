@@ -11,6 +11,9 @@ A scan whose filter pins the whole primary key (``id = 5``, ``id IN (...)``, ``(
    newest-wins) makes the key's older versions irrelevant: those are not read at all.
 4. The other columns are read only of the pages holding the rows left.
 
+A MERGE source of more keys is looked up the same way where its keys fall in a narrow key range: when
+the pages whose min/max may hold one are a small share of the row groups that may (:func:`few_pages`).
+
 Nothing is ever skipped that could hold a key: Bloom filters have no false negatives, and files
 written before mere indexed keys (or anything this code does not understand) are read as they always
 were, by whole row groups.
@@ -39,9 +42,13 @@ from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, TableSpec
 if TYPE_CHECKING:
     from mere.read.reader import ReadOptions
 
-__all__ = ["FileSource", "bloom_pruned", "probe_keys", "read"]
+__all__ = ["FileSource", "FirstKeys", "bloom_pruned", "few_pages", "probe_keys", "read"]
 
 BLOOM_MAX_KEYS_PER_GROUP = 64  # more candidate keys in a row group: it almost surely holds one
+# A read of many keys looks them up (key columns of their pages first) when the pages that may hold one
+# are at most this share of the rows of the row groups that may: keys in a narrow key range.
+FEW_PAGES_SHARE = 0.75
+FIRST_KEYS_SAMPLE = 4096  # keys whose spread over row groups tells whether to look at their pages
 _RG, _ROW = "__mere_rg__", "__mere_row__"
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -228,21 +235,9 @@ def read(
 
     def key_rows(f: FileSource) -> pa.Table | None:
         """Identity columns and operation of the rows passing the filter, with their positions."""
-        task = f.task
-        size = task.size_bytes or None
         groups = [g.index for g in f.groups]
         cols = [c for c in identity if c in f.columns]
-        index = keyindex.file_index(storage, task.path, size)
-        candidates: dict[int, np.ndarray] = {}
-        if index.has_page_index and encoder is not None:
-            md = index.md
-            leaves = storage.column_leaves(task.path, size)
-            file0 = key0 if f.mapping is None else f.mapping.from_table.get(key0)
-            leaf0 = None if file0 is None else primitive_leaf(md, leaves, file0)
-            probe = None if leaf0 is None else encoder.values(key0, md.schema, leaf0)
-            if probe is not None and leaf0 is not None:
-                others = [i for c in _file_names(f, f.columns) for i in leaves.get(c, ())]
-                candidates = keyindex.candidate_rows(storage, task.path, size, groups, leaf0, probe, others)
+        candidates = _candidate_rows(storage, f, groups, _probe(storage, f, key0, encoder), f.columns)
         wanted = {rg: candidates.get(rg) for rg in groups}
         wanted = {rg: rows for rg, rows in wanted.items() if rows is None or len(rows)}
         if not wanted:
@@ -277,6 +272,129 @@ def read(
 
     tables = _map(pool, rows_of, list(range(len(files))))
     return [(f.task, t) for f, t in zip(files, tables) if t is not None and t.num_rows]
+
+
+class FirstKeys:
+    """The first key column of the keys a read looks for, as each way files store it, sorted when first
+    needed and shared by the reads of every split (see :func:`few_pages`); a sample of at most
+    ``FIRST_KEYS_SAMPLE`` of them answers the first, rough question."""
+
+    def __init__(self, spec: TableSpec, keys: pa.Table) -> None:
+        self.key0 = spec.primary_key[0]
+        column = keys.select([self.key0])
+        self.encoder = _Encoder(column)
+        step = -(-column.num_rows // FIRST_KEYS_SAMPLE)
+        self.sample = (
+            self.encoder if step <= 1 else _Encoder(column.take(np.arange(0, column.num_rows, step)))
+        )
+
+
+def few_pages(
+    storage: Storage, files: Sequence[FileSource], keys: FirstKeys, pool: Executor | None = None
+) -> bool:
+    """Whether the pages that may hold one of ``keys`` (their first key column's min/max admits one)
+    are at most ``FEW_PAGES_SHARE`` of the rows of the files' candidate row groups: keys in a narrow key
+    range, which :func:`read` gets from those pages rather than from whole row groups. Row groups
+    without a page index count whole.
+
+    Row group statistics answer first, without the page index: keys spread over most of the key range
+    of their row groups leave few pages out. Otherwise each file's page index is fetched (what
+    :func:`read` reads first anyway). Only sorted values are compared: nothing is hashed, and a wrong
+    guess costs bytes or time, never rows."""
+    rows = [sum(int(f.row_counts[g.index]) for g in f.groups) for f in files]
+    total = sum(rows)
+    if total == 0:
+        return False
+    spread = 0.0  # rows of row groups whose key range the keys span, in part: that part of them
+    for f, n in zip(files, rows):
+        sample = _probe(storage, f, keys.key0, keys.sample)
+        if sample is None:
+            spread += n
+            continue
+        index, leaf, values = sample
+        for g in f.groups:
+            span = _key_span(index, leaf, values, g.index)
+            spread += f.row_counts[g.index] * (1.0 if span is None else span)
+    if spread > FEW_PAGES_SHARE * total:
+        return False
+
+    def one(i: int) -> int:
+        f = files[i]
+        probe = _probe(storage, f, keys.key0, keys.encoder)
+        if probe is None:
+            return rows[i]
+        groups = [g.index for g in f.groups]
+        # (with the offset indexes a lookup reads next: one request for both)
+        candidates = _candidate_rows(storage, f, groups, probe, f.columns)
+        return sum(len(candidates[rg]) if rg in candidates else int(f.row_counts[rg]) for rg in groups)
+
+    return sum(_map(pool, one, list(range(len(files))))) <= FEW_PAGES_SHARE * total
+
+
+def _key_span(index: keyindex.FileIndex, leaf: int, probe: keyindex.ProbeValues, rg: int) -> float | None:
+    """The share of a row group's key range (its statistics' min to max) that the probe values within it
+    span: 0 when none is in it, None when it cannot tell. Strings and binaries are measured by the 8
+    bytes after the prefix their min and max share (every value between them has that prefix)."""
+    bounds = index.stats_range(rg, leaf)
+    if bounds is None:
+        return None
+    low, high = bounds
+    order = probe.order
+    start = int(np.searchsorted(order, low, side="left"))
+    end = int(np.searchsorted(order, high, side="right"))
+    if end <= start:
+        return 0.0
+    first, last = order[start], order[end - 1]
+    if isinstance(low, bytes) and isinstance(high, bytes):
+        a, b = np.frombuffer(low, np.uint8), np.frombuffer(high, np.uint8)
+        differ = np.flatnonzero(a[: len(b)] != b[: len(a)])
+        shared = int(differ[0]) if len(differ) else min(len(a), len(b))
+
+        def number(value: bytes) -> int:
+            return int.from_bytes(value[shared : shared + 8].ljust(8, b"\0"), "big")
+
+        low, high, first, last = number(low), number(high), number(first), number(last)
+    if not all(isinstance(v, (int, np.integer)) for v in (low, high, first, last)):
+        return None
+    return None if high <= low else (int(last) - int(first)) / (int(high) - int(low))
+
+
+def _probe(
+    storage: Storage, f: FileSource, key0: str, encoder: _Encoder | None
+) -> tuple[keyindex.FileIndex, int, keyindex.ProbeValues] | None:
+    """The file's key index, the leaf of the first key column and the probe values as the file stores
+    them; None when the file has no page index or the values cannot be compared with its statistics."""
+    task = f.task
+    size = task.size_bytes or None
+    index = keyindex.file_index(storage, task.path, size)
+    if not index.has_page_index or encoder is None:
+        return None
+    md = index.md
+    leaves = storage.column_leaves(task.path, size)
+    file0 = key0 if f.mapping is None else f.mapping.from_table.get(key0)
+    leaf0 = None if file0 is None else primitive_leaf(md, leaves, file0)
+    probe = None if leaf0 is None else encoder.values(key0, md.schema, leaf0)
+    return None if probe is None or leaf0 is None else (index, leaf0, probe)
+
+
+def _candidate_rows(
+    storage: Storage,
+    f: FileSource,
+    groups: Sequence[int],
+    probe: tuple[keyindex.FileIndex, int, keyindex.ProbeValues] | None,
+    columns: Sequence[str],
+) -> dict[int, np.ndarray]:
+    """Per row group of ``groups``, the rows of the file's pages whose first key column's min/max may
+    hold a probe value (row groups left out: all rows may). The same request fetches the offset indexes
+    of ``columns``, which a lookup reads next."""
+    if probe is None:
+        return {}
+    _, leaf0, values = probe
+    task = f.task
+    size = task.size_bytes or None
+    leaves = storage.column_leaves(task.path, size)
+    others = [i for c in _file_names(f, columns) for i in leaves.get(c, ())]
+    return keyindex.candidate_rows(storage, task.path, size, groups, leaf0, values, others)
 
 
 def _np(table: pa.Table, column: str) -> np.ndarray:

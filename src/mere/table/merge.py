@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -200,7 +201,8 @@ class MergeExplain:
             "SOURCE clause needs every target row"
             if self.full_scan
             else f"reads {self.splits_read} of {self.splits_total} splits: only those that can hold the "
-            f"{self.source_rows} source keys, and in them only row groups whose key range holds one"
+            f"{self.source_rows} source keys, and in them only row groups whose key range holds one "
+            "(only pages whose key range holds one, where the key index tells them and they are few)"
         )
         lines = [f"MERGE INTO {self.table} ON {self.on}", *("  " + c for c in self.clauses), reads]
         return "\n".join(lines)
@@ -686,8 +688,9 @@ class MergePlan:
         import os
         from concurrent.futures import ThreadPoolExecutor
 
+        from mere.read import lookup
         from mere.read.planner import Explain
-        from mere.read.reader import SplitReader
+        from mere.read.reader import SplitReader, io_pool
 
         scan, splits = self._scan(version)
         _, opts = scan._plan(Explain(version))
@@ -700,10 +703,18 @@ class MergePlan:
             # by key (the pages of its rows only) rather than read by row groups (mere.read.lookup).
             opts = replace(opts, keys=wanted, lookup=opts.lookup or wanted.num_rows <= MERGE_LOOKUP_KEYS)
 
+        first_keys = None if wanted is None or opts.lookup else lookup.FirstKeys(spec, wanted)
+
         def read(split: Split) -> pa.Table:
-            rows = pa.Table.from_batches(
-                list(SplitReader(storage, spec, split, opts).batches()), schema=schema
-            )
+            reader = SplitReader(storage, spec, split, opts)
+            if first_keys is not None and lookup.few_pages(
+                storage, reader.cursors, first_keys, io_pool() if storage.is_remote else None
+            ):
+                # A larger source whose keys fall in a narrow key range: the pages whose key min/max admit
+                # one are a small share of the row groups that may hold one. Looked up, only those pages
+                # are read (every version of each key is in one of them, delete markers included).
+                reader.opts = replace(reader.opts, lookup=True)
+            rows = pa.Table.from_batches(list(reader.batches()), schema=schema)
             if wanted is None or not rows.num_rows:
                 return rows
             # Keep the rows of source keys only (a semi-join: one hash table of the split's keys).
@@ -968,12 +979,35 @@ def _assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Express
     lowering = Lowering(lambda node: ("", pa.null()), text)
     if pa.types.is_integer(to) and (pa.types.is_floating(value.type) or pa.types.is_decimal(value.type)):
         value = lowering.call("round", [value], pc.RoundOptions(0, "half_towards_infinity"))
+    if pa.types.is_floating(to) and pa.types.is_decimal(value.type):
+        return _decimal_as_float(value, to)
     try:
         return lowering.cast(value, to).expr
     except FilterError as exc:
         raise FilterError(
             f"cannot store {text!r} ({value.type}) in column {column!r} ({to}): {exc}"
         ) from None
+
+
+def _decimal_as_float(value: Typed, to: pa.DataType) -> pc.Expression:
+    """A decimal stored in a float column, rounded as SQL engines round it: its unscaled integer as a
+    double over 10^scale (DuckDB's cast), the nearest double where the integer has at most 53 bits.
+    Arrow's cast multiplies by an inexact 10^-scale instead: 0.3 became 0.30000000000000004."""
+    if value.is_literal:
+        number = None if value.value is None else float(value.value)  # type: ignore[arg-type]
+        return pc.scalar(pa.scalar(number, pa.float64()).cast(to))
+    t = value.type
+    doubles = pc.CastOptions(pa.float64())
+    if 0 <= t.scale <= t.precision <= 18:  # the unscaled integer fits an int64
+        shift = pc.scalar(pa.scalar(Decimal(10**t.scale), pa.decimal128(t.scale + 1, 0)))
+        unscaled = pc.Expression._call("multiply", [value.expr, shift])
+        integer = pc.Expression._call("cast", [unscaled], pc.CastOptions(pa.int64()))
+        quotient = pc.Expression._call("cast", [integer], doubles)
+        out = pc.Expression._call("divide", [quotient, pc.scalar(float(10**t.scale))])
+    else:  # wider: Arrow parses the decimal's text to the nearest double
+        text = pc.Expression._call("cast", [value.expr], pc.CastOptions(pa.string()))
+        out = pc.Expression._call("cast", [text], doubles)
+    return out if to == pa.float64() else pc.Expression._call("cast", [out], pc.CastOptions(to))
 
 
 def _kind(t: pa.DataType) -> str:
