@@ -313,6 +313,23 @@ def arrow_type(node: exp.DataType) -> pa.DataType:
     return found
 
 
+def _decimal_as_float(value: pc.Expression, t: pa.DataType, to: pa.DataType) -> pc.Expression:
+    """A decimal column as a float, rounded as SQL engines round it: its unscaled integer as a double
+    over 10^scale (DuckDB's cast), the nearest double where the integer has at most 53 bits. Arrow's
+    cast multiplies by an inexact 10^-scale instead: 0.3 became 0.30000000000000004."""
+    doubles = pc.CastOptions(pa.float64())
+    if 0 <= t.scale <= t.precision <= 18:  # the unscaled integer fits an int64
+        shift = pc.scalar(pa.scalar(Decimal(10**t.scale), pa.decimal128(t.scale + 1, 0)))
+        unscaled = pc.Expression._call("multiply", [value, shift])
+        integer = pc.Expression._call("cast", [unscaled], pc.CastOptions(pa.int64()))
+        quotient = pc.Expression._call("cast", [integer], doubles)
+        out = pc.Expression._call("divide", [quotient, pc.scalar(float(10**t.scale))])
+    else:  # wider: Arrow parses the decimal's text to the nearest double
+        text = pc.Expression._call("cast", [value], pc.CastOptions(pa.string()))
+        out = pc.Expression._call("cast", [text], doubles)
+    return out if to == pa.float64() else pc.Expression._call("cast", [out], pc.CastOptions(to))
+
+
 class Lowering:
     """Lowers syntax trees to typed ``pyarrow.compute`` expressions, columns found by ``resolve``."""
 
@@ -362,6 +379,8 @@ class Lowering:
             pc.cast(pa.nulls(0, value.type), to)
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise self.fail(f"cannot cast {value.type} to {to}: {exc}") from None
+        if pa.types.is_decimal(value.type) and _is_float(to):
+            return Typed(_decimal_as_float(value.expr, value.type, to), to)
         # A cast to a float rounds (CAST(u AS DOUBLE) of 2**64 - 1 is 1.8446744073709552e19).
         options = pc.CastOptions(
             to, allow_int_overflow=not safe, allow_float_truncate=not safe or _is_float(to)
@@ -395,6 +414,8 @@ class Lowering:
                 scalar = pa.scalar(bound, to)
             elif type(value.value) is int and pa.types.is_decimal(to):
                 scalar = pa.scalar(Decimal(value.value)).cast(to)  # checks the value, not int64's range
+            elif isinstance(value.value, Decimal) and _is_float(to):
+                scalar = pa.scalar(float(value.value), pa.float64()).cast(to)  # the nearest double
             else:
                 scalar = pa.scalar(value.value, value.type).cast(to)
         except FilterError as exc:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -979,35 +978,12 @@ def _assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Express
     lowering = Lowering(lambda node: ("", pa.null()), text)
     if pa.types.is_integer(to) and (pa.types.is_floating(value.type) or pa.types.is_decimal(value.type)):
         value = lowering.call("round", [value], pc.RoundOptions(0, "half_towards_infinity"))
-    if pa.types.is_floating(to) and pa.types.is_decimal(value.type):
-        return _decimal_as_float(value, to)
     try:
         return lowering.cast(value, to).expr
     except FilterError as exc:
         raise FilterError(
             f"cannot store {text!r} ({value.type}) in column {column!r} ({to}): {exc}"
         ) from None
-
-
-def _decimal_as_float(value: Typed, to: pa.DataType) -> pc.Expression:
-    """A decimal stored in a float column, rounded as SQL engines round it: its unscaled integer as a
-    double over 10^scale (DuckDB's cast), the nearest double where the integer has at most 53 bits.
-    Arrow's cast multiplies by an inexact 10^-scale instead: 0.3 became 0.30000000000000004."""
-    if value.is_literal:
-        number = None if value.value is None else float(value.value)  # type: ignore[arg-type]
-        return pc.scalar(pa.scalar(number, pa.float64()).cast(to))
-    t = value.type
-    doubles = pc.CastOptions(pa.float64())
-    if 0 <= t.scale <= t.precision <= 18:  # the unscaled integer fits an int64
-        shift = pc.scalar(pa.scalar(Decimal(10**t.scale), pa.decimal128(t.scale + 1, 0)))
-        unscaled = pc.Expression._call("multiply", [value.expr, shift])
-        integer = pc.Expression._call("cast", [unscaled], pc.CastOptions(pa.int64()))
-        quotient = pc.Expression._call("cast", [integer], doubles)
-        out = pc.Expression._call("divide", [quotient, pc.scalar(float(10**t.scale))])
-    else:  # wider: Arrow parses the decimal's text to the nearest double
-        text = pc.Expression._call("cast", [value.expr], pc.CastOptions(pa.string()))
-        out = pc.Expression._call("cast", [text], doubles)
-    return out if to == pa.float64() else pc.Expression._call("cast", [out], pc.CastOptions(to))
 
 
 def _kind(t: pa.DataType) -> str:
