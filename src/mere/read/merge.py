@@ -31,6 +31,16 @@ def _numpy_sortable(arr: pa.Array) -> np.ndarray | None:
     return None
 
 
+def integer_keys(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """A key column as int64 NumPy values when its type is integer-like (integers, dates, timestamps):
+    equal keys give equal values, so keys can be matched by a sorted search."""
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind)):
+        return None
+    values = _numpy_sortable(_contiguous(column))
+    return None if values is None else values.astype(np.int64, copy=False)
+
+
 def _contiguous(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(arr, pa.ChunkedArray):
         return arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)

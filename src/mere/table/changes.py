@@ -32,7 +32,7 @@ from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NoSuchVersion
 from mere.metadata import FileEntry
 from mere.read.evolution import whole_file_as_table
-from mere.read.merge import _numpy_sortable
+from mere.read.merge import integer_keys
 from mere.read.planner import Explain, plan_splits, split_filter
 from mere.read.reader import _filter, _plain
 from mere.table.scan import Scan
@@ -318,7 +318,7 @@ class _Feed:
         ``right``). One integer-like key: a sorted search in NumPy; other keys: a join of the key columns
         and row numbers (Arrow's joins cannot carry nested columns)."""
         if len(self.keys) == 1:
-            mine, theirs = (_integer_keys(t.column(self.keys[0])) for t in (left, right))
+            mine, theirs = (integer_keys(t.column(self.keys[0])) for t in (left, right))
             if mine is not None and theirs is not None:
                 out = np.full(len(mine), -1, dtype=np.int64)
                 if len(theirs) and len(mine):
@@ -420,15 +420,6 @@ def write_change_log(table: Table, base: int, added: Sequence[FileEntry]) -> lis
             rows = rows.sort_by([(k, "ascending") for k in keys]).select(spec.schema.names)
             prepared.append(PreparedFile(json.loads(split[0]), split[1], rows, "log"))
     return table._write_files(prepared)
-
-
-def _integer_keys(column: pa.ChunkedArray) -> np.ndarray | None:
-    """A key column as int64 NumPy values when its type is integer-like (integers, dates, timestamps)."""
-    kind = column.type
-    if not (pa.types.is_integer(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind)):
-        return None
-    values = _numpy_sortable(column.combine_chunks())
-    return None if values is None else values.astype(np.int64, copy=False)
 
 
 def _rows_equal(a: pa.Table, b: pa.Table) -> np.ndarray:
