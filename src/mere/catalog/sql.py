@@ -535,9 +535,16 @@ class SqlCatalog:
                 tags.c.version >= files.c.added_version,
                 tags.c.version < files.c.removed_version,
             )
+            # A change log (added = removed = its commit) serves feeds from the version before its
+            # commit: the kept version's log stays.
+            log = files.c.content == "log"
             gone = conn.execute(
                 sa.select(files.c.id, files.c.path).where(
-                    files.c.table_id == table_id, files.c.removed_version <= keep, ~tagged
+                    files.c.table_id == table_id,
+                    sa.or_(
+                        sa.and_(~log, files.c.removed_version <= keep, ~tagged),
+                        sa.and_(log, files.c.removed_version < keep),
+                    ),
                 )
             ).all()
             ids = [int(r.id) for r in gone]

@@ -41,6 +41,28 @@ def integer_keys(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
     return None if values is None else values.astype(np.int64, copy=False)
 
 
+def key_in(rows: pa.Table, wanted: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """Which of ``rows`` hold a key of ``wanted`` (a semi-join on the key columns alone: Arrow's joins
+    cannot carry nested columns). One integer-like key: a sorted search in NumPy; others: a join of the
+    key columns and row numbers."""
+    if len(keys) == 1:
+        mine, theirs = integer_keys(rows.column(keys[0])), integer_keys(wanted.column(keys[0]))
+        if mine is not None and theirs is not None:
+            if not len(theirs):
+                return np.zeros(len(mine), dtype=bool)
+            ranked = np.sort(theirs)
+            at = np.minimum(np.searchsorted(ranked, mine), len(ranked) - 1)
+            return np.asarray(ranked[at] == mine)
+    row = "\x00row"
+    names = list(keys)
+    numbered = rows.select(names).append_column(row, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    unique = wanted.select(names).group_by(names, use_threads=False).aggregate([])
+    hit = numbered.join(unique, names, join_type="left semi", use_threads=False)
+    out = np.zeros(rows.num_rows, dtype=bool)
+    out[np.asarray(hit.column(row).to_numpy())] = True
+    return out
+
+
 def _contiguous(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(arr, pa.ChunkedArray):
         return arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)

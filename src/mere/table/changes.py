@@ -128,7 +128,13 @@ def change_feed(
     )
     # Where every commit that touched a split logged its before-images (``changes.log``), the before-image
     # of a key is in the log of the first commit of the range that touched it: no merge at ``start``.
-    logged = {v for v, snap in history.items() if start < v <= end and snap.internal.get("change_log")}
+    # Logs go with expired versions: only those from the oldest readable version on are kept.
+    oldest = table._sql.oldest_version(table.record.id)
+    logged = {
+        v
+        for v, snap in history.items()
+        if max(start, oldest - 1) < v <= end and snap.internal.get("change_log")
+    }
     from_logs = {
         split: logs.get(split, [])
         for split in from_added

@@ -688,6 +688,7 @@ class MergePlan:
         from concurrent.futures import ThreadPoolExecutor
 
         from mere.read import lookup
+        from mere.read.merge import key_in
         from mere.read.planner import Explain
         from mere.read.reader import SplitReader, io_pool
 
@@ -716,8 +717,9 @@ class MergePlan:
             rows = pa.Table.from_batches(list(reader.batches()), schema=schema)
             if wanted is None or not rows.num_rows:
                 return rows
-            # Keep the rows of source keys only (a semi-join: one hash table of the split's keys).
-            kept = rows.join(wanted, keys=keys, join_type="left semi", use_threads=False)
+            # Keep the rows of source keys only (a semi-join on the key columns alone).
+            hit = key_in(rows, wanted, keys)
+            kept = rows if hit.all() else rows.filter(pa.array(hit))
             return kept.select(schema.names).cast(schema)
 
         workers = max(1, min(len(splits), os.cpu_count() or 2))

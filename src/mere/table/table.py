@@ -1016,9 +1016,11 @@ class Table:
                 gone.update(f.path for f in self.files_at(snap.version - 1) if f.id not in needed)
             elif snap.version > keep and snap.operation == "rollback":
                 still.update(f.path for f in self.files_at(snap.version))
-        # Change logs are live at no version: each goes with its commit.
+        # Change logs are live at no version: each goes with its commit (the kept version's log stays).
         gone.update(
-            f.path for f, _ in self._sql.files_changed(self.record.id, oldest, keep) if f.content == "log"
+            f.path
+            for f, _ in self._sql.files_changed(self.record.id, oldest - 1, keep)
+            if f.content == "log" and (f.added_version or 0) < keep
         )
         return sorted(gone - still)
 

@@ -9,7 +9,9 @@ and on a lost race rebases and tries again under :data:`mere.retry.COMMIT_RETRIE
 Conflict rules (what a concurrent commit may have done, and what this transaction then does):
 
 - **Blind writes** (upserts, appends, deletes of given keys) never conflict: they rebase onto whatever
-  landed, since merge on read orders them by commit.
+  landed, since merge on read orders them by commit. With the change log on (``changes.log``) they are
+  not blind: they record the rows they replace, so a concurrent commit to their splits (files added or
+  removed there) is a conflict, and the retry reads those rows again.
 - **Writes with checks** (NOT NULL partial rows, integer sums) conflict when a concurrent commit changed
   the splits they checked; the checks run again on the new version.
 - **Deletes by predicate** (and of keys whose partition is unknown) read the table: they conflict when a
@@ -46,6 +48,7 @@ from mere.errors import (
     CommitFailed,
     CommitStateUnknown,
     InvalidInput,
+    NoSuchVersion,
     SchemaChanged,
 )
 from mere.metadata import CommitResult, ConcurrentChanges, FileEntry
@@ -322,10 +325,10 @@ class Transaction:
         # With ``changes.log`` on, the commit also records the rows it replaces (read at ``base``; a
         # concurrent change to those splits is a conflict, and the retry reads them again).
         logs: list[FileEntry] = []
-        if logs_changes(
+        logged = logs_changes(
             t, add, bool(removed) or any(c.remove_ids or c.restores is not None for c in self.changes)
-        ):
-            logs = write_change_log(t, base, add)
+        )
+        if logged:
             validators.append(t._rows_unchanged(add))
             extra["change_log"] = True
         summary = {
@@ -335,7 +338,8 @@ class Transaction:
             "rows": sum(c.rows for c in self.changes),
             "added_bytes": sum(f.size_bytes for f in add),
             "partitions": None if partitions is None else sorted(partitions),
-            "splits": sorted({split_label((f.partition, f.bucket)) for f in add}),
+            # Splits whose rows the commit changes: where it adds files and where it removes them.
+            "splits": sorted({split_label((f.partition, f.bucket)) for f in [*add, *removed]}),
             **extra,
         }
         if len(self.changes) > 1 or (self.changes and spec is not None):
@@ -346,6 +350,11 @@ class Transaction:
                 v(changes)
 
         try:
+            if logged:
+                try:
+                    logs = write_change_log(t, base, add)
+                except NoSuchVersion as e:  # expired meanwhile: read the rows it replaces at a newer one
+                    raise CommitConflict(f"{t.name}: version {base} expired before this write read it") from e
             remove = [f.id for f in removed if f.id is not None] + [
                 i for c in self.changes for i in c.remove_ids
             ]
