@@ -348,11 +348,16 @@ class Scan:
         splits, opts = self._plan(Explain(self.version))
         opts = replace(opts, release_memory=release_memory)
         threads = self.worker_count()
-        if len(splits) < threads:
+        few = len(splits) < threads
+        if few:
             # Fewer splits than workers: cut even small splits into key windows, merged concurrently.
             opts = replace(opts, whole_split_bytes=0)
-        elif collect and self.window_bytes is None and "read.window-bytes" not in self.spec.properties:
-            opts = replace(opts, window_bytes=max(opts.window_bytes, COLLECT_WINDOW_BYTES))
+        if collect and self.window_bytes is None and "read.window-bytes" not in self.spec.properties:
+            window = COLLECT_WINDOW_BYTES
+            if few:  # still four windows or more per worker (decoded bytes: about 3x the stored ones)
+                per_window = 3 * sum(s.size_bytes for s in splits) // (4 * threads)
+                window = min(COLLECT_WINDOW_BYTES, per_window)
+            opts = replace(opts, window_bytes=max(opts.window_bytes, window))
         return self._stream_splits(splits, opts, threads, 0 if collect else None)
 
     def _stream_splits(
