@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from mere import expr as E
 from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NoSuchVersion
-from mere.metadata import FileEntry
+from mere.metadata import SEQ_SHIFT, FileEntry
 from mere.read.evolution import whole_file_as_table
 from mere.read.merge import integer_keys
 from mere.read.planner import Explain, plan_splits, split_filter
@@ -114,6 +114,10 @@ def change_feed(
             touched[split].append((entry, added))
             added_files[split].append(entry)
             if entry.content == "data" and entry.columns is not None:
+                replaced.add(split)
+            # A file a rollback brought back keeps the older sequence it had: it is not newer than the
+            # rest of the range, so the after-image cannot come from the added files alone.
+            if entry.seq is not None and entry.seq >> SEQ_SHIFT < added:
                 replaced.add(split)
         if removed is not None and history[removed].operation != "compact":
             touched[split].append((entry, removed))
