@@ -92,6 +92,16 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ThriftError("varint too long")
 
 
+def _list_header(buf: bytes, pos: int) -> tuple[int, int, int]:
+    """A list's (size, element type, position of its first element)."""
+    head = buf[pos]
+    size, etype = head >> 4, head & 0x0F
+    pos += 1
+    if size == 15:
+        size, pos = _varint(buf, pos)
+    return size, etype, pos
+
+
 def _value(buf: bytes, pos: int, ttype: int) -> tuple[Any, int]:
     if ttype in (_I16, _I32, _I64):
         v, pos = _varint(buf, pos)
@@ -104,11 +114,7 @@ def _value(buf: bytes, pos: int, ttype: int) -> tuple[Any, int]:
     if ttype == _STRUCT:
         return decode(buf, pos)
     if ttype in (_LIST, _SET):
-        head = buf[pos]
-        pos += 1
-        size, etype = head >> 4, head & 0x0F
-        if size == 15:
-            size, pos = _varint(buf, pos)
+        size, etype, pos = _list_header(buf, pos)
         items: list[Any] = []
         if etype in (_TRUE, _FALSE):
             items = [b == _TRUE for b in buf[pos : pos + size]]
@@ -184,11 +190,7 @@ def _skip(buf: bytes, pos: int, ttype: int) -> int:
     if ttype == _STRUCT:
         return _skip_struct(buf, pos)
     if ttype in (_LIST, _SET):
-        head = buf[pos]
-        pos += 1
-        size, etype = head >> 4, head & 0x0F
-        if size == 15:
-            size, pos = _varint(buf, pos)
+        size, etype, pos = _list_header(buf, pos)
         if etype in (_TRUE, _FALSE, _BYTE):
             return pos + size
         for _ in range(size):

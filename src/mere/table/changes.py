@@ -211,17 +211,17 @@ class _Feed:
 
     def _together(self, tables: list[pa.Table]) -> pa.Table:
         """Merged rows of several splits as one table of the feed's column types."""
-        spec = self.table.spec
-        schema = pa.schema([spec.schema.field(c).with_nullable(True) for c in self.columns])
-        plain = [_plain(t, spec.schema).select(self.columns) for t in tables if t.num_rows]
-        if not plain:
-            return schema.empty_table()
-        return pa.concat_tables(
-            [
-                pa.Table.from_arrays([c.cast(f.type) for c, f in zip(t.columns, schema)], schema=schema)
-                for t in plain
-            ]
-        )
+        kept = [self._conformed(t) for t in tables if t.num_rows]
+        return pa.concat_tables(kept) if kept else self._schema_of_rows().empty_table()
+
+    def _schema_of_rows(self) -> pa.Schema:
+        return pa.schema([self.table.spec.schema.field(c).with_nullable(True) for c in self.columns])
+
+    def _conformed(self, rows: pa.Table) -> pa.Table:
+        """Rows of the feed's columns in their table types (dictionaries decoded, all nullable)."""
+        schema = self._schema_of_rows()
+        rows = _plain(rows, self.table.spec.schema).select(self.columns)
+        return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(rows.columns, schema)], schema=schema)
 
     def _after(self, chosen: list[tuple[str, int]], where: E.Expr | None) -> dict[tuple[str, int], pa.Table]:
         """Merged rows of the touched keys at the end version."""
@@ -244,13 +244,11 @@ class _Feed:
         if not logs:
             return self._empty()
         spec, storage = self.table.spec, self.table.storage
-        schema = pa.schema([spec.schema.field(c).with_nullable(True) for c in self.columns])
         parts = []
         for entry in logs:
             md = storage.metadata(entry.path, entry.size_bytes or None)
             rows = storage.read_row_groups(entry.path, range(md.num_row_groups), None, entry.size_bytes)
-            rows = _plain(whole_file_as_table(rows, spec, md), spec.schema).select(self.columns)
-            rows = pa.Table.from_arrays([c.cast(f.type) for c, f in zip(rows.columns, schema)], schema=schema)
+            rows = self._conformed(whole_file_as_table(rows, spec, md))
             version = np.full(rows.num_rows, entry.added_version, np.int64)
             parts.append(rows.append_column(_FIRST, pa.array(version)))
         logged = pa.concat_tables(parts)
@@ -266,18 +264,15 @@ class _Feed:
     def _touched_keys(self, files: list[tuple[FileEntry, int]]) -> pa.Table:
         """Each touched key of the split with the newest and the first version of the range that touched
         it."""
-        storage = self.table.storage
-        newest: dict[str, tuple[FileEntry, int]] = {}  # a file added and removed in the range is read once
+        # A file added and removed in the range is read once, with its removal's version (then its split
+        # is merged, not read from logs, so the first version matters only for files the range added).
+        newest: dict[str, tuple[FileEntry, int]] = {}
         for entry, version in files:
             if entry.path not in newest or newest[entry.path][1] < version:
                 newest[entry.path] = (entry, version)
         parts = []
         for entry, version in newest.values():
-            md = storage.metadata(entry.path, entry.size_bytes or None)
-            keys = storage.read_row_groups(entry.path, range(md.num_row_groups), self.keys, entry.size_bytes)
-            keys = keys.select(self.keys).cast(
-                pa.schema([self.table.spec.schema.field(k) for k in self.keys])
-            )
+            keys = _file_keys(self.table, entry)
             parts.append(
                 keys.append_column(VERSION_COLUMN, pa.array(np.full(keys.num_rows, version, np.int64)))
             )
