@@ -28,6 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mere.arrays import sorted_unique
+
 if TYPE_CHECKING:
     from mere.io.storage import Storage
 
@@ -1008,7 +1010,7 @@ def bloom_excluded(
                 head = length - bitset
                 ranges.append((offset, head))
             layout[(rg, leaf)] = (offset, head, bitset)
-            blocks = np.unique(bloom_blocks(hashes, bitset // 32)).astype(np.int64)
+            blocks = sorted_unique(bloom_blocks(hashes, bitset // 32)).astype(np.int64)
             ranges += [(offset + head + 32 * b, 32) for b in blocks.tolist()]
     if not layout:
         return set()
@@ -1099,7 +1101,7 @@ def read_rows(
     for rg, rows in wanted.items():
         if not len(rows) or len(rows) >= md.row_group(rg).num_rows:
             continue
-        mine = {leaf: np.unique(index.pages(rg, leaf).of_rows(rows)) for leaf in leaves}
+        mine = {leaf: sorted_unique(index.pages(rg, leaf).of_rows(rows)) for leaf in leaves}
         part = whole = 0
         for leaf in leaves:
             p = index.pages(rg, leaf)

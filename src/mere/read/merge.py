@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mere.arrays import sorted_unique
 from mere.errors import SumOverflow
 from mere.spec import OP_DELETE, OP_MERGE, OP_PUT, MergeOperator
 
@@ -32,34 +33,99 @@ def _numpy_sortable(arr: pa.Array) -> np.ndarray | None:
 
 
 def integer_keys(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
-    """A key column as int64 NumPy values when its type is integer-like (integers, dates, timestamps):
-    equal keys give equal values, so keys can be matched by a sorted search."""
+    """A key column as int64 NumPy values when its type is integer-like (integers, dates, timestamps) and
+    it holds no null: equal keys give equal values, so keys can be matched by a sorted search."""
     kind = column.type
     if not (pa.types.is_integer(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind)):
+        return None
+    if column.null_count:
         return None
     values = _numpy_sortable(_contiguous(column))
     return None if values is None else values.astype(np.int64, copy=False)
 
 
+class KeySet:
+    """Key tuples to test rows against: a semi-join on the key columns alone (Arrow's joins cannot carry
+    nested columns), built once and probed many times. One integer-like key: a sorted search in NumPy;
+    others: a join of the key columns and row numbers."""
+
+    def __init__(self, wanted: pa.Table, keys: Sequence[str]) -> None:
+        self.keys = list(keys)
+        self.wanted = wanted.select(self.keys)
+        found = integer_keys(self.wanted.column(0)) if len(self.keys) == 1 else None
+        self.sorted = None if found is None else sorted_unique(found)
+        self._unique: pa.Table | None = None
+
+    def __len__(self) -> int:
+        return len(self.sorted) if self.sorted is not None else self.unique.num_rows
+
+    @property
+    def unique(self) -> pa.Table:
+        """The distinct key tuples, as a table of the key columns."""
+        if self._unique is None:
+            self._unique = self.wanted.group_by(self.keys, use_threads=False).aggregate([])
+        return self._unique
+
+    def contains(self, rows: pa.Table) -> np.ndarray:
+        """Which of ``rows`` hold a key of the set (a NULL key matches nothing)."""
+        if self.sorted is not None:
+            mine = integer_keys(rows.column(self.keys[0]))
+            if mine is not None:
+                if not len(self.sorted):
+                    return np.zeros(len(mine), dtype=bool)
+                if len(self.sorted) < len(mine) and len(mine) > 1 and (mine[1:] > mine[:-1]).all():
+                    # Rows in key order (a merged split): look the fewer keys up among the rows.
+                    at = np.searchsorted(mine, self.sorted)
+                    inside = at < len(mine)
+                    at = at[inside]
+                    out = np.zeros(len(mine), dtype=bool)
+                    out[at[mine[at] == self.sorted[inside]]] = True
+                    return out
+                at = np.minimum(np.searchsorted(self.sorted, mine), len(self.sorted) - 1)
+                return np.asarray(self.sorted[at] == mine)
+        row = "\x00row"
+        numbered = rows.select(self.keys).append_column(
+            row, pa.array(np.arange(rows.num_rows, dtype=np.int64))
+        )
+        hit = numbered.join(self.unique, self.keys, join_type="left semi", use_threads=False)
+        out = np.zeros(rows.num_rows, dtype=bool)
+        out[np.asarray(hit.column(row).to_numpy())] = True
+        return out
+
+
 def key_in(rows: pa.Table, wanted: pa.Table, keys: Sequence[str]) -> np.ndarray:
-    """Which of ``rows`` hold a key of ``wanted`` (a semi-join on the key columns alone: Arrow's joins
-    cannot carry nested columns). One integer-like key: a sorted search in NumPy; others: a join of the
-    key columns and row numbers."""
+    """Which of ``rows`` hold a key of ``wanted`` (see :class:`KeySet`)."""
+    return KeySet(wanted, keys).contains(rows)
+
+
+def key_positions(
+    left: pa.Table, right: pa.Table, keys: Sequence[str], right_unique: bool = False
+) -> np.ndarray | None:
+    """For each row of ``left``, the row of ``right`` with the same key, or -1. None when ``right``'s keys
+    are not unique (not checked when the caller knows they are). One integer-like key: a sorted search in
+    NumPy; others: a join of the key columns and row numbers."""
     if len(keys) == 1:
-        mine, theirs = integer_keys(rows.column(keys[0])), integer_keys(wanted.column(keys[0]))
+        mine, theirs = (integer_keys(t.column(keys[0])) for t in (left, right))
         if mine is not None and theirs is not None:
-            if not len(theirs):
-                return np.zeros(len(mine), dtype=bool)
-            ranked = np.sort(theirs)
-            at = np.minimum(np.searchsorted(ranked, mine), len(ranked) - 1)
-            return np.asarray(ranked[at] == mine)
-    row = "\x00row"
+            out = np.full(len(mine), -1, dtype=np.int64)
+            order = np.argsort(theirs, kind="stable")
+            ranked = theirs[order]
+            if not right_unique and len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
+                return None
+            if len(ranked) and len(mine):
+                at = np.minimum(np.searchsorted(ranked, mine), len(ranked) - 1)
+                hit = ranked[at] == mine
+                out[hit] = order[at[hit]]
+            return out
+    left_row, right_row = "\x00left", "\x00right"
     names = list(keys)
-    numbered = rows.select(names).append_column(row, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-    unique = wanted.select(names).group_by(names, use_threads=False).aggregate([])
-    hit = numbered.join(unique, names, join_type="left semi", use_threads=False)
-    out = np.zeros(rows.num_rows, dtype=bool)
-    out[np.asarray(hit.column(row).to_numpy())] = True
+    other = right.select(names).append_column(right_row, pa.array(np.arange(right.num_rows, dtype=np.int64)))
+    if not right_unique and other.group_by(names, use_threads=False).aggregate([]).num_rows < right.num_rows:
+        return None
+    numbered = left.select(names).append_column(left_row, pa.array(np.arange(left.num_rows, dtype=np.int64)))
+    hit = numbered.join(other, names, join_type="inner", use_threads=False)
+    out = np.full(left.num_rows, -1, dtype=np.int64)
+    out[np.asarray(hit.column(left_row).to_numpy())] = np.asarray(hit.column(right_row).to_numpy())
     return out
 
 

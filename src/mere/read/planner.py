@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mere import expr as E
+from mere.arrays import sorted_unique
 from mere.errors import FilterError
 from mere.hashing import bucket_ids
 from mere.io.storage import primitive_leaf
@@ -176,7 +176,7 @@ def plan_splits(
             points = parts.key_points
             cols = [[p[0] for p in points]] if len(spec.primary_key) == 1 else [list(c) for c in zip(*points)]
             arrays = [pa.array(c, type=spec.schema.field(k).type) for c, k in zip(cols, spec.primary_key)]
-            allowed_buckets = set(np.unique(bucket_ids(arrays, spec.buckets)).tolist())
+            allowed_buckets = set(sorted_unique(bucket_ids(arrays, spec.buckets)).tolist())
         else:
             allowed_buckets = set()
     splits = []

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mere import expr as E
+from mere.arrays import sorted_unique
 from mere.concurrency import shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
@@ -296,12 +297,12 @@ def sorted_in_values(part: E.In, column_type: pa.DataType) -> np.ndarray | None:
             values = None
             if all(type(v) is int for v in part.values):  # else NULLs or unbound literals: Arrow decides
                 try:
-                    values = np.unique(np.array(part.values, dtype=dtype))
+                    values = sorted_unique(np.array(part.values, dtype=dtype))
                 except OverflowError:  # values the column cannot hold match nothing
                     info = np.iinfo(dtype)
                     lo, hi = int(info.min), int(info.max)
                     ints = cast("tuple[int, ...]", part.values)
-                    values = np.unique(np.array([v for v in ints if lo <= v <= hi], dtype=dtype))
+                    values = sorted_unique(np.array([v for v in ints if lo <= v <= hi], dtype=dtype))
                 if len(values) == 0:
                     values = None
             cache[dtype] = values

@@ -28,11 +28,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
+from mere.arrays import sorted_unique
 from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NoSuchVersion
 from mere.metadata import SEQ_SHIFT, FileEntry
 from mere.read.evolution import whole_file_as_table
-from mere.read.merge import integer_keys
+from mere.read.merge import KeySet, key_positions
 from mere.read.planner import Explain, plan_splits, split_filter
 from mere.read.reader import _filter, _plain
 from mere.table.scan import Scan
@@ -46,7 +47,6 @@ VERSION_COLUMN = "_version"
 COMMIT_TIME_COLUMN = "_commit_time"
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "insert", "update_before", "update_after", "delete"
 _ORDER = {DELETE: 0, UPDATE_BEFORE: 1, UPDATE_AFTER: 2, INSERT: 3}
-_ROW = "\x00row"
 _FIRST = "\x00first"  # the first version of the range that touched a key
 SPLITS_PER_READ = 16  # touched splits read together (one plan per group, memory bounded by the group)
 
@@ -320,36 +320,16 @@ class _Feed:
 
     def _lookup(self, left: pa.Table, right: pa.Table) -> np.ndarray:
         """For each row of ``left``, the row of ``right`` with the same key, or -1 (keys are unique in
-        ``right``). One integer-like key: a sorted search in NumPy; other keys: a join of the key columns
-        and row numbers (Arrow's joins cannot carry nested columns)."""
-        if len(self.keys) == 1:
-            mine, theirs = (integer_keys(t.column(self.keys[0])) for t in (left, right))
-            if mine is not None and theirs is not None:
-                out = np.full(len(mine), -1, dtype=np.int64)
-                if len(theirs) and len(mine):
-                    order = np.argsort(theirs, kind="stable")
-                    ranked = theirs[order]
-                    at = np.minimum(np.searchsorted(ranked, mine), len(ranked) - 1)
-                    hit = ranked[at] == mine
-                    out[hit] = order[at[hit]]
-                return out
-        right_row = "\x00right"
-        numbered = self._numbered(left)
-        other = right.select(self.keys).append_column(
-            right_row, pa.array(np.arange(right.num_rows, dtype=np.int64))
-        )
-        hit = numbered.join(other, self.keys, join_type="inner", use_threads=False)
-        out = np.full(left.num_rows, -1, dtype=np.int64)
-        out[np.asarray(hit.column(_ROW).to_numpy())] = np.asarray(hit.column(right_row).to_numpy())
-        return out
-
-    def _numbered(self, rows: pa.Table) -> pa.Table:
-        return rows.select(self.keys).append_column(_ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+        ``right``)."""
+        at = key_positions(left, right, self.keys, right_unique=True)
+        assert at is not None
+        return at
 
     def _labelled(self, rows: pa.Table, label: str) -> pa.Table:
         versions = rows.column(VERSION_COLUMN).to_numpy()
-        stamps = pa.array([self.times[int(v)] for v in np.unique(versions)], pa.timestamp("us", tz="UTC"))
-        where = np.searchsorted(np.unique(versions), versions)
+        seen = sorted_unique(versions)
+        stamps = pa.array([self.times[int(v)] for v in seen], pa.timestamp("us", tz="UTC"))
+        where = np.searchsorted(seen, versions)
         cols = [rows.column(c).cast(self.schema.field(c).type) for c in self.columns]
         cols += [
             pa.repeat(pa.scalar(label, pa.string()), rows.num_rows),
@@ -414,14 +394,10 @@ def write_change_log(table: Table, base: int, added: Sequence[FileEntry]) -> lis
             rows = before.pop(split, None)
             if rows is None or not rows.num_rows:
                 continue
-            numbered = rows.select(keys).append_column(
-                _ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64))
-            )
-            wanted = split_keys[split].group_by(keys).aggregate([])
-            hit = numbered.join(wanted, keys, join_type="left semi", use_threads=False)
-            if not hit.num_rows:
+            hit = KeySet(split_keys[split], keys).contains(rows)
+            if not hit.any():
                 continue
-            rows = _plain(rows, spec.schema).take(pa.array(np.sort(hit.column(_ROW).to_numpy())))
+            rows = _plain(rows, spec.schema).filter(pa.array(hit))
             rows = rows.sort_by([(k, "ascending") for k in keys]).select(spec.schema.names)
             prepared.append(PreparedFile(json.loads(split[0]), split[1], rows, "log"))
     return table._write_files(prepared)

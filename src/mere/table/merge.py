@@ -22,10 +22,12 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from mere import expr as E
+from mere.arrays import sorted_unique
 from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
 from mere.metadata import ConcurrentChanges, FileEntry
+from mere.read.merge import integer_keys, key_positions
 from mere.spec import OP_DELETE, OP_PUT
 from mere.table.write_checks import split_label
 from mere.write.writer import conform, partition_json, prepare, to_batches
@@ -423,8 +425,11 @@ def _arrow_failure(name: str, exc: BaseException) -> InvalidInput:
 class _Scope:
     """Which columns an expression may name: the target's (``t.x``), the source's (``s.x``) or both."""
 
-    def __init__(self, merge: Merge, target: bool, source: bool, what: str) -> None:
+    def __init__(
+        self, merge: Merge, target: bool, source: bool, what: str, used: set[str] | None = None
+    ) -> None:
         self.merge, self.target, self.source, self.what = merge, target, source, what
+        self.used = used if used is not None else set()  # the columns named, as frame names
         self.t_names = set(merge.table.spec.schema.names)
         self.s_names = set(merge.source.column_names)
         self.t_aliases = {
@@ -457,11 +462,13 @@ class _Scope:
                 raise FilterError(f"{self.what} cannot refer to target column {column_name(node)!r}")
             if name not in self.t_names:
                 raise FilterError(f"unknown target column {name!r} in {self.what}; {self._available()}")
+            self.used.add(_TARGET + name)
             return _TARGET + name, self.merge.table.spec.schema.field(name).type
         if not self.source:
             raise FilterError(f"{self.what} cannot refer to source column {column_name(node)!r}")
         if name not in self.s_names:
             raise FilterError(f"unknown source column {name!r} in {self.what}; {self._available()}")
+        self.used.add(_SOURCE + name)
         return _SOURCE + name, self.merge.source.schema.field(name).type
 
     def _available(self) -> str:
@@ -481,6 +488,8 @@ class _Lowered:
     clause: Clause
     condition: pc.Expression | None
     values: dict[str, pc.Expression] = field(default_factory=dict)
+    # An INSERT whose key columns are the source's ON columns as they are: its keys are source keys.
+    keys_from_source: bool = False
 
 
 class MergePlan:
@@ -492,8 +501,9 @@ class MergePlan:
         self.spec = t.spec
         self.name = t.name
         self.metrics: dict[str, int] = {}
+        self.used: set[str] = set()  # the columns conditions and values name (evaluation frames hold those)
         self.pairs, extra = self._on()
-        both = _Scope(merge, True, True, "the ON condition")
+        both = _Scope(merge, True, True, "the ON condition", self.used)
         self.on_extra = None if extra is None else Lowering(both.resolve, merge.on.text).lower(extra)
         if self.on_extra is not None and not pa.types.is_boolean(self.on_extra.type):
             raise FilterError(f"the ON condition must be boolean (in {merge.on.text!r})")
@@ -572,7 +582,7 @@ class MergePlan:
             "not_matched": "WHEN NOT MATCHED",
             "not_matched_by_source": "WHEN NOT MATCHED BY SOURCE",
         }[clause.kind]
-        scope = _Scope(m, target, source, f"a {where} clause")
+        scope = _Scope(m, target, source, f"a {where} clause", self.used)
         condition = None
         if clause.condition is not None:
             typed = scope.lower(clause.condition)
@@ -631,6 +641,12 @@ class MergePlan:
             missing = [c for c in self.spec.primary_key if c not in out.values]
             if missing:
                 raise InvalidInput(f"{self.name}: INSERT must give the primary key column(s) {missing}")
+            given = dict(items)
+            trees = [given[k].tree for k in self.spec.primary_key]
+            out.keys_from_source = all(
+                isinstance(tree, exp.Column) and scope.resolve(tree)[0] == _SOURCE + self.pairs[k]
+                for k, tree in zip(self.spec.primary_key, trees)
+            )
         return out
 
     # -- reading -------------------------------------------------------------------------------
@@ -670,7 +686,7 @@ class MergePlan:
             if len(self.spec.primary_key) > 1
             else pc.is_valid(self.source_keys.column(self.spec.primary_key[0]))
         )
-        return set(np.unique(bucket_ids(keys, self.spec.buckets)).tolist()) if keys.num_rows else set()
+        return set(sorted_unique(bucket_ids(keys, self.spec.buckets)).tolist()) if keys.num_rows else set()
 
     def _scan(self, version: int) -> tuple[Any, list[Split]]:
         scan = self.merge.table.scan(columns=self.read_columns, filter=self._filter(), version=version)
@@ -687,8 +703,9 @@ class MergePlan:
         import os
         from concurrent.futures import ThreadPoolExecutor
 
+        from mere.hashing import bucket_ids
         from mere.read import lookup
-        from mere.read.merge import key_in
+        from mere.read.merge import KeySet
         from mere.read.planner import Explain
         from mere.read.reader import SplitReader, io_pool
 
@@ -704,6 +721,15 @@ class MergePlan:
             opts = replace(opts, keys=wanted, lookup=opts.lookup or wanted.num_rows <= MERGE_LOOKUP_KEYS)
 
         first_keys = None if wanted is None or opts.lookup else lookup.FirstKeys(spec, wanted)
+        # A split holds the keys of its bucket only: each split's rows are matched against those.
+        key_sets: dict[int, KeySet] = {}
+        if wanted is not None:
+            buckets = bucket_ids(wanted, self.spec.buckets)
+            order = np.argsort(buckets, kind="stable")
+            ranked = buckets[order]
+            for bucket in sorted({s.bucket for s in splits}):
+                lo, hi = np.searchsorted(ranked, [bucket, bucket + 1])
+                key_sets[bucket] = KeySet(wanted.take(pa.array(order[lo:hi])), keys)
 
         def read(split: Split) -> pa.Table:
             reader = SplitReader(storage, spec, split, opts)
@@ -718,7 +744,7 @@ class MergePlan:
             if wanted is None or not rows.num_rows:
                 return rows
             # Keep the rows of source keys only (a semi-join on the key columns alone).
-            hit = key_in(rows, wanted, keys)
+            hit = key_sets[split.bucket].contains(rows)
             kept = rows if hit.all() else rows.filter(pa.array(hit))
             return kept.select(schema.names).cast(schema)
 
@@ -777,13 +803,22 @@ class MergePlan:
         m = self.merge
         source = m.source
         keys = list(self.pairs)
-        s_side = self.source_keys.append_column("\x00s", pa.array(np.arange(source.num_rows, dtype=np.int64)))
-        t_side = target.select(keys).append_column(
-            "\x00t", pa.array(np.arange(target.num_rows, dtype=np.int64))
-        )
-        joined = s_side.join(t_side, keys=keys, join_type="inner", use_threads=False)
-        s_idx = joined.column("\x00s").to_numpy()
-        t_idx = joined.column("\x00t").to_numpy()
+        # Each source row's target row: a sorted search where target keys are unique (they are, but for a
+        # key held in several partitions), else a join.
+        at = key_positions(self.source_keys, target.select(keys), keys)
+        if at is not None:
+            s_idx = np.flatnonzero(at >= 0)
+            t_idx = at[s_idx]
+        else:
+            s_side = self.source_keys.append_column(
+                "\x00s", pa.array(np.arange(source.num_rows, dtype=np.int64))
+            )
+            t_side = target.select(keys).append_column(
+                "\x00t", pa.array(np.arange(target.num_rows, dtype=np.int64))
+            )
+            joined = s_side.join(t_side, keys=keys, join_type="inner", use_threads=False)
+            s_idx = joined.column("\x00s").to_numpy()
+            t_idx = joined.column("\x00t").to_numpy()
         if self.on_extra is not None and len(s_idx):
             both = self._frame(target, t_idx, s_idx)
             keep = self._mask(both, self.on_extra.expr)
@@ -793,6 +828,7 @@ class MergePlan:
         deletes: list[pa.Table] = []
         acted_targets: list[np.ndarray] = []
         self._inserted: list[pa.Table] = []
+        self._computed_keys = False  # an INSERT computed a key (not a source key as it is)
         self._updates: list[pa.Table] = []
         self._deleted: list[pa.Table] = []
 
@@ -840,7 +876,7 @@ class MergePlan:
         """Inserted keys that are not source keys (``INSERT VALUES (s.k + 1, ...)``) were not read with the
         target: look them up, so that inserting a key the table holds fails as it does for source keys.
         Returns the splits read."""
-        if not self._inserted or self.merge.full_scan:
+        if not self._inserted or self.merge.full_scan or not self._computed_keys:
             return []
         keys = list(self.spec.primary_key)
         inserted = pa.concat_tables(self._inserted).select(keys)
@@ -873,13 +909,20 @@ class MergePlan:
         for k in self.spec.primary_key:
             if keys.column(k).null_count:
                 raise NullKey(f"{self.name}: MERGE would insert a row whose primary-key column {k!r} is NULL")
-        grouped = keys.group_by(identity).aggregate([([], "count_all")])
-        if grouped.num_rows < keys.num_rows:
+        ints = integer_keys(keys.column(identity[0])) if len(identity) == 1 else None
+        if ints is not None:
+            ranked = np.sort(ints)
+            twice = bool(len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any())
+        else:
+            twice = keys.group_by(identity).aggregate([([], "count_all")]).num_rows < keys.num_rows
+        if twice:
             raise MergeConflict(
                 f"{self.name}: MERGE would insert the same key twice (a duplicate key among the source rows "
                 "that match no target row)"
             )
-        if target.num_rows:
+        # Source keys inserted as they are matched no target row (every target row of a source key was
+        # read): only computed keys or an ON condition beyond the key can clash with a held key.
+        if target.num_rows and (self._computed_keys or self.on_extra is not None):
             held = target.select(identity)
             if self._deleted:  # keys this MERGE deletes may be inserted again
                 gone = pa.concat_tables(self._deleted).cast(held.schema)
@@ -892,15 +935,22 @@ class MergePlan:
                 )
 
     def _frame(self, target: pa.Table | None, t_idx: np.ndarray | None, s_idx: np.ndarray | None) -> pa.Table:
-        cols: dict[str, Any] = {}
+        """The target and source rows that conditions and values are evaluated on: the columns they name
+        (at least one, so that the frame knows its row count)."""
+        sides = []
         if target is not None and t_idx is not None:
-            taken = target.take(pa.array(t_idx))
-            for name in taken.column_names:
-                cols[_TARGET + name] = taken.column(name)
+            sides.append((_TARGET, target, t_idx))
         if s_idx is not None:
-            taken = self.merge.source.take(pa.array(s_idx))
-            for name in taken.column_names:
-                cols[_SOURCE + name] = taken.column(name)
+            sides.append((_SOURCE, self.merge.source, s_idx))
+        cols: dict[str, Any] = {}
+        for prefix, table, idx in sides:
+            names = [n for n in table.column_names if prefix + n in self.used]
+            if names:
+                taken = table.select(names).take(pa.array(idx))
+                cols.update((prefix + n, taken.column(n)) for n in names)
+        if not cols:
+            prefix, table, idx = sides[0]
+            cols[prefix + table.column_names[0]] = table.column(0).take(pa.array(idx))
         return pa.table(cols)
 
     def _mask(self, frame: pa.Table, expression: pc.Expression) -> np.ndarray:
@@ -967,6 +1017,7 @@ class MergePlan:
                     )
                 puts.append(pa.table(cols))
                 self._inserted.append(puts[-1].select(list(self.spec.identity_columns)))
+                self._computed_keys |= not low.keys_from_source
                 counts["inserted"] += len(idx)
         return taken
 

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mere.arrays import sorted_unique
 from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NullKey, SchemaMismatch, SumOverflow
 from mere.hashing import bucket_ids
@@ -225,7 +226,7 @@ def partition_value_strings(
         dictionary = enc.dictionary
         code = code * len(dictionary) + enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         dictionaries.append(pc.cast(dictionary, pa.string()).to_pylist())
-    uniq, dense = np.unique(code, return_inverse=True)
+    uniq, dense = sorted_unique(code, return_inverse=True)
     values = []
     for u in uniq.tolist():  # one iteration per partition, not per row
         parts: dict[str, str | None] = {}
