@@ -808,9 +808,15 @@ class SqlCatalog:
         )
 
     @_wraps_database_errors("read the history")
-    def history(self, table_id: int) -> list[Snapshot]:
-        """Every commit, oldest first; those before the oldest readable version are marked expired."""
-        q = sa.select(commits).where(commits.c.table_id == table_id).order_by(commits.c.version)
+    def history(self, table_id: int, after: int | None = None, upto: int | None = None) -> list[Snapshot]:
+        """Every commit (``after < version <= upto`` where given), oldest first; those before the oldest
+        readable version are marked expired."""
+        q = sa.select(commits).where(commits.c.table_id == table_id)
+        if after is not None:
+            q = q.where(commits.c.version > after)
+        if upto is not None:
+            q = q.where(commits.c.version <= upto)
+        q = q.order_by(commits.c.version)
         with self.engine.connect() as conn:
             oldest = conn.execute(sa.select(tables.c.oldest_version).where(tables.c.id == table_id)).scalar()
             if oldest is None:

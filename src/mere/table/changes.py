@@ -33,9 +33,10 @@ from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NoSuchVersion
 from mere.metadata import SEQ_SHIFT, FileEntry
 from mere.read.evolution import whole_file_as_table
-from mere.read.merge import KeySet, key_positions
+from mere.read.merge import KeySet, key_positions, sort_indices
 from mere.read.planner import Explain, plan_splits, split_filter
 from mere.read.reader import _filter, _plain
+from mere.spec import OP_COLUMN, OP_DELETE
 from mere.table.scan import Scan
 from mere.write.writer import PreparedFile
 
@@ -90,8 +91,8 @@ def change_feed(
     )
     if start == end:
         return pa.RecordBatchReader.from_batches(schema, iter(()))
-    history = {s.version: s for s in table.history()}
-    gone = [v for v, snap in history.items() if start < v <= end and snap.expired]
+    history = {s.version: s for s in table._sql.history(table.record.id, after=start, upto=end)}
+    gone = [v for v, snap in history.items() if snap.expired]
     if gone:  # e.g. a tagged start_version: readable itself, but the commits after it were expired
         raise NoSuchVersion(
             f"{table.name}: the change feed from version {start} needs every commit after it, and "
@@ -180,7 +181,20 @@ class _Feed:
         pool = shared_pool("feed", cpu_workers())  # splits are independent: their files read in parallel
         for i in range(0, len(splits), SPLITS_PER_READ):
             chosen = splits[i : i + SPLITS_PER_READ]
-            keys = dict(zip(chosen, pool.map(lambda split: self._touched_keys(touched[split]), chosen)))
+            # A split that one whole-row file of the range changed: the file holds its touched keys (each
+            # once) and, but for its delete markers, their rows at the end version. Read once, no merge.
+            single = [
+                split
+                for split in chosen
+                if split in self.from_added and len(self.from_added[split]) == 1 and len(touched[split]) == 1
+            ]
+            rest = [split for split in chosen if split not in single]
+            keys = dict(zip(rest, pool.map(lambda split: self._touched_keys(touched[split]), rest)))
+            after_single: dict[tuple[str, int], pa.Table] = {}
+            for split, (split_keys, rows) in zip(
+                single, pool.map(lambda split: self._single(self.from_added[split][0]), single)
+            ):
+                keys[split], after_single[split] = split_keys, rows
             merged = {split for split in chosen if split not in self.from_logs}
             # The after-image of a split read from its added files needs no key filter: they hold only
             # touched keys.
@@ -196,7 +210,8 @@ class _Feed:
                     pool.map(self._logged, [self.from_logs[s] for s in logged], [keys[s] for s in logged]),
                 )
             )
-            after = self._after(chosen, where)
+            after = self._after(rest, where) if rest else {}
+            after.update(after_single)
             # The splits of a partition are compared at once (a key lives in one bucket): one pass of a
             # few Arrow calls, not one per split.
             for _, run in itertools.groupby(chosen, key=lambda split: split[0]):
@@ -261,6 +276,21 @@ class _Feed:
     def _empty(self) -> pa.Table:
         return pa.schema([self.table.spec.schema.field(c) for c in self.columns]).empty_table()
 
+    def _single(self, entry: FileEntry) -> tuple[pa.Table, pa.Table]:
+        """The touched keys (with the version that added the file as both newest and first) and the rows
+        at the end version of a file that alone changed its split."""
+        spec, storage = self.table.spec, self.table.storage
+        md = storage.metadata(entry.path, entry.size_bytes or None)
+        raw = storage.read_row_groups(entry.path, range(md.num_row_groups), None, entry.size_bytes)
+        version = pa.array(np.full(raw.num_rows, entry.added_version, np.int64))
+        keys = raw.select(self.keys).cast(pa.schema([spec.schema.field(k) for k in self.keys]))
+        keys = keys.append_column(VERSION_COLUMN, version).append_column(_FIRST, version)
+        if entry.content == "delete":
+            return keys, self._schema_of_rows().empty_table()
+        alive = pc.not_equal(raw.column(OP_COLUMN), pa.scalar(OP_DELETE, pa.int8()))
+        rows = whole_file_as_table(raw.drop_columns([OP_COLUMN]), spec, md)
+        return keys, self._conformed(rows.filter(alive))
+
     def _touched_keys(self, files: list[tuple[FileEntry, int]]) -> pa.Table:
         """Each touched key of the split with the newest and the first version of the range that touched
         it."""
@@ -301,10 +331,8 @@ class _Feed:
             return self.schema.empty_table().select(self.out_names)
         out = pa.concat_tables(tables)
         rank = pc.index_in(out.column(CHANGE_COLUMN), pa.array(list(_ORDER)))
-        out = out.append_column("\x00rank", rank)
-        order = [(k, "ascending") for k in self.keys]
-        out = out.sort_by([(VERSION_COLUMN, "ascending"), *order, ("\x00rank", "ascending")])
-        out = out.drop_columns(["\x00rank"])
+        order = sort_indices([out.column(VERSION_COLUMN), *[out.column(k) for k in self.keys], rank])
+        out = out.take(pa.array(order))
         if not isinstance(self.predicate, E.AlwaysTrue):
             out = _filter(out, self.predicate)
         return out.select(self.out_names)
