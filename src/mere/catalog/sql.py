@@ -514,6 +514,17 @@ class SqlCatalog:
     def current_version(self, table_id: int) -> int:
         return self._table_number(table_id, tables.c.version)
 
+    @_wraps_database_errors("read a table's versions")
+    def version_range(self, table_id: int) -> tuple[int, int]:
+        """(the newest version, the oldest readable one) in one query."""
+        with self.engine.connect() as conn:
+            r = conn.execute(
+                sa.select(tables.c.version, tables.c.oldest_version).where(tables.c.id == table_id)
+            ).first()
+        if r is None:
+            raise NoSuchTable(f"table id {table_id} no longer exists")
+        return int(r[0]), int(r[1])
+
     def oldest_version(self, table_id: int) -> int:
         """Versions before this one were expired."""
         return self._table_number(table_id, tables.c.oldest_version)

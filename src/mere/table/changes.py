@@ -71,12 +71,14 @@ def change_feed(
     for name, value in (("start_version", start_version), ("end_version", end_version)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise InvalidInput(f"{table.name}: {name} must be a non-negative integer, got {value!r}")
-    end = table.resolve_version(end_version)
-    start = table.resolve_version(start_version)
+    current, oldest = table._sql.version_range(table.record.id)
+    end = table._version_within(end_version, current, oldest)
+    start = table._version_within(start_version, current, oldest)
     if start > end:
         raise InvalidInput(f"{table.name}: start_version {start} is after end_version {end}")
     identity = list(spec.identity_columns)
-    wanted = list(table.scan(columns=columns).output_columns)  # the feed speaks the current columns
+    # The feed speaks the current columns.
+    wanted = spec.schema.names if columns is None else list(table.scan(columns=columns).output_columns)
     out_columns = identity + [c for c in wanted if c not in identity]
     # Rows are compared and filtered whole; the projection applies to what comes out.
     read_columns = identity + [c for c in spec.schema.names if c not in identity]
@@ -134,7 +136,6 @@ def change_feed(
     # Where every commit that touched a split logged its before-images (``changes.log``), the before-image
     # of a key is in the log of the first commit of the range that touched it: no merge at ``start``.
     # Logs go with expired versions: only those from the oldest readable version on are kept.
-    oldest = table._sql.oldest_version(table.record.id)
     logged = {
         v
         for v, snap in history.items()

@@ -181,21 +181,11 @@ class Table:
             raise InvalidInput(f"{self.name}: give one of version, as_of and tag, not {' and '.join(given)}")
         if tag is not None:
             return self._tag_version(tag)
-        current = self.version
         if version is None and as_of is None:
-            return current
-        oldest = self._sql.oldest_version(self.record.id)
+            return self.version
+        current, oldest = self._sql.version_range(self.record.id)
         if version is not None:
-            if isinstance(version, bool) or not isinstance(version, int):
-                raise InvalidInput(f"{self.name}: version must be an integer, got {version!r}")
-            if 0 <= version < oldest and not self._sql.is_tagged(self.record.id, version):
-                raise NoSuchVersion(
-                    f"{self.name}: version {version} has expired; the readable versions are "
-                    f"{oldest}..{current}"
-                )
-            if version < 0 or version > current:
-                raise NoSuchVersion(f"{self.name} has versions {oldest}..{current}; got {version}")
-            return version
+            return self._version_within(version, current, oldest)
         try:
             v = self._sql.version_as_of(self.record.id, _to_micros(as_of))
         except NoSuchVersion as e:
@@ -205,6 +195,20 @@ class Table:
                 f"{self.name}: version {v} (as of {as_of}) has expired; the oldest is {oldest}"
             )
         return v
+
+    def _version_within(self, version: int | None, current: int, oldest: int) -> int:
+        """``version`` (None: ``current``) checked against the table's readable versions."""
+        if version is None:
+            return current
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise InvalidInput(f"{self.name}: version must be an integer, got {version!r}")
+        if 0 <= version < oldest and not self._sql.is_tagged(self.record.id, version):
+            raise NoSuchVersion(
+                f"{self.name}: version {version} has expired; the readable versions are {oldest}..{current}"
+            )
+        if version < 0 or version > current:
+            raise NoSuchVersion(f"{self.name} has versions {oldest}..{current}; got {version}")
+        return version
 
     def scan(
         self,
