@@ -211,20 +211,34 @@ def column_leaves(md: pq.FileMetaData) -> dict[str, list[int]]:
     Parquet's flat schema names leaves only (``l.list.element``, ``s.a``): a nested column has several
     leaves, and a leaf's own name may repeat a top-level name, so columns are never looked up by leaf name.
     """
-    top = md.schema.to_arrow_schema().names
+    schema = md.schema
+    top = schema.to_arrow_schema().names
     exact = set(top)
     by_length = sorted(top, key=len, reverse=True)
-    out: dict[str, list[int]] = {name: [] for name in top}
+    out = ColumnLeaves({name: [] for name in top})
+    named: set[str] = set()  # top-level names that are a leaf's whole path
     for i in range(md.num_columns):
-        path = md.schema.column(i).path
+        path = schema.column(i).path
         owner = path if path in exact else next((t for t in by_length if path.startswith(t + ".")), None)
         if owner is not None:
             out[owner].append(i)
+            if owner == path:
+                named.add(owner)
+    out.primitive = {name: idx[0] for name, idx in out.items() if len(idx) == 1 and name in named}
     return out
+
+
+class ColumnLeaves(dict[str, list[int]]):
+    """:func:`column_leaves` of one footer, with the leaf of each top-level primitive column worked out
+    once (``primitive_leaf`` is asked per row group and column on every scan)."""
+
+    primitive: dict[str, int]
 
 
 def primitive_leaf(md: pq.FileMetaData, leaves: Mapping[str, Sequence[int]], column: str) -> int | None:
     """The leaf index of a top-level primitive column (the only kind with statistics mere uses)."""
+    if isinstance(leaves, ColumnLeaves):
+        return leaves.primitive.get(column)
     idx = leaves.get(column)
     if idx is None or len(idx) != 1 or md.schema.column(idx[0]).path != column:
         return None
@@ -484,6 +498,11 @@ class Storage:
             while len(self._footers) > self._footer_cache_size:
                 self._footers.popitem(last=False)
         return entry
+
+    def footer(self, rel: str, size: int | None = None) -> _Footer:
+        """A file's parsed footer with what readers derive from it (its metadata, column leaves and cache
+        dict, as the three methods below give them one by one)."""
+        return self._footer(rel, size)
 
     def metadata(self, rel: str, size: int | None = None) -> pq.FileMetaData:
         """Parquet footer, cached per path (files are immutable). ``size`` (from the catalog) saves a HEAD."""

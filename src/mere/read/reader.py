@@ -6,7 +6,7 @@ import itertools
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
@@ -90,9 +90,12 @@ class _FileCursor:
         ruled_out: Collection[int] = (),
     ) -> None:
         self.storage, self.spec, self.task, self.opts = storage, spec, task, opts
-        md = storage.metadata(task.path, task.size_bytes or None)
-        leaves = storage.column_leaves(task.path, task.size_bytes or None)
-        self.row_counts = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+        footer = storage.footer(task.path, task.size_bytes or None)
+        md, leaves, cache = footer.metadata, footer.leaves, footer.extra
+        row_counts = cache.get("row_counts")
+        if row_counts is None:
+            row_counts = cache["row_counts"] = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+        self.row_counts: list[int] = row_counts
         # Tables whose columns changed map each file's columns by field id; full files written before a
         # column was added read its default.
         self.mapping: FileColumns | None = None
@@ -113,23 +116,25 @@ class _FileCursor:
         if key0 is not None and key0 not in stats_cols:
             stats_cols.append(key0)
         read_leaves = [i for c in self.columns if c in leaves for i in leaves[c]]
+        all_stats = _cached_stats(cache, md, spec.schema, stats_cols, leaves)
+        sizes = cache.get("sizes")
+        if sizes is None:  # (uncompressed, stored) bytes of each row group's leaf columns, parsed once
+            sizes = cache["sizes"] = _chunk_sizes(md)
+        uncompressed = sizes[0][:, read_leaves].sum(axis=1).tolist()
+        stored = sizes[1][:, read_leaves].sum(axis=1).tolist() if explain is not None else []
         self.groups: list[_RowGroup] = []
-        total = 0
         for i in range(md.num_row_groups):
-            stats = row_group_stats(md, i, spec.schema, stats_cols, leaves)
+            stats = all_stats[i]
             if explain is not None:
                 explain.row_groups_total += 1
             if not isinstance(opts.pre, E.AlwaysTrue) and not E.might_match(opts.pre, stats):
                 continue
             if i in ruled_out:  # by the key index: no key looked for is in this row group
                 continue
-            rg = md.row_group(i)
-            size = sum(rg.column(j).total_uncompressed_size for j in read_leaves)
             k = stats.get(key0) if key0 else None
-            self.groups.append(_RowGroup(i, size, k.min if k else None, k.max if k else None))
-            total += rg.total_byte_size
+            self.groups.append(_RowGroup(i, int(uncompressed[i]), k.min if k else None, k.max if k else None))
             if explain is not None:  # the stored bytes of the kept row groups' columns that are read
-                explain.bytes_kept += sum(rg.column(j).total_compressed_size for j in read_leaves)
+                explain.bytes_kept += int(stored[i])
         if explain is not None:
             explain.row_groups_kept += len(self.groups)
             if self.groups:
@@ -193,6 +198,44 @@ class _FileCursor:
         count = int(pc.sum(below).as_py() or 0)  # rows are sorted by key: a prefix
         self.buffer = table.slice(count) if count < table.num_rows else None
         return table.slice(0, count) if count else None
+
+
+def _chunk_sizes(md: pq.FileMetaData) -> tuple[np.ndarray, np.ndarray]:
+    """(uncompressed, stored) bytes of every column chunk: arrays of row groups x leaf columns."""
+    shape = (md.num_row_groups, md.num_columns)
+    uncompressed, stored = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        for j in range(md.num_columns):
+            chunk = rg.column(j)
+            uncompressed[i, j], stored[i, j] = chunk.total_uncompressed_size, chunk.total_compressed_size
+    return uncompressed, stored
+
+
+def _cached_stats(
+    cache: dict[str, Any],
+    md: pq.FileMetaData,
+    schema: pa.Schema,
+    columns: Sequence[str],
+    leaves: Mapping[str, Sequence[int]],
+) -> list[dict[str, E.ColumnStats]]:
+    """``row_group_stats`` of every row group, each column's parsed once per file and kept with its footer
+    (a scan of many small files would otherwise parse them again on every scan)."""
+    out: list[dict[str, E.ColumnStats]] = [{} for _ in range(md.num_row_groups)]
+    for c in columns:
+        index = primitive_leaf(md, leaves, c)
+        if index is None or c not in schema.names:
+            continue
+        key = f"stats:{index}:{schema.field(c).type}"
+        per_group = cache.get(key)
+        if per_group is None:
+            per_group = cache[key] = [
+                row_group_stats(md, i, schema, [c], leaves).get(c) for i in range(md.num_row_groups)
+            ]
+        for i, st in enumerate(per_group):
+            if st is not None:
+                out[i][c] = st
+    return out
 
 
 def _dictionary_pages(md: pq.FileMetaData, leaves: dict[str, list[int]], column: str) -> bool:

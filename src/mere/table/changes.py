@@ -315,37 +315,44 @@ class _Feed:
         )
 
     def _split(self, touched: pa.Table, before: pa.Table, after: pa.Table) -> pa.Table:
-        before, after = self._touched(before, touched), self._touched(after, touched)
-        in_before, in_after = self._lookup(after, before), self._lookup(before, after)
-        inserted = after.filter(pa.array(in_before < 0)) if (in_before < 0).any() else after.slice(0, 0)
-        deleted = before.filter(pa.array(in_after < 0)) if (in_after < 0).any() else before.slice(0, 0)
-        both = np.flatnonzero(in_before >= 0)
-        new = after if len(both) == after.num_rows else after.take(pa.array(both))
-        old = before.take(pa.array(in_before[both]))  # aligned with ``new`` by key
+        """The feed rows of the touched keys (each once in ``touched``) from their merged rows at the start
+        and the end: positions among the touched keys, then one NumPy sort, no joins of whole rows."""
+        row_before = self._lookup(touched, before)
+        row_after = self._lookup(touched, after)
+        was, now = row_before >= 0, row_after >= 0
+        both = np.flatnonzero(was & now)
+        old = before.take(pa.array(row_before[both]))
+        new = after.take(pa.array(row_after[both]))
         changed = ~_rows_equal(old.select(self.columns), new.select(self.columns))
         if not changed.all():
+            both = both[changed]
             mask = pa.array(changed)
             old, new = old.filter(mask), new.filter(mask)
-        parts = [(deleted, DELETE), (old, UPDATE_BEFORE), (new, UPDATE_AFTER), (inserted, INSERT)]
-        tables = [self._labelled(t, label) for t, label in parts if t.num_rows]
-        if not tables:
+        gone, came = np.flatnonzero(was & ~now), np.flatnonzero(now & ~was)
+        at = np.concatenate([gone, both, both, came])  # the touched key of each output row
+        if not len(at):
             return self.schema.empty_table().select(self.out_names)
-        out = pa.concat_tables(tables)
-        rank = pc.index_in(out.column(CHANGE_COLUMN), pa.array(list(_ORDER)))
-        order = sort_indices([out.column(VERSION_COLUMN), *[out.column(k) for k in self.keys], rank])
-        out = out.take(pa.array(order))
+        kind = np.repeat(np.arange(4, dtype=np.int64), [len(gone), len(both), len(both), len(came)])
+        parts = [before.take(pa.array(row_before[gone])), old, new, after.take(pa.array(row_after[came]))]
+        rows = pa.concat_tables([p.select(self.columns) for p in parts])
+        versions = np.asarray(touched.column(VERSION_COLUMN).to_numpy())[at]
+        key_rank = np.empty(touched.num_rows, dtype=np.int64)
+        key_rank[sort_indices([touched.column(k) for k in self.keys])] = np.arange(touched.num_rows)
+        order = np.lexsort((kind, key_rank[at], versions))  # by version, then key, then change kind
+        versions, kind = versions[order], kind[order]
+        seen = sorted_unique(versions)
+        stamps = pa.array([self.times[int(v)] for v in seen], pa.timestamp("us", tz="UTC"))
+        rows = rows.take(pa.array(order))
+        cols = [rows.column(c).cast(self.schema.field(c).type) for c in self.columns]
+        cols += [
+            pa.array(list(_ORDER)).take(pa.array(kind)),
+            pa.array(versions, pa.int64()),
+            stamps.take(pa.array(np.searchsorted(seen, versions))),
+        ]
+        out = pa.Table.from_arrays(cols, schema=self.schema)
         if not isinstance(self.predicate, E.AlwaysTrue):
             out = _filter(out, self.predicate)
         return out.select(self.out_names)
-
-    def _touched(self, rows: pa.Table, touched: pa.Table) -> pa.Table:
-        """The rows of touched keys, with the newest version of the range that touched each."""
-        at = self._lookup(rows, touched)
-        hit = np.flatnonzero(at >= 0)
-        versions = touched.column(VERSION_COLUMN).take(pa.array(at[hit]))
-        if len(hit) < rows.num_rows:
-            rows = rows.take(pa.array(hit))
-        return rows.append_column(VERSION_COLUMN, versions)
 
     def _lookup(self, left: pa.Table, right: pa.Table) -> np.ndarray:
         """For each row of ``left``, the row of ``right`` with the same key, or -1 (keys are unique in
@@ -353,19 +360,6 @@ class _Feed:
         at = key_positions(left, right, self.keys, right_unique=True)
         assert at is not None
         return at
-
-    def _labelled(self, rows: pa.Table, label: str) -> pa.Table:
-        versions = rows.column(VERSION_COLUMN).to_numpy()
-        seen = sorted_unique(versions)
-        stamps = pa.array([self.times[int(v)] for v in seen], pa.timestamp("us", tz="UTC"))
-        where = np.searchsorted(seen, versions)
-        cols = [rows.column(c).cast(self.schema.field(c).type) for c in self.columns]
-        cols += [
-            pa.repeat(pa.scalar(label, pa.string()), rows.num_rows),
-            rows.column(VERSION_COLUMN),
-            stamps.take(pa.array(where)),
-        ]
-        return pa.Table.from_arrays(cols, schema=self.schema)
 
 
 def key_filter(key_columns: Sequence[str], keys: pa.Table) -> E.Expr | None:
