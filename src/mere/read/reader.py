@@ -449,6 +449,11 @@ class SplitReader:
         ]
         self.cursors = [c for c in self.cursors if c.groups]
 
+    def look_up_keys(self) -> None:
+        """Read the keys of ``opts.keys`` by lookup (the pages that may hold them, key columns first)
+        instead of by row groups: the caller decided so from the cursors (``lookup.few_pages``)."""
+        self.opts = replace(self.opts, lookup=True)
+
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Merged batches, window by window, in key order.
 

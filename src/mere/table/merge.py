@@ -739,7 +739,7 @@ class MergePlan:
                 # A larger source whose keys fall in a narrow key range: the pages whose key min/max admit
                 # one are a small share of the row groups that may hold one. Looked up, only those pages
                 # are read (every version of each key is in one of them, delete markers included).
-                reader.opts = replace(reader.opts, lookup=True)
+                reader.look_up_keys()
             rows = pa.Table.from_batches(list(reader.batches()), schema=schema)
             if wanted is None or not rows.num_rows:
                 return rows
