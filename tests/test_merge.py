@@ -149,7 +149,7 @@ class Layout:
 WIDE = Layout("wide", ("k",), ("q", "v", "s", "f", "d", "dt"))
 NARROW = Layout("narrow", ("k",), ("q", "v", "s", "f"))
 BY_REGION = Layout("by_region", ("region", "k"), ("q", "s", "f"), partition_by=("region",), buckets=2)
-BY_DAY = Layout("by_day", ("day", "k"), ("q", "v", "s"), partition_by=("day",), buckets=3)
+BY_DAY = Layout("by_day", ("day", "k"), ("q", "v", "s"), partition_by=("day",), buckets=7)
 
 
 def arrow_rows(schema: pa.Schema, rows: list[dict[str, Any]]) -> pa.Table:
@@ -422,6 +422,8 @@ class MergeCase:
     source: pa.Table
     on_extra: str | None
     clauses: list[Clause]
+    # The ON condition names the key columns in this order (any order must pair the same rows).
+    key_order: tuple[str, ...] = ()
 
     def duck_sql(self) -> str:
         on = " AND ".join(f"t.{k} = s.{k}" for k in self.layout.keys)
@@ -431,9 +433,11 @@ class MergeCase:
         return f"MERGE INTO t USING src AS s ON {on}\n  {body}\nRETURNING merge_action"
 
     def mere_on(self) -> str | None:
-        if self.on_extra is None:
+        order = self.key_order or tuple(self.layout.keys)
+        if self.on_extra is None and order == tuple(self.layout.keys):
             return None
-        return " AND ".join(f"t.{k} = s.{k}" for k in self.layout.keys) + f" AND {self.on_extra}"
+        on = " AND ".join(f"t.{k} = s.{k}" for k in order)
+        return on if self.on_extra is None else f"{on} AND {self.on_extra}"
 
 
 @st.composite
@@ -469,7 +473,7 @@ def merge_cases(draw: st.DrawFn, layout: Layout, key_exprs: bool = False) -> Mer
     on_extra = None
     if draw(st.integers(0, 5)) == 0:
         on_extra = draw(bool_expr(Scope(layout.columns, source_cols), depth=1))
-    return MergeCase(layout, target, source, on_extra, clauses)
+    return MergeCase(layout, target, source, on_extra, clauses, tuple(draw(st.permutations(layout.keys))))
 
 
 # -- running both ----------------------------------------------------------------------------------------
@@ -1536,3 +1540,28 @@ def test_merge_and_update_of_a_table_with_nested_columns(local_cat: mere.Catalog
     want[3] = {**want[3], "q": 6}
     got = {r["k"]: r for r in t.to_arrow().to_pylist()}
     assert got == want
+
+
+@pytest.mark.parametrize("buckets", [1, 64])
+def test_on_naming_a_composite_key_out_of_order_reads_the_right_buckets(
+    local_cat: mere.Catalog, buckets: int
+) -> None:
+    """Found in review: ``ON t.b = s.b AND t.a = s.a`` for primary key (a, b) hashed the source keys to
+    buckets in the ON's order, read the wrong bucket and deleted nothing (no error, a wrong table)."""
+    schema = pa.schema(
+        [
+            pa.field("a", pa.int64(), nullable=False),
+            pa.field("b", pa.string(), nullable=False),
+            pa.field("v", pa.int64()),
+        ]
+    )
+    t = local_cat.create_table("m.ordered", schema, primary_key=["a", "b"], buckets=buckets)
+    t.upsert(
+        pa.table({"a": list(range(40)), "b": [f"x{i}" for i in range(40)], "v": [0] * 40}, schema=schema)
+    )
+    gone = list(range(0, 40, 3))
+    source = pa.table({"a": gone, "b": [f"x{i}" for i in gone], "v": [1] * len(gone)}, schema=schema)
+    metrics = t.merge(source, on="t.b = s.b AND t.a = s.a").when_matched_delete().execute()
+    assert (metrics.deleted, metrics.inserted) == (len(gone), 0)
+    left = t.refresh().to_arrow().column("a").to_pylist()
+    assert sorted(left) == [i for i in range(40) if i not in gone]

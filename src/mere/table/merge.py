@@ -558,6 +558,8 @@ class MergePlan:
                 + " AND ".join(f"{m.target_alias}.{k} = {m.source_alias}.{k}" for k in self.spec.primary_key)
                 + "; other conditions may be ANDed to it"
             )
+        # In primary-key order, whatever the ON condition's order: key tuples are hashed to buckets in it.
+        pairs = {k: pairs[k] for k in self.spec.primary_key}
         extra: exp.Expression | None = None
         for c in rest:
             extra = c if extra is None else exp.And(this=extra, expression=c)
