@@ -201,17 +201,12 @@ def rows_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> 
     )
 
 
+TX_KINDS = ("upsert", "partial", "delete_keys", "delete_bare_keys", "delete_where", "update")
+
+
 def run_op(t: mere.Table, other: mere.Table, kind: str, arg: Any, logged: bool, step: int) -> None:
-    if kind == "upsert":
-        t.upsert(rows_table(arg))
-    elif kind == "partial":
-        t.upsert(rows_table(arg, ["k", "p", "v"]))
-    elif kind == "delete_keys":
-        t.delete(rows_table(arg, ["k", "p"]))
-    elif kind == "delete_bare_keys":
-        t.delete(pa.table({"k": pa.array(sorted(set(arg)), pa.int64())}))
-    elif kind == "delete_where":
-        t.delete(arg)
+    if kind in TX_KINDS:  # a table takes the same calls as a transaction
+        tx_op(t, kind, arg)
     elif kind == "merge":
         (
             t.merge(rows_table(arg), on="t.k = s.k AND t.p IS NOT DISTINCT FROM s.p")
@@ -226,8 +221,6 @@ def run_op(t: mere.Table, other: mere.Table, kind: str, arg: Any, logged: bool, 
             .when_matched_update_all()
             .execute()
         )
-    elif kind == "update":
-        t.update(set={"v": "coalesce(v, 0) + 1", "s": "'u'"}, where=arg)
     elif kind == "tx":
         with t.transaction() as tx:
             tx.delete(arg[0])

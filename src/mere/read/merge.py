@@ -56,9 +56,6 @@ class KeySet:
         self.sorted = None if found is None else sorted_unique(found)
         self._unique: pa.Table | None = None
 
-    def __len__(self) -> int:
-        return len(self.sorted) if self.sorted is not None else self.unique.num_rows
-
     @property
     def unique(self) -> pa.Table:
         """The distinct key tuples, as a table of the key columns."""
@@ -91,11 +88,6 @@ class KeySet:
         out = np.zeros(rows.num_rows, dtype=bool)
         out[np.asarray(hit.column(row).to_numpy())] = True
         return out
-
-
-def key_in(rows: pa.Table, wanted: pa.Table, keys: Sequence[str]) -> np.ndarray:
-    """Which of ``rows`` hold a key of ``wanted`` (see :class:`KeySet`)."""
-    return KeySet(wanted, keys).contains(rows)
 
 
 def key_positions(

@@ -258,7 +258,7 @@ class _Feed:
         """Rows at the start version of the touched keys, from the logs: each key's row in the log of
         the first commit of the range that touched it (absent there: the key was absent)."""
         if not logs:
-            return self._empty()
+            return self._schema_of_rows().empty_table()
         spec, storage = self.table.spec, self.table.storage
         parts = []
         for entry in logs:
@@ -274,9 +274,6 @@ class _Feed:
         found[found] = first[at[found]] == np.asarray(logged.column(_FIRST).to_numpy())[found]
         return logged.filter(pa.array(found)).select(self.columns)
 
-    def _empty(self) -> pa.Table:
-        return pa.schema([self.table.spec.schema.field(c) for c in self.columns]).empty_table()
-
     def _single(self, entry: FileEntry) -> tuple[pa.Table, pa.Table]:
         """The touched keys (with the version that added the file as both newest and first) and the rows
         at the end version of a file that alone changed its split."""
@@ -284,8 +281,7 @@ class _Feed:
         md = storage.metadata(entry.path, entry.size_bytes or None)
         raw = storage.read_row_groups(entry.path, range(md.num_row_groups), None, entry.size_bytes)
         version = pa.array(np.full(raw.num_rows, entry.added_version, np.int64))
-        keys = raw.select(self.keys).cast(pa.schema([spec.schema.field(k) for k in self.keys]))
-        keys = keys.append_column(VERSION_COLUMN, version).append_column(_FIRST, version)
+        keys = _as_keys(self.table, raw).append_column(VERSION_COLUMN, version).append_column(_FIRST, version)
         if entry.content == "delete":
             return keys, self._schema_of_rows().empty_table()
         alive = pc.not_equal(raw.column(OP_COLUMN), pa.scalar(OP_DELETE, pa.int8()))
@@ -378,8 +374,15 @@ def _file_keys(table: Table, entry: FileEntry) -> pa.Table:
     """The key columns of one file, in the table's key types."""
     keys = list(table.spec.primary_key)  # key columns are never renamed or retyped
     md = table.storage.metadata(entry.path, entry.size_bytes or None)
-    read = table.storage.read_row_groups(entry.path, range(md.num_row_groups), keys, entry.size_bytes)
-    return read.select(keys).cast(pa.schema([table.spec.schema.field(k) for k in keys]))
+    return _as_keys(
+        table, table.storage.read_row_groups(entry.path, range(md.num_row_groups), keys, entry.size_bytes)
+    )
+
+
+def _as_keys(table: Table, rows: pa.Table) -> pa.Table:
+    """The key columns of rows read from a file, in the table's key types."""
+    keys = list(table.spec.primary_key)
+    return rows.select(keys).cast(pa.schema([table.spec.schema.field(k) for k in keys]))
 
 
 def logs_changes(table: Table, added: Sequence[FileEntry], removes_files: bool) -> bool:

@@ -11,6 +11,7 @@ otherwise (see :mod:`mere.table.transaction`).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -677,18 +678,20 @@ class MergePlan:
             parts += [E.Compare(">=", key, low), E.Compare("<=", key, high)]
         return E.conjunction(parts)
 
+    @functools.cached_property
+    def _keyed_source(self) -> tuple[pa.Table, np.ndarray]:
+        """The source's key tuples without a NULL part (those match no target row), in primary-key order,
+        and the bucket of each: the buckets a MERGE reads and the keys each of them is probed for."""
+        from mere.hashing import bucket_ids
+
+        keys = self.source_keys.select(list(self.spec.primary_key)).drop_null()
+        return keys, bucket_ids(keys, self.spec.buckets) if keys.num_rows else np.zeros(0, np.int32)
+
     def _buckets(self) -> set[int] | None:
         """The buckets that can hold a source key (None: every bucket)."""
         if self.merge.full_scan:
             return None
-        from mere.hashing import bucket_ids
-
-        keys = self.source_keys.filter(
-            pc.and_(*[pc.is_valid(self.source_keys.column(k)) for k in self.spec.primary_key])
-            if len(self.spec.primary_key) > 1
-            else pc.is_valid(self.source_keys.column(self.spec.primary_key[0]))
-        )
-        return set(sorted_unique(bucket_ids(keys, self.spec.buckets)).tolist()) if keys.num_rows else set()
+        return set(sorted_unique(self._keyed_source[1]).tolist())
 
     def _scan(self, version: int) -> tuple[Any, list[Split]]:
         scan = self.merge.table.scan(columns=self.read_columns, filter=self._filter(), version=version)
@@ -705,7 +708,6 @@ class MergePlan:
         import os
         from concurrent.futures import ThreadPoolExecutor
 
-        from mere.hashing import bucket_ids
         from mere.read import lookup
         from mere.read.merge import KeySet
         from mere.read.planner import Explain
@@ -715,9 +717,8 @@ class MergePlan:
         _, opts = scan._plan(Explain(version))
         storage, spec, schema = scan.table.storage, scan.spec, scan.schema
         keys = list(self.spec.primary_key)
-        wanted = None if self.merge.full_scan else self.source_keys.select(keys)
+        wanted = None if self.merge.full_scan else self._keyed_source[0]
         if wanted is not None:
-            wanted = wanted.drop_null()  # a null key matches no target row: nothing to look up
             # Key indexes rule out row groups that hold no source key; a small source is looked up key
             # by key (the pages of its rows only) rather than read by row groups (mere.read.lookup).
             opts = replace(opts, keys=wanted, lookup=opts.lookup or wanted.num_rows <= MERGE_LOOKUP_KEYS)
@@ -726,7 +727,7 @@ class MergePlan:
         # A split holds the keys of its bucket only: each split's rows are matched against those.
         key_sets: dict[int, KeySet] = {}
         if wanted is not None:
-            buckets = bucket_ids(wanted, self.spec.buckets)
+            buckets = self._keyed_source[1]
             order = np.argsort(buckets, kind="stable")
             ranked = buckets[order]
             for bucket in sorted({s.bucket for s in splits}):
