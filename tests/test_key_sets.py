@@ -1,11 +1,13 @@
 """Key matching helpers (``mere.read.merge.KeySet`` / ``key_positions``, ``mere.arrays.sorted_unique``)
 against plain Python sets and dicts, over every key kind they take: signed and unsigned integers (values
-past 2**63 included), dates, timestamps, strings, composite keys, NULLs, sorted and unsorted rows."""
+past 2**63 included), dates, timestamps, strings, binaries, decimals, composite keys, NULLs, sorted and
+unsorted rows."""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,11 @@ KINDS: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {
         st.integers(-5, 5).map(lambda s: dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=s)),
     ),
     "string": (pa.string(), st.sampled_from(["", "a", "b", "é", "a\x00"])),
+    "binary": (pa.binary(), st.sampled_from([b"", b"\x00", b"\xff", b"a"])),
+    "decimal": (
+        pa.decimal128(9, 2),
+        st.sampled_from([Decimal("0.00"), Decimal("-1.50"), Decimal("9999999.99")]),
+    ),
 }
 
 
