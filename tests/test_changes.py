@@ -435,10 +435,12 @@ def test_logs_go_with_their_versions_and_failed_logs_leave_nothing(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     t = logged_table(tmp_path)
-    t.upsert(pa.table({"k": pa.array([1, 2, 3], pa.int64()), "v": ["x", "y", "z"]}))
     root = tmp_path / "a" / "t" if (tmp_path / "a" / "t").exists() else tmp_path
+    inserted = set(root.rglob("log-*"))  # the first upsert's log: its inserts
+    assert len(inserted) == 2
+    t.upsert(pa.table({"k": pa.array([1, 2, 3], pa.int64()), "v": ["x", "y", "z"]}))
     logs = [p for p in root.rglob("log-*")]
-    assert len(logs) == 2  # one per split with replaced rows
+    assert len(logs) == 4  # one per split with changed rows
     before = (t.version, t.to_arrow().sort_by("k"), sorted(p.name for p in root.rglob("*.parquet")))
 
     def broken(*args: Any, **kwargs: Any) -> Any:

@@ -70,6 +70,18 @@ class FileEntry:
 
 
 @dataclass(frozen=True)
+class VersionRangeChanges:
+    """What a catalog holds about the commits ``after < version <= upto`` of a table, read at once: the
+    table's newest and oldest readable versions, those commits (oldest first) and the files they added or
+    removed, each with the version that removed it (None: live at ``upto``)."""
+
+    current: int
+    oldest: int
+    commits: list[Snapshot]
+    files: list[tuple[FileEntry, int | None]]
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """One version of a table: when and how it was committed, and a summary of what changed.
 

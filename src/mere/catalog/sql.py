@@ -43,6 +43,7 @@ from mere.metadata import (
     FileEntry,
     Snapshot,
     TableRecord,
+    VersionRangeChanges,
     micros_to_datetime,
     now_micros,
 )
@@ -779,6 +780,33 @@ class SqlCatalog:
     def files_changed(self, table_id: int, after: int, upto: int) -> list[tuple[FileEntry, int | None]]:
         """Files added or removed by the commits ``after < version <= upto``, with the version that
         removed each (None: still live at ``upto``)."""
+        with self.engine.connect() as conn:
+            return self._files_changed(conn, table_id, after, upto)
+
+    @_wraps_database_errors("read the commits of a version range")
+    def version_range_changes(self, table_id: int, after: int, upto: int | None) -> VersionRangeChanges:
+        """The commits ``after < version <= upto`` (None: the newest version) and the files they changed,
+        with the table's version range, from one connection (a change feed's whole plan)."""
+        with self.engine.connect() as conn:
+            r = conn.execute(
+                sa.select(tables.c.version, tables.c.oldest_version).where(tables.c.id == table_id)
+            ).first()
+            if r is None:
+                raise NoSuchTable(f"table id {table_id} no longer exists")
+            current, oldest = int(r[0]), int(r[1])
+            last = current if upto is None else upto
+            q = (
+                sa.select(commits)
+                .where(commits.c.table_id == table_id, commits.c.version > after, commits.c.version <= last)
+                .order_by(commits.c.version)
+            )
+            snapshots = self._snapshots(conn, table_id, oldest, q, tags_needed=after < oldest)
+            files = self._files_changed(conn, table_id, after, last)
+        return VersionRangeChanges(current, oldest, snapshots, files)
+
+    def _files_changed(
+        self, conn: Connection, table_id: int, after: int, upto: int
+    ) -> list[tuple[FileEntry, int | None]]:
         q = (
             sa.select(files)
             .where(
@@ -790,13 +818,12 @@ class SqlCatalog:
             )
             .order_by(files.c.seq, files.c.id)
         )
-        with self.engine.connect() as conn:
-            out = []
-            for r in conn.execute(q):
-                removed = r.removed_version
-                gone = None if removed is None or int(removed) > upto else int(removed)
-                out.append((self._file(r), gone))
-            return out
+        out = []
+        for r in conn.execute(q):
+            removed = r.removed_version
+            gone = None if removed is None or int(removed) > upto else int(removed)
+            out.append((self._file(r), gone))
+        return out
 
     @_wraps_database_errors("list a table's files")
     def all_file_paths(self, table_id: int) -> set[str]:
@@ -832,13 +859,23 @@ class SqlCatalog:
             oldest = conn.execute(sa.select(tables.c.oldest_version).where(tables.c.id == table_id)).scalar()
             if oldest is None:
                 raise NoSuchTable(f"table id {table_id} no longer exists")
-            tagged = {
-                int(r[0]) for r in conn.execute(sa.select(tags.c.version).where(tags.c.table_id == table_id))
-            }
-            return [
-                _snapshot(r, expired=int(r.version) < int(oldest) and int(r.version) not in tagged)
-                for r in conn.execute(q)
-            ]
+            return self._snapshots(conn, table_id, int(oldest), q, tags_needed=True)
+
+    @staticmethod
+    def _snapshots(
+        conn: Connection, table_id: int, oldest: int, q: sa.Select[Any], tags_needed: bool
+    ) -> list[Snapshot]:
+        """The commits ``q`` selects, those before ``oldest`` and untagged marked expired (``tags_needed``
+        False: ``q`` selects none before ``oldest``)."""
+        tagged = (
+            {int(r[0]) for r in conn.execute(sa.select(tags.c.version).where(tags.c.table_id == table_id))}
+            if tags_needed
+            else set()
+        )
+        return [
+            _snapshot(r, expired=int(r.version) < oldest and int(r.version) not in tagged)
+            for r in conn.execute(q)
+        ]
 
     @_wraps_database_errors("read a version")
     def snapshot(self, table_id: int, version: int) -> Snapshot:

@@ -32,6 +32,12 @@ def _numpy_sortable(arr: pa.Array) -> np.ndarray | None:
     return None
 
 
+def numpy_sortable(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """A column's values as NumPy values that sort as Arrow sorts them (numbers, dates, timestamps,
+    booleans without NULLs), or None."""
+    return None if column.null_count else _numpy_sortable(_contiguous(column))
+
+
 def integer_keys(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
     """A key column as int64 NumPy values when its type is integer-like (integers, dates, timestamps) and
     it holds no null: equal keys give equal values, so keys can be matched by a sorted search."""

@@ -33,10 +33,10 @@ from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NoSuchVersion
 from mere.metadata import SEQ_SHIFT, FileEntry
 from mere.read.evolution import whole_file_as_table
-from mere.read.merge import KeySet, key_positions, sort_indices
+from mere.read.merge import KeySet, key_positions, numpy_sortable, sort_indices
 from mere.read.planner import Explain, plan_splits, split_filter
 from mere.read.reader import _filter, _plain
-from mere.spec import OP_COLUMN, OP_DELETE
+from mere.spec import FIELD_ID_KEY, OP_COLUMN, OP_DELETE
 from mere.table.scan import Scan
 from mere.write.writer import PreparedFile
 
@@ -50,6 +50,12 @@ INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "insert", "update_before", "update
 _ORDER = {DELETE: 0, UPDATE_BEFORE: 1, UPDATE_AFTER: 2, INSERT: 3}
 _FIRST = "\x00first"  # the first version of the range that touched a key
 SPLITS_PER_READ = 16  # touched splits read together (one plan per group, memory bounded by the group)
+# A change log (``changes.log=on``) holds, per split a commit changed, what the commit did to each key it
+# wrote: the row before it (deleted, updated or written back unchanged) and the row after it (updated or
+# inserted). Its ``_mere_op`` column holds the change kind (the codes are the feed's order of kinds).
+LOG_DELETE, LOG_BEFORE, LOG_AFTER, LOG_INSERT, LOG_UNCHANGED = range(5)
+LOG_FORMAT = 2  # the commit summary's ``change_log``; ``True`` marked logs of before-images only
+_BEFORE_KINDS = (LOG_DELETE, LOG_BEFORE, LOG_UNCHANGED)
 
 
 def change_feed(
@@ -71,7 +77,9 @@ def change_feed(
     for name, value in (("start_version", start_version), ("end_version", end_version)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise InvalidInput(f"{table.name}: {name} must be a non-negative integer, got {value!r}")
-    current, oldest = table._sql.version_range(table.record.id)
+    # One catalog read for the whole plan; the versions are checked against what it found.
+    found = table._sql.version_range_changes(table.record.id, start_version, end_version)
+    current, oldest = found.current, found.oldest
     end = table._version_within(end_version, current, oldest)
     start = table._version_within(start_version, current, oldest)
     if start > end:
@@ -93,7 +101,7 @@ def change_feed(
     )
     if start == end:
         return pa.RecordBatchReader.from_batches(schema, iter(()))
-    history = {s.version: s for s in table._sql.history(table.record.id, after=start, upto=end)}
+    history = {s.version: s for s in found.commits}
     gone = [v for v, snap in history.items() if snap.expired]
     if gone:  # e.g. a tagged start_version: readable itself, but the commits after it were expired
         raise NoSuchVersion(
@@ -105,7 +113,7 @@ def change_feed(
     replaced: set[tuple[str, int]] = set()  # splits where the range removed or partially wrote rows
     only = None if splits is None else set(splits)
     logs: dict[tuple[str, int], list[FileEntry]] = defaultdict(list)
-    for entry, removed in table._sql.files_changed(table.record.id, start, end):
+    for entry, removed in found.files:
         split = (entry.partition, entry.bucket)
         if only is not None and split not in only:
             continue
@@ -146,12 +154,41 @@ def change_feed(
         for split in from_added
         if all(e.added_version in logged for e in added_files[split])
     }
+    # A split that one commit of the range changed, and that commit logged its rows: its feed is that
+    # commit's log (no data file read, nothing compared).
+    from_log_rows = {}
+    for split, files in from_logs.items():
+        versions = {e.added_version for e in added_files[split]}
+        if len(versions) == 1:
+            (version,) = versions
+            if version is not None and history[version].internal.get("change_log") == LOG_FORMAT:
+                from_log_rows[split] = ([e for e in files if e.added_version == version], version)
     times = {v: s.committed_at for v, s in history.items()}
     full = pa.schema(
         [spec.schema.field(c).with_nullable(True) for c in read_columns] + list(schema)[len(out_columns) :]
     )
-    feed = _Feed(table, start, end, read_columns, predicate, full, times, out_columns, from_added, from_logs)
+    feed = _Feed(
+        table,
+        start,
+        end,
+        read_columns,
+        predicate,
+        full,
+        times,
+        out_columns,
+        from_added,
+        from_logs,
+        from_log_rows,
+    )
     return pa.RecordBatchReader.from_batches(schema, feed.batches(touched))
+
+
+class _Part:
+    """Feed rows of some touched keys: ``rows.take(at)``, of change kinds ``kind`` (codes of ``_ORDER``)
+    and versions ``versions``."""
+
+    def __init__(self, rows: pa.Table, at: np.ndarray, kind: np.ndarray, versions: np.ndarray) -> None:
+        self.rows, self.at, self.kind, self.versions = rows, at, kind, versions
 
 
 class _Feed:
@@ -167,9 +204,10 @@ class _Feed:
         out_columns: list[str],
         from_added: dict[tuple[str, int], list[FileEntry]],
         from_logs: dict[tuple[str, int], list[FileEntry]],
+        from_log_rows: dict[tuple[str, int], tuple[list[FileEntry], int]],
     ) -> None:
         self.table, self.start, self.end = table, start, end
-        self.from_added, self.from_logs = from_added, from_logs
+        self.from_added, self.from_logs, self.from_log_rows = from_added, from_logs, from_log_rows
         self.columns, self.predicate, self.schema, self.times = columns, predicate, schema, times
         self.out_names = [*out_columns, CHANGE_COLUMN, VERSION_COLUMN, COMMIT_TIME_COLUMN]
         # The splits of one partition share its values: a row is known by its key there.
@@ -182,29 +220,47 @@ class _Feed:
         pool = shared_pool("feed", cpu_workers())  # splits are independent: their files read in parallel
         for i in range(0, len(splits), SPLITS_PER_READ):
             chosen = splits[i : i + SPLITS_PER_READ]
+            from_log = [split for split in chosen if split in self.from_log_rows]
             # A split that one whole-row file of the range changed: the file holds its touched keys (each
             # once) and, but for its delete markers, their rows at the end version. Read once, no merge.
             single = [
                 split
                 for split in chosen
-                if split in self.from_added and len(self.from_added[split]) == 1 and len(touched[split]) == 1
+                if split not in self.from_log_rows
+                and split in self.from_added
+                and len(self.from_added[split]) == 1
+                and len(touched[split]) == 1
             ]
-            rest = [split for split in chosen if split not in single]
+            rest = [split for split in chosen if split not in single and split not in from_log]
+            # One hand-off for every file read of the group that needs no plan.
+            quick = pool.map(
+                lambda split: (
+                    self._log_rows(split) if split in self.from_log_rows else self._single_images(split)
+                ),
+                from_log + single,
+            )
             keys = dict(zip(rest, pool.map(lambda split: self._touched_keys(touched[split]), rest)))
+            parts: dict[tuple[str, int], _Part] = {}
             after_single: dict[tuple[str, int], pa.Table] = {}
-            for split, (split_keys, rows) in zip(
-                single, pool.map(lambda split: self._single(self.from_added[split][0]), single)
-            ):
-                keys[split], after_single[split] = split_keys, rows
-            merged = {split for split in chosen if split not in self.from_logs}
+            before: dict[tuple[str, int], pa.Table] = {}
+            for split, got in zip(from_log + single, quick):
+                if isinstance(got, _Part):
+                    parts[split] = got
+                    continue
+                keys[split], after_single[split], logged_rows = got
+                if logged_rows is not None:
+                    before[split] = logged_rows
+            compared = [split for split in chosen if split not in parts]
+            merged = {split for split in compared if split not in self.from_logs}
             # The after-image of a split read from its added files needs no key filter: they hold only
             # touched keys.
-            slow = merged | {split for split in chosen if split not in self.from_added}
+            slow = merged | {split for split in compared if split not in self.from_added}
             where = (
                 self._key_filter(pa.concat_tables([keys[split] for split in sorted(slow)])) if slow else None
             )
-            before = self.table.split_tables(self.start, merged, self.columns, where) if merged else {}
-            logged = [split for split in chosen if split in self.from_logs]
+            if merged:
+                before.update(self.table.split_tables(self.start, merged, self.columns, where))
+            logged = [split for split in compared if split in self.from_logs and split not in before]
             before.update(
                 zip(
                     logged,
@@ -213,15 +269,21 @@ class _Feed:
             )
             after = self._after(rest, where) if rest else {}
             after.update(after_single)
-            # The splits of a partition are compared at once (a key lives in one bucket): one pass of a
-            # few Arrow calls, not one per split.
+            # The splits of a partition are compared and ordered at once (a key lives in one bucket): one
+            # pass of a few Arrow calls, not one per split.
             for _, run in itertools.groupby(chosen, key=lambda split: split[0]):
                 together = list(run)
-                out = self._split(
-                    pa.concat_tables([keys[s] for s in together]),
-                    self._together([before[s] for s in together if s in before]),
-                    self._together([after[s] for s in together if s in after]),
-                )
+                found = [parts[s] for s in together if s in parts]
+                others = [s for s in together if s not in parts]
+                if others:
+                    found.append(
+                        self._compare(
+                            pa.concat_tables([keys[s] for s in others]),
+                            self._together([before[s] for s in others if s in before]),
+                            self._together([after[s] for s in others if s in after]),
+                        )
+                    )
+                out = self._emit(found)
                 if out.num_rows:
                     yield from out.to_batches()
 
@@ -237,7 +299,11 @@ class _Feed:
         """Rows of the feed's columns in their table types (dictionaries decoded, all nullable)."""
         schema = self._schema_of_rows()
         rows = _plain(rows, self.table.spec.schema).select(self.columns)
-        return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(rows.columns, schema)], schema=schema)
+        if rows.schema.equals(schema):
+            return rows
+        return pa.Table.from_arrays(
+            [_as_type(c, f.type) for c, f in zip(rows.columns, schema)], schema=schema
+        )
 
     def _after(self, chosen: list[tuple[str, int]], where: E.Expr | None) -> dict[tuple[str, int], pa.Table]:
         """Merged rows of the touched keys at the end version."""
@@ -254,39 +320,82 @@ class _Feed:
     def _key_filter(self, keys: pa.Table) -> E.Expr | None:
         return key_filter(self.keys, keys)
 
+    def _read_log(self, entry: FileEntry) -> tuple[pa.Table, np.ndarray | None, bool]:
+        """A log file's rows in the feed's columns, their change kinds (None: a log of before-images
+        only, as ``changes.log`` first wrote them) and whether it holds a column dropped since."""
+        spec, storage = self.table.spec, self.table.storage
+        md = storage.metadata(entry.path, entry.size_bytes or None)
+        raw = storage.read_row_groups(entry.path, range(md.num_row_groups), None, entry.size_bytes)
+        kind = None
+        if OP_COLUMN in raw.column_names:
+            kind = np.asarray(raw.column(OP_COLUMN).to_numpy())
+            raw = raw.drop_columns([OP_COLUMN])
+        current = {str(i).encode() for i in spec.field_ids.values()}
+        dropped = any(
+            f.metadata is not None and f.metadata.get(FIELD_ID_KEY, b"") not in current for f in raw.schema
+        )
+        return self._conformed(whole_file_as_table(raw, spec, md)), kind, dropped
+
+    def _log_rows(self, split: tuple[str, int]) -> _Part:
+        """The feed rows of a split that one logged commit of the range changed: its log, as written."""
+        logs, version = self.from_log_rows[split]
+        tables, kinds = [], []
+        for entry in logs:
+            rows, kind, dropped = self._read_log(entry)
+            assert kind is not None  # LOG_FORMAT logs carry their change kinds
+            kind = kind.astype(np.int64)
+            if dropped:
+                # A key updated only in columns dropped since is unchanged in the current ones. The log
+                # lists a key's row before right before its row after.
+                pair = np.flatnonzero(kind == LOG_BEFORE)
+                same = pair[_rows_equal(rows, pair, rows, pair + 1, self.columns)]
+                kind[same] = kind[same + 1] = LOG_UNCHANGED
+            tables.append(rows)
+            kinds.append(kind)
+        if not tables:  # e.g. deletes of keys the table did not hold: no change
+            return _Part(self._schema_of_rows().empty_table(), *(np.empty(0, np.int64),) * 3)
+        rows = pa.concat_tables(tables)
+        kind = np.concatenate(kinds)
+        at = np.flatnonzero(kind != LOG_UNCHANGED)
+        return _Part(rows, at, kind[at], np.full(len(at), version, np.int64))
+
     def _logged(self, logs: list[FileEntry], touched: pa.Table) -> pa.Table:
         """Rows at the start version of the touched keys, from the logs: each key's row in the log of
         the first commit of the range that touched it (absent there: the key was absent)."""
         if not logs:
             return self._schema_of_rows().empty_table()
-        spec, storage = self.table.spec, self.table.storage
         parts = []
         for entry in logs:
-            md = storage.metadata(entry.path, entry.size_bytes or None)
-            rows = storage.read_row_groups(entry.path, range(md.num_row_groups), None, entry.size_bytes)
-            rows = self._conformed(whole_file_as_table(rows, spec, md))
+            rows, kind, _ = self._read_log(entry)
+            if kind is not None:  # only the rows before the commit
+                rows = rows.filter(pa.array(np.isin(kind, _BEFORE_KINDS)))
             version = np.full(rows.num_rows, entry.added_version, np.int64)
             parts.append(rows.append_column(_FIRST, pa.array(version)))
         logged = pa.concat_tables(parts)
-        at = self._lookup(logged, touched)
         first = np.asarray(touched.column(_FIRST).to_numpy())
+        if len(logs) == 1 and len(first) and (first == logs[0].added_version).all():
+            # One commit's log and every touched key first touched by it: the log holds exactly their
+            # rows before it.
+            return logged.select(self.columns)
+        at = self._lookup(logged, touched)
         found = at >= 0
         found[found] = first[at[found]] == np.asarray(logged.column(_FIRST).to_numpy())[found]
         return logged.filter(pa.array(found)).select(self.columns)
 
+    def _single_images(self, split: tuple[str, int]) -> tuple[pa.Table, pa.Table, pa.Table | None]:
+        """:meth:`_single` of the split's one added file, and its before-image from the logs when the
+        split is logged (else None: merged at the start version)."""
+        keys, rows = self._single(self.from_added[split][0])
+        logs = self.from_logs.get(split)
+        return keys, rows, None if logs is None else self._logged(logs, keys)
+
     def _single(self, entry: FileEntry) -> tuple[pa.Table, pa.Table]:
         """The touched keys (with the version that added the file as both newest and first) and the rows
         at the end version of a file that alone changed its split."""
-        spec, storage = self.table.spec, self.table.storage
-        md = storage.metadata(entry.path, entry.size_bytes or None)
-        raw = storage.read_row_groups(entry.path, range(md.num_row_groups), None, entry.size_bytes)
-        version = pa.array(np.full(raw.num_rows, entry.added_version, np.int64))
-        keys = _as_keys(self.table, raw).append_column(VERSION_COLUMN, version).append_column(_FIRST, version)
-        if entry.content == "delete":
-            return keys, self._schema_of_rows().empty_table()
-        alive = pc.not_equal(raw.column(OP_COLUMN), pa.scalar(OP_DELETE, pa.int8()))
-        rows = whole_file_as_table(raw.drop_columns([OP_COLUMN]), spec, md)
-        return keys, self._conformed(rows.filter(alive))
+        keys, rows = written_rows(self.table, [entry])
+        version = pa.array(np.full(keys.num_rows, entry.added_version, np.int64))
+        keys = keys.append_column(VERSION_COLUMN, version).append_column(_FIRST, version)
+        return keys, self._conformed(rows)
 
     def _touched_keys(self, files: list[tuple[FileEntry, int]]) -> pa.Table:
         """Each touched key of the split with the newest and the first version of the range that touched
@@ -310,36 +419,40 @@ class _Feed:
             .rename_columns([*self.keys, VERSION_COLUMN, _FIRST])
         )
 
-    def _split(self, touched: pa.Table, before: pa.Table, after: pa.Table) -> pa.Table:
-        """The feed rows of the touched keys (each once in ``touched``) from their merged rows at the start
-        and the end: positions among the touched keys, then one NumPy sort, no joins of whole rows."""
-        row_before = self._lookup(touched, before)
-        row_after = self._lookup(touched, after)
-        was, now = row_before >= 0, row_after >= 0
-        both = np.flatnonzero(was & now)
-        old = before.take(pa.array(row_before[both]))
-        new = after.take(pa.array(row_after[both]))
-        changed = ~_rows_equal(old.select(self.columns), new.select(self.columns))
-        if not changed.all():
-            both = both[changed]
-            mask = pa.array(changed)
-            old, new = old.filter(mask), new.filter(mask)
-        gone, came = np.flatnonzero(was & ~now), np.flatnonzero(now & ~was)
-        at = np.concatenate([gone, both, both, came])  # the touched key of each output row
-        if not len(at):
+    def _compare(self, touched: pa.Table, before: pa.Table, after: pa.Table) -> _Part:
+        """The feed rows of the touched keys (each once in ``touched``, with its newest version) from their
+        merged rows at the start and the end."""
+        rows, at, kind, key = compare_images(touched, before, after, self.keys, self.columns, unchanged=False)
+        versions = np.asarray(touched.column(VERSION_COLUMN).to_numpy())[key]
+        return _Part(rows, at, kind, versions)
+
+    def _emit(self, parts: list[_Part]) -> pa.Table:
+        """Feed rows of some parts, ordered by version, then key, then change kind, in the feed's schema
+        (one take of the rows, one NumPy sort)."""
+        parts = [p for p in parts if len(p.at)]
+        if not parts:
             return self.schema.empty_table().select(self.out_names)
-        kind = np.repeat(np.arange(4, dtype=np.int64), [len(gone), len(both), len(both), len(came)])
-        parts = [before.take(pa.array(row_before[gone])), old, new, after.take(pa.array(row_after[came]))]
-        rows = pa.concat_tables([p.select(self.columns) for p in parts])
-        versions = np.asarray(touched.column(VERSION_COLUMN).to_numpy())[at]
-        key_rank = np.empty(touched.num_rows, dtype=np.int64)
-        key_rank[sort_indices([touched.column(k) for k in self.keys])] = np.arange(touched.num_rows)
-        order = np.lexsort((kind, key_rank[at], versions))  # by version, then key, then change kind
+        offsets = np.cumsum([0] + [p.rows.num_rows for p in parts[:-1]])
+        at = np.concatenate([p.at + offset for p, offset in zip(parts, offsets)])
+        kind = np.concatenate([p.kind for p in parts])
+        versions = np.concatenate([p.versions for p in parts])
+        rows = (
+            pa.concat_tables([p.rows.select(self.columns) for p in parts])
+            if len(parts) > 1
+            else parts[0].rows
+        )
+        # A key's rows come in order of change kind in every part (a log is in key and kind order; a
+        # comparison lists its rows kind by kind), and a key is in one part: a stable sort by version and
+        # key keeps them so.
+        by: list[pa.Array | np.ndarray] = [_rows_of(rows.column(k), at) for k in self.keys]
+        if versions.min() != versions.max():
+            by.insert(0, versions)
+        order = sort_indices(by)
         versions, kind = versions[order], kind[order]
+        rows = rows.select(self.columns).take(pa.array(at[order]))
         seen = sorted_unique(versions)
         stamps = pa.array([self.times[int(v)] for v in seen], pa.timestamp("us", tz="UTC"))
-        rows = rows.take(pa.array(order))
-        cols = [rows.column(c).cast(self.schema.field(c).type) for c in self.columns]
+        cols = [_as_type(rows.column(c), self.schema.field(c).type) for c in self.columns]
         cols += [
             pa.array(list(_ORDER)).take(pa.array(kind)),
             pa.array(versions, pa.int64()),
@@ -353,9 +466,53 @@ class _Feed:
     def _lookup(self, left: pa.Table, right: pa.Table) -> np.ndarray:
         """For each row of ``left``, the row of ``right`` with the same key, or -1 (keys are unique in
         ``right``)."""
-        at = key_positions(left, right, self.keys, right_unique=True)
-        assert at is not None
-        return at
+        return _positions(left, right, self.keys)
+
+
+def _positions(left: pa.Table, right: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    at = key_positions(left, right, keys, right_unique=True)
+    assert at is not None
+    return at
+
+
+def compare_images(
+    touched: pa.Table,
+    before: pa.Table,
+    after: pa.Table,
+    keys: Sequence[str],
+    columns: Sequence[str],
+    unchanged: bool,
+) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+    """What happened to each touched key (each once in ``touched``) between its row in ``before`` and its
+    row in ``after`` (absent: the key was absent): ``(rows, at, kind, key)``, where output row ``i`` is
+    ``rows.take(at)[i]``, of change kind ``kind[i]`` (a code of ``_ORDER``, or ``LOG_UNCHANGED`` for a
+    key present and equal at both, listed only when ``unchanged``), for touched key ``key[i]``. ``rows``
+    is ``before`` followed by ``after``."""
+    row_before = _positions(touched, before, keys)
+    row_after = _positions(touched, after, keys)
+    was, now = row_before >= 0, row_after >= 0
+    both = np.flatnonzero(was & now)
+    same = _rows_equal(before, row_before[both], after, row_after[both], columns)
+    kept = both[same] if unchanged else both[:0]
+    both = both[~same]
+    gone, came = np.flatnonzero(was & ~now), np.flatnonzero(now & ~was)
+    key = np.concatenate([gone, both, both, came, kept])
+    kind = np.repeat(
+        np.array([LOG_DELETE, LOG_BEFORE, LOG_AFTER, LOG_INSERT, LOG_UNCHANGED], dtype=np.int64),
+        [len(gone), len(both), len(both), len(came), len(kept)],
+    )
+    shift = before.num_rows  # rows of ``after`` follow those of ``before``
+    at = np.concatenate(
+        [
+            row_before[gone],
+            row_before[both],
+            row_after[both] + shift,
+            row_after[came] + shift,
+            row_before[kept],
+        ]
+    )
+    rows = pa.concat_tables([before.select(list(columns)), after.select(list(columns))])
+    return rows, at, kind, key
 
 
 def key_filter(key_columns: Sequence[str], keys: pa.Table) -> E.Expr | None:
@@ -399,42 +556,148 @@ def logs_changes(table: Table, added: Sequence[FileEntry], removes_files: bool) 
     )
 
 
+def written_rows(table: Table, entries: Sequence[FileEntry]) -> tuple[pa.Table, pa.Table]:
+    """The keys the whole-row or delete-marker files ``entries`` (of one split, oldest first) hold, each
+    once, and the rows they leave for them (a key whose newest entry is a delete marker has none)."""
+    spec, storage = table.spec, table.storage
+    keys, rows, alive = [], [], []
+    for entry in entries:
+        md = storage.metadata(entry.path, entry.size_bytes or None)
+        raw = storage.read_row_groups(entry.path, range(md.num_row_groups), None, entry.size_bytes)
+        keys.append(_as_keys(table, raw))
+        if entry.content == "delete":
+            alive.append(np.zeros(raw.num_rows, dtype=bool))
+            continue
+        alive.append(np.asarray(raw.column(OP_COLUMN).to_numpy()) != OP_DELETE)
+        rows.append(whole_file_as_table(raw.drop_columns([OP_COLUMN]), spec, md))
+    if len(entries) == 1:  # a file holds each key once
+        (live,) = alive
+        kept = rows[0] if rows else None
+        if kept is not None and not live.all():
+            kept = kept.filter(pa.array(live))
+        return keys[0], kept if kept is not None else _empty_rows(table)
+    # Several files: each key's newest entry (files are oldest first, a file holds a key once).
+    both = pa.concat_tables(keys)
+    row = "\x00row"
+    numbered = both.append_column(row, pa.array(np.arange(both.num_rows, dtype=np.int64)))
+    grouped = numbered.group_by(list(spec.primary_key), use_threads=False).aggregate([(row, "max")])
+    newest = np.sort(np.asarray(grouped.column(f"{row}_max").to_numpy()))
+    live = np.concatenate(alive)
+    chosen = np.zeros(both.num_rows, dtype=bool)
+    chosen[newest] = True
+    # Rows of the data files, numbered as ``both`` is (delete files hold no rows).
+    data_rows, offset = [], 0
+    for entry, live_of, key_part in zip(entries, alive, keys):
+        if entry.content != "delete":
+            data_rows.append(np.arange(offset, offset + len(live_of)))
+        offset += key_part.num_rows
+    taken = np.concatenate(data_rows) if data_rows else np.empty(0, np.int64)
+    if not rows:
+        return both.take(pa.array(newest)), _empty_rows(table)
+    whole = pa.concat_tables([_plain(r, spec.schema).select(spec.schema.names) for r in rows])
+    keep = (chosen & live)[taken]
+    return both.take(pa.array(newest)), whole.filter(pa.array(keep))
+
+
+def _empty_rows(table: Table) -> pa.Table:
+    return table.spec.schema.empty_table()
+
+
 def write_change_log(table: Table, base: int, added: Sequence[FileEntry]) -> list[FileEntry]:
-    """The rows at ``base`` of the keys the ``added`` files hold (the rows the commit replaces or deletes),
-    one log file per split that had any. The commit must also check that no concurrent commit changed
-    those splits since ``base`` (``Table._rows_unchanged``), so the rows are those it replaces."""
+    """What the commit adding the ``added`` files (whole rows and delete markers, oldest first) does to
+    each key they hold, against the rows at ``base``: one log file per split with any row before or
+    after (``LOG_*`` kinds in ``_mere_op``). The commit must also check that no concurrent commit changed
+    those splits since ``base`` (``Table._rows_unchanged``), so the rows before are those it replaces."""
     spec = table.spec
     keys = list(spec.primary_key)
     columns = list(spec.identity_columns) + [c for c in spec.schema.names if c not in spec.identity_columns]
-    by_split: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
+    by_split: dict[tuple[str, int], list[FileEntry]] = defaultdict(list)
     for entry in added:
-        by_split[(entry.partition, entry.bucket)].append(_file_keys(table, entry))
-    split_keys = {split: pa.concat_tables(parts) for split, parts in by_split.items()}
-    splits = sorted(split_keys)
+        by_split[(entry.partition, entry.bucket)].append(entry)
+    splits = sorted(by_split)
+    pool = shared_pool("feed", cpu_workers())
+    images = dict(zip(splits, pool.map(lambda split: written_rows(table, by_split[split]), splits)))
     prepared = []
     for i in range(0, len(splits), SPLITS_PER_READ):  # memory bounded as the feed's reads are
         chosen = splits[i : i + SPLITS_PER_READ]
-        where = key_filter(keys, pa.concat_tables([split_keys[split] for split in chosen]))
+        where = key_filter(keys, pa.concat_tables([images[split][0] for split in chosen]))
         before = table.split_tables(base, set(chosen), columns, where)
         for split in chosen:
+            touched, after = images[split]
+            if not touched.num_rows:
+                continue
             rows = before.pop(split, None)
             if rows is None or not rows.num_rows:
+                rows = _empty_rows(table)
+            else:
+                rows = _plain(rows, spec.schema).select(spec.schema.names)
+                hit = KeySet(touched, keys).contains(rows)
+                if not hit.all():
+                    rows = rows.filter(pa.array(hit))
+            after = _plain(after, spec.schema).select(spec.schema.names)
+            rows = pa.Table.from_arrays(
+                [_as_type(c, f.type) for c, f in zip(rows.columns, spec.schema)], schema=spec.schema
+            )
+            after = pa.Table.from_arrays(
+                [_as_type(c, f.type) for c, f in zip(after.columns, spec.schema)], schema=spec.schema
+            )
+            both, at, kind, _ = compare_images(touched, rows, after, keys, spec.schema.names, unchanged=True)
+            if not len(at):
                 continue
-            hit = KeySet(split_keys[split], keys).contains(rows)
-            if not hit.any():
-                continue
-            rows = _plain(rows, spec.schema).filter(pa.array(hit))
-            rows = rows.sort_by([(k, "ascending") for k in keys]).select(spec.schema.names)
-            prepared.append(PreparedFile(json.loads(split[0]), split[1], rows, "log"))
+            taken = pa.array(at)
+            order = sort_indices([both.column(k).take(taken) for k in keys] + [kind])
+            log = both.take(pa.array(at[order])).append_column(
+                pa.field(OP_COLUMN, pa.int8(), nullable=False), pa.array(kind[order].astype(np.int8))
+            )
+            prepared.append(PreparedFile(json.loads(split[0]), split[1], log, "log"))
     return table._write_files(prepared)
 
 
-def _rows_equal(a: pa.Table, b: pa.Table) -> np.ndarray:
-    """Row-wise equality of two aligned tables (see :func:`_values_equal`)."""
-    same = np.ones(a.num_rows, dtype=bool)
-    for name in a.column_names:
-        same &= _values_equal(a.column(name).combine_chunks(), b.column(name).combine_chunks())
+def _rows_equal(
+    a: pa.Table, a_rows: np.ndarray, b: pa.Table, b_rows: np.ndarray, columns: Sequence[str]
+) -> np.ndarray:
+    """Whether row ``a_rows[i]`` of ``a`` equals row ``b_rows[i]`` of ``b`` in every one of ``columns``
+    (see :func:`_values_equal`). Numbers and times without NULLs are compared in NumPy, without taking
+    the rows out first."""
+    same = np.ones(len(a_rows), dtype=bool)
+    if not len(a_rows):
+        return same
+    a_take, b_take = pa.array(a_rows), pa.array(b_rows)
+    for name in columns:
+        x, y = a.column(name), b.column(name)
+        if _numpy_comparable(x.type) and x.null_count == 0 and y.null_count == 0:
+            xs = np.asarray(x.to_numpy())[a_rows]
+            ys = np.asarray(y.to_numpy())[b_rows]
+            if pa.types.is_floating(x.type):
+                with np.errstate(invalid="ignore"):
+                    same &= ((xs == ys) & (np.signbit(xs) == np.signbit(ys))) | (np.isnan(xs) & np.isnan(ys))
+            else:
+                same &= xs == ys
+        else:
+            same &= _values_equal(x.take(a_take).combine_chunks(), y.take(b_take).combine_chunks())
     return same
+
+
+def _rows_of(column: pa.ChunkedArray, at: np.ndarray) -> pa.Array | np.ndarray:
+    """``column.take(at)``, in NumPy where the values sort there as in Arrow (numbers, dates and
+    timestamps without NULLs)."""
+    values = numpy_sortable(column)
+    return column.take(pa.array(at)) if values is None else values[at]
+
+
+def _numpy_comparable(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_date(kind)
+        or pa.types.is_timestamp(kind)
+        or pa.types.is_duration(kind)
+        or pa.types.is_time(kind)
+    )
+
+
+def _as_type(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
+    return column if column.type == kind else column.cast(kind)
 
 
 def _values_equal(x: pa.Array, y: pa.Array) -> np.ndarray:
