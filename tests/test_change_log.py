@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import itertools
+import json
 import math
 import os
 import threading
@@ -18,13 +19,22 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mere
 from mere import errors
-from mere.table.changes import LOG_FORMAT
+from mere.spec import OP_COLUMN
+from mere.table.changes import (
+    LOG_AFTER,
+    LOG_BEFORE,
+    LOG_DELETE,
+    LOG_FORMAT,
+    LOG_INSERT,
+    LOG_UNCHANGED,
+)
 
 
 def examples(n: int) -> settings:
@@ -1192,5 +1202,84 @@ def test_follow_over_logged_and_unlogged_commits(tmp_path: Path) -> None:
         (4, [(2, "delete", "a2")]),
         (5, []),
         (6, [(2, "insert", "c2"), (4, "update_after", "c4"), (4, "update_before", "b4")]),
+    ]
+    check_all_pairs(t)
+
+
+def first_format_log(table: mere.Table, base: int, added: Any) -> list[Any]:
+    """A log as ``changes.log`` first wrote it: the rows at ``base`` of the keys the commit wrote, no
+    change kinds (the commit marked ``change_log: True``)."""
+    from mere.read.merge import KeySet
+    from mere.table.changes import written_rows
+    from mere.write.writer import PreparedFile
+
+    spec = table.spec
+    by_split: dict[tuple[str, int], list[Any]] = {}
+    for entry in added:
+        by_split.setdefault((entry.partition, entry.bucket), []).append(entry)
+    prepared = []
+    for split, entries in sorted(by_split.items()):
+        touched, _ = written_rows(table, entries)
+        rows = table.split_tables(base, {split}, spec.schema.names).get(split)
+        if rows is None or not rows.num_rows:
+            continue
+        rows = rows.filter(pa.array(KeySet(touched, list(spec.primary_key)).contains(rows)))
+        rows = pa.Table.from_arrays(
+            [c.cast(f.type) for c, f in zip(rows.columns, spec.schema)], schema=spec.schema
+        )
+        prepared.append(PreparedFile(json.loads(split[0]), split[1], rows.sort_by("k"), "log"))
+    return table._write_files(prepared)
+
+
+def test_logs_of_the_first_format_still_serve_feeds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables logged before logs held change kinds: their before-images are merged with the data files
+    (no shortcut), alone and in ranges mixing both formats, and give the unlogged twin's feeds."""
+    from mere.table import transaction as tx_module
+
+    twins = [
+        small_table(tmp_path / name, log=log, buckets=2) for name, log in (("old", "on"), ("plain", "off"))
+    ]
+    steps = [
+        lambda t: t.upsert(small([1, 2, 3, 4], "a")),
+        lambda t: t.upsert(small([2, 3, 5], "b")),
+        lambda t: t.delete(small([1, 9], "", p="a").select(["k", "p"])),
+        lambda t: t.upsert(small([3, 4], "b")),  # 3 written back unchanged
+        lambda t: t.upsert(small([1, 6], "c")),
+        lambda t: t.upsert(small([2, 6], "d")),
+        lambda t: t.delete(small([5], "", p="a").select(["k", "p"])),
+    ]
+    with monkeypatch.context() as patch:
+        patch.setattr(tx_module, "write_change_log", first_format_log)
+        patch.setattr(tx_module, "LOG_FORMAT", True)
+        for step in steps[:4]:
+            for t in twins:
+                step(t)
+    for step in steps[4:]:  # written in the current format
+        for t in twins:
+            step(t)
+    old, plain = (t.refresh() for t in twins)
+    marks = [s.internal.get("change_log") for s in old.history()[1:]]
+    assert marks == [True] * 4 + [LOG_FORMAT] * 3
+    for a, b in itertools.combinations_with_replacement(range(old.version + 1), 2):
+        assert feed_list(old, a, b) == feed_list(plain, a, b), (a, b)
+    check_all_pairs(old)
+
+
+def test_a_log_holds_what_its_commit_did_to_each_key(tmp_path: Path) -> None:
+    t = small_table(tmp_path, buckets=1)
+    t.upsert(small([1, 2, 3], "a"))
+    t.upsert(pa.concat_tables([small([1], "a"), small([2, 4], "b")]))  # 1 unchanged, 2 updated, 4 new
+    t.delete(small([3, 7], "", p="a").select(["k", "p"]))  # 7 was never there
+    logs = sorted(log_files(tmp_path), key=lambda p: p.stat().st_mtime_ns)
+    got = [[(r["k"], r["v"], r[OP_COLUMN]) for r in pq.read_table(p).to_pylist()] for p in logs]
+    assert got == [
+        [(1, "a1", LOG_INSERT), (2, "a2", LOG_INSERT), (3, "a3", LOG_INSERT)],
+        [(1, "a1", LOG_UNCHANGED), (2, "a2", LOG_BEFORE), (2, "b2", LOG_AFTER), (4, "b4", LOG_INSERT)],
+        [(3, "a3", LOG_DELETE)],
+    ]
+    assert feed_list(t, 1, 2) == [
+        ("p='a'", "k=2", "v='a2'", "_change='update_before'", "_version=2"),
+        ("p='a'", "k=2", "v='b2'", "_change='update_after'", "_version=2"),
+        ("p='a'", "k=4", "v='b4'", "_change='insert'", "_version=2"),
     ]
     check_all_pairs(t)
