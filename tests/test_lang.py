@@ -1176,3 +1176,10 @@ def test_sums_and_products_keep_sql_evaluation_order() -> None:
     table = pa.table({"id": [0, 1], "d": [1e308, 1.0], "i": pa.array([18, 2], pa.int8())})
     for text in ("(((1.5e0 + (-8)) - d) + ((d + i) + (d + i)))", "(d * 1e10) * 1e-10"):
         check_value(table, text)
+
+
+@pytest.mark.parametrize("text", ["d % (-3)", "d % 3", "(-d) % 2.5", "f % d", "d % f", "3 % d"])
+def test_float_modulo_is_exact_as_duckdb_s(text: str) -> None:
+    # Found by the differential test: a - trunc(a / b) * b gave 0.0 for 1e308 % -3 (DuckDB: 2.0).
+    table = make_table([{"d": 1e308, "f": 1.5}, {"d": -1160.25, "f": -0.0}, {"d": float("inf"), "f": 7.0}])
+    check_value(table, text)

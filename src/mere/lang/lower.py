@@ -46,6 +46,9 @@ _COMPARE_OPS: dict[type[exp.Expression], E.CompareOp] = {
 _FLIP: dict[E.CompareOp, E.CompareOp] = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
+_HAS_REMAINDER = "remainder" in pc.list_functions()  # not in older pyarrow
+
+
 def sql_text(node: exp.Expression) -> str:
     """``node`` as SQL text in mere's dialect."""
     return node.sql(dialect=MereDialect)
@@ -590,6 +593,8 @@ class Lowering:
             )
             return self.call("subtract_checked", [left, self.call("multiply_checked", [quotient, right])])
         a, b = self.cast(left, pa.float64()), self.cast(right, pa.float64())
+        if _HAS_REMAINDER:  # C's fmod: exact where a - trunc(a / b) * b rounds (1e308 % -3 is 2.0)
+            return self.call("remainder", [a, b])
         quotient = self.call("trunc", [self.call("divide", [a, b])])
         rest = self.call("subtract", [a, self.call("multiply", [quotient, b])])
         # fmod's zero has the dividend's sign (-3 % -1 is -0.0); a * 0.0 is that zero
