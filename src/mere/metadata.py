@@ -61,7 +61,7 @@ class FileEntry:
     bucket: int
     row_count: int
     size_bytes: int
-    content: str = "data"  # "data", "delete" (delete markers only) or "log" (a commit's before-images)
+    content: str = "data"  # "data", "delete" (delete markers only) or "log" (what a commit did to its keys)
     columns: list[str] | None = None  # present columns when the file holds a subset (partial upsert)
     order: int = 0  # order among the files of one commit
     seq: int | None = None  # explicit sequence (compaction keeps its inputs' newest sequence)

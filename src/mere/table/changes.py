@@ -615,11 +615,11 @@ def write_change_log(table: Table, base: int, added: Sequence[FileEntry]) -> lis
     for entry in added:
         by_split[(entry.partition, entry.bucket)].append(entry)
     splits = sorted(by_split)
-    pool = shared_pool("feed", cpu_workers())
-    images = dict(zip(splits, pool.map(lambda split: written_rows(table, by_split[split]), splits)))
+    pool = shared_pool("change-log", cpu_workers())  # a pool of its own: feeds never queue behind it
     prepared = []
     for i in range(0, len(splits), SPLITS_PER_READ):  # memory bounded as the feed's reads are
         chosen = splits[i : i + SPLITS_PER_READ]
+        images = dict(zip(chosen, pool.map(lambda split: written_rows(table, by_split[split]), chosen)))
         where = key_filter(keys, pa.concat_tables([images[split][0] for split in chosen]))
         before = table.split_tables(base, set(chosen), columns, where)
         for split in chosen:
