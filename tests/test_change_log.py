@@ -31,8 +31,8 @@ from mere.table.changes import (
     LOG_AFTER,
     LOG_BEFORE,
     LOG_DELETE,
-    LOG_FORMAT,
     LOG_INSERT,
+    LOG_SUMMARY_KEY,
     LOG_UNCHANGED,
 )
 
@@ -119,6 +119,11 @@ def check_pair(
     assert not same, f"keys equal at {a} and {b} appear in the feed: {same}"
     assert all(a < v <= b for v in feed.column("_version").to_pylist())
     return feed
+
+
+def is_logged(snapshot: Any) -> bool:
+    """Whether a commit logged its changes (in either format)."""
+    return bool(snapshot.internal.get("change_log") or snapshot.internal.get(LOG_SUMMARY_KEY))
 
 
 def log_files(root: Path) -> list[Path]:
@@ -731,7 +736,7 @@ def test_a_concurrent_commit_to_another_bucket_needs_no_retry(tmp_path: Path) ->
         other.compact(min_files=1)  # compaction of any split changes no row: no conflict either
     t = t.refresh()
     assert t.history()[-1].summary["read_version"] == base  # committed on its first attempt
-    assert t.history()[-1].internal.get("change_log") == LOG_FORMAT
+    assert t.history()[-1].internal.get(LOG_SUMMARY_KEY) is True
     check_all_pairs(t)
     assert feed_list(t, base) == feed_list(t.refresh(), base)
     rows = sorted((r["k"], r["_change"], r["v"]) for r in t.changes(base).read_all().to_pylist())
@@ -798,7 +803,7 @@ def test_concurrent_threads_upserting_the_same_keys_lose_no_commit(tmp_path: Pat
     assert not failures
     t = t.refresh()
     assert sorted(versions) == list(range(2, 20)) and t.version == 19
-    assert all(s.internal.get("change_log") for s in t.history()[1:])
+    assert all(is_logged(s) for s in t.history()[1:])
     assert all(s.summary["read_version"] == s.version - 1 for s in t.history()[2:])
     assert {r["k"] for r in t.to_arrow().to_pylist()} == {*range(6), 10, 11, 12}
     snaps = {v: by_identity(t.to_arrow(version=v), ["p", "k"], SMALL.names) for v in range(t.version + 1)}
@@ -979,8 +984,8 @@ def test_a_transaction_turning_the_log_on_or_off_with_its_write(tmp_path: Path) 
     t.upsert(small([4], "e"))
     t.set_properties({"changes.log": "on"})
     t.upsert(small([4, 5], "f"))
-    assert t.history()[3].internal.get("change_log") == LOG_FORMAT
-    assert not t.history()[-3].internal.get("change_log")
+    assert t.history()[3].internal.get(LOG_SUMMARY_KEY) is True
+    assert not is_logged(t.history()[-3])
     check_all_pairs(t)
 
 
@@ -993,12 +998,12 @@ def test_rollback_brings_back_the_property_of_its_version(tmp_path: Path) -> Non
     t = t.refresh()
     assert t.properties.get("changes.log", "off") == "off"
     t.upsert(small([2], "c"))
-    assert not t.history()[-1].internal.get("change_log")
+    assert not is_logged(t.history()[-1])
     t.rollback(3)
     t = t.refresh()
     assert t.properties["changes.log"] == "on"
     t.upsert(small([1, 2], "d"))
-    assert t.history()[-1].internal.get("change_log") == LOG_FORMAT
+    assert t.history()[-1].internal.get(LOG_SUMMARY_KEY) is True
     check_all_pairs(t)
 
 
@@ -1034,7 +1039,7 @@ def test_upsert_evolve_and_spark_style_stages_with_stale_handles(tmp_path: Path)
     wide = small([2, 4], "d").append_column("extra", pa.array([7, 8], pa.int64()))
     t.upsert(wide, evolve=True)
     t = t.refresh()
-    assert all(s.internal.get("change_log") for s in t.history()[1:])
+    assert all(is_logged(s) for s in t.history()[1:])
     worker = worker.refresh()
     worker.upsert(small([1], "e").append_column("extra", pa.array([9], pa.int64())))
     # The feed speaks the current columns: before-images logged before 'extra' existed read it as NULL.
@@ -1114,7 +1119,7 @@ def test_cdc_batches_with_repeated_keys(
         for t in tables:
             t.upsert(data)
     logged, plain = (t.refresh() for t in tables)
-    assert all(s.internal.get("change_log") for s in logged.history()[1:] if s.summary.get("added_files"))
+    assert all(is_logged(s) for s in logged.history()[1:] if s.summary.get("added_files"))
     names = ["k", "v"]
     snaps = {v: by_identity(logged.to_arrow(version=v), ["k"], names) for v in range(logged.version + 1)}
     for a, b in itertools.combinations(range(logged.version + 1), 2):
@@ -1250,7 +1255,7 @@ def test_logs_of_the_first_format_still_serve_feeds(tmp_path: Path, monkeypatch:
     ]
     with monkeypatch.context() as patch:
         patch.setattr(tx_module, "write_change_log", first_format_log)
-        patch.setattr(tx_module, "LOG_FORMAT", True)
+        patch.setattr(tx_module, "LOG_SUMMARY_KEY", "change_log")
         for step in steps[:4]:
             for t in twins:
                 step(t)
@@ -1258,8 +1263,8 @@ def test_logs_of_the_first_format_still_serve_feeds(tmp_path: Path, monkeypatch:
         for t in twins:
             step(t)
     old, plain = (t.refresh() for t in twins)
-    marks = [s.internal.get("change_log") for s in old.history()[1:]]
-    assert marks == [True] * 4 + [LOG_FORMAT] * 3
+    marks = [(s.internal.get("change_log"), s.internal.get(LOG_SUMMARY_KEY)) for s in old.history()[1:]]
+    assert marks == [(True, None)] * 4 + [(None, True)] * 3
     for a, b in itertools.combinations_with_replacement(range(old.version + 1), 2):
         assert feed_list(old, a, b) == feed_list(plain, a, b), (a, b)
     check_all_pairs(old)

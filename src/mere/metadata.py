@@ -16,7 +16,7 @@ from typing import Any
 SEQ_SHIFT = 24  # file sequence = (commit version << SEQ_SHIFT) | order of the file within its commit
 
 # Summary keys the commit protocol keeps for conflict detection; not part of the public summary.
-INTERNAL_SUMMARY_KEYS = frozenset({"partitions", "splits", "sum_max", "change_log"})
+INTERNAL_SUMMARY_KEYS = frozenset({"partitions", "splits", "sum_max", "change_log", "change_log_rows"})
 
 
 def now_micros() -> int:

@@ -54,7 +54,10 @@ SPLITS_PER_READ = 16  # touched splits read together (one plan per group, memory
 # wrote: the row before it (deleted, updated or written back unchanged) and the row after it (updated or
 # inserted). Its ``_mere_op`` column holds the change kind (the codes are the feed's order of kinds).
 LOG_DELETE, LOG_BEFORE, LOG_AFTER, LOG_INSERT, LOG_UNCHANGED = range(5)
-LOG_FORMAT = 2  # the commit summary's ``change_log``; ``True`` marked logs of before-images only
+# The summary key of a commit whose logs hold change kinds. Commits marked ``change_log`` logged the rows
+# before them only; a mere that knows only that key merges the commits marked with this one instead of
+# reading their logs (it would take their rows after for rows before).
+LOG_SUMMARY_KEY = "change_log_rows"
 _BEFORE_KINDS = (LOG_DELETE, LOG_BEFORE, LOG_UNCHANGED)
 
 
@@ -147,7 +150,8 @@ def change_feed(
     logged = {
         v
         for v, snap in history.items()
-        if max(start, oldest - 1) < v <= end and snap.internal.get("change_log")
+        if max(start, oldest - 1) < v <= end
+        and (snap.internal.get("change_log") or snap.internal.get(LOG_SUMMARY_KEY))
     }
     from_logs = {
         split: logs.get(split, [])
@@ -161,7 +165,7 @@ def change_feed(
         versions = {e.added_version for e in added_files[split]}
         if len(versions) == 1:
             (version,) = versions
-            if version is not None and history[version].internal.get("change_log") == LOG_FORMAT:
+            if version is not None and history[version].internal.get(LOG_SUMMARY_KEY):
                 from_log_rows[split] = ([e for e in files if e.added_version == version], version)
     times = {v: s.committed_at for v, s in history.items()}
     full = pa.schema(
@@ -342,12 +346,13 @@ class _Feed:
         tables, kinds = [], []
         for entry in logs:
             rows, kind, dropped = self._read_log(entry)
-            assert kind is not None  # LOG_FORMAT logs carry their change kinds
+            assert kind is not None  # these logs carry their change kinds
             kind = kind.astype(np.int64)
             if dropped:
                 # A key updated only in columns dropped since is unchanged in the current ones. The log
                 # lists a key's row before right before its row after.
                 pair = np.flatnonzero(kind == LOG_BEFORE)
+                assert (kind[pair + 1] == LOG_AFTER).all(), entry.path  # written in key, then kind order
                 same = pair[_rows_equal(rows, pair, rows, pair + 1, self.columns)]
                 kind[same] = kind[same + 1] = LOG_UNCHANGED
             tables.append(rows)

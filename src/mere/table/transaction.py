@@ -56,7 +56,7 @@ from mere.read.evolution import whole_file_as_table
 from mere.read.planner import split_filter
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import OP_DELETE, TableSpec, validate_properties
-from mere.table.changes import LOG_FORMAT, logs_changes, write_change_log
+from mere.table.changes import LOG_SUMMARY_KEY, logs_changes, write_change_log
 from mere.table.write_checks import WriteChecks, split_label
 from mere.write.writer import PreparedFile, conform, prepare
 
@@ -330,7 +330,7 @@ class Transaction:
         )
         if logged:
             validators.append(t._rows_unchanged(add))
-            extra["change_log"] = LOG_FORMAT
+            extra[LOG_SUMMARY_KEY] = True
         summary = {
             "read_version": base,
             "added_files": len(add),
