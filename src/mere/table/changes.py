@@ -188,11 +188,21 @@ def change_feed(
 
 
 class _Part:
-    """Feed rows of some touched keys: ``rows.take(at)``, of change kinds ``kind`` (codes of ``_ORDER``)
-    and versions ``versions``."""
+    """Feed rows of some touched keys: ``rows.take(at)``, of change kinds ``kind`` (codes of ``_ORDER``),
+    versions ``versions`` and splits ``split`` (ranks among the splits emitted together). ``ordered``:
+    the rows are in the feed's order already (one split, one version, in key and kind order)."""
 
-    def __init__(self, rows: pa.Table, at: np.ndarray, kind: np.ndarray, versions: np.ndarray) -> None:
-        self.rows, self.at, self.kind, self.versions = rows, at, kind, versions
+    def __init__(
+        self,
+        rows: pa.Table,
+        at: np.ndarray,
+        kind: np.ndarray,
+        versions: np.ndarray,
+        split: np.ndarray,
+        ordered: bool = False,
+    ) -> None:
+        self.rows, self.at, self.kind, self.versions, self.split = rows, at, kind, versions, split
+        self.ordered = ordered
 
 
 class _Feed:
@@ -277,14 +287,22 @@ class _Feed:
             # pass of a few Arrow calls, not one per split.
             for _, run in itertools.groupby(chosen, key=lambda split: split[0]):
                 together = list(run)
-                found = [parts[s] for s in together if s in parts]
+                rank = {split: i for i, split in enumerate(together)}
+                found = []
+                for split in together:  # in split order: parts in the feed's order need no sort
+                    if split in parts:
+                        part = parts[split]
+                        part.split = np.full(len(part.at), rank[split], np.int64)
+                        found.append(part)
                 others = [s for s in together if s not in parts]
                 if others:
+                    touched_keys = [keys[s] for s in others]
                     found.append(
                         self._compare(
-                            pa.concat_tables([keys[s] for s in others]),
+                            pa.concat_tables(touched_keys),
                             self._together([before[s] for s in others if s in before]),
                             self._together([after[s] for s in others if s in after]),
+                            np.repeat([rank[s] for s in others], [k.num_rows for k in touched_keys]),
                         )
                     )
                 out = self._emit(found)
@@ -358,11 +376,12 @@ class _Feed:
             tables.append(rows)
             kinds.append(kind)
         if not tables:  # e.g. deletes of keys the table did not hold: no change
-            return _Part(self._schema_of_rows().empty_table(), *(np.empty(0, np.int64),) * 3)
+            return _Part(self._schema_of_rows().empty_table(), *(np.empty(0, np.int64),) * 4)
         rows = pa.concat_tables(tables)
         kind = np.concatenate(kinds)
         at = np.flatnonzero(kind != LOG_UNCHANGED)
-        return _Part(rows, at, kind[at], np.full(len(at), version, np.int64))
+        # Logs are written in key, then kind order.
+        return _Part(rows, at, kind[at], np.full(len(at), version, np.int64), at[:0], ordered=len(logs) == 1)
 
     def _logged(self, logs: list[FileEntry], touched: pa.Table) -> pa.Table:
         """Rows at the start version of the touched keys, from the logs: each key's row in the log of
@@ -424,16 +443,17 @@ class _Feed:
             .rename_columns([*self.keys, VERSION_COLUMN, _FIRST])
         )
 
-    def _compare(self, touched: pa.Table, before: pa.Table, after: pa.Table) -> _Part:
-        """The feed rows of the touched keys (each once in ``touched``, with its newest version) from their
-        merged rows at the start and the end."""
+    def _compare(self, touched: pa.Table, before: pa.Table, after: pa.Table, split: np.ndarray) -> _Part:
+        """The feed rows of the touched keys (each once in ``touched``, with its newest version, of splits
+        ``split``) from their merged rows at the start and the end."""
         rows, at, kind, key = compare_images(touched, before, after, self.keys, self.columns, unchanged=False)
         versions = np.asarray(touched.column(VERSION_COLUMN).to_numpy())[key]
-        return _Part(rows, at, kind, versions)
+        return _Part(rows, at, kind, versions, split[key])
 
     def _emit(self, parts: list[_Part]) -> pa.Table:
-        """Feed rows of some parts, ordered by version, then key, then change kind, in the feed's schema
-        (one take of the rows, one NumPy sort)."""
+        """Feed rows of some parts (in split order), split by split, each ordered by version, then key,
+        then change kind, in the feed's schema (one NumPy sort and one take of the rows, none where the
+        parts are in that order already)."""
         parts = [p for p in parts if len(p.at)]
         if not parts:
             return self.schema.empty_table().select(self.out_names)
@@ -444,17 +464,22 @@ class _Feed:
         rows = (
             pa.concat_tables([p.rows.select(self.columns) for p in parts])
             if len(parts) > 1
-            else parts[0].rows
+            else parts[0].rows.select(self.columns)
         )
-        # A key's rows come in order of change kind in every part (a log is in key and kind order; a
-        # comparison lists its rows kind by kind), and a key is in one part: a stable sort by version and
-        # key keeps them so.
-        by: list[pa.Array | np.ndarray] = [_rows_of(rows.column(k), at) for k in self.keys]
-        if versions.min() != versions.max():
-            by.insert(0, versions)
-        order = sort_indices(by)
-        versions, kind = versions[order], kind[order]
-        rows = rows.select(self.columns).take(pa.array(at[order]))
+        if not all(p.ordered for p in parts):
+            # A key's rows come in order of change kind in every part (a log is in key and kind order; a
+            # comparison lists its rows kind by kind), and a key is in one split: a stable sort by split,
+            # version and key keeps them so.
+            by: list[pa.Array | np.ndarray] = [_rows_of(rows.column(k), at) for k in self.keys]
+            if versions.min() != versions.max():
+                by.insert(0, versions)
+            split = np.concatenate([p.split for p in parts])
+            if split.min() != split.max():
+                by.insert(0, split)
+            order = sort_indices(by)
+            versions, kind, at = versions[order], kind[order], at[order]
+        if len(at) != rows.num_rows or (np.diff(at) != 1).any():  # else every row, in order
+            rows = rows.take(pa.array(at))
         seen = sorted_unique(versions)
         stamps = pa.array([self.times[int(v)] for v in seen], pa.timestamp("us", tz="UTC"))
         cols = [_as_type(rows.column(c), self.schema.field(c).type) for c in self.columns]
