@@ -1565,3 +1565,17 @@ def test_on_naming_a_composite_key_out_of_order_reads_the_right_buckets(
     assert (metrics.deleted, metrics.inserted) == (len(gone), 0)
     left = t.refresh().to_arrow().column("a").to_pylist()
     assert sorted(left) == [i for i in range(40) if i not in gone]
+
+
+def test_the_oracle_refuses_a_target_row_matched_twice() -> None:
+    """The differential tests take DuckDB's word that a MERGE changing a target row twice is an error
+    (mere raises MergeConflict). DuckDB 2.0.1 dropped that error (pyproject excludes it): this says so
+    plainly where an oracle without it is installed."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (k INTEGER, q INTEGER)")
+    con.execute("INSERT INTO t VALUES (0, NULL)")
+    with pytest.raises(duckdb.Error, match="more than once"):
+        con.execute(
+            "MERGE INTO t USING (SELECT * FROM (VALUES (0, 1), (0, 2)) v(k, x)) s ON t.k = s.k "
+            "WHEN MATCHED THEN UPDATE SET q = s.x"
+        )
