@@ -1,5 +1,6 @@
-"""Automatic compaction (``compaction.auto`` / ``compaction.min-files``): splits stay small, no write is
-lost or failed by it, and a compaction racing writer processes loses no commit."""
+"""Automatic compaction (``compaction.auto`` / ``compaction.min-files`` /
+``compaction.size-amplification-percent``): splits stay small, no write is lost or failed by it, and a
+compaction racing writer processes loses no commit."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_inline_policy_keeps_splits_small_and_rows_right(tmp_path: Path) -> None
 
 
 def test_off_by_default_and_explicit_call(tmp_path: Path) -> None:
-    t = make(tmp_path)
+    t = make(tmp_path, **{"compaction.size-amplification-percent": "100000"})  # the file count alone
     for i in range(7):
         t.upsert(batch(list(range(10 * i, 10 * i + 10))))  # ten keys: both buckets get a file
     assert files_per_split(t) == 7  # no policy: nothing folded
@@ -150,10 +151,10 @@ def test_policy_calls_check_their_version(tmp_path: Path) -> None:
             t.compaction_due(bad)  # type: ignore[arg-type]
         with pytest.raises(errors.MereError):
             t.auto_compact(bad)  # type: ignore[arg-type]
-    assert t.compaction_due(1) is None and t.auto_compact(1) is None
+    assert t.compaction_due(1) == [] and t.auto_compact(1) is None
     keyless = mere.connect(str(tmp_path)).create_table("a.plain", SCHEMA)
     keyless.append(batch([1]))
-    assert keyless.compaction_due() is None
+    assert keyless.compaction_due() == []
 
 
 def test_one_background_compaction_per_table_at_a_time(tmp_path: Path) -> None:
@@ -166,3 +167,91 @@ def test_one_background_compaction_per_table_at_a_time(tmp_path: Path) -> None:
         if thread.name.startswith("mere-auto-compact"):
             thread.join(timeout=60)
     assert sorted(r["k"] for r in t.refresh().to_arrow().to_pylist()) == list(range(30))
+
+
+def runs_per_split(t: mere.Table) -> dict[tuple[str, int], int]:
+    seqs: dict[tuple[str, int], set[int]] = {}
+    for f in t.files_at(t.version):
+        seqs.setdefault((f.partition, f.bucket), set()).add(f.seq)
+    return {split: len(s) for split, s in seqs.items()}
+
+
+def due_by_size(t: mere.Table, percent: int) -> list[tuple[str, int]]:
+    """The size-tiered rule, from the catalog's file sizes: runs (files of one sequence) besides the
+    largest hold ``percent`` of its bytes or more."""
+    runs: dict[tuple[str, int], Counter[int]] = {}
+    for f in t.files_at(t.version):
+        runs.setdefault((f.partition, f.bucket), Counter())[f.seq] += f.size_bytes
+    return sorted(
+        split
+        for split, sizes in runs.items()
+        if len(sizes) > 1
+        and (sum(sizes.values()) - max(sizes.values())) * 100 >= percent * max(sizes.values())
+    )
+
+
+def test_size_tiered_rule_folds_a_split_whose_small_runs_outweigh_its_largest(tmp_path: Path) -> None:
+    """With the file count out of the way, a split is folded when its runs besides the largest hold
+    200% of the largest's bytes: written in equal parts, at about 3 parts, then about 9, not at each
+    write."""
+    t = mere.connect(str(tmp_path)).create_table(
+        "a.t", SCHEMA, primary_key="k", buckets=1, properties={"compaction.min-files": "1000"}
+    )
+    compactions = []
+    for i in range(12):
+        t.upsert(batch(list(range(2000 * i, 2000 * i + 2000))))  # equal parts, new keys
+        due = t.compaction_due()
+        assert due == due_by_size(t, 200)
+        if due:
+            compactions.append(i + 1)
+            assert t.auto_compact() is not None
+            assert t.compaction_due() == []
+    assert 1 <= len(compactions) <= 2 and compactions[0] in (3, 4), compactions
+    assert len(t.to_arrow()) == 24_000
+    with pytest.raises(errors.InvalidInput, match="size-amplification"):
+        t.set_properties({"compaction.size-amplification-percent": "0"})
+    for percent in (1, 50, 100, 400):
+        t.set_properties({"compaction.size-amplification-percent": str(percent)})
+        assert t.compaction_due() == due_by_size(t, percent)
+
+
+def test_a_split_compacted_into_several_files_is_one_run_and_not_due_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compaction cuts its output into files of CHUNK_ROWS rows, all of the compaction's sequence: they
+    are one run, so a big split compacted into min-files files or more is not folded again by every
+    later commit (it was, when files were counted)."""
+    from mere.table import compaction
+
+    monkeypatch.setattr(compaction, "CHUNK_ROWS", 50)
+    # Small row groups and merge windows: the compaction's output comes in many chunks.
+    props = {"write.row-group-rows": "20", "read.whole-split-bytes": "0", "read.window-bytes": "1000"}
+    t = make(tmp_path, **props, **{"compaction.min-files": "3"})
+    for i in range(4):
+        t.upsert(batch(list(range(200 * i, 200 * i + 200))))
+    assert t.compact() is not None
+    assert files_per_split(t) >= 3 and set(runs_per_split(t).values()) == {1}
+    before = t.version
+    assert t.compaction_due() == [] and t.auto_compact() is None and t.compact() is None
+    t.set_properties({"compaction.auto": "inline"})
+    t.upsert(batch([1]))
+    assert t.version == before + 2  # the property and the upsert, no compaction
+    assert t.compact(min_files=3) is None  # two runs: the compaction's and the upsert's
+    assert t.compact() is not None and set(runs_per_split(t).values()) == {1}
+
+
+def test_compact_checks_its_splits_argument(tmp_path: Path) -> None:
+    t = make(tmp_path)
+    t.upsert(batch([1, 2, 3]))
+    t.upsert(batch([1, 2, 3]))
+    version = t.version
+    for bad in ("{}", [("{}",)], [("{}", "0")], [(0, "{}")], [("{}", True)], 5):
+        with pytest.raises(errors.InvalidInput, match="splits"):
+            t.compact(splits=bad)  # type: ignore[arg-type]
+    assert t.version == version
+    assert t.compact(splits=[("{}", 99)]) is None  # no such split: nothing to do
+    some = sorted(runs_per_split(t))[:1]
+    assert t.compact(splits=some) is not None
+    assert runs_per_split(t)[some[0]] == 1 and all(
+        n == 2 for s, n in runs_per_split(t).items() if s not in some
+    )

@@ -373,6 +373,28 @@ def files_per_split(t: mere.Table) -> Counter[tuple[str, int]]:
     return Counter(zip(files.column("partition").to_pylist(), files.column("bucket").to_pylist()))
 
 
+def policy_due(t: mere.Table, min_files: int, percent: int = 200) -> list[tuple[str, int]]:
+    """The splits the compaction policy folds, by its documented rules, from the catalog's files: those
+    with ``min_files`` runs (files of one sequence) or more, or whose runs besides the largest hold
+    ``percent`` of its bytes; when any is due, those with delete markers too."""
+    runs: dict[tuple[str, int], Counter[int]] = {}
+    marked = set()
+    for f in t.files_at(t.version):
+        runs.setdefault((f.partition, f.bucket), Counter())[f.seq] += f.size_bytes
+        if f.content == "delete":
+            marked.add((f.partition, f.bucket))
+    due = {
+        split
+        for split, sizes in runs.items()
+        if len(sizes) >= min_files
+        or (
+            len(sizes) > 1
+            and (sum(sizes.values()) - max(sizes.values())) * 100 >= percent * max(sizes.values())
+        )
+    }
+    return sorted(due | marked) if due else []
+
+
 def compaction_folds_to_one_file() -> bool:
     """Compaction writes one file per split (tests may shrink its chunks to get several)."""
     return compaction.CHUNK_ROWS > MAX_KEY + 1
@@ -828,7 +850,7 @@ class LakeMachine(RuleBasedStateMachine):
         ``min-files`` files is compacted right away, in a second commit that changes no row."""
         t = self.t_last if name == "last" else self.t_ops
         before, files = t.version, t.files().num_rows
-        due = mode == "inline" and max(files_per_split(t).values(), default=0) >= min_files
+        due = mode == "inline" and bool(policy_due(t, min_files))
         t.set_properties({"compaction.auto": mode, "compaction.min-files": str(min_files)})
         self.props[name].update({"compaction.auto": mode, "compaction.min-files": str(min_files)})
         assert t.compaction_policy == (mode, min_files)
@@ -850,14 +872,14 @@ class LakeMachine(RuleBasedStateMachine):
         min_files = t.compaction_policy[1]
         assert min_files == int(self.props[name].get("compaction.min-files", 8))
         due = t.compaction_due()
-        assert due == (min_files if max(files_per_split(t).values(), default=0) >= min_files else None)
+        assert due == policy_due(t, min_files)
         result = t.auto_compact()
-        assert (result is None) == (due is None) == (t.version == before)
+        assert (result is None) == (not due) == (t.version == before)
         if result is not None:
             assert result.operation == "compact" and result.version == t.version
             if compaction_folds_to_one_file():
                 assert t.files().num_rows < files
-                assert t.compaction_due() is None
+                assert t.compaction_due() == []
         with pytest.raises(NoSuchVersion):
             t.auto_compact(t.version + 1)
         assert t.version == before + (result is not None)
@@ -1048,7 +1070,7 @@ class LakeMachine(RuleBasedStateMachine):
             assert readable == list(range(self.oldest[name], t.version + 1)), (t.name, readable)
             if name != "plain" and self.props[name].get("compaction.auto") == "inline":
                 # Every commit compacted what it left due (unless compaction writes several files).
-                assert t.compaction_due() is None or not compaction_folds_to_one_file(), t.name
+                assert t.compaction_due() == [] or not compaction_folds_to_one_file(), t.name
 
     @precondition(lambda self: len(self.versions["last"]) > 1)
     @invariant()

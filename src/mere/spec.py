@@ -184,6 +184,7 @@ PROPERTIES: dict[str, tuple[str, Any]] = {
         lambda v: v.lower() if v.lower() in ("off", "inline", "background") else _bad(),
     ),
     "compaction.min-files": ("an integer of at least 2", lambda v: _positive(int(v) - 1) + 1),
+    "compaction.size-amplification-percent": ("a positive integer (percent)", lambda v: _positive(int(v))),
     "changes.log": (
         "off, or on (each write of whole rows records the rows it replaces, for fast change feeds)",
         lambda v: v.lower() if v.lower() in ("off", "on") else _bad(),

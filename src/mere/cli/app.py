@@ -713,13 +713,14 @@ def rollback_command(state: State, table: str, version: int | None, tag: str | N
     type=click.IntRange(min=1),
     default=2,
     show_default=True,
-    help="Fold splits with at least this many files (or any delete markers).",
+    help="Fold splits with at least this many sorted runs (files; those of one compaction count once) or any delete markers.",
 )
 @click.option("--partition", multiple=True, metavar="COL=VALUE", help="Only this partition; repeatable.")
 @click.option(
     "--auto",
     is_flag=True,
-    help="Follow the table's policy: compact only when a split holds compaction.min-files files (default 8).",
+    help="Follow the table's policy (compaction.min-files, compaction.size-amplification-percent): compact "
+    "only the splits it finds due.",
 )
 @json_flag
 @click.pass_obj
@@ -754,12 +755,12 @@ def compact_command(
             raise
         return results
 
-    due: int | None = None
-    if auto:  # for cron or an orchestrator: nothing happens until the policy says so
-        due = t.compaction_due()
-        min_files = due if due is not None else t.compaction_policy[1]
+    due = t.compaction_due() if auto else None  # for cron or an orchestrator: the policy decides
     with progress:
-        result = None if auto and due is None else t.compact(min_files=min_files, partition=wanted, run=run)
+        if due is None:
+            result = t.compact(min_files=min_files, partition=wanted, run=run)
+        else:
+            result = t.compact(partition=wanted, run=run, splits=due) if due else None
     info: dict[str, Any] = {"table": t.name, "compacted": result is not None}
     if result is not None:
         info |= {
@@ -770,9 +771,11 @@ def compact_command(
         }
     if as_json:
         _print_json(info)
+    elif result is None and auto:
+        sys.stdout.write(f"nothing to compact in {t.name}: its compaction policy finds no split due\n")
     elif result is None:
         sys.stdout.write(
-            f"nothing to compact in {t.name}: no split has {min_files}+ files or delete markers\n"
+            f"nothing to compact in {t.name}: no split has {min_files}+ runs or delete markers\n"
         )
     else:
         sys.stdout.write(

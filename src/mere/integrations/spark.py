@@ -961,8 +961,9 @@ def compact(
     """Compact a table with Spark: one task per split folds its files, the driver commits once.
 
     The same as :meth:`mere.Table.compact` for tables too big for one machine. Returns None when no split
-    has ``min_files`` files. A commit that loses a race against an overwrite or another compaction plans
-    again; a failed job commits nothing, and files of killed tasks are removed by :meth:`mere.Table.cleanup`.
+    has ``min_files`` sorted runs (files; those one compaction wrote count once). A commit that loses a
+    race against an overwrite or another compaction plans again; a failed job commits nothing, and files
+    of killed tasks are removed by :meth:`mere.Table.cleanup`.
     """
     ref = TableRef.from_options(_location(table, warehouse, catalog, storage_options))
     target = ref.open()

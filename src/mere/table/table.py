@@ -10,8 +10,8 @@ import math
 import re
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +60,10 @@ log = logging.getLogger(__name__)
 
 ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
 _BACKGROUND_COMPACTIONS: dict[str, threading.Lock] = {}  # per table: one background compaction at a time
-AUTO_COMPACT_MIN_FILES = 8  # compaction.min-files default: a split is folded when it holds this many files
+AUTO_COMPACT_MIN_FILES = 8  # compaction.min-files default: a split is folded when it holds this many runs
+# compaction.size-amplification-percent default: a split is folded when its runs besides the largest hold
+# this percentage of the largest's bytes (size-tiered: a split rewritten at 3x, 9x, ... its first size).
+AUTO_COMPACT_SIZE_AMPLIFICATION = 200
 SCAN_OPTIONS = ("threads", "parallel", "window_bytes", "queue_batches")
 STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
 
@@ -808,11 +811,15 @@ class Table:
         min_files: int = 2,
         partition: Mapping[str, Any] | None = None,
         run: Callable[[Sequence[CompactionTask]], list[list[FileEntry]]] | None = None,
+        splits: Collection[tuple[str, int]] | None = None,
     ) -> CommitResult | None:
         """Fold each bucket's files into merged files; readers then merge less. Returns None if nothing to do.
 
-        Splits with at least ``min_files`` files (or any delete markers) are folded, optionally only in one
-        partition. The new files keep the sequence of the newest file they replace, so writes that commit
+        Splits with at least ``min_files`` sorted runs (or any delete markers) are folded, optionally only
+        in one partition or only the ``splits`` given as (partition JSON, bucket) pairs (as
+        :meth:`compaction_due` returns them). A run is a file, or all the files one compaction wrote (its
+        output, cut into files of ``CHUNK_ROWS`` rows, is folded already). The new files keep the sequence
+        of the newest file they replace, so writes that commit
         meanwhile still merge on top of them. Old files stay for time travel until :meth:`expire`.
         ``run`` executes the tasks and returns each one's files, in task order (default: here, one after
         another); an engine passes its own to spread them (see ``mere.integrations.spark.compact``). The
@@ -823,7 +830,7 @@ class Table:
             raise InvalidInput(f"{self.name}: run must be a function of the compaction tasks, got {run!r}")
 
         def attempt() -> CommitResult | None:
-            plan = self.plan_compaction(min_files, partition)
+            plan = self.plan_compaction(min_files, partition, splits)
             if not plan.remove:
                 return None
             return self.commit_compaction(plan, (run or self._run_compaction)(plan.tasks))
@@ -869,26 +876,49 @@ class Table:
         mode = props.get("compaction.auto", "off").lower()
         return mode, int(props.get("compaction.min-files", AUTO_COMPACT_MIN_FILES))
 
-    def compaction_due(self, version: int | None = None) -> int | None:
-        """``compaction.min-files`` when a split of ``version`` (default: the newest) holds that many files
-        or more, else None."""
+    @property
+    def compaction_size_amplification(self) -> int:
+        """``compaction.size-amplification-percent`` of this table, default filled in."""
+        props = self.spec.properties
+        return int(props.get("compaction.size-amplification-percent", AUTO_COMPACT_SIZE_AMPLIFICATION))
+
+    def compaction_due(self, version: int | None = None) -> list[tuple[str, int]]:
+        """The splits, as (partition JSON, bucket) pairs, that the table's compaction policy folds at
+        ``version`` (default: the newest); empty when none is due.
+
+        A split is due when it holds ``compaction.min-files`` sorted runs or more (default 8), or when its
+        runs besides the largest hold ``compaction.size-amplification-percent`` percent of the largest's
+        bytes or more (default 200: size-tiered, so a split written in equal parts is rewritten at 3, 9,
+        27, ... parts, not at every write). A run is a file, or all the files one compaction wrote. When
+        any split is due, those holding delete markers are folded too."""
         if not self.spec.has_primary_key:
-            return None  # tables without a key have nothing to fold
+            return []  # tables without a key have nothing to fold
         base = self.resolve_version(version)
-        min_files = self.compaction_policy[1]
-        per_split = Counter((f.partition, f.bucket) for f in self.files_at(base))
-        return min_files if per_split and max(per_split.values()) >= min_files else None
+        min_files, percent = self.compaction_policy[1], self.compaction_size_amplification
+        runs: dict[tuple[str, int], Counter[int]] = defaultdict(Counter)
+        marked: set[tuple[str, int]] = set()
+        for f in self.files_at(base):
+            split = (f.partition, f.bucket)
+            runs[split][f.seq if f.seq is not None else -1 - len(runs[split])] += f.size_bytes
+            if f.content == "delete":
+                marked.add(split)
+        due = set()
+        for split, sizes in runs.items():
+            largest = max(sizes.values())
+            rest = sum(sizes.values()) - largest
+            if len(sizes) >= min_files or (len(sizes) > 1 and rest * 100 >= percent * largest):
+                due.add(split)
+        return sorted(due | marked) if due else []
 
     def auto_compact(self, version: int | None = None) -> CommitResult | None:
-        """Compact by the table's policy: when a split of ``version`` (default: the newest) holds
-        ``compaction.min-files`` files or more (default 8), fold every such split (and those with delete
-        markers). Returns None when no split needs it or when compaction failed (logged as a warning:
-        the data is unchanged and a later write or call tries again)."""
+        """Compact by the table's policy: fold the splits :meth:`compaction_due` names at ``version``
+        (default: the newest). Returns None when no split needs it or when compaction failed (logged as a
+        warning: the data is unchanged and a later write or call tries again)."""
         if version is not None:
             self.resolve_version(version)  # a bad or unknown version raises, before anything runs
         try:
-            min_files = self.compaction_due(version)
-            return None if min_files is None else self.compact(min_files=min_files)
+            due = self.compaction_due(version)
+            return self.compact(splits=due) if due else None
         except Exception as e:  # a policy run must never fail the write that triggered it
             logging.getLogger("mere").warning(
                 "%s: automatic compaction failed (%s); data unchanged", self.name, e
@@ -905,25 +935,32 @@ class Table:
         return results
 
     def plan_compaction(
-        self, min_files: int = 2, partition: Mapping[str, Any] | None = None
+        self,
+        min_files: int = 2,
+        partition: Mapping[str, Any] | None = None,
+        splits: Collection[tuple[str, int]] | None = None,
     ) -> CompactionPlan:
         """The splits :meth:`compact` would fold now, as picklable tasks for workers to run."""
         _check_count(self.name, "min_files", min_files)
         wanted = self._wanted_partition(partition)
+        only = self._wanted_splits(splits)
         base = self.version
         if not self.spec.has_primary_key:
             return CompactionPlan(self.name, self.record.uuid, base, (), (), ())
-        splits, opts = self.scan(version=base)._plan(Explain(base))
+        planned, opts = self.scan(version=base)._plan(Explain(base))
         ids = {f.path: f.id for f in self.files_at(base)}
         storage_options = tuple(sorted(self.storage.storage_options.items()))
         tasks: list[CompactionTask] = []
         remove: list[int] = []
         partitions: set[str] = set()
-        for split in splits:
+        for split in planned:
             values = dict(split.partition)
             if wanted is not None and any(values.get(c) != v for c, v in wanted.items()):
                 continue
-            if len(split.files) < min_files and not any(f.content == "delete" for f in split.files):
+            if only is not None and (partition_json(values), split.bucket) not in only:
+                continue
+            runs = len({f.seq for f in split.files})  # the files one compaction wrote share its sequence
+            if runs < min_files and not any(f.content == "delete" for f in split.files):
                 continue
             read = ScanTask(self.storage.uri, storage_options, self.record.spec, split, opts)
             tasks.append(
@@ -941,6 +978,28 @@ class Table:
         return CompactionPlan(
             self.name, self.record.uuid, base, tuple(tasks), tuple(remove), tuple(sorted(partitions))
         )
+
+    def _wanted_splits(self, splits: Collection[tuple[str, int]] | None) -> set[tuple[str, int]] | None:
+        if splits is None:
+            return None
+        bad = InvalidInput(
+            f"{self.name}: splits must be (partition JSON, bucket) pairs, as compaction_due returns them; "
+            f"got {splits!r}"
+        )
+        if isinstance(splits, (str, bytes)) or not isinstance(splits, Collection):
+            raise bad
+        out = set()
+        for split in splits:
+            if not (
+                isinstance(split, (tuple, list))
+                and len(split) == 2
+                and isinstance(split[0], str)
+                and isinstance(split[1], int)
+                and not isinstance(split[1], bool)
+            ):
+                raise bad
+            out.add((split[0], split[1]))
+        return out
 
     def commit_compaction(self, plan: CompactionPlan, results: Sequence[Sequence[FileEntry]]) -> CommitResult:
         """Swap the files the tasks wrote in for their inputs, as one new version.
