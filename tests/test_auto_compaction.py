@@ -53,7 +53,7 @@ def test_inline_policy_keeps_splits_small_and_rows_right(tmp_path: Path) -> None
 
 
 def test_off_by_default_and_explicit_call(tmp_path: Path) -> None:
-    t = make(tmp_path, **{"compaction.size-amplification-percent": "100000"})  # the file count alone
+    t = make(tmp_path)
     for i in range(7):
         t.upsert(batch(list(range(10 * i, 10 * i + 10))))  # ten keys: both buckets get a file
     assert files_per_split(t) == 7  # no policy: nothing folded
@@ -191,12 +191,12 @@ def due_by_size(t: mere.Table, percent: int) -> list[tuple[str, int]]:
 
 
 def test_size_tiered_rule_folds_a_split_whose_small_runs_outweigh_its_largest(tmp_path: Path) -> None:
-    """With the file count out of the way, a split is folded when its runs besides the largest hold
-    200% of the largest's bytes: written in equal parts, at about 3 parts, then about 9, not at each
-    write."""
-    t = mere.connect(str(tmp_path)).create_table(
-        "a.t", SCHEMA, primary_key="k", buckets=1, properties={"compaction.min-files": "1000"}
-    )
+    """With the size-tiered rule set (it is off by default) and the run count out of the way, a split is
+    folded when its runs besides the largest hold 200% of the largest's bytes: written in equal parts of
+    new keys, at about 3 parts, then about 9, not at each write."""
+    props = {"compaction.min-files": "1000", "compaction.size-amplification-percent": "200"}
+    t = mere.connect(str(tmp_path)).create_table("a.t", SCHEMA, primary_key="k", buckets=1, properties=props)
+    assert make(tmp_path / "default").compaction_size_amplification is None
     compactions = []
     for i in range(12):
         t.upsert(batch(list(range(2000 * i, 2000 * i + 2000))))  # equal parts, new keys
@@ -245,13 +245,29 @@ def test_compact_checks_its_splits_argument(tmp_path: Path) -> None:
     t.upsert(batch([1, 2, 3]))
     t.upsert(batch([1, 2, 3]))
     version = t.version
-    for bad in ("{}", [("{}",)], [("{}", "0")], [(0, "{}")], [("{}", True)], 5):
+    for bad in ("{}", [("{}",)], [("{}", "0")], [(0, "{}")], [("{}", True)], 5, [("not json", 0)]):
         with pytest.raises(errors.InvalidInput, match="splits"):
             t.compact(splits=bad)  # type: ignore[arg-type]
+    for bad in ([("{}", -1)], [("{}", 2)], [('{"zz": "1"}', 0)], [("[]", 0)]):
+        with pytest.raises(errors.InvalidInput, match="no split of this table"):
+            t.compact(splits=bad)
     assert t.version == version
-    assert t.compact(splits=[("{}", 99)]) is None  # no such split: nothing to do
     some = sorted(runs_per_split(t))[:1]
     assert t.compact(splits=some) is not None
     assert runs_per_split(t)[some[0]] == 1 and all(
         n == 2 for s, n in runs_per_split(t).items() if s not in some
     )
+
+
+def test_compact_splits_accept_any_spelling_of_the_partition_json(tmp_path: Path) -> None:
+    import json
+
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("p", pa.string())])
+    t = mere.connect(str(tmp_path)).create_table("a.t", schema, primary_key="k", partition_by="p")
+    for _ in range(2):
+        t.upsert(pa.table({"k": [1, 2, 3], "p": ["é", None, "a b"]}, schema=schema))
+    bucket = {json.loads(f.partition)["p"]: f.bucket for f in t.files_at(t.version)}
+    spelled = [(json.dumps({"p": p}, ensure_ascii=a), bucket[p]) for p in ("é", None) for a in (True, False)]
+    result = t.compact(splits=spelled)
+    assert result is not None and result.files_removed == 4  # é and NULL: two files each
+    assert sorted(r["k"] for r in t.to_arrow().to_pylist()) == [1, 2, 3]

@@ -373,10 +373,10 @@ def files_per_split(t: mere.Table) -> Counter[tuple[str, int]]:
     return Counter(zip(files.column("partition").to_pylist(), files.column("bucket").to_pylist()))
 
 
-def policy_due(t: mere.Table, min_files: int, percent: int = 200) -> list[tuple[str, int]]:
+def policy_due(t: mere.Table, min_files: int, percent: int | None = None) -> list[tuple[str, int]]:
     """The splits the compaction policy folds, by its documented rules, from the catalog's files: those
-    with ``min_files`` runs (files of one sequence) or more, or whose runs besides the largest hold
-    ``percent`` of its bytes; when any is due, those with delete markers too."""
+    with ``min_files`` runs (files of one sequence) or more, or (``percent`` set) whose runs besides the
+    largest hold ``percent`` of its bytes; when any is due, those with delete markers too."""
     runs: dict[tuple[str, int], Counter[int]] = {}
     marked = set()
     for f in t.files_at(t.version):
@@ -388,7 +388,8 @@ def policy_due(t: mere.Table, min_files: int, percent: int = 200) -> list[tuple[
         for split, sizes in runs.items()
         if len(sizes) >= min_files
         or (
-            len(sizes) > 1
+            percent is not None
+            and len(sizes) > 1
             and (sum(sizes.values()) - max(sizes.values())) * 100 >= percent * max(sizes.values())
         )
     }

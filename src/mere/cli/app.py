@@ -772,7 +772,8 @@ def compact_command(
     if as_json:
         _print_json(info)
     elif result is None and auto:
-        sys.stdout.write(f"nothing to compact in {t.name}: its compaction policy finds no split due\n")
+        where = " in that partition" if wanted else ""
+        sys.stdout.write(f"nothing to compact in {t.name}: its compaction policy finds no split due{where}\n")
     elif result is None:
         sys.stdout.write(
             f"nothing to compact in {t.name}: no split has {min_files}+ runs or delete markers\n"

@@ -61,9 +61,6 @@ log = logging.getLogger(__name__)
 ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
 _BACKGROUND_COMPACTIONS: dict[str, threading.Lock] = {}  # per table: one background compaction at a time
 AUTO_COMPACT_MIN_FILES = 8  # compaction.min-files default: a split is folded when it holds this many runs
-# compaction.size-amplification-percent default: a split is folded when its runs besides the largest hold
-# this percentage of the largest's bytes (size-tiered: a split rewritten at 3x, 9x, ... its first size).
-AUTO_COMPACT_SIZE_AMPLIFICATION = 200
 SCAN_OPTIONS = ("threads", "parallel", "window_bytes", "queue_batches")
 STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
 
@@ -877,20 +874,23 @@ class Table:
         return mode, int(props.get("compaction.min-files", AUTO_COMPACT_MIN_FILES))
 
     @property
-    def compaction_size_amplification(self) -> int:
-        """``compaction.size-amplification-percent`` of this table, default filled in."""
-        props = self.spec.properties
-        return int(props.get("compaction.size-amplification-percent", AUTO_COMPACT_SIZE_AMPLIFICATION))
+    def compaction_size_amplification(self) -> int | None:
+        """``compaction.size-amplification-percent`` of this table; None (the default): no size rule.
+
+        Off by default: where commits rewrite the same keys, the largest run stops growing and the rule
+        would fold a split every second commit."""
+        value = self.spec.properties.get("compaction.size-amplification-percent")
+        return None if value is None else int(value)
 
     def compaction_due(self, version: int | None = None) -> list[tuple[str, int]]:
         """The splits, as (partition JSON, bucket) pairs, that the table's compaction policy folds at
         ``version`` (default: the newest); empty when none is due.
 
-        A split is due when it holds ``compaction.min-files`` sorted runs or more (default 8), or when its
-        runs besides the largest hold ``compaction.size-amplification-percent`` percent of the largest's
-        bytes or more (default 200: size-tiered, so a split written in equal parts is rewritten at 3, 9,
-        27, ... parts, not at every write). A run is a file, or all the files one compaction wrote. When
-        any split is due, those holding delete markers are folded too."""
+        A split is due when it holds ``compaction.min-files`` sorted runs or more (default 8), or, where
+        ``compaction.size-amplification-percent`` is set (size-tiered; not by default), when its runs
+        besides the largest hold that percentage of the largest's bytes or more. A run is a file, or all
+        the files one compaction wrote. When any split is due, those holding delete markers are folded
+        too."""
         if not self.spec.has_primary_key:
             return []  # tables without a key have nothing to fold
         base = self.resolve_version(version)
@@ -899,14 +899,15 @@ class Table:
         marked: set[tuple[str, int]] = set()
         for f in self.files_at(base):
             split = (f.partition, f.bucket)
-            runs[split][f.seq if f.seq is not None else -1 - len(runs[split])] += f.size_bytes
+            runs[split][f.seq or 0] += f.size_bytes  # a catalog seq is never NULL (NOT NULL)
             if f.content == "delete":
                 marked.add(split)
         due = set()
         for split, sizes in runs.items():
             largest = max(sizes.values())
             rest = sum(sizes.values()) - largest
-            if len(sizes) >= min_files or (len(sizes) > 1 and rest * 100 >= percent * largest):
+            sized = percent is not None and len(sizes) > 1 and rest * 100 >= percent * largest
+            if len(sizes) >= min_files or sized:
                 due.add(split)
         return sorted(due | marked) if due else []
 
@@ -998,7 +999,21 @@ class Table:
                 and not isinstance(split[1], bool)
             ):
                 raise bad
-            out.add((split[0], split[1]))
+            try:
+                values = json.loads(split[0])
+            except ValueError:
+                raise bad from None
+            if (
+                not isinstance(values, dict)
+                or set(values) != set(self.spec.partition_by)
+                or not all(v is None or isinstance(v, str) for v in values.values())
+                or not 0 <= split[1] < self.spec.buckets
+            ):
+                raise InvalidInput(
+                    f"{self.name}: {split!r} is no split of this table (partition JSON of "
+                    f"{list(self.spec.partition_by)} and a bucket below {self.spec.buckets})"
+                )
+            out.add((partition_json(values), split[1]))  # the catalog's spelling of the JSON
         return out
 
     def commit_compaction(self, plan: CompactionPlan, results: Sequence[Sequence[FileEntry]]) -> CommitResult:
