@@ -519,9 +519,13 @@ class SqlCatalog:
     def version_range(self, table_id: int) -> tuple[int, int]:
         """(the newest version, the oldest readable one) in one query."""
         with self.engine.connect() as conn:
-            r = conn.execute(
-                sa.select(tables.c.version, tables.c.oldest_version).where(tables.c.id == table_id)
-            ).first()
+            return self._version_range(conn, table_id)
+
+    @staticmethod
+    def _version_range(conn: Connection, table_id: int) -> tuple[int, int]:
+        r = conn.execute(
+            sa.select(tables.c.version, tables.c.oldest_version).where(tables.c.id == table_id)
+        ).first()
         if r is None:
             raise NoSuchTable(f"table id {table_id} no longer exists")
         return int(r[0]), int(r[1])
@@ -788,12 +792,7 @@ class SqlCatalog:
         """The commits ``after < version <= upto`` (None: the newest version) and the files they changed,
         with the table's version range, from one connection (a change feed's whole plan)."""
         with self.engine.connect() as conn:
-            r = conn.execute(
-                sa.select(tables.c.version, tables.c.oldest_version).where(tables.c.id == table_id)
-            ).first()
-            if r is None:
-                raise NoSuchTable(f"table id {table_id} no longer exists")
-            current, oldest = int(r[0]), int(r[1])
+            current, oldest = self._version_range(conn, table_id)
             last = current if upto is None else upto
             q = (
                 sa.select(commits)
