@@ -1183,3 +1183,12 @@ def test_float_modulo_is_exact_as_duckdb_s(text: str) -> None:
     # Found by the differential test: a - trunc(a / b) * b gave 0.0 for 1e308 % -3 (DuckDB: 2.0).
     table = make_table([{"d": 1e308, "f": 1.5}, {"d": -1160.25, "f": -0.0}, {"d": float("inf"), "f": 7.0}])
     check_value(table, text)
+
+
+@pytest.mark.parametrize(
+    "text", ["round(d, -1)", "round(d, -2)", "sqrt(greatest(d, round(d, -1)))", "round(f, -1)"]
+)
+def test_round_to_tens_of_tiny_floats_gives_signed_zeros(text: str) -> None:
+    # Found by the differential test: Arrow left -5e-324 unrounded by ROUND(d, -1) (DuckDB: -0.0).
+    table = make_table([{"d": -5e-324, "f": -1.5}, {"d": 5e-324, "f": 4.0}, {"d": -1961.25, "f": 49.9}])
+    check_value(table, text)

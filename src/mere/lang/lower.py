@@ -1009,6 +1009,13 @@ class Lowering:
             zero = Typed(pc.scalar(pa.scalar(0.0, value.type)), value.type, 0.0)
             rounded = self.call("round", [self.call("if_else", [big, zero, value])], options)
             return self.call("if_else", [big, value, rounded])
+        if _is_float(value.type) and digits < 0:
+            # Arrow returns some subnormals unrounded (ROUND(-5e-324, -1) gave -5e-324); whatever is
+            # below half a unit rounds to a zero of its sign, as DuckDB's does
+            small = self.call("less", [self.call("abs", [value]), self.literal(0.5 * 10.0**-digits)])
+            small = self.call("coalesce", [small, self.literal(False)])
+            signed_zero = self.call("multiply", [value, self.literal(0.0)])
+            return self.call("if_else", [small, signed_zero, self.call("round", [value], options)])
         return self.call("round", [self.roomy(value)], options)
 
     def _part(self, name: str, node: exp.Func) -> Typed:
