@@ -401,7 +401,7 @@ class _Feed:
             # One commit's log and every touched key first touched by it: the log holds exactly their
             # rows before it.
             return logged.select(self.columns)
-        at = self._lookup(logged, touched)
+        at = _positions(logged, touched, self.keys)
         found = at >= 0
         found[found] = first[at[found]] == np.asarray(logged.column(_FIRST).to_numpy())[found]
         return logged.filter(pa.array(found)).select(self.columns)
@@ -493,13 +493,10 @@ class _Feed:
             out = _filter(out, self.predicate)
         return out.select(self.out_names)
 
-    def _lookup(self, left: pa.Table, right: pa.Table) -> np.ndarray:
-        """For each row of ``left``, the row of ``right`` with the same key, or -1 (keys are unique in
-        ``right``)."""
-        return _positions(left, right, self.keys)
-
 
 def _positions(left: pa.Table, right: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """For each row of ``left``, the row of ``right`` with the same key, or -1 (keys are unique in
+    ``right``)."""
     at = key_positions(left, right, keys, right_unique=True)
     assert at is not None
     return at
@@ -687,17 +684,17 @@ def _rows_equal(
     a: pa.Table, a_rows: np.ndarray, b: pa.Table, b_rows: np.ndarray, columns: Sequence[str]
 ) -> np.ndarray:
     """Whether row ``a_rows[i]`` of ``a`` equals row ``b_rows[i]`` of ``b`` in every one of ``columns``
-    (see :func:`_values_equal`). Numbers and times without NULLs are compared in NumPy, without taking
-    the rows out first."""
+    (see :func:`_values_equal`). Numbers, dates and timestamps without NULLs are compared in NumPy,
+    without taking the rows out first."""
     same = np.ones(len(a_rows), dtype=bool)
     if not len(a_rows):
         return same
     a_take, b_take = pa.array(a_rows), pa.array(b_rows)
     for name in columns:
         x, y = a.column(name), b.column(name)
-        if _numpy_comparable(x.type) and x.null_count == 0 and y.null_count == 0:
-            xs = np.asarray(x.to_numpy())[a_rows]
-            ys = np.asarray(y.to_numpy())[b_rows]
+        x_values, y_values = numpy_sortable(x), numpy_sortable(y)
+        if x_values is not None and y_values is not None:
+            xs, ys = x_values[a_rows], y_values[b_rows]
             if pa.types.is_floating(x.type):
                 with np.errstate(invalid="ignore"):
                     same &= ((xs == ys) & (np.signbit(xs) == np.signbit(ys))) | (np.isnan(xs) & np.isnan(ys))
@@ -713,17 +710,6 @@ def _rows_of(column: pa.ChunkedArray, at: np.ndarray) -> pa.Array | np.ndarray:
     timestamps without NULLs)."""
     values = numpy_sortable(column)
     return column.take(pa.array(at)) if values is None else values[at]
-
-
-def _numpy_comparable(kind: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_integer(kind)
-        or pa.types.is_floating(kind)
-        or pa.types.is_date(kind)
-        or pa.types.is_timestamp(kind)
-        or pa.types.is_duration(kind)
-        or pa.types.is_time(kind)
-    )
 
 
 def _as_type(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
