@@ -169,6 +169,57 @@ def group_starts(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], n: 
     return starts
 
 
+# A run this many times larger than the newer rows of a window is marked by searching its sorted keys, not
+# sorted again with them.
+SEARCH_RATIO = 8
+
+
+def newest_wins(
+    keys: Sequence[np.ndarray | pa.Array | pa.ChunkedArray], ops: np.ndarray, first: int
+) -> np.ndarray:
+    """Which rows survive a newest-wins merge: rows are files' rows concatenated oldest file first (each
+    file sorted by key), ``ops`` their operations, ``first`` the row count of the oldest file. A row wins
+    when no later row has its key and it is not a delete marker."""
+    n = len(ops)
+    winner = np.empty(n, dtype=bool)
+    base = keys[0] if len(keys) == 1 else None
+    if (
+        isinstance(base, np.ndarray)
+        and np.issubdtype(base.dtype, np.integer)
+        and first >= SEARCH_RATIO * (n - first)
+        and n > first
+        and bool((base[1:first] > base[: first - 1]).all())
+    ):
+        # One big sorted run of unique keys (a compacted split) and a few newer rows: the newer rows are
+        # merged among themselves, and each of their keys strikes out the base row holding it.
+        newer = base[first:]
+        winner[first:] = newest_wins([newer], ops[first:], 0)
+        old = base[:first]
+        at = np.searchsorted(old, newer)
+        inside = at < first
+        at = at[inside]
+        winner[:first] = ops[:first] != OP_DELETE
+        winner[at[old[at] == newer[inside]]] = False
+        return winner
+    order = sort_indices(keys)
+    sorted_keys = [k[order] if isinstance(k, np.ndarray) else _take(k, order) for k in keys]
+    starts = group_starts(sorted_keys, n)
+    is_last = np.empty(n, dtype=bool)
+    is_last[:-1] = starts[1:]
+    is_last[-1:] = True
+    winner[order] = is_last & (ops[order] != OP_DELETE)
+    return winner
+
+
+def _take(values: pa.Array | pa.ChunkedArray, order: np.ndarray) -> pa.Array:
+    arr = (
+        values.combine_chunks() if isinstance(values, pa.ChunkedArray) and values.num_chunks != 1 else values
+    )
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.chunk(0)
+    return arr.take(pa.array(order))
+
+
 def _pick(values: pa.Array, best: np.ndarray) -> pa.Array:
     """Take values[best], null where best < 0."""
     missing = best < 0

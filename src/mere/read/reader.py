@@ -29,7 +29,13 @@ from mere.read.evolution import (
     stored_as_table,
     to_table_columns,
 )
-from mere.read.merge import _numpy_sortable, group_starts, reduce_versions, sort_indices
+from mere.read.merge import (
+    _numpy_sortable,
+    group_starts,
+    newest_wins,
+    reduce_versions,
+    sort_indices,
+)
 from mere.read.planner import Explain, FileTask, Split, row_group_stats
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
@@ -617,7 +623,7 @@ class SplitReader:
         if len(parts) == 1:
             t, p = parts[0]
             keep = ops[0] != OP_DELETE
-            return p if keep.all() else p.filter(pa.array(keep))
+            return _kept(p, keep)
         keys: list[Any] = []
         for c in self.spec.primary_key:
             chunks = [p.column(c) for _, p in parts]
@@ -627,16 +633,8 @@ class SplitReader:
                 keys.append(np.concatenate(as_np))  # type: ignore[arg-type]
             else:
                 keys.append(pa.chunked_array(arrays, type=chunks[0].type))
-        order = sort_indices(keys)
-        n = len(order)
-        sorted_keys = [k[order] if isinstance(k, np.ndarray) else _take(k, order) for k in keys]
-        starts = group_starts(sorted_keys, n)
-        is_last = np.empty(n, dtype=bool)
-        is_last[:-1] = starts[1:]
-        is_last[-1] = True
-        op_all = np.concatenate(ops)
-        winner = np.empty(n, dtype=bool)
-        winner[order] = is_last & (op_all[order] != OP_DELETE)
+        first = parts[0][1].num_rows if parts[0][0].content != "delete" else 0
+        winner = newest_wins(keys, np.concatenate(ops), first)
         out = []
         masks = []
         offset = 0
@@ -653,12 +651,13 @@ class SplitReader:
         out = [o.select(cols) for o in out]
         if any(not o.schema.equals(out[0].schema) for o in out[1:]):
             # Files differ in which columns are dictionaries, or in nullability (compacted files were
-            # written with the table's NOT NULL flags, delta files without them).
-            out = [_nullable(_plain(o, self.spec.schema)) for o in out]
+            # written with the table's NOT NULL flags, delta files without them): filtered first, so that
+            # dropped rows are never decoded from dictionaries.
+            out = [_nullable(_plain(_kept(o, m), self.spec.schema)) for o, m in zip(out, masks)]
+            return pa.concat_tables(out) if len(out) > 1 else out[0]
         # One filter over every file's rows (Arrow walks the chunks): not one call per file.
         kept = np.concatenate(masks) if len(masks) > 1 else masks[0]
-        merged = pa.concat_tables(out) if len(out) > 1 else out[0]
-        return merged if kept.all() else merged.filter(pa.array(kept))
+        return _kept(pa.concat_tables(out) if len(out) > 1 else out[0], kept)
 
     def _merge_general(self, parts: list[tuple[FileTask, pa.Table]], value_cols: list[str]) -> pa.Table:
         """Per-column merge operators and files with column subsets."""
@@ -755,9 +754,8 @@ def _ops(table: pa.Table) -> np.ndarray:
     return np.asarray(table.column(OP_COLUMN).to_numpy().astype(np.int8, copy=False))
 
 
-def _take(values: pa.ChunkedArray, order: np.ndarray) -> pa.Array:
-    arr = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
-    return arr.take(pa.array(order))
+def _kept(table: pa.Table, mask: np.ndarray) -> pa.Table:
+    return table if mask.all() else table.filter(pa.array(mask))
 
 
 def stream_splits(
