@@ -56,6 +56,16 @@ def median_time(fn: Callable[[], Any], repeat: int) -> float:
     return statistics.median(timed(fn) for _ in range(repeat))
 
 
+def interleaved_medians(fns: list[Callable[[], Any]], repeat: int) -> list[float]:
+    """Medians of ``repeat`` runs of each function, run in turn (a, b, a, b, ...): a ratio of two of them
+    is not skewed by the machine's load drifting between two blocks of runs."""
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, acc in zip(fns, times):
+            acc.append(timed(fn))
+    return [statistics.median(acc) for acc in times]
+
+
 def build(
     cat: mere.Catalog,
     name: str,
