@@ -1,11 +1,16 @@
 """Newest-wins merge marking: the sorted search used for a big run and a few newer rows agrees with a dict
 model, and so does a read of a compacted table with small newer files (NOT NULL and dictionary columns in
-the compacted file, nullable plain ones in the newer files)."""
+the compacted file, nullable plain ones in the newer files). A scan's filter folded into the merge (it is
+evaluated on the files' rows) gives the rows of filtering the merged rows, and never fails on a row that
+a newer one replaced. The DuckDB differential test (``test_differential.py``) checks random filters on
+merged tables besides."""
 
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -104,3 +109,52 @@ def test_compacted_table_with_small_newer_files_reads_like_a_model(local_cat: me
         g = rows[k]
         assert g[0] == low and g[1] == high
         assert (np.isnan(x) and np.isnan(g[2])) or (g[2] == x and np.signbit(g[2]) == np.signbit(x))
+
+
+def test_a_filter_that_fails_only_on_replaced_rows_reads(local_cat: mere.Catalog) -> None:
+    schema = pa.schema([("id", pa.int64()), ("x", pa.int64()), ("s", pa.string())])
+    t = local_cat.create_table("m.f", schema, primary_key="id", buckets=1)
+    big = [2**62 if i % 2 == 0 else 1 for i in range(100)]
+    t.upsert(pa.table({"id": range(100), "x": big, "s": ["a"] * 100}, schema=schema))
+    evens = list(range(0, 100, 2))
+    t.upsert(pa.table({"id": evens, "x": [1] * 30 + [-1] * 20, "s": ["b"] * 50}, schema=schema))
+    # x * 4 overflows on the replaced rows only: evaluated on the merged rows, it does not.
+    got = t.scan(filter="x * 4 > 0").to_arrow()
+    assert sorted(got.column("id").to_pylist()) == sorted(evens[:30] + list(range(1, 100, 2)))
+    t.upsert(pa.table({"id": [5], "x": [2**62], "s": ["c"]}, schema=schema))
+    with pytest.raises(mere.errors.FilterError):
+        t.scan(filter="x * 4 > 0").to_arrow()  # a live row overflows: the user's filter fails
+
+
+@pytest.mark.parametrize(
+    "where", ["f > 0.5", "s = 'k3'", "f IS NULL", "f = 0.0", "s IN ('k1', 'k2') AND f < 0.9"]
+)
+def test_a_filter_folded_into_the_merge_keeps_what_filtering_merged_rows_keeps(
+    local_cat: mere.Catalog, where: str
+) -> None:
+    schema = pa.schema([("id", pa.int64()), ("f", pa.float64()), ("s", pa.string())])
+    t = local_cat.create_table("m.g", schema, primary_key="id", buckets=2)
+    rng = np.random.default_rng(9)
+    model: dict[int, tuple[float | None, str]] = {}
+    for step in range(6):
+        ids = np.unique(rng.integers(0, 3000, 1500))
+        f = [
+            None if v < 0.05 else -0.0 if v < 0.1 else float("nan") if v < 0.15 else float(v)
+            for v in rng.random(len(ids))
+        ]
+        s = [f"k{v}" for v in rng.integers(0, 8, len(ids))]
+        t.upsert(pa.table({"id": ids, "f": f, "s": s}, schema=schema))
+        model.update(zip(ids.tolist(), zip(f, s)))
+        if step == 2:
+            gone = ids[::3]
+            t.delete(pa.table({"id": gone}))
+            for k in gone.tolist():
+                model.pop(k)
+    con = duckdb.connect()
+    rows = pa.table(
+        {"id": list(model), "f": [v[0] for v in model.values()], "s": [v[1] for v in model.values()]},
+        schema=schema,
+    )
+    con.register("rows", rows)
+    expected = sorted(r[0] for r in con.execute(f"SELECT id FROM rows WHERE {where}").fetchall())
+    assert sorted(t.scan(filter=where).to_arrow().column("id").to_pylist()) == expected

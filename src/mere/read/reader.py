@@ -484,9 +484,9 @@ class SplitReader:
                 _filter,
                 io_pool() if self.storage.is_remote else None,  # a few local pages: no hand-offs
             )
-            merged = self._merge(found)
+            merged, filtered = self._merge(found)
             if merged is not None and merged.num_rows:
-                yield from self._finish(merged)
+                yield from self._finish(merged, filtered)
             return
         pool = io_pool()
         budget = self.storage.read_ahead
@@ -519,8 +519,8 @@ class SplitReader:
             next_window += 1
 
         def merge(parts: list[tuple[FileTask, pa.Table]]) -> list[pa.RecordBatch]:
-            merged = self._merge(parts)
-            return [] if merged is None or not merged.num_rows else list(self._finish(merged))
+            merged, filtered = self._merge(parts)
+            return [] if merged is None or not merged.num_rows else list(self._finish(merged, filtered))
 
         def hand_to_merge() -> None:
             nonlocal reading
@@ -590,8 +590,11 @@ class SplitReader:
             while ahead:
                 budget.release(ahead.popleft()[1])
 
-    def _finish(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
-        table = _filter(_plain(table, self.spec.schema), self.opts.post)
+    def _finish(self, table: pa.Table, filtered: bool = False) -> Iterator[pa.RecordBatch]:
+        """Output batches of merged rows (``filtered``: the merge applied the scan's filter already)."""
+        table = _plain(table, self.spec.schema)
+        if not filtered:
+            table = _filter(table, self.opts.post)
         if table.num_rows == 0:
             return
         out = table.select([])  # keeps the row count, even with no output columns
@@ -605,9 +608,10 @@ class SplitReader:
             out = out.replace_schema_metadata(self.output_schema.metadata)
         yield from out.to_batches(max_chunksize=BATCH_ROWS)
 
-    def _merge(self, parts: list[tuple[FileTask, pa.Table]]) -> pa.Table | None:
+    def _merge(self, parts: list[tuple[FileTask, pa.Table]]) -> tuple[pa.Table | None, bool]:
+        """Merged rows, and whether the scan's filter was applied to them already."""
         if not parts:
-            return None
+            return None, False
         spec = self.spec
         value_cols = [c for c in self.needed if c not in spec.identity_columns]
         fast = all(spec.operator(c).name == "last" for c in value_cols) and all(
@@ -615,15 +619,17 @@ class SplitReader:
         )
         if fast:
             return self._merge_last(parts)
-        return self._merge_general(parts, value_cols)
+        return self._merge_general(parts, value_cols), False
 
-    def _merge_last(self, parts: list[tuple[FileTask, pa.Table]]) -> pa.Table:
-        """Newest version wins: mark each file's surviving rows, then filter files in place."""
+    def _merge_last(self, parts: list[tuple[FileTask, pa.Table]]) -> tuple[pa.Table, bool]:
+        """Newest version wins: mark each file's surviving rows, then filter files in place. A surviving
+        row is its key's merged row, so the scan's filter is evaluated on the files' rows and folded into
+        the same filter: rows it drops are never copied (see :meth:`_filter_masks`)."""
         ops = [_ops(p) for _, p in parts]
         if len(parts) == 1:
             t, p = parts[0]
-            keep = ops[0] != OP_DELETE
-            return _kept(p, keep)
+            (keep,), filtered = self._filter_masks([p], [ops[0] != OP_DELETE])
+            return _kept(p, keep), filtered
         keys: list[Any] = []
         for c in self.spec.primary_key:
             chunks = [p.column(c) for _, p in parts]
@@ -646,18 +652,50 @@ class SplitReader:
             out.append(p)
             masks.append(m)
         if not out:
-            return pa.table({c: pa.array([], type=self.spec.schema.field(c).type) for c in self.needed})
+            empty = pa.table({c: pa.array([], type=self.spec.schema.field(c).type) for c in self.needed})
+            return empty, False
         cols = [c for c in self.needed if c in out[0].column_names]
         out = [o.select(cols) for o in out]
+        masks, filtered = self._filter_masks(out, masks)
         if any(not o.schema.equals(out[0].schema) for o in out[1:]):
             # Files differ in which columns are dictionaries, or in nullability (compacted files were
             # written with the table's NOT NULL flags, delta files without them): filtered first, so that
             # dropped rows are never decoded from dictionaries.
             out = [_nullable(_plain(_kept(o, m), self.spec.schema)) for o, m in zip(out, masks)]
-            return pa.concat_tables(out) if len(out) > 1 else out[0]
+            return (pa.concat_tables(out) if len(out) > 1 else out[0]), filtered
         # One filter over every file's rows (Arrow walks the chunks): not one call per file.
         kept = np.concatenate(masks) if len(masks) > 1 else masks[0]
-        return _kept(pa.concat_tables(out) if len(out) > 1 else out[0], kept)
+        return _kept(pa.concat_tables(out) if len(out) > 1 else out[0], kept), filtered
+
+    def _filter_masks(self, out: list[pa.Table], masks: list[np.ndarray]) -> tuple[list[np.ndarray], bool]:
+        """The masks of the files' surviving rows narrowed to the rows the scan's filter keeps, and
+        whether it did. The filter is evaluated on its own columns only, over the files' rows, when they
+        are few enough beside the survivors (a selective filter then spares copying the rows it drops);
+        a filter that fails on some row (e.g. an overflow) is left to run on the merged rows, where a
+        replaced row cannot make it fail."""
+        post = self.opts.post
+        if isinstance(post, E.AlwaysTrue):
+            return masks, False
+        used = E.columns(post)
+        if not used or any(c not in o.column_names for o in out for c in used):
+            return masks, False
+        total = sum(len(m) for m in masks)
+        survivors = sum(int(np.count_nonzero(m)) for m in masks)
+        if not survivors or total > 4 * survivors:  # evaluating on the stored rows would cost too much
+            return masks, False
+        names = sorted(used)
+        narrow = [_nullable(_plain(o.select(names), self.spec.schema)) for o in out]
+        rows = pa.concat_tables(narrow) if len(narrow) > 1 else narrow[0]
+        number = "\x00row"
+        rows = rows.append_column(number, pa.array(np.arange(total, dtype=np.int64)))
+        try:
+            hit = np.asarray(_filter(rows, post).column(number).to_numpy())
+        except FilterError:
+            return masks, False
+        keep = np.zeros(total, dtype=bool)
+        keep[hit] = True
+        offsets = np.cumsum([0] + [len(m) for m in masks])
+        return [m & keep[a:b] for m, a, b in zip(masks, offsets[:-1], offsets[1:])], True
 
     def _merge_general(self, parts: list[tuple[FileTask, pa.Table]], value_cols: list[str]) -> pa.Table:
         """Per-column merge operators and files with column subsets."""
