@@ -792,8 +792,41 @@ def _ops(table: pa.Table) -> np.ndarray:
     return np.asarray(table.column(OP_COLUMN).to_numpy().astype(np.int8, copy=False))
 
 
+# Filters keeping at least this share of the rows go column by column (see _kept).
+FEW_DROPPED = 0.95
+
+
 def _kept(table: pa.Table, mask: np.ndarray) -> pa.Table:
-    return table if mask.all() else table.filter(pa.array(mask))
+    """The rows of ``table`` where ``mask`` is true. Where few rows go, column by column and without
+    validity bitmaps of columns that hold no NULL: Arrow then copies runs of kept values (about 3x faster
+    for numbers than with a bitmap to filter alongside), while a table's filter gathers every value by
+    index (pyarrow 26). Where many rows go, gathering is the faster."""
+    kept = int(np.count_nonzero(mask))
+    if kept == len(mask):
+        return table
+    selection = pa.array(mask)
+    if not table.num_columns or kept < FEW_DROPPED * len(mask):
+        return table.filter(selection)
+    return pa.Table.from_arrays(
+        [pc.filter(_without_validity(c), selection) for c in table.columns], schema=table.schema
+    )
+
+
+def _without_validity(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The column with the validity bitmaps of NULL-free chunks of flat types left out (zero copy)."""
+    kind = column.type
+    flat = pa.types.is_primitive(kind) or _is_binary_like(kind) or pa.types.is_decimal(kind)
+    if not flat or column.null_count == column.length():
+        return column
+    chunks = []
+    for chunk in column.chunks:
+        buffers = chunk.buffers()
+        if chunk.null_count == 0 and buffers[0] is not None:
+            chunk = pa.Array.from_buffers(
+                kind, len(chunk), [None, *buffers[1:]], null_count=0, offset=chunk.offset
+            )
+        chunks.append(chunk)
+    return pa.chunked_array(chunks, type=kind)
 
 
 def stream_splits(
