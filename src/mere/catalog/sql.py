@@ -135,6 +135,46 @@ tags = sa.Table(
     sa.Column("created_at", sa.BigInteger, nullable=False),  # microseconds since the epoch, UTC
 )
 
+# Statements every read or change feed runs, built once: building them costs more than running them on
+# SQLite.
+_FILES_AT = (
+    sa.select(files)
+    .where(
+        files.c.table_id == sa.bindparam("table_id"),
+        files.c.added_version <= sa.bindparam("version"),
+        sa.or_(files.c.removed_version.is_(None), files.c.removed_version > sa.bindparam("version")),
+    )
+    .order_by(files.c.seq, files.c.id)
+)
+_VERSION_RANGE = sa.select(tables.c.version, tables.c.oldest_version).where(
+    tables.c.id == sa.bindparam("table_id")
+)
+_COMMITS_BETWEEN = (
+    sa.select(commits)
+    .where(
+        commits.c.table_id == sa.bindparam("table_id"),
+        commits.c.version > sa.bindparam("after"),
+        commits.c.version <= sa.bindparam("upto"),
+    )
+    .order_by(commits.c.version)
+)
+_FILES_CHANGED = (
+    sa.select(files)
+    .where(
+        files.c.table_id == sa.bindparam("table_id"),
+        sa.or_(
+            sa.and_(
+                files.c.added_version > sa.bindparam("after"), files.c.added_version <= sa.bindparam("upto")
+            ),
+            sa.and_(
+                files.c.removed_version > sa.bindparam("after"),
+                files.c.removed_version <= sa.bindparam("upto"),
+            ),
+        ),
+    )
+    .order_by(files.c.seq, files.c.id)
+)
+
 
 def _stored_format(conn: Connection) -> int | None:
     """The catalog format of a database: None when it holds no mere catalog yet."""
@@ -523,9 +563,7 @@ class SqlCatalog:
 
     @staticmethod
     def _version_range(conn: Connection, table_id: int) -> tuple[int, int]:
-        r = conn.execute(
-            sa.select(tables.c.version, tables.c.oldest_version).where(tables.c.id == table_id)
-        ).first()
+        r = conn.execute(_VERSION_RANGE, {"table_id": table_id}).first()
         if r is None:
             raise NoSuchTable(f"table id {table_id} no longer exists")
         return int(r[0]), int(r[1])
@@ -768,17 +806,10 @@ class SqlCatalog:
     @_wraps_database_errors("list a version's files")
     def files_at(self, table_id: int, version: int) -> list[FileEntry]:
         """The live files of a table at a version, ordered by sequence."""
-        q = (
-            sa.select(files)
-            .where(
-                files.c.table_id == table_id,
-                files.c.added_version <= version,
-                sa.or_(files.c.removed_version.is_(None), files.c.removed_version > version),
-            )
-            .order_by(files.c.seq, files.c.id)
-        )
         with self.engine.connect() as conn:
-            return [self._file(r) for r in conn.execute(q)]
+            return [
+                self._file(r) for r in conn.execute(_FILES_AT, {"table_id": table_id, "version": version})
+            ]
 
     @_wraps_database_errors("list the files a version range changed")
     def files_changed(self, table_id: int, after: int, upto: int) -> list[tuple[FileEntry, int | None]]:
@@ -794,11 +825,7 @@ class SqlCatalog:
         with self.engine.connect() as conn:
             current, oldest = self._version_range(conn, table_id)
             last = current if upto is None else upto
-            q = (
-                sa.select(commits)
-                .where(commits.c.table_id == table_id, commits.c.version > after, commits.c.version <= last)
-                .order_by(commits.c.version)
-            )
+            q = _COMMITS_BETWEEN.params(table_id=table_id, after=after, upto=last)
             snapshots = self._snapshots(conn, table_id, oldest, q, tags_needed=after < oldest)
             files = self._files_changed(conn, table_id, after, last)
         return VersionRangeChanges(current, oldest, snapshots, files)
@@ -806,19 +833,8 @@ class SqlCatalog:
     def _files_changed(
         self, conn: Connection, table_id: int, after: int, upto: int
     ) -> list[tuple[FileEntry, int | None]]:
-        q = (
-            sa.select(files)
-            .where(
-                files.c.table_id == table_id,
-                sa.or_(
-                    sa.and_(files.c.added_version > after, files.c.added_version <= upto),
-                    sa.and_(files.c.removed_version > after, files.c.removed_version <= upto),
-                ),
-            )
-            .order_by(files.c.seq, files.c.id)
-        )
         out = []
-        for r in conn.execute(q):
+        for r in conn.execute(_FILES_CHANGED, {"table_id": table_id, "after": after, "upto": upto}):
             removed = r.removed_version
             gone = None if removed is None or int(removed) > upto else int(removed)
             out.append((self._file(r), gone))
