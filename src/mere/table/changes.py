@@ -48,6 +48,7 @@ VERSION_COLUMN = "_version"
 COMMIT_TIME_COLUMN = "_commit_time"
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "insert", "update_before", "update_after", "delete"
 _ORDER = {DELETE: 0, UPDATE_BEFORE: 1, UPDATE_AFTER: 2, INSERT: 3}
+_CHANGE_NAMES = pa.array(list(_ORDER))
 _FIRST = "\x00first"  # the first version of the range that touched a key
 SPLITS_PER_READ = 16  # touched splits read together (one plan per group, memory bounded by the group)
 # A change log (``changes.log=on``) holds, per split a commit changed, what the commit did to each key it
@@ -480,14 +481,15 @@ class _Feed:
             versions, kind, at = versions[order], kind[order], at[order]
         if len(at) != rows.num_rows or (np.diff(at) != 1).any():  # else every row, in order
             rows = rows.take(pa.array(at))
-        seen = sorted_unique(versions)
-        stamps = pa.array([self.times[int(v)] for v in seen], pa.timestamp("us", tz="UTC"))
+        stamp_type = pa.timestamp("us", tz="UTC")
+        if versions[0] == versions[-1] and versions.min() == versions.max():  # one commit: no lookup
+            stamps = pa.repeat(pa.scalar(self.times[int(versions[0])], stamp_type), len(versions))
+        else:
+            seen = sorted_unique(versions)
+            stamps = pa.array([self.times[int(v)] for v in seen], stamp_type)
+            stamps = stamps.take(pa.array(np.searchsorted(seen, versions)))
         cols = [_as_type(rows.column(c), self.schema.field(c).type) for c in self.columns]
-        cols += [
-            pa.array(list(_ORDER)).take(pa.array(kind)),
-            pa.array(versions, pa.int64()),
-            stamps.take(pa.array(np.searchsorted(seen, versions))),
-        ]
+        cols += [_CHANGE_NAMES.take(pa.array(kind)), pa.array(versions, pa.int64()), stamps]
         out = pa.Table.from_arrays(cols, schema=self.schema)
         if not isinstance(self.predicate, E.AlwaysTrue):
             out = _filter(out, self.predicate)
