@@ -690,7 +690,7 @@ class SplitReader:
         rows = rows.append_column(number, pa.array(np.arange(total, dtype=np.int64)))
         try:
             hit = np.asarray(_filter(rows, post).column(number).to_numpy())
-        except FilterError:
+        except (FilterError, pa.ArrowException):  # any failure: the merged rows decide
             return masks, False
         keep = np.zeros(total, dtype=bool)
         keep[hit] = True
