@@ -114,20 +114,37 @@ class _FileCursor:
             if task.columns is not None:  # a partial file holds its columns and the defaults it predates
                 cols = tuple(mapping.to_table[c] for c in task.columns if c in mapping.to_table)
                 self.task = task = replace(task, columns=cols + tuple(self.fill))
-        self.names = set(leaves) | set(self.fill)
-        self.columns = [c for c in needed if c in self.names]
-        self.dictionary = [c for c in opts.dictionary if c in leaves and _dictionary_pages(md, leaves, c)]
         key0 = spec.primary_key[0] if spec.primary_key else None
         stats_cols = sorted(E.columns(opts.pre) or set())
         if key0 is not None and key0 not in stats_cols:
             stats_cols.append(key0)
-        read_leaves = [i for c in self.columns if c in leaves for i in leaves[c]]
-        all_stats = _cached_stats(cache, md, spec.schema, stats_cols, leaves)
-        sizes = cache.get("sizes")
-        if sizes is None:  # (uncompressed, stored) bytes of each row group's leaf columns, parsed once
-            sizes = cache["sizes"] = _chunk_sizes(md)
-        uncompressed = sizes[0][:, read_leaves].sum(axis=1).tolist()
-        stored = sizes[1][:, read_leaves].sum(axis=1).tolist() if explain is not None else []
+        # What a read of these columns derives from the footer, kept with it: a scan of many small files
+        # would otherwise walk every footer again on every scan. Not for evolved tables (their columns map
+        # through the spec).
+        types = [str(spec.schema.field(c).type) for c in stats_cols if c in spec.schema.names]
+        layout_key = f"layout:{tuple(needed)}:{opts.dictionary}:{stats_cols}:{types}"
+        layout = None if spec.evolved else cache.get(layout_key)
+        if layout is None:
+            names = frozenset(leaves) | frozenset(self.fill)
+            columns = tuple(c for c in needed if c in names)
+            dictionary = tuple(c for c in opts.dictionary if c in leaves and _dictionary_pages(md, leaves, c))
+            read_leaves = [i for c in columns if c in leaves for i in leaves[c]]
+            sizes = cache.get("sizes")
+            if sizes is None:  # (uncompressed, stored) bytes of each row group's leaf columns, parsed once
+                sizes = cache["sizes"] = _chunk_sizes(md)
+            layout = (
+                names,
+                columns,
+                dictionary,
+                _cached_stats(cache, md, spec.schema, stats_cols, leaves),
+                sizes[0][:, read_leaves].sum(axis=1).tolist(),
+                sizes[1][:, read_leaves].sum(axis=1).tolist(),
+            )
+            if not spec.evolved:
+                cache[layout_key] = layout
+        names, columns, dictionary, all_stats, uncompressed, stored = layout
+        self.names: frozenset[str] = names
+        self.columns, self.dictionary = list(columns), list(dictionary)
         self.groups: list[_RowGroup] = []
         for i in range(md.num_row_groups):
             stats = all_stats[i]
