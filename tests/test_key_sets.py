@@ -15,7 +15,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mere.arrays import sorted_unique
+from mere.arrays import sorted_unique, stable_argsort
 from mere.read.merge import KeySet, key_positions
 
 KINDS: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {
@@ -96,3 +96,27 @@ def test_sorted_unique_is_numpy_unique(values: np.ndarray) -> None:
     assert np.array_equal(sorted_unique(values), expected, equal_nan=values.dtype.kind == "f")
     assert np.array_equal(got, expected, equal_nan=values.dtype.kind == "f")
     assert np.array_equal(got_inverse, inverse.ravel())
+
+
+@given(
+    st.one_of(
+        st.lists(st.integers(-(2**63), 2**63 - 1)).map(lambda v: np.array(v, dtype=np.int64)),
+        st.lists(st.integers(0, 2**64 - 1)).map(lambda v: np.array(v, dtype=np.uint64)),
+        st.lists(st.integers(-(2**63), -(2**63) + 40)).map(lambda v: np.array(v, dtype=np.int64)),
+        st.lists(st.sampled_from([-(2**63), -(2**62), -1, 0, 1, 2**62, 2**63 - 1])).map(
+            lambda v: np.array(v, dtype=np.int64)
+        ),
+        st.lists(st.sampled_from([0, 1, 2**32, 2**63, 2**64 - 1])).map(
+            lambda v: np.array(v, dtype=np.uint64)
+        ),
+        st.lists(st.integers(2**64 - 50, 2**64 - 1)).map(lambda v: np.array(v, dtype=np.uint64)),
+        st.lists(st.integers(-128, 127), max_size=300).map(lambda v: np.array(v, dtype=np.int8)),
+        st.lists(st.integers(0, 5), max_size=300).map(lambda v: np.array(v, dtype=np.uint16)),
+        st.lists(st.sampled_from([0.0, -0.0, 1.5, math.nan, -math.inf])).map(
+            lambda v: np.array(v, dtype=np.float64)
+        ),
+    )
+)
+def test_stable_argsort_is_numpy_s_stable_argsort(values: np.ndarray) -> None:
+    # Narrow ranges take the packed sort, wide ones NumPy's; duplicates must keep their order.
+    assert stable_argsort(values).tolist() == np.argsort(values, kind="stable").tolist()

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mere.arrays import sorted_unique
+from mere.arrays import sorted_unique, stable_argsort
 from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NullKey, SchemaMismatch, SumOverflow
 from mere.hashing import bucket_ids
@@ -307,12 +307,7 @@ def prepare(
     def one_group(lo: int, hi: int) -> PreparedFile:
         idx = order[lo:hi]
         if key_np is not None:
-            keys = key_np[idx]
-            sub = np.argsort(keys, kind="quicksort")
-            sorted_keys = keys[sub]
-            if (sorted_keys[1:] == sorted_keys[:-1]).any():
-                sub = np.argsort(keys, kind="stable")  # duplicates: keep input order among them
-            idx = idx[sub]
+            idx = idx[stable_argsort(key_np[idx])]  # duplicates keep input order among them
             rows = source.take(pa.array(idx))
         else:
             rows = source.take(pa.array(idx))
