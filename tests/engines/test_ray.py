@@ -221,3 +221,11 @@ def test_bad_arguments_change_nothing(lake: mere.Table) -> None:
     with pytest.raises(InvalidInput, match="mode"):
         write(ds, lake, mode="merge")
     assert lake.version == version and parquet_files(lake) == files
+
+
+def test_the_ledger_runs_calls_out_of_order() -> None:
+    # Every caller waits for its ledger calls one by one; executed in order, Ray holds a caller's calls
+    # until a call number lost with a cancelled task arrives: 30 s, then ActorUnavailableError.
+    from mere.integrations.ray import _LedgerActor
+
+    assert _LedgerActor._default_options.get("allow_out_of_order_execution") is True

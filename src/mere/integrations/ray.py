@@ -315,7 +315,19 @@ class _Ledger:
         return out, len(entry.running), len(entry.failed - entry.succeeded)
 
 
-_LedgerActor: Any = ray.remote(num_cpus=0)(_Ledger)
+def _ledger_actor() -> Any:
+    """The ledger as an actor class. Its callers wait for each call before the next, so it may run calls
+    out of order: in order, Ray numbers each caller's calls and holds later ones until a missing number
+    arrives, and a number lost with a task Ray cancelled stalled a call 30 s and then failed it
+    (ActorUnavailableError, seen once in CI)."""
+    remote: Any = ray.remote  # its typed overloads do not list every actor option
+    try:
+        return remote(num_cpus=0, allow_out_of_order_execution=True)(_Ledger)
+    except (TypeError, ValueError):  # a Ray without the option
+        return remote(num_cpus=0)(_Ledger)
+
+
+_LedgerActor: Any = _ledger_actor()
 
 
 _ledgers: dict[str, Any] = {}  # a handle per Ray session and job: the actor lives as long as its handle
