@@ -202,22 +202,15 @@ def newest_wins(
         winner[at[old[at] == newer[inside]]] = False
         return winner
     order = sort_indices(keys)
-    sorted_keys = [k[order] if isinstance(k, np.ndarray) else _take(k, order) for k in keys]
+    sorted_keys = [
+        k[order] if isinstance(k, np.ndarray) else _contiguous(k).take(pa.array(order)) for k in keys
+    ]
     starts = group_starts(sorted_keys, n)
     is_last = np.empty(n, dtype=bool)
     is_last[:-1] = starts[1:]
     is_last[-1:] = True
     winner[order] = is_last & (ops[order] != OP_DELETE)
     return winner
-
-
-def _take(values: pa.Array | pa.ChunkedArray, order: np.ndarray) -> pa.Array:
-    arr = (
-        values.combine_chunks() if isinstance(values, pa.ChunkedArray) and values.num_chunks != 1 else values
-    )
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.chunk(0)
-    return arr.take(pa.array(order))
 
 
 def _pick(values: pa.Array, best: np.ndarray) -> pa.Array:

@@ -482,7 +482,7 @@ class _Feed:
         if len(at) != rows.num_rows or (np.diff(at) != 1).any():  # else every row, in order
             rows = rows.take(pa.array(at))
         stamp_type = pa.timestamp("us", tz="UTC")
-        if versions[0] == versions[-1] and versions.min() == versions.max():  # one commit: no lookup
+        if versions.min() == versions.max():  # one commit: no lookup
             stamps = pa.repeat(pa.scalar(self.times[int(versions[0])], stamp_type), len(versions))
         else:
             seen = sorted_unique(versions)
