@@ -129,9 +129,7 @@ class _FileCursor:
             columns = tuple(c for c in needed if c in names)
             dictionary = tuple(c for c in opts.dictionary if c in leaves and _dictionary_pages(md, leaves, c))
             read_leaves = [i for c in columns if c in leaves for i in leaves[c]]
-            sizes = cache.get("sizes")
-            if sizes is None:  # (uncompressed, stored) bytes of each row group's leaf columns, parsed once
-                sizes = cache["sizes"] = _chunk_sizes(md)
+            sizes = footer.chunk_sizes
             layout = (
                 names,
                 columns,
@@ -221,18 +219,6 @@ class _FileCursor:
         count = int(pc.sum(below).as_py() or 0)  # rows are sorted by key: a prefix
         self.buffer = table.slice(count) if count < table.num_rows else None
         return table.slice(0, count) if count else None
-
-
-def _chunk_sizes(md: pq.FileMetaData) -> tuple[np.ndarray, np.ndarray]:
-    """(uncompressed, stored) bytes of every column chunk: arrays of row groups x leaf columns."""
-    shape = (md.num_row_groups, md.num_columns)
-    uncompressed, stored = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
-    for i in range(md.num_row_groups):
-        rg = md.row_group(i)
-        for j in range(md.num_columns):
-            chunk = rg.column(j)
-            uncompressed[i, j], stored[i, j] = chunk.total_uncompressed_size, chunk.total_compressed_size
-    return uncompressed, stored
 
 
 def _cached_stats(
