@@ -838,6 +838,7 @@ def stream_splits(
     parallel: int,
     queue_size: int = 4,
     splits_ahead: int = SPLITS_AHEAD,
+    open_ahead: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """Yield batches split by split, in order, while up to ``parallel`` splits are merged ahead.
 
@@ -845,6 +846,8 @@ def stream_splits(
     storage's budget) and at most ``queue_size`` finished batches; a split whose queue is full waits for
     the consumer. Readers of the next ``splits_ahead`` splits are opened early (their footers fetched, a
     round trip each on an object store) so a worker that finishes a split starts the next one at once.
+    ``open_ahead=False`` (local files) has each worker open its split itself: opening is Python work that,
+    on another thread, would only contend for the GIL with the workers (5-10% of a scan of small splits).
     """
     if not splits:
         return
@@ -863,6 +866,8 @@ def stream_splits(
                 next_open[0] += 1
 
     def reader(i: int) -> SplitReader:
+        if not open_ahead:
+            return make_reader(splits[i])
         open_up_to(i + 1 + max(0, parallel - 1) + max(0, splits_ahead))
         with open_lock:
             future = opened.pop(i)

@@ -373,7 +373,11 @@ class Scan:
             # local storage), without a hand-off per file or window.
             solo = replace(opts, threads=1)
             yield from stream_splits(
-                lambda s: SplitReader(storage, spec, s, solo), splits, threads, queue_size=queue_size
+                lambda s: SplitReader(storage, spec, s, solo),
+                splits,
+                threads,
+                queue_size=queue_size,
+                open_ahead=storage.is_remote,
             )
             return
         # Fewer splits than workers: one pool merges the key windows of every split concurrently.
@@ -385,6 +389,7 @@ class Scan:
                 splits,
                 threads,
                 queue_size=queue_size,
+                open_ahead=storage.is_remote,
             )
         finally:
             merge_pool.shutdown(wait=True, cancel_futures=True)
