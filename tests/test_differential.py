@@ -19,7 +19,7 @@ import math
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 import mere
 from mere import errors
+from mere.read import reader
 from oracle import (
     FLIP,
     KEY_KINDS,
@@ -55,6 +56,17 @@ from oracle import (
     quote,
     sort_key,
 )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _strings_read_as_dictionaries() -> Iterator[None]:
+    """These tables are small: without this their splits would read dictionary pages plain
+    (``DICTIONARY_MIN_ROWS``). Here they take the dictionary path, which other suites then cover plain."""
+    saved = reader.DICTIONARY_MIN_ROWS
+    reader.DICTIONARY_MIN_ROWS = 0
+    yield
+    reader.DICTIONARY_MIN_ROWS = saved
+
 
 CDC_COLUMN = "cdc_op"
 UPSERT_SPELLINGS = ["I", "U", "+I", "+U", "c", "u", "r", "insert", "update", " U ", "Update"]

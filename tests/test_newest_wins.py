@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -20,9 +21,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mere
+from mere.read import reader
 from mere.read.merge import SEARCH_RATIO, newest_wins
 from mere.read.reader import _kept
 from mere.spec import OP_DELETE, OP_PUT
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _strings_read_as_dictionaries() -> Iterator[None]:
+    """These tables are small: without this their splits would read dictionary pages plain
+    (``DICTIONARY_MIN_ROWS``). Here they take the dictionary path, which other suites then cover plain."""
+    saved = reader.DICTIONARY_MIN_ROWS
+    reader.DICTIONARY_MIN_ROWS = 0
+    yield
+    reader.DICTIONARY_MIN_ROWS = saved
 
 
 def model_winners(files: list[tuple[list[int], list[int]]]) -> np.ndarray:

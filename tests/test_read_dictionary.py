@@ -7,6 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import mere
+from mere.read import reader
+from mere.read.reader import SplitReader
+from mere.table.scan import Explain
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string()), ("b", pa.binary()), ("n", pa.int64())])
 
@@ -22,9 +25,18 @@ def unique(ids: range, tag: str) -> list[str]:
     return [f"{tag}-{i}-{'x' * 40}" for i in ids]
 
 
+@pytest.fixture(params=["dictionary", "plain"])
+def string_reads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of reading dictionary pages: as dictionaries (what splits of big files do) and plain (what
+    splits of small files do, as these tables' are by default)."""
+    if request.param == "dictionary":
+        monkeypatch.setattr(reader, "DICTIONARY_MIN_ROWS", 0)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("operators", [None, {"n": "sum"}])
 def test_dictionary_and_plain_files_merge_to_plain_strings(
-    local_cat: mere.Catalog, operators: dict[str, str] | None
+    local_cat: mere.Catalog, operators: dict[str, str] | None, string_reads: str
 ) -> None:
     t = local_cat.create_table("d.t", SCHEMA, primary_key=["id"], buckets=2, merge_operators=operators)
     model: dict[int, dict[str, object]] = {}
@@ -71,3 +83,22 @@ def test_dictionary_and_plain_files_merge_to_plain_strings(
     assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]) == sorted(
         model.values(), key=lambda r: r["id"]
     )
+
+
+def test_only_splits_holding_a_big_file_read_strings_as_dictionaries(
+    local_cat: mere.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = local_cat.create_table("d.big", SCHEMA, primary_key=["id"], buckets=1)
+    t.upsert(batch(range(0, 3000), ["red", "green", "blue"], 1))
+    t.upsert(batch(range(2000, 2500), ["cyan"], 2))
+
+    def dictionary_columns() -> tuple[str, ...]:
+        scan = t.scan()
+        (split,), opts = scan._plan(Explain(scan.version))
+        return SplitReader(t.storage, t.spec, split, opts).opts.dictionary
+
+    assert dictionary_columns() == ()  # 3,000 rows: below the threshold, read plain
+    monkeypatch.setattr(reader, "DICTIONARY_MIN_ROWS", 3000)
+    assert dictionary_columns() == ("s", "b")
+    monkeypatch.setattr(reader, "DICTIONARY_MIN_ROWS", 3001)
+    assert dictionary_columns() == ()

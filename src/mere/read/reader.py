@@ -43,6 +43,7 @@ DEFAULT_WINDOW_BYTES = 8 * 1024 * 1024
 RELEASE_EVERY_WINDOWS = 2
 DEFAULT_WHOLE_SPLIT_BYTES = 48 * 1024 * 1024  # splits up to this size merge in one window
 LOOKUP_MAX_KEYS = 256
+DICTIONARY_MIN_ROWS = 1 << 15  # splits whose files are all smaller read dictionary-encoded strings plain
 BATCH_ROWS = 128 * 1024
 
 IO_THREADS = 64  # threads mostly wait on the network; pyarrow's own IO pool does the transfers
@@ -434,12 +435,13 @@ class SplitReader:
         self.needed = needed
         if spec.has_primary_key:
             needed = [*needed, OP_COLUMN]
-            if all(
+            if max((t.row_count for t in split.files), default=0) >= DICTIONARY_MIN_ROWS and all(
                 spec.operator(c).name == "last"
                 for c in needed
                 if c in spec.schema.names and c not in spec.identity_columns
             ):
                 # Newest-wins merges drop whole rows: keep repetitive strings as dictionary indices until then.
+                # Not in splits of small files only: there a file's dictionary costs about what the rows do.
                 opts = replace(
                     opts,
                     dictionary=tuple(
