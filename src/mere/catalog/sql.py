@@ -825,8 +825,9 @@ class SqlCatalog:
         with self.engine.connect() as conn:
             current, oldest = self._version_range(conn, table_id)
             last = current if upto is None else upto
-            q = _COMMITS_BETWEEN.params(table_id=table_id, after=after, upto=last)
-            snapshots = self._snapshots(conn, table_id, oldest, q, tags_needed=after < oldest)
+            # Parameters at execution: ``.params()`` would copy the statement and key it again every call.
+            bound = {"table_id": table_id, "after": after, "upto": last}
+            snapshots = self._snapshots(conn, table_id, oldest, _COMMITS_BETWEEN, after < oldest, bound)
             files = self._files_changed(conn, table_id, after, last)
         return VersionRangeChanges(current, oldest, snapshots, files)
 
@@ -878,10 +879,15 @@ class SqlCatalog:
 
     @staticmethod
     def _snapshots(
-        conn: Connection, table_id: int, oldest: int, q: sa.Select[Any], tags_needed: bool
+        conn: Connection,
+        table_id: int,
+        oldest: int,
+        q: sa.Select[Any],
+        tags_needed: bool,
+        bound: dict[str, Any] | None = None,
     ) -> list[Snapshot]:
-        """The commits ``q`` selects, those before ``oldest`` and untagged marked expired (``tags_needed``
-        False: ``q`` selects none before ``oldest``)."""
+        """The commits ``q`` selects (with parameters ``bound``), those before ``oldest`` and untagged marked
+        expired (``tags_needed`` False: ``q`` selects none before ``oldest``)."""
         tagged = (
             {int(r[0]) for r in conn.execute(sa.select(tags.c.version).where(tags.c.table_id == table_id))}
             if tags_needed
@@ -889,7 +895,7 @@ class SqlCatalog:
         )
         return [
             _snapshot(r, expired=int(r.version) < oldest and int(r.version) not in tagged)
-            for r in conn.execute(q)
+            for r in conn.execute(q, bound or {})
         ]
 
     @_wraps_database_errors("read a version")
