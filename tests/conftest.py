@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import mere
+from mere.read import reader
 from services import PostgresServer
 
 settings.register_profile(
@@ -86,3 +87,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     stateful_step_count=min(own.stateful_step_count, fast.stateful_step_count),
                 )
                 setattr(holder, attr, capped)
+
+
+@pytest.fixture(scope="module")
+def strings_read_as_dictionaries() -> Iterator[None]:
+    """Splits read dictionary-encoded strings as dictionaries whatever their size (by default only splits
+    holding a file of ``DICTIONARY_MIN_ROWS`` rows do): for suites of small tables that must cover that
+    path. Module-scoped, so Hypothesis tests may use it."""
+    saved = reader.DICTIONARY_MIN_ROWS
+    reader.DICTIONARY_MIN_ROWS = 0
+    yield
+    reader.DICTIONARY_MIN_ROWS = saved

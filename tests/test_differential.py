@@ -19,7 +19,7 @@ import math
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 import mere
 from mere import errors
-from mere.read import reader
 from oracle import (
     FLIP,
     KEY_KINDS,
@@ -57,15 +56,8 @@ from oracle import (
     sort_key,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _strings_read_as_dictionaries() -> Iterator[None]:
-    """These tables are small: without this their splits would read dictionary pages plain
-    (``DICTIONARY_MIN_ROWS``). Here they take the dictionary path, which other suites then cover plain."""
-    saved = reader.DICTIONARY_MIN_ROWS
-    reader.DICTIONARY_MIN_ROWS = 0
-    yield
-    reader.DICTIONARY_MIN_ROWS = saved
+# These tables are small: their splits would read dictionary pages plain; here they take the dictionary path.
+pytestmark = pytest.mark.usefixtures("strings_read_as_dictionaries")
 
 
 CDC_COLUMN = "cdc_op"
@@ -1174,3 +1166,9 @@ def test_duckdb_oracle_spelling() -> None:
         ),
     ) == [0]
     con.close()
+
+
+def test_these_tables_read_strings_as_dictionaries() -> None:
+    from mere.read import reader
+
+    assert reader.DICTIONARY_MIN_ROWS == 0  # the module's fixture is in force

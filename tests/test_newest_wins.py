@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -21,20 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mere
-from mere.read import reader
 from mere.read.merge import SEARCH_RATIO, newest_wins
 from mere.read.reader import _kept
 from mere.spec import OP_DELETE, OP_PUT
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _strings_read_as_dictionaries() -> Iterator[None]:
-    """These tables are small: without this their splits would read dictionary pages plain
-    (``DICTIONARY_MIN_ROWS``). Here they take the dictionary path, which other suites then cover plain."""
-    saved = reader.DICTIONARY_MIN_ROWS
-    reader.DICTIONARY_MIN_ROWS = 0
-    yield
-    reader.DICTIONARY_MIN_ROWS = saved
+# These tables are small: their splits would read dictionary pages plain; here they take the dictionary path.
+pytestmark = pytest.mark.usefixtures("strings_read_as_dictionaries")
 
 
 def model_winners(files: list[tuple[list[int], list[int]]]) -> np.ndarray:
@@ -238,3 +229,9 @@ def _same_with_nans(a: pa.Table, b: pa.Table) -> bool:
     return [{k: norm(v) for k, v in r.items()} for r in a.to_pylist()] == [
         {k: norm(v) for k, v in r.items()} for r in b.to_pylist()
     ]
+
+
+def test_these_tables_read_strings_as_dictionaries() -> None:
+    from mere.read import reader
+
+    assert reader.DICTIONARY_MIN_ROWS == 0  # the module's fixture is in force
