@@ -308,6 +308,48 @@ def test_a_struct_field_named_like_a_key_column_does_not_shadow_it(tmp_path: Pat
     assert explained.row_groups_kept == 1  # pruned by the key's statistics, not the struct field's
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_columns_named_like_another_column_s_leaves(tmp_path: Path, threads: int) -> None:
+    """A top-level name may equal a nested column's Parquet leaf path (``s.a``, ``l.list.element``,
+    ``m.key_value.value``): every projection and filter reads each column's own leaves, as the rows were
+    written (found by review: a projected struct came back NULL)."""
+    cat = mere.connect(str(tmp_path / "wh"))
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("s.a", pa.string()),
+            ("s", pa.struct([("a", pa.string()), ("b", pa.int32())])),
+            ("l", pa.list_(pa.string())),
+            ("l.list.element", pa.string()),
+            ("m", pa.map_(pa.string(), pa.int64())),
+            ("m.key_value.value", pa.int64()),
+        ]
+    )
+    rows = [
+        {
+            "id": i,
+            "s.a": f"top{i}",
+            "s": {"a": f"in{i}", "b": i},
+            "l": [f"e{i}", "f"],
+            "l.list.element": f"L{i}",
+            "m": [("k", i)],
+            "m.key_value.value": -i,
+        }
+        for i in range(4)
+    ]
+    rows[1]["s"] = None
+    t = cat.create_table("t.leaves", schema, primary_key="id", buckets=2)
+    t.upsert(pa.Table.from_pylist(rows[:3], schema=schema))
+    t.upsert(pa.Table.from_pylist(rows[2:], schema=schema))  # a second file per split: a merge
+    for column in schema.names[1:]:
+        got = t.scan(columns=["id", column], threads=threads).to_arrow().sort_by("id").to_pylist()
+        assert got == [{"id": r["id"], column: r[column]} for r in rows], column
+        assert t.scan(columns=[column], threads=threads).to_arrow().num_rows == len(rows)
+    assert t.scan(filter="s is null", threads=threads).count() == 1
+    assert t.scan(filter="`s.a` = 'top2'", columns=["id"]).to_arrow().column("id").to_pylist() == [2]
+    assert t.scan(filter="`m.key_value.value` < -1").count() == 2
+
+
 def test_concat_of_repetitive_and_large_strings(tmp_path: Path) -> None:
     """Repetitive strings are dictionary-encoded while a batch is prepared; concat must still fold them."""
     cat = mere.connect(str(tmp_path / "wh"))

@@ -209,24 +209,46 @@ def _add_mere_metadata(writer: pq.ParquetWriter, schema: pa.Schema) -> None:
 def column_leaves(md: pq.FileMetaData) -> dict[str, list[int]]:
     """Top-level column name -> indices of its Parquet leaf columns.
 
-    Parquet's flat schema names leaves only (``l.list.element``, ``s.a``): a nested column has several
-    leaves, and a leaf's own name may repeat a top-level name, so columns are never looked up by leaf name.
+    Parquet's flat schema names leaves only (``l.list.element``, ``s.a``), and a top-level name may itself
+    contain dots, even equal another column's leaf path: leaves are assigned by structure instead. Each
+    top-level field owns the next run of leaves, as many as its type has primitive values.
     """
-    schema = md.schema
-    top = schema.to_arrow_schema().names
-    exact = set(top)
-    by_length = sorted(top, key=len, reverse=True)
-    out = ColumnLeaves({name: [] for name in top})
-    named: set[str] = set()  # top-level names that are a leaf's whole path
-    for i in range(md.num_columns):
-        path = schema.column(i).path
-        owner = path if path in exact else next((t for t in by_length if path.startswith(t + ".")), None)
-        if owner is not None:
-            out[owner].append(i)
-            if owner == path:
-                named.add(owner)
-    out.primitive = {name: idx[0] for name, idx in out.items() if len(idx) == 1 and name in named}
+    fields = md.schema.to_arrow_schema()
+    out = ColumnLeaves({name: [] for name in fields.names})
+    counts = [_leaf_count(f.type) for f in fields]
+    if sum(counts) != md.num_columns:  # pragma: no cover - a schema pyarrow maps some other way
+        raise StorageError(f"cannot map the {md.num_columns} Parquet columns of a file to its fields")
+    start = 0
+    for f, n in zip(fields, counts):
+        out[f.name] = list(range(start, start + n))
+        start += n
+    out.primitive = {
+        f.name: out[f.name][0] for f in fields if _leaf_count(f.type) == 1 and not _nested(f.type)
+    }
     return out
+
+
+def _nested(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_struct(kind)
+        or pa.types.is_map(kind)
+        or pa.types.is_list(kind)
+        or pa.types.is_large_list(kind)
+        or pa.types.is_fixed_size_list(kind)
+        or pa.types.is_list_view(kind)
+        or pa.types.is_large_list_view(kind)
+    )
+
+
+def _leaf_count(kind: pa.DataType) -> int:
+    """How many Parquet leaf columns a field of this Arrow type has."""
+    if pa.types.is_struct(kind):
+        return sum(_leaf_count(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _leaf_count(kind.key_type) + _leaf_count(kind.item_type)
+    if _nested(kind):
+        return _leaf_count(kind.value_type)
+    return 1
 
 
 class ColumnLeaves(dict[str, list[int]]):
