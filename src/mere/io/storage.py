@@ -222,22 +222,8 @@ def column_leaves(md: pq.FileMetaData) -> dict[str, list[int]]:
     for f, n in zip(fields, counts):
         out[f.name] = list(range(start, start + n))
         start += n
-    out.primitive = {
-        f.name: out[f.name][0] for f in fields if _leaf_count(f.type) == 1 and not _nested(f.type)
-    }
+    out.primitive = {f.name: out[f.name][0] for f in fields if not pa.types.is_nested(f.type)}
     return out
-
-
-def _nested(kind: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_struct(kind)
-        or pa.types.is_map(kind)
-        or pa.types.is_list(kind)
-        or pa.types.is_large_list(kind)
-        or pa.types.is_fixed_size_list(kind)
-        or pa.types.is_list_view(kind)
-        or pa.types.is_large_list_view(kind)
-    )
 
 
 def _leaf_count(kind: pa.DataType) -> int:
@@ -246,7 +232,7 @@ def _leaf_count(kind: pa.DataType) -> int:
         return sum(_leaf_count(kind.field(i).type) for i in range(kind.num_fields))
     if pa.types.is_map(kind):
         return _leaf_count(kind.key_type) + _leaf_count(kind.item_type)
-    if _nested(kind):
+    if pa.types.is_nested(kind):  # the list types (unions are refused by create_table)
         return _leaf_count(kind.value_type)
     return 1
 
