@@ -32,7 +32,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from pyarrow._parquet import ParquetReader
 
 from mere.concurrency import shared_pool
 from mere.errors import InvalidInput, StorageError
@@ -235,6 +234,25 @@ def _leaf_count(kind: pa.DataType) -> int:
     if pa.types.is_nested(kind):  # the list types (unions are refused by create_table)
         return _leaf_count(kind.value_type)
     return 1
+
+
+def _read_layout(
+    entry: _Footer, columns: Sequence[str] | None, dictionary: Sequence[str]
+) -> tuple[list[str] | None, list[int] | None, list[int], list[int]]:
+    """What a read of these columns derives from a file's footer, kept with it: the columns the file has
+    (None: all), their leaf indices (None: all), the leaves to read as dictionaries, and the stored bytes
+    of those leaves in each row group."""
+    key = f"read:{None if columns is None else tuple(columns)}:{tuple(dictionary)}"
+    layout = entry.extra.get(key)
+    if layout is None:
+        md, leaves = entry.metadata, entry.leaves
+        names = None if columns is None else [c for c in columns if c in leaves]
+        read = None if names is None else [i for c in names for i in leaves[c]]
+        as_dictionary = [i for c in dictionary if (i := primitive_leaf(md, leaves, c)) is not None]
+        stored = entry.chunk_sizes[1]
+        per_group = (stored if read is None else stored[:, read]).sum(axis=1).tolist()
+        layout = entry.extra[key] = (names, read, as_dictionary, per_group)
+    return layout
 
 
 class ColumnLeaves(dict[str, list[int]]):
@@ -626,82 +644,40 @@ class Storage:
         ``use_threads=False`` decodes on the calling thread instead of pyarrow's CPU pool.
         """
         entry = self._footer(rel, size)
-        md = entry.metadata
         groups = list(row_groups)
         path = self.full_path(rel)
+        names, leaves, as_dictionary, stored = _read_layout(entry, columns, dictionary)
         if self.is_local:
-            return self._read_local(entry, path, groups, columns, dictionary, use_threads)
-        cols = None if columns is None else [c for c in columns if c in entry.leaves]
+            try:
+                with self.fs.open_input_file(path) as f:
+                    # pyarrow's reader directly, no retries (a local read is tried once): per file this is
+                    # Python under the GIL, which bounds how many small files a scan decodes per second.
+                    reader = pq.ParquetReader()
+                    # No coalesced prefetch: on local disk it is an extra copy (~5% of a scan).
+                    reader.open(
+                        f,
+                        metadata=entry.metadata,
+                        pre_buffer=False,
+                        read_dictionary=as_dictionary or None,
+                        arrow_extensions_enabled=True,
+                    )
+                    table = reader.read_row_groups(groups, column_indices=leaves, use_threads=use_threads)
+            except OSError as e:
+                raise StorageError(f"reading {path} failed: {_first_line(e)}") from e
+        else:
+            fragment = entry.fragment
+            assert fragment is not None  # object stores read footers through fragments
 
-        def read() -> pa.Table:
-            if entry.fragment is not None:
+            def read() -> pa.Table:
                 # One request per coalesced byte range, all issued at once; no HEAD, no footer re-read.
-                part = entry.fragment.subset(row_group_ids=groups)
-                return part.to_table(columns=cols, use_threads=use_threads, batch_size=1 << 30)
-            with self.fs.open_input_file(path) as f:
-                # Coalesced prefetch pays on remote stores; on local disk it is an extra copy (~5% of a scan).
-                pf = pq.ParquetFile(
-                    f, metadata=md, pre_buffer=self.is_remote, read_dictionary=list(dictionary) or None
-                )
-                return pf.read_row_groups(groups, columns=cols, use_threads=use_threads)
+                part = fragment.subset(row_group_ids=groups)
+                return part.to_table(columns=names, use_threads=use_threads, batch_size=1 << 30)
 
-        table = self._reading(f"reading {path}", read)
-        self._count(md, groups, None if cols is None else [i for c in cols for i in entry.leaves[c]])
-        return table
-
-    def _read_local(
-        self,
-        entry: _Footer,
-        path: str,
-        groups: list[int],
-        columns: Sequence[str] | None,
-        dictionary: Sequence[str],
-        use_threads: bool,
-    ) -> pa.Table:
-        """:meth:`read_row_groups` of a local file: what it derives from the footer for these columns
-        (leaf indices, bytes per row group) is kept with the footer, and the file is decoded by pyarrow's
-        reader directly. Per file this is a fixed cost paid under the GIL, so it bounds how many small
-        files a scan decodes per second however many cores it has."""
-        layout_key = f"local:{None if columns is None else tuple(columns)}:{tuple(dictionary)}"
-        layout = entry.extra.get(layout_key)
-        if layout is None:
-            leaves = entry.leaves
-            read: list[int] | None = None  # None: every column
-            if columns is not None:
-                read = [i for c in columns if c in leaves for i in leaves[c]]
-            as_dictionary = [leaves[c][0] for c in dictionary if len(leaves.get(c, ())) == 1]
-            stored = entry.chunk_sizes[1]
-            per_group = (stored if read is None else stored[:, read]).sum(axis=1).tolist()
-            layout = entry.extra[layout_key] = (read, as_dictionary, per_group)
-        indices, as_dictionary, per_group = layout
-        try:
-            with self.fs.open_input_file(path) as f:
-                reader = ParquetReader()
-                # No coalesced prefetch: on local disk it is an extra copy (~5% of a scan).
-                reader.open(
-                    f,
-                    metadata=entry.metadata,
-                    pre_buffer=False,
-                    read_dictionary=as_dictionary or None,
-                    arrow_extensions_enabled=True,
-                )
-                table = reader.read_row_groups(groups, column_indices=indices, use_threads=use_threads)
-        except OSError as e:
-            raise StorageError(f"reading {path} failed: {_first_line(e)}") from e
+            table = self._reading(f"reading {path}", read)
         with self._lock:
-            self.stats.bytes_read += sum(per_group[i] for i in groups)
+            self.stats.bytes_read += sum(stored[i] for i in groups)
             self.stats.row_groups_read += len(groups)
         return table
-
-    def _count(self, md: pq.FileMetaData, row_groups: Sequence[int], leaves: Sequence[int] | None) -> None:
-        wanted = range(md.num_columns) if leaves is None else leaves
-        size = 0
-        for i in row_groups:
-            rg = md.row_group(i)
-            size += sum(rg.column(j).total_compressed_size for j in wanted)
-        with self._lock:
-            self.stats.bytes_read += size
-            self.stats.row_groups_read += len(row_groups)
 
     def clear_cache(self) -> None:
         with self._lock:
