@@ -393,3 +393,40 @@ def test_relative_paths_survive_a_change_of_directory(
         assert sum(b.num_rows for task in tasks for b in task.read()) == 2
         assert list(elsewhere.iterdir()) == []  # nothing created in the worker's directory
         monkeypatch.chdir(tmp_path)
+
+
+def test_reads_leave_files_that_hold_no_catalog_untouched(tmp_path: Path) -> None:
+    """An empty file or another program's SQLite database given as the catalog: a read finds no catalog
+    and writes nothing into it (opening once switched the file to WAL mode, or wrote a header)."""
+    import sqlite3
+
+    empty, foreign = tmp_path / "empty.db", tmp_path / "foreign.db"
+    empty.touch()
+    db = sqlite3.connect(foreign)
+    db.execute("CREATE TABLE t (a)")
+    db.commit()
+    db.close()
+    before = foreign.read_bytes()
+    for path in (empty, foreign):
+        cat = mere.connect(tmp_path / "wh", path)
+        assert cat.tables() == [] and not cat.initialized and not cat.exists("a.b")
+        with pytest.raises(errors.NoSuchTable):
+            cat.table("a.b")
+    assert empty.stat().st_size == 0 and foreign.read_bytes() == before
+    assert not (tmp_path / "wh").exists()
+    cat = mere.connect(tmp_path / "wh", empty)  # a write makes the empty file a catalog, in WAL mode
+    cat.create_table("a.b", pa.schema([("id", pa.int64())]), primary_key="id")
+    assert cat.initialized and sqlite3.connect(empty).execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+@pytest.mark.parametrize(
+    "catalog",
+    ["sqlite://", "sqlite:///:memory:", "host=h user=u password=SECRET-PW dbname=d", "dbname=d"],
+)
+def test_catalogs_mere_cannot_keep_are_refused(tmp_path: Path, catalog: str) -> None:
+    with pytest.raises(errors.InvalidInput) as e:
+        mere.connect(tmp_path / "wh", catalog)
+    assert "SECRET-PW" not in str(e.value)
+    assert not (tmp_path / "wh").exists()
+    # A path may hold '=' (a folder named like a partition): it is still a path.
+    assert not mere.connect(tmp_path / "wh", tmp_path / "day=1" / "catalog.db").initialized

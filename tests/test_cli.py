@@ -531,3 +531,72 @@ def test_describe_shows_each_version_with_its_own_columns(tmp_path: Path) -> Non
     assert [c["name"] for c in json.loads(then.out)["columns"]] == ["k", "v"]
     rows = mere_cmd("--warehouse", str(wh), "scan", "ev.t", "--version", "1", "--format", "jsonl", env=env)
     assert rows.rc == 0 and json.loads(rows.out.splitlines()[0]) == {"k": 1, "v": 1}, rows.err
+
+
+def test_review_findings_on_bad_or_odd_input(warehouse: Path, tmp_path: Path) -> None:
+    """Each case here once misbehaved (an independent review of the command line found them)."""
+    w = ["-w", str(warehouse)]
+
+    def error(*args: str, code: int = 1) -> str:
+        r = in_process(*args)
+        assert r.rc == code and r.out == "", (args, r)
+        return r.one_error_line()
+
+    bad_config = tmp_path / "bin.toml"
+    bad_config.write_bytes(b"\xff\xfe warehouse = 1")
+    assert "not UTF-8" in error("--config", str(bad_config), "tables", code=2)  # was: rc 1, no message
+    assert "repeated: ['qty']" in error(*w, "head", "sales.orders", "--columns", "qty,qty", "--json")
+    with pytest.raises(errors.InvalidInput, match="repeated"):
+        mere.connect(warehouse).table("sales.orders").scan(columns=["qty", "qty"])
+    assert "in-memory SQLite" in error(*w, "-c", "sqlite://", "tables")
+    dsn = "host=127.0.0.1 user=alice password=KVSECRET99 dbname=db"
+    assert "KVSECRET99" not in error(*w, "-c", dsn, "tables")  # refused, and never echoed
+    # A mistyped warehouse, or an empty file given as the catalog, is not an empty catalog; neither is written.
+    assert "no mere catalog" in error("-w", str(tmp_path / "typo"), "tables")
+    assert not (tmp_path / "typo").exists()
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    assert "no mere catalog" in error(*w, "-c", str(empty), "tables")
+    assert empty.stat().st_size == 0
+    assert "namespace must be" in error(*w, "tables", "../x")
+    # Repeating a partition column compacted only the last value given.
+    assert "more than once" in error(
+        *w, "compact", "sales.orders", "--partition", "day=d1", "--partition", "day=d2", code=2
+    )
+    assert "drop --min-files" in error(*w, "compact", "sales.orders", "--auto", "--min-files", "3", code=2)
+    # Epoch seconds for --as-of, as the error message offered.
+    now = in_process(*w, "head", "sales.orders", "--as-of", str(int(time.time()) + 60), "--json")
+    assert now.rc == 0 and len(now.out.splitlines()) == 5, now
+    # --output: '-' is stdout; a symlink's target is written, the link stays; errors name the user's path.
+    dash = in_process(*w, "scan", "sales.orders", "--format", "csv", "--output", "-")
+    assert dash.rc == 0 and dash.out.startswith('"id","day","qty","note"') and not Path("-").exists()
+    real, link = tmp_path / "real.csv", tmp_path / "link.csv"
+    real.write_text("old\n")
+    link.symlink_to(real)
+    assert in_process(*w, "scan", "sales.orders", "--format", "csv", "--output", str(link)).rc == 0
+    assert link.is_symlink() and real.read_text().startswith('"id"')
+    missing = str(tmp_path / "no" / "dir" / "x.csv")
+    assert missing in error(*w, "scan", "sales.orders", "--format", "csv", "--output", missing)
+    assert "is a directory" in error(
+        *w, "scan", "sales.orders", "-f", "csv", "--output", str(tmp_path), code=2
+    )
+
+
+def test_odd_values_print_in_every_format(tmp_path: Path) -> None:
+    """Names rich would read as markup, dates past year 9999, and bytes that are not UTF-8."""
+    wh = tmp_path / "wh"
+    schema = pa.schema([("id", pa.int64()), ("[/]", pa.string()), ("[red]x[/red]", pa.int64()),
+                        ("d", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")), ("b", pa.binary())])  # fmt: skip
+    t = mere.connect(wh).create_table("x.odd", schema, primary_key="id")
+    t.upsert(pa.table({"id": [1, 2], "[/]": ["a", None], "[red]x[/red]": [1, 2], "d": [3_000_000, 0],
+                       "ts": [2**62, 0], "b": [b"\xff\x00", None]}, schema=schema))  # fmt: skip
+    w = ["-w", str(wh)]
+    desc = in_process(*w, "describe", "x.odd")
+    assert desc.rc == 0 and "[/]" in desc.out and "[red]x[/red]" in desc.out, desc
+    for fmt in ("table", "jsonl"):
+        r = in_process(*w, "scan", "x.odd", "--format", fmt)
+        assert r.rc == 0 and r.err == "" and "10183-09-21" in r.out, (fmt, r)
+    lines = [json.loads(line) for line in in_process(*w, "scan", "x.odd", "--json").out.splitlines()]
+    assert {r["id"]: r["b"] for r in lines} == {1: "ff00", 2: None}
+    csv = in_process(*w, "scan", "x.odd", "--format", "csv", "--columns", "id,b")
+    assert csv.rc == 0 and sorted(csv.out.splitlines()) == sorted(['"id","b"', '1,"ff00"', "2,"]), csv

@@ -270,6 +270,11 @@ class SqlCatalog:
                 import psycopg  # noqa: F401
             except ImportError as e:
                 raise NotInstalled("a PostgreSQL catalog needs psycopg: pip install 'mere[postgres]'") from e
+        if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+            raise InvalidInput(
+                f"catalog {url!r}: an in-memory SQLite catalog would vanish with its "
+                "connections (and the table files with it); use a file: sqlite:///path/catalog.db"
+            )
         # A file database is created by the first write, never by opening or reading it.
         self._sqlite_file = (
             parsed.database
@@ -310,8 +315,16 @@ class SqlCatalog:
             def _connect(dbapi_conn: Any, _record: Any) -> None:
                 dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
                 cur = dbapi_conn.cursor()
-                cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute("PRAGMA busy_timeout=60000")
+                # WAL (readers never block the writer) is a lasting mode of the file: set on a new database
+                # or mere's own, never on another program's database that a read merely looked into.
+                if cur.execute("PRAGMA journal_mode").fetchone()[0] != "wal" and (
+                    cur.execute("PRAGMA page_count").fetchone()[0] == 0
+                    or cur.execute(
+                        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'catalog_info'"
+                    ).fetchone()
+                ):
+                    cur.execute("PRAGMA journal_mode=WAL")
                 cur.close()
 
             @event.listens_for(engine, "begin")
@@ -330,7 +343,7 @@ class SqlCatalog:
         """
         if self._ready:
             return True
-        if self._sqlite_file is not None and not os.path.exists(self._sqlite_file):
+        if self._sqlite_file is not None and not self._sqlite_file_has_data():
             if not create:
                 return False
             os.makedirs(os.path.dirname(os.path.abspath(self._sqlite_file)), exist_ok=True)
@@ -355,10 +368,19 @@ class SqlCatalog:
         self._ready = True
         return True
 
+    def _sqlite_file_has_data(self) -> bool:
+        """Whether the SQLite file exists and is not empty: an empty file holds no catalog, and opening it
+        (even to read) would write a database header into it."""
+        assert self._sqlite_file is not None
+        try:
+            return os.path.getsize(self._sqlite_file) > 0
+        except OSError:
+            return False
+
     def format_version(self) -> int | None:
         """The catalog's format as stored (None for a database holding no mere catalog)."""
         try:
-            if self._sqlite_file is not None and not os.path.exists(self._sqlite_file):
+            if self._sqlite_file is not None and not self._sqlite_file_has_data():
                 return None
             with self.engine.connect() as conn:
                 return _stored_format(conn)

@@ -8,8 +8,11 @@ import datetime as dt
 import decimal
 import enum
 import json
+import logging
 import math
 import os
+import re
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -216,6 +219,13 @@ def _columns(text: str | None) -> list[str] | None:
     return cols
 
 
+def _as_of(text: str | None) -> str | float | None:
+    """``--as-of``: an ISO 8601 time, or seconds since the epoch (digits, maybe with a fraction)."""
+    if text is not None and re.fullmatch(r"\s*\d+(\.\d*)?\s*", text):
+        return float(text)
+    return text
+
+
 def _duration(text: str, option: str) -> dt.timedelta:
     try:
         return parse_duration(text)
@@ -238,7 +248,13 @@ version_opt = click.option(
 @click.pass_obj
 def tables_command(state: State, namespace: str | None, as_json: bool) -> None:
     """List the tables (all, or those of NAMESPACE)."""
-    names = state.open().tables(namespace)
+    cat = state.open()
+    names = cat.tables(namespace)
+    if not names and not cat.initialized:  # a mistyped warehouse or catalog must not look like an empty one
+        raise click.ClickException(
+            f"no mere catalog at {redact_url(cat.catalog_url)}: check --warehouse / --catalog "
+            "(a catalog appears with the first table created)"
+        )
     if as_json:
         _print_json(names)
     else:
@@ -337,12 +353,12 @@ def describe_command(state: State, table: str, version: int | None, as_json: boo
         schema.add_column(col)
     for c in columns:
         key = "primary key" if c["primary_key"] else ("partition" if c["partition"] else "")
-        schema.add_row(
-            c["name"],
+        schema.add_row(  # names and values as Text: rich would read '[...]' in them as markup
+            Text(c["name"]),
             Text(c["type"]),
             "yes" if c["nullable"] else "no",
             key,
-            c["merge_operator"] or "",
+            Text(c["merge_operator"] or ""),
             str(c["field_id"]),
             Text(c["default"] or ""),
         )
@@ -422,7 +438,7 @@ def _read(
 ) -> None:
     fmt = _format(fmt_name, output, as_json)
     t = state.table(table)
-    scan = t.scan(columns=_columns(columns), filter=filter, version=version, as_of=as_of, tag=tag)
+    scan = t.scan(columns=_columns(columns), filter=filter, version=version, as_of=_as_of(as_of), tag=tag)
     _emit(fmt, scan.schema, _limited(scan.to_batches(), limit), output)
 
 
@@ -476,13 +492,33 @@ def _limited(batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[p
             close()
 
 
+def _python_rows(batch: pa.RecordBatch) -> list[list[Any]]:
+    """The batch's rows as lists of Python values. Values Python cannot hold (dates and times past year
+    9999 or before year 1) are shown as Arrow writes them, as text."""
+    try:
+        columns = [c.to_pylist() for c in batch.columns]
+    except (OverflowError, ValueError):
+        columns = []
+        for field, column in zip(batch.schema, batch.columns):
+            try:
+                columns.append(column.to_pylist())
+            except (OverflowError, ValueError):
+                if pa.types.is_nested(field.type):
+                    raise click.ClickException(
+                        f"column {field.name!r} holds dates or times Python cannot represent (past year "
+                        "9999 or before year 1) inside nested values: write it with --format parquet"
+                    ) from None
+                columns.append(column.cast(pa.string()).to_pylist())
+    return [list(row) for row in zip(*columns)] if columns else [[] for _ in range(batch.num_rows)]
+
+
 def _print_rows(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> None:
     out = RichTable()
     for name in schema.names:
         out.add_column(Text(name))
     for b in batches:
-        for row in b.to_pylist():
-            out.add_row(*(_cell(row[n]) for n in schema.names))
+        for row in _python_rows(b):
+            out.add_row(*(_cell(v) for v in row))
     _out().print(out)
 
 
@@ -490,13 +526,26 @@ def _write_stream(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBat
     if fmt is Format.jsonl:
         names = schema.names
         for b in batches:
-            lines = "".join(_dumps({n: r[n] for n in names}) + "\n" for r in b.to_pylist())
+            lines = "".join(_dumps(dict(zip(names, row))) + "\n" for row in _python_rows(b))
             sink.write(lines.encode())
     elif fmt is Format.csv:
         import pyarrow.csv as pacsv
 
+        nested = [f.name for f in schema if pa.types.is_nested(f.type)]
+        if nested:
+            raise click.ClickException(
+                f"CSV cannot hold nested column(s) {nested}: use --format jsonl or parquet, or --columns"
+            )
+        binary = [i for i, f in enumerate(schema) if _is_binary(f.type)]
+        if binary:  # as hex, as in JSON lines: CSV is text, and bytes need not be UTF-8
+            schema = pa.schema([f.with_type(pa.string()) if i in binary else f for i, f in enumerate(schema)])
         with pacsv.CSVWriter(sink, schema) as writer:
             for b in batches:
+                for i in binary:
+                    hexed = pa.array(
+                        [None if v is None else v.hex() for v in b.column(i).to_pylist()], pa.string()
+                    )
+                    b = b.set_column(i, schema.field(i), hexed)
                 writer.write_batch(b)
     else:  # parquet
         import pyarrow.parquet as pq
@@ -507,16 +556,45 @@ def _write_stream(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBat
     sink.flush()
 
 
+def _is_binary(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_fixed_size_binary(kind)
+        or pa.types.is_binary_view(kind)
+    )
+
+
 def _write_file(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBatch], path: str) -> None:
-    """Write to a temporary file beside ``path``, then rename: a failed read leaves no partial file."""
-    target = os.path.abspath(path)
-    fd, tmp = tempfile.mkstemp(prefix=".mere-", suffix=".partial", dir=os.path.dirname(target))
+    """Write to ``path``: ``-`` is stdout; a pipe or device (``/dev/stdout``, ``>(cmd)``) is written in
+    place; a regular file (through its symlink, if it is one) is written to a temporary file beside it,
+    then renamed over it, so that a failed read leaves no partial file."""
+    if path == "-":
+        _write_stream(fmt, schema, batches, sys.stdout.buffer)
+        return
+    if not path.strip():
+        raise click.BadParameter("an empty file name", param_hint="--output")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None  # a new file
+    if mode is not None and stat.S_ISDIR(mode):
+        raise click.BadParameter(f"{path} is a directory", param_hint="--output")
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(path, "wb") as sink:
+            _write_stream(fmt, schema, batches, sink)
+        return
+    target = os.path.realpath(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".mere-", suffix=".partial", dir=os.path.dirname(target))
+    except OSError as e:
+        raise click.ClickException(f"cannot write {path}: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             _write_stream(fmt, schema, batches, f)
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+        os.chmod(tmp, (stat.S_IMODE(mode) if mode is not None else 0o666 & ~umask))  # as open() would
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -529,7 +607,11 @@ def _scan_options(fn: Callable[..., None]) -> Callable[..., None]:
         click.option("--columns", metavar="A,B", help="Comma-separated columns to read."),
         click.option("--filter", metavar="EXPR", help="SQL filter, e.g. \"day = '2026-11-21' and qty > 3\"."),
         version_opt,
-        click.option("--as-of", metavar="TIME", help="Read the version current at this ISO time."),
+        click.option(
+            "--as-of",
+            metavar="TIME",
+            help="Read the version current at this time: ISO 8601 (naive means UTC) or epoch seconds.",
+        ),
         click.option("--tag", metavar="NAME", help="Read the version this tag names."),
     ]
     for option in reversed(options):
@@ -600,7 +682,9 @@ def explain_command(
 ) -> None:
     """How a scan of TABLE would read: what is pruned, which filters run before and after the merge."""
     t = state.table(table)
-    ex = t.scan(columns=_columns(columns), filter=filter, version=version, as_of=as_of, tag=tag).explain()
+    ex = t.scan(
+        columns=_columns(columns), filter=filter, version=version, as_of=_as_of(as_of), tag=tag
+    ).explain()
     if as_json:
         _print_json(dataclasses.asdict(ex))
     else:
@@ -667,7 +751,10 @@ def tag_command(
     state: State, table: str, name: str, version: int | None, replace: bool, as_json: bool
 ) -> None:
     """Name a version of TABLE (default: the newest); expire keeps tagged versions."""
-    tagged = state.table(table).tag(name, version, replace=replace)
+    try:
+        tagged = state.table(table).tag(name, version, replace=replace)
+    except mere.errors.TagExists as e:  # the API's advice, in the command line's words
+        raise mere.errors.TagExists(str(e).replace("replace=True", "--replace")) from None
     if as_json:
         _print_json({"table": table, "tag": name, "version": tagged})
     else:
@@ -711,9 +798,9 @@ def rollback_command(state: State, table: str, version: int | None, tag: str | N
 @click.option(
     "--min-files",
     type=click.IntRange(min=1),
-    default=2,
-    show_default=True,
-    help="Fold splits with at least this many sorted runs (files; those of one compaction count once) or any delete markers.",
+    default=None,
+    help="Fold splits with at least this many sorted runs (files; those of one compaction count once) or "
+    "any delete markers [default: 2; not with --auto].",
 )
 @click.option("--partition", multiple=True, metavar="COL=VALUE", help="Only this partition; repeatable.")
 @click.option(
@@ -725,13 +812,23 @@ def rollback_command(state: State, table: str, version: int | None, tag: str | N
 @json_flag
 @click.pass_obj
 def compact_command(
-    state: State, table: str, min_files: int, partition: tuple[str, ...], auto: bool, as_json: bool
+    state: State, table: str, min_files: int | None, partition: tuple[str, ...], auto: bool, as_json: bool
 ) -> None:
     """Fold each split's files of TABLE into one merged file (a new version; old files stay until expire)."""
+    if auto and min_files is not None:
+        raise click.UsageError("--auto follows the table's policy (compaction.min-files); drop --min-files")
+    min_files = 2 if min_files is None else min_files
     try:
         wanted = parse_pairs(partition, "--partition") if partition else None
     except SettingsError as e:
         raise click.BadParameter(str(e), param_hint="--partition") from None
+    given = [item.partition("=")[0].strip() for item in partition]
+    twice = sorted({c for c in given if given.count(c) > 1})
+    if twice:  # one value per column: a second one would silently replace the first
+        raise click.BadParameter(
+            f"partition column(s) {twice} given more than once; compact one partition per call",
+            param_hint="--partition",
+        )
     t = state.table(table)
     progress = Progress(
         TextColumn("{task.description}"),
@@ -756,6 +853,8 @@ def compact_command(
         return results
 
     due = t.compaction_due() if auto else None  # for cron or an orchestrator: the policy decides
+    if due == [] and wanted:
+        t.plan_compaction(partition=wanted, splits=())  # nothing due: the partition is still checked
     with progress:
         if due is None:
             result = t.compact(min_files=min_files, partition=wanted, run=run)
@@ -881,7 +980,7 @@ def _known_secrets() -> list[str]:
         return []
     if _STATE.settings is not None:
         return _STATE.settings.secrets()
-    with contextlib.suppress(SettingsError):
+    with contextlib.suppress(SettingsError, ValueError, OSError):
         return resolve(
             _STATE.warehouse or "-", _STATE.catalog, _STATE.storage_options, _STATE.config
         ).secrets()
@@ -893,8 +992,12 @@ def _known_secrets() -> list[str]:
 
 
 def _fail(message: str, code: int) -> int:
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"mere: error: {redact(_one_line(message), _known_secrets())}\n")
+    try:
+        secrets = _known_secrets()
+    except Exception:  # the message must still go out (redact hides URL passwords without a list)
+        secrets = []
+    with contextlib.suppress(OSError, ValueError):  # stderr closed or broken
+        sys.stderr.write(f"mere: error: {redact(_one_line(message), secrets)}\n")
         sys.stderr.flush()
     return code
 
@@ -903,6 +1006,10 @@ def run(argv: list[str]) -> int:
     """Run the command line on ``argv``; returns the exit status (0 ok, 1 error, 2 bad usage)."""
     global _STATE
     _STATE = None
+    if not os.environ.get("MERE_DEBUG"):
+        # Retries of object-store requests are logged as warnings: a failing command prints one error
+        # line, not one line per retry.
+        logging.getLogger("mere.io.retry").setLevel(logging.ERROR)
     try:
         result = cli.main(args=argv, prog_name="mere", standalone_mode=False)
     except click.UsageError as e:

@@ -65,9 +65,10 @@ def is_secret(key: str) -> bool:
 
 
 def url_secrets(value: str) -> list[str]:
-    """The password of a ``scheme://user:password@host`` URL and secret-looking query values."""
+    """The password of a ``scheme://user:password@host`` URL and secret-looking query values (and the
+    password of a libpq ``key=value`` string, which mere refuses but must not print)."""
     if "://" not in value:
-        return []
+        return re.findall(r"(?:^|\s)password\s*=\s*(\S+)", value)
     try:
         parts = urlsplit(value)
         password = parts.password
@@ -160,6 +161,8 @@ def read_config(path: str) -> dict[str, Any]:
         raise SettingsError(f"cannot read config file {path}: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise SettingsError(f"config file {path} is not valid TOML: {e}") from None
+    except UnicodeDecodeError:
+        raise SettingsError(f"config file {path} is not UTF-8 text (TOML files are)") from None
     unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
         raise SettingsError(

@@ -38,6 +38,13 @@ def split_name(identifier: str) -> tuple[str, str]:
 
 
 _NAME = re.compile(r"[^\W_][\w\-]{0,199}")
+_DSN_KEYS = frozenset({"host", "hostaddr", "port", "dbname", "user", "password", "sslmode", "service"})
+
+
+def _looks_like_dsn(text: str) -> bool:
+    """Whether a catalog string is libpq's ``key=value ...`` form (a path may hold '=', as in 'day=1/')."""
+    pairs = [token.partition("=") for token in text.split()]
+    return bool(pairs) and all(eq for _, eq, _ in pairs) and any(k in _DSN_KEYS for k, _, _ in pairs)
 
 
 class Catalog:
@@ -90,6 +97,11 @@ class Catalog:
             # processes) run elsewhere and must open the same warehouse.
             warehouse = os.path.abspath(warehouse)
         if isinstance(catalog, str) and "://" not in catalog:  # a file path: an SQLite catalog file
+            if _looks_like_dsn(catalog):  # never echoed: it may hold a password
+                raise InvalidInput(
+                    "catalog looks like a libpq 'key=value' connection string; mere takes a URL such as "
+                    "postgresql://user@host:5432/dbname (password after 'user:'), sqlite:///path or a file path"
+                )
             catalog = f"sqlite:///{os.path.abspath(catalog)}"
         if (
             isinstance(catalog, str)
@@ -182,9 +194,20 @@ class Catalog:
 
     def tables(self, namespace: str | None = None) -> list[str]:
         """Names of the tables, all or those of one namespace, sorted."""
-        if namespace is not None and (not isinstance(namespace, str) or not namespace.strip()):
-            raise InvalidInput(f"namespace must be a non-empty string, got {namespace!r}")
+        if namespace is not None and (
+            not isinstance(namespace, str) or not all(_NAME.fullmatch(p) for p in namespace.split("."))
+        ):
+            raise InvalidInput(
+                f"namespace must be a name of letters, digits, '_' and '-' (dotted for nested ones), "
+                f"got {namespace!r}"
+            )
         return self.sql.list_tables(namespace)
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the catalog holds mere's tables: False where nothing was ever created in it (a new
+        warehouse, or a mistyped one). Asking creates nothing."""
+        return self.sql.format_version() is not None
 
     def namespaces(self) -> list[str]:
         """Names of the namespaces, sorted."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import heapq
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -496,5 +497,8 @@ def normalise_columns(columns: Sequence[str] | str | None) -> tuple[str, ...] | 
     if isinstance(columns, str):
         return (columns,)
     if isinstance(columns, Sequence | set | frozenset) and all(isinstance(c, str) for c in columns):
+        repeated = sorted(c for c, n in Counter(columns).items() if n > 1)
+        if repeated:  # an output table cannot hold two columns of one name
+            raise InvalidInput(f"columns must name each column once; repeated: {repeated}")
         return tuple(columns)
     raise InvalidInput(f"columns must be a list of column names, got {columns!r}")

@@ -203,8 +203,11 @@ class Table:
         if isinstance(version, bool) or not isinstance(version, int):
             raise InvalidInput(f"{self.name}: version must be an integer, got {version!r}")
         if 0 <= version < oldest and not self._sql.is_tagged(self.record.id, version):
+            tagged = sorted({v for v in self.tags().values() if v < oldest})
+            also = f" and the tagged {', '.join(map(str, tagged))}" if tagged else ""
             raise NoSuchVersion(
-                f"{self.name}: version {version} has expired; the readable versions are {oldest}..{current}"
+                f"{self.name}: version {version} has expired; the readable versions are "
+                f"{oldest}..{current}{also}"
             )
         if version < 0 or version > current:
             raise NoSuchVersion(f"{self.name} has versions {oldest}..{current}; got {version}")

@@ -1,0 +1,152 @@
+"""Where a merged read's time goes, on one thread: decode, the newest-wins marking, the copy of survivors.
+
+The read-scaling floors compare mere's merged read with pyarrow's raw read of the same files. This script
+splits mere's read into its stages, so that what a floor asks of each stage can be checked against what
+pyarrow itself costs. Workload: ``bench_scale.py``'s W1 (1M base rows + 10 upserts of 100k, half
+updates) in 4, 16 and 64 buckets, and the same rows compacted (one file per bucket). One thread
+(``pyarrow.set_cpu_count(1)``, ``scan(threads=1)``), medians of ``--repeat``, stages timed in turn:
+
+  - raw: ``pyarrow.parquet.read_table`` of exactly the table's live files, no merge, on pyarrow's CPU pool of
+    one thread (the floors' yardstick, as in ``bench_scale.py``)
+  - decode: mere's reads of the same files (every split's files, the columns a full read needs), no merge
+  - mark: which stored rows survive (newest wins), on the decoded rows
+  - select: the copy of the surviving rows (Arrow's filter), on the decoded rows
+  - scan: the whole merged read, ``scan(threads=1).to_arrow()``
+
+It uses the reader's internals (``SplitReader``): a diagnostic, not an API.
+
+Usage: python bench/bench_read_anatomy.py [--buckets 4,16,64] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import mere
+from mere.read import merge as merging
+from mere.read import reader
+from mere.read.planner import Explain
+
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_core import interleaved_medians
+from bench_scale import build, live_files
+
+
+def stages(t: mere.Table, repeat: int) -> dict[str, Any]:
+    scan = t.scan(threads=1)
+    splits, opts = scan._plan(Explain(scan.version))
+    opts = replace(opts, threads=1, release_memory=False)
+    files = live_files(t)
+
+    def open_readers() -> list[reader.SplitReader]:
+        return [reader.SplitReader(t.storage, t.spec, s, opts) for s in splits]
+
+    def decoded_splits() -> Iterator[list[pa.Table]]:
+        for r in open_readers():
+            yield [c.take_until(None) for c in r.cursors]
+
+    def decode() -> None:  # split by split, as a scan holds them
+        for _ in decoded_splits():
+            pass
+
+    # Whole reads first, nothing else held (fresh memory is slow to come by on some VMs); then the merge
+    # stages on rows decoded once.
+    raw, decoded, whole = interleaved_medians(
+        [
+            lambda: pq.read_table(files, use_threads=True),  # on the one CPU thread, as bench_scale
+            decode,
+            lambda: scan.to_arrow(),
+        ],
+        repeat,
+    )
+    inputs = []  # per split: key arrays, operations, rows of the oldest file, and the rows themselves
+    for tables in decoded_splits():
+        keys = [np.concatenate([c.to_numpy() for p in tables for c in p.column("id").chunks])]
+        ops = np.concatenate([reader._ops(p) for p in tables])
+        inputs.append((keys, ops, tables[0].num_rows, pa.concat_tables(tables)))
+
+    def marked(keys: list[np.ndarray], ops: np.ndarray, first: int) -> np.ndarray:
+        if first == len(ops):  # one file: its rows are merged already, but for delete markers
+            return np.asarray(ops != reader.OP_DELETE)
+        return merging.newest_wins(keys, ops, first)
+
+    survivors = [marked(k, o, first) for k, o, first, _ in inputs]
+
+    def mark() -> None:
+        for keys, ops, first, _ in inputs:
+            marked(keys, ops, first)
+
+    def select() -> None:
+        for (_, _, _, rows), kept in zip(inputs, survivors):
+            reader._kept(rows, kept)
+
+    marking, selecting = interleaved_medians([mark, select], repeat)
+    timings = [raw, decoded, marking, selecting, whole]
+    stored = sum(len(o) for _, o, _, _ in inputs)
+    kept = sum(int(np.count_nonzero(s)) for s in survivors)
+    out: dict[str, Any] = {"files": len(files), "stored_rows": stored, "live_rows": kept}
+    for name, seconds in zip(("raw", "decode", "mark", "select", "scan"), timings):
+        out[f"{name}_s"] = round(seconds, 4)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--buckets", default="4,16,64")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    pa.set_cpu_count(1)
+    tmp = tempfile.mkdtemp(prefix="mere-anatomy-")
+    rows: list[dict[str, Any]] = []
+    try:
+        for buckets in [int(b) for b in args.buckets.split(",")]:
+            t, _ = build(os.path.join(tmp, f"b{buckets}"), 1.0, buckets)
+            t.scan(threads=1).to_arrow()  # warm the page cache and footers
+            for layout in ("merge-on-read", "compacted"):
+                if layout == "compacted":
+                    t.compact(min_files=1)
+                    t = t.refresh()
+                    t.scan(threads=1).to_arrow()
+                row = {"buckets": buckets, "layout": layout, **stages(t, args.repeat)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            shutil.rmtree(os.path.join(tmp, f"b{buckets}"), ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(
+        "\n| buckets | layout | files | raw | decode | mark | select | scan | scan / raw | "
+        "(decode + mark + select) / raw |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        floor = (r["decode_s"] + r["mark_s"] + r["select_s"]) / r["raw_s"]
+        print(
+            f"| {r['buckets']} | {r['layout']} | {r['files']} | {r['raw_s']:.3f} | {r['decode_s']:.3f} | "
+            f"{r['mark_s']:.3f} | {r['select_s']:.3f} | {r['scan_s']:.3f} | {r['scan_s'] / r['raw_s']:.2f}x | "
+            f"{floor:.2f}x |"
+        )
+    merged = {r["buckets"]: r for r in rows if r["layout"] == "merge-on-read"}
+    if 4 in merged and 64 in merged:
+        print(
+            f"\n64 vs 4 buckets: raw {merged[64]['raw_s'] / merged[4]['raw_s']:.2f}x, "
+            f"decode {merged[64]['decode_s'] / merged[4]['decode_s']:.2f}x, "
+            f"scan {merged[64]['scan_s'] / merged[4]['scan_s']:.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
