@@ -606,3 +606,91 @@ def test_point_lookups_and_small_merges_of_an_evolved_table(cat: mere.Catalog) -
         {"k": 5, "v": 55, "label": "5", "n": 8},
         {"k": 60, "v": 60, "label": None, "n": None},
     ]
+
+
+# -- found by an independent adversarial review (evolution x feed x time travel) ---------------------------
+
+
+@pytest.mark.parametrize("name", ["_change", "_version", "_commit_time", "_mere_op"])
+def test_the_change_feed_s_column_names_are_reserved(local_cat: mere.Catalog, name: str) -> None:
+    with pytest.raises(errors.SchemaMismatch, match="reserved"):
+        local_cat.create_table(
+            f"ev.r{next(_names)}", pa.schema([("k", pa.int64()), (name, pa.int64())]), primary_key="k"
+        )
+    t = new_table(local_cat)
+    put(t, [{"k": 1, "day": "d", "v": 1, "s": "x"}])
+    before = (t.version, t.to_arrow())
+    for change in (
+        lambda: t.add_column(name, pa.int64()),
+        lambda: t.rename_column("s", name),
+        lambda: t.upsert(pa.table({"k": [2], name: [1]}), evolve=True),
+    ):
+        with pytest.raises(errors.SchemaMismatch, match=r"reserved|unknown column"):  # _mere_op: not data
+            change()
+    assert (t.version, t.to_arrow()) == before
+    assert t.changes(0).read_all().num_rows == 1
+
+
+@pytest.mark.parametrize(
+    "narrow, wide, value",
+    [
+        (pa.int16(), pa.int32(), 100_000),
+        (pa.float32(), pa.float64(), 0.1),
+        (pa.decimal128(5, 2), pa.decimal128(9, 2), Decimal("1234567.89")),
+    ],
+)
+def test_a_feed_over_values_a_rollback_narrowed_is_refused(
+    local_cat: mere.Catalog, narrow: pa.DataType, wide: pa.DataType, value: Any
+) -> None:
+    """A rollback past a widening: the feed speaks the current (narrow) type, which cannot hold the values
+    written while the column was wide. Refused (was: an overflow from pyarrow, or float64 rounded)."""
+    t = new_table(local_cat, schema=pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", narrow)]))
+    t.upsert(pa.table({"k": [1], "v": pa.array([1], narrow)}))  # v1
+    t.widen("v", wide)  # v2
+    t.upsert(pa.table({"k": [2], "v": pa.array([value], wide)}))  # v3
+    assert t.changes(1, 3).read_all().column("v").to_pylist() == [value]  # the current type is wide
+    t.rollback(1)  # v4: v is narrow again
+    assert t.schema.field("v").type == narrow
+    for start, end in ((2, 3), (1, 4), (0, 3), (3, 4)):
+        with pytest.raises(errors.InvalidInput, match="rollback undid its widening"):
+            t.changes(start, end)
+    assert t.changes(0, 1).read_all().num_rows == 1  # before the widening: readable
+    t.widen("v", wide)  # v5: wide again, the feed is whole
+    assert t.changes(2, 3).read_all().column("v").to_pylist() == [value]
+
+
+def test_logged_before_images_of_a_column_a_rollback_restored(local_cat: mere.Catalog) -> None:
+    """Logs written while a column was dropped do not hold it: after a rollback brings it back, a feed
+    that needs its earlier values merges instead (was: NULL from the log)."""
+    feeds = []
+    for log in ("off", "on"):
+        t = new_table(local_cat)
+        put(t, [{"k": 1, "day": "d", "v": 5, "s": "x"}, {"k": 2, "day": "d", "v": 7, "s": "y"}])  # v1
+        t.set_properties({"changes.log": log})  # v2
+        t.drop_column("v")  # v3
+        t.delete("k = 2")  # v4
+        t.rollback(2)  # v5: v is back, with its id
+        feed = t.changes(1, 4).read_all().select(["k", "v", "s", "_change"]).to_pylist()
+        assert feed == [{"k": 2, "v": 7, "s": "y", "_change": "delete"}], (log, feed)
+        feeds.append(feed)
+    assert feeds[0] == feeds[1]
+
+
+def test_defaults_and_values_that_fit_though_their_arrow_type_is_wider(local_cat: mere.Catalog) -> None:
+    t = new_table(local_cat)
+    put(t, [{"k": 1, "day": "d", "v": 1, "s": "x"}])
+    t.add_column("u", pa.uint64(), default=2**64 - 1)  # Arrow alone guesses int64 for a Python int
+    t.add_column("lu", pa.list_(pa.uint64()), default=[2**63])
+    t.add_column("d", pa.decimal128(10, 2), default=5)
+    t.upsert(pa.table({"k": [2], "d": [7]}))  # int64 values into decimal(10, 2): each fits
+    with pytest.raises(errors.SchemaMismatch, match="precision"):
+        t.upsert(pa.table({"k": [3], "d": [10**9]}))  # 1000000000.00 needs 12 digits
+    got = {r["k"]: (r["u"], r["lu"], r["d"]) for r in t.to_arrow().to_pylist()}
+    # Defaults are for rows written before their column; a new row without it holds NULL.
+    assert got == {1: (2**64 - 1, [2**63], Decimal("5.00")), 2: (None, None, Decimal("7.00"))}
+
+
+def test_a_schema_change_that_cancels_out_commits_nothing(local_cat: mere.Catalog) -> None:
+    t = new_table(local_cat)
+    assert t.evolve().rename_column("s", "z").rename_column("z", "s").commit() is None
+    assert t.version == 0 and not t.spec.evolved

@@ -880,6 +880,24 @@ def test_update_rejects_key_and_partition_columns(local_cat: mere.Catalog) -> No
 # -- merge operators -------------------------------------------------------------------------------------
 
 
+def test_a_float_sum_keeps_negative_zero_through_rows_that_do_not_carry_it(local_cat: mere.Catalog) -> None:
+    """IEEE: -0.0 + -0.0 = -0.0, and -0.0 is the identity of addition. A version without the column added
+    0.0 instead (turning -0.0 into 0.0, and the feed reported an update). Found by review."""
+    schema = pa.schema([("k", pa.int64()), ("f", pa.float64()), ("g", pa.string())])
+    t = local_cat.create_table("db.negzero", schema, primary_key="k", merge_operators={"f": "sum"})
+    t.upsert(pa.table({"k": [1, 2], "f": [-0.0, -0.0], "g": ["a", "a"]}, schema=schema))
+    t.upsert(pa.table({"k": [1], "g": ["b"]}))  # partial: no f
+    t.upsert(pa.table({"k": [2], "f": [-0.0], "g": ["b"]}, schema=schema))
+    for table in (
+        t.to_arrow(),
+        t.changes(1).read_all().filter(pa.compute.field("_change") == "update_after"),
+    ):
+        f = dict(zip(table.column("k").to_pylist(), table.column("f").to_pylist()))
+        assert all(v == 0.0 and math.copysign(1.0, v) < 0 for v in f.values()), f
+    t.compact()
+    assert all(math.copysign(1.0, v) < 0 for v in t.to_arrow().column("f").to_pylist())
+
+
 def test_update_and_merge_put_the_value_of_a_sum_column(local_cat: mere.Catalog) -> None:
     schema = pa.schema([("k", pa.int64()), ("qty", pa.int64()), ("note", pa.string())])
     t = local_cat.create_table("db.sums", schema, primary_key="k", buckets=2, merge_operators={"qty": "sum"})

@@ -55,6 +55,7 @@ from hypothesis.stateful import (
 import mere
 from mere.errors import InvalidInput, NoSuchVersion, SchemaChanged, SchemaMismatch, UnsupportedType
 from mere.table import compaction
+from mere.table.evolve import can_widen
 from services import PostgresServer
 
 MAX_KEY = 40
@@ -980,6 +981,24 @@ class LakeMachine(RuleBasedStateMachine):
         difference of the model's two versions read in them, and each row's ``_version`` is a commit of the
         range that is no later than the key's last change there."""
         cols = self.cols[name]
+        now = {c.ident: c.type for c in cols}
+        narrowed = [
+            (u, c.name)
+            for u in range(start, end + 1)
+            for c in self.versions[name][u].columns
+            if c.ident in now
+            and c.type != now[c.ident]
+            and (
+                pa.types.is_integer(now[c.ident])
+                or pa.types.is_floating(now[c.ident])
+                or pa.types.is_decimal(now[c.ident])
+            )
+            and not can_widen(c.type, now[c.ident])
+        ]
+        if narrowed:  # a rollback undid a widening: the current type may not hold the range's values
+            with pytest.raises(InvalidInput, match="rollback undid its widening"):
+                t.changes(start, end)
+            return
         views = self._feed_views(name, start, end)
         feed = t.changes(start, end).read_all()
         identity_first = sorted(cols, key=lambda c: ("p", "id", c.name).index(c.name))  # stable

@@ -17,6 +17,9 @@ import pyarrow as pa
 from mere.errors import CatalogError, InvalidInput, SchemaMismatch, UnsupportedType
 
 OP_COLUMN = "_mere_op"
+# The change feed's own columns (Table.changes): a table column of one of these names would clash there.
+FEED_COLUMNS = ("_change", "_version", "_commit_time")
+RESERVED_COLUMNS = (OP_COLUMN, *FEED_COLUMNS)
 """Row-level change kind stored in primary-key table files."""
 
 OP_MERGE = 0  # combine with the key's previous state using the merge operators
@@ -318,8 +321,12 @@ class TableSpec:
             raise SchemaMismatch(f"duplicate column names in schema: {names}")
         if not names:
             raise SchemaMismatch("schema has no columns")
-        if OP_COLUMN in names:
-            raise SchemaMismatch(f"column name {OP_COLUMN!r} is reserved")
+        reserved = [n for n in names if n in RESERVED_COLUMNS]
+        if reserved:
+            raise SchemaMismatch(
+                f"column name(s) {reserved} are reserved (mere's operation column and the change feed's "
+                f"{list(FEED_COLUMNS)})"
+            )
         if any(not n for n in names):
             raise SchemaMismatch("column names must not be empty")
         for group, label in ((pk, "primary key"), (parts, "partition")):

@@ -237,7 +237,8 @@ def _sum(
     """Per-group sums of the valid values; integer sums that leave their type raise, naming the key."""
     counts = np.add.reduceat(valid.astype(np.int64), start_pos)
     raw = values.fill_null(0).to_numpy(zero_copy_only=False)
-    picked = np.where(valid, raw, 0)
+    # A missing value adds the identity: -0.0 for floats (0.0 would turn a sum of -0.0 into 0.0).
+    picked = np.where(valid, raw, -0.0 if pa.types.is_floating(values.type) else 0)
     with np.errstate(
         over="ignore", invalid="ignore"
     ):  # floats: inf and NaN as IEEE says; int wrap is detected

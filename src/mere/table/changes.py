@@ -36,16 +36,15 @@ from mere.read.evolution import whole_file_as_table
 from mere.read.merge import KeySet, key_positions, numpy_sortable, sort_indices
 from mere.read.planner import Explain, plan_splits, split_filter
 from mere.read.reader import _filter, _plain
-from mere.spec import FIELD_ID_KEY, OP_COLUMN, OP_DELETE
+from mere.spec import FEED_COLUMNS, FIELD_ID_KEY, OP_COLUMN, OP_DELETE, TableSpec
+from mere.table.evolve import can_widen
 from mere.table.scan import Scan
 from mere.write.writer import PreparedFile
 
 if TYPE_CHECKING:
     from mere.table.table import Table
 
-CHANGE_COLUMN = "_change"
-VERSION_COLUMN = "_version"
-COMMIT_TIME_COLUMN = "_commit_time"
+CHANGE_COLUMN, VERSION_COLUMN, COMMIT_TIME_COLUMN = FEED_COLUMNS
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "insert", "update_before", "update_after", "delete"
 _ORDER = {DELETE: 0, UPDATE_BEFORE: 1, UPDATE_AFTER: 2, INSERT: 3}
 _CHANGE_NAMES = pa.array(list(_ORDER))
@@ -77,6 +76,12 @@ def change_feed(
         raise InvalidInput(
             f"{table.name} has no primary key: a change feed follows keys (read the appended files with "
             "scan(version=...) instead)"
+        )
+    clash = [c for c in spec.schema.names if c in FEED_COLUMNS]
+    if clash:  # a table made before these names were reserved
+        raise InvalidInput(
+            f"{table.name}: column(s) {clash} share names with the change feed's own columns "
+            f"{list(FEED_COLUMNS)}: rename them (Table.rename_column) to read its changes"
         )
     for name, value in (("start_version", start_version), ("end_version", end_version)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
@@ -112,6 +117,15 @@ def change_feed(
             f"{table.name}: the change feed from version {start} needs every commit after it, and "
             f"version {gone[0]} has expired"
         )
+    # Columns changed at some point: a rollback may have narrowed one since, or brought one back that
+    # logs written while it was dropped do not hold.
+    logs_hold_every_column = True
+    if spec.evolved:
+        specs = _specs_in_force(table, start, end)
+        _refuse_narrowed_columns(table, specs, start, end)
+        current_ids = set(spec.field_ids.values())
+        at_start = current_ids & set(specs[0][1].field_ids.values())
+        logs_hold_every_column = all(at_start <= set(s.field_ids.values()) for _, s in specs[1:])
     touched: dict[tuple[str, int], list[tuple[FileEntry, int]]] = defaultdict(list)
     added_files: dict[tuple[str, int], list[FileEntry]] = defaultdict(list)
     replaced: set[tuple[str, int]] = set()  # splits where the range removed or partially wrote rows
@@ -152,6 +166,7 @@ def change_feed(
         v
         for v, snap in history.items()
         if max(start, oldest - 1) < v <= end
+        and logs_hold_every_column
         and (snap.internal.get("change_log") or snap.internal.get(LOG_SUMMARY_KEY))
     }
     from_logs = {
@@ -494,6 +509,41 @@ class _Feed:
         if not isinstance(self.predicate, E.AlwaysTrue):
             out = _filter(out, self.predicate)
         return out.select(self.out_names)
+
+
+def _specs_in_force(table: Table, start: int, end: int) -> list[tuple[int, TableSpec]]:
+    """The spec at ``start``, then each spec a commit of ``(start, end]`` set, with its version."""
+    specs = [(start, table.spec_at(start))]
+    specs += [
+        (v, TableSpec.from_json(text, table.name))
+        for v, text in table._sql.specs_after(table.record.id, start)
+        if v <= end
+    ]
+    return specs
+
+
+def _refuse_narrowed_columns(table: Table, specs: list[tuple[int, TableSpec]], start: int, end: int) -> None:
+    """A rollback may undo a widening: values of the range's wider versions would not fit the current
+    column type the feed speaks (an overflow, or a float64 silently rounded to float32). Refused, naming
+    the column and the versions."""
+    current = table.spec
+    ids = {fid: name for name, fid in current.field_ids.items()}
+    for version, spec in specs:
+        for name, fid in spec.field_ids.items():
+            now = ids.get(fid)
+            if now is None or name not in spec.schema.names:
+                continue
+            was, kind = spec.schema.field(name).type, current.schema.field(now).type
+            # Numbers may not fit back (an overflow, or float64 rounded to float32); a large_string's
+            # values are strings all the same.
+            numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+            if numeric and was != kind and not can_widen(was, kind):
+                raise InvalidInput(
+                    f"{table.name}: column {now!r} was {was} at version {version} and is {kind} now (a "
+                    f"rollback undid its widening); the feed from {start} to {end} speaks the current columns "
+                    f"and would not keep its values: widen {now!r} again to read it (scan(version=...) reads "
+                    "each version in its own columns)"
+                )
 
 
 def _positions(left: pa.Table, right: pa.Table, keys: Sequence[str]) -> np.ndarray:

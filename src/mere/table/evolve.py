@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from mere.errors import InvalidInput, SchemaMismatch, UnsupportedType
-from mere.spec import OP_COLUMN, TableSpec
+from mere.spec import RESERVED_COLUMNS, TableSpec
 from mere.write.cast import incompatibility, lossless_cast
 
 if TYPE_CHECKING:
@@ -95,6 +95,8 @@ def _value_of(value: Any, kind: pa.DataType) -> pa.Array:
         return (pa.LargeListArray if pa.types.is_large_list(kind) else pa.ListArray).from_arrays(
             offsets, elements, type=kind
         )
+    if isinstance(value, int) and not isinstance(value, bool) and value > 2**63 - 1:
+        return _checked(pa.array([value], pa.uint64()), kind)  # Arrow would guess int64 and overflow
     return _checked(pa.array([value]), kind)
 
 
@@ -151,7 +153,7 @@ def _new_name(spec: TableSpec, value: Any, table: str) -> str:
     name = _column_name(value, "the new column name")
     if name in spec.schema.names:
         raise SchemaMismatch(f"{table}: the table already has a column {name!r}")
-    if name == OP_COLUMN or name == spec.cdc_column:
+    if name in RESERVED_COLUMNS or name == spec.cdc_column:
         raise SchemaMismatch(f"{table}: column name {name!r} is reserved")
     return name
 
@@ -315,7 +317,9 @@ class SchemaUpdate:
             raise InvalidInput(f"{self.table.name}: this schema update was already committed")
         self._done = True
         t = self.table
-        if same_columns(self.spec, self.base):
+        # Steps that cancel out (a rename and back) change nothing, though the first step remembered how
+        # files without field ids name columns.
+        if same_columns(replace(self.spec, legacy_field_ids=self.base.legacy_field_ids), self.base):
             return None
         tx = t.transaction()
         tx._schema = (self.spec, list(self.steps))

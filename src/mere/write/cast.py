@@ -134,6 +134,15 @@ def lossless_cast(
         if source == target:
             return values
     try:
+        if pa.types.is_integer(source) and pa.types.is_decimal(target) and target.scale >= 0:
+            # Arrow casts an integer type only to a decimal that holds its every value (int64: 19 digits
+            # plus the scale); the values themselves may fit a smaller one: through a wide enough decimal,
+            # whose cast down checks each value.
+            digits = len(str(2**source.bit_width)) + target.scale
+            wide = (
+                pa.decimal128(digits, target.scale) if digits <= 38 else pa.decimal256(digits, target.scale)
+            )
+            values = pc.cast(values, wide, safe=True)
         out = pc.cast(values, target, safe=True)
         if _rounds(source, target) and not _same_values(values, out):
             raise SchemaMismatch(
