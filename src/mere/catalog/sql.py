@@ -754,14 +754,16 @@ class SqlCatalog:
     def is_tagged(self, table_id: int, version: int) -> bool:
         """Whether a tag names this version (its files survive expire)."""
         with self.engine.connect() as conn:
-            return (
-                conn.execute(
-                    sa.select(tags.c.name)
-                    .where(tags.c.table_id == table_id, tags.c.version == version)
-                    .limit(1)
-                ).first()
-                is not None
-            )
+            return self._tagged(conn, table_id, version)
+
+    @staticmethod
+    def _tagged(conn: Connection, table_id: int, version: int) -> bool:
+        return (
+            conn.execute(
+                sa.select(tags.c.name).where(tags.c.table_id == table_id, tags.c.version == version).limit(1)
+            ).first()
+            is not None
+        )
 
     @_wraps_database_errors("read the spec changes after a version")
     def specs_after(self, table_id: int, version: int) -> list[tuple[int, str]]:
@@ -827,11 +829,17 @@ class SqlCatalog:
 
     @_wraps_database_errors("list a version's files")
     def files_at(self, table_id: int, version: int) -> list[FileEntry]:
-        """The live files of a table at a version, ordered by sequence."""
+        """The live files of a table at a version, ordered by sequence. NoSuchVersion where the version
+        has expired, also when expire ran while they were being listed (its rows would be partial)."""
         with self.engine.connect() as conn:
-            return [
+            found = [
                 self._file(r) for r in conn.execute(_FILES_AT, {"table_id": table_id, "version": version})
             ]
+            # Checked after the listing: under READ COMMITTED an expire committed in between shows here.
+            _, oldest = self._version_range(conn, table_id)
+            if version < oldest and not self._tagged(conn, table_id, version):
+                raise NoSuchVersion(f"version {version} has expired (the oldest readable is {oldest})")
+        return found
 
     @_wraps_database_errors("list the files a version range changed")
     def files_changed(self, table_id: int, after: int, upto: int) -> list[tuple[FileEntry, int | None]]:

@@ -708,6 +708,33 @@ class Storage:
             except Exception:
                 log.warning("could not delete uncommitted file %s", rel)
 
+    def missing(self, rels: Sequence[str]) -> list[str]:
+        """The files of ``rels`` that do not exist (one metadata request each on an object store, run
+        concurrently). For commits of files written elsewhere, long before: a cleanup may have taken them."""
+        if not rels:
+            return []
+
+        def gone(rel: str) -> bool:
+            path = self.full_path(rel)
+            if self.is_local:
+                return not os.path.isfile(path)
+            info = self._retrying(
+                f"looking up {path}", lambda: self._fs_for(path).get_file_info(path), read=True
+            )
+            return bool(info.type == pafs.FileType.NotFound)
+
+        try:
+            if not self.is_remote:
+                found = [gone(r) for r in rels]
+            else:
+                with ThreadPoolExecutor(
+                    max_workers=min(32, len(rels)), thread_name_prefix="mere-exists"
+                ) as pool:
+                    found = list(pool.map(gone, rels))
+        except OSError as e:
+            raise StorageError(f"looking up files to commit failed: {_first_line(e)}") from e
+        return [r for r, g in zip(rels, found) if g]
+
     def list_files(self, rel_dir: str) -> list[tuple[str, int, float]]:
         """Every file below a directory: (relative path, size, mtime seconds). Maintenance only: commits
         and reads never list."""

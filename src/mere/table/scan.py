@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from mere import expr as E
 from mere.concurrency import default_threads
-from mere.errors import InvalidInput, SchemaMismatch
+from mere.errors import InvalidInput, NoSuchVersion, SchemaMismatch, StorageError
 from mere.io import Storage
 from mere.metadata import Snapshot
 from mere.optional import require
@@ -366,6 +366,21 @@ class Scan:
     ) -> Iterator[pa.RecordBatch]:
         """``queue_size``: finished batches a split holds ahead of the consumer (default ``queue_batches``;
         0 means no limit, for reads that keep every batch anyway)."""
+        try:
+            yield from self._merged_batches(splits, opts, threads, queue_size)
+        except StorageError as e:
+            # An expire that ran after planning may have deleted the version's files: say so.
+            try:
+                self.table.resolve_version(self.version)
+            except NoSuchVersion:
+                raise NoSuchVersion(
+                    f"{self.table.name}: version {self.version} expired while it was being read"
+                ) from e
+            raise
+
+    def _merged_batches(
+        self, splits: list[Split], opts: ReadOptions, threads: int, queue_size: int | None
+    ) -> Iterator[pa.RecordBatch]:
         storage, spec = self.table.storage, self.spec
         queue_size = self.queue_batches if queue_size is None else queue_size
         opts = replace(opts, threads=threads)

@@ -160,8 +160,11 @@ class Table:
     # -- reads -----------------------------------------------------------------------------------
 
     def files_at(self, version: int) -> list[FileEntry]:
-        """The catalog's entries of the live files at a version."""
-        return self._sql.files_at(self.record.id, version)
+        """The catalog's entries of the live files at a version (NoSuchVersion once it has expired)."""
+        try:
+            return self._sql.files_at(self.record.id, version)
+        except NoSuchVersion as e:
+            raise NoSuchVersion(f"{self.name}: {e}") from None
 
     def split_tables(
         self, version: int, splits: set[tuple[str, int]], columns: Sequence[str], filter: Any = None
@@ -726,6 +729,13 @@ class Table:
             if idempotency_key is not None and (prior := self.find_commit(idempotency_key)) is not None:
                 self._discard(entries)
                 return prior
+            # Staged files may be old (a long job): one that a cleanup took would make the table unreadable.
+            gone = self.storage.missing([e.path for e in entries])
+            if gone:
+                raise CommitFailed(
+                    f"{self.name}: {len(gone)} staged file(s) no longer exist (e.g. {gone[0]}): a cleanup "
+                    "with a shorter older_than than this write took may have deleted them; write them again"
+                )
             if operation == "overwrite":
                 wanted = self._wanted_partition(partition)
                 self._check_partition(wanted, [json.loads(e.partition) for e in entries])
@@ -1092,7 +1102,7 @@ class Table:
             still.update(f.path for f in tagged)
         gone: set[str] = set()
         for snap in history:
-            if 0 < snap.version <= keep and snap.summary.get("removed_files", 1):
+            if oldest < snap.version <= keep and snap.summary.get("removed_files", 1):
                 # every row removed by this version was live at the one before
                 gone.update(f.path for f in self.files_at(snap.version - 1) if f.id not in needed)
             elif snap.version > keep and snap.operation == "rollback":
