@@ -76,6 +76,12 @@ def test_requested_schema_projects_and_casts(lake: mere.Table) -> None:
         pa.RecordBatchReader.from_stream(scan, schema=pa.schema([("tags", pa.int64())]))
     with pytest.raises(SchemaMismatch):  # a column the scan's own projection left out
         pa.RecordBatchReader.from_stream(lake.scan(columns=["id"]), schema=pa.schema([("qty", pa.int64())]))
+    # Types that cast, values that do not: the error crosses the C stream with mere's message (it was
+    # pyarrow's own, from a lazy cast that bypassed mere).
+    big = max(v for v in lake.scan(columns=["id"]).to_arrow().column("id").to_pylist())
+    assert big > 127
+    with pytest.raises(pa.ArrowInvalid, match="does not fit the requested schema"):
+        pa.RecordBatchReader.from_stream(scan, schema=pa.schema([("id", pa.int8())])).read_all()
 
 
 def test_writes_take_any_arrow_producer(tmp_path: Path) -> None:

@@ -168,6 +168,7 @@ def test_bad_arguments(lake: mere.Table) -> None:
         lambda: write(ddf, lake, mode="append"),
         lambda: write(pd.DataFrame({"id": [1]}), lake),  # type: ignore[arg-type]
         lambda: write(ddf, "eng.orders"),  # type: ignore[arg-type]
+        lambda: read_table(lake, types_mapper=5),  # type: ignore[arg-type]  # failed only at compute()
     ):
         with pytest.raises(InvalidInput):
             call()

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mere
-from mere.errors import InvalidInput, MereError
+from mere.errors import FilterError, InvalidInput, MereError, SchemaMismatch
 from mere.integrations.duckdb import dataset, pushdown, register
 
 duckdb = pytest.importorskip("duckdb")
@@ -194,6 +194,23 @@ def test_bad_arguments(lake: mere.Table) -> None:
     assert con.sql("SELECT count(*) FROM duckdb_views() WHERE view_name = 't'").fetchall()[0] == (0,)
     assert lake.version == before
     assert isinstance(dataset(lake.scan()), ds.Dataset)
+    data = dataset(
+        lake.scan()
+    )  # every entry point checks columns and filters alike (to_table once raised KeyError)
+    for call in (
+        lambda: data.to_table(columns=["nope"]),
+        lambda: data.head(1, columns=["nope"]),
+        lambda: data.scanner(columns=["nope"]).to_table(),
+    ):
+        with pytest.raises(SchemaMismatch):
+            call()
+    for call in (
+        lambda: data.to_table(filter=ds.field("nope") > 1),
+        lambda: data.count_rows(filter=ds.field("nope") > 1),
+        lambda: data.scanner(filter=ds.field("nope") > 1).to_table(),
+    ):
+        with pytest.raises(FilterError):
+            call()
 
 
 def test_dataset_methods_read_through_mere(lake: mere.Table) -> None:

@@ -322,6 +322,12 @@ def test_bad_arguments_are_typed_errors(lake: tuple[mere.Table, mere.Table]) -> 
     ):
         with pytest.raises(InvalidInput):
             TableDataset(nums, columns=["id"], **kwargs)
+    for table in (None, "eng.nums"):
+        with pytest.raises(InvalidInput, match="mere Table"):
+            TableDataset(table)  # type: ignore[arg-type]
+    for shard, shards in ((2, 2), (-1, 2), (0, 0)):
+        with pytest.raises(InvalidInput):
+            TableDataset(nums, columns=["id"]).shard_units(shard, shards)
     with pytest.raises(SchemaMismatch, match="nope"):
         TableDataset(nums, columns=["id", "nope"])
     with pytest.raises(FilterError):

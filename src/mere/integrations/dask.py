@@ -60,6 +60,8 @@ def read_table(
     dd_module = _dask()
     if types_mapper is None:
         types_mapper = pandas_types
+    elif not callable(types_mapper):  # it would fail only in the workers, at compute()
+        raise InvalidInput(f"types_mapper must be a function of a pyarrow type, got {types_mapper!r}")
     if not isinstance(table, Table):
         raise InvalidInput(f"read_table() takes a mere Table, got {type(table).__name__}")
     for name, value in (("partition_bytes", partition_bytes), ("min_partitions", min_partitions)):

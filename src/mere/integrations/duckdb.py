@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from mere import expr as E
-from mere.errors import InvalidInput
+from mere.errors import FilterError, InvalidInput, SchemaMismatch
 from mere.integrations.pushdown import narrowed, prunable_kind
 from mere.optional import require
 from mere.table.scan import Scan
@@ -112,9 +112,27 @@ class MereDataset(ds.Dataset):
             raise InvalidInput(
                 f"MereDataset: filter must be a pyarrow Expression, got {type(filter).__name__}"
             )
+        if columns is not None:
+            self._schema_of(columns)  # unknown names: SchemaMismatch before anything is read
         if filter is None:
             return narrowed(scan, None, columns, ())
+        try:  # bound against the columns now: an unknown field or a type error fails here, typed
+            self.schema.empty_table().filter(filter)
+        except (TypeError, ValueError, pa.ArrowException) as e:
+            raise FilterError(
+                f"MereDataset: filter {filter} does not apply to {self.schema.names}: {e}"
+            ) from e
         return narrowed(scan, pushdown(filter, scan), columns, _columns(filter, scan))
+
+    def _schema_of(self, columns: list[str] | None) -> pa.Schema:
+        if columns is None:
+            return self.schema
+        unknown = [c for c in columns if c not in self.schema.names]
+        if unknown:
+            raise SchemaMismatch(
+                f"MereDataset: unknown column(s) {unknown}; the scan returns {self.schema.names}"
+            )
+        return pa.schema([self.schema.field(c) for c in columns])
 
     def to_batches(
         self, columns: list[str] | None = None, filter: pc.Expression | None = None, **_: Any
@@ -140,7 +158,7 @@ class MereDataset(ds.Dataset):
         self, columns: list[str] | None = None, filter: pc.Expression | None = None, **_: Any
     ) -> pa.Table:
         """Merged rows as one table (``columns``/``filter`` as for :meth:`scanner`)."""
-        schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+        schema = self._schema_of(columns)
         return pa.Table.from_batches(list(self.to_batches(columns, filter)), schema=schema)
 
     def head(
@@ -156,7 +174,7 @@ class MereDataset(ds.Dataset):
             out.append(batch.slice(0, left))
             left -= out[-1].num_rows
         batches.close()  # type: ignore[attr-defined]
-        schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+        schema = self._schema_of(columns)
         return pa.Table.from_batches(out, schema=schema)
 
     def take(

@@ -258,6 +258,8 @@ class TableDataset(IterableDataset[Batch]):
         max_task_bytes: int | None = None,
     ) -> None:
         super().__init__()
+        if not hasattr(table, "scan") or not hasattr(table, "spec"):  # not imported: mere.Table
+            raise InvalidInput(f"TableDataset: table must be a mere Table, got {type(table).__name__}")
         _positive("batch_size", batch_size)
         if max_task_bytes is not None:
             _positive("max_task_bytes", max_task_bytes)
@@ -349,6 +351,9 @@ class TableDataset(IterableDataset[Batch]):
     def shard_units(self, shard: int, shards: int, epoch: int | None = None) -> list[ScanTask]:
         """The units shard ``shard`` of ``shards`` reads in ``epoch`` (default: the current one), in order."""
         epoch = self.epoch if epoch is None else epoch
+        _positive("shards", shards)
+        if not isinstance(shard, int) or isinstance(shard, bool) or not 0 <= shard < shards:
+            raise InvalidInput(f"TableDataset: shard must be in [0, {shards}), got {shard!r}")
         sizes = [u.size_bytes for u in self.units]
         if self.shuffle:
             lots = assign_units(sizes, shards, np.random.default_rng([self.seed, epoch]))

@@ -494,10 +494,21 @@ class Scan:
         reader = projected.to_reader()
         if not projected.schema.equals(wanted):
             try:
-                reader = reader.cast(wanted)
+                reader.cast(wanted)  # the types: checked now (the values only as they stream)
             except (TypeError, ValueError, pa.ArrowException) as e:
                 raise SchemaMismatch(f"{self.table.name}: cannot return the requested schema: {e}") from e
+            reader = pa.RecordBatchReader.from_batches(wanted, self._cast_batches(projected, wanted))
         return reader.__arrow_c_stream__()
+
+    def _cast_batches(self, scan: Scan, wanted: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """The scan's batches cast to ``wanted``; a value the cast cannot keep is a SchemaMismatch."""
+        for batch in scan.to_batches():
+            try:
+                yield batch.cast(wanted)
+            except (TypeError, ValueError, pa.ArrowException) as e:
+                raise SchemaMismatch(
+                    f"{self.table.name}: a value does not fit the requested schema: {str(e).splitlines()[0]}"
+                ) from e
 
     def __repr__(self) -> str:
         cols = "*" if self.columns is None else ", ".join(self.columns)
