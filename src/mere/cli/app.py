@@ -36,6 +36,7 @@ from mere.cli.settings import (
     resolve,
 )
 from mere.errors import MereError
+from mere.write.cast import is_bytes_type
 
 if TYPE_CHECKING:
     from mere.metadata import FileEntry
@@ -536,7 +537,7 @@ def _write_stream(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBat
             raise click.ClickException(
                 f"CSV cannot hold nested column(s) {nested}: use --format jsonl or parquet, or --columns"
             )
-        binary = [i for i, f in enumerate(schema) if _is_binary(f.type)]
+        binary = [i for i, f in enumerate(schema) if is_bytes_type(f.type)]
         if binary:  # as hex, as in JSON lines: CSV is text, and bytes need not be UTF-8
             schema = pa.schema([f.with_type(pa.string()) if i in binary else f for i, f in enumerate(schema)])
         with pacsv.CSVWriter(sink, schema) as writer:
@@ -554,15 +555,6 @@ def _write_stream(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBat
             for b in batches:
                 writer.write_batch(b)
     sink.flush()
-
-
-def _is_binary(kind: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_binary(kind)
-        or pa.types.is_large_binary(kind)
-        or pa.types.is_fixed_size_binary(kind)
-        or pa.types.is_binary_view(kind)
-    )
 
 
 def _write_file(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBatch], path: str) -> None:

@@ -25,7 +25,8 @@ def _is_text(t: pa.DataType) -> bool:
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 
-def _is_bytes(t: pa.DataType) -> bool:
+def is_bytes_type(t: pa.DataType) -> bool:
+    """Binary types of every layout (binary, large, view, fixed size)."""
     return bool(
         pa.types.is_binary(t)
         or pa.types.is_large_binary(t)
@@ -57,9 +58,9 @@ def incompatibility(source: pa.DataType, target: pa.DataType) -> str | None:
         return incompatibility(source.value_type, target)
     if _is_number(source) and _is_number(target):
         return None
-    if _is_text(source) and (_is_text(target) or _is_bytes(target)):
+    if _is_text(source) and (_is_text(target) or is_bytes_type(target)):
         return None
-    if _is_bytes(source) and _is_bytes(target):
+    if is_bytes_type(source) and is_bytes_type(target):
         return None
     if pa.types.is_date(source) and pa.types.is_date(target):
         return None
