@@ -4,7 +4,8 @@ The read-scaling floors compare mere's merged read with pyarrow's raw read of th
 splits mere's read into its stages, so that what a floor asks of each stage can be checked against what
 pyarrow itself costs. Workload: ``bench_scale.py``'s W1 (1M base rows + 10 upserts of 100k, half
 updates) in 4, 16 and 64 buckets, and the same rows compacted (one file per bucket). One thread
-(``pyarrow.set_cpu_count(1)``, ``scan(threads=1)``), medians of ``--repeat``, stages timed in turn:
+(``pyarrow.set_cpu_count(1)``, ``scan(threads=1)``), medians of ``--repeat``; the whole reads each timed
+alone, the two merge stages in turn:
 
   - raw: ``pyarrow.parquet.read_table`` of exactly the table's live files, no merge, on pyarrow's CPU pool of
     one thread (the floors' yardstick, as in ``bench_scale.py``)
@@ -40,7 +41,7 @@ from mere.read import reader
 from mere.read.planner import Explain
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_core import interleaved_medians
+from bench_core import interleaved_medians, median_time
 from bench_scale import build, live_files
 
 
@@ -61,16 +62,11 @@ def stages(t: mere.Table, repeat: int) -> dict[str, Any]:
         for _ in decoded_splits():
             pass
 
-    # Whole reads first, nothing else held (fresh memory is slow to come by on some VMs); then the merge
-    # stages on rows decoded once.
-    raw, decoded, whole = interleaved_medians(
-        [
-            lambda: pq.read_table(files, use_threads=True),  # on the one CPU thread, as bench_scale
-            decode,
-            lambda: scan.to_arrow(),
-        ],
-        repeat,
-    )
+    # Whole reads first, one after another as in bench_scale.py (interleaving them disturbed the raw read,
+    # by the memory each leaves behind); then the merge stages on rows decoded once.
+    whole = median_time(lambda: scan.to_arrow(), repeat)
+    raw = median_time(lambda: pq.read_table(files, use_threads=True), repeat)  # the one CPU thread
+    decoded = median_time(decode, repeat)
     inputs = []  # per split: key arrays, operations, rows of the oldest file, and the rows themselves
     for tables in decoded_splits():
         keys = [np.concatenate([c.to_numpy() for p in tables for c in p.column("id").chunks])]
