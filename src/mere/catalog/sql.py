@@ -828,13 +828,16 @@ class SqlCatalog:
         return int(v)
 
     @_wraps_database_errors("list a version's files")
-    def files_at(self, table_id: int, version: int) -> list[FileEntry]:
+    def files_at(self, table_id: int, version: int, *, expired_ok: bool = False) -> list[FileEntry]:
         """The live files of a table at a version, ordered by sequence. NoSuchVersion where the version
-        has expired, also when expire ran while they were being listed (its rows would be partial)."""
+        has expired, also when expire ran while they were being listed (its rows would be partial);
+        ``expired_ok``: the rows an expired version has left (expire's own accounting)."""
         with self.engine.connect() as conn:
             found = [
                 self._file(r) for r in conn.execute(_FILES_AT, {"table_id": table_id, "version": version})
             ]
+            if expired_ok:
+                return found
             # Checked after the listing: under READ COMMITTED an expire committed in between shows here.
             _, oldest = self._version_range(conn, table_id)
             if version < oldest and not self._tagged(conn, table_id, version):

@@ -1102,9 +1102,11 @@ class Table:
             still.update(f.path for f in tagged)
         gone: set[str] = set()
         for snap in history:
-            if oldest < snap.version <= keep and snap.summary.get("removed_files", 1):
-                # every row removed by this version was live at the one before
-                gone.update(f.path for f in self.files_at(snap.version - 1) if f.id not in needed)
+            if 0 < snap.version <= keep and snap.summary.get("removed_files", 1):
+                # every row removed by this version was live at the one before (what an earlier expire
+                # left of it: rows a tag kept)
+                before = self._sql.files_at(self.record.id, snap.version - 1, expired_ok=True)
+                gone.update(f.path for f in before if f.id not in needed)
             elif snap.version > keep and snap.operation == "rollback":
                 still.update(f.path for f in self.files_at(snap.version))
         # Change logs are live at no version: each goes with its commit (the kept version's log stays).
