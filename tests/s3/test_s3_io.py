@@ -544,3 +544,17 @@ def test_storage_survives_pickling_without_exposing_secrets_in_its_repr(
     clone = pickle.loads(pickle.dumps(s))
     assert clone.root == s.root and clone.storage_options == s.storage_options
     assert s3_options["secret_access_key"] not in repr(clone)
+
+
+def test_a_commit_of_staged_objects_a_cleanup_took_is_refused(cat_direct: mere.Catalog) -> None:
+    """The object-store side of Table.commit's check that staged files still exist (HEAD requests)."""
+    t = cat_direct.create_table("s3.staged", SCHEMA, primary_key=["id"], buckets=2)
+    t.upsert(rows(range(4)))
+    staged = t.stage(rows(range(10, 20), v=1))
+    t.storage.delete(staged.files[0].path)
+    before = (t.version, sorted_rows(t.to_arrow()))
+    with pytest.raises(errors.CommitFailed, match="no longer exist"):
+        t.commit([staged])
+    assert (t.version, sorted_rows(t.to_arrow())) == before
+    t.commit([t.stage(rows(range(10, 20), v=1))])
+    assert len(t.to_arrow()) == 14

@@ -711,26 +711,18 @@ class Storage:
     def missing(self, rels: Sequence[str]) -> list[str]:
         """The files of ``rels`` that do not exist (one metadata request each on an object store, run
         concurrently). For commits of files written elsewhere, long before: a cleanup may have taken them."""
-        if not rels:
-            return []
+        if not self.is_remote:
+            return [r for r in rels if not os.path.isfile(self.full_path(r))]
 
         def gone(rel: str) -> bool:
             path = self.full_path(rel)
-            if self.is_local:
-                return not os.path.isfile(path)
             info = self._retrying(
                 f"looking up {path}", lambda: self._fs_for(path).get_file_info(path), read=True
             )
             return bool(info.type == pafs.FileType.NotFound)
 
         try:
-            if not self.is_remote:
-                found = [gone(r) for r in rels]
-            else:
-                with ThreadPoolExecutor(
-                    max_workers=min(32, len(rels)), thread_name_prefix="mere-exists"
-                ) as pool:
-                    found = list(pool.map(gone, rels))
+            found = list(shared_pool("ranges", self.max_connections).map(gone, rels))
         except OSError as e:
             raise StorageError(f"looking up files to commit failed: {_first_line(e)}") from e
         return [r for r, g in zip(rels, found) if g]

@@ -491,14 +491,15 @@ class Scan:
                 f"{self.output_columns} (unknown or repeated: {missing or wanted.names})"
             )
         projected = self.select(*wanted.names)
-        reader = projected.to_reader()
-        if not projected.schema.equals(wanted):
-            try:
-                reader.cast(wanted)  # the types: checked now (the values only as they stream)
-            except (TypeError, ValueError, pa.ArrowException) as e:
-                raise SchemaMismatch(f"{self.table.name}: cannot return the requested schema: {e}") from e
-            reader = pa.RecordBatchReader.from_batches(wanted, self._cast_batches(projected, wanted))
-        return reader.__arrow_c_stream__()
+        if projected.schema.equals(wanted):
+            return projected.to_reader().__arrow_c_stream__()
+        try:
+            projected.schema.empty_table().cast(wanted)  # the types, checked now; values as they stream
+        except (TypeError, ValueError, pa.ArrowException) as e:
+            raise SchemaMismatch(f"{self.table.name}: cannot return the requested schema: {e}") from e
+        return pa.RecordBatchReader.from_batches(
+            wanted, self._cast_batches(projected, wanted)
+        ).__arrow_c_stream__()
 
     def _cast_batches(self, scan: Scan, wanted: pa.Schema) -> Iterator[pa.RecordBatch]:
         """The scan's batches cast to ``wanted``; a value the cast cannot keep is a SchemaMismatch."""
