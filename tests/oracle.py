@@ -108,6 +108,15 @@ NAIVE_TIMES = st.one_of(
 AWARE_TIMES = st.builds(lambda t, tz: t.replace(tzinfo=tz), NAIVE_TIMES, st.sampled_from([UTC, *PARIS_LIKE]))
 
 
+def in_unit(value: dt.datetime, unit: str) -> dt.datetime:
+    """``value`` cut to a timestamp unit coarser than microseconds (so that it fits the column)."""
+    if unit == "s":
+        return value.replace(microsecond=0)
+    if unit == "ms":
+        return value.replace(microsecond=value.microsecond // 1000 * 1000)
+    return value
+
+
 def nullable(values: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(st.none(), values)
 
@@ -293,7 +302,7 @@ class Kind:
             return st.one_of(opts)
         if f in ("ts", "tstz"):
             base = NAIVE_TIMES if f == "ts" else AWARE_TIMES
-            opts = [base.map(lambda v: Lit("ts", v))]
+            opts = [base.map(lambda v: Lit("ts", in_unit(v, t.unit)))]
             if pool and f == "ts":
                 opts += [st.sampled_from(pool).map(lambda v: Lit("ts", v))] * 2
             elif pool:  # the same instant, spelt with some offset
@@ -405,6 +414,11 @@ VALUE_KINDS: list[Kind] = [
     Kind("ts", pa.timestamp("us"), "ts", NAIVE_TIMES),
     Kind("ts_utc", pa.timestamp("us", "UTC"), "tstz", AWARE_TIMES),
     Kind("ts_paris", pa.timestamp("us", "Europe/Paris"), "tstz", AWARE_TIMES),
+    # Other units in a zone: files give them back labelled UTC, and the filter's literal is in microseconds.
+    Kind(
+        "ts_ms_paris", pa.timestamp("ms", "Europe/Paris"), "tstz", AWARE_TIMES.map(lambda v: in_unit(v, "ms"))
+    ),
+    Kind("ts_s_tokyo", pa.timestamp("s", "Asia/Tokyo"), "tstz", AWARE_TIMES.map(lambda v: in_unit(v, "s"))),
     Kind("list_int32", pa.list_(pa.int32()), "nested", st.lists(nullable(ints_of(pa.int32())), max_size=4)),
     Kind("large_list_string", pa.large_list(pa.string()), "nested", st.lists(nullable(TEXT), max_size=3)),
     Kind("struct", STRUCT_AB, "nested", STRUCT_VALUES),
@@ -425,6 +439,7 @@ KEY_KINDS: list[Kind] = [
     KINDS["date32"],
     KINDS["ts"],
     KINDS["ts_utc"],
+    KINDS["ts_ms_paris"],
     _dec_kind(pa.decimal128(9, 2)),
     _dec_kind(pa.decimal128(18, 0)),
     KINDS["binary"],

@@ -288,11 +288,11 @@ class Col:
 
     def isin(self, values: Iterable[object]) -> In:
         """``name IN (values)``."""
-        return In(self.name, tuple(values))
+        return In(self.name, values)  # type: ignore[arg-type]  # In checks and converts to a tuple
 
     def not_in(self, values: Iterable[object]) -> In:
         """``name NOT IN (values)``."""
-        return In(self.name, tuple(values), negated=True)
+        return In(self.name, values, negated=True)  # type: ignore[arg-type]
 
     def is_null(self) -> IsNull:
         """``name IS NULL``."""

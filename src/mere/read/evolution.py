@@ -87,7 +87,7 @@ def to_table_columns(
             pa.nulls(table.num_rows, kind) if default is None else pa.repeat(default, table.num_rows)
         )
         fields.append(pa.field(name, kind, True))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    return in_table_zones(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), spec)
 
 
 def stored_as_table(spec: TableSpec, md: pq.FileMetaData) -> bool:
@@ -115,11 +115,46 @@ def _width_only(a: pa.DataType, b: pa.DataType) -> bool:
 def whole_file_as_table(table: pa.Table, spec: TableSpec, md: pq.FileMetaData) -> pa.Table:
     """Every column of a file read whole, as the table's current columns (a copy-on-write rewrite)."""
     if not spec.evolved:
-        return without_field_ids(table)
+        return in_table_zones(without_field_ids(table), spec)
     mapping = file_columns(spec, md)
     kept = table.select([n for n in table.column_names if n in mapping.to_table])
     fill = mapping.defaulted(spec, spec.schema.names, whole_rows=True)
     return to_table_columns(kept, mapping, spec, fill)
+
+
+def in_table_zones(table: pa.Table, spec: TableSpec) -> pa.Table:
+    """Time-zone-aware timestamp columns labelled with their table column's zone (no copy: the stored
+    instants are the same). Parquet keeps instants in UTC and gives them back labelled UTC; filters and
+    SQL functions (``hour(ts)``) must see the zone the table declares."""
+    zoned = _zoned_columns(spec)
+    if not zoned:
+        return table
+    fields = list(table.schema)
+    changed = False
+    for i, f in enumerate(fields):
+        want = zoned.get(f.name)
+        if want is not None and pa.types.is_timestamp(f.type) and f.type.tz is not None and f.type != want:
+            if f.type.unit != want.unit:
+                want = pa.timestamp(f.type.unit, want.tz)
+            fields[i] = f.with_type(want)
+            changed = True
+    if not changed:
+        return table
+    arrays = [c.cast(f.type) if c.type != f.type else c for c, f in zip(table.columns, fields)]
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=table.schema.metadata))
+
+
+def _zoned_columns(spec: TableSpec) -> dict[str, pa.TimestampType]:
+    """The spec's top-level timestamp columns with a time zone other than UTC (cached on the spec)."""
+    found = spec.__dict__.get("_zoned_columns")
+    if found is None:
+        found = {
+            f.name: f.type
+            for f in spec.schema
+            if pa.types.is_timestamp(f.type) and f.type.tz is not None and f.type.tz not in ("UTC", "utc")
+        }
+        object.__setattr__(spec, "_zoned_columns", found)
+    return found
 
 
 def without_field_ids(table: pa.Table) -> pa.Table:

@@ -26,6 +26,7 @@ from mere.read import lookup
 from mere.read.evolution import (
     FileColumns,
     file_columns,
+    in_table_zones,
     stored_as_table,
     to_table_columns,
 )
@@ -177,9 +178,10 @@ class _FileCursor:
         m = self.mapping
         if m is None:
             # Rows keep pyarrow's field-id metadata: _finish builds the output from the table's fields.
-            return self.storage.read_row_groups(
+            rows = self.storage.read_row_groups(
                 self.task.path, groups, columns, size, dictionary, use_threads=threaded
             )
+            return in_table_zones(rows, self.spec)
         table = self.storage.read_row_groups(
             self.task.path,
             groups,
@@ -304,9 +306,9 @@ def _filter(table: pa.Table, predicate: E.Expr) -> pa.Table:
             rest.append(part)
             continue
         column = table.column(part.column)  # type: ignore[attr-defined]
-        keys = (column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()).to_numpy(
-            zero_copy_only=False
-        )
+        whole = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+        # NULLs filled first: with them NumPy would get floats, and large integers would round.
+        keys = (whole.fill_null(0) if whole.null_count else whole).to_numpy(zero_copy_only=False)
         pos = np.minimum(np.searchsorted(sorted_values, keys), len(sorted_values) - 1)
         hit = sorted_values[pos] == keys
         if column.null_count:
