@@ -1597,3 +1597,30 @@ def test_the_oracle_refuses_a_target_row_matched_twice() -> None:
             "MERGE INTO t USING (SELECT * FROM (VALUES (0, 1), (0, 2)) v(k, x)) s ON t.k = s.k "
             "WHEN MATCHED THEN UPDATE SET q = s.x"
         )
+
+
+@pytest.mark.parametrize(
+    ("statement", "clause"),
+    [
+        ("DELETE FROM n.t WHERE id > 0 LIMIT 1", "LIMIT"),
+        ("DELETE FROM n.t WHERE id > 0 ORDER BY id LIMIT 1", "ORDER BY"),
+        ("UPDATE n.t SET q = 5 WHERE id > 0 LIMIT 1", "LIMIT"),
+        ("UPDATE n.t SET q = 0 FROM other WHERE id = 1", "FROM"),
+        ("UPDATE n.t SET q = q + 1 RETURNING id", "RETURNING"),
+        ("WITH x AS (SELECT 2 AS id) DELETE FROM n.t WHERE id = 1", "WITH"),
+        ("UPDATE n.t SET q = 1, q = 2 WHERE id = 1", "twice"),
+        ("MERGE INTO n.t USING s ON t.id = s.id WHEN MATCHED THEN DELETE RETURNING *", "RETURNING"),
+        ("MERGE INTO n.t USING s ON t.id = s.id WHEN MATCHED THEN UPDATE SET q = 1, q = 2", "twice"),
+    ],
+)
+def test_sql_refuses_clauses_it_would_not_run(local_cat: mere.Catalog, statement: str, clause: str) -> None:
+    # Run without its LIMIT, a DELETE removed every matching row: a clause mere cannot run is an error.
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("q", pa.int64())])
+    t = local_cat.create_table("n.t", schema, primary_key="id")
+    t.upsert(pa.table({"id": [1, 2, 3], "q": [10, 20, 30]}))
+    before = (t.version, t.to_arrow().sort_by("id"))
+    sources = {"s": pa.table({"id": [1], "q": [5]})} if statement.startswith("MERGE") else {}
+    with pytest.raises(errors.FilterError, match=clause):
+        mere.sql(statement, catalog=local_cat, **sources)
+    t = local_cat.table("n.t")
+    assert (t.version, t.to_arrow().sort_by("id")) == before

@@ -48,14 +48,16 @@ def sql(text: str, *, catalog: Catalog, **sources: Any) -> MergeMetrics | Commit
         raise InvalidInput(f"mere.sql needs catalog=<a mere Catalog>, got {type(catalog).__name__}")
     tree = parse_statement(text).tree
     if isinstance(tree, exp.Merge):
+        _refuse_other_clauses(tree, "MERGE", {"this", "using", "on", "using_cond", "whens"})
         return _merge(tree, catalog, sources)
     if sources:
         raise InvalidInput(f"only MERGE takes sources; got {sorted(sources)}")
     if isinstance(tree, exp.Update):
-        if tree.args.get("from") is not None or tree.args.get("joins"):
+        if tree.args.get("from_") is not None or tree.args.get("from") is not None or tree.args.get("joins"):
             raise FilterError(
                 "UPDATE ... FROM is not supported: use MERGE INTO with the other table as source"
             )
+        _refuse_other_clauses(tree, "UPDATE", {"this", "expressions", "where"})
         table = _table(catalog, tree.this)
         assignments = _assignments(tree.expressions, "UPDATE SET")
         where = tree.args.get("where")
@@ -63,9 +65,31 @@ def sql(text: str, *, catalog: Catalog, **sources: Any) -> MergeMetrics | Commit
     assert isinstance(tree, exp.Delete)
     if tree.args.get("using"):
         raise FilterError("DELETE ... USING is not supported: use MERGE INTO ... WHEN MATCHED THEN DELETE")
+    _refuse_other_clauses(tree, "DELETE", {"this", "where"})
     table = _table(catalog, tree.this)
     where = tree.args.get("where")
     return table.delete(sql_text(where.this) if where is not None else "TRUE")
+
+
+_CLAUSES = {
+    "with_": "WITH",
+    "limit": "LIMIT",
+    "order": "ORDER BY",
+    "returning": "RETURNING",
+    "tables": "a table list",
+}
+
+
+def _refuse_other_clauses(tree: exp.Expression, statement: str, supported: set[str]) -> None:
+    """Every clause the statement holds besides ``supported`` is refused: one run without it (a LIMIT
+    ignored deletes every matching row) would change rows the statement did not ask for."""
+    for name, value in tree.args.items():
+        if name in supported or value is None or value is False or value == []:
+            continue
+        clause = _CLAUSES.get(name, name.rstrip("_").upper())
+        raise FilterError(
+            f"{clause} is not supported in {statement} (mere runs no part of a statement it cannot run)"
+        )
 
 
 def _name(node: exp.Expression) -> str:
@@ -88,6 +112,8 @@ def _assignments(items: list[exp.Expression], what: str) -> dict[str, str]:
     for item in items:
         if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
             raise FilterError(f"{what} takes column = expression items, got {sql_text(item)!r}")
+        if item.this.name in out:
+            raise FilterError(f"{what} assigns column {item.this.name!r} twice")
         out[item.this.name] = sql_text(item.expression)
     return out
 
