@@ -1660,3 +1660,62 @@ def test_case_and_if_evaluate_only_the_branch_a_row_takes(local_cat: mere.Catalo
         got = "error"
     assert got == want
     assert want != "error" or "CAST" in expression
+
+
+@pytest.mark.parametrize(
+    ("column", "expression"),
+    [
+        ("i", "d"),  # DECIMAL(9, 2) 9999999.99 rounds to 10000000: one more digit than the type holds
+        ("i", "CAST(d AS BIGINT)"),
+        ("i", "round(d)"),
+        ("i", "ceil(d)"),
+        ("i", "wide"),  # DECIMAL(38, 2)
+        ("f32", "f64"),  # a DOUBLE beyond FLOAT's range: an error, not inf
+        ("f32", "f64 / 1e300"),
+        ("f32", "1e300"),
+        ("f32", "CAST(f64 AS FLOAT)"),
+    ],
+)
+def test_assignments_round_and_narrow_numbers_as_duckdb(
+    local_cat: mere.Catalog, column: str, expression: str
+) -> None:
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            ("i", pa.int64()),
+            ("d", pa.decimal128(9, 2)),
+            ("wide", pa.decimal128(38, 2)),
+            ("f32", pa.float32()),
+            ("f64", pa.float64()),
+        ]
+    )
+    rows = pa.table(
+        {
+            "id": [1, 2, 3],
+            "i": [0, 0, 0],
+            "d": [Decimal("9999999.99"), Decimal("-9999999.50"), Decimal("0.49")],
+            "wide": [Decimal("999999999999999999999999999999999999.99"), Decimal("-2.5"), None],
+            "f32": [1.0, 2.0, 3.0],
+            "f64": [1e300, -0.5, float("nan")],
+        },
+        schema=schema,
+    )
+    t = local_cat.create_table("n.t", schema, primary_key="id")
+    t.upsert(rows)
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, i BIGINT, d DECIMAL(9, 2), wide DECIMAL(38, 2), f32 FLOAT, f64 DOUBLE)"
+    )
+    con.register("rows_in", rows)
+    con.execute("INSERT INTO t SELECT * FROM rows_in")
+    try:
+        con.execute(f"UPDATE t SET {column} = {expression}")
+        want: Any = sorted(con.sql(f"SELECT id, {column} FROM t").fetchall(), key=repr)
+    except duckdb.Error:
+        want = "error"
+    try:
+        t.update(set={column: expression})
+        got: Any = sorted(((r["id"], r[column]) for r in t.to_arrow().to_pylist()), key=repr)
+    except errors.MereError:
+        got = "error"
+    assert repr(got) == repr(want)

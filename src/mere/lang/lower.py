@@ -391,7 +391,22 @@ class Lowering:
         options = pc.CastOptions(
             to, allow_int_overflow=not safe, allow_float_truncate=not safe or _is_float(to)
         )
-        return Typed(pc.Expression._call("cast", [value.expr], options), to)
+        cast_value = Typed(pc.Expression._call("cast", [value.expr], options), to)
+        if safe and _is_float(value.type) and _is_float(to) and to.bit_width < value.type.bit_width:
+            return self._refuse_overflow(value, cast_value)
+        return cast_value
+
+    def _refuse_overflow(self, value: Typed, narrowed: Typed) -> Typed:
+        """``narrowed`` (a float cast to a narrower float), failing where a finite value became infinite,
+        as SQL's cast does. Arrow has no function that raises, so the rows that overflow parse a text
+        that says so as a number."""
+        wide, to = value.type, narrowed.type
+        finite = self.call("is_finite", [value])
+        overflow = self._taken(self.call("and", [finite, self.call("is_inf", [narrowed])]))
+        message = Typed(pc.scalar(f"{wide} value out of range for {to}"), pa.string())
+        failing = self.call("if_else", [overflow, message, Typed(pc.scalar(_null(pa.string())), pa.string())])
+        parsed = Typed(pc.Expression._call("cast", [failing.expr], pc.CastOptions(to)), to)
+        return self.call("if_else", [overflow, parsed, narrowed])
 
     def literal(self, value: object) -> Typed:
         """A Python value as a typed Arrow literal (integers as int64, uint64 beyond)."""
@@ -429,6 +444,10 @@ class Lowering:
             raise self.fail(f"literal {value.value!r} is not a {to} value ({reason})") from None
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
             raise self.fail(f"literal {value.value!r} is not a {to} value: {exc}") from None
+        number = value.value
+        finite = isinstance(number, int | float | Decimal) and not isinstance(number, bool)
+        if finite and _is_float(to) and math.isinf(scalar.as_py()) and not math.isinf(float(number)):  # type: ignore[arg-type]
+            raise self.fail(f"literal {number!r} is out of range for {to}")  # as SQL's cast: no overflow
         return Typed(pc.scalar(scalar), to, scalar.as_py())
 
     def unify(self, values: Sequence[Typed], what: str) -> list[Typed]:
@@ -519,10 +538,15 @@ class Lowering:
         return value
 
     def roomy(self, value: Typed) -> Typed:
-        """A decimal with at least one integer digit (rounding DECIMAL(1, 1) 0.5 needs one)."""
+        """A decimal with room for one more integer digit: rounding may carry one (DECIMAL(9, 2)
+        9999999.99 rounds to 10000000)."""
         t = value.type
-        if pa.types.is_decimal(t) and t.precision - t.scale < 1 and t.precision < 38:
+        if not pa.types.is_decimal(t):
+            return value
+        if pa.types.is_decimal128(t) and t.precision < 38:
             return self.cast(value, pa.decimal128(t.precision + 1, t.scale))
+        if t.precision < 76:
+            return self.cast(value, pa.decimal256(t.precision + 1, t.scale))
         return value
 
     def _TryCast(self, node: exp.TryCast) -> Typed:

@@ -1033,7 +1033,7 @@ def _assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Express
         raise FilterError(f"cannot store {text!r} ({value.type}) in column {column!r} ({to})")
     lowering = Lowering(lambda node: ("", pa.null()), text)
     if pa.types.is_integer(to) and (pa.types.is_floating(value.type) or pa.types.is_decimal(value.type)):
-        value = lowering.call("round", [value], pc.RoundOptions(0, "half_towards_infinity"))
+        value = lowering.call("round", [lowering.roomy(value)], pc.RoundOptions(0, "half_towards_infinity"))
     try:
         return lowering.cast(value, to).expr
     except FilterError as exc:
