@@ -230,3 +230,87 @@ def test_spark_reads_nested_columns(spark: SparkSession, wh: str) -> None:
     got = {r["id"]: r for r in (r.asDict(recursive=True) for r in read(spark, wh, "geo.points").collect())}
     assert got[1] == {"id": 1, "tags": ["a", "b"], "attrs": {"k": 1}, "pt": {"x": 1.0, "y": 2.0}}
     assert got[2] == {"id": 2, "tags": ["c"], "attrs": {}, "pt": None}
+
+
+def test_time_travel_reads_each_version_in_its_own_columns(spark: SparkSession, wh: str) -> None:
+    t = mere.connect(wh).create_table(
+        "evo.t", pa.schema([("id", pa.int64()), ("a", pa.int64())]), primary_key="id"
+    )
+    t.upsert(pa.table({"id": [1, 2], "a": [1, 2]}))
+    old = t.version
+    t.tag("before", old)
+    t.evolve().add_column("n", pa.string()).rename_column("a", "b").commit()
+    t.upsert(pa.table({"id": [3], "b": [3], "n": ["x"]}))
+    want = [{"id": 1, "a": 1}, {"id": 2, "a": 2}]
+    assert rows(read(spark, wh, "evo.t", version=old)) == want
+    assert rows(read(spark, wh, "evo.t", tag="before")) == want
+    assert rows(read(spark, wh, "evo.t")) == [
+        {"id": 1, "b": 1, "n": None},
+        {"id": 2, "b": 2, "n": None},
+        {"id": 3, "b": 3, "n": "x"},
+    ]
+
+
+def test_a_given_schema_must_describe_the_table(spark: SparkSession, wh: str) -> None:
+    from pyspark.sql.types import StructField, StructType
+
+    t = mere.connect(wh).create_table(
+        "given.t", pa.schema([("id", pa.int64()), ("s", pa.string()), ("i", pa.int32())]), primary_key="id"
+    )
+    t.upsert(pa.table({"id": [1, 2], "s": ["a", None], "i": pa.array([1, 300], pa.int32())}))
+    base = spark.read.format("mere").option("warehouse", wh)
+    # A NULL-holding column declared NOT NULL: Spark would optimise IS NULL away and crash on the NULL.
+    not_null = StructType([StructField("id", LongType()), StructField("s", StringType(), nullable=False)])
+    with pytest.raises(Exception, match="may hold NULL in the table"):
+        base.schema(not_null).load("given.t").collect()
+    narrow = StructType([StructField("id", LongType()), StructField("i", ByteType())])
+    with pytest.raises(Exception, match="cannot hold every value"):
+        base.schema(narrow).load("given.t").collect()
+    wider = StructType(
+        [StructField("id", LongType()), StructField("i", LongType()), StructField("s", StringType())]
+    )
+    assert rows(base.schema(wider).load("given.t")) == [
+        {"id": 1, "i": 1, "s": "a"},
+        {"id": 2, "i": 300, "s": None},
+    ]
+    assert rows(base.schema("id long, i int").load("given.t")) == [{"id": 1, "i": 1}, {"id": 2, "i": 300}]
+
+
+def test_spark_types_of_unsigned_nested_and_nanosecond_values(spark: SparkSession, wh: str) -> None:
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("u", pa.uint64()),
+            ("us", pa.list_(pa.uint32())),
+            ("m", pa.struct([("small", pa.uint8())])),
+            ("ns", pa.timestamp("ns", "UTC")),
+        ]
+    )
+    t = mere.connect(wh).create_table("types.u", schema, primary_key="id")
+    t.upsert(
+        pa.table(
+            {
+                "id": [1, 2],
+                "u": pa.array([2**63 - 1, 7], pa.uint64()),
+                "us": [[2**32 - 1], None],
+                "m": [{"small": 255}, None],
+                "ns": pa.array([-1, -1500], pa.timestamp("ns", "UTC")),  # floors, not towards 1970
+            },
+            schema=schema,
+        )
+    )
+    df = read(spark, wh, "types.u")
+    got = rows(df.selectExpr("id", "u", "us", "m.small AS small", "unix_micros(ns) AS micros"))
+    assert got == [
+        {"id": 1, "u": 2**63 - 1, "us": [2**32 - 1], "small": 255, "micros": -1},
+        {"id": 2, "u": 7, "us": None, "small": None, "micros": -2},
+    ]
+    t.upsert(pa.table({"id": [3], "u": pa.array([2**64 - 1], pa.uint64())}))
+    with pytest.raises(Exception, match="column 'u': a value of uint64 does not fit"):
+        read(spark, wh, "types.u").collect()
+    wide = mere.connect(wh).create_table(
+        "types.d", pa.schema([("id", pa.int64()), ("d", pa.decimal256(40, 2))])
+    )
+    with pytest.raises(Exception, match=r"column 'd'.*38 digits"):
+        read(spark, wh, "types.d").collect()
+    assert wide.version == 0

@@ -188,3 +188,20 @@ def test_a_write_to_a_missing_table_creates_it_only_when_asked(spark: SparkSessi
     with pytest.raises(Exception, match="different spec"):
         write(df, wh, "sales.new", primary_key="id", buckets=4)  # creation options must match the table
     assert sorted(cat.tables()) == ["logs.raw", "sales.new", "sales.orders"]
+
+
+def test_a_failed_write_drops_the_table_it_created(spark: SparkSession, wh: str) -> None:
+    cat = mere.connect(wh)
+    bad = spark.createDataFrame([(1, "a"), (None, "b")], "id long, v string")
+    with pytest.raises(Exception, match="NullKey"):
+        write(bad, wh, "made.t", primary_key="id")
+    assert "made.t" not in cat.tables()
+    assert not any(p.startswith("made") for p, _, _ in cat.storage.list_files(""))  # nor its folder
+    good = spark.createDataFrame([(1, "a")], "id long, v string").selectExpr("id", "v", "'lit' AS c")
+    write(good, wh, "made.t", primary_key="id")  # a literal column is NOT NULL in Spark's plan ...
+    t = cat.table("made.t")
+    assert [f.nullable for f in t.schema] == [False, True, True]  # ... but the table takes NULLs
+    t.upsert(pa.table({"id": [2], "v": [None], "c": [None]}))
+    with pytest.raises(Exception, match="NullKey"):
+        write(bad, wh, "made.t")  # the table existed: a failed write leaves it as it was
+    assert cat.table("made.t").version == t.version

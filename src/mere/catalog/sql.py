@@ -544,16 +544,22 @@ class SqlCatalog:
             return [f"{r[0]}.{r[1]}" for r in conn.execute(q)]
 
     @_wraps_database_errors("drop a table")
-    def drop_table(self, namespace: str, name: str) -> TableRecord:
+    def drop_table(
+        self, namespace: str, name: str, expect: tuple[str, int] | None = None
+    ) -> TableRecord | None:
+        """Remove a table's records. ``expect``: only if the table is still (uuid, version), in the same
+        transaction (else None and nothing changes)."""
         if not self._ensure_schema(create=False):
             raise NoSuchTable(f"table {namespace}.{name} does not exist")
 
-        def run(conn: Connection) -> TableRecord:
+        def run(conn: Connection) -> TableRecord | None:
             row = conn.execute(
                 sa.select(tables).where(tables.c.namespace == namespace, tables.c.name == name)
             ).first()
             if row is None:
                 raise NoSuchTable(f"table {namespace}.{name} does not exist")
+            if expect is not None and (row.uuid, int(row.version)) != expect:
+                return None
             conn.execute(files.delete().where(files.c.table_id == row.id))
             conn.execute(tags.delete().where(tags.c.table_id == row.id))
             conn.execute(commits.delete().where(commits.c.table_id == row.id))

@@ -94,12 +94,13 @@ from mere.errors import (
     NoSuchTable,
     NotInstalled,
     SchemaChanged,
+    SchemaMismatch,
 )
 from mere.metadata import CommitResult, FileEntry
 from mere.read.reader import stored_rows_are_merged
 from mere.spec import TableSpec
 from mere.table.compaction import CompactionTask
-from mere.table.evolve import same_columns
+from mere.table.evolve import can_widen, same_columns
 from mere.table.merge import Merge, MergeMetrics, MergePlan, StagedMerge
 from mere.table.scan import OPEN_COST_BYTES, TASK_BYTES, ScanTask, group_tasks, read_tasks
 from mere.table.table import StagedWrite, Table
@@ -119,9 +120,11 @@ try:
     )
     from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
     from pyspark.sql.types import (
+        ArrayType,
         DataType,
         IntegerType,
         LongType,
+        MapType,
         ShortType,
         StructField,
         StructType,
@@ -191,6 +194,7 @@ READ_OPTIONS = (
     "versionasof",
     "as_of",
     "timestampasof",
+    "tag",
     "filter",
     "columns",
     "pushdown",
@@ -339,9 +343,20 @@ def _spark_type(t: pa.DataType) -> DataType:
     if pa.types.is_uint16(t):
         return IntegerType()
     if pa.types.is_uint32(t) or pa.types.is_uint64(t):
-        return LongType()  # uint64 values above 2**63 - 1 fail the cast on read
+        return LongType()  # uint64 values above 2**63 - 1 are refused on read (see _conform_batch)
     if pa.types.is_dictionary(t):
         return _spark_type(t.value_type)
+    if pa.types.is_decimal(t) and t.precision > 38:
+        raise InvalidInput(f"Arrow type {t} has no Spark equivalent (Spark's decimals hold 38 digits)")
+    # Nested types map their children the same way (a list of uint32 is an array of bigint).
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return ArrayType(_spark_type(t.value_type), containsNull=t.value_field.nullable)
+    if pa.types.is_map(t):
+        return MapType(
+            _spark_type(t.key_type), _spark_type(t.item_type), valueContainsNull=t.item_field.nullable
+        )
+    if pa.types.is_struct(t):
+        return StructType([StructField(f.name, _spark_type(f.type), nullable=f.nullable) for f in t])
     try:
         return from_arrow_type(t, prefer_timestamp_ntz=True)
     except (TypeError, NotImplementedError, ValueError) as e:
@@ -352,7 +367,13 @@ def _spark_type(t: pa.DataType) -> DataType:
 
 def spark_schema(schema: pa.Schema) -> StructType:
     """The Spark schema of a mere Arrow schema: tz-aware timestamps are TIMESTAMP, naive ones TIMESTAMP_NTZ."""
-    return StructType([StructField(f.name, _spark_type(f.type), nullable=f.nullable) for f in schema])
+    fields = []
+    for f in schema:
+        try:
+            fields.append(StructField(f.name, _spark_type(f.type), nullable=f.nullable))
+        except InvalidInput as e:
+            raise InvalidInput(f"column {f.name!r}: {e}") from e
+    return StructType(fields)
 
 
 def _arrow_target(schema: StructType) -> pa.Schema:
@@ -367,8 +388,16 @@ def _conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     for f in target:
         a = batch.column(f.name)
         if a.type != f.type:
-            # Timestamps: nanoseconds floor to Spark's microseconds; everything else must cast safely.
-            a = pc.cast(a, f.type, safe=not pa.types.is_timestamp(f.type))
+            if pa.types.is_timestamp(f.type) and pa.types.is_timestamp(a.type) and a.type.unit == "ns":
+                # Nanoseconds floor to Spark's microseconds (a cast would round towards 1970).
+                a = pc.floor_temporal(a, unit="microsecond")
+            try:
+                a = pc.cast(a, f.type, safe=not pa.types.is_timestamp(f.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise SchemaMismatch(
+                    f"column {f.name!r}: a value of {a.type} does not fit Spark's {f.type} "
+                    f"({str(e).splitlines()[0]})"
+                ) from e
         arrays.append(a)
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
@@ -464,6 +493,38 @@ def _version(value: str | None) -> int | None:
         raise InvalidInput(f"option 'version' must be an integer, got {value!r}") from e
 
 
+def _read_point(opts: Mapping[str, str]) -> tuple[int | None, Any, str | None]:
+    """The (version, as_of, tag) a read's options name."""
+    tag = opts.get("tag")
+    return (
+        _version(opts.get("version", opts.get("versionasof"))),
+        _as_of(opts.get("as_of", opts.get("timestampasof"))),
+        tag if tag else None,
+    )
+
+
+def _check_user_schema(name: str, table: pa.Schema, given: StructType) -> None:
+    """A schema given with ``.schema(...)`` must describe the table's columns: a column the table may hold
+    NULL in declared NOT NULL would let Spark optimise ``IS NULL`` away and crash on the NULLs; a type
+    that cannot hold every stored value would fail mid-read."""
+    have = spark_schema(table)
+    for f in given.fields:
+        if f.name not in have.fieldNames():
+            continue  # the scan refused unknown columns already
+        stored = have[f.name]
+        if stored.nullable and not f.nullable:
+            raise SchemaMismatch(
+                f"{name}: column {f.name!r} may hold NULL in the table; the schema given declares it NOT NULL"
+            )
+        if f.dataType != stored.dataType:
+            old, new = (_arrow_target(StructType([x])).field(0).type for x in (stored, f))
+            if not can_widen(old, new):
+                raise SchemaMismatch(
+                    f"{name}: column {f.name!r} is {stored.dataType.simpleString()} in the table; the schema "
+                    f"given declares {f.dataType.simpleString()}, which cannot hold every value of it"
+                )
+
+
 class MereReader(DataSourceReader):
     """Plans one table version on the driver; each task merges one split."""
 
@@ -473,9 +534,9 @@ class MereReader(DataSourceReader):
         self.ref = ref
         self.base_filter: str | None = opts.get("filter") or None
         self.columns = list(schema.fieldNames())
-        self.requested_version = _version(opts.get("version", opts.get("versionasof")))
-        self.as_of = _as_of(opts.get("as_of", opts.get("timestampasof")))
+        self.requested_version, self.as_of, self.tag = _read_point(opts)
         self.target = _arrow_target(schema)
+        self.user_schema = schema
         self.sizing = PartitionSizing.from_options(opts)
         self.merged_only = _bool_option("merged_only", opts.get("merged_only"))
         self.pushed: list[E.Expr] = []
@@ -491,7 +552,10 @@ class MereReader(DataSourceReader):
         filt: Any = self.base_filter
         for e in self.pushed:
             filt = e if filt is None else E.to_expr(filt) & e
-        scan = table.scan(columns=self.columns, filter=filt, version=self.requested_version, as_of=self.as_of)
+        scan = table.scan(
+            columns=self.columns, filter=filt, version=self.requested_version, as_of=self.as_of, tag=self.tag
+        )
+        _check_user_schema(table.name, scan.schema, self.user_schema)
         self.version = scan.version
         tasks = scan.tasks()
         if self.merged_only:  # read_table() reads the other splits with Spark's own Parquet reader
@@ -634,7 +698,13 @@ def _chunks(batches: Iterator[pa.RecordBatch], flush_rows: int = FLUSH_ROWS) -> 
 
 
 def _create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) -> Table:
+    keys = set(_split_list(opts.get("primary_key")) or ())
+    # Columns other than keys take NULL, whatever the DataFrame's plan proved of its own rows (a literal
+    # column is NOT NULL there): as Spark's file sources write them.
     arrow = to_arrow_schema(schema, timezone="UTC")
+    arrow = pa.schema(
+        [f if f.name in keys else f.with_nullable(True) for f in arrow], metadata=arrow.metadata
+    )
     buckets = opts.get("buckets")
     return ref.connect().create_table(
         ref.name,
@@ -690,6 +760,7 @@ class _WriteJob:
     flush_rows: int = FLUSH_ROWS
     evolved_spec: str | None = None  # mergeSchema: the spec with the DataFrame's new columns
     base_spec: str | None = None  # ... and the one it was derived from
+    created_version: int | None = None  # the write created the table (at this version): abort drops it
 
     @staticmethod
     def plan(
@@ -706,6 +777,7 @@ class _WriteJob:
             raise InvalidInput(
                 f"{ref.name}: mode('overwrite') cannot run operation {operation!r}; use mode('append')"
             )
+        created: int | None = None
         try:
             table = ref.open()
         except (NoSuchTable, NoSuchNamespace) as missing:
@@ -723,6 +795,7 @@ class _WriteJob:
                     ".option('create', 'true') for a table without key"
                 ) from None
             table = _create_table(ref, opts, schema)
+            created = table.version
         else:
             _check_layout(table, opts)
         if overwrite:
@@ -767,6 +840,7 @@ class _WriteJob:
             flush or FLUSH_ROWS,
             evolved,
             table.spec.to_json() if evolved else None,
+            None if streaming else created,  # a stream's failed batch is retried into the same table
         )
 
     def open(self) -> Table:
@@ -819,6 +893,8 @@ class _WriteJob:
         if key is not None and table.find_commit(key) is not None:
             return  # the commit landed (its outcome was unknown to the caller): the files are the table's now
         table.abort([s for m in messages if isinstance(m, MereCommitMessage) for s in m.staged])
+        if self.created_version is not None:  # a failed write leaves no table it created behind
+            table.catalog._drop_if_unchanged(table, self.created_version)
 
 
 class MereWriter(DataSourceArrowWriter):
@@ -900,8 +976,12 @@ class MereDataSource(DataSource):
         if spark_streaming.wants_change_feed(self.options):  # Spark gives no other sign of a stream read
             return spark_streaming.stream_schema(self.ref, self.options)
         table = self.ref.open()
-        columns = _split_list(_options(self.options).get("columns"))
-        return spark_schema(table.scan(columns=columns).schema)
+        opts = _options(self.options)
+        version, as_of, tag = _read_point(opts)
+        # The columns of the version read: a time-travel read sees that version's schema.
+        return spark_schema(
+            table.scan(columns=_split_list(opts.get("columns")), version=version, as_of=as_of, tag=tag).schema
+        )
 
     def reader(self, schema: StructType) -> DataSourceReader:
         pushdown = _options(self.options).get("pushdown", "false").strip().lower()
@@ -1167,7 +1247,9 @@ def read_table(
     given = _options(given)
     ref = TableRef.from_options(given)
     t = ref.open()
-    scan = t.scan(columns=columns, filter=filter, version=version, as_of=as_of)
+    scan = t.scan(
+        columns=columns, filter=filter, version=version, as_of=as_of, tag=given.pop("tag", None) or None
+    )
     target = spark_schema(scan.schema)
     conf = spark.conf
     given.setdefault("max_partition_bytes", str(conf.get("spark.sql.files.maxPartitionBytes", "128m")))

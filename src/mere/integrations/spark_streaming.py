@@ -104,7 +104,7 @@ CHANGE_COLUMNS = (CHANGE_COLUMN, VERSION_COLUMN, COMMIT_TIME_COLUMN)
 SNAPSHOT = -1
 """The offset before a stream's first batch when it starts with the snapshot: nothing emitted yet."""
 
-_BATCH_ONLY = ("version", "versionasof", "as_of", "timestampasof")
+_BATCH_ONLY = ("version", "versionasof", "as_of", "timestampasof", "tag")
 
 
 def wants_change_feed(options: Mapping[str, str]) -> bool:

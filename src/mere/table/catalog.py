@@ -219,8 +219,19 @@ class Catalog:
         if not isinstance(purge, bool):
             raise InvalidInput(f"purge must be True or False, got {purge!r}")
         record = self.sql.drop_table(ns, short)
+        assert record is not None  # dropped unconditionally
         if purge:
             self.storage.delete_tree(record.location)
+
+    def _drop_if_unchanged(self, table: Table, version: int) -> bool:
+        """Drop ``table`` (and its files) if it is still at ``version`` (checked atomically in the catalog):
+        undoes a table a failed write created. Whether it was dropped."""
+        ns, short = split_name(table.name)
+        record = self.sql.drop_table(ns, short, expect=(table.record.uuid, version))
+        if record is None:
+            return False
+        self.storage.delete_tree(record.location)
+        return True
 
     def upgrade(self) -> list[str]:
         """Migrate the catalog's tables to this mere's format now (connecting does it too); returns the steps.
