@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -291,6 +292,33 @@ def test_encodings_are_stored_as_plain_types_also_inside_nested_types(tmp_path: 
     assert t.scan().to_arrow().to_pylist() == [
         {"id": 1, "d": "a", "v": "b", "r": 7, "lv": [1, 2], "s": {"x": "y", "l": ["p", "q"]}}
     ]
+
+
+def test_encoded_input_columns_write_and_merge_as_their_plain_values(tmp_path: Path) -> None:
+    cat = mere.connect(str(tmp_path / "wh"))
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("s", pa.string()), ("n", pa.int64())])
+    t = cat.create_table("t.plain", schema, primary_key="id", buckets=2)
+    t.upsert(
+        pa.table(
+            {
+                "id": pc.run_end_encode(pa.array([1, 2, 3])),
+                "s": pa.array(["a", "b", "a"]).dictionary_encode(),
+                "n": pc.run_end_encode(pa.array([5, 5, 6])),
+            }
+        )
+    )
+    t.upsert(pa.table({"id": [2], "s": pa.array(["v"], pa.string_view())}))  # partial, a view
+    source = pa.table(
+        {
+            "id": pa.array([3, 4]).dictionary_encode(),
+            "s": pc.run_end_encode(pa.array(["x", "y"])),
+            "n": pa.array([7, 8]),
+        }
+    )
+    t.merge(source).when_matched_update_all().when_not_matched_insert_all().execute()
+    t.delete(pa.table({"id": pc.run_end_encode(pa.array([1]))}))
+    got = sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"])
+    assert got == [{"id": 2, "s": "v", "n": 5}, {"id": 3, "s": "x", "n": 7}, {"id": 4, "s": "y", "n": 8}]
 
 
 def test_a_struct_field_named_like_a_key_column_does_not_shadow_it(tmp_path: Path) -> None:

@@ -402,8 +402,11 @@ def _quote(name: str) -> str:
 
 
 def _source_table(data: Any, name: str) -> pa.Table:
+    """The source's rows, with encoded columns (dictionary, run-end, views) in their plain types."""
+    from mere.write.cast import decoded_table
+
     if isinstance(data, pa.Table):
-        return data
+        return decoded_table(data)
     try:
         schema, batches = to_batches(data)
     except InvalidInput:
@@ -412,7 +415,7 @@ def _source_table(data: Any, name: str) -> pa.Table:
         raise InvalidInput(
             f"{name}: MERGE source must be Arrow data, a pandas or Polars frame or an Arrow stream: {exc}"
         ) from exc
-    return pa.Table.from_batches(list(batches), schema=schema)
+    return decoded_table(pa.Table.from_batches(list(batches), schema=schema))
 
 
 def _to_mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:

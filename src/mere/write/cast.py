@@ -130,7 +130,7 @@ def lossless_cast(
             f"{identifier}: column {column!r} of type {source} cannot be stored as {target}: {why}"
         )
     if pa.types.is_dictionary(source) or pa.types.is_run_end_encoded(source):
-        values = pc.cast(values, source.value_type)
+        values = decoded(values)
         source = values.type
         if source == target:
             return values
@@ -156,3 +156,23 @@ def lossless_cast(
             f"without loss: {str(e).splitlines()[0]}"
         ) from e
     return out
+
+
+def decoded(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Values of a dictionary-, run-end- or view-encoded column in their plain type (others unchanged)."""
+    kind = values.type
+    if pa.types.is_dictionary(kind):
+        return pc.cast(values, kind.value_type)
+    if pa.types.is_run_end_encoded(kind):
+        return decoded(pc.run_end_decode(values))
+    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}.get(kind)
+    return values if plain is None else pc.cast(values, plain)
+
+
+def decoded_table(table: pa.Table) -> pa.Table:
+    """``table`` with every encoded top-level column decoded (see :func:`decoded`)."""
+    columns = [decoded(c) for c in table.columns]
+    if all(a is b for a, b in zip(columns, table.columns)):
+        return table
+    fields = [f.with_type(c.type) for f, c in zip(table.schema, columns)]
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=table.schema.metadata))
