@@ -1719,3 +1719,53 @@ def test_assignments_round_and_narrow_numbers_as_duckdb(
     except errors.MereError:
         got = "error"
     assert repr(got) == repr(want)
+
+
+@pytest.mark.parametrize(
+    ("column", "expression"),
+    [
+        ("i32", "coalesce(127, u64)"),  # the literal takes uint64: no int64 cast of 2**64 - 1
+        ("i64", "coalesce(i64, u64)"),  # int64 and uint64: exact decimals, as DuckDB's HUGEINT
+        ("f32", "16777217 + f32"),  # an integer against a float rounds to it
+        ("f32", "i32 + f32"),
+        ("f32", "f32 * i64"),
+        ("i64", "greatest(i64, u64 - 1)"),
+    ],
+)
+def test_mixed_numeric_types_unify_as_duckdb(local_cat: mere.Catalog, column: str, expression: str) -> None:
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            ("i32", pa.int32()),
+            ("i64", pa.int64()),
+            ("u64", pa.uint64()),
+            ("f32", pa.float32()),
+        ]
+    )
+    rows = pa.table(
+        {
+            "id": [1, 2],
+            "i32": [2**31 - 1, -5],
+            "i64": [None, -(2**62)],
+            "u64": pa.array([2**64 - 1, 3], pa.uint64()),
+            "f32": [1.0, 2.5],
+        },
+        schema=schema,
+    )
+    t = local_cat.create_table("n.t", schema, primary_key="id")
+    t.upsert(rows)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, i32 INTEGER, i64 BIGINT, u64 UBIGINT, f32 FLOAT)")
+    con.register("rows_in", rows)
+    con.execute("INSERT INTO t SELECT * FROM rows_in")
+    try:
+        con.execute(f"UPDATE t SET {column} = {expression}")
+        want: Any = sorted(con.sql(f"SELECT id, {column} FROM t").fetchall(), key=repr)
+    except duckdb.Error:
+        want = "error"
+    try:
+        t.update(set={column: expression})
+        got: Any = sorted(((r["id"], r[column]) for r in t.to_arrow().to_pylist()), key=repr)
+    except errors.MereError:
+        got = "error"
+    assert repr(got) == repr(want)

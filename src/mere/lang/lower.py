@@ -437,6 +437,8 @@ class Lowering:
                 scalar = pa.scalar(Decimal(value.value)).cast(to)  # checks the value, not int64's range
             elif isinstance(value.value, Decimal) and _is_float(to):
                 scalar = pa.scalar(float(value.value), pa.float64()).cast(to)  # the nearest double
+            elif type(value.value) is int and _is_float(to):
+                scalar = pa.scalar(E._bind_float(value.value, to), to)  # the nearest value, as SQL rounds
             else:
                 scalar = pa.scalar(value.value, value.type).cast(to)
         except FilterError as exc:
@@ -459,9 +461,23 @@ class Lowering:
         ]
         if not typed:
             typed = [v for v in values if not pa.types.is_null(v.type)] or list(values)
+        # Integer literals take the other values' integer type where they fit it (COALESCE(127, u64) is a
+        # uint64), as in DuckDB: otherwise a common type with int64 would refuse large uint64 values.
+        columns = [v for v in typed if not v.is_literal]
+        if columns and len({v.type for v in columns}) == 1 and pa.types.is_integer(columns[0].type):
+            kind = columns[0].type
+            if all(not v.is_literal or (type(v.value) is int and _int_fits(v.value, kind)) for v in typed):
+                typed = columns
         types = {v.type for v in typed}
+        signs = {pa.types.is_unsigned_integer(t) for t in types if pa.types.is_integer(t)}
         if len(types) == 1:
             target = types.pop()
+        elif (
+            all(pa.types.is_integer(t) for t in types)
+            and len(signs) == 2
+            and any(t.bit_width == 64 for t in types)
+        ):
+            target = pa.decimal128(20, 0)  # signed and unsigned 64-bit values: no integer type holds both
         else:
             try:
                 target = pc.coalesce(*[pa.nulls(0, t) for t in {v.type for v in typed}]).type
@@ -572,7 +588,14 @@ class Lowering:
             left = self.cast(left, right.type if not pa.types.is_null(right.type) else pa.int64())
         if pa.types.is_null(right.type):
             right = self.cast(right, left.type)
-        return self._integers(left, right)
+        left, right = self._integers(left, right)
+        # An integer against a float: the integer becomes that float (rounded, as SQL casts it); Arrow's
+        # implicit cast would refuse integers the float cannot hold exactly.
+        if pa.types.is_integer(left.type) and _is_float(right.type):
+            left = self.cast(left, right.type)
+        elif pa.types.is_integer(right.type) and _is_float(left.type):
+            right = self.cast(right, left.type)
+        return left, right
 
     def _integers(self, left: Typed, right: Typed) -> tuple[Typed, Typed]:
         """Integer operands of different types: an integer literal takes the other side's type when it fits
