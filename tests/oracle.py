@@ -302,7 +302,7 @@ class Kind:
             return st.one_of(opts)
         if f in ("ts", "tstz"):
             base = NAIVE_TIMES if f == "ts" else AWARE_TIMES
-            opts = [base.map(lambda v: Lit("ts", in_unit(v, t.unit)))]
+            opts = [base.map(lambda v: Lit("ts", v))]  # finer than a column unit: compared exactly
             if pool and f == "ts":
                 opts += [st.sampled_from(pool).map(lambda v: Lit("ts", v))] * 2
             elif pool:  # the same instant, spelt with some offset

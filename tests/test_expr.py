@@ -379,7 +379,7 @@ def test_bind_casts(column: str, value: object, expected: object) -> None:
         ("d", "nope"),
         ("d", "2026-02-30"),
         ("d", 5),
-        ("d", dt.datetime(2026, 11, 21, 10)),
+        ("d", dt.datetime(2026, 11, 21, 10, tzinfo=dt.UTC)),  # which day it is depends on a zone
         ("ts", "yesterday"),
         ("ts", dt.datetime(2026, 1, 1, tzinfo=dt.UTC)),
         ("ts", "2026-11-21 10:00:00.123456789"),
@@ -391,6 +391,17 @@ def test_bind_casts(column: str, value: object, expected: object) -> None:
 def test_bind_rejects(column: str, value: object) -> None:
     with pytest.raises(FilterError, match=repr(column)):
         bind(Compare("==", column, value), SCHEMA)
+
+
+def test_timestamps_finer_than_their_column_compare_exactly() -> None:
+    # As SQL casts the column up: a time of day lies between two dates, a millisecond between two seconds.
+    noon = dt.datetime(2026, 11, 21, 12)
+    assert bind(Compare("<", "d", noon), SCHEMA) == Compare("<=", "d", dt.date(2026, 11, 21))
+    assert bind(Compare(">", "d", noon), SCHEMA) == Compare(">=", "d", dt.date(2026, 11, 22))
+    assert bind(Compare("==", "d", noon), SCHEMA) == bind(parse("d IN (NULL) AND d IS NULL"), SCHEMA)
+    assert bind(In("d", (noon, dt.datetime(2026, 11, 22))), SCHEMA) == In("d", (dt.date(2026, 11, 22),))
+    with pytest.raises(FilterError, match="'d'"):
+        bind(Compare("==", "d", "2026-11-21 12:00:00"), SCHEMA)  # a string is read as a date, or refused
 
 
 def test_bind_unknown_column_and_passthrough() -> None:

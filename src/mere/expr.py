@@ -695,8 +695,10 @@ def _bind_scalar(value: object, column: str, typ: pa.DataType) -> object:
             kind = "naive" if typ.tz is not None else "time-zone aware"
             raise fail(f"a {kind} timestamp; {hint}")
     if pa.types.is_date(typ) and isinstance(value, _dt.datetime):
-        if value.tzinfo is not None or value.time() != _dt.time():
-            raise fail("a timestamp with a time of day does not fit a date column")
+        if value.tzinfo is not None:
+            raise fail("a time-zone aware timestamp does not compare with a date column")
+        if value.time() != _dt.time():  # between two days: compared exactly, as SQL compares it
+            return _between(value.date(), _dt.timedelta(days=1), column, typ)
         value = value.date()
     try:
         scalar = pa.scalar(value).cast(typ, safe=True)
@@ -704,9 +706,39 @@ def _bind_scalar(value: object, column: str, typ: pa.DataType) -> object:
             scalar = scalar.cast(pa.timestamp("us", typ.tz), safe=True)
         return scalar.as_py()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        gap = _finer_than(value, column, typ)
+        if gap is not None:
+            return gap
         raise fail(str(exc).splitlines()[0]) from None
     except OverflowError:
         raise fail("out of range") from None
+
+
+def _finer_than(value: object, column: str, typ: pa.DataType) -> _Gap | None:
+    """A timestamp literal finer than its column's unit (``12:00:00.5`` on a seconds column, a time of day
+    on a date column) as the gap between the two column values around it; None for any other literal. (A
+    string is read as the column's type, and one that does not fit it stays an error: DuckDB would round.)"""
+    stamp = value
+    if not isinstance(stamp, _dt.datetime):
+        return None
+    if pa.types.is_date(typ):
+        if stamp.tzinfo is not None or stamp.time() == _dt.time():
+            return None
+        return _between(stamp.date(), _dt.timedelta(days=1), column, typ)
+    if not pa.types.is_timestamp(typ) or typ.unit not in ("s", "ms"):
+        return None
+    step = _dt.timedelta(seconds=1) if typ.unit == "s" else _dt.timedelta(milliseconds=1)
+    floor = stamp.replace(microsecond=0 if typ.unit == "s" else stamp.microsecond // 1000 * 1000)
+    return None if floor == stamp else _between(floor, step, column, typ)
+
+
+def _between(floor: _dt.date, step: _dt.timedelta, column: str, typ: pa.DataType) -> _Gap:
+    """The gap between column values ``floor`` and ``floor + step`` (None beyond the calendar)."""
+    try:
+        above: object = _bind_scalar(floor + step, column, typ)
+    except (OverflowError, FilterError):
+        above = None
+    return _Gap(_bind_scalar(floor, column, typ), above)
 
 
 def _bind_many(values: Sequence[object], column: str, typ: pa.DataType) -> list[object]:
