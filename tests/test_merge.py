@@ -1769,3 +1769,16 @@ def test_mixed_numeric_types_unify_as_duckdb(local_cat: mere.Catalog, column: st
     except errors.MereError:
         got = "error"
     assert repr(got) == repr(want)
+
+
+def test_floats_cast_to_text_keep_the_point_of_whole_numbers(local_cat: mere.Catalog) -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("f", pa.float64()), ("s", pa.string())])
+    t = local_cat.create_table("n.t", schema, primary_key="id")
+    t.upsert(
+        pa.table(
+            {"id": [1, 2, 3, 4, 5], "f": [1.0, -0.0, 100.0, 0.25, 1.5e-7], "s": [None] * 5}, schema=schema
+        )
+    )
+    t.update(set={"s": "CAST(f AS VARCHAR) || '|' || f"})
+    got = [r["s"] for r in sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"])]
+    assert got == ["1.0|1.0", "-0.0|-0.0", "100.0|100.0", "0.25|0.25", "1.5e-07|1.5e-07"]  # DuckDB's spelling

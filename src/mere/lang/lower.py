@@ -394,6 +394,12 @@ class Lowering:
         cast_value = Typed(pc.Expression._call("cast", [value.expr], options), to)
         if safe and _is_float(value.type) and _is_float(to) and to.bit_width < value.type.bit_width:
             return self._refuse_overflow(value, cast_value)
+        if _is_float(value.type) and _is_text(to):
+            # As DuckDB spells floats: a whole number keeps its ".0" (1.0, -0.0), an exponent two digits.
+            whole = pc.ReplaceSubstringOptions(r"^(-?[0-9]+)$", r"\1.0")
+            short = pc.ReplaceSubstringOptions(r"e([+-])([0-9])$", r"e\10\2")
+            cast_value = self.call("replace_substring_regex", [cast_value], whole)
+            cast_value = self.call("replace_substring_regex", [cast_value], short)
         return cast_value
 
     def _refuse_overflow(self, value: Typed, narrowed: Typed) -> Typed:
