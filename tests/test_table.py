@@ -1849,3 +1849,20 @@ def test_key_index_property_decides_the_index_and_lookups_stay_right(tmp_path: A
     assert got == [{"k": 7, "v": "seven"}, {"k": 8, "v": "eight"}, {"k": 4999, "v": "last"}]
     with pytest.raises(errors.InvalidInput, match=r"write\.key-index"):
         t.set_properties({"write.key-index": "maybe"})
+
+
+def test_partition_values_longer_than_a_folder_name(local_cat: mere.Catalog) -> None:
+    # File systems refuse names over 255 bytes: long values get a cut folder name with a digest, and the
+    # catalog keeps the values (two values sharing the cut prefix stay apart).
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("p", pa.string()), ("v", pa.int64())])
+    t = local_cat.create_table("n.long", schema, primary_key="id", partition_by="p", buckets=2)
+    values = ["x" * 300, "x" * 299 + "y", "é" * 200, "short"]
+    t.upsert(pa.table({"id": [1, 2, 3, 4], "p": values, "v": [1, 2, 3, 4]}))
+    t.upsert(pa.table({"id": [2], "p": [values[1]], "v": [20]}))
+    assert t.scan(filter=f"p = '{values[1]}'").to_arrow().column("v").to_pylist() == [20]
+    t.compact(min_files=1)
+    got = sorted((r["id"], r["p"], r["v"]) for r in t.to_arrow().to_pylist())
+    assert got == [(1, values[0], 1), (2, values[1], 20), (3, values[2], 3), (4, values[3], 4)]
+    assert all(
+        len(part.encode()) <= 255 for f in t.files().column("path").to_pylist() for part in f.split("/")
+    )

@@ -5,6 +5,7 @@ Nothing here is visible to readers: files become part of the table only when the
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -245,10 +246,19 @@ def partition_json(values: dict[str, str | None]) -> str:
     return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
 
+# Longer folder names are cut and given a digest: file systems refuse names over 255 bytes. The catalog, not
+# the path, holds a file's partition values.
+MAX_FOLDER_NAME = 200
+
+
 def partition_path(spec: TableSpec, values: dict[str, str | None]) -> str:
-    parts = [
-        f"{c}={HIVE_NULL if values[c] is None else quote(str(values[c]), safe='')}" for c in spec.partition_by
-    ]
+    parts = []
+    for c in spec.partition_by:
+        name = f"{c}={HIVE_NULL if values[c] is None else quote(str(values[c]), safe='')}"
+        if len(name.encode()) > MAX_FOLDER_NAME:
+            digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+            name = f"{name.encode()[: MAX_FOLDER_NAME - 17].decode(errors='ignore')}~{digest}"
+        parts.append(name)
     return "/".join(parts)
 
 
