@@ -195,6 +195,8 @@ def test_unknown_options_and_wrong_warehouses_fail_without_creating_anything(
     t.upsert(pa.table({"id": [1], "v": ["a"]}))
     with pytest.raises(Exception, match=r"unknown option 'verison'.*did you mean 'version'"):
         read(spark, wh, "sales.o", verison=1).count()
+    with pytest.raises(Exception, match="'startingversion' is for stream reads"):
+        read(spark, wh, "sales.o", startingVersion=1).count()  # ignored, it would read the newest version
     with pytest.raises(Exception, match="option 'buckets' must be a positive integer"):
         spark.createDataFrame([(1, "x")], "id long, v string").write.format("mere").mode("append").option(
             "warehouse", wh

@@ -992,6 +992,12 @@ class MereDataSource(DataSource):
                 f"{self.ref.name}: 'readChangeFeed' reads are streams (spark.readStream); for a batch of "
                 "changes use Table.changes(start_version, end_version)"
             )
+        streaming = [o for o in ("startingversion", "maxversionspertrigger") if o in _options(self.options)]
+        if streaming:
+            raise InvalidInput(
+                f"{self.ref.name}: option {streaming[0]!r} is for stream reads (spark.readStream); a batch "
+                "read takes 'version', 'as_of' or 'tag'"
+            )
         if pushdown == "true":
             if not SCAN_SCOPED_READS:
                 raise InvalidInput(

@@ -367,7 +367,7 @@ class Merge:
         plan = MergePlan(self)  # checks every expression before anything is read
         tx = self.table.transaction()
         try:
-            tx._add_read(plan.change)
+            tx._add_read(plan.change, "a MERGE")
         except BaseException:
             tx.abort()
             raise

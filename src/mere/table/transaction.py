@@ -193,8 +193,8 @@ class Transaction:
         where = "TRUE" if where is None else where
         split_filter(t.spec, where)  # a bad filter fails now
         if t.spec.has_primary_key:
-            return self._add_read(lambda base: update_change(t, set, where, base))
-        return self._add_read(lambda base: rewrite_update_change(t, set, where, base))
+            return self._add_read(lambda base: update_change(t, set, where, base), "an update")
+        return self._add_read(lambda base: rewrite_update_change(t, set, where, base), "an update")
 
     def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> Transaction:
         """Replace the whole table, or the partitions matching ``partition``, with ``data``."""
@@ -421,8 +421,10 @@ class Transaction:
         self.changes.append(change)
         return self
 
-    def _add_read(self, build: Callable[[int], Change]) -> Transaction:
-        self._reads_first("a delete that reads the table")
+    def _add_read(
+        self, build: Callable[[int], Change], what: str = "a delete that reads the table"
+    ) -> Transaction:
+        self._reads_first(what)
         change = build(self.read_version)
         change.redo = build
         return self._add(change)
