@@ -341,9 +341,6 @@ class Lowering:
         self.text = text
         self.lists = dict(lists or {})
         self.columns: set[str] = set()
-        # Rows a CASE / IF branch is lowered for: elsewhere its columns read NULL, so that the branch's
-        # arithmetic cannot fail on rows that do not take it (Arrow evaluates every branch on every row).
-        self.guard: Typed | None = None
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -522,25 +519,7 @@ class Lowering:
     def _Column(self, node: exp.Column) -> Typed:
         name, typ = self.resolve(node)
         self.columns.add(name)
-        if self.guard is not None:
-            return self.call(
-                "if_else", [self.guard, Typed(pc.field(name), typ), Typed(pc.scalar(_null(typ)), typ)]
-            )
         return Typed(pc.field(name), typ)
-
-    def _guarded(self, rows: Typed | None, node: exp.Expression) -> Typed:
-        """``node`` lowered for ``rows`` only (a non-NULL boolean; None: every row)."""
-        outer = self.guard
-        if rows is not None:
-            self.guard = rows if outer is None else self.call("and", [outer, rows])
-        try:
-            return self.lower(node)
-        finally:
-            self.guard = outer
-
-    def _taken(self, test: Typed) -> Typed:
-        """A condition as a non-NULL boolean (NULL is not TRUE)."""
-        return self.call("coalesce", [test, self.literal(False)])
 
     def _Cast(self, node: exp.Cast) -> Typed:
         value = literal_value(node)
@@ -875,26 +854,17 @@ class Lowering:
     # conditional
 
     def _Case(self, node: exp.Case) -> Typed:
-        # As in SQL, a branch is evaluated for the rows that reach it only: a condition for rows no earlier
-        # condition took, a value for the rows that take it (see Lowering.guard).
         operand = self.lower(node.this) if node.this is not None else None
         conditions: list[Typed] = []
         values: list[Typed] = []
-        left: Typed | None = None  # rows no condition so far took
         for branch in node.args.get("ifs") or []:
-            test = self._guarded(left, branch.this)
+            test = self.lower(branch.this)
             if operand is not None:
                 test = self.compare("==", operand, test)
-            condition = self.boolean(test, "a CASE WHEN condition")
-            conditions.append(condition)
-            taken = self._taken(condition)
-            if left is not None:
-                taken = self.call("and", [left, taken])
-            values.append(self._guarded(taken, branch.args["true"]))
-            not_taken = self.call("invert", [self._taken(condition)])
-            left = not_taken if left is None else self.call("and", [left, not_taken])
+            conditions.append(self.boolean(test, "a CASE WHEN condition"))
+            values.append(self.lower(branch.args["true"]))
         default = node.args.get("default")
-        values.append(self._guarded(left, default) if default is not None else self.literal(None))
+        values.append(self.lower(default) if default is not None else self.literal(None))
         values = self.unify(values, "CASE")
         if all(pa.types.is_null(v.type) for v in values):
             return self.literal(None)  # every branch is NULL
@@ -911,14 +881,10 @@ class Lowering:
         )
 
     def _If(self, node: exp.If) -> Typed:
-        test = self._taken(self.boolean(self.lower(node.this), "IF"))
+        test = self.call("coalesce", [self.boolean(self.lower(node.this), "IF"), self.literal(False)])
         false = node.args.get("false")
-        otherwise = self.call("invert", [test])
         a, b = self.unify(
-            [
-                self._guarded(test, node.args["true"]),
-                self._guarded(otherwise, false) if false is not None else self.literal(None),
-            ],
+            [self.lower(node.args["true"]), self.lower(false) if false is not None else self.literal(None)],
             "IF",
         )
         return self.call("if_else", [test, a, b])
