@@ -1746,3 +1746,15 @@ def test_floats_cast_to_text_keep_the_point_of_whole_numbers(local_cat: mere.Cat
     t.update(set={"s": "CAST(f AS VARCHAR) || '|' || f"})
     got = [r["s"] for r in sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"])]
     assert got == ["1.0|1.0", "-0.0|-0.0", "100.0|100.0", "0.25|0.25", "1.5e-07|1.5e-07"]  # DuckDB's spelling
+
+
+def test_comparisons_with_floats_beyond_a_float_column_stay_exact(local_cat: mere.Catalog) -> None:
+    # Only a CAST (or a stored value) refuses a literal beyond FLOAT's range; a comparison answers.
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("f", pa.float32()), ("v", pa.int64())])
+    t = local_cat.create_table("n.f", schema, primary_key="k")
+    t.upsert(pa.table({"k": [1, 2], "f": [1.5, -2.0], "v": [0, 0]}, schema=schema))
+    t.update(set={"v": "IF(f < 1e39, 1, 0) + CASE WHEN f > 1e39 THEN 10 ELSE 20 END"})
+    assert t.to_arrow().column("v").to_pylist() == [21, 21]
+    assert t.scan(filter="(f < 1e39) = TRUE").count() == 2
+    with pytest.raises(errors.FilterError, match="out of range"):
+        t.update(set={"f": "CAST(1e39 AS FLOAT)"})

@@ -317,6 +317,15 @@ def test_encoded_input_columns_write_and_merge_as_their_plain_values(tmp_path: P
     )
     t.merge(source).when_matched_update_all().when_not_matched_insert_all().execute()
     t.delete(pa.table({"id": pc.run_end_encode(pa.array([1]))}))
+    nested = cat.create_table(
+        "t.nested", pa.schema([("k", pa.string()), ("l", pa.list_(pa.string()))]), primary_key="k"
+    )
+    views = pa.table({"k": ["a", "c"], "l": pa.array([["p"], ["r"]], pa.list_(pa.string_view()))})
+    nested.merge(views).when_not_matched_insert_all().execute()  # a view inside a list
+    assert sorted(nested.to_arrow().to_pylist(), key=lambda r: r["k"]) == [
+        {"k": "a", "l": ["p"]},
+        {"k": "c", "l": ["r"]},
+    ]
     got = sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"])
     assert got == [{"id": 2, "s": "v", "n": 5}, {"id": 3, "s": "x", "n": 7}, {"id": 4, "s": "y", "n": 8}]
 

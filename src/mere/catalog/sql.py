@@ -553,9 +553,10 @@ class SqlCatalog:
             raise NoSuchTable(f"table {namespace}.{name} does not exist")
 
         def run(conn: Connection) -> TableRecord | None:
-            row = conn.execute(
-                sa.select(tables).where(tables.c.namespace == namespace, tables.c.name == name)
-            ).first()
+            query = sa.select(tables).where(tables.c.namespace == namespace, tables.c.name == name)
+            if expect is not None:  # a commit landing between this check and the delete waits, then fails
+                query = query.with_for_update()
+            row = conn.execute(query).first()
             if row is None:
                 raise NoSuchTable(f"table {namespace}.{name} does not exist")
             if expect is not None and (row.uuid, int(row.version)) != expect:

@@ -373,7 +373,7 @@ class Lowering:
                 raise self.fail(f"cannot cast {value.value!r} to {to}: {exc}") from None
             return Typed(pc.scalar(scalar), to, scalar.as_py())
         if value.is_literal:
-            return self.literal_as(value, to)
+            return self.cast_literal(value, to)
         wide = pa.decimal128(38, 0)
         if pa.types.is_integer(value.type) and pa.types.is_decimal(to) and to != wide:
             # Arrow wants room for every value of the integer type; SQL checks the values themselves.
@@ -405,7 +405,8 @@ class Lowering:
         that says so as a number."""
         wide, to = value.type, narrowed.type
         finite = self.call("is_finite", [value])
-        overflow = self._taken(self.call("and", [finite, self.call("is_inf", [narrowed])]))
+        overflow = self.call("and", [finite, self.call("is_inf", [narrowed])])
+        overflow = self.call("coalesce", [overflow, self.literal(False)])
         message = Typed(pc.scalar(f"{wide} value out of range for {to}"), pa.string())
         failing = self.call("if_else", [overflow, message, Typed(pc.scalar(_null(pa.string())), pa.string())])
         parsed = Typed(pc.Expression._call("cast", [failing.expr], pc.CastOptions(to)), to)
@@ -449,11 +450,17 @@ class Lowering:
             raise self.fail(f"literal {value.value!r} is not a {to} value ({reason})") from None
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
             raise self.fail(f"literal {value.value!r} is not a {to} value: {exc}") from None
+        return Typed(pc.scalar(scalar), to, scalar.as_py())
+
+    def cast_literal(self, value: Typed, to: pa.DataType) -> Typed:
+        """A literal CAST (or stored) as type ``to``: as :meth:`literal_as`, and a finite number beyond a
+        float type's range is an error, as SQL's cast (a comparison with it stays exact instead)."""
+        out = self.literal_as(value, to)
         number = value.value
         finite = isinstance(number, int | float | Decimal) and not isinstance(number, bool)
-        if finite and _is_float(to) and math.isinf(scalar.as_py()) and not math.isinf(float(number)):  # type: ignore[arg-type]
-            raise self.fail(f"literal {number!r} is out of range for {to}")  # as SQL's cast: no overflow
-        return Typed(pc.scalar(scalar), to, scalar.as_py())
+        if finite and _is_float(to) and math.isinf(out.value) and not math.isinf(float(number)):  # type: ignore[arg-type]
+            raise self.fail(f"literal {number!r} is out of range for {to}")
+        return out
 
     def unify(self, values: Sequence[Typed], what: str) -> list[Typed]:
         """Values cast to one common type (NULL literals and string literals take the others' type)."""
@@ -524,7 +531,7 @@ class Lowering:
     def _Cast(self, node: exp.Cast) -> Typed:
         value = literal_value(node)
         if value is not NO_LITERAL:
-            return self.literal_as(self.literal(value), arrow_type(node.to))
+            return self.cast_literal(self.literal(value), arrow_type(node.to))
         return self.cast(self.to_integer(self.lower(node.this), arrow_type(node.to)), arrow_type(node.to))
 
     def to_integer(self, value: Typed, to: pa.DataType) -> Typed:
