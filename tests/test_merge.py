@@ -1749,3 +1749,43 @@ def test_comparisons_with_floats_beyond_a_float_column_stay_exact(local_cat: mer
     assert t.scan(filter="(f < 1e39) = TRUE").count() == 2
     with pytest.raises(errors.FilterError, match="out of range"):
         t.update(set={"f": "CAST(1e39 AS FLOAT)"})
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "CASE WHEN x < 100 THEN x + 1 ELSE 0 END",  # x + 1 overflows on a row that does not take it
+        "CASE x WHEN 9223372036854775807 THEN -1 ELSE x * 2 END",
+        "CASE WHEN s = '12' THEN CAST(s AS BIGINT) ELSE 7 END",  # the cast fails on rows it does not reach
+        "CASE WHEN x > 0 THEN CAST(COALESCE(x, 300) AS TINYINT) ELSE 0 END",  # a branch's columns are not NULLed
+        "CASE WHEN x > 100 THEN 1 WHEN CAST(COALESCE(x, 300) AS TINYINT) < 0 THEN 2 ELSE 3 END",
+        "IF(x < 100, x + 1, -x)",
+        "IF(x > 100, 1, CASE WHEN x < 0 THEN 2 ELSE x * 3 END)",
+        "CASE WHEN s = 'n' THEN CAST(s AS BIGINT) ELSE 7 END",  # a row that takes it fails: as in DuckDB
+    ],
+)
+def test_case_and_if_compute_a_branch_for_the_rows_that_take_it(
+    local_cat: mere.Catalog, expression: str
+) -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("x", pa.int64()), ("s", pa.string())])
+    rows = pa.table(
+        {"id": [1, 2, 3, 4], "x": [2**63 - 1, 5, None, -3], "s": ["a", "12", "n", None]}, schema=schema
+    )
+    t = local_cat.create_table("n.t", schema, primary_key="id")
+    t.upsert(rows)
+    _update_as_duckdb(t, rows, "id BIGINT PRIMARY KEY, x BIGINT, s VARCHAR", "x", expression)
+
+
+def test_many_case_branches_lower_in_polynomial_size(local_cat: mere.Catalog) -> None:
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("x", pa.int64()), ("s", pa.string())])
+    t = local_cat.create_table("n.many", schema, primary_key="k")
+    t.upsert(
+        pa.table(
+            {"k": list(range(100)), "x": [i % 40 for i in range(100)], "s": [str(i) for i in range(100)]}
+        )
+    )
+    case = (
+        "CASE " + " ".join(f"WHEN x = {i} THEN CAST(s AS BIGINT) + {i}" for i in range(40)) + " ELSE -1 END"
+    )
+    assert t.scan(filter=f"{case} >= 0").count() == 100  # 40 guarded branches: was exponential once
+    assert t.scan(filter="CASE WHEN k > 1 THEN s IS NULL ELSE FALSE END").count() == 0

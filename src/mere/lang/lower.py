@@ -31,6 +31,8 @@ from mere.lang.parse import LIST_PREFIX, MereDialect, Parsed, parse_expression
 from mere.write.cast import _is_number, _is_text
 
 _REASSOCIATED = frozenset({"add", "add_checked", "multiply", "multiply_checked"})
+# Kernels besides the *_checked ones that may fail on a value (decimal precision).
+_MAY_FAIL = frozenset({"round", "floor", "ceil", "trunc"})
 
 NO_LITERAL = object()
 _FLOAT_TEXT = E._FLOAT_TEXT
@@ -341,12 +343,47 @@ class Lowering:
         self.text = text
         self.lists = dict(lists or {})
         self.columns: set[str] = set()
+        # The rows a CASE / IF / COALESCE branch being lowered is computed for (None: every row). Arrow
+        # computes every branch for every row: the inputs of steps that can fail (checked arithmetic, casts,
+        # rounding) read NULL on the other rows, so a branch a row does not take cannot fail it.
+        self.guard: Typed | None = None
 
     # -- helpers ------------------------------------------------------------------------------
 
     def fail(self, message: str) -> FilterError:
         """A FilterError naming the expression text."""
         return FilterError(f"{message} (in {self.text!r})" if self.text else message)
+
+    def guarded(self, rows: Typed | None, build: Callable[[], Typed]) -> Typed:
+        """``build()`` lowered for ``rows`` only (a non-NULL boolean; None: as the enclosing branch)."""
+        outer = self.guard
+        if rows is not None:
+            self.guard = (
+                rows
+                if outer is None
+                else Typed(pc.Expression._call("and", [outer.expr, rows.expr]), pa.bool_())
+            )
+        try:
+            return build()
+        finally:
+            self.guard = outer
+
+    def everywhere(self, build: Callable[[], Typed]) -> Typed:
+        """``build()`` lowered for every row: conditions are (guarding them by other guarded conditions would
+        grow the expression exponentially with the branches)."""
+        outer, self.guard = self.guard, None
+        try:
+            return build()
+        finally:
+            self.guard = outer
+
+    def _only_guarded_rows(self, value: Typed) -> Typed:
+        """``value`` where the current guard holds, NULL elsewhere (a failing step's input)."""
+        if self.guard is None or value.is_literal:
+            return value
+        return Typed(
+            pc.Expression._call("if_else", [self.guard.expr, value.expr, pc.scalar(None)]), value.type
+        )
 
     def call(self, name: str, args: Sequence[Typed], options: pc.FunctionOptions | None = None) -> Typed:
         """``name(args)``, with its result type found by running the kernel on empty inputs."""
@@ -355,6 +392,8 @@ class Lowering:
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
             types = ", ".join(str(a.type) for a in args)
             raise self.fail(f"{name} cannot take ({types}): {exc}") from None
+        if self.guard is not None and (name.endswith("_checked") or name in _MAY_FAIL):
+            args = [self._only_guarded_rows(a) for a in args]
         expr = pc.Expression._call(name, [a.expr for a in args], options)
         if name in _REASSOCIATED:
             # Arrow flattens and reorders chains of these calls when it binds an expression; a one-argument
@@ -374,6 +413,7 @@ class Lowering:
             return Typed(pc.scalar(scalar), to, scalar.as_py())
         if value.is_literal:
             return self.cast_literal(value, to)
+        value = self._only_guarded_rows(value)  # a cast may fail on a value
         wide = pa.decimal128(38, 0)
         if pa.types.is_integer(value.type) and pa.types.is_decimal(to) and to != wide:
             # Arrow wants room for every value of the integer type; SQL checks the values themselves.
@@ -462,8 +502,11 @@ class Lowering:
             raise self.fail(f"literal {number!r} is out of range for {to}")
         return out
 
-    def unify(self, values: Sequence[Typed], what: str) -> list[Typed]:
-        """Values cast to one common type (NULL literals and string literals take the others' type)."""
+    def unify(
+        self, values: Sequence[Typed], what: str, guards: Sequence[Typed | None] | None = None
+    ) -> list[Typed]:
+        """Values cast to one common type (NULL literals and string literals take the others' type);
+        ``guards``: the rows each value is computed for (see :meth:`guarded`)."""
         typed = [
             v
             for v in values
@@ -496,7 +539,8 @@ class Lowering:
                 raise self.fail(f"{what} mixes types with no common type ({names}): {exc}") from None
         if pa.types.is_null(target):
             return list(values)
-        return [self.cast(v, target) for v in values]
+        rows = guards if guards is not None else [None] * len(values)
+        return [self.guarded(g, lambda v=v: self.cast(v, target)) for v, g in zip(values, rows)]  # type: ignore[misc]
 
     def boolean(self, value: Typed, what: str) -> Typed:
         """``value`` checked to be a truth value (NULL literals become boolean NULL)."""
@@ -861,18 +905,31 @@ class Lowering:
     # conditional
 
     def _Case(self, node: exp.Case) -> Typed:
-        operand = self.lower(node.this) if node.this is not None else None
+        # A branch's value is computed for the rows that take it (see Lowering.guard); the conditions
+        # for every row.
+        operand = self.everywhere(lambda: self.lower(node.this)) if node.this is not None else None
         conditions: list[Typed] = []
         values: list[Typed] = []
+        guards: list[Typed | None] = []
+        left: Typed | None = None  # rows no condition so far took
         for branch in node.args.get("ifs") or []:
-            test = self.lower(branch.this)
+            test = self.everywhere(lambda b=branch: self.lower(b.this))  # type: ignore[misc]
             if operand is not None:
                 test = self.compare("==", operand, test)
-            conditions.append(self.boolean(test, "a CASE WHEN condition"))
-            values.append(self.lower(branch.args["true"]))
+            condition = self.boolean(test, "a CASE WHEN condition")
+            conditions.append(condition)
+            taken = self._true(condition)
+            rows = taken if left is None else self.call("and", [left, taken])
+            guards.append(rows)
+            values.append(self.guarded(rows, lambda b=branch: self.lower(b.args["true"])))  # type: ignore[misc]
+            skipped = self.call("invert", [taken])
+            left = skipped if left is None else self.call("and", [left, skipped])
         default = node.args.get("default")
-        values.append(self.lower(default) if default is not None else self.literal(None))
-        values = self.unify(values, "CASE")
+        guards.append(left)
+        values.append(
+            self.guarded(left, lambda: self.lower(default)) if default is not None else self.literal(None)
+        )
+        values = self.unify(values, "CASE", guards)
         if all(pa.types.is_null(v.type) for v in values):
             return self.literal(None)  # every branch is NULL
         struct = Typed(
@@ -887,13 +944,17 @@ class Lowering:
             pc.Expression._call("case_when", [struct.expr, *[v.expr for v in values]]), values[0].type
         )
 
+    def _true(self, test: Typed) -> Typed:
+        """Where a condition is TRUE (NULL is not)."""
+        return self.call("coalesce", [test, self.literal(False)])
+
     def _If(self, node: exp.If) -> Typed:
-        test = self.call("coalesce", [self.boolean(self.lower(node.this), "IF"), self.literal(False)])
+        test = self._true(self.boolean(self.everywhere(lambda: self.lower(node.this)), "IF"))
+        otherwise = self.call("invert", [test])
         false = node.args.get("false")
-        a, b = self.unify(
-            [self.lower(node.args["true"]), self.lower(false) if false is not None else self.literal(None)],
-            "IF",
-        )
+        a = self.guarded(test, lambda: self.lower(node.args["true"]))
+        b = self.guarded(otherwise, lambda: self.lower(false)) if false is not None else self.literal(None)
+        a, b = self.unify([a, b], "IF", [test, otherwise])
         return self.call("if_else", [test, a, b])
 
     def _Coalesce(self, node: exp.Coalesce) -> Typed:
