@@ -430,3 +430,14 @@ def test_catalogs_mere_cannot_keep_are_refused(tmp_path: Path, catalog: str) -> 
     assert not (tmp_path / "wh").exists()
     # A path may hold '=' (a folder named like a partition): it is still a path.
     assert not mere.connect(tmp_path / "wh", tmp_path / "day=1" / "catalog.db").initialized
+
+
+def test_a_conditional_drop_drops_only_an_unchanged_table(cat: mere.Catalog) -> None:
+    # What a failed Spark write that created a table does: drop it only if nothing committed to it since.
+    t = cat.create_table("n.made", pa.schema([("id", pa.int64())]), primary_key="id")
+    created = t.version
+    t.upsert(pa.table({"id": [1]}))
+    assert not cat._drop_if_unchanged(t, created)  # a commit landed: the table stays, rows and all
+    assert cat.table("n.made").to_arrow().num_rows == 1
+    assert cat._drop_if_unchanged(t, t.version)
+    assert "n.made" not in cat.tables()
