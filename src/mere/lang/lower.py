@@ -347,6 +347,7 @@ class Lowering:
         # computes every branch for every row: the inputs of steps that can fail (checked arithmetic, casts,
         # rounding) read NULL on the other rows, so a branch a row does not take cannot fail it.
         self.guard: Typed | None = None
+        self.in_condition = False  # lowering a condition: computed for every row, nested branches too
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -356,6 +357,8 @@ class Lowering:
 
     def guarded(self, rows: Typed | None, build: Callable[[], Typed]) -> Typed:
         """``build()`` lowered for ``rows`` only (a non-NULL boolean; None: as the enclosing branch)."""
+        if self.in_condition:
+            return build()
         outer = self.guard
         if rows is not None:
             self.guard = (
@@ -371,11 +374,12 @@ class Lowering:
     def everywhere(self, build: Callable[[], Typed]) -> Typed:
         """``build()`` lowered for every row: conditions are (guarding them by other guarded conditions would
         grow the expression exponentially with the branches)."""
-        outer, self.guard = self.guard, None
+        outer, was = self.guard, self.in_condition
+        self.guard, self.in_condition = None, True
         try:
             return build()
         finally:
-            self.guard = outer
+            self.guard, self.in_condition = outer, was
 
     def _only_guarded_rows(self, value: Typed) -> Typed:
         """``value`` where the current guard holds, NULL elsewhere (a failing step's input)."""
@@ -905,8 +909,9 @@ class Lowering:
     # conditional
 
     def _Case(self, node: exp.Case) -> Typed:
-        # A branch's value is computed for the rows that take it (see Lowering.guard); the conditions
-        # for every row.
+        # A branch's value is computed for the rows its condition holds on (see Lowering.guard), the ELSE
+        # for the rows no condition holds on; the conditions for every row. (Not also "no earlier condition
+        # holds": every guarded step would repeat every earlier condition, quadratic in branches.)
         operand = self.everywhere(lambda: self.lower(node.this)) if node.this is not None else None
         conditions: list[Typed] = []
         values: list[Typed] = []
@@ -919,9 +924,8 @@ class Lowering:
             condition = self.boolean(test, "a CASE WHEN condition")
             conditions.append(condition)
             taken = self._true(condition)
-            rows = taken if left is None else self.call("and", [left, taken])
-            guards.append(rows)
-            values.append(self.guarded(rows, lambda b=branch: self.lower(b.args["true"])))  # type: ignore[misc]
+            guards.append(taken)
+            values.append(self.guarded(taken, lambda b=branch: self.lower(b.args["true"])))  # type: ignore[misc]
             skipped = self.call("invert", [taken])
             left = skipped if left is None else self.call("and", [left, skipped])
         default = node.args.get("default")
