@@ -1762,6 +1762,9 @@ def test_comparisons_with_floats_beyond_a_float_column_stay_exact(local_cat: mer
         "IF(x < 100, x + 1, -x)",
         "IF(x > 100, 1, CASE WHEN x < 0 THEN 2 ELSE x * 3 END)",
         "CASE WHEN s = 'n' THEN CAST(s AS BIGINT) ELSE 7 END",  # a row that takes it fails: as in DuckDB
+        "CASE WHEN x < -100 THEN 9223372036854775807 + 1 ELSE 0 END",  # constants alone, untaken
+        "IF(x < -100, CAST('abc' AS BIGINT), 1)",
+        "CASE WHEN x = 5 THEN CAST('abc' AS BIGINT) ELSE 1 END",  # taken: fails when run, as in DuckDB
     ],
 )
 def test_case_and_if_compute_a_branch_for_the_rows_that_take_it(

@@ -397,7 +397,11 @@ class Lowering:
             types = ", ".join(str(a.type) for a in args)
             raise self.fail(f"{name} cannot take ({types}): {exc}") from None
         if self.guard is not None and (name.endswith("_checked") or name in _MAY_FAIL):
-            args = [self._only_guarded_rows(a) for a in args]
+            if args and all(a.is_literal for a in args):  # constants alone: computed per row all the same
+                first = pc.Expression._call("if_else", [self.guard.expr, args[0].expr, pc.scalar(None)])
+                args = [Typed(first, args[0].type), *args[1:]]
+            else:
+                args = [self._only_guarded_rows(a) for a in args]
         expr = pc.Expression._call(name, [a.expr for a in args], options)
         if name in _REASSOCIATED:
             # Arrow flattens and reorders chains of these calls when it binds an expression; a one-argument
@@ -409,14 +413,13 @@ class Lowering:
         """``value`` as type ``to`` (SQL's CAST); literals are converted now, columns by Arrow's cast."""
         if value.type == to:
             return value
-        if value.is_literal and isinstance(value.value, str) and not _is_text(to):
-            try:  # CAST('12.34' AS DECIMAL(9, 2)): text is parsed as the type
-                scalar = pa.scalar(value.value, pa.string()).cast(to)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                raise self.fail(f"cannot cast {value.value!r} to {to}: {exc}") from None
-            return Typed(pc.scalar(scalar), to, scalar.as_py())
+        if value.is_literal and self.guard is not None:
+            try:
+                return self._cast_constant(value, to)
+            except FilterError:  # a branch some rows take: the cast fails on those rows only, when run
+                return self._cast_when_run(value, to)
         if value.is_literal:
-            return self.cast_literal(value, to)
+            return self._cast_constant(value, to)
         value = self._only_guarded_rows(value)  # a cast may fail on a value
         wide = pa.decimal128(38, 0)
         if pa.types.is_integer(value.type) and pa.types.is_decimal(to) and to != wide:
@@ -495,6 +498,23 @@ class Lowering:
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
             raise self.fail(f"literal {value.value!r} is not a {to} value: {exc}") from None
         return Typed(pc.scalar(scalar), to, scalar.as_py())
+
+    def _cast_when_run(self, value: Typed, to: pa.DataType) -> Typed:
+        """A constant that does not convert to ``to``, cast on the rows of the current guard when the
+        statement runs (there it fails, as SQL's cast; a branch no row takes is no error)."""
+        assert self.guard is not None
+        guarded = pc.Expression._call("if_else", [self.guard.expr, value.expr, pc.scalar(None)])
+        return Typed(pc.Expression._call("cast", [guarded], pc.CastOptions(to)), to)
+
+    def _cast_constant(self, value: Typed, to: pa.DataType) -> Typed:
+        """A literal as type ``to``, converted now (text parsed as the type)."""
+        if isinstance(value.value, str) and not _is_text(to):
+            try:  # CAST('12.34' AS DECIMAL(9, 2)): text is parsed as the type
+                scalar = pa.scalar(value.value, pa.string()).cast(to)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise self.fail(f"cannot cast {value.value!r} to {to}: {exc}") from None
+            return Typed(pc.scalar(scalar), to, scalar.as_py())
+        return self.cast_literal(value, to)
 
     def cast_literal(self, value: Typed, to: pa.DataType) -> Typed:
         """A literal CAST (or stored) as type ``to``: as :meth:`literal_as`, and a finite number beyond a
@@ -579,7 +599,13 @@ class Lowering:
     def _Cast(self, node: exp.Cast) -> Typed:
         value = literal_value(node)
         if value is not NO_LITERAL:
-            return self.cast_literal(self.literal(value), arrow_type(node.to))
+            constant = self.literal(value)
+            try:
+                return self.cast_literal(constant, arrow_type(node.to))
+            except FilterError:
+                if self.guard is None:
+                    raise
+                return self._cast_when_run(constant, arrow_type(node.to))
         return self.cast(self.to_integer(self.lower(node.this), arrow_type(node.to)), arrow_type(node.to))
 
     def to_integer(self, value: Typed, to: pa.DataType) -> Typed:
