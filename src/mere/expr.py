@@ -76,13 +76,23 @@ class Expr:
     """Base class of filter expressions: immutable, combinable with ``&``, ``|`` and ``~``."""
 
     def __and__(self, other: object) -> Expr:
-        if isinstance(other, Expr | pc.Expression):
+        if isinstance(other, Expr | pc.Expression | str):  # a string is a filter in mere's SQL
             return And(self, to_expr(other))
         return NotImplemented
 
     def __or__(self, other: object) -> Expr:
-        if isinstance(other, Expr | pc.Expression):
+        if isinstance(other, Expr | pc.Expression | str):
             return Or(self, to_expr(other))
+        return NotImplemented
+
+    def __rand__(self, other: object) -> Expr:
+        if isinstance(other, str):
+            return And(to_expr(other), self)
+        return NotImplemented
+
+    def __ror__(self, other: object) -> Expr:
+        if isinstance(other, str):
+            return Or(to_expr(other), self)
         return NotImplemented
 
     def __invert__(self) -> Expr:

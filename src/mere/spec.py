@@ -193,7 +193,9 @@ PROPERTIES: dict[str, tuple[str, Any]] = {
         lambda v: v.lower() if v.lower() in ("off", "on") else _bad(),
     ),
 }
-"""Table properties mere reads. Other keys are kept for users, except under mere's ``read.`` / ``write.``."""
+"""Table properties mere reads. Other keys are kept for users, except under mere's prefixes."""
+
+MERE_PREFIXES = ("read.", "write.", "compaction.", "changes.")
 
 
 def _bad() -> Any:
@@ -223,14 +225,34 @@ def validate_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
                 parse(text)
             except (ValueError, TypeError):
                 raise InvalidInput(f"property {key!r} must be {what}, got {text!r}") from None
-        elif key.startswith(("read.", "write.")):
-            close = difflib.get_close_matches(key, PROPERTIES, n=1)
+        elif key.lower().startswith(MERE_PREFIXES) or key.lower() in PROPERTIES:
+            # mere's own prefixes in any case (a typo there would silently leave a setting off)
+            close = difflib.get_close_matches(key.lower(), PROPERTIES, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise InvalidInput(
                 f"unknown table property {key!r}{hint} mere reads {', '.join(sorted(PROPERTIES))}"
             )
         out[key] = text
+    _check_codec_level(out)
     return out
+
+
+def _check_codec_level(properties: Mapping[str, str]) -> None:
+    """A compression level needs a codec that takes one (every write would fail otherwise)."""
+    import pyarrow as pa
+
+    level = properties.get("write.compression-level")
+    codec = properties.get("write.compression", DEFAULT_COMPRESSION).lower()
+    if level is None or codec == "none":
+        if level is not None:
+            raise InvalidInput("property 'write.compression-level' needs a compression codec, not none")
+        return
+    name = "lz4" if codec == "lz4" else codec
+    if not pa.Codec.supports_compression_level(name):
+        raise InvalidInput(f"codec {codec!r} takes no compression level; drop 'write.compression-level'")
+    low, high = pa.Codec.minimum_compression_level(name), pa.Codec.maximum_compression_level(name)
+    if not low <= int(level) <= high:
+        raise InvalidInput(f"codec {codec!r} takes compression levels {low} to {high}, got {level}")
 
 
 @dataclass(frozen=True)
@@ -306,8 +328,10 @@ class TableSpec:
                 raise SchemaMismatch(f"schema must be a pyarrow.Schema, got {type(schema).__name__}") from e
         pk = _names(primary_key, "primary_key")
         parts = _names(partition_by, "partition_by")
-        if cdc_column is not None and not isinstance(cdc_column, str):
-            raise InvalidInput(f"cdc_column must be a column name, got {cdc_column!r}")
+        if cdc_column is not None and (
+            not isinstance(cdc_column, str) or not cdc_column or cdc_column in RESERVED_COLUMNS
+        ):
+            raise InvalidInput(f"cdc_column must be a column name (not a reserved one), got {cdc_column!r}")
         if merge_operators is not None and not isinstance(merge_operators, Mapping):
             raise InvalidInput(
                 f"merge_operators must be a dict of column name -> operator, got {merge_operators!r}"
@@ -319,6 +343,10 @@ class TableSpec:
         names = schema.names
         if len(set(names)) != len(names):
             raise SchemaMismatch(f"duplicate column names in schema: {names}")
+        if len({n.lower() for n in names}) != len(names):
+            raise SchemaMismatch(
+                f"column names must differ in more than case (Spark and DuckDB resolve names without it): {names}"
+            )
         if not names:
             raise SchemaMismatch("schema has no columns")
         reserved = [n for n in names if n in RESERVED_COLUMNS]

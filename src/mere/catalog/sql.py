@@ -846,7 +846,9 @@ class SqlCatalog:
             if expired_ok:
                 return found
             # Checked after the listing: under READ COMMITTED an expire committed in between shows here.
-            _, oldest = self._version_range(conn, table_id)
+            current, oldest = self._version_range(conn, table_id)
+            if version > current:
+                raise NoSuchVersion(f"version {version} does not exist (the newest is {current})")
             if version < oldest and not self._tagged(conn, table_id, version):
                 raise NoSuchVersion(f"version {version} has expired (the oldest readable is {oldest})")
         return found

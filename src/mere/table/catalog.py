@@ -96,6 +96,8 @@ class Catalog:
             # A relative path means this process's directory: engine workers (Spark, Dask, Ray, DataLoader
             # processes) run elsewhere and must open the same warehouse.
             warehouse = os.path.abspath(warehouse)
+            if os.path.isfile(warehouse):
+                raise InvalidInput(f"warehouse {warehouse!r} is a file, not a folder")
         if isinstance(catalog, str) and "://" not in catalog:  # a file path: an SQLite catalog file
             if _looks_like_dsn(catalog):  # never echoed: it may hold a password
                 raise InvalidInput(

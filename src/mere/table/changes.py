@@ -84,7 +84,9 @@ def change_feed(
             f"{list(FEED_COLUMNS)}: rename them (Table.rename_column) to read its changes"
         )
     for name, value in (("start_version", start_version), ("end_version", end_version)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        if (value is not None or name == "start_version") and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 0
+        ):
             raise InvalidInput(f"{table.name}: {name} must be a non-negative integer, got {value!r}")
     # One catalog read for the whole plan; the versions are checked against what it found.
     found = table._sql.version_range_changes(table.record.id, start_version, end_version)
@@ -821,6 +823,10 @@ def follow(
     """Yield ``(version, changes)`` as commits land after ``from_version``: the change feed from the last
     version yielded to the newest one, polled with exponential backoff (from ``poll_seconds`` up to
     ``max_poll_seconds``) while nothing lands. Runs until the caller stops iterating."""
+    from mere.table.table import Table
+
+    if not isinstance(table, Table):
+        raise InvalidInput(f"follow needs a mere Table, got {type(table).__name__}")
     if not isinstance(from_version, int) or isinstance(from_version, bool) or from_version < 0:
         raise InvalidInput(f"{table.name}: from_version must be a non-negative integer, got {from_version!r}")
     for name, value in (("poll_seconds", poll_seconds), ("max_poll_seconds", max_poll_seconds)):

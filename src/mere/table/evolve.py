@@ -149,10 +149,16 @@ def _existing(spec: TableSpec, column: Any, verb: str, table: str) -> str:
     return name
 
 
-def _new_name(spec: TableSpec, value: Any, table: str) -> str:
+def _new_name(spec: TableSpec, value: Any, table: str, renaming: str | None = None) -> str:
     name = _column_name(value, "the new column name")
     if name in spec.schema.names:
         raise SchemaMismatch(f"{table}: the table already has a column {name!r}")
+    same = [n for n in spec.schema.names if n.lower() == name.lower() and n != renaming]
+    if same:
+        raise SchemaMismatch(
+            f"{table}: {name!r} differs from column {same[0]!r} only in case (Spark and DuckDB resolve names "
+            "without it)"
+        )
     if name in RESERVED_COLUMNS or name == spec.cdc_column:
         raise SchemaMismatch(f"{table}: column name {name!r} is reserved")
     return name
@@ -223,7 +229,7 @@ def widen(spec: TableSpec, column: Any, data_type: Any, *, table: str = "table")
 def rename_column(spec: TableSpec, column: Any, new_name: Any, *, table: str = "table") -> TableSpec:
     """``spec`` with ``column`` called ``new_name`` (same id, same place, same merge operator)."""
     name = _existing(spec, column, "rename", table)
-    new = _new_name(spec, new_name, table)
+    new = _new_name(spec, new_name, table, renaming=name)
     if spec.operator(name).name == "sum":
         # The integer-sum range checks read file statistics by name; renaming would blind them.
         raise InvalidInput(f"{table}: {name!r} has merge operator 'sum' and cannot be renamed")

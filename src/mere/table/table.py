@@ -133,7 +133,12 @@ class Table:
     @property
     def version(self) -> int:
         """The newest committed version."""
-        return self._sql.current_version(self.record.id)
+        try:
+            return self._sql.current_version(self.record.id)
+        except NoSuchTable:
+            raise NoSuchTable(
+                f"table {self.name} no longer exists (dropped since this handle was loaded)"
+            ) from None
 
     @property
     def properties(self) -> dict[str, str]:
@@ -160,11 +165,18 @@ class Table:
     # -- reads -----------------------------------------------------------------------------------
 
     def files_at(self, version: int) -> list[FileEntry]:
-        """The catalog's entries of the live files at a version (NoSuchVersion once it has expired)."""
+        """The catalog's entries of the live files at a version (NoSuchVersion once it has expired, or
+        before it exists)."""
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise InvalidInput(f"{self.name}: a version is an integer, got {version!r}")
         try:
             return self._sql.files_at(self.record.id, version)
         except NoSuchVersion as e:
             raise NoSuchVersion(f"{self.name}: {e}") from None
+        except NoSuchTable:
+            raise NoSuchTable(
+                f"table {self.name} no longer exists (dropped since this handle was loaded)"
+            ) from None
 
     def split_tables(
         self, version: int, splits: set[tuple[str, int]], columns: Sequence[str], filter: Any = None
@@ -255,6 +267,8 @@ class Table:
     def spec_at(self, version: int) -> TableSpec:
         """The table's layout (columns, key, properties) as of ``version``; the current one when the
         catalog cannot tell."""
+        if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= self.version:
+            raise NoSuchVersion(f"{self.name}: no version {version!r} (the newest is {self.version})")
         text = self._sql.spec_at(self.record.id, version)
         if text is None:
             return self.spec
@@ -354,7 +368,18 @@ class Table:
 
     def tags(self) -> dict[str, int]:
         """The table's tags: name -> version, sorted by name."""
+        self._require_live()
         return self._sql.list_tags(self.record.id)
+
+    def _require_live(self) -> None:
+        """NoSuchTable when this handle's table was dropped (or dropped and created again) since it was loaded:
+        maintenance must not take the catalog's silence about an unknown table for "nothing referenced"."""
+        try:
+            record = self._sql.load_table(self.record.namespace, self.record.name)
+        except NoSuchTable:
+            record = None
+        if record is None or record.uuid != self.record.uuid:
+            raise NoSuchTable(f"table {self.name} no longer exists (dropped since this handle was loaded)")
 
     def untag(self, name: str) -> None:
         """Remove a tag (NoSuchTag if there is none). Data is unchanged; the version it named stays readable
@@ -680,6 +705,8 @@ class Table:
 
     def find_commit(self, idempotency_key: str) -> CommitResult | None:
         """The commit made with this idempotency key, if any."""
+        if idempotency_key is None:  # None means "no key" to a write; here it would match unkeyed commits
+            raise InvalidInput(f"{self.name}: find_commit needs an idempotency key, got None")
         _check_key(self.name, idempotency_key)
         prior = self._sql.find_idempotent(self.record.id, idempotency_key)
         return None if prior is None else CommitResult.of(prior, already_committed=True)
@@ -928,6 +955,7 @@ class Table:
         """Compact by the table's policy: fold the splits :meth:`compaction_due` names at ``version``
         (default: the newest). Returns None when no split needs it or when compaction failed (logged as a
         warning: the data is unchanged and a later write or call tries again)."""
+        self._require_live()
         if version is not None:
             self.resolve_version(version)  # a bad or unknown version raises, before anything runs
         try:
@@ -1072,8 +1100,13 @@ class Table:
         """
         _check_age(self.name, older_than)
         _check_flag(self.name, "dry_run", dry_run)
+        self._require_live()
         try:
-            keep = self._sql.version_as_of(self.record.id, _to_micros(dt.datetime.now(dt.UTC) - older_than))
+            cutoff = dt.datetime.now(dt.UTC) - older_than
+        except OverflowError:  # before year 1: no version is that old
+            return []
+        try:
+            keep = self._sql.version_as_of(self.record.id, _to_micros(cutoff))
         except NoSuchVersion:
             return []
         if dry_run:
@@ -1129,10 +1162,14 @@ class Table:
         """
         _check_age(self.name, older_than)
         _check_flag(self.name, "dry_run", dry_run)
+        self._require_live()
         referenced = self._sql.all_file_paths(self.record.id)
         cutoff = time.time() - older_than.total_seconds()
+        listed = self.storage.list_files(self.location)
+        # Again after reading what is referenced: a table dropped meanwhile references nothing any more.
+        self._require_live()
         removed = []
-        for path, _size, mtime in self.storage.list_files(self.location):
+        for path, _size, mtime in listed:
             if path not in referenced and mtime < cutoff:
                 if not dry_run:
                     self.storage.delete(path)
