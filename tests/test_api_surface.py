@@ -101,3 +101,19 @@ def test_a_warehouse_that_is_a_file_is_refused(tmp_path: Path) -> None:
 def test_filters_combine_with_strings(table: mere.Table) -> None:
     assert table.scan(filter=(mere.col("id") == 1) | "id = 2").count() == 2
     assert table.scan(filter="v > 1" & (mere.col("id") == 2)).count() == 1
+
+
+def test_engine_entry_points_check_their_arguments(table: mere.Table) -> None:
+    scan = table.scan()
+    with pytest.raises(errors.InvalidInput, match="read_split takes a Split"):
+        next(scan.read_split(None))  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidInput, match="merge_splits takes a list of Split"):
+        scan.merge_splits(None)  # type: ignore[arg-type]
+    for bad in ("x", {("garbage",)}, {(1, 0)}):
+        with pytest.raises(errors.InvalidInput, match="pairs"):
+            scan.split_tables(bad)  # type: ignore[arg-type]
+    (task,) = scan.tasks()[:1]
+    for size in ("x", 0, -1):
+        with pytest.raises(errors.InvalidInput, match="positive number of bytes"):
+            task.divide(size)  # type: ignore[arg-type]
+    assert scan.split_tables(set()) == {}

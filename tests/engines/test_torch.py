@@ -328,6 +328,9 @@ def test_bad_arguments_are_typed_errors(lake: tuple[mere.Table, mere.Table]) -> 
     for shard, shards in ((2, 2), (-1, 2), (0, 0)):
         with pytest.raises(InvalidInput):
             TableDataset(nums, columns=["id"]).shard_units(shard, shards)
+    for epoch in (-1, "x", 1.5):
+        with pytest.raises(InvalidInput, match="epoch"):
+            TableDataset(nums, columns=["id"], shuffle=True).shard_units(0, 1, epoch)  # type: ignore[arg-type]
     with pytest.raises(SchemaMismatch, match="nope"):
         TableDataset(nums, columns=["id", "nope"])
     with pytest.raises(FilterError):

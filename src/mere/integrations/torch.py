@@ -350,6 +350,10 @@ class TableDataset(IterableDataset[Batch]):
 
     def shard_units(self, shard: int, shards: int, epoch: int | None = None) -> list[ScanTask]:
         """The units shard ``shard`` of ``shards`` reads in ``epoch`` (default: the current one), in order."""
+        if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
+            raise InvalidInput(
+                f"TableDataset.shard_units: epoch must be a non-negative integer, got {epoch!r}"
+            )
         epoch = self.epoch if epoch is None else epoch
         _positive("shards", shards)
         if not isinstance(shard, int) or isinstance(shard, bool) or not 0 <= shard < shards:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import functools
 import heapq
+import numbers
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
@@ -96,6 +97,8 @@ class ScanTask:
         a split that fits, a first key column other than integers, strings and dates or files without
         statistics give back ``[self]``.
         """
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes <= 0:
+            raise InvalidInput(f"divide takes a positive number of bytes, got {max_bytes!r}")
         spec = self.spec
         if not spec.primary_key or self.size_bytes <= max_bytes or len(self.split.files) == 0:
             return [self]
@@ -308,6 +311,7 @@ class Scan:
 
     def split_tables(self, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], pa.Table]:
         """Merged rows of the splits named by (partition JSON, bucket), read concurrently; others are not read."""
+        _check_split_names(self.table.name, wanted)
         splits, opts = self._plan(Explain(self.version))
         chosen = [s for s in splits if (partition_json(dict(s.partition)), s.bucket) in wanted]
         return self.merge_splits(chosen, opts)
@@ -317,6 +321,14 @@ class Scan:
     ) -> dict[tuple[str, int], pa.Table]:
         """Merged rows of the given splits (any files, e.g. only those some commits added) under this
         scan's columns and filter, read concurrently; keyed by (partition JSON, bucket)."""
+        if (
+            isinstance(splits, str | bytes)
+            or not isinstance(splits, Sequence)
+            or not all(isinstance(s, Split) for s in splits)
+        ):
+            raise InvalidInput(
+                f"{self.table.name}: merge_splits takes a list of Split (from plan()), got {splits!r}"
+            )
         opts = self._options(self._parts()) if opts is None else opts
         storage, spec, schema = self.table.storage, self.spec, self.schema
 
@@ -330,6 +342,8 @@ class Scan:
 
     def read_split(self, split: Split) -> Iterator[pa.RecordBatch]:
         """Merged batches of one split (for engines that distribute splits)."""
+        if not isinstance(split, Split):
+            raise InvalidInput(f"{self.table.name}: read_split takes a Split (from plan()), got {split!r}")
         _, opts = self._plan(Explain(self.version))
         yield from SplitReader(self.table.storage, self.spec, split, opts).batches()
 
@@ -529,3 +543,18 @@ def normalise_columns(columns: Sequence[str] | str | None) -> tuple[str, ...] | 
             raise InvalidInput(f"columns must name each column once; repeated: {repeated}")
         return tuple(columns)
     raise InvalidInput(f"columns must be a list of column names, got {columns!r}")
+
+
+def _check_split_names(table: str, wanted: Any) -> None:
+    """Splits named as (partition JSON, bucket) pairs, as ``compaction_due`` and the change feed name them."""
+    ok = isinstance(wanted, Collection) and not isinstance(wanted, str | bytes)
+    if ok:
+        ok = all(
+            isinstance(w, tuple)
+            and len(w) == 2
+            and isinstance(w[0], str)
+            and isinstance(w[1], numbers.Integral)
+            for w in wanted
+        )
+    if not ok:
+        raise InvalidInput(f"{table}: splits are (partition JSON, bucket) pairs, got {wanted!r}")
