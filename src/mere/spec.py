@@ -328,10 +328,11 @@ class TableSpec:
                 raise SchemaMismatch(f"schema must be a pyarrow.Schema, got {type(schema).__name__}") from e
         pk = _names(primary_key, "primary_key")
         parts = _names(partition_by, "partition_by")
+        # The change column is not stored: a change feed's `_change` may be one (mere -> Spark -> mere).
         if cdc_column is not None and (
-            not isinstance(cdc_column, str) or not cdc_column or cdc_column in RESERVED_COLUMNS
+            not isinstance(cdc_column, str) or not cdc_column or cdc_column == OP_COLUMN
         ):
-            raise InvalidInput(f"cdc_column must be a column name (not a reserved one), got {cdc_column!r}")
+            raise InvalidInput(f"cdc_column must be a column name (not {OP_COLUMN!r}), got {cdc_column!r}")
         if merge_operators is not None and not isinstance(merge_operators, Mapping):
             raise InvalidInput(
                 f"merge_operators must be a dict of column name -> operator, got {merge_operators!r}"
