@@ -91,13 +91,13 @@ def is_key_type(t: pa.DataType) -> bool:
 MAX_BUCKETS = 100_000  # Spark's own limit (spark.sql.sources.bucketing.maxBuckets)
 
 
-def _normalise_type(t: pa.DataType) -> pa.DataType:
+def normalise_type(t: pa.DataType) -> pa.DataType:
     """The stored type: encodings (dictionary, run-end, views) become their plain value types, also inside
     nested types."""
     if pa.types.is_dictionary(t):
-        return _normalise_type(t.value_type)
+        return normalise_type(t.value_type)
     if pa.types.is_run_end_encoded(t):
-        return _normalise_type(t.value_type)
+        return normalise_type(t.value_type)
     if t == pa.string_view():
         return pa.string()
     if t == pa.binary_view():
@@ -120,7 +120,7 @@ def _normalise_type(t: pa.DataType) -> pa.DataType:
 
 
 def _normalise_field(f: pa.Field) -> pa.Field:
-    return pa.field(f.name, _normalise_type(f.type), f.nullable, f.metadata)
+    return pa.field(f.name, normalise_type(f.type), f.nullable, f.metadata)
 
 
 def _unstorable(t: pa.DataType) -> str | None:
@@ -366,7 +366,7 @@ class TableSpec:
                     raise SchemaMismatch(f"{label} column {c!r} is not in the schema {names}")
         fields = []
         for f in schema:
-            t = _normalise_type(f.type)
+            t = normalise_type(f.type)
             reason = _unstorable(t)
             if reason is not None:
                 raise UnsupportedType(f"column {f.name!r} has type {f.type}: mere cannot store {reason}")

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere.errors import SchemaMismatch
+from mere.spec import normalise_type
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError)
 
@@ -164,37 +165,13 @@ def decoded(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     kind = values.type
     if pa.types.is_run_end_encoded(kind):
         return decoded(pc.run_end_decode(values))
-    plain = plain_type(kind)
+    plain = normalise_type(kind)  # the type a table stores for it
     if plain == kind:
         return values
     try:
         return pc.cast(values, plain)
     except _ARROW_ERRORS:  # a nesting Arrow cannot cast: left to the type checks that follow
         return values
-
-
-def plain_type(kind: pa.DataType) -> pa.DataType:
-    """``kind`` with dictionary, run-end and view encodings replaced by their plain types, at any depth."""
-    if pa.types.is_dictionary(kind) or pa.types.is_run_end_encoded(kind):
-        return plain_type(kind.value_type)
-    simple = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}.get(kind)
-    if simple is not None:
-        return simple
-    if pa.types.is_list_view(kind) or pa.types.is_list(kind):
-        return pa.list_(kind.value_field.with_type(plain_type(kind.value_type)))
-    if pa.types.is_large_list_view(kind) or pa.types.is_large_list(kind):
-        return pa.large_list(kind.value_field.with_type(plain_type(kind.value_type)))
-    if pa.types.is_fixed_size_list(kind):
-        return pa.list_(kind.value_field.with_type(plain_type(kind.value_type)), kind.list_size)
-    if pa.types.is_map(kind):
-        return pa.map_(
-            kind.key_field.with_type(plain_type(kind.key_type)),
-            kind.item_field.with_type(plain_type(kind.item_type)),
-            kind.keys_sorted,
-        )
-    if pa.types.is_struct(kind):
-        return pa.struct([f.with_type(plain_type(f.type)) for f in kind])
-    return kind
 
 
 def decoded_table(table: pa.Table) -> pa.Table:
