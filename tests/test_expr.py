@@ -382,7 +382,6 @@ def test_bind_casts(column: str, value: object, expected: object) -> None:
         ("d", dt.datetime(2026, 11, 21, 10, tzinfo=dt.UTC)),  # which day it is depends on a zone
         ("ts", "yesterday"),
         ("ts", dt.datetime(2026, 1, 1, tzinfo=dt.UTC)),
-        ("ts", "2026-11-21 10:00:00.123456789"),
         ("tsz", dt.datetime(2026, 1, 1)),
         ("dec", "1.5"),
         ("dec", "NaN"),

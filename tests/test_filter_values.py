@@ -167,3 +167,84 @@ def test_zoned_timestamps_of_every_unit_filter_scans_and_writes(
     assert loose.scan(filter=later).to_arrow().column("k").to_pylist() == [2]
     loose.delete(later)
     assert loose.to_arrow().column("k").to_pylist() == [1]
+
+
+def test_nanosecond_literals_and_merge_keys_keep_their_nanoseconds(local_cat: mere.Catalog) -> None:
+    pd = pytest.importorskip("pandas")
+    np = pytest.importorskip("numpy")
+    schema = pa.schema([pa.field("k", pa.timestamp("ns"), nullable=False), ("v", pa.int64())])
+    t = local_cat.create_table("t.ns", schema, primary_key="k", buckets=2)
+    base = 1_000_000_000_000_000_000
+    keys = pa.array([base, base + 1, base + 2, base + 3], pa.int64()).cast(pa.timestamp("ns"))
+    t.upsert(pa.table({"k": keys, "v": [0, 1, 2, 3]}))
+    one = pd.Timestamp(base + 1, unit="ns")
+    assert t.scan(filter=mere.col("k") == one).to_arrow().column("v").to_pylist() == [1]
+    assert t.scan(filter=mere.col("k") == np.datetime64(base + 1, "ns")).count() == 1
+    assert sorted(t.scan(filter=mere.col("k").isin([one, keys[3]])).to_arrow().column("v").to_pylist()) == [
+        1,
+        3,
+    ]
+    assert t.scan(filter=mere.col("k") > one).count() == 2
+    # finer than a microseconds column: equal to no row, between two of them
+    coarse = local_cat.create_table(
+        "t.us", pa.schema([pa.field("k", pa.timestamp("us"), nullable=False)]), primary_key="k"
+    )
+    coarse.upsert(pa.table({"k": pa.array([base // 1000], pa.int64()).cast(pa.timestamp("us"))}))
+    assert coarse.scan(filter=mere.col("k") == one).count() == 0
+    assert coarse.scan(filter=mere.col("k") < one).count() == 1
+    # MERGE finds target keys that differ only in their nanoseconds (its source's key range prunes files)
+    found = t.merge(pa.table({"k": keys.slice(1, 2)})).when_matched_delete().execute()
+    assert found.deleted == 2
+    assert sorted(t.to_arrow().column("v").to_pylist()) == [0, 3]
+    kept = t.merge(pa.table({"k": keys.slice(3, 1), "v": [99]})).when_not_matched_insert_all().execute()
+    assert (kept.inserted, kept.unchanged) == (0, 1)
+    assert sorted(t.to_arrow().column("v").to_pylist()) == [0, 3]
+
+
+def test_instants_of_a_repeated_wall_clock_hour_stay_apart(local_cat: mere.Catalog) -> None:
+    # 01:30 happens twice in New York on 2024-11-03 (EDT, then EST): literals must compare as instants.
+    kind = pa.timestamp("us", "America/New_York")
+    schema = pa.schema([pa.field("k", kind, nullable=False), ("v", pa.int64())])
+    t = local_cat.create_table("t.fold", schema, primary_key="k", buckets=1)
+    first, second = (dt.datetime(2024, 11, 3, h, 30, tzinfo=dt.UTC) for h in (5, 6))
+    t.upsert(pa.table({"k": pa.array([first, second], kind), "v": [1, 2]}))
+    assert sorted(t.scan(filter=mere.col("k").isin([first, second])).to_arrow().column("v").to_pylist()) == [
+        1,
+        2,
+    ]
+    assert t.scan(filter="k IN ('2024-11-03 05:45:00+00:00', '2024-11-03 06:15:00+00:00')").count() == 0
+    both = "k >= '2024-11-03 05:00:00+00:00' AND k <= '2024-11-03 06:45:00+00:00'"
+    assert t.scan(filter=both).count() == 2
+    t.delete(mere.col("k") == second)
+    assert t.to_arrow().column("v").to_pylist() == [1]
+
+
+@pytest.mark.parametrize("unit", ["ms", "us", "ns"])
+def test_zoned_key_lookups_read_pages_in_the_column_zone(local_cat: mere.Catalog, unit: str) -> None:
+    # A lookup of a few keys reads single pages of a big file: its rows must carry the column's zone, as
+    # whole row groups do (hour() sees it; pages and whole row groups concatenate).
+    kind = pa.timestamp(unit, "America/New_York")
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("ts", kind), ("v", pa.int64())])
+    t = local_cat.create_table("t.paged", schema, primary_key="k", buckets=1)
+    n = 50_000
+    at = pa.array([dt.datetime(2024, 1, 1, 10, tzinfo=dt.UTC)] * n, kind)  # 05:00 in New York
+    t.upsert(pa.table({"k": list(range(n)), "ts": at, "v": list(range(n))}))
+    assert t.scan(filter="k = 123 AND hour(ts) = 5").to_arrow().column("v").to_pylist() == [123]
+    t.upsert(pa.table({"k": [5], "ts": at.slice(0, 1), "v": [-5]}))  # a second, small file
+    assert sorted(t.scan(filter="k IN (5, 123)").to_arrow().column("v").to_pylist()) == [-5, 123]
+    zoned_key = local_cat.create_table(
+        "t.zoned_key", pa.schema([pa.field("k", kind, nullable=False), ("v", pa.int64())]), primary_key="k"
+    )
+    stamps = pa.array(
+        [dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i) for i in range(n)], kind
+    )
+    zoned_key.upsert(pa.table({"k": stamps, "v": list(range(n))}))
+    zoned_key.upsert(pa.table({"k": stamps.slice(5, 1), "v": [-5]}))
+    assert sorted(
+        zoned_key.scan(filter=mere.col("k").isin([stamps[5], stamps[123]])).to_arrow()["v"].to_pylist()
+    ) == [
+        -5,
+        123,
+    ]
+    merged = zoned_key.merge(pa.table({"k": stamps.take([5, 100]), "v": [1, 2]})).when_matched_update_all()
+    assert merged.execute().updated == 2

@@ -665,6 +665,14 @@ def _ts_hint(value: _dt.datetime | str, column: str, typ: pa.DataType) -> str | 
     return f"write {prefix}'{aware}' (with an offset): column {column!r} has time zone {typ.tz}"
 
 
+def _bound_timestamp(typ: pa.TimestampType) -> pa.DataType:
+    """The type of a bound timestamp literal: microseconds (Python datetimes), and an instant of a
+    zoned column in UTC: datetimes sharing a zone compare by wall time, so two instants of the hour a
+    clock repeats (daylight saving ends) would compare equal. Arrow compares instants across zones.
+    """
+    return pa.timestamp("us", None if typ.tz is None else "UTC")
+
+
 def _bind_scalar(value: object, column: str, typ: pa.DataType) -> object:
     """Cast one literal to ``typ``; numbers an integer/decimal column cannot hold become a _Gap."""
     if value is None:
@@ -711,9 +719,11 @@ def _bind_scalar(value: object, column: str, typ: pa.DataType) -> object:
             return _between(value.date(), _dt.timedelta(days=1), column, typ)
         value = value.date()
     try:
-        scalar = pa.scalar(value).cast(typ, safe=True)
+        scalar = _py_scalar(value).cast(typ, safe=True)
         if pa.types.is_timestamp(typ):
-            scalar = scalar.cast(pa.timestamp("us", typ.tz), safe=True)
+            if typ.unit == "ns" and _nanosecond_type([scalar.as_py()]) is not None:
+                return scalar.as_py()  # a pandas Timestamp: Python datetimes stop at microseconds
+            scalar = scalar.cast(_bound_timestamp(typ), safe=True)
         return scalar.as_py()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError) as exc:
         gap = _finer_than(value, column, typ)
@@ -735,11 +745,20 @@ def _finer_than(value: object, column: str, typ: pa.DataType) -> _Gap | None:
         if stamp.tzinfo is not None or stamp.time() == _dt.time():
             return None
         return _between(stamp.date(), _dt.timedelta(days=1), column, typ)
-    if not pa.types.is_timestamp(typ) or typ.unit not in ("s", "ms"):
+    if not pa.types.is_timestamp(typ) or typ.unit == "ns":
+        return None
+    if stamp.tzinfo is not None:  # steps are counted in UTC, as Arrow counts them (not in wall time)
+        stamp = stamp.astimezone(_dt.UTC)
+    if getattr(stamp, "nanosecond", 0):  # a pandas Timestamp: its nanoseconds first
+        stamp_ns: Any = stamp
+        stamp = stamp_ns.replace(nanosecond=0)
+        if typ.unit == "us":
+            return _between(stamp, _dt.timedelta(microseconds=1), column, typ)
+    elif typ.unit == "us":
         return None
     step = _dt.timedelta(seconds=1) if typ.unit == "s" else _dt.timedelta(milliseconds=1)
     floor = stamp.replace(microsecond=0 if typ.unit == "s" else stamp.microsecond // 1000 * 1000)
-    return None if floor == stamp else _between(floor, step, column, typ)
+    return None if floor == value else _between(floor, step, column, typ)
 
 
 def _between(floor: _dt.date, step: _dt.timedelta, column: str, typ: pa.DataType) -> _Gap:
@@ -796,7 +815,7 @@ def _bind_bulk(values: Sequence[object], types: set[type], typ: pa.DataType) -> 
         ):
             array = pa.array(values).cast(typ, safe=True)
             if pa.types.is_timestamp(typ):
-                array = array.cast(pa.timestamp("us", typ.tz), safe=True)
+                array = array.cast(_bound_timestamp(typ), safe=True)
             return cast(list[object], array.to_pylist())
     except (
         pa.ArrowInvalid,
@@ -871,36 +890,68 @@ def _null_bool() -> pa.Scalar:
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
 
 
-def _arrow_scalar(value: object) -> pc.Expression:
+def _nanosecond_type(values: Iterable[object], zone: str | None = None) -> pa.DataType | None:
+    """The Arrow type of timestamp literals: ``timestamp('ns')`` when one has a sub-microsecond part (a
+    pandas Timestamp; Arrow would infer microseconds and drop the nanoseconds); with ``zone``, instants
+    labelled with that zone. None: Arrow infers the type."""
+    aware = nanos = False
+    for v in values:
+        if isinstance(v, _dt.datetime):
+            nanos = nanos or bool(getattr(v, "nanosecond", 0))
+            aware = aware or v.tzinfo is not None
+    if not nanos and not (aware and zone):
+        return None
+    return pa.timestamp("ns" if nanos else "us", (zone or "UTC") if aware else None)
+
+
+def _py_scalar(value: object) -> pa.Scalar:
+    """``pa.scalar(value)``, keeping a timestamp's nanoseconds."""
+    return pa.scalar(value, _nanosecond_type([value]))
+
+
+def _arrow_scalar(value: object, zone: str | None = None) -> pc.Expression:
     try:
         if type(value) is int:
             # uint64 compares with every integer column (Arrow casts it to a signed column's type),
             # int64 would make Arrow cast a uint64 column to int64 and fail on large values.
             return pc.scalar(pa.scalar(value, pa.uint64() if value >= 0 else pa.int64()))
-        return pc.scalar(pa.scalar(value))
+        return pc.scalar(pa.scalar(value, _nanosecond_type([value], zone)))
     except _CONVERSION_ERRORS as exc:
         raise FilterError(f"literal {value!r} cannot be converted to Arrow: {exc}") from None
 
 
-def _value_set(values: Sequence[object]) -> pa.Array:
+def _value_set(values: Sequence[object], zone: str | None = None) -> pa.Array:
     if set(map(type, values)) == {int}:
         ints = cast("Sequence[int]", values)
         return pa.array(values, pa.uint64() if min(ints) >= 0 else pa.int64())
-    return pa.array(values)
+    return pa.array(values, _nanosecond_type(values, zone))
 
 
-def to_pyarrow(expr: Expr) -> pc.Expression:
+def to_pyarrow(expr: Expr, schema: pa.Schema | None = None) -> pc.Expression:
     """Lower to a ``pyarrow.compute.Expression`` with SQL null semantics.
 
     Float literals get SQL float semantics (NaN equal to NaN and above every other value,
     -0.0 equal to 0.0); bind the expression first so that float columns have float literals.
+    ``schema``, the rows' schema, labels timestamp literals with their column's zone: bound literals are
+    UTC instants, and Arrow compares instants of different zones only in some units.
     """
+    zones: dict[str, str] = {}
+    if schema is not None:
+        zones = {
+            f.name: f.type.tz
+            for f in schema
+            if pa.types.is_timestamp(f.type) and f.type.tz is not None and f.type.tz not in ("UTC", "utc")
+        }
+    return _lower(expr, zones)
+
+
+def _lower(expr: Expr, zones: Mapping[str, str]) -> pc.Expression:
     if isinstance(expr, And):
-        return to_pyarrow(expr.left) & to_pyarrow(expr.right)
+        return _lower(expr.left, zones) & _lower(expr.right, zones)
     if isinstance(expr, Or):
-        return to_pyarrow(expr.left) | to_pyarrow(expr.right)
+        return _lower(expr.left, zones) | _lower(expr.right, zones)
     if isinstance(expr, Not):
-        return ~to_pyarrow(expr.operand)
+        return ~_lower(expr.operand, zones)
     if isinstance(expr, AlwaysTrue | AlwaysFalse):
         return pc.scalar(isinstance(expr, AlwaysTrue))
     if isinstance(expr, ArrowPredicate):
@@ -912,16 +963,19 @@ def to_pyarrow(expr: Expr) -> pc.Expression:
     if isinstance(expr, IsNull):
         field = pc.field(expr.column)
         return field.is_valid() if expr.negated else field.is_null()
+    zone = zones.get(expr.column) if isinstance(expr, Compare | In) else None
     if isinstance(expr, Compare):
         if isinstance(expr.value, float):
             return _float_compare(expr.op, pc.field(expr.column), expr.value)
-        return cast(pc.Expression, _PY_OPS[expr.op](pc.field(expr.column), _arrow_scalar(expr.value)))
+        value = _arrow_scalar(expr.value, zone)
+        return cast(pc.Expression, _PY_OPS[expr.op](pc.field(expr.column), value))
     if isinstance(expr, In):
-        lowered = expr.__dict__.get("_arrow")
-        if lowered is None:  # long lists: build the value set once, not once per file read
-            result = _in_to_pyarrow(expr)
-            lowered = ~result if expr.negated else result
-            object.__setattr__(expr, "_arrow", lowered)
+        # Long lists: the value set is built once (per zone), not once per file read.
+        cache = expr.__dict__.setdefault("_arrow", {})
+        lowered = cache.get(zone)
+        if lowered is None:
+            result = _in_to_pyarrow(expr, zone)
+            lowered = cache[zone] = ~result if expr.negated else result
         return cast(pc.Expression, lowered)
     raise FilterError(f"cannot lower {type(expr).__name__} to pyarrow")
 
@@ -937,7 +991,7 @@ def _float_compare(op: str, field: pc.Expression, value: float) -> pc.Expression
     return result | nan if op in (">", ">=") else result
 
 
-def _in_to_pyarrow(expr: In) -> pc.Expression:
+def _in_to_pyarrow(expr: In, zone: str | None = None) -> pc.Expression:
     index = _in_index(expr)
     if not expr.values:
         return pc.scalar(False)
@@ -957,7 +1011,7 @@ def _in_to_pyarrow(expr: In) -> pc.Expression:
             if is_nan.any():
                 found = found | pc.is_nan(field)
         else:
-            found = pc.is_in(field, value_set=_value_set(index.present), skip_nulls=True)
+            found = pc.is_in(field, value_set=_value_set(index.present, zone), skip_nulls=True)
     except _CONVERSION_ERRORS as exc:
         raise FilterError(f"IN list for {expr.column!r} cannot be converted to Arrow: {exc}") from None
     if index.has_null:  # TRUE when found, NULL otherwise

@@ -34,7 +34,13 @@ from mere import expr as E
 from mere.hashing import bucket_ids
 from mere.io import keyindex
 from mere.io.storage import Storage, primitive_leaf
-from mere.read.evolution import FileColumns, file_columns, to_table_columns, without_field_ids
+from mere.read.evolution import (
+    FileColumns,
+    file_columns,
+    in_table_zones,
+    to_table_columns,
+    without_field_ids,
+)
 from mere.read.merge import group_starts, sort_indices
 from mere.read.planner import FileTask, Split
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, TableSpec
@@ -435,7 +441,7 @@ def _read(
         if rg in paged:
             part = paged[rg]
             part = (
-                without_field_ids(part)
+                in_table_zones(without_field_ids(part), f.spec)
                 if f.mapping is None
                 else to_table_columns(part, f.mapping, f.spec, [c for c in f.fill if c in columns])
             )

@@ -140,7 +140,7 @@ def split_filter(spec: TableSpec, filter_: E.Expr | str | Any | None) -> FilterP
     bound = E.bind(E.to_expr(filter_), spec.schema)
     if not isinstance(bound, E.AlwaysTrue):
         try:  # catches what binding cannot see, e.g. unknown columns inside a pyarrow expression
-            spec.schema.empty_table().filter(E.to_pyarrow(bound))
+            spec.schema.empty_table().filter(E.to_pyarrow(bound, spec.schema))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
             raise FilterError(f"filter {bound} does not fit the table schema: {e}") from e
     if spec.has_primary_key:

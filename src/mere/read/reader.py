@@ -319,7 +319,7 @@ def _filter(table: pa.Table, predicate: E.Expr) -> pa.Table:
     if not rest:
         return table
     try:
-        return table.filter(E.to_pyarrow(E.conjunction(rest)))
+        return table.filter(E.to_pyarrow(E.conjunction(rest), table.schema))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         # e.g. integer overflow in the arithmetic of a filter: the user's expression, not mere, failed
         raise FilterError(f"evaluating the filter {E.render(predicate, 10)} failed: {exc}") from exc

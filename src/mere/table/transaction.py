@@ -178,7 +178,7 @@ class Transaction:
                         for k, c in zip(t.spec.primary_key, cols_)
                     }
                 )
-                keys = keys.filter(E.to_pyarrow(parts.pre)) if keys.num_rows else keys
+                keys = keys.filter(E.to_pyarrow(parts.pre, keys.schema)) if keys.num_rows else keys
                 return self._add(self._markers(keys))
             return self._add_read(lambda base: self._matching_rows(where, base))
         split_filter(t.spec, where)  # a bad filter fails now
@@ -539,7 +539,7 @@ def rewrite_files(
     """Copy on write for tables without a key: each file at ``base`` holding rows that match ``where`` is
     replaced by ``rewrite(rows, matches)`` (no file if that is empty); files without a match stay."""
     parts = split_filter(t.spec, where)
-    hit_expr = pc.coalesce(E.to_pyarrow(parts.bound), pa.scalar(False))
+    hit_expr = pc.coalesce(E.to_pyarrow(parts.bound, t.spec.schema), pa.scalar(False))
     add: list[FileEntry] = []
     gone: list[FileEntry] = []
     matched = 0
