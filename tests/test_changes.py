@@ -195,14 +195,19 @@ def test_bad_arguments_raise_and_expired_versions_are_refused(tmp_path: Any) -> 
         lambda: t.changes(0, columns=["nope"]),
         lambda: t.changes(0, filter="nope > 1"),
         lambda: t.changes(0, filter="v ="),
+        lambda: t.changes(2**63),  # beyond the catalog's integers
+        lambda: t.changes(0, 2**70),
     ):
         with pytest.raises(errors.MereError):
             bad()
+    opened = t.changes(1, 2)  # read after an expire gave its start up: named as that
     t.compact(min_files=1)
     t.upsert(rows_table([{"k": 2, "p": "a", "v": 1.0, "n": 1, "s": "x"}], SCHEMA.names))
     t.expire(older_than=dt.timedelta(0))
     with pytest.raises(errors.NoSuchVersion):
         t.changes(0)
+    with pytest.raises(errors.NoSuchVersion, match="expired while"):
+        opened.read_all()
     keyless = cat.create_table("a.plain", SCHEMA)
     with pytest.raises(errors.InvalidInput, match="primary key"):
         keyless.changes(0)
@@ -233,6 +238,8 @@ def test_follow_yields_each_new_range(tmp_path: Any) -> None:
         lambda: next(mere.follow(t, -1)),
         lambda: next(mere.follow(t, 0, poll_seconds=0)),
         lambda: next(mere.follow(t, 0, max_poll_seconds="1")),  # type: ignore[arg-type]
+        lambda: next(mere.follow(t, 0, poll_seconds=math.inf)),
+        lambda: next(mere.follow(t, 0, max_poll_seconds=1e300)),
         lambda: next(mere.follow(t, 99)),
     ):
         with pytest.raises(errors.MereError):

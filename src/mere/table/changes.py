@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from mere import expr as E
 from mere.arrays import sorted_unique
 from mere.concurrency import cpu_workers, shared_pool
-from mere.errors import InvalidInput, NoSuchVersion
+from mere.errors import InvalidInput, NoSuchVersion, StorageError
 from mere.metadata import SEQ_SHIFT, FileEntry
 from mere.read.evolution import whole_file_as_table
 from mere.read.merge import KeySet, key_positions, numpy_sortable, sort_indices
@@ -58,6 +58,8 @@ LOG_DELETE, LOG_BEFORE, LOG_AFTER, LOG_INSERT, LOG_UNCHANGED = range(5)
 # before them only; a mere that knows only that key merges the commits marked with this one instead of
 # reading their logs (it would take their rows after for rows before).
 LOG_SUMMARY_KEY = "change_log_rows"
+MAX_VERSION = 2**63 - 1  # the largest version a catalog can hold (a signed 64-bit integer)
+MAX_POLL_SECONDS = 86_400.0  # follow() polls at least daily (and time.sleep cannot wait forever)
 _BEFORE_KINDS = (LOG_DELETE, LOG_BEFORE, LOG_UNCHANGED)
 
 
@@ -89,7 +91,12 @@ def change_feed(
         ):
             raise InvalidInput(f"{table.name}: {name} must be a non-negative integer, got {value!r}")
     # One catalog read for the whole plan; the versions are checked against what it found.
-    found = table._sql.version_range_changes(table.record.id, start_version, end_version)
+    # Versions beyond any catalog's integers are left to _version_within to refuse.
+    found = table._sql.version_range_changes(
+        table.record.id,
+        min(start_version, MAX_VERSION),
+        None if end_version is None else min(end_version, MAX_VERSION),
+    )
     current, oldest = found.current, found.oldest
     end = table._version_within(end_version, current, oldest)
     start = table._version_within(start_version, current, oldest)
@@ -202,7 +209,21 @@ def change_feed(
         from_logs,
         from_log_rows,
     )
-    return pa.RecordBatchReader.from_batches(schema, feed.batches(touched))
+    return pa.RecordBatchReader.from_batches(schema, _expiry_named(table, start, feed.batches(touched)))
+
+
+def _expiry_named(table: Table, start: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The feed's batches; a file an ``expire`` deleted meanwhile is named as the expiry it is."""
+    try:
+        yield from batches
+    except StorageError as e:
+        try:
+            table.resolve_version(start)
+        except NoSuchVersion:
+            raise NoSuchVersion(
+                f"{table.name}: version {start} expired while its change feed was being read"
+            ) from e
+        raise
 
 
 class _Part:
@@ -830,8 +851,11 @@ def follow(
     if not isinstance(from_version, int) or isinstance(from_version, bool) or from_version < 0:
         raise InvalidInput(f"{table.name}: from_version must be a non-negative integer, got {from_version!r}")
     for name, value in (("poll_seconds", poll_seconds), ("max_poll_seconds", max_poll_seconds)):
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-            raise InvalidInput(f"{table.name}: {name} must be a positive number of seconds, got {value!r}")
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= MAX_POLL_SECONDS:
+            raise InvalidInput(
+                f"{table.name}: {name} must be a positive number of seconds up to {MAX_POLL_SECONDS:g} "
+                f"(a day), got {value!r}"
+            )
     table.resolve_version(from_version)  # an unknown or expired version fails now, not at the first commit
     seen = from_version
     delay = float(poll_seconds)
