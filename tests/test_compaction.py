@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -107,6 +108,11 @@ def test_bad_commits_are_refused_and_delete_the_task_files(cat: mere.Catalog) ->
         t.plan_compaction(min_files=0)
     with pytest.raises(errors.InvalidInput):
         t.plan_compaction(partition={"nope": 1})
+    results = run_elsewhere(plan)
+    junk: list[Any] = [[1, *results[0]], *results[1:]]  # an engine hook returned something else
+    check_refused(results, lambda: t.commit_compaction(plan, junk))
+    with pytest.raises(errors.InvalidInput):
+        t.compact(run=lambda tasks: [["x.parquet"]] * len(tasks))
     results = run_elsewhere(plan)
     t.abort_compaction(results)
     assert not {f.path for r in results for f in r} & on_disk(t)

@@ -497,3 +497,24 @@ def test_projection_reads_only_the_needed_columns(tmp_path: Path, keyed: bool) -
     assert fetched(columns=["id"]) < full / 5
     assert fetched(columns=["b"], filter="id < 10") < full / 2
     assert t.scan(columns=["b"], filter="b > 10").count() == n - 31
+
+
+def test_dates_beyond_python_s_calendar_read_back_and_cannot_be_partition_values(tmp_path: Path) -> None:
+    # Arrow holds dates past year 9999 (DuckDB too); Python's date cannot, so statistics of such values
+    # prune nothing, and a partition value (kept as a string, read back as a Python value) is refused.
+    cat = mere.connect(str(tmp_path))
+    far = pa.array([0, 3_000_000], pa.int32()).cast(pa.date32())  # 1970-01-01 and year 10183
+    keyed = cat.create_table("t.far", pa.schema([("k", pa.date32()), ("v", pa.int64())]), primary_key="k")
+    keyed.upsert(pa.table({"k": far, "v": [1, 2]}))
+    keyed.upsert(pa.table({"k": far.slice(1), "v": [3]}))
+    assert sorted(keyed.to_arrow().column("v").to_pylist()) == [1, 3] and keyed.scan().count() == 2
+    assert keyed.scan(filter="k > DATE '2000-01-01'").to_arrow().column("v").to_pylist() == [3]
+    stamps = cat.create_table("t.far_ts", pa.schema([("k", pa.timestamp("us")), ("v", pa.int64())]))
+    stamps.append(pa.table({"k": pa.array([0, 10**18], pa.int64()).cast(pa.timestamp("us")), "v": [1, 2]}))
+    assert stamps.scan(filter="k > TIMESTAMP '2000-01-01 00:00:00'").to_arrow().column("v").to_pylist() == [2]
+    parted = cat.create_table(
+        "t.far_part", pa.schema([("k", pa.int64()), ("d", pa.date32())]), primary_key="k", partition_by=["d"]
+    )
+    with pytest.raises(errors.InvalidInput, match="would not read back"):
+        parted.upsert(pa.table({"k": [1, 2], "d": far}))
+    assert parted.refresh().version == 0 and parted.to_arrow().num_rows == 0

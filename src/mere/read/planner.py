@@ -238,10 +238,15 @@ def row_group_stats(
         if st is None:
             continue
         t = schema.field(c).type
-        has = st.has_min_max
+        low = high = None
+        if st.has_min_max:
+            try:
+                low, high = _stat_value(st.min, t), _stat_value(st.max, t)
+            except (OverflowError, ValueError):  # e.g. a date past year 9999: no Python value, no pruning
+                low = high = None
         out[c] = E.ColumnStats(
-            min=_stat_value(st.min, t) if has else None,
-            max=_stat_value(st.max, t) if has else None,
+            min=None if high is None else low,
+            max=None if low is None else high,
             null_count=st.null_count if st.has_null_count else None,
             num_values=group.num_rows,
         )

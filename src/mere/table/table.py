@@ -1068,6 +1068,14 @@ class Table:
         if len(results) != len(plan.tasks):
             self.abort_compaction(results)
             raise InvalidInput(f"{self.name}: {len(results)} results for {len(plan.tasks)} compaction tasks")
+        if not all(
+            isinstance(files, Sequence) and all(isinstance(f, FileEntry) for f in files) for files in results
+        ):
+            written = [files for files in results if isinstance(files, Sequence)]
+            self.abort_compaction([[f for f in files if isinstance(f, FileEntry)] for files in written])
+            raise InvalidInput(
+                f"{self.name}: compaction results must be the lists of files CompactionTask.run returns"
+            )
         add = [
             replace(f, order=i, id=None, added_version=None)
             for i, f in enumerate(f for files in results for f in files)

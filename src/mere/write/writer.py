@@ -23,6 +23,7 @@ from mere.hashing import bucket_ids
 from mere.io import Storage
 from mere.metadata import FileEntry
 from mere.read.merge import group_starts, reduce_versions, sort_indices
+from mere.read.planner import typed_partition
 from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec, with_field_ids
 from mere.write.cast import lossless_cast
 
@@ -236,7 +237,20 @@ def partition_value_strings(
             rest, i = divmod(rest, len(d))
             parts[c] = d[i]
         values.append({c: parts[c] for c in spec.partition_by})
+        _check_readable_partition(spec, values[-1])
     return dense.astype(np.int64), values
+
+
+def _check_readable_partition(spec: TableSpec, values: dict[str, str | None]) -> None:
+    """Refuse partition values that would not read back (e.g. a date past year 9999: its string does not
+    parse, and Python has no value for it): no write may leave a table that cannot be read."""
+    try:
+        typed_partition(spec, values)
+    except (pa.ArrowInvalid, OverflowError, ValueError) as e:
+        bad = {c: v for c, v in values.items() if v is not None}
+        raise InvalidInput(
+            f"partition values {bad} cannot be stored: they would not read back ({e})"
+        ) from None
 
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
