@@ -32,6 +32,9 @@ def test_versions_are_checked_where_files_and_specs_are_read(table: mere.Table) 
         table.files_at(99)
     with pytest.raises(errors.InvalidInput, match="integer"):
         table.files_at(None)  # type: ignore[arg-type]
+    for beyond in (-1, 2**63, 2**70):  # also beyond the catalog's integers
+        with pytest.raises(errors.NoSuchVersion):
+            table.files_at(beyond)
     with pytest.raises(errors.NoSuchVersion):
         table.spec_at(-1)
     with pytest.raises(errors.NoSuchVersion):

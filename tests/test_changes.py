@@ -508,3 +508,18 @@ def test_a_file_a_rollback_brings_back_is_not_newer_than_the_range(tmp_path: Any
     assert feed(1, 6) == []
     assert feed(2, 6) == [(0, 4.0, "update_before"), (0, 0.0, "update_after")]
     assert feed(5, 6) == [(0, 0.0, "insert")]
+
+
+def test_a_logged_feed_reads_a_column_a_rollback_brought_back_as_the_merged_feed(tmp_path: Any) -> None:
+    feeds = {}
+    for log in ("off", "on"):
+        schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64()), ("s", pa.string())])
+        t = mere.connect(str(tmp_path / log)).create_table("a.t", schema, primary_key="k", buckets=2)
+        t.upsert(pa.table({"k": [1, 2], "v": [5, 7], "s": ["x", "y"]}))
+        t.set_properties({"changes.log": log})
+        t.drop_column("v")  # version 3: the files still hold v
+        t.upsert(pa.table({"k": [2], "s": ["z"]}))  # logged without v
+        t.rollback(2)  # v is back, with its field id: version 3 reads v = 7 again
+        feeds[log] = t.changes(3, 4).read_all().select(["k", "v", "s", "_change"]).to_pylist()
+    assert feeds["on"] == feeds["off"]
+    assert feeds["on"][0] == {"k": 2, "v": 7, "s": "y", "_change": "update_before"}

@@ -132,9 +132,12 @@ def change_feed(
     if spec.evolved:
         specs = _specs_in_force(table, start, end)
         _refuse_narrowed_columns(table, specs, start, end)
-        current_ids = set(spec.field_ids.values())
-        at_start = current_ids & set(specs[0][1].field_ids.values())
-        logs_hold_every_column = all(at_start <= set(s.field_ids.values()) for _, s in specs[1:])
+        # The current columns files at start may hold: those created by then, even if dropped at start and
+        # brought back later by a rollback (their old files still hold them). Every log of the range must
+        # hold them too, or its before-images would read NULL where the merged start version has values.
+        created = specs[0][1].last_field_id
+        in_files = {i for i in spec.field_ids.values() if i <= created}
+        logs_hold_every_column = all(in_files <= set(s.field_ids.values()) for _, s in specs)
     touched: dict[tuple[str, int], list[tuple[FileEntry, int]]] = defaultdict(list)
     added_files: dict[tuple[str, int], list[FileEntry]] = defaultdict(list)
     replaced: set[tuple[str, int]] = set()  # splits where the range removed or partially wrote rows

@@ -169,6 +169,8 @@ class Table:
         before it exists)."""
         if not isinstance(version, int) or isinstance(version, bool):
             raise InvalidInput(f"{self.name}: a version is an integer, got {version!r}")
+        if not 0 <= version < 2**63:  # beyond any catalog's integers
+            raise NoSuchVersion(f"{self.name}: no version {version}")
         try:
             return self._sql.files_at(self.record.id, version)
         except NoSuchVersion as e:
