@@ -248,3 +248,20 @@ def test_zoned_key_lookups_read_pages_in_the_column_zone(local_cat: mere.Catalog
     ]
     merged = zoned_key.merge(pa.table({"k": stamps.take([5, 100]), "v": [1, 2]})).when_matched_update_all()
     assert merged.execute().updated == 2
+
+
+def test_numpy_and_pandas_missing_and_dated_literals(local_cat: mere.Catalog) -> None:
+    np = pytest.importorskip("numpy")
+    pd = pytest.importorskip("pandas")
+    schema = pa.schema(
+        [pa.field("k", pa.int64(), nullable=False), ("d", pa.date32()), ("ts", pa.timestamp("s"))]
+    )
+    t = local_cat.create_table("t.np", schema, primary_key="k")
+    t.upsert(pa.table({"k": [1, 2], "d": [dt.date(2020, 1, 1), None], "ts": [dt.datetime(2020, 1, 1), None]}))
+    assert t.scan(filter=mere.col("d") == np.datetime64("2020-01-01")).count() == 1
+    assert t.scan(filter=mere.col("ts") < np.datetime64("2020-01-01T00:00:01")).count() == 1
+    assert t.scan(filter=mere.col("d").isin([np.datetime64("NaT"), np.datetime64("2020-01-01")])).count() == 1
+    for missing in (np.datetime64("NaT"), pd.NaT):
+        for column in ("d", "ts"):
+            with pytest.raises(FilterError, match="NULL"):
+                t.scan(filter=mere.col(column) == missing).to_arrow()

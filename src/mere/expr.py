@@ -119,6 +119,16 @@ def _literal(value: object, what: str) -> object:
     """Validate a literal; pa.Scalar and numpy values become plain Python values."""
     if isinstance(value, np.number | np.bool_):
         value = value.item()
+    if type(value).__name__ == "NaTType" or (
+        isinstance(value, np.datetime64 | np.timedelta64) and np.isnat(value)
+    ):
+        value = None  # pandas' and NumPy's missing time: an SQL NULL
+    elif isinstance(value, np.datetime64):
+        unit = np.datetime_data(value.dtype)[0]
+        if unit in ("Y", "M", "W", "D", "h", "m", "s", "ms", "us"):
+            value = value.item()  # a date or datetime (NumPy has no zone)
+        elif unit != "ns":
+            raise FilterError(f"{what}: {value!r} is finer than nanoseconds")
     if isinstance(value, pa.Scalar | np.generic):
         value = (value if isinstance(value, pa.Scalar) else pa.scalar(value)).as_py()
     if isinstance(value, Col):
