@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 import mere
+from mere import expr as E
 from mere.errors import FilterError
 
 
@@ -199,6 +200,22 @@ def test_nanosecond_literals_and_merge_keys_keep_their_nanoseconds(local_cat: me
     kept = t.merge(pa.table({"k": keys.slice(3, 1), "v": [99]})).when_not_matched_insert_all().execute()
     assert (kept.inserted, kept.unchanged) == (0, 1)
     assert sorted(t.to_arrow().column("v").to_pylist()) == [0, 3]
+    # In text, TIMESTAMP holds microseconds (later digits dropped, as DuckDB does) and TIMESTAMP_NS
+    # nanoseconds; a filter with nanoseconds renders as the latter and reads back as itself.
+    three = mere.col("k") == pd.Timestamp(base + 3, unit="ns")
+    assert "TIMESTAMP_NS '" in E.render(three) and E.parse(E.render(three)) == three
+    assert t.scan(filter=E.render(three)).to_arrow().column("v").to_pylist() == [3]
+    text = "2001-09-09 01:46:40.000000003"
+    assert t.scan(filter=f"k = TIMESTAMP '{text}'").to_arrow().column("v").to_pylist() == [0]
+    assert t.scan(filter=f"k = TIMESTAMP_NS '{text}'").to_arrow().column("v").to_pylist() == [3]
+    duck = pytest.importorskip("duckdb")
+    assert duck.sql(f"SELECT TIMESTAMP '{text}' = TIMESTAMP '2001-09-09 01:46:40'").fetchall() == [(True,)]
+    later = local_cat.create_table(
+        "t.ns_values", pa.schema([("k", pa.int64()), ("at", pa.timestamp("ns"))]), primary_key="k"
+    )
+    later.upsert(pa.table({"k": [1], "at": keys.slice(0, 1)}))
+    mere.sql(f"UPDATE t.ns_values SET at = TIMESTAMP_NS '{text}' WHERE k = 1", catalog=local_cat)
+    assert later.to_arrow().column("at").cast(pa.int64()).to_pylist() == [base + 3]
 
 
 def test_instants_of_a_repeated_wall_clock_hour_stay_apart(local_cat: mere.Catalog) -> None:

@@ -366,7 +366,9 @@ def _fmt_literal(value: object) -> str:
     if isinstance(value, bytes):
         return "X'" + value.hex() + "'"
     if isinstance(value, _dt.datetime):
-        return "TIMESTAMP '" + value.isoformat(sep=" ") + "'"
+        # TIMESTAMP holds microseconds (later digits are dropped when read, as in DuckDB)
+        kind = "TIMESTAMP_NS" if getattr(value, "nanosecond", 0) else "TIMESTAMP"
+        return kind + " '" + value.isoformat(sep=" ") + "'"
     if isinstance(value, _dt.date):
         return "DATE '" + value.isoformat() + "'"
     return "'" + str(value).replace("'", "''") + "'"

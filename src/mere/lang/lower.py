@@ -72,13 +72,31 @@ def number(text: str) -> int | float | Decimal:
     return int(text)
 
 
+def _nanosecond_literal(raw: str) -> _dt.datetime:
+    """``TIMESTAMP_NS '...'``: a pandas Timestamp, which holds nanoseconds (a Python datetime stops at
+    microseconds); without pandas, only a literal without digits past microseconds."""
+    try:
+        import pandas as pd
+    except ImportError:
+        stamp = _dt.datetime.fromisoformat(raw)
+        if pa.scalar(raw).cast(pa.timestamp("ns")).value % 1000:
+            raise ValueError("digits past microseconds need pandas installed") from None
+        return stamp
+    try:
+        return cast(_dt.datetime, pd.Timestamp(raw))
+    except (TypeError, OverflowError) as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _typed_literal(kind: Any, raw: str) -> object:
     T = exp.DataType.Type
     try:
         if kind == T.DATE:
             return _dt.date.fromisoformat(raw)
         if kind in (T.TIMESTAMP, T.TIMESTAMPNTZ, T.TIMESTAMPTZ, T.DATETIME):
-            return _dt.datetime.fromisoformat(raw)
+            return _dt.datetime.fromisoformat(raw)  # microseconds: later digits dropped, as DuckDB does
+        if kind == T.TIMESTAMP_NS:
+            return _nanosecond_literal(raw)
         if kind in (T.DOUBLE, T.FLOAT):
             if not _FLOAT_TEXT.fullmatch(raw.strip()):
                 raise ValueError("expected a number, NaN, Infinity or -Infinity")
@@ -295,6 +313,7 @@ _CAST_TYPES: dict[Any, pa.DataType] = {
     exp.DataType.Type.TIMESTAMPNTZ: pa.timestamp("us"),
     exp.DataType.Type.DATETIME: pa.timestamp("us"),
     exp.DataType.Type.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
+    exp.DataType.Type.TIMESTAMP_NS: pa.timestamp("ns"),
     exp.DataType.Type.BLOB: pa.binary(),
     exp.DataType.Type.VARBINARY: pa.binary(),
     exp.DataType.Type.BINARY: pa.binary(),
@@ -467,7 +486,8 @@ class Lowering:
             if type(value) is int:
                 scalar = pa.scalar(value, pa.int64() if -(2**63) <= value < 2**63 else pa.uint64())
             elif isinstance(value, _dt.datetime):
-                scalar = pa.scalar(value, pa.timestamp("us", tz="UTC" if value.tzinfo else None))
+                unit = "ns" if getattr(value, "nanosecond", 0) else "us"  # a pandas Timestamp's nanoseconds
+                scalar = pa.scalar(value, pa.timestamp(unit, tz="UTC" if value.tzinfo else None))
             else:
                 scalar = pa.scalar(value)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
