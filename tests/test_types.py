@@ -518,3 +518,6 @@ def test_dates_beyond_python_s_calendar_read_back_and_cannot_be_partition_values
     with pytest.raises(errors.InvalidInput, match="would not read back"):
         parted.upsert(pa.table({"k": [1, 2], "d": far}))
     assert parted.refresh().version == 0 and parted.to_arrow().num_rows == 0
+    # MERGE prunes its target by the source's key range: none to take where it has no Python value
+    merged = keyed.merge(pa.table({"k": far, "v": [10, 20]})).when_matched_update_all().execute()
+    assert merged.updated == 2 and sorted(keyed.to_arrow().column("v").to_pylist()) == [10, 20]

@@ -675,9 +675,12 @@ class MergePlan:
             ):
                 continue
             bounds = pc.min_max(column)
-            low, high = bounds["min"].as_py(), bounds["max"].as_py()
-            if low is None:  # every source key is NULL: nothing can match
+            if not bounds["min"].is_valid:  # every source key is NULL: nothing can match
                 return E.AlwaysFalse()
+            try:
+                low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            except (OverflowError, ValueError):  # e.g. a date past year 9999: no Python value, no pruning
+                continue
             parts += [E.Compare(">=", key, low), E.Compare("<=", key, high)]
         return E.conjunction(parts)
 
