@@ -282,3 +282,33 @@ def test_numpy_and_pandas_missing_and_dated_literals(local_cat: mere.Catalog) ->
         for column in ("d", "ts"):
             with pytest.raises(FilterError, match="NULL"):
                 t.scan(filter=mere.col(column) == missing).to_arrow()
+
+
+def test_timestamp_literal_edges(local_cat: mere.Catalog) -> None:
+    pd = pytest.importorskip("pandas")
+    schema = pa.schema(
+        [pa.field("k", pa.int64(), nullable=False), ("d", pa.date32()), ("lower", pa.timestamp("ms", "utc"))]
+    )
+    t = local_cat.create_table("t.edges", schema, primary_key="k")
+    day = dt.date(2021, 11, 7)
+    at = dt.datetime(2021, 11, 7, 6, 30, tzinfo=dt.UTC)
+    t.upsert(
+        pa.table(
+            {
+                "k": [1, 2],
+                "d": [day, dt.date(2021, 11, 8)],
+                "lower": pa.array([at, None], schema.field(2).type),
+            }
+        )
+    )
+    # a nanosecond past midnight is not the day itself (pandas' time() drops nanoseconds)
+    past_midnight = pd.Timestamp("2021-11-07 00:00:00.000000001")
+    assert t.scan(filter=mere.col("d") == past_midnight).count() == 0
+    assert t.scan(filter=mere.col("d") > past_midnight).to_arrow().column("k").to_pylist() == [2]
+    # a zone spelt "utc" is another zone name to Arrow: literals take the column's own spelling
+    assert t.scan(filter=mere.col("lower") == at).to_arrow().column("k").to_pylist() == [1]
+    assert t.scan(filter="lower >= TIMESTAMP '2021-11-07 01:00:00-05:00'").count() == 1
+    # literals beyond what Python or pandas can hold: rows or a typed error, never a raw one
+    assert t.scan(filter=mere.col("lower") < pd.Timestamp.max.tz_localize("UTC")).count() == 1
+    with pytest.raises(FilterError):
+        t.scan(filter=mere.col("d") == pa.scalar(3_000_000, pa.int32()).cast(pa.date32())).count()

@@ -130,7 +130,11 @@ def _literal(value: object, what: str) -> object:
         elif unit != "ns":
             raise FilterError(f"{what}: {value!r} is finer than nanoseconds")
     if isinstance(value, pa.Scalar | np.generic):
-        value = (value if isinstance(value, pa.Scalar) else pa.scalar(value)).as_py()
+        try:
+            value = (value if isinstance(value, pa.Scalar) else pa.scalar(value)).as_py()
+        except (OverflowError, ValueError) as exc:  # e.g. a date past year 9999: no Python value
+            # (not formatted: printing such a scalar fails the same way)
+            raise FilterError(f"{what}: a {type(value).__name__} with no Python value ({exc})") from None
     if isinstance(value, Col):
         raise FilterError(f"comparing a column with another column ({value.name!r}) is not supported")
     if isinstance(value, Expr | pc.Expression):
@@ -720,30 +724,42 @@ def _bind_scalar(value: object, column: str, typ: pa.DataType) -> object:
         except ValueError as exc:
             raise fail(str(exc)) from None
     if pa.types.is_timestamp(typ) and isinstance(value, _dt.datetime | str):
-        hint = _ts_hint(value, column, typ)
+        try:
+            hint = _ts_hint(value, column, typ)
+        except (OverflowError, ValueError):
+            raise fail("out of range") from None
         if hint is not None:
             kind = "naive" if typ.tz is not None else "time-zone aware"
             raise fail(f"a {kind} timestamp; {hint}")
     if pa.types.is_date(typ) and isinstance(value, _dt.datetime):
         if value.tzinfo is not None:
             raise fail("a time-zone aware timestamp does not compare with a date column")
-        if value.time() != _dt.time():  # between two days: compared exactly, as SQL compares it
+        if _time_of_day(value):  # between two days: compared exactly, as SQL compares it
             return _between(value.date(), _dt.timedelta(days=1), column, typ)
         value = value.date()
     try:
         scalar = _py_scalar(value).cast(typ, safe=True)
         if pa.types.is_timestamp(typ):
-            if typ.unit == "ns" and _nanosecond_type([scalar.as_py()]) is not None:
-                return scalar.as_py()  # a pandas Timestamp: Python datetimes stop at microseconds
+            if typ.unit == "ns" and scalar.is_valid and scalar.cast(pa.int64()).as_py() % 1000:
+                # a pandas Timestamp (Python datetimes stop at microseconds); a zoned one in UTC
+                return scalar.cast(pa.timestamp("ns", None if typ.tz is None else "UTC")).as_py()
             scalar = scalar.cast(_bound_timestamp(typ), safe=True)
         return scalar.as_py()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError) as exc:
-        gap = _finer_than(value, column, typ)
+        try:
+            gap = _finer_than(value, column, typ)
+        except (OverflowError, ValueError):  # e.g. beyond pandas' calendar
+            raise fail("out of range") from None
         if gap is not None:
             return gap
         raise fail(str(exc).splitlines()[0]) from None
     except OverflowError:
         raise fail("out of range") from None
+
+
+def _time_of_day(stamp: _dt.datetime) -> bool:
+    """Whether a timestamp is past midnight (a pandas Timestamp's nanoseconds count)."""
+    return stamp.time() != _dt.time() or bool(getattr(stamp, "nanosecond", 0))
 
 
 def _finer_than(value: object, column: str, typ: pa.DataType) -> _Gap | None:
@@ -754,7 +770,7 @@ def _finer_than(value: object, column: str, typ: pa.DataType) -> _Gap | None:
     if not isinstance(stamp, _dt.datetime):
         return None
     if pa.types.is_date(typ):
-        if stamp.tzinfo is not None or stamp.time() == _dt.time():
+        if stamp.tzinfo is not None or not _time_of_day(stamp):
             return None
         return _between(stamp.date(), _dt.timedelta(days=1), column, typ)
     if not pa.types.is_timestamp(typ) or typ.unit == "ns":
@@ -777,7 +793,7 @@ def _between(floor: _dt.date, step: _dt.timedelta, column: str, typ: pa.DataType
     """The gap between column values ``floor`` and ``floor + step`` (None beyond the calendar)."""
     try:
         above: object = _bind_scalar(floor + step, column, typ)
-    except (OverflowError, FilterError):
+    except (OverflowError, ValueError, FilterError):  # ValueError: pandas' OutOfBoundsDatetime
         above = None
     return _Gap(_bind_scalar(floor, column, typ), above)
 
@@ -952,7 +968,7 @@ def to_pyarrow(expr: Expr, schema: pa.Schema | None = None) -> pc.Expression:
         zones = {
             f.name: f.type.tz
             for f in schema
-            if pa.types.is_timestamp(f.type) and f.type.tz is not None and f.type.tz not in ("UTC", "utc")
+            if pa.types.is_timestamp(f.type) and f.type.tz is not None and f.type.tz != "UTC"
         }
     return _lower(expr, zones)
 
