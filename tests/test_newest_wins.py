@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mere
+from mere.arrays import bool_array
 from mere.read.merge import SEARCH_RATIO, newest_wins
 from mere.read.reader import _kept
 from mere.spec import OP_DELETE, OP_PUT
@@ -235,3 +236,14 @@ def test_these_tables_read_strings_as_dictionaries() -> None:
     from mere.read import reader
 
     assert reader.DICTIONARY_MIN_ROWS == 0  # the module's fixture is in force
+
+
+@given(st.lists(st.booleans(), max_size=300))
+@settings(max_examples=200, deadline=None)
+def test_a_mask_packed_by_numpy_is_arrow_s_boolean_array(values: list[bool]) -> None:
+    mask = np.array(values, dtype=bool)
+    packed = bool_array(mask)
+    assert packed.equals(pa.array(mask, type=pa.bool_()))
+    assert packed.null_count == 0
+    table = pa.table({"n": np.arange(len(mask))})
+    assert table.filter(packed).column("n").to_pylist() == np.flatnonzero(mask).tolist()

@@ -193,13 +193,17 @@ def newest_wins(
         # One big sorted run of unique keys (a compacted split) and a few newer rows: the newer rows are
         # merged among themselves, and each of their keys strikes out the base row holding it.
         newer = base[first:]
-        winner[first:] = newest_wins([newer], ops[first:], 0)
+        order = np.argsort(newer, kind="stable")
+        ranked = newer[order]
+        last = np.ones(len(ranked), dtype=bool)
+        last[:-1] = ranked[1:] != ranked[:-1]
+        winner[first:][order] = last & (ops[first:][order] != OP_DELETE)
         old = base[:first]
-        at = np.searchsorted(old, newer)
+        at = np.searchsorted(old, ranked)  # ascending needles walk the base in order (cache-friendly)
         inside = at < first
         at = at[inside]
         winner[:first] = ops[:first] != OP_DELETE
-        winner[at[old[at] == newer[inside]]] = False
+        winner[at[old[at] == ranked[inside]]] = False
         return winner
     order = sort_indices(keys)
     sorted_keys = [

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mere import expr as E
-from mere.arrays import sorted_unique
+from mere.arrays import bool_array, sorted_unique
 from mere.concurrency import shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
@@ -313,7 +313,7 @@ def _filter(table: pa.Table, predicate: E.Expr) -> pa.Table:
         hit = sorted_values[pos] == keys
         if column.null_count:
             hit &= column.is_valid().to_numpy(zero_copy_only=False)
-        table = table.filter(pa.array(hit))
+        table = table.filter(bool_array(hit))
         if table.num_rows == 0:
             return table
     if not rest:
@@ -730,7 +730,7 @@ class SplitReader:
             versions, ops, starts, spec.identity_columns, spec.merge_operators, pres
         )
         keep = out_op != OP_DELETE
-        return merged if keep.all() else merged.filter(pa.array(keep))
+        return merged if keep.all() else merged.filter(bool_array(keep))
 
 
 def gather_batches(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
@@ -811,7 +811,7 @@ def _kept(table: pa.Table, mask: np.ndarray) -> pa.Table:
     kept = int(np.count_nonzero(mask))
     if kept == len(mask):
         return table
-    selection = pa.array(mask)
+    selection = bool_array(mask)
     if not table.num_columns or kept < FEW_DROPPED * len(mask):
         return table.filter(selection)
     return pa.Table.from_arrays(
