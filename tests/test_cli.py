@@ -600,3 +600,78 @@ def test_odd_values_print_in_every_format(tmp_path: Path) -> None:
     assert {r["id"]: r["b"] for r in lines} == {1: "ff00", 2: None}
     csv = in_process(*w, "scan", "x.odd", "--format", "csv", "--columns", "id,b")
     assert csv.rc == 0 and sorted(csv.out.splitlines()) == sorted(['"id","b"', '1,"ff00"', "2,"]), csv
+
+
+def test_second_review_findings(warehouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each case here once misbehaved (a second independent review of the command line found them)."""
+    w = ["-w", str(warehouse)]
+    t = mere.connect(warehouse).table("sales.orders")
+    rows = by_id(t.to_arrow().to_pylist())
+    exe = [sys.executable, "-m", "mere.cli"]
+    env = clean_env(tmp_path)
+    # --output /dev/stdout while stdout is a file opened for appending: written at its end, never renamed
+    # over it (which dropped what the file held).
+    log = tmp_path / "app.log"
+    log.write_text("IMPORTANT\n")
+    with open(log, "ab") as sink:
+        p = subprocess.run(
+            [*exe, *w, "scan", "sales.orders", "--format", "jsonl", "--output", "/dev/stdout"],
+            env=env,
+            stdout=sink,
+            timeout=120,
+        )
+    assert p.returncode == 0
+    first, *lines = log.read_text().splitlines()
+    assert first == "IMPORTANT"
+    assert by_id([json.loads(line) for line in lines]) == rows
+    # Outside a UTF-8 locale: JSON is written as UTF-8 bytes, tables escape what the encoding lacks.
+    other = tmp_path / "wh"
+    u = mere.connect(other).create_table(
+        "sales.größe", pa.schema([("id", pa.int64()), ("wert", pa.string())]), primary_key="id"
+    )
+    u.upsert(pa.table({"id": [1], "wert": ["日本語"]}))
+    ascii_env = {**env, "PYTHONIOENCODING": "ascii"}
+    for args in (["describe", "sales.größe", "--json"], ["head", "sales.größe", "--json"]):
+        p = subprocess.run([*exe, "-w", str(other), *args], env=ascii_env, capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert "größe" in p.stdout.decode("utf-8") or "日本語" in p.stdout.decode("utf-8")
+        json.loads(p.stdout.decode("utf-8").splitlines()[0])
+    p = subprocess.run(
+        [*exe, "-w", str(other), "head", "sales.größe"], env=ascii_env, capture_output=True, timeout=120
+    )
+    assert p.returncode == 0 and b"\\u65e5" in p.stdout, p.stderr
+    # ~ in the environment (no shell expands it there) is the home directory.
+    home = tmp_path / "home"
+    home.mkdir()
+    os.symlink(warehouse, home / "wh")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("MERE_WAREHOUSE", "~/wh")
+    listed = in_process("tables", "--json")
+    assert listed.rc == 0 and "sales.orders" in listed.out
+    monkeypatch.delenv("MERE_WAREHOUSE")
+    # Given but empty: refused, not a fall back to the environment or the config file.
+    for args in (["-w", "", "tables"], [*w, "--config", "", "tables"], [*w, "-c", " ", "tables"]):
+        r = in_process(*args)
+        assert r.rc == 2 and "is empty" in r.one_error_line()
+    # An expiry age past the calendar, an as-of before year 1, another PostgreSQL driver: typed errors.
+    r = in_process(*w, "expire", "sales.orders", "--older-than", "1000000d", "--json")
+    assert r.rc == 0 and json.loads(r.out)["expired_versions"] == []
+    r = in_process(*w, "scan", "sales.orders", "--as-of", "0001-01-01T00:00:00+01:00")
+    assert r.rc == 1 and "no version" in r.one_error_line()
+    for driver in ("psycopg2", "asyncpg"):
+        r = in_process(*w, "-c", f"postgresql+{driver}://u:pw@127.0.0.1:1/db", "tables")
+        assert r.rc == 1 and "psycopg" in r.one_error_line()
+    # Secrets: an unencoded '@' in a password is refused without showing any of it; a SAS token's sig.
+    r = in_process(*w, "-c", "postgresql://u:p@ss1234@127.0.0.1:1/db", "tables")
+    assert r.rc == 1 and "%40" in r.one_error_line() and "ss1234" not in r.err
+    sas = "abfs://c@acct.dfs.core.windows.net/wh?sv=1&sig=SASSIG99"
+    r = in_process("-w", sas, "-c", str(warehouse / "catalog.db"), "describe", "sales.orders", "--json")
+    assert "SASSIG99" not in r.out + r.err
+    # A warehouse that lacks the table's files (a typo beside the right catalog): expire changes nothing.
+    history = [(h.version, h.expired) for h in t.history()]
+    typo = ["-w", str(tmp_path / "typo"), "-c", str(warehouse / "catalog.db")]
+    r = in_process(*typo, "expire", "sales.orders", "--older-than", "0", "--apply")
+    assert r.rc == 1 and "does not exist" in r.one_error_line()
+    assert [(h.version, h.expired) for h in t.refresh().history()] == history
+    assert not (tmp_path / "typo").exists()
+    assert by_id(t.to_arrow().to_pylist()) == rows

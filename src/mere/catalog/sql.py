@@ -248,6 +248,13 @@ class SqlCatalog:
     def __init__(self, url: str, *, max_retries: int = 60) -> None:
         if url.startswith("postgresql://") or url.startswith("postgres://"):
             url = "postgresql+psycopg://" + url.split("://", 1)[1]
+        netloc = re.split(r"[/?#]", url.split("://", 1)[1], maxsplit=1)[0] if "://" in url else ""
+        if netloc.count("@") > 1:
+            # Parsers disagree on where such a password ends: SQLAlchemy's would send its tail as the host.
+            raise InvalidInput(
+                f"catalog {url.split('://', 1)[0]}://***@{netloc.rpartition('@')[2]}...: its user name or "
+                "password holds an '@'; write it as %40"
+            )
         self.url = url
         self.max_retries = max_retries
         self._pid = -1
@@ -266,6 +273,12 @@ class SqlCatalog:
                 "PostgreSQL (postgresql://user@host/db)"
             )
         if parsed.get_backend_name() == "postgresql":
+            if parsed.get_driver_name() != "psycopg":
+                raise InvalidInput(
+                    f"catalog {self._safe_url()!r}: mere's PostgreSQL catalog connects through psycopg "
+                    "(postgresql://... or postgresql+psycopg://...), not "
+                    f"{parsed.get_driver_name()!r}"
+                )
             try:
                 import psycopg  # noqa: F401
             except ImportError as e:
@@ -827,7 +840,10 @@ class SqlCatalog:
                 first = conn.execute(
                     sa.select(sa.func.min(commits.c.committed_at)).where(commits.c.table_id == table_id)
                 ).scalar()
-            when = micros_to_datetime(micros).isoformat()
+            try:
+                when = micros_to_datetime(micros).isoformat()
+            except OverflowError:  # an instant before year 1 in UTC (e.g. 0001-01-01T00:00+01:00)
+                when = "year 1"
             created = (
                 "" if first is None else f": it was created at {micros_to_datetime(int(first)).isoformat()}"
             )

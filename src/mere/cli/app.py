@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import dataclasses
 import datetime as dt
 import decimal
 import enum
+import io
 import json
 import logging
 import math
@@ -189,7 +191,26 @@ def _dumps(value: Any) -> str:
 
 
 def _print_json(value: Any) -> None:
-    sys.stdout.write(_dumps(value) + "\n")
+    text = _dumps(value) + "\n"
+    if _utf8(sys.stdout):
+        sys.stdout.write(text)
+        return
+    # JSON is UTF-8 text (RFC 8259), whatever the locale's encoding: written as bytes where possible.
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:
+        sys.stdout.write(text.encode("ascii", "backslashreplace").decode("ascii"))  # no bytes to write to
+        return
+    sys.stdout.flush()
+    out.write(text.encode("utf-8"))
+    out.flush()
+
+
+def _utf8(stream: Any) -> bool:
+    """Whether a text stream encodes every character (UTF-8 or UTF-16/32)."""
+    try:
+        return codecs.lookup(stream.encoding or "ascii").name.startswith("utf")
+    except (LookupError, AttributeError):
+        return False
 
 
 def _cell(value: Any) -> Text:
@@ -557,6 +578,20 @@ def _write_stream(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBat
     sink.flush()
 
 
+def _open_stream(found: os.stat_result | None) -> Any:
+    """Our stdout or stderr when ``found`` is the very file it writes to, else None."""
+    if found is None:
+        return None
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            opened = os.fstat(stream.fileno())
+        except (OSError, ValueError, AttributeError):  # no descriptor (e.g. captured by a test runner)
+            continue
+        if (opened.st_dev, opened.st_ino) == (found.st_dev, found.st_ino):
+            return stream
+    return None
+
+
 def _write_file(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBatch], path: str) -> None:
     """Write to ``path``: ``-`` is stdout; a pipe or device (``/dev/stdout``, ``>(cmd)``) is written in
     place; a regular file (through its symlink, if it is one) is written to a temporary file beside it,
@@ -567,12 +602,22 @@ def _write_file(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBatch
     if not path.strip():
         raise click.BadParameter("an empty file name", param_hint="--output")
     try:
-        mode = os.stat(path).st_mode
+        found: os.stat_result | None = os.stat(path)
     except OSError:
-        mode = None  # a new file
+        found = None  # a new file
+    mode = found.st_mode if found is not None else None
     if mode is not None and stat.S_ISDIR(mode):
         raise click.BadParameter(f"{path} is a directory", param_hint="--output")
-    if mode is not None and not stat.S_ISREG(mode):
+    stream = _open_stream(found)
+    if stream is not None:  # e.g. /dev/stdout while stdout is redirected to a file: write at its offset
+        stream.flush()
+        _write_stream(fmt, schema, batches, stream.buffer)
+        stream.buffer.flush()
+        return
+    special = os.path.abspath(path).startswith(("/dev/", "/proc/"))
+    if mode is not None and (special or not stat.S_ISREG(mode)):
+        # Devices, pipes and the files behind /proc/self/fd/N are written in place: a rename would put a
+        # new file where the one a shell opened was.
         with open(path, "wb") as sink:
             _write_stream(fmt, schema, batches, sink)
         return
@@ -935,9 +980,13 @@ def expire_command(state: State, table: str, older_than: str, apply: bool, as_js
     before = t.history()
     tagged = set(t.tags().values())
     paths = sorted(t.expire(older_than=age, dry_run=not apply))
-    cutoff = dt.datetime.now(dt.UTC) - age
     readable = [s for s in before if not s.expired]
-    keep = max((s.version for s in readable if s.committed_at <= cutoff), default=None)
+    try:
+        cutoff = dt.datetime.now(dt.UTC) - age
+    except OverflowError:  # before year 1: no version is that old
+        keep = None
+    else:
+        keep = max((s.version for s in readable if s.committed_at <= cutoff), default=None)
     gone = [s.version for s in readable if keep is not None and s.version < keep and s.version not in tagged]
     extra = {"older_than_seconds": age.total_seconds(), "expired_versions": gone}
     _report(t.name, "expire", paths, apply, as_json, extra)
@@ -998,6 +1047,10 @@ def run(argv: list[str]) -> int:
     """Run the command line on ``argv``; returns the exit status (0 ok, 1 error, 2 bad usage)."""
     global _STATE
     _STATE = None
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and not _utf8(stream):
+            # A Latin-1 or ASCII locale: characters it lacks print escaped instead of failing the command.
+            stream.reconfigure(errors="backslashreplace")
     if not os.environ.get("MERE_DEBUG"):
         # Retries of object-store requests are logged as warnings: a failing command prints one error
         # line, not one line per retry.

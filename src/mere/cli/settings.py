@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from mere.io.options import SECRET_WORDS
+
 ENV_WAREHOUSE = "MERE_WAREHOUSE"
 ENV_CATALOG = "MERE_CATALOG"
 ENV_STORAGE_OPTIONS = "MERE_STORAGE_OPTIONS"
 ENV_CONFIG = "MERE_CONFIG"
 CONFIG_KEYS = ("warehouse", "catalog", "storage_options")
-SECRET_WORDS = ("secret", "password", "passwd", "token", "key", "credential", "sas", "proxy")
 
 
 class SettingsError(ValueError):
@@ -82,7 +83,8 @@ def url_secrets(value: str) -> list[str]:
     return out
 
 
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][\w+.\-]*://)(?P<user>[^/@:\s]*):(?P<pw>[^/@\s]*)@")
+# The password runs to the last "@" before the host: an unencoded "@" in it must not leave its tail shown.
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][\w+.\-]*://)(?P<user>[^/@:\s]*):(?P<pw>[^/\s]*)@")
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -187,6 +189,9 @@ def resolve(
 ) -> Settings:
     """Settings from the command line's values, then the environment, then the config file."""
     env = os.environ if env is None else env
+    for option, value in (("--warehouse", warehouse), ("--catalog", catalog), ("--config", config)):
+        if value is not None and not value.strip():  # given but empty: not a fall back to other sources
+            raise SettingsError(f"{option} is empty")
     path = config or env.get(ENV_CONFIG) or None
     file: dict[str, Any] = {}
     if path is not None:
@@ -206,7 +211,12 @@ def resolve(
             f"the config file ({path or default_config_path(env)})"
         )
     cat = catalog or env.get(ENV_CATALOG) or file.get("catalog") or None
-    return Settings(wh, cat, options, path)
+    return Settings(_home(wh), _home(cat) if cat else None, options, path)
+
+
+def _home(location: str) -> str:
+    """A path starting with ``~`` (from the environment or the config file: no shell expanded it) expanded."""
+    return os.path.expanduser(location) if location.startswith("~") else location
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.IGNORECASE)

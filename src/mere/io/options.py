@@ -311,12 +311,16 @@ def as_bytes(name: str, value: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
+# Words that make a storage option's value, or a URL query value, a secret (``sig``: an Azure SAS token).
+SECRET_WORDS = ("secret", "password", "passwd", "token", "key", "credential", "sas", "sig", "proxy")
+
+
 def is_secret(key: str) -> bool:
     opt = _LOOKUP.get(key.lower())
     if opt is not None:
         return opt.secret
     k = key.lower()
-    return any(s in k for s in ("secret", "password", "token", "key", "credential", "sas", "proxy"))
+    return any(s in k for s in SECRET_WORDS)
 
 
 def redact(options: Mapping[str, Any]) -> dict[str, str]:
@@ -331,16 +335,24 @@ def redact(options: Mapping[str, Any]) -> dict[str, str]:
 
 
 def redact_url(value: str) -> str:
-    """Hide the password of ``scheme://user:password@host`` URLs."""
-    if "@" not in value or "://" not in value:
+    """Hide the user info of ``scheme://user:password@host`` URLs and secret query values (an Azure SAS
+    token's ``sig``, a ``secret_key=``)."""
+    if "://" not in value:
         return value
-    parts = urlsplit(value)
-    if parts.password is None and parts.username is None:
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return "***"  # not a URL urlsplit can read: nothing of it is shown
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    query = "&".join(
+        f"{k}=***" if eq and is_secret(k) else f"{k}{eq}{v}"
+        for k, eq, v in (pair.partition("=") for pair in parts.query.split("&"))
+    )
+    if netloc == parts.netloc and query == parts.query:
         return value
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def _show(name: str, value: str) -> str:

@@ -26,9 +26,11 @@ from mere.errors import (
     NoSuchTag,
     NoSuchVersion,
     SchemaChanged,
+    StorageError,
     TagExists,
 )
 from mere.io import Storage
+from mere.io.options import redact_url
 from mere.metadata import CommitResult, ConcurrentChanges, FileEntry, Snapshot, TableRecord
 from mere.read.planner import Explain
 from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
@@ -1119,6 +1121,7 @@ class Table:
             keep = self._sql.version_as_of(self.record.id, _to_micros(cutoff))
         except NoSuchVersion:
             return []
+        self._require_files_here()
         if dry_run:
             return self._expirable(keep)
         paths = self._sql.expire(self.record.id, keep)
@@ -1128,6 +1131,18 @@ class Table:
             except Exception:
                 log.warning("could not delete expired file %s", p)
         return paths
+
+    def _require_files_here(self) -> None:
+        """Raise if the storage lacks a file the newest version reads: then it is not this table's warehouse
+        (e.g. a mistyped one beside the right catalog), and expiring would mark versions gone while
+        deleting nothing."""
+        live = self.files_at(self.version)
+        if live and self.storage.missing([live[0].path]):
+            raise StorageError(
+                f"{self.name}: {redact_url(self.storage.file_uri(live[0].path))}, a file of the newest "
+                f"version, does not exist: is {redact_url(self.storage.uri)} the warehouse of this catalog? "
+                "Nothing was changed"
+            )
 
     def _expirable(self, keep_from: int) -> list[str]:
         """The paths ``expire`` would delete keeping versions from ``keep_from`` on, computed from what the
