@@ -675,3 +675,19 @@ def test_second_review_findings(warehouse: Path, tmp_path: Path, monkeypatch: py
     assert [(h.version, h.expired) for h in t.refresh().history()] == history
     assert not (tmp_path / "typo").exists()
     assert by_id(t.to_arrow().to_pylist()) == rows
+
+
+def test_columns_with_commas_and_quotes_in_their_names(tmp_path: Path) -> None:
+    t = mere.connect(tmp_path / "wh").create_table(
+        "ns.c",
+        pa.schema([("id", pa.int64()), ("a,b", pa.string()), ('q"x', pa.int64())]),
+        primary_key="id",
+    )
+    t.upsert(pa.table({"id": [1], "a,b": ["v"], 'q"x': [5]}))
+    w = ["-w", str(tmp_path / "wh")]
+    r = in_process(*w, "head", "ns.c", "--columns", 'id, "a,b"', "--json")
+    assert r.rc == 0 and json.loads(r.out) == {"id": 1, "a,b": "v"}
+    r = in_process(*w, "head", "ns.c", "--columns", '"q""x"', "--json")
+    assert r.rc == 0 and json.loads(r.out) == {'q"x': 5}
+    r = in_process(*w, "head", "ns.c", "--columns", '"a,b', "--json")
+    assert r.rc == 2 and "--columns" in r.one_error_line()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import csv
 import dataclasses
 import datetime as dt
 import decimal
@@ -231,10 +232,18 @@ def _human_bytes(n: int) -> str:
 
 
 def _columns(text: str | None) -> list[str] | None:
+    """``--columns``: names separated by commas; a name holding a comma or a quote is written in double
+    quotes, as in CSV (``'id,"a,b"'``; a quote inside doubled)."""
     if text is None:
         return None
-    cols = [c.strip() for c in text.split(",")]
-    if not all(cols):
+    if '"' in text:
+        try:
+            cols = next(csv.reader([text], skipinitialspace=True, strict=True))
+        except (csv.Error, StopIteration):
+            cols = []
+    else:
+        cols = [c.strip() for c in text.split(",")]
+    if not cols or not all(cols):
         raise click.BadParameter(
             f"{text!r} is not a comma-separated list of column names", param_hint="--columns"
         )
@@ -641,7 +650,11 @@ def _write_file(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBatch
 
 def _scan_options(fn: Callable[..., None]) -> Callable[..., None]:
     options = [
-        click.option("--columns", metavar="A,B", help="Comma-separated columns to read."),
+        click.option(
+            "--columns",
+            metavar="A,B",
+            help='Comma-separated columns to read (a name with a comma in double quotes: id,"a,b").',
+        ),
         click.option("--filter", metavar="EXPR", help="SQL filter, e.g. \"day = '2026-11-21' and qty > 3\"."),
         version_opt,
         click.option(
