@@ -691,3 +691,18 @@ def test_columns_with_commas_and_quotes_in_their_names(tmp_path: Path) -> None:
     assert r.rc == 0 and json.loads(r.out) == {'q"x': 5}
     r = in_process(*w, "head", "ns.c", "--columns", '"a,b', "--json")
     assert r.rc == 2 and "--columns" in r.one_error_line()
+
+
+def test_a_value_prints_alike_whatever_its_batch_holds(tmp_path: Path) -> None:
+    # A timestamp past year 9999 is shown as Arrow writes it; one beside it still prints as ISO 8601.
+    kind = pa.timestamp("us", tz="Asia/Tokyo")
+    t = mere.connect(tmp_path / "wh").create_table(
+        "ns.far", pa.schema([("id", pa.int64()), ("ts", kind)]), primary_key="id", buckets=1
+    )
+    t.upsert(pa.table({"id": [1, 2], "ts": pa.array([0, 630_000_000_000_000_000], kind)}))
+    t.upsert(pa.table({"id": [3], "ts": pa.array([0], kind)}))
+    r = in_process("-w", str(tmp_path / "wh"), "scan", "ns.far", "--json")
+    assert r.rc == 0
+    shown = {row["id"]: row["ts"] for row in map(json.loads, r.out.splitlines())}
+    assert shown[1] == shown[3] == "1970-01-01T09:00:00+09:00"
+    assert shown[2].startswith("21933-")

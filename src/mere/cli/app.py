@@ -539,8 +539,21 @@ def _python_rows(batch: pa.RecordBatch) -> list[list[Any]]:
                         f"column {field.name!r} holds dates or times Python cannot represent (past year "
                         "9999 or before year 1) inside nested values: write it with --format parquet"
                     ) from None
-                columns.append(column.cast(pa.string()).to_pylist())
+                columns.append(_values_or_text(column))
     return [list(row) for row in zip(*columns)] if columns else [[] for _ in range(batch.num_rows)]
+
+
+def _values_or_text(column: pa.Array) -> list[Any]:
+    """Each value as Python holds it, or as Arrow writes it where Python cannot: a value's form does not
+    depend on the other values of its batch (a slow path, for the rare batch that needs it)."""
+    texts = column.cast(pa.string())
+    out: list[Any] = []
+    for i in range(len(column)):
+        try:
+            out.append(column[i].as_py())
+        except (OverflowError, ValueError):
+            out.append(texts[i].as_py())
+    return out
 
 
 def _print_rows(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> None:
