@@ -43,11 +43,13 @@ def read_table(
     version: int | None = None,
     as_of: Any = None,
     *,
+    tag: str | None = None,
     partition_bytes: int = TASK_BYTES,
     min_partitions: int | None = None,
     types_mapper: Callable[[pa.DataType], Any] | None = None,
 ) -> dd.DataFrame:
-    """The table's merged rows at one version as a Dask DataFrame (lazy; the version is pinned now).
+    """The table's merged rows at one version (``version``, ``as_of`` or ``tag``; the newest unless given)
+    as a Dask DataFrame (lazy; the version is pinned now).
 
     Each partition reads about ``partition_bytes`` of stored data (Spark's default, 128 MiB), and there are
     at least ``min_partitions`` (default: the worker threads of the current distributed client, else this
@@ -67,7 +69,7 @@ def read_table(
     for name, value in (("partition_bytes", partition_bytes), ("min_partitions", min_partitions)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
-    scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of)
+    scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of, tag=tag)
     groups = group_tasks(scan.tasks(), max_bytes=partition_bytes, min_groups=min_partitions or _threads())
     reader = _PartitionReader(scan.schema, types_mapper)
     meta = reader.frame(scan.schema.empty_table())

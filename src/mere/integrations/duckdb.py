@@ -28,7 +28,7 @@ from mere import expr as E
 from mere.errors import FilterError, InvalidInput, SchemaMismatch
 from mere.integrations.pushdown import narrowed, prunable_kind
 from mere.optional import require
-from mere.table.scan import Scan
+from mere.table.scan import Scan, decimal256_columns
 from mere.table.table import Table
 
 
@@ -41,10 +41,11 @@ def register(
     filter: Any = None,
     version: int | None = None,
     as_of: Any = None,
+    tag: str | None = None,
 ) -> None:
     """Register ``table`` (or a planned ``Scan``) as the view ``name`` of the DuckDB connection ``con``.
 
-    The view reads one version (the current one unless ``version``/``as_of`` is given), pinned now;
+    The view reads one version (the current one unless ``version``/``as_of``/``tag`` names one), pinned now;
     register again to see later commits. ``columns`` and ``filter`` narrow it further, in mere.
     """
     duckdb = require("duckdb", "duckdb", "mere.integrations.duckdb")
@@ -53,13 +54,21 @@ def register(
     if not isinstance(name, str) or not name:
         raise InvalidInput(f"register() takes a view name, got {name!r}")
     if isinstance(table, Scan):
-        if columns is not None or filter is not None or version is not None or as_of is not None:
-            raise InvalidInput("register(): pass columns/filter/version with a Table, not with a Scan")
+        if any(v is not None for v in (columns, filter, version, as_of, tag)):
+            raise InvalidInput(
+                "register(): pass columns/filter/version/as_of/tag with a Table, not with a Scan"
+            )
         scan = table
     elif isinstance(table, Table):
-        scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of)
+        scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of, tag=tag)
     else:
         raise InvalidInput(f"register() takes a mere Table or Scan, got {type(table).__name__}")
+    wide = decimal256_columns(scan.schema)
+    if wide:  # DuckDB's own error ("Unsupported Internal Arrow Type") would not say which
+        raise InvalidInput(
+            f"{scan.table.name}: DuckDB cannot read 256-bit decimal column(s) {wide}; leave them out with "
+            "columns=[...]"
+        )
     con.register(name, dataset(scan))
 
 
@@ -106,8 +115,12 @@ class MereDataset(ds.Dataset):
         """The mere scan for a projection and filter: the filter's prunable part pushed, the columns it
         needs read."""
         scan = self._scan
-        if columns is not None and not all(isinstance(c, str) for c in columns):
-            raise InvalidInput("MereDataset: columns must be names")
+        if columns is not None and (
+            isinstance(columns, str)
+            or not isinstance(columns, (list, tuple))
+            or not all(isinstance(c, str) for c in columns)
+        ):
+            raise InvalidInput(f"MereDataset: columns must be a list of names, got {columns!r}")
         if filter is not None and not isinstance(filter, pc.Expression):
             raise InvalidInput(
                 f"MereDataset: filter must be a pyarrow Expression, got {type(filter).__name__}"
@@ -165,6 +178,8 @@ class MereDataset(ds.Dataset):
         self, num_rows: int, columns: list[str] | None = None, filter: pc.Expression | None = None, **_: Any
     ) -> pa.Table:
         """The first ``num_rows`` merged rows (the read stops there)."""
+        if not isinstance(num_rows, int) or isinstance(num_rows, bool) or num_rows < 0:
+            raise InvalidInput(f"MereDataset.head: num_rows must be a non-negative integer, got {num_rows!r}")
         out: list[pa.RecordBatch] = []
         left = num_rows
         batches = self.to_batches(columns, filter)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
@@ -21,7 +21,7 @@ from mere.errors import InvalidInput
 from mere.integrations.pushdown import narrowed, prunable_kind
 from mere.optional import require
 from mere.read.reader import gather_batches
-from mere.table.scan import Scan
+from mere.table.scan import Scan, polars_schema
 from mere.table.table import Table
 
 if TYPE_CHECKING:
@@ -38,23 +38,33 @@ def _polars() -> Any:
 
 
 def scan_table(
-    table: Table, *, version: int | None = None, as_of: Any = None, filter: Any = None
+    table: Table,
+    *,
+    version: int | None = None,
+    as_of: Any = None,
+    tag: str | None = None,
+    filter: Any = None,
+    columns: Sequence[str] | str | None = None,
 ) -> pl.LazyFrame:
-    """A ``LazyFrame`` of the table's merged rows at one version (the current one unless given).
+    """A ``LazyFrame`` of the table's merged rows at one version (the current one unless ``version``,
+    ``as_of`` or ``tag`` names another).
 
-    ``filter`` is an extra mere filter applied by mere; Polars' own ``filter()``, ``select()`` and
-    ``head()`` reach mere through the plugin hook. Batches stream; ``collect(engine="streaming")`` works.
+    ``filter`` is an extra mere filter and ``columns`` the columns the frame has (default: all), both
+    applied by mere; Polars' own ``filter()``, ``select()`` and ``head()`` reach mere through the plugin
+    hook. Batches stream; ``collect(engine="streaming")`` works. 256-bit decimals of up to 38 digits come
+    as Polars decimals; wider ones must be left out with ``columns``.
     """
     polars = _polars()
     if not isinstance(table, Table):
         raise InvalidInput(f"scan_table() takes a mere Table, got {type(table).__name__}")
-    base = table.scan(version=version, as_of=as_of, filter=filter)
-    schema = polars.from_arrow(base.schema.empty_table()).schema
+    base = table.scan(version=version, as_of=as_of, tag=tag, filter=filter, columns=columns)
+    target = polars_schema(base.schema, table.name)
+    schema = polars.from_arrow(target.empty_table()).schema
 
     def source(
         with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None, batch_size: int | None
     ) -> Iterator[pl.DataFrame]:
-        return _batches(base, with_columns, predicate, n_rows)
+        return _batches(base, target, with_columns, predicate, n_rows)
 
     return cast(
         "pl.LazyFrame",
@@ -69,9 +79,17 @@ def scan_table(
 
 
 def _batches(
-    base: Scan, with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None
+    base: Scan,
+    target: pa.Schema,
+    with_columns: list[str] | None,
+    predicate: pl.Expr | None,
+    n_rows: int | None,
 ) -> Iterator[pl.DataFrame]:
     polars = _polars()
+    if predicate is not None:
+        # Polars checks a predicate's types only on the frames it filters: on no frame (every row pruned,
+        # an empty table) a predicate Polars refuses would give no rows instead of its error.
+        polars.from_arrow(target.empty_table()).filter(predicate)
     # Polars hands a row limit with a predicate for ``head(n).filter(p)``: the first n rows, then the
     # filter. Such a predicate cannot prune (it would change which rows are first) and runs after the cut.
     limit_first = n_rows is not None and predicate is not None
@@ -85,6 +103,8 @@ def _batches(
         # Polars takes a few large frames faster than many small ones (each conversion and each frame
         # it concatenates costs a little); a row limit streams batch by batch.
         for chunk in gather_batches(batches, 1 if n_rows is not None else BUNDLE_ROWS):
+            if any(f.type != target.field(f.name).type for f in chunk.schema):  # 256-bit decimals
+                chunk = chunk.cast(pa.schema([target.field(name) for name in chunk.schema.names]))
             frame = polars.from_arrow(chunk, rechunk=False)
             if left is not None and limit_first:
                 frame = frame.head(left)

@@ -88,6 +88,8 @@ class MereDatasource(Datasource):
         version: int | None = None,
         as_of: Any = None,
         max_task_bytes: int | None = None,
+        *,
+        tag: str | None = None,
     ) -> None:
         super().__init__()
         _check_table(table)
@@ -95,7 +97,7 @@ class MereDatasource(Datasource):
             not isinstance(max_task_bytes, int) or isinstance(max_task_bytes, bool) or max_task_bytes < 1
         ):
             raise InvalidInput(f"max_task_bytes must be a positive integer, got {max_task_bytes!r}")
-        self._scan: Scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of)
+        self._scan: Scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of, tag=tag)
         self._max_task_bytes = max_task_bytes or TASK_BYTES
         self._tasks: list[ScanTask] | None = None
         self._projection_map: dict[str, str] | None = None
@@ -232,17 +234,19 @@ def read_table(
     version: int | None = None,
     as_of: Any = None,
     max_task_bytes: int | None = None,
+    *,
+    tag: str | None = None,
     **ray_kwargs: Any,
 ) -> ray.data.Dataset:
     """The merged rows of ``table`` as a Ray Dataset (lazy; planned now, read when Ray executes).
 
-    ``columns``, ``filter``, ``version`` and ``as_of`` are those of :meth:`mere.Table.scan` and are
+    ``columns``, ``filter``, ``version``, ``as_of`` and ``tag`` are those of :meth:`mere.Table.scan` and are
     checked here (a :class:`~mere.errors.MereError` before anything runs). ``max_task_bytes`` caps the
     file bytes one read task merges (default 128 MiB). Other keyword arguments go to
     ``ray.data.read_datasource`` (e.g. ``concurrency``, ``ray_remote_args``, ``override_num_blocks``: by
     default one read task per CPU of the cluster, more for big tables).
     """
-    source = MereDatasource(table, columns, filter, version, as_of, max_task_bytes)
+    source = MereDatasource(table, columns, filter, version, as_of, max_task_bytes, tag=tag)
     if ray_kwargs.get("override_num_blocks") is None:
         # Ray's default (200 blocks at least) would cut a table into tiny merges, each paying its files'
         # footers and a task's start, and then split the blocks again: W1 took 4.1 s that way against

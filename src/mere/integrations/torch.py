@@ -234,8 +234,8 @@ class TableDataset(IterableDataset[Batch]):
     """A mere table's merged rows as an iterable dataset of batches; see the module documentation. Give it
     to ``DataLoader(dataset, batch_size=None, ...)``: it batches itself.
 
-    ``table.scan(columns=..., filter=..., version=...)`` is planned here, once; ``version`` defaults to the
-    newest, pinned now. ``batch_size`` rows per batch; ``shuffle`` with ``seed`` and :meth:`set_epoch`
+    ``table.scan(columns=..., filter=..., version=..., as_of=..., tag=...)`` is planned here, once; the read
+    point defaults to the newest version, pinned now. ``batch_size`` rows per batch; ``shuffle`` with ``seed`` and :meth:`set_epoch`
     for a reproducible order per epoch; ``rank``/``world_size`` (both or neither) name this process's
     share of a distributed run, else ``torch.distributed`` (when initialized) does, else one process
     reads everything. ``output`` is ``"torch"`` (dicts of tensors) or ``"arrow"`` (record batches).
@@ -256,6 +256,9 @@ class TableDataset(IterableDataset[Batch]):
         world_size: int | None = None,
         output: str = "torch",
         max_task_bytes: int | None = None,
+        *,
+        as_of: Any = None,
+        tag: str | None = None,
     ) -> None:
         super().__init__()
         if not hasattr(table, "scan") or not hasattr(table, "spec"):  # not imported: mere.Table
@@ -278,8 +281,10 @@ class TableDataset(IterableDataset[Batch]):
             _positive("world_size", world_size)
             if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:
                 raise InvalidInput(f"TableDataset: rank must be in [0, {world_size}), got {rank!r}")
-        scan = table.scan(columns=columns, filter=filter, version=version)
+        scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of, tag=tag)
         schema: pa.Schema = scan.schema
+        if not schema.names:  # batches of no tensor would lose the row count
+            raise InvalidInput(f"{scan.table.name}: TableDataset needs at least one column, got columns=[]")
         kinds: list[tuple[torch.dtype, pa.DataType | None]] = []
         if output == "torch":
             refused = []
@@ -326,8 +331,11 @@ class TableDataset(IterableDataset[Batch]):
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch for the next iteration (with ``shuffle``, its order). Call it before iterating the
         DataLoader: its workers, persistent ones included, read it when an iteration starts."""
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-            raise InvalidInput(f"TableDataset.set_epoch: epoch must be a non-negative integer, got {epoch!r}")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < 2**63:
+            # Workers share it as a signed 64-bit value: a bigger one would wrap to another epoch's order.
+            raise InvalidInput(
+                f"TableDataset.set_epoch: epoch must be an integer in [0, 2**63), got {epoch!r}"
+            )
         if isinstance(self._epoch, int):
             self._epoch = epoch
         else:

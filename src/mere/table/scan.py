@@ -478,7 +478,12 @@ class Scan:
         """The merged rows as a Polars DataFrame (eager; see ``mere.integrations.polars.scan_table``
         for a lazy one)."""
         polars = require("polars", "polars", "to_polars()")
-        return cast("pl.DataFrame", polars.from_arrow(self.to_arrow(), rechunk=False))
+        target = polars_schema(self.schema, self.table.name)
+        rows = self.to_arrow()
+        return cast(
+            "pl.DataFrame",
+            polars.from_arrow(rows.cast(target) if target != rows.schema else rows, rechunk=False),
+        )
 
     def __arrow_c_schema__(self) -> object:
         """The output schema as an Arrow C schema capsule (without reading)."""
@@ -558,3 +563,59 @@ def _check_split_names(table: str, wanted: Any) -> None:
         )
     if not ok:
         raise InvalidInput(f"{table}: splits are (partition JSON, bucket) pairs, got {wanted!r}")
+
+
+def polars_schema(schema: pa.Schema, table: str) -> pa.Schema:
+    """``schema`` as Polars can hold it: 256-bit decimals of at most 38 digits as 128-bit ones (the same
+    values; Polars has no 256-bit decimals and panics on them). Wider ones raise
+    :class:`~mere.errors.InvalidInput`, naming the columns to leave out."""
+    wide: list[str] = []
+
+    def held(kind: pa.DataType, name: str) -> pa.DataType:
+        if pa.types.is_decimal256(kind):
+            if kind.precision > 38:
+                wide.append(f"{name} ({kind})")
+                return kind
+            return pa.decimal128(kind.precision, kind.scale)
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+            item = kind.value_field
+            inner = item.with_type(held(item.type, name))
+            if pa.types.is_list(kind):
+                return pa.list_(inner)
+            if pa.types.is_large_list(kind):
+                return pa.large_list(inner)
+            return pa.list_(inner, kind.list_size)
+        if pa.types.is_map(kind):
+            return pa.map_(
+                kind.key_field.with_type(held(kind.key_type, name)),
+                kind.item_field.with_type(held(kind.item_type, name)),
+                kind.keys_sorted,
+            )
+        if pa.types.is_struct(kind):
+            return pa.struct([f.with_type(held(f.type, name)) for f in kind])
+        return kind
+
+    out = pa.schema([f.with_type(held(f.type, f.name)) for f in schema], metadata=schema.metadata)
+    if wide:
+        raise InvalidInput(
+            f"{table}: Polars holds decimals of at most 38 digits; leave out column(s) {', '.join(wide)} "
+            "(columns=[...]) or read them with another engine"
+        )
+    return out
+
+
+def decimal256_columns(schema: pa.Schema) -> list[str]:
+    """The columns holding 256-bit decimals, at any depth (engines such as DuckDB cannot take them)."""
+
+    def holds(kind: pa.DataType) -> bool:
+        if pa.types.is_decimal256(kind):
+            return True
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+            return holds(kind.value_type)
+        if pa.types.is_map(kind):
+            return holds(kind.key_type) or holds(kind.item_type)
+        if pa.types.is_struct(kind):
+            return any(holds(f.type) for f in kind)
+        return False
+
+    return [f.name for f in schema if holds(f.type)]
