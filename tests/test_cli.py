@@ -664,6 +664,13 @@ def test_second_review_findings(warehouse: Path, tmp_path: Path, monkeypatch: py
     # Secrets: an unencoded '@' in a password is refused without showing any of it; a SAS token's sig.
     r = in_process(*w, "-c", "postgresql://u:p@ss1234@127.0.0.1:1/db", "tables")
     assert r.rc == 1 and "%40" in r.one_error_line() and "ss1234" not in r.err
+    r = in_process(*w, "-c", "postgresql://user@server:pw@127.0.0.1:1/db", "tables")  # Azure's user names
+    assert r.rc == 1 and "write it as" not in r.err and "user%40server" in r.one_error_line()
+    for args in (["tables"], ["describe", "sales.orders", "--json"]):  # SQLAlchemy reads "s3cr/et"
+        r = in_process(*w, "-c", "postgresql://postgres:s3cr/et@127.0.0.1:1/postgres", *args)
+        assert r.rc == 1 and "s3cr" not in r.err + r.out and "et@" not in r.err + r.out
+    r = in_process(*w, "-o", "skip_signature=1", "scan", "sales.orders", "--version", "99")
+    assert r.rc == 1 and "***" not in r.err  # a known option that is no secret: its value hides nothing
     sas = "abfs://c@acct.dfs.core.windows.net/wh?sv=1&sig=SASSIG99"
     r = in_process("-w", sas, "-c", str(warehouse / "catalog.db"), "describe", "sales.orders", "--json")
     assert "SASSIG99" not in r.out + r.err
@@ -675,6 +682,18 @@ def test_second_review_findings(warehouse: Path, tmp_path: Path, monkeypatch: py
     assert [(h.version, h.expired) for h in t.refresh().history()] == history
     assert not (tmp_path / "typo").exists()
     assert by_id(t.to_arrow().to_pylist()) == rows
+    # The same where the newest version reads no file (truncated): a file expiring would delete is looked up.
+    e = mere.connect(tmp_path / "e").create_table("ns.e", SCHEMA, primary_key="id")
+    e.upsert(pa.table({"id": [1], "day": ["d"], "qty": [1], "note": ["n"]}))
+    e.upsert(pa.table({"id": [2], "day": ["d"], "qty": [2], "note": ["n"]}))
+    e.truncate()
+    history = [(h.version, h.expired) for h in e.history()]
+    typo = ["-w", str(tmp_path / "typo"), "-c", str(tmp_path / "e" / "catalog.db")]
+    r = in_process(*typo, "expire", "ns.e", "--older-than", "0", "--apply")
+    assert r.rc == 1 and "does not exist" in r.one_error_line()
+    assert [(h.version, h.expired) for h in e.refresh().history()] == history
+    r = in_process("-w", str(tmp_path / "e"), "expire", "ns.e", "--older-than", "0", "--apply", "--json")
+    assert r.rc == 0 and json.loads(r.out)["expired_versions"]  # the right warehouse expires them
 
 
 def test_columns_with_commas_and_quotes_in_their_names(tmp_path: Path) -> None:
@@ -685,7 +704,7 @@ def test_columns_with_commas_and_quotes_in_their_names(tmp_path: Path) -> None:
     )
     t.upsert(pa.table({"id": [1], "a,b": ["v"], 'q"x': [5]}))
     w = ["-w", str(tmp_path / "wh")]
-    r = in_process(*w, "head", "ns.c", "--columns", 'id, "a,b"', "--json")
+    r = in_process(*w, "head", "ns.c", "--columns", 'id , "a,b" ', "--json")
     assert r.rc == 0 and json.loads(r.out) == {"id": 1, "a,b": "v"}
     r = in_process(*w, "head", "ns.c", "--columns", '"q""x"', "--json")
     assert r.rc == 0 and json.loads(r.out) == {'q"x': 5}

@@ -248,13 +248,6 @@ class SqlCatalog:
     def __init__(self, url: str, *, max_retries: int = 60) -> None:
         if url.startswith("postgresql://") or url.startswith("postgres://"):
             url = "postgresql+psycopg://" + url.split("://", 1)[1]
-        netloc = re.split(r"[/?#]", url.split("://", 1)[1], maxsplit=1)[0] if "://" in url else ""
-        if netloc.count("@") > 1:
-            # Parsers disagree on where such a password ends: SQLAlchemy's would send its tail as the host.
-            raise InvalidInput(
-                f"catalog {url.split('://', 1)[0]}://***@{netloc.rpartition('@')[2]}...: its user name or "
-                "password holds an '@'; write it as %40"
-            )
         self.url = url
         self.max_retries = max_retries
         self._pid = -1
@@ -267,6 +260,13 @@ class SqlCatalog:
             raise InvalidInput(
                 f"catalog {shown!r} is not a database URL: use sqlite:///path or postgresql://user@host/db"
             ) from None
+        host = parsed.host or ""
+        if "@" in host:
+            # SQLAlchemy ends a password at its first "@": the rest of it would be taken for the host.
+            raise InvalidInput(
+                f"catalog {parsed.drivername}://***@{host.rpartition('@')[2]}...: its password "
+                "holds an '@'; write it as %40"
+            )
         if parsed.get_backend_name() not in ("sqlite", "postgresql"):
             raise InvalidInput(
                 f"catalog {self._safe_url()!r}: mere's catalog runs on SQLite (sqlite:///path) or "

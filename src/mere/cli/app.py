@@ -37,6 +37,7 @@ from mere.cli.settings import (
     redact,
     redact_url,
     resolve,
+    shown_catalog,
 )
 from mere.errors import MereError
 from mere.write.cast import is_bytes_type
@@ -237,10 +238,12 @@ def _columns(text: str | None) -> list[str] | None:
     if text is None:
         return None
     if '"' in text:
-        try:
-            cols = next(csv.reader([text], skipinitialspace=True, strict=True))
-        except (csv.Error, StopIteration):
-            cols = []
+        # Spaces around a name go, quoted or not (as in the unquoted form); an unclosed quote is an error.
+        cols = (
+            []
+            if text.count('"') % 2
+            else [c.strip() for c in next(csv.reader([text], skipinitialspace=True), [])]
+        )
     else:
         cols = [c.strip() for c in text.split(",")]
     if not cols or not all(cols):
@@ -283,7 +286,7 @@ def tables_command(state: State, namespace: str | None, as_json: bool) -> None:
     names = cat.tables(namespace)
     if not names and not cat.initialized:  # a mistyped warehouse or catalog must not look like an empty one
         raise click.ClickException(
-            f"no mere catalog at {redact_url(cat.catalog_url)}: check --warehouse / --catalog "
+            f"no mere catalog at {shown_catalog(cat.catalog_url)}: check --warehouse / --catalog "
             "(a catalog appears with the first table created)"
         )
     if as_json:
@@ -327,7 +330,7 @@ def describe_command(state: State, table: str, version: int | None, as_json: boo
     info: dict[str, Any] = {
         "name": t.name,
         "warehouse": redact_url(t.catalog.storage.uri),
-        "catalog": redact_url(t.catalog.catalog_url),
+        "catalog": shown_catalog(t.catalog.catalog_url),
         "location": t.location,
         "version": snap.version,
         "current_version": t.version,
@@ -636,7 +639,7 @@ def _write_file(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBatch
         _write_stream(fmt, schema, batches, stream.buffer)
         stream.buffer.flush()
         return
-    special = os.path.abspath(path).startswith(("/dev/", "/proc/"))
+    special = os.path.abspath(path).startswith(("/dev/fd/", "/dev/stdout", "/dev/stderr", "/proc/"))
     if mode is not None and (special or not stat.S_ISREG(mode)):
         # Devices, pipes and the files behind /proc/self/fd/N are written in place: a rename would put a
         # new file where the one a shell opened was.

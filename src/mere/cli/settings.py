@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from mere.io.options import SECRET_WORDS
+from sqlalchemy.engine import make_url as sa_url
+
+from mere.io.options import is_secret
 
 ENV_WAREHOUSE = "MERE_WAREHOUSE"
 ENV_CATALOG = "MERE_CATALOG"
@@ -59,12 +61,6 @@ class Settings:
         return sorted(out, key=len, reverse=True)  # longest first: a secret inside another goes whole
 
 
-def is_secret(key: str) -> bool:
-    """Whether a storage option's value is a secret, judged by its key."""
-    k = key.lower()
-    return any(w in k for w in SECRET_WORDS)
-
-
 def url_secrets(value: str) -> list[str]:
     """The password of a ``scheme://user:password@host`` URL and secret-looking query values (and the
     password of a libpq ``key=value`` string, which mere refuses but must not print)."""
@@ -76,6 +72,14 @@ def url_secrets(value: str) -> list[str]:
     except ValueError:
         return []
     out = [password] if password else []
+    # A database URL's password as SQLAlchemy reads it: up to the first "@", so it may hold "/" or "?",
+    # where urlsplit ends the user info.
+    try:
+        database_password = sa_url(value).password
+    except Exception:  # not a URL SQLAlchemy reads: urlsplit's reading stands
+        database_password = None
+    if database_password:
+        out.append(str(database_password))
     for pair in parts.query.split("&"):
         k, eq, v = pair.partition("=")
         if eq and v and is_secret(k):
@@ -99,6 +103,16 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
         elif s:
             text = re.sub(rf"(?<!\w){re.escape(s)}(?!\w)", "***", text)
     return _URL_USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+
+
+def shown_catalog(url: str) -> str:
+    """A catalog URL fit to print: its password hidden where SQLAlchemy (which connects with it) reads
+    one, which may hold "/" or "?" that end urlsplit's user info."""
+    try:
+        shown = sa_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy reads
+        shown = url
+    return redact_url(shown)
 
 
 def redact_url(url: str) -> str:

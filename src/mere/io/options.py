@@ -311,16 +311,20 @@ def as_bytes(name: str, value: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
-# Words that make a storage option's value, or a URL query value, a secret (``sig``: an Azure SAS token).
-SECRET_WORDS = ("secret", "password", "passwd", "token", "key", "credential", "sas", "sig", "proxy")
+# Words that make a storage option's value, or a URL query value, a secret wherever they occur in its key,
+# and keys that are secrets only as a whole (``sig``: an Azure SAS token's; "design" or "signal" are not).
+SECRET_WORDS = ("secret", "password", "passwd", "token", "key", "credential", "sas", "signature", "proxy")
+SECRET_KEYS = ("sig",)
 
 
 def is_secret(key: str) -> bool:
+    """Whether a storage option's (or a URL query parameter's) value is a secret, judged by its key: mere's
+    known options say so themselves."""
     opt = _LOOKUP.get(key.lower())
     if opt is not None:
         return opt.secret
     k = key.lower()
-    return any(s in k for s in SECRET_WORDS)
+    return k in SECRET_KEYS or any(s in k for s in SECRET_WORDS)
 
 
 def redact(options: Mapping[str, Any]) -> dict[str, str]:

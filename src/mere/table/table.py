@@ -1121,9 +1121,10 @@ class Table:
             keep = self._sql.version_as_of(self.record.id, _to_micros(cutoff))
         except NoSuchVersion:
             return []
-        self._require_files_here()
+        going = self._expirable(keep)
+        self._require_files_here(going)
         if dry_run:
-            return self._expirable(keep)
+            return going
         paths = self._sql.expire(self.record.id, keep)
         for p in paths:  # unreferenced now: a failure here leaves garbage for cleanup(), never a broken table
             try:
@@ -1132,16 +1133,17 @@ class Table:
                 log.warning("could not delete expired file %s", p)
         return paths
 
-    def _require_files_here(self) -> None:
-        """Raise if the storage lacks a file the newest version reads: then it is not this table's warehouse
-        (e.g. a mistyped one beside the right catalog), and expiring would mark versions gone while
-        deleting nothing."""
+    def _require_files_here(self, going: Sequence[str]) -> None:
+        """Raise if the storage lacks a file the newest version reads, or (where it reads none) one that
+        expiring would delete: then it is not this table's warehouse (e.g. a mistyped one beside the right
+        catalog), or files were lost, and expiring would mark versions gone while deleting nothing."""
         live = self.files_at(self.version)
-        if live and self.storage.missing([live[0].path]):
+        probe = live[0].path if live else (going[0] if going else None)
+        if probe is not None and self.storage.missing([probe]):
             raise StorageError(
-                f"{self.name}: {redact_url(self.storage.file_uri(live[0].path))}, a file of the newest "
-                f"version, does not exist: is {redact_url(self.storage.uri)} the warehouse of this catalog? "
-                "Nothing was changed"
+                f"{self.name}: {redact_url(self.storage.file_uri(probe))}, a file the catalog lists, does not "
+                f"exist: is {redact_url(self.storage.uri)} the warehouse of this catalog (or was the file "
+                "lost)? Nothing was changed"
             )
 
     def _expirable(self, keep_from: int) -> list[str]:
