@@ -2,7 +2,7 @@
 
 A Polars predicate Polars refuses gave no rows where every row was pruned; 256-bit decimals crashed Polars
 (a panic, past ``except Exception``); ``set_epoch`` wrapped epochs past 2**63; DuckDB's dataset took bad
-arguments with raw errors; the integrations lacked ``tag=``.
+arguments with raw errors, and DuckDB took no 256-bit decimals; the integrations lacked ``tag=``.
 """
 
 from __future__ import annotations
@@ -92,10 +92,21 @@ def test_duckdb(tagged: mere.Table) -> None:
     from mere.integrations.duckdb import dataset, register
 
     con = duckdb.connect()
-    with pytest.raises(InvalidInput, match=r"256-bit decimal column\(s\) \['d', 'l'\]"):
-        register(con, "v", tagged)  # DuckDB has no 256-bit decimals
-    register(con, "v", tagged, columns=["id", "ts"], tag="first")
-    assert con.execute("SELECT count(*) FROM v").fetchone() == (2,)
+    register(con, "v", tagged, tag="first")  # 256-bit decimals of up to 38 digits: as DuckDB decimals
+    assert con.execute("SELECT id, d, l FROM v ORDER BY id").fetchall() == [
+        (1, decimal.Decimal("1.25"), [decimal.Decimal("2.5")]),
+        (2, None, None),
+    ]
+    register(con, "now", tagged)
+    assert con.execute("SELECT id FROM now WHERE d > 2 ORDER BY id").fetchall() == [(1,), (3,)]
+    wide = tagged.catalog.create_table(
+        "ns.w",
+        pa.schema([pa.field("id", pa.int64(), nullable=False), ("x", pa.decimal256(40, 2))]),
+        primary_key="id",
+    )
+    with pytest.raises(InvalidInput, match="38 digits"):
+        register(con, "w", wide)
+    register(con, "w", wide, columns=["id"])
     with pytest.raises(InvalidInput):
         register(con, "v2", tagged.scan(), tag="first")  # a Scan is pinned already
     d = dataset(tagged.scan())

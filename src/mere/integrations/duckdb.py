@@ -28,7 +28,7 @@ from mere import expr as E
 from mere.errors import FilterError, InvalidInput, SchemaMismatch
 from mere.integrations.pushdown import narrowed, prunable_kind
 from mere.optional import require
-from mere.table.scan import Scan, decimal256_columns
+from mere.table.scan import Scan, decimal128_schema
 from mere.table.table import Table
 
 
@@ -63,19 +63,16 @@ def register(
         scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of, tag=tag)
     else:
         raise InvalidInput(f"register() takes a mere Table or Scan, got {type(table).__name__}")
-    wide = decimal256_columns(scan.schema)
-    if wide:  # DuckDB's own error ("Unsupported Internal Arrow Type") would not say which
-        raise InvalidInput(
-            f"{scan.table.name}: DuckDB cannot read 256-bit decimal column(s) {wide}; leave them out with "
-            "columns=[...]"
-        )
-    con.register(name, dataset(scan))
+    # DuckDB has no 256-bit decimals: those of up to 38 digits are handed over as 128-bit ones.
+    con.register(name, dataset(scan, decimal128_schema(scan.schema, scan.table.name, "DuckDB")))
 
 
-def dataset(scan: Scan) -> MereDataset:
-    """The scan as a :class:`pyarrow.dataset.Dataset` that engines push projections and filters into."""
+def dataset(scan: Scan, schema: pa.Schema | None = None) -> MereDataset:
+    """The scan as a :class:`pyarrow.dataset.Dataset` that engines push projections and filters into;
+    ``schema`` (the scan's columns, other types) casts what it hands out."""
     made: MereDataset = MereDataset.__new__(MereDataset)  # the C++ constructor is bypassed: mere scans
     made._scan = scan
+    made._cast = schema if schema is not None and schema != scan.schema else None
     return made
 
 
@@ -88,17 +85,26 @@ class MereDataset(ds.Dataset):
     """
 
     _scan: Scan
+    _cast: pa.Schema | None
 
     @property
     def schema(self) -> pa.Schema:
         """The output schema of the scan."""
-        return self._scan.schema
+        return self._cast if self._cast is not None else self._scan.schema
+
+    def _as_given(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self._cast is None:
+            return batch
+        return batch.cast(pa.schema([self._cast.field(name) for name in batch.schema.names]))
 
     def scanner(
         self, columns: list[str] | None = None, filter: pc.Expression | None = None, **options: Any
     ) -> ds.Scanner:
         """A scanner over the merged rows: ``columns`` and ``filter`` reach mere (see the module)."""
         reader = self._planned(columns, filter).to_reader()
+        if self._cast is not None:
+            given = pa.schema([self._cast.field(name) for name in reader.schema.names])
+            reader = pa.RecordBatchReader.from_batches(given, map(self._as_given, reader))
         batch_size = options.get("batch_size")
         extra = {} if batch_size is None else {"batch_size": batch_size}
         return ds.Scanner.from_batches(
@@ -156,7 +162,7 @@ class MereDataset(ds.Dataset):
         batches = scan.to_batches()
         try:
             for batch in batches:
-                table = pa.Table.from_batches([batch])
+                table = pa.Table.from_batches([self._as_given(batch)])
                 if filter is not None:
                     table = table.filter(filter)
                 if columns is not None:

@@ -21,7 +21,7 @@ from mere.errors import InvalidInput
 from mere.integrations.pushdown import narrowed, prunable_kind
 from mere.optional import require
 from mere.read.reader import gather_batches
-from mere.table.scan import Scan, polars_schema
+from mere.table.scan import Scan, decimal128_schema
 from mere.table.table import Table
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def scan_table(
     if not isinstance(table, Table):
         raise InvalidInput(f"scan_table() takes a mere Table, got {type(table).__name__}")
     base = table.scan(version=version, as_of=as_of, tag=tag, filter=filter, columns=columns)
-    target = polars_schema(base.schema, table.name)
+    target = decimal128_schema(base.schema, table.name, "Polars")
     schema = polars.from_arrow(target.empty_table()).schema
 
     def source(

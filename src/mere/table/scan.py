@@ -478,7 +478,7 @@ class Scan:
         """The merged rows as a Polars DataFrame (eager; see ``mere.integrations.polars.scan_table``
         for a lazy one)."""
         polars = require("polars", "polars", "to_polars()")
-        target = polars_schema(self.schema, self.table.name)
+        target = decimal128_schema(self.schema, self.table.name, "Polars")
         rows = self.to_arrow()
         return cast(
             "pl.DataFrame",
@@ -565,10 +565,10 @@ def _check_split_names(table: str, wanted: Any) -> None:
         raise InvalidInput(f"{table}: splits are (partition JSON, bucket) pairs, got {wanted!r}")
 
 
-def polars_schema(schema: pa.Schema, table: str) -> pa.Schema:
-    """``schema`` as Polars can hold it: 256-bit decimals of at most 38 digits as 128-bit ones (the same
-    values; Polars has no 256-bit decimals and panics on them). Wider ones raise
-    :class:`~mere.errors.InvalidInput`, naming the columns to leave out."""
+def decimal128_schema(schema: pa.Schema, table: str, engine: str) -> pa.Schema:
+    """``schema`` as engines without 256-bit decimals (Polars, DuckDB) hold it: 256-bit decimals of at most
+    38 digits as 128-bit ones, the same values (Polars panics on 256-bit ones, DuckDB refuses them). Wider
+    ones raise :class:`~mere.errors.InvalidInput`, naming the columns to leave out."""
     wide: list[str] = []
 
     def held(kind: pa.DataType, name: str) -> pa.DataType:
@@ -598,24 +598,7 @@ def polars_schema(schema: pa.Schema, table: str) -> pa.Schema:
     out = pa.schema([f.with_type(held(f.type, f.name)) for f in schema], metadata=schema.metadata)
     if wide:
         raise InvalidInput(
-            f"{table}: Polars holds decimals of at most 38 digits; leave out column(s) {', '.join(wide)} "
+            f"{table}: {engine} holds decimals of at most 38 digits; leave out column(s) {', '.join(wide)} "
             "(columns=[...]) or read them with another engine"
         )
     return out
-
-
-def decimal256_columns(schema: pa.Schema) -> list[str]:
-    """The columns holding 256-bit decimals, at any depth (engines such as DuckDB cannot take them)."""
-
-    def holds(kind: pa.DataType) -> bool:
-        if pa.types.is_decimal256(kind):
-            return True
-        if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-            return holds(kind.value_type)
-        if pa.types.is_map(kind):
-            return holds(kind.key_type) or holds(kind.item_type)
-        if pa.types.is_struct(kind):
-            return any(holds(f.type) for f in kind)
-        return False
-
-    return [f.name for f in schema if holds(f.type)]
