@@ -86,10 +86,13 @@ def _batches(
     n_rows: int | None,
 ) -> Iterator[pl.DataFrame]:
     polars = _polars()
-    if predicate is not None:
+
+    def check_predicate() -> None:
         # Polars checks a predicate's types only on the frames it filters: on no frame (every row pruned,
         # an empty table) a predicate Polars refuses would give no rows instead of its error.
-        polars.from_arrow(target.empty_table()).filter(predicate)
+        if predicate is not None:
+            polars.from_arrow(target.empty_table()).filter(predicate)
+
     # Polars hands a row limit with a predicate for ``head(n).filter(p)``: the first n rows, then the
     # filter. Such a predicate cannot prune (it would change which rows are first) and runs after the cut.
     limit_first = n_rows is not None and predicate is not None
@@ -97,8 +100,10 @@ def _batches(
     scan = narrowed(base, pushed, with_columns, predicate.meta.root_names() if predicate is not None else ())
     left = n_rows
     if left is not None and left <= 0:
+        check_predicate()
         return
     batches = cast(Generator[pa.RecordBatch, None, None], scan.to_batches())
+    filtered = False
     try:
         # Polars takes a few large frames faster than many small ones (each conversion and each frame
         # it concatenates costs a little); a row limit streams batch by batch.
@@ -111,6 +116,7 @@ def _batches(
                 left -= frame.height
             if predicate is not None:
                 frame = frame.filter(predicate)
+                filtered = True
             if with_columns is not None:
                 frame = frame.select(with_columns)
             if left is not None and not limit_first:
@@ -120,6 +126,8 @@ def _batches(
                 yield frame
             if left == 0:
                 return
+        if not filtered:
+            check_predicate()
     finally:
         batches.close()  # a row limit stops the read: the splits' readers shut down here
 
