@@ -95,7 +95,9 @@ class MereDataset(ds.Dataset):
     def _as_given(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         if self._cast is None:
             return batch
-        return batch.cast(pa.schema([self._cast.field(name) for name in batch.schema.names]))
+        # Unchecked: a value of up to 38 digits fits 128 bits; what a check could trip on is what pyarrow
+        # leaves under NULL slots of fixed-size lists (not values).
+        return batch.cast(pa.schema([self._cast.field(name) for name in batch.schema.names]), safe=False)
 
     def scanner(
         self, columns: list[str] | None = None, filter: pc.Expression | None = None, **options: Any
@@ -113,7 +115,7 @@ class MereDataset(ds.Dataset):
             filter=filter,
             use_threads=False,
             batch_readahead=0,
-            fragment_readahead=0,
+            fragment_readahead=1,  # 0 made the scanner's to_table() wait forever (pyarrow 26)
             **extra,
         )
 
@@ -222,7 +224,7 @@ class MereDataset(ds.Dataset):
         return pc.scalar(True)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return dataset, (self._scan,)
+        return dataset, (self._scan, self._cast)
 
     def __repr__(self) -> str:
         return f"MereDataset({self._scan!r})"

@@ -109,7 +109,8 @@ def _batches(
         # it concatenates costs a little); a row limit streams batch by batch.
         for chunk in gather_batches(batches, 1 if n_rows is not None else BUNDLE_ROWS):
             if any(f.type != target.field(f.name).type for f in chunk.schema):  # 256-bit decimals
-                chunk = chunk.cast(pa.schema([target.field(name) for name in chunk.schema.names]))
+                # (unchecked: see decimal128_schema)
+                chunk = chunk.cast(pa.schema([target.field(name) for name in chunk.schema.names]), safe=False)
             frame = polars.from_arrow(chunk, rechunk=False)
             if left is not None and limit_first:
                 frame = frame.head(left)

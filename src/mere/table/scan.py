@@ -482,7 +482,9 @@ class Scan:
         rows = self.to_arrow()
         return cast(
             "pl.DataFrame",
-            polars.from_arrow(rows.cast(target) if target != rows.schema else rows, rechunk=False),
+            polars.from_arrow(
+                rows.cast(target, safe=False) if target != rows.schema else rows, rechunk=False
+            ),
         )
 
     def __arrow_c_schema__(self) -> object:
@@ -568,7 +570,9 @@ def _check_split_names(table: str, wanted: Any) -> None:
 def decimal128_schema(schema: pa.Schema, table: str, engine: str) -> pa.Schema:
     """``schema`` as engines without 256-bit decimals (Polars, DuckDB) hold it: 256-bit decimals of at most
     38 digits as 128-bit ones, the same values (Polars panics on 256-bit ones, DuckDB refuses them). Wider
-    ones raise :class:`~mere.errors.InvalidInput`, naming the columns to leave out."""
+    ones raise :class:`~mere.errors.InvalidInput`, naming the columns to leave out. Cast to it unchecked
+    (``safe=False``): every value fits, while a checked cast trips on what pyarrow leaves under the NULL
+    slots of fixed-size lists."""
     wide: list[str] = []
 
     def held(kind: pa.DataType, name: str) -> pa.DataType:
