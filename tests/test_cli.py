@@ -725,3 +725,26 @@ def test_a_value_prints_alike_whatever_its_batch_holds(tmp_path: Path) -> None:
     shown = {row["id"]: row["ts"] for row in map(json.loads, r.out.splitlines())}
     assert shown[1] == shown[3] == "1970-01-01T09:00:00+09:00"
     assert shown[2].startswith("21933-")
+
+
+def test_durations_are_seconds_in_every_format(tmp_path: Path) -> None:
+    # Once: seconds in JSON lines (cut to microseconds), bare counts of the unit in CSV, H:MM:SS in tables.
+    w = ["-w", str(tmp_path / "wh")]
+    cat = mere.connect(tmp_path / "wh")
+    for unit in ("s", "ms", "us", "ns"):
+        t = cat.create_table(
+            f"ns.d_{unit}", pa.schema([("id", pa.int64()), ("d", pa.duration(unit))]), primary_key="id"
+        )
+        t.upsert(pa.table({"id": [1, 2, 3], "d": pa.array([1_500_000, -1, None], pa.duration(unit))}))
+        per_second = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[unit]
+        r = in_process(*w, "scan", f"ns.d_{unit}", "--json")
+        assert r.rc == 0
+        got = {row["id"]: row["d"] for row in map(json.loads, r.out.splitlines())}
+        assert got == {1: 1_500_000 / per_second, 2: -1 / per_second, 3: None}
+        r = in_process(*w, "scan", f"ns.d_{unit}", "--format", "csv")
+        rows = pacsv.read_csv(io.BytesIO(r.out.encode())).sort_by("id").to_pylist()
+        assert [float(row["d"]) if row["d"] is not None else None for row in rows] == [
+            got[1],
+            got[2],
+            None,
+        ]

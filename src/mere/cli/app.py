@@ -23,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 import pyarrow as pa
+import pyarrow.compute as pc
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
@@ -528,7 +529,13 @@ def _limited(batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[p
 
 def _python_rows(batch: pa.RecordBatch) -> list[list[Any]]:
     """The batch's rows as lists of Python values. Values Python cannot hold (dates and times past year
-    9999 or before year 1) are shown as Arrow writes them, as text."""
+    9999 or before year 1) are shown as Arrow writes them, as text. Durations are seconds (a float), in
+    every unit: through Python they would be cut to microseconds."""
+    for i, field in enumerate(batch.schema):
+        if pa.types.is_duration(field.type):
+            unit = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[field.type.unit]
+            counts = batch.column(i).cast(pa.int64()).cast(pa.float64())
+            batch = batch.set_column(i, field.with_type(pa.float64()), pc.divide(counts, float(unit)))
     try:
         columns = [c.to_pylist() for c in batch.columns]
     except (OverflowError, ValueError):
@@ -559,6 +566,20 @@ def _values_or_text(column: pa.Array) -> list[Any]:
     return out
 
 
+def _seconds_text(column: pa.Array) -> pa.Array:
+    """A duration column as exact decimal seconds (``1.5``, ``-0.000001``), NULLs kept."""
+    digits = {"s": 0, "ms": 3, "us": 6, "ns": 9}[column.type.unit]
+    out: list[str | None] = []
+    for count in column.cast(pa.int64()).to_pylist():
+        if count is None:
+            out.append(None)
+            continue
+        whole, part = divmod(abs(count), 10**digits)
+        fraction = f"{part:0{digits}d}".rstrip("0") if digits else ""
+        out.append(f"{'-' if count < 0 else ''}{whole}{'.' + fraction if fraction else ''}")
+    return pa.array(out, pa.string())
+
+
 def _print_rows(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> None:
     out = RichTable()
     for name in schema.names:
@@ -584,8 +605,11 @@ def _write_stream(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBat
                 f"CSV cannot hold nested column(s) {nested}: use --format jsonl or parquet, or --columns"
             )
         binary = [i for i, f in enumerate(schema) if is_bytes_type(f.type)]
-        if binary:  # as hex, as in JSON lines: CSV is text, and bytes need not be UTF-8
-            schema = pa.schema([f.with_type(pa.string()) if i in binary else f for i, f in enumerate(schema)])
+        # Durations in seconds, as in JSON lines (pyarrow's CSV writer gives bare counts of the unit).
+        durations = [i for i, f in enumerate(schema) if pa.types.is_duration(f.type)]
+        if binary or durations:  # bytes as hex, as in JSON lines: CSV is text, bytes need not be UTF-8
+            texts = set(binary) | set(durations)
+            schema = pa.schema([f.with_type(pa.string()) if i in texts else f for i, f in enumerate(schema)])
         with pacsv.CSVWriter(sink, schema) as writer:
             for b in batches:
                 for i in binary:
@@ -593,6 +617,8 @@ def _write_stream(fmt: Format, schema: pa.Schema, batches: Iterator[pa.RecordBat
                         [None if v is None else v.hex() for v in b.column(i).to_pylist()], pa.string()
                     )
                     b = b.set_column(i, schema.field(i), hexed)
+                for i in durations:
+                    b = b.set_column(i, schema.field(i), _seconds_text(b.column(i)))
                 writer.write_batch(b)
     else:  # parquet
         import pyarrow.parquet as pq
