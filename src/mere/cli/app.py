@@ -527,15 +527,18 @@ def _limited(batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[p
             close()
 
 
+_UNIT_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}  # a duration unit's digits past the second
+
+
 def _python_rows(batch: pa.RecordBatch) -> list[list[Any]]:
     """The batch's rows as lists of Python values. Values Python cannot hold (dates and times past year
     9999 or before year 1) are shown as Arrow writes them, as text. Durations are seconds (a float), in
     every unit: through Python they would be cut to microseconds."""
     for i, field in enumerate(batch.schema):
         if pa.types.is_duration(field.type):
-            unit = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[field.type.unit]
+            per_second = 10 ** _UNIT_DIGITS[field.type.unit]
             counts = batch.column(i).cast(pa.int64()).cast(pa.float64())
-            batch = batch.set_column(i, field.with_type(pa.float64()), pc.divide(counts, float(unit)))
+            batch = batch.set_column(i, field.with_type(pa.float64()), pc.divide(counts, float(per_second)))
     try:
         columns = [c.to_pylist() for c in batch.columns]
     except (OverflowError, ValueError):
@@ -568,7 +571,7 @@ def _values_or_text(column: pa.Array) -> list[Any]:
 
 def _seconds_text(column: pa.Array) -> pa.Array:
     """A duration column as exact decimal seconds (``1.5``, ``-0.000001``), NULLs kept."""
-    digits = {"s": 0, "ms": 3, "us": 6, "ns": 9}[column.type.unit]
+    digits = _UNIT_DIGITS[column.type.unit]
     out: list[str | None] = []
     for count in column.cast(pa.int64()).to_pylist():
         if count is None:

@@ -28,7 +28,7 @@ from mere import expr as E
 from mere.errors import FilterError, InvalidInput, SchemaMismatch
 from mere.integrations.pushdown import narrowed, prunable_kind
 from mere.optional import require
-from mere.table.scan import Scan, decimal128_schema
+from mere.table.scan import Scan, cast_to, decimal128_schema
 from mere.table.table import Table
 
 
@@ -93,11 +93,7 @@ class MereDataset(ds.Dataset):
         return self._cast if self._cast is not None else self._scan.schema
 
     def _as_given(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        if self._cast is None:
-            return batch
-        # Unchecked: a value of up to 38 digits fits 128 bits; what a check could trip on is what pyarrow
-        # leaves under NULL slots of fixed-size lists (not values).
-        return batch.cast(pa.schema([self._cast.field(name) for name in batch.schema.names]), safe=False)
+        return batch if self._cast is None else cast_to(batch, self._cast)
 
     def scanner(
         self, columns: list[str] | None = None, filter: pc.Expression | None = None, **options: Any

@@ -21,7 +21,7 @@ from mere.errors import InvalidInput
 from mere.integrations.pushdown import narrowed, prunable_kind
 from mere.optional import require
 from mere.read.reader import gather_batches
-from mere.table.scan import Scan, decimal128_schema
+from mere.table.scan import Scan, cast_to, decimal128_schema
 from mere.table.table import Table
 
 if TYPE_CHECKING:
@@ -108,10 +108,7 @@ def _batches(
         # Polars takes a few large frames faster than many small ones (each conversion and each frame
         # it concatenates costs a little); a row limit streams batch by batch.
         for chunk in gather_batches(batches, 1 if n_rows is not None else BUNDLE_ROWS):
-            if any(f.type != target.field(f.name).type for f in chunk.schema):  # 256-bit decimals
-                # (unchecked: see decimal128_schema)
-                chunk = chunk.cast(pa.schema([target.field(name) for name in chunk.schema.names]), safe=False)
-            frame = polars.from_arrow(chunk, rechunk=False)
+            frame = polars.from_arrow(cast_to(chunk, target), rechunk=False)  # 256-bit decimals narrowed
             if left is not None and limit_first:
                 frame = frame.head(left)
                 left -= frame.height

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
+from mere.arrays import bool_array
 from mere.hashing import bucket_ids
 from mere.io import keyindex
 from mere.io.storage import Storage, primitive_leaf
@@ -267,7 +268,7 @@ def read(
         f, hits = files[i], found[i]
         if hits is None or not keep[i].any():
             return None
-        hits = hits.filter(pa.array(keep[i]))
+        hits = hits.filter(bool_array(keep[i]))
         hits = hits.take(pa.array(np.lexsort([_np(hits, _ROW), _np(hits, _RG)])))
         rest = [c for c in f.columns if c not in hits.column_names]
         if rest:

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
-from mere.arrays import sorted_unique
+from mere.arrays import bool_array, sorted_unique
 from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NoSuchVersion, StorageError
 from mere.metadata import SEQ_SHIFT, FileEntry
@@ -679,7 +679,7 @@ def written_rows(table: Table, entries: Sequence[FileEntry]) -> tuple[pa.Table, 
         (live,) = alive
         kept = rows[0] if rows else None
         if kept is not None and not live.all():
-            kept = kept.filter(pa.array(live))
+            kept = kept.filter(bool_array(live))
         return keys[0], kept if kept is not None else _empty_rows(table)
     # Several files: each key's newest entry (files are oldest first, a file holds a key once).
     both = pa.concat_tables(keys)
@@ -701,7 +701,7 @@ def written_rows(table: Table, entries: Sequence[FileEntry]) -> tuple[pa.Table, 
         return both.take(pa.array(newest)), _empty_rows(table)
     whole = pa.concat_tables([_plain(r, spec.schema).select(spec.schema.names) for r in rows])
     keep = (chosen & live)[taken]
-    return both.take(pa.array(newest)), whole.filter(pa.array(keep))
+    return both.take(pa.array(newest)), whole.filter(bool_array(keep))
 
 
 def _empty_rows(table: Table) -> pa.Table:

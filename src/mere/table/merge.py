@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from mere import expr as E
-from mere.arrays import sorted_unique
+from mere.arrays import bool_array, sorted_unique
 from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
@@ -754,7 +754,7 @@ class MergePlan:
                 return rows
             # Keep the rows of source keys only (a semi-join on the key columns alone).
             hit = key_sets[split.bucket].contains(rows)
-            kept = rows if hit.all() else rows.filter(pa.array(hit))
+            kept = rows if hit.all() else rows.filter(bool_array(hit))
             return kept.select(schema.names).cast(schema)
 
         workers = max(1, min(len(splits), os.cpu_count() or 2))

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pyarrow as pa
 
@@ -479,13 +479,7 @@ class Scan:
         for a lazy one)."""
         polars = require("polars", "polars", "to_polars()")
         target = decimal128_schema(self.schema, self.table.name, "Polars")
-        rows = self.to_arrow()
-        return cast(
-            "pl.DataFrame",
-            polars.from_arrow(
-                rows.cast(target, safe=False) if target != rows.schema else rows, rechunk=False
-            ),
-        )
+        return cast("pl.DataFrame", polars.from_arrow(cast_to(self.to_arrow(), target), rechunk=False))
 
     def __arrow_c_schema__(self) -> object:
         """The output schema as an Arrow C schema capsule (without reading)."""
@@ -567,6 +561,9 @@ def _check_split_names(table: str, wanted: Any) -> None:
         raise InvalidInput(f"{table}: splits are (partition JSON, bucket) pairs, got {wanted!r}")
 
 
+T_Rows = TypeVar("T_Rows", pa.Table, pa.RecordBatch)
+
+
 def decimal128_schema(schema: pa.Schema, table: str, engine: str) -> pa.Schema:
     """``schema`` as engines without 256-bit decimals (Polars, DuckDB) hold it: 256-bit decimals of at most
     38 digits as 128-bit ones, the same values (Polars panics on 256-bit ones, DuckDB refuses them). Wider
@@ -606,3 +603,12 @@ def decimal128_schema(schema: pa.Schema, table: str, engine: str) -> pa.Schema:
             "(columns=[...]) or read them with another engine"
         )
     return out
+
+
+def cast_to(rows: T_Rows, target: pa.Schema) -> T_Rows:
+    """``rows`` (a table or batch of some of ``target``'s columns, by name) in ``target``'s types, unchecked
+    (see :func:`decimal128_schema`); themselves where the types agree."""
+    fields = [target.field(name) for name in rows.schema.names]
+    if all(f.type == have.type for f, have in zip(fields, rows.schema)):
+        return rows
+    return rows.cast(pa.schema(fields), safe=False)

@@ -1121,10 +1121,9 @@ class Table:
             keep = self._sql.version_as_of(self.record.id, _to_micros(cutoff))
         except NoSuchVersion:
             return []
-        going = self._expirable(keep)
-        self._require_files_here(going)
+        self._require_files_here(keep)
         if dry_run:
-            return going
+            return self._expirable(keep)
         paths = self._sql.expire(self.record.id, keep)
         for p in paths:  # unreferenced now: a failure here leaves garbage for cleanup(), never a broken table
             try:
@@ -1133,11 +1132,13 @@ class Table:
                 log.warning("could not delete expired file %s", p)
         return paths
 
-    def _require_files_here(self, going: Sequence[str]) -> None:
+    def _require_files_here(self, keep: int) -> None:
         """Raise if the storage lacks a file the newest version reads, or (where it reads none) one that
-        expiring would delete: then it is not this table's warehouse (e.g. a mistyped one beside the right
-        catalog), or files were lost, and expiring would mark versions gone while deleting nothing."""
+        expiring versions before ``keep`` would delete: then it is not this table's warehouse (e.g. a
+        mistyped one beside the right catalog), or files were lost, and expiring would mark versions gone
+        while deleting nothing."""
         live = self.files_at(self.version)
+        going = [] if live else self._expirable(keep)  # (walks the history: only where needed)
         probe = live[0].path if live else (going[0] if going else None)
         if probe is not None and self.storage.missing([probe]):
             raise StorageError(

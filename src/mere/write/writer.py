@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mere.arrays import sorted_unique, stable_argsort
+from mere.arrays import bool_array, sorted_unique, stable_argsort
 from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NullKey, SchemaMismatch, SumOverflow
 from mere.hashing import bucket_ids
@@ -209,7 +209,7 @@ def conform(
     out = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
     if ops is not None and (ops < 0).any():
         keep = ops >= 0
-        out = out.filter(pa.array(keep))
+        out = out.filter(bool_array(keep))
         ops = ops[keep]
     return out, ops
 
