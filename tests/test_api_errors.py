@@ -119,8 +119,8 @@ CALLS: list[tuple[str, Callable[[mere.Catalog, mere.Table, Any], Any]]] = [
     ("compact.min_files", lambda c, t, v: t.compact(min_files=v)),
     ("compact.partition", lambda c, t, v: t.compact(partition=v)),
     ("compact.run", lambda c, t, v: t.compact(min_files=1, run=v)),
-    ("expire.older_than", lambda c, t, v: t.expire(older_than=v)),
-    ("cleanup.older_than", lambda c, t, v: t.cleanup(older_than=v)),
+    ("expire.older_than", lambda c, t, v: t.expire(older_than=v, dry_run=False)),
+    ("cleanup.older_than", lambda c, t, v: t.cleanup(older_than=v, dry_run=False)),
     ("bucket_ids.data", lambda c, t, v: mere.bucket_ids(v, 4)),
     ("bucket_ids.buckets", lambda c, t, v: mere.bucket_ids(pa.table({"id": [1]}), v)),
     ("col.name", lambda c, t, v: mere.col(v)),
@@ -163,8 +163,8 @@ def test_named_cases_say_what_is_allowed(tmp_path: Path) -> None:
     cases: list[tuple[Callable[[], Any], type[Exception], str]] = [
         (lambda: t.scan(as_of="yesterday"), errors.InvalidInput, "ISO 8601"),
         (lambda: t.compact(min_files="2"), errors.InvalidInput, "positive integer"),
-        (lambda: t.expire(older_than=5), errors.InvalidInput, "timedelta"),
-        (lambda: t.cleanup(older_than="x"), errors.InvalidInput, "timedelta"),
+        (lambda: t.expire(older_than=5, dry_run=False), errors.InvalidInput, "timedelta"),
+        (lambda: t.cleanup(older_than="x", dry_run=False), errors.InvalidInput, "timedelta"),
         (lambda: t.scan(columns=5), errors.InvalidInput, "list of column names"),
         (lambda: t.scan(columns="id,qty"), errors.SchemaMismatch, r"columns=\['id', 'qty'\]"),
         (lambda: t.scan(verison=3), errors.InvalidInput, "unknown scan option"),
@@ -271,7 +271,7 @@ def test_commit_records_and_history_read_as_a_person_expects(tmp_path: Path) -> 
     assert wide.rows_written == 200 and wide.files_added == 200 and wide.files_removed == 0
     assert "splits" not in wide.summary and "partitions" not in wide.summary  # internals stay internal
     t.upsert(ROWS)
-    t.expire(older_than=dt.timedelta(0))
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
     history = t.history()
     assert [h.expired for h in history] == [True] * (len(history) - 1) + [False]
     assert "expired=True" in repr(history[0])

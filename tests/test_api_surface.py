@@ -51,8 +51,8 @@ def test_maintenance_on_a_handle_of_a_dropped_table_refuses(
     files = sorted(p for p, _, _ in table.storage.list_files(table.location))
     local_cat.drop_table("n.t")  # no purge: the files stay
     for run in (
-        lambda: table.cleanup(dt.timedelta(0)),
-        lambda: table.expire(dt.timedelta(0)),
+        lambda: table.cleanup(dt.timedelta(0), dry_run=False),
+        lambda: table.expire(dt.timedelta(0), dry_run=False),
         table.tags,
         table.auto_compact,
         lambda: table.version,
@@ -63,7 +63,7 @@ def test_maintenance_on_a_handle_of_a_dropped_table_refuses(
 
 
 def test_an_age_beyond_the_calendar_expires_nothing(table: mere.Table) -> None:
-    assert table.expire(dt.timedelta.max) == []
+    assert table.expire(dt.timedelta.max, dry_run=False) == []
     assert table.expire(dt.timedelta(days=10**8), dry_run=True) == []
 
 

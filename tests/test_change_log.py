@@ -260,10 +260,10 @@ def run_op(t: mere.Table, other: mere.Table, kind: str, arg: Any, logged: bool, 
     elif kind == "tag":
         t.tag(f"tag{step}", arg % (t.version + 1))
     elif kind == "cleanup":
-        t.cleanup(dt.timedelta(0))
+        t.cleanup(dt.timedelta(0), dry_run=False)
     elif kind == "expire":
         dry = t.expire(dt.timedelta(0), dry_run=True)
-        assert sorted(t.expire(dt.timedelta(0))) == sorted(dry)
+        assert sorted(t.expire(dt.timedelta(0), dry_run=False)) == sorted(dry)
     elif kind == "idempotent":
         t.upsert(rows_table(arg[1]), idempotency_key=arg[0])
     elif kind == "race_same":
@@ -725,7 +725,7 @@ def test_expire_keeps_the_logs_a_feed_from_a_tagged_version_needs(tmp_path: Path
     t.upsert(small([1], "a"))
     t.tag("mark")
     t.upsert(small([1], "b"))
-    t.expire(dt.timedelta(0))
+    t.expire(dt.timedelta(0), dry_run=False)
     assert t.resolve_version(tag="mark") == 1
     feed = t.changes(1).read_all().to_pylist()
     assert [(r["k"], r["_change"], r["v"]) for r in feed] == [
@@ -911,7 +911,7 @@ def test_a_failed_logged_write_leaves_no_log_and_changes_nothing(
         monkeypatch.undo()
         # The commit may have landed, so its files stay; cleanup() removes them once they are known orphans.
         assert len(log_files(tmp_path)) == len(logs_before) + 2
-        t.cleanup(dt.timedelta(0))
+        t.cleanup(dt.timedelta(0), dry_run=False)
     monkeypatch.undo()
     t = t.refresh()
     after = (t.version, t.to_arrow().sort_by("k"), sorted(p.name for p in tmp_path.rglob("*.parquet")))
@@ -936,7 +936,7 @@ def test_cleanup_never_deletes_a_live_log_and_expire_dry_run_lists_what_expire_d
     orphan.write_bytes(b"junk")
     logs = log_files(tmp_path)
     assert len(logs) >= 6
-    removed = t.cleanup(dt.timedelta(0))
+    removed = t.cleanup(dt.timedelta(0), dry_run=False)
     assert [Path(p).name for p in removed] == ["orphan.parquet"]
     assert log_files(tmp_path) == logs
     check_all_pairs(t)
@@ -948,7 +948,7 @@ def test_cleanup_never_deletes_a_live_log_and_expire_dry_run_lists_what_expire_d
         for f, _ in t._sql.files_changed(t.record.id, t.version - 1, t.version)
         if f.content == "log"
     }
-    done = t.expire(dt.timedelta(0))
+    done = t.expire(dt.timedelta(0), dry_run=False)
     assert sorted(done) == sorted(dry)
     assert {Path(p).name for p in done if Path(p).name.startswith("log-")} == {p.name for p in logs} - current
     assert {p.name for p in log_files(tmp_path)} == current
@@ -958,7 +958,7 @@ def test_cleanup_never_deletes_a_live_log_and_expire_dry_run_lists_what_expire_d
         t.changes(2)
     # Later logged commits log again; a second expiry (nothing to expire) deletes nothing that is used.
     t.upsert(small([4], "e"))
-    assert t.expire(dt.timedelta(days=1)) == []
+    assert t.expire(dt.timedelta(days=1), dry_run=False) == []
     assert len(log_files(tmp_path)) == len(current) + 1
     check_all_pairs(t)
 
@@ -1073,7 +1073,7 @@ def test_a_logged_upsert_whose_read_version_expired_meanwhile_still_commits(tmp_
     with t.transaction() as tx:
         tx.upsert(small([1], "mine"))
         other.upsert(small([2], "theirs"))
-        other.expire(dt.timedelta(0))  # maintenance elsewhere: version 1 is no longer readable
+        other.expire(dt.timedelta(0), dry_run=False)  # maintenance elsewhere: version 1 is no longer readable
     t = t.refresh()
     assert sorted(t.to_arrow().column("v").to_pylist()) == ["mine1", "theirs2"]
     check_all_pairs(t)
@@ -1180,7 +1180,7 @@ def test_expire_by_age_keeps_the_logs_of_the_versions_it_keeps(tmp_path: Path) -
         return dt.datetime.now(dt.UTC) - middle
 
     dry = t.expire(age(), dry_run=True)
-    done = t.expire(age())
+    done = t.expire(age(), dry_run=False)
     assert sorted(done) == sorted(dry)
     assert t._sql.oldest_version(t.record.id) == 3
     remaining = {p.name for p in log_files(tmp_path)}

@@ -203,7 +203,7 @@ def test_bad_arguments_raise_and_expired_versions_are_refused(tmp_path: Any) -> 
     opened = t.changes(1, 2)  # read after an expire gave its start up: named as that
     t.compact(min_files=1)
     t.upsert(rows_table([{"k": 2, "p": "a", "v": 1.0, "n": 1, "s": "x"}], SCHEMA.names))
-    t.expire(older_than=dt.timedelta(0))
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
     with pytest.raises(errors.NoSuchVersion):
         t.changes(0)
     with pytest.raises(errors.NoSuchVersion, match="expired while"):
@@ -316,7 +316,7 @@ def test_a_tagged_start_whose_later_commits_expired_is_refused(tmp_path: Any) ->
     t.upsert(rows_table([{**row, "v": 2.0}], SCHEMA.names))
     t.compact(min_files=1)
     t.upsert(rows_table([{**row, "k": 2}], SCHEMA.names))
-    t.expire(older_than=dt.timedelta(0))
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
     assert t.to_arrow(tag="keep").num_rows == 1  # the tagged version itself stays readable
     with pytest.raises(errors.NoSuchVersion, match="expired"):
         t.changes(start)
@@ -462,7 +462,7 @@ def test_logs_go_with_their_versions_and_failed_logs_leave_nothing(
     t.compact(min_files=1)
     listed = {path.rsplit("/", 1)[-1] for path in t.expire(dt.timedelta(0), dry_run=True)}
     assert {p.name for p in logs} <= listed  # the dry run lists the logs too
-    assert {path.rsplit("/", 1)[-1] for path in t.expire(dt.timedelta(0))} == listed
+    assert {path.rsplit("/", 1)[-1] for path in t.expire(dt.timedelta(0), dry_run=False)} == listed
     assert not [p for p in root.rglob("log-*")]  # the logs' versions expired: their files went
     assert t.changes(t.version).read_all().num_rows == 0
 

@@ -338,7 +338,7 @@ def test_dry_run_lists_what_expire_and_cleanup_delete(tmp_path: Path) -> None:
         history = t.history()
         dry = t.expire(age(), dry_run=True)
         assert {p for p, _, _ in t.storage.list_files(t.location)} == on_disk and t.history() == history
-        real = t.expire(age())
+        real = t.expire(age(), dry_run=False)
         assert sorted(dry) == sorted(real)
         return real
 
@@ -364,7 +364,7 @@ def test_dry_run_lists_what_expire_and_cleanup_delete(tmp_path: Path) -> None:
     time.sleep(0.01)
     assert t.cleanup(dt.timedelta(0), dry_run=True) == [orphan]
     assert Path(t.storage.full_path(orphan)).exists()
-    assert t.cleanup(dt.timedelta(0)) == [orphan] and not Path(t.storage.full_path(orphan)).exists()
+    assert t.cleanup(dt.timedelta(0), dry_run=False) == [orphan] and not Path(t.storage.full_path(orphan)).exists()
     with pytest.raises(errors.InvalidInput, match="dry_run"):
         t.expire(dry_run="yes")  # type: ignore[arg-type]
 

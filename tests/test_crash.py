@@ -317,10 +317,10 @@ def test_killed_writer_leaves_table_intact(
     assert not orphans & referenced
     for path in orphans:
         assert os.path.exists(table.storage.full_path(path))
-    removed = table.cleanup(older_than=dt.timedelta(0))
+    removed = table.cleanup(older_than=dt.timedelta(0), dry_run=False)
     assert set(removed) == orphans
     for path in orphans:
         assert not os.path.exists(table.storage.full_path(path))
     assert _files_on_disk(table) == referenced
     assert _snapshot(table) == after
-    assert table.cleanup(older_than=dt.timedelta(0)) == []
+    assert table.cleanup(older_than=dt.timedelta(0), dry_run=False) == []

@@ -28,10 +28,10 @@ def test_expire_keeps_recent_versions_and_deletes_unneeded_files(cat: mere.Catal
     at_v2 = t.scan(version=2).to_arrow().num_rows
     before = files_on_disk(t)
 
-    assert t.expire(older_than=dt.timedelta(days=1)) == []  # nothing is a day old
+    assert t.expire(older_than=dt.timedelta(days=1), dry_run=False) == []  # nothing is a day old
     assert t.scan(version=2).to_arrow().num_rows == at_v2
 
-    deleted = t.expire(older_than=dt.timedelta(0))
+    deleted = t.expire(older_than=dt.timedelta(0), dry_run=False)
     assert deleted and set(deleted) <= before
     assert not any(os.path.exists(t.storage.full_path(p)) for p in deleted)
     assert files_on_disk(t) == set(t.files().column("path").to_pylist())
@@ -41,7 +41,7 @@ def test_expire_keeps_recent_versions_and_deletes_unneeded_files(cat: mere.Catal
     assert [c.version for c in t.history()] == list(range(7))  # history itself is kept
     t.upsert(pa.table({"id": [5], "v": [5]}))  # writes go on
     assert t.to_arrow().num_rows == 5
-    assert t.expire(older_than=dt.timedelta(0)) == []  # idempotent: compaction inputs are gone already
+    assert t.expire(older_than=dt.timedelta(0), dry_run=False) == []  # idempotent: compaction inputs are gone already
 
 
 def test_a_read_that_expire_overtook_raises_no_such_version(
@@ -59,7 +59,7 @@ def test_a_read_that_expire_overtook_raises_no_such_version(
     old, then_current = t.scan(version=1), t.scan()
     t.upsert(pa.table({"id": [4], "v": [4]}))
     t.compact()  # v5 replaces v3's files
-    assert t.expire(older_than=dt.timedelta(0))
+    assert t.expire(older_than=dt.timedelta(0), dry_run=False)
     for scan in (old, then_current):
         with pytest.raises(errors.NoSuchVersion):
             scan.to_arrow()
@@ -72,7 +72,7 @@ def test_a_read_that_expire_overtook_raises_no_such_version(
     planned = t.scan(version=6)
     splits = planned._plan(mere.table.scan.Explain(6))
     monkeypatch.setattr(type(planned), "_plan", lambda self, explain: splits)
-    t.expire(older_than=dt.timedelta(0))
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
     with pytest.raises(errors.NoSuchVersion, match="expired while it was being read"):
         planned.to_arrow()
     monkeypatch.undo()
@@ -86,7 +86,7 @@ def test_a_commit_of_staged_files_a_cleanup_took_is_refused(cat: mere.Catalog) -
     t.upsert(pa.table({"id": [1], "v": [1]}))
     staged = t.stage(pa.table({"id": [2, 3], "v": [2, 3]}))
     kept = t.stage(pa.table({"id": [4], "v": [4]}))
-    assert sorted(t.cleanup(older_than=dt.timedelta(0))) == sorted(
+    assert sorted(t.cleanup(older_than=dt.timedelta(0), dry_run=False)) == sorted(
         f.path for s in (staged, kept) for f in s.files
     )
     before = (t.version, t.to_arrow())

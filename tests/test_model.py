@@ -923,7 +923,7 @@ class LakeMachine(RuleBasedStateMachine):
     def expire(self) -> None:
         """Give up every version but the current one: reads, rollbacks and change feeds from them fail."""
         for name, t in self._tables():
-            t.expire(older_than=NOW)
+            t.expire(older_than=NOW, dry_run=False)
             self.oldest[name] = t.version
             if t.version == 0:
                 continue

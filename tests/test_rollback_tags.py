@@ -154,7 +154,7 @@ def run_model(cat: mere.Catalog) -> None:
 
         @rule()
         def expire(self) -> None:
-            self.t.expire(older_than=NOW)
+            self.t.expire(older_than=NOW, dry_run=False)
             self.oldest = self.current
 
         @precondition(lambda self: self.tags)
@@ -255,7 +255,7 @@ def test_rollback_refuses_versions_whose_files_are_gone_and_changes_nothing(cat:
     put(t, {1: 1})
     put(t, {1: 2})
     assert t.compact() is not None
-    t.expire(older_than=NOW)
+    t.expire(older_than=NOW, dry_run=False)
     with pytest.raises(errors.NoSuchVersion, match="expired"):
         t.rollback(1)
     assert t.version == 3 and rows(t) == {1: 2}
@@ -322,7 +322,7 @@ def test_a_rollback_racing_expire_of_its_version_fails_and_changes_nothing(
     put(t, {1: 1})
     t.truncate()
     other = mere.connect(str(tmp_path / "warehouse"), catalog=cat.catalog_url).table(t.name)
-    _hook_commit(t, lambda: other.expire(older_than=NOW) and None)
+    _hook_commit(t, lambda: other.expire(older_than=NOW, dry_run=False) and None)
     with pytest.raises(errors.NoSuchVersion):
         t.rollback(1)
     assert t.version == 2 and rows(t) == {}
@@ -420,9 +420,9 @@ def test_tagged_versions_survive_expire_and_cleanup(cat: mere.Catalog) -> None:
     assert t.compact() is not None
     t.delete("k = 1")
     tagged_files = {f.path for f in t.files_at(1)}
-    deleted = t.expire(older_than=NOW)
+    deleted = t.expire(older_than=NOW, dry_run=False)
     assert deleted and not set(deleted) & tagged_files
-    assert t.cleanup(older_than=NOW) == []
+    assert t.cleanup(older_than=NOW, dry_run=False) == []
     assert tagged_files <= files_on_disk(t)
     assert rows(t, tag="v1") == rows(t, version=1) == {1: 1, 2: 1}
     with pytest.raises(errors.NoSuchVersion):
@@ -436,11 +436,11 @@ def test_tagged_versions_survive_expire_and_cleanup(cat: mere.Catalog) -> None:
     t.untag("v1")
     with pytest.raises(errors.NoSuchVersion):
         t.scan(version=1)  # untagged: it expired long ago
-    t.expire(older_than=NOW)
+    t.expire(older_than=NOW, dry_run=False)
     assert {f.path for f in t.files_at(t.version)} <= files_on_disk(t)
     assert rows(t) == {1: 1, 2: 1}
     put(t, {3: 3})
-    t.expire(older_than=NOW)
+    t.expire(older_than=NOW, dry_run=False)
     assert files_on_disk(t) == {f.path for f in t.files_at(t.version)}  # the rest did go
     assert rows(t) == {1: 1, 2: 1, 3: 3}
 
@@ -450,11 +450,11 @@ def test_an_untagged_version_gives_up_its_files_at_the_next_expire(cat: mere.Cat
     put(t, {1: 1})
     t.tag("keep")
     t.truncate()
-    t.expire(older_than=NOW)
+    t.expire(older_than=NOW, dry_run=False)
     kept = {f.path for f in t.files_at(1)}
     assert kept <= files_on_disk(t)
     t.untag("keep")
-    assert set(t.expire(older_than=NOW)) == kept  # no newer version needed: same cutoff, files go now
+    assert set(t.expire(older_than=NOW, dry_run=False)) == kept  # no newer version needed: same cutoff, files go now
     assert not kept & files_on_disk(t)
 
 
@@ -537,7 +537,7 @@ def test_an_expired_version_cannot_be_tagged(cat: mere.Catalog) -> None:
     t = new_table(cat)
     put(t, {1: 1})
     put(t, {1: 2})
-    t.expire(older_than=NOW)
+    t.expire(older_than=NOW, dry_run=False)
     with pytest.raises(errors.NoSuchVersion, match="expired"):
         t.tag("late", 1)
     assert t.tags() == {}
@@ -549,7 +549,7 @@ def test_an_existing_tag_name_is_the_error_even_for_an_expired_version(cat: mere
     put(t, {1: 1})
     put(t, {1: 2})
     t.tag("keep", 2)
-    t.expire(older_than=NOW)
+    t.expire(older_than=NOW, dry_run=False)
     with pytest.raises(errors.TagExists):
         t.tag("keep", 1)
     with pytest.raises(errors.NoSuchVersion, match="expired"):

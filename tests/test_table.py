@@ -1441,7 +1441,7 @@ def test_cleanup_removes_only_unreferenced_files(cat: mere.Catalog) -> None:
     orphan_rel = f"{t.location}/day={D1}/bucket-00000/part-orphan.parquet"
     pq.write_table(pa.table({"x": [1]}), local_path(t, orphan_rel))
     versions = {v: read(t, version=v) for v in range(t.version + 1)}
-    removed = t.cleanup(older_than=dt.timedelta(0))
+    removed = t.cleanup(older_than=dt.timedelta(0), dry_run=False)
     assert removed == [orphan_rel]
     assert not os.path.exists(local_path(t, orphan_rel))
     assert {v: read(t, version=v) for v in range(t.version + 1)} == versions

@@ -149,7 +149,9 @@ class CommitResult:
     """What a write committed: the new version and what changed in it.
 
     ``already_committed`` is True when an idempotency key named a commit that had landed before: the
-    result then describes that earlier commit and nothing new was written.
+    result then describes that earlier commit and nothing new was written. ``no_change`` is True when the
+    write had nothing to commit (no rows to write, none to remove, no property or schema change): no version
+    was made, ``version`` is the version the write read, and every count is 0.
     """
 
     version: int
@@ -162,6 +164,23 @@ class CommitResult:
     bytes_added: int
     already_committed: bool = False
     snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
+    no_change: bool = False
+
+    @staticmethod
+    def unchanged(snapshot: Snapshot, operation: str) -> CommitResult:
+        """The result of a write of ``operation`` that committed nothing on top of ``snapshot``."""
+        return CommitResult(
+            version=snapshot.version,
+            operation=operation,
+            committed_at=snapshot.committed_at,
+            rows_written=0,
+            rows_deleted=0,
+            files_added=0,
+            files_removed=0,
+            bytes_added=0,
+            snapshot=snapshot,
+            no_change=True,
+        )
 
     @staticmethod
     def of(snapshot: Snapshot, already_committed: bool = False) -> CommitResult:
@@ -198,10 +217,12 @@ class CommitResult:
         if self.rows_deleted:
             parts.append(f"rows_deleted={self.rows_deleted}")
         parts.append(f"files=+{self.files_added}/-{self.files_removed}")
-        if self.snapshot is not None and self.snapshot.partitions is not None:
+        if self.snapshot is not None and self.snapshot.partitions is not None and not self.no_change:
             parts.append(f"partitions={len(self.snapshot.partitions)}")
         if self.already_committed:
             parts.append("already_committed=True")
+        if self.no_change:
+            parts.append("no_change=True")
         return f"CommitResult({', '.join(parts)})"
 
 

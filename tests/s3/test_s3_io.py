@@ -467,15 +467,15 @@ def test_cleanup_aborts_the_stale_multipart_uploads_of_its_table_only(
     pending = {u["Key"] for u in pending_uploads(seaweed, s3_bucket)}
     assert {mine, theirs} <= pending
     before = (t.version, sorted(t.files().column("path").to_pylist()), sorted_rows(t.to_arrow()))
-    assert t.cleanup() == []  # an hour's grace: uploads still in flight keep going
-    removed = t.cleanup(older_than=dt.timedelta(0))
+    assert t.cleanup(dry_run=False) == []  # an hour's grace: uploads still in flight keep going
+    removed = t.cleanup(older_than=dt.timedelta(0), dry_run=False)
     assert [p for p in removed if p.endswith("part-killed.parquet")] == [
         f"{t.location}/bucket-00000/part-killed.parquet"
     ]
     pending = {u["Key"] for u in pending_uploads(seaweed, s3_bucket)}
     assert mine not in pending and theirs in pending
     assert (t.version, sorted(t.files().column("path").to_pylist()), sorted_rows(t.to_arrow())) == before
-    assert other.cleanup(older_than=dt.timedelta(0)) and not pending_uploads(seaweed, s3_bucket)
+    assert other.cleanup(older_than=dt.timedelta(0), dry_run=False) and not pending_uploads(seaweed, s3_bucket)
 
 
 def test_a_failure_while_encoding_publishes_nothing(

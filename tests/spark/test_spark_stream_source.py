@@ -170,7 +170,7 @@ def test_expired_start_raises_no_such_version(wh: str) -> None:
     t = _table(wh)
     for i in range(3):
         t.upsert(_rows(3, start=i))
-    t.expire(older_than=dt.timedelta(0))  # only version 3 stays readable
+    t.expire(older_than=dt.timedelta(0), dry_run=False)  # only version 3 stays readable
     with pytest.raises(NoSuchVersion, match="expired"):
         _reader(wh, startingVersion="2").initialOffset()
     reader = _reader(wh)  # the snapshot needs only the newest version
@@ -260,7 +260,7 @@ def test_stream_errors_reach_the_query(spark: SparkSession, wh: str, tmp_path: P
         _stream(spark, wh, startingVersion="soon")
     with pytest.raises(Exception, match="readChangeFeed"):
         read(spark, wh, "src.orders", readChangeFeed="true").collect()  # a batch read is refused
-    t.expire(older_than=dt.timedelta(0))
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
     with pytest.raises(Exception, match="NoSuchVersion"):  # when the query starts, before any batch
         _batches(_stream(spark, wh, startingVersion=1), tmp_path / "expired")
 

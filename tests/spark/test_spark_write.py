@@ -148,7 +148,7 @@ def test_failed_task_leaves_table_unchanged(spark: SparkSession, wh: str) -> Non
     assert (
         orphans
     )  # the failing task was stopped after it had staged files: nobody can delete them but cleanup
-    removed = t.cleanup(older_than=dt.timedelta(0))
+    removed = t.cleanup(older_than=dt.timedelta(0), dry_run=False)
     assert set(removed) == orphans and not _unreferenced(t)
     assert _py(t) == before
 

@@ -253,6 +253,7 @@ class SqlCatalog:
         self._pid = -1
         self._engine: Engine | None = None
         self._ready = False
+        self._names: dict[int, str] = {}  # table id -> name, for errors (see _label)
         try:
             parsed = sa.engine.make_url(url)
         except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
@@ -521,7 +522,7 @@ class SqlCatalog:
             return TableRecord(table_id, namespace, name, table_uuid, location, spec, 0)
 
         try:
-            return self._run(run)
+            return self._named(self._run(run))
         except IntegrityError as e:
             raise TableExists(f"table {namespace}.{name} already exists") from e
 
@@ -542,9 +543,18 @@ class SqlCatalog:
                 if known is None:
                     raise NoSuchTable(f"table {namespace}.{name} does not exist (no namespace {namespace!r})")
                 raise NoSuchTable(f"table {namespace}.{name} does not exist")
-        return TableRecord(
-            row.id, row.namespace, row.name, row.uuid, row.location, row.spec, int(row.version)
+        return self._named(
+            TableRecord(row.id, row.namespace, row.name, row.uuid, row.location, row.spec, int(row.version))
         )
+
+    def _named(self, record: TableRecord) -> TableRecord:
+        self._names[record.id] = f"{record.namespace}.{record.name}"
+        return record
+
+    def _label(self, table_id: int) -> str:
+        """How errors name a table: by its name where this catalog loaded it (the usual case)."""
+        name = self._names.get(table_id)
+        return f"table {name}" if name is not None else f"table id {table_id}"
 
     @_wraps_database_errors("list tables")
     def list_tables(self, namespace: str | None = None) -> list[str]:
@@ -591,7 +601,7 @@ class SqlCatalog:
         with self.engine.connect() as conn:
             v = conn.execute(sa.select(column).where(tables.c.id == table_id)).scalar()
         if v is None:
-            raise NoSuchTable(f"table id {table_id} no longer exists")
+            raise NoSuchTable(f"{self._label(table_id)} no longer exists")
         return int(v)
 
     def current_version(self, table_id: int) -> int:
@@ -603,11 +613,10 @@ class SqlCatalog:
         with self.engine.connect() as conn:
             return self._version_range(conn, table_id)
 
-    @staticmethod
-    def _version_range(conn: Connection, table_id: int) -> tuple[int, int]:
+    def _version_range(self, conn: Connection, table_id: int) -> tuple[int, int]:
         r = conn.execute(_VERSION_RANGE, {"table_id": table_id}).first()
         if r is None:
-            raise NoSuchTable(f"table id {table_id} no longer exists")
+            raise NoSuchTable(f"{self._label(table_id)} no longer exists")
         return int(r[0]), int(r[1])
 
     def oldest_version(self, table_id: int) -> int:
@@ -671,7 +680,7 @@ class SqlCatalog:
             q = q.with_for_update()
         row = conn.execute(q).first()
         if row is None:
-            raise NoSuchTable(f"table id {table_id} no longer exists")
+            raise NoSuchTable(f"{self._label(table_id)} no longer exists")
         return row
 
     @staticmethod
@@ -714,7 +723,7 @@ class SqlCatalog:
                     raise NoSuchVersion(
                         f"version {v} has expired (readable: {oldest}..{current} and tagged versions)"
                     )
-                raise NoSuchVersion(f"the table has versions {oldest}..{current}; got {v}")
+                raise NoSuchVersion(f"{self._label(table_id)} has versions {oldest}..{current}; got {v}")
             if existing is not None:
                 conn.execute(
                     tags.update()
@@ -824,7 +833,7 @@ class SqlCatalog:
                 return None
             current = conn.execute(sa.select(tables.c.spec).where(tables.c.id == table_id)).scalar()
         if current is None:
-            raise NoSuchTable(f"table id {table_id} no longer exists")
+            raise NoSuchTable(f"{self._label(table_id)} no longer exists")
         return str(current)
 
     @_wraps_database_errors("find a version by time")
@@ -847,7 +856,7 @@ class SqlCatalog:
             created = (
                 "" if first is None else f": it was created at {micros_to_datetime(int(first)).isoformat()}"
             )
-            raise NoSuchVersion(f"the table has no version at or before {when}{created}")
+            raise NoSuchVersion(f"{self._label(table_id)} has no version at or before {when}{created}")
         return int(v)
 
     @_wraps_database_errors("list a version's files")
@@ -932,7 +941,7 @@ class SqlCatalog:
         with self.engine.connect() as conn:
             oldest = conn.execute(sa.select(tables.c.oldest_version).where(tables.c.id == table_id)).scalar()
             if oldest is None:
-                raise NoSuchTable(f"table id {table_id} no longer exists")
+                raise NoSuchTable(f"{self._label(table_id)} no longer exists")
             return self._snapshots(conn, table_id, int(oldest), q, tags_needed=True)
 
     @staticmethod
@@ -975,9 +984,9 @@ class SqlCatalog:
                 is not None
             )
         if oldest is None:
-            raise NoSuchTable(f"table id {table_id} no longer exists")
+            raise NoSuchTable(f"{self._label(table_id)} no longer exists")
         if r is None:
-            raise NoSuchVersion(f"table id {table_id} has no version {version}")
+            raise NoSuchVersion(f"{self._label(table_id)} has no version {version}")
         return _snapshot(r, expired=version < int(oldest) and not tagged)
 
     @_wraps_database_errors("read a version")
@@ -1034,7 +1043,7 @@ class SqlCatalog:
                 q = q.with_for_update()
             current = conn.execute(q).scalar()
             if current is None:
-                raise NoSuchTable(f"table id {table_id} was dropped before the commit")
+                raise NoSuchTable(f"{self._label(table_id)} was dropped before the commit")
             current = int(current)
             if restores is not None:
                 oldest = int(
@@ -1044,7 +1053,7 @@ class SqlCatalog:
                 )
                 if not self._readable(conn, table_id, restores, current, oldest):
                     raise NoSuchVersion(
-                        f"table id {table_id}: version {restores} was expired before the rollback committed"
+                        f"{self._label(table_id)}: version {restores} was expired before the rollback committed"
                     )
             if idempotency_key is not None:
                 prior = conn.execute(
@@ -1056,7 +1065,7 @@ class SqlCatalog:
                     return CommitResult.of(_snapshot(prior), already_committed=True)
             if current < base_version:
                 raise CommitConflict(
-                    f"table id {table_id} is at version {current}, older than {base_version}"
+                    f"{self._label(table_id)} is at version {current}, older than {base_version}"
                 )
             if current != base_version and validate is not None:
                 validate(self._changes_since(conn, table_id, base_version, current))
@@ -1077,7 +1086,7 @@ class SqlCatalog:
                     done += res.rowcount
                 if done != len(remove_ids):
                     raise CommitConflict(
-                        f"table id {table_id}: {len(remove_ids) - done} file(s) this commit replaces were already "
+                        f"{self._label(table_id)}: {len(remove_ids) - done} file(s) this commit replaces were already "
                         "removed by a concurrent commit"
                     )
             if add:
@@ -1120,7 +1129,7 @@ class SqlCatalog:
                 tables.update().where(tables.c.id == table_id, tables.c.version == current).values(**changes)
             )
             if res.rowcount != 1:
-                raise CommitConflict(f"table id {table_id} moved past version {current} during the commit")
+                raise CommitConflict(f"{self._label(table_id)} moved past version {current} during the commit")
             return CommitResult.of(Snapshot.from_stored(new, ts, operation, summary))
 
         try:
@@ -1130,7 +1139,7 @@ class SqlCatalog:
                 prior = self.find_idempotent(table_id, idempotency_key)
                 if prior is not None:
                     return CommitResult.of(prior, already_committed=True)
-            raise CatalogError(f"commit to table id {table_id} violated a catalog constraint: {e}") from e
+            raise CatalogError(f"commit to {self._label(table_id)} violated a catalog constraint: {e}") from e
         except OperationalError as e:
             # The connection may have died after the server committed: look for our token.
             try:
@@ -1138,12 +1147,12 @@ class SqlCatalog:
                     r = conn.execute(sa.select(commits).where(commits.c.token == token)).first()
             except OperationalError:
                 raise CommitStateUnknown(
-                    f"commit to table id {table_id} may or may not have landed: {e}"
+                    f"commit to {self._label(table_id)} may or may not have landed: {e}"
                 ) from e
             if r is not None:
                 return CommitResult.of(_snapshot(r))
             raise CommitFailed(
-                f"commit to table id {table_id} did not land (nothing changed): {_first_line(e)}"
+                f"commit to {self._label(table_id)} did not land (nothing changed): {_first_line(e)}"
             ) from e
 
     def _changes_since(self, conn: Connection, table_id: int, base: int, current: int) -> ConcurrentChanges:

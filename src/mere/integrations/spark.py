@@ -39,7 +39,9 @@ transaction. A failed job leaves the table unchanged; files orphaned by killed t
 and :meth:`mere.Table.cleanup` removes them. Rows of a CDC DataFrame (with the table's change column) are
 applied in order within a Spark partition; changes to one key must sit in one partition in order.
 Write options: ``operation`` (upsert, append, delete, overwrite), ``partition`` (JSON object: overwrite
-only that partition), ``idempotency_key`` (a rerun with the same key is not applied twice), ``flush_rows``
+only that partition), ``partitionOverwriteMode`` (``static`` or ``dynamic``; default: the session's
+``spark.sql.sources.partitionOverwriteMode``, ``static`` unless set: in dynamic mode an overwrite replaces
+only the partitions the DataFrame has rows in, as Delta and Iceberg do), ``idempotency_key`` (a rerun with the same key is not applied twice), ``flush_rows``
 (rows a task buffers before it writes files, default 250,000), and to create
 a missing table: ``primary_key``, ``partition_by`` (comma-separated), ``buckets``, ``cdc_column``,
 ``merge_operators`` (JSON object), or ``create`` = ``true`` for a table without key. Without one of
@@ -156,6 +158,10 @@ FLUSH_BYTES = 256 << 20
 STREAM_QUERY_ID_PROPERTY = (
     "sql.streaming.queryId"  # Spark's local property: the query id kept in the checkpoint
 )
+# Spark hands every SQL conf the session set to its tasks as local properties; the Python planner that
+# runs DataSource.writer() sees none of them, so write tasks read this one and report it to commit().
+OVERWRITE_MODE_CONF = "spark.sql.sources.partitionOverwriteMode"
+OVERWRITE_MODES = ("static", "dynamic")
 WRITE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
 
 __all__ = [
@@ -212,6 +218,7 @@ WRITE_OPTIONS = (
     "flush_rows",
     "query_id",
     "mergeschema",
+    "partitionoverwritemode",
     *CREATE_OPTIONS,
 )
 SPARK_OPTIONS = ("checkpointlocation", "paths")  # set by Spark itself for some reads and streams
@@ -678,6 +685,7 @@ class MereCommitMessage(WriterCommitMessage):
     staged: list[StagedWrite] = field(default_factory=list)
     rows: int = 0
     query_id: str | None = None
+    overwrite_mode: str | None = None  # the session's spark.sql.sources.partitionOverwriteMode, as tasks see it
 
 
 def _chunks(batches: Iterator[pa.RecordBatch], flush_rows: int = FLUSH_ROWS) -> Iterator[pa.Table]:
@@ -761,6 +769,8 @@ class _WriteJob:
     evolved_spec: str | None = None  # mergeSchema: the spec with the DataFrame's new columns
     base_spec: str | None = None  # ... and the one it was derived from
     created_version: int | None = None  # the write created the table (at this version): abort drops it
+    overwrite_mode: str | None = None  # option partitionOverwriteMode; None: the session's conf decides
+    streaming: bool = False
 
     @staticmethod
     def plan(
@@ -811,6 +821,11 @@ class _WriteJob:
         partition = _json_object("partition", opts.get("partition"))
         if partition is not None and operation != "overwrite":
             raise InvalidInput(f"{ref.name}: option 'partition' applies to mode('overwrite') only")
+        overwrite_mode = _overwrite_mode(ref.name, opts.get("partitionoverwritemode"), "option")
+        if overwrite_mode is not None and (operation != "overwrite" or streaming):
+            raise InvalidInput(
+                f"{ref.name}: option 'partitionOverwriteMode' applies to batch writes with mode('overwrite') only"
+            )
         names = set(table.schema.names) | ({table.spec.cdc_column} if table.spec.cdc_column else set())
         unknown = [c for c in schema.fieldNames() if c not in names]
         evolved: str | None = None
@@ -841,6 +856,8 @@ class _WriteJob:
             evolved,
             table.spec.to_json() if evolved else None,
             None if streaming else created,  # a stream's failed batch is retried into the same table
+            overwrite_mode,
+            streaming,
         )
 
     def open(self) -> Table:
@@ -879,14 +896,37 @@ class _WriteJob:
                         staged.append(pending.result())
                 table.abort(staged)
                 raise
-        return MereCommitMessage(staged, sum(s.rows for s in staged), query_id)
+        return MereCommitMessage(staged, sum(s.rows for s in staged), query_id, _task_overwrite_mode())
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], key: str | None) -> None:
         table = self.open()
-        staged = [s for m in messages if isinstance(m, MereCommitMessage) for s in m.staged]
-        if not any(s.files for s in staged) and self.operation != "overwrite":
+        ours = [m for m in messages if isinstance(m, MereCommitMessage)]
+        staged = [s for m in ours for s in m.staged]
+        dynamic = self.operation == "overwrite" and self.dynamic_overwrite(ours)
+        if not any(s.files for s in staged) and (self.operation != "overwrite" or dynamic):
             return  # nothing written: no new version
-        table.commit(staged, operation=self.operation, partition=self.partition, idempotency_key=key)
+        table.commit(
+            staged, operation=self.operation, partition=self.partition, idempotency_key=key, dynamic=dynamic
+        )
+
+    def dynamic_overwrite(self, messages: Sequence[MereCommitMessage]) -> bool:
+        """Whether this overwrite replaces only the partitions it writes: the write's option, else the
+        session's ``spark.sql.sources.partitionOverwriteMode`` as its tasks saw it (static by default)."""
+        if self.streaming:
+            return False  # complete mode: the query's whole result replaces the table
+        if self.overwrite_mode is not None:
+            return self.overwrite_mode == "dynamic"
+        if not messages:
+            # No task ran, so the session's mode is unknown: static would empty the table, dynamic keep it.
+            raise InvalidInput(
+                f"{self.ref.name}: no write task reported the session's {OVERWRITE_MODE_CONF}; nothing was "
+                "changed. Give .option('partitionOverwriteMode', 'static' or 'dynamic')"
+            )
+        seen = {m.overwrite_mode or "static" for m in messages}
+        if len(seen) > 1:
+            raise InvalidInput(f"{self.ref.name}: write tasks saw different {OVERWRITE_MODE_CONF}: {sorted(seen)}")
+        mode = _overwrite_mode(self.ref.name, seen.pop(), "session conf")
+        return mode == "dynamic"
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], key: str | None) -> None:
         table = self.open()
@@ -911,6 +951,23 @@ class MereWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self.job.abort(messages, self.job.idempotency_key)
+
+
+def _overwrite_mode(table: str, value: str | None, where: str) -> str | None:
+    if value is None or not value.strip():
+        return None
+    mode = value.strip().lower()
+    if mode not in OVERWRITE_MODES:
+        name = "partitionOverwriteMode" if where == "option" else OVERWRITE_MODE_CONF
+        raise InvalidInput(f"{table}: {where} {name} must be static or dynamic, got {value!r}")
+    return mode
+
+
+def _task_overwrite_mode() -> str | None:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return None if ctx is None else ctx.getLocalProperty(OVERWRITE_MODE_CONF)
 
 
 def _task_query_id() -> str | None:

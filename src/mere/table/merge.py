@@ -140,7 +140,7 @@ def commit_staged_merges(table: Table, staged: Sequence[StagedMerge]) -> MergeMe
         counts["unchanged"],
         len(files),
         time.perf_counter() - started,
-        result.version,
+        None if result.no_change else result.version,
         counts["rows_read"],
         counts["splits_read"],
     )
@@ -380,7 +380,7 @@ class Merge:
             m["unchanged"],
             m["files"],
             time.perf_counter() - started,
-            result.version,
+            None if result.no_change else result.version,
             m["rows_read"],
             m["splits_read"],
         )

@@ -625,9 +625,17 @@ class Table:
         """Remove every row as one new version, without writing anything (earlier versions stay readable)."""
         return self._write_once(None, lambda tx: tx.truncate())
 
-    def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> CommitResult:
-        """Replace the whole table, or the partitions matching ``partition``, with ``data``."""
-        return self._write_once(None, lambda tx: tx.overwrite(data, partition))
+    def overwrite(
+        self, data: Any, partition: Mapping[str, Any] | None = None, *, dynamic: bool = False
+    ) -> CommitResult:
+        """Replace the whole table, or the partitions matching ``partition``, with ``data``.
+
+        ``dynamic=True`` replaces only the partitions ``data`` has rows in (Spark's dynamic partition
+        overwrite): other partitions keep their rows, and empty ``data`` changes nothing. With
+        ``partition`` too, ``data``'s rows must lie in it. A table without partition columns is replaced
+        whole either way.
+        """
+        return self._write_once(None, lambda tx: tx.overwrite(data, partition, dynamic=dynamic))
 
     def set_properties(self, updates: Mapping[str, str | int | None]) -> CommitResult:
         """Set (or, with None, remove) table properties, as a new version; checked before anything commits.
@@ -722,12 +730,17 @@ class Table:
         operation: str | None = None,
         partition: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        dynamic: bool = False,
     ) -> CommitResult:
         """Commit staged writes of one operation as one new version (the driver half).
 
-        Files of different stages are ordered as given: for equal keys a later stage wins.
+        Files of different stages are ordered as given: for equal keys a later stage wins. An
+        ``overwrite`` replaces the whole table, the partitions matching ``partition``, or with
+        ``dynamic=True`` the partitions the staged files hold (see :meth:`overwrite`).
         """
         _check_key(self.name, idempotency_key)
+        if not isinstance(dynamic, bool):
+            raise InvalidInput(f"{self.name}: dynamic must be True or False, got {dynamic!r}")
         if (
             isinstance(staged, StagedWrite)
             or not isinstance(staged, Sequence)
@@ -748,8 +761,8 @@ class Table:
         if operation is not None and ops and ops != {operation}:
             raise InvalidInput(f"{self.name}: staged {sorted(ops)} cannot commit as {operation!r}")
         operation = operation or (ops.pop() if ops else ("upsert" if self.spec.has_primary_key else "append"))
-        if partition is not None and operation != "overwrite":
-            raise InvalidInput("partition= applies to overwrite only")
+        if (partition is not None or dynamic) and operation != "overwrite":
+            raise InvalidInput(f"{self.name}: partition= and dynamic= apply to overwrite only")
         entries = [
             replace(f, order=i, id=None, seq=None, added_version=None)
             for i, f in enumerate(f for s in staged for f in s.files)
@@ -770,7 +783,7 @@ class Table:
             if operation == "overwrite":
                 wanted = self._wanted_partition(partition)
                 self._check_partition(wanted, [json.loads(e.partition) for e in entries])
-                tx._add(tx._overwriting("overwrite", entries, rows, wanted))
+                tx._add(tx._overwriting("overwrite", entries, rows, wanted, dynamic=dynamic))
             elif operation == "delete":
                 tx._add(Change("delete", entries, rows, {"deleted_keys": rows}))
             else:
@@ -1104,11 +1117,16 @@ class Table:
         """Delete files written by compaction tasks that will not be committed."""
         self._discard([f for files in results for f in files])
 
-    def expire(self, older_than: dt.timedelta = dt.timedelta(days=7), *, dry_run: bool = False) -> list[str]:
-        """Give up time travel to versions older than ``older_than`` and delete the files only they used.
+    def expire(self, older_than: dt.timedelta = dt.timedelta(days=7), *, dry_run: bool = True) -> list[str]:
+        """List, or with ``dry_run=False`` delete, what versions older than ``older_than`` alone need.
 
-        The version current at the cutoff stays readable. Returns the deleted paths; with ``dry_run`` the
-        paths that would be deleted, changing nothing.
+        By default nothing changes: the call returns the paths an expiry would delete (the CLI's
+        ``mere expire`` without ``--apply`` does the same). With ``dry_run=False`` the versions committed
+        before the cutoff stop being readable (time travel to them, ``changes()`` from them and rollbacks
+        to them raise :class:`~mere.errors.NoSuchVersion`) and the data files and change logs that only
+        those versions used are deleted from storage, for good. Never deleted: the files of the version
+        current at the cutoff (it stays readable), of every newer version, and of versions a tag holds.
+        Returns the deleted paths (with ``dry_run``, the paths that would be deleted).
         """
         _check_age(self.name, older_than)
         _check_flag(self.name, "dry_run", dry_run)
@@ -1179,14 +1197,17 @@ class Table:
         return sorted(gone - still)
 
     def cleanup(
-        self, older_than: dt.timedelta = dt.timedelta(hours=1), *, dry_run: bool = False
+        self, older_than: dt.timedelta = dt.timedelta(hours=1), *, dry_run: bool = True
     ) -> list[str]:
-        """Delete files under the table's location that no version references (failed or killed writes),
-        and on object stores abort the multipart uploads such writes left pending.
+        """List, or with ``dry_run=False`` delete, files under the table's location that no version
+        references (left by failed or killed writes), and on object stores abort the multipart uploads
+        such writes left pending.
 
-        Only files and uploads older than ``older_than`` go, so writes still in flight keep theirs.
-        Returns the removed paths; with ``dry_run`` the files that would be removed, deleting nothing
-        (pending multipart uploads are then neither listed nor aborted).
+        By default nothing is deleted: the call returns the files that would go (the CLI's ``mere cleanup``
+        without ``--apply`` does the same; pending multipart uploads are then neither listed nor
+        aborted). Only files and uploads older than ``older_than`` go, so writes still in flight keep
+        theirs; no file any version (expired ones included) references is ever touched. Returns the
+        removed paths.
         """
         _check_age(self.name, older_than)
         _check_flag(self.name, "dry_run", dry_run)

@@ -196,9 +196,14 @@ class Transaction:
             return self._add_read(lambda base: update_change(t, set, where, base), "an update")
         return self._add_read(lambda base: rewrite_update_change(t, set, where, base), "an update")
 
-    def overwrite(self, data: Any, partition: Mapping[str, Any] | None = None) -> Transaction:
-        """Replace the whole table, or the partitions matching ``partition``, with ``data``."""
+    def overwrite(
+        self, data: Any, partition: Mapping[str, Any] | None = None, *, dynamic: bool = False
+    ) -> Transaction:
+        """Replace the whole table, or the partitions matching ``partition``, with ``data``; with
+        ``dynamic=True`` only the partitions ``data`` has rows in (see :meth:`Table.overwrite
+        <mere.Table.overwrite>`)."""
         t = self._open()
+        _check_dynamic(t.name, dynamic)
         wanted = t._wanted_partition(partition)
         self._reads_first("overwrite")
         files, rows = t._write_data(
@@ -206,7 +211,7 @@ class Transaction:
             partial_ok=False,
             check=lambda prepared: t._check_partition(wanted, [p.partition for p in prepared]),
         )
-        return self._add(self._overwriting("overwrite", files, rows, wanted))
+        return self._add(self._overwriting("overwrite", files, rows, wanted, dynamic=dynamic))
 
     def truncate(self) -> Transaction:
         """Remove every row, writing nothing."""
@@ -268,6 +273,8 @@ class Transaction:
             self._state = "aborted"
             raise
         self._state = "committed"
+        if result.no_change:
+            return result
         if self._properties is not None or self._schema is not None:
             t.refresh()
         elif not result.already_committed:
@@ -344,6 +351,9 @@ class Transaction:
         }
         if len(self.changes) > 1 or (self.changes and spec is not None):
             summary["operations"] = [c.operation for c in self.changes] + self._spec_operations()
+        if not (add or summary["removed_files"] or spec is not None or self._restores() is not None):
+            # Nothing to write, remove or change: no version (one rule for every write path).
+            return CommitResult.unchanged(t._sql.snapshot(t.record.id, base), self._operation())
 
         def validate(changes: ConcurrentChanges) -> None:
             for v in validators:
@@ -368,7 +378,7 @@ class Transaction:
                 validate=validate,
                 idempotency_key=self.idempotency_key,
                 spec=spec,
-                restores=next((c.restores for c in self.changes if c.restores is not None), None),
+                restores=self._restores(),
             )
         except CommitConflict:
             t._discard(logs)
@@ -405,6 +415,9 @@ class Transaction:
         return (["set-properties"] if self._properties is not None else []) + (
             ["evolve-schema"] if self._schema is not None else []
         )
+
+    def _restores(self) -> int | None:
+        return next((c.restores for c in self.changes if c.restores is not None), None)
 
     def _operation(self) -> str:
         # A write that adds columns (evolve=True, mergeSchema) is named by the write.
@@ -497,31 +510,51 @@ class Transaction:
         return rewrite_files(self.table, where, base, drop, "delete", "deleted_rows")
 
     def _overwriting(
-        self, operation: str, files: list[FileEntry], rows: int, wanted: dict[str, str | None] | None
+        self,
+        operation: str,
+        files: list[FileEntry],
+        rows: int,
+        wanted: dict[str, str | None] | None,
+        *,
+        dynamic: bool = False,
     ) -> Change:
+        """An overwrite's change: it replaces the files of the whole table, of the partitions matching
+        ``wanted``, or (``dynamic`` on a partitioned table) of exactly the partitions ``files`` hold."""
         t = self.table
+        # Dynamic on a table without partition columns replaces the whole table, as in Spark and Delta.
+        present = (
+            {_partition_values(f.partition) for f in files} if dynamic and t.spec.partition_by else None
+        )
+
+        def hit(partition: str) -> bool:
+            if present is not None and _partition_values(partition) not in present:
+                return False
+            return wanted is None or _partition_matches(partition, wanted)
+
+        whole = wanted is None and present is None
 
         def replaces(base: int) -> list[FileEntry]:
-            return [f for f in t.files_at(base) if wanted is None or _partition_matches(f.partition, wanted)]
+            return [f for f in t.files_at(base) if hit(f.partition)]
 
         def touched(removed: list[FileEntry]) -> list[str] | None:
-            return (
-                None
-                if wanted is None
-                else sorted({f.partition for f in removed} | {f.partition for f in files})
-            )
+            return None if whole else sorted({f.partition for f in removed} | {f.partition for f in files})
 
         def validate(changes: ConcurrentChanges) -> None:
             # A concurrent write to the partitions being replaced: replace what is there now instead.
             other = changes.partitions_touched()
-            if wanted is None or other is None or any(_partition_matches(p, wanted) for p in other):
+            if whole or other is None or any(hit(p) for p in other):
                 raise CommitConflict(f"{t.name}: a concurrent commit wrote to the overwritten data")
 
+        extra: dict[str, Any] = {}
+        if operation == "overwrite":
+            extra["overwrite"] = wanted
+            if present is not None:
+                extra["overwrite_mode"] = "dynamic"
         return Change(
             operation,
             files,
             rows,
-            {"overwrite": wanted} if operation == "overwrite" else {},
+            extra,
             replaces=replaces,
             partitions=touched,
             validate=validate,
@@ -650,6 +683,16 @@ def _typed(spec: TableSpec, values: Mapping[str, str | None]) -> dict[str, Any]:
     from mere.read.planner import typed_partition
 
     return typed_partition(spec, values)
+
+
+def _partition_values(partition: str) -> tuple[tuple[str, str | None], ...]:
+    """A partition's values in a form that compares equal whatever the JSON's spelling."""
+    return tuple(sorted(json.loads(partition).items()))
+
+
+def _check_dynamic(table: str, dynamic: Any) -> None:
+    if not isinstance(dynamic, bool):
+        raise InvalidInput(f"{table}: dynamic must be True or False, got {dynamic!r}")
 
 
 def _partition_matches(partition: str, wanted: Mapping[str, str | None]) -> bool:
