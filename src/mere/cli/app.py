@@ -954,7 +954,7 @@ def compact_command(
         if due is None:
             result = t.compact(min_files=min_files, partition=wanted, run=run)
         else:
-            result = t.compact(partition=wanted, run=run, splits=due) if due else None
+            result = t.compact(partition=wanted, run=run, splits=due, tiered=True) if due else None
     info: dict[str, Any] = {"table": t.name, "compacted": result is not None}
     if result is not None:
         info |= {

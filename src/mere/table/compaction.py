@@ -12,6 +12,7 @@ another compaction) raises :class:`~mere.errors.CommitConflict` and deletes the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,13 +20,58 @@ import pyarrow as pa
 
 from mere.io import Storage
 from mere.metadata import FileEntry
-from mere.read.merge import sort_indices
+from mere.read.evolution import whole_file_as_table
+from mere.read.merge import group_starts, reduce_versions, sort_indices
+from mere.read.planner import FileTask
 from mere.read.reader import SplitReader, gather_batches
-from mere.spec import OP_COLUMN, OP_PUT, TableSpec
+from mere.spec import OP_COLUMN, OP_DELETE, OP_PUT, TableSpec
 from mere.table.scan import ScanTask, storage_for
 from mere.write.writer import PreparedFile, write_prepared
 
 CHUNK_ROWS = 1 << 20  # rows sorted and written per output file
+# Automatic compaction folds the newest runs together while the next older run is at most this much
+# larger than them (percent), so runs grow geometrically and each row is rewritten O(log n) times.
+TIERED_SIZE_RATIO = 100
+# A fold of the newest runs holds them in memory at once; bigger ones fold the whole split (streamed).
+PARTIAL_FOLD_MAX_BYTES = 256 << 20
+
+
+def runs_to_fold(
+    sizes: Sequence[int], rows: Sequence[int], min_files: int, amplification_percent: int | None = None
+) -> int:
+    """How many of a split's newest runs an automatic (tiered) compaction folds into one: 0 for none,
+    ``len(sizes)`` for all of them (a full fold). ``sizes`` are the runs' bytes and ``rows`` their row
+    counts, newest first.
+
+    Due at ``min_files`` runs (or, with ``amplification_percent``, when the runs besides the largest hold
+    that share of its bytes: then all of them). It folds at least the newest ``n - min_files // 2 + 1``
+    (a fold leaves half the trigger's runs, so the next is a few commits away), then every older run
+    holding not many more rows than those picked (:data:`TIERED_SIZE_RATIO`; rows, not bytes: a tiny
+    file is mostly its footer). A table fed by tiny commits thus rewrites small runs often and its big
+    runs rarely, where folding whole splits would rewrite the table every ``min_files`` commits.
+    """
+    n = len(sizes)
+    if n < 2:
+        return 0
+    largest = max(sizes)
+    if amplification_percent is not None and (sum(sizes) - largest) * 100 >= amplification_percent * largest:
+        return n
+    if n < min_files:
+        return 0
+    k = max(2, n - min_files // 2 + 1)
+    picked = sum(rows[:k])
+    while k < n and rows[k] * 100 <= picked * (100 + TIERED_SIZE_RATIO):
+        picked += rows[k]
+        k += 1
+    return k
+
+
+def can_fold_partially(files: Sequence[FileTask]) -> bool:
+    """Whether these newest runs of a split can fold into one run that older runs still merge under:
+    every file holds whole rows (or is a file of delete markers), and they fit in memory together."""
+    return all(f.content == "delete" or f.columns is None for f in files) and (
+        sum(f.size_bytes for f in files) <= PARTIAL_FOLD_MAX_BYTES
+    )
 
 
 @dataclass(frozen=True)
@@ -38,6 +84,9 @@ class CompactionTask:
     row_group_rows: int | None
     compression: str
     compression_level: int | None
+    # The split's newest runs only (see runs_to_fold): the result keeps each key's operation (a delete, a
+    # state cleared, or a change to merge into the older runs), where a full fold writes merged rows.
+    partial: bool = False
 
     @property
     def bucket(self) -> int:
@@ -58,6 +107,8 @@ class CompactionTask:
         split = self.read.split
         values = dict(split.partition)
         written: list[FileEntry] = []
+        if self.partial:
+            return self._fold_newest(storage, spec, values)
         try:
             batches = SplitReader(storage, spec, split, self.read.options).batches()
             for table in gather_batches(batches, CHUNK_ROWS):
@@ -82,6 +133,57 @@ class CompactionTask:
         except BaseException:
             storage.discard(e.path for e in written)
             raise
+        return written
+
+    def _fold_newest(
+        self, storage: Storage, spec: TableSpec, partition: dict[str, str | None]
+    ) -> list[FileEntry]:
+        """Fold the task's files (a split's newest runs) into one run: every key's versions reduced as a
+        write reduces a batch's, keeping the resulting operation, so that deletes still hide older rows
+        and merge operators still combine with them."""
+        schema = pa.schema([f.with_nullable(True) for f in spec.schema])
+        parts: list[pa.Table] = []
+        ops: list[np.ndarray] = []
+        for f in self.read.split.files:  # oldest first: a stable sort keeps each key's versions in order
+            md = storage.metadata(f.path, f.size_bytes or None)
+            raw = storage.read_row_groups(f.path, range(md.num_row_groups), None, f.size_bytes or None)
+            ops.append(np.asarray(raw.column(OP_COLUMN).to_numpy(), dtype=np.int8))
+            rows = whole_file_as_table(raw.drop_columns([OP_COLUMN]), spec, md)
+            parts.append(
+                pa.table(
+                    [
+                        rows.column(c).cast(schema.field(c).type)
+                        if c in rows.column_names
+                        else pa.nulls(rows.num_rows, schema.field(c).type)  # a file of delete markers
+                        for c in schema.names
+                    ],
+                    schema=schema,
+                )
+            )
+        versions = pa.concat_tables(parts).combine_chunks()
+        op = np.concatenate(ops) if ops else np.zeros(0, np.int8)
+        order = sort_indices([versions.column(c) for c in spec.primary_key])
+        versions = versions.take(pa.array(order))
+        op = op[order]
+        starts = group_starts([versions.column(c) for c in spec.primary_key], versions.num_rows)
+        rows, op = reduce_versions(versions, op, starts, spec.identity_columns, spec.merge_operators)
+        rows = rows.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False), pa.array(op, pa.int8()))
+        content = "data"
+        if rows.num_rows and bool((op == OP_DELETE).all()):
+            content, rows = "delete", rows.select([*spec.identity_columns, OP_COLUMN])
+        if rows.num_rows == 0:
+            return []
+        written = write_prepared(
+            storage,
+            self.location,
+            spec,
+            [PreparedFile(partition, self.read.split.bucket, rows, content)],
+            row_group_rows=self.row_group_rows,
+            compression=self.compression,
+            compression_level=self.compression_level,
+        )
+        for entry in written:
+            entry.seq = self.seq
         return written
 
 

@@ -36,7 +36,7 @@ from mere.read.planner import Explain
 from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, TableSpec
-from mere.table.compaction import CompactionPlan, CompactionTask
+from mere.table.compaction import CompactionPlan, CompactionTask, can_fold_partially, runs_to_fold
 from mere.table.evolve import SchemaUpdate, same_columns
 from mere.table.merge import Merge, MergeMetrics, StagedMerge, commit_staged_merges
 from mere.table.scan import Scan, ScanTask, normalise_columns
@@ -866,6 +866,8 @@ class Table:
         partition: Mapping[str, Any] | None = None,
         run: Callable[[Sequence[CompactionTask]], list[list[FileEntry]]] | None = None,
         splits: Collection[tuple[str, int]] | None = None,
+        *,
+        tiered: bool = False,
     ) -> CommitResult | None:
         """Fold each bucket's files into merged files; readers then merge less. Returns None if nothing to do.
 
@@ -878,13 +880,15 @@ class Table:
         ``run`` executes the tasks and returns each one's files, in task order (default: here, one after
         another); an engine passes its own to spread them (see ``mere.integrations.spark.compact``). The
         steps are also public: :meth:`plan_compaction`, :meth:`CompactionTask.run
-        <mere.table.compaction.CompactionTask.run>` and :meth:`commit_compaction`.
+        <mere.table.compaction.CompactionTask.run>` and :meth:`commit_compaction`. ``tiered=True`` folds
+        only the newest runs of each split that the automatic policy picks (see :meth:`compaction_due`).
         """
         if run is not None and not callable(run):
             raise InvalidInput(f"{self.name}: run must be a function of the compaction tasks, got {run!r}")
+        _check_flag(self.name, "tiered", tiered)
 
         def attempt() -> CommitResult | None:
-            plan = self.plan_compaction(min_files, partition, splits)
+            plan = self.plan_compaction(min_files, partition, splits, tiered=tiered)
             if not plan.remove:
                 return None
             return self.commit_compaction(plan, (run or self._run_compaction)(plan.tasks))
@@ -944,29 +948,33 @@ class Table:
         ``version`` (default: the newest); empty when none is due.
 
         A split is due when it holds ``compaction.min-files`` sorted runs or more (default 8), or, where
-        ``compaction.size-amplification-percent`` is set (size-tiered; not by default), when its runs
-        besides the largest hold that percentage of the largest's bytes or more. A run is a file, or all
-        the files one compaction wrote. When any split is due, those holding delete markers are folded
-        too."""
+        ``compaction.size-amplification-percent`` is set, when its runs besides the largest hold that
+        percentage of the largest's bytes or more. A run is a file, or all the files one compaction wrote.
+        The policy folds a due split's newest runs (see :func:`~mere.table.compaction.runs_to_fold`);
+        delete markers go when a fold reaches the split's oldest run."""
+        return sorted(self._runs_due(version))
+
+    def _runs_due(self, version: int | None) -> dict[tuple[str, int], int]:
+        """Per due split, how many of its newest runs the policy folds."""
         if not self.spec.has_primary_key:
-            return []  # tables without a key have nothing to fold
+            return {}  # tables without a key have nothing to fold
         base = self.resolve_version(version)
         min_files, percent = self.compaction_policy[1], self.compaction_size_amplification
-        runs: dict[tuple[str, int], Counter[int]] = defaultdict(Counter)
-        marked: set[tuple[str, int]] = set()
+        sizes: dict[tuple[str, int], Counter[int]] = defaultdict(Counter)
+        rows: dict[tuple[str, int], Counter[int]] = defaultdict(Counter)
         for f in self.files_at(base):
             split = (f.partition, f.bucket)
-            runs[split][f.seq or 0] += f.size_bytes  # a catalog seq is never NULL (NOT NULL)
-            if f.content == "delete":
-                marked.add(split)
-        due = set()
-        for split, sizes in runs.items():
-            largest = max(sizes.values())
-            rest = sum(sizes.values()) - largest
-            sized = percent is not None and len(sizes) > 1 and rest * 100 >= percent * largest
-            if len(sizes) >= min_files or sized:
-                due.add(split)
-        return sorted(due | marked) if due else []
+            sizes[split][f.seq or 0] += f.size_bytes  # a catalog seq is never NULL
+            rows[split][f.seq or 0] += f.row_count
+        due = {}
+        for split, by_seq in sizes.items():
+            newest = sorted(by_seq, reverse=True)
+            fold = runs_to_fold(
+                [by_seq[q] for q in newest], [rows[split][q] for q in newest], min_files, percent
+            )
+            if fold:
+                due[split] = fold
+        return due
 
     def auto_compact(self, version: int | None = None) -> CommitResult | None:
         """Compact by the table's policy: fold the splits :meth:`compaction_due` names at ``version``
@@ -977,7 +985,7 @@ class Table:
             self.resolve_version(version)  # a bad or unknown version raises, before anything runs
         try:
             due = self.compaction_due(version)
-            return self.compact(splits=due) if due else None
+            return self.compact(splits=due, tiered=True) if due else None
         except Exception as e:  # a policy run must never fail the write that triggered it
             logging.getLogger("mere").warning(
                 "%s: automatic compaction failed (%s); data unchanged", self.name, e
@@ -998,12 +1006,19 @@ class Table:
         min_files: int = 2,
         partition: Mapping[str, Any] | None = None,
         splits: Collection[tuple[str, int]] | None = None,
+        *,
+        tiered: bool = False,
     ) -> CompactionPlan:
-        """The splits :meth:`compact` would fold now, as picklable tasks for workers to run."""
+        """The splits :meth:`compact` would fold now, as picklable tasks for workers to run.
+
+        ``tiered``: each split's newest runs that the automatic policy picks (a split it finds nothing
+        due in is left alone), instead of every run of the split."""
         _check_count(self.name, "min_files", min_files)
+        _check_flag(self.name, "tiered", tiered)
         wanted = self._wanted_partition(partition)
         only = self._wanted_splits(splits)
         base = self.version
+        picks = self._runs_due(base) if tiered else {}
         if not self.spec.has_primary_key:
             return CompactionPlan(self.name, self.record.uuid, base, (), (), ())
         planned, opts = self.scan(version=base)._plan(Explain(base))
@@ -1018,8 +1033,17 @@ class Table:
                 continue
             if only is not None and (partition_json(values), split.bucket) not in only:
                 continue
-            runs = len({f.seq for f in split.files})  # the files one compaction wrote share its sequence
-            if runs < min_files and not any(f.content == "delete" for f in split.files):
+            seqs = sorted({f.seq for f in split.files}, reverse=True)  # a compaction's files share one
+            partial = False
+            if tiered:
+                fold = picks.get((partition_json(values), split.bucket), 0)
+                if not fold:
+                    continue
+                if fold < len(seqs):
+                    newest = [f for f in split.files if f.seq >= seqs[fold - 1]]
+                    if can_fold_partially(newest):
+                        split, partial = replace(split, files=tuple(newest)), True
+            elif len(seqs) < min_files and not any(f.content == "delete" for f in split.files):
                 continue
             read = ScanTask(self.storage.uri, storage_options, self.record.spec, split, opts)
             tasks.append(
@@ -1030,6 +1054,7 @@ class Table:
                     self.row_group_rows,
                     self.compression,
                     self.compression_level,
+                    partial,
                 )
             )
             remove += [i for f in split.files if (i := ids.get(f.path)) is not None]
@@ -1196,9 +1221,7 @@ class Table:
         )
         return sorted(gone - still)
 
-    def cleanup(
-        self, older_than: dt.timedelta = dt.timedelta(hours=1), *, dry_run: bool = True
-    ) -> list[str]:
+    def cleanup(self, older_than: dt.timedelta = dt.timedelta(hours=1), *, dry_run: bool = True) -> list[str]:
         """List, or with ``dry_run=False`` delete, files under the table's location that no version
         references (left by failed or killed writes), and on object stores abort the multipart uploads
         such writes left pending.

@@ -522,9 +522,7 @@ class Transaction:
         ``wanted``, or (``dynamic`` on a partitioned table) of exactly the partitions ``files`` hold."""
         t = self.table
         # Dynamic on a table without partition columns replaces the whole table, as in Spark and Delta.
-        present = (
-            {_partition_values(f.partition) for f in files} if dynamic and t.spec.partition_by else None
-        )
+        present = {_partition_values(f.partition) for f in files} if dynamic and t.spec.partition_by else None
 
         def hit(partition: str) -> bool:
             if present is not None and _partition_values(partition) not in present:
