@@ -52,8 +52,23 @@ def test_inline_policy_keeps_splits_small_and_rows_right(tmp_path: Path) -> None
     assert 100 not in {r["k"] for r in t.to_arrow().to_pylist()}
 
 
-def test_off_by_default_and_explicit_call(tmp_path: Path) -> None:
+def test_new_tables_compact_inline_by_default(tmp_path: Path) -> None:
     t = make(tmp_path)
+    assert t.properties["compaction.auto"] == "inline" and t.compaction_policy == ("inline", 8)
+    for i in range(20):
+        t.upsert(batch(list(range(10 * i, 10 * i + 10))))
+        assert files_per_split(t) < 8  # folded by the write that reached 8
+    assert len(t.to_arrow()) == 200
+    # A table whose creator gave no compaction.auto (tables created before the default) is not compacted.
+    legacy = mere.connect(str(tmp_path / "legacy")).create_table(
+        "a.t", SCHEMA, primary_key="k", buckets=2, properties={"compaction.auto": "off"}
+    )
+    legacy.set_properties({"compaction.auto": None})
+    assert "compaction.auto" not in legacy.refresh().properties and legacy.compaction_policy[0] == "off"
+
+
+def test_off_and_explicit_call(tmp_path: Path) -> None:
+    t = make(tmp_path, **{"compaction.auto": "off"})
     for i in range(7):
         t.upsert(batch(list(range(10 * i, 10 * i + 10))))  # ten keys: both buckets get a file
     assert files_per_split(t) == 7  # no policy: nothing folded
@@ -194,7 +209,11 @@ def test_size_tiered_rule_folds_a_split_whose_small_runs_outweigh_its_largest(tm
     """With the size-tiered rule set (it is off by default) and the run count out of the way, a split is
     folded when its runs besides the largest hold 200% of the largest's bytes: written in equal parts of
     new keys, at about 3 parts, then about 9, not at each write."""
-    props = {"compaction.min-files": "1000", "compaction.size-amplification-percent": "200"}
+    props = {
+        "compaction.auto": "off",
+        "compaction.min-files": "1000",
+        "compaction.size-amplification-percent": "200",
+    }
     t = mere.connect(str(tmp_path)).create_table("a.t", SCHEMA, primary_key="k", buckets=1, properties=props)
     assert make(tmp_path / "default").compaction_size_amplification is None
     compactions = []

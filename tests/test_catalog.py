@@ -16,6 +16,7 @@ import pytest
 
 import mere
 from mere import errors
+from mere.spec import default_properties
 
 SCHEMA = pa.schema([("id", pa.int64()), ("qty", pa.int64()), ("note", pa.string())])
 EVENTS = pa.schema([("ts", pa.int64()), ("note", pa.string())])
@@ -267,7 +268,7 @@ def test_catalog_survives_reconnect(cat: mere.Catalog) -> None:
     assert again.namespaces() == ["logs", "sales"]
     loaded = again.table("sales.orders")
     assert loaded.spec == t.spec
-    assert loaded.spec.properties == {"owner": "ops"}
+    assert loaded.spec.properties == default_properties(True) | {"owner": "ops"}
     assert loaded.version == 2
     assert [c.operation for c in loaded.history()] == ["create", "upsert", "upsert"]
     assert content(loaded) == {1: 1, 2: 6}

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mere
+from maintenance import MANUAL
 from mere import errors
 from mere.spec import OP_COLUMN
 from mere.table.changes import (
@@ -766,7 +767,7 @@ def test_a_concurrent_merge_update_and_delete_in_the_same_split_are_logged_again
 ) -> None:
     warehouse = str(tmp_path / "warehouse")
     t = mere.connect(warehouse, catalog=catalog_url).create_table(
-        "a.t", SMALL, primary_key="k", partition_by="p", buckets=1, properties={"changes.log": "on"}
+        "a.t", SMALL, primary_key="k", partition_by="p", buckets=1, properties={"changes.log": "on", **MANUAL}
     )
     other = mere.connect(warehouse, catalog=catalog_url).table("a.t")
     t.upsert(small([1, 2, 3], "x"))
@@ -792,7 +793,7 @@ def test_concurrent_threads_upserting_the_same_keys_lose_no_commit(tmp_path: Pat
     every commit lands, each logged commit read the version just before it, every feed applies."""
     warehouse = str(tmp_path / "warehouse")
     t = mere.connect(warehouse, catalog=catalog_url).create_table(
-        "a.t", SMALL, primary_key="k", buckets=2, properties={"changes.log": "on"}
+        "a.t", SMALL, primary_key="k", buckets=2, properties={"changes.log": "on", **MANUAL}
     )
     t.upsert(small(list(range(6)), "init"))
     failures: list[BaseException] = []

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pytest
 
 import mere
+from maintenance import MANUAL
 from mere.errors import CommitConflict
 from mere.metadata import Snapshot
 
@@ -312,7 +313,7 @@ def test_concurrent_disjoint_upserts_all_land(
             ("n", pa.int32()),
         ]
     )
-    table = cat.create_table("conc.disjoint", schema, primary_key=["id"], buckets=4)
+    table = cat.create_table("conc.disjoint", schema, primary_key=["id"], buckets=4, properties=MANUAL)
 
     reports = workers.run("disjoint", _warehouse(tmp_path), catalog_url, "conc.disjoint", [None] * WORKERS)
 
@@ -368,7 +369,7 @@ def test_concurrent_upserts_of_same_keys_last_commit_wins(
     schema = pa.schema(
         [pa.field("id", pa.int64(), nullable=False), ("value", pa.int64()), ("marker", pa.int64())]
     )
-    table = cat.create_table("conc.overlap", schema, primary_key=["id"], buckets=2)
+    table = cat.create_table("conc.overlap", schema, primary_key=["id"], buckets=2, properties=MANUAL)
 
     reports = workers.run("overlap", _warehouse(tmp_path), catalog_url, "conc.overlap", [None] * WORKERS)
 
@@ -453,7 +454,9 @@ def test_concurrent_overwrite_and_upsert_replay_serially(
             ("marker", pa.int64()),
         ]
     )
-    table = cat.create_table("conc.mixed", schema, primary_key=["id"], partition_by=["part"], buckets=2)
+    table = cat.create_table(
+        "conc.mixed", schema, primary_key=["id"], partition_by=["part"], buckets=2, properties=MANUAL
+    )
     seed = [(p, i, -i) for p in PARTITIONS for i in range(0, 40, 3)]
     table.upsert(
         pa.table(

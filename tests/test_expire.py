@@ -41,7 +41,9 @@ def test_expire_keeps_recent_versions_and_deletes_unneeded_files(cat: mere.Catal
     assert [c.version for c in t.history()] == list(range(7))  # history itself is kept
     t.upsert(pa.table({"id": [5], "v": [5]}))  # writes go on
     assert t.to_arrow().num_rows == 5
-    assert t.expire(older_than=dt.timedelta(0), dry_run=False) == []  # idempotent: compaction inputs are gone already
+    assert (
+        t.expire(older_than=dt.timedelta(0), dry_run=False) == []
+    )  # idempotent: compaction inputs are gone already
 
 
 def test_a_read_that_expire_overtook_raises_no_such_version(

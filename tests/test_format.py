@@ -24,6 +24,7 @@ import sqlalchemy as sa
 import mere
 from mere import errors
 from mere.catalog.sql import CATALOG_FORMAT
+from mere.spec import default_properties
 from services import PostgresServer
 
 FIXTURE = Path(__file__).parent / "data" / "catalog_format2"
@@ -211,7 +212,9 @@ def test_results_and_snapshots_are_typed(local_cat: mere.Catalog) -> None:
     assert t.inspect.files().num_rows == t.files().num_rows == 3
     scan = t.scan()
     t.set_properties({"team": "x"})
-    assert scan.snapshot().version == 2 and scan.spec.properties == {} and t.spec.properties == {"team": "x"}
+    defaults = default_properties(True)
+    assert scan.snapshot().version == 2 and scan.spec.properties == defaults
+    assert t.spec.properties == defaults | {"team": "x"}
     text = repr(t)
     assert "version=3" in text and "partition_by=['day']" in text and "primary_key=['id']" in text
 
@@ -221,12 +224,16 @@ def test_refresh_sees_another_handles_property_change(local_cat: mere.Catalog) -
     other = local_cat.table("a.t")
     result = t.set_properties({"write.compression": "snappy", "team": "x"})
     assert result.operation == "set-properties" and result.files_added == 0
-    assert t.properties == {"write.compression": "snappy", "team": "x"}  # this handle at once
-    assert other.properties == {}
+    defaults = default_properties(True)
+    assert t.properties == defaults | {"write.compression": "snappy", "team": "x"}  # this handle at once
+    assert other.properties == defaults
     assert other.refresh() is other and other.properties == t.properties
     t.set_properties({"team": None})
-    assert local_cat.table("a.t").properties == {"write.compression": "snappy"}
-    assert t.snapshot(version=1).summary["properties"] == {"write.compression": "snappy", "team": "x"}
+    assert local_cat.table("a.t").properties == defaults | {"write.compression": "snappy"}
+    assert t.snapshot(version=1).summary["properties"] == defaults | {
+        "write.compression": "snappy",
+        "team": "x",
+    }
 
 
 @pytest.mark.parametrize(
@@ -244,7 +251,7 @@ def test_bad_properties_change_nothing(local_cat: mere.Catalog, bad: Any) -> Non
     t = local_cat.create_table("a.t", pa.schema([("id", pa.int64())]), primary_key="id")
     with pytest.raises(errors.InvalidInput):
         t.set_properties(bad)
-    assert t.version == 0 and local_cat.table("a.t").properties == {}
+    assert t.version == 0 and local_cat.table("a.t").properties == default_properties(True)
     with pytest.raises(errors.InvalidInput):
         local_cat.create_table("a.u", pa.schema([("id", pa.int64())]), properties=bad or {"read.x": "1"})
     assert local_cat.tables() == ["a.t"]

@@ -54,6 +54,7 @@ from hypothesis.stateful import (
 
 import mere
 from mere.errors import InvalidInput, NoSuchVersion, SchemaChanged, SchemaMismatch, UnsupportedType
+from mere.spec import default_properties
 from mere.table import compaction
 from mere.table.evolve import can_widen
 from services import PostgresServer
@@ -435,10 +436,10 @@ class LakeMachine(RuleBasedStateMachine):
         self.plain_rows: list[dict[str, Any]] = []  # by column identity
         # Per table: the model's current properties and columns, every version it committed, the oldest
         # readable one.
-        self.props: dict[str, dict[str, str]] = {
-            "last": dict(LAST_PROPERTIES),
-            "ops": dict(OPS_PROPERTIES),
-            "plain": {},
+        self.props: dict[str, dict[str, str]] = {  # what the tables were given, over mere's defaults
+            "last": default_properties(True) | LAST_PROPERTIES,
+            "ops": default_properties(True) | OPS_PROPERTIES,
+            "plain": default_properties(False),
         }
         self.cols: dict[str, Columns] = {
             "last": self.m_last.cols,

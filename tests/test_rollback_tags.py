@@ -27,8 +27,10 @@ from hypothesis.stateful import (
 )
 
 import mere
+from maintenance import MANUAL
 from mere import errors
 from mere.catalog.sql import CATALOG_FORMAT, SqlCatalog
+from mere.spec import default_properties
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
 NOW = dt.timedelta(0)
@@ -46,8 +48,19 @@ def files_on_disk(t: mere.Table) -> set[str]:
     return {p for p, _, _ in t.storage.list_files(t.location)}
 
 
-def new_table(cat: mere.Catalog, **kwargs: Any) -> mere.Table:
-    return cat.create_table(f"rb.t{next(_names)}", SCHEMA, primary_key="k", buckets=2, **kwargs)
+# The model numbers every version a test writes: no automatic maintenance commits in between.
+DEFAULTS = default_properties(True) | MANUAL  # what a table given MANUAL holds besides its own properties
+
+
+def new_table(cat: mere.Catalog, properties: dict[str, str] | None = None, **kwargs: Any) -> mere.Table:
+    return cat.create_table(
+        f"rb.t{next(_names)}",
+        SCHEMA,
+        primary_key="k",
+        buckets=2,
+        properties=MANUAL | (properties or {}),
+        **kwargs,
+    )
 
 
 def put(t: mere.Table, values: State) -> mere.CommitResult:
@@ -66,7 +79,7 @@ def run_model(cat: mere.Catalog) -> None:
             super().__init__()
             self.t = new_table(cat)
             self.states: dict[int, State] = {0: {}}
-            self.props: dict[int, dict[str, str]] = {0: {}}
+            self.props: dict[int, dict[str, str]] = {0: dict(DEFAULTS)}
             self.oldest = 0
             self.tags: dict[str, int] = {}
 
@@ -229,11 +242,11 @@ def test_rollback_restores_the_properties_of_its_version(local_cat: mere.Catalog
     t.set_properties({"team": "b", "write.compression": "snappy"})
     put(t, {1: 2})
     t.rollback(1)
-    assert t.properties == {"team": "a"}
-    assert local_cat.table(t.name).properties == {"team": "a"}
-    assert t.current_snapshot().summary["properties"] == {"team": "a"}
+    assert t.properties == DEFAULTS | {"team": "a"}
+    assert local_cat.table(t.name).properties == DEFAULTS | {"team": "a"}
+    assert t.current_snapshot().summary["properties"] == DEFAULTS | {"team": "a"}
     t.rollback(3)
-    assert t.properties == {"team": "b", "write.compression": "snappy"}
+    assert t.properties == DEFAULTS | {"team": "b", "write.compression": "snappy"}
     assert rows(t) == {1: 2}
 
 
@@ -247,7 +260,7 @@ def test_rollback_keeps_current_properties_when_the_catalog_does_not_know_older_
         conn.execute(sa.text("UPDATE mere_commits SET spec = NULL WHERE version = 0"))
     t.rollback(1)
     assert rows(t) == {1: 1}
-    assert t.properties == {"team": "b"}
+    assert t.properties == DEFAULTS | {"team": "b"}
 
 
 def test_rollback_refuses_versions_whose_files_are_gone_and_changes_nothing(cat: mere.Catalog) -> None:
@@ -454,7 +467,9 @@ def test_an_untagged_version_gives_up_its_files_at_the_next_expire(cat: mere.Cat
     kept = {f.path for f in t.files_at(1)}
     assert kept <= files_on_disk(t)
     t.untag("keep")
-    assert set(t.expire(older_than=NOW, dry_run=False)) == kept  # no newer version needed: same cutoff, files go now
+    assert (
+        set(t.expire(older_than=NOW, dry_run=False)) == kept
+    )  # no newer version needed: same cutoff, files go now
     assert not kept & files_on_disk(t)
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import mere
 from mere import errors
+from mere.spec import default_properties
 from mere.table.transaction import Transaction
 
 ORDERS = pa.schema([("id", pa.int64()), ("day", pa.string()), ("qty", pa.int64())])
@@ -134,8 +135,8 @@ def test_properties_change_with_data_in_one_version(local_cat: mere.Catalog) -> 
     with t.transaction() as tx:
         tx.set_properties({"team": "sales"})
         tx.upsert(pa.table({"id": [1], "day": ["a"], "qty": [1]}))
-    assert t.version == 1 and t.properties == {"team": "sales"}
-    assert local_cat.table("s.orders").properties == {"team": "sales"}
+    assert t.version == 1 and t.properties == default_properties(True) | {"team": "sales"}
+    assert local_cat.table("s.orders").properties == default_properties(True) | {"team": "sales"}
     with pytest.raises(errors.InvalidInput), t.transaction() as tx:
         tx.upsert(pa.table({"id": [2], "day": ["a"], "qty": [2]}))
         tx.set_properties({"write.compression": "nope"})

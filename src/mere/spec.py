@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from mere.durations import parse_duration
 from mere.errors import CatalogError, InvalidInput, SchemaMismatch, UnsupportedType
 
 OP_COLUMN = "_mere_op"
@@ -188,6 +189,14 @@ PROPERTIES: dict[str, tuple[str, Any]] = {
     ),
     "compaction.min-files": ("an integer of at least 2", lambda v: _positive(int(v) - 1) + 1),
     "compaction.size-amplification-percent": ("a positive integer (percent)", lambda v: _positive(int(v))),
+    "retention.max-age": (
+        "a duration such as 7d, 12h or 30m (versions older than this expire automatically) or off",
+        lambda v: v.lower() if v.strip().lower() == "off" else _duration(v),
+    ),
+    "retention.min-versions": (
+        "a positive integer (the newest versions kept whatever their age)",
+        lambda v: _positive(int(v)),
+    ),
     "changes.log": (
         "off, or on (each write of whole rows records the rows it replaces, for fast change feeds)",
         lambda v: v.lower() if v.lower() in ("off", "on") else _bad(),
@@ -195,7 +204,24 @@ PROPERTIES: dict[str, tuple[str, Any]] = {
 }
 """Table properties mere reads. Other keys are kept for users, except under mere's prefixes."""
 
-MERE_PREFIXES = ("read.", "write.", "compaction.", "changes.")
+MERE_PREFIXES = ("read.", "write.", "compaction.", "retention.", "changes.")
+
+# What a table created now gets unless its creator says otherwise (tables created before keep what they
+# had: no property means off). Measured in bench/bench_tiny_commits.py; see docs/concepts.md.
+NEW_KEYED_TABLE_PROPERTIES = {"compaction.auto": "inline"}
+NEW_TABLE_PROPERTIES = {"retention.max-age": "7d", "retention.min-versions": "10"}
+
+
+def default_properties(has_primary_key: bool) -> dict[str, str]:
+    """The properties a new table gets by default (see :data:`NEW_TABLE_PROPERTIES`)."""
+    return {**NEW_TABLE_PROPERTIES, **(NEW_KEYED_TABLE_PROPERTIES if has_primary_key else {})}
+
+
+def _duration(text: str) -> Any:
+    try:
+        return parse_duration(text)
+    except OverflowError:
+        raise ValueError(text) from None
 
 
 def _bad() -> Any:

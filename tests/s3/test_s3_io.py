@@ -475,7 +475,9 @@ def test_cleanup_aborts_the_stale_multipart_uploads_of_its_table_only(
     pending = {u["Key"] for u in pending_uploads(seaweed, s3_bucket)}
     assert mine not in pending and theirs in pending
     assert (t.version, sorted(t.files().column("path").to_pylist()), sorted_rows(t.to_arrow())) == before
-    assert other.cleanup(older_than=dt.timedelta(0), dry_run=False) and not pending_uploads(seaweed, s3_bucket)
+    assert other.cleanup(older_than=dt.timedelta(0), dry_run=False) and not pending_uploads(
+        seaweed, s3_bucket
+    )
 
 
 def test_a_failure_while_encoding_publishes_nothing(

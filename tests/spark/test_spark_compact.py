@@ -77,6 +77,8 @@ def test_a_failed_spark_compaction_commits_nothing(spark: SparkSession, wh: str,
     finally:
         shutil.move(aside, full)
     assert t.version == version and _py(t) == before
-    orphans = t.cleanup(older_than=dt.timedelta(0), dry_run=False)  # files of the tasks that succeeded: never referenced
+    orphans = t.cleanup(
+        older_than=dt.timedelta(0), dry_run=False
+    )  # files of the tasks that succeeded: never referenced
     assert orphans and not set(orphans) & set(t.files().column("path").to_pylist())
     assert compact(spark, "sales.orders", warehouse=wh) is not None and _py(t) == before

@@ -101,7 +101,9 @@ def test_spark_merge_equals_local_merge_in_one_commit(spark: SparkSession, wh: s
     assert len(distributed.history()) == history + 1
     assert distributed.history()[-1].operation == "merge"
     assert got.files > 4  # several tasks each staged files
-    assert distributed.cleanup(older_than=dt.timedelta(0), dry_run=False) == []  # every file written is referenced
+    assert (
+        distributed.cleanup(older_than=dt.timedelta(0), dry_run=False) == []
+    )  # every file written is referenced
     with pytest.raises(InvalidInput, match="executed"):
         job.execute()
 
@@ -212,7 +214,9 @@ def test_a_concurrent_commit_runs_the_merge_again_at_the_new_version(
     expected = _clauses(local.merge(changes)).execute()
     assert _rows(distributed) == _rows(local)
     assert _counts(got) == _counts(expected)
-    assert distributed.cleanup(older_than=dt.timedelta(0), dry_run=False) == []  # the first attempt's files were deleted
+    assert (
+        distributed.cleanup(older_than=dt.timedelta(0), dry_run=False) == []
+    )  # the first attempt's files were deleted
 
     monkeypatch.setattr(SparkMerge, "_stage", _always_racing(stage, distributed, racer))
     with pytest.raises(CommitConflict):

@@ -1129,7 +1129,9 @@ class SqlCatalog:
                 tables.update().where(tables.c.id == table_id, tables.c.version == current).values(**changes)
             )
             if res.rowcount != 1:
-                raise CommitConflict(f"{self._label(table_id)} moved past version {current} during the commit")
+                raise CommitConflict(
+                    f"{self._label(table_id)} moved past version {current} during the commit"
+                )
             return CommitResult.of(Snapshot.from_stored(new, ts, operation, summary))
 
         try:

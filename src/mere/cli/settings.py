@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 from sqlalchemy.engine import make_url as sa_url
 
+from mere import durations
 from mere.io.options import is_secret
 
 ENV_WAREHOUSE = "MERE_WAREHOUSE"
@@ -233,24 +234,11 @@ def _home(location: str) -> str:
     return os.path.expanduser(location) if location.startswith("~") else location
 
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.IGNORECASE)
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
 def parse_duration(text: str) -> dt.timedelta:
     """``'7d'``, ``'1h30m'``, ``'90s'``, ``'2.5h'``, ``'0'`` as a timedelta (units ms, s, m, h, d, w)."""
-    s = text.strip()
-    if s == "0":
-        return dt.timedelta(0)
-    pos, seconds = 0, 0.0
-    for m in _DURATION_PART.finditer(s):
-        if m.start() != pos and s[pos : m.start()].strip():
-            break
-        seconds += float(m[1]) * _UNIT_SECONDS[m[2].lower()]
-        pos = m.end()
-    if not s or pos == 0 or s[pos:].strip():
-        raise SettingsError(f"{text!r} is not a duration such as 7d, 12h, 1h30m, 90s or 0")
     try:
-        return dt.timedelta(seconds=seconds)
-    except (OverflowError, ValueError):
+        return durations.parse_duration(text)
+    except OverflowError:
         raise SettingsError(f"duration {text!r} is too long") from None
+    except ValueError:
+        raise SettingsError(f"{text!r} is not a duration such as 7d, 12h, 1h30m, 90s or 0") from None

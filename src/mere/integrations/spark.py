@@ -685,7 +685,9 @@ class MereCommitMessage(WriterCommitMessage):
     staged: list[StagedWrite] = field(default_factory=list)
     rows: int = 0
     query_id: str | None = None
-    overwrite_mode: str | None = None  # the session's spark.sql.sources.partitionOverwriteMode, as tasks see it
+    overwrite_mode: str | None = (
+        None  # the session's spark.sql.sources.partitionOverwriteMode, as tasks see it
+    )
 
 
 def _chunks(batches: Iterator[pa.RecordBatch], flush_rows: int = FLUSH_ROWS) -> Iterator[pa.Table]:
@@ -924,7 +926,9 @@ class _WriteJob:
             )
         seen = {m.overwrite_mode or "static" for m in messages}
         if len(seen) > 1:
-            raise InvalidInput(f"{self.ref.name}: write tasks saw different {OVERWRITE_MODE_CONF}: {sorted(seen)}")
+            raise InvalidInput(
+                f"{self.ref.name}: write tasks saw different {OVERWRITE_MODE_CONF}: {sorted(seen)}"
+            )
         mode = _overwrite_mode(self.ref.name, seen.pop(), "session conf")
         return mode == "dynamic"
 

@@ -6,6 +6,7 @@ import os
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -14,7 +15,7 @@ import pyarrow.fs as pafs
 from mere.errors import InvalidInput, NoSuchNamespace, NoSuchTable, TableExists
 from mere.io import Storage
 from mere.io.storage import redact
-from mere.spec import TableSpec
+from mere.spec import TableSpec, default_properties
 from mere.table.table import Table
 
 if TYPE_CHECKING:
@@ -162,15 +163,22 @@ class Catalog:
     ) -> Table:
         """Create a table; with ``exist_ok`` an existing table of the same name and spec is returned instead.
 
+        A new table gets mere's default properties for what ``properties`` leaves out: automatic
+        compaction (``compaction.auto=inline`` on keyed tables) and automatic expiry of old versions
+        (``retention.max-age=7d``, keeping at least ``retention.min-versions=10``); see
+        :data:`~mere.spec.NEW_TABLE_PROPERTIES`. Give ``"off"`` to turn either off.
+
         An existing table whose schema, key, partitioning, buckets, merge operators, change column (or, when
         given, properties) differ raises :class:`~mere.errors.TableExists` naming the differences.
         """
         ns, short = split_name(name)
         if not isinstance(exist_ok, bool):
             raise InvalidInput(f"exist_ok must be True or False, got {exist_ok!r}")
-        spec = TableSpec.create(
+        given = TableSpec.create(
             schema, primary_key, partition_by, buckets, merge_operators, cdc_column, properties
         )
+        defaults = default_properties(given.has_primary_key)
+        spec = replace(given, properties={**defaults, **given.properties})
         table_uuid = uuid.uuid4().hex
         location = f"{ns}/{short}-{table_uuid[:12]}"
         try:
@@ -180,6 +188,8 @@ class Catalog:
                 raise
             existing = self.table(name)
             differences = existing.spec.differences(spec, properties=properties is not None)
+            if differences and not existing.spec.differences(given, properties=properties is not None):
+                differences = []  # a table created before these defaults, with exactly the properties given
             if differences:
                 raise TableExists(
                     f"table {ns}.{short} already exists with a different spec: " + "; ".join(differences)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from mere.durations import parse_duration
 from mere.errors import (
     CommitConflict,
     CommitFailed,
@@ -104,6 +105,7 @@ class Table:
         default_whole = 0 if "read.window-bytes" in props else DEFAULT_WHOLE_SPLIT_BYTES
         self.whole_split_bytes = int(props.get("read.whole-split-bytes", default_whole))
         self.chunk_bytes = int(props.get("write.chunk-bytes", CHUNK_BYTES))
+        self._retention_next_check = 0.0  # time.time() before which no version can be due to expire
 
     def refresh(self) -> Table:
         """Reload the table's layout and properties from the catalog (another handle may have changed them)."""
@@ -906,11 +908,21 @@ class Table:
             ) from e
 
     def _after_commit(self, result: CommitResult) -> None:
-        """Automatic compaction (``compaction.auto``) after a commit of this process: inline, or on a
-        background thread. It never fails (nor undoes) the write that triggered it."""
+        """Automatic maintenance after a commit of this process: compaction (``compaction.auto``) and
+        expiry of old versions (``retention.max-age``), inline or, with ``compaction.auto=background``, on
+        a background thread. It never fails (nor undoes) the write that triggered it."""
         mode = self.compaction_policy[0]
-        if mode == "off" or result.operation == "compact" or not self.spec.has_primary_key:
+        compacts = mode != "off" and result.operation != "compact" and self.spec.has_primary_key
+        expires = self.retention_policy[0] is not None
+        if not (compacts or expires):
             return
+
+        def maintain() -> None:
+            if compacts:
+                self.auto_compact(result.version)
+            if expires:
+                self.auto_expire()
+
         if mode == "background":
             busy = _BACKGROUND_COMPACTIONS.setdefault(self.record.uuid, threading.Lock())
             if not busy.acquire(blocking=False):
@@ -918,14 +930,54 @@ class Table:
 
             def run() -> None:
                 try:
-                    self.auto_compact(result.version)
+                    maintain()
                 finally:
                     busy.release()
 
             name = f"mere-auto-compact-{self.name}"
             threading.Thread(target=run, name=name, daemon=True).start()
         else:
-            self.auto_compact(result.version)
+            maintain()
+
+    @property
+    def retention_policy(self) -> tuple[dt.timedelta | None, int]:
+        """``(retention.max-age, retention.min-versions)`` of this table: the age past which versions
+        expire automatically (None: they never do) and how many of the newest versions are kept whatever
+        their age (default 1)."""
+        props = self.spec.properties
+        age = props.get("retention.max-age", "off")
+        return (None if age.lower() == "off" else parse_duration(age)), int(
+            props.get("retention.min-versions", 1)
+        )
+
+    def auto_expire(self) -> list[str]:
+        """Expire by the table's retention policy (``retention.max-age`` / ``retention.min-versions``):
+        versions committed more than max-age ago give up their time travel and the files only they used
+        (as :meth:`expire` with ``dry_run=False``), keeping the version current at the cutoff, the newest
+        min-versions versions and every tagged one. It runs after this process's commits, once the
+        second-oldest readable version is older than max-age by a tenth of max-age (so not after every
+        commit). Returns the deleted paths; empty when nothing is due or expiry failed (logged as a
+        warning: nothing changed, a later commit tries again)."""
+        age, keep_newest = self.retention_policy
+        if age is None or time.time() < self._retention_next_check:
+            return []
+        try:
+            current, oldest = self._sql.version_range(self.record.id)
+            if current - oldest + 1 <= keep_newest:
+                return []
+            second = self._sql.snapshot(self.record.id, oldest + 1).committed_at
+            due_at = (second + age + age / 10).timestamp()
+            if time.time() < due_at:
+                self._retention_next_check = due_at
+                return []
+            cutoff = dt.datetime.now(dt.UTC) - age
+            keep = min(self._sql.version_as_of(self.record.id, _to_micros(cutoff)), current - keep_newest + 1)
+            return self._expire_keeping(keep, dry_run=False) if keep > oldest else []
+        except Exception as e:  # a policy run must never fail the write that triggered it
+            logging.getLogger("mere").warning(
+                "%s: automatic expiry failed (%s); nothing changed", self.name, e
+            )
+            return []
 
     @property
     def compaction_policy(self) -> tuple[str, int]:
@@ -1164,6 +1216,10 @@ class Table:
             keep = self._sql.version_as_of(self.record.id, _to_micros(cutoff))
         except NoSuchVersion:
             return []
+        return self._expire_keeping(keep, dry_run)
+
+    def _expire_keeping(self, keep: int, dry_run: bool) -> list[str]:
+        """Expire the versions before ``keep`` (see :meth:`expire`)."""
         self._require_files_here(keep)
         if dry_run:
             return self._expirable(keep)
