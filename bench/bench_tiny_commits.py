@@ -106,7 +106,9 @@ def run(name: str, props: dict[str, str] | None, args: argparse.Namespace) -> di
                 probe = int(rng.choice(written))
                 files = t.files()
                 snapshots = t.inspect.snapshots()
-                expired = snapshots.column("expired").to_pylist() if "expired" in snapshots.column_names else []
+                expired = (
+                    snapshots.column("expired").to_pylist() if "expired" in snapshots.column_names else []
+                )
                 stretch = times[(points[-1]["commit"] if points else 0) :]
                 points.append(
                     {
@@ -135,7 +137,9 @@ def run(name: str, props: dict[str, str] | None, args: argparse.Namespace) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--commits", type=int, default=2000)
     parser.add_argument("--rows", type=int, default=20)
     parser.add_argument("--buckets", type=int, default=4)
