@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from sparkutil import read, rows, write
 
 import mere
+from maintenance import MANUAL
 from mere.integrations.spark import compact
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("qty", pa.int64())])
@@ -19,8 +20,8 @@ SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("qty", pa.int64()
 
 def _orders(spark: SparkSession, wh: str) -> mere.Table:
     t = mere.connect(wh).create_table(
-        "sales.orders", SCHEMA, primary_key=["id"], partition_by=["day"], buckets=3
-    )
+        "sales.orders", SCHEMA, primary_key=["id"], partition_by=["day"], buckets=3, properties=MANUAL
+    )  # compacted here by Spark, not by the writes
     for i in range(3):
         df = spark.range(i * 500, i * 500 + 1000, numPartitions=2).selectExpr(
             "id", "concat('d', id % 2) AS day", f"id * 10 + {i} AS qty"

@@ -106,6 +106,7 @@ class Table:
         self.whole_split_bytes = int(props.get("read.whole-split-bytes", default_whole))
         self.chunk_bytes = int(props.get("write.chunk-bytes", CHUNK_BYTES))
         self._retention_next_check = 0.0  # time.time() before which no version can be due to expire
+        self._retention_next_version = 0  # ... and the version before which too few versions exist
 
     def refresh(self) -> Table:
         """Reload the table's layout and properties from the catalog (another handle may have changed them)."""
@@ -921,7 +922,7 @@ class Table:
             if compacts:
                 self.auto_compact(result.version)
             if expires:
-                self.auto_expire()
+                self._auto_expire(result.version)
 
         if mode == "background":
             busy = _BACKGROUND_COMPACTIONS.setdefault(self.record.uuid, threading.Lock())
@@ -958,12 +959,19 @@ class Table:
         second-oldest readable version is older than max-age by a tenth of max-age (so not after every
         commit). Returns the deleted paths; empty when nothing is due or expiry failed (logged as a
         warning: nothing changed, a later commit tries again)."""
+        return self._auto_expire(None)
+
+    def _auto_expire(self, committed: int | None) -> list[str]:
+        """:meth:`auto_expire`; ``committed``: the version this handle just committed (None: unknown)."""
         age, keep_newest = self.retention_policy
         if age is None or time.time() < self._retention_next_check:
             return []
+        if committed is not None and committed < self._retention_next_version:
+            return []  # too few versions yet to give one up
         try:
             current, oldest = self._sql.version_range(self.record.id)
             if current - oldest + 1 <= keep_newest:
+                self._retention_next_version = oldest + keep_newest
                 return []
             second = self._sql.snapshot(self.record.id, oldest + 1).committed_at
             due_at = (second + age + age / 10).timestamp()
