@@ -130,7 +130,7 @@ def declared_extension(f: pa.Field) -> str | None:
     """The extension a field declares in its metadata (DuckDB's GEOMETRY: ``geoarrow.wkb`` on a binary
     field), at any depth of a nested type, or None."""
     if f.metadata and EXTENSION_NAME in f.metadata:
-        return f.metadata[EXTENSION_NAME].decode("utf-8", "replace")
+        return str(f.metadata[EXTENSION_NAME].decode("utf-8", "replace"))
     t = f.type
     if pa.types.is_struct(t):
         children = [t.field(i) for i in range(t.num_fields)]

@@ -80,9 +80,7 @@ class StagedMerge:
         from mere.table.transaction import Change
 
         rows = sum(f.row_count for f in self.files)
-        change = Change(
-            "merge", list(self.files), rows, {k: self.counts[k] for k in ("inserted", "updated", "deleted")}
-        )
+        change = Change("merge", list(self.files), rows, _merge_summary(self.counts))
         change.validate = _rows_unchanged(self.table, set(self.splits), full=self.full_scan)
         return change
 
@@ -116,12 +114,7 @@ def commit_staged_merges(table: Table, staged: Sequence[StagedMerge]) -> MergeMe
         k: sum(s.counts.get(k, 0) for s in staged)
         for k in ("inserted", "updated", "deleted", "unchanged", "rows_read", "splits_read")
     }
-    change = Change(
-        "merge",
-        files,
-        sum(f.row_count for f in files),
-        {k: counts[k] for k in ("inserted", "updated", "deleted")},
-    )
+    change = Change("merge", files, sum(f.row_count for f in files), _merge_summary(counts))
     change.validate = _rows_unchanged(
         table.name, {x for s in staged for x in s.splits}, full=any(s.full_scan for s in staged)
     )
@@ -144,6 +137,15 @@ def commit_staged_merges(table: Table, staged: Sequence[StagedMerge]) -> MergeMe
         counts["rows_read"],
         counts["splits_read"],
     )
+
+
+def _merge_summary(counts: Mapping[str, int]) -> dict[str, int]:
+    """A MERGE's summary entries: its counts, and its deletes (a marker per target row it deleted)."""
+    from mere.table.transaction import deletion_summary
+
+    deleted = counts["deleted"]
+    summary = {k: counts[k] for k in ("inserted", "updated", "deleted")}
+    return {**summary, **deletion_summary(deleted, deleted)} if deleted else summary
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.evolve import SchemaUpdate, same_columns
 from mere.table.merge import Merge, MergeMetrics, StagedMerge, commit_staged_merges
 from mere.table.scan import Scan, ScanTask, normalise_columns
-from mere.table.transaction import Change, Transaction, marker_change
+from mere.table.transaction import Change, Transaction, deletion_summary, marker_change
 from mere.table.write_checks import WriteChecks, split_label
 from mere.write.writer import (
     CHUNK_BYTES,
@@ -772,7 +772,7 @@ class Table:
                 self._check_partition(wanted, [json.loads(e.partition) for e in entries])
                 tx._add(tx._overwriting("overwrite", entries, rows, wanted))
             elif operation == "delete":
-                tx._add(Change("delete", entries, rows, {"deleted_keys": rows}))
+                tx._add(Change("delete", entries, rows, deletion_summary(rows, None)))
             else:
                 if operation == "upsert" and self.spec.has_primary_key:
                     tx._checks().observe_files(self, entries)
