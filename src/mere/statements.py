@@ -128,18 +128,16 @@ def _set_column(node: exp.Expression, what: str) -> str:
 
 
 def _row_values(node: exp.Expression, count: int, what: str) -> list[exp.Expression]:
-    """The values of SET (a, b) = (x, y), = ROW(x, y), or = x for one column."""
+    """The values of SET (a, b) = (x, y) or = ROW(x, y); one value, as = x, is every column's (DuckDB)."""
     if isinstance(node, exp.Subquery | exp.Select):
         raise FilterError(
             f"{what} (columns) = (subquery) is not supported: mere is not a SQL engine; give the values as "
             "expressions, or use MERGE INTO with the query's result as source"
         )
-    if isinstance(node, exp.Tuple) or (isinstance(node, exp.Anonymous) and str(node.this).upper() == "ROW"):
-        values = list(node.expressions)
-    elif isinstance(node, exp.Paren):
-        values = [node.this]
-    else:
-        values = [node]
+    row = isinstance(node, exp.Tuple) or (isinstance(node, exp.Anonymous) and str(node.this).upper() == "ROW")
+    if not row:
+        return [node] * count
+    values = list(node.expressions)
     if len(values) != count:
         raise FilterError(f"{what}: could not perform assignment, expected {count} values, got {len(values)}")
     return values
@@ -200,7 +198,16 @@ def _merge(tree: exp.Merge, catalog: Catalog, sources: dict[str, Any]) -> MergeM
     m = Merge(target, source, on=on_text, source_alias=source_alias, target_alias=target_alias)
     m.using_columns = frozenset(joined)
     whens = tree.args.get("whens")
+    closed: set[tuple[bool, bool]] = set()
     for when in whens.expressions if whens is not None else []:
+        kind = (bool(when.args.get("matched")), bool(when.args.get("source")))
+        if kind in closed:  # DuckDB refuses the statement rather than ignore a clause
+            raise FilterError(
+                f"Unconditional {_when(when)} clause was already defined - any following {_when(when)} clause "
+                "would be unreachable (DuckDB refuses this too)"
+            )
+        if when.args.get("condition") is None:
+            closed.add(kind)
         _clause(m, when)
     return m.execute()
 
@@ -230,6 +237,12 @@ def _source_columns(m: Merge, action: str, by_name: bool) -> list[tuple[str, str
 
 def _from_source(m: Merge, pairs: list[tuple[str, str]]) -> dict[str, str]:
     return {t: f"{_quote(m.source_alias)}.{_quote(s)}" for t, s in pairs}
+
+
+def _when(when: exp.When) -> str:
+    if when.args.get("matched"):
+        return "WHEN MATCHED"
+    return "WHEN NOT MATCHED BY SOURCE" if when.args.get("source") else "WHEN NOT MATCHED"
 
 
 def _clause(m: Merge, when: exp.When) -> None:
