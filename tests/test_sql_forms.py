@@ -322,6 +322,21 @@ def test_merge_using_columns_matches_duckdb(case: tuple[Target, str, pa.Table, s
     check(*case[:3], refused=case[3])
 
 
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "MERGE INTO {t} USING s USING (K) WHEN MATCHED THEN UPDATE SET a = s.a + k",  # names without case
+        "MERGE INTO {t} AS x USING s AS y USING (k) WHEN MATCHED AND y.a > x.a THEN DELETE",
+        "MERGE INTO {t} USING s ON stock.k = s.k USING (k) WHEN MATCHED THEN DELETE",  # both: refused
+        "MERGE INTO {t} USING s USING (nope) WHEN MATCHED THEN DELETE",
+        "MERGE INTO {t} USING s USING (k) WHEN MATCHED THEN UPDATE SET a = a",  # a is not a USING column
+    ],
+)
+def test_merge_using_columns_edges(statement: str) -> None:
+    target = Target(("k", "a"), ("k",), ((1, 1), (2, 2)))
+    check(target, statement, source_table(["k", "a"], [(1, 5), (3, 7)]))
+
+
 # -- 5. multiple assignment --------------------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from mere.lang.parse import (
     MERGE_ERROR,
     UPDATE_BY_NAME,
     UPDATE_BY_POSITION,
+    parse_expression,
     parse_statement,
 )
 from mere.metadata import CommitResult
@@ -188,15 +189,23 @@ def _merge(tree: exp.Merge, catalog: Catalog, sources: dict[str, Any]) -> MergeM
     target_alias = _alias(tree.this, _name(tree.this).split(".")[-1])
     joined = [c.name for c in tree.args.get("using_cond") or []]
     on = tree.args.get("on")
+    if joined and on:
+        raise FilterError("MERGE takes ON or USING (columns), not both")
+    m = Merge(
+        target, source, on=sql_text(on) if on else None, source_alias=source_alias, target_alias=target_alias
+    )
     if joined:
-        # USING (a, b) is ON t.a = s.a AND t.b = s.b, and a bare a names the pair (equal when matched).
-        on_text: str | None = " AND ".join(
-            f"{_quote(target_alias)}.{_quote(c)} = {_quote(source_alias)}.{_quote(c)}" for c in joined
+        # USING (a, b) is ON t.a = s.a AND t.b = s.b (names without case, as DuckDB resolves them), and a
+        # bare a names the pair (equal when matched).
+        t_names, s_names = _by_lower(target.spec.schema.names), _by_lower(m.source.column_names)
+        pairs = [(t_names.get(c.lower(), c), s_names.get(c.lower(), c)) for c in joined]
+        m.on = parse_expression(
+            " AND ".join(
+                f"{_quote(target_alias)}.{_quote(t)} = {_quote(source_alias)}.{_quote(s)}" for t, s in pairs
+            ),
+            "ON condition",
         )
-    else:
-        on_text = sql_text(on) if on else None
-    m = Merge(target, source, on=on_text, source_alias=source_alias, target_alias=target_alias)
-    m.using_columns = frozenset(joined)
+        m.using_columns = frozenset(t for t, s in pairs if t == s)
     whens = tree.args.get("whens")
     closed: set[tuple[bool, bool]] = set()
     for when in whens.expressions if whens is not None else []:
@@ -210,6 +219,10 @@ def _merge(tree: exp.Merge, catalog: Catalog, sources: dict[str, Any]) -> MergeM
             closed.add(kind)
         _clause(m, when)
     return m.execute()
+
+
+def _by_lower(names: list[str]) -> dict[str, str]:
+    return {n.lower(): n for n in names}
 
 
 def _source_columns(m: Merge, action: str, by_name: bool) -> list[tuple[str, str]]:
