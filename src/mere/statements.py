@@ -41,7 +41,7 @@ def sql(text: str, *, catalog: Catalog, **sources: Any) -> MergeMetrics | Commit
             "MERGE INTO sales.orders t USING changes s ON t.order_id = s.order_id "
             "WHEN MATCHED AND s.op = 'D' THEN DELETE "
             "WHEN MATCHED THEN UPDATE SET qty = t.qty + s.qty "
-            "WHEN NOT MATCHED THEN INSERT *",
+            "WHEN NOT MATCHED THEN INSERT (order_id, qty) VALUES (s.order_id, s.qty)",
             catalog=cat,
             changes=arrow_table,
         )
@@ -49,7 +49,9 @@ def sql(text: str, *, catalog: Catalog, **sources: Any) -> MergeMetrics | Commit
         mere.sql("DELETE FROM sales.orders WHERE qty = 0", catalog=cat)
 
     MERGE returns :class:`~mere.table.merge.MergeMetrics`; UPDATE and DELETE their
-    :class:`~mere.metadata.CommitResult`.
+    :class:`~mere.metadata.CommitResult`. The text is read as DuckDB reads it (``UPDATE SET *`` and
+    ``INSERT *`` by position, ``BY NAME`` by name, ``USING (columns)``, ``SET (a, b) = (x, y)``) and gives
+    DuckDB's rows; docs/sql.md lists the forms refused (:class:`~mere.errors.FilterError`, nothing changed).
     """
     from mere.table.catalog import Catalog
 

@@ -156,7 +156,7 @@ class Clause:
     action: Action
     condition: Parsed | None = None
     assignments: tuple[tuple[str, Parsed], ...] = ()
-    all_columns: bool = False  # UPDATE SET * / INSERT *
+    all_columns: bool = False  # the source's columns by name: UPDATE BY NAME / INSERT BY NAME
 
     def describe(self) -> str:
         """The clause as SQL."""
@@ -168,13 +168,13 @@ class Clause:
         cond = f" AND {self.condition.text}" if self.condition is not None else ""
         if self.action == "update":
             what = (
-                "UPDATE SET *"
+                "UPDATE BY NAME"
                 if self.all_columns
                 else "UPDATE SET " + ", ".join(f"{c} = {p.text}" for c, p in self.assignments)
             )
         elif self.action == "insert":
             what = (
-                "INSERT *"
+                "INSERT BY NAME"
                 if self.all_columns
                 else "INSERT ("
                 + ", ".join(c for c, _ in self.assignments)
