@@ -574,8 +574,9 @@ class Table:
 
         ``delete("TRUE")`` deletes every row (as delete markers); :meth:`truncate` empties the table at once.
         A filter reads the rows it deletes (markers are written for those), so the result's ``rows_deleted``
-        counts rows that existed, as SQL's DELETE count; a table of keys is deleted blind (a marker per
-        key, nothing read): its ``rows_deleted`` is None, ``delete_markers`` the keys marked.
+        counts rows that existed, as SQL's DELETE count. A table of keys with their partition values is
+        deleted blind (a marker per key, nothing read): its ``rows_deleted`` is None, ``delete_markers`` the
+        keys marked.
         """
         return self._write_once(None, lambda tx: tx.delete(where))
 
