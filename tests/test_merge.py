@@ -20,7 +20,9 @@ raises (so no literal is generated that DuckDB would cast lossily); a string lit
 number is an error (DuckDB casts it); ``x = NULL`` in a filter is refused (use IS NULL); ``//`` and ``%`` by
 zero give NULL (DuckDB's ``error_on_division_by_zero = false``, set here; its default raises, and does so
 even for rows no clause changes).
-DuckDB's ``UPDATE SET *`` / ``INSERT *`` need every column, so mere's by-name forms are spelt out.
+mere's ``when_matched_update_all()`` / ``when_not_matched_insert_all()`` pair columns by name: DuckDB runs
+them as ``UPDATE BY NAME`` / ``INSERT BY NAME`` (both refuse a source column the table lacks, such as
+``op``). The positional ``UPDATE SET *`` / ``INSERT *`` of SQL text are checked in tests/test_sql_forms.py.
 DuckDB 2.0.0 answers ``k = 0 AND k IN (1, NULL)`` wrongly on a PRIMARY KEY table (its index scan returns
 k = 0), which a one-row source with such an extra ON condition hits: MERGEs with an extra ON condition
 run in DuckDB on a table without the key, and the key is checked when the statement ends.
@@ -332,12 +334,12 @@ class Clause:
         cond = f" AND {self.condition}" if self.condition is not None else ""
         assignments = self.assignments
         if self.action == "update_all":
-            assignments = tuple((c, f"s.{c}") for c in layout.values if c in source_cols)
-        if self.action == "insert_all":
-            assignments = tuple((c, f"s.{c}") for c in layout.columns if c in source_cols)
-        if self.action in ("update", "update_all"):
+            what = "UPDATE BY NAME"  # mere's *_all() pair columns by name, as DuckDB's BY NAME forms
+        elif self.action == "insert_all":
+            what = "INSERT BY NAME"
+        elif self.action == "update":
             what = "UPDATE SET " + ", ".join(f"{c} = {e}" for c, e in assignments)
-        elif self.action in ("insert", "insert_all"):
+        elif self.action == "insert":
             cols = ", ".join(c for c, _ in assignments)
             what = f"INSERT ({cols}) VALUES ({', '.join(e for _, e in assignments)})"
         elif self.action == "delete":
@@ -377,8 +379,6 @@ def clause(
     settable = layout.values
     if kind == "matched":
         action = draw(st.sampled_from(["update", "update", "update_all", "delete", "nothing"]))
-        if action == "update_all" and not any(c in source_cols for c in settable):
-            action = "delete"
         sets = draw(assignments(layout, scope, settable)) if action == "update" else ()
         return Clause(kind, action, condition, sets)
     if kind == "not_matched":
@@ -870,14 +870,20 @@ def test_update_rejects_key_and_partition_columns(local_cat: mere.Catalog) -> No
     t = BY_REGION.create(local_cat)
     t.upsert(arrow_rows(BY_REGION.schema(), [{"region": "eu", "k": 1, "q": 1, "s": "a", "f": 1.0}]))
     before = state(t)
+    source = arrow_rows(BY_REGION.schema(), [{"region": "eu", "k": 1, "q": 2, "s": None, "f": None}])
     for col in ("region", "k"):
         with pytest.raises(errors.InvalidInput):
             t.update(set={col: "'x'" if col == "region" else "5"})
         with pytest.raises(errors.InvalidInput):
-            t.merge(
-                arrow_rows(BY_REGION.schema(), [{"region": "eu", "k": 1, "q": 2, "s": None, "f": None}])
-            ).when_matched_update(set={col: "s." + col}).execute()
+            t.merge(source).when_matched_update(
+                set={col: "s." + col + (" || 'x'" if col == "region" else " + 1")}
+            ).execute()
+        with pytest.raises(errors.InvalidInput):  # another source column than the one ON equates it with
+            t.merge(source).when_matched_update(set={col: "s.s" if col == "region" else "s.q"}).execute()
     assert state(t) == before
+    # Setting a key column to the value ON equates it with changes nothing, and is allowed (dbt writes it).
+    t.merge(source).when_matched_update(set={"region": "s.region", "k": "t.k"}).execute()
+    assert state(t)[1] == before[1]
 
 
 # -- merge operators -------------------------------------------------------------------------------------
@@ -1191,7 +1197,8 @@ def _bad_merges() -> list[Any]:
         ("set key not str", lambda t: t.merge(src).when_matched_update(set={1: "s.q"})),
         ("set empty column", lambda t: t.merge(src).when_matched_update(set={"": "s.q"})),
         ("set unknown column", lambda t: t.merge(src).when_matched_update(set={"nope": "s.q"}).execute()),
-        ("set key column", lambda t: t.merge(src).when_matched_update(set={"k": "s.k"}).execute()),
+        ("set key column", lambda t: t.merge(src).when_matched_update(set={"k": "s.k + 1"}).execute()),
+        ("set key to another column", lambda t: t.merge(src).when_matched_update(set={"k": "s.q"}).execute()),
         ("set twice", lambda t: t.merge(src).when_matched_update(set={"q": "1", "t.q": "2"}).execute()),
         ("set unparsable", lambda t: t.merge(src).when_matched_update(set={"q": "s.q +"})),
         (

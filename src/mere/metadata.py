@@ -86,8 +86,9 @@ class Snapshot:
     """One version of a table: when and how it was committed, and a summary of what changed.
 
     ``summary`` holds counts (``rows``, ``added_files``, ``removed_files``, ``added_bytes``,
-    ``deleted_keys`` or ``deleted_rows``, ``read_version``: the version the writer read). ``expired``
-    marks versions given up by :meth:`Table.expire <mere.Table.expire>`: no longer readable.
+    ``deleted_rows`` and ``delete_markers`` (older commits: ``deleted_keys``), ``read_version``: the
+    version the writer read). ``expired`` marks versions given up by :meth:`Table.expire
+    <mere.Table.expire>`: no longer readable.
     """
 
     version: int
@@ -144,26 +145,48 @@ class Snapshot:
         return f"Snapshot({', '.join(parts)})"
 
 
+# Summary entries of deletes: the rows that existed and were deleted (where the write read them), the
+# delete markers written, and the markers of blind deletes (given keys, never read: how many of them
+# existed is unknown). Commits before these entries recorded their markers as ``deleted_keys``.
+DELETED_ROWS = "deleted_rows"
+DELETE_MARKERS = "delete_markers"
+BLIND_DELETE_MARKERS = "blind_delete_markers"
+
+
+def _deleted_rows(operation: str, s: Mapping[str, Any]) -> int | None:
+    if DELETE_MARKERS in s:
+        return None if s.get(BLIND_DELETE_MARKERS) else int(s.get(DELETED_ROWS, 0) or 0)
+    # Commits written before the entries above.
+    if operation == "merge":
+        return int(s.get("deleted", 0) or 0)
+    return int(s.get("deleted_keys", s.get(DELETED_ROWS, 0)) or 0)
+
+
 @dataclass(frozen=True)
 class CommitResult:
     """What a write committed: the new version and what changed in it.
 
-    ``already_committed`` is True when an idempotency key named a commit that had landed before: the
-    result then describes that earlier commit and nothing new was written. ``no_change`` is True when the
-    write had nothing to commit (no rows to write, none to remove, no property or schema change): no version
-    was made, ``version`` is the version the write read, and every count is 0.
+    ``rows_deleted`` counts rows that existed and were deleted (a DELETE's or a MERGE's count, as DuckDB
+    reports it): a delete of keys that no row holds deletes none. It is None for a blind delete of given
+    keys (:meth:`Table.delete <mere.Table.delete>` of a table of keys, a staged delete), which writes a
+    marker per key without reading which keys exist. ``delete_markers`` is the number of delete markers
+    written. ``already_committed`` is True when an idempotency key named a commit that had landed before:
+    the result then describes that earlier commit and nothing new was written. ``no_change`` is True when
+    the write had nothing to commit (no rows to write, none to remove, no property or schema change): no
+    version was made, ``version`` is the version the write read, and every count is 0.
     """
 
     version: int
     operation: str
     committed_at: dt.datetime
     rows_written: int
-    rows_deleted: int
+    rows_deleted: int | None
     files_added: int
     files_removed: int
     bytes_added: int
     already_committed: bool = False
     snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
+    delete_markers: int = 0
     no_change: bool = False
 
     @staticmethod
@@ -186,19 +209,19 @@ class CommitResult:
     def of(snapshot: Snapshot, already_committed: bool = False) -> CommitResult:
         """The result of the commit that made ``snapshot``."""
         s = snapshot.summary
-        deleted = int(s.get("deleted_keys", s.get("deleted_rows", 0)) or 0)
         written = 0 if snapshot.operation in ("delete", "truncate", "compact") else int(s.get("rows", 0) or 0)
         return CommitResult(
             version=snapshot.version,
             operation=snapshot.operation,
             committed_at=snapshot.committed_at,
             rows_written=written,
-            rows_deleted=deleted,
+            rows_deleted=_deleted_rows(snapshot.operation, s),
             files_added=int(s.get("added_files", 0)),
             files_removed=int(s.get("removed_files", 0)),
             bytes_added=int(s.get("added_bytes", 0)),
             already_committed=already_committed,
             snapshot=snapshot,
+            delete_markers=int(s.get(DELETE_MARKERS, s.get("deleted_keys", 0)) or 0),
         )
 
     @property
@@ -216,6 +239,8 @@ class CommitResult:
             parts.append(f"rows_written={self.rows_written}")
         if self.rows_deleted:
             parts.append(f"rows_deleted={self.rows_deleted}")
+        if self.delete_markers and self.rows_deleted != self.delete_markers:
+            parts.append(f"delete_markers={self.delete_markers}")
         parts.append(f"files=+{self.files_added}/-{self.files_removed}")
         if self.snapshot is not None and self.snapshot.partitions is not None and not self.no_change:
             parts.append(f"partitions={len(self.snapshot.partitions)}")

@@ -124,6 +124,26 @@ def _normalise_field(f: pa.Field) -> pa.Field:
     return pa.field(f.name, normalise_type(f.type), f.nullable, f.metadata)
 
 
+EXTENSION_NAME = b"ARROW:extension:name"
+
+
+def declared_extension(f: pa.Field) -> str | None:
+    """The extension a field declares in its metadata (DuckDB's GEOMETRY: ``geoarrow.wkb`` on a binary
+    field), at any depth of a nested type, or None."""
+    if f.metadata and EXTENSION_NAME in f.metadata:
+        return str(f.metadata[EXTENSION_NAME].decode("utf-8", "replace"))
+    t = f.type
+    if pa.types.is_struct(t):
+        children = [t.field(i) for i in range(t.num_fields)]
+    elif pa.types.is_map(t):
+        children = [t.key_field, t.item_field]
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        children = [t.value_field]
+    else:
+        children = []
+    return next((name for c in children if (name := declared_extension(c)) is not None), None)
+
+
 def _unstorable(t: pa.DataType) -> str | None:
     """Why a (normalised) type cannot be stored and read back exactly, or None if it can."""
     if isinstance(t, pa.BaseExtensionType):
@@ -396,6 +416,15 @@ class TableSpec:
             reason = _unstorable(t)
             if reason is not None:
                 raise UnsupportedType(f"column {f.name!r} has type {f.type}: mere cannot store {reason}")
+            extension = declared_extension(pa.field(f.name, t, metadata=f.metadata))
+            if extension is not None:
+                # mere cannot check that values (an UPDATE's text, say) are what the extension's readers
+                # take: stored bytes they reject would make the table unreadable to them.
+                raise UnsupportedType(
+                    f"column {f.name!r} declares the extension type {extension!r} (field metadata "
+                    f"{EXTENSION_NAME.decode()}): mere cannot store extension types; store the storage type "
+                    f"{f.type} without that metadata (in DuckDB: cast the column, e.g. CAST(g AS BLOB))"
+                )
             nullable = f.nullable and f.name not in pk
             fields.append(pa.field(f.name, t, nullable=nullable, metadata=f.metadata))
         schema = pa.schema(fields, metadata=schema.metadata)

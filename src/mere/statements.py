@@ -14,7 +14,16 @@ from sqlglot import exp
 
 from mere.errors import FilterError, InvalidInput
 from mere.lang.lower import sql_text
-from mere.lang.parse import parse_statement
+from mere.lang.parse import (
+    INSERT_BY_NAME,
+    INSERT_BY_POSITION,
+    INSERT_DEFAULT_VALUES,
+    MERGE_ERROR,
+    UPDATE_BY_NAME,
+    UPDATE_BY_POSITION,
+    parse_expression,
+    parse_statement,
+)
 from mere.metadata import CommitResult
 from mere.table.merge import Merge, MergeMetrics
 
@@ -32,7 +41,7 @@ def sql(text: str, *, catalog: Catalog, **sources: Any) -> MergeMetrics | Commit
             "MERGE INTO sales.orders t USING changes s ON t.order_id = s.order_id "
             "WHEN MATCHED AND s.op = 'D' THEN DELETE "
             "WHEN MATCHED THEN UPDATE SET qty = t.qty + s.qty "
-            "WHEN NOT MATCHED THEN INSERT *",
+            "WHEN NOT MATCHED THEN INSERT (order_id, qty) VALUES (s.order_id, s.qty)",
             catalog=cat,
             changes=arrow_table,
         )
@@ -40,7 +49,9 @@ def sql(text: str, *, catalog: Catalog, **sources: Any) -> MergeMetrics | Commit
         mere.sql("DELETE FROM sales.orders WHERE qty = 0", catalog=cat)
 
     MERGE returns :class:`~mere.table.merge.MergeMetrics`; UPDATE and DELETE their
-    :class:`~mere.metadata.CommitResult`.
+    :class:`~mere.metadata.CommitResult`. The text is read as DuckDB reads it (``UPDATE SET *`` and
+    ``INSERT *`` by position, ``BY NAME`` by name, ``USING (columns)``, ``SET (a, b) = (x, y)``) and gives
+    DuckDB's rows; docs/sql.md lists the forms refused (:class:`~mere.errors.FilterError`, nothing changed).
     """
     from mere.table.catalog import Catalog
 
@@ -107,14 +118,51 @@ def _alias(node: exp.Expression, default: str) -> str:
     return alias.name if alias is not None and alias.name else default
 
 
+def _set_column(node: exp.Expression, what: str) -> str:
+    if not isinstance(node, exp.Column):
+        raise FilterError(f"{what} takes column = expression items, got {sql_text(node)!r}")
+    if node.table:
+        # DuckDB's parser refuses them (as do PostgreSQL and the standard): the statement names one table.
+        raise FilterError(
+            f"Qualified column names in UPDATE .. SET not supported (DuckDB refuses them too): write "
+            f"{node.name} = ..., not {sql_text(node)} = ..."
+        )
+    return node.name
+
+
+def _row_values(node: exp.Expression, count: int, what: str) -> list[exp.Expression]:
+    """The values of SET (a, b) = (x, y) or = ROW(x, y); one value, as = x, is every column's (DuckDB)."""
+    if isinstance(node, exp.Subquery | exp.Select):
+        raise FilterError(
+            f"{what} (columns) = (subquery) is not supported: mere is not a SQL engine; give the values as "
+            "expressions, or use MERGE INTO with the query's result as source"
+        )
+    row = isinstance(node, exp.Tuple) or (isinstance(node, exp.Anonymous) and str(node.this).upper() == "ROW")
+    if not row:
+        return [node] * count
+    values = list(node.expressions)
+    if len(values) != count:
+        raise FilterError(f"{what}: could not perform assignment, expected {count} values, got {len(values)}")
+    return values
+
+
 def _assignments(items: list[exp.Expression], what: str) -> dict[str, str]:
+    """SET items as column -> expression text: ``a = x``, and DuckDB's ``(a, b) = (x, y)``."""
     out: dict[str, str] = {}
     for item in items:
-        if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
+        if not isinstance(item, exp.EQ):
             raise FilterError(f"{what} takes column = expression items, got {sql_text(item)!r}")
-        if item.this.name in out:
-            raise FilterError(f"{what} assigns column {item.this.name!r} twice")
-        out[item.this.name] = sql_text(item.expression)
+        target = item.this
+        if isinstance(target, exp.Tuple | exp.Paren):
+            nodes = target.expressions if isinstance(target, exp.Tuple) else [target.this]
+            columns = [_set_column(c, what) for c in nodes]
+            pairs = list(zip(columns, _row_values(item.expression, len(columns), what)))
+        else:
+            pairs = [(_set_column(target, what), item.expression)]
+        for column, value in pairs:
+            if column in out:
+                raise FilterError(f"{what} assigns column {column!r} twice")
+            out[column] = sql_text(value)
     return out
 
 
@@ -139,20 +187,77 @@ def _merge(tree: exp.Merge, catalog: Catalog, sources: dict[str, Any]) -> MergeM
     unused = sorted(set(sources) - {source_name})
     if unused:
         raise InvalidInput(f"sources {unused} are not used by the statement")
-    if tree.args.get("using_cond"):
-        raise FilterError("MERGE ... USING (columns) is not supported; write ON t.k = s.k")
+    source_alias = _alias(using, source_name.split(".")[-1])
+    target_alias = _alias(tree.this, _name(tree.this).split(".")[-1])
+    joined = [c.name for c in tree.args.get("using_cond") or []]
     on = tree.args.get("on")
+    if joined and on:
+        raise FilterError("MERGE takes ON or USING (columns), not both")
     m = Merge(
-        target,
-        source,
-        on=sql_text(on) if on is not None else None,
-        source_alias=_alias(using, source_name.split(".")[-1]),
-        target_alias=_alias(tree.this, _name(tree.this).split(".")[-1]),
+        target, source, on=sql_text(on) if on else None, source_alias=source_alias, target_alias=target_alias
     )
+    if joined:
+        # USING (a, b) is ON t.a = s.a AND t.b = s.b (names without case, as DuckDB resolves them), and a
+        # bare a names the pair (equal when matched).
+        t_names, s_names = _by_lower(target.spec.schema.names), _by_lower(m.source.column_names)
+        pairs = [(t_names.get(c.lower(), c), s_names.get(c.lower(), c)) for c in joined]
+        m.on = parse_expression(
+            " AND ".join(
+                f"{_quote(target_alias)}.{_quote(t)} = {_quote(source_alias)}.{_quote(s)}" for t, s in pairs
+            ),
+            "ON condition",
+        )
+        m.using_columns = frozenset(t for t, s in pairs if t == s)
     whens = tree.args.get("whens")
+    closed: set[tuple[bool, bool]] = set()
     for when in whens.expressions if whens is not None else []:
+        kind = (bool(when.args.get("matched")), bool(when.args.get("source")))
+        if kind in closed:  # DuckDB refuses the statement rather than ignore a clause
+            raise FilterError(
+                f"Unconditional {_when(when)} clause was already defined - any following {_when(when)} clause "
+                "would be unreachable (DuckDB refuses this too)"
+            )
+        if when.args.get("condition") is None:
+            closed.add(kind)
         _clause(m, when)
     return m.execute()
+
+
+def _by_lower(names: list[str]) -> dict[str, str]:
+    return {n.lower(): n for n in names}
+
+
+def _source_columns(m: Merge, action: str, by_name: bool) -> list[tuple[str, str]]:
+    """(target column, source column) pairs of a ``*`` action, as DuckDB pairs them: by position, with
+    the column counts equal, or by name (without case), every source column naming a target column."""
+    target = list(m.table.spec.schema.names)
+    source = list(m.source.column_names)
+    if by_name:
+        by_lower = {c.lower(): c for c in target}
+        unknown = [c for c in source if c.lower() not in by_lower]
+        if unknown:
+            raise FilterError(
+                f"{action} BY NAME: the source column(s) {unknown} are not columns of {m.table.name} "
+                f"{target} (DuckDB refuses them too)"
+            )
+        return [(by_lower[c.lower()], c) for c in source]
+    if len(source) != len(target):
+        raise FilterError(
+            f"{action} * takes the source's columns by position, as DuckDB does: the source has "
+            f"{len(source)} columns {source}, {m.table.name} has {len(target)} {target}; give a source of "
+            f"the table's columns in its order, or write {action} BY NAME"
+        )
+    return list(zip(target, source))
+
+
+def _from_source(m: Merge, pairs: list[tuple[str, str]]) -> dict[str, str]:
+    return {t: f"{_quote(m.source_alias)}.{_quote(s)}" for t, s in pairs}
+
+
+def _when(when: exp.When) -> str:
+    if when.args.get("matched"):
+        return "WHEN MATCHED"
+    return "WHEN NOT MATCHED BY SOURCE" if when.args.get("source") else "WHEN NOT MATCHED"
 
 
 def _clause(m: Merge, when: exp.When) -> None:
@@ -162,6 +267,21 @@ def _clause(m: Merge, when: exp.When) -> None:
     cond = sql_text(condition) if condition is not None else None
     then = when.args.get("then")
     kind = "matched" if matched else "not_matched_by_source" if by_source else "not_matched"
+    action = then.name.upper() if isinstance(then, exp.Var) else None
+    if action in (UPDATE_BY_NAME, UPDATE_BY_POSITION):
+        then = exp.Update(expressions=[exp.Star()])  # checked as UPDATE SET * below, then paired
+    if action in (INSERT_BY_NAME, INSERT_BY_POSITION):
+        then = exp.Insert(this=exp.Star())
+    if action == INSERT_DEFAULT_VALUES:
+        raise FilterError(
+            "INSERT DEFAULT VALUES is not supported: mere's columns have no defaults, and a row of NULLs "
+            "has no key"
+        )
+    if action == MERGE_ERROR:
+        raise FilterError(
+            "THEN ERROR is not supported: check the source before the MERGE (no MERGE of mere fails on a "
+            "row on purpose)"
+        )
     if isinstance(then, exp.Var) and then.name.upper() == "DELETE":
         if kind == "not_matched":
             raise FilterError("WHEN NOT MATCHED THEN DELETE: there is no target row to delete")
@@ -176,9 +296,11 @@ def _clause(m: Merge, when: exp.When) -> None:
         if kind == "not_matched":
             raise FilterError("WHEN NOT MATCHED THEN UPDATE: there is no target row to update; use INSERT")
         if len(then.expressions) == 1 and isinstance(then.expressions[0], exp.Star):
+            _plain_star(then.expressions[0], "UPDATE SET *")
             if not matched:
                 raise FilterError("UPDATE SET * needs a source row: use it WHEN MATCHED")
-            m.when_matched_update_all(condition=cond)
+            pairs = _source_columns(m, "UPDATE", action == UPDATE_BY_NAME)
+            m.when_matched_update(set=_from_source(m, pairs), condition=cond)
         else:
             settings = _assignments(then.expressions, "UPDATE SET")
             (m.when_matched_update if matched else m.when_not_matched_by_source_update)(
@@ -188,7 +310,9 @@ def _clause(m: Merge, when: exp.When) -> None:
         if kind != "not_matched":
             raise FilterError("INSERT is only for WHEN NOT MATCHED")
         if isinstance(then.this, exp.Star):
-            m.when_not_matched_insert_all(condition=cond)
+            _plain_star(then.this, "INSERT *")
+            pairs = _source_columns(m, "INSERT", action == INSERT_BY_NAME)
+            m.when_not_matched_insert(values=_from_source(m, pairs), condition=cond)
             return
         columns = then.this.expressions if isinstance(then.this, exp.Tuple) else None
         values = then.expression.expressions if isinstance(then.expression, exp.Tuple) else None
@@ -211,3 +335,15 @@ def _clause(m: Merge, when: exp.When) -> None:
         )
     else:
         raise FilterError(f"unsupported MERGE action {sql_text(then) if then is not None else None!r}")
+
+
+def _plain_star(star: exp.Expression, what: str) -> None:
+    modifiers = [k.rstrip("_").upper() for k, v in star.args.items() if v]
+    if modifiers:
+        raise FilterError(f"{what} {modifiers[0]} (...) is not supported (DuckDB refuses it too)")
+
+
+def _quote(name: str) -> str:
+    from mere import expr as E
+
+    return E._fmt_ident(name)

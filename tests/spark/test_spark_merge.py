@@ -65,7 +65,10 @@ def _clauses(m: Any) -> Any:
         .when_not_matched_insert(
             values={"id": "s.id", "day": "s.day", "qty": "s.qty * 2"}, condition="s.id % 4 = 0"
         )
-        .when_not_matched_insert_all(condition="s.op = 'U'")
+        # Whole source rows, but op: *_all() would refuse the source's op column (not a table column).
+        .when_not_matched_insert(
+            values={"id": "s.id", "day": "s.day", "qty": "s.qty"}, condition="s.op = 'U'"
+        )
     )
 
 
@@ -156,7 +159,8 @@ def test_a_merge_conflict_in_one_task_changes_nothing(spark: SparkSession, wh: s
     dup = pa.table(
         {"id": pa.array([3], pa.int64()), "day": ["d0"], "qty": pa.array([1], pa.int64()), "op": ["U"]}
     )
-    source = pa.concat_tables([changes, dup])  # key 3 twice: its target row would be updated twice
+    # Key 3 twice: its target row would be updated twice. Without op: update_all() takes table columns only.
+    source = pa.concat_tables([changes, dup]).drop_columns(["op"])
     with pytest.raises(MergeConflict, match="more than once"):
         merge(
             spark, _df(spark, source), "sales.orders", warehouse=wh, partitions=4
@@ -180,6 +184,8 @@ def test_bad_clauses_fail_on_the_driver_before_any_spark_job(spark: SparkSession
     before = set(tracker.getJobIdsForGroup("merge-check"))
     with pytest.raises(FilterError, match="unknown source column 'nope'"):
         merge(spark, df, "sales.orders", warehouse=wh).when_matched_update(set={"qty": "s.nope"}).execute()
+    with pytest.raises(InvalidInput, match=r"by name.*\['op'\]"):
+        merge(spark, df, "sales.orders", warehouse=wh).when_not_matched_insert_all()
     with pytest.raises(InvalidInput, match="at least one WHEN clause"):
         merge(spark, df, "sales.orders", warehouse=wh).execute()
     with pytest.raises(InvalidInput, match="must equate every key column"):

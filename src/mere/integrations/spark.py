@@ -1531,7 +1531,8 @@ class SparkMerge:
         )
 
     def when_matched_update_all(self, condition: str | None = None) -> SparkMerge:
-        """Matched rows take every non-key column the source has, by name."""
+        """Matched rows take the source's columns by name (DuckDB's ``UPDATE BY NAME``); a source column
+        the table does not have is refused (see :meth:`mere.table.merge.Merge.when_matched_update_all`)."""
         return self._add("when_matched_update_all", condition=condition)
 
     def when_matched_delete(self, condition: str | None = None) -> SparkMerge:
@@ -1551,7 +1552,9 @@ class SparkMerge:
         )
 
     def when_not_matched_insert_all(self, condition: str | None = None) -> SparkMerge:
-        """Source rows with no target row: insert them, columns by name (missing columns are NULL)."""
+        """Source rows with no target row: insert them, columns by name (DuckDB's ``INSERT BY NAME``: missing
+        columns are NULL); a source column the table does not have is refused (see
+        :meth:`mere.table.merge.Merge.when_not_matched_insert_all`)."""
         return self._add("when_not_matched_insert_all", condition=condition)
 
     def when_not_matched_do_nothing(self, condition: str | None = None) -> SparkMerge:

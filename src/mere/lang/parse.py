@@ -22,6 +22,15 @@ from sqlglot.tokens import TokenType
 
 from mere.errors import FilterError
 
+# MERGE actions that take the source's columns whole. sqlglot reads neither DuckDB's BY NAME / BY POSITION
+# forms nor a bare UPDATE / INSERT (both positional in DuckDB); the parser below marks each as a Var.
+UPDATE_BY_NAME = "UPDATE BY NAME"
+UPDATE_BY_POSITION = "UPDATE BY POSITION"
+INSERT_BY_NAME = "INSERT BY NAME"
+INSERT_BY_POSITION = "INSERT BY POSITION"
+INSERT_DEFAULT_VALUES = "INSERT DEFAULT VALUES"
+MERGE_ERROR = "ERROR"
+
 
 class MereDialect(DuckDB):
     """DuckDB's SQL, plus `backtick` identifiers (Spark, MySQL) and X'00ff' byte strings."""
@@ -29,6 +38,71 @@ class MereDialect(DuckDB):
     class Tokenizer(DuckDB.Tokenizer):
         IDENTIFIERS = ['"', "`"]
         HEX_STRINGS = [("x'", "'"), ("X'", "'")]
+
+    class Parser(DuckDB.Parser):  # type: ignore[misc,valid-type]  # a variable to sqlglot's typing
+        def _parse_when_matched(self) -> exp.Whens:
+            """MERGE's WHEN clauses as DuckDB reads them (its grammar, not sqlglot's generic one)."""
+            whens = []
+            while self._match(TokenType.WHEN):
+                matched = not self._match(TokenType.NOT)
+                self._match_text_seq("MATCHED")
+                source = (
+                    False if self._match_text_seq("BY", "TARGET") else self._match_text_seq("BY", "SOURCE")
+                )
+                condition = self._parse_disjunction() if self._match(TokenType.AND) else None
+                self._match(TokenType.THEN)
+                then = self._parse_merge_action()
+                whens.append(
+                    self.expression(exp.When(matched=matched, source=source, condition=condition, then=then))
+                )
+            return cast(exp.Whens, self.expression(exp.Whens(expressions=whens)))
+
+        def _action_ends(self) -> bool:
+            ends = (
+                TokenType.WHEN,
+                TokenType.RETURNING,
+                TokenType.SEMICOLON,
+                getattr(TokenType, "SENTINEL", None),
+            )
+            return not self._curr or self._curr.token_type in ends  # sqlglot ends the tokens with a sentinel
+
+        def _parse_merge_action(self) -> exp.Expression | None:
+            if self._match(TokenType.UPDATE):
+                if self._match_text_seq("BY", "NAME"):
+                    return exp.var(UPDATE_BY_NAME)
+                if self._match_text_seq("BY", "POSITION") or self._action_ends():
+                    return exp.var(UPDATE_BY_POSITION)
+                if not self._match(TokenType.SET):
+                    self.raise_error("Expecting SET, BY NAME or BY POSITION after UPDATE")
+                star = self._parse_star()  # SET *, with any EXCEPT / REPLACE it carries
+                if star is not None:
+                    return cast(exp.Update, self.expression(exp.Update(expressions=[star])))
+                assignments = self._parse_csv(self._parse_update_assignment)
+                return cast(exp.Update, self.expression(exp.Update(expressions=assignments)))
+            if self._match(TokenType.INSERT):
+                if self._match_text_seq("BY", "NAME"):
+                    return exp.var(INSERT_BY_NAME)
+                if self._match_text_seq("BY", "POSITION") or self._action_ends():
+                    return exp.var(INSERT_BY_POSITION)
+                if self._match_text_seq("DEFAULT", "VALUES"):
+                    return exp.var(INSERT_DEFAULT_VALUES)
+                star = self._parse_star()
+                if star is not None:
+                    return cast(exp.Insert, self.expression(exp.Insert(this=star)))
+                columns = None if self._curr and self._curr.text.upper() == "VALUES" else self._parse_value()
+                if not self._match_text_seq("VALUES"):
+                    self.raise_error("Expecting VALUES")
+                values = self._parse_value()
+                return cast(exp.Insert, self.expression(exp.Insert(this=columns, expression=values)))
+            if self._match(TokenType.DELETE):
+                return exp.var("DELETE")
+            if self._match_text_seq("DO", "NOTHING"):
+                return exp.var("DO NOTHING")
+            if self._match_text_seq("ERROR"):
+                self._parse_primary()  # DuckDB's optional message
+                return exp.var(MERGE_ERROR)
+            self.raise_error("Expecting UPDATE, INSERT, DELETE, DO NOTHING or ERROR")
+            return None
 
 
 _NUM = r"-?(?:\d+(?:\.\d*)?|\.\d+)"

@@ -80,9 +80,7 @@ class StagedMerge:
         from mere.table.transaction import Change
 
         rows = sum(f.row_count for f in self.files)
-        change = Change(
-            "merge", list(self.files), rows, {k: self.counts[k] for k in ("inserted", "updated", "deleted")}
-        )
+        change = Change("merge", list(self.files), rows, _merge_summary(self.counts))
         change.validate = _rows_unchanged(self.table, set(self.splits), full=self.full_scan)
         return change
 
@@ -116,12 +114,7 @@ def commit_staged_merges(table: Table, staged: Sequence[StagedMerge]) -> MergeMe
         k: sum(s.counts.get(k, 0) for s in staged)
         for k in ("inserted", "updated", "deleted", "unchanged", "rows_read", "splits_read")
     }
-    change = Change(
-        "merge",
-        files,
-        sum(f.row_count for f in files),
-        {k: counts[k] for k in ("inserted", "updated", "deleted")},
-    )
+    change = Change("merge", files, sum(f.row_count for f in files), _merge_summary(counts))
     change.validate = _rows_unchanged(
         table.name, {x for s in staged for x in s.splits}, full=any(s.full_scan for s in staged)
     )
@@ -146,6 +139,15 @@ def commit_staged_merges(table: Table, staged: Sequence[StagedMerge]) -> MergeMe
     )
 
 
+def _merge_summary(counts: Mapping[str, int]) -> dict[str, int]:
+    """A MERGE's summary entries: its counts, and its deletes (a marker per target row it deleted)."""
+    from mere.table.transaction import deletion_summary
+
+    deleted = counts["deleted"]
+    summary = {k: counts[k] for k in ("inserted", "updated", "deleted")}
+    return {**summary, **deletion_summary(deleted, deleted)} if deleted else summary
+
+
 @dataclass(frozen=True)
 class Clause:
     """One WHEN clause: which rows it sees, what it does, its condition and its assignments."""
@@ -154,7 +156,7 @@ class Clause:
     action: Action
     condition: Parsed | None = None
     assignments: tuple[tuple[str, Parsed], ...] = ()
-    all_columns: bool = False  # UPDATE SET * / INSERT *
+    all_columns: bool = False  # the source's columns by name: UPDATE BY NAME / INSERT BY NAME
 
     def describe(self) -> str:
         """The clause as SQL."""
@@ -166,13 +168,13 @@ class Clause:
         cond = f" AND {self.condition.text}" if self.condition is not None else ""
         if self.action == "update":
             what = (
-                "UPDATE SET *"
+                "UPDATE BY NAME"
                 if self.all_columns
                 else "UPDATE SET " + ", ".join(f"{c} = {p.text}" for c, p in self.assignments)
             )
         elif self.action == "insert":
             what = (
-                "INSERT *"
+                "INSERT BY NAME"
                 if self.all_columns
                 else "INSERT ("
                 + ", ".join(c for c, _ in self.assignments)
@@ -264,6 +266,10 @@ class Merge:
                 for k in table.spec.primary_key
             )
         self.on = _expression(on, "ON condition")
+        # SQL's MERGE ... USING (a, b): ON equates these columns of both sides, and a bare ``a`` in a clause
+        # that sees both names the pair (the target's value, equal to the source's) instead of being
+        # ambiguous, as in DuckDB.
+        self.using_columns: frozenset[str] = frozenset()
         self.clauses: list[Clause] = []
         self._state = "open"
 
@@ -284,8 +290,25 @@ class Merge:
             Clause("matched", "update", self._condition(condition), _assignments(set, "UPDATE SET"))
         )
 
+    def _by_name(self, what: str) -> None:
+        """The ``*_all`` clauses pair columns by name (SQL's BY NAME): a source column the table does not
+        have is refused, not dropped (the table's change column aside: writes take it, it is not stored)."""
+        known = {*self.table.spec.schema.names, self.table.spec.cdc_column}
+        unknown = [c for c in self.source.column_names if c not in known]
+        if unknown:
+            raise InvalidInput(
+                f"{self.table.name}: {what} takes the source's columns by name, and the source column(s) "
+                f"{unknown} are not columns of the table {self.table.spec.schema.names}; drop them from the "
+                "source, or name the columns set (when_matched_update / when_not_matched_insert)"
+            )
+
     def when_matched_update_all(self, condition: str | None = None) -> Merge:
-        """Matched rows take every non-key column the source has, by name."""
+        """Matched rows take the source's columns by name (DuckDB's ``UPDATE BY NAME``, not the positional
+        ``UPDATE SET *``): each source column sets the target column of its name, and columns the source
+        lacks keep their values. Key and partition columns are not set (they identify the row; the ON
+        condition pairs the key with the source's). A source column the table does not have is refused
+        (:class:`~mere.errors.InvalidInput`), except the table's ``cdc_column``."""
+        self._by_name("when_matched_update_all()")
         return self._add(Clause("matched", "update", self._condition(condition), all_columns=True))
 
     def when_matched_delete(self, condition: str | None = None) -> Merge:
@@ -303,7 +326,10 @@ class Merge:
         )
 
     def when_not_matched_insert_all(self, condition: str | None = None) -> Merge:
-        """Source rows with no target row: insert them, columns by name (missing columns are NULL)."""
+        """Source rows with no target row: insert them, columns by name (DuckDB's ``INSERT BY NAME``, not
+        the positional ``INSERT *``): columns the source lacks are NULL. A source column the table does not
+        have is refused (:class:`~mere.errors.InvalidInput`), except the table's ``cdc_column``."""
+        self._by_name("when_not_matched_insert_all()")
         return self._add(Clause("not_matched", "insert", self._condition(condition), all_columns=True))
 
     def when_not_matched_do_nothing(self, condition: str | None = None) -> Merge:
@@ -453,6 +479,8 @@ class _Scope:
         else:
             name = ".".join(parts)
             in_t, in_s = name in self.t_names and self.target, name in self.s_names and self.source
+            if in_t and in_s and name in self.merge.using_columns:
+                in_s = False
             if in_t and in_s:
                 raise FilterError(
                     f"column {name!r} is ambiguous in {self.what}: write {self.merge.target_alias}.{name} or "
@@ -601,6 +629,7 @@ class MergePlan:
         schema = self.spec.schema
         identity = set(self.spec.identity_columns)
         if clause.action == "update":
+            kept: set[str] = set()
             items = clause.assignments
             if clause.all_columns:
                 items = tuple(
@@ -618,13 +647,17 @@ class MergePlan:
                     raise InvalidInput(
                         f"{self.name}: UPDATE SET names unknown column {column!r}; columns: {schema.names}"
                     )
-                if name in identity:
-                    raise InvalidInput(
-                        f"{self.name}: UPDATE cannot set key or partition column {name!r} (delete the row and "
-                        "insert the new one instead)"
-                    )
-                if name in out.values:
+                if name in out.values or name in kept:
                     raise InvalidInput(f"{self.name}: UPDATE SET names {name!r} twice")
+                if name in identity:
+                    if not self._keeps(name, parsed, scope):
+                        raise InvalidInput(
+                            f"{self.name}: UPDATE cannot set key or partition column {name!r} (delete the row "
+                            "and insert the new one instead); only setting it to the value it has is allowed ("
+                            f"{name} = {m.source_alias}.<the source column ON equates it with>, as dbt writes)"
+                        )
+                    kept.add(name)  # a no-op: the row keeps its key
+                    continue
                 out.values[name] = _assign(scope.lower(parsed), schema.field(name).type, name, parsed.text)
         elif clause.action == "insert":
             items = clause.assignments
@@ -654,6 +687,18 @@ class MergePlan:
                 for k, tree in zip(self.spec.primary_key, trees)
             )
         return out
+
+    def _keeps(self, column: str, parsed: Parsed, scope: _Scope) -> bool:
+        """Whether SET ``column`` = ``parsed`` leaves a matched row's key or partition column as it is: the
+        target's own value, or the source column the ON condition equates that key column with."""
+        tree = parsed.tree
+        while isinstance(tree, exp.Paren):
+            tree = tree.this
+        if not isinstance(tree, exp.Column):
+            return False
+        named, _ = scope.resolve(tree)
+        paired = self.pairs.get(column)
+        return named == _TARGET + column or (paired is not None and named == _SOURCE + paired)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -1126,6 +1171,8 @@ def _update_values(table: Table, assignments: Mapping[str, str]) -> dict[str, pc
                 f"{table.name}: UPDATE SET names unknown column {column!r}; columns: {spec.schema.names}"
             )
         if spec.has_primary_key and column in spec.identity_columns:
+            if isinstance(parsed.tree, exp.Column) and not parsed.tree.table and parsed.tree.name == column:
+                continue  # SET k = k leaves the row's key as it is
             raise InvalidInput(
                 f"{table.name}: UPDATE cannot set key or partition column {column!r} (delete the row and insert "
                 "the new one instead)"

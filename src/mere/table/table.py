@@ -41,7 +41,7 @@ from mere.table.compaction import CompactionPlan, CompactionTask, can_fold_parti
 from mere.table.evolve import SchemaUpdate, same_columns
 from mere.table.merge import Merge, MergeMetrics, StagedMerge, commit_staged_merges
 from mere.table.scan import Scan, ScanTask, normalise_columns
-from mere.table.transaction import Change, Transaction, marker_change
+from mere.table.transaction import Change, Transaction, deletion_summary, marker_change
 from mere.table.write_checks import WriteChecks, split_label
 from mere.write.writer import (
     CHUNK_BYTES,
@@ -576,6 +576,10 @@ class Table:
         """Delete rows matching a filter (string, expression, pyarrow Expression), or the keys in a table of keys.
 
         ``delete("TRUE")`` deletes every row (as delete markers); :meth:`truncate` empties the table at once.
+        A filter reads the rows it deletes (markers are written for those), so the result's ``rows_deleted``
+        counts rows that existed, as SQL's DELETE count. A table of keys with their partition values is
+        deleted blind (a marker per key, nothing read): its ``rows_deleted`` is None, ``delete_markers`` the
+        keys marked.
         """
         return self._write_once(None, lambda tx: tx.delete(where))
 
@@ -788,7 +792,7 @@ class Table:
                 self._check_partition(wanted, [json.loads(e.partition) for e in entries])
                 tx._add(tx._overwriting("overwrite", entries, rows, wanted, dynamic=dynamic))
             elif operation == "delete":
-                tx._add(Change("delete", entries, rows, {"deleted_keys": rows}))
+                tx._add(Change("delete", entries, rows, deletion_summary(rows, None)))
             else:
                 if operation == "upsert" and self.spec.has_primary_key:
                     tx._checks().observe_files(self, entries)

@@ -51,7 +51,14 @@ from mere.errors import (
     NoSuchVersion,
     SchemaChanged,
 )
-from mere.metadata import CommitResult, ConcurrentChanges, FileEntry
+from mere.metadata import (
+    BLIND_DELETE_MARKERS,
+    DELETE_MARKERS,
+    DELETED_ROWS,
+    CommitResult,
+    ConcurrentChanges,
+    FileEntry,
+)
 from mere.read.evolution import whole_file_as_table
 from mere.read.planner import split_filter
 from mere.retry import COMMIT_RETRIES, RetryPolicy
@@ -161,25 +168,9 @@ class Transaction:
                 return self._add(self._markers(keys.select(cols)))
             return self._add_read(lambda base: self._keys_where_they_live(keys, base))
         if t.spec.has_primary_key:
-            parts = split_filter(t.spec, where)
-            blind = (
-                isinstance(parts.post, E.AlwaysTrue)
-                and parts.key_points is not None
-                and set(t.spec.partition_by) <= set(t.spec.primary_key)
-            )
-            if blind:
-                assert parts.key_points is not None
-                cols_: list[Any] = (
-                    list(zip(*parts.key_points)) if parts.key_points else [[] for _ in t.spec.primary_key]
-                )
-                keys = pa.table(
-                    {
-                        k: pa.array(list(c), type=t.spec.schema.field(k).type)
-                        for k, c in zip(t.spec.primary_key, cols_)
-                    }
-                )
-                keys = keys.filter(E.to_pyarrow(parts.pre, keys.schema)) if keys.num_rows else keys
-                return self._add(self._markers(keys))
+            # Read even where the filter names keys: the rows that exist are what a DELETE counts (as
+            # DuckDB's count does), and markers are written for those only.
+            split_filter(t.spec, where)  # a bad filter fails now
             return self._add_read(lambda base: self._matching_rows(where, base))
         split_filter(t.spec, where)  # a bad filter fails now
         return self._add_read(lambda base: self._rewrite(where, base))
@@ -497,7 +488,7 @@ class Transaction:
     def _read_markers(self, keys: pa.Table) -> Change:
         # The keys were read at the transaction's version: the checks see their deletes before every write
         # of the transaction (reading changes come first, and deletes commute with one another).
-        change = marker_change(self.table, keys, self._checks(), first=True)
+        change = marker_change(self.table, keys, self._checks(), first=True, read=True)
         change.validate = self._reading(change.files)
         return change
 
@@ -507,7 +498,7 @@ class Transaction:
         def drop(data: pa.Table, hit: pa.Array) -> pa.Table:
             return data.filter(pc.invert(hit))
 
-        return rewrite_files(self.table, where, base, drop, "delete", "deleted_rows")
+        return rewrite_files(self.table, where, base, drop, "delete", DELETED_ROWS)
 
     def _overwriting(
         self,
@@ -616,14 +607,25 @@ def _evaluate_mask(data: pa.Table, predicate: pc.Expression) -> pa.Array:
     return evaluate(data, {"hit": predicate}).column("hit").combine_chunks()
 
 
-def marker_change(t: Table, keys: pa.Table, checks: WriteChecks | None = None, first: bool = False) -> Change:
-    """Delete markers for these keys, written; ``checks`` take note of them (later upserts start afresh)."""
+def deletion_summary(markers: int, existed: int | None) -> dict[str, int]:
+    """A delete's summary entries: the markers written, and the rows that existed and were deleted where
+    the delete read them (a blind delete of given keys does not know how many existed)."""
+    if existed is None:
+        return {DELETE_MARKERS: markers, BLIND_DELETE_MARKERS: markers}
+    return {DELETE_MARKERS: markers, DELETED_ROWS: existed}
+
+
+def marker_change(
+    t: Table, keys: pa.Table, checks: WriteChecks | None = None, first: bool = False, read: bool = False
+) -> Change:
+    """Delete markers for these keys, written; ``checks`` take note of them (later upserts start afresh).
+    ``read``: the keys are rows the delete read at its version (each one existed)."""
     keys, _ = conform(keys, _key_only_spec(t.spec), partial_ok=True, identifier=t.name)
     ops = np.full(keys.num_rows, OP_DELETE, dtype=np.int8)
     prepared = prepare(t.spec, keys, ops)
     files = t._write_files(prepared)
     rows = sum(f.row_count for f in files)
-    change = Change("delete", files, rows, {"deleted_keys": rows})
+    change = Change("delete", files, rows, deletion_summary(rows, rows if read else None))
     if checks is not None:
         checks.observe(prepared, tag=change, first=first)
     return change
