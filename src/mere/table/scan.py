@@ -437,8 +437,16 @@ class Scan:
         )
 
     def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
-        """The merged rows as a pandas DataFrame; ``kwargs`` go to ``pyarrow.Table.to_pandas``
-        (e.g. ``types_mapper=pd.ArrowDtype``)."""
+        """The merged rows as a pandas DataFrame; ``kwargs`` go to ``pyarrow.Table.to_pandas``.
+
+        By default columns become NumPy ones, and an integer column that holds a NULL becomes float64
+        (NULLs as NaN), which cannot hold every 64-bit integer: a ``uint64`` of ``2**63 + 5`` comes back as
+        ``9.223372036854776e+18``, an ``int64`` beyond 2**53 loses digits too. Pass
+        ``types_mapper=pd.ArrowDtype`` to keep every value and type exactly (nullable integers, decimals,
+        nanosecond timestamps)::
+
+            frame = table.scan().to_pandas(types_mapper=pd.ArrowDtype)
+        """
         table = self.to_arrow()
         try:
             return table.to_pandas(**kwargs)
