@@ -48,13 +48,14 @@ _storages: dict[tuple[str, tuple[tuple[str, str], ...]], Storage] = {}
 _storages_lock = threading.Lock()
 
 
-def storage_for(uri: str, options: tuple[tuple[str, str], ...]) -> Storage:
-    """One Storage (and footer cache) per warehouse in a worker process."""
+def storage_for(uri: str, options: tuple[tuple[str, str], ...], table: str = "") -> Storage:
+    """One Storage (and footer cache) per warehouse in a worker process; with ``table``, a handle on it that
+    names that table in read errors."""
     with _storages_lock:
         storage = _storages.get((uri, options))
         if storage is None:
             storage = _storages[(uri, options)] = Storage(uri, dict(options))
-        return storage
+    return storage.for_table(table) if table else storage
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class ScanTask:
     split: Split
     options: ReadOptions
     size_hint: int | None = None  # bytes of a key-range window's row groups (see divide)
+    table: str = ""  # the table's name, for errors
 
     @property
     def size_bytes(self) -> int:
@@ -82,7 +84,7 @@ class ScanTask:
     def reader(self) -> SplitReader:
         """A reader of this task's merged rows (opens the files' footers)."""
         return SplitReader(
-            storage_for(self.warehouse, self.storage_options), self.spec, self.split, self.options
+            storage_for(self.warehouse, self.storage_options, self.table), self.spec, self.split, self.options
         )
 
     def read(self) -> Iterator[pa.RecordBatch]:
@@ -111,7 +113,7 @@ class ScanTask:
             or pa.types.is_date(kind)
         ):
             return [self]
-        storage = storage_for(self.warehouse, self.storage_options)
+        storage = storage_for(self.warehouse, self.storage_options, self.table)
         starts: list[tuple[Any, float]] = []  # (smallest key, bytes) of every row group
         for f in self.split.files:
             md = storage.metadata(f.path, f.size_bytes or None)
@@ -307,7 +309,7 @@ class Scan:
             raise InvalidInput("scan tasks need a warehouse URI; this catalog was opened with filesystem=")
         options = tuple(sorted(storage.storage_options.items()))
         spec_json = self.spec.to_json()
-        return [ScanTask(storage.uri, options, spec_json, s, opts) for s in splits]
+        return [ScanTask(storage.uri, options, spec_json, s, opts, table=self.table.name) for s in splits]
 
     def split_tables(self, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], pa.Table]:
         """Merged rows of the splits named by (partition JSON, bucket), read concurrently; others are not read."""

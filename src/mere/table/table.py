@@ -85,11 +85,12 @@ class Table:
 
     def __init__(self, catalog: Catalog, record: TableRecord) -> None:
         self.catalog = catalog
-        self.storage: Storage = catalog.storage
         self._load(record)
 
     def _load(self, record: TableRecord) -> None:
         self.record = record
+        # The catalog's storage, naming this table in every read failure of one of its files.
+        self.storage: Storage = self.catalog.storage.for_table(record.identifier)
         self._columns_seen = record.version  # commits up to here kept the columns of self.spec
         self._pending_columns: tuple[TableSpec, list[str]] | None = None  # see adding_columns()
         self.spec = TableSpec.from_json(record.spec, record.identifier)
@@ -1008,7 +1009,7 @@ class Table:
             runs = len({f.seq for f in split.files})  # the files one compaction wrote share its sequence
             if runs < min_files and not any(f.content == "delete" for f in split.files):
                 continue
-            read = ScanTask(self.storage.uri, storage_options, self.record.spec, split, opts)
+            read = ScanTask(self.storage.uri, storage_options, self.record.spec, split, opts, table=self.name)
             tasks.append(
                 CompactionTask(
                     read,
@@ -1187,6 +1188,14 @@ class Table:
         Only files and uploads older than ``older_than`` go, so writes still in flight keep theirs.
         Returns the removed paths; with ``dry_run`` the files that would be removed, deleting nothing
         (pending multipart uploads are then neither listed nor aborted).
+
+        It never deletes a file a version references, so it does not repair a damaged or missing data file
+        (reads that need one raise :class:`~mere.errors.StorageError` naming it and the table). Recover by
+        putting the same bytes back at that path (nothing is lost); without them the file's rows are lost:
+        write them again with :meth:`overwrite` of the file's partition (it does not read the file), or
+        :meth:`rollback` to the version before the file's ``added_version`` (``inspect.files()``), which
+        also gives up every later commit. docs/concepts.md, "Damaged or missing data files", has the
+        details.
         """
         _check_age(self.name, older_than)
         _check_flag(self.name, "dry_run", dry_run)
