@@ -104,6 +104,7 @@ from mere.table.evolve import can_widen, same_columns
 from mere.table.merge import Merge, MergeMetrics, MergePlan, StagedMerge
 from mere.table.scan import OPEN_COST_BYTES, TASK_BYTES, ScanTask, group_tasks, read_tasks
 from mere.table.table import StagedWrite, Table
+from mere.write.cast import relax_nested
 
 _INSTALL_HINT = "pip install 'mere[spark]' (PySpark >= 4.1 and a Java 17+ runtime)"
 
@@ -700,10 +701,17 @@ def _chunks(batches: Iterator[pa.RecordBatch], flush_rows: int = FLUSH_ROWS) -> 
 def _create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) -> Table:
     keys = set(_split_list(opts.get("primary_key")) or ())
     # Columns other than keys take NULL, whatever the DataFrame's plan proved of its own rows (a literal
-    # column is NOT NULL there): as Spark's file sources write them.
+    # column is NOT NULL there, and so are the elements of array(1, 2), the fields of named_struct and the
+    # values of map literals): as Spark's file sources write them. Map keys stay NOT NULL (Arrow's rule).
     arrow = to_arrow_schema(schema, timezone="UTC")
     arrow = pa.schema(
-        [f if f.name in keys else f.with_nullable(True) for f in arrow], metadata=arrow.metadata
+        [
+            f.with_type(relax_nested(f.type))
+            if f.name in keys
+            else f.with_type(relax_nested(f.type)).with_nullable(True)
+            for f in arrow
+        ],
+        metadata=arrow.metadata,
     )
     buckets = opts.get("buckets")
     return ref.connect().create_table(
