@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import json
 import os
 import sys
@@ -172,6 +173,7 @@ __all__ = [
     "TableRef",
     "check_workers",
     "compact",
+    "install_partition_hook",
     "merge",
     "native_type",
     "read_table",
@@ -205,7 +207,16 @@ READ_OPTIONS = (
     "min_partitions",
 )
 STREAM_READ_OPTIONS = ("readchangefeed", "startingversion", "maxversionspertrigger")  # spark_streaming
-CREATE_OPTIONS = ("primary_key", "partition_by", "buckets", "cdc_column", "merge_operators", "create")
+# "partitionby": what DataFrameWriter.partitionBy(...) passes through the hook (see install_partition_hook)
+CREATE_OPTIONS = (
+    "primary_key",
+    "partition_by",
+    "partitionby",
+    "buckets",
+    "cdc_column",
+    "merge_operators",
+    "create",
+)
 WRITE_OPTIONS = (
     "operation",
     "partition",
@@ -300,6 +311,7 @@ def local_session(app_name: str, driver_memory: str = "1g", shuffle_partitions: 
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    install_partition_hook()
     return session
 
 
@@ -718,7 +730,7 @@ def _create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) ->
         ref.name,
         arrow,
         primary_key=_split_list(opts.get("primary_key")),
-        partition_by=_split_list(opts.get("partition_by")),
+        partition_by=list(_partition_by(ref.name, opts) or ()) or None,
         buckets=_int_option("buckets", buckets),
         merge_operators=_json_object("merge_operators", opts.get("merge_operators")),
         cdc_column=opts.get("cdc_column") or None,
@@ -726,14 +738,34 @@ def _create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) ->
     )
 
 
+def _partition_by(name: str, opts: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The partition columns a write names: option ``partition_by`` or Spark's ``.partitionBy(...)`` (as
+    the hook passes it), which must agree when both are given; None when neither is."""
+    given = {k: tuple(_split_list(opts[k]) or ()) for k in ("partition_by", "partitionby") if k in opts}
+    if len(set(given.values())) > 1:
+        raise InvalidInput(
+            f"{name}: .partitionBy{given['partitionby']} and option 'partition_by' "
+            f"{opts['partition_by']!r} disagree; give the partition columns once"
+        )
+    return next(iter(given.values()), None)
+
+
 def _check_layout(table: Table, opts: Mapping[str, str]) -> None:
     """Layout options given for an existing table must describe it (a mismatch is never ignored)."""
     spec = table.spec
+    partition_by = _partition_by(table.name, opts)
+    if "partitionby" in opts and partition_by != spec.partition_by:
+        have = f"partitioned by {', '.join(spec.partition_by)}" if spec.partition_by else "not partitioned"
+        raise mere.errors.TableExists(
+            f"{table.name} already exists and is {have}: .partitionBy({', '.join(partition_by or ())}) does "
+            "not match it, and a write never changes a table's partitioning; drop .partitionBy or write to "
+            "a new table (nothing was written)"
+        )
     wanted: dict[str, Any] = {}
     if "primary_key" in opts:
         wanted["primary_key"] = (tuple(_split_list(opts["primary_key"]) or ()), spec.primary_key)
-    if "partition_by" in opts:
-        wanted["partition_by"] = (tuple(_split_list(opts["partition_by"]) or ()), spec.partition_by)
+    if partition_by is not None:
+        wanted["partition_by"] = (partition_by, spec.partition_by)
     if "buckets" in opts:
         wanted["buckets"] = (_int_option("buckets", opts["buckets"]), spec.buckets)
     if "cdc_column" in opts:
@@ -1083,7 +1115,84 @@ def register(spark: Any, *, check: bool = True) -> None:
     if check:
         check_workers(spark)
     spark.dataSource.register(MereDataSource)
+    install_partition_hook()
     _registered_sessions.add(spark.sparkContext.applicationId)
+
+
+# ---------------------------------------------------------------------------------------------
+# DataFrameWriter.partitionBy for the mere format
+
+_HOOKED = "_mere_partition_hook"
+
+
+def install_partition_hook() -> None:
+    """Let ``df.write.format("mere").partitionBy(...)`` name the partition columns of the table.
+
+    Spark's DataFrameWriter checks ``partitionBy`` against the partitioning a data source's table declares,
+    in the JVM, before any code of the data source runs, and a Python data source cannot declare any: the
+    write fails with "requirement failed: The provided partitioning or clustering columns do not match the
+    existing table's". This wraps three methods of PySpark's classic ``DataFrameWriter`` (once per process;
+    :func:`register` and :func:`local_session` call it): ``format`` and ``partitionBy`` also note what they
+    were given on the writer, and ``save`` of a mere write hands the columns over as the option
+    ``partitionBy`` (with Spark's own partitioning emptied): the partitioning of a table the write creates,
+    or, for an existing table, one that must be its partitioning (a mismatch is refused before anything is
+    written). Every other format gets Spark's own calls, unchanged. Spark Connect's writer is not wrapped.
+    """
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    if getattr(DataFrameWriter.save, _HOOKED, False):
+        return
+    spark_format, spark_partition_by, spark_save = (
+        DataFrameWriter.format,
+        DataFrameWriter.partitionBy,
+        DataFrameWriter.save,
+    )
+
+    def format(self: Any, source: str) -> Any:
+        out = spark_format(self, source)
+        self._mere_format = source
+        return out
+
+    def partitionBy(self: Any, *cols: Any) -> Any:
+        out = spark_partition_by(self, *cols)  # Spark's own, as always: other formats need it
+        if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
+            cols = tuple(cols[0])
+        self._mere_partition_by = cols
+        return out
+
+    def save(
+        self: Any,
+        path: str | None = None,
+        format: str | None = None,
+        mode: str | None = None,
+        partitionBy: Any = None,
+        **options: Any,
+    ) -> None:
+        if partitionBy is None and getattr(self, "_mere_partition_by", None) is None:
+            return spark_save(self, path, format, mode, partitionBy, **options)
+        source = format or getattr(self, "_mere_format", None)
+        if source is None:
+            source = self._spark.conf.get("spark.sql.sources.default", "parquet")
+        if str(source).strip().lower() != MereDataSource.name():
+            return spark_save(self, path, format, mode, partitionBy, **options)
+        # Spark's own order of save()'s arguments, then the columns as mere's option instead of Spark's.
+        self.mode(mode).options(**options)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if format is not None:
+            self.format(format)
+        cols = self._mere_partition_by
+        spark_partition_by(self)  # none for Spark: its check against the table's partitioning is skipped
+        if not all(isinstance(c, str) for c in cols):
+            raise InvalidInput(f"partitionBy takes column names for the mere format, got {list(cols)!r}")
+        self._jwrite = self._jwrite.option("partitionBy", ",".join(cols))
+        return spark_save(self, path)
+
+    for name, wrapper in (("format", format), ("partitionBy", partitionBy), ("save", save)):
+        original = getattr(DataFrameWriter, name)
+        functools.update_wrapper(wrapper, original)
+        setattr(wrapper, _HOOKED, True)
+        setattr(DataFrameWriter, name, wrapper)
 
 
 # ---------------------------------------------------------------------------------------------
