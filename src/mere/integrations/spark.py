@@ -12,7 +12,8 @@ small splits share a task, big ones are divided into key-range windows (options 
 ``open_cost_bytes``, ``min_partitions``). The merge runs in the executors; each task streams merged Arrow
 record batches cast exactly to the declared Spark schema. :func:`read_table` also hands the splits that
 need no merge (compacted ones) to Spark's own Parquet reader. Read options:
-``version`` / ``versionAsOf``, ``as_of`` / ``timestampAsOf`` (ISO timestamp or epoch seconds), ``filter``
+``version`` / ``versionAsOf``, ``as_of`` / ``timestampAsOf`` (ISO timestamp or epoch seconds; one without
+a zone is in the session time zone, ``spark.sql.session.timeZone``, as Spark reads its own), ``filter``
 (a mere filter such as ``"day = '2026-11-21' and order_id in (1, 2)"``: pruned and evaluated inside the
 scan, with merge-on-read semantics), ``columns`` (comma-separated projection) and ``storage.<key>`` for
 storage options. A user-given ``.schema(...)`` with a subset of the columns also projects.
@@ -69,10 +70,12 @@ Spark SQL: ``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.order
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import difflib
 import functools
 import json
 import os
+import re
 import sys
 import threading
 import uuid
@@ -494,7 +497,68 @@ def _as_of(value: str | None) -> Any:
     try:
         return float(value)  # epoch seconds
     except ValueError:
-        return value  # ISO timestamp
+        pass
+    naive = _naive_time(value)
+    # A time without a zone is in Spark's session zone, as Spark reads its own. The planner process gets
+    # no session conf: it takes its local zone, which is the JVM's default, the session zone unless set;
+    # read tasks check the version against the zone the session sets (MereReader._check_session_zone).
+    return value if naive is None else naive.astimezone()
+
+
+def _naive_time(value: Any) -> dt.datetime | None:
+    """``value`` as a datetime when it is an ISO time without a zone (a naive datetime included)."""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value
+    return None
+
+
+_OFFSET_ZONE = re.compile(r"(?:UTC|GMT|UT)?([+-])(\d{1,2})(?::?(\d{2}))?(?::?(\d{2}))?")
+
+
+def _zone(name: str) -> dt.tzinfo | None:
+    """A zone as Spark's ``spark.sql.session.timeZone`` names it (a region such as America/Los_Angeles, or
+    an offset such as +08:00 or GMT-5); None when Python does not know it."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    text = name.strip()
+    if text.upper() in ("Z", "UTC", "GMT", "UT"):
+        return dt.UTC
+    m = _OFFSET_ZONE.fullmatch(text)
+    if m:
+        sign = -1 if m.group(1) == "-" else 1
+        hours, minutes, seconds = (int(g or 0) for g in m.group(2, 3, 4))
+        return dt.timezone(sign * dt.timedelta(hours=hours, minutes=minutes, seconds=seconds))
+    try:
+        return ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def _micros(when: dt.datetime) -> int:
+    return (when - _EPOCH) // dt.timedelta(microseconds=1)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _session_as_of(spark: Any, value: Any) -> Any:
+    """``as_of`` for a read planned on the driver: a time without a zone in the session's time zone."""
+    naive = _naive_time(value)
+    if naive is None:
+        return value
+    name = str(spark.conf.get("spark.sql.session.timeZone"))
+    zone = _zone(name)
+    if zone is None:
+        raise InvalidInput(
+            f"as_of {value!r} has no time zone and Python does not know the session time zone {name!r}; "
+            "give as_of with an explicit offset, such as '2026-11-21T08:00:00+00:00'"
+        )
+    return naive.replace(tzinfo=zone)
 
 
 def _version(value: str | None) -> int | None:
@@ -548,6 +612,9 @@ class MereReader(DataSourceReader):
         self.base_filter: str | None = opts.get("filter") or None
         self.columns = list(schema.fieldNames())
         self.requested_version, self.as_of, self.tag = _read_point(opts)
+        text = opts.get("as_of", opts.get("timestampasof"))
+        self.naive_as_of = text if _naive_time(text) is not None else None
+        self.as_of_window: tuple[int, int | None] = (0, None)  # commit times that read self.version
         self.target = _arrow_target(schema)
         self.user_schema = schema
         self.sizing = PartitionSizing.from_options(opts)
@@ -570,6 +637,17 @@ class MereReader(DataSourceReader):
         )
         _check_user_schema(table.name, scan.schema, self.user_schema)
         self.version = scan.version
+        if self.naive_as_of is not None:
+            # Every instant in [this version's commit, the next commit) reads this version: a task can tell
+            # whether the session's zone reads it too without asking the catalog.
+            later = [
+                _micros(s.committed_at)
+                for s in table.catalog.sql.history(table.record.id, after=self.version)
+            ]
+            self.as_of_window = (
+                _micros(table.snapshot(version=self.version).committed_at),
+                min(later, default=None),
+            )
         tasks = scan.tasks()
         if self.merged_only:  # read_table() reads the other splits with Spark's own Parquet reader
             tasks = [t for t in tasks if not stored_rows_are_merged(table.storage, scan.spec, t.split)]
@@ -581,7 +659,36 @@ class MereReader(DataSourceReader):
         )
         return [SplitPartition(i, g) for i, g in enumerate(groups)]
 
+    def _check_session_zone(self) -> None:
+        """In a read task: a time travel to a time without a zone must read the same version in the session's
+        time zone as the planner read in its local zone, or the read fails (never another version)."""
+        if self.naive_as_of is None:
+            return
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        name = context.getLocalProperty("spark.sql.session.timeZone") if context is not None else None
+        if not name:
+            return  # the session's zone is the JVM's default, the planner's local zone
+        naive = _naive_time(self.naive_as_of)
+        assert naive is not None
+        zone = _zone(name)
+        lo, hi = self.as_of_window
+        when = None if zone is None else _micros(naive.replace(tzinfo=zone))
+        if when is not None and lo <= when and (hi is None or when < hi):
+            return
+        local = naive.astimezone()
+        example = naive.replace(tzinfo=zone or dt.UTC).isoformat()
+        raise InvalidInput(
+            f"{self.ref.name}: as_of {self.naive_as_of!r} has no time zone: Spark's planner read it in its "
+            f"local zone ({local.tzname()}, UTC{local.strftime('%z')}) as version {self.version}, but the "
+            f"session time zone (spark.sql.session.timeZone) is {name}, "
+            + ("which Python does not know" if zone is None else "where it names another version")
+            + f"; give as_of with an explicit offset, such as {example!r}"
+        )
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        self._check_session_zone()
         if not isinstance(partition, SplitPartition):
             return  # Spark's placeholder partition of an empty table
         for batch in read_tasks(partition.tasks):
@@ -1360,7 +1467,9 @@ def read_table(
     warehouses; True also for object stores, whose files Spark then reads as ``s3a://`` (the session
     needs hadoop-aws and credentials configured); False never. Columns of types Spark's Parquet reader
     returns differently (unsigned integers, nanosecond timestamps) turn the route off. ``options`` are
-    passed to the mere data source (``max_partition_bytes``, ``storage.<key>``, ...).
+    passed to the mere data source (``max_partition_bytes``, ``storage.<key>``, ...). An ``as_of`` (or
+    option ``as_of``/``timestampAsOf``) without a zone is read in the session time zone
+    (``spark.sql.session.timeZone``), as Spark reads its own timestamps; mere's Python API reads it as UTC.
     """
     if spark.sparkContext.applicationId not in _registered_sessions:
         register(spark)  # the registered source runs in the interpreter check_workers tests
@@ -1370,6 +1479,11 @@ def read_table(
     given = _options(given)
     ref = TableRef.from_options(given)
     t = ref.open()
+    text = given.get("as_of", given.get("timestampasof"))
+    if as_of is None and text is not None:  # the option, as load() takes it (epoch seconds or ISO time)
+        as_of = text if _naive_time(text) is not None else _as_of(text)
+    # On the driver the session's zone is known: a time without a zone is read in it, as Spark reads its own.
+    as_of = _session_as_of(spark, as_of)
     scan = t.scan(
         columns=columns, filter=filter, version=version, as_of=as_of, tag=given.pop("tag", None) or None
     )

@@ -194,6 +194,10 @@ class Table:
     def resolve_version(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> int:
         """The version a read of ``version``, ``as_of`` or ``tag`` sees (default: the newest).
 
+        ``as_of`` (a datetime, an ISO 8601 string or epoch seconds) names the newest version committed at or
+        before it. A time without a zone (a naive datetime such as ``datetime.now()``, or ISO text without
+        an offset) is read as UTC, not as local time: pass ``datetime.now(timezone.utc)`` or an offset.
+
         NoSuchVersion if there is none (or it expired), NoSuchTag for an unknown tag.
         """
         given = [k for k, v in (("version", version), ("as_of", as_of), ("tag", tag)) if v is not None]
@@ -244,7 +248,9 @@ class Table:
     ) -> Scan:
         """Plan a merged read. ``filter`` is a string, a :mod:`mere.expr` expression or a pyarrow Expression.
 
-        ``version``, ``as_of`` or ``tag`` (one at most) pick an older version to read.
+        ``version``, ``as_of`` or ``tag`` (one at most) pick an older version to read (see
+        :meth:`resolve_version`). An ``as_of`` without a zone (a naive datetime such as ``datetime.now()``,
+        or ISO text without an offset) is read as UTC, not as local time.
         """
         unknown = sorted(set(options) - set(SCAN_OPTIONS))
         if unknown:
@@ -320,13 +326,16 @@ class Table:
         ``update_before``, ``update_after``, ``delete``), ``_version`` and ``_commit_time`` columns, streamed
         split by split. Applied to the snapshot at ``start_version`` it gives the one at ``end_version``.
         ``filter`` keeps the feed rows it holds for (on before and after images alike). Keyed tables only;
-        a version before the retained history raises :class:`~mere.errors.NoSuchVersion`."""
+        a version before the retained history raises :class:`~mere.errors.NoSuchVersion`. Versions are numbers
+        here; for a point in time, :meth:`resolve_version` ``(as_of=...)`` gives one (a time without a zone
+        is read as UTC, not as local time)."""
         from mere.table.changes import change_feed
 
         return change_feed(self, start_version, end_version, columns, filter)
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
-        """``scan(**kwargs).to_arrow()``."""
+        """``scan(**kwargs).to_arrow()``: ``columns``, ``filter``, ``version``, ``as_of`` (a time without a
+        zone is read as UTC, not as local time) or ``tag``, as :meth:`scan` takes them."""
         return self.scan(**kwargs).to_arrow()
 
     def current_snapshot(self) -> Snapshot:
@@ -335,7 +344,8 @@ class Table:
 
     def snapshot(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> Snapshot:
         """The snapshot of a version, of a tag's version, or of the newest version committed at or before
-        ``as_of``."""
+        ``as_of`` (a datetime, ISO 8601 string or epoch seconds; one without a zone is read as UTC, not as
+        local time)."""
         return self._sql.snapshot(self.record.id, self.resolve_version(version, as_of, tag))
 
     @property
