@@ -45,7 +45,9 @@ only that partition), ``idempotency_key`` (a rerun with the same key is not appl
 a missing table: ``primary_key``, ``partition_by`` (comma-separated), ``buckets``, ``cdc_column``,
 ``merge_operators`` (JSON object), or ``create`` = ``true`` for a table without key. Without one of
 them a missing table is :class:`~mere.errors.NoSuchTable` (a typo never creates a table); given for an
-existing table they must describe it. Unknown option names are refused with a suggestion.
+existing table they must describe it. ``.partitionBy(...)`` names ``partition_by`` once :func:`register`
+(or :func:`local_session`) installed :func:`install_partition_hook`; without it Spark itself refuses it.
+Unknown option names are refused with a suggestion.
 
 Streaming: ``df.writeStream.format("mere").option("checkpointLocation", ...).start("sales.orders")``
 upserts each micro-batch in one commit whose idempotency key is the query id (stable across restarts from
