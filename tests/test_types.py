@@ -521,3 +521,36 @@ def test_dates_beyond_python_s_calendar_read_back_and_cannot_be_partition_values
     # MERGE prunes its target by the source's key range: none to take where it has no Python value
     merged = keyed.merge(pa.table({"k": far, "v": [10, 20]})).when_matched_update_all().execute()
     assert merged.updated == 2 and sorted(keyed.to_arrow().column("v").to_pylist()) == [10, 20]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    big=st.lists(st.one_of(st.none(), st.integers(0, 2**64 - 1)), min_size=1, max_size=6),
+    signed=st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=6),
+)
+def test_to_pandas_with_arrow_dtypes_keeps_every_64_bit_integer_as_documented(
+    tmp_path_factory: pytest.TempPathFactory, big: list[int | None], signed: list[int | None]
+) -> None:
+    """Issue 30 item 12: plain to_pandas() turns an integer column holding a NULL into float64 (2**63 + 5
+    becomes 9.223372036854776e+18); to_pandas' documentation says so and shows the exact call."""
+    import pandas as pd
+
+    from mere.table.scan import Scan
+
+    doc = Scan.to_pandas.__doc__ or ""
+    assert "float64" in doc and "types_mapper=pd.ArrowDtype" in doc and "9.223372036854776e+18" in doc
+    n = min(len(big), len(signed))
+    schema = pa.schema([("id", pa.int64()), ("u", pa.uint64()), ("i", pa.int64())])
+    t = mere.connect(tmp_path_factory.mktemp("wh")).create_table("t.t", schema, primary_key="id")
+    t.upsert(pa.table({"id": range(n), "u": big[:n], "i": signed[:n]}, schema=schema))
+    frame = t.scan().to_pandas(types_mapper=pd.ArrowDtype).sort_values("id")
+    assert [None if v is pd.NA else int(v) for v in frame["u"]] == big[:n]
+    assert [None if v is pd.NA else int(v) for v in frame["i"]] == signed[:n]
+
+
+def test_plain_to_pandas_turns_a_uint64_with_nulls_into_float64_as_documented(tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.int64()), ("u", pa.uint64())])
+    t = mere.connect(tmp_path).create_table("t.t", schema, primary_key="id")
+    t.upsert(pa.table({"id": [1, 2], "u": [2**63 + 5, None]}, schema=schema))
+    frame = t.scan().to_pandas().sort_values("id")
+    assert str(frame["u"].dtype) == "float64" and frame["u"].iloc[0] == 9.223372036854776e18  # lossy

@@ -4,7 +4,9 @@ It creates a primary-key table of orders, ingests several CDC batches (new order
 generated in Spark through the ``mere`` data source, reads the merged table back with Spark SQL and with
 pandas, prints a short summary and checks it against a plain-Python model of the same changes.
 
-Run with ``make demo`` (or ``python -m mere.demo [WAREHOUSE]``). Needs Java 17+ for Spark.
+Run with ``make demo`` (or ``python -m mere.demo [WAREHOUSE]``, default ``demo-warehouse``). Needs Java 17+
+for Spark. The demo writes a marker file (``.mere-demo``) into a warehouse folder it makes and only ever
+replaces its own table in a folder that holds the marker: it refuses any other folder that is not empty.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 import mere
+from mere.errors import InvalidInput, MereError
 
 SCHEMA = pa.schema(
     [
@@ -31,6 +34,12 @@ SCHEMA = pa.schema(
     ]
 )
 COLUMNS = SCHEMA.names
+DEMO_TABLE = "sales.orders"
+MARKER = ".mere-demo"  # the file that says the demo made this folder (and may replace its table in it)
+MARKER_TEXT = (
+    "This folder is a warehouse made by `python -m mere.demo`. A new run of the demo replaces its table "
+    f"{DEMO_TABLE} here and nothing else; delete this file to keep the demo out of the folder.\n"
+)
 JAVA_HINT = (
     "Spark needs a Java 17+ runtime. On Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless "
     "(or install any JDK 17+ and set JAVA_HOME)."
@@ -73,6 +82,33 @@ def apply_model(model: dict[int, tuple[Any, ...]], batch: pa.Table) -> None:
             model[row[0]] = row[:-1]
 
 
+def prepare_warehouse(warehouse: str) -> None:
+    """Make ``warehouse`` ready for a demo run without deleting anything the demo did not create.
+
+    A missing or empty folder becomes the demo's (it gets the marker file). A folder with the marker loses
+    the demo's table from an earlier run (dropped through the catalog, its files with it) and keeps
+    everything else. Any other folder is refused with :class:`~mere.errors.InvalidInput`, unchanged.
+    """
+    marker = os.path.join(warehouse, MARKER)
+    if os.path.exists(warehouse) and not os.path.isdir(warehouse):
+        raise InvalidInput(f"{warehouse} is a file; give the demo a new or empty folder for its warehouse")
+    if os.path.isdir(warehouse) and not os.path.isfile(marker) and os.listdir(warehouse):
+        # Also a warehouse of a demo older than the marker: only its owner may delete it.
+        raise InvalidInput(
+            f"{warehouse} is not empty and is not a warehouse the demo made (it has no {MARKER} file), "
+            "so the demo leaves it alone: give it a new or empty folder, such as "
+            "`python -m mere.demo demo-warehouse-2`, or delete this one yourself"
+        )
+    if not os.path.isfile(marker):
+        os.makedirs(warehouse, exist_ok=True)
+        with open(marker, "x", encoding="utf-8") as f:
+            f.write(MARKER_TEXT)
+        return
+    cat = mere.connect(warehouse)
+    if cat.initialized and cat.exists(DEMO_TABLE):
+        cat.drop_table(DEMO_TABLE, purge=True)
+
+
 def start_spark() -> Any:
     from mere.integrations.spark import local_session
 
@@ -87,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--rows", type=int, default=50_000, help="new orders per batch")
     args = parser.parse_args(argv)
+    warehouse = os.path.abspath(args.warehouse)
+    try:
+        prepare_warehouse(warehouse)
+    except (MereError, OSError) as e:
+        print(f"mere.demo: {e}", file=sys.stderr)
+        return 2
     try:
         import pyspark  # noqa: F401
     except ImportError:
@@ -96,11 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         print(JAVA_HINT, file=sys.stderr)
         return 2
 
-    warehouse = os.path.abspath(args.warehouse)
-    shutil.rmtree(warehouse, ignore_errors=True)
     cat = mere.connect(warehouse)
     orders = cat.create_table(
-        "sales.orders", SCHEMA, primary_key=["order_id"], partition_by=["day"], buckets=4, cdc_column="op"
+        DEMO_TABLE, SCHEMA, primary_key=["order_id"], partition_by=["day"], buckets=4, cdc_column="op"
     )
     started = time.perf_counter()
     spark = start_spark()

@@ -705,7 +705,7 @@ def _scan_options(fn: Callable[..., None]) -> Callable[..., None]:
         click.option(
             "--as-of",
             metavar="TIME",
-            help="Read the version current at this time: ISO 8601 (naive means UTC) or epoch seconds.",
+            help="Read the version current at this time: ISO 8601 (a time without a zone is UTC, not local time) or epoch seconds.",
         ),
         click.option("--tag", metavar="NAME", help="Read the version this tag names."),
     ]

@@ -48,8 +48,9 @@ def read_table(
     min_partitions: int | None = None,
     types_mapper: Callable[[pa.DataType], Any] | None = None,
 ) -> dd.DataFrame:
-    """The table's merged rows at one version (``version``, ``as_of`` or ``tag``; the newest unless given)
-    as a Dask DataFrame (lazy; the version is pinned now).
+    """The table's merged rows at one version (``version``, ``as_of`` or ``tag``; the newest unless given;
+    an ``as_of`` without a zone is read as UTC, not as local time) as a Dask DataFrame (lazy; the version
+    is pinned now).
 
     Each partition reads about ``partition_bytes`` of stored data (Spark's default, 128 MiB), and there are
     at least ``min_partitions`` (default: the worker threads of the current distributed client, else this

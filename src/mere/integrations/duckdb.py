@@ -46,7 +46,7 @@ def register(
     """Register ``table`` (or a planned ``Scan``) as the view ``name`` of the DuckDB connection ``con``.
 
     The view reads one version (the current one unless ``version``/``as_of``/``tag`` names one), pinned now;
-    register again to see later commits. ``columns`` and ``filter`` narrow it further, in mere.
+    register again to see later commits. An ``as_of`` without a zone is read as UTC, not as local time. ``columns`` and ``filter`` narrow it further, in mere.
     """
     duckdb = require("duckdb", "duckdb", "mere.integrations.duckdb")
     if not isinstance(con, duckdb.DuckDBPyConnection):

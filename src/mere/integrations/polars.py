@@ -47,7 +47,7 @@ def scan_table(
     columns: Sequence[str] | str | None = None,
 ) -> pl.LazyFrame:
     """A ``LazyFrame`` of the table's merged rows at one version (the current one unless ``version``,
-    ``as_of`` or ``tag`` names another).
+    ``as_of`` or ``tag`` names another; an ``as_of`` without a zone is read as UTC, not as local time).
 
     ``filter`` is an extra mere filter and ``columns`` the columns the frame has (default: all), both
     applied by mere; Polars' own ``filter()``, ``select()`` and ``head()`` reach mere through the plugin

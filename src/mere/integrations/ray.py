@@ -77,7 +77,8 @@ class MereDatasource(Datasource):
     """A planned scan of a mere table as a Ray Data source (see :func:`read_table`).
 
     Planning (catalog, pruning, argument checks) happens here, on the driver; the read tasks carry
-    picklable :class:`~mere.table.scan.ScanTask` objects only.
+    picklable :class:`~mere.table.scan.ScanTask` objects only. The arguments are those of
+    :meth:`mere.Table.scan` (an ``as_of`` without a zone is read as UTC, not as local time).
     """
 
     def __init__(
@@ -241,7 +242,8 @@ def read_table(
     """The merged rows of ``table`` as a Ray Dataset (lazy; planned now, read when Ray executes).
 
     ``columns``, ``filter``, ``version``, ``as_of`` and ``tag`` are those of :meth:`mere.Table.scan` and are
-    checked here (a :class:`~mere.errors.MereError` before anything runs). ``max_task_bytes`` caps the
+    checked here (a :class:`~mere.errors.MereError` before anything runs; an ``as_of`` without a zone is
+    read as UTC, not as local time). ``max_task_bytes`` caps the
     file bytes one read task merges (default 128 MiB). Other keyword arguments go to
     ``ray.data.read_datasource`` (e.g. ``concurrency``, ``ray_remote_args``, ``override_num_blocks``: by
     default one read task per CPU of the cluster, more for big tables).

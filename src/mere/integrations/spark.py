@@ -12,7 +12,8 @@ small splits share a task, big ones are divided into key-range windows (options 
 ``open_cost_bytes``, ``min_partitions``). The merge runs in the executors; each task streams merged Arrow
 record batches cast exactly to the declared Spark schema. :func:`read_table` also hands the splits that
 need no merge (compacted ones) to Spark's own Parquet reader. Read options:
-``version`` / ``versionAsOf``, ``as_of`` / ``timestampAsOf`` (ISO timestamp or epoch seconds), ``filter``
+``version`` / ``versionAsOf``, ``as_of`` / ``timestampAsOf`` (ISO timestamp or epoch seconds; one without
+a zone is in the session time zone, ``spark.sql.session.timeZone``, as Spark reads its own), ``filter``
 (a mere filter such as ``"day = '2026-11-21' and order_id in (1, 2)"``: pruned and evaluated inside the
 scan, with merge-on-read semantics), ``columns`` (comma-separated projection) and ``storage.<key>`` for
 storage options. A user-given ``.schema(...)`` with a subset of the columns also projects.
@@ -46,7 +47,9 @@ only the partitions the DataFrame has rows in, as Delta and Iceberg do), ``idemp
 a missing table: ``primary_key``, ``partition_by`` (comma-separated), ``buckets``, ``cdc_column``,
 ``merge_operators`` (JSON object), or ``create`` = ``true`` for a table without key. Without one of
 them a missing table is :class:`~mere.errors.NoSuchTable` (a typo never creates a table); given for an
-existing table they must describe it. Unknown option names are refused with a suggestion.
+existing table they must describe it. ``.partitionBy(...)`` names ``partition_by`` once :func:`register`
+(or :func:`local_session`) installed :func:`install_partition_hook`; without it Spark itself refuses it.
+Unknown option names are refused with a suggestion.
 
 Streaming: ``df.writeStream.format("mere").option("checkpointLocation", ...).start("sales.orders")``
 upserts each micro-batch in one commit whose idempotency key is the query id (stable across restarts from
@@ -71,9 +74,12 @@ Spark SQL: ``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.order
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import difflib
+import functools
 import json
 import os
+import re
 import sys
 import threading
 import uuid
@@ -106,6 +112,7 @@ from mere.table.evolve import can_widen, same_columns
 from mere.table.merge import Merge, MergeMetrics, MergePlan, StagedMerge
 from mere.table.scan import OPEN_COST_BYTES, TASK_BYTES, ScanTask, group_tasks, read_tasks
 from mere.table.table import StagedWrite, Table
+from mere.write.cast import relax_nested
 
 _INSTALL_HINT = "pip install 'mere[spark]' (PySpark >= 4.1 and a Java 17+ runtime)"
 
@@ -177,6 +184,7 @@ __all__ = [
     "TableRef",
     "check_workers",
     "compact",
+    "install_partition_hook",
     "merge",
     "native_type",
     "read_table",
@@ -210,7 +218,16 @@ READ_OPTIONS = (
     "min_partitions",
 )
 STREAM_READ_OPTIONS = ("readchangefeed", "startingversion", "maxversionspertrigger")  # spark_streaming
-CREATE_OPTIONS = ("primary_key", "partition_by", "buckets", "cdc_column", "merge_operators", "create")
+# "partitionby": what DataFrameWriter.partitionBy(...) passes through the hook (see install_partition_hook)
+CREATE_OPTIONS = (
+    "primary_key",
+    "partition_by",
+    "partitionby",
+    "buckets",
+    "cdc_column",
+    "merge_operators",
+    "create",
+)
 WRITE_OPTIONS = (
     "operation",
     "partition",
@@ -306,6 +323,7 @@ def local_session(app_name: str, driver_memory: str = "1g", shuffle_partitions: 
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    install_partition_hook()
     return session
 
 
@@ -488,7 +506,68 @@ def _as_of(value: str | None) -> Any:
     try:
         return float(value)  # epoch seconds
     except ValueError:
-        return value  # ISO timestamp
+        pass
+    naive = _naive_time(value)
+    # A time without a zone is in Spark's session zone, as Spark reads its own. The planner process gets
+    # no session conf: it takes its local zone, which is the JVM's default, the session zone unless set;
+    # read tasks check the version against the zone the session sets (MereReader._check_session_zone).
+    return value if naive is None else naive.astimezone()
+
+
+def _naive_time(value: Any) -> dt.datetime | None:
+    """``value`` as a datetime when it is an ISO time without a zone (a naive datetime included)."""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value
+    return None
+
+
+_OFFSET_ZONE = re.compile(r"(?:UTC|GMT|UT)?([+-])(\d{1,2})(?::?(\d{2}))?(?::?(\d{2}))?")
+
+
+def _zone(name: str) -> dt.tzinfo | None:
+    """A zone as Spark's ``spark.sql.session.timeZone`` names it (a region such as America/Los_Angeles, or
+    an offset such as +08:00 or GMT-5); None when Python does not know it."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    text = name.strip()
+    if text.upper() in ("Z", "UTC", "GMT", "UT"):
+        return dt.UTC
+    m = _OFFSET_ZONE.fullmatch(text)
+    if m:
+        sign = -1 if m.group(1) == "-" else 1
+        hours, minutes, seconds = (int(g or 0) for g in m.group(2, 3, 4))
+        return dt.timezone(sign * dt.timedelta(hours=hours, minutes=minutes, seconds=seconds))
+    try:
+        return ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def _micros(when: dt.datetime) -> int:
+    return (when - _EPOCH) // dt.timedelta(microseconds=1)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _session_as_of(spark: Any, value: Any) -> Any:
+    """``as_of`` for a read planned on the driver: a time without a zone in the session's time zone."""
+    naive = _naive_time(value)
+    if naive is None:
+        return value
+    name = str(spark.conf.get("spark.sql.session.timeZone"))
+    zone = _zone(name)
+    if zone is None:
+        raise InvalidInput(
+            f"as_of {value!r} has no time zone and Python does not know the session time zone {name!r}; "
+            "give as_of with an explicit offset, such as '2026-11-21T08:00:00+00:00'"
+        )
+    return naive.replace(tzinfo=zone)
 
 
 def _version(value: str | None) -> int | None:
@@ -542,6 +621,9 @@ class MereReader(DataSourceReader):
         self.base_filter: str | None = opts.get("filter") or None
         self.columns = list(schema.fieldNames())
         self.requested_version, self.as_of, self.tag = _read_point(opts)
+        text = opts.get("as_of", opts.get("timestampasof"))
+        self.naive_as_of = text if _naive_time(text) is not None else None
+        self.as_of_window: tuple[int, int | None] = (0, None)  # commit times that read self.version
         self.target = _arrow_target(schema)
         self.user_schema = schema
         self.sizing = PartitionSizing.from_options(opts)
@@ -564,6 +646,17 @@ class MereReader(DataSourceReader):
         )
         _check_user_schema(table.name, scan.schema, self.user_schema)
         self.version = scan.version
+        if self.naive_as_of is not None:
+            # Every instant in [this version's commit, the next commit) reads this version: a task can tell
+            # whether the session's zone reads it too without asking the catalog.
+            later = [
+                _micros(s.committed_at)
+                for s in table.catalog.sql.history(table.record.id, after=self.version)
+            ]
+            self.as_of_window = (
+                _micros(table.snapshot(version=self.version).committed_at),
+                min(later, default=None),
+            )
         tasks = scan.tasks()
         if self.merged_only:  # read_table() reads the other splits with Spark's own Parquet reader
             tasks = [t for t in tasks if not stored_rows_are_merged(table.storage, scan.spec, t.split)]
@@ -575,7 +668,36 @@ class MereReader(DataSourceReader):
         )
         return [SplitPartition(i, g) for i, g in enumerate(groups)]
 
+    def _check_session_zone(self) -> None:
+        """In a read task: a time travel to a time without a zone must read the same version in the session's
+        time zone as the planner read in its local zone, or the read fails (never another version)."""
+        if self.naive_as_of is None:
+            return
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        name = context.getLocalProperty("spark.sql.session.timeZone") if context is not None else None
+        if not name:
+            return  # the session's zone is the JVM's default, the planner's local zone
+        naive = _naive_time(self.naive_as_of)
+        assert naive is not None
+        zone = _zone(name)
+        lo, hi = self.as_of_window
+        when = None if zone is None else _micros(naive.replace(tzinfo=zone))
+        if when is not None and lo <= when and (hi is None or when < hi):
+            return
+        local = naive.astimezone()
+        example = naive.replace(tzinfo=zone or dt.UTC).isoformat()
+        raise InvalidInput(
+            f"{self.ref.name}: as_of {self.naive_as_of!r} has no time zone: Spark's planner read it in its "
+            f"local zone ({local.tzname()}, UTC{local.strftime('%z')}) as version {self.version}, but the "
+            f"session time zone (spark.sql.session.timeZone) is {name}, "
+            + ("which Python does not know" if zone is None else "where it names another version")
+            + f"; give as_of with an explicit offset, such as {example!r}"
+        )
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        self._check_session_zone()
         if not isinstance(partition, SplitPartition):
             return  # Spark's placeholder partition of an empty table
         for batch in read_tasks(partition.tasks):
@@ -710,17 +832,24 @@ def _chunks(batches: Iterator[pa.RecordBatch], flush_rows: int = FLUSH_ROWS) -> 
 def _create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) -> Table:
     keys = set(_split_list(opts.get("primary_key")) or ())
     # Columns other than keys take NULL, whatever the DataFrame's plan proved of its own rows (a literal
-    # column is NOT NULL there): as Spark's file sources write them.
+    # column is NOT NULL there, and so are the elements of array(1, 2), the fields of named_struct and the
+    # values of map literals): as Spark's file sources write them. Map keys stay NOT NULL (Arrow's rule).
     arrow = to_arrow_schema(schema, timezone="UTC")
     arrow = pa.schema(
-        [f if f.name in keys else f.with_nullable(True) for f in arrow], metadata=arrow.metadata
+        [
+            f.with_type(relax_nested(f.type))
+            if f.name in keys
+            else f.with_type(relax_nested(f.type)).with_nullable(True)
+            for f in arrow
+        ],
+        metadata=arrow.metadata,
     )
     buckets = opts.get("buckets")
     return ref.connect().create_table(
         ref.name,
         arrow,
         primary_key=_split_list(opts.get("primary_key")),
-        partition_by=_split_list(opts.get("partition_by")),
+        partition_by=list(_partition_by(ref.name, opts) or ()) or None,
         buckets=_int_option("buckets", buckets),
         merge_operators=_json_object("merge_operators", opts.get("merge_operators")),
         cdc_column=opts.get("cdc_column") or None,
@@ -728,14 +857,34 @@ def _create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) ->
     )
 
 
+def _partition_by(name: str, opts: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The partition columns a write names: option ``partition_by`` or Spark's ``.partitionBy(...)`` (as
+    the hook passes it), which must agree when both are given; None when neither is."""
+    given = {k: tuple(_split_list(opts[k]) or ()) for k in ("partition_by", "partitionby") if k in opts}
+    if len(set(given.values())) > 1:
+        raise InvalidInput(
+            f"{name}: .partitionBy{given['partitionby']} and option 'partition_by' "
+            f"{opts['partition_by']!r} disagree; give the partition columns once"
+        )
+    return next(iter(given.values()), None)
+
+
 def _check_layout(table: Table, opts: Mapping[str, str]) -> None:
     """Layout options given for an existing table must describe it (a mismatch is never ignored)."""
     spec = table.spec
+    partition_by = _partition_by(table.name, opts)
+    if "partitionby" in opts and partition_by != spec.partition_by:
+        have = f"partitioned by {', '.join(spec.partition_by)}" if spec.partition_by else "not partitioned"
+        raise mere.errors.TableExists(
+            f"{table.name} already exists and is {have}: .partitionBy({', '.join(partition_by or ())}) does "
+            "not match it, and a write never changes a table's partitioning; drop .partitionBy or write to "
+            "a new table (nothing was written)"
+        )
     wanted: dict[str, Any] = {}
     if "primary_key" in opts:
         wanted["primary_key"] = (tuple(_split_list(opts["primary_key"]) or ()), spec.primary_key)
-    if "partition_by" in opts:
-        wanted["partition_by"] = (tuple(_split_list(opts["partition_by"]) or ()), spec.partition_by)
+    if partition_by is not None:
+        wanted["partition_by"] = (partition_by, spec.partition_by)
     if "buckets" in opts:
         wanted["buckets"] = (_int_option("buckets", opts["buckets"]), spec.buckets)
     if "cdc_column" in opts:
@@ -1136,7 +1285,84 @@ def register(spark: Any, *, check: bool = True) -> None:
     if check:
         check_workers(spark)
     spark.dataSource.register(MereDataSource)
+    install_partition_hook()
     _registered_sessions.add(spark.sparkContext.applicationId)
+
+
+# ---------------------------------------------------------------------------------------------
+# DataFrameWriter.partitionBy for the mere format
+
+_HOOKED = "_mere_partition_hook"
+
+
+def install_partition_hook() -> None:
+    """Let ``df.write.format("mere").partitionBy(...)`` name the partition columns of the table.
+
+    Spark's DataFrameWriter checks ``partitionBy`` against the partitioning a data source's table declares,
+    in the JVM, before any code of the data source runs, and a Python data source cannot declare any: the
+    write fails with "requirement failed: The provided partitioning or clustering columns do not match the
+    existing table's". This wraps three methods of PySpark's classic ``DataFrameWriter`` (once per process;
+    :func:`register` and :func:`local_session` call it): ``format`` and ``partitionBy`` also note what they
+    were given on the writer, and ``save`` of a mere write hands the columns over as the option
+    ``partitionBy`` (with Spark's own partitioning emptied): the partitioning of a table the write creates,
+    or, for an existing table, one that must be its partitioning (a mismatch is refused before anything is
+    written). Every other format gets Spark's own calls, unchanged. Spark Connect's writer is not wrapped.
+    """
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    if getattr(DataFrameWriter.save, _HOOKED, False):
+        return
+    spark_format, spark_partition_by, spark_save = (
+        DataFrameWriter.format,
+        DataFrameWriter.partitionBy,
+        DataFrameWriter.save,
+    )
+
+    def format(self: Any, source: str) -> Any:
+        out = spark_format(self, source)
+        self._mere_format = source
+        return out
+
+    def partitionBy(self: Any, *cols: Any) -> Any:
+        out = spark_partition_by(self, *cols)  # Spark's own, as always: other formats need it
+        if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
+            cols = tuple(cols[0])
+        self._mere_partition_by = cols
+        return out
+
+    def save(
+        self: Any,
+        path: str | None = None,
+        format: str | None = None,
+        mode: str | None = None,
+        partitionBy: Any = None,
+        **options: Any,
+    ) -> None:
+        if partitionBy is None and getattr(self, "_mere_partition_by", None) is None:
+            return spark_save(self, path, format, mode, partitionBy, **options)
+        source = format or getattr(self, "_mere_format", None)
+        if source is None:
+            source = self._spark.conf.get("spark.sql.sources.default", "parquet")
+        if str(source).strip().lower() != MereDataSource.name():
+            return spark_save(self, path, format, mode, partitionBy, **options)
+        # Spark's own order of save()'s arguments, then the columns as mere's option instead of Spark's.
+        self.mode(mode).options(**options)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if format is not None:
+            self.format(format)
+        cols = self._mere_partition_by
+        spark_partition_by(self)  # none for Spark: its check against the table's partitioning is skipped
+        if not all(isinstance(c, str) for c in cols):
+            raise InvalidInput(f"partitionBy takes column names for the mere format, got {list(cols)!r}")
+        self._jwrite = self._jwrite.option("partitionBy", ",".join(cols))
+        return spark_save(self, path)
+
+    for name, wrapper in (("format", format), ("partitionBy", partitionBy), ("save", save)):
+        original = getattr(DataFrameWriter, name)
+        functools.update_wrapper(wrapper, original)
+        setattr(wrapper, _HOOKED, True)
+        setattr(DataFrameWriter, name, wrapper)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1304,7 +1530,9 @@ def read_table(
     warehouses; True also for object stores, whose files Spark then reads as ``s3a://`` (the session
     needs hadoop-aws and credentials configured); False never. Columns of types Spark's Parquet reader
     returns differently (unsigned integers, nanosecond timestamps) turn the route off. ``options`` are
-    passed to the mere data source (``max_partition_bytes``, ``storage.<key>``, ...).
+    passed to the mere data source (``max_partition_bytes``, ``storage.<key>``, ...). An ``as_of`` (or
+    option ``as_of``/``timestampAsOf``) without a zone is read in the session time zone
+    (``spark.sql.session.timeZone``), as Spark reads its own timestamps; mere's Python API reads it as UTC.
     """
     if spark.sparkContext.applicationId not in _registered_sessions:
         register(spark)  # the registered source runs in the interpreter check_workers tests
@@ -1314,6 +1542,11 @@ def read_table(
     given = _options(given)
     ref = TableRef.from_options(given)
     t = ref.open()
+    text = given.get("as_of", given.get("timestampasof"))
+    if as_of is None and text is not None:  # the option, as load() takes it (epoch seconds or ISO time)
+        as_of = text if _naive_time(text) is not None else _as_of(text)
+    # On the driver the session's zone is known: a time without a zone is read in it, as Spark reads its own.
+    as_of = _session_as_of(spark, as_of)
     scan = t.scan(
         columns=columns, filter=filter, version=version, as_of=as_of, tag=given.pop("tag", None) or None
     )

@@ -235,7 +235,8 @@ class TableDataset(IterableDataset[Batch]):
     to ``DataLoader(dataset, batch_size=None, ...)``: it batches itself.
 
     ``table.scan(columns=..., filter=..., version=..., as_of=..., tag=...)`` is planned here, once; the read
-    point defaults to the newest version, pinned now. ``batch_size`` rows per batch; ``shuffle`` with ``seed`` and :meth:`set_epoch`
+    point defaults to the newest version, pinned now (an ``as_of`` without a zone is read as UTC, not as
+    local time). ``batch_size`` rows per batch; ``shuffle`` with ``seed`` and :meth:`set_epoch`
     for a reproducible order per epoch; ``rank``/``world_size`` (both or neither) name this process's
     share of a distributed run, else ``torch.distributed`` (when initialized) does, else one process
     reads everything. ``output`` is ``"torch"`` (dicts of tensors) or ``"arrow"`` (record batches).

@@ -337,6 +337,7 @@ class Storage:
             if not isinstance(self.fs, pafs.LocalFileSystem):
                 ensure_io_threads(_REMOTE_IO_THREADS)
         self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+        self.table: str | None = None  # the table a handle from for_table() reads for, named in read errors
         self._footers: OrderedDict[str, _Footer] = OrderedDict()
         self._footer_cache_size = footer_cache_size
         self._lock = threading.Lock()
@@ -368,7 +369,27 @@ class Storage:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuild from the URI and options rather than pickling filesystem objects.
-        return (Storage, (self.uri, self.storage_options, None if self._s3 is not None else self._user_fs()))
+        args = (self.uri, self.storage_options, None if self._s3 is not None else self._user_fs())
+        return (Storage, args, {"table": self.table})
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        self.table = state.get("table")
+
+    def for_table(self, name: str) -> Storage:
+        """This storage (the same filesystem, footer cache, statistics and budgets) for reading one table's
+        files: every read failure names the table as well as the file."""
+        if name == self.table:
+            return self
+        view = object.__new__(Storage)
+        view.__dict__.update(self.__dict__)  # shares every member; copy.copy would rebuild via __reduce__
+        view.table = name
+        return view
+
+    def _read_failed(self, what: str, error: BaseException | str) -> StorageError:
+        """The one error of a failed read of a data file: which file, of which table, and why."""
+        of = f" (a data file of table {self.table})" if self.table else ""
+        why = error if isinstance(error, str) else _first_line(error)
+        return StorageError(f"{what}{of} failed: {why}")
 
     def _user_fs(self) -> pafs.FileSystem | None:
         return None if self.is_local and _is_local_uri(self.uri) else self.fs
@@ -410,13 +431,12 @@ class Storage:
         )
 
     def _reading(self, what: str, operation: Callable[[], T]) -> T:
-        """A read with retries; storage failures (and decode errors of remote files) become StorageError."""
+        """A read of a data file with retries; whatever fails (the storage, or decoding a missing, truncated
+        or foreign file) becomes one StorageError naming the file and the table."""
         try:
             return self._retrying(what, operation, read=True)
-        except (OSError, pa.ArrowInvalid) as e:
-            if isinstance(e, OSError) or self.is_remote:
-                raise StorageError(f"{what} failed: {_first_line(e)}") from e
-            raise
+        except _READ_ERRORS as e:
+            raise self._read_failed(what, e) from e
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -604,7 +624,7 @@ class Storage:
 
         blobs = self._reading(f"reading {path}", read)
         if any(len(b) != end - start for b, (start, end) in zip(blobs, spans)):
-            raise StorageError(f"reading {path} failed: ranges beyond the end of the file")
+            raise self._read_failed(f"reading {path}", "ranges beyond the end of the file (truncated?)")
         with self._lock:
             self.stats.bytes_read += sum(end - start for start, end in spans)
         starts = [s[0] for s in spans]
@@ -662,8 +682,8 @@ class Storage:
                         arrow_extensions_enabled=True,
                     )
                     table = reader.read_row_groups(groups, column_indices=leaves, use_threads=use_threads)
-            except OSError as e:
-                raise StorageError(f"reading {path} failed: {_first_line(e)}") from e
+            except _READ_ERRORS as e:
+                raise self._read_failed(f"reading {path}", e) from e
         else:
             fragment = entry.fragment
             assert fragment is not None  # object stores read footers through fragments
@@ -777,6 +797,11 @@ class Storage:
     @staticmethod
     def unique_name(prefix: str = "part") -> str:
         return f"{prefix}-{uuid.uuid4().hex}.parquet"
+
+
+# What reading a data file raises when it is missing, unreadable, truncated or not mere's Parquet: pyarrow's
+# decoder errors (ArrowInvalid "Parquet magic bytes not found", thrift and page errors) included.
+_READ_ERRORS = (OSError, EOFError, pa.ArrowException)
 
 
 def _first_line(e: BaseException) -> str:

@@ -102,7 +102,7 @@ class CompactionTask:
         """Write the merged split; return the new files (uncommitted). On failure nothing is left behind
         except what a killed process could not delete, which :meth:`Table.cleanup` removes later."""
         if storage is None:
-            storage = storage_for(self.read.warehouse, self.read.storage_options)
+            storage = storage_for(self.read.warehouse, self.read.storage_options, self.read.table)
         spec = TableSpec.from_json(self.read.spec_json)
         split = self.read.split
         values = dict(split.partition)

@@ -31,6 +31,7 @@ from mere.metadata import ConcurrentChanges, FileEntry
 from mere.read.merge import integer_keys, key_positions
 from mere.spec import OP_DELETE, OP_PUT
 from mere.table.write_checks import split_label
+from mere.write.cast import relax_nested
 from mere.write.writer import conform, partition_json, prepare, to_batches
 
 MERGE_LOOKUP_KEYS = 256  # sources of up to this many keys are looked up, as scans pinning as many keys are
@@ -918,7 +919,8 @@ class MergePlan:
                     f"{self.name}: MERGE would change a target row more than once: a target row matched more "
                     "than one source row; deduplicate the source or make the ON condition unique"
                 )
-        schema = pa.schema([f.with_nullable(True) for f in self.spec.schema])
+        # NULL allowed inside nested columns too: conform() refuses a NULL in a NOT NULL field by its path.
+        schema = pa.schema([f.with_type(relax_nested(f.type)).with_nullable(True) for f in self.spec.schema])
         identity = list(self.spec.identity_columns)
         whole = [p.cast(schema) for p in puts + self._updates]
         whole_table = pa.concat_tables(whole) if whole else schema.empty_table()
@@ -1077,7 +1079,11 @@ class MergePlan:
 
 
 def _assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Expression:
-    """A value stored into a column of type ``to``: SQL's assignment cast (floats round to integers)."""
+    """A value stored into a column of type ``to``: SQL's assignment cast (floats round to integers).
+
+    Fields inside nested columns are cast as nullable: writing the rows refuses a NULL in a NOT NULL one
+    by its path (Arrow's cast would fail on a NULL struct's children, or pass a NULL list element)."""
+    to = relax_nested(to)
     if value.type == to:
         return value.expr
     if not (value.is_literal and isinstance(value.value, str)) and not _assignable(value.type, to):

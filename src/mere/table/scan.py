@@ -48,13 +48,14 @@ _storages: dict[tuple[str, tuple[tuple[str, str], ...]], Storage] = {}
 _storages_lock = threading.Lock()
 
 
-def storage_for(uri: str, options: tuple[tuple[str, str], ...]) -> Storage:
-    """One Storage (and footer cache) per warehouse in a worker process."""
+def storage_for(uri: str, options: tuple[tuple[str, str], ...], table: str = "") -> Storage:
+    """One Storage (and footer cache) per warehouse in a worker process; with ``table``, a handle on it that
+    names that table in read errors."""
     with _storages_lock:
         storage = _storages.get((uri, options))
         if storage is None:
             storage = _storages[(uri, options)] = Storage(uri, dict(options))
-        return storage
+    return storage.for_table(table) if table else storage
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class ScanTask:
     split: Split
     options: ReadOptions
     size_hint: int | None = None  # bytes of a key-range window's row groups (see divide)
+    table: str = ""  # the table's name, for errors
 
     @property
     def size_bytes(self) -> int:
@@ -82,7 +84,7 @@ class ScanTask:
     def reader(self) -> SplitReader:
         """A reader of this task's merged rows (opens the files' footers)."""
         return SplitReader(
-            storage_for(self.warehouse, self.storage_options), self.spec, self.split, self.options
+            storage_for(self.warehouse, self.storage_options, self.table), self.spec, self.split, self.options
         )
 
     def read(self) -> Iterator[pa.RecordBatch]:
@@ -111,7 +113,7 @@ class ScanTask:
             or pa.types.is_date(kind)
         ):
             return [self]
-        storage = storage_for(self.warehouse, self.storage_options)
+        storage = storage_for(self.warehouse, self.storage_options, self.table)
         starts: list[tuple[Any, float]] = []  # (smallest key, bytes) of every row group
         for f in self.split.files:
             md = storage.metadata(f.path, f.size_bytes or None)
@@ -307,7 +309,7 @@ class Scan:
             raise InvalidInput("scan tasks need a warehouse URI; this catalog was opened with filesystem=")
         options = tuple(sorted(storage.storage_options.items()))
         spec_json = self.spec.to_json()
-        return [ScanTask(storage.uri, options, spec_json, s, opts) for s in splits]
+        return [ScanTask(storage.uri, options, spec_json, s, opts, table=self.table.name) for s in splits]
 
     def split_tables(self, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], pa.Table]:
         """Merged rows of the splits named by (partition JSON, bucket), read concurrently; others are not read."""
@@ -437,8 +439,16 @@ class Scan:
         )
 
     def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
-        """The merged rows as a pandas DataFrame; ``kwargs`` go to ``pyarrow.Table.to_pandas``
-        (e.g. ``types_mapper=pd.ArrowDtype``)."""
+        """The merged rows as a pandas DataFrame; ``kwargs`` go to ``pyarrow.Table.to_pandas``.
+
+        By default columns become NumPy ones, and an integer column that holds a NULL becomes float64
+        (NULLs as NaN), which cannot hold every 64-bit integer: a ``uint64`` of ``2**63 + 5`` comes back as
+        ``9.223372036854776e+18``, an ``int64`` beyond 2**53 loses digits too. Pass
+        ``types_mapper=pd.ArrowDtype`` to keep every value and type exactly (nullable integers, decimals,
+        nanosecond timestamps)::
+
+            frame = table.scan().to_pandas(types_mapper=pd.ArrowDtype)
+        """
         table = self.to_arrow()
         try:
             return table.to_pandas(**kwargs)

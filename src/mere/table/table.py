@@ -86,11 +86,12 @@ class Table:
 
     def __init__(self, catalog: Catalog, record: TableRecord) -> None:
         self.catalog = catalog
-        self.storage: Storage = catalog.storage
         self._load(record)
 
     def _load(self, record: TableRecord) -> None:
         self.record = record
+        # The catalog's storage, naming this table in every read failure of one of its files.
+        self.storage: Storage = self.catalog.storage.for_table(record.identifier)
         self._columns_seen = record.version  # commits up to here kept the columns of self.spec
         self._pending_columns: tuple[TableSpec, list[str]] | None = None  # see adding_columns()
         self.spec = TableSpec.from_json(record.spec, record.identifier)
@@ -196,6 +197,10 @@ class Table:
     def resolve_version(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> int:
         """The version a read of ``version``, ``as_of`` or ``tag`` sees (default: the newest).
 
+        ``as_of`` (a datetime, an ISO 8601 string or epoch seconds) names the newest version committed at or
+        before it. A time without a zone (a naive datetime such as ``datetime.now()``, or ISO text without
+        an offset) is read as UTC, not as local time: pass ``datetime.now(timezone.utc)`` or an offset.
+
         NoSuchVersion if there is none (or it expired), NoSuchTag for an unknown tag.
         """
         given = [k for k, v in (("version", version), ("as_of", as_of), ("tag", tag)) if v is not None]
@@ -246,7 +251,9 @@ class Table:
     ) -> Scan:
         """Plan a merged read. ``filter`` is a string, a :mod:`mere.expr` expression or a pyarrow Expression.
 
-        ``version``, ``as_of`` or ``tag`` (one at most) pick an older version to read.
+        ``version``, ``as_of`` or ``tag`` (one at most) pick an older version to read (see
+        :meth:`resolve_version`). An ``as_of`` without a zone (a naive datetime such as ``datetime.now()``,
+        or ISO text without an offset) is read as UTC, not as local time.
         """
         unknown = sorted(set(options) - set(SCAN_OPTIONS))
         if unknown:
@@ -322,13 +329,16 @@ class Table:
         ``update_before``, ``update_after``, ``delete``), ``_version`` and ``_commit_time`` columns, streamed
         split by split. Applied to the snapshot at ``start_version`` it gives the one at ``end_version``.
         ``filter`` keeps the feed rows it holds for (on before and after images alike). Keyed tables only;
-        a version before the retained history raises :class:`~mere.errors.NoSuchVersion`."""
+        a version before the retained history raises :class:`~mere.errors.NoSuchVersion`. Versions are numbers
+        here; for a point in time, :meth:`resolve_version` ``(as_of=...)`` gives one (a time without a zone
+        is read as UTC, not as local time)."""
         from mere.table.changes import change_feed
 
         return change_feed(self, start_version, end_version, columns, filter)
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
-        """``scan(**kwargs).to_arrow()``."""
+        """``scan(**kwargs).to_arrow()``: ``columns``, ``filter``, ``version``, ``as_of`` (a time without a
+        zone is read as UTC, not as local time) or ``tag``, as :meth:`scan` takes them."""
         return self.scan(**kwargs).to_arrow()
 
     def current_snapshot(self) -> Snapshot:
@@ -337,7 +347,8 @@ class Table:
 
     def snapshot(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> Snapshot:
         """The snapshot of a version, of a tag's version, or of the newest version committed at or before
-        ``as_of``."""
+        ``as_of`` (a datetime, ISO 8601 string or epoch seconds; one without a zone is read as UTC, not as
+        local time)."""
         return self._sql.snapshot(self.record.id, self.resolve_version(version, as_of, tag))
 
     @property
@@ -1109,7 +1120,7 @@ class Table:
                         split, partial = replace(split, files=tuple(newest)), True
             elif len(seqs) < min_files and not any(f.content == "delete" for f in split.files):
                 continue
-            read = ScanTask(self.storage.uri, storage_options, self.record.spec, split, opts)
+            read = ScanTask(self.storage.uri, storage_options, self.record.spec, split, opts, table=self.name)
             tasks.append(
                 CompactionTask(
                     read,
@@ -1299,6 +1310,13 @@ class Table:
         aborted). Only files and uploads older than ``older_than`` go, so writes still in flight keep
         theirs; no file any version (expired ones included) references is ever touched. Returns the
         removed paths.
+
+        So it does not repair a damaged or missing data file (reads that need one raise
+        :class:`~mere.errors.StorageError` naming it and the table). Recover by putting the same bytes back
+        at that path (nothing is lost); without them the file's rows are lost: write them again with
+        :meth:`overwrite` of the file's partition (it does not read the file), or :meth:`rollback` to the
+        version before the file's ``added_version`` (``inspect.files()``), which also gives up every later
+        commit. docs/concepts.md, "Damaged or missing data files", has the details.
         """
         _check_age(self.name, older_than)
         _check_flag(self.name, "dry_run", dry_run)

@@ -9,6 +9,8 @@ parsed or guessed: ``"12.5"`` is not a double, ``5`` is not a string, a naive ti
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -119,9 +121,30 @@ def _same_values(before: pa.Array | pa.ChunkedArray, after: pa.Array | pa.Chunke
 
 
 def lossless_cast(
+    values: pa.Array | pa.ChunkedArray,
+    target: pa.DataType,
+    column: str,
+    identifier: str,
+    rows: pa.Array | pa.ChunkedArray | None = None,
+) -> pa.Array | pa.ChunkedArray:
+    """``values`` as ``target``, or :class:`SchemaMismatch` naming the column when the cast is not lossless,
+    or naming the field when a NOT NULL field inside the column holds a NULL in a present value of ``rows``
+    (a boolean mask; every row when None): see :func:`nested_not_null`."""
+    if strict_nested(target):
+        # Cast to the shape with nullable fields (Arrow's struct cast refuses NULL children even under a NULL
+        # struct, its list cast lets NULL elements through): the NOT NULL check below is exact instead.
+        shaped = (
+            values
+            if values.type == target
+            else _lossless_cast(values, relax_nested(target), column, identifier)
+        )
+        return nested_not_null(shaped, target, column, identifier, rows)
+    return _lossless_cast(values, target, column, identifier)
+
+
+def _lossless_cast(
     values: pa.Array | pa.ChunkedArray, target: pa.DataType, column: str, identifier: str
 ) -> pa.Array | pa.ChunkedArray:
-    """``values`` as ``target``, or :class:`SchemaMismatch` naming the column when the cast is not lossless."""
     source = values.type
     if source == target:
         return values
@@ -181,3 +204,183 @@ def decoded_table(table: pa.Table) -> pa.Table:
         return table
     fields = [f.with_type(c.type) for f, c in zip(table.schema, columns)]
     return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=table.schema.metadata))
+
+
+# -- NOT NULL inside nested columns ------------------------------------------------------------------
+#
+# Arrow checks a field's NOT NULL nowhere but in the Parquet writer, and there on the raw child arrays:
+# a NULL element in a NOT NULL list element fails the write with a bare ArrowInvalid, and so does a NULL
+# struct whose NOT NULL children are NULL under it (pa.nulls builds those), although nothing is wrong with
+# it. So present values are checked (a typed refusal naming the field's path) and the children of NULL
+# parents are filled with zeros that no reader sees.
+
+
+def _is_plain_list(t: pa.DataType) -> bool:
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
+
+
+@functools.lru_cache(maxsize=512)
+def strict_nested(t: pa.DataType) -> bool:
+    """Whether a field below the top of ``t`` is declared NOT NULL (a map's keys, which always are, and
+    its entries aside)."""
+    if pa.types.is_struct(t):
+        return any(not f.nullable or strict_nested(f.type) for f in t)
+    if pa.types.is_map(t):
+        return not t.item_field.nullable or strict_nested(t.key_type) or strict_nested(t.item_type)
+    if _is_plain_list(t) or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        return not t.value_field.nullable or strict_nested(t.value_type)
+    return False
+
+
+def relax_nested(t: pa.DataType) -> pa.DataType:
+    """``t`` with every field below its top nullable, except a map's keys (Arrow requires them)."""
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(relax_nested(f.type)).with_nullable(True) for f in t])
+    if pa.types.is_map(t):
+        key, item = t.key_field, t.item_field
+        return pa.map_(
+            key.with_type(relax_nested(key.type)),
+            item.with_type(relax_nested(item.type)).with_nullable(True),
+            t.keys_sorted,
+        )
+    if _is_plain_list(t) or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        value = t.value_field.with_type(relax_nested(t.value_type)).with_nullable(True)
+        if pa.types.is_fixed_size_list(t):
+            return pa.list_(value, t.list_size)
+        if pa.types.is_large_list(t):
+            return pa.large_list(value)
+        if pa.types.is_list_view(t):
+            return pa.list_view(value)
+        if pa.types.is_large_list_view(t):
+            return pa.large_list_view(value)
+        return pa.list_(value)
+    return t
+
+
+def _map_entries(arr: pa.MapArray, t: pa.MapType) -> pa.Array:
+    """The (key, item) entries of the present maps of ``arr``."""
+    if arr.offset:
+        arr = pa.concat_arrays([arr])  # offsets from zero: from_arrays takes no sliced offsets with a mask
+    shape = arr.type  # t's shape, its fields possibly nullable
+    entries = pa.StructArray.from_arrays([arr.keys, arr.items], fields=[shape.key_field, shape.item_field])
+    mask = arr.is_null() if arr.null_count else None
+    return pc.list_flatten(pa.ListArray.from_arrays(arr.offsets, entries, mask=mask))
+
+
+def _null_inside(arr: pa.Array, t: pa.DataType, path: str) -> str | None:
+    """The path of a NOT NULL field below ``arr`` that holds a NULL inside a present value, if any."""
+    if pa.types.is_struct(t):
+        kids: list[tuple[pa.Field, pa.Array]] = list(zip(t, arr.flatten()))  # NULL under a NULL parent
+        present = arr.is_valid() if arr.null_count else None
+    elif pa.types.is_map(t):
+        entries = _map_entries(arr, t)
+        kids = [(t.key_field, entries.field(0)), (t.item_field, entries.field(1))]
+        present = None
+    elif _is_plain_list(t):
+        kids, present = [(t.value_field, pc.list_flatten(arr))], None  # the values of present lists
+    else:
+        return None
+    for f, kid in kids:
+        where = f"{path}.{f.name}"
+        if not f.nullable and kid.null_count:
+            hole = kid.is_null() if present is None else pc.and_(kid.is_null(), present)
+            if pc.any(hole).as_py():
+                return where
+        if strict_nested(f.type) and (found := _null_inside(kid, f.type, where)):
+            return found
+    return None
+
+
+def _raw_children(arr: pa.Array, t: pa.DataType) -> list[tuple[pa.Field, pa.Array]]:
+    if pa.types.is_struct(t):
+        return [(f, arr.field(i)) for i, f in enumerate(t)]
+    if pa.types.is_map(t):
+        return [(t.key_field, arr.keys), (t.item_field, arr.items)]
+    if _is_plain_list(t):
+        return [(t.value_field, arr.values)]
+    return []
+
+
+def _hidden_nulls(arr: pa.Array, t: pa.DataType) -> bool:
+    """Whether a NOT NULL field below ``arr`` has NULLs in its arrays (under NULL parents, once checked)."""
+    return any(
+        (not f.nullable and kid.null_count) or (strict_nested(f.type) and _hidden_nulls(kid, f.type))
+        for f, kid in _raw_children(arr, t)
+    )
+
+
+def _zeros(t: pa.DataType, n: int) -> pa.Array:
+    """``n`` present values of ``t`` with every field present: zeros, empty strings and lists."""
+    if pa.types.is_struct(t):
+        return pa.StructArray.from_arrays([_zeros(f.type, n) for f in t], fields=list(t))
+    if pa.types.is_fixed_size_list(t):
+        return pa.FixedSizeListArray.from_arrays(_zeros(t.value_type, n * t.list_size), type=t)
+    if pa.types.is_map(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.repeat(pa.scalar([], t), n)
+    if pa.types.is_boolean(t):
+        return pa.repeat(pa.scalar(False), n)
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    ):
+        return pa.repeat(pa.scalar(b"" if is_bytes_type(t) else "", t), n)
+    width = t.bit_width  # numbers, decimals, dates, times, timestamps, durations, fixed-size binary
+    return pa.Array.from_buffers(t, n, [None, pa.py_buffer(bytes(n * width // 8))])
+
+
+def _fill(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    """``arr`` (of ``t``'s shape; its own fields may be nullable) with the NULLs of ``t``'s NOT NULL fields
+    below it replaced by zeros: once checked, they lie under NULL parents, where no reader sees them."""
+    if not _hidden_nulls(arr, t):
+        return arr
+    if arr.offset:
+        arr = pa.concat_arrays([arr])
+    shape = arr.type
+    mask = arr.is_null() if arr.null_count else None
+    kids = []
+    for f, kid in _raw_children(arr, t):
+        kid = _fill(kid, f.type) if strict_nested(f.type) else kid
+        if not f.nullable and kid.null_count:
+            kid = pc.if_else(kid.is_valid(), kid, _zeros(kid.type, len(kid)))
+        kids.append(kid)
+    if pa.types.is_struct(t):
+        return pa.StructArray.from_arrays(kids, fields=list(shape), mask=mask)
+    if pa.types.is_map(t):
+        return pa.MapArray.from_arrays(arr.offsets, kids[0], kids[1], type=shape, mask=mask)
+    if pa.types.is_fixed_size_list(t):
+        return pa.FixedSizeListArray.from_arrays(kids[0], type=shape, mask=mask)
+    return type(arr).from_arrays(arr.offsets, kids[0], type=shape, mask=mask)
+
+
+def nested_not_null(
+    values: pa.Array | pa.ChunkedArray,
+    target: pa.DataType,
+    column: str,
+    identifier: str,
+    rows: pa.Array | pa.ChunkedArray | None = None,
+) -> pa.Array | pa.ChunkedArray:
+    """``values`` (of ``target``'s shape) as ``target``, ready to store: :class:`SchemaMismatch` naming the
+    field (``arr.element``, ``s.f``, ``m.value``) when a NOT NULL field inside the column holds a NULL
+    within a present value of ``rows`` (a boolean mask; every row when None), and NULLs under NULL parents
+    filled. Values of types without such fields are returned as given."""
+    t = target
+    if not strict_nested(t):
+        return values
+    checked = values if rows is None else values.filter(rows)
+    chunks = checked.chunks if isinstance(checked, pa.ChunkedArray) else [checked]
+    for chunk in chunks:
+        where = _null_inside(chunk, t, column)
+        if where is not None:
+            raise SchemaMismatch(
+                f"{identifier}: {where!r} holds a NULL but is declared NOT NULL inside column {column!r} "
+                f"({t}); the table is unchanged"
+            )
+    if isinstance(values, pa.ChunkedArray):
+        out: pa.Array | pa.ChunkedArray = pa.chunked_array(
+            [_fill(c, t) for c in values.chunks], type=values.type
+        )
+    else:
+        out = _fill(values, t)
+    return out if out.type == t else pc.cast(out, t)

@@ -25,7 +25,7 @@ from mere.metadata import FileEntry
 from mere.read.merge import group_starts, reduce_versions, sort_indices
 from mere.read.planner import typed_partition
 from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec, with_field_ids
-from mere.write.cast import lossless_cast
+from mere.write.cast import lossless_cast, nested_not_null, strict_nested
 
 DEFAULT_ROW_GROUP_BYTES = 1 << 20  # uncompressed bytes per row group: small enough for key lookups
 CHUNK_ROWS = 2_000_000  # rows per prepared chunk of inputs already in memory
@@ -186,7 +186,9 @@ def conform(
     fields = []
     for f in spec.schema:
         if f.name in names:
-            col = lossless_cast(table.column(f.name), f.type, f.name, identifier)
+            # Change rows that delete a key carry no values to check inside nested columns.
+            rows = None if ops is None or not strict_nested(f.type) else bool_array(ops == OP_MERGE)
+            col = lossless_cast(table.column(f.name), f.type, f.name, identifier, rows)
             if not f.nullable and col.null_count:
                 if f.name in spec.primary_key:
                     raise NullKey(
@@ -201,7 +203,7 @@ def conform(
         elif not partial_ok:
             if not f.nullable:
                 raise SchemaMismatch(f"{identifier}: input lacks non-nullable column {f.name!r}")
-            arrays.append(pa.nulls(table.num_rows, f.type))
+            arrays.append(nested_not_null(pa.nulls(table.num_rows, f.type), f.type, f.name, identifier))
         else:
             continue
         # Rows of deleted keys carry nulls in every other column: only key columns stay NOT NULL in files.
@@ -394,6 +396,22 @@ def _contiguous_column(table: pa.Table, name: str) -> pa.Array:
     return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
+def _nested_checked(rows: pa.Table, spec: TableSpec, identifier: str) -> pa.Table:
+    """The last check of every write path (rows an UPDATE or MERGE computed included): NOT NULL fields
+    inside columns hold no NULL in rows that are not deletes (typed refusal), and the Parquet writer meets
+    no NULL under a NULL parent."""
+    strict = [i for i, f in enumerate(rows.schema) if f.name != OP_COLUMN and strict_nested(f.type)]
+    if not strict:
+        return rows
+    mask = None
+    if OP_COLUMN in rows.column_names:
+        mask = pc.not_equal(rows.column(OP_COLUMN), pa.scalar(OP_DELETE, pa.int8()))
+    for i in strict:
+        f = rows.schema.field(i)
+        rows = rows.set_column(i, f, nested_not_null(rows.column(i), f.type, f.name, identifier, mask))
+    return rows
+
+
 def write_prepared(
     storage: Storage,
     location: str,
@@ -421,7 +439,7 @@ def write_prepared(
         rows = row_group_rows or _rows_per_group(p.rows, row_group_bytes)
         written = storage.write_parquet(
             rel,
-            with_field_ids(p.rows, spec),
+            with_field_ids(_nested_checked(p.rows, spec, storage.table or "table"), spec),
             row_group_rows=rows,
             sorting_columns=sorting,
             compression=compression,
