@@ -39,6 +39,7 @@ from mere.read.reader import _filter, _plain
 from mere.spec import FEED_COLUMNS, FIELD_ID_KEY, OP_COLUMN, OP_DELETE, TableSpec
 from mere.table.evolve import can_widen
 from mere.table.scan import Scan
+from mere.table.versions import within as version_within
 from mere.write.writer import PreparedFile
 
 if TYPE_CHECKING:
@@ -98,8 +99,8 @@ def change_feed(
         None if end_version is None else min(end_version, MAX_VERSION),
     )
     current, oldest = found.current, found.oldest
-    end = table._version_within(end_version, current, oldest)
-    start = table._version_within(start_version, current, oldest)
+    end = version_within(table.context, end_version, current, oldest)
+    start = version_within(table.context, start_version, current, oldest)
     if start > end:
         raise InvalidInput(f"{table.name}: start_version {start} is after end_version {end}")
     identity = list(spec.identity_columns)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -27,9 +27,10 @@ from mere.arrays import bool_array, sorted_unique
 from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
-from mere.metadata import ConcurrentChanges, FileEntry
+from mere.metadata import FileEntry
 from mere.read.merge import integer_keys, key_positions
 from mere.spec import OP_DELETE, OP_PUT
+from mere.table.conflicts import RowsUnchanged
 from mere.table.write_checks import split_label
 from mere.write.cast import relax_nested
 from mere.write.writer import conform, partition_json, prepare, to_batches
@@ -82,7 +83,7 @@ class StagedMerge:
 
         rows = sum(f.row_count for f in self.files)
         change = Change("merge", list(self.files), rows, _merge_summary(self.counts))
-        change.validate = _rows_unchanged(self.table, set(self.splits), full=self.full_scan)
+        change.rule = RowsUnchanged(frozenset(self.splits), self.full_scan, "MERGE")
         return change
 
 
@@ -116,8 +117,8 @@ def commit_staged_merges(table: Table, staged: Sequence[StagedMerge]) -> MergeMe
         for k in ("inserted", "updated", "deleted", "unchanged", "rows_read", "splits_read")
     }
     change = Change("merge", files, sum(f.row_count for f in files), _merge_summary(counts))
-    change.validate = _rows_unchanged(
-        table.name, {x for s in staged for x in s.splits}, full=any(s.full_scan for s in staged)
+    change.rule = RowsUnchanged(
+        frozenset(x for s in staged for x in s.splits), any(s.full_scan for s in staged), "MERGE"
     )
     tx = Transaction(table, retries=RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0))
     if versions:
@@ -1125,21 +1126,6 @@ def _assignable(source: pa.DataType, target: pa.DataType) -> bool:
     return kinds[0] == kinds[1] and incompatibility(source, target) is None
 
 
-def _rows_unchanged(name: str, splits: set[str], full: bool) -> Callable[[ConcurrentChanges], None]:
-    """Commit check: no concurrent commit changed rows in the splits read (any split, for a full read)."""
-    from mere.errors import CommitConflict
-
-    def validate(changes: ConcurrentChanges) -> None:
-        for c in changes.commits:
-            if c.operation == "compact":
-                continue
-            touched = c.internal.get("splits")
-            if full or c.internal.get("partitions") is None or touched is None or splits & set(touched):
-                raise CommitConflict(f"{name}: rows this MERGE read changed in version {c.version}")
-
-    return validate
-
-
 def update_change(table: Table, assignments: Mapping[str, str], where: Any, base: int) -> Change:
     """UPDATE ``table`` SET ... WHERE ...: the rows matching ``where`` at ``base``, rewritten as whole rows."""
     from mere.table.transaction import Change
@@ -1161,7 +1147,7 @@ def update_change(table: Table, assignments: Mapping[str, str], where: Any, base
         ops = np.full(conformed.num_rows, OP_PUT, dtype=np.int8)
         files = table._write_files(prepare(spec, conformed, ops, identifier=table.name))
     change = Change("update", files, rows.num_rows, {"updated_rows": rows.num_rows})
-    change.validate = _rows_unchanged(table.name, read, full=False)
+    change.rule = RowsUnchanged(frozenset(read), False, "MERGE")
     return change
 
 

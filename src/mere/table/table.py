@@ -6,8 +6,6 @@ import copy
 import datetime as dt
 import json
 import logging
-import math
-import re
 import threading
 import time
 from collections import Counter, defaultdict
@@ -32,27 +30,24 @@ from mere.errors import (
 )
 from mere.io import Storage
 from mere.io.options import redact_url
-from mere.metadata import CommitResult, ConcurrentChanges, FileEntry, Snapshot, TableRecord
+from mere.metadata import CommitResult, FileEntry, Snapshot, TableRecord
 from mere.read.planner import Explain
 from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, TableSpec
+from mere.spec import OP_COLUMN, TableSpec
+from mere.table import versions
 from mere.table.compaction import CompactionPlan, CompactionTask, can_fold_partially, runs_to_fold
+from mere.table.conflicts import NothingLanded
+from mere.table.context import SchemaChange, TableContext, WriteSettings
 from mere.table.evolve import SchemaUpdate, same_columns
 from mere.table.merge import Merge, MergeMetrics, StagedMerge, commit_staged_merges
 from mere.table.scan import Scan, ScanTask, normalise_columns
 from mere.table.transaction import Change, Transaction, deletion_summary, marker_change
-from mere.table.write_checks import WriteChecks, split_label
+from mere.table.write_checks import WriteChecks
 from mere.write.writer import (
-    CHUNK_BYTES,
     PreparedFile,
-    conform,
     converted_input,
-    input_chunks,
     partition_json,
-    prepare,
-    to_batches,
-    write_prepared,
 )
 
 if TYPE_CHECKING:
@@ -97,15 +92,14 @@ class Table:
         self.spec = TableSpec.from_json(record.spec, record.identifier)
         self.location = record.location
         props = self.spec.properties
-        self.compression = props.get("write.compression", DEFAULT_COMPRESSION)
-        level = props.get("write.compression-level")
-        self.compression_level = int(level) if level else None
-        rg_rows = props.get("write.row-group-rows")
-        self.row_group_rows = int(rg_rows) if rg_rows else None
+        self.settings = WriteSettings.of(props)
+        self.compression = self.settings.compression
+        self.compression_level = self.settings.compression_level
+        self.row_group_rows = self.settings.row_group_rows
         self.window_bytes = int(props.get("read.window-bytes", DEFAULT_WINDOW_BYTES))
         default_whole = 0 if "read.window-bytes" in props else DEFAULT_WHOLE_SPLIT_BYTES
         self.whole_split_bytes = int(props.get("read.whole-split-bytes", default_whole))
-        self.chunk_bytes = int(props.get("write.chunk-bytes", CHUNK_BYTES))
+        self.chunk_bytes = self.settings.chunk_bytes
         self._retention_next_check = 0.0  # time.time() before which no version can be due to expire
         self._retention_next_version = 0  # ... and the version before which too few versions exist
 
@@ -120,6 +114,21 @@ class Table:
     @property
     def _sql(self) -> SqlCatalog:
         return self.catalog.sql
+
+    @property
+    def context(self) -> TableContext:
+        """The table as operations see it (identity, layout, settings, catalog, storage); nothing is read."""
+        pending = self._pending_columns
+        return TableContext(
+            self.record,
+            self.spec,
+            self._sql,
+            self.storage,
+            self,
+            self.settings,
+            self._columns_seen,
+            None if pending is None else SchemaChange(pending[0], tuple(pending[1])),
+        )
 
     @property
     def name(self) -> str:
@@ -139,12 +148,7 @@ class Table:
     @property
     def version(self) -> int:
         """The newest committed version."""
-        try:
-            return self._sql.current_version(self.record.id)
-        except NoSuchTable:
-            raise NoSuchTable(
-                f"table {self.name} no longer exists (dropped since this handle was loaded)"
-            ) from None
+        return versions.current(self.context)
 
     @property
     def properties(self) -> dict[str, str]:
@@ -173,18 +177,7 @@ class Table:
     def files_at(self, version: int) -> list[FileEntry]:
         """The catalog's entries of the live files at a version (NoSuchVersion once it has expired, or
         before it exists)."""
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise InvalidInput(f"{self.name}: a version is an integer, got {version!r}")
-        if not 0 <= version < 2**63:  # beyond any catalog's integers
-            raise NoSuchVersion(f"{self.name}: no version {version}")
-        try:
-            return self._sql.files_at(self.record.id, version)
-        except NoSuchVersion as e:
-            raise NoSuchVersion(f"{self.name}: {e}") from None
-        except NoSuchTable:
-            raise NoSuchTable(
-                f"table {self.name} no longer exists (dropped since this handle was loaded)"
-            ) from None
+        return versions.files_at(self.context, version)
 
     def split_tables(
         self, version: int, splits: set[tuple[str, int]], columns: Sequence[str], filter: Any = None
@@ -203,42 +196,7 @@ class Table:
 
         NoSuchVersion if there is none (or it expired), NoSuchTag for an unknown tag.
         """
-        given = [k for k, v in (("version", version), ("as_of", as_of), ("tag", tag)) if v is not None]
-        if len(given) > 1:
-            raise InvalidInput(f"{self.name}: give one of version, as_of and tag, not {' and '.join(given)}")
-        if tag is not None:
-            return self._tag_version(tag)
-        if version is None and as_of is None:
-            return self.version
-        current, oldest = self._sql.version_range(self.record.id)
-        if version is not None:
-            return self._version_within(version, current, oldest)
-        try:
-            v = self._sql.version_as_of(self.record.id, _to_micros(as_of))
-        except NoSuchVersion as e:
-            raise NoSuchVersion(f"{self.name}: {e}") from None
-        if v < oldest and not self._sql.is_tagged(self.record.id, v):
-            raise NoSuchVersion(
-                f"{self.name}: version {v} (as of {as_of}) has expired; the oldest is {oldest}"
-            )
-        return v
-
-    def _version_within(self, version: int | None, current: int, oldest: int) -> int:
-        """``version`` (None: ``current``) checked against the table's readable versions."""
-        if version is None:
-            return current
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise InvalidInput(f"{self.name}: version must be an integer, got {version!r}")
-        if 0 <= version < oldest and not self._sql.is_tagged(self.record.id, version):
-            tagged = sorted({v for v in self.tags().values() if v < oldest})
-            also = f" and the tagged {', '.join(map(str, tagged))}" if tagged else ""
-            raise NoSuchVersion(
-                f"{self.name}: version {version} has expired; the readable versions are "
-                f"{oldest}..{current}{also}"
-            )
-        if version < 0 or version > current:
-            raise NoSuchVersion(f"{self.name} has versions {oldest}..{current}; got {version}")
-        return version
+        return versions.resolve(self.context, version, as_of, tag)
 
     def scan(
         self,
@@ -281,13 +239,7 @@ class Table:
     def spec_at(self, version: int) -> TableSpec:
         """The table's layout (columns, key, properties) as of ``version``; the current one when the
         catalog cannot tell."""
-        if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= self.version:
-            raise NoSuchVersion(f"{self.name}: no version {version!r} (the newest is {self.version})")
-        text = self._sql.spec_at(self.record.id, version)
-        if text is None:
-            return self.spec
-        at = TableSpec.from_json(text, self.name)
-        return self.spec if same_columns(at, self.spec) else at
+        return versions.spec_at(self.context, version)
 
     # -- schema evolution ---------------------------------------------------------------------------
 
@@ -374,7 +326,7 @@ class Table:
         digit. An existing name raises :class:`~mere.errors.TagExists` unless ``replace`` moves it. Only a
         readable version (not expired, or already tagged) can be tagged.
         """
-        _check_tag(self.name, name)
+        versions.check_tag(self.name, name)
         if not isinstance(replace, bool):
             raise InvalidInput(f"{self.name}: replace must be True or False, got {replace!r}")
         if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
@@ -386,32 +338,17 @@ class Table:
 
     def tags(self) -> dict[str, int]:
         """The table's tags: name -> version, sorted by name."""
-        self._require_live()
-        return self._sql.list_tags(self.record.id)
+        return versions.tags(self.context)
 
     def _require_live(self) -> None:
-        """NoSuchTable when this handle's table was dropped (or dropped and created again) since it was loaded:
-        maintenance must not take the catalog's silence about an unknown table for "nothing referenced"."""
-        try:
-            record = self._sql.load_table(self.record.namespace, self.record.name)
-        except NoSuchTable:
-            record = None
-        if record is None or record.uuid != self.record.uuid:
-            raise NoSuchTable(f"table {self.name} no longer exists (dropped since this handle was loaded)")
+        versions.require_live(self.context)
 
     def untag(self, name: str) -> None:
         """Remove a tag (NoSuchTag if there is none). Data is unchanged; the version it named stays readable
         until an :meth:`expire` gives it up like any other version."""
-        _check_tag(self.name, name)
+        versions.check_tag(self.name, name)
         try:
             self._sql.drop_tag(self.record.id, name)
-        except NoSuchTag:
-            raise NoSuchTag(f"{self.name} has no tag {name!r}; it has {sorted(self.tags())}") from None
-
-    def _tag_version(self, name: Any) -> int:
-        _check_tag(self.name, name)
-        try:
-            return self._sql.tag_version(self.record.id, name)
         except NoSuchTag:
             raise NoSuchTag(f"{self.name} has no tag {name!r}; it has {sorted(self.tags())}") from None
 
@@ -474,12 +411,6 @@ class Table:
                 "cannot roll back to it"
             )
 
-        def overtaken(changes: ConcurrentChanges) -> None:
-            if changes.commits:
-                raise CommitConflict(
-                    f"{self.name}: version {changes.commits[0].version} landed during the rollback"
-                )
-
         tx = Transaction(self, retries=ONE_ATTEMPT)
         tx.read_version = base
         tx._add(
@@ -490,7 +421,7 @@ class Table:
                 {"rollback_to": target},
                 replaces=lambda _base: remove,
                 partitions=lambda _removed: None,  # the whole table
-                validate=overtaken,
+                rule=NothingLanded(),
                 restores=target,
             )
         )
@@ -677,40 +608,10 @@ class Table:
             raise
         return tx.commit()
 
-    def _rows_unchanged(self, entries: Sequence[FileEntry]) -> Callable[[ConcurrentChanges], None]:
-        """A commit check for writes that depend on rows read: no concurrent change to the same buckets."""
-        mine = {split_label((e.partition, e.bucket)) for e in entries}
-
-        def validate(changes: ConcurrentChanges) -> None:
-            for c in changes.commits:
-                if c.operation == "compact":
-                    continue  # compaction changes no row
-                splits = c.internal.get("splits")
-                if c.internal.get("partitions") is None or splits is None or mine & set(splits):
-                    raise CommitConflict(f"{self.name}: rows this write read changed in version {c.version}")
-
-        return validate
-
     def _write_data(
         self, data: Any, *, partial_ok: bool, check: Callable[[list[PreparedFile]], None] | None = None
     ) -> tuple[list[FileEntry], int]:
-        entries: list[FileEntry] = []
-        rows = 0
-        try:
-            for chunk in input_chunks(data, self.chunk_bytes):
-                table, ops = conform(chunk, self.spec, partial_ok=partial_ok, identifier=self.name)
-                del chunk
-                rows += table.num_rows
-                prepared = prepare(self.spec, table, ops, identifier=self.name)
-                del table
-                if check is not None:
-                    check(prepared)
-                entries += self._write_files(prepared, first_order=len(entries))
-                del prepared
-        except BaseException:
-            self._discard(entries)
-            raise
-        return entries, rows
+        return self.context.files.write_data(data, partial_ok=partial_ok, check=check)
 
     def stage(self, data: Any, operation: str = "upsert") -> StagedWrite:
         """Write files for ``operation`` without committing them (the worker half of a distributed write).
@@ -824,57 +725,21 @@ class Table:
                 raise InvalidInput(f"{self.name}: abort() takes StagedWrite or None items, got {s!r}")
 
     def _write_files(self, prepared: Sequence[PreparedFile], first_order: int = 0) -> list[FileEntry]:
-        return write_prepared(
-            self.storage,
-            self.location,
-            self.spec,
-            prepared,
-            first_order=first_order,
-            row_group_rows=self.row_group_rows,
-            compression=self.compression,
-            compression_level=self.compression_level,
-        )
+        return self.context.files.write(prepared, first_order)
 
     def _discard(self, entries: Sequence[FileEntry]) -> None:
-        self.storage.discard(e.path for e in entries)
+        self.context.files.discard(entries)
 
     def _key_rows(self, data: Any, required: Sequence[str]) -> pa.Table:
-        """Rows naming keys to delete, checked to carry the ``required`` columns."""
-        if not self.spec.has_primary_key:
-            raise InvalidInput(f"{self.name} has no primary key: delete with a filter")
-        schema, batches = to_batches(data)
-        table = pa.Table.from_batches(list(batches), schema=schema)
-        missing = [c for c in required if c not in table.column_names]
-        if missing:
-            raise InvalidInput(f"{self.name}: rows to delete lack key/partition column(s) {missing}")
-        return table
+        return self.context.files.key_rows(data, required)
 
     def _wanted_partition(self, partition: Mapping[str, Any] | None) -> dict[str, str | None] | None:
-        if partition is None:
-            return None
-        if not isinstance(partition, Mapping) or not partition:
-            raise InvalidInput(
-                f"{self.name}: partition must be a dict of partition column -> value such as "
-                f"{{{self.spec.partition_by[0] if self.spec.partition_by else 'day'!r}: ...}}, "
-                f"got {partition!r}"
-            )
-        unknown = [c for c in partition if c not in self.spec.partition_by]
-        if unknown:
-            raise InvalidInput(
-                f"{self.name}: {unknown} are not partition columns {list(self.spec.partition_by)}"
-            )
-        return {c: _partition_string(self.spec, c, v) for c, v in partition.items()}
+        return self.context.files.wanted_partition(partition)
 
     def _check_partition(
         self, wanted: Mapping[str, str | None] | None, partitions: Sequence[Mapping[str, str | None]]
     ) -> None:
-        if wanted is None:
-            return
-        for p in partitions:
-            if any(p.get(c) != v for c, v in wanted.items()):
-                raise InvalidInput(
-                    f"{self.name}: overwrite of partition {dict(wanted)} got rows of partition {dict(p)}"
-                )
+        self.context.files.check_partition(wanted, partitions)
 
     # -- maintenance -----------------------------------------------------------------------------
 
@@ -994,7 +859,9 @@ class Table:
                 self._retention_next_check = due_at
                 return []
             cutoff = dt.datetime.now(dt.UTC) - age
-            keep = min(self._sql.version_as_of(self.record.id, _to_micros(cutoff)), current - keep_newest + 1)
+            keep = min(
+                self._sql.version_as_of(self.record.id, versions.to_micros(cutoff)), current - keep_newest + 1
+            )
             return self._expire_keeping(keep, dry_run=False) if keep > oldest else []
         except Exception as e:  # a policy run must never fail the write that triggered it
             logging.getLogger("mere").warning(
@@ -1236,7 +1103,7 @@ class Table:
         except OverflowError:  # before year 1: no version is that old
             return []
         try:
-            keep = self._sql.version_as_of(self.record.id, _to_micros(cutoff))
+            keep = self._sql.version_as_of(self.record.id, versions.to_micros(cutoff))
         except NoSuchVersion:
             return []
         return self._expire_keeping(keep, dry_run)
@@ -1374,38 +1241,6 @@ class Inspect:
         )
 
 
-def _partition_string(spec: TableSpec, column: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    t = spec.schema.field(column).type
-    try:
-        scalar = pa.scalar(value) if not isinstance(value, str) else pa.scalar(value, pa.string())
-        return str(scalar.cast(t).cast(pa.string()).as_py())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise InvalidInput(f"partition value {value!r} does not fit column {column!r} of type {t}") from e
-
-
-def _to_micros(value: Any) -> int:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return int(value.timestamp() * 1_000_000)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        try:  # seconds since the epoch, within datetime's range
-            return _to_micros(dt.datetime.fromtimestamp(value, dt.UTC))
-        except (OverflowError, ValueError, OSError):
-            pass
-    if isinstance(value, str):
-        try:
-            return _to_micros(dt.datetime.fromisoformat(value))
-        except ValueError:
-            pass
-    raise InvalidInput(
-        f"as_of must be a datetime, an ISO 8601 string such as '2026-11-21T08:00:00+00:00' "
-        f"(naive means UTC) or epoch seconds, got {value!r}"
-    )
-
-
 def _check_count(table: str, name: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidInput(f"{table}: {name} must be a positive integer, got {value!r}")
@@ -1424,20 +1259,8 @@ def _check_flag(table: str, name: str, value: Any) -> None:
         raise InvalidInput(f"{table}: {name} must be True or False, got {value!r}")
 
 
-_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,127}")
-
-
 class _Overtaken(CommitConflict):
     """A rollback found a commit (not a compaction) that landed after it read the table."""
-
-
-def _check_tag(table: str, name: Any) -> str:
-    if not isinstance(name, str) or not _TAG.fullmatch(name):
-        raise InvalidInput(
-            f"{table}: a tag name is 1 to 128 ASCII letters, digits, '.', '_' or '-', starting with a letter "
-            f"or digit; got {name!r}"
-        )
-    return name
 
 
 def _check_key(table: str, key: Any) -> None:

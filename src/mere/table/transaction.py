@@ -45,7 +45,6 @@ import pyarrow.compute as pc
 from mere import expr as E
 from mere.errors import (
     CommitConflict,
-    CommitFailed,
     CommitStateUnknown,
     InvalidInput,
     NoSuchVersion,
@@ -56,7 +55,6 @@ from mere.metadata import (
     DELETE_MARKERS,
     DELETED_ROWS,
     CommitResult,
-    ConcurrentChanges,
     FileEntry,
 )
 from mere.read.evolution import whole_file_as_table
@@ -64,13 +62,23 @@ from mere.read.planner import split_filter
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import OP_DELETE, TableSpec, validate_properties
 from mere.table.changes import LOG_SUMMARY_KEY, logs_changes, write_change_log
+from mere.table.conflicts import (
+    ColumnsUnchanged,
+    PartitionSet,
+    PartitionsUnchanged,
+    PropertiesUnchanged,
+    RowsUnchanged,
+    Rule,
+    columns_current,
+    lost_race,
+    validator,
+)
+from mere.table.context import partition_values
 from mere.table.write_checks import WriteChecks, split_label
 from mere.write.writer import PreparedFile, conform, prepare
 
 if TYPE_CHECKING:
     from mere.table.table import Table
-
-Validate = Callable[[ConcurrentChanges], None]
 
 
 @dataclass
@@ -83,7 +91,7 @@ class Change:
     extra: dict[str, Any] = field(default_factory=dict)  # summary entries (deleted_keys, overwrite, ...)
     replaces: Callable[[int], list[FileEntry]] | None = None  # files of a version this change removes
     partitions: Callable[[list[FileEntry]], list[str] | None] | None = None  # touched, given the removed
-    validate: Validate | None = None
+    rule: Rule | None = None  # the conflict rule it follows beyond blind rebasing (mere.table.conflicts)
     redo: Callable[[int], Change] | None = None  # changes that read rows: evaluate again at a newer version
     remove_ids: tuple[int, ...] = ()  # catalog ids of files removed whatever the version (compaction inputs)
     # A rollback: ``files`` are files of this older version, added again. They belong to that version, so
@@ -244,7 +252,7 @@ class Transaction:
                     self._discard()
                     self._state = "committed"
                     return prior
-            result = self.retries.run(self._attempt, _lost_race)
+            result = self.retries.run(self._attempt, lost_race)
         except SchemaChanged:
             self._discard()
             self._state = "aborted"
@@ -300,23 +308,23 @@ class Transaction:
             replace(f, order=i, id=None, added_version=None) if f.seq is None else replace(f, id=None)
             for i, f in enumerate(f for c in self.changes for f in c.files)
         ]
-        validators = [c.validate for c in self.changes if c.validate is not None]
+        rules: list[Rule] = [c.rule for c in self.changes if c.rule is not None]
         extra: dict[str, Any] = {}
         for c in self.changes:
             for k, v in c.extra.items():
                 extra[k] = extra.get(k, 0) + v if isinstance(v, int) and not isinstance(v, bool) else v
         if checks is not None:
-            validators.append(checks.verify(t, base))
+            rules.append(checks.verify(t, base))
             extra |= checks.summary()
-        _columns_current(t, base)
-        validators.append(_no_column_change(t.name))
+        columns_current(t.context, base)
+        rules.append(ColumnsUnchanged())
         spec = None
         if self._properties is not None or self._schema is not None:
             new_spec = t.spec if self._schema is None else self._schema[0]
             if self._properties is not None:
                 new_spec = replace(new_spec, properties=self._properties)
                 extra["properties"] = self._properties
-                validators.append(_no_property_change(t.name))
+                rules.append(PropertiesUnchanged())
             if self._schema is not None:
                 extra["schema"] = self._schema[1]
             spec = new_spec.to_json()
@@ -327,7 +335,7 @@ class Transaction:
             t, add, bool(removed) or any(c.remove_ids or c.restores is not None for c in self.changes)
         )
         if logged:
-            validators.append(t._rows_unchanged(add))
+            rules.append(RowsUnchanged(frozenset(split_label((f.partition, f.bucket)) for f in add)))
             extra[LOG_SUMMARY_KEY] = True
         summary = {
             "read_version": base,
@@ -346,10 +354,6 @@ class Transaction:
             # Nothing to write, remove or change: no version (one rule for every write path).
             return CommitResult.unchanged(t._sql.snapshot(t.record.id, base), self._operation())
 
-        def validate(changes: ConcurrentChanges) -> None:
-            for v in validators:
-                v(changes)
-
         try:
             if logged:
                 try:
@@ -366,7 +370,7 @@ class Transaction:
                 add=add + [replace(f, order=len(add) + i) for i, f in enumerate(logs)],
                 remove=remove,
                 summary=summary,
-                validate=validate,
+                validate=validator(t.name, rules),
                 idempotency_key=self.idempotency_key,
                 spec=spec,
                 restores=self._restores(),
@@ -461,9 +465,6 @@ class Transaction:
         """Delete markers for these keys."""
         return marker_change(self.table, keys, self._checks() if observe else None)
 
-    def _reading(self, files: list[FileEntry]) -> Validate:
-        return self.table._rows_unchanged(files)
-
     def _keys_where_they_live(self, keys: pa.Table, base: int) -> Change:
         """Keys given without their partition: find where each lives at ``base``."""
         t = self.table
@@ -489,7 +490,7 @@ class Transaction:
         # The keys were read at the transaction's version: the checks see their deletes before every write
         # of the transaction (reading changes come first, and deletes commute with one another).
         change = marker_change(self.table, keys, self._checks(), first=True, read=True)
-        change.validate = self._reading(change.files)
+        change.rule = RowsUnchanged(frozenset(split_label((f.partition, f.bucket)) for f in change.files))
         return change
 
     def _rewrite(self, where: Any, base: int) -> Change:
@@ -513,26 +514,22 @@ class Transaction:
         ``wanted``, or (``dynamic`` on a partitioned table) of exactly the partitions ``files`` hold."""
         t = self.table
         # Dynamic on a table without partition columns replaces the whole table, as in Spark and Delta.
-        present = {_partition_values(f.partition) for f in files} if dynamic and t.spec.partition_by else None
-
-        def hit(partition: str) -> bool:
-            if present is not None and _partition_values(partition) not in present:
-                return False
-            return wanted is None or _partition_matches(partition, wanted)
-
-        whole = wanted is None and present is None
+        present = (
+            frozenset(partition_values(f.partition) for f in files)
+            if dynamic and t.spec.partition_by
+            else None
+        )
+        target = PartitionSet(wanted, present)
 
         def replaces(base: int) -> list[FileEntry]:
-            return [f for f in t.files_at(base) if hit(f.partition)]
+            return [f for f in t.files_at(base) if target.hit(f.partition)]
 
         def touched(removed: list[FileEntry]) -> list[str] | None:
-            return None if whole else sorted({f.partition for f in removed} | {f.partition for f in files})
-
-        def validate(changes: ConcurrentChanges) -> None:
-            # A concurrent write to the partitions being replaced: replace what is there now instead.
-            other = changes.partitions_touched()
-            if whole or other is None or any(hit(p) for p in other):
-                raise CommitConflict(f"{t.name}: a concurrent commit wrote to the overwritten data")
+            return (
+                None
+                if target.whole
+                else sorted({f.partition for f in removed} | {f.partition for f in files})
+            )
 
         extra: dict[str, Any] = {}
         if operation == "overwrite":
@@ -546,7 +543,7 @@ class Transaction:
             extra,
             replaces=replaces,
             partitions=touched,
-            validate=validate,
+            rule=PartitionsUnchanged(target),
         )
 
 
@@ -631,49 +628,6 @@ def marker_change(
     return change
 
 
-def _lost_race(error: BaseException) -> bool:
-    return isinstance(error, (CommitConflict, CommitFailed)) and not isinstance(error, SchemaChanged)
-
-
-def _columns_current(t: Table, base: int) -> None:
-    """The handle's columns are the table's: no commit since the handle loaded its spec changed them.
-
-    Versions up to ``t._columns_seen`` were checked already (a commit of this handle checked them), and
-    those after ``base`` are the commit's validator's: a handle writing on top of its own last commit
-    asks the catalog nothing more."""
-    from mere.table.evolve import same_columns
-
-    if base <= t._columns_seen:
-        return
-    for version, text in t._sql.specs_after(t.record.id, t._columns_seen):
-        if not same_columns(TableSpec.from_json(text, t.name), t.spec):
-            raise SchemaChanged(
-                f"{t.name}: the table's columns changed in version {version}, after this handle read "
-                "them; refresh() the table and write again"
-            )
-
-
-def _no_column_change(name: str) -> Validate:
-    def validate(changes: ConcurrentChanges) -> None:
-        for c in changes.commits:
-            if "schema" in c.summary:
-                raise SchemaChanged(
-                    f"{name}: the table's columns changed concurrently in version {c.version}; "
-                    "refresh() the table and write again"
-                )
-
-    return validate
-
-
-def _no_property_change(name: str) -> Validate:
-    def validate(changes: ConcurrentChanges) -> None:
-        for c in changes.commits:
-            if "properties" in c.summary:
-                raise CommitConflict(f"{name}: properties changed concurrently in version {c.version}")
-
-    return validate
-
-
 def _key_only_spec(spec: TableSpec) -> TableSpec:
     fields = [spec.schema.field(c) for c in spec.schema.names if c in spec.identity_columns]
     return TableSpec(pa.schema(fields), spec.primary_key, spec.partition_by, spec.buckets, {}, None, {})
@@ -685,16 +639,6 @@ def _typed(spec: TableSpec, values: Mapping[str, str | None]) -> dict[str, Any]:
     return typed_partition(spec, values)
 
 
-def _partition_values(partition: str) -> tuple[tuple[str, str | None], ...]:
-    """A partition's values in a form that compares equal whatever the JSON's spelling."""
-    return tuple(sorted(json.loads(partition).items()))
-
-
 def _check_dynamic(table: str, dynamic: Any) -> None:
     if not isinstance(dynamic, bool):
         raise InvalidInput(f"{table}: dynamic must be True or False, got {dynamic!r}")
-
-
-def _partition_matches(partition: str, wanted: Mapping[str, str | None]) -> bool:
-    values = json.loads(partition)
-    return all(values.get(c) == v for c, v in wanted.items())

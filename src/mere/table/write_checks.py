@@ -19,7 +19,7 @@ and keys a write touches:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,12 +27,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mere.errors import CommitConflict, SchemaMismatch, SumOverflow
+from mere.errors import SchemaMismatch, SumOverflow
 from mere.io.storage import primitive_leaf
-from mere.metadata import ConcurrentChanges, FileEntry
+from mere.metadata import FileEntry
 from mere.read.merge import group_starts, reduce_versions, sort_indices
 from mere.read.reader import io_pool
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, MergeOperator, TableSpec
+from mere.table.conflicts import ChecksHold
 from mere.write.writer import PreparedFile, partition_json
 
 if TYPE_CHECKING:
@@ -185,47 +186,14 @@ class WriteChecks:
 
     # -- checking ---------------------------------------------------------------------------------
 
-    def verify(self, table: Table, base: int) -> Callable[[ConcurrentChanges], None]:
-        """Check the rules at ``base``; returns the commit validation for what lands after ``base``."""
+    def verify(self, table: Table, base: int) -> ChecksHold:
+        """Check the rules at ``base``; returns the conflict rule for what lands after ``base``."""
         net = self._net()
         must_exist = self._check_fresh_rows(net) if self.partial else {}
         headroom = self._check_sums(table, base, net) if self.sum_columns else {}
         if must_exist:
             self._check_existing(table, base, must_exist)
-        touched = {split_label(k) for k in net}
-        reads_rows = bool(must_exist)
-
-        def validate(changes: ConcurrentChanges) -> None:
-            used: dict[str, int] = defaultdict(int)
-            for c in changes.commits:
-                if c.operation == "compact":
-                    continue  # compaction changes no row
-                splits = c.internal.get("splits")
-                if c.internal.get("partitions") is None or splits is None:
-                    raise CommitConflict(
-                        f"{self.identifier}: version {c.version} rewrote data this write checked"
-                    )
-                if not touched & set(splits):
-                    continue
-                if reads_rows:
-                    raise CommitConflict(
-                        f"{self.identifier}: keys this write updates changed in version {c.version}"
-                    )
-                if c.operation == "delete":
-                    continue  # deletes only lower sums
-                added = c.internal.get("sum_max")
-                if added is None:
-                    raise CommitConflict(
-                        f"{self.identifier}: version {c.version} changed sums this write checked"
-                    )
-                for col in headroom:
-                    used[col] += int(added.get(col, 0))
-                    if used[col] > headroom[col]:
-                        raise CommitConflict(
-                            f"{self.identifier}: concurrent sums of {col!r} leave too little room"
-                        )
-
-        return validate
+        return ChecksHold(frozenset(split_label(k) for k in net), bool(must_exist), headroom)
 
     def _check_fresh_rows(self, net: dict[SplitKey, tuple[pa.Table, np.ndarray]]) -> dict[SplitKey, pa.Table]:
         """Refuse keys this write (re)creates without NOT NULL columns; return those that must exist already."""

@@ -1,0 +1,326 @@
+"""What an operation sees of a table: a frozen :class:`TableContext`, never the ``Table`` handle itself.
+
+A context names the table (its catalog record, layout and location), holds its write settings, the
+catalog as a :class:`MetadataStore` (the methods of :class:`~mere.catalog.sql.SqlCatalog` operations
+use), the storage as :class:`DataFiles` (write, discard, key rows, partition checks), and the handle's
+merged reads as :class:`Rows`. Operations (``mere.table.ops``) and the commit path take a context; the
+``Table`` facade builds one per call (cheap: nothing is read).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from mere.errors import InvalidInput
+from mere.io import Storage
+from mere.metadata import (
+    CommitResult,
+    ConcurrentChanges,
+    FileEntry,
+    Snapshot,
+    TableRecord,
+    VersionRangeChanges,
+)
+from mere.spec import DEFAULT_COMPRESSION, TableSpec
+from mere.write.writer import (
+    CHUNK_BYTES,
+    PreparedFile,
+    conform,
+    input_chunks,
+    prepare,
+    to_batches,
+    write_prepared,
+)
+
+
+class MetadataStore(Protocol):
+    """The catalog methods the table layer uses; :class:`~mere.catalog.sql.SqlCatalog` is one."""
+
+    def load_table(self, namespace: str, name: str) -> TableRecord:
+        """The table's catalog record."""
+
+    def current_version(self, table_id: int) -> int:
+        """The newest committed version."""
+
+    def version_range(self, table_id: int) -> tuple[int, int]:
+        """The newest and the oldest readable version."""
+
+    def oldest_version(self, table_id: int) -> int:
+        """The oldest readable version."""
+
+    def version_as_of(self, table_id: int, micros: int) -> int:
+        """The newest version committed at or before ``micros``."""
+
+    def is_tagged(self, table_id: int, version: int) -> bool:
+        """Whether a tag names the version."""
+
+    def list_tags(self, table_id: int) -> dict[str, int]:
+        """Tag name -> version."""
+
+    def tag_version(self, table_id: int, name: str) -> int:
+        """The version a tag names."""
+
+    def create_tag(self, table_id: int, name: str, version: int | None, move: bool = False) -> int:
+        """Name a version."""
+
+    def drop_tag(self, table_id: int, name: str) -> int:
+        """Remove a tag."""
+
+    def spec_at(self, table_id: int, version: int) -> str | None:
+        """The layout (JSON) as of a version, if known."""
+
+    def specs_after(self, table_id: int, version: int) -> list[tuple[int, str]]:
+        """Each layout a commit after ``version`` set, with its version."""
+
+    def files_at(self, table_id: int, version: int, *, expired_ok: bool = False) -> list[FileEntry]:
+        """The live files at a version."""
+
+    def files_changed(self, table_id: int, after: int, upto: int) -> list[tuple[FileEntry, int | None]]:
+        """Files added or removed by the commits ``after < v <= upto``."""
+
+    def version_range_changes(self, table_id: int, after: int, upto: int | None) -> VersionRangeChanges:
+        """The commits and files of a version range, with the readable range."""
+
+    def all_file_paths(self, table_id: int) -> set[str]:
+        """Every path any version references."""
+
+    def history(self, table_id: int, after: int | None = None, upto: int | None = None) -> list[Snapshot]:
+        """The snapshots, oldest first."""
+
+    def snapshot(self, table_id: int, version: int) -> Snapshot:
+        """One version's snapshot."""
+
+    def find_idempotent(self, table_id: int, key: str) -> Snapshot | None:
+        """The commit made with an idempotency key."""
+
+    def expire(self, table_id: int, keep_from: int) -> list[str]:
+        """Give up the versions before ``keep_from``; the paths no longer referenced."""
+
+    def commit(
+        self,
+        table_id: int,
+        *,
+        base_version: int,
+        operation: str,
+        add: Sequence[FileEntry] = (),
+        remove: Iterable[int] = (),
+        summary: dict[str, Any] | None = None,
+        validate: Callable[[ConcurrentChanges], None] | None = None,
+        idempotency_key: str | None = None,
+        spec: str | None = None,
+        restores: int | None = None,
+    ) -> CommitResult:
+        """Add and remove files as one new version (see :meth:`SqlCatalog.commit`)."""
+
+
+class Rows(Protocol):
+    """Merged reads of the table at a version (the ``Table`` handle provides them)."""
+
+    def files_at(self, version: int) -> list[FileEntry]:
+        """The live files at a version."""
+
+    def scan(
+        self, columns: Sequence[str] | str | None = None, filter: Any = None, version: int | None = None
+    ) -> Any:
+        """A merged read (a :class:`~mere.table.scan.Scan`)."""
+
+    def split_tables(
+        self, version: int, splits: set[tuple[str, int]], columns: Sequence[str], filter: Any = None
+    ) -> dict[tuple[str, int], pa.Table]:
+        """Merged rows of some splits."""
+
+
+@dataclass(frozen=True)
+class WriteSettings:
+    """How data files are written (the ``write.*`` table properties)."""
+
+    compression: str = DEFAULT_COMPRESSION
+    compression_level: int | None = None
+    row_group_rows: int | None = None
+    chunk_bytes: int = CHUNK_BYTES
+
+    @classmethod
+    def of(cls, properties: Mapping[str, str]) -> WriteSettings:
+        """The settings the properties name (defaults for those they do not)."""
+        level = properties.get("write.compression-level")
+        rg_rows = properties.get("write.row-group-rows")
+        return cls(
+            properties.get("write.compression", DEFAULT_COMPRESSION),
+            int(level) if level else None,
+            int(rg_rows) if rg_rows else None,
+            int(properties.get("write.chunk-bytes", CHUNK_BYTES)),
+        )
+
+
+@dataclass(frozen=True)
+class SchemaChange:
+    """A column change committed with a write: the new layout and its steps (as summaries name them)."""
+
+    spec: TableSpec
+    steps: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DataFiles:
+    """The table's data files in storage: written (never visible until a commit lists them) and discarded."""
+
+    storage: Storage
+    location: str
+    spec: TableSpec
+    name: str
+    settings: WriteSettings = field(default_factory=WriteSettings)
+
+    def write(self, prepared: Sequence[PreparedFile], first_order: int = 0) -> list[FileEntry]:
+        """Write prepared (reduced, per-split) rows as files; their entries, ordered from ``first_order``."""
+        s = self.settings
+        return write_prepared(
+            self.storage,
+            self.location,
+            self.spec,
+            prepared,
+            first_order=first_order,
+            row_group_rows=s.row_group_rows,
+            compression=s.compression,
+            compression_level=s.compression_level,
+        )
+
+    def discard(self, entries: Iterable[FileEntry]) -> None:
+        """Delete files no commit lists (best effort: what stays is garbage for ``cleanup``)."""
+        self.storage.discard(e.path for e in entries)
+
+    def write_data(
+        self, data: Any, *, partial_ok: bool, check: Callable[[list[PreparedFile]], None] | None = None
+    ) -> tuple[list[FileEntry], int]:
+        """Write input rows chunk by chunk; ``check`` sees each chunk's prepared files before they are
+        written. Returns the entries and the rows; on failure the files written so far are deleted."""
+        entries: list[FileEntry] = []
+        rows = 0
+        try:
+            for chunk in input_chunks(data, self.settings.chunk_bytes):
+                table, ops = conform(chunk, self.spec, partial_ok=partial_ok, identifier=self.name)
+                del chunk
+                rows += table.num_rows
+                prepared = prepare(self.spec, table, ops, identifier=self.name)
+                del table
+                if check is not None:
+                    check(prepared)
+                entries += self.write(prepared, first_order=len(entries))
+                del prepared
+        except BaseException:
+            self.discard(entries)
+            raise
+        return entries, rows
+
+    def key_rows(self, data: Any, required: Sequence[str]) -> pa.Table:
+        """Rows naming keys to delete, checked to carry the ``required`` columns."""
+        if not self.spec.has_primary_key:
+            raise InvalidInput(f"{self.name} has no primary key: delete with a filter")
+        schema, batches = to_batches(data)
+        table = pa.Table.from_batches(list(batches), schema=schema)
+        missing = [c for c in required if c not in table.column_names]
+        if missing:
+            raise InvalidInput(f"{self.name}: rows to delete lack key/partition column(s) {missing}")
+        return table
+
+    def wanted_partition(self, partition: Mapping[str, Any] | None) -> dict[str, str | None] | None:
+        """A partition given as column -> value, as the partition JSON spells its values (checked)."""
+        if partition is None:
+            return None
+        if not isinstance(partition, Mapping) or not partition:
+            raise InvalidInput(
+                f"{self.name}: partition must be a dict of partition column -> value such as "
+                f"{{{self.spec.partition_by[0] if self.spec.partition_by else 'day'!r}: ...}}, "
+                f"got {partition!r}"
+            )
+        unknown = [c for c in partition if c not in self.spec.partition_by]
+        if unknown:
+            raise InvalidInput(
+                f"{self.name}: {unknown} are not partition columns {list(self.spec.partition_by)}"
+            )
+        return {c: partition_string(self.spec, c, v) for c, v in partition.items()}
+
+    def check_partition(
+        self, wanted: Mapping[str, str | None] | None, partitions: Sequence[Mapping[str, str | None]]
+    ) -> None:
+        """Refuse rows outside the partition an overwrite replaces."""
+        if wanted is None:
+            return
+        for p in partitions:
+            if any(p.get(c) != v for c, v in wanted.items()):
+                raise InvalidInput(
+                    f"{self.name}: overwrite of partition {dict(wanted)} got rows of partition {dict(p)}"
+                )
+
+
+@dataclass(frozen=True)
+class TableContext:
+    """One table as an operation sees it: identity, layout, settings, catalog, storage and reads.
+
+    ``spec`` is the layout writes conform to (a handle adding columns sees the new ones, and
+    ``schema_change`` commits them with its writes). ``columns_seen``: commits up to this version kept the
+    columns of ``spec`` (the handle checked them). ``after_commit`` is the handle's reaction to a commit
+    of this process (reload, automatic maintenance); it never fails the commit.
+    """
+
+    record: TableRecord
+    spec: TableSpec
+    store: MetadataStore
+    storage: Storage
+    rows: Rows
+    settings: WriteSettings = field(default_factory=WriteSettings)
+    columns_seen: int = 0
+    schema_change: SchemaChange | None = None
+    after_commit: Callable[[CommitResult, bool], None] | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        """``namespace.name``."""
+        return self.record.identifier
+
+    @property
+    def table_id(self) -> int:
+        """The catalog's id of the table."""
+        return self.record.id
+
+    @property
+    def uuid(self) -> str:
+        """The table's uuid (a table dropped and created again has another)."""
+        return self.record.uuid
+
+    @property
+    def location(self) -> str:
+        """The table's directory, relative to the warehouse."""
+        return self.record.location
+
+    @property
+    def files(self) -> DataFiles:
+        """The table's data files."""
+        return DataFiles(self.storage, self.location, self.spec, self.name, self.settings)
+
+
+def partition_string(spec: TableSpec, column: str, value: Any) -> str | None:
+    """A partition value as the partition JSON spells it (the column's type cast to text)."""
+    if value is None:
+        return None
+    t = spec.schema.field(column).type
+    try:
+        scalar = pa.scalar(value) if not isinstance(value, str) else pa.scalar(value, pa.string())
+        return str(scalar.cast(t).cast(pa.string()).as_py())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise InvalidInput(f"partition value {value!r} does not fit column {column!r} of type {t}") from e
+
+
+def partition_values(partition: str) -> tuple[tuple[str, str | None], ...]:
+    """A partition's values in a form that compares equal whatever the JSON's spelling."""
+    return tuple(sorted(json.loads(partition).items()))
+
+
+def partition_matches(partition: str, wanted: Mapping[str, str | None]) -> bool:
+    """Whether a partition (JSON) holds the ``wanted`` values."""
+    values = json.loads(partition)
+    return all(values.get(c) == v for c, v in wanted.items())
