@@ -28,7 +28,8 @@ import mere
 from maintenance import MANUAL
 from mere import errors
 from mere.spec import OP_COLUMN
-from mere.table.changes import (
+from mere.table.context import TableContext
+from mere.table.images import (
     LOG_AFTER,
     LOG_BEFORE,
     LOG_DELETE,
@@ -835,23 +836,23 @@ def test_a_logged_upsert_that_keeps_losing_races_fails_cleanly(
     """Each attempt of a logged upsert meets a new commit to its split (the log off, the same upsert
     never conflicts): after the last attempt it raises CommitConflict, leaving no log or data file."""
     from mere.retry import RetryPolicy
-    from mere.table import transaction as tx_module
+    from mere.table import commit as commit_module
 
     t = small_table(tmp_path, buckets=1)
     other = mere.connect(str(tmp_path)).table("a.t")
     t.upsert(small([1], "x"))
     files_before = sorted(p.name for p in tmp_path.rglob("*.parquet"))
-    real = tx_module.write_change_log
+    real = commit_module.write_change_log
     attempts: list[int] = []
 
-    def racing(table: mere.Table, base: int, added: Any) -> Any:
-        out = real(table, base, added)
-        if table is t:
+    def racing(ctx: TableContext, base: int, added: Any) -> Any:
+        out = real(ctx, base, added)
+        if ctx.handle is t:
             attempts.append(base)
             other.upsert(small([1], f"o{len(attempts)}-"))  # lands before this attempt commits
         return out
 
-    monkeypatch.setattr(tx_module, "write_change_log", racing)
+    monkeypatch.setattr(commit_module, "write_change_log", racing)
     tx = t.transaction()
     tx.retries = RetryPolicy(attempts=3, base_delay=0.001, max_delay=0.001)
     tx.upsert(small([1], "mine"))
@@ -889,7 +890,7 @@ def test_a_failed_logged_write_leaves_no_log_and_changes_nothing(
             return real(self, *args, **kwargs)
 
         monkeypatch.setattr(mere.Table, "split_tables", second_group_fails)
-        monkeypatch.setattr("mere.table.changes.SPLITS_PER_READ", 1)  # one split per read: fails halfway
+        monkeypatch.setattr("mere.table.images.SPLITS_PER_READ", 1)  # one split per read: fails halfway
         with pytest.raises(OSError, match="disk full"):
             t.upsert(small(list(range(6)), "y"))
         assert len(calls) == 2
@@ -1223,21 +1224,21 @@ def test_follow_over_logged_and_unlogged_commits(tmp_path: Path) -> None:
     check_all_pairs(t)
 
 
-def first_format_log(table: mere.Table, base: int, added: Any) -> list[Any]:
+def first_format_log(ctx: TableContext, base: int, added: Any) -> list[Any]:
     """A log as ``changes.log`` first wrote it: the rows at ``base`` of the keys the commit wrote, no
     change kinds (the commit marked ``change_log: True``)."""
     from mere.read.merge import KeySet
-    from mere.table.changes import written_rows
+    from mere.table.images import written_rows
     from mere.write.writer import PreparedFile
 
-    spec = table.spec
+    spec = ctx.spec
     by_split: dict[tuple[str, int], list[Any]] = {}
     for entry in added:
         by_split.setdefault((entry.partition, entry.bucket), []).append(entry)
     prepared = []
     for split, entries in sorted(by_split.items()):
-        touched, _ = written_rows(table, entries)
-        rows = table.split_tables(base, {split}, spec.schema.names).get(split)
+        touched, _ = written_rows(ctx, entries)
+        rows = ctx.handle.split_tables(base, {split}, spec.schema.names).get(split)
         if rows is None or not rows.num_rows:
             continue
         rows = rows.filter(pa.array(KeySet(touched, list(spec.primary_key)).contains(rows)))
@@ -1245,13 +1246,13 @@ def first_format_log(table: mere.Table, base: int, added: Any) -> list[Any]:
             [c.cast(f.type) for c, f in zip(rows.columns, spec.schema)], schema=spec.schema
         )
         prepared.append(PreparedFile(json.loads(split[0]), split[1], rows.sort_by("k"), "log"))
-    return table._write_files(prepared)
+    return ctx.files.write(prepared)
 
 
 def test_logs_of_the_first_format_still_serve_feeds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tables logged before logs held change kinds: their before-images are merged with the data files
     (no shortcut), alone and in ranges mixing both formats, and give the unlogged twin's feeds."""
-    from mere.table import transaction as tx_module
+    from mere.table import commit as commit_module
 
     twins = [
         small_table(tmp_path / name, log=log, buckets=2) for name, log in (("old", "on"), ("plain", "off"))
@@ -1266,8 +1267,8 @@ def test_logs_of_the_first_format_still_serve_feeds(tmp_path: Path, monkeypatch:
         lambda t: t.delete(small([5], "", p="a").select(["k", "p"])),
     ]
     with monkeypatch.context() as patch:
-        patch.setattr(tx_module, "write_change_log", first_format_log)
-        patch.setattr(tx_module, "LOG_SUMMARY_KEY", "change_log")
+        patch.setattr(commit_module, "write_change_log", first_format_log)
+        patch.setattr(commit_module, "LOG_SUMMARY_KEY", "change_log")
         for step in steps[:4]:
             for t in twins:
                 step(t)

@@ -35,7 +35,7 @@ from mere.errors import StorageError
 from mere.io import keyindex
 from mere.io.storage import Storage
 from mere.read import lookup as lookup_module
-from mere.table import merge as merge_module
+from mere.table.ops import merge_into as merge_module
 
 # -- key types --------------------------------------------------------------------------------------
 

@@ -1433,7 +1433,7 @@ def test_composite_source_key_with_a_null_part(
 ) -> None:
     """A source key tuple with a NULL part matches no row, whether the source is looked up key by key
     or read by row groups (the lookup once raised IndexError on it), and inserting it raises NullKey."""
-    from mere.table import merge as merge_module
+    from mere.table.ops import merge_into as merge_module
 
     monkeypatch.setattr(merge_module, "MERGE_LOOKUP_KEYS", lookup_keys)
     t = BY_REGION.create(local_cat)

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 import mere
 from mere import errors
-from mere.table.transaction import Transaction
+from mere.table.ops import write as write_ops
 
 D1, D2, D3 = "2026-11-21", "2026-11-22", "2026-11-23"
 
@@ -1084,16 +1084,16 @@ def test_delete_by_filter_does_not_delete_a_row_updated_concurrently(
     t = make_orders(cat)
     t.upsert(order_rows([1, 2], amount=100))
     other = mere.connect(cat.storage.uri, catalog=cat.sql.url)
-    original = Transaction._read_markers
+    original = write_ops.read_markers
 
     raced = []
 
-    def racing(self: Transaction, *args: Any, **kwargs: Any) -> Any:
+    def racing(*args: Any, **kwargs: Any) -> Any:
         if not raced:  # the concurrent update lands once, between the delete's read and its commit
             raced.append(other.table("sales.orders").upsert(order_rows([1], amount=3)))
-        return original(self, *args, **kwargs)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(Transaction, "_read_markers", racing)
+    monkeypatch.setattr(write_ops, "read_markers", racing)
     t.delete("amount > 10")
     monkeypatch.undo()
     assert raced

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 import mere
 from mere import errors
 from mere.spec import default_properties
-from mere.table.transaction import Transaction
+from mere.table.context import TableContext
+from mere.table.ops import write as write_ops
+from mere.table.write_checks import WriteChecks
 
 ORDERS = pa.schema([("id", pa.int64()), ("day", pa.string()), ("qty", pa.int64())])
 EVENTS = pa.schema([("day", pa.string()), ("msg", pa.string())])
@@ -159,15 +161,15 @@ def test_a_predicate_delete_in_a_transaction_is_evaluated_again_after_a_race(
     t = _orders(cat)
     t.upsert(pa.table({"id": [1, 2], "day": ["a", "a"], "qty": [100, 100]}))
     other = mere.connect(cat.storage.uri, catalog=cat.sql.url).table("s.orders")
-    original = Transaction._read_markers
+    original = write_ops.read_markers
     raced: list[Any] = []
 
-    def racing(self: Transaction, keys: pa.Table) -> Any:
+    def racing(ctx: TableContext, keys: pa.Table, checks: WriteChecks) -> Any:
         if not raced:
             raced.append(other.upsert(pa.table({"id": [1], "day": ["a"], "qty": [3]})))
-        return original(self, keys)
+        return original(ctx, keys, checks)
 
-    monkeypatch.setattr(Transaction, "_read_markers", racing)
+    monkeypatch.setattr(write_ops, "read_markers", racing)
     with t.transaction() as tx:
         tx.delete("qty > 10")
         tx.upsert(pa.table({"id": [7], "day": ["b"], "qty": [7]}))
@@ -261,15 +263,15 @@ def test_checks_follow_a_delete_evaluated_again_after_a_race(
     t = _orders(local_cat, merge_operators={"qty": "sum"})
     t.upsert(pa.table({"id": [1], "day": ["a"], "qty": [100]}))
     other = local_cat.table("s.orders")
-    original = Transaction._read_markers
+    original = write_ops.read_markers
     raced: list[Any] = []
 
-    def racing(self: Transaction, keys: pa.Table) -> Any:
+    def racing(ctx: TableContext, keys: pa.Table, checks: WriteChecks) -> Any:
         if not raced:
             raced.append(other.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**62 - 100]})))
-        return original(self, keys)
+        return original(ctx, keys, checks)
 
-    monkeypatch.setattr(Transaction, "_read_markers", racing)
+    monkeypatch.setattr(write_ops, "read_markers", racing)
     with pytest.raises(errors.SumOverflow), t.transaction() as tx:
         tx.delete("qty > 10 and qty < 1000")
         tx.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**62]}))

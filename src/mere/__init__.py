@@ -7,8 +7,8 @@ from mere.hashing import bucket_ids
 from mere.metadata import CommitResult, Snapshot
 from mere.statements import sql
 from mere.table.catalog import Catalog, connect
-from mere.table.changes import follow
-from mere.table.merge import Merge, MergeMetrics
+from mere.table.ops.change_log import follow
+from mere.table.ops.merge_into import Merge, MergeMetrics
 from mere.table.scan import Scan
 from mere.table.table import Table
 

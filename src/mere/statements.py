@@ -25,7 +25,7 @@ from mere.lang.parse import (
     parse_statement,
 )
 from mere.metadata import CommitResult
-from mere.table.merge import Merge, MergeMetrics
+from mere.table.ops.merge_into import Merge, MergeMetrics
 
 if TYPE_CHECKING:
     from mere.table.catalog import Catalog

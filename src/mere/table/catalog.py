@@ -16,6 +16,7 @@ from mere.errors import InvalidInput, NoSuchNamespace, NoSuchTable, TableExists
 from mere.io import Storage
 from mere.io.storage import redact
 from mere.spec import TableSpec, default_properties
+from mere.table.context import TableHandle
 from mere.table.table import Table
 
 if TYPE_CHECKING:
@@ -235,11 +236,11 @@ class Catalog:
         if purge:
             self.storage.delete_tree(record.location)
 
-    def _drop_if_unchanged(self, table: Table, version: int) -> bool:
+    def _drop_if_unchanged(self, table: TableHandle, version: int) -> bool:
         """Drop ``table`` (and its files) if it is still at ``version`` (checked atomically in the catalog):
         undoes a table a failed write created. Whether it was dropped."""
         ns, short = split_name(table.name)
-        record = self.sql.drop_table(ns, short, expect=(table.record.uuid, version))
+        record = self.sql.drop_table(ns, short, expect=(table.context.uuid, version))
         if record is None:
             return False
         self.storage.delete_tree(record.location)

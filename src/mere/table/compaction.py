@@ -3,7 +3,8 @@
 1. :meth:`Table.plan_compaction` (driver): pick the splits to fold at one table version.
 2. :meth:`CompactionTask.run` (any worker with storage access, no catalog): merge one split's files and
    write the result as key-sorted files; nothing is visible yet.
-3. :meth:`Table.commit_compaction` (driver): swap all tasks' files in for their inputs in one commit.
+3. :meth:`Table.commit_compaction` (driver): swap all tasks' files in for their inputs in one commit
+   (or :meth:`Table.commit` of :meth:`CompactionPlan.staged`, the commit message every engine path uses).
 
 The new files keep the sequence number of the newest file they replace, so writes that commit between
 steps 1 and 3 still merge on top of them. A commit whose inputs were meanwhile replaced (an overwrite or
@@ -25,6 +26,7 @@ from mere.read.merge import group_starts, reduce_versions, sort_indices
 from mere.read.planner import FileTask
 from mere.read.reader import SplitReader, gather_batches
 from mere.spec import OP_COLUMN, OP_DELETE, OP_PUT, TableSpec
+from mere.table.commit import RemoveIds, StagedChange, renumber
 from mere.table.scan import ScanTask, storage_for
 from mere.write.writer import PreparedFile, write_prepared
 
@@ -197,3 +199,17 @@ class CompactionPlan:
     tasks: tuple[CompactionTask, ...]
     remove: tuple[int, ...]  # catalog ids of every input file
     partitions: tuple[str, ...]  # partitions the commit touches (also those folded to nothing)
+
+    def staged(self, results: Sequence[Sequence[FileEntry]]) -> StagedChange:
+        """The tasks' results (each task's files, in task order) as the commit message that swaps them in
+        for the inputs, onto the planned version: what :meth:`mere.Table.commit` takes."""
+        add = renumber((f for files in results for f in files), keep_seq=True)
+        return StagedChange(
+            self.table,
+            "compact",
+            add,
+            sum(f.row_count for f in add),
+            read_version=self.base_version,
+            removes=RemoveIds(tuple(self.remove), tuple(self.partitions)),
+            table_uuid=self.table_uuid,
+        )

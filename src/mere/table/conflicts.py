@@ -31,7 +31,7 @@ rows are evaluated again at the new version first.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -205,7 +205,7 @@ def columns_current(ctx: TableContext, base: int) -> None:
             )
 
 
-def not_overtaken(table: str, landed: Sequence[Snapshot], target: int) -> None:
+def not_overtaken(table: str, landed: Iterable[Snapshot], target: int) -> None:
     """A rollback to ``target`` refuses (:class:`Overtaken`) when a commit other than a compaction landed
     after it read the table: it would undo a write it never saw."""
     for snap in landed:

@@ -3,7 +3,7 @@
 A context names the table (its catalog record, layout and location), holds its write settings, the
 catalog as a :class:`MetadataStore` (the methods of :class:`~mere.catalog.sql.SqlCatalog` operations
 use), the storage as :class:`DataFiles` (write, discard, key rows, partition checks), and the handle's
-merged reads as :class:`Rows`. Operations (``mere.table.ops``) and the commit path take a context; the
+merged reads (:class:`TableHandle`). Operations (``mere.table.ops``) and the commit path take a context; the
 ``Table`` facade builds one per call (cheap: nothing is read).
 """
 
@@ -27,6 +27,7 @@ from mere.metadata import (
     VersionRangeChanges,
 )
 from mere.spec import DEFAULT_COMPRESSION, TableSpec
+from mere.table.scan import Scan, ScannedTable
 from mere.write.writer import (
     CHUNK_BYTES,
     PreparedFile,
@@ -118,21 +119,84 @@ class MetadataStore(Protocol):
         """Add and remove files as one new version (see :meth:`SqlCatalog.commit`)."""
 
 
-class Rows(Protocol):
-    """Merged reads of the table at a version (the ``Table`` handle provides them)."""
+class TableHandle(ScannedTable, Protocol):
+    """What operations may ask of a table handle (``mere.Table`` is one): its context and merged reads.
+
+    Operations take this narrow view, never the ``Table`` class, so that they depend on the context
+    alone (and engines may hand them any handle)."""
+
+    @property
+    def name(self) -> str:
+        """``namespace.name``."""
+
+    @property
+    def spec(self) -> TableSpec:
+        """The layout writes conform to."""
+
+    @property
+    def storage(self) -> Storage:
+        """The warehouse's storage, naming this table in read errors."""
+
+    @property
+    def version(self) -> int:
+        """The newest committed version."""
+
+    @property
+    def context(self) -> TableContext:
+        """The table as operations see it."""
 
     def files_at(self, version: int) -> list[FileEntry]:
         """The live files at a version."""
 
+    def resolve_version(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> int:
+        """The version a read sees (an ``as_of`` without a zone is read as UTC, not as local time)."""
+
+    def spec_at(self, version: int) -> TableSpec:
+        """The layout as of a version."""
+
     def scan(
         self, columns: Sequence[str] | str | None = None, filter: Any = None, version: int | None = None
-    ) -> Any:
-        """A merged read (a :class:`~mere.table.scan.Scan`)."""
+    ) -> Scan:
+        """A merged read."""
 
     def split_tables(
         self, version: int, splits: set[tuple[str, int]], columns: Sequence[str], filter: Any = None
     ) -> dict[tuple[str, int], pa.Table]:
         """Merged rows of some splits."""
+
+    def refresh(self) -> TableHandle:
+        """Reload the layout and properties from the catalog."""
+
+
+class CatalogHandle(Protocol):
+    """The catalog a table handle belongs to (``mere.Catalog`` is one)."""
+
+    @property
+    def sql(self) -> MetadataStore:
+        """The metadata catalog."""
+
+    @property
+    def storage(self) -> Storage:
+        """The warehouse's storage."""
+
+    @property
+    def threads(self) -> int | None:
+        """Merge workers of reads (None: the default)."""
+
+    @property
+    def catalog_url(self) -> str:
+        """The metadata catalog's address."""
+
+    def _drop_if_unchanged(self, table: TableHandle, version: int) -> bool:
+        """Undo a table a failed write created (the Spark integration calls it)."""
+
+
+def is_handle(value: Any) -> bool:
+    """Whether ``value`` is a table handle (by its class: no property is evaluated)."""
+    kind = type(value)
+    return all(
+        hasattr(kind, name) for name in ("context", "refresh", "resolve_version", "scan", "split_tables")
+    )
 
 
 @dataclass(frozen=True)
@@ -269,13 +333,18 @@ class TableContext:
 
     record: TableRecord
     spec: TableSpec
-    store: MetadataStore
+    catalog: CatalogHandle
     storage: Storage
-    rows: Rows
+    handle: TableHandle
     settings: WriteSettings = field(default_factory=WriteSettings)
     columns_seen: int = 0
     schema_change: SchemaChange | None = None
     after_commit: Callable[[CommitResult, bool], None] | None = field(default=None, repr=False)
+
+    @property
+    def store(self) -> MetadataStore:
+        """The metadata catalog (connected on first use: workers that only write files never connect)."""
+        return self.catalog.sql
 
     @property
     def name(self) -> str:
@@ -324,3 +393,13 @@ def partition_matches(partition: str, wanted: Mapping[str, str | None]) -> bool:
     """Whether a partition (JSON) holds the ``wanted`` values."""
     values = json.loads(partition)
     return all(values.get(c) == v for c, v in wanted.items())
+
+
+def split_label(key: tuple[str, int]) -> str:
+    """How commit summaries name a split (partition JSON, bucket)."""
+    return f"{key[0]}#{key[1]}"
+
+
+def file_splits(files: Iterable[FileEntry]) -> frozenset[str]:
+    """The splits (as commit summaries name them) some files lie in."""
+    return frozenset(split_label((f.partition, f.bucket)) for f in files)

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import pyarrow as pa
 
@@ -18,7 +18,7 @@ from mere import expr as E
 from mere.concurrency import default_threads
 from mere.errors import InvalidInput, NoSuchVersion, SchemaMismatch, StorageError
 from mere.io import Storage
-from mere.metadata import Snapshot
+from mere.metadata import FileEntry, Snapshot
 from mere.optional import require
 from mere.read.planner import Explain, FilterParts, Split, plan_splits, row_group_stats, split_filter
 from mere.read.reader import (
@@ -36,13 +36,53 @@ if TYPE_CHECKING:
     import pandas as pd
     import polars as pl
 
-    from mere.table.table import Table
-
 
 EXPLAIN_VALUES = 10  # IN-list values explain() shows before "... and N more"
 TASK_BYTES = 128 << 20  # default most bytes per engine task (Spark's spark.sql.files.maxPartitionBytes)
 OPEN_COST_BYTES = 4 << 20  # what starting one more split costs, in bytes (Spark's openCostInBytes)
 COLLECT_WINDOW_BYTES = 32 << 20  # windows of to_arrow(): all output is kept anyway, so fewer, larger merges
+
+
+class ScannedTable(Protocol):
+    """What a scan reads through: a table handle (``mere.Table`` is one)."""
+
+    @property
+    def name(self) -> str:
+        """``namespace.name``."""
+
+    @property
+    def spec(self) -> TableSpec:
+        """The current layout."""
+
+    @property
+    def storage(self) -> Storage:
+        """The warehouse's storage."""
+
+    @property
+    def version(self) -> int:
+        """The newest committed version."""
+
+    @property
+    def catalog(self) -> Any:
+        """The catalog (its ``threads`` default the merge workers)."""
+
+    @property
+    def window_bytes(self) -> int:
+        """``read.window-bytes``."""
+
+    @property
+    def whole_split_bytes(self) -> int:
+        """``read.whole-split-bytes``."""
+
+    def files_at(self, version: int) -> list[FileEntry]:
+        """The live files at a version."""
+
+    def snapshot(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> Snapshot:
+        """A version's snapshot (an ``as_of`` without a zone is read as UTC, not as local time)."""
+
+    def resolve_version(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> int:
+        """The version a read sees (an ``as_of`` without a zone is read as UTC, not as local time)."""
+
 
 _storages: dict[tuple[str, tuple[tuple[str, str], ...]], Storage] = {}
 _storages_lock = threading.Lock()
@@ -200,7 +240,7 @@ def group_tasks(
 class Scan:
     """A planned read of one table version. Each output method starts a fresh, lazy read."""
 
-    table: Table
+    table: ScannedTable
     version: int
     columns: tuple[str, ...] | None = None
     filter: Any = None
@@ -284,6 +324,14 @@ class Scan:
         warm_filter_caches(parts.pre, self.spec.schema)
         warm_filter_caches(parts.post, self.spec.schema)
         return opts
+
+    def planned(self, explain: Explain | None = None) -> tuple[list[Split], ReadOptions]:
+        """The splits of this scan and the options to read them with (``explain`` records the pruning)."""
+        return self._plan(Explain(self.version) if explain is None else explain)
+
+    def filter_parts(self) -> FilterParts:
+        """The scan's filter, parsed, bound and split (checked: a bad filter raises here)."""
+        return self._parts()
 
     def plan(self) -> list[Split]:
         """Splits (one per partition x bucket) that together hold every row of this scan."""

@@ -1,85 +1,50 @@
-"""A table: writes (upsert, append, delete, overwrite), scans, time travel and history."""
+"""A table: the facade over the table layer's operations (writes, scans, time travel, maintenance).
+
+``Table`` holds a handle's state (its catalog record, layout and settings) and hands each operation a
+:class:`~mere.table.context.TableContext`; the operations themselves live in :mod:`mere.table.ops` and
+commit through :mod:`mere.table.commit`.
+"""
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
-import json
-import logging
-import threading
-import time
-from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
-from mere.durations import parse_duration
-from mere.errors import (
-    CommitConflict,
-    CommitFailed,
-    InvalidInput,
-    MereError,
-    NoSuchTable,
-    NoSuchTag,
-    NoSuchVersion,
-    SchemaChanged,
-    StorageError,
-    TagExists,
-)
+from mere.errors import InvalidInput, MereError, NoSuchTable, NoSuchTag, NoSuchVersion, TagExists
 from mere.io import Storage
-from mere.io.options import redact_url
 from mere.metadata import CommitResult, FileEntry, Snapshot, TableRecord
-from mere.read.planner import Explain
 from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
-from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import OP_COLUMN, TableSpec
 from mere.table import versions
-from mere.table.compaction import CompactionPlan, CompactionTask, can_fold_partially, runs_to_fold
-from mere.table.conflicts import NothingLanded
-from mere.table.context import SchemaChange, TableContext, WriteSettings
-from mere.table.evolve import SchemaUpdate, same_columns
-from mere.table.merge import Merge, MergeMetrics, StagedMerge, commit_staged_merges
-from mere.table.scan import Scan, ScanTask, normalise_columns
-from mere.table.transaction import Change, Transaction, deletion_summary, marker_change
-from mere.table.write_checks import WriteChecks
-from mere.write.writer import (
-    PreparedFile,
-    converted_input,
-    partition_json,
-)
+from mere.table.commit import StagedChange
+from mere.table.compaction import CompactionPlan, CompactionTask
+from mere.table.context import CatalogHandle, MetadataStore, SchemaChange, TableContext, WriteSettings
+from mere.table.inspect import Inspect
+from mere.table.ops import compaction, maintenance, merge_into, rollback
+from mere.table.ops import write as write_ops
+from mere.table.ops.change_log import change_feed
+from mere.table.ops.evolve import SchemaUpdate
+from mere.table.ops.merge_into import Merge, MergeMetrics
+from mere.table.scan import Scan, normalise_columns
+from mere.table.transaction import Transaction
+from mere.write.writer import converted_input, partition_json
 
-if TYPE_CHECKING:
-    from mere.catalog.sql import SqlCatalog
-    from mere.table.catalog import Catalog
-
-log = logging.getLogger(__name__)
-
-ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
-_BACKGROUND_COMPACTIONS: dict[str, threading.Lock] = {}  # per table: one background compaction at a time
-AUTO_COMPACT_MIN_FILES = 8  # compaction.min-files default: a split is folded when it holds this many runs
 SCAN_OPTIONS = ("threads", "parallel", "window_bytes", "queue_batches")
-STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
+STAGE_OPERATIONS = write_ops.STAGE_OPERATIONS
+AUTO_COMPACT_MIN_FILES = compaction.AUTO_COMPACT_MIN_FILES
 
-
-@dataclass
-class StagedWrite:
-    """Files written but not yet committed; picklable, so workers can stage and a driver can commit.
-
-    Nothing staged is visible until :meth:`Table.commit`; :meth:`Table.abort` deletes the files.
-    """
-
-    table: str
-    operation: str
-    files: list[FileEntry] = field(default_factory=list)
-    rows: int = 0
+StagedWrite = StagedChange  # the name engines use for a staged write (the one commit message type)
+StagedMerge = StagedChange  # ... and for a share of a distributed MERGE
 
 
 class Table:
     """A table in a catalog. Cheap to create; every read asks the catalog for the version to read."""
 
-    def __init__(self, catalog: Catalog, record: TableRecord) -> None:
+    def __init__(self, catalog: CatalogHandle, record: TableRecord) -> None:
         self.catalog = catalog
         self._load(record)
 
@@ -88,7 +53,7 @@ class Table:
         # The catalog's storage, naming this table in every read failure of one of its files.
         self.storage: Storage = self.catalog.storage.for_table(record.identifier)
         self._columns_seen = record.version  # commits up to here kept the columns of self.spec
-        self._pending_columns: tuple[TableSpec, list[str]] | None = None  # see adding_columns()
+        self._pending_columns: SchemaChange | None = None  # see adding_columns()
         self.spec = TableSpec.from_json(record.spec, record.identifier)
         self.location = record.location
         props = self.spec.properties
@@ -96,12 +61,11 @@ class Table:
         self.compression = self.settings.compression
         self.compression_level = self.settings.compression_level
         self.row_group_rows = self.settings.row_group_rows
+        self.chunk_bytes = self.settings.chunk_bytes
         self.window_bytes = int(props.get("read.window-bytes", DEFAULT_WINDOW_BYTES))
         default_whole = 0 if "read.window-bytes" in props else DEFAULT_WHOLE_SPLIT_BYTES
         self.whole_split_bytes = int(props.get("read.whole-split-bytes", default_whole))
-        self.chunk_bytes = self.settings.chunk_bytes
-        self._retention_next_check = 0.0  # time.time() before which no version can be due to expire
-        self._retention_next_version = 0  # ... and the version before which too few versions exist
+        self._retention = maintenance.RetentionState()
 
     def refresh(self) -> Table:
         """Reload the table's layout and properties from the catalog (another handle may have changed them)."""
@@ -112,23 +76,32 @@ class Table:
         return self
 
     @property
-    def _sql(self) -> SqlCatalog:
+    def _sql(self) -> MetadataStore:
         return self.catalog.sql
 
     @property
     def context(self) -> TableContext:
         """The table as operations see it (identity, layout, settings, catalog, storage); nothing is read."""
-        pending = self._pending_columns
         return TableContext(
             self.record,
             self.spec,
-            self._sql,
+            self.catalog,
             self.storage,
             self,
             self.settings,
             self._columns_seen,
-            None if pending is None else SchemaChange(pending[0], tuple(pending[1])),
+            self._pending_columns,
+            self._committed,
         )
+
+    def _committed(self, result: CommitResult, spec_changed: bool) -> None:
+        """A commit of this handle landed: reload a changed layout, then automatic maintenance."""
+        if spec_changed:
+            self.refresh()
+        elif not result.already_committed:
+            # Every commit up to this one kept the handle's columns (checked by the commit).
+            self._columns_seen = max(self._columns_seen, result.version)
+        maintenance.after_commit(self, self._retention, result)
 
     @property
     def name(self) -> str:
@@ -233,7 +206,7 @@ class Table:
         spec = self.spec_at(v) if older else self.spec
         scan = Scan(self, v, normalise_columns(columns), filter, **options, spec=spec)
         scan.output_columns  # noqa: B018 - validate column names now, not at first read
-        scan._parts()  # validate the filter now (the scan keeps what it parsed)
+        scan.filter_parts()  # validate the filter now (the scan keeps what it parsed)
         return scan
 
     def spec_at(self, version: int) -> TableSpec:
@@ -284,8 +257,6 @@ class Table:
         a version before the retained history raises :class:`~mere.errors.NoSuchVersion`. Versions are numbers
         here; for a point in time, :meth:`resolve_version` ``(as_of=...)`` gives one (a time without a zone
         is read as UTC, not as local time)."""
-        from mere.table.changes import change_feed
-
         return change_feed(self, start_version, end_version, columns, filter)
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
@@ -340,9 +311,6 @@ class Table:
         """The table's tags: name -> version, sorted by name."""
         return versions.tags(self.context)
 
-    def _require_live(self) -> None:
-        versions.require_live(self.context)
-
     def untag(self, name: str) -> None:
         """Remove a tag (NoSuchTag if there is none). Data is unchanged; the version it named stays readable
         until an :meth:`expire` gives it up like any other version."""
@@ -367,81 +335,7 @@ class Table:
         """
         if version is None and tag is None:
             raise InvalidInput(f"{self.name}: rollback() needs a version or a tag")
-        target = self.resolve_version(version, None, tag)
-        expected = self.version  # a commit other than a compaction after this one: refuse, do not undo it
-
-        def attempt() -> CommitResult:
-            base = self.version
-            for v in range(expected + 1, base + 1):
-                landed = self._sql.snapshot(self.record.id, v)
-                if landed.operation != "compact":
-                    raise _Overtaken(
-                        f"{self.name}: version {v} ({landed.operation}) landed while rolling back to "
-                        f"version {target}; nothing was changed: look at it, then roll back again if it "
-                        "should be undone too"
-                    )
-            return self._rollback_commit(target, base)
-
-        try:
-            return COMMIT_RETRIES.run(
-                attempt,
-                lambda e: (
-                    isinstance(e, (CommitConflict, CommitFailed))
-                    and not isinstance(e, (_Overtaken, SchemaChanged))
-                ),
-            )
-        except _Overtaken as e:
-            raise CommitConflict(str(e)) from None
-
-    def _rollback_commit(self, target: int, base: int) -> CommitResult:
-        """One attempt: swap the live files at ``base`` for those of ``target``, committing only onto ``base``."""
-        wanted = self.files_at(target)
-        live = self.files_at(base)
-        live_ids = {f.id for f in live}
-        wanted_ids = {f.id for f in wanted}
-        # Files of the target that are still live stay as they are; the others come back as new rows with
-        # their own sequence numbers, so they merge in the order they had.
-        add = [replace(f, order=i) for i, f in enumerate(f for f in wanted if f.id not in live_ids)]
-        remove = [f for f in live if f.id not in wanted_ids]
-        present = {path for path, _size, _mtime in self.storage.list_files(self.location)} if add else set()
-        missing = [f.path for f in add if f.path not in present]
-        if missing:
-            raise NoSuchVersion(
-                f"{self.name}: files of version {target} are gone from storage ({missing[:3]}...): "
-                "cannot roll back to it"
-            )
-
-        tx = Transaction(self, retries=ONE_ATTEMPT)
-        tx.read_version = base
-        tx._add(
-            Change(
-                "rollback",
-                add,
-                0,
-                {"rollback_to": target},
-                replaces=lambda _base: remove,
-                partitions=lambda _removed: None,  # the whole table
-                rule=NothingLanded(),
-                restores=target,
-            )
-        )
-        spec = self._sql.spec_at(self.record.id, target)
-        if spec is not None:
-            then = TableSpec.from_json(spec, self.name)
-            if dict(then.properties) != dict(self.spec.properties):
-                tx._properties = dict(then.properties)
-            if not same_columns(then, self.spec):
-                # The version's columns come back too; ids already given stay given.
-                restored = replace(
-                    then,
-                    properties=self.spec.properties,
-                    last_field_id=max(then.last_field_id, self.spec.last_field_id),
-                    legacy_field_ids=then.legacy_field_ids
-                    if then.legacy_field_ids is not None
-                    else self.spec.legacy_field_ids,
-                )
-                tx._schema = (restored, [f"columns of version {target}"])
-        return tx.commit()
+        return rollback.rollback(self, self.resolve_version(version, None, tag))
 
     # -- writes ----------------------------------------------------------------------------------
 
@@ -507,11 +401,11 @@ class Table:
         """A handle that writes (and stages) as if ``update`` had committed, and whose every commit also
         commits it: the columns and the rows land together, so a failed write adds no column. Engines use
         it to write new columns from many tasks (``mergeSchema``); this handle is :meth:`refresh` ed after."""
-        if update.table.record.uuid != self.record.uuid:
+        if update.table.context.uuid != self.record.uuid:
             raise InvalidInput(f"{self.name}: that schema update belongs to {update.table.name}")
         evolved = copy.copy(self)
         evolved.spec = update.spec
-        evolved._pending_columns = (update.spec, list(update.steps))
+        evolved._pending_columns = SchemaChange(update.spec, tuple(update.steps))
         return evolved
 
     def delete(self, where: Any) -> CommitResult:
@@ -552,24 +446,6 @@ class Table:
         """
         return Merge(self, source, on, source_alias, target_alias)
 
-    def commit_merge(self, staged: Sequence[StagedMerge]) -> MergeMetrics:
-        """Commit the staged shares of one distributed MERGE as one version (see :meth:`Merge.stage`).
-
-        Raises :class:`~mere.errors.CommitConflict` (having deleted the files) when a concurrent commit
-        changed rows the MERGE read; the caller then runs it again.
-        """
-        try:
-            return commit_staged_merges(self, staged)
-        except BaseException:
-            self.abort_merge(staged)
-            raise
-
-    def abort_merge(self, staged: Sequence[StagedMerge | None]) -> None:
-        """Delete the files of staged MERGE shares that will not be committed."""
-        for s in staged if isinstance(staged, Sequence) else []:
-            if isinstance(s, StagedMerge):
-                self._discard(s.files)
-
     def truncate(self) -> CommitResult:
         """Remove every row as one new version, without writing anything (earlier versions stay readable)."""
         return self._write_once(None, lambda tx: tx.truncate())
@@ -608,31 +484,14 @@ class Table:
             raise
         return tx.commit()
 
-    def _write_data(
-        self, data: Any, *, partial_ok: bool, check: Callable[[list[PreparedFile]], None] | None = None
-    ) -> tuple[list[FileEntry], int]:
-        return self.context.files.write_data(data, partial_ok=partial_ok, check=check)
+    # -- staged (distributed) commits: one message type, one commit and one abort ------------------
 
-    def stage(self, data: Any, operation: str = "upsert") -> StagedWrite:
+    def stage(self, data: Any, operation: str = "upsert") -> StagedChange:
         """Write files for ``operation`` without committing them (the worker half of a distributed write).
 
         ``delete`` takes rows holding the key (and partition) columns of the rows to delete.
         """
-        if operation not in STAGE_OPERATIONS:
-            raise InvalidInput(f"cannot stage {operation!r}; choose one of {', '.join(STAGE_OPERATIONS)}")
-        if operation == "upsert" and not self.spec.has_primary_key:
-            raise InvalidInput(f"{self.name} has no primary key: stage 'append'")
-        if operation == "append" and self.spec.has_primary_key:
-            raise InvalidInput(f"{self.name} has a primary key: stage 'upsert'")
-        if operation == "delete":
-            keys = self._key_rows(data, self.spec.identity_columns)
-            entries = marker_change(self, keys.select(list(self.spec.identity_columns))).files
-            return StagedWrite(self.name, operation, entries, sum(e.row_count for e in entries))
-        checks = WriteChecks(self.spec, self.name) if operation == "upsert" else None
-        entries, rows = self._write_data(
-            data, partial_ok=operation == "upsert", check=checks.observe if checks else None
-        )
-        return StagedWrite(self.name, operation, entries, rows)
+        return write_ops.stage(self.context, data, operation)
 
     def find_commit(self, idempotency_key: str) -> CommitResult | None:
         """The commit made with this idempotency key, if any."""
@@ -644,102 +503,86 @@ class Table:
 
     def commit(
         self,
-        staged: Sequence[StagedWrite],
+        staged: Sequence[StagedChange],
         *,
         operation: str | None = None,
         partition: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         dynamic: bool = False,
     ) -> CommitResult:
-        """Commit staged writes of one operation as one new version (the driver half).
+        """Commit staged changes of one operation as one new version (the driver half).
 
-        Files of different stages are ordered as given: for equal keys a later stage wins. An
-        ``overwrite`` replaces the whole table, the partitions matching ``partition``, or with
-        ``dynamic=True`` the partitions the staged files hold (see :meth:`overwrite`).
+        ``staged`` are the :class:`~mere.table.commit.StagedChange` messages of one operation: staged
+        writes (:meth:`stage`), the shares of a distributed MERGE (:meth:`Merge.stage
+        <mere.table.ops.merge_into.Merge.stage>`) or a compaction's results. Files of different stages
+        are ordered as given: for equal keys a later stage wins. An ``overwrite`` replaces the whole
+        table, the partitions matching ``partition``, or with ``dynamic=True`` the partitions the staged
+        files hold (see :meth:`overwrite`). MERGE shares and compaction results commit only onto the
+        version they read (:class:`~mere.errors.CommitConflict` otherwise, their files deleted).
         """
         _check_key(self.name, idempotency_key)
         if not isinstance(dynamic, bool):
             raise InvalidInput(f"{self.name}: dynamic must be True or False, got {dynamic!r}")
         if (
-            isinstance(staged, StagedWrite)
+            isinstance(staged, StagedChange)
             or not isinstance(staged, Sequence)
-            or not all(isinstance(s, StagedWrite) for s in staged)
+            or not all(isinstance(s, StagedChange) for s in staged)
         ):
             raise InvalidInput(
                 f"{self.name}: commit() takes a list of StagedWrite from stage(), got {staged!r}"
             )
-        if operation is not None and operation not in STAGE_OPERATIONS:
+        kinds = {s.operation for s in staged}
+        read = kinds & {"merge", "compact"}
+        if read and (
+            operation is not None or partition is not None or dynamic or idempotency_key is not None
+        ):
+            self.abort(staged)
             raise InvalidInput(
-                f"{self.name}: cannot commit {operation!r}; choose one of {', '.join(STAGE_OPERATIONS)}"
+                f"{self.name}: operation=, partition=, dynamic= and idempotency_key= apply to writes"
             )
-        ops = {s.operation for s in staged}
-        if len(ops) > 1:
-            raise InvalidInput(f"{self.name}: cannot commit different operations {sorted(ops)} together")
-        if any(s.table != self.name for s in staged):
-            raise InvalidInput(f"{self.name}: staged writes belong to another table")
-        if operation is not None and ops and ops != {operation}:
-            raise InvalidInput(f"{self.name}: staged {sorted(ops)} cannot commit as {operation!r}")
-        operation = operation or (ops.pop() if ops else ("upsert" if self.spec.has_primary_key else "append"))
-        if (partition is not None or dynamic) and operation != "overwrite":
-            raise InvalidInput(f"{self.name}: partition= and dynamic= apply to overwrite only")
-        entries = [
-            replace(f, order=i, id=None, seq=None, added_version=None)
-            for i, f in enumerate(f for s in staged for f in s.files)
-        ]
-        rows = sum(s.rows for s in staged)
-        tx = self.transaction(idempotency_key)
-        try:
-            if idempotency_key is not None and (prior := self.find_commit(idempotency_key)) is not None:
-                self._discard(entries)
-                return prior
-            # Staged files may be old (a long job): one that a cleanup took would make the table unreadable.
-            gone = self.storage.missing([e.path for e in entries])
-            if gone:
-                raise CommitFailed(
-                    f"{self.name}: {len(gone)} staged file(s) no longer exist (e.g. {gone[0]}): a cleanup "
-                    "with a shorter older_than than this write took may have deleted them; write them again"
-                )
-            if operation == "overwrite":
-                wanted = self._wanted_partition(partition)
-                self._check_partition(wanted, [json.loads(e.partition) for e in entries])
-                tx._add(tx._overwriting("overwrite", entries, rows, wanted, dynamic=dynamic))
-            elif operation == "delete":
-                tx._add(Change("delete", entries, rows, deletion_summary(rows, None)))
-            else:
-                if operation == "upsert" and self.spec.has_primary_key:
-                    tx._checks().observe_files(self, entries)
-                tx._add(Change(operation, entries, rows))
-        except BaseException:
-            self._discard(entries)
-            raise
-        return tx.commit()
+        if kinds == {"merge"}:
+            try:
+                return merge_into.commit_shares(self.context, staged)[0]
+            except BaseException:
+                self.abort(staged)
+                raise
+        if kinds == {"compact"} and len(staged) == 1:
+            return compaction.commit_message(self.context, staged[0])
+        if read:
+            self.abort(staged)
+            raise InvalidInput(
+                f"{self.name}: commit() takes the messages of one operation (one compaction's), got {sorted(kinds)}"
+            )
+        return write_ops.commit_staged(self.context, staged, operation, partition, idempotency_key, dynamic)
 
-    def abort(self, staged: Sequence[StagedWrite | None]) -> None:
-        """Delete the files of staged writes that will not be committed."""
-        if isinstance(staged, StagedWrite) or not isinstance(staged, Sequence):
+    def abort(self, staged: Sequence[StagedChange | None]) -> None:
+        """Delete the files of staged changes (writes, MERGE shares, compaction results) that will not be
+        committed."""
+        if isinstance(staged, StagedChange) or not isinstance(staged, Sequence):
             raise InvalidInput(f"{self.name}: abort() takes a list of StagedWrite (None for failed tasks)")
         for s in staged:
-            if isinstance(s, StagedWrite):
-                self._discard(s.files)
+            if isinstance(s, StagedChange):
+                self.context.files.discard(s.files)
             elif s is not None:
                 raise InvalidInput(f"{self.name}: abort() takes StagedWrite or None items, got {s!r}")
 
-    def _write_files(self, prepared: Sequence[PreparedFile], first_order: int = 0) -> list[FileEntry]:
-        return self.context.files.write(prepared, first_order)
+    def commit_merge(self, staged: Sequence[StagedChange]) -> MergeMetrics:
+        """Commit the staged shares of one distributed MERGE as one version (see :meth:`Merge.stage`).
 
-    def _discard(self, entries: Sequence[FileEntry]) -> None:
-        self.context.files.discard(entries)
+        Raises :class:`~mere.errors.CommitConflict` (having deleted the files) when a concurrent commit
+        changed rows the MERGE read; the caller then runs it again.
+        """
+        try:
+            return merge_into.commit_shares(self.context, staged)[1]
+        except BaseException:
+            self.abort_merge(staged)
+            raise
 
-    def _key_rows(self, data: Any, required: Sequence[str]) -> pa.Table:
-        return self.context.files.key_rows(data, required)
-
-    def _wanted_partition(self, partition: Mapping[str, Any] | None) -> dict[str, str | None] | None:
-        return self.context.files.wanted_partition(partition)
-
-    def _check_partition(
-        self, wanted: Mapping[str, str | None] | None, partitions: Sequence[Mapping[str, str | None]]
-    ) -> None:
-        self.context.files.check_partition(wanted, partitions)
+    def abort_merge(self, staged: Sequence[StagedChange | None]) -> None:
+        """Delete the files of staged MERGE shares that will not be committed."""
+        for s in staged if isinstance(staged, Sequence) else []:
+            if isinstance(s, StagedChange):
+                self.context.files.discard(s.files)
 
     # -- maintenance -----------------------------------------------------------------------------
 
@@ -766,182 +609,7 @@ class Table:
         <mere.table.compaction.CompactionTask.run>` and :meth:`commit_compaction`. ``tiered=True`` folds
         only the newest runs of each split that the automatic policy picks (see :meth:`compaction_due`).
         """
-        if run is not None and not callable(run):
-            raise InvalidInput(f"{self.name}: run must be a function of the compaction tasks, got {run!r}")
-        _check_flag(self.name, "tiered", tiered)
-
-        def attempt() -> CommitResult | None:
-            plan = self.plan_compaction(min_files, partition, splits, tiered=tiered)
-            if not plan.remove:
-                return None
-            return self.commit_compaction(plan, (run or self._run_compaction)(plan.tasks))
-
-        # An overwrite or another compaction replaced some inputs: plan again, under the one retry policy.
-        try:
-            return COMMIT_RETRIES.run(
-                attempt, lambda e: isinstance(e, CommitConflict) and not isinstance(e, SchemaChanged)
-            )
-        except SchemaChanged:
-            raise
-        except CommitConflict as e:
-            raise CommitConflict(
-                f"{self.name}: compaction lost {COMMIT_RETRIES.attempts} races; try again"
-            ) from e
-
-    def _after_commit(self, result: CommitResult) -> None:
-        """Automatic maintenance after a commit of this process: compaction (``compaction.auto``) and
-        expiry of old versions (``retention.max-age``), inline or, with ``compaction.auto=background``, on
-        a background thread. It never fails (nor undoes) the write that triggered it."""
-        mode = self.compaction_policy[0]
-        compacts = mode != "off" and result.operation != "compact" and self.spec.has_primary_key
-        expires = self.retention_policy[0] is not None
-        if not (compacts or expires):
-            return
-
-        def maintain() -> None:
-            if compacts:
-                self.auto_compact(result.version)
-            if expires:
-                self._auto_expire(result.version)
-
-        if mode == "background":
-            busy = _BACKGROUND_COMPACTIONS.setdefault(self.record.uuid, threading.Lock())
-            if not busy.acquire(blocking=False):
-                return  # one is running for this table: it or the next commit's catches up
-
-            def run() -> None:
-                try:
-                    maintain()
-                finally:
-                    busy.release()
-
-            name = f"mere-auto-compact-{self.name}"
-            threading.Thread(target=run, name=name, daemon=True).start()
-        else:
-            maintain()
-
-    @property
-    def retention_policy(self) -> tuple[dt.timedelta | None, int]:
-        """``(retention.max-age, retention.min-versions)`` of this table: the age past which versions
-        expire automatically (None: they never do) and how many of the newest versions are kept whatever
-        their age (default 1)."""
-        props = self.spec.properties
-        age = props.get("retention.max-age", "off")
-        return (None if age.lower() == "off" else parse_duration(age)), int(
-            props.get("retention.min-versions", 1)
-        )
-
-    def auto_expire(self) -> list[str]:
-        """Expire by the table's retention policy (``retention.max-age`` / ``retention.min-versions``):
-        versions committed more than max-age ago give up their time travel and the files only they used
-        (as :meth:`expire` with ``dry_run=False``), keeping the version current at the cutoff, the newest
-        min-versions versions and every tagged one. It runs after this process's commits, once the
-        second-oldest readable version is older than max-age by a tenth of max-age (so not after every
-        commit). Returns the deleted paths; empty when nothing is due or expiry failed (logged as a
-        warning: nothing changed, a later commit tries again)."""
-        return self._auto_expire(None)
-
-    def _auto_expire(self, committed: int | None) -> list[str]:
-        """:meth:`auto_expire`; ``committed``: the version this handle just committed (None: unknown)."""
-        age, keep_newest = self.retention_policy
-        if age is None or time.time() < self._retention_next_check:
-            return []
-        if committed is not None and committed < self._retention_next_version:
-            return []  # too few versions yet to give one up
-        try:
-            current, oldest = self._sql.version_range(self.record.id)
-            if current - oldest + 1 <= keep_newest:
-                self._retention_next_version = oldest + keep_newest
-                return []
-            second = self._sql.snapshot(self.record.id, oldest + 1).committed_at
-            due_at = (second + age + age / 10).timestamp()
-            if time.time() < due_at:
-                self._retention_next_check = due_at
-                return []
-            cutoff = dt.datetime.now(dt.UTC) - age
-            keep = min(
-                self._sql.version_as_of(self.record.id, versions.to_micros(cutoff)), current - keep_newest + 1
-            )
-            return self._expire_keeping(keep, dry_run=False) if keep > oldest else []
-        except Exception as e:  # a policy run must never fail the write that triggered it
-            logging.getLogger("mere").warning(
-                "%s: automatic expiry failed (%s); nothing changed", self.name, e
-            )
-            return []
-
-    @property
-    def compaction_policy(self) -> tuple[str, int]:
-        """``(compaction.auto, compaction.min-files)`` of this table, defaults filled in."""
-        props = self.spec.properties
-        mode = props.get("compaction.auto", "off").lower()
-        return mode, int(props.get("compaction.min-files", AUTO_COMPACT_MIN_FILES))
-
-    @property
-    def compaction_size_amplification(self) -> int | None:
-        """``compaction.size-amplification-percent`` of this table; None (the default): no size rule.
-
-        Off by default: where commits rewrite the same keys, the largest run stops growing and the rule
-        would fold a split every second commit."""
-        value = self.spec.properties.get("compaction.size-amplification-percent")
-        return None if value is None else int(value)
-
-    def compaction_due(self, version: int | None = None) -> list[tuple[str, int]]:
-        """The splits, as (partition JSON, bucket) pairs, that the table's compaction policy folds at
-        ``version`` (default: the newest); empty when none is due.
-
-        A split is due when it holds ``compaction.min-files`` sorted runs or more (default 8), or, where
-        ``compaction.size-amplification-percent`` is set, when its runs besides the largest hold that
-        percentage of the largest's bytes or more. A run is a file, or all the files one compaction wrote.
-        The policy folds a due split's newest runs (see :func:`~mere.table.compaction.runs_to_fold`);
-        delete markers go when a fold reaches the split's oldest run."""
-        return sorted(self._runs_due(version))
-
-    def _runs_due(self, version: int | None) -> dict[tuple[str, int], int]:
-        """Per due split, how many of its newest runs the policy folds."""
-        if not self.spec.has_primary_key:
-            return {}  # tables without a key have nothing to fold
-        base = self.resolve_version(version)
-        min_files, percent = self.compaction_policy[1], self.compaction_size_amplification
-        sizes: dict[tuple[str, int], Counter[int]] = defaultdict(Counter)
-        rows: dict[tuple[str, int], Counter[int]] = defaultdict(Counter)
-        for f in self.files_at(base):
-            split = (f.partition, f.bucket)
-            sizes[split][f.seq or 0] += f.size_bytes  # a catalog seq is never NULL
-            rows[split][f.seq or 0] += f.row_count
-        due = {}
-        for split, by_seq in sizes.items():
-            newest = sorted(by_seq, reverse=True)
-            fold = runs_to_fold(
-                [by_seq[q] for q in newest], [rows[split][q] for q in newest], min_files, percent
-            )
-            if fold:
-                due[split] = fold
-        return due
-
-    def auto_compact(self, version: int | None = None) -> CommitResult | None:
-        """Compact by the table's policy: fold the splits :meth:`compaction_due` names at ``version``
-        (default: the newest). Returns None when no split needs it or when compaction failed (logged as a
-        warning: the data is unchanged and a later write or call tries again)."""
-        self._require_live()
-        if version is not None:
-            self.resolve_version(version)  # a bad or unknown version raises, before anything runs
-        try:
-            due = self.compaction_due(version)
-            return self.compact(splits=due, tiered=True) if due else None
-        except Exception as e:  # a policy run must never fail the write that triggered it
-            logging.getLogger("mere").warning(
-                "%s: automatic compaction failed (%s); data unchanged", self.name, e
-            )
-            return None
-
-    def _run_compaction(self, tasks: Sequence[CompactionTask]) -> list[list[FileEntry]]:
-        results: list[list[FileEntry]] = []
-        try:
-            results.extend(task.run(self.storage) for task in tasks)  # keeps the finished ones on error
-        except BaseException:
-            self.abort_compaction(results)
-            raise
-        return results
+        return compaction.compact(self, min_files, partition, run, splits, tiered)
 
     def plan_compaction(
         self,
@@ -955,134 +623,65 @@ class Table:
 
         ``tiered``: each split's newest runs that the automatic policy picks (a split it finds nothing
         due in is left alone), instead of every run of the split."""
-        _check_count(self.name, "min_files", min_files)
-        _check_flag(self.name, "tiered", tiered)
-        wanted = self._wanted_partition(partition)
-        only = self._wanted_splits(splits)
-        base = self.version
-        picks = self._runs_due(base) if tiered else {}
-        if not self.spec.has_primary_key:
-            return CompactionPlan(self.name, self.record.uuid, base, (), (), ())
-        planned, opts = self.scan(version=base)._plan(Explain(base))
-        ids = {f.path: f.id for f in self.files_at(base)}
-        storage_options = tuple(sorted(self.storage.storage_options.items()))
-        tasks: list[CompactionTask] = []
-        remove: list[int] = []
-        partitions: set[str] = set()
-        for split in planned:
-            values = dict(split.partition)
-            if wanted is not None and any(values.get(c) != v for c, v in wanted.items()):
-                continue
-            if only is not None and (partition_json(values), split.bucket) not in only:
-                continue
-            seqs = sorted({f.seq for f in split.files}, reverse=True)  # a compaction's files share one
-            partial = False
-            if tiered:
-                fold = picks.get((partition_json(values), split.bucket), 0)
-                if not fold:
-                    continue
-                if fold < len(seqs):
-                    newest = [f for f in split.files if f.seq >= seqs[fold - 1]]
-                    if can_fold_partially(newest):
-                        split, partial = replace(split, files=tuple(newest)), True
-            elif len(seqs) < min_files and not any(f.content == "delete" for f in split.files):
-                continue
-            read = ScanTask(self.storage.uri, storage_options, self.record.spec, split, opts, table=self.name)
-            tasks.append(
-                CompactionTask(
-                    read,
-                    self.location,
-                    max(f.seq for f in split.files),
-                    self.row_group_rows,
-                    self.compression,
-                    self.compression_level,
-                    partial,
-                )
-            )
-            remove += [i for f in split.files if (i := ids.get(f.path)) is not None]
-            partitions.add(partition_json(values))
-        return CompactionPlan(
-            self.name, self.record.uuid, base, tuple(tasks), tuple(remove), tuple(sorted(partitions))
-        )
-
-    def _wanted_splits(self, splits: Collection[tuple[str, int]] | None) -> set[tuple[str, int]] | None:
-        if splits is None:
-            return None
-        bad = InvalidInput(
-            f"{self.name}: splits must be (partition JSON, bucket) pairs, as compaction_due returns them; "
-            f"got {splits!r}"
-        )
-        if isinstance(splits, (str, bytes)) or not isinstance(splits, Collection):
-            raise bad
-        out = set()
-        for split in splits:
-            if not (
-                isinstance(split, (tuple, list))
-                and len(split) == 2
-                and isinstance(split[0], str)
-                and isinstance(split[1], int)
-                and not isinstance(split[1], bool)
-            ):
-                raise bad
-            try:
-                values = json.loads(split[0])
-            except ValueError:
-                raise bad from None
-            if (
-                not isinstance(values, dict)
-                or set(values) != set(self.spec.partition_by)
-                or not all(v is None or isinstance(v, str) for v in values.values())
-                or not 0 <= split[1] < self.spec.buckets
-            ):
-                raise InvalidInput(
-                    f"{self.name}: {split!r} is no split of this table (partition JSON of "
-                    f"{list(self.spec.partition_by)} and a bucket below {self.spec.buckets})"
-                )
-            out.add((partition_json(values), split[1]))  # the catalog's spelling of the JSON
-        return out
+        return compaction.plan(self, min_files, partition, splits, tiered=tiered)
 
     def commit_compaction(self, plan: CompactionPlan, results: Sequence[Sequence[FileEntry]]) -> CommitResult:
         """Swap the files the tasks wrote in for their inputs, as one new version.
 
         Raises CommitConflict (and deletes the new files) when an input was replaced since the plan.
         """
-        if plan.table_uuid != self.record.uuid:
-            self.abort_compaction(results)
-            raise InvalidInput(f"{self.name}: this compaction was planned for another table")
-        if len(results) != len(plan.tasks):
-            self.abort_compaction(results)
-            raise InvalidInput(f"{self.name}: {len(results)} results for {len(plan.tasks)} compaction tasks")
-        if not all(
-            isinstance(files, Sequence) and all(isinstance(f, FileEntry) for f in files) for files in results
-        ):
-            written = [files for files in results if isinstance(files, Sequence)]
-            self.abort_compaction([[f for f in files if isinstance(f, FileEntry)] for files in written])
-            raise InvalidInput(
-                f"{self.name}: compaction results must be the lists of files CompactionTask.run returns"
-            )
-        add = [
-            replace(f, order=i, id=None, added_version=None)
-            for i, f in enumerate(f for files in results for f in files)
-        ]
-        if any(f.seq is None for f in add):
-            self._discard(add)
-            raise InvalidInput(f"{self.name}: compaction results must come from CompactionTask.run")
-        tx = Transaction(self, retries=ONE_ATTEMPT)
-        tx.read_version = plan.base_version
-        tx._add(
-            Change(
-                "compact",
-                add,
-                sum(f.row_count for f in add),
-                remove_ids=tuple(plan.remove),
-                partitions=lambda _removed: list(plan.partitions),
-            )
-        )
-        return tx.commit()
+        return compaction.commit_results(self.context, plan, results)
 
     def abort_compaction(self, results: Sequence[Sequence[FileEntry]]) -> None:
         """Delete files written by compaction tasks that will not be committed."""
-        self._discard([f for files in results for f in files])
+        compaction.discard_results(self.context, results)
+
+    @property
+    def compaction_policy(self) -> tuple[str, int]:
+        """``(compaction.auto, compaction.min-files)`` of this table, defaults filled in."""
+        return compaction.policy(self.spec)
+
+    @property
+    def compaction_size_amplification(self) -> int | None:
+        """``compaction.size-amplification-percent`` of this table; None (the default): no size rule.
+
+        Off by default: where commits rewrite the same keys, the largest run stops growing and the rule
+        would fold a split every second commit."""
+        return compaction.size_amplification(self.spec)
+
+    def compaction_due(self, version: int | None = None) -> list[tuple[str, int]]:
+        """The splits, as (partition JSON, bucket) pairs, that the table's compaction policy folds at
+        ``version`` (default: the newest); empty when none is due.
+
+        A split is due when it holds ``compaction.min-files`` sorted runs or more (default 8), or, where
+        ``compaction.size-amplification-percent`` is set, when its runs besides the largest hold that
+        percentage of the largest's bytes or more. A run is a file, or all the files one compaction wrote.
+        The policy folds a due split's newest runs (see :func:`~mere.table.compaction.runs_to_fold`);
+        delete markers go when a fold reaches the split's oldest run."""
+        return sorted(compaction.runs_due(self, version))
+
+    def auto_compact(self, version: int | None = None) -> CommitResult | None:
+        """Compact by the table's policy: fold the splits :meth:`compaction_due` names at ``version``
+        (default: the newest). Returns None when no split needs it or when compaction failed (logged as a
+        warning: the data is unchanged and a later write or call tries again)."""
+        return maintenance.auto_compact(self, version)
+
+    @property
+    def retention_policy(self) -> tuple[dt.timedelta | None, int]:
+        """``(retention.max-age, retention.min-versions)`` of this table: the age past which versions
+        expire automatically (None: they never do) and how many of the newest versions are kept whatever
+        their age (default 1)."""
+        return maintenance.retention_policy(self.spec)
+
+    def auto_expire(self) -> list[str]:
+        """Expire by the table's retention policy (``retention.max-age`` / ``retention.min-versions``):
+        versions committed more than max-age ago give up their time travel and the files only they used
+        (as :meth:`expire` with ``dry_run=False``), keeping the version current at the cutoff, the newest
+        min-versions versions and every tagged one. It runs after this process's commits, once the
+        second-oldest readable version is older than max-age by a tenth of max-age (so not after every
+        commit). Returns the deleted paths; empty when nothing is due or expiry failed (logged as a
+        warning: nothing changed, a later commit tries again)."""
+        return maintenance.auto_expire(self.context, self._retention, None)
 
     def expire(self, older_than: dt.timedelta = dt.timedelta(days=7), *, dry_run: bool = True) -> list[str]:
         """List, or with ``dry_run=False`` delete, what versions older than ``older_than`` alone need.
@@ -1095,77 +694,7 @@ class Table:
         current at the cutoff (it stays readable), of every newer version, and of versions a tag holds.
         Returns the deleted paths (with ``dry_run``, the paths that would be deleted).
         """
-        _check_age(self.name, older_than)
-        _check_flag(self.name, "dry_run", dry_run)
-        self._require_live()
-        try:
-            cutoff = dt.datetime.now(dt.UTC) - older_than
-        except OverflowError:  # before year 1: no version is that old
-            return []
-        try:
-            keep = self._sql.version_as_of(self.record.id, versions.to_micros(cutoff))
-        except NoSuchVersion:
-            return []
-        return self._expire_keeping(keep, dry_run)
-
-    def _expire_keeping(self, keep: int, dry_run: bool) -> list[str]:
-        """Expire the versions before ``keep`` (see :meth:`expire`)."""
-        self._require_files_here(keep)
-        if dry_run:
-            return self._expirable(keep)
-        paths = self._sql.expire(self.record.id, keep)
-        for p in paths:  # unreferenced now: a failure here leaves garbage for cleanup(), never a broken table
-            try:
-                self.storage.delete(p)
-            except Exception:
-                log.warning("could not delete expired file %s", p)
-        return paths
-
-    def _require_files_here(self, keep: int) -> None:
-        """Raise if the storage lacks a file the newest version reads, or (where it reads none) one that
-        expiring versions before ``keep`` would delete: then it is not this table's warehouse (e.g. a
-        mistyped one beside the right catalog), or files were lost, and expiring would mark versions gone
-        while deleting nothing."""
-        live = self.files_at(self.version)
-        going = [] if live else self._expirable(keep)  # (walks the history: only where needed)
-        probe = live[0].path if live else (going[0] if going else None)
-        if probe is not None and self.storage.missing([probe]):
-            raise StorageError(
-                f"{self.name}: {redact_url(self.storage.file_uri(probe))}, a file the catalog lists, does not "
-                f"exist: is {redact_url(self.storage.uri)} the warehouse of this catalog (or was the file "
-                "lost)? Nothing was changed"
-            )
-
-    def _expirable(self, keep_from: int) -> list[str]:
-        """The paths ``expire`` would delete keeping versions from ``keep_from`` on, computed from what the
-        catalog lists (nothing changes): the rows removed by a version up to the kept one that no tagged
-        version needs, less the paths a remaining row (a rollback may re-add a file) still uses."""
-        history = self.history()
-        oldest = self._sql.oldest_version(self.record.id)
-        keep = max(min(keep_from, history[-1].version), oldest)
-        kept = self.files_at(keep)
-        needed = {f.id for f in kept}
-        still = {f.path for f in kept}
-        for v in set(self.tags().values()):
-            tagged = self.files_at(v)
-            needed.update(f.id for f in tagged)
-            still.update(f.path for f in tagged)
-        gone: set[str] = set()
-        for snap in history:
-            if 0 < snap.version <= keep and snap.summary.get("removed_files", 1):
-                # every row removed by this version was live at the one before (what an earlier expire
-                # left of it: rows a tag kept)
-                before = self._sql.files_at(self.record.id, snap.version - 1, expired_ok=True)
-                gone.update(f.path for f in before if f.id not in needed)
-            elif snap.version > keep and snap.operation == "rollback":
-                still.update(f.path for f in self.files_at(snap.version))
-        # Change logs are live at no version: each goes with its commit (the kept version's log stays).
-        gone.update(
-            f.path
-            for f, _ in self._sql.files_changed(self.record.id, oldest - 1, keep)
-            if f.content == "log" and (f.added_version or 0) < keep
-        )
-        return sorted(gone - still)
+        return maintenance.expire(self.context, older_than, dry_run)
 
     def cleanup(self, older_than: dt.timedelta = dt.timedelta(hours=1), *, dry_run: bool = True) -> list[str]:
         """List, or with ``dry_run=False`` delete, files under the table's location that no version
@@ -1185,82 +714,12 @@ class Table:
         version before the file's ``added_version`` (``inspect.files()``), which also gives up every later
         commit. docs/concepts.md, "Damaged or missing data files", has the details.
         """
-        _check_age(self.name, older_than)
-        _check_flag(self.name, "dry_run", dry_run)
-        self._require_live()
-        referenced = self._sql.all_file_paths(self.record.id)
-        cutoff = time.time() - older_than.total_seconds()
-        listed = self.storage.list_files(self.location)
-        # Again after reading what is referenced: a table dropped meanwhile references nothing any more.
-        self._require_live()
-        removed = []
-        for path, _size, mtime in listed:
-            if path not in referenced and mtime < cutoff:
-                if not dry_run:
-                    self.storage.delete(path)
-                removed.append(path)
-        if dry_run:
-            return removed
-        return removed + self.storage.abort_stale_uploads(self.location, cutoff)
+        return maintenance.cleanup(self.context, older_than, dry_run)
 
+    # -- compatibility: what integrations call (the data-file helpers moved to the context) ----------
 
-class Inspect:
-    """A table's metadata as Arrow tables, one convention for every kind (as pyiceberg's ``inspect``)."""
-
-    def __init__(self, table: Table) -> None:
-        self._table = table
-
-    def files(self, version: int | None = None) -> pa.Table:
-        """The live files at a version (default: the newest)."""
-        rows = self._table.files_at(self._table.resolve_version(version))
-        return pa.table(
-            {
-                "path": [f.path for f in rows],
-                "partition": [f.partition for f in rows],
-                "bucket": pa.array([f.bucket for f in rows], pa.int32()),
-                "seq": pa.array([f.seq for f in rows], pa.int64()),
-                "content": [f.content for f in rows],
-                "row_count": pa.array([f.row_count for f in rows], pa.int64()),
-                "size_bytes": pa.array([f.size_bytes for f in rows], pa.int64()),
-                "added_version": pa.array([f.added_version for f in rows], pa.int64()),
-            }
-        )
-
-    def snapshots(self) -> pa.Table:
-        """Every version: number, parent, commit time, operation, expired, and the summary as JSON."""
-        history = self._table.history()
-        return pa.table(
-            {
-                "version": pa.array([h.version for h in history], pa.int64()),
-                "parent": pa.array([h.parent for h in history], pa.int64()),
-                "committed_at": pa.array([h.committed_at for h in history], pa.timestamp("us", tz="UTC")),
-                "operation": [h.operation for h in history],
-                "expired": pa.array([h.expired for h in history], pa.bool_()),
-                "summary": [json.dumps(dict(h.summary), sort_keys=True) for h in history],
-            }
-        )
-
-
-def _check_count(table: str, name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidInput(f"{table}: {name} must be a positive integer, got {value!r}")
-
-
-def _check_age(table: str, value: Any) -> None:
-    if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
-        raise InvalidInput(
-            f"{table}: older_than must be a non-negative datetime.timedelta "
-            f"(e.g. timedelta(days=7)), got {value!r}"
-        )
-
-
-def _check_flag(table: str, name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise InvalidInput(f"{table}: {name} must be True or False, got {value!r}")
-
-
-class _Overtaken(CommitConflict):
-    """A rollback found a commit (not a compaction) that landed after it read the table."""
+    def _wanted_partition(self, partition: Mapping[str, Any] | None) -> dict[str, str | None] | None:
+        return self.context.files.wanted_partition(partition)
 
 
 def _check_key(table: str, key: Any) -> None:
@@ -1268,4 +727,4 @@ def _check_key(table: str, key: Any) -> None:
         raise InvalidInput(f"{table}: idempotency_key must be a non-empty string, got {key!r}")
 
 
-__all__ = ["Table", "partition_json"]
+__all__ = ["CompactionPlan", "CompactionTask", "StagedWrite", "Table", "partition_json"]

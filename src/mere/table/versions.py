@@ -56,8 +56,8 @@ def files_at(ctx: TableContext, version: int) -> list[FileEntry]:
 
 
 def resolve(ctx: TableContext, version: int | None = None, as_of: Any = None, tag: str | None = None) -> int:
-    """The version a read of ``version``, ``as_of`` or ``tag`` sees (default: the newest); see
-    :meth:`mere.Table.resolve_version`."""
+    """The version a read of ``version``, ``as_of`` or ``tag`` sees (default: the newest); an ``as_of``
+    without a zone is read as UTC, not as local time (see :meth:`mere.Table.resolve_version`)."""
     given = [k for k, v in (("version", version), ("as_of", as_of), ("tag", tag)) if v is not None]
     if len(given) > 1:
         raise InvalidInput(f"{ctx.name}: give one of version, as_of and tag, not {' and '.join(given)}")

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,17 +34,10 @@ from mere.read.merge import group_starts, reduce_versions, sort_indices
 from mere.read.reader import io_pool
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, MergeOperator, TableSpec
 from mere.table.conflicts import ChecksHold
+from mere.table.context import TableHandle, split_label
 from mere.write.writer import PreparedFile, partition_json
 
-if TYPE_CHECKING:
-    from mere.table.table import Table
-
 SplitKey = tuple[str, int]  # (partition JSON, bucket)
-
-
-def split_label(key: SplitKey) -> str:
-    """How commit summaries name a split."""
-    return f"{key[0]}#{key[1]}"
 
 
 def _limit(t: pa.DataType) -> int:
@@ -113,7 +106,7 @@ class WriteChecks:
                 del self.rows[key], self.tags[key]
         self._reduced = None
 
-    def observe_files(self, table: Table, entries: Sequence[FileEntry]) -> None:
+    def observe_files(self, table: TableHandle, entries: Sequence[FileEntry]) -> None:
         """The same for files another process staged: read only the columns the checks need."""
 
         def has(e: FileEntry, c: str) -> bool:
@@ -186,7 +179,7 @@ class WriteChecks:
 
     # -- checking ---------------------------------------------------------------------------------
 
-    def verify(self, table: Table, base: int) -> ChecksHold:
+    def verify(self, table: TableHandle, base: int) -> ChecksHold:
         """Check the rules at ``base``; returns the conflict rule for what lands after ``base``."""
         net = self._net()
         must_exist = self._check_fresh_rows(net) if self.partial else {}
@@ -213,7 +206,7 @@ class WriteChecks:
                 must_exist[key] = rows.filter(pa.array(merging)).select(pk)
         return must_exist
 
-    def _check_existing(self, table: Table, base: int, must_exist: dict[SplitKey, pa.Table]) -> None:
+    def _check_existing(self, table: TableHandle, base: int, must_exist: dict[SplitKey, pa.Table]) -> None:
         pk = list(self.spec.primary_key)
         current = table.split_tables(base, set(must_exist), pk)
         for key, wanted in must_exist.items():
@@ -231,7 +224,7 @@ class WriteChecks:
                 )
 
     def _check_sums(
-        self, table: Table, base: int, net: dict[SplitKey, tuple[pa.Table, np.ndarray]]
+        self, table: TableHandle, base: int, net: dict[SplitKey, tuple[pa.Table, np.ndarray]]
     ) -> dict[str, int]:
         """Refuse overflowing sums; return each column's headroom left for concurrent additions."""
         files: dict[SplitKey, list[FileEntry]] = defaultdict(list)

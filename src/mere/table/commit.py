@@ -1,0 +1,470 @@
+"""The one commit path: changes as plain data, one commit message for every distributed path, one
+renumbering of files, and the retry loop.
+
+Every write is a :class:`Change`: the files it wrote, and, as data, what it removes (:class:`Removal`:
+nothing, the files of some partitions, given files, or given catalog ids) and which conflict rule of
+:mod:`mere.table.conflicts` it follows. A change that read rows (a delete by predicate, MERGE, UPDATE)
+also keeps its :class:`Recipe`: the operation's own description, which the committing side evaluates again
+at a newer version when a race was lost. Nothing in a change closes over the table.
+
+A :class:`Commit` collects changes (and property or column changes) for one new version; :meth:`Commit.run`
+checks and commits them in one catalog transaction under :data:`mere.retry.COMMIT_RETRIES`. Work done
+elsewhere (engine tasks) travels as :class:`StagedChange`, the one picklable commit message: staged
+writes, the shares of a distributed MERGE and compaction results alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion, SchemaChanged
+from mere.metadata import BLIND_DELETE_MARKERS, DELETE_MARKERS, DELETED_ROWS, CommitResult, FileEntry
+from mere.retry import COMMIT_RETRIES, RetryPolicy
+from mere.spec import validate_properties
+from mere.table.conflicts import (
+    ColumnsUnchanged,
+    PartitionSet,
+    PropertiesUnchanged,
+    RowsUnchanged,
+    Rule,
+    columns_current,
+    lost_race,
+    validator,
+)
+from mere.table.context import SchemaChange, TableContext, file_splits, split_label
+from mere.table.images import LOG_SUMMARY_KEY, logs_changes, write_change_log
+from mere.table.versions import current
+from mere.table.write_checks import WriteChecks
+
+ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
+
+
+# -- what a change removes, as data -------------------------------------------------------------------
+
+
+class Removal(Protocol):
+    """What a change removes from the version it commits on, and the partitions it then touches."""
+
+    def files(self, ctx: TableContext, base: int) -> list[FileEntry]:
+        """The live files at ``base`` it removes."""
+
+    def ids(self) -> tuple[int, ...]:
+        """Catalog ids it removes whatever the version (counted apart from :meth:`files`)."""
+
+    def touched(self, removed: Sequence[FileEntry], added: Sequence[FileEntry]) -> list[str] | None:
+        """The partitions the change touches (None: the whole table)."""
+
+
+@dataclass(frozen=True)
+class Keep:
+    """Removes nothing: the change touches the partitions of the files it adds."""
+
+    def files(self, ctx: TableContext, base: int) -> list[FileEntry]:
+        """None."""
+        return []
+
+    def ids(self) -> tuple[int, ...]:
+        """None."""
+        return ()
+
+    def touched(self, removed: Sequence[FileEntry], added: Sequence[FileEntry]) -> list[str] | None:
+        """The partitions of the added files."""
+        return sorted({f.partition for f in added})
+
+
+KEEP = Keep()
+
+
+@dataclass(frozen=True)
+class ReplacePartitions:
+    """An overwrite's removal: every live file of the target partitions at the version it commits on."""
+
+    target: PartitionSet
+
+    def files(self, ctx: TableContext, base: int) -> list[FileEntry]:
+        """The live files of the target partitions at ``base``."""
+        return [f for f in ctx.handle.files_at(base) if self.target.hit(f.partition)]
+
+    def ids(self) -> tuple[int, ...]:
+        """None."""
+        return ()
+
+    def touched(self, removed: Sequence[FileEntry], added: Sequence[FileEntry]) -> list[str] | None:
+        """The whole table, or the partitions removed from and added to."""
+        return None if self.target.whole else sorted({f.partition for f in [*removed, *added]})
+
+
+@dataclass(frozen=True)
+class RemoveFiles:
+    """Given files (rewritten by copy on write, or replaced by a rollback's: ``whole_table``)."""
+
+    removed: tuple[FileEntry, ...]
+    whole_table: bool = False
+
+    def files(self, ctx: TableContext, base: int) -> list[FileEntry]:
+        """The given files."""
+        return list(self.removed)
+
+    def ids(self) -> tuple[int, ...]:
+        """None."""
+        return ()
+
+    def touched(self, removed: Sequence[FileEntry], added: Sequence[FileEntry]) -> list[str] | None:
+        """The partitions of the removed files (None for a rollback: the whole table)."""
+        return None if self.whole_table else sorted({f.partition for f in removed})
+
+
+@dataclass(frozen=True)
+class RemoveIds:
+    """Catalog ids removed whatever the version (compaction inputs), in the given partitions."""
+
+    file_ids: tuple[int, ...]
+    partitions: tuple[str, ...]
+
+    def files(self, ctx: TableContext, base: int) -> list[FileEntry]:
+        """None (the ids are removed as they are)."""
+        return []
+
+    def ids(self) -> tuple[int, ...]:
+        """The ids."""
+        return self.file_ids
+
+    def touched(self, removed: Sequence[FileEntry], added: Sequence[FileEntry]) -> list[str] | None:
+        """The given partitions (also those folded to nothing)."""
+        return list(self.partitions)
+
+
+# -- changes -------------------------------------------------------------------------------------------
+
+
+class Recipe(Protocol):
+    """A change that read rows, as the operation's own description: :meth:`change` evaluates it at a
+    version (again, after a lost race). ``checks`` take note of the rows it deletes."""
+
+    def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:
+        """The change at version ``base`` (its files written)."""
+
+
+@dataclass
+class Change:
+    """One operation's share of a commit, as data: the files it wrote, what it removes and which conflict
+    rule it follows beyond blind rebasing (none: it rebases onto whatever landed)."""
+
+    operation: str
+    files: list[FileEntry]
+    rows: int
+    summary: dict[str, Any] = field(default_factory=dict)  # summary entries (deleted_keys, overwrite, ...)
+    removes: Removal = KEEP
+    rule: Rule | None = None
+    recipe: Recipe | None = None  # changes that read rows: evaluated again at a newer version
+    # A rollback: ``files`` are files of this older version, added again. They belong to that version, so
+    # a failed commit never deletes them, and the commit checks the version was not expired meanwhile.
+    restores: int | None = None
+
+
+@dataclass
+class StagedChange:
+    """Files written for one change but not committed: the one commit message of every distributed path.
+
+    Picklable, so that workers stage and a driver commits: staged writes (``upsert``, ``append``,
+    ``delete``, ``overwrite``: :meth:`mere.Table.stage`), the shares of a distributed MERGE (``merge``:
+    evaluated at ``read_version``, checked by ``rule``) and compaction results (``compact``: removing the
+    inputs). Nothing staged is visible until :meth:`mere.Table.commit`; :meth:`mere.Table.abort` deletes the
+    files.
+    """
+
+    table: str
+    operation: str
+    files: list[FileEntry] = field(default_factory=list)
+    rows: int = 0
+    read_version: int | None = None  # the version it read: it commits onto that version or conflicts
+    rule: Rule | None = None
+    removes: Removal = KEEP
+    counts: Mapping[str, int] = field(default_factory=dict)  # what the operation did (a MERGE's counts)
+    table_uuid: str | None = None
+
+
+def renumber(files: Iterable[FileEntry], *, keep_seq: bool = False) -> list[FileEntry]:
+    """Files of one commit in the order given, as new catalog rows: ``order`` numbers them (for equal keys
+    a later file wins), catalog ids and versions are cleared, and so are sequence numbers unless
+    ``keep_seq`` (compaction output and a rollback's files keep theirs; staged files get the commit's)."""
+    return [
+        replace(f, order=i, id=None, added_version=None, seq=f.seq if keep_seq else None)
+        for i, f in enumerate(files)
+    ]
+
+
+def deletion_summary(markers: int, existed: int | None) -> dict[str, int]:
+    """A delete's summary entries: the markers written, and the rows that existed and were deleted where
+    the delete read them (a blind delete of given keys does not know how many existed)."""
+    if existed is None:
+        return {DELETE_MARKERS: markers, BLIND_DELETE_MARKERS: markers}
+    return {DELETE_MARKERS: markers, DELETED_ROWS: existed}
+
+
+def discard(ctx: TableContext, changes: Iterable[Change]) -> None:
+    """Delete the files of changes that will not commit (a rollback's belong to its version: kept)."""
+    for c in changes:
+        if c.restores is None:
+            ctx.files.discard(c.files)
+
+
+# -- the commit --------------------------------------------------------------------------------------
+
+
+class Commit:
+    """Changes to one table that commit together as one version, or not at all (see
+    :class:`~mere.table.transaction.Transaction`, its user-facing form).
+
+    Changes see the table as of ``read_version`` (default: the newest at the start). ``run`` commits
+    them with the retry loop: a lost race rebases onto the version that won, evaluating the changes that
+    read rows again there; ``retries`` bounds the attempts.
+    """
+
+    def __init__(
+        self,
+        ctx: TableContext,
+        *,
+        idempotency_key: str | None = None,
+        retries: RetryPolicy = COMMIT_RETRIES,
+        read_version: int | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.idempotency_key = idempotency_key
+        self.retries = retries
+        self.read_version = current(ctx) if read_version is None else read_version
+        self.changes: list[Change] = []
+        self.checks = WriteChecks(ctx.spec, ctx.name)
+        self.properties: dict[str, str] | None = None
+        # A column change: the new spec and its steps (a handle adding columns carries one).
+        self.schema: SchemaChange | None = ctx.schema_change
+        self.state = "open"  # open, committing, committed, aborted
+
+    # -- collecting ---------------------------------------------------------------------------------
+
+    def require_open(self) -> None:
+        """Refuse changes to a commit that ran."""
+        if self.state != "open":
+            raise InvalidInput(f"{self.ctx.name}: this transaction is {self.state}; start a new one")
+
+    def add(self, change: Change) -> None:
+        """Add a change (its files written)."""
+        self.changes.append(change)
+
+    def add_read(self, recipe: Recipe, what: str = "a delete that reads the table") -> None:
+        """Add a change that reads rows: evaluated now at the read version, and again after a lost race."""
+        self.reads_first(what)
+        change = recipe.change(self.ctx, self.read_version, self.checks)
+        change.recipe = recipe
+        self.add(change)
+
+    def reads_first(self, what: str) -> None:
+        """Changes that read rows see the table as of the start: they must come before the writes."""
+        if any(c.operation in ("upsert", "append") for c in self.changes):
+            raise InvalidInput(
+                f"{self.ctx.name}: {what} must come before the writes of a transaction (it sees "
+                "the table as of the transaction's start, not the transaction's own writes)"
+            )
+
+    def set_properties(self, updates: Mapping[str, str | int | None]) -> None:
+        """Set (None: remove) table properties in this commit; checked now."""
+        if not isinstance(updates, Mapping) or not updates:
+            raise InvalidInput(
+                f"{self.ctx.name}: set_properties takes a non-empty dict of key -> value (None removes)"
+            )
+        merged: dict[str, Any] = dict(
+            self.ctx.spec.properties if self.properties is None else self.properties
+        )
+        for key, value in updates.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        self.properties = validate_properties(merged)
+
+    def operations(self) -> list[str]:
+        """The operations of the changes, then of the property and column changes."""
+        return [c.operation for c in self.changes] + self._spec_operations()
+
+    # -- running ------------------------------------------------------------------------------------
+
+    def run(self) -> CommitResult:
+        """Commit every change as one new version; on any failure nothing is committed and the files go."""
+        self.require_open()
+        ctx = self.ctx
+        self.state = "committing"
+        try:
+            if self._needed_checks() is not None and any(
+                isinstance(c.removes, (ReplacePartitions, RemoveFiles)) for c in self.changes
+            ):
+                raise InvalidInput(
+                    f"{ctx.name}: overwrites and copy-on-write deletes cannot share a transaction with "
+                    "upserts that need checks (NOT NULL partial rows, integer sums): commit them separately"
+                )
+            if self.idempotency_key is not None:
+                prior = ctx.store.find_idempotent(ctx.table_id, self.idempotency_key)
+                if prior is not None:
+                    discard(ctx, self.changes)
+                    self.state = "committed"
+                    return CommitResult.of(prior, already_committed=True)
+            result = self.retries.run(self._attempt, lost_race)
+        except SchemaChanged:
+            discard(ctx, self.changes)
+            self.state = "aborted"
+            raise
+        except CommitConflict as e:
+            discard(ctx, self.changes)
+            self.state = "aborted"
+            raise CommitConflict(
+                f"{ctx.name}: {self.operation()} lost {self.retries.attempts} races to "
+                f"concurrent commits; try again ({e})"
+            ) from e
+        except CommitStateUnknown:
+            self.state = "aborted"
+            raise  # the files may be referenced now: keep them
+        except BaseException:
+            discard(ctx, self.changes)
+            self.state = "aborted"
+            raise
+        self.state = "committed"
+        if not result.no_change and ctx.after_commit is not None:
+            ctx.after_commit(result, self.properties is not None or self.schema is not None)
+        return result
+
+    def abort(self) -> None:
+        """Discard the commit: delete the files its changes wrote."""
+        if self.state == "open":
+            discard(self.ctx, self.changes)
+            self.state = "aborted"
+
+    def operation(self) -> str:
+        """The commit's operation: its one change's (a write that adds columns is named by the write)."""
+        ops = [c.operation for c in self.changes] + (
+            ["set-properties"] if self.properties is not None else []
+        )
+        if not ops:
+            return "evolve-schema" if self.schema is not None else "transaction"
+        if ops[0] == "rollback":
+            return "rollback"  # with the properties of the version it restores
+        return ops[0] if len(ops) == 1 else "transaction"
+
+    def _spec_operations(self) -> list[str]:
+        return (["set-properties"] if self.properties is not None else []) + (
+            ["evolve-schema"] if self.schema is not None else []
+        )
+
+    def _needed_checks(self) -> WriteChecks | None:
+        """The checks, when an upsert of this commit needs them (deletes alone never do)."""
+        if not self.checks.needed:
+            return None
+        return self.checks if any(c.operation == "upsert" for c in self.changes) else None
+
+    def _restores(self) -> int | None:
+        return next((c.restores for c in self.changes if c.restores is not None), None)
+
+    def _attempt(self) -> CommitResult:
+        ctx = self.ctx
+        checks = self._needed_checks()
+        reads = any(c.recipe is not None for c in self.changes)
+        if checks is not None and not reads:
+            self.read_version = current(ctx)  # the checks read the table: at its newest version
+        base = self.read_version
+        removed: list[FileEntry] = []
+        removed_ids: list[int] = []
+        partitions: set[str] | None = set()
+        for c in self.changes:
+            gone = c.removes.files(ctx, base)
+            removed += gone
+            removed_ids += c.removes.ids()
+            touched = c.removes.touched(gone, c.files)
+            partitions = None if partitions is None or touched is None else partitions | set(touched)
+        add = renumber((f for c in self.changes for f in c.files), keep_seq=True)
+        rules: list[Rule] = [c.rule for c in self.changes if c.rule is not None]
+        extra: dict[str, Any] = {}
+        for c in self.changes:
+            for k, v in c.summary.items():
+                extra[k] = extra.get(k, 0) + v if isinstance(v, int) and not isinstance(v, bool) else v
+        if checks is not None:
+            rules.append(checks.verify(ctx.handle, base))
+            extra |= checks.summary()
+        columns_current(ctx, base)
+        rules.append(ColumnsUnchanged())
+        spec = None
+        if self.properties is not None or self.schema is not None:
+            new_spec = ctx.spec if self.schema is None else self.schema.spec
+            if self.properties is not None:
+                new_spec = replace(new_spec, properties=self.properties)
+                extra["properties"] = self.properties
+                rules.append(PropertiesUnchanged())
+            if self.schema is not None:
+                extra["schema"] = list(self.schema.steps)
+            spec = new_spec.to_json()
+        # With ``changes.log`` on, the commit also records the rows it replaces (read at ``base``; a
+        # concurrent change to those splits is a conflict, and the retry reads them again).
+        logs: list[FileEntry] = []
+        logged = logs_changes(
+            ctx.spec, add, bool(removed) or bool(removed_ids) or self._restores() is not None
+        )
+        if logged:
+            rules.append(RowsUnchanged(file_splits(add)))
+            extra[LOG_SUMMARY_KEY] = True
+        summary = {
+            "read_version": base,
+            "added_files": len(add),
+            "removed_files": len(removed) + len(removed_ids),
+            "rows": sum(c.rows for c in self.changes),
+            "added_bytes": sum(f.size_bytes for f in add),
+            "partitions": None if partitions is None else sorted(partitions),
+            # Splits whose rows the commit changes: where it adds files and where it removes them.
+            "splits": sorted({split_label((f.partition, f.bucket)) for f in [*add, *removed]}),
+            **extra,
+        }
+        if len(self.changes) > 1 or (self.changes and spec is not None):
+            summary["operations"] = self.operations()
+        if not (add or summary["removed_files"] or spec is not None or self._restores() is not None):
+            # Nothing to write, remove or change: no version (one rule for every write path).
+            return CommitResult.unchanged(ctx.store.snapshot(ctx.table_id, base), self.operation())
+        try:
+            if logged:
+                try:
+                    logs = write_change_log(ctx, base, add)
+                except NoSuchVersion as e:  # expired meanwhile: read the rows it replaces at a newer one
+                    raise CommitConflict(
+                        f"{ctx.name}: version {base} expired before this write read it"
+                    ) from e
+            return ctx.store.commit(
+                ctx.table_id,
+                base_version=base,
+                operation=self.operation(),
+                add=add + [replace(f, order=len(add) + i) for i, f in enumerate(logs)],
+                remove=[f.id for f in removed if f.id is not None] + removed_ids,
+                summary=summary,
+                validate=validator(ctx.name, rules),
+                idempotency_key=self.idempotency_key,
+                spec=spec,
+                restores=self._restores(),
+            )
+        except CommitConflict:
+            ctx.files.discard(logs)
+            # Rebase onto the version that beat us: changes that read rows are evaluated again there.
+            self.read_version = current(ctx)
+            if reads:
+                self.changes = [self._redo(c) for c in self.changes]
+            raise
+        except CommitStateUnknown:
+            raise  # the logs may be referenced now: keep them
+        except BaseException:
+            ctx.files.discard(logs)
+            raise
+
+    def _redo(self, change: Change) -> Change:
+        if change.recipe is None:
+            return change
+        self.checks.forget(change)
+        discard(self.ctx, [change])
+        change.files = []
+        fresh = change.recipe.change(self.ctx, self.read_version, self.checks)
+        fresh.recipe = change.recipe
+        return fresh

@@ -1,0 +1,1023 @@
+"""MERGE INTO, evaluated by mere on Arrow and written as merge-on-read deltas.
+
+A MERGE reads only the target rows whose keys are in the source (every row when a ``WHEN NOT MATCHED BY
+SOURCE`` clause is present), pairs them with the source rows on the primary key, runs the clauses in
+order (the first whose condition holds acts on a row), and writes the outcome as new files: updated and
+inserted rows as whole rows that replace the key's previous state (so merge operators do not fold them
+into the old values), deleted keys as delete markers. Base files are never rewritten. The change reads
+rows: it commits only if no concurrent commit changed the splits it read
+(:class:`~mere.table.conflicts.RowsUnchanged`), and is evaluated again otherwise (the plan is its own
+recipe). A distributed MERGE stages shares (:meth:`Merge.stage`) that :func:`commit_shares` commits.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from mere import expr as E
+from mere.arrays import bool_array, sorted_unique
+from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey
+from mere.hashing import bucket_ids
+from mere.lang.lower import Lowering, Typed, column_name, evaluate
+from mere.lang.parse import Parsed, is_plain_identifier, parse_expression
+from mere.metadata import CommitResult, FileEntry
+from mere.read import lookup
+from mere.read.merge import KeySet, integer_keys, key_positions
+from mere.read.planner import Explain, Split
+from mere.read.reader import SplitReader, io_pool
+from mere.spec import OP_DELETE, OP_PUT
+from mere.table.commit import ONE_ATTEMPT, Change, Commit, StagedChange, deletion_summary, renumber
+from mere.table.conflicts import RowsUnchanged
+from mere.table.context import TableContext, TableHandle
+from mere.table.ops.update import arrow_failure, assign, assignments, expression, split_name
+from mere.table.write_checks import WriteChecks
+from mere.write.cast import decoded_table, lossless_cast, relax_nested
+from mere.write.writer import conform, prepare, to_batches
+
+MERGE_LOOKUP_KEYS = 256  # sources of up to this many keys are looked up, as scans pinning as many keys are
+
+ClauseKind = Literal["matched", "not_matched", "not_matched_by_source"]
+Action = Literal["update", "delete", "insert", "nothing"]
+_TARGET, _SOURCE = "\x00t.", "\x00s."
+
+StagedMerge = StagedChange  # the name integrations use for a MERGE share
+
+
+def commit_shares(ctx: TableContext, staged: Sequence[StagedChange]) -> tuple[CommitResult, MergeMetrics]:
+    """Commit the staged shares of one MERGE as one version (the driver half of a distributed MERGE).
+
+    Every share must have been evaluated at the same version; the commit fails with
+    :class:`~mere.errors.CommitConflict` when a concurrent commit changed a split any share read: run the
+    MERGE again (the caller deletes the files).
+    """
+    started = time.perf_counter()
+    if isinstance(staged, StagedChange) or not all(
+        isinstance(s, StagedChange) and s.operation == "merge" for s in staged
+    ):
+        raise InvalidInput(f"{ctx.name}: commit_merge() takes a list of StagedMerge")
+    if any(s.table != ctx.name for s in staged):
+        raise InvalidInput(f"{ctx.name}: staged MERGE shares belong to another table")
+    versions = {s.read_version for s in staged}
+    if len(versions) > 1:
+        raise InvalidInput(
+            f"{ctx.name}: staged MERGE shares read different versions {sorted(versions, key=lambda v: -1 if v is None else v)}"
+        )
+    files = renumber(f for s in staged for f in s.files)
+    counts = {
+        k: sum(s.counts.get(k, 0) for s in staged)
+        for k in ("inserted", "updated", "deleted", "unchanged", "rows_read", "splits_read")
+    }
+    read: set[str] = set()
+    full = False
+    for s in staged:
+        if isinstance(s.rule, RowsUnchanged):
+            read |= s.rule.splits
+            full |= s.rule.full
+    change = Change("merge", files, sum(f.row_count for f in files), _merge_summary(counts))
+    change.rule = RowsUnchanged(frozenset(read), full, "MERGE")
+    version = versions.pop() if versions else None
+    commit = Commit(ctx, retries=ONE_ATTEMPT, read_version=version)
+    commit.add(change)
+    result = commit.run()
+    return result, MergeMetrics(
+        counts["inserted"],
+        counts["updated"],
+        counts["deleted"],
+        counts["unchanged"],
+        len(files),
+        time.perf_counter() - started,
+        None if result.no_change else result.version,
+        counts["rows_read"],
+        counts["splits_read"],
+    )
+
+
+@dataclass(frozen=True)
+class MergeMetrics:
+    """What a MERGE (or UPDATE) did: rows inserted, updated, deleted and left unchanged, files written."""
+
+    inserted: int
+    updated: int
+    deleted: int
+    unchanged: int
+    files: int
+    seconds: float
+    version: int | None = None  # the committed version (None when nothing was written)
+    rows_read: int = 0  # target rows read
+    splits_read: int = 0
+
+
+def _merge_summary(counts: Mapping[str, int]) -> dict[str, int]:
+    """A MERGE's summary entries: its counts, and its deletes (a marker per target row it deleted)."""
+    deleted = counts["deleted"]
+    summary = {k: counts[k] for k in ("inserted", "updated", "deleted")}
+    return {**summary, **deletion_summary(deleted, deleted)} if deleted else summary
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One WHEN clause: which rows it sees, what it does, its condition and its assignments."""
+
+    kind: ClauseKind
+    action: Action
+    condition: Parsed | None = None
+    assignments: tuple[tuple[str, Parsed], ...] = ()
+    all_columns: bool = False  # the source's columns by name: UPDATE BY NAME / INSERT BY NAME
+
+    def describe(self) -> str:
+        """The clause as SQL."""
+        when = {
+            "matched": "WHEN MATCHED",
+            "not_matched": "WHEN NOT MATCHED",
+            "not_matched_by_source": "WHEN NOT MATCHED BY SOURCE",
+        }[self.kind]
+        cond = f" AND {self.condition.text}" if self.condition is not None else ""
+        if self.action == "update":
+            what = (
+                "UPDATE BY NAME"
+                if self.all_columns
+                else "UPDATE SET " + ", ".join(f"{c} = {p.text}" for c, p in self.assignments)
+            )
+        elif self.action == "insert":
+            what = (
+                "INSERT BY NAME"
+                if self.all_columns
+                else "INSERT ("
+                + ", ".join(c for c, _ in self.assignments)
+                + ") VALUES ("
+                + ", ".join(p.text for _, p in self.assignments)
+                + ")"
+            )
+        else:
+            what = "DELETE" if self.action == "delete" else "DO NOTHING"
+        return f"{when}{cond} THEN {what}"
+
+
+@dataclass(frozen=True)
+class MergeExplain:
+    """How a MERGE will run: which target splits it reads and why."""
+
+    table: str
+    on: str
+    clauses: tuple[str, ...]
+    source_rows: int
+    full_scan: bool
+    splits_read: int
+    splits_total: int
+
+    def __str__(self) -> str:
+        reads = (
+            f"reads every split in full ({self.splits_read} of {self.splits_total}): a WHEN NOT MATCHED BY "
+            "SOURCE clause needs every target row"
+            if self.full_scan
+            else f"reads {self.splits_read} of {self.splits_total} splits: only those that can hold the "
+            f"{self.source_rows} source keys, and in them only row groups whose key range holds one "
+            "(only pages whose key range holds one, where the key index tells them and they are few)"
+        )
+        lines = [f"MERGE INTO {self.table} ON {self.on}", *("  " + c for c in self.clauses), reads]
+        return "\n".join(lines)
+
+
+class Merge:
+    """A MERGE INTO being built: add WHEN clauses in order, then :meth:`execute` (see :meth:`Table.merge`)."""
+
+    def __init__(
+        self,
+        table: TableHandle,
+        source: Any,
+        on: str | None = None,
+        source_alias: str = "s",
+        target_alias: str = "t",
+    ) -> None:
+        if not table.spec.has_primary_key:
+            raise InvalidInput(f"{table.name} has no primary key: MERGE pairs rows by primary key")
+        for name, alias in (("source_alias", source_alias), ("target_alias", target_alias)):
+            if not isinstance(alias, str) or not alias:
+                raise InvalidInput(f"{name} must be a non-empty string, got {alias!r}")
+        if source_alias.lower() == target_alias.lower():
+            raise InvalidInput(f"source_alias and target_alias must differ, both are {source_alias!r}")
+        self.table = table
+        self.source_alias = source_alias
+        self.target_alias = target_alias
+        self.source = _source_table(source, table.name)
+        for c in self.source.column_names:
+            if not c:
+                raise InvalidInput(f"{table.name}: MERGE source has a column without a name")
+        if on is None:
+            on = " AND ".join(
+                f"{_quote(target_alias)}.{_quote(k)} = {_quote(source_alias)}.{_quote(k)}"
+                for k in table.spec.primary_key
+            )
+        self.on = expression(on, "ON condition")
+        # SQL's MERGE ... USING (a, b): ON equates these columns of both sides, and a bare ``a`` in a clause
+        # that sees both names the pair (the target's value, equal to the source's) instead of being
+        # ambiguous, as in DuckDB.
+        self.using_columns: frozenset[str] = frozenset()
+        self.clauses: list[Clause] = []
+        self._state = "open"
+
+    # -- builder ------------------------------------------------------------------------------
+
+    def _add(self, clause: Clause) -> Merge:
+        if self._state != "open":
+            raise InvalidInput(f"{self.table.name}: this MERGE was executed; build a new one")
+        self.clauses.append(clause)
+        return self
+
+    def _condition(self, condition: Any) -> Parsed | None:
+        return None if condition is None else expression(condition, "clause condition")
+
+    def when_matched_update(self, set: Mapping[str, str], condition: str | None = None) -> Merge:
+        """Target rows paired with a source row (and meeting ``condition``): set columns to expressions."""
+        return self._add(
+            Clause("matched", "update", self._condition(condition), assignments(set, "UPDATE SET"))
+        )
+
+    def _by_name(self, what: str) -> None:
+        """The ``*_all`` clauses pair columns by name (SQL's BY NAME): a source column the table does not
+        have is refused, not dropped (the table's change column aside: writes take it, it is not stored)."""
+        known = {*self.table.spec.schema.names, self.table.spec.cdc_column}
+        unknown = [c for c in self.source.column_names if c not in known]
+        if unknown:
+            raise InvalidInput(
+                f"{self.table.name}: {what} takes the source's columns by name, and the source column(s) "
+                f"{unknown} are not columns of the table {self.table.spec.schema.names}; drop them from the "
+                "source, or name the columns set (when_matched_update / when_not_matched_insert)"
+            )
+
+    def when_matched_update_all(self, condition: str | None = None) -> Merge:
+        """Matched rows take the source's columns by name (DuckDB's ``UPDATE BY NAME``, not the positional
+        ``UPDATE SET *``): each source column sets the target column of its name, and columns the source
+        lacks keep their values. Key and partition columns are not set (they identify the row; the ON
+        condition pairs the key with the source's). A source column the table does not have is refused
+        (:class:`~mere.errors.InvalidInput`), except the table's ``cdc_column``."""
+        self._by_name("when_matched_update_all()")
+        return self._add(Clause("matched", "update", self._condition(condition), all_columns=True))
+
+    def when_matched_delete(self, condition: str | None = None) -> Merge:
+        """Delete matched target rows (meeting ``condition``)."""
+        return self._add(Clause("matched", "delete", self._condition(condition)))
+
+    def when_matched_do_nothing(self, condition: str | None = None) -> Merge:
+        """Leave matched rows (meeting ``condition``) as they are, so that later clauses skip them."""
+        return self._add(Clause("matched", "nothing", self._condition(condition)))
+
+    def when_not_matched_insert(self, values: Mapping[str, str], condition: str | None = None) -> Merge:
+        """Source rows with no target row: insert a row of these column -> expression values."""
+        return self._add(
+            Clause("not_matched", "insert", self._condition(condition), assignments(values, "INSERT"))
+        )
+
+    def when_not_matched_insert_all(self, condition: str | None = None) -> Merge:
+        """Source rows with no target row: insert them, columns by name (DuckDB's ``INSERT BY NAME``, not
+        the positional ``INSERT *``): columns the source lacks are NULL. A source column the table does not
+        have is refused (:class:`~mere.errors.InvalidInput`), except the table's ``cdc_column``."""
+        self._by_name("when_not_matched_insert_all()")
+        return self._add(Clause("not_matched", "insert", self._condition(condition), all_columns=True))
+
+    def when_not_matched_do_nothing(self, condition: str | None = None) -> Merge:
+        """Skip unmatched source rows (meeting ``condition``)."""
+        return self._add(Clause("not_matched", "nothing", self._condition(condition)))
+
+    def when_not_matched_by_source_update(
+        self, set: Mapping[str, str], condition: str | None = None
+    ) -> Merge:
+        """Target rows no source row pairs with: set columns (reads every target row)."""
+        return self._add(
+            Clause(
+                "not_matched_by_source", "update", self._condition(condition), assignments(set, "UPDATE SET")
+            )
+        )
+
+    def when_not_matched_by_source_delete(self, condition: str | None = None) -> Merge:
+        """Delete target rows no source row pairs with (reads every target row)."""
+        return self._add(Clause("not_matched_by_source", "delete", self._condition(condition)))
+
+    # -- running ------------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if not self.clauses:
+            raise InvalidInput(f"{self.table.name}: a MERGE needs at least one WHEN clause")
+
+    @property
+    def full_scan(self) -> bool:
+        """Whether the MERGE must read every target row (a NOT MATCHED BY SOURCE clause)."""
+        return any(c.kind == "not_matched_by_source" for c in self.clauses)
+
+    def explain(self) -> MergeExplain:
+        """What the MERGE reads (at the table's current version); nothing is read or written."""
+        self._check()
+        plan = MergePlan(self)
+        splits = plan.splits(self.table.version)
+        total = len({(f.partition, f.bucket) for f in self.table.files_at(self.table.version)})
+        return MergeExplain(
+            self.table.name,
+            self.on.text,
+            tuple(c.describe() for c in self.clauses),
+            self.source.num_rows,
+            self.full_scan,
+            len(splits),
+            total,
+        )
+
+    def stage(self, version: int) -> StagedChange:
+        """Evaluate against ``version`` and write the files without committing (one task of a distributed
+        MERGE whose source rows of a key all reach the same task): a
+        :class:`~mere.table.commit.StagedChange` that :meth:`mere.Table.commit` takes."""
+        self._check()
+        return MergePlan(self).stage(version)
+
+    def execute(self) -> MergeMetrics:
+        """Run the MERGE as one commit; nothing is written when any part of it fails."""
+        self._check()
+        if self._state != "open":
+            raise InvalidInput(f"{self.table.name}: this MERGE was executed; build a new one")
+        self._state = "executed"
+        started = time.perf_counter()
+        plan = MergePlan(self)  # checks every expression before anything is read
+        commit = Commit(self.table.context)
+        try:
+            commit.add_read(plan, "a MERGE")
+        except BaseException:
+            commit.abort()
+            raise
+        result = commit.run()
+        m = plan.metrics
+        return MergeMetrics(
+            m["inserted"],
+            m["updated"],
+            m["deleted"],
+            m["unchanged"],
+            m["files"],
+            time.perf_counter() - started,
+            None if result.no_change else result.version,
+            m["rows_read"],
+            m["splits_read"],
+        )
+
+
+def _complement(n: int, taken: np.ndarray) -> np.ndarray:
+    """Positions in ``range(n)`` not in ``taken`` (linear, unlike a set difference that sorts)."""
+    mask = np.ones(n, dtype=bool)
+    mask[taken] = False
+    return np.flatnonzero(mask)
+
+
+def _quote(name: str) -> str:
+    if is_plain_identifier(name):
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _source_table(data: Any, name: str) -> pa.Table:
+    """The source's rows, with encoded columns (dictionary, run-end, views) in their plain types."""
+    if isinstance(data, pa.Table):
+        return decoded_table(data)
+    try:
+        schema, batches = to_batches(data)
+    except InvalidInput:
+        raise
+    except Exception as exc:  # anything unreadable is bad input
+        raise InvalidInput(
+            f"{name}: MERGE source must be Arrow data, a pandas or Polars frame or an Arrow stream: {exc}"
+        ) from exc
+    return decoded_table(pa.Table.from_batches(list(batches), schema=schema))
+
+
+def _to_mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(pc.fill_null(values, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+class _Scope:
+    """Which columns an expression may name: the target's (``t.x``), the source's (``s.x``) or both."""
+
+    def __init__(
+        self, merge: Merge, target: bool, source: bool, what: str, used: set[str] | None = None
+    ) -> None:
+        self.merge, self.target, self.source, self.what = merge, target, source, what
+        self.used = used if used is not None else set()  # the columns named, as frame names
+        self.t_names = set(merge.table.spec.schema.names)
+        self.s_names = set(merge.source.column_names)
+        self.t_aliases = {
+            merge.target_alias.lower(),
+            merge.table.name.lower(),
+            merge.table.name.split(".")[-1].lower(),
+        }
+        self.s_aliases = {merge.source_alias.lower()}
+
+    def resolve(self, node: exp.Column) -> tuple[str, pa.DataType]:
+        parts = [p.name for p in node.parts]
+        side: str | None = None
+        if len(parts) > 1 and parts[0].lower() in self.s_aliases:
+            side, name = "s", ".".join(parts[1:])
+        elif len(parts) > 1 and parts[0].lower() in self.t_aliases:
+            side, name = "t", ".".join(parts[1:])
+        else:
+            name = ".".join(parts)
+            in_t, in_s = name in self.t_names and self.target, name in self.s_names and self.source
+            if in_t and in_s and name in self.merge.using_columns:
+                in_s = False
+            if in_t and in_s:
+                raise FilterError(
+                    f"column {name!r} is ambiguous in {self.what}: write {self.merge.target_alias}.{name} or "
+                    f"{self.merge.source_alias}.{name}"
+                )
+            side = "t" if in_t else "s" if in_s else None
+            if side is None:
+                raise FilterError(f"unknown column {column_name(node)!r} in {self.what}; {self._available()}")
+        if side == "t":
+            if not self.target:
+                raise FilterError(f"{self.what} cannot refer to target column {column_name(node)!r}")
+            if name not in self.t_names:
+                raise FilterError(f"unknown target column {name!r} in {self.what}; {self._available()}")
+            self.used.add(_TARGET + name)
+            return _TARGET + name, self.merge.table.spec.schema.field(name).type
+        if not self.source:
+            raise FilterError(f"{self.what} cannot refer to source column {column_name(node)!r}")
+        if name not in self.s_names:
+            raise FilterError(f"unknown source column {name!r} in {self.what}; {self._available()}")
+        self.used.add(_SOURCE + name)
+        return _SOURCE + name, self.merge.source.schema.field(name).type
+
+    def _available(self) -> str:
+        parts = []
+        if self.target:
+            parts.append(f"target ({self.merge.target_alias}): {', '.join(sorted(self.t_names))}")
+        if self.source:
+            parts.append(f"source ({self.merge.source_alias}): {', '.join(sorted(self.s_names)) or '(none)'}")
+        return "; ".join(parts)
+
+    def lower(self, parsed: Parsed) -> Typed:
+        return Lowering(self.resolve, parsed.text, parsed.lists).lower(parsed.tree)
+
+
+@dataclass
+class _Lowered:
+    clause: Clause
+    condition: pc.Expression | None
+    values: dict[str, pc.Expression] = field(default_factory=dict)
+    # An INSERT whose key columns are the source's ON columns as they are: its keys are source keys.
+    keys_from_source: bool = False
+
+
+class MergePlan:
+    """A checked MERGE: the key pairing, the lowered clauses, and the evaluation at a table version."""
+
+    def __init__(self, merge: Merge) -> None:
+        self.merge = merge
+        t = merge.table
+        self.spec = t.spec
+        self.name = t.name
+        self.metrics: dict[str, int] = {}
+        self.used: set[str] = set()  # the columns conditions and values name (evaluation frames hold those)
+        self.pairs, extra = self._on()
+        both = _Scope(merge, True, True, "the ON condition", self.used)
+        self.on_extra = None if extra is None else Lowering(both.resolve, merge.on.text).lower(extra)
+        if self.on_extra is not None and not pa.types.is_boolean(self.on_extra.type):
+            raise FilterError(f"the ON condition must be boolean (in {merge.on.text!r})")
+        self.source_keys = self._source_keys()
+        self.lowered = [self._lower(c) for c in merge.clauses]
+        # Updated rows are written whole, as rows that replace the key's state: merge operators then do not
+        # fold them into the old values, and reads stay as cheap as after upserts (partial rows would need
+        # the slower column-wise merge).
+        self.read_columns = list(self.spec.schema.names)
+
+    # -- checking ------------------------------------------------------------------------------
+
+    def _on(self) -> tuple[dict[str, str], exp.Expression | None]:
+        """ON as primary key equalities (target key column -> source column) and any other condition."""
+        m = self.merge
+        conjuncts: list[exp.Expression] = []
+
+        def split(node: exp.Expression) -> None:
+            if isinstance(node, exp.Paren):
+                split(node.this)
+            elif isinstance(node, exp.And):
+                split(node.this)
+                split(node.expression)
+            else:
+                conjuncts.append(node)
+
+        split(m.on.tree)
+        scope = _Scope(m, True, True, "the ON condition")
+        pairs: dict[str, str] = {}
+        rest: list[exp.Expression] = []
+        for c in conjuncts:
+            if (
+                isinstance(c, exp.EQ)
+                and isinstance(c.this, exp.Column)
+                and isinstance(c.expression, exp.Column)
+            ):
+                a, _ = scope.resolve(c.this)
+                b, _ = scope.resolve(c.expression)
+                if a.startswith(_SOURCE) and b.startswith(_TARGET):
+                    a, b = b, a
+                if a.startswith(_TARGET) and b.startswith(_SOURCE):
+                    key = a[len(_TARGET) :]
+                    if key in self.spec.primary_key and key not in pairs:
+                        pairs[key] = b[len(_SOURCE) :]
+                        continue
+            rest.append(c)
+        missing = [k for k in self.spec.primary_key if k not in pairs]
+        if missing:
+            raise InvalidInput(
+                f"{self.name}: MERGE pairs rows by primary key: the ON condition must equate every key column "
+                f"of {list(self.spec.primary_key)} with a source column (missing {missing}), e.g. "
+                + " AND ".join(f"{m.target_alias}.{k} = {m.source_alias}.{k}" for k in self.spec.primary_key)
+                + "; other conditions may be ANDed to it"
+            )
+        # In primary-key order, whatever the ON condition's order: key tuples are hashed to buckets in it.
+        pairs = {k: pairs[k] for k in self.spec.primary_key}
+        extra: exp.Expression | None = None
+        for c in rest:
+            extra = c if extra is None else exp.And(this=extra, expression=c)
+        return pairs, extra
+
+    def _source_keys(self) -> pa.Table:
+        m = self.merge
+        cols = {}
+        for key, src in self.pairs.items():
+            target_type = self.spec.schema.field(key).type
+            cols[key] = lossless_cast(m.source.column(src), target_type, src, f"{self.name} MERGE source")
+        return pa.table(cols) if cols else pa.table({})
+
+    def _lower(self, clause: Clause) -> _Lowered:
+        m = self.merge
+        target = clause.kind != "not_matched"
+        source = clause.kind != "not_matched_by_source"
+        where = {
+            "matched": "WHEN MATCHED",
+            "not_matched": "WHEN NOT MATCHED",
+            "not_matched_by_source": "WHEN NOT MATCHED BY SOURCE",
+        }[clause.kind]
+        scope = _Scope(m, target, source, f"a {where} clause", self.used)
+        condition = None
+        if clause.condition is not None:
+            typed = scope.lower(clause.condition)
+            if not (pa.types.is_boolean(typed.type) or pa.types.is_null(typed.type)):
+                raise FilterError(
+                    f"a {where} condition must be boolean, got {typed.type} (in {clause.condition.text!r})"
+                )
+            condition = typed.expr
+        out = _Lowered(clause, condition)
+        schema = self.spec.schema
+        identity = set(self.spec.identity_columns)
+        if clause.action == "update":
+            kept: set[str] = set()
+            items = clause.assignments
+            if clause.all_columns:
+                items = tuple(
+                    (c, parse_expression(f"{_quote(m.source_alias)}.{_quote(c)}"))
+                    for c in schema.names
+                    if c in m.source.column_names and c not in identity
+                )
+            for column, parsed in items:
+                name = (
+                    column.split(".", 1)[1]
+                    if "." in column and column.split(".", 1)[0].lower() == m.target_alias.lower()
+                    else column
+                )
+                if name not in schema.names:
+                    raise InvalidInput(
+                        f"{self.name}: UPDATE SET names unknown column {column!r}; columns: {schema.names}"
+                    )
+                if name in out.values or name in kept:
+                    raise InvalidInput(f"{self.name}: UPDATE SET names {name!r} twice")
+                if name in identity:
+                    if not self._keeps(name, parsed, scope):
+                        raise InvalidInput(
+                            f"{self.name}: UPDATE cannot set key or partition column {name!r} (delete the row "
+                            "and insert the new one instead); only setting it to the value it has is allowed ("
+                            f"{name} = {m.source_alias}.<the source column ON equates it with>, as dbt writes)"
+                        )
+                    kept.add(name)  # a no-op: the row keeps its key
+                    continue
+                out.values[name] = assign(scope.lower(parsed), schema.field(name).type, name, parsed.text)
+        elif clause.action == "insert":
+            items = clause.assignments
+            if clause.all_columns:
+                items = tuple(
+                    (c, parse_expression(f"{_quote(m.source_alias)}.{_quote(c)}"))
+                    for c in schema.names
+                    if c in m.source.column_names
+                )
+            for column, parsed in items:
+                if column not in schema.names:
+                    raise InvalidInput(
+                        f"{self.name}: INSERT names unknown column {column!r}; columns: {schema.names}"
+                    )
+                if column in out.values:
+                    raise InvalidInput(f"{self.name}: INSERT names {column!r} twice")
+                out.values[column] = assign(
+                    scope.lower(parsed), schema.field(column).type, column, parsed.text
+                )
+            missing = [c for c in self.spec.primary_key if c not in out.values]
+            if missing:
+                raise InvalidInput(f"{self.name}: INSERT must give the primary key column(s) {missing}")
+            given = dict(items)
+            trees = [given[k].tree for k in self.spec.primary_key]
+            out.keys_from_source = all(
+                isinstance(tree, exp.Column) and scope.resolve(tree)[0] == _SOURCE + self.pairs[k]
+                for k, tree in zip(self.spec.primary_key, trees)
+            )
+        return out
+
+    def _keeps(self, column: str, parsed: Parsed, scope: _Scope) -> bool:
+        """Whether SET ``column`` = ``parsed`` leaves a matched row's key or partition column as it is: the
+        target's own value, or the source column the ON condition equates that key column with."""
+        tree = parsed.tree
+        while isinstance(tree, exp.Paren):
+            tree = tree.this
+        if not isinstance(tree, exp.Column):
+            return False
+        named, _ = scope.resolve(tree)
+        paired = self.pairs.get(column)
+        return named == _TARGET + column or (paired is not None and named == _SOURCE + paired)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _filter(self) -> E.Expr | None:
+        """The source keys' range per key column: prunes row groups by their statistics, cheaply."""
+        if self.merge.full_scan:
+            return None
+        parts: list[E.Expr] = []
+        for key in self.spec.primary_key:
+            column = self.source_keys.column(key)
+            typ = column.type
+            if not (
+                pa.types.is_integer(typ)
+                or pa.types.is_string(typ)
+                or pa.types.is_large_string(typ)
+                or pa.types.is_date(typ)
+                or pa.types.is_decimal(typ)
+                or pa.types.is_timestamp(typ)
+            ):
+                continue
+            bounds = pc.min_max(column)
+            if not bounds["min"].is_valid:  # every source key is NULL: nothing can match
+                return E.AlwaysFalse()
+            try:
+                low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            except (OverflowError, ValueError):  # e.g. a date past year 9999: no Python value, no pruning
+                continue
+            parts += [E.Compare(">=", key, low), E.Compare("<=", key, high)]
+        return E.conjunction(parts)
+
+    @functools.cached_property
+    def _keyed_source(self) -> tuple[pa.Table, np.ndarray]:
+        """The source's key tuples without a NULL part (those match no target row), in primary-key order,
+        and the bucket of each: the buckets a MERGE reads and the keys each of them is probed for."""
+        keys = self.source_keys.select(list(self.spec.primary_key)).drop_null()
+        return keys, bucket_ids(keys, self.spec.buckets) if keys.num_rows else np.zeros(0, np.int32)
+
+    def _buckets(self) -> set[int] | None:
+        """The buckets that can hold a source key (None: every bucket)."""
+        if self.merge.full_scan:
+            return None
+        return set(sorted_unique(self._keyed_source[1]).tolist())
+
+    def _scan(self, version: int) -> tuple[Any, list[Split]]:
+        scan = self.merge.table.scan(columns=self.read_columns, filter=self._filter(), version=version)
+        buckets = self._buckets()
+        splits = [s for s in scan.plan() if buckets is None or s.bucket in buckets]
+        return scan, splits
+
+    def splits(self, version: int) -> list[str]:
+        """The splits (as commit summaries name them) the MERGE reads at ``version``."""
+        return [split_name(s) for s in self._scan(version)[1]]
+
+    def _read_target(self, version: int) -> tuple[pa.Table, list[str]]:
+        """The target rows the MERGE needs (those of source keys; every row for NOT MATCHED BY SOURCE)."""
+        scan, splits = self._scan(version)
+        _, opts = scan.planned(Explain(version))
+        storage, spec, schema = self.merge.table.storage, scan.spec, scan.schema
+        keys = list(self.spec.primary_key)
+        wanted = None if self.merge.full_scan else self._keyed_source[0]
+        if wanted is not None:
+            # Key indexes rule out row groups that hold no source key; a small source is looked up key
+            # by key (the pages of its rows only) rather than read by row groups (mere.read.lookup).
+            opts = replace(opts, keys=wanted, lookup=opts.lookup or wanted.num_rows <= MERGE_LOOKUP_KEYS)
+
+        first_keys = None if wanted is None or opts.lookup else lookup.FirstKeys(spec, wanted)
+        # A split holds the keys of its bucket only: each split's rows are matched against those.
+        key_sets: dict[int, KeySet] = {}
+        if wanted is not None:
+            buckets = self._keyed_source[1]
+            order = np.argsort(buckets, kind="stable")
+            ranked = buckets[order]
+            for bucket in sorted({s.bucket for s in splits}):
+                lo, hi = np.searchsorted(ranked, [bucket, bucket + 1])
+                key_sets[bucket] = KeySet(wanted.take(pa.array(order[lo:hi])), keys)
+
+        def read(split: Split) -> pa.Table:
+            reader = SplitReader(storage, spec, split, opts)
+            if first_keys is not None and lookup.few_pages(
+                storage, reader.cursors, first_keys, io_pool() if storage.is_remote else None
+            ):
+                # A larger source whose keys fall in a narrow key range: the pages whose key min/max admit
+                # one are a small share of the row groups that may hold one. Looked up, only those pages
+                # are read (every version of each key is in one of them, delete markers included).
+                reader.look_up_keys()
+            rows = pa.Table.from_batches(list(reader.batches()), schema=schema)
+            if wanted is None or not rows.num_rows:
+                return rows
+            # Keep the rows of source keys only (a semi-join on the key columns alone).
+            hit = key_sets[split.bucket].contains(rows)
+            kept = rows if hit.all() else rows.filter(bool_array(hit))
+            return kept.select(schema.names).cast(schema)
+
+        workers = max(1, min(len(splits), os.cpu_count() or 2))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mere-merge") as pool:
+            parts = list(pool.map(read, splits))
+        target = pa.concat_tables(parts) if parts else schema.empty_table()
+        return target, [split_name(s) for s in splits]
+
+    def stage(self, base: int) -> StagedChange:
+        """Evaluate at version ``base`` and write the outcome's files, uncommitted."""
+        files_of = self.merge.table.context.files
+        target, read = self._read_target(base)
+        whole, deletes, counts = self._evaluate(target)
+        read += self._check_computed_inserts(base)
+        files: list[FileEntry] = []
+        try:
+            if whole.num_rows or deletes.num_rows:
+                rows, _ = conform(whole, self.spec, partial_ok=False, identifier=self.name)
+                gone, _ = conform(deletes, self.spec, partial_ok=True, identifier=self.name)
+                # Deleted keys ride in the same files as whole rows: their other columns are NULL.
+                gone = pa.table(
+                    {
+                        f.name: gone.column(f.name)
+                        if f.name in gone.column_names
+                        else pa.nulls(gone.num_rows, f.type)
+                        for f in rows.schema
+                    },
+                    schema=rows.schema,
+                )
+                # Deletes first: a key deleted and inserted again by one MERGE ends up inserted.
+                ops = np.concatenate(
+                    [
+                        np.full(gone.num_rows, OP_DELETE, dtype=np.int8),
+                        np.full(rows.num_rows, OP_PUT, dtype=np.int8),
+                    ]
+                )
+                both = pa.concat_tables([gone, rows])
+                files += files_of.write(prepare(self.spec, both, ops, identifier=self.name))
+        except BaseException:
+            files_of.discard(files)
+            raise
+        counts = {**counts, "files": len(files), "rows_read": target.num_rows, "splits_read": len(read)}
+        return StagedChange(
+            self.name,
+            "merge",
+            files,
+            sum(f.row_count for f in files),
+            read_version=base,
+            rule=RowsUnchanged(frozenset(read), self.merge.full_scan, "MERGE"),
+            counts=counts,
+            table_uuid=self.merge.table.context.uuid,
+        )
+
+    def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:
+        """Evaluate at version ``base`` and write the outcome (the MERGE as a recipe of its own change)."""
+        staged = self.stage(base)
+        self.metrics = dict(staged.counts)
+        return Change(
+            "merge", list(staged.files), staged.rows, _merge_summary(staged.counts), rule=staged.rule
+        )
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    def _evaluate(self, target: pa.Table) -> tuple[pa.Table, pa.Table, dict[str, int]]:
+        """(whole rows to write, keys to delete, counts)."""
+        m = self.merge
+        source = m.source
+        keys = list(self.pairs)
+        # Each source row's target row: a sorted search where target keys are unique (they are, but for a
+        # key held in several partitions), else a join.
+        at = key_positions(self.source_keys, target.select(keys), keys)
+        if at is not None:
+            s_idx = np.flatnonzero(at >= 0)
+            t_idx = at[s_idx]
+        else:
+            s_side = self.source_keys.append_column(
+                "\x00s", pa.array(np.arange(source.num_rows, dtype=np.int64))
+            )
+            t_side = target.select(keys).append_column(
+                "\x00t", pa.array(np.arange(target.num_rows, dtype=np.int64))
+            )
+            joined = s_side.join(t_side, keys=keys, join_type="inner", use_threads=False)
+            s_idx = joined.column("\x00s").to_numpy()
+            t_idx = joined.column("\x00t").to_numpy()
+        if self.on_extra is not None and len(s_idx):
+            both = self._frame(target, t_idx, s_idx)
+            keep = self._mask(both, self.on_extra.expr)
+            s_idx, t_idx = s_idx[keep], t_idx[keep]
+        counts = {"inserted": 0, "updated": 0, "deleted": 0, "unchanged": 0}
+        puts: list[pa.Table] = []
+        deletes: list[pa.Table] = []
+        acted_targets: list[np.ndarray] = []
+        self._inserted: list[pa.Table] = []
+        self._computed_keys = False  # an INSERT computed a key (not a source key as it is)
+        self._updates: list[pa.Table] = []
+        self._deleted: list[pa.Table] = []
+
+        by_kind: dict[str, list[_Lowered]] = {"matched": [], "not_matched": [], "not_matched_by_source": []}
+        for low in self.lowered:
+            by_kind[low.clause.kind].append(low)
+
+        # WHEN MATCHED
+        if len(t_idx):
+            frame = self._frame(target, t_idx, s_idx)
+            taken = self._apply(by_kind["matched"], frame, target, t_idx, None, puts, deletes, counts)
+            acted_targets.append(t_idx[taken])
+            counts["unchanged"] += int(len(t_idx) - taken.sum())
+        # WHEN NOT MATCHED (by target)
+        unmatched_s = _complement(source.num_rows, s_idx)
+        if len(unmatched_s) and by_kind["not_matched"]:
+            frame = self._frame(None, None, unmatched_s)
+            self._apply(by_kind["not_matched"], frame, None, None, unmatched_s, puts, deletes, counts)
+        # WHEN NOT MATCHED BY SOURCE
+        if by_kind["not_matched_by_source"]:
+            unmatched_t = _complement(target.num_rows, t_idx)
+            if len(unmatched_t):
+                frame = self._frame(target, unmatched_t, None)
+                taken = self._apply(
+                    by_kind["not_matched_by_source"], frame, target, unmatched_t, None, puts, deletes, counts
+                )
+                counts["unchanged"] += int(len(unmatched_t) - taken.sum())
+
+        if acted_targets:
+            acted = np.concatenate(acted_targets)
+            if len(acted) and np.bincount(acted, minlength=target.num_rows).max() > 1:
+                raise MergeConflict(
+                    f"{self.name}: MERGE would change a target row more than once: a target row matched more "
+                    "than one source row; deduplicate the source or make the ON condition unique"
+                )
+        # NULL allowed inside nested columns too: conform() refuses a NULL in a NOT NULL field by its path.
+        schema = pa.schema([f.with_type(relax_nested(f.type)).with_nullable(True) for f in self.spec.schema])
+        identity = list(self.spec.identity_columns)
+        whole = [p.cast(schema) for p in puts + self._updates]
+        whole_table = pa.concat_tables(whole) if whole else schema.empty_table()
+        del_table = pa.concat_tables(deletes) if deletes else schema.empty_table().select(identity)
+        self._check_inserts(target)
+        return whole_table, del_table, counts
+
+    def _check_computed_inserts(self, base: int) -> list[str]:
+        """Inserted keys that are not source keys (``INSERT VALUES (s.k + 1, ...)``) were not read with the
+        target: look them up, so that inserting a key the table holds fails as it does for source keys.
+        Returns the splits read."""
+        if not self._inserted or self.merge.full_scan or not self._computed_keys:
+            return []
+        keys = list(self.spec.primary_key)
+        inserted = pa.concat_tables(self._inserted).select(keys)
+        inserted = inserted.cast(pa.schema([self.spec.schema.field(k) for k in keys]))
+        other = inserted.join(
+            self.source_keys.select(keys), keys=keys, join_type="left anti", use_threads=False
+        )
+        if not other.num_rows:
+            return []
+        where = E.conjunction([E.In(k, tuple(pc.unique(other.column(k)).to_pylist())) for k in keys])
+        scan = self.merge.table.scan(columns=list(self.spec.identity_columns), filter=where, version=base)
+        identity = list(self.spec.identity_columns)
+        found = scan.to_arrow().join(
+            pa.concat_tables(self._inserted).select(identity).cast(scan.schema),
+            keys=identity,
+            join_type="left semi",
+            use_threads=False,
+        )
+        if found.num_rows:
+            raise MergeConflict(
+                f"{self.name}: MERGE would insert a key the table already holds: {found.slice(0, 1).to_pylist()[0]}"
+            )
+        return [split_name(s) for s in scan.plan()]
+
+    def _check_inserts(self, target: pa.Table) -> None:
+        if not self._inserted:
+            return
+        identity = list(self.spec.identity_columns)
+        keys = pa.concat_tables(self._inserted)
+        for k in self.spec.primary_key:
+            if keys.column(k).null_count:
+                raise NullKey(f"{self.name}: MERGE would insert a row whose primary-key column {k!r} is NULL")
+        ints = integer_keys(keys.column(identity[0])) if len(identity) == 1 else None
+        if ints is not None:
+            ranked = np.sort(ints)
+            twice = bool(len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any())
+        else:
+            twice = keys.group_by(identity).aggregate([([], "count_all")]).num_rows < keys.num_rows
+        if twice:
+            raise MergeConflict(
+                f"{self.name}: MERGE would insert the same key twice (a duplicate key among the source rows "
+                "that match no target row)"
+            )
+        # Source keys inserted as they are matched no target row (every target row of a source key was
+        # read): only computed keys or an ON condition beyond the key can clash with a held key.
+        if target.num_rows and (self._computed_keys or self.on_extra is not None):
+            held = target.select(identity)
+            if self._deleted:  # keys this MERGE deletes may be inserted again
+                gone = pa.concat_tables(self._deleted).cast(held.schema)
+                held = held.join(gone, keys=identity, join_type="left anti", use_threads=False)
+            clash = keys.join(held, keys=identity, join_type="left semi", use_threads=False)
+            if clash.num_rows:
+                raise MergeConflict(
+                    f"{self.name}: MERGE would insert a key the table already holds: "
+                    f"{clash.slice(0, 1).to_pylist()[0]} (its row did not meet the ON condition)"
+                )
+
+    def _frame(self, target: pa.Table | None, t_idx: np.ndarray | None, s_idx: np.ndarray | None) -> pa.Table:
+        """The target and source rows that conditions and values are evaluated on: the columns they name
+        (at least one, so that the frame knows its row count)."""
+        sides = []
+        if target is not None and t_idx is not None:
+            sides.append((_TARGET, target, t_idx))
+        if s_idx is not None:
+            sides.append((_SOURCE, self.merge.source, s_idx))
+        cols: dict[str, Any] = {}
+        for prefix, table, idx in sides:
+            names = [n for n in table.column_names if prefix + n in self.used]
+            if names:
+                taken = table.select(names).take(pa.array(idx))
+                cols.update((prefix + n, taken.column(n)) for n in names)
+        if not cols:
+            prefix, table, idx = sides[0]
+            cols[prefix + table.column_names[0]] = table.column(0).take(pa.array(idx))
+        return pa.table(cols)
+
+    def _mask(self, frame: pa.Table, expression: pc.Expression) -> np.ndarray:
+        try:
+            return _to_mask(evaluate(frame, {"m": expression}).column("m"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise arrow_failure(self.name, exc) from exc
+
+    def _apply(
+        self,
+        clauses: Sequence[_Lowered],
+        frame: pa.Table,
+        target: pa.Table | None,
+        t_idx: np.ndarray | None,
+        s_idx: np.ndarray | None,
+        puts: list[pa.Table],
+        deletes: list[pa.Table],
+        counts: dict[str, int],
+    ) -> np.ndarray:
+        """Run clauses in order on ``frame``'s rows; returns which rows a clause took."""
+        n = frame.num_rows
+        remaining = np.ones(n, dtype=bool)
+        taken = np.zeros(n, dtype=bool)
+        for low in clauses:
+            if not remaining.any():
+                break
+            hit = remaining.copy()
+            if low.condition is not None:
+                hit &= self._mask(frame, low.condition)
+            if not hit.any():
+                continue
+            remaining &= ~hit
+            idx = np.flatnonzero(hit)
+            action = low.clause.action
+            if action == "nothing":
+                continue  # counted as unchanged by the caller
+            taken |= hit
+            rows = frame.take(pa.array(idx))
+            if action == "delete":
+                assert target is not None and t_idx is not None
+                deletes.append(target.take(pa.array(t_idx[idx])).select(list(self.spec.identity_columns)))
+                self._deleted.append(deletes[-1])
+                counts["deleted"] += len(idx)
+                continue
+            try:
+                values = evaluate(rows, low.values) if low.values else None
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise arrow_failure(self.name, exc) from exc
+            if action == "update":
+                assert target is not None and t_idx is not None
+                base = target.take(pa.array(t_idx[idx]))
+                for name in low.values:
+                    assert values is not None
+                    base = base.set_column(base.schema.get_field_index(name), name, values.column(name))
+                self._updates.append(base)
+                counts["updated"] += len(idx)
+            else:
+                cols = {}
+                for f in self.spec.schema:
+                    cols[f.name] = (
+                        values.column(f.name)
+                        if values is not None and f.name in low.values
+                        else pa.nulls(len(idx), f.type)
+                    )
+                puts.append(pa.table(cols))
+                self._inserted.append(puts[-1].select(list(self.spec.identity_columns)))
+                self._computed_keys |= not low.keys_from_source
+                counts["inserted"] += len(idx)
+        return taken

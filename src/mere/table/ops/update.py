@@ -1,0 +1,206 @@
+"""UPDATE: set columns of the rows matching a filter to SQL expressions of the row, and the assignment
+rules (SQL's implicit casts on store) that MERGE's UPDATE and INSERT clauses share.
+
+Keyed tables write the changed rows as whole new rows (read at the commit's version: the change follows
+:class:`~mere.table.conflicts.RowsUnchanged` and is evaluated again after a lost race); tables without a
+key rewrite the files holding matching rows (copy on write).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from mere.errors import FilterError, InvalidInput
+from mere.lang.lower import Lowering, Typed, evaluate, schema_resolver
+from mere.lang.parse import Parsed, parse_expression
+from mere.metadata import FileEntry
+from mere.read.planner import Split, split_filter
+from mere.spec import OP_PUT
+from mere.table.commit import Change, Commit
+from mere.table.conflicts import RowsUnchanged
+from mere.table.context import TableContext, split_label
+from mere.table.ops.write import rewrite_files
+from mere.table.write_checks import WriteChecks
+from mere.write.cast import incompatibility, is_number, is_text, relax_nested
+from mere.write.writer import conform, partition_json, prepare
+
+
+def update(commit: Commit, values: Mapping[str, str], where: Any = None) -> None:
+    """Set columns of matching rows to SQL expressions (see :meth:`mere.Table.update`)."""
+    ctx = commit.ctx
+    check_update(ctx, values)
+    where = "TRUE" if where is None else where
+    split_filter(ctx.spec, where)  # a bad filter fails now
+    if ctx.spec.has_primary_key:
+        commit.add_read(UpdateWhere(dict(values), where), "an update")
+    else:
+        commit.add_read(RewriteUpdate(dict(values), where), "an update")
+
+
+@dataclass(frozen=True)
+class UpdateWhere:
+    """UPDATE of a keyed table: the rows matching ``where``, rewritten as whole rows."""
+
+    values: Mapping[str, str]
+    where: Any
+
+    def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:
+        """The rows matching at ``base``, updated and written."""
+        spec = ctx.spec
+        scan = ctx.handle.scan(filter=self.where, version=base)
+        read = {split_name(s) for s in scan.plan()}
+        rows = scan.to_arrow()
+        values = _update_values(ctx, self.values)
+        files: list[FileEntry] = []
+        if rows.num_rows:
+            try:
+                computed = evaluate(rows, values)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise arrow_failure(ctx.name, exc) from exc
+            for name in values:
+                rows = rows.set_column(rows.schema.get_field_index(name), name, computed.column(name))
+            conformed, _ = conform(rows, spec, partial_ok=False, identifier=ctx.name)
+            ops = np.full(conformed.num_rows, OP_PUT, dtype=np.int8)
+            files = ctx.files.write(prepare(spec, conformed, ops, identifier=ctx.name))
+        change = Change("update", files, rows.num_rows, {"updated_rows": rows.num_rows})
+        change.rule = RowsUnchanged(frozenset(read), False, "MERGE")
+        return change
+
+
+@dataclass(frozen=True)
+class RewriteUpdate:
+    """UPDATE of a table without key: the files holding matching rows are rewritten (copy on write)."""
+
+    values: Mapping[str, str]
+    where: Any
+
+    def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:
+        """The rewrite at ``base``."""
+        values = _update_values(ctx, self.values)
+        spec = ctx.spec
+
+        def update(data: pa.Table, hit: pa.Array) -> pa.Table:
+            try:
+                computed = evaluate(data.filter(hit), values)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise arrow_failure(ctx.name, exc) from exc
+            mask = np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)
+            positions = pa.array(np.where(mask, np.cumsum(mask) - 1, 0))  # file row -> its updated row
+            for name in values:
+                new = computed.column(name).combine_chunks().take(positions)
+                merged = pc.if_else(hit, new, data.column(name).combine_chunks())
+                data = data.set_column(data.schema.get_field_index(name), name, merged)
+            return conform(data, spec, partial_ok=False, identifier=ctx.name)[0]
+
+        return rewrite_files(ctx, self.where, base, update, "update", "updated_rows")
+
+
+def expression(text: Any, what: str) -> Parsed:
+    """SQL text of an expression, parsed (``what`` names it in errors)."""
+    if not isinstance(text, str):
+        raise InvalidInput(f"{what} must be SQL text (a str), got {type(text).__name__}: {text!r}")
+    return parse_expression(text, what)
+
+
+def assignments(values: Any, what: str) -> tuple[tuple[str, Parsed], ...]:
+    """``column -> SQL text`` pairs, parsed (``what`` names the clause in errors)."""
+    if not isinstance(values, Mapping) or not values:
+        raise InvalidInput(f"{what} takes a non-empty dict of column -> SQL expression text, got {values!r}")
+    out = []
+    for column, text in values.items():
+        if not isinstance(column, str) or not column:
+            raise InvalidInput(f"{what}: column names must be non-empty strings, got {column!r}")
+        if isinstance(text, str):
+            out.append((column, expression(text, f"{what} value for {column!r}")))
+        else:
+            raise InvalidInput(
+                f'{what}: the value for {column!r} must be SQL text such as "s.{column}" or "\'text\'", '
+                f"got {type(text).__name__} {text!r}"
+            )
+    return tuple(out)
+
+
+def assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Expression:
+    """A value stored into a column of type ``to``: SQL's assignment cast (floats round to integers).
+
+    Fields inside nested columns are cast as nullable: writing the rows refuses a NULL in a NOT NULL one
+    by its path (Arrow's cast would fail on a NULL struct's children, or pass a NULL list element)."""
+    to = relax_nested(to)
+    if value.type == to:
+        return value.expr
+    if not (value.is_literal and isinstance(value.value, str)) and not _assignable(value.type, to):
+        raise FilterError(f"cannot store {text!r} ({value.type}) in column {column!r} ({to})")
+    lowering = Lowering(lambda node: ("", pa.null()), text)
+    if pa.types.is_integer(to) and (pa.types.is_floating(value.type) or pa.types.is_decimal(value.type)):
+        value = lowering.call("round", [lowering.roomy(value)], pc.RoundOptions(0, "half_towards_infinity"))
+    try:
+        return lowering.cast(value, to).expr
+    except FilterError as exc:
+        raise FilterError(
+            f"cannot store {text!r} ({value.type}) in column {column!r} ({to}): {exc}"
+        ) from None
+
+
+def _kind(t: pa.DataType) -> str:
+    if is_number(t):
+        return "number"
+    if is_text(t):
+        return "text"
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        return "datetime"
+    return str(t.id)
+
+
+def _assignable(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether SQL stores values of ``source`` into a ``target`` column by an implicit cast."""
+    if pa.types.is_null(source):
+        return True
+    kinds = (_kind(source), _kind(target))
+    if kinds[0] == kinds[1] and kinds[0] in ("number", "text", "datetime"):
+        return True
+    if kinds == ("text", str(pa.binary().id)) or (pa.types.is_binary(target) and kinds[0] == "text"):
+        return True
+    return kinds[0] == kinds[1] and incompatibility(source, target) is None
+
+
+def arrow_failure(name: str, exc: BaseException) -> InvalidInput:
+    """An Arrow failure while evaluating a statement, as bad input."""
+    return InvalidInput(f"{name}: evaluating the statement failed: {str(exc).splitlines()[0]}")
+
+
+def split_name(split: Split) -> str:
+    """How commit summaries name a planned split."""
+    return split_label((partition_json(dict(split.partition)), split.bucket))
+
+
+def _update_values(ctx: TableContext, values: Mapping[str, str]) -> dict[str, pc.Expression]:
+    spec = ctx.spec
+    items = assignments(values, "UPDATE SET")
+    out: dict[str, pc.Expression] = {}
+    for column, parsed in items:
+        if column not in spec.schema.names:
+            raise InvalidInput(
+                f"{ctx.name}: UPDATE SET names unknown column {column!r}; columns: {spec.schema.names}"
+            )
+        if spec.has_primary_key and column in spec.identity_columns:
+            if isinstance(parsed.tree, exp.Column) and not parsed.tree.table and parsed.tree.name == column:
+                continue  # SET k = k leaves the row's key as it is
+            raise InvalidInput(
+                f"{ctx.name}: UPDATE cannot set key or partition column {column!r} (delete the row and insert "
+                "the new one instead)"
+            )
+        typed = Lowering(schema_resolver(spec.schema), parsed.text, parsed.lists).lower(parsed.tree)
+        out[column] = assign(typed, spec.schema.field(column).type, column, parsed.text)
+    return out
+
+
+def check_update(ctx: TableContext, values: Mapping[str, str]) -> None:
+    """Fail now on a bad SET (unknown column, key column, type) before anything is read."""
+    _update_values(ctx, values)

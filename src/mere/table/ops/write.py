@@ -1,0 +1,349 @@
+"""Writes: upsert, append, delete, overwrite and truncate as changes of a :class:`~mere.table.commit.Commit`,
+and the staged (distributed) form of each: :func:`stage` on workers, :func:`commit_staged` on the driver.
+
+Upserts, appends and deletes of given keys are blind: they rebase onto whatever landed. A delete by
+predicate (or of keys whose partition is unknown) reads the table: its change keeps the delete as a
+recipe (:class:`DeleteWhere`, :class:`DeleteKeys`, :class:`RewriteWhere`) that the commit evaluates again
+after a lost race. An overwrite removes the files of the partitions it replaces, as data
+(:class:`~mere.table.commit.ReplacePartitions`), resolved at the version it commits on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mere import expr as E
+from mere.errors import CommitFailed, InvalidInput
+from mere.lang.lower import evaluate
+from mere.metadata import DELETED_ROWS, CommitResult, FileEntry
+from mere.read.evolution import whole_file_as_table
+from mere.read.planner import split_filter, typed_partition
+from mere.spec import OP_DELETE, TableSpec
+from mere.table.commit import (
+    Change,
+    Commit,
+    RemoveFiles,
+    ReplacePartitions,
+    StagedChange,
+    deletion_summary,
+    renumber,
+)
+from mere.table.conflicts import PartitionSet, PartitionsUnchanged, RowsUnchanged
+from mere.table.context import TableContext, file_splits, partition_values
+from mere.table.write_checks import WriteChecks
+from mere.write.writer import PreparedFile, conform, prepare
+
+STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
+
+
+# -- changes of a commit ----------------------------------------------------------------------------------
+
+
+def upsert(commit: Commit, data: Any) -> None:
+    """Insert or update rows by primary key (see :meth:`mere.Table.upsert`)."""
+    ctx = commit.ctx
+    if not ctx.spec.has_primary_key:
+        raise InvalidInput(f"{ctx.name} has no primary key: use append()")
+    files, rows = ctx.files.write_data(data, partial_ok=True, check=commit.checks.observe)
+    commit.add(Change("upsert", files, rows))
+
+
+def append(commit: Commit, data: Any) -> None:
+    """Add rows to a table without primary key."""
+    ctx = commit.ctx
+    if ctx.spec.has_primary_key:
+        raise InvalidInput(f"{ctx.name} has a primary key {list(ctx.spec.primary_key)}: use upsert()")
+    files, rows = ctx.files.write_data(data, partial_ok=False)
+    commit.add(Change("append", files, rows))
+
+
+def delete(commit: Commit, where: Any) -> None:
+    """Delete rows matching a filter, or the keys in a table of keys (see :meth:`mere.Table.delete`)."""
+    ctx = commit.ctx
+    if where is None:
+        raise InvalidInput(
+            f"{ctx.name}: delete(None) names no rows; to delete every row say delete('TRUE') or truncate()"
+        )
+    if isinstance(where, (pa.Table, pa.RecordBatch, dict)) or type(where).__module__.startswith("pandas"):
+        keys = ctx.files.key_rows(where, ctx.spec.primary_key)
+        cols = [c for c in ctx.spec.identity_columns if c in keys.column_names]
+        if len(cols) == len(ctx.spec.identity_columns):
+            commit.add(marker_change(ctx, keys.select(cols), commit.checks))
+            return
+        commit.add_read(DeleteKeys(keys))
+        return
+    split_filter(ctx.spec, where)  # a bad filter fails now
+    if ctx.spec.has_primary_key:
+        # Read even where the filter names keys: the rows that exist are what a DELETE counts (as
+        # DuckDB's count does), and markers are written for those only.
+        commit.add_read(DeleteWhere(where))
+    else:
+        commit.add_read(RewriteWhere(where))
+
+
+def overwrite(
+    commit: Commit, data: Any, partition: Mapping[str, Any] | None = None, *, dynamic: bool = False
+) -> None:
+    """Replace the whole table, or the partitions matching ``partition``, with ``data``; with
+    ``dynamic=True`` only the partitions ``data`` has rows in (see :meth:`mere.Table.overwrite`)."""
+    ctx = commit.ctx
+    check_dynamic(ctx.name, dynamic)
+    wanted = ctx.files.wanted_partition(partition)
+    commit.reads_first("overwrite")
+    files, rows = ctx.files.write_data(
+        data,
+        partial_ok=False,
+        check=lambda prepared: ctx.files.check_partition(wanted, [p.partition for p in prepared]),
+    )
+    commit.add(overwriting(ctx, "overwrite", files, rows, wanted, dynamic=dynamic))
+
+
+def truncate(commit: Commit) -> None:
+    """Remove every row, writing nothing."""
+    commit.reads_first("truncate")
+    commit.add(overwriting(commit.ctx, "truncate", [], 0, None))
+
+
+def overwriting(
+    ctx: TableContext,
+    operation: str,
+    files: list[FileEntry],
+    rows: int,
+    wanted: dict[str, str | None] | None,
+    *,
+    dynamic: bool = False,
+) -> Change:
+    """An overwrite's change: it replaces the files of the whole table, of the partitions matching
+    ``wanted``, or (``dynamic`` on a partitioned table) of exactly the partitions ``files`` hold."""
+    # Dynamic on a table without partition columns replaces the whole table, as in Spark and Delta.
+    present = (
+        frozenset(partition_values(f.partition) for f in files) if dynamic and ctx.spec.partition_by else None
+    )
+    target = PartitionSet(wanted, present)
+    summary: dict[str, Any] = {}
+    if operation == "overwrite":
+        summary["overwrite"] = wanted
+        if present is not None:
+            summary["overwrite_mode"] = "dynamic"
+    return Change(operation, files, rows, summary, ReplacePartitions(target), PartitionsUnchanged(target))
+
+
+def check_dynamic(table: str, dynamic: Any) -> None:
+    """``dynamic`` is a bool."""
+    if not isinstance(dynamic, bool):
+        raise InvalidInput(f"{table}: dynamic must be True or False, got {dynamic!r}")
+
+
+# -- deletes ----------------------------------------------------------------------------------------------
+
+
+def marker_change(
+    ctx: TableContext,
+    keys: pa.Table,
+    checks: WriteChecks | None = None,
+    first: bool = False,
+    read: bool = False,
+) -> Change:
+    """Delete markers for these keys, written; ``checks`` take note of them (later upserts start afresh).
+    ``read``: the keys are rows the delete read at its version (each one existed)."""
+    keys, _ = conform(keys, _key_only_spec(ctx.spec), partial_ok=True, identifier=ctx.name)
+    ops = np.full(keys.num_rows, OP_DELETE, dtype=np.int8)
+    prepared = prepare(ctx.spec, keys, ops)
+    files = ctx.files.write(prepared)
+    rows = sum(f.row_count for f in files)
+    change = Change("delete", files, rows, deletion_summary(rows, rows if read else None))
+    if checks is not None:
+        checks.observe(prepared, tag=change, first=first)
+    return change
+
+
+def read_markers(ctx: TableContext, keys: pa.Table, checks: WriteChecks) -> Change:
+    """Markers for rows a delete read at its version: they conflict with concurrent changes there."""
+    # The keys were read at the transaction's version: the checks see their deletes before every write
+    # of the transaction (reading changes come first, and deletes commute with one another).
+    change = marker_change(ctx, keys, checks, first=True, read=True)
+    change.rule = RowsUnchanged(file_splits(change.files))
+    return change
+
+
+@dataclass(frozen=True)
+class DeleteWhere:
+    """A delete by predicate on a keyed table: markers for the rows matching ``where``."""
+
+    where: Any
+
+    def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:
+        """Markers for the rows matching at ``base``."""
+        keys = ctx.handle.scan(
+            columns=list(ctx.spec.identity_columns), filter=self.where, version=base
+        ).to_arrow()
+        return read_markers(ctx, keys, checks)
+
+
+@dataclass(frozen=True)
+class DeleteKeys:
+    """Keys given without their partition: markers where each lives."""
+
+    keys: pa.Table
+
+    def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:
+        """Markers for the keys found at ``base``."""
+        spec = ctx.spec
+        pk = list(spec.primary_key)
+        pk_spec = TableSpec(pa.schema([spec.schema.field(c) for c in pk]), spec.primary_key, (), spec.buckets)
+        conformed, _ = conform(self.keys.select(pk), pk_spec, partial_ok=True, identifier=ctx.name)
+        where: Any = None
+        if len(pk) == 1 and conformed.num_rows <= 10_000:
+            where = E.In(pk[0], tuple(pc.unique(conformed.column(pk[0])).to_pylist()))  # prunes buckets
+        current = ctx.handle.scan(columns=list(spec.identity_columns), filter=where, version=base).to_arrow()
+        found = current.join(conformed.select(pk).group_by(pk).aggregate([]), keys=pk, join_type="left semi")
+        return read_markers(ctx, found, checks)
+
+
+@dataclass(frozen=True)
+class RewriteWhere:
+    """A delete on a table without key: the files holding matching rows are rewritten (copy on write)."""
+
+    where: Any
+
+    def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:
+        """The rewrite at ``base``."""
+
+        def drop(data: pa.Table, hit: pa.Array) -> pa.Table:
+            return data.filter(pc.invert(hit))
+
+        return rewrite_files(ctx, self.where, base, drop, "delete", DELETED_ROWS)
+
+
+def rewrite_files(
+    ctx: TableContext,
+    where: Any,
+    base: int,
+    rewrite: Callable[[pa.Table, pa.Array], pa.Table],
+    operation: str,
+    count_key: str,
+) -> Change:
+    """Copy on write for tables without a key: each file at ``base`` holding rows that match ``where`` is
+    replaced by ``rewrite(rows, matches)`` (no file if that is empty); files without a match stay."""
+    spec, storage = ctx.spec, ctx.storage
+    parts = split_filter(spec, where)
+    hit_expr = pc.coalesce(E.to_pyarrow(parts.bound, spec.schema), pa.scalar(False))
+    add: list[FileEntry] = []
+    gone: list[FileEntry] = []
+    matched = 0
+    try:
+        for f in ctx.handle.files_at(base):
+            values = json.loads(f.partition)
+            if spec.partition_by and E.evaluate_constant(parts.bound, typed_partition(spec, values)) is False:
+                continue
+            md = storage.metadata(f.path)
+            data = whole_file_as_table(
+                storage.read_row_groups(f.path, range(md.num_row_groups), None), spec, md
+            )
+            try:
+                mask = evaluate(data, {"hit": hit_expr}).column("hit").combine_chunks()
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise InvalidInput(
+                    f"{ctx.name}: evaluating the filter failed: {str(exc).splitlines()[0]}"
+                ) from exc
+            count = int(pc.sum(mask.cast(pa.int64())).as_py() or 0)
+            if not count:
+                continue
+            new = rewrite(data, mask)
+            matched += count
+            gone.append(f)
+            if new.num_rows:
+                add += ctx.files.write([PreparedFile(values, f.bucket, new, "data")], first_order=len(add))
+    except BaseException:
+        ctx.files.discard(add)
+        raise
+    return Change(operation, add, matched, {count_key: matched}, RemoveFiles(tuple(gone)))
+
+
+def _key_only_spec(spec: TableSpec) -> TableSpec:
+    fields = [spec.schema.field(c) for c in spec.schema.names if c in spec.identity_columns]
+    return TableSpec(pa.schema(fields), spec.primary_key, spec.partition_by, spec.buckets, {}, None, {})
+
+
+# -- staged (distributed) writes ------------------------------------------------------------------------
+
+
+def stage(ctx: TableContext, data: Any, operation: str = "upsert") -> StagedChange:
+    """Write files for ``operation`` without committing them (the worker half of a distributed write)."""
+    if operation not in STAGE_OPERATIONS:
+        raise InvalidInput(f"cannot stage {operation!r}; choose one of {', '.join(STAGE_OPERATIONS)}")
+    if operation == "upsert" and not ctx.spec.has_primary_key:
+        raise InvalidInput(f"{ctx.name} has no primary key: stage 'append'")
+    if operation == "append" and ctx.spec.has_primary_key:
+        raise InvalidInput(f"{ctx.name} has a primary key: stage 'upsert'")
+    if operation == "delete":
+        keys = ctx.files.key_rows(data, ctx.spec.identity_columns)
+        entries = marker_change(ctx, keys.select(list(ctx.spec.identity_columns))).files
+        return StagedChange(ctx.name, operation, entries, sum(e.row_count for e in entries))
+    checks = WriteChecks(ctx.spec, ctx.name) if operation == "upsert" else None
+    entries, rows = ctx.files.write_data(
+        data, partial_ok=operation == "upsert", check=checks.observe if checks else None
+    )
+    return StagedChange(ctx.name, operation, entries, rows)
+
+
+def commit_staged(
+    ctx: TableContext,
+    staged: Sequence[StagedChange],
+    operation: str | None,
+    partition: Mapping[str, Any] | None,
+    idempotency_key: str | None,
+    dynamic: bool,
+) -> CommitResult:
+    """Commit staged writes of one operation as one new version (see :meth:`mere.Table.commit`)."""
+    if operation is not None and operation not in STAGE_OPERATIONS:
+        raise InvalidInput(
+            f"{ctx.name}: cannot commit {operation!r}; choose one of {', '.join(STAGE_OPERATIONS)}"
+        )
+    ops = {s.operation for s in staged}
+    if len(ops) > 1:
+        raise InvalidInput(f"{ctx.name}: cannot commit different operations {sorted(ops)} together")
+    if any(s.table != ctx.name for s in staged):
+        raise InvalidInput(f"{ctx.name}: staged writes belong to another table")
+    if operation is not None and ops and ops != {operation}:
+        raise InvalidInput(f"{ctx.name}: staged {sorted(ops)} cannot commit as {operation!r}")
+    operation = operation or (ops.pop() if ops else ("upsert" if ctx.spec.has_primary_key else "append"))
+    if (partition is not None or dynamic) and operation != "overwrite":
+        raise InvalidInput(f"{ctx.name}: partition= and dynamic= apply to overwrite only")
+    entries = renumber(f for s in staged for f in s.files)
+    rows = sum(s.rows for s in staged)
+    commit = Commit(ctx, idempotency_key=idempotency_key)
+    try:
+        if idempotency_key is not None:
+            prior = ctx.store.find_idempotent(ctx.table_id, idempotency_key)
+            if prior is not None:
+                ctx.files.discard(entries)
+                return CommitResult.of(prior, already_committed=True)
+        # Staged files may be old (a long job): one that a cleanup took would make the table unreadable.
+        gone = ctx.storage.missing([e.path for e in entries])
+        if gone:
+            raise CommitFailed(
+                f"{ctx.name}: {len(gone)} staged file(s) no longer exist (e.g. {gone[0]}): a cleanup "
+                "with a shorter older_than than this write took may have deleted them; write them again"
+            )
+        if operation == "overwrite":
+            wanted = ctx.files.wanted_partition(partition)
+            ctx.files.check_partition(wanted, [json.loads(e.partition) for e in entries])
+            commit.add(overwriting(ctx, "overwrite", entries, rows, wanted, dynamic=dynamic))
+        elif operation == "delete":
+            commit.add(Change("delete", entries, rows, deletion_summary(rows, None)))
+        else:
+            if operation == "upsert" and ctx.spec.has_primary_key:
+                commit.checks.observe_files(ctx.handle, entries)
+            commit.add(Change(operation, entries, rows))
+    except BaseException:
+        ctx.files.discard(entries)
+        raise
+    return commit.run()
