@@ -44,8 +44,8 @@ def _commit(ctx: TableContext, target: int, base: int) -> CommitResult:
     live_ids = {f.id for f in live}
     wanted_ids = {f.id for f in wanted}
     # Files of the target that are still live stay as they are; the others come back as new rows with
-    # their own sequence numbers, so they merge in the order they had.
-    add = [replace(f, order=i) for i, f in enumerate(f for f in wanted if f.id not in live_ids)]
+    # their own sequence numbers, so they merge in the order they had (the commit renumbers them).
+    add = [f for f in wanted if f.id not in live_ids]
     remove = tuple(f for f in live if f.id not in wanted_ids)
     present = {path for path, _size, _mtime in ctx.storage.list_files(ctx.location)} if add else set()
     missing = [f.path for f in add if f.path not in present]
