@@ -11,7 +11,7 @@ import re
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -1029,26 +1029,41 @@ class Table:
         delete markers go when a fold reaches the split's oldest run."""
         return sorted(self._runs_due(version))
 
-    def _runs_due(self, version: int | None) -> dict[tuple[str, int], int]:
-        """Per due split, how many of its newest runs the policy folds."""
+    def _runs_due(
+        self, version: int | None, files: Sequence[FileEntry] | None = None
+    ) -> dict[tuple[str, int], int]:
+        """Per due split, how many of its newest runs the policy folds (``files``: those at ``version``).
+
+        Once a split is due, splits a commit or two from due are folded in the same compaction: one commit
+        for all instead of one for each, as splits that commits fill evenly fall due together."""
         if not self.spec.has_primary_key:
             return {}  # tables without a key have nothing to fold
-        base = self.resolve_version(version)
+        if files is None:
+            files = self.files_at(self.resolve_version(version))
         min_files, percent = self.compaction_policy[1], self.compaction_size_amplification
         sizes: dict[tuple[str, int], Counter[int]] = defaultdict(Counter)
         rows: dict[tuple[str, int], Counter[int]] = defaultdict(Counter)
-        for f in self.files_at(base):
+        for f in files:
             split = (f.partition, f.bucket)
             sizes[split][f.seq or 0] += f.size_bytes  # a catalog seq is never NULL
             rows[split][f.seq or 0] += f.row_count
-        due = {}
-        for split, by_seq in sizes.items():
-            newest = sorted(by_seq, reverse=True)
-            fold = runs_to_fold(
-                [by_seq[q] for q in newest], [rows[split][q] for q in newest], min_files, percent
-            )
-            if fold:
-                due[split] = fold
+
+        def picks(trigger: int, splits: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+            out = {}
+            for split in splits:
+                by_seq = sizes[split]
+                newest = sorted(by_seq, reverse=True)
+                fold = runs_to_fold(
+                    [by_seq[q] for q in newest], [rows[split][q] for q in newest], trigger, percent
+                )
+                if fold:
+                    out[split] = fold
+            return out
+
+        due = picks(min_files, sizes)
+        if due and min_files > 2:
+            early = max(2, min_files - max(1, min_files // 4))
+            due |= picks(early, [s for s in sizes if s not in due])
         return due
 
     def auto_compact(self, version: int | None = None) -> CommitResult | None:
@@ -1093,11 +1108,12 @@ class Table:
         wanted = self._wanted_partition(partition)
         only = self._wanted_splits(splits)
         base = self.version
-        picks = self._runs_due(base) if tiered else {}
         if not self.spec.has_primary_key:
             return CompactionPlan(self.name, self.record.uuid, base, (), (), ())
+        files = self.files_at(base)
+        picks = self._runs_due(base, files) if tiered else {}
         planned, opts = self.scan(version=base)._plan(Explain(base))
-        ids = {f.path: f.id for f in self.files_at(base)}
+        ids = {f.path: f.id for f in files}
         storage_options = tuple(sorted(self.storage.storage_options.items()))
         tasks: list[CompactionTask] = []
         remove: list[int] = []
