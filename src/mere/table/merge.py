@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from mere import expr as E
 from mere.arrays import bool_array, sorted_unique
-from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey
+from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey, names_its_table
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
 from mere.metadata import ConcurrentChanges, FileEntry
@@ -236,6 +236,7 @@ def _assignments(values: Any, what: str) -> tuple[tuple[str, Parsed], ...]:
     return tuple(out)
 
 
+@names_its_table
 class Merge:
     """A MERGE INTO being built: add WHEN clauses in order, then :meth:`execute` (see :meth:`Table.merge`)."""
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from mere import expr as E
 from mere.concurrency import default_threads
-from mere.errors import InvalidInput, NoSuchVersion, SchemaMismatch, StorageError
+from mere.errors import InvalidInput, NoSuchVersion, SchemaMismatch, StorageError, names_its_table
 from mere.io import Storage
 from mere.metadata import Snapshot
 from mere.optional import require
@@ -196,6 +196,7 @@ def group_tasks(
     return groups
 
 
+@names_its_table
 @dataclass(frozen=True)
 class Scan:
     """A planned read of one table version. Each output method starts a fresh, lazy read."""

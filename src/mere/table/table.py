@@ -29,6 +29,7 @@ from mere.errors import (
     SchemaChanged,
     StorageError,
     TagExists,
+    names_its_table,
 )
 from mere.io import Storage
 from mere.io.options import redact_url
@@ -81,6 +82,7 @@ class StagedWrite:
     rows: int = 0
 
 
+@names_its_table
 class Table:
     """A table in a catalog. Cheap to create; every read asks the catalog for the version to read."""
 

@@ -50,6 +50,7 @@ from mere.errors import (
     InvalidInput,
     NoSuchVersion,
     SchemaChanged,
+    names_its_table,
 )
 from mere.metadata import (
     BLIND_DELETE_MARKERS,
@@ -91,6 +92,7 @@ class Change:
     restores: int | None = None
 
 
+@names_its_table
 class Transaction:
     """Changes to one table that commit together as one version, or not at all.
 
