@@ -937,7 +937,7 @@ class Table:
 
         def maintain() -> None:
             if compacts:
-                self.auto_compact(result.version)
+                self._compact_if_due(result.version)
             if expires:
                 self._auto_expire(result.version)
 
@@ -1075,8 +1075,14 @@ class Table:
         self._require_live()
         if version is not None:
             self.resolve_version(version)  # a bad or unknown version raises, before anything runs
+        return self._compact_if_due(version)
+
+    def _compact_if_due(self, version: int | None) -> CommitResult | None:
+        """:meth:`auto_compact` without its checks of the arguments: after a commit of this handle, whose
+        version exists (one catalog listing when nothing is due)."""
         try:
-            due = self.compaction_due(version)
+            files = None if version is None else self.files_at(version)
+            due = sorted(self._runs_due(version, files))
             return self.compact(splits=due, tiered=True) if due else None
         except Exception as e:  # a policy run must never fail the write that triggered it
             logging.getLogger("mere").warning(
