@@ -1,7 +1,9 @@
 """Filter expressions: parsing, binding, lowering to pyarrow and pruning analysis.
 
 A filter reaches mere as SQL-like text, as an :class:`Expr` tree or as an opaque
-``pyarrow.compute.Expression``; :func:`to_expr` turns all three into an ``Expr``.
+``pyarrow.compute.Expression``; :func:`to_expr` turns all three into an ``Expr``. Text
+combined with an expression (``(col("a") > 1) & "b = 2"``) stays text (:class:`FilterText`)
+until :func:`to_expr` or :func:`bind` reads it, where a table takes the filter.
 
 Semantics follow SQL three-valued logic. A comparison with a NULL column value is
 NULL; ``NOT NULL`` is NULL; ``x IN (1, NULL)`` is TRUE when ``x = 1`` and NULL
