@@ -2,9 +2,10 @@
 
 A literal is a plain Python value (see :mod:`mere.expr`). :func:`bind_scalar` casts one to a column's Arrow
 type; a number an integer or decimal column cannot hold becomes a :class:`Gap` between the two column values
-around it, which keeps comparisons with it exact. :func:`compare_values` compares two Python values and
-:func:`compare_floats` two Arrow float expressions as SQL compares them: NaN equals NaN and is above every
-other value, ``-0.0`` equals ``0.0``. The SQL front end (:mod:`mere.lang`) shares these rules.
+around it, which keeps comparisons with it exact. :func:`compare_values` compares two Python values (for
+pruning) and :func:`compare_floats` builds the Arrow comparison of two float operands as SQL compares
+them: NaN equals NaN and is above every other value, ``-0.0`` equals ``0.0``. Filter atoms and the SQL
+front end (:mod:`mere.lang`) both lower float comparisons with it.
 """
 
 from __future__ import annotations
@@ -442,13 +443,12 @@ def is_nan(value: object) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-NAN_KEY = ("NaN",)
-"""Stands for every NaN in hash lookups (NaN != NaN as a Python float): see :func:`canonical`."""
+_NAN_KEY = ("NaN",)  # stands for every NaN in hash lookups (NaN != NaN as a Python float)
 
 
 def canonical(value: object) -> object:
-    """``value`` as a hash key: every NaN is :data:`NAN_KEY`."""
-    return NAN_KEY if is_nan(value) else value
+    """``value`` as a hash key: every NaN is the same key."""
+    return _NAN_KEY if is_nan(value) else value
 
 
 def compare_values(op: str, a: object, b: object) -> bool | None:
