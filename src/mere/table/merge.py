@@ -25,6 +25,7 @@ from sqlglot import exp
 from mere import expr as E
 from mere.arrays import bool_array, sorted_unique
 from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey, names_its_table
+from mere.expr.literals import format_ident
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
 from mere.metadata import ConcurrentChanges, FileEntry
@@ -426,7 +427,7 @@ def _label(split: Split) -> str:
 
 
 def _quote(name: str) -> str:
-    return E._fmt_ident(name)
+    return format_ident(name)
 
 
 def _source_table(data: Any, name: str) -> pa.Table:
@@ -1101,11 +1102,11 @@ def _assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Express
 
 
 def _kind(t: pa.DataType) -> str:
-    from mere.write.cast import _is_number, _is_text
+    from mere.write.cast import is_number, is_text
 
-    if _is_number(t):
+    if is_number(t):
         return "number"
-    if _is_text(t):
+    if is_text(t):
         return "text"
     if pa.types.is_date(t) or pa.types.is_timestamp(t):
         return "datetime"

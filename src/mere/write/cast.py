@@ -20,11 +20,13 @@ from mere.spec import normalise_type
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError)
 
 
-def _is_number(t: pa.DataType) -> bool:
+def is_number(t: pa.DataType) -> bool:
+    """Number types: integers, floats and decimals (not bool)."""
     return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
 
 
-def _is_text(t: pa.DataType) -> bool:
+def is_text(t: pa.DataType) -> bool:
+    """String types of every layout (string, large, view)."""
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 
@@ -59,9 +61,9 @@ def incompatibility(source: pa.DataType, target: pa.DataType) -> str | None:
         return incompatibility(source.value_type, target)
     if pa.types.is_run_end_encoded(source):
         return incompatibility(source.value_type, target)
-    if _is_number(source) and _is_number(target):
+    if is_number(source) and is_number(target):
         return None
-    if _is_text(source) and (_is_text(target) or is_bytes_type(target)):
+    if is_text(source) and (is_text(target) or is_bytes_type(target)):
         return None
     if is_bytes_type(source) and is_bytes_type(target):
         return None
