@@ -160,7 +160,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.checkpoints = [int(c) for c in args.checkpoints.split(",")]
-    results = [run(*policy(p), args) for p in args.policies.split(";" if ";" in args.policies else ",")]
+    # Policies are separated by commas, or by semicolons when a property spec holds commas.
+    specs = args.policies.split(";" if ";" in args.policies else ",")
+    results = [run(*policy(p), args) for p in specs if p.strip()]
     if args.json:
         print(json.dumps(results, indent=2))
         return
