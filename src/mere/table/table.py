@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -64,6 +65,8 @@ log = logging.getLogger(__name__)
 
 ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
 _BACKGROUND_COMPACTIONS: dict[str, threading.Lock] = {}  # per table: one background compaction at a time
+# A forked child has none of the parent's threads: a lock one of them held would stay held for good.
+os.register_at_fork(after_in_child=_BACKGROUND_COMPACTIONS.clear)
 AUTO_COMPACT_MIN_FILES = 8  # compaction.min-files default: a split is folded when it holds this many runs
 SCAN_OPTIONS = ("threads", "parallel", "window_bytes", "queue_batches")
 STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
