@@ -1143,7 +1143,7 @@ class Table:
                     continue
                 if fold < len(seqs):
                     newest = [f for f in split.files if f.seq >= seqs[fold - 1]]
-                    if can_fold_partially(newest):
+                    if can_fold_partially(newest, self.spec):
                         split, partial = replace(split, files=tuple(newest)), True
             elif len(seqs) < min_files and not any(f.content == "delete" for f in split.files):
                 continue
