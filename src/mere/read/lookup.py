@@ -35,6 +35,7 @@ from mere.arrays import bool_array
 from mere.hashing import bucket_ids
 from mere.io import keyindex
 from mere.io.storage import Storage, primitive_leaf
+from mere.kernels import group_starts, sort_indices
 from mere.read.evolution import (
     FileColumns,
     file_columns,
@@ -42,7 +43,6 @@ from mere.read.evolution import (
     to_table_columns,
     without_field_ids,
 )
-from mere.read.merge import group_starts, sort_indices
 from mere.read.planner import FileTask, Split
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, TableSpec
 

@@ -22,6 +22,7 @@ from mere.concurrency import shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.storage import primitive_leaf
+from mere.kernels import group_starts, numpy_sortable_array, reduce_versions, sort_indices
 from mere.read import lookup
 from mere.read.evolution import (
     FileColumns,
@@ -30,13 +31,7 @@ from mere.read.evolution import (
     stored_as_table,
     to_table_columns,
 )
-from mere.read.merge import (
-    _numpy_sortable,
-    group_starts,
-    newest_wins,
-    reduce_versions,
-    sort_indices,
-)
+from mere.read.newest_wins import newest_wins
 from mere.read.planner import Explain, FileTask, Split, row_group_stats
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
@@ -641,7 +636,7 @@ class SplitReader:
         for c in self.spec.primary_key:
             chunks = [p.column(c) for _, p in parts]
             arrays = [a for ch in chunks for a in ch.chunks]
-            as_np = [_numpy_sortable(a) for a in arrays]
+            as_np = [numpy_sortable_array(a) for a in arrays]
             if all(a is not None for a in as_np):
                 keys.append(np.concatenate(as_np))  # type: ignore[arg-type]
             else:

@@ -26,10 +26,10 @@ from mere import expr as E
 from mere.arrays import bool_array, sorted_unique
 from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey, names_its_table
 from mere.expr.literals import format_ident
+from mere.kernels import integer_keys, key_positions
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
 from mere.metadata import ConcurrentChanges, FileEntry
-from mere.read.merge import integer_keys, key_positions
 from mere.spec import OP_DELETE, OP_PUT
 from mere.table.write_checks import split_label
 from mere.write.cast import relax_nested
@@ -762,8 +762,8 @@ class MergePlan:
         import os
         from concurrent.futures import ThreadPoolExecutor
 
+        from mere.kernels import KeySet
         from mere.read import lookup
-        from mere.read.merge import KeySet
         from mere.read.planner import Explain
         from mere.read.reader import SplitReader, io_pool
 

@@ -21,8 +21,8 @@ from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NullKey, SchemaMismatch, SumOverflow
 from mere.hashing import bucket_ids
 from mere.io import Storage
+from mere.kernels import group_starts, numpy_sortable_array, reduce_versions, sort_indices
 from mere.metadata import FileEntry
-from mere.read.merge import group_starts, reduce_versions, sort_indices
 from mere.read.planner import typed_partition
 from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec, with_field_ids
 from mere.write.cast import lossless_cast, nested_not_null, strict_nested
@@ -326,9 +326,7 @@ def prepare(
     op_all = np.full(n, OP_MERGE, dtype=np.int8) if ops is None else ops.astype(np.int8)
     key_np = None
     if len(spec.primary_key) == 1:
-        from mere.read.merge import _numpy_sortable
-
-        key_np = _numpy_sortable(_contiguous_column(table, spec.primary_key[0]))
+        key_np = numpy_sortable_array(_contiguous_column(table, spec.primary_key[0]))
 
     def one_group(lo: int, hi: int) -> PreparedFile:
         idx = order[lo:hi]
