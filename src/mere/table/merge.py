@@ -30,10 +30,11 @@ from mere.kernels import integer_keys, key_positions
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
 from mere.metadata import ConcurrentChanges, FileEntry
+from mere.partitions import partition_json
 from mere.spec import OP_DELETE, OP_PUT
 from mere.table.write_checks import split_label
 from mere.write.cast import relax_nested
-from mere.write.writer import conform, partition_json, prepare, to_batches
+from mere.write.writer import conform, prepare, to_batches
 
 MERGE_LOOKUP_KEYS = 256  # sources of up to this many keys are looked up, as scans pinning as many keys are
 

@@ -20,6 +20,7 @@ from mere.errors import InvalidInput, NoSuchVersion, SchemaMismatch, StorageErro
 from mere.io import Storage
 from mere.metadata import Snapshot
 from mere.optional import require
+from mere.partitions import partition_json
 from mere.read.planner import Explain, FilterParts, Split, plan_splits, row_group_stats, split_filter
 from mere.read.reader import (
     LOOKUP_MAX_KEYS,
@@ -30,7 +31,6 @@ from mere.read.reader import (
     warm_filter_caches,
 )
 from mere.spec import TableSpec
-from mere.write.writer import partition_json
 
 if TYPE_CHECKING:
     import pandas as pd
