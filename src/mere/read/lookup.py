@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -43,11 +43,9 @@ from mere.read.evolution import (
     to_table_columns,
     without_field_ids,
 )
+from mere.read.options import ReadOptions
 from mere.read.planner import FileTask, Split
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, TableSpec
-
-if TYPE_CHECKING:
-    from mere.read.reader import ReadOptions
 
 __all__ = ["FileSource", "FirstKeys", "bloom_pruned", "few_pages", "probe_keys", "read"]
 

@@ -36,8 +36,8 @@ from mere.io.options import redact_url
 from mere.metadata import CommitResult, ConcurrentChanges, FileEntry, Snapshot, TableRecord
 from mere.partitions import partition_json
 from mere.partitions import partition_string as _partition_string
+from mere.read.options import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.read.planner import Explain
-from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, TableSpec
 from mere.table.compaction import CompactionPlan, CompactionTask, can_fold_partially, runs_to_fold
