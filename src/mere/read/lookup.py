@@ -34,7 +34,8 @@ from mere import expr as E
 from mere.arrays import bool_array
 from mere.hashing import bucket_ids
 from mere.io import keyindex
-from mere.io.storage import Storage, primitive_leaf
+from mere.io.footer import primitive_leaf
+from mere.io.storage import Storage
 from mere.kernels import group_starts, sort_indices
 from mere.read.evolution import (
     FileColumns,

@@ -21,7 +21,7 @@ from mere import expr as E
 from mere.arrays import sorted_unique
 from mere.errors import FilterError
 from mere.hashing import bucket_ids
-from mere.io.storage import primitive_leaf
+from mere.io.footer import primitive_leaf
 from mere.metadata import FileEntry
 from mere.partitions import parse_partition, typed_partition
 from mere.spec import TableSpec

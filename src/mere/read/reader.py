@@ -21,7 +21,7 @@ from mere.arrays import bool_array, sorted_unique
 from mere.concurrency import shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
-from mere.io.storage import primitive_leaf
+from mere.io.footer import primitive_leaf
 from mere.kernels import group_starts, numpy_sortable_array, reduce_versions, sort_indices
 from mere.read import lookup
 from mere.read.evolution import (

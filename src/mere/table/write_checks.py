@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere.errors import CommitConflict, SchemaMismatch, SumOverflow
-from mere.io.storage import primitive_leaf
+from mere.io.footer import primitive_leaf
 from mere.kernels import group_starts, reduce_versions, sort_indices
 from mere.metadata import ConcurrentChanges, FileEntry
 from mere.partitions import partition_json

@@ -18,6 +18,7 @@ from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NullKey, SchemaMismatch, SumOverflow
 from mere.hashing import bucket_ids
 from mere.io import Storage
+from mere.io.parquet import write_parquet
 from mere.kernels import group_starts, numpy_sortable_array, reduce_versions, sort_indices
 from mere.metadata import FileEntry
 from mere.partitions import partition_json, partition_path, partition_value_strings
@@ -370,7 +371,8 @@ def write_prepared(
         bucket_dir = f"bucket-{p.bucket:05d}" if spec.has_primary_key else ""
         rel = "/".join(x for x in (location, ppath, bucket_dir, Storage.unique_name(prefix)) if x)
         rows = row_group_rows or _rows_per_group(p.rows, row_group_bytes)
-        written = storage.write_parquet(
+        written = write_parquet(
+            storage,
             rel,
             with_field_ids(_nested_checked(p.rows, spec, storage.table or "table"), spec),
             row_group_rows=rows,
