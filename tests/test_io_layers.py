@@ -1,6 +1,7 @@
-"""The io, read and write layers, read from the source (``ast``): ``mere.io`` imports nothing above it,
-``mere.read`` and ``mere.write`` do not import each other, no import circle passes through them (lazy and
-``TYPE_CHECKING`` imports count), and no private name crosses a module boundary in or out of them."""
+"""The io, read and write layers, read from the source (``ast``): ``mere.io`` imports nothing above it and
+its storage module no format module, ``mere.read`` and ``mere.write`` do not import each other, no import
+circle passes through them (lazy and ``TYPE_CHECKING`` imports count), and no private name crosses a
+module boundary in or out of them."""
 
 from __future__ import annotations
 
@@ -87,6 +88,13 @@ def test_io_imports_nothing_above_it() -> None:
         if _inside(target, ABOVE_IO) or target == "mere"
     ]
     assert not problems, problems
+
+
+def test_storage_moves_bytes_only() -> None:
+    """Storage knows transports (options, retries, S3) and the footers it caches; what goes into a file
+    (mere.io.parquet, mere.io.keyindex) builds on it, never the other way round."""
+    inside_io = {t for t in _edges("mere.io.storage") if _inside(t, ("mere.io",))}
+    assert inside_io <= {"mere.io.options", "mere.io.retry", "mere.io.s3", "mere.io.footer"}, inside_io
 
 
 def test_read_and_write_do_not_import_each_other() -> None:
