@@ -1103,7 +1103,7 @@ def _assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Express
 
 
 def _kind(t: pa.DataType) -> str:
-    from mere.write.cast import is_number, is_text
+    from mere.spec import is_number, is_text
 
     if is_number(t):
         return "number"
