@@ -1,7 +1,7 @@
 """The io, read and write layers, read from the source (``ast``): ``mere.io`` imports nothing above it and
 its storage module no format module, ``mere.read`` and ``mere.write`` do not import each other, no import
 circle passes through them (lazy and ``TYPE_CHECKING`` imports count), and no private name crosses a
-module boundary in or out of them."""
+module boundary in or out of them (imported, or declared by a protocol that other modules call)."""
 
 from __future__ import annotations
 
@@ -195,4 +195,26 @@ def test_no_private_name_crosses_into_or_out_of_io_read_or_write() -> None:
                 and (_inside(target, LAYERED) or _inside(module, LAYERED))
             ):
                 problems.append(f"{module}:{node.lineno}: {target}.{node.attr}")
+    assert not problems, problems
+
+
+def test_protocols_of_io_read_and_write_name_no_private_member() -> None:
+    """A protocol is what another module calls: a private member there is a private name used across
+    modules (as the lookup once called ``_load`` of the reader's file cursors)."""
+    problems = []
+    for module in _layered():
+        path = _sources()[module][0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and any(
+                (isinstance(b, ast.Name) and b.id == "Protocol")
+                or (isinstance(b, ast.Attribute) and b.attr == "Protocol")
+                for b in node.bases
+            ):
+                problems += [
+                    f"{module}.{node.name}.{member.name}"
+                    for member in node.body
+                    if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and member.name.startswith("_")
+                    and not member.name.startswith("__")
+                ]
     assert not problems, problems

@@ -64,7 +64,8 @@ _points_lock = threading.Lock()
 
 class FileSource(Protocol):
     """What the lookup needs of a reader's file cursor: the file, its candidate row groups, the table
-    columns it gives and how its own columns map to them (tables whose columns changed)."""
+    columns it gives, how its own columns map to them (tables whose columns changed), and a read of some
+    of its row groups as table columns (``load``)."""
 
     @property
     def spec(self) -> TableSpec: ...
@@ -81,7 +82,7 @@ class FileSource(Protocol):
     @property
     def fill(self) -> Sequence[str]: ...
 
-    def _load(
+    def load(
         self, groups: Sequence[int], columns: Sequence[str], dictionary: Sequence[str] = ()
     ) -> pa.Table: ...
 
@@ -433,7 +434,7 @@ def _read(
         else {}
     )
     whole = [rg for rg in sorted(wanted) if rg not in paged]
-    loaded = f._load(whole, columns) if whole else None
+    loaded = f.load(whole, columns) if whole else None
     parts = []
     offset = 0
     for rg in sorted(wanted):

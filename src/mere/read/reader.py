@@ -145,9 +145,7 @@ class _FileCursor:
     def estimated_bytes(self) -> int:
         return sum(g.bytes for g in self.groups)
 
-    def _load(
-        self, groups: Sequence[int], columns: Sequence[str], dictionary: Sequence[str] = ()
-    ) -> pa.Table:
+    def load(self, groups: Sequence[int], columns: Sequence[str], dictionary: Sequence[str] = ()) -> pa.Table:
         """Row groups of the file, as the table's columns."""
         size = self.task.size_bytes or None
         threaded = self.opts.threads != 1
@@ -172,7 +170,7 @@ class _FileCursor:
         if not groups:
             return None
         idx = [g.index for g in groups]
-        return filter_rows(self._load(idx, self.columns, self.dictionary), self.opts.pre)
+        return filter_rows(self.load(idx, self.columns, self.dictionary), self.opts.pre)
 
     def take_until(self, hi: Any) -> pa.Table | None:
         """Rows whose first key column is below ``hi`` (all remaining rows when ``hi`` is None)."""
