@@ -41,7 +41,7 @@ from mere.cli.settings import (
     shown_catalog,
 )
 from mere.errors import MereError
-from mere.write.cast import is_bytes_type
+from mere.spec import is_bytes_type
 
 if TYPE_CHECKING:
     from mere.metadata import FileEntry

@@ -50,7 +50,7 @@ from mere.expr.nodes import (
     flip,
 )
 from mere.lang.parse import LIST_PREFIX, MereDialect, Parsed, parse_expression
-from mere.write.cast import is_number, is_text
+from mere.spec import is_number, is_text
 
 _REASSOCIATED = frozenset({"add", "add_checked", "multiply", "multiply_checked"})
 # Kernels besides the *_checked ones that may fail on a value (decimal precision).

@@ -31,11 +31,12 @@ from mere import expr as E
 from mere.arrays import bool_array, sorted_unique
 from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NoSuchVersion, StorageError
+from mere.kernels import KeySet, key_positions, numpy_sortable, sort_indices
 from mere.metadata import SEQ_SHIFT, FileEntry
 from mere.read.evolution import whole_file_as_table
-from mere.read.merge import KeySet, key_positions, numpy_sortable, sort_indices
 from mere.read.planner import Explain, plan_splits, split_filter
-from mere.read.reader import _filter, _plain
+from mere.read.reader import filter_rows as _filter
+from mere.read.reader import plain_columns as _plain
 from mere.spec import FEED_COLUMNS, FIELD_ID_KEY, OP_COLUMN, OP_DELETE, TableSpec
 from mere.table.evolve import can_widen
 from mere.table.scan import Scan

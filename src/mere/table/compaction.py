@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow as pa
 
 from mere.io import Storage
+from mere.kernels import group_starts, reduce_versions, sort_indices
 from mere.metadata import FileEntry
 from mere.read.evolution import whole_file_as_table
-from mere.read.merge import group_starts, reduce_versions, sort_indices
 from mere.read.planner import FileTask
 from mere.read.reader import SplitReader, gather_batches
 from mere.spec import OP_COLUMN, OP_DELETE, OP_PUT, TableSpec

@@ -26,14 +26,15 @@ from mere import expr as E
 from mere.arrays import bool_array, sorted_unique
 from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey, names_its_table
 from mere.expr.literals import format_ident
+from mere.kernels import integer_keys, key_positions
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
 from mere.metadata import ConcurrentChanges, FileEntry
-from mere.read.merge import integer_keys, key_positions
+from mere.partitions import partition_json
 from mere.spec import OP_DELETE, OP_PUT
 from mere.table.write_checks import split_label
 from mere.write.cast import relax_nested
-from mere.write.writer import conform, partition_json, prepare, to_batches
+from mere.write.writer import conform, prepare, to_batches
 
 MERGE_LOOKUP_KEYS = 256  # sources of up to this many keys are looked up, as scans pinning as many keys are
 
@@ -762,8 +763,8 @@ class MergePlan:
         import os
         from concurrent.futures import ThreadPoolExecutor
 
+        from mere.kernels import KeySet
         from mere.read import lookup
-        from mere.read.merge import KeySet
         from mere.read.planner import Explain
         from mere.read.reader import SplitReader, io_pool
 
@@ -1102,7 +1103,7 @@ def _assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Express
 
 
 def _kind(t: pa.DataType) -> str:
-    from mere.write.cast import is_number, is_text
+    from mere.spec import is_number, is_text
 
     if is_number(t):
         return "number"

@@ -20,17 +20,17 @@ from mere.errors import InvalidInput, NoSuchVersion, SchemaMismatch, StorageErro
 from mere.io import Storage
 from mere.metadata import Snapshot
 from mere.optional import require
+from mere.partitions import partition_json
+from mere.read.options import ReadOptions
 from mere.read.planner import Explain, FilterParts, Split, plan_splits, row_group_stats, split_filter
 from mere.read.reader import (
     LOOKUP_MAX_KEYS,
-    ReadOptions,
     SplitReader,
     stored_rows_are_merged,
     stream_splits,
     warm_filter_caches,
 )
 from mere.spec import TableSpec
-from mere.write.writer import partition_json
 
 if TYPE_CHECKING:
     import pandas as pd

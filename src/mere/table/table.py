@@ -35,8 +35,10 @@ from mere.errors import (
 from mere.io import Storage
 from mere.io.options import redact_url
 from mere.metadata import CommitResult, ConcurrentChanges, FileEntry, Snapshot, TableRecord
+from mere.partitions import partition_json
+from mere.partitions import partition_string as _partition_string
+from mere.read.options import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.read.planner import Explain
-from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, TableSpec
 from mere.table.compaction import CompactionPlan, CompactionTask, can_fold_partially, runs_to_fold
@@ -51,7 +53,6 @@ from mere.write.writer import (
     conform,
     converted_input,
     input_chunks,
-    partition_json,
     prepare,
     to_batches,
     write_prepared,
@@ -1399,17 +1400,6 @@ class Inspect:
                 "summary": [json.dumps(dict(h.summary), sort_keys=True) for h in history],
             }
         )
-
-
-def _partition_string(spec: TableSpec, column: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    t = spec.schema.field(column).type
-    try:
-        scalar = pa.scalar(value) if not isinstance(value, str) else pa.scalar(value, pa.string())
-        return str(scalar.cast(t).cast(pa.string()).as_py())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise InvalidInput(f"partition value {value!r} does not fit column {column!r} of type {t}") from e
 
 
 def _to_micros(value: Any) -> int:

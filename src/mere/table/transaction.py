@@ -682,7 +682,7 @@ def _key_only_spec(spec: TableSpec) -> TableSpec:
 
 
 def _typed(spec: TableSpec, values: Mapping[str, str | None]) -> dict[str, Any]:
-    from mere.read.planner import typed_partition
+    from mere.partitions import typed_partition
 
     return typed_partition(spec, values)
 
