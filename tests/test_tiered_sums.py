@@ -59,6 +59,7 @@ def test_float_sums_read_the_same_after_a_fold_of_the_newest_runs(tmp_path: Path
     for f in (1.0, 0.3, 1e16):
         _write((folded, plain), 0, 0, f)
     assert any(s.operation == "compact" for s in folded.history())
-    assert folded.to_arrow(filter="k = 0").column("f").to_pylist() == plain.to_arrow(
-        filter="k = 0"
-    ).column("f").to_pylist()
+    assert (
+        folded.to_arrow(filter="k = 0").column("f").to_pylist()
+        == plain.to_arrow(filter="k = 0").column("f").to_pylist()
+    )
