@@ -6,7 +6,6 @@ import copy
 import datetime as dt
 import json
 import logging
-import math
 import re
 import threading
 import time
@@ -33,6 +32,7 @@ from mere.errors import (
 from mere.io import Storage
 from mere.io.options import redact_url
 from mere.metadata import CommitResult, ConcurrentChanges, FileEntry, Snapshot, TableRecord
+from mere.options import as_of_micros as _to_micros  # microseconds of an as_of (naive: UTC)
 from mere.read.planner import Explain
 from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.retry import COMMIT_RETRIES, RetryPolicy
@@ -1383,27 +1383,6 @@ def _partition_string(spec: TableSpec, column: str, value: Any) -> str | None:
         return str(scalar.cast(t).cast(pa.string()).as_py())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
         raise InvalidInput(f"partition value {value!r} does not fit column {column!r} of type {t}") from e
-
-
-def _to_micros(value: Any) -> int:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return int(value.timestamp() * 1_000_000)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        try:  # seconds since the epoch, within datetime's range
-            return _to_micros(dt.datetime.fromtimestamp(value, dt.UTC))
-        except (OverflowError, ValueError, OSError):
-            pass
-    if isinstance(value, str):
-        try:
-            return _to_micros(dt.datetime.fromisoformat(value))
-        except ValueError:
-            pass
-    raise InvalidInput(
-        f"as_of must be a datetime, an ISO 8601 string such as '2026-11-21T08:00:00+00:00' "
-        f"(naive means UTC) or epoch seconds, got {value!r}"
-    )
 
 
 def _check_count(table: str, name: str, value: Any) -> None:
