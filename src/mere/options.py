@@ -5,14 +5,17 @@ The command line, the Spark data source's options, storage options (``storage_op
 ``as_of`` arguments read their values with these functions, so a text means the same wherever it is given
 and anything else is refused with :class:`~mere.errors.InvalidInput` naming the option:
 
+Text that is empty or blank means the option is not given (its default applies), for booleans, byte
+sizes and column lists alike; a point in time must be given.
+
 - **Booleans**: ``true``/``false``, ``yes``/``no``, ``on``/``off``, ``y``/``n``, ``t``/``f`` and ``1``/``0``,
-  in any case, spaces around ignored. Blank text is the option's default (as if it were not given).
+  in any case, spaces around ignored.
 - **Byte sizes**: a whole number of bytes, optionally followed (spaces between allowed) by a unit ``b``,
   ``k``/``kb``/``kib``, ``m``/``mb``/``mib`` or ``g``/``gb``/``gib`` in any case; every unit is a power of
   1024, as in Spark's settings (``128m``, ``1g``) and ``1MiB`` alike.
 - **Column lists**: names separated by commas, spaces around each name dropped; a name holding a comma or
   a double quote is written in double quotes, as in CSV (``id,"a,b"``; a quote inside doubled). An empty
-  name (``a,,b``) is refused.
+  name (``a,,b``) or an unclosed quote is refused.
 - **Points in time** (``as_of``): a ``datetime``, seconds since the epoch (a number, or text of one such as
   ``1700000000`` or ``1.7e9``), or ISO 8601 text (``2026-11-21T08:00:00+00:00``). A time without a zone
   is returned without one: the Python API and the command line read it as UTC (:func:`as_of_micros`),
@@ -92,13 +95,15 @@ def parse_bool(value: str | bool | None, what: str, default: bool = False, shown
     raise InvalidInput(f"{what} must be true or false (or yes/no, on/off, 1/0), got {shown or repr(value)}")
 
 
-def parse_bytes(value: str, what: str, minimum: int = 0, shown: str | None = None) -> int:
+def parse_bytes(value: str | None, what: str, minimum: int = 0, shown: str | None = None) -> int | None:
     """A byte size: a whole number, optionally with a binary unit (``64k``, ``128m``, ``1g``, ``1MiB``;
-    see :data:`BYTE_UNITS`).
+    see :data:`BYTE_UNITS`); None when not given (None or blank text).
 
     Raises:
         InvalidInput: anything else, or a size below ``minimum``.
     """
+    if value is None or not value.strip():
+        return None
     m = _BYTE_SIZE.fullmatch(value)
     unit = m.group(2).lower() if m else ""
     size = int(m.group(1)) * BYTE_UNITS[unit] if m and unit in BYTE_UNITS else None
@@ -111,13 +116,16 @@ def parse_bytes(value: str, what: str, minimum: int = 0, shown: str | None = Non
     return size
 
 
-def parse_columns(text: str, what: str | None = None) -> list[str]:
+def parse_columns(text: str | None, what: str | None = None) -> list[str] | None:
     """Column names separated by commas; a name holding a comma or a double quote is quoted as in CSV
-    (``'id,"a,b"'``; a quote inside doubled). Spaces around a name go, quoted or not.
+    (``'id,"a,b"'``; a quote inside doubled). Spaces around a name go, quoted or not. None when not given
+    (None or blank text).
 
     Raises:
-        InvalidInput: an empty name (``"a,,b"``, blank text) or an unclosed quote.
+        InvalidInput: an empty name (``"a,,b"``) or an unclosed quote.
     """
+    if text is None or not text.strip():
+        return None
     if '"' in text:
         names = (
             []
@@ -133,11 +141,9 @@ def parse_columns(text: str, what: str | None = None) -> list[str]:
 
 
 def format_columns(names: Sequence[str]) -> str:
-    """Column names as :func:`parse_columns` reads them back: quoted only where a name needs it."""
-    return ",".join(
-        '"' + name.replace('"', '""') + '"' if ("," in name or '"' in name or name != name.strip()) else name
-        for name in names
-    )
+    """Column names as :func:`parse_columns` reads them back, quoted only where a name holds a comma or a
+    quote (spaces around a name cannot be written: the rule drops them)."""
+    return ",".join('"' + n.replace('"', '""') + '"' if ("," in n or '"' in n) else n for n in names)
 
 
 def parse_as_of(value: Any) -> dt.datetime:

@@ -235,8 +235,6 @@ def _human_bytes(n: int) -> str:
 def _columns(text: str | None) -> list[str] | None:
     """``--columns``: names separated by commas; a name holding a comma or a quote is written in double
     quotes, as in CSV (``'id,"a,b"'``; a quote inside doubled): :func:`mere.options.parse_columns`."""
-    if text is None:
-        return None
     try:
         return parse_columns(text)
     except InvalidInput as e:

@@ -285,8 +285,16 @@ def as_seconds(name: str, value: str) -> float:
 
 
 def as_bytes(name: str, value: str) -> int:
-    """A byte size storage option, as :func:`mere.options.parse_bytes` reads every byte size."""
-    return parse_bytes(value, f"storage option {name!r}", shown=_show(name, value))
+    """A byte size storage option, as :func:`mere.options.parse_bytes` reads every byte size (blank: the
+    option's default)."""
+    what = f"storage option {name!r}"
+    size = parse_bytes(value, what, shown=_show(name, value))
+    if size is None:
+        known = BY_NAME.get(name)
+        if known is None or known.default is None:
+            raise InvalidInput(f"{what} must be a byte size, got {_show(name, value)}")
+        size = int(known.default)
+    return size
 
 
 # Words that make a storage option's value, or a URL query value, a secret wherever they occur in its key,

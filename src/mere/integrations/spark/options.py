@@ -94,8 +94,6 @@ def check_options(options: Mapping[str, str]) -> None:
 
 def column_list_option(name: str, value: str | None) -> list[str] | None:
     """A list of column names (:func:`mere.options.parse_columns`); None when not given."""
-    if value is None or not value.strip():
-        return None
     return parse_columns(value, f"option {name!r}")
 
 
@@ -111,8 +109,6 @@ def bool_option(name: str, value: str | None, default: bool = False) -> bool:
 
 def size_option(name: str, value: str | None, minimum: int = 1) -> int | None:
     """A byte size (:func:`mere.options.parse_bytes`: ``134217728``, ``128m``, ``1g``); None when not given."""
-    if value is None or not value.strip():
-        return None
     return parse_bytes(value, f"option {name!r}", minimum)
 
 
