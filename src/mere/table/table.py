@@ -6,7 +6,6 @@ import copy
 import datetime as dt
 import json
 import logging
-import math
 import os
 import re
 import threading
@@ -35,6 +34,7 @@ from mere.errors import (
 from mere.io import Storage
 from mere.io.options import redact_url
 from mere.metadata import CommitResult, ConcurrentChanges, FileEntry, Snapshot, TableRecord
+from mere.options import as_of_micros as _to_micros  # microseconds of an as_of (naive: UTC)
 from mere.partitions import partition_json
 from mere.partitions import partition_string as _partition_string
 from mere.read.options import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
@@ -1400,27 +1400,6 @@ class Inspect:
                 "summary": [json.dumps(dict(h.summary), sort_keys=True) for h in history],
             }
         )
-
-
-def _to_micros(value: Any) -> int:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return int(value.timestamp() * 1_000_000)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        try:  # seconds since the epoch, within datetime's range
-            return _to_micros(dt.datetime.fromtimestamp(value, dt.UTC))
-        except (OverflowError, ValueError, OSError):
-            pass
-    if isinstance(value, str):
-        try:
-            return _to_micros(dt.datetime.fromisoformat(value))
-        except ValueError:
-            pass
-    raise InvalidInput(
-        f"as_of must be a datetime, an ISO 8601 string such as '2026-11-21T08:00:00+00:00' "
-        f"(naive means UTC) or epoch seconds, got {value!r}"
-    )
 
 
 def _check_count(table: str, name: str, value: Any) -> None:
