@@ -45,8 +45,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import mere
-from mere.read import merge as merging
 from mere.read import reader
+from mere.read.newest_wins import newest_wins
 from mere.read.planner import Explain
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -99,7 +99,7 @@ def stages(t: mere.Table, repeat: int) -> dict[str, Any]:
     def marked(keys: list[np.ndarray], ops: np.ndarray, first: int) -> np.ndarray:
         if first == len(ops):  # one file: its rows are merged already, but for delete markers
             return np.asarray(ops != reader.OP_DELETE)
-        return merging.newest_wins(keys, ops, first)
+        return newest_wins(keys, ops, first)
 
     survivors = [marked(k, o, first) for k, o, first, _ in inputs]
 

@@ -89,6 +89,8 @@ def run(name: str, props: dict[str, str] | None, args: argparse.Namespace) -> di
             t.upsert(make_rows(rng, written))
         checkpoints = sorted(args.checkpoints)
         times: list[float] = []
+        cpu_times: list[float] = []  # process CPU of each commit: what other processes' load inflates least
+        maintained: list[bool] = []
         points: list[dict[str, Any]] = []
         next_key = int(written.max()) + 1 if len(written) else 0
         for i in range(1, args.commits + 1):
@@ -98,9 +100,12 @@ def run(name: str, props: dict[str, str] | None, args: argparse.Namespace) -> di
             next_key += len(new)
             keys = np.unique(np.concatenate([old, new]))
             rows = make_rows(rng, keys)
-            started = time.perf_counter()
-            t.upsert(rows)
+            started, cpu = time.perf_counter(), time.process_time()
+            result = t.upsert(rows)
             times.append(time.perf_counter() - started)
+            cpu_times.append(time.process_time() - cpu)
+            # Did this call also compact (inline)? Versions after the upsert's own, none of them another's.
+            maintained.append(t.version > result.version if name != "background" else False)
             written = np.concatenate([written, new])
             if i in checkpoints:
                 probe = int(rng.choice(written))
@@ -126,10 +131,14 @@ def run(name: str, props: dict[str, str] | None, args: argparse.Namespace) -> di
                     }
                 )
                 assert t.scan().count() == len(written), "the bench's own check: every key once"
+        plain = [w for w, m in zip(times, maintained) if not m]
         return {
             "policy": name,
             "properties": dict(t.refresh().properties),
             "writes": percentiles(times),
+            "writes_cpu": percentiles(cpu_times),
+            "writes_without_compaction": percentiles(plain) if plain else None,
+            "commits_that_compacted": sum(maintained),
             "checkpoints": points,
         }
     finally:
@@ -151,14 +160,22 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.checkpoints = [int(c) for c in args.checkpoints.split(",")]
-    results = [run(*policy(p), args) for p in args.policies.split(";" if ";" in args.policies else ",")]
+    # Policies are separated by commas, or by semicolons when a property spec holds commas.
+    specs = args.policies.split(";" if ";" in args.policies else ",")
+    results = [run(*policy(p), args) for p in specs if p.strip()]
     if args.json:
         print(json.dumps(results, indent=2))
         return
     print(f"{args.commits} commits of {args.rows} rows, {args.buckets} buckets, base {args.base} rows")
     for r in results:
-        w = r["writes"]
+        w, c = r["writes"], r["writes_cpu"]
         print(f"\n{r['policy']}: writes p50 {w['p50_ms']} ms, p99 {w['p99_ms']} ms, max {w['max_ms']} ms")
+        print(
+            f"  CPU per write p50 {c['p50_ms']} ms, p99 {c['p99_ms']} ms; {r['commits_that_compacted']} writes also compacted"
+        )
+        if r["writes_without_compaction"] is not None:
+            q = r["writes_without_compaction"]
+            print(f"  writes that did not compact: p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms")
         print(f"  properties {r['properties']}")
         for p in r["checkpoints"]:
             s = p["writes_since_last"]

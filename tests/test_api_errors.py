@@ -127,6 +127,18 @@ CALLS: list[tuple[str, Callable[[mere.Catalog, mere.Table, Any], Any]]] = [
 ]
 
 
+NOT_OF_A_TABLE = (
+    "bucket_ids.",
+    "col.",
+    "connect.",
+    "create_table.",
+    "table.",
+    "exists.",
+    "tables.",
+    "drop_table.",
+)  # catalog calls
+
+
 def state(t: mere.Table) -> tuple[Any, ...]:
     return (
         t.version,
@@ -152,8 +164,10 @@ def _check(cat: mere.Catalog, t: mere.Table, name: str, value: Any) -> None:
     before = state(t)
     try:
         call(cat, t, value)
-    except errors.MereError:
+    except errors.MereError as e:
         assert state(t) == before, f"{name}({value!r}) raised but changed the table"
+        if not name.startswith(NOT_OF_A_TABLE):
+            assert t.name in str(e), f"{name}({value!r}): {type(e).__name__} does not name the table: {e}"
     except Exception as e:  # any other error is the failure this test looks for
         pytest.fail(f"{name}({value!r}) raised {type(e).__module__}.{type(e).__name__}: {e}")
 

@@ -438,7 +438,7 @@ def test_a_conditional_drop_drops_only_an_unchanged_table(cat: mere.Catalog) -> 
     t = cat.create_table("n.made", pa.schema([("id", pa.int64())]), primary_key="id")
     created = t.version
     t.upsert(pa.table({"id": [1]}))
-    assert not cat._drop_if_unchanged(t, created)  # a commit landed: the table stays, rows and all
+    assert not cat.drop_if_unchanged(t, created)  # a commit landed: the table stays, rows and all
     assert cat.table("n.made").to_arrow().num_rows == 1
-    assert cat._drop_if_unchanged(t, t.version)
+    assert cat.drop_if_unchanged(t, t.version)
     assert "n.made" not in cat.tables()

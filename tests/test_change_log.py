@@ -1227,7 +1227,7 @@ def test_follow_over_logged_and_unlogged_commits(tmp_path: Path) -> None:
 def first_format_log(ctx: TableContext, base: int, added: Any) -> list[Any]:
     """A log as ``changes.log`` first wrote it: the rows at ``base`` of the keys the commit wrote, no
     change kinds (the commit marked ``change_log: True``)."""
-    from mere.read.merge import KeySet
+    from mere.kernels import KeySet
     from mere.table.images import written_rows
     from mere.write.writer import PreparedFile
 

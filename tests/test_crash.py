@@ -2,8 +2,9 @@
 
 A ``spawn`` child opens its own catalog and starts an upsert with a deterministic kill point installed:
 
-* ``after_file``: ``Storage.write_parquet`` is wrapped so that the child kills itself right after the Nth
-  data file is complete (the other writer threads are still busy with theirs);
+* ``after_file``: ``Storage.write`` (every data file's bytes pass through it) is wrapped so that the
+  child kills itself right after the Nth data file is complete (the other writer threads are still busy
+  with theirs);
 * ``inside_file``: ``ParquetWriter.write_table`` is wrapped so that the child kills itself after writing
   the row groups of the Nth file but before its footer: a torn, unreadable Parquet file stays behind;
 * ``mid_commit``: a SQLAlchemy ``commit`` event, which fires inside the catalog transaction just before
@@ -88,9 +89,9 @@ def _crash_child(mode: str, warehouse: str, catalog_url: str, probe: str) -> Non
     counts = {"files": 0, "row_groups_written": 0}
 
     if mode in ("after_file", "inside_file"):
-        original_write = Storage.write_parquet
+        original_write = Storage.write
 
-        def write_parquet(self: Storage, rel: str, *args: Any, **kwargs: Any) -> Any:
+        def write(self: Storage, rel: str, *args: Any, **kwargs: Any) -> Any:
             _probe(probe, {"event": "start", "path": rel})
             written = original_write(self, rel, *args, **kwargs)
             with lock:
@@ -100,7 +101,7 @@ def _crash_child(mode: str, warehouse: str, catalog_url: str, probe: str) -> Non
                     _die()
             return written
 
-        Storage.write_parquet = write_parquet  # type: ignore[method-assign]
+        Storage.write = write  # type: ignore[method-assign]
 
     if mode == "inside_file":
         original_write_table = pq.ParquetWriter.write_table

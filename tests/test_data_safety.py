@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import mere
 from mere import errors
 from mere.cli import app as cli_app
+from mere.io.parquet import write_parquet
 from mere.spec import NEW_KEYED_TABLE_PROPERTIES, NEW_TABLE_PROPERTIES
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("day", pa.string()), ("qty", pa.int64())])
@@ -56,7 +57,7 @@ def test_expire_and_cleanup_list_by_default_as_the_cli_does(tmp_path: Path) -> N
     for i in range(4):
         t.upsert(_rows([1, 2], qty=i))
     t.compact()
-    orphan = t.storage.write_parquet(f"{t.location}/orphan.parquet", _rows([9]), row_group_rows=10).path
+    orphan = write_parquet(t.storage, f"{t.location}/orphan.parquet", _rows([9]), row_group_rows=10).path
     disk, history = _files_on_disk(t), [s.expired for s in t.history()]
     listed = t.expire(older_than=dt.timedelta(0))  # the default: a dry run
     orphans = t.cleanup(older_than=dt.timedelta(0))

@@ -30,6 +30,7 @@ from mere.expr import (
     ColumnStats,
     Compare,
     Expr,
+    FilterText,
     In,
     IsNull,
     Not,
@@ -40,6 +41,7 @@ from mere.expr import (
     conjunction,
     conjuncts,
     evaluate_constant,
+    flip,
     key_points,
     might_match,
     parse,
@@ -48,6 +50,7 @@ from mere.expr import (
     to_expr,
     to_pyarrow,
 )
+from mere.expr.literals import compare_float_literal, compare_floats, compare_values
 
 NAN = float("nan")
 INF = math.inf
@@ -1022,6 +1025,53 @@ def test_float_strings_only_name_special_values() -> None:
     for text in ["f = '1.5'", "f = 'nanx'", "i = 'NaN'", "f IN ('NaN', 'x')"]:
         with pytest.raises(FilterError, match="not a number"):
             bind(parse(text), schema)
+
+
+def _arrow_call(name: str, args: list[pc.Expression]) -> pc.Expression:
+    return pc.Expression._call(name, args)
+
+
+def test_float_comparison_is_one_rule() -> None:
+    """The float comparison of filter atoms (a literal worked out), its general form (the SQL front end's)
+    and the Python comparison the pruning uses agree on every pair of special values."""
+    values = [NAN, -NAN, -INF, -1.5, -0.0, 0.0, 1.5, INF]
+    for typ in (pa.float64(), pa.float32()):
+        table = pa.table({"f": pa.array([*values, None], typ)})
+        field = pc.field("f")
+        for op in ("==", "!=", "<", "<=", ">", ">="):
+            for value in values:
+                literal = compare_float_literal(op, field, value)
+                general = compare_floats(op, field, pc.scalar(pa.scalar(value, typ)), _arrow_call)
+                flipped = compare_floats(flip(op), pc.scalar(pa.scalar(value, typ)), field, _arrow_call)  # type: ignore[arg-type]
+                got = ds.dataset(table).to_table(columns={"a": literal, "b": general, "c": flipped})
+                expected = [compare_values(op, row, value) for row in values] + [None]
+                for name in "abc":
+                    assert got.column(name).to_pylist() == expected, (typ, op, value, name)
+
+
+def test_text_combined_with_an_expression_is_read_where_a_table_takes_the_filter() -> None:
+    x = col("x")
+    either = (x == 1) | "x = 2"
+    assert either == Or(Compare("==", "x", 1), FilterText("x = 2"))
+    both = "y > 1" & (x == 2)
+    assert both == And(FilterText("y > 1"), Compare("==", "x", 2))
+    assert to_expr(either) == Or(Compare("==", "x", 1), Compare("==", "x", 2))
+    assert to_expr(~both) == Not(And(Compare(">", "y", 1), Compare("==", "x", 2)))
+    assert str(either) == "x = 1 OR (x = 2)" and parse(str(either)) == to_expr(either)
+    assert str(FilterText("x = 1 OR y > 1") & (x == 2)) == "(x = 1 OR y > 1) AND x = 2"
+    schema = pa.schema([("x", pa.int64()), ("y", pa.float64())])
+    assert (
+        bind(both, schema)
+        == bind(to_expr(both), schema)
+        == And(Compare(">", "y", 1.0), Compare("==", "x", 2))
+    )
+    assert columns(either) is None  # unread text: its columns are unknown
+    with pytest.raises(FilterError, match="to_expr or bind"):
+        to_pyarrow(either)
+    with pytest.raises(FilterError, match="incomplete expression"):
+        to_expr((x == 1) & "x = (")
+    with pytest.raises(TypeError):
+        _ = (x == 1) & 5  # type: ignore[operator]
 
 
 # ---------------------------------------------------------------------------------------------

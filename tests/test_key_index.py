@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 import mere
 from mere.errors import StorageError
 from mere.io import keyindex
+from mere.io.parquet import write_parquet
 from mere.io.storage import Storage
 from mere.read import lookup as lookup_module
 from mere.table.ops import merge_into as merge_module
@@ -320,7 +321,7 @@ def test_rows_read_from_their_pages_equal_a_full_read(tmp_path: Path) -> None:
 
 def test_read_ranges_past_the_end_fail(tmp_path: Path) -> None:
     storage = Storage(str(tmp_path))
-    storage.write_parquet("a.parquet", pa.table({"k": [1, 2]}), row_group_rows=10, sorting_columns=["k"])
+    write_parquet(storage, "a.parquet", pa.table({"k": [1, 2]}), row_group_rows=10, sorting_columns=["k"])
     size = (tmp_path / "a.parquet").stat().st_size
     assert storage.read_ranges("a.parquet", [(0, 4), (size - 4, 4)]) == [b"PAR1", b"PAR1"]
     with pytest.raises(StorageError):

@@ -1,4 +1,4 @@
-"""Key matching helpers (``mere.read.merge.KeySet`` / ``key_positions``, ``mere.arrays.sorted_unique``)
+"""Key matching helpers (``mere.kernels.KeySet`` / ``key_positions``, ``mere.arrays.sorted_unique``)
 against plain Python sets and dicts, over every key kind they take: signed and unsigned integers (values
 past 2**63 included), dates, timestamps, strings, binaries, decimals, composite keys, NULLs, sorted and
 unsorted rows."""
@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mere.arrays import sorted_unique, stable_argsort
-from mere.read.merge import KeySet, key_positions
+from mere.kernels import KeySet, key_positions
 
 KINDS: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {
     "int64": (pa.int64(), st.integers(-(2**63), 2**63 - 1)),

@@ -37,7 +37,7 @@ import mere
 from mere.errors import FilterError, InvalidInput, MereError
 from mere.expr import Compare, In, Sql, bind, parse, to_pyarrow
 from mere.lang.lower import Lowering, evaluate, schema_resolver
-from mere.lang.parse import LIST_PREFIX, _lift_lists, parse_expression
+from mere.lang.parse import LIST_PREFIX, lift_lists, parse_expression
 
 ROOT = Path(__file__).resolve().parent.parent
 UTC = dt.UTC
@@ -1145,14 +1145,14 @@ def test_lists_in_quoted_text_are_not_lifted() -> None:
         f"s = 'a' -- {inner}",
         f"s = 'a' /* {inner} */",
     ):
-        lifted, lists = _lift_lists(text)
+        lifted, lists = lift_lists(text)
         assert lifted == text and not lists, text
     assert parse(f"s = '{inner}'") == Compare("==", "s", inner)
     strings = "x IN (" + ", ".join(f"'{n}'" for n in range(20)) + ")"
     assert parse(f"s = '{strings.replace(chr(39), chr(39) * 2)}'") == Compare("==", "s", strings)
     # a lifted list next to one in quotes: only the real one goes
     text = f"s <> '{inner}' AND l IN ({', '.join(str(n) for n in range(20))})"
-    lifted, lists = _lift_lists(text)
+    lifted, lists = lift_lists(text)
     assert list(lists) == [f"{LIST_PREFIX}0"] and inner in lifted
     table = make_table([{"s": inner, "l": 1}, {"s": "z", "l": 1}, {"s": "z", "l": 20}])
     assert mere_ids(table, text) == [1]

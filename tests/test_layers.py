@@ -28,39 +28,13 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 # (importing module, imported module, name): private names imported across modules, outside mere.table.
-PRIVATE_IMPORT_EXCEPTIONS = {
-    # The expression package split (issue 31: one comparison lowering, public bind_scalar/Gap) removes these.
-    ("mere.lang.lower", "mere.expr", "_FLOAT_TEXT"),
-    ("mere.lang.lower", "mere.expr", "_FLOAT_WORD"),
-    ("mere.lang.lower", "mere.expr", "_bind_scalar"),
-    ("mere.lang.lower", "mere.expr", "_Gap"),
-    ("mere.lang.lower", "mere.expr", "_fmt_literal"),
-    ("mere.lang.lower", "mere.expr", "_bind_float"),
-    ("mere.lang.lower", "mere.write.cast", "_is_number"),
-    ("mere.lang.lower", "mere.write.cast", "_is_text"),
-    ("mere.statements", "mere.expr", "_fmt_ident"),
-    # The Spark package split (issue 31: integrations/spark/ with an options module) removes these.
-    ("mere.integrations.spark_streaming", "mere.integrations.spark", "_arrow_target"),
-    ("mere.integrations.spark_streaming", "mere.integrations.spark", "_bool_option"),
-    ("mere.integrations.spark_streaming", "mere.integrations.spark", "_conform_batch"),
-    ("mere.integrations.spark_streaming", "mere.integrations.spark", "_int_option"),
-    ("mere.integrations.spark_streaming", "mere.integrations.spark", "_options"),
-    ("mere.integrations.spark_streaming", "mere.integrations.spark", "_split_list"),
-    # The kernels' neutral home (issue 31: read/merge.py renamed, the writer off read's kernels) removes these.
-    ("mere.read.reader", "mere.read.merge", "_numpy_sortable"),
-    ("mere.write.writer", "mere.read.merge", "_numpy_sortable"),
-}
+PRIVATE_IMPORT_EXCEPTIONS: set[tuple[str, str, str]] = set()
 # (module, attribute): private attributes of other modules' objects, outside mere.table.
 PRIVATE_ATTRIBUTE_EXCEPTIONS = {
-    ("mere.integrations.ray", "_wanted_partition"),  # Table keeps it for Ray; a public check would replace it
-    ("mere.integrations.spark", "_drop_if_unchanged"),  # the Spark package split gives it a public call
     ("mere.io.storage", "_strip_protocol"),  # fsspec's own (a third-party object held in a variable)
 }
 # (importing module, imported module): write -> read imports, until shared kernels get a neutral home.
-READ_WRITE_EXCEPTIONS = {
-    ("mere.write.writer", "mere.read.merge"),
-    ("mere.write.writer", "mere.read.planner"),
-}
+READ_WRITE_EXCEPTIONS: set[tuple[str, str]] = set()
 FOUNDATION = (
     "mere.errors",
     "mere.arrays",
@@ -68,6 +42,7 @@ FOUNDATION = (
     "mere.retry",
     "mere.optional",
     "mere.durations",
+    "mere.options",
 )
 TABLE_INTERNALS = (
     "mere.table.ops",

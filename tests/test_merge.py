@@ -1009,15 +1009,15 @@ KILL_CHILD = """
 import sys, time, mere, pyarrow as pa
 from mere.io.storage import Storage
 
-original = Storage.write_parquet
+original = Storage.write
 
-def write_parquet(self, *args, **kwargs):
+def write(self, *args, **kwargs):
     out = original(self, *args, **kwargs)
     print("wrote", flush=True)  # the parent kills this process now, with the MERGE's other files unwritten
     time.sleep(600)
     return out
 
-Storage.write_parquet = write_parquet
+Storage.write = write
 t = mere.connect(sys.argv[1]).table("db.big")
 n = int(sys.argv[2])
 src = pa.table({"k": pa.array(range(n), pa.int64()), "q": pa.array([7] * n, pa.int64())})

@@ -433,7 +433,7 @@ class LakeMachine(RuleBasedStateMachine):
         self.t_plain = self.cat.create_table(f"{ns}.plain", SCHEMA, partition_by=["p"])
         self.m_last = PkModel(base_columns({}))
         self.m_ops = PkModel(base_columns(OPERATORS))
-        self.plain_rows: list[dict[str, Any]] = []  # by column identity
+        self.plain_columns: list[dict[str, Any]] = []  # by column identity
         # Per table: the model's current properties and columns, every version it committed, the oldest
         # readable one.
         self.props: dict[str, dict[str, str]] = {  # what the tables were given, over mere's defaults
@@ -469,18 +469,18 @@ class LakeMachine(RuleBasedStateMachine):
         return [("last", self.t_last, self.m_last), ("ops", self.t_ops, self.m_ops)]
 
     def _state(self, name: str) -> ModelVersion:
-        rows = copy.deepcopy(self.plain_rows if name == "plain" else self._model(name).rows)
+        rows = copy.deepcopy(self.plain_columns if name == "plain" else self._model(name).rows)
         return ModelVersion(rows, dict(self.props[name]), self.cols[name])
 
     def _model(self, name: str) -> PkModel:
         return {"last": self.m_last, "ops": self.m_ops}[name]
 
     def _model_rows(self, name: str) -> list[dict[str, Any]]:
-        return self.plain_rows if name == "plain" else list(self._model(name).rows.values())
+        return self.plain_columns if name == "plain" else list(self._model(name).rows.values())
 
     def _restore(self, name: str, version: ModelVersion) -> None:
         if name == "plain":
-            self.plain_rows = copy.deepcopy(version.rows)
+            self.plain_columns = copy.deepcopy(version.rows)
         else:
             self._model(name).rows = copy.deepcopy(version.rows)
         self.props[name] = dict(version.properties)
@@ -489,7 +489,7 @@ class LakeMachine(RuleBasedStateMachine):
     @property
     def m_plain(self) -> list[dict[str, Any]]:
         """The plain table's rows by column name."""
-        return [named(r, self.cols["plain"]) for r in self.plain_rows]
+        return [named(r, self.cols["plain"]) for r in self.plain_columns]
 
     def _readable(self, name: str, version: int) -> bool:
         return self.oldest[name] <= version <= max(self.versions[name])
@@ -665,7 +665,7 @@ class LakeMachine(RuleBasedStateMachine):
     ) -> None:
         """Append ``rows`` (only the columns of ``idents``, the others null) to the plain table and model."""
         self.t_plain.append(self._data("plain", rows, idents), evolve=evolve)
-        self.plain_rows.extend(
+        self.plain_columns.extend(
             {
                 c.ident: copy.deepcopy(r[c.ident]) if idents is None or c.ident in idents else None
                 for c in self.cols["plain"]
@@ -710,7 +710,7 @@ class LakeMachine(RuleBasedStateMachine):
                 for p in ("a", "b"):
                     m.delete((p, k))
         self.t_plain.delete(text)
-        self.plain_rows = [r for r in self.plain_rows if r["id"] not in keys]
+        self.plain_columns = [r for r in self.plain_columns if r["id"] not in keys]
         self._snapshot()
 
     @rule(bound=st.integers(min_value=-5, max_value=5), part=st.one_of(st.none(), PARTS))
@@ -726,7 +726,7 @@ class LakeMachine(RuleBasedStateMachine):
                 if hit(r):
                     m.delete(key)
         self.t_plain.delete(text)
-        self.plain_rows = [r for r in self.plain_rows if not hit(r)]
+        self.plain_columns = [r for r in self.plain_columns if not hit(r)]
         self._snapshot()
 
     @rule(part=st.one_of(st.none(), PARTS), data=st.data())
@@ -742,8 +742,10 @@ class LakeMachine(RuleBasedStateMachine):
             for r in rows:
                 m.upsert(r)
         self.t_plain.overwrite(self._data("plain", rows), partition=partition)
-        self.plain_rows = [r for r in self.plain_rows if part is not None and r["p"] != part]
-        self.plain_rows.extend({c.ident: copy.deepcopy(r[c.ident]) for c in self.cols["plain"]} for r in rows)
+        self.plain_columns = [r for r in self.plain_columns if part is not None and r["p"] != part]
+        self.plain_columns.extend(
+            {c.ident: copy.deepcopy(r[c.ident]) for c in self.cols["plain"]} for r in rows
+        )
         self._snapshot()
 
     # -- schema evolution ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import mere
 from mere.arrays import bool_array
-from mere.read.merge import SEARCH_RATIO, newest_wins
+from mere.read.newest_wins import SEARCH_RATIO, newest_wins
 from mere.read.reader import _kept
 from mere.spec import OP_DELETE, OP_PUT
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 
 class MereError(Exception):
     """Root of every error raised by mere."""
@@ -100,3 +105,42 @@ class StorageError(MereError, OSError):
 
 class NotInstalled(MereError, ImportError):
     """An optional dependency is missing; the message says what to pip install."""
+
+
+_T = TypeVar("_T", bound=type)
+
+
+def names_its_table(cls: _T) -> _T:
+    """Class decorator: a :class:`MereError` leaving a public method of ``cls`` names the table (the
+    instance's ``name``, or its ``table.name``), at the start of its message unless the message names it
+    already. The error keeps its type, attributes and traceback."""
+    for attr, value in list(vars(cls).items()):
+        if attr.startswith("_") or not inspect.isfunction(value) or inspect.isgeneratorfunction(value):
+            continue
+        setattr(cls, attr, _naming(value))
+    return cls
+
+
+def _naming(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def named(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except MereError as e:
+            name = _table_name(self)
+            message = str(e)
+            if name and name not in message:
+                e.args = (f"{name}: {message}",)
+            raise
+
+    return named
+
+
+def _table_name(owner: Any) -> str | None:
+    try:
+        name = getattr(owner, "name", None)
+        if not isinstance(name, str):
+            name = getattr(getattr(owner, "table", None), "name", None)
+    except Exception:  # a handle too broken to say its name: leave the message as it is
+        return None
+    return name if isinstance(name, str) else None

@@ -89,6 +89,26 @@ def is_key_type(t: pa.DataType) -> bool:
     )
 
 
+def is_number(t: pa.DataType) -> bool:
+    """Number types: integers, floats and decimals (not bool)."""
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
+
+
+def is_text(t: pa.DataType) -> bool:
+    """String types of every layout (string, large, view)."""
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
+
+
+def is_bytes_type(t: pa.DataType) -> bool:
+    """Binary types of every layout (binary, large, view, fixed size)."""
+    return bool(
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_binary_view(t)
+        or pa.types.is_fixed_size_binary(t)
+    )
+
+
 MAX_BUCKETS = 100_000  # Spark's own limit (spark.sql.sources.bucketing.maxBuckets)
 
 

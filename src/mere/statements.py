@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from mere.errors import FilterError, InvalidInput
+from mere.expr.literals import format_ident
 from mere.lang.lower import sql_text
 from mere.lang.parse import (
     INSERT_BY_NAME,
@@ -344,6 +345,4 @@ def _plain_star(star: exp.Expression, what: str) -> None:
 
 
 def _quote(name: str) -> str:
-    from mere import expr as E
-
-    return E._fmt_ident(name)
+    return format_ident(name)

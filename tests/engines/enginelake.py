@@ -51,6 +51,10 @@ def _rows(ids: range, version: int, op: str | None = None) -> pa.Table:
     return table
 
 
+# As tests/maintenance.py's MANUAL; Ray's workers import this module without tests/ on their path.
+MANUAL = {"compaction.auto": "off", "retention.max-age": "off"}
+
+
 def build(catalog: mere.Catalog, name: str = "eng.orders", buckets: int = 4) -> mere.Table:
     """Create and fill the table: 5 commits ending with ``ROWS`` - 40 live keys over three day partitions."""
     t = catalog.create_table(
@@ -60,6 +64,7 @@ def build(catalog: mere.Catalog, name: str = "eng.orders", buckets: int = 4) -> 
         partition_by="day",
         buckets=buckets,
         cdc_column="op",
+        properties=MANUAL,  # the engines' tests name these versions: no compaction commits in between
     )
     t.upsert(_rows(range(ROWS), 1, "I"))  # v1
     t.upsert(_rows(range(0, ROWS, 3), 2, "U"))  # v2: a third of the keys updated
@@ -76,7 +81,7 @@ def build_big(catalog: mere.Catalog, rows: int = 300_000) -> mere.Table:
     (high-cardinality strings), so a key point read touches one bucket's row groups."""
     schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("x", pa.float64())])
     t = catalog.create_table(
-        "eng.big", schema, primary_key="id", buckets=16, properties={"write.row-group-rows": "2048"}
+        "eng.big", schema, primary_key="id", buckets=16, properties={"write.row-group-rows": "2048", **MANUAL}
     )
     ids = pa.array(range(rows), pa.int64())
     names = pa.array([f"name-{i * 7919 % 100_003}" for i in range(rows)])

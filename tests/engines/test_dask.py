@@ -12,6 +12,7 @@ import pytest
 from enginelake import assert_same_rows
 
 import mere
+from maintenance import MANUAL
 from mere.errors import InvalidInput, MereError, SchemaMismatch
 from mere.integrations.dask import read_table, write
 from mere.table.scan import storage_for
@@ -101,7 +102,7 @@ def test_empty_and_pinned(client: Any, tmp_path: Path) -> None:
 def test_writes_commit_once(client: Any, tmp_path: Path) -> None:
     cat = mere.connect(str(tmp_path / "wh"))
     schema = pa.schema([("id", pa.int64()), ("v", pa.string()), ("n", pa.float64())])
-    t = cat.create_table("t.w", schema, primary_key="id", buckets=4)
+    t = cat.create_table("t.w", schema, primary_key="id", buckets=4, properties=MANUAL)  # counts versions
     import pandas as pd
 
     base = pd.DataFrame(

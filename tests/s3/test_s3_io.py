@@ -29,6 +29,7 @@ import pytest
 from latency_proxy import FaultPlan, LatencyProxy, RequestInfo
 
 import mere
+from maintenance import MANUAL
 from mere import errors
 from mere.io import options as O
 from mere.io.storage import Storage
@@ -213,7 +214,7 @@ def test_commits_neither_list_nor_copy_nor_delete(
 def test_scan_of_40_files_at_100ms_rtt_takes_a_few_round_trips(
     cat_direct: mere.Catalog, proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy
 ) -> None:
-    t = cat_direct.create_table("conc.t", SCHEMA, primary_key=["id"], buckets=4)
+    t = cat_direct.create_table("conc.t", SCHEMA, primary_key=["id"], buckets=4, properties=MANUAL)
     for i in range(10):
         t.upsert(rows(range(i * 50, i * 50 + 400), v=i))
     assert t.files().num_rows == 40
@@ -513,7 +514,9 @@ def test_a_failure_while_encoding_publishes_nothing(
 def test_random_write_faults_commit_all_or_nothing(
     proxied_catalog: Callable[..., mere.Catalog], proxy: LatencyProxy, seaweed: SeaweedServer, s3_bucket: str
 ) -> None:
-    t = proxied_catalog(retries="0").create_table("fault.rnd", SCHEMA, primary_key=["id"], buckets=4)
+    t = proxied_catalog(retries="0").create_table(
+        "fault.rnd", SCHEMA, primary_key=["id"], buckets=4, properties=MANUAL
+    )  # counts versions
     model: dict[int, dict[str, Any]] = {}
     proxy.faults = FaultPlan("reset", methods=["PUT"], probability=0.5, seed=11)
     failed = landed = 0

@@ -93,9 +93,9 @@ def test_read_table_reads_a_naive_time_in_the_session_zone(los_angeles: SparkSes
 def test_session_zone_names() -> None:
     """The zones spark.sql.session.timeZone takes: regions and offsets (Python refuses what it does not know,
     and a task then fails the read rather than guess)."""
-    from mere.integrations.spark import _zone
+    from mere.integrations.spark.options import session_zone
 
-    assert _zone("+05:30") == dt.timezone(dt.timedelta(hours=5, minutes=30))
-    assert _zone("GMT-8") == dt.timezone(-dt.timedelta(hours=8)) and _zone("Z") is UTC
-    assert str(_zone("America/Los_Angeles")) == "America/Los_Angeles"
-    assert _zone("Mars/Olympus") is None
+    assert session_zone("+05:30") == dt.timezone(dt.timedelta(hours=5, minutes=30))
+    assert session_zone("GMT-8") == dt.timezone(-dt.timedelta(hours=8)) and session_zone("Z") is UTC
+    assert str(session_zone("America/Los_Angeles")) == "America/Los_Angeles"
+    assert session_zone("Mars/Olympus") is None

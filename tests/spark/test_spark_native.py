@@ -296,11 +296,12 @@ def test_compaction_into_several_files_per_split_is_still_native(
     ],
 )
 def test_bad_sizing_options_are_refused(options: dict[str, str]) -> None:
-    from mere.integrations.spark import PartitionSizing, _bool_option
+    from mere.integrations.spark import PartitionSizing
+    from mere.integrations.spark.options import bool_option
 
     with pytest.raises(mere.errors.InvalidInput):
         PartitionSizing.from_options(options)
-        _bool_option("merged_only", options.get("merged_only"))
+        bool_option("merged_only", options.get("merged_only"))
 
 
 def test_sizes_read_like_spark_settings() -> None:

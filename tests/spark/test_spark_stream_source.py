@@ -185,7 +185,7 @@ def test_bad_options_raise_invalid_input_before_any_read(wh: str) -> None:
         ({"startingVersion": "two"}, "startingVersion"),
         ({"startingVersion": "-1"}, "startingVersion"),
         ({"maxVersionsPerTrigger": "0"}, "maxVersionsPerTrigger"),
-        ({"readChangeFeed": "yes"}, "readChangeFeed"),
+        ({"readChangeFeed": "maybe"}, "readChangeFeed"),  # yes/no are booleans too (mere.options)
         ({"startingVerison": "1"}, "did you mean 'startingversion'"),
         ({"version": "1"}, "for batch reads"),
         ({"columns": "nope"}, "nope"),

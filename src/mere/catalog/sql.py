@@ -137,15 +137,21 @@ tags = sa.Table(
 
 # Statements every read or change feed runs, built once: building them costs more than running them on
 # SQLite.
-_FILES_AT = (
-    sa.select(files)
-    .where(
-        files.c.table_id == sa.bindparam("table_id"),
-        files.c.added_version <= sa.bindparam("version"),
-        sa.or_(files.c.removed_version.is_(None), files.c.removed_version > sa.bindparam("version")),
-    )
-    .order_by(files.c.seq, files.c.id)
+# Two branches, each led by the index on (table_id, removed_version): the files live now, and those removed
+# after the version. One OR over both made the database walk every file the table ever had (the index on
+# added_version), so listing the current version slowed down with the length of the history. The added
+# version is compared as an expression (``+ 0``) so that no planner picks its index instead.
+_live_files = sa.select(files).where(
+    files.c.table_id == sa.bindparam("table_id"),
+    files.c.removed_version.is_(None),
+    files.c.added_version + 0 <= sa.bindparam("version"),
 )
+_removed_later = sa.select(files).where(
+    files.c.table_id == sa.bindparam("table_id"),
+    files.c.removed_version > sa.bindparam("version"),
+    files.c.added_version + 0 <= sa.bindparam("version"),
+)
+_FILES_AT = sa.union_all(_live_files, _removed_later).order_by("seq", "id")
 _VERSION_RANGE = sa.select(tables.c.version, tables.c.oldest_version).where(
     tables.c.id == sa.bindparam("table_id")
 )

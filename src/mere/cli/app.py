@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import csv
 import dataclasses
 import datetime as dt
 import decimal
@@ -14,7 +13,6 @@ import json
 import logging
 import math
 import os
-import re
 import stat
 import sys
 import tempfile
@@ -40,8 +38,9 @@ from mere.cli.settings import (
     resolve,
     shown_catalog,
 )
-from mere.errors import MereError
-from mere.write.cast import is_bytes_type
+from mere.errors import InvalidInput, MereError
+from mere.options import parse_as_of, parse_columns
+from mere.spec import is_bytes_type
 
 if TYPE_CHECKING:
     from mere.metadata import FileEntry
@@ -235,30 +234,16 @@ def _human_bytes(n: int) -> str:
 
 def _columns(text: str | None) -> list[str] | None:
     """``--columns``: names separated by commas; a name holding a comma or a quote is written in double
-    quotes, as in CSV (``'id,"a,b"'``; a quote inside doubled)."""
-    if text is None:
-        return None
-    if '"' in text:
-        # Spaces around a name go, quoted or not (as in the unquoted form); an unclosed quote is an error.
-        cols = (
-            []
-            if text.count('"') % 2
-            else [c.strip() for c in next(csv.reader([text], skipinitialspace=True), [])]
-        )
-    else:
-        cols = [c.strip() for c in text.split(",")]
-    if not cols or not all(cols):
-        raise click.BadParameter(
-            f"{text!r} is not a comma-separated list of column names", param_hint="--columns"
-        )
-    return cols
+    quotes, as in CSV (``'id,"a,b"'``; a quote inside doubled): :func:`mere.options.parse_columns`."""
+    try:
+        return parse_columns(text)
+    except InvalidInput as e:
+        raise click.BadParameter(str(e), param_hint="--columns") from None
 
 
-def _as_of(text: str | None) -> str | float | None:
-    """``--as-of``: an ISO 8601 time, or seconds since the epoch (digits, maybe with a fraction)."""
-    if text is not None and re.fullmatch(r"\s*\d+(\.\d*)?\s*", text):
-        return float(text)
-    return text
+def _as_of(text: str | None) -> dt.datetime | None:
+    """``--as-of``: an ISO 8601 time, or seconds since the epoch (:func:`mere.options.parse_as_of`)."""
+    return None if text is None else parse_as_of(text)
 
 
 def _duration(text: str, option: str) -> dt.timedelta:

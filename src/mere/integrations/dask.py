@@ -10,7 +10,6 @@ any partition fails, the files of every partition are deleted and nothing is com
 
 from __future__ import annotations
 
-import os
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
+from mere.concurrency import default_threads
 from mere.errors import InvalidInput, MereError
 from mere.metadata import CommitResult
 from mere.optional import require
@@ -211,7 +211,7 @@ def _compute_all(stages: list[Any], table: Table) -> list[Any]:
     # Local schedulers stop at the first error while other threads still finish their writes, so each
     # partition is computed apart (shared upstream work of a shuffle is repeated) and all are awaited.
     parallel = 1 if dask.config.get("scheduler", None) in ("sync", "synchronous", "single-threaded") else 0
-    with ThreadPoolExecutor(max_workers=parallel or min(8, os.cpu_count() or 2)) as pool:
+    with ThreadPoolExecutor(max_workers=parallel or min(8, default_threads())) as pool:
         outcomes = list(pool.map(_compute_one, stages))
     raised = [o for o in outcomes if isinstance(o, BaseException)]
     if raised:
@@ -237,7 +237,7 @@ def _threads() -> int:
             return max(1, int(sum(client.nthreads().values())))
         except Exception:  # a client that cannot answer: plan for this machine
             pass
-    return os.cpu_count() or 1
+    return default_threads()
 
 
 def _client() -> Any:

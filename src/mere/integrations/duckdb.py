@@ -255,7 +255,6 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 _COMPARE = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
-_FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
 @dataclass
@@ -429,7 +428,7 @@ def _leaf_unguarded(
         left, right = node.args
         op = node.op
         if right.kind == "field" and left.kind == "lit":
-            left, right, op = right, left, _FLIP[op]
+            left, right, op = right, left, E.flip(op)  # type: ignore[arg-type]  # op is in _COMPARE
         if left.kind != "field" or right.kind != "lit" or left.op not in types:
             return None
         column = types[left.op]

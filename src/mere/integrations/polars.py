@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     import polars as pl
 
 _COMPARE = {"Eq": "==", "NotEq": "!=", "Lt": "<", "LtEq": "<=", "Gt": ">", "GtEq": ">="}
-_FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _EPOCH = dt.date(1970, 1, 1)
 BUNDLE_ROWS = 262_144  # merged rows handed to Polars per frame
 
@@ -217,7 +216,7 @@ def _translate(node: Any, kinds: dict[str, type], exact: bool) -> E.Expr | None:
                 return E.Compare(_COMPARE[op], name, _value(binary["right"], kinds[name]))  # type: ignore[arg-type]
             name = _column(binary["right"], kinds)
             if name is not None:
-                return E.Compare(_FLIPPED[_COMPARE[op]], name, _value(binary["left"], kinds[name]))  # type: ignore[arg-type]
+                return E.Compare(E.flip(_COMPARE[op]), name, _value(binary["left"], kinds[name]))  # type: ignore[arg-type]
     elif isinstance(function, dict):
         inputs, kind = function.get("input") or [], function.get("function")
         boolean = kind.get("Boolean") if isinstance(kind, dict) else None

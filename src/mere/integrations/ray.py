@@ -558,7 +558,7 @@ def _check_write(table: Any, mode: Any, partition: Mapping[str, Any] | None) -> 
     if partition is not None:
         if mode != "overwrite":
             raise InvalidInput(f"{table.name}: partition= applies to mode='overwrite' only")
-        table._wanted_partition(partition)  # checked now, before any task runs
+        table.partition_values(partition)  # checked now, before any task runs
 
 
 __all__ = ["MODES", "MereDatasink", "MereDatasource", "TaskStaged", "read_table", "write"]

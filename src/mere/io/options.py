@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from mere.errors import InvalidInput
+from mere.options import parse_bool, parse_bytes
 
 
 @dataclass(frozen=True)
@@ -259,12 +260,8 @@ def resolve_options(
 
 
 def as_bool(name: str, value: str) -> bool:
-    v = value.strip().lower()
-    if v in ("1", "true", "yes", "on", "y", "t"):
-        return True
-    if v in ("0", "false", "no", "off", "n", "f", ""):
-        return False
-    raise InvalidInput(f"storage option {name!r} must be true or false, got {_show(name, value)}")
+    """A boolean storage option, as :func:`mere.options.parse_bool` reads every boolean option."""
+    return parse_bool(value, f"storage option {name!r}", shown=_show(name, value))
 
 
 def as_int(name: str, value: str, minimum: int = 0) -> int:
@@ -287,28 +284,17 @@ def as_seconds(name: str, value: str) -> float:
     return n / 1000 if m.group(2) == "ms" else n * 60 if m.group(2) == "m" else n
 
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1024,
-    "kb": 1024,
-    "kib": 1024,
-    "m": _MIB,
-    "mb": _MIB,
-    "mib": _MIB,
-    "g": 1024 * _MIB,
-    "gb": 1024 * _MIB,
-    "gib": 1024 * _MIB,
-}
-
-
 def as_bytes(name: str, value: str) -> int:
-    m = re.fullmatch(r"\s*([0-9]+)\s*([a-zA-Z]*)\s*", value)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise InvalidInput(
-            f"storage option {name!r} must be a byte size (e.g. 1048576, 1MiB), got {_show(name, value)}"
-        )
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+    """A byte size storage option, as :func:`mere.options.parse_bytes` reads every byte size (blank: the
+    option's default)."""
+    what = f"storage option {name!r}"
+    size = parse_bytes(value, what, shown=_show(name, value))
+    if size is None:
+        known = BY_NAME.get(name)
+        if known is None or known.default is None:
+            raise InvalidInput(f"{what} must be a byte size, got {_show(name, value)}")
+        size = int(known.default)
+    return size
 
 
 # Words that make a storage option's value, or a URL query value, a secret wherever they occur in its key,

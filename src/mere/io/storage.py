@@ -10,6 +10,9 @@ becomes part of a table only through the catalog transaction. What this module a
 - uploads that either complete or never become visible, with retries (see :mod:`mere.io.s3`);
 - transient errors retried with backoff, by the S3 client per request and here per file operation.
 
+Storage moves bytes: what goes into a Parquet file is :mod:`mere.io.parquet`'s choice (encodings, key
+index, metadata), and what a footer says about its columns :mod:`mere.io.footer`'s.
+
 ``storage_options`` keys are documented in ``docs/storage.md`` (and :mod:`mere.io.options`).
 """
 
@@ -29,13 +32,12 @@ from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from mere.concurrency import shared_pool
 from mere.errors import InvalidInput, StorageError
-from mere.io import keyindex
+from mere.io.footer import Footer
 from mere.io.options import canonical, redact, resolve_options
 from mere.io.retry import is_transient, is_transient_read, with_retries
 from mere.io.s3 import MULTIPART_THRESHOLD, S3Pool, ensure_io_threads
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["ByteBudget", "IOStats", "Storage", "WrittenFile", "redact", "resolve"]
+__all__ = ["ByteBudget", "IOStats", "Storage", "redact", "resolve"]
 
 log = logging.getLogger(__name__)
 
@@ -103,51 +105,6 @@ def _other_filesystem(uri: str, storage_options: Mapping[str, str] | None) -> tu
     return fs, path.rstrip("/")
 
 
-def _delta_encoding(t: pa.DataType) -> str | None:
-    if pa.types.is_integer(t) or pa.types.is_date32(t) or pa.types.is_timestamp(t):
-        return "DELTA_BINARY_PACKED"
-    if (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-    ):
-        return "DELTA_BYTE_ARRAY"
-    return None
-
-
-DICTIONARY_SAMPLE_ROWS = 4096
-DICTIONARY_MAX_DISTINCT = 0.5  # share of distinct values in the sample above which a column is written plain
-
-
-def _dictionary_columns(table: pa.Table, skip: Iterable[str]) -> list[str]:
-    """Columns worth dictionary encoding: few distinct values among rows sampled across the file.
-
-    Parquet writers try a dictionary for every column by default; for measures, timestamps and ids the
-    dictionary holds every value of a row group, which grows files and costs time to write and to read.
-    Under half distinct in 4,096 sampled rows means a few thousand values at most: small dictionaries
-    for our row groups.
-    """
-    skipped = set(skip)
-    n = table.num_rows
-    sample = None
-    if n > DICTIONARY_SAMPLE_ROWS:
-        sample = pa.array(np.linspace(0, n - 1, DICTIONARY_SAMPLE_ROWS).astype(np.int64))
-    out = []
-    for name in table.column_names:
-        t = table.schema.field(name).type
-        if name in skipped or pa.types.is_boolean(t) or pa.types.is_nested(t):
-            continue
-        if pa.types.is_dictionary(t) or n == 0:
-            out.append(name)
-            continue
-        column = table.column(name)
-        values = column if sample is None else column.take(sample)
-        if pc.count_distinct(values, mode="all").as_py() <= max(16, len(values) * DICTIONARY_MAX_DISTINCT):
-            out.append(name)
-    return out
-
-
 @dataclass
 class IOStats:
     """What this storage fetched and wrote: footers plus the column chunks of the row groups read."""
@@ -162,13 +119,6 @@ class IOStats:
     def reset(self) -> None:
         self.bytes_read = self.footers_read = self.row_groups_read = 0
         self.files_written = self.bytes_written = self.retries = 0
-
-
-@dataclass(frozen=True)
-class WrittenFile:
-    path: str  # relative to the storage root
-    size_bytes: int
-    row_count: int
 
 
 class ByteBudget:
@@ -196,116 +146,6 @@ class ByteBudget:
         if n > 0:
             with self._lock:
                 self.used = max(0, self.used - n)
-
-
-def _add_mere_metadata(writer: pq.ParquetWriter, schema: pa.Schema) -> None:
-    """Keep the schema's ``mere.*`` entries in the file's footer (the Arrow schema itself is not stored)."""
-    ours = {k: v for k, v in (schema.metadata or {}).items() if k.startswith(b"mere.")}
-    if ours:
-        writer.add_key_value_metadata(ours)
-
-
-def column_leaves(md: pq.FileMetaData) -> dict[str, list[int]]:
-    """Top-level column name -> indices of its Parquet leaf columns.
-
-    Parquet's flat schema names leaves only (``l.list.element``, ``s.a``), and a top-level name may itself
-    contain dots, even equal another column's leaf path: leaves are assigned by structure instead. Each
-    top-level field owns the next run of leaves, as many as its type has primitive values.
-    """
-    fields = md.schema.to_arrow_schema()
-    out = ColumnLeaves({name: [] for name in fields.names})
-    counts = [_leaf_count(f.type) for f in fields]
-    if sum(counts) != md.num_columns:  # pragma: no cover - a schema pyarrow maps some other way
-        raise StorageError(f"cannot map the {md.num_columns} Parquet columns of a file to its fields")
-    start = 0
-    for f, n in zip(fields, counts):
-        out[f.name] = list(range(start, start + n))
-        start += n
-    out.primitive = {f.name: out[f.name][0] for f in fields if not pa.types.is_nested(f.type)}
-    return out
-
-
-def _leaf_count(kind: pa.DataType) -> int:
-    """How many Parquet leaf columns a field of this Arrow type has."""
-    if pa.types.is_struct(kind):
-        return sum(_leaf_count(kind.field(i).type) for i in range(kind.num_fields))
-    if pa.types.is_map(kind):
-        return _leaf_count(kind.key_type) + _leaf_count(kind.item_type)
-    if pa.types.is_nested(kind):  # the list types (unions are refused by create_table)
-        return _leaf_count(kind.value_type)
-    return 1
-
-
-def _read_layout(
-    entry: _Footer, columns: Sequence[str] | None, dictionary: Sequence[str]
-) -> tuple[list[str] | None, list[int] | None, list[int], list[int]]:
-    """What a read of these columns derives from a file's footer, kept with it: the columns the file has
-    (None: all), their leaf indices (None: all), the leaves to read as dictionaries, and the stored bytes
-    of those leaves in each row group."""
-    key = f"read:{None if columns is None else tuple(columns)}:{tuple(dictionary)}"
-    layout = entry.extra.get(key)
-    if layout is None:
-        md, leaves = entry.metadata, entry.leaves
-        names = None if columns is None else [c for c in columns if c in leaves]
-        read = None if names is None else [i for c in names for i in leaves[c]]
-        as_dictionary = [i for c in dictionary if (i := primitive_leaf(md, leaves, c)) is not None]
-        stored = entry.chunk_sizes[1]
-        per_group = (stored if read is None else stored[:, read]).sum(axis=1).tolist()
-        layout = entry.extra[key] = (names, read, as_dictionary, per_group)
-    return layout
-
-
-class ColumnLeaves(dict[str, list[int]]):
-    """:func:`column_leaves` of one footer, with the leaf of each top-level primitive column worked out
-    once (``primitive_leaf`` is asked per row group and column on every scan)."""
-
-    primitive: dict[str, int]
-
-
-def primitive_leaf(md: pq.FileMetaData, leaves: Mapping[str, Sequence[int]], column: str) -> int | None:
-    """The leaf index of a top-level primitive column (the only kind with statistics mere uses)."""
-    if isinstance(leaves, ColumnLeaves):
-        return leaves.primitive.get(column)
-    idx = leaves.get(column)
-    if idx is None or len(idx) != 1 or md.schema.column(idx[0]).path != column:
-        return None
-    return idx[0]
-
-
-class _Footer:
-    """A file's parsed footer and, on object stores, a dataset fragment that reads it without a HEAD."""
-
-    __slots__ = ("_leaves", "extra", "fragment", "metadata")
-
-    def __init__(self, metadata: pq.FileMetaData, fragment: ds.ParquetFileFragment | None) -> None:
-        self.metadata = metadata
-        self.fragment = fragment
-        self._leaves: dict[str, list[int]] | None = None
-        self.extra: dict[str, Any] = {}  # what readers parse from the footer (key index), cached with it
-
-    @property
-    def leaves(self) -> dict[str, list[int]]:
-        if self._leaves is None:
-            self._leaves = column_leaves(self.metadata)
-        return self._leaves
-
-    @property
-    def chunk_sizes(self) -> tuple[np.ndarray, np.ndarray]:
-        """(uncompressed, stored) bytes of every column chunk: arrays of row groups x leaf columns, parsed
-        once per footer."""
-        sizes = self.extra.get("sizes")
-        if sizes is None:
-            md = self.metadata
-            shape = (md.num_row_groups, md.num_columns)
-            uncompressed, stored = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
-            for i in range(md.num_row_groups):
-                rg = md.row_group(i)
-                for j in range(md.num_columns):
-                    chunk = rg.column(j)
-                    uncompressed[i, j] = chunk.total_uncompressed_size
-                    stored[i, j] = chunk.total_compressed_size
-            sizes = self.extra["sizes"] = (uncompressed, stored)
-        return sizes
 
 
 class Storage:
@@ -338,7 +178,7 @@ class Storage:
                 ensure_io_threads(_REMOTE_IO_THREADS)
         self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
         self.table: str | None = None  # the table a handle from for_table() reads for, named in read errors
-        self._footers: OrderedDict[str, _Footer] = OrderedDict()
+        self._footers: OrderedDict[str, Footer] = OrderedDict()
         self._footer_cache_size = footer_cache_size
         self._lock = threading.Lock()
         self.stats = IOStats()
@@ -440,49 +280,18 @@ class Storage:
 
     # -- writes ------------------------------------------------------------------------------------
 
-    def write_parquet(
-        self,
-        rel: str,
-        table: pa.Table,
-        *,
-        row_group_rows: int,
-        sorting_columns: Sequence[str] = (),
-        compression: str = "lz4",
-        compression_level: int | None = None,
-        key_index: bool = True,
-    ) -> WrittenFile:
-        """Write one Parquet file (with statistics) at a path that must not exist yet.
+    def write(self, rel: str, encode: Callable[[pa.NativeFile], None]) -> int:
+        """Write a new file at a path that must not exist yet: ``encode`` writes its bytes to the stream it
+        is given. Returns the file's size in bytes.
 
-        Sort columns are delta-encoded: sorted, mostly unique keys shrink to a few bits each, which keeps
-        key lookups (that read key columns first) cheap. Other columns are dictionary-encoded only when a
-        sample shows few distinct values.
-
-        Key-sorted files get a key index unless ``key_index`` is False. On object stores the file is
-        encoded in memory, then uploaded (multipart from 10 MiB, parts in parallel); a failed write
-        leaves no object behind and no referenced file.
+        On object stores the bytes are gathered in memory, then uploaded (multipart from 10 MiB, parts in
+        parallel): the object appears whole or not at all, and a failed upload leaves nothing behind. A
+        failed local write removes its partial file.
         """
         path = self.full_path(rel)
-        sorting = None
-        if sorting_columns:
-            sorting = [pq.SortingColumn(table.schema.get_field_index(c)) for c in sorting_columns]
-        encodings = {c: e for c in sorting_columns if (e := _delta_encoding(table.schema.field(c).type))}
-        dictionary = _dictionary_columns(table, encodings)
-        writer_args: dict[str, Any] = dict(
-            compression=compression,
-            compression_level=compression_level,
-            write_statistics=True,
-            sorting_columns=sorting,
-            use_dictionary=dictionary,
-            column_encoding=encodings or None,
-            store_schema=False,  # readers cast to the table schema; dictionary columns read as plain
-        )
-        if sorting_columns and key_index:  # key-sorted files get a key index (see mere.io.keyindex)
-            writer_args.update(keyindex.writer_options(table, sorting_columns, row_group_rows))
         if self.is_remote:
             sink = pa.BufferOutputStream()
-            with pq.ParquetWriter(sink, table.schema, **writer_args) as writer:
-                writer.write_table(table, row_group_size=row_group_rows)
-                _add_mere_metadata(writer, table.schema)
+            encode(sink)
             data = sink.getvalue()
             self._upload(path, data)
             size = data.size
@@ -490,12 +299,8 @@ class Storage:
             try:
                 os.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
                 try:
-                    with (
-                        self.fs.open_output_stream(path) as out,
-                        pq.ParquetWriter(out, table.schema, **writer_args) as writer,
-                    ):
-                        writer.write_table(table, row_group_size=row_group_rows)
-                        _add_mere_metadata(writer, table.schema)
+                    with self.fs.open_output_stream(path) as out:
+                        encode(out)
                 except BaseException:
                     with contextlib.suppress(OSError):
                         os.remove(path)  # a partial local file: never referenced, remove it now
@@ -506,7 +311,7 @@ class Storage:
         with self._lock:
             self.stats.files_written += 1
             self.stats.bytes_written += int(size)
-        return WrittenFile(rel, int(size), table.num_rows)
+        return int(size)
 
     def _upload(self, path: str, data: pa.Buffer) -> None:
         """Put finished bytes at ``path``: the object appears whole or not at all."""
@@ -534,7 +339,7 @@ class Storage:
 
     # -- reads -------------------------------------------------------------------------------------
 
-    def _footer(self, rel: str, size: int | None = None) -> _Footer:
+    def _footer(self, rel: str, size: int | None = None) -> Footer:
         with self._lock:
             entry = self._footers.get(rel)
             if entry is not None:
@@ -542,14 +347,14 @@ class Storage:
                 return entry
         path = self.full_path(rel)
 
-        def read() -> _Footer:
+        def read() -> Footer:
             if self._format is None:
                 with self.fs.open_input_file(path) as f:
-                    return _Footer(pq.read_metadata(f), None)
+                    return Footer(pq.read_metadata(f), None)
             # A fragment with a known size reads the footer with one ranged GET (no HEAD).
             fragment = self._format.make_fragment(path, self._fs_for(path), file_size=size or None)
             fragment.ensure_complete_metadata()
-            return _Footer(fragment.metadata, fragment)
+            return Footer(fragment.metadata, fragment)
 
         entry = self._reading(f"reading the footer of {path}", read)
         md = entry.metadata
@@ -564,7 +369,7 @@ class Storage:
                 self._footers.popitem(last=False)
         return entry
 
-    def footer(self, rel: str, size: int | None = None) -> _Footer:
+    def footer(self, rel: str, size: int | None = None) -> Footer:
         """A file's parsed footer with what readers derive from it (its metadata, column leaves and cache
         dict, as the three methods below give them one by one)."""
         return self._footer(rel, size)
@@ -666,7 +471,7 @@ class Storage:
         entry = self._footer(rel, size)
         groups = list(row_groups)
         path = self.full_path(rel)
-        names, leaves, as_dictionary, stored = _read_layout(entry, columns, dictionary)
+        names, leaves, as_dictionary, stored = entry.read_layout(columns, dictionary)
         if self.is_local:
             try:
                 with self.fs.open_input_file(path) as f:

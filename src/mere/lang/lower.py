@@ -25,19 +25,39 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from mere import expr as E
 from mere.errors import FilterError
+from mere.expr.literals import (
+    FLOAT_TEXT,
+    FLOAT_WORD,
+    Gap,
+    bind_float,
+    bind_scalar,
+    compare_floats,
+    format_literal,
+)
+from mere.expr.nodes import (
+    AlwaysFalse,
+    AlwaysTrue,
+    And,
+    Compare,
+    CompareOp,
+    Expr,
+    In,
+    IsNull,
+    Not,
+    Or,
+    Sql,
+    flip,
+)
 from mere.lang.parse import LIST_PREFIX, MereDialect, Parsed, parse_expression
-from mere.write.cast import _is_number, _is_text
+from mere.spec import is_number, is_text
 
 _REASSOCIATED = frozenset({"add", "add_checked", "multiply", "multiply_checked"})
 # Kernels besides the *_checked ones that may fail on a value (decimal precision).
 _MAY_FAIL = frozenset({"round", "floor", "ceil", "trunc"})
 
 NO_LITERAL = object()
-_FLOAT_TEXT = E._FLOAT_TEXT
-_FLOAT_WORD = E._FLOAT_WORD
-_COMPARE_OPS: dict[type[exp.Expression], E.CompareOp] = {
+_COMPARE_OPS: dict[type[exp.Expression], CompareOp] = {
     exp.EQ: "==",
     exp.NEQ: "!=",
     exp.LT: "<",
@@ -45,7 +65,6 @@ _COMPARE_OPS: dict[type[exp.Expression], E.CompareOp] = {
     exp.GT: ">",
     exp.GTE: ">=",
 }
-_FLIP: dict[E.CompareOp, E.CompareOp] = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
 _HAS_REMAINDER = "remainder" in pc.list_functions()  # not in older pyarrow
@@ -98,10 +117,10 @@ def _typed_literal(kind: Any, raw: str) -> object:
         if kind == T.TIMESTAMP_NS:
             return _nanosecond_literal(raw)
         if kind in (T.DOUBLE, T.FLOAT):
-            if not _FLOAT_TEXT.fullmatch(raw.strip()):
+            if not FLOAT_TEXT.fullmatch(raw.strip()):
                 raise ValueError("expected a number, NaN, Infinity or -Infinity")
             value = float(raw)
-            if math.isinf(value) and not _FLOAT_WORD.fullmatch(raw.strip()):
+            if math.isinf(value) and not FLOAT_WORD.fullmatch(raw.strip()):
                 raise ValueError("out of range for a DOUBLE")
             return value
     except ValueError as exc:
@@ -146,7 +165,7 @@ def column_name(node: exp.Column) -> str:
 # Filters
 
 
-def parse_filter(text: str) -> E.Expr:
+def parse_filter(text: str) -> Expr:
     """Filter text to an :class:`~mere.expr.Expr`: prunable atoms where possible, Sql atoms elsewhere."""
     parsed = parse_expression(text)
     return _filter(parsed.tree, parsed)
@@ -178,18 +197,18 @@ def _with_lists(text: str, parsed: Parsed) -> str:
         return text
 
     def values(m: re.Match[str]) -> str:
-        return "(" + ", ".join(map(E._fmt_literal, parsed.lists[m.group(1)])) + ")"
+        return "(" + ", ".join(map(format_literal, parsed.lists[m.group(1)])) + ")"
 
     return re.sub(rf"\$({LIST_PREFIX}\d+)", values, text)
 
 
-def _filter(node: exp.Expression, parsed: Parsed) -> E.Expr:
+def _filter(node: exp.Expression, parsed: Parsed) -> Expr:
     if isinstance(node, exp.Paren):
         return _filter(node.this, parsed)
     if isinstance(node, exp.And):
-        return E.And(_filter(node.this, parsed), _filter(node.expression, parsed))
+        return And(_filter(node.this, parsed), _filter(node.expression, parsed))
     if isinstance(node, exp.Or):
-        return E.Or(_filter(node.this, parsed), _filter(node.expression, parsed))
+        return Or(_filter(node.this, parsed), _filter(node.expression, parsed))
     if isinstance(node, exp.Not):
         inner = node.this
         if (
@@ -197,14 +216,14 @@ def _filter(node: exp.Expression, parsed: Parsed) -> E.Expr:
             and isinstance(inner.expression, exp.Null)
             and isinstance(inner.this, exp.Column)
         ):
-            return E.IsNull(column_name(inner.this), negated=True)
+            return IsNull(column_name(inner.this), negated=True)
         if isinstance(inner, exp.In) and isinstance(inner.this, exp.Column):
             values = _in_values(inner, parsed)
             if values is not None:
-                return E.In(column_name(inner.this), tuple(values), negated=True)
-        return E.Not(_filter(inner, parsed))
+                return In(column_name(inner.this), tuple(values), negated=True)
+        return Not(_filter(inner, parsed))
     if isinstance(node, exp.Boolean):
-        return E.AlwaysTrue() if node.this else E.AlwaysFalse()
+        return AlwaysTrue() if node.this else AlwaysFalse()
     op = _COMPARE_OPS.get(type(node))
     if op is not None:
         left, right = node.this, node.expression
@@ -220,27 +239,27 @@ def _filter(node: exp.Expression, parsed: Parsed) -> E.Expr:
                 f"comparison with NULL is never true; use IS NULL or IS NOT NULL (filter: {parsed.text!r})"
             )
         if isinstance(left, exp.Column) and rv is not NO_LITERAL:
-            return E.Compare(op, column_name(left), rv)
+            return Compare(op, column_name(left), rv)
         if isinstance(right, exp.Column) and lv is not NO_LITERAL:
-            return E.Compare(_FLIP[op], column_name(right), lv)
+            return Compare(flip(op), column_name(right), lv)
     if isinstance(node, exp.In) and isinstance(node.this, exp.Column):
         values = _in_values(node, parsed)
         if values is not None:
-            return E.In(column_name(node.this), tuple(values))
+            return In(column_name(node.this), tuple(values))
     if isinstance(node, exp.Between) and isinstance(node.this, exp.Column):
         low, high = literal_value(node.args["low"]), literal_value(node.args["high"])
         if low is not NO_LITERAL and high is not NO_LITERAL and low is not None and high is not None:
             name = column_name(node.this)
-            return E.And(E.Compare(">=", name, low), E.Compare("<=", name, high))
+            return And(Compare(">=", name, low), Compare("<=", name, high))
     if (
         isinstance(node, exp.Is)
         and isinstance(node.expression, exp.Null)
         and isinstance(node.this, exp.Column)
     ):
-        return E.IsNull(column_name(node.this))
+        return IsNull(column_name(node.this))
     if isinstance(node, exp.Is) and not isinstance(node.expression, exp.Null | exp.Boolean):
         raise FilterError(f"expected NULL after IS [NOT] (filter: {parsed.text!r})")
-    return E.Sql(_with_lists(sql_text(node), parsed))
+    return Sql(_with_lists(sql_text(node), parsed))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,7 +476,7 @@ class Lowering:
         cast_value = Typed(pc.Expression._call("cast", [value.expr], options), to)
         if safe and _is_float(value.type) and _is_float(to) and to.bit_width < value.type.bit_width:
             return self._refuse_overflow(value, cast_value)
-        if _is_float(value.type) and _is_text(to):
+        if _is_float(value.type) and is_text(to):
             # As DuckDB spells floats: a whole number keeps its ".0" (1.0, -0.0), an exponent two digits.
             whole = pc.ReplaceSubstringOptions(r"^(-?[0-9]+)$", r"\1.0")
             short = pc.ReplaceSubstringOptions(r"e([+-])([0-9])$", r"e\10\2")
@@ -499,9 +518,9 @@ class Lowering:
         if value.value is None:
             return Typed(pc.scalar(_null(to)), to, None)
         try:
-            if isinstance(value.value, str) and not _is_text(to):
-                bound = E._bind_scalar(value.value, "literal", to)
-                if isinstance(bound, E._Gap):
+            if isinstance(value.value, str) and not is_text(to):
+                bound = bind_scalar(value.value, "literal", to)
+                if isinstance(bound, Gap):
                     raise FilterError(f"{value.value!r} is not a {to} value")
                 scalar = pa.scalar(bound, to)
             elif type(value.value) is int and pa.types.is_decimal(to):
@@ -509,7 +528,7 @@ class Lowering:
             elif isinstance(value.value, Decimal) and _is_float(to):
                 scalar = pa.scalar(float(value.value), pa.float64()).cast(to)  # the nearest double
             elif type(value.value) is int and _is_float(to):
-                scalar = pa.scalar(E._bind_float(value.value, to), to)  # the nearest value, as SQL rounds
+                scalar = pa.scalar(bind_float(value.value, to), to)  # the nearest value, as SQL rounds
             else:
                 scalar = pa.scalar(value.value, value.type).cast(to)
         except FilterError as exc:
@@ -528,7 +547,7 @@ class Lowering:
 
     def _cast_constant(self, value: Typed, to: pa.DataType) -> Typed:
         """A literal as type ``to``, converted now (text parsed as the type)."""
-        if isinstance(value.value, str) and not _is_text(to):
+        if isinstance(value.value, str) and not is_text(to):
             try:  # CAST('12.34' AS DECIMAL(9, 2)): text is parsed as the type
                 scalar = pa.scalar(value.value, pa.string()).cast(to)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
@@ -666,9 +685,9 @@ class Lowering:
         return self.call(name, [left, right])
 
     def _numeric_pair(self, left: Typed, right: Typed, what: str) -> tuple[Typed, Typed]:
-        if isinstance(left.value, str) and _is_number(right.type):
+        if isinstance(left.value, str) and is_number(right.type):
             left = self.literal_as(left, right.type)
-        if isinstance(right.value, str) and _is_number(left.type):
+        if isinstance(right.value, str) and is_number(left.type):
             right = self.literal_as(right, left.type)
         if pa.types.is_null(left.type):
             left = self.cast(left, right.type if not pa.types.is_null(right.type) else pa.int64())
@@ -756,7 +775,7 @@ class Lowering:
         return self.call("if_else", [zero, self.call("multiply", [a, self.literal(0.0)]), rest])
 
     def _text(self, value: Typed) -> Typed:
-        if _is_text(value.type):
+        if is_text(value.type):
             return value
         if value.is_literal and value.value is None:
             return self.literal_as(value, pa.string())
@@ -805,13 +824,13 @@ class Lowering:
         """``left op right`` with SQL's rules: literal coercion, NaN-aware floats, NULL is NULL."""
         if left.value is None or right.value is None:
             return Typed(pc.scalar(_null(pa.bool_())), pa.bool_(), None)
-        if isinstance(left.value, str) and not _is_text(right.type):
+        if isinstance(left.value, str) and not is_text(right.type):
             left = self.literal_as(left, right.type)
-        elif isinstance(right.value, str) and not _is_text(left.type):
+        elif isinstance(right.value, str) and not is_text(left.type):
             right = self.literal_as(right, left.type)
-        elif left.is_literal and not right.is_literal and _is_number(right.type) and _is_float(left.type):
+        elif left.is_literal and not right.is_literal and is_number(right.type) and _is_float(left.type):
             left = self.literal_as(left, right.type) if _is_float(right.type) else left
-        elif right.is_literal and not left.is_literal and _is_number(left.type) and _is_float(right.type):
+        elif right.is_literal and not left.is_literal and is_number(left.type) and _is_float(right.type):
             right = self.literal_as(right, left.type) if _is_float(left.type) else right
         if pa.types.is_null(left.type) != pa.types.is_null(right.type):  # e.g. COALESCE(NULL, NULL) = x
             left, right = (
@@ -833,26 +852,15 @@ class Lowering:
         return self.call(names[op], [left, right])
 
     def _float_compare(self, op: str, left: Typed, right: Typed) -> Typed:
-        """Comparison where NaN equals NaN and is above every other value (SQL, not IEEE)."""
-        if op in (">", ">="):
-            return self._float_compare("<" if op == ">" else "<=", right, left)
+        """Comparison where NaN equals NaN and is above every other value (SQL, not IEEE); a side that is
+        not a float is cast to the other side's float type."""
         a = (
             left
             if _is_float(left.type)
             else self.cast(left, right.type if _is_float(right.type) else pa.float64())
         )
         b = right if _is_float(right.type) else self.cast(right, a.type)
-        nan_a, nan_b = self.call("is_nan", [a]), self.call("is_nan", [b])
-        equal = self.call("or_kleene", [self.call("equal", [a, b]), self.call("and_kleene", [nan_a, nan_b])])
-        if op == "==":
-            return equal
-        if op == "!=":
-            return self.call("invert", [equal])
-        less = self.call(
-            "or_kleene",
-            [self.call("less", [a, b]), self.call("and_kleene", [self.call("invert", [nan_a]), nan_b])],
-        )
-        return less if op == "<" else self.call("or_kleene", [less, equal])
+        return compare_floats(op, a, b, self.call)
 
     def _comparison(self, node: exp.Binary) -> Typed:
         op = _COMPARE_OPS[cast(type[exp.Expression], type(node))]

@@ -138,7 +138,8 @@ def list_values(text: str) -> list[object]:
     return [Decimal(part) if "." in part else int(part) for part in parts]
 
 
-def _lift_lists(text: str) -> tuple[str, dict[str, list[object]]]:
+def lift_lists(text: str) -> tuple[str, dict[str, list[object]]]:
+    """``text`` with its long IN lists replaced by placeholders, and the lists' values by placeholder name."""
     lists: dict[str, list[object]] = {}
     if len(text) < 64:
         return text, lists
@@ -176,7 +177,7 @@ def _parse(text: str, what: str) -> Parsed:
         raise FilterError(f"{what} text must be a str, got {type(text).__name__}")
     if not text.strip():
         raise FilterError(f"empty {what}")
-    lifted, lists = _lift_lists(text)
+    lifted, lists = lift_lists(text)
     try:
         tree = sqlglot.parse_one(lifted, read=MereDialect)
     except TokenError as exc:

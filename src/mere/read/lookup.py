@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,9 @@ from mere import expr as E
 from mere.arrays import bool_array
 from mere.hashing import bucket_ids
 from mere.io import keyindex
-from mere.io.storage import Storage, primitive_leaf
+from mere.io.footer import primitive_leaf
+from mere.io.storage import Storage
+from mere.kernels import group_starts, sort_indices
 from mere.read.evolution import (
     FileColumns,
     file_columns,
@@ -42,12 +44,9 @@ from mere.read.evolution import (
     to_table_columns,
     without_field_ids,
 )
-from mere.read.merge import group_starts, sort_indices
+from mere.read.options import ReadOptions
 from mere.read.planner import FileTask, Split
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, TableSpec
-
-if TYPE_CHECKING:
-    from mere.read.reader import ReadOptions
 
 __all__ = ["FileSource", "FirstKeys", "bloom_pruned", "few_pages", "probe_keys", "read"]
 
@@ -65,7 +64,8 @@ _points_lock = threading.Lock()
 
 class FileSource(Protocol):
     """What the lookup needs of a reader's file cursor: the file, its candidate row groups, the table
-    columns it gives and how its own columns map to them (tables whose columns changed)."""
+    columns it gives, how its own columns map to them (tables whose columns changed), and a read of some
+    of its row groups as table columns (``load``)."""
 
     @property
     def spec(self) -> TableSpec: ...
@@ -82,7 +82,7 @@ class FileSource(Protocol):
     @property
     def fill(self) -> Sequence[str]: ...
 
-    def _load(
+    def load(
         self, groups: Sequence[int], columns: Sequence[str], dictionary: Sequence[str] = ()
     ) -> pa.Table: ...
 
@@ -434,7 +434,7 @@ def _read(
         else {}
     )
     whole = [rg for rg in sorted(wanted) if rg not in paged]
-    loaded = f._load(whole, columns) if whole else None
+    loaded = f.load(whole, columns) if whole else None
     parts = []
     offset = 0
     for rg in sorted(wanted):

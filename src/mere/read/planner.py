@@ -21,8 +21,9 @@ from mere import expr as E
 from mere.arrays import sorted_unique
 from mere.errors import FilterError
 from mere.hashing import bucket_ids
-from mere.io.storage import primitive_leaf
+from mere.io.footer import primitive_leaf
 from mere.metadata import FileEntry
+from mere.partitions import parse_partition, typed_partition
 from mere.spec import TableSpec
 
 
@@ -117,17 +118,6 @@ class Explain:
         return "\n".join(lines)
 
 
-def typed_partition(spec: TableSpec, partition: Mapping[str, str | None]) -> dict[str, Any]:
-    """Partition values (stored as strings) back as Python values of their column types."""
-    out: dict[str, Any] = {}
-    for c, v in partition.items():
-        if v is None:
-            out[c] = None
-        else:
-            out[c] = pa.scalar(v, pa.string()).cast(spec.schema.field(c).type).as_py()
-    return out
-
-
 @dataclass
 class FilterParts:
     bound: E.Expr
@@ -166,7 +156,7 @@ def plan_splits(
     explain.buckets_total = len({b for _, b in by_split}) if spec.has_primary_key else 0
     keep_partition: dict[str, bool] = {}
     for p in partitions:
-        values = typed_partition(spec, json.loads(p))
+        values = typed_partition(spec, parse_partition(p))
         verdict = E.evaluate_constant(parts.pre, values) if spec.partition_by else None
         keep_partition[p] = verdict is not False
     allowed_buckets: set[int] | None = None
@@ -188,7 +178,7 @@ def plan_splits(
         fs = sorted(fs, key=lambda f: (f.seq or 0, f.id or 0))
         splits.append(
             Split(
-                tuple(json.loads(p).items()),
+                tuple(parse_partition(p).items()),
                 b,
                 tuple(
                     FileTask(

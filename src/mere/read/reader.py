@@ -21,7 +21,8 @@ from mere.arrays import bool_array, sorted_unique
 from mere.concurrency import shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
-from mere.io.storage import primitive_leaf
+from mere.io.footer import primitive_leaf
+from mere.kernels import group_starts, numpy_sortable_array, reduce_versions, sort_indices
 from mere.read import lookup
 from mere.read.evolution import (
     FileColumns,
@@ -30,19 +31,12 @@ from mere.read.evolution import (
     stored_as_table,
     to_table_columns,
 )
-from mere.read.merge import (
-    _numpy_sortable,
-    group_starts,
-    newest_wins,
-    reduce_versions,
-    sort_indices,
-)
+from mere.read.newest_wins import newest_wins
+from mere.read.options import ReadOptions
 from mere.read.planner import Explain, FileTask, Split, row_group_stats
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
-DEFAULT_WINDOW_BYTES = 8 * 1024 * 1024
 RELEASE_EVERY_WINDOWS = 2
-DEFAULT_WHOLE_SPLIT_BYTES = 48 * 1024 * 1024  # splits up to this size merge in one window
 LOOKUP_MAX_KEYS = 256
 DICTIONARY_MIN_ROWS = 1 << 15  # splits whose files are all smaller read dictionary-encoded strings plain
 BATCH_ROWS = 128 * 1024
@@ -56,24 +50,6 @@ def io_pool() -> ThreadPoolExecutor:
     """Threads for file IO (fork-aware, started on demand); separate from split workers so nested waits
     cannot deadlock: IO tasks never wait on other IO tasks."""
     return shared_pool("io", IO_THREADS)
-
-
-@dataclass
-class ReadOptions:
-    columns: list[str]  # output columns, in order
-    pre: E.Expr
-    post: E.Expr
-    lookup: bool  # the pre-merge filter pins a few keys: read key columns first
-    window_bytes: int = DEFAULT_WINDOW_BYTES
-    whole_split_bytes: int = DEFAULT_WHOLE_SPLIT_BYTES
-    release_memory: bool = True  # streaming: return freed window memory to the OS now and then
-    dictionary: tuple[
-        str, ...
-    ] = ()  # string columns read as dictionary where files hold them so (set per split)
-    # 1: the split is read and merged on the calling thread alone (files one after another, decoded without
-    # pyarrow's pool) where storage is local; any other value leaves reads concurrent.
-    threads: int = 0
-    keys: pa.Table | None = None  # key tuples to look up besides those the filter pins (a MERGE's source)
 
 
 @dataclass
@@ -169,9 +145,7 @@ class _FileCursor:
     def estimated_bytes(self) -> int:
         return sum(g.bytes for g in self.groups)
 
-    def _load(
-        self, groups: Sequence[int], columns: Sequence[str], dictionary: Sequence[str] = ()
-    ) -> pa.Table:
+    def load(self, groups: Sequence[int], columns: Sequence[str], dictionary: Sequence[str] = ()) -> pa.Table:
         """Row groups of the file, as the table's columns."""
         size = self.task.size_bytes or None
         threaded = self.opts.threads != 1
@@ -196,7 +170,7 @@ class _FileCursor:
         if not groups:
             return None
         idx = [g.index for g in groups]
-        return filter_rows(self._load(idx, self.columns, self.dictionary), self.opts.pre)
+        return filter_rows(self.load(idx, self.columns, self.dictionary), self.opts.pre)
 
     def take_until(self, hi: Any) -> pa.Table | None:
         """Rows whose first key column is below ``hi`` (all remaining rows when ``hi`` is None)."""
@@ -268,7 +242,7 @@ def _is_binary_like(t: pa.DataType) -> bool:
     )
 
 
-def plain_rows(table: pa.Table, schema: pa.Schema) -> pa.Table:
+def plain_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Dictionary-read columns cast back to their table type (pyarrow may also hand a large_string back)."""
     for i, f in enumerate(table.schema):
         if f.name in schema.names and (
@@ -599,7 +573,7 @@ class SplitReader:
 
     def _finish(self, table: pa.Table, filtered: bool = False) -> Iterator[pa.RecordBatch]:
         """Output batches of merged rows (``filtered``: the merge applied the scan's filter already)."""
-        table = plain_rows(table, self.spec.schema)
+        table = plain_columns(table, self.spec.schema)
         if not filtered:
             table = filter_rows(table, self.opts.post)
         if table.num_rows == 0:
@@ -641,7 +615,7 @@ class SplitReader:
         for c in self.spec.primary_key:
             chunks = [p.column(c) for _, p in parts]
             arrays = [a for ch in chunks for a in ch.chunks]
-            as_np = [_numpy_sortable(a) for a in arrays]
+            as_np = [numpy_sortable_array(a) for a in arrays]
             if all(a is not None for a in as_np):
                 keys.append(np.concatenate(as_np))  # type: ignore[arg-type]
             else:
@@ -668,7 +642,7 @@ class SplitReader:
             # Files differ in which columns are dictionaries, or in nullability (compacted files were
             # written with the table's NOT NULL flags, delta files without them): filtered first, so that
             # dropped rows are never decoded from dictionaries.
-            out = [_nullable(plain_rows(_kept(o, m), self.spec.schema)) for o, m in zip(out, masks)]
+            out = [_nullable(plain_columns(_kept(o, m), self.spec.schema)) for o, m in zip(out, masks)]
             return (pa.concat_tables(out) if len(out) > 1 else out[0]), filtered
         # One filter over every file's rows (Arrow walks the chunks): not one call per file.
         kept = np.concatenate(masks) if len(masks) > 1 else masks[0]
@@ -691,7 +665,7 @@ class SplitReader:
         if not survivors or total > 4 * survivors:  # evaluating on the stored rows would cost too much
             return masks, False
         names = sorted(used)
-        narrow = [_nullable(plain_rows(o.select(names), self.spec.schema)) for o in out]
+        narrow = [_nullable(plain_columns(o.select(names), self.spec.schema)) for o in out]
         rows = pa.concat_tables(narrow) if len(narrow) > 1 else narrow[0]
         number = "\x00row"
         rows = rows.append_column(number, pa.array(np.arange(total, dtype=np.int64)))
@@ -708,7 +682,7 @@ class SplitReader:
         """Per-column merge operators and files with column subsets."""
         spec = self.spec
         schema = pa.schema([spec.schema.field(c) for c in self.needed])
-        parts = [(t, plain_rows(p, spec.schema)) for t, p in parts]
+        parts = [(t, plain_columns(p, spec.schema)) for t, p in parts]
         aligned = []
         present: dict[str, list[np.ndarray]] = {c: [] for c in value_cols}
         for _, p in parts:

@@ -236,9 +236,10 @@ class Catalog:
         if purge:
             self.storage.delete_tree(record.location)
 
-    def _drop_if_unchanged(self, table: TableHandle, version: int) -> bool:
+    def drop_if_unchanged(self, table: TableHandle, version: int) -> bool:
         """Drop ``table`` (and its files) if it is still at ``version`` (checked atomically in the catalog):
-        undoes a table a failed write created. Whether it was dropped."""
+        undoes a table a failed write created (the Spark sink calls it when a job that created its table
+        aborts). Returns whether it was dropped; a table some commit changed since stays, rows and all."""
         ns, short = split_name(table.name)
         record = self.sql.drop_table(ns, short, expect=(table.context.uuid, version))
         if record is None:

@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 
 from mere.io import Storage
+from mere.kernels import group_starts, reduce_versions, sort_indices
 from mere.metadata import FileEntry
 from mere.read.evolution import whole_file_as_table
-from mere.read.merge import group_starts, reduce_versions, sort_indices
 from mere.read.planner import FileTask
 from mere.read.reader import SplitReader, gather_batches
 from mere.spec import OP_COLUMN, OP_DELETE, OP_PUT, TableSpec
@@ -68,9 +68,14 @@ def runs_to_fold(
     return k
 
 
-def can_fold_partially(files: Sequence[FileTask]) -> bool:
+def can_fold_partially(files: Sequence[FileTask], spec: TableSpec) -> bool:
     """Whether these newest runs of a split can fold into one run that older runs still merge under:
-    every file holds whole rows (or is a file of delete markers), and they fit in memory together."""
+    every file holds whole rows (or is a file of delete markers), they fit in memory together, and no
+    column sums (a sum of the newest runs alone may leave its type where the whole sum does not, and
+    floating-point addition in another order gives another value: such splits fold whole, in version
+    order, as the reader merges them)."""
+    if any(op.name == "sum" for op in spec.merge_operators.values()):
+        return False
     return all(f.content == "delete" or f.columns is None for f in files) and (
         sum(f.size_bytes for f in files) <= PARTIAL_FOLD_MAX_BYTES
     )

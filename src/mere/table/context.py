@@ -26,6 +26,7 @@ from mere.metadata import (
     TableRecord,
     VersionRangeChanges,
 )
+from mere.partitions import partition_string
 from mere.spec import DEFAULT_COMPRESSION, TableSpec
 from mere.table.scan import Scan, ScannedTable
 from mere.write.writer import (
@@ -187,7 +188,7 @@ class CatalogHandle(Protocol):
     def catalog_url(self) -> str:
         """The metadata catalog's address."""
 
-    def _drop_if_unchanged(self, table: TableHandle, version: int) -> bool:
+    def drop_if_unchanged(self, table: TableHandle, version: int) -> bool:
         """Undo a table a failed write created (the Spark integration calls it)."""
 
 
@@ -370,18 +371,6 @@ class TableContext:
     def files(self) -> DataFiles:
         """The table's data files."""
         return DataFiles(self.storage, self.location, self.spec, self.name, self.settings)
-
-
-def partition_string(spec: TableSpec, column: str, value: Any) -> str | None:
-    """A partition value as the partition JSON spells it (the column's type cast to text)."""
-    if value is None:
-        return None
-    t = spec.schema.field(column).type
-    try:
-        scalar = pa.scalar(value) if not isinstance(value, str) else pa.scalar(value, pa.string())
-        return str(scalar.cast(t).cast(pa.string()).as_py())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise InvalidInput(f"partition value {value!r} does not fit column {column!r} of type {t}") from e
 
 
 def partition_values(partition: str) -> tuple[tuple[str, str | None], ...]:

@@ -19,10 +19,10 @@ import pyarrow.compute as pc
 from mere import expr as E
 from mere.arrays import bool_array
 from mere.concurrency import cpu_workers, shared_pool
+from mere.kernels import KeySet, key_positions, numpy_sortable, sort_indices
 from mere.metadata import FileEntry
 from mere.read.evolution import whole_file_as_table
-from mere.read.merge import KeySet, key_positions, numpy_sortable, sort_indices
-from mere.read.reader import plain_rows
+from mere.read.reader import plain_columns
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 from mere.table.context import TableContext
 from mere.write.writer import PreparedFile
@@ -161,7 +161,7 @@ def written_rows(ctx: TableContext, entries: Sequence[FileEntry]) -> tuple[pa.Ta
     taken = np.concatenate(data_rows) if data_rows else np.empty(0, np.int64)
     if not rows:
         return both.take(pa.array(newest)), empty_rows(spec)
-    whole = pa.concat_tables([plain_rows(r, spec.schema).select(spec.schema.names) for r in rows])
+    whole = pa.concat_tables([plain_columns(r, spec.schema).select(spec.schema.names) for r in rows])
     keep = (chosen & live)[taken]
     return both.take(pa.array(newest)), whole.filter(bool_array(keep))
 
@@ -199,11 +199,11 @@ def write_change_log(ctx: TableContext, base: int, added: Sequence[FileEntry]) -
             if rows is None or not rows.num_rows:
                 rows = empty_rows(spec)
             else:
-                rows = plain_rows(rows, spec.schema).select(spec.schema.names)
+                rows = plain_columns(rows, spec.schema).select(spec.schema.names)
                 hit = KeySet(touched, keys).contains(rows)
                 if not hit.all():
                     rows = rows.filter(pa.array(hit))
-            after = plain_rows(after, spec.schema).select(spec.schema.names)
+            after = plain_columns(after, spec.schema).select(spec.schema.names)
             rows = pa.Table.from_arrays(
                 [as_type(c, f.type) for c, f in zip(rows.columns, spec.schema)], schema=spec.schema
             )

@@ -2,8 +2,27 @@
 from here)."""
 
 from mere.table.commit import StagedChange
-from mere.table.ops.merge_into import Clause, Merge, MergeExplain, MergeMetrics, MergePlan
+from mere.table.ops.merge_into import (
+    Clause,
+    Merge,
+    MergeBuilder,
+    MergeClause,
+    MergeExplain,
+    MergeMetrics,
+    MergePlan,
+    MergeSpec,
+)
 
 StagedMerge = StagedChange
 
-__all__ = ["Clause", "Merge", "MergeExplain", "MergeMetrics", "MergePlan", "StagedMerge"]
+__all__ = [
+    "Clause",
+    "Merge",
+    "MergeBuilder",
+    "MergeClause",
+    "MergeExplain",
+    "MergeMetrics",
+    "MergePlan",
+    "MergeSpec",
+    "StagedMerge",
+]

@@ -16,21 +16,21 @@ import pyarrow as pa
 
 from mere import expr as E
 from mere.concurrency import default_threads
-from mere.errors import InvalidInput, NoSuchVersion, SchemaMismatch, StorageError
+from mere.errors import InvalidInput, NoSuchVersion, SchemaMismatch, StorageError, names_its_table
 from mere.io import Storage
 from mere.metadata import FileEntry, Snapshot
 from mere.optional import require
+from mere.partitions import partition_json
+from mere.read.options import ReadOptions
 from mere.read.planner import Explain, FilterParts, Split, plan_splits, row_group_stats, split_filter
 from mere.read.reader import (
     LOOKUP_MAX_KEYS,
-    ReadOptions,
     SplitReader,
     stored_rows_are_merged,
     stream_splits,
     warm_filter_caches,
 )
 from mere.spec import TableSpec
-from mere.write.writer import partition_json
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -236,6 +236,7 @@ def group_tasks(
     return groups
 
 
+@names_its_table
 @dataclass(frozen=True)
 class Scan:
     """A planned read of one table version. Each output method starts a fresh, lazy read."""

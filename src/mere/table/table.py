@@ -14,10 +14,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from mere.errors import InvalidInput, MereError, NoSuchTable, NoSuchTag, NoSuchVersion, TagExists
+from mere.errors import (
+    InvalidInput,
+    MereError,
+    NoSuchTable,
+    NoSuchTag,
+    NoSuchVersion,
+    TagExists,
+    names_its_table,
+)
 from mere.io import Storage
 from mere.metadata import CommitResult, FileEntry, Snapshot, TableRecord
-from mere.read.reader import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
+from mere.partitions import partition_json
+from mere.read.options import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.spec import OP_COLUMN, TableSpec
 from mere.table import versions
 from mere.table.commit import StagedChange
@@ -31,7 +40,7 @@ from mere.table.ops.evolve import SchemaUpdate
 from mere.table.ops.merge_into import Merge, MergeMetrics
 from mere.table.scan import Scan, normalise_columns
 from mere.table.transaction import Transaction
-from mere.write.writer import converted_input, partition_json
+from mere.write.writer import converted_input
 
 SCAN_OPTIONS = ("threads", "parallel", "window_bytes", "queue_batches")
 STAGE_OPERATIONS = write_ops.STAGE_OPERATIONS
@@ -41,6 +50,7 @@ StagedWrite = StagedChange  # the name engines use for a staged write (the one c
 StagedMerge = StagedChange  # ... and for a share of a distributed MERGE
 
 
+@names_its_table
 class Table:
     """A table in a catalog. Cheap to create; every read asks the catalog for the version to read."""
 
@@ -716,9 +726,13 @@ class Table:
         """
         return maintenance.cleanup(self.context, older_than, dry_run)
 
-    # -- compatibility: what integrations call (the data-file helpers moved to the context) ----------
+    def partition_values(self, partition: Mapping[str, Any] | None) -> dict[str, str | None] | None:
+        """A partition given as ``{column: value}`` as the table stores it (each value as text, None for
+        NULL); None for None. Engines check an overwrite's ``partition=`` with it before a task runs.
 
-    def _wanted_partition(self, partition: Mapping[str, Any] | None) -> dict[str, str | None] | None:
+        Raises:
+            InvalidInput: a column that is not a partition column, or a value its column cannot hold.
+        """
         return self.context.files.wanted_partition(partition)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mere.errors import names_its_table
 from mere.metadata import CommitResult
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.table.commit import Change, Commit
@@ -21,6 +22,7 @@ from mere.table.ops import write
 from mere.table.write_checks import WriteChecks
 
 
+@names_its_table
 class Transaction:
     """Changes to one table that commit together as one version, or not at all.
 

@@ -3,13 +3,12 @@ version is readable (not expired, or tagged), and the layout a version was writt
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 import re
 from typing import Any
 
 from mere.errors import InvalidInput, NoSuchTable, NoSuchTag, NoSuchVersion
 from mere.metadata import FileEntry
+from mere.options import as_of_micros as to_micros  # naive: UTC
 from mere.spec import TableSpec
 from mere.table.context import TableContext
 from mere.table.evolve import same_columns
@@ -128,25 +127,3 @@ def tag_version(ctx: TableContext, name: Any) -> int:
         return ctx.store.tag_version(ctx.table_id, name)
     except NoSuchTag:
         raise NoSuchTag(f"{ctx.name} has no tag {name!r}; it has {sorted(tags(ctx))}") from None
-
-
-def to_micros(value: Any) -> int:
-    """A point in time (datetime, ISO 8601 text or epoch seconds; naive means UTC) as epoch microseconds."""
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return int(value.timestamp() * 1_000_000)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        try:  # seconds since the epoch, within datetime's range
-            return to_micros(dt.datetime.fromtimestamp(value, dt.UTC))
-        except (OverflowError, ValueError, OSError):
-            pass
-    if isinstance(value, str):
-        try:
-            return to_micros(dt.datetime.fromisoformat(value))
-        except ValueError:
-            pass
-    raise InvalidInput(
-        f"as_of must be a datetime, an ISO 8601 string such as '2026-11-21T08:00:00+00:00' "
-        f"(naive means UTC) or epoch seconds, got {value!r}"
-    )

@@ -28,14 +28,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere.errors import SchemaMismatch, SumOverflow
-from mere.io.storage import primitive_leaf
+from mere.io.footer import primitive_leaf
+from mere.kernels import group_starts, reduce_versions, sort_indices
 from mere.metadata import FileEntry
-from mere.read.merge import group_starts, reduce_versions, sort_indices
+from mere.partitions import partition_json
 from mere.read.reader import io_pool
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, MergeOperator, TableSpec
 from mere.table.conflicts import ChecksHold
 from mere.table.context import TableHandle, split_label
-from mere.write.writer import PreparedFile, partition_json
+from mere.write.writer import PreparedFile
 
 SplitKey = tuple[str, int]  # (partition JSON, bucket)
 

@@ -15,32 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere.errors import SchemaMismatch
-from mere.spec import normalise_type
+from mere.spec import is_bytes_type, is_number, is_text, normalise_type
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError)
-
-
-def is_number(t: pa.DataType) -> bool:
-    """Integers, floats and decimals."""
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
-
-
-def is_text(t: pa.DataType) -> bool:
-    """Strings of every layout (string, large, view)."""
-    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
-
-
-_is_number, _is_text = is_number, is_text  # the names mere.lang.lower imports
-
-
-def is_bytes_type(t: pa.DataType) -> bool:
-    """Binary types of every layout (binary, large, view, fixed size)."""
-    return bool(
-        pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_binary_view(t)
-        or pa.types.is_fixed_size_binary(t)
-    )
 
 
 def _is_list(t: pa.DataType) -> bool:

@@ -5,25 +5,23 @@ Nothing here is visible to readers: files become part of the table only when the
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mere.arrays import bool_array, sorted_unique, stable_argsort
+from mere.arrays import bool_array, stable_argsort
 from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NullKey, SchemaMismatch, SumOverflow
 from mere.hashing import bucket_ids
 from mere.io import Storage
+from mere.io.parquet import write_parquet
+from mere.kernels import group_starts, numpy_sortable_array, reduce_versions, sort_indices
 from mere.metadata import FileEntry
-from mere.read.merge import group_starts, reduce_versions, sort_indices
-from mere.read.planner import typed_partition
+from mere.partitions import partition_json, partition_path, partition_value_strings
 from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec, with_field_ids
 from mere.write.cast import lossless_cast, nested_not_null, strict_nested
 
@@ -216,68 +214,6 @@ def conform(
     return out, ops
 
 
-def partition_value_strings(
-    spec: TableSpec, table: pa.Table
-) -> tuple[np.ndarray, list[dict[str, str | None]]]:
-    """Per-row partition code and, per code, the partition values rendered as strings."""
-    n = table.num_rows
-    if not spec.partition_by:
-        return np.zeros(n, dtype=np.int64), [{}]
-    code = np.zeros(n, dtype=np.int64)
-    dictionaries = []
-    for c in spec.partition_by:
-        enc = pc.dictionary_encode(table.column(c), null_encoding="encode").combine_chunks()
-        dictionary = enc.dictionary
-        code = code * len(dictionary) + enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        dictionaries.append(pc.cast(dictionary, pa.string()).to_pylist())
-    uniq, dense = sorted_unique(code, return_inverse=True)
-    values = []
-    for u in uniq.tolist():  # one iteration per partition, not per row
-        parts: dict[str, str | None] = {}
-        rest = u
-        for c, d in zip(reversed(spec.partition_by), reversed(dictionaries)):
-            rest, i = divmod(rest, len(d))
-            parts[c] = d[i]
-        values.append({c: parts[c] for c in spec.partition_by})
-        _check_readable_partition(spec, values[-1])
-    return dense.astype(np.int64), values
-
-
-def _check_readable_partition(spec: TableSpec, values: dict[str, str | None]) -> None:
-    """Refuse partition values that would not read back (e.g. a date past year 9999: its string does not
-    parse, and Python has no value for it): no write may leave a table that cannot be read."""
-    try:
-        typed_partition(spec, values)
-    except (pa.ArrowInvalid, OverflowError, ValueError) as e:
-        bad = {c: v for c, v in values.items() if v is not None}
-        raise InvalidInput(
-            f"partition values {bad} cannot be stored: they would not read back ({e})"
-        ) from None
-
-
-HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-
-
-def partition_json(values: dict[str, str | None]) -> str:
-    return json.dumps(values, sort_keys=True, separators=(",", ":"))
-
-
-# Longer folder names are cut and given a digest: file systems refuse names over 255 bytes. The catalog, not
-# the path, holds a file's partition values.
-MAX_FOLDER_NAME = 200
-
-
-def partition_path(spec: TableSpec, values: dict[str, str | None]) -> str:
-    parts = []
-    for c in spec.partition_by:
-        name = f"{c}={HIVE_NULL if values[c] is None else quote(str(values[c]), safe='')}"
-        if len(name.encode()) > MAX_FOLDER_NAME:
-            digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-            name = f"{name.encode()[: MAX_FOLDER_NAME - 17].decode(errors='ignore')}~{digest}"
-        parts.append(name)
-    return "/".join(parts)
-
-
 @dataclass
 class PreparedFile:
     """A slice of rows destined for one file."""
@@ -326,9 +262,7 @@ def prepare(
     op_all = np.full(n, OP_MERGE, dtype=np.int8) if ops is None else ops.astype(np.int8)
     key_np = None
     if len(spec.primary_key) == 1:
-        from mere.read.merge import _numpy_sortable
-
-        key_np = _numpy_sortable(_contiguous_column(table, spec.primary_key[0]))
+        key_np = numpy_sortable_array(_contiguous_column(table, spec.primary_key[0]))
 
     def one_group(lo: int, hi: int) -> PreparedFile:
         idx = order[lo:hi]
@@ -437,7 +371,8 @@ def write_prepared(
         bucket_dir = f"bucket-{p.bucket:05d}" if spec.has_primary_key else ""
         rel = "/".join(x for x in (location, ppath, bucket_dir, Storage.unique_name(prefix)) if x)
         rows = row_group_rows or _rows_per_group(p.rows, row_group_bytes)
-        written = storage.write_parquet(
+        written = write_parquet(
+            storage,
             rel,
             with_field_ids(_nested_checked(p.rows, spec, storage.table or "table"), spec),
             row_group_rows=rows,

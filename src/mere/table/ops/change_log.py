@@ -29,11 +29,11 @@ from mere import expr as E
 from mere.arrays import sorted_unique
 from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NoSuchVersion, StorageError
+from mere.kernels import numpy_sortable, sort_indices
 from mere.metadata import SEQ_SHIFT, FileEntry
 from mere.read.evolution import whole_file_as_table
-from mere.read.merge import numpy_sortable, sort_indices
 from mere.read.planner import Explain, plan_splits, split_filter
-from mere.read.reader import filter_rows, plain_rows
+from mere.read.reader import filter_rows, plain_columns
 from mere.spec import FEED_COLUMNS, FIELD_ID_KEY, OP_COLUMN, TableSpec
 from mere.table.context import TableHandle, is_handle
 from mere.table.evolve import can_widen
@@ -367,7 +367,7 @@ class _Feed:
     def _conformed(self, rows: pa.Table) -> pa.Table:
         """Rows of the feed's columns in their table types (dictionaries decoded, all nullable)."""
         schema = self._schema_of_rows()
-        rows = plain_rows(rows, self.table.spec.schema).select(self.columns)
+        rows = plain_columns(rows, self.table.spec.schema).select(self.columns)
         if rows.schema.equals(schema):
             return rows
         return pa.Table.from_arrays([as_type(c, f.type) for c, f in zip(rows.columns, schema)], schema=schema)

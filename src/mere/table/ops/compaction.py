@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from mere.errors import CommitConflict, InvalidInput, SchemaChanged
 from mere.metadata import CommitResult, FileEntry
+from mere.partitions import partition_json
 from mere.read.planner import Explain
 from mere.retry import COMMIT_RETRIES
 from mere.spec import TableSpec
@@ -22,7 +23,6 @@ from mere.table.commit import ONE_ATTEMPT, Change, Commit, StagedChange
 from mere.table.compaction import CompactionPlan, CompactionTask, can_fold_partially, runs_to_fold
 from mere.table.context import TableContext, TableHandle
 from mere.table.scan import ScanTask
-from mere.write.writer import partition_json
 
 AUTO_COMPACT_MIN_FILES = 8  # compaction.min-files default: a split is folded when it holds this many runs
 Runner = Callable[[Sequence[CompactionTask]], list[list[FileEntry]]]
@@ -41,25 +41,43 @@ def size_amplification(spec: TableSpec) -> int | None:
     return None if value is None else int(value)
 
 
-def runs_due(table: TableHandle, version: int | None) -> dict[tuple[str, int], int]:
-    """Per split the policy finds due at ``version`` (default: the newest), how many newest runs it folds."""
+def runs_due(
+    table: TableHandle, version: int | None, files: Sequence[FileEntry] | None = None
+) -> dict[tuple[str, int], int]:
+    """Per split the policy finds due at ``version`` (default: the newest), how many newest runs it folds
+    (``files``: those at ``version``, when the caller listed them).
+
+    Once a split is due, splits a commit or two from due are folded in the same compaction: one commit
+    for all instead of one for each, as splits that commits fill evenly fall due together."""
     spec = table.spec
     if not spec.has_primary_key:
         return {}  # tables without a key have nothing to fold
-    base = table.resolve_version(version)
+    if files is None:
+        files = table.files_at(table.resolve_version(version))
     min_files, percent = policy(spec)[1], size_amplification(spec)
     sizes: dict[tuple[str, int], Counter[int]] = defaultdict(Counter)
     rows: dict[tuple[str, int], Counter[int]] = defaultdict(Counter)
-    for f in table.files_at(base):
+    for f in files:
         split = (f.partition, f.bucket)
         sizes[split][f.seq or 0] += f.size_bytes  # a catalog seq is never NULL
         rows[split][f.seq or 0] += f.row_count
-    due = {}
-    for split, by_seq in sizes.items():
-        newest = sorted(by_seq, reverse=True)
-        fold = runs_to_fold([by_seq[q] for q in newest], [rows[split][q] for q in newest], min_files, percent)
-        if fold:
-            due[split] = fold
+
+    def picks(trigger: int, splits: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        out = {}
+        for split in splits:
+            by_seq = sizes[split]
+            newest = sorted(by_seq, reverse=True)
+            fold = runs_to_fold(
+                [by_seq[q] for q in newest], [rows[split][q] for q in newest], trigger, percent
+            )
+            if fold:
+                out[split] = fold
+        return out
+
+    due = picks(min_files, sizes)
+    if due and min_files > 2:
+        early = max(2, min_files - max(1, min_files // 4))
+        due |= picks(early, [s for s in sizes if s not in due])
     return due
 
 
@@ -78,11 +96,12 @@ def plan(
     wanted = ctx.files.wanted_partition(partition)
     only = wanted_splits(ctx, splits)
     base = table.version
-    picks = runs_due(table, base) if tiered else {}
     if not ctx.spec.has_primary_key:
         return CompactionPlan(ctx.name, ctx.uuid, base, (), (), ())
+    files = table.files_at(base)
+    picks = runs_due(table, base, files) if tiered else {}
     planned, opts = table.scan(version=base).planned(Explain(base))
-    ids = {f.path: f.id for f in table.files_at(base)}
+    ids = {f.path: f.id for f in files}
     storage_options = tuple(sorted(ctx.storage.storage_options.items()))
     settings = ctx.settings
     tasks: list[CompactionTask] = []
@@ -102,7 +121,7 @@ def plan(
                 continue
             if fold < len(seqs):
                 newest = [f for f in split.files if f.seq >= seqs[fold - 1]]
-                if can_fold_partially(newest):
+                if can_fold_partially(newest, ctx.spec):
                     split, partial = replace(split, files=tuple(newest)), True
         elif len(seqs) < min_files and not any(f.content == "delete" for f in split.files):
             continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from mere.table.versions import current, files_at, require_live, tags, to_micros
 
 log = logging.getLogger("mere.table.table")
 _BACKGROUND_COMPACTIONS: dict[str, threading.Lock] = {}  # per table: one background compaction at a time
+# A forked child has none of the parent's threads: a lock one of them held would stay held for good.
+os.register_at_fork(after_in_child=_BACKGROUND_COMPACTIONS.clear)
 
 
 class Maintained(Protocol):
@@ -68,7 +71,7 @@ def after_commit(table: Maintained, state: RetentionState, result: CommitResult)
 
     def maintain() -> None:
         if compacts:
-            table.auto_compact(result.version)
+            compact_if_due(table, result.version)
         if expires:
             auto_expire(table.context, state, result.version)
 
@@ -95,8 +98,17 @@ def auto_compact(table: Maintained, version: int | None) -> CommitResult | None:
     handle = ctx.handle
     if version is not None:
         handle.resolve_version(version)  # a bad or unknown version raises, before anything runs
+    return compact_if_due(table, version)
+
+
+def compact_if_due(table: Maintained, version: int | None) -> CommitResult | None:
+    """:func:`auto_compact` without its checks of the arguments: after a commit of this handle, whose
+    version exists (one catalog listing when nothing is due)."""
+    ctx = table.context
+    handle = ctx.handle
     try:
-        due = sorted(runs_due(handle, version))
+        files = None if version is None else handle.files_at(version)
+        due = sorted(runs_due(handle, version, files))
         return table.compact(splits=due, tiered=True) if due else None
     except Exception as e:  # a policy run must never fail the write that triggered it
         logging.getLogger("mere").warning("%s: automatic compaction failed (%s); data unchanged", ctx.name, e)

@@ -13,12 +13,11 @@ recipe). A distributed MERGE stages shares (:meth:`Merge.stage`) that :func:`com
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import numpy as np
 import pyarrow as pa
@@ -27,20 +26,22 @@ from sqlglot import exp
 
 from mere import expr as E
 from mere.arrays import bool_array, sorted_unique
-from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey
+from mere.concurrency import default_threads, shared_pool
+from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey, names_its_table
+from mere.expr.literals import format_ident
 from mere.hashing import bucket_ids
+from mere.kernels import KeySet, integer_keys, key_positions
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
-from mere.lang.parse import Parsed, is_plain_identifier, parse_expression
+from mere.lang.parse import Parsed, parse_expression
 from mere.metadata import CommitResult, FileEntry
 from mere.read import lookup
-from mere.read.merge import KeySet, integer_keys, key_positions
 from mere.read.planner import Explain, Split
 from mere.read.reader import SplitReader, io_pool
 from mere.spec import OP_DELETE, OP_PUT
 from mere.table.commit import ONE_ATTEMPT, Change, Commit, StagedChange, deletion_summary, renumber
 from mere.table.conflicts import RowsUnchanged
 from mere.table.context import TableContext, TableHandle
-from mere.table.ops.update import arrow_failure, assign, assignments, expression, split_name
+from mere.table.ops.update import arrow_failure, assign, expression, split_name
 from mere.table.write_checks import WriteChecks
 from mere.write.cast import decoded_table, lossless_cast, relax_nested
 from mere.write.writer import conform, prepare, to_batches
@@ -163,6 +164,16 @@ class Clause:
             what = "DELETE" if self.action == "delete" else "DO NOTHING"
         return f"{when}{cond} THEN {what}"
 
+    def spec(self) -> MergeClause:
+        """The clause as plain data: its SQL text instead of the parsed trees."""
+        return MergeClause(
+            self.kind,
+            self.action,
+            None if self.condition is None else self.condition.text,
+            tuple((column, value.text) for column, value in self.assignments),
+            self.all_columns,
+        )
+
 
 @dataclass(frozen=True)
 class MergeExplain:
@@ -189,7 +200,175 @@ class MergeExplain:
         return "\n".join(lines)
 
 
-class Merge:
+_CLAUSE_ACTIONS: dict[ClauseKind, tuple[Action, ...]] = {
+    "matched": ("update", "delete", "nothing"),
+    "not_matched": ("insert", "nothing"),
+    "not_matched_by_source": ("update", "delete"),
+}
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be SQL text (a str), got {type(value).__name__}: {value!r}")
+    return value
+
+
+def _assignment_texts(values: Any, what: str) -> tuple[tuple[str, str], ...]:
+    """``{column: SQL text}`` checked as :func:`_assignments` checks it, the text left unparsed."""
+    if not isinstance(values, Mapping) or not values:
+        raise InvalidInput(f"{what} takes a non-empty dict of column -> SQL expression text, got {values!r}")
+    out = []
+    for column, text in values.items():
+        if not isinstance(column, str) or not column:
+            raise InvalidInput(f"{what}: column names must be non-empty strings, got {column!r}")
+        if not isinstance(text, str):
+            raise InvalidInput(
+                f'{what}: the value for {column!r} must be SQL text such as "s.{column}" or "\'text\'", '
+                f"got {type(text).__name__} {text!r}"
+            )
+        out.append((column, text))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class MergeClause:
+    """One WHEN clause of a MERGE as plain, picklable data: SQL text, parsed when a :class:`Merge` takes it.
+
+    ``kind`` is which rows it sees (``matched``, ``not_matched``, ``not_matched_by_source``), ``action``
+    what it does to them (``update``, ``delete``, ``insert``, ``nothing``), ``assignments`` the
+    ``(column, SQL text)`` pairs of an update or insert, ``all_columns`` an update or insert of the
+    source's columns by name (``*_all``).
+    """
+
+    kind: ClauseKind
+    action: Action
+    condition: str | None = None
+    assignments: tuple[tuple[str, str], ...] = ()
+    all_columns: bool = False
+
+    def __post_init__(self) -> None:
+        if self.action not in _CLAUSE_ACTIONS.get(self.kind, ()):
+            raise InvalidInput(f"a MERGE has no WHEN clause of kind {self.kind!r} and action {self.action!r}")
+        sets = self.action in ("update", "insert")
+        if self.all_columns and (not sets or self.kind == "not_matched_by_source" or self.assignments):
+            raise InvalidInput(
+                f"all_columns applies to UPDATE and INSERT clauses without assignments: {self!r}"
+            )
+        if sets and not self.all_columns and not self.assignments:
+            raise InvalidInput(f"a WHEN ... {self.action.upper()} clause needs assignments: {self!r}")
+        if not sets and self.assignments:
+            raise InvalidInput(f"a WHEN ... {self.action.upper()} clause takes no assignments: {self!r}")
+
+    @staticmethod
+    def of(
+        kind: ClauseKind, action: Action, condition: Any = None, values: Any = None, all_columns: bool = False
+    ) -> MergeClause:
+        """A clause from a ``when_*`` method's arguments: ``condition`` must be SQL text (or None) and
+        ``values`` of an update or insert a non-empty dict of column -> SQL text (InvalidInput otherwise).
+        """
+        text = None if condition is None else _text(condition, "clause condition")
+        pairs: tuple[tuple[str, str], ...] = ()
+        if action in ("update", "insert") and not all_columns:
+            pairs = _assignment_texts(values, "UPDATE SET" if action == "update" else "INSERT")
+        return MergeClause(kind, action, text, pairs, all_columns)
+
+    def parse(self) -> Clause:
+        """The clause with its SQL parsed (:class:`~mere.errors.FilterError` for text that does not parse)."""
+        what = "UPDATE SET" if self.action == "update" else "INSERT"
+        return Clause(
+            self.kind,
+            self.action,
+            None if self.condition is None else expression(self.condition, "clause condition"),
+            tuple((c, expression(text, f"{what} value for {c!r}")) for c, text in self.assignments),
+            self.all_columns,
+        )
+
+
+@dataclass(frozen=True)
+class MergeSpec:
+    """A MERGE INTO as plain, picklable data: its ON condition, aliases and WHEN clauses in order.
+
+    :meth:`Merge.to_spec` and the Spark MERGE builder make one; :meth:`build` makes the :class:`Merge` of
+    a table and a source from it (each task of a distributed MERGE builds its own).
+    """
+
+    on: str | None = None  # None: the primary key columns equal
+    source_alias: str = "s"
+    target_alias: str = "t"
+    clauses: tuple[MergeClause, ...] = ()
+    using_columns: tuple[str, ...] = ()  # USING (a, b): a bare name of one of these is the pair
+
+    def adding(self, clause: MergeClause) -> MergeSpec:
+        """This spec with one more WHEN clause, last."""
+        return replace(self, clauses=(*self.clauses, clause))
+
+    def build(self, table: TableHandle, source: Any) -> Merge:
+        """The MERGE of ``source`` into ``table`` this spec describes, ready to explain, stage or execute."""
+        m = Merge(table, source, self.on, self.source_alias, self.target_alias)
+        m.using_columns = frozenset(self.using_columns)
+        for clause in self.clauses:
+            m.add_clause(clause)
+        return m
+
+
+@names_its_table
+class MergeBuilder:
+    """The WHEN clause methods of a MERGE being built, shared by :class:`Merge` and the Spark MERGE builder.
+
+    Each method makes a :class:`MergeClause` and hands it to :meth:`add_clause`; clauses act in the order
+    they are added (the first whose condition holds acts on a row). Conditions and values are SQL text
+    over the source and target aliases.
+    """
+
+    def add_clause(self, clause: MergeClause) -> Self:
+        """Add a WHEN clause given as data (the ``when_*`` methods call this)."""
+        raise NotImplementedError
+
+    def when_matched_update(self, set: Mapping[str, str], condition: str | None = None) -> Self:
+        """Target rows paired with a source row (and meeting ``condition``): set columns to expressions."""
+        return self.add_clause(MergeClause.of("matched", "update", condition, set))
+
+    def when_matched_update_all(self, condition: str | None = None) -> Self:
+        """Matched rows take the source's columns by name (DuckDB's ``UPDATE BY NAME``, not the positional
+        ``UPDATE SET *``): each source column sets the target column of its name, and columns the source
+        lacks keep their values. Key and partition columns are not set (they identify the row; the ON
+        condition pairs the key with the source's). A source column the table does not have is refused
+        (:class:`~mere.errors.InvalidInput`), except the table's ``cdc_column``."""
+        return self.add_clause(MergeClause.of("matched", "update", condition, all_columns=True))
+
+    def when_matched_delete(self, condition: str | None = None) -> Self:
+        """Delete matched target rows (meeting ``condition``)."""
+        return self.add_clause(MergeClause.of("matched", "delete", condition))
+
+    def when_matched_do_nothing(self, condition: str | None = None) -> Self:
+        """Leave matched rows (meeting ``condition``) as they are, so that later clauses skip them."""
+        return self.add_clause(MergeClause.of("matched", "nothing", condition))
+
+    def when_not_matched_insert(self, values: Mapping[str, str], condition: str | None = None) -> Self:
+        """Source rows with no target row: insert a row of these column -> expression values."""
+        return self.add_clause(MergeClause.of("not_matched", "insert", condition, values))
+
+    def when_not_matched_insert_all(self, condition: str | None = None) -> Self:
+        """Source rows with no target row: insert them, columns by name (DuckDB's ``INSERT BY NAME``, not
+        the positional ``INSERT *``): columns the source lacks are NULL. A source column the table does not
+        have is refused (:class:`~mere.errors.InvalidInput`), except the table's ``cdc_column``."""
+        return self.add_clause(MergeClause.of("not_matched", "insert", condition, all_columns=True))
+
+    def when_not_matched_do_nothing(self, condition: str | None = None) -> Self:
+        """Skip unmatched source rows (meeting ``condition``)."""
+        return self.add_clause(MergeClause.of("not_matched", "nothing", condition))
+
+    def when_not_matched_by_source_update(self, set: Mapping[str, str], condition: str | None = None) -> Self:
+        """Target rows no source row pairs with: set columns (reads every target row)."""
+        return self.add_clause(MergeClause.of("not_matched_by_source", "update", condition, set))
+
+    def when_not_matched_by_source_delete(self, condition: str | None = None) -> Self:
+        """Delete target rows no source row pairs with (reads every target row)."""
+        return self.add_clause(MergeClause.of("not_matched_by_source", "delete", condition))
+
+
+@names_its_table
+class Merge(MergeBuilder):
     """A MERGE INTO being built: add WHEN clauses in order, then :meth:`execute` (see :meth:`Table.merge`)."""
 
     def __init__(
@@ -229,20 +408,18 @@ class Merge:
 
     # -- builder ------------------------------------------------------------------------------
 
-    def _add(self, clause: Clause) -> Merge:
+    def _add(self, clause: Clause) -> Self:
         if self._state != "open":
             raise InvalidInput(f"{self.table.name}: this MERGE was executed; build a new one")
         self.clauses.append(clause)
         return self
 
-    def _condition(self, condition: Any) -> Parsed | None:
-        return None if condition is None else expression(condition, "clause condition")
-
-    def when_matched_update(self, set: Mapping[str, str], condition: str | None = None) -> Merge:
-        """Target rows paired with a source row (and meeting ``condition``): set columns to expressions."""
-        return self._add(
-            Clause("matched", "update", self._condition(condition), assignments(set, "UPDATE SET"))
-        )
+    def add_clause(self, clause: MergeClause) -> Self:
+        """Add a WHEN clause given as data (the ``when_*`` methods and :meth:`MergeSpec.build` call this);
+        its SQL is parsed now."""
+        if clause.all_columns:
+            self._by_name(f"when_{clause.kind}_{clause.action}_all()")
+        return self._add(clause.parse())
 
     def _by_name(self, what: str) -> None:
         """The ``*_all`` clauses pair columns by name (SQL's BY NAME): a source column the table does not
@@ -256,53 +433,15 @@ class Merge:
                 "source, or name the columns set (when_matched_update / when_not_matched_insert)"
             )
 
-    def when_matched_update_all(self, condition: str | None = None) -> Merge:
-        """Matched rows take the source's columns by name (DuckDB's ``UPDATE BY NAME``, not the positional
-        ``UPDATE SET *``): each source column sets the target column of its name, and columns the source
-        lacks keep their values. Key and partition columns are not set (they identify the row; the ON
-        condition pairs the key with the source's). A source column the table does not have is refused
-        (:class:`~mere.errors.InvalidInput`), except the table's ``cdc_column``."""
-        self._by_name("when_matched_update_all()")
-        return self._add(Clause("matched", "update", self._condition(condition), all_columns=True))
-
-    def when_matched_delete(self, condition: str | None = None) -> Merge:
-        """Delete matched target rows (meeting ``condition``)."""
-        return self._add(Clause("matched", "delete", self._condition(condition)))
-
-    def when_matched_do_nothing(self, condition: str | None = None) -> Merge:
-        """Leave matched rows (meeting ``condition``) as they are, so that later clauses skip them."""
-        return self._add(Clause("matched", "nothing", self._condition(condition)))
-
-    def when_not_matched_insert(self, values: Mapping[str, str], condition: str | None = None) -> Merge:
-        """Source rows with no target row: insert a row of these column -> expression values."""
-        return self._add(
-            Clause("not_matched", "insert", self._condition(condition), assignments(values, "INSERT"))
+    def to_spec(self) -> MergeSpec:
+        """This MERGE as plain, picklable data; ``to_spec().build(table, source)`` makes it again."""
+        return MergeSpec(
+            self.on.text,
+            self.source_alias,
+            self.target_alias,
+            tuple(c.spec() for c in self.clauses),
+            tuple(sorted(self.using_columns)),
         )
-
-    def when_not_matched_insert_all(self, condition: str | None = None) -> Merge:
-        """Source rows with no target row: insert them, columns by name (DuckDB's ``INSERT BY NAME``, not
-        the positional ``INSERT *``): columns the source lacks are NULL. A source column the table does not
-        have is refused (:class:`~mere.errors.InvalidInput`), except the table's ``cdc_column``."""
-        self._by_name("when_not_matched_insert_all()")
-        return self._add(Clause("not_matched", "insert", self._condition(condition), all_columns=True))
-
-    def when_not_matched_do_nothing(self, condition: str | None = None) -> Merge:
-        """Skip unmatched source rows (meeting ``condition``)."""
-        return self._add(Clause("not_matched", "nothing", self._condition(condition)))
-
-    def when_not_matched_by_source_update(
-        self, set: Mapping[str, str], condition: str | None = None
-    ) -> Merge:
-        """Target rows no source row pairs with: set columns (reads every target row)."""
-        return self._add(
-            Clause(
-                "not_matched_by_source", "update", self._condition(condition), assignments(set, "UPDATE SET")
-            )
-        )
-
-    def when_not_matched_by_source_delete(self, condition: str | None = None) -> Merge:
-        """Delete target rows no source row pairs with (reads every target row)."""
-        return self._add(Clause("not_matched_by_source", "delete", self._condition(condition)))
 
     # -- running ------------------------------------------------------------------------------
 
@@ -375,9 +514,7 @@ def _complement(n: int, taken: np.ndarray) -> np.ndarray:
 
 
 def _quote(name: str) -> str:
-    if is_plain_identifier(name):
-        return name
-    return '"' + name.replace('"', '""') + '"'
+    return format_ident(name)
 
 
 def _source_table(data: Any, name: str) -> pa.Table:
@@ -737,9 +874,9 @@ class MergePlan:
             kept = rows if hit.all() else rows.filter(bool_array(hit))
             return kept.select(schema.names).cast(schema)
 
-        workers = max(1, min(len(splits), os.cpu_count() or 2))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mere-merge") as pool:
-            parts = list(pool.map(read, splits))
+        reads = [shared_pool("merge-read", default_threads()).submit(read, s) for s in splits]
+        wait(reads)  # every read ends before an error is raised, as a pool of its own would
+        parts = [r.result() for r in reads]
         target = pa.concat_tables(parts) if parts else schema.empty_table()
         return target, [split_name(s) for s in splits]
 

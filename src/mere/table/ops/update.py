@@ -22,13 +22,13 @@ from mere.lang.lower import Lowering, Typed, evaluate, schema_resolver
 from mere.lang.parse import Parsed, parse_expression
 from mere.metadata import FileEntry
 from mere.read.planner import Split, split_filter
-from mere.spec import OP_PUT
+from mere.spec import OP_PUT, is_number, is_text
 from mere.table.commit import Change, Commit
 from mere.table.conflicts import RowsUnchanged
 from mere.table.context import TableContext, split_label
 from mere.table.ops.write import rewrite_files
 from mere.table.write_checks import WriteChecks
-from mere.write.cast import incompatibility, is_number, is_text, relax_nested
+from mere.write.cast import incompatibility, relax_nested
 from mere.write.writer import conform, partition_json, prepare
 
 

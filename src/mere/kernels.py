@@ -1,9 +1,12 @@
-"""Vectorised merge of key versions.
+"""Vectorised kernels over key columns, shared by the write path, the read path and table operations.
 
-Input is a table of versions sorted by key, oldest first within a key. Each version carries an
-operation: MERGE combines with the key's state through the merge operators, DELETE clears it, PUT
-clears it and then merges. The same reduction serves the writer (duplicate keys inside a batch) and
-the reader (versions from several files).
+- sort orders and groups of equal keys (:func:`sort_indices`, :func:`group_starts`), with key columns as
+  NumPy values where they sort as Arrow sorts them (:func:`numpy_sortable`, :func:`integer_keys`);
+- key tuples matched against others (:class:`KeySet`, :func:`key_positions`);
+- the merge of a key's versions (:func:`reduce_versions`): input is a table of versions sorted by key,
+  oldest first within a key. Each version carries an operation: MERGE combines with the key's state
+  through the merge operators, DELETE clears it, PUT clears it and then merges. The same reduction serves
+  the writer (duplicate keys inside a batch), the reader (versions from several files) and compaction.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from mere.errors import SumOverflow
 from mere.spec import OP_DELETE, OP_MERGE, OP_PUT, MergeOperator
 
 
-def _numpy_sortable(arr: pa.Array) -> np.ndarray | None:
+def numpy_sortable_array(arr: pa.Array) -> np.ndarray | None:
+    """An array's values as NumPy values that sort as Arrow sorts them (numbers, dates, timestamps,
+    booleans), or None; NULLs are not looked at (callers check them)."""
     t = arr.type
     if pa.types.is_integer(t) or pa.types.is_floating(t):
         return np.asarray(arr.to_numpy(zero_copy_only=False))
@@ -35,7 +40,7 @@ def _numpy_sortable(arr: pa.Array) -> np.ndarray | None:
 def numpy_sortable(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
     """A column's values as NumPy values that sort as Arrow sorts them (numbers, dates, timestamps,
     booleans without NULLs), or None."""
-    return None if column.null_count else _numpy_sortable(_contiguous(column))
+    return None if column.null_count else numpy_sortable_array(contiguous(column))
 
 
 def integer_keys(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
@@ -46,7 +51,7 @@ def integer_keys(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
         return None
     if column.null_count:
         return None
-    values = _numpy_sortable(_contiguous(column))
+    values = numpy_sortable_array(contiguous(column))
     return None if values is None else values.astype(np.int64, copy=False)
 
 
@@ -127,7 +132,8 @@ def key_positions(
     return out
 
 
-def _contiguous(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+def contiguous(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A column as one array (chunks combined only when there are several)."""
     if isinstance(arr, pa.ChunkedArray):
         return arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     return arr
@@ -135,8 +141,8 @@ def _contiguous(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def sort_indices(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray]) -> np.ndarray:
     """Stable ascending sort order over several columns (first column most significant)."""
-    arrays = [c if isinstance(c, np.ndarray) else _contiguous(c) for c in columns]
-    as_numpy = [a if isinstance(a, np.ndarray) else _numpy_sortable(a) for a in arrays]
+    arrays = [c if isinstance(c, np.ndarray) else contiguous(c) for c in columns]
+    as_numpy = [a if isinstance(a, np.ndarray) else numpy_sortable_array(a) for a in arrays]
     numeric = [a for a in as_numpy if a is not None]
     if len(numeric) == len(as_numpy):
         if len(numeric) == 1:
@@ -159,62 +165,14 @@ def group_starts(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], n: 
         if isinstance(c, np.ndarray):
             starts[1:] |= c[1:] != c[:-1]
             continue
-        arr = _contiguous(c)
-        as_np = _numpy_sortable(arr)
+        arr = contiguous(c)
+        as_np = numpy_sortable_array(arr)
         if as_np is not None:
             starts[1:] |= as_np[1:] != as_np[:-1]
         else:
             ne = pc.not_equal(arr.slice(1), arr.slice(0, n - 1))
             starts[1:] |= ne.to_numpy(zero_copy_only=False)
     return starts
-
-
-# A run this many times larger than the newer rows of a window is marked by searching its sorted keys, not
-# sorted again with them.
-SEARCH_RATIO = 8
-
-
-def newest_wins(
-    keys: Sequence[np.ndarray | pa.Array | pa.ChunkedArray], ops: np.ndarray, first: int
-) -> np.ndarray:
-    """Which rows survive a newest-wins merge: rows are files' rows concatenated oldest file first (each
-    file sorted by key), ``ops`` their operations, ``first`` the row count of the oldest file. A row wins
-    when no later row has its key and it is not a delete marker."""
-    n = len(ops)
-    winner = np.empty(n, dtype=bool)
-    base = keys[0] if len(keys) == 1 else None
-    if (
-        isinstance(base, np.ndarray)
-        and np.issubdtype(base.dtype, np.integer)
-        and first >= SEARCH_RATIO * (n - first)
-        and n > first
-        and bool((base[1:first] > base[: first - 1]).all())
-    ):
-        # One big sorted run of unique keys (a compacted split) and a few newer rows: the newer rows are
-        # merged among themselves, and each of their keys strikes out the base row holding it.
-        newer = base[first:]
-        order = np.argsort(newer, kind="stable")
-        ranked = newer[order]
-        last = np.ones(len(ranked), dtype=bool)
-        last[:-1] = ranked[1:] != ranked[:-1]
-        winner[first:][order] = last & (ops[first:][order] != OP_DELETE)
-        old = base[:first]
-        at = np.searchsorted(old, ranked)  # ascending needles walk the base in order (cache-friendly)
-        inside = at < first
-        at = at[inside]
-        winner[:first] = ops[:first] != OP_DELETE
-        winner[at[old[at] == ranked[inside]]] = False
-        return winner
-    order = sort_indices(keys)
-    sorted_keys = [
-        k[order] if isinstance(k, np.ndarray) else _contiguous(k).take(pa.array(order)) for k in keys
-    ]
-    starts = group_starts(sorted_keys, n)
-    is_last = np.empty(n, dtype=bool)
-    is_last[:-1] = starts[1:]
-    is_last[-1:] = True
-    winner[order] = is_last & (ops[order] != OP_DELETE)
-    return winner
 
 
 def _pick(values: pa.Array, best: np.ndarray) -> pa.Array:
@@ -298,7 +256,7 @@ def reduce_versions(
 
     columns: dict[str, pa.Array] = {}
     for name in versions.column_names:
-        values = _contiguous(versions.column(name))
+        values = contiguous(versions.column(name))
         if name in key_columns:
             columns[name] = values.take(pa.array(start_pos))
             continue

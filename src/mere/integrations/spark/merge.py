@@ -1,0 +1,301 @@
+"""MERGE INTO a mere table from a Spark DataFrame: the builder (the WHEN clauses of
+:class:`mere.table.merge.Merge`), the job each task runs, and how the source is distributed."""
+
+from __future__ import annotations
+
+import pickle
+import time
+import traceback
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Self
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from mere.errors import CommitConflict, InvalidInput, MereError
+from mere.integrations.spark.options import TableRef, location_options
+from mere.integrations.spark.session import check_workers
+from mere.integrations.spark.types import conform_batch, spark_column, spark_type
+from mere.table.merge import MergeBuilder, MergeClause, MergeMetrics, MergePlan, MergeSpec, StagedMerge
+from mere.table.table import Table
+
+MERGE_ATTEMPTS = 3
+"""How often :meth:`SparkMerge.execute` runs the job when a concurrent commit changed rows it read."""
+
+_BY_SOURCE_REFUSED = (
+    "WHEN NOT MATCHED BY SOURCE needs every target row, and a Spark MERGE reads in each task only the "
+    "target rows of that task's source keys (buckets without source rows get no task at all); run this "
+    "MERGE with the local Table.merge(...) (mere.connect(...).table(name).merge(source_arrow)) instead"
+)
+
+
+@dataclass
+class MergeJob:
+    """One attempt of a Spark MERGE, planned on the driver and shipped to every task."""
+
+    ref: TableRef
+    table_uuid: str
+    version: int
+    schema: pa.Schema  # the source's Arrow schema, as tasks cast their batches to
+    spec: MergeSpec
+
+    def open(self) -> Table:
+        """The table, checked to be the one the MERGE was planned on."""
+        table = self.ref.open()
+        if table.record.uuid != self.table_uuid:
+            raise InvalidInput(f"{self.ref.name} was dropped and created again during the MERGE")
+        return table
+
+    def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """A task: MERGE its source rows (every row of their keys is here) at the pinned version, write the
+        files, and return the pickled :class:`~mere.table.merge.StagedMerge` (or the error) to the driver."""
+        payload: tuple[Any, ...] | None
+        try:
+            parts = [conform_batch(b, self.schema) for b in batches if b.num_rows]
+            if parts:
+                source = pa.Table.from_batches(parts, schema=self.schema)
+                payload = ("staged", self.spec.build(self.open(), source).stage(self.version))
+            else:
+                payload = None  # no source rows: nothing to read or write
+        except Exception as exc:  # reported to the driver, which deletes the other tasks' files
+            payload = ("error", _portable_error(exc), traceback.format_exc())
+        if payload is not None:
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([pickle.dumps(payload)], pa.binary())], names=["payload"]
+            )
+
+
+def _portable_error(exc: Exception) -> Exception:
+    """``exc`` if it survives pickling (mere's errors do), else a MereError with its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return MereError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+@dataclass(frozen=True)
+class SparkMergeExplain:
+    """How a Spark MERGE runs: its statement, the version it reads and how the source is distributed."""
+
+    table: str
+    on: str
+    clauses: tuple[str, ...]
+    version: int
+    buckets: int
+    partitions: int
+    distribute_by: str
+
+    def __str__(self) -> str:
+        return "\n".join(
+            [
+                f"MERGE INTO {self.table} ON {self.on}",
+                *("  " + c for c in self.clauses),
+                f"Spark: the source is repartitioned by {self.distribute_by} (the table's bucket of the key, "
+                f"{self.buckets} buckets) into {self.partitions} tasks; each task merges its rows against "
+                f"version {self.version}, reading only the target rows of its keys, and stages files; the "
+                "driver commits every task's files as one version",
+            ]
+        )
+
+
+class SparkMerge(MergeBuilder):
+    """A MERGE INTO a mere table from a Spark DataFrame being built (see :func:`merge`).
+
+    The clause methods are those of :class:`mere.table.merge.Merge` (conditions and values are SQL text
+    over the aliases); ``WHEN NOT MATCHED BY SOURCE`` is refused (use the local ``Table.merge``).
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        source: Any,
+        ref: TableRef,
+        on: str | None,
+        source_alias: str,
+        target_alias: str,
+        partitions: int | None,
+        attempts: int,
+    ) -> None:
+        from pyspark.sql import DataFrame
+
+        if not isinstance(source, DataFrame):
+            raise InvalidInput(
+                f"{ref.name}: merge() takes a Spark DataFrame as the source, got {type(source).__name__}; "
+                "for Arrow, pandas or Polars data use the local Table.merge(...)"
+            )
+        if partitions is not None and (
+            isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
+        ):
+            raise InvalidInput(f"{ref.name}: partitions must be a positive int, got {partitions!r}")
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise InvalidInput(f"{ref.name}: attempts must be a positive int, got {attempts!r}")
+        self.spark = spark
+        self.source = source
+        self.ref = ref
+        self.partitions = partitions
+        self.attempts = attempts
+        table = ref.open()
+        if not table.storage.portable:
+            raise InvalidInput(f"{ref.name}: a Spark MERGE needs a warehouse URI its workers can open")
+        try:
+            schema = to_arrow_schema(source.schema, timezone="UTC")
+        except Exception as e:  # PySpark's type errors
+            raise InvalidInput(f"{ref.name}: the MERGE source has a column type mere cannot take: {e}") from e
+        spec = MergeSpec(on, source_alias, target_alias)
+        self._job = MergeJob(ref, table.record.uuid, table.version, schema, spec)
+        self._check = spec.build(table, schema.empty_table())  # fails now on bad aliases or ON text
+        self._state = "open"
+
+    @property
+    def spec(self) -> MergeSpec:
+        """The MERGE built so far, as the plain data every task turns into its :class:`~mere.table.merge.Merge`."""
+        return self._job.spec
+
+    # -- builder ------------------------------------------------------------------------------
+
+    def add_clause(self, clause: MergeClause) -> Self:
+        """Add a WHEN clause given as data (the ``when_*`` methods call this); its SQL is checked now.
+        ``WHEN NOT MATCHED BY SOURCE`` is refused: a Spark task sees only its own keys' target rows."""
+        if clause.kind == "not_matched_by_source":
+            raise InvalidInput(f"{self.ref.name}: {_BY_SOURCE_REFUSED}")
+        if self._state != "open":
+            raise InvalidInput(f"{self.ref.name}: this MERGE was executed; build a new one")
+        self._check.add_clause(clause)  # parses the SQL text (and checks *_all's columns) now
+        self._job = replace(self._job, spec=self._job.spec.adding(clause))
+        return self
+
+    # -- planning and running -----------------------------------------------------------------------
+
+    def _plan(self) -> tuple[Table, MergeJob, MergePlan]:
+        """Open the table, pin its current version and check every clause on an empty source (no Spark job)."""
+        if not self._job.spec.clauses:
+            raise InvalidInput(f"{self.ref.name}: a MERGE needs at least one WHEN clause")
+        table = self._job.open()
+        job = replace(self._job, version=table.version)
+        plan = MergePlan(
+            job.spec.build(table, job.schema.empty_table())
+        )  # resolves and types every expression
+        return table, job, plan
+
+    def _distribute(self, table: Table, plan: MergePlan) -> tuple[Any, str, int]:
+        """The Spark column of each source row's table bucket, its SQL text, and the number of tasks."""
+        from pyspark.sql import functions as F
+
+        spec = table.spec
+        types = {f.name: f.dataType for f in self.source.schema.fields}
+        cols, texts = [], []
+        for key in spec.primary_key:
+            src = plan.pairs[key]
+            c, text = spark_column(src), f"{self._job.spec.source_alias}.{src}"
+            try:
+                want = spark_type(spec.schema.field(key).type)
+            except InvalidInput:
+                want = types[src]
+            if types[src] != want:  # hash the key as the table stores it (a failed cast is NULL here and
+                c = c.try_cast(want)  # an error in the task, as in a local MERGE)
+                text = f"try_cast({text} AS {want.simpleString()})"
+            cols.append(c)
+            texts.append(text)
+        default = int(self.spark.conf.get("spark.sql.shuffle.partitions", "200"))
+        n = min(spec.buckets, self.partitions if self.partitions is not None else default)
+        bucket = F.pmod(F.hash(*cols), F.lit(spec.buckets))
+        return bucket, f"pmod(hash({', '.join(texts)}), {spec.buckets})", max(1, n)
+
+    def explain(self) -> SparkMergeExplain:
+        """How the MERGE will run (at the table's current version); no Spark job runs."""
+        table, job, plan = self._plan()
+        _, distribute_by, n = self._distribute(table, plan)
+        return SparkMergeExplain(
+            table.name,
+            plan.merge.on.text,
+            tuple(c.describe() for c in plan.merge.clauses),
+            job.version,
+            table.spec.buckets,
+            n,
+            distribute_by,
+        )
+
+    def _stage(self, table: Table, job: MergeJob, plan: MergePlan) -> list[StagedMerge]:
+        """Run the Spark job: every task stages its share; on any task's error the others' files go."""
+        bucket, _, n = self._distribute(table, plan)
+        shuffled = self.source.repartition(n, bucket.alias("__mere_bucket"))
+        rows = shuffled.mapInArrow(job.run, "payload binary").collect()
+        staged: list[StagedMerge] = []
+        errors: list[tuple[Exception, str]] = []
+        for row in rows:
+            payload = pickle.loads(bytes(row[0]))
+            if payload[0] == "staged":
+                staged.append(payload[1])
+            else:
+                errors.append((payload[1], payload[2]))
+        if errors:
+            table.abort_merge(staged)
+            exc, trace = errors[0]
+            exc.add_note(f"raised in a Spark task of the MERGE into {table.name}:\n{trace.rstrip()}")
+            raise exc
+        return staged
+
+    def execute(self) -> MergeMetrics:
+        """Run the MERGE as one Spark job and one commit; nothing is committed when any task fails.
+
+        A concurrent commit that changed rows the MERGE read (:class:`~mere.errors.CommitConflict`) runs
+        the job again against the new version, up to ``attempts`` times in all.
+        """
+        if self._state != "open":
+            raise InvalidInput(f"{self.ref.name}: this MERGE was executed; build a new one")
+        started = time.perf_counter()
+        table, job, plan = self._plan()  # bad clauses fail here, before any Spark job
+        self._state = "executed"
+        check_workers(self.spark)
+        for attempt in range(1, self.attempts + 1):
+            if attempt > 1:
+                table, job, plan = self._plan()
+            staged = self._stage(table, job, plan)
+            try:
+                metrics = table.commit_merge(staged)
+            except CommitConflict:
+                if attempt == self.attempts:
+                    raise
+                continue
+            return replace(metrics, seconds=time.perf_counter() - started)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def merge(
+    spark: Any,
+    source: Any,
+    table: str,
+    *,
+    on: str | None = None,
+    source_alias: str = "s",
+    target_alias: str = "t",
+    warehouse: str | None = None,
+    catalog: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    partitions: int | None = None,
+    attempts: int = MERGE_ATTEMPTS,
+) -> SparkMerge:
+    """MERGE INTO a mere table from a Spark DataFrame: add WHEN clauses, then ``execute()``::
+
+        (merge(spark, changes, "sales.orders", warehouse="s3://bucket/wh")
+           .when_matched_update(set={"qty": "t.qty + s.qty"}, condition="s.ts > t.ts")
+           .when_matched_delete(condition="s.op = 'D'")
+           .when_not_matched_insert_all()
+           .execute())
+
+    The same statement as :meth:`mere.Table.merge`, distributed: the driver pins the table's current
+    version and checks every clause (on an empty source, so a bad expression fails before any Spark job);
+    the source is repartitioned by the table's bucket of its key (Spark's ``pmod(hash(key), N)``, which is
+    mere's bucket function), so all source rows of a key reach one task; each task evaluates the MERGE
+    on its rows against the pinned version, reading only the target rows of its keys, and writes files;
+    the driver commits every task's files as one version. A task's error (such as
+    :class:`~mere.errors.MergeConflict`) is raised on the driver after the other tasks' files are deleted;
+    a :class:`~mere.errors.CommitConflict` runs the job again at the new version (``attempts`` in all).
+    ``partitions`` is the number of Spark tasks (default: the table's buckets, at most
+    ``spark.sql.shuffle.partitions``); a task holds its source rows in memory. ``WHEN NOT MATCHED BY
+    SOURCE`` is refused: use the local ``Table.merge``.
+    """
+    ref = TableRef.from_options(location_options(table, warehouse, catalog, storage_options))
+    return SparkMerge(spark, source, ref, on, source_alias, target_alias, partitions, attempts)

@@ -1,0 +1,497 @@
+"""Writes: batch and streaming writers, the write job a driver plans and ships to every task (create on
+write, layout checks, mergeSchema, overwrite modes), and the ``.partitionBy(...)`` hook."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from mere.errors import InvalidInput, NoSuchNamespace, NoSuchTable, SchemaChanged, SchemaMismatch, TableExists
+from mere.integrations.spark.options import (
+    CREATE_OPTIONS,
+    FORMAT_NAME,
+    TableRef,
+    bool_option,
+    check_options,
+    column_list_option,
+    int_option,
+    json_object_option,
+    lower_options,
+)
+from mere.options import format_columns
+from mere.spec import TableSpec
+from mere.table.evolve import same_columns
+from mere.table.table import StagedWrite, Table
+from mere.write.cast import relax_nested
+
+FLUSH_ROWS = (
+    250_000  # rows a write task buffers before staging files (one chunk stages while the next arrives)
+)
+FLUSH_BYTES = 256 << 20
+STREAM_QUERY_ID_PROPERTY = (
+    "sql.streaming.queryId"  # Spark's local property: the query id kept in the checkpoint
+)
+# Spark hands every SQL conf the session set to its tasks as local properties; the Python planner that
+# runs DataSource.writer() sees none of them, so write tasks read this one and report it to commit().
+OVERWRITE_MODE_CONF = "spark.sql.sources.partitionOverwriteMode"
+OVERWRITE_MODES = ("static", "dynamic")
+WRITE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
+
+
+@dataclass
+class MereCommitMessage(WriterCommitMessage):
+    """Files one task staged, in the order they were written."""
+
+    staged: list[StagedWrite] = field(default_factory=list)
+    rows: int = 0
+    query_id: str | None = None
+    overwrite_mode: str | None = (
+        None  # the session's spark.sql.sources.partitionOverwriteMode, as tasks see it
+    )
+
+
+def chunks(batches: Iterator[pa.RecordBatch], flush_rows: int = FLUSH_ROWS) -> Iterator[pa.Table]:
+    """Spark's small Arrow batches regrouped into tables of about ``flush_rows`` rows."""
+    pending: list[pa.RecordBatch] = []
+    rows = size = 0
+    for b in batches:
+        if not b.num_rows:
+            continue
+        pending.append(b)
+        rows += b.num_rows
+        size += b.nbytes
+        if rows >= flush_rows or size >= FLUSH_BYTES:
+            yield pa.Table.from_batches(pending)
+            pending, rows, size = [], 0, 0
+    if pending:
+        yield pa.Table.from_batches(pending)
+
+
+def create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) -> Table:
+    """The table a write creates, from its layout options and the DataFrame's schema."""
+    keys = set(column_list_option("primary_key", opts.get("primary_key")) or ())
+    # Columns other than keys take NULL, whatever the DataFrame's plan proved of its own rows (a literal
+    # column is NOT NULL there, and so are the elements of array(1, 2), the fields of named_struct and the
+    # values of map literals): as Spark's file sources write them. Map keys stay NOT NULL (Arrow's rule).
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    arrow = pa.schema(
+        [
+            f.with_type(relax_nested(f.type))
+            if f.name in keys
+            else f.with_type(relax_nested(f.type)).with_nullable(True)
+            for f in arrow
+        ],
+        metadata=arrow.metadata,
+    )
+    buckets = opts.get("buckets")
+    return ref.connect().create_table(
+        ref.name,
+        arrow,
+        primary_key=column_list_option("primary_key", opts.get("primary_key")),
+        partition_by=list(partition_columns(ref.name, opts) or ()) or None,
+        buckets=int_option("buckets", buckets),
+        merge_operators=json_object_option("merge_operators", opts.get("merge_operators")),
+        cdc_column=opts.get("cdc_column") or None,
+        exist_ok=True,
+    )
+
+
+def partition_columns(name: str, opts: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The partition columns a write names: option ``partition_by`` or Spark's ``.partitionBy(...)`` (as
+    the hook passes it), which must agree when both are given; None when neither is."""
+    given = {
+        k: tuple(column_list_option(k, opts[k]) or ()) for k in ("partition_by", "partitionby") if k in opts
+    }
+    if len(set(given.values())) > 1:
+        raise InvalidInput(
+            f"{name}: .partitionBy{given['partitionby']} and option 'partition_by' "
+            f"{opts['partition_by']!r} disagree; give the partition columns once"
+        )
+    return next(iter(given.values()), None)
+
+
+def check_layout(table: Table, opts: Mapping[str, str]) -> None:
+    """Layout options given for an existing table must describe it (a mismatch is never ignored)."""
+    spec = table.spec
+    partition_by = partition_columns(table.name, opts)
+    if "partitionby" in opts and partition_by != spec.partition_by:
+        have = f"partitioned by {', '.join(spec.partition_by)}" if spec.partition_by else "not partitioned"
+        raise TableExists(
+            f"{table.name} already exists and is {have}: .partitionBy({', '.join(partition_by or ())}) does "
+            "not match it, and a write never changes a table's partitioning; drop .partitionBy or write to "
+            "a new table (nothing was written)"
+        )
+    wanted: dict[str, Any] = {}
+    if "primary_key" in opts:
+        wanted["primary_key"] = (
+            tuple(column_list_option("primary_key", opts["primary_key"]) or ()),
+            spec.primary_key,
+        )
+    if partition_by is not None:
+        wanted["partition_by"] = (partition_by, spec.partition_by)
+    if "buckets" in opts:
+        wanted["buckets"] = (int_option("buckets", opts["buckets"]), spec.buckets)
+    if "cdc_column" in opts:
+        wanted["cdc_column"] = (opts["cdc_column"] or None, spec.cdc_column)
+    if "merge_operators" in opts:
+        given = TableSpec.create(
+            spec.schema,
+            spec.primary_key or None,
+            spec.partition_by or None,
+            spec.buckets if spec.primary_key else None,
+            json_object_option("merge_operators", opts["merge_operators"]),
+            spec.cdc_column,
+        )
+        wanted["merge_operators"] = (dict(given.merge_operators), dict(spec.merge_operators))
+    different = [f"{k} {a!r} vs the table's {b!r}" for k, (a, b) in wanted.items() if a != b]
+    if different:
+        raise TableExists(f"{table.name} already exists with a different spec: {'; '.join(different)}")
+
+
+@dataclass
+class WriteJob:
+    """One write (or one streaming query's writes), planned on the driver and shipped to every task."""
+
+    ref: TableRef
+    table_uuid: str
+    operation: str
+    partition: dict[str, Any] | None
+    idempotency_key: str | None
+    query_id: str | None
+    flush_rows: int = FLUSH_ROWS
+    evolved_spec: str | None = None  # mergeSchema: the spec with the DataFrame's new columns
+    base_spec: str | None = None  # ... and the one it was derived from
+    created_version: int | None = None  # the write created the table (at this version): abort drops it
+    overwrite_mode: str | None = None  # option partitionOverwriteMode; None: the session's conf decides
+    streaming: bool = False
+
+    @staticmethod
+    def plan(
+        ref: TableRef, options: Mapping[str, str], schema: StructType, overwrite: bool, streaming: bool
+    ) -> WriteJob:
+        check_options(options)
+        opts = lower_options(options)
+        operation = opts.get("operation", "").strip().lower() or None
+        if operation is not None and operation not in WRITE_OPERATIONS:
+            raise InvalidInput(
+                f"{ref.name}: unknown operation {operation!r}; choose one of {', '.join(WRITE_OPERATIONS)}"
+            )
+        if overwrite and operation not in (None, "overwrite"):
+            raise InvalidInput(
+                f"{ref.name}: mode('overwrite') cannot run operation {operation!r}; use mode('append')"
+            )
+        created: int | None = None
+        try:
+            table = ref.open()
+        except (NoSuchTable, NoSuchNamespace) as missing:
+            given = opts.get("create", "")
+            try:
+                create = bool_option("create", given) if given.strip() else None
+            except InvalidInput as bad:
+                raise bad from None
+            if (
+                operation == "delete"
+                or create is False
+                or (create is not True and not any(o in opts for o in CREATE_OPTIONS))
+            ):
+                raise NoSuchTable(
+                    f"{missing} in warehouse {ref.warehouse!r}; to create it on write give its layout "
+                    "(.option('primary_key', ...), partition_by, buckets, cdc_column, merge_operators) or "
+                    ".option('create', 'true') for a table without key"
+                ) from None
+            table = create_table(ref, opts, schema)
+            created = table.version
+        else:
+            check_layout(table, opts)
+        if overwrite:
+            operation = "overwrite"
+        elif operation is None:
+            operation = "upsert" if table.spec.has_primary_key else "append"
+        keyed = table.spec.has_primary_key
+        if (operation in ("upsert", "delete") and not keyed) or (operation == "append" and keyed):
+            raise InvalidInput(
+                f"{ref.name}: operation {operation!r} does not apply to a table "
+                + (f"with primary key {list(table.spec.primary_key)}" if keyed else "without key")
+            )
+        partition = json_object_option("partition", opts.get("partition"))
+        if partition is not None and operation != "overwrite":
+            raise InvalidInput(f"{ref.name}: option 'partition' applies to mode('overwrite') only")
+        overwrite_mode = parse_overwrite_mode(ref.name, opts.get("partitionoverwritemode"), "option")
+        if overwrite_mode is not None and (operation != "overwrite" or streaming):
+            raise InvalidInput(
+                f"{ref.name}: option 'partitionOverwriteMode' applies to batch writes with mode('overwrite') only"
+            )
+        names = set(table.schema.names) | ({table.spec.cdc_column} if table.spec.cdc_column else set())
+        unknown = [c for c in schema.fieldNames() if c not in names]
+        evolved: str | None = None
+        if unknown and bool_option("mergeSchema", opts.get("mergeschema")) and operation != "delete":
+            # The new columns commit with the rows: tasks stage under the evolved spec, the driver commits it.
+            arrow = to_arrow_schema(schema, timezone="UTC")
+            update = table.evolve()
+            for c in unknown:
+                update.add_column(c, arrow.field(c).type)
+            evolved = update.spec.to_json()
+        elif unknown:
+            raise SchemaMismatch(
+                f"{ref.name}: the DataFrame has column(s) {unknown} the table lacks; the table has "
+                f"{sorted(names)} (.option('mergeSchema', 'true') adds them)"
+            )
+        key = opts.get("idempotency_key") or None
+        if key is None and not streaming:
+            key = f"spark-write:{uuid.uuid4().hex}"  # lets abort() tell whether a failed commit landed
+        flush = int_option("flush_rows", opts.get("flush_rows"))
+        return WriteJob(
+            ref,
+            table.record.uuid,
+            operation,
+            partition,
+            key,
+            opts.get("query_id") or None,
+            flush or FLUSH_ROWS,
+            evolved,
+            table.spec.to_json() if evolved else None,
+            None if streaming else created,  # a stream's failed batch is retried into the same table
+            overwrite_mode,
+            streaming,
+        )
+
+    def open(self) -> Table:
+        table = self.ref.open()
+        if table.record.uuid != self.table_uuid:
+            raise InvalidInput(f"{self.ref.name} was dropped and created again during the write")
+        if self.evolved_spec is None or self.base_spec is None:
+            return table
+        # mergeSchema: write (and commit) the new columns too, unless an earlier batch already did.
+        evolved = TableSpec.from_json(self.evolved_spec, table.name)
+        if same_columns(table.spec, evolved):
+            return table
+        if not same_columns(table.spec, TableSpec.from_json(self.base_spec, table.name)):
+            raise SchemaChanged(f"{table.name}: the table's columns changed during the write; run it again")
+        update = table.evolve()
+        update.spec, update.steps = evolved, ["mergeSchema"]
+        return table.adding_columns(update)
+
+    def write(self, batches: Iterator[pa.RecordBatch], query_id: str | None = None) -> MereCommitMessage:
+        """Stage files chunk by chunk; a chunk is written in the background while Spark sends the next one."""
+        table = self.open()
+        staged: list[StagedWrite] = []
+        pending: Future[StagedWrite] | None = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mere-spark-stage") as pool:
+            try:
+                for chunk in chunks(batches, self.flush_rows):
+                    if pending is not None:
+                        staged.append(pending.result())
+                    pending = pool.submit(table.stage, chunk, self.operation)
+                if pending is not None:
+                    staged.append(pending.result())
+                    pending = None
+            except BaseException:
+                if pending is not None and not pending.cancel():
+                    with contextlib.suppress(BaseException):
+                        staged.append(pending.result())
+                table.abort(staged)
+                raise
+        return MereCommitMessage(staged, sum(s.rows for s in staged), query_id, task_overwrite_mode())
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], key: str | None) -> None:
+        table = self.open()
+        ours = [m for m in messages if isinstance(m, MereCommitMessage)]
+        staged = [s for m in ours for s in m.staged]
+        dynamic = self.operation == "overwrite" and self.dynamic_overwrite(ours)
+        if not any(s.files for s in staged) and (self.operation != "overwrite" or dynamic):
+            return  # nothing written: no new version
+        table.commit(
+            staged, operation=self.operation, partition=self.partition, idempotency_key=key, dynamic=dynamic
+        )
+
+    def dynamic_overwrite(self, messages: Sequence[MereCommitMessage]) -> bool:
+        """Whether this overwrite replaces only the partitions it writes: the write's option, else the
+        session's ``spark.sql.sources.partitionOverwriteMode`` as its tasks saw it (static by default)."""
+        if self.streaming:
+            return False  # complete mode: the query's whole result replaces the table
+        if self.overwrite_mode is not None:
+            return self.overwrite_mode == "dynamic"
+        if not messages:
+            # No task ran, so the session's mode is unknown: static would empty the table, dynamic keep it.
+            raise InvalidInput(
+                f"{self.ref.name}: no write task reported the session's {OVERWRITE_MODE_CONF}; nothing was "
+                "changed. Give .option('partitionOverwriteMode', 'static' or 'dynamic')"
+            )
+        seen = {m.overwrite_mode or "static" for m in messages}
+        if len(seen) > 1:
+            raise InvalidInput(
+                f"{self.ref.name}: write tasks saw different {OVERWRITE_MODE_CONF}: {sorted(seen)}"
+            )
+        mode = parse_overwrite_mode(self.ref.name, seen.pop(), "session conf")
+        return mode == "dynamic"
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None], key: str | None) -> None:
+        table = self.open()
+        if key is not None and table.find_commit(key) is not None:
+            return  # the commit landed (its outcome was unknown to the caller): the files are the table's now
+        table.abort([s for m in messages if isinstance(m, MereCommitMessage) for s in m.staged])
+        if self.created_version is not None:  # a failed write leaves no table it created behind
+            table.catalog.drop_if_unchanged(table, self.created_version)
+
+
+class MereWriter(DataSourceArrowWriter):
+    """Batch writes: tasks stage files, the driver commits them all as one version."""
+
+    def __init__(self, job: WriteJob) -> None:
+        self.job = job
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> MereCommitMessage:
+        return self.job.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.job.commit(messages, self.job.idempotency_key)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.job.abort(messages, self.job.idempotency_key)
+
+
+def parse_overwrite_mode(table: str, value: str | None, where: str) -> str | None:
+    if value is None or not value.strip():
+        return None
+    mode = value.strip().lower()
+    if mode not in OVERWRITE_MODES:
+        name = "partitionOverwriteMode" if where == "option" else OVERWRITE_MODE_CONF
+        raise InvalidInput(f"{table}: {where} {name} must be static or dynamic, got {value!r}")
+    return mode
+
+
+def task_overwrite_mode() -> str | None:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return None if ctx is None else ctx.getLocalProperty(OVERWRITE_MODE_CONF)
+
+
+def task_query_id() -> str | None:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return None if ctx is None else ctx.getLocalProperty(STREAM_QUERY_ID_PROPERTY)
+
+
+class MereStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming sink: each micro-batch is one commit, keyed by (query id, batch id) so a replay is a no-op."""
+
+    def __init__(self, job: WriteJob) -> None:
+        self.job = job
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> MereCommitMessage:
+        return self.job.write(iterator, query_id=self.job.query_id or task_query_id())
+
+    def batch_key(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> str | None:
+        query_id = self.job.query_id or next(
+            (m.query_id for m in messages if isinstance(m, MereCommitMessage) and m.query_id), None
+        )
+        if query_id is None:
+            if any(isinstance(m, MereCommitMessage) and m.staged for m in messages):
+                raise InvalidInput(
+                    f"{self.job.ref.name}: cannot tell which streaming query this is; "
+                    "give .option('query_id', ...)"
+                )
+            return None
+        return f"spark-stream:{query_id}:{batch_id}"
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.job.commit(messages, self.batch_key(messages, batchId))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        try:
+            key = self.batch_key(messages, batchId)
+        except InvalidInput:
+            key = None
+        self.job.abort(messages, key)
+
+
+# ---------------------------------------------------------------------------------------------
+# DataFrameWriter.partitionBy for the mere format
+
+_HOOKED = "_mere_partition_hook"
+
+
+def install_partition_hook() -> None:
+    """Let ``df.write.format("mere").partitionBy(...)`` name the partition columns of the table.
+
+    Spark's DataFrameWriter checks ``partitionBy`` against the partitioning a data source's table declares,
+    in the JVM, before any code of the data source runs, and a Python data source cannot declare any: the
+    write fails with "requirement failed: The provided partitioning or clustering columns do not match the
+    existing table's". This wraps three methods of PySpark's classic ``DataFrameWriter`` (once per process;
+    :func:`register` and :func:`local_session` call it): ``format`` and ``partitionBy`` also note what they
+    were given on the writer, and ``save`` of a mere write hands the columns over as the option
+    ``partitionBy`` (with Spark's own partitioning emptied): the partitioning of a table the write creates,
+    or, for an existing table, one that must be its partitioning (a mismatch is refused before anything is
+    written). Every other format gets Spark's own calls, unchanged. Spark Connect's writer is not wrapped.
+    """
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    if getattr(DataFrameWriter.save, _HOOKED, False):
+        return
+    spark_format, spark_partition_by, spark_save = (
+        DataFrameWriter.format,
+        DataFrameWriter.partitionBy,
+        DataFrameWriter.save,
+    )
+
+    def format(self: Any, source: str) -> Any:
+        out = spark_format(self, source)
+        self._mere_format = source
+        return out
+
+    def partitionBy(self: Any, *cols: Any) -> Any:
+        out = spark_partition_by(self, *cols)  # Spark's own, as always: other formats need it
+        if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
+            cols = tuple(cols[0])
+        self._mere_partition_by = cols
+        return out
+
+    def save(
+        self: Any,
+        path: str | None = None,
+        format: str | None = None,
+        mode: str | None = None,
+        partitionBy: Any = None,
+        **options: Any,
+    ) -> None:
+        if partitionBy is None and getattr(self, "_mere_partition_by", None) is None:
+            return spark_save(self, path, format, mode, partitionBy, **options)
+        source = format or getattr(self, "_mere_format", None)
+        if source is None:
+            source = self._spark.conf.get("spark.sql.sources.default", "parquet")
+        if str(source).strip().lower() != FORMAT_NAME:
+            return spark_save(self, path, format, mode, partitionBy, **options)
+        # Spark's own order of save()'s arguments, then the columns as mere's option instead of Spark's.
+        self.mode(mode).options(**options)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if format is not None:
+            self.format(format)
+        cols = self._mere_partition_by
+        spark_partition_by(self)  # none for Spark: its check against the table's partitioning is skipped
+        if not all(isinstance(c, str) for c in cols):
+            raise InvalidInput(f"partitionBy takes column names for the mere format, got {list(cols)!r}")
+        self._jwrite = self._jwrite.option("partitionBy", format_columns(cols))
+        return spark_save(self, path)
+
+    for name, wrapper in (("format", format), ("partitionBy", partitionBy), ("save", save)):
+        original = getattr(DataFrameWriter, name)
+        functools.update_wrapper(wrapper, original)
+        setattr(wrapper, _HOOKED, True)
+        setattr(DataFrameWriter, name, wrapper)

@@ -1,0 +1,392 @@
+"""PySpark Structured Streaming source: a mere table's change feed, one micro-batch per version range.
+
+Reading::
+
+    changes = (spark.readStream.format("mere")
+               .option("warehouse", "/data/wh")               # and catalog / storage.<key>, as batch reads
+               .option("readChangeFeed", "true")              # required: the output is the change feed
+               .option("startingVersion", "5")                # optional: see below
+               .option("maxVersionsPerTrigger", "10")         # optional
+               .load("sales.orders"))
+
+``readChangeFeed`` (Delta Lake's name) is required: Spark asks a Python data source for its schema in the
+same way for batch and stream reads, so only an option can add the change columns. A stream read without
+it fails with :class:`~mere.errors.InvalidInput` when the query starts; a batch read with it is refused.
+
+Output: the table's columns (key and partition columns first; ``columns`` projects, ``filter`` selects
+rows as :meth:`mere.Table.changes` does) followed by ``_change`` (``insert``, ``update_before``,
+``update_after``, ``delete``), ``_version`` (long) and ``_commit_time`` (timestamp, UTC).
+
+Offsets are table versions: ``{"version": N, "table": "<uuid>"}`` means every change committed up to and
+including version ``N`` has been emitted; the micro-batch from offset ``s`` to ``e`` is the net change of
+each key over the commits ``s < version <= e`` (``Table.changes(s, e)``). The table's uuid makes a
+restart against a table that was dropped and created again fail instead of reading another table.
+
+- Without ``startingVersion`` the first micro-batch is the merged snapshot at the table's newest version
+  when the query starts, every row as ``_change = 'insert'`` with that version as ``_version`` (and its
+  commit time); the stream then continues with the commits after it.
+- ``startingVersion = N`` starts with the changes committed in version ``N`` and after (as Delta Lake's
+  option: N is included), i.e. ``Table.changes(N - 1, ...)``; no snapshot. Version 0 is the table's
+  creation, which holds no rows, so 0 and 1 read the same. ``N`` may be the newest version + 1 (nothing
+  yet), and ``latest`` starts after the newest version. A start that has expired (or whose later commits
+  have) raises :class:`~mere.errors.NoSuchVersion`, an unknown future one too.
+- ``maxVersionsPerTrigger = K``: a micro-batch covers at most K versions (the snapshot batch counts as one,
+  whatever the version). ``Trigger.AvailableNow`` honours it and stops at the version that was newest when
+  the query started; ``Trigger.Once`` reads everything in one batch.
+- A restart from the checkpoint continues at the checkpoint's offset; ``startingVersion`` applies only to a
+  new checkpoint (as in Delta). A replayed micro-batch reads the same version range, so the same rows.
+
+Exactly-once into another mere table (the sink commits each micro-batch once, keyed by query and batch
+id): give the target the change column ``_change`` (``cdc_column``), whose ``insert``/``update_after``
+rows upsert, ``delete`` rows delete and ``update_before`` rows are ignored, and drop ``_version`` and
+``_commit_time``::
+
+    (changes.drop("_version", "_commit_time")
+        .writeStream.format("mere").option("warehouse", "/data/wh")
+        .option("primary_key", "order_id").option("partition_by", "day").option("cdc_column", "_change")
+        .option("checkpointLocation", "/chk/orders-copy").start("sales.orders_copy"))
+
+Planning: the snapshot batch is cut into Spark tasks like a batch read (storage-only scan tasks); a change
+batch gives each task a group of the splits (range partition x bucket) that the range's commits wrote, and
+each task computes those splits' change feed with mere's own :func:`~mere.table.changes.change_feed`,
+opening the catalog itself (as the sink's tasks do). Each key lives in one split, so its rows stay in one
+task, in order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from mere.errors import InvalidInput, NoSuchVersion
+from mere.integrations.spark.options import (
+    PartitionSizing,
+    TableRef,
+    bool_option,
+    check_options,
+    column_list_option,
+    int_option,
+    lower_options,
+)
+from mere.integrations.spark.types import arrow_target, conform_batch, spark_schema
+from mere.table.changes import CHANGE_COLUMN, COMMIT_TIME_COLUMN, INSERT, VERSION_COLUMN, change_feed
+from mere.table.scan import ScanTask, group_tasks, read_tasks
+from mere.table.table import Table
+
+__all__ = [
+    "CHANGE_COLUMNS",
+    "ChangePartition",
+    "MereStreamReader",
+    "SnapshotPartition",
+    "StreamOptions",
+    "stream_schema",
+    "wants_change_feed",
+]
+
+CHANGE_COLUMNS = (CHANGE_COLUMN, VERSION_COLUMN, COMMIT_TIME_COLUMN)
+SNAPSHOT = -1
+"""The offset before a stream's first batch when it starts with the snapshot: nothing emitted yet."""
+
+_BATCH_ONLY = ("version", "versionasof", "as_of", "timestampasof", "tag")
+
+
+def wants_change_feed(options: Mapping[str, str]) -> bool:
+    """Whether the options ask for the change feed (``readChangeFeed``), whose schema adds the change columns."""
+    return bool_option("readChangeFeed", lower_options(options).get("readchangefeed"))
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """The stream options, parsed and checked (``InvalidInput`` for any bad one)."""
+
+    starting_version: int | None  # None: start with the snapshot
+    latest: bool  # startingVersion = latest: only the commits after the newest version
+    max_versions: int | None
+    columns: tuple[str, ...] | None
+    filter: str | None
+
+    @staticmethod
+    def parse(name: str, options: Mapping[str, str]) -> StreamOptions:
+        check_options(options)
+        opts = lower_options(options)
+        if not wants_change_feed(options):
+            raise InvalidInput(
+                f"{name}: a mere stream reads the table's change feed; add .option('readChangeFeed', 'true') "
+                "(its rows carry _change, _version and _commit_time)"
+            )
+        given = [k for k in _BATCH_ONLY if k in opts]
+        if given:
+            raise InvalidInput(
+                f"{name}: option {given[0]!r} is for batch reads; a stream starts at 'startingVersion' "
+                "(or with the snapshot at the newest version)"
+            )
+        raw = opts.get("startingversion", "").strip()
+        starting: int | None = None
+        latest = raw.lower() == "latest"
+        if raw and not latest:
+            try:
+                starting = int(raw)
+            except ValueError:
+                starting = -1
+            if starting < 0:
+                raise InvalidInput(
+                    f"{name}: option 'startingVersion' must be a version (a non-negative integer) or 'latest', "
+                    f"got {raw!r}"
+                )
+        columns = column_list_option("columns", opts.get("columns"))
+        return StreamOptions(
+            starting,
+            latest,
+            int_option("maxVersionsPerTrigger", opts.get("maxversionspertrigger")),
+            None if columns is None else tuple(columns),
+            opts.get("filter") or None,
+        )
+
+
+def stream_schema(ref: TableRef, options: Mapping[str, str]) -> StructType:
+    """The Spark schema of a change-feed read: the (projected) table columns and the change columns.
+
+    Checks every option now, so that a bad one fails at ``load()``, before any query starts."""
+    parsed = StreamOptions.parse(ref.name, options)
+    table = ref.open()
+    clash = [c for c in CHANGE_COLUMNS if c in table.schema.names]
+    if clash:
+        raise InvalidInput(
+            f"{table.name} has column(s) {clash}, which the change feed adds to every row; "
+            "rename them to read its change feed"
+        )
+    v = table.version
+    columns = None if parsed.columns is None else list(parsed.columns)
+    return spark_schema(table.changes(v, v, columns=columns, filter=parsed.filter).schema)
+
+
+# ---------------------------------------------------------------------------------------------
+# Partitions: picklable plans, read in Spark's tasks
+
+
+class SnapshotPartition(InputPartition):
+    """A share of the snapshot batch: scan tasks of one version (storage access only)."""
+
+    def __init__(self, index: int, tasks: Sequence[ScanTask], version: int, committed_at: dt.datetime):
+        super().__init__(index)
+        self.tasks = tuple(tasks)
+        self.version = version
+        self.committed_at = committed_at
+
+
+@dataclass(frozen=True)
+class ChangeRange:
+    """One change batch: the commits ``start < version <= end`` of a table (its uuid pins it)."""
+
+    ref: TableRef
+    table_uuid: str
+    start: int
+    end: int
+    columns: tuple[str, ...] | None
+    filter: str | None
+
+
+class ChangePartition(InputPartition):
+    """A share of a change batch: the change feed of some splits (partition JSON, bucket)."""
+
+    def __init__(self, index: int, batch: ChangeRange, splits: Sequence[tuple[str, int]]) -> None:
+        super().__init__(index)
+        self.batch = batch
+        self.splits = tuple(splits)
+
+
+def _open(ref: TableRef, uuid: str) -> Table:
+    table = ref.open()
+    if table.record.uuid != uuid:
+        raise InvalidInput(
+            f"{ref.name} was dropped and created again since this stream's checkpoint was written; "
+            "start the query with a new checkpoint location"
+        )
+    return table
+
+
+def _constant(value: Any, kind: pa.DataType, n: int) -> pa.Array:
+    return pa.repeat(pa.scalar(value, kind), n)
+
+
+def _snapshot_batch(batch: pa.RecordBatch, version: int, committed_at: dt.datetime) -> pa.RecordBatch:
+    n = batch.num_rows
+    arrays = [
+        *batch.columns,
+        _constant(INSERT, pa.string(), n),
+        _constant(version, pa.int64(), n),
+        _constant(committed_at, pa.timestamp("us", tz="UTC"), n),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, names=[*batch.schema.names, *CHANGE_COLUMNS])
+
+
+def _group_splits(
+    sizes: Mapping[tuple[str, int], int], sizing: PartitionSizing
+) -> list[list[tuple[str, int]]]:
+    """Splits packed into balanced groups by the bytes of their changed files, as many groups as a batch
+    read would make of those bytes (at least ``min_partitions``, at most one per split)."""
+    if not sizes:
+        return []
+    total = sum(s + sizing.open_cost for s in sizes.values())
+    count = min(len(sizes), max(sizing.min_partitions, -(-total // sizing.max_bytes)))
+    groups: list[list[tuple[str, int]]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for split in sorted(sizes, key=lambda s: (-sizes[s], s)):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(split)
+        loads[lightest] += sizes[split] + sizing.open_cost
+    return [sorted(g) for g in groups]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reader
+
+
+class MereStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A mere table's change feed as a Spark stream (see the module docstring for the semantics).
+
+    Offsets, planning and limits run on the driver; ``read`` runs in Spark's tasks from the partition
+    alone (nothing of the driver's state is needed there).
+    """
+
+    def __init__(self, ref: TableRef, options: Mapping[str, str], schema: StructType) -> None:
+        self.ref = ref
+        self.options = StreamOptions.parse(ref.name, options)
+        names = schema.fieldNames()
+        missing = [c for c in CHANGE_COLUMNS if c not in names]
+        if missing:
+            raise InvalidInput(f"{ref.name}: the stream's schema lacks the change column(s) {missing}")
+        self.columns = [c for c in names if c not in CHANGE_COLUMNS]
+        self.target = arrow_target(schema)
+        self.sizing = PartitionSizing.from_options(lower_options(options))
+        self._until: int | None = None  # Trigger.AvailableNow: the newest version when the query started
+
+    # -- offsets ------------------------------------------------------------------------------------
+
+    def _offset(self, table: Table, version: int) -> dict[str, Any]:
+        return {"version": version, "table": table.record.uuid}
+
+    def _parse(self, offset: Mapping[str, Any]) -> tuple[int, str]:
+        """An offset's version and table uuid."""
+        try:
+            return int(offset["version"]), str(offset["table"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise InvalidInput(
+                f"{self.ref.name}: the checkpoint holds offset {offset!r}, not a mere stream offset; "
+                "start the query with a new checkpoint location"
+            ) from e
+
+    def _version(self, offset: Mapping[str, Any]) -> tuple[Table, int]:
+        """The table (checked to be the one the offset was taken on) and the offset's version."""
+        version, uuid = self._parse(offset)
+        return _open(self.ref, uuid), version
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Where a new query starts: before the snapshot, or just before ``startingVersion``."""
+        table = self.ref.open()
+        opts = self.options
+        if opts.latest:
+            return self._offset(table, table.version)
+        if opts.starting_version is None:
+            return self._offset(table, SNAPSHOT)
+        newest = table.version
+        if opts.starting_version > newest + 1:
+            raise NoSuchVersion(
+                f"{table.name}: startingVersion {opts.starting_version} is after the next version "
+                f"{newest + 1} (the newest is {newest})"
+            )
+        start = max(opts.starting_version - 1, 0)  # version 0 is the creation: it holds no rows
+        # Fails now (NoSuchVersion) when the start or a commit after it has expired; reads nothing yet.
+        table.changes(start, newest, columns=self.columns, filter=opts.filter)
+        return self._offset(table, start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxVersionsPerTrigger`` travels through Spark as a file count: Spark's Python API knows only
+        its built-in limits, and a version is to a mere stream what a file is to a file stream."""
+        n = self.options.max_versions
+        return ReadAllAvailable() if n is None else ReadMaxFiles(n)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The end of the next micro-batch: the newest version, at most ``maxVersionsPerTrigger`` past
+        ``start`` (the snapshot batch is one batch whatever the version)."""
+        table, begin = self._version(start)
+        newest = table.version
+        if self._until is not None:
+            newest = min(newest, self._until)
+        end = newest
+        if begin != SNAPSHOT and isinstance(limit, ReadMaxFiles):
+            end = min(newest, begin + limit.max_files)
+        return self._offset(table, max(begin, end))
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """``Trigger.AvailableNow``: read up to the version that is newest now, then stop."""
+        self._until = self.ref.open().version
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The newest version, for the query's progress reports."""
+        table = self.ref.open()
+        return self._offset(table, table.version)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: versions stay readable until ``Table.expire`` (keep them for the stream)."""
+
+    # -- planning -----------------------------------------------------------------------------------
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The tasks of one micro-batch: the snapshot at ``end``'s version, or the change feed between the
+        two versions cut by split."""
+        begin, _ = self._parse(start)
+        finish, _ = self._parse(end)
+        if finish <= begin:
+            return []
+        table, _ = self._version(end)
+        if begin == SNAPSHOT:
+            scan = table.scan(columns=self.columns, filter=self.options.filter, version=finish)
+            committed_at = table.snapshot(version=finish).committed_at
+            groups = group_tasks(
+                scan.tasks(), self.sizing.max_bytes, self.sizing.open_cost, self.sizing.min_partitions
+            )
+            return [SnapshotPartition(i, g, finish, committed_at) for i, g in enumerate(groups)]
+        # Validates the range first (NoSuchVersion once expired), as Table.changes does, reading no rows.
+        table.changes(begin, finish, columns=self.columns, filter=self.options.filter)
+        sizes: dict[tuple[str, int], int] = {}
+        for entry, _ in table.catalog.sql.files_changed(table.record.id, begin, finish):
+            split = (entry.partition, entry.bucket)
+            sizes[split] = sizes.get(split, 0) + entry.size_bytes
+        batch = ChangeRange(
+            self.ref, table.record.uuid, begin, finish, tuple(self.columns), self.options.filter
+        )
+        return [ChangePartition(i, batch, g) for i, g in enumerate(_group_splits(sizes, self.sizing))]
+
+    # -- reading (in Spark's tasks) -------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The rows of one partition as Arrow batches of exactly the declared schema."""
+        if isinstance(partition, SnapshotPartition):
+            for batch in read_tasks(partition.tasks):
+                if batch.num_rows:
+                    yield conform_batch(
+                        _snapshot_batch(batch, partition.version, partition.committed_at), self.target
+                    )
+            return
+        if not isinstance(partition, ChangePartition):
+            return
+        r = partition.batch
+        table = _open(r.ref, r.table_uuid)
+        columns = None if r.columns is None else list(r.columns)
+        feed = change_feed(table, r.start, r.end, columns, r.filter, splits=partition.splits)
+        for batch in feed:
+            if batch.num_rows:
+                yield conform_batch(batch, self.target)
