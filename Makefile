@@ -22,15 +22,14 @@ test: $(STAMP)
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
-# The developer loop (~1.5 min on 2 cores): no PostgreSQL, S3, Spark, Dask, Ray or PyTorch, 5 Hypothesis
-# examples per test (tests/conftest.py caps their own counts), spread over the cores; `make test` runs everything.
+# The developer loop (~6 min on 2 cores): no PostgreSQL, S3, Spark, Dask, Ray or PyTorch (tests/conftest.py
+# marks them by path), 5 Hypothesis examples per test (it caps their own counts too), spread over the cores;
+# `make test` runs everything.
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench tools
 	$(VENV)/bin/ruff format --check src tests bench tools
 	$(VENV)/bin/mypy
-	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -x -n auto -m "not postgres and not slow" --ignore=tests/spark --ignore=tests/s3 \
-		--ignore=tests/engines/test_dask.py --ignore=tests/engines/test_ray.py --ignore=tests/engines/test_torch.py \
-		--ignore=tests/engines/test_engine_docs.py --deselect tests/test_services.py
+	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -x -n auto -m "not postgres and not spark and not s3 and not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench tools

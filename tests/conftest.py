@@ -70,8 +70,35 @@ def local_cat(tmp_path: Path) -> mere.Catalog:
     return mere.connect(str(tmp_path / "warehouse"))
 
 
+TESTS = Path(__file__).resolve().parent
+# Marks by where a test lives: the suites that start a real engine or server. The developer loop
+# (``make test-fast``) deselects them with one ``-m`` expression; ``make test`` runs everything.
+MARKS_BY_PATH = {
+    "integrations/spark": "spark",  # one local[2] SparkSession
+    "io/s3": "s3",  # a real SeaweedFS
+    "integrations/test_dask.py": "slow",  # a local Dask cluster
+    "integrations/test_ray.py": "slow",  # a local Ray cluster
+    "integrations/test_torch.py": "slow",  # PyTorch's DataLoader worker processes
+    "integrations/test_engine_docs.py": "slow",  # every engine the docs show
+    "test_services.py": "slow",  # PostgreSQL, SeaweedFS and the latency proxy themselves
+}
+
+
+def path_marks(path: Path) -> list[str]:
+    """The marks :data:`MARKS_BY_PATH` gives a test file."""
+    try:
+        rel = path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return []
+    return [mark for prefix, mark in MARKS_BY_PATH.items() if rel == prefix or rel.startswith(prefix + "/")]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under the ``fast`` profile, tests that fix their own example counts get the profile's smaller ones."""
+    """Marks by path (:data:`MARKS_BY_PATH`); under the ``fast`` profile, tests that fix their own example
+    counts get the profile's smaller ones."""
+    for item in items:
+        for mark in path_marks(Path(str(item.path))):
+            item.add_marker(getattr(pytest.mark, mark))
     if os.environ.get("HYPOTHESIS_PROFILE") != "fast":
         return
     fast = settings.get_profile("fast")

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def python_blocks(path: Path) -> list[str]:
-    """Self-contained examples; Spark examples are exercised by tests/spark instead."""
+    """Self-contained examples; Spark examples are exercised by tests/integrations/spark instead."""
     blocks = re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
     return [b for b in blocks if not any(s in b for s in ("SparkSession", "spark.", "df.write"))]
 

@@ -1,9 +1,7 @@
-"""Each case here once misbehaved: an independent review of the engine integrations found them.
-
-A Polars predicate Polars refuses gave no rows where every row was pruned; 256-bit decimals crashed Polars
-(a panic, past ``except Exception``); ``set_epoch`` wrapped epochs past 2**63; DuckDB's dataset took bad
-arguments with raw errors, and DuckDB took no 256-bit decimals; the integrations lacked ``tag=``.
-"""
+"""Every engine integration on what engines disagree about: 256-bit decimals (Polars and DuckDB have
+only 128-bit ones; wider values are a typed error), NULL fixed-size lists of them, ``tag=`` reads, a
+predicate Polars refuses on a fully pruned read, ``set_epoch`` past 2**63, and DuckDB's dataset's
+arguments, scanner and pickling."""
 
 from __future__ import annotations
 

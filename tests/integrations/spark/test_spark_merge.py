@@ -18,7 +18,7 @@ from mere.integrations.spark import SparkMerge, merge
 from mere.table.merge import Merge, MergeMetrics
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("qty", pa.int64()), ("note", pa.string())])
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _orders(wh: str, name: str = "sales.orders") -> mere.Table:

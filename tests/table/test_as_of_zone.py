@@ -1,7 +1,7 @@
 """A time without a zone in ``as_of`` (issue 30, item 10).
 
 mere's Python API reads it as UTC, and every function that takes ``as_of`` says so (only an error message
-did); Spark reads it in the session time zone (tests/spark/test_spark_as_of_zone.py).
+did); Spark reads it in the session time zone (tests/integrations/spark/test_spark_as_of_zone.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Filter literals end to end: scans and deletes agree with SQL on decimals, signed zero, NaN and long IN lists.
 
-tests/test_expr.py checks the filter language itself (against DuckDB); these check that a table's scans,
+tests/expr/test_expr.py checks the filter language itself (against DuckDB); these check that a table's scans,
 pruning and predicate deletes see the same rows, on keys (pruned before the merge) and values (after it).
 """
 

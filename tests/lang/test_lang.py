@@ -39,7 +39,7 @@ from mere.expr import Compare, In, Sql, bind, parse, to_pyarrow
 from mere.lang.lower import Lowering, evaluate, schema_resolver
 from mere.lang.parse import LIST_PREFIX, lift_lists, parse_expression
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 UTC = dt.UTC
 NAN = float("nan")
 INF = math.inf

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import sys
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -25,8 +23,6 @@ from sparkutil import read
 
 import mere
 from mere.integrations.spark import compact, read_table, spark_filter
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the model and type strategies of tests/
 from test_model import LakeMachine, _plain_key, rows_of
 from test_types import ALL_TYPES, values_of
 

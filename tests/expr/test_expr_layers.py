@@ -9,7 +9,7 @@ import functools
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 LAYERED = ("mere.expr", "mere.lang")
 

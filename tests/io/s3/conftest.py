@@ -20,7 +20,7 @@ import pytest
 import mere
 from services import SeaweedServer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
 
 from latency_proxy import FaultPlan, LatencyProxy
 

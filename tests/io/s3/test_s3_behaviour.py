@@ -1,11 +1,11 @@
 """A representative subset of the table behaviour suite, run on an ``s3://`` warehouse (real SeaweedFS)
-with SQLite and PostgreSQL catalogs: the ``cat`` fixture of ``tests/s3/conftest.py`` replaces the local
+with SQLite and PostgreSQL catalogs: the ``cat`` fixture of ``tests/io/s3/conftest.py`` replaces the local
 one for every test imported here. Upsert, delete, overwrite, CDC, partial upserts, merge operators, time
 travel, explain, projections and filters, tables without key, windowed merges, splits."""
 
 from __future__ import annotations
 
-from test_table import (  # noqa: F401  (collected here, with this directory's fixtures)
+from table.test_table import (  # noqa: F401  (collected here, with this directory's fixtures)
     test_append_to_table_without_key,
     test_bad_input_is_rejected_and_changes_nothing,
     test_bucket_larger_than_read_window,

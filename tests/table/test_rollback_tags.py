@@ -612,7 +612,7 @@ def test_upgrade_from_format_3_lists_the_tags_step(tmp_path: Path) -> None:
 
 
 def _concepts_examples() -> Iterator[str]:
-    text = (Path(__file__).resolve().parents[1] / "docs" / "concepts.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "concepts.md").read_text()
     for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
         if "rollback" in block and "mere.connect" in block:
             yield block

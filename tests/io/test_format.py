@@ -27,7 +27,7 @@ from mere.catalog.sql import CATALOG_FORMAT
 from mere.spec import default_properties
 from services import PostgresServer
 
-FIXTURE = Path(__file__).parent / "data" / "catalog_format2"
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "catalog_format2"
 
 
 def _rows(table: mere.Table, version: int) -> list[dict[str, Any]]:

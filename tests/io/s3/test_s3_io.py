@@ -116,7 +116,7 @@ def test_storage_options_canonical_names_aliases_and_environment() -> None:
 
 
 def test_docs_table_lists_every_storage_option() -> None:
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "storage.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "storage.md").read_text()
     documented = set(re.findall(r"^\|\s*`([a-z_]+)`", doc, re.M))
     assert {o.name for o in O.OPTIONS} <= documented, "docs/storage.md must list every storage option"
 

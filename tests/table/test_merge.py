@@ -22,7 +22,7 @@ zero give NULL (DuckDB's ``error_on_division_by_zero = false``, set here; its de
 even for rows no clause changes).
 mere's ``when_matched_update_all()`` / ``when_not_matched_insert_all()`` pair columns by name: DuckDB runs
 them as ``UPDATE BY NAME`` / ``INSERT BY NAME`` (both refuse a source column the table lacks, such as
-``op``). The positional ``UPDATE SET *`` / ``INSERT *`` of SQL text are checked in tests/test_sql_forms.py.
+``op``). The positional ``UPDATE SET *`` / ``INSERT *`` of SQL text are checked in tests/lang/test_sql_forms.py.
 DuckDB 2.0.0 answers ``k = 0 AND k IN (1, NULL)`` wrongly on a PRIMARY KEY table (its index scan returns
 k = 0), which a one-row source with such an extra ON condition hits: MERGEs with an extra ON condition
 run in DuckDB on a table without the key, and the key is checked when the statement ends.
