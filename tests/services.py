@@ -179,11 +179,13 @@ class PostgresServer:
     """A private PostgreSQL cluster on 127.0.0.1, trust authentication, superuser ``postgres``.
 
     ``base_dir`` is the parent directory for the cluster's fresh temporary directory (default: the system
-    temporary directory). Use as a context manager or call ``start()``/``stop()``.
+    temporary directory). ``settings`` are extra server parameters passed as ``-c name=value`` (e.g.
+    ``{"wal_level": "logical"}``). Use as a context manager or call ``start()``/``stop()``.
     """
 
-    def __init__(self, base_dir: str | None = None) -> None:
+    def __init__(self, base_dir: str | None = None, settings: dict[str, str] | None = None) -> None:
         self.base_dir = base_dir
+        self.settings = dict(settings or {})
         self.bindir: str | None = None
         self.root: Path | None = None  # fresh temp dir: data/, server.log, unix socket
         self.port: int | None = None
@@ -372,6 +374,8 @@ class PostgresServer:
                 f"-c listen_addresses=127.0.0.1 -p {port} -k {shlex.quote(str(self.root))} -c fsync=off "
                 "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
             )
+            for name, value in self.settings.items():
+                options += " -c " + shlex.quote(f"{name}={value}")
             log_size = self.log_path.stat().st_size if self.log_path.exists() else 0
             try:
                 self._pg(
