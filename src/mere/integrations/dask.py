@@ -48,17 +48,37 @@ def read_table(
     min_partitions: int | None = None,
     types_mapper: Callable[[pa.DataType], Any] | None = None,
 ) -> dd.DataFrame:
-    """The table's merged rows at one version (``version``, ``as_of`` or ``tag``; the newest unless given;
-    an ``as_of`` without a zone is read as UTC, not as local time) as a Dask DataFrame (lazy; the version
-    is pinned now).
+    """The table's merged rows at one version as a Dask DataFrame (lazy; the version is pinned now).
 
-    Each partition reads about ``partition_bytes`` of stored data (Spark's default, 128 MiB), and there are
-    at least ``min_partitions`` (default: the worker threads of the current distributed client, else this
-    machine's cores) where the table has enough splits and row groups to cut. Partitions
-    are pandas DataFrames with exact dtypes (:func:`pandas_types`: nullable integers, floats and booleans,
-    Arrow-backed strings, ``pd.ArrowDtype`` for the rest); pass another ``types_mapper`` for
-    ``pyarrow.Table.to_pandas`` to change that (``pd.ArrowDtype`` for every column).
-    ``meta`` comes from the schema, so nothing is read to plan.
+    Partitions are pandas DataFrames with exact dtypes (:func:`pandas_types`: nullable integers, floats and
+    booleans, Arrow-backed strings, ``pd.ArrowDtype`` for the rest). ``meta`` comes from the schema, so
+    nothing is read to plan.
+
+    Args:
+        table: The mere table.
+        columns: The columns to read (default: all).
+        filter: A mere filter, evaluated in the scan (see :meth:`mere.Table.scan`).
+        version: The version to read (default: the newest).
+        as_of: A point in time to read the table at; an ``as_of`` without a zone is read as UTC, not as local
+            time.
+        tag: A tag whose version to read.
+        partition_bytes: About how many bytes of stored data each partition reads (Spark's default, 128 MiB).
+        min_partitions: At least this many partitions where the table has enough splits and row groups to cut
+            (default: the worker threads of the current distributed client, else this machine's cores).
+        types_mapper: A function of a pyarrow type giving the pandas dtype, for ``pyarrow.Table.to_pandas``
+            (default :func:`pandas_types`; ``pd.ArrowDtype`` for Arrow dtypes in every column).
+
+    Returns:
+        The lazy Dask DataFrame.
+
+    Raises:
+        NotInstalled: Dask is not installed.
+        InvalidInput: ``table`` is not a mere Table, a ``types_mapper`` that is not callable, a
+            ``partition_bytes`` or ``min_partitions`` that is not a positive integer, an invalid scan argument
+            (as :meth:`mere.Table.scan` raises it), or a catalog opened with ``filesystem=``.
+        SchemaMismatch: A column the table does not have.
+        FilterError: A filter that does not parse or does not fit the table's columns.
+        NoSuchVersion: The version (or time) is not in the retained history.
     """
     dd_module = _dask()
     if types_mapper is None:
@@ -83,9 +103,11 @@ def read_table(
 
 
 def pandas_types(kind: pa.DataType) -> Any:
-    """The pandas dtype of a partition's Arrow column: exact (nulls stay nulls, NaN stays NaN), and cheap
-    to move between Dask processes: numbers and booleans are pandas' masked NumPy arrays, strings
-    Arrow-backed ``string``, everything else (decimals, dates, timestamps, lists, structs) ``pd.ArrowDtype``.
+    """The pandas dtype of a partition's Arrow column.
+
+    Exact (nulls stay nulls, NaN stays NaN), and cheap to move between Dask processes: numbers and booleans
+    are pandas' masked NumPy arrays, strings Arrow-backed ``string``, everything else (decimals, dates,
+    timestamps, lists, structs) ``pd.ArrowDtype``.
     """
     import pandas as pd
 
@@ -154,12 +176,32 @@ def _stage(frame: pd.DataFrame, table: Table, operation: str) -> StagedWrite | _
 def write(
     ddf: dd.DataFrame, table: Table, mode: str = "upsert", *, idempotency_key: str | None = None
 ) -> CommitResult:
-    """Write a Dask DataFrame into ``table`` as one commit (``mode``: upsert, append or overwrite).
+    """Write a Dask DataFrame into ``table`` as one commit.
 
-    Each partition is staged by a worker; the client commits all of them once. If any partition fails,
-    every staged file is deleted, nothing is committed and the first failure is raised (a
+    Each partition is staged by a worker; the client commits all of them once. If any partition fails, every
+    staged file is deleted, nothing is committed and the first failure is raised (a
     :class:`~mere.errors.MereError` keeps its type). A worker killed mid-write leaves files that
     :meth:`~mere.Table.cleanup` removes later; they are never visible.
+
+    Args:
+        ddf: The Dask DataFrame to write.
+        table: The mere table.
+        mode: ``upsert`` (table with primary key), ``append`` (table without key) or ``overwrite``.
+        idempotency_key: A key that makes the commit happen once (a known one commits nothing new).
+
+    Returns:
+        The commit.
+
+    Raises:
+        NotInstalled: Dask is not installed.
+        InvalidInput: ``table`` is not a mere Table, ``ddf`` is not a Dask DataFrame, an unknown ``mode``, or
+            one that does not fit the table (upsert without key, append with one).
+        MereError: A partition failed: its own error when it is one of mere's (such as
+            :class:`~mere.errors.SchemaMismatch`), else a MereError with its type, message and traceback.
+        CommitConflict: Concurrent commits won every retry (nothing committed).
+        CommitFailed: Staged files no longer exist, or the catalog connection failed before the commit landed;
+            nothing changed.
+        CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
     """
     dd_module = _dask()
     import dask
@@ -192,8 +234,11 @@ def write(
 
 
 def _compute_all(stages: list[Any], table: Table) -> list[Any]:
-    """Every stage's result; when a partition's upstream work raises, the files staged by the others are
-    deleted before the error is re-raised (Dask stops at the first error and drops finished results)."""
+    """Every stage's result; the other partitions' files are deleted when one partition's work raises.
+
+    The files staged by the others are deleted before the error is re-raised (Dask stops at the first error
+    and drops finished results).
+    """
     import dask
 
     client = _client()

@@ -46,7 +46,29 @@ def register(
     """Register ``table`` (or a planned ``Scan``) as the view ``name`` of the DuckDB connection ``con``.
 
     The view reads one version (the current one unless ``version``/``as_of``/``tag`` names one), pinned now;
-    register again to see later commits. An ``as_of`` without a zone is read as UTC, not as local time. ``columns`` and ``filter`` narrow it further, in mere.
+    register again to see later commits. DuckDB pushes each query's projection and filters into the read (see
+    the module documentation).
+
+    Args:
+        con: The DuckDB connection.
+        name: The view's name.
+        table: A mere Table, or a planned :class:`~mere.table.scan.Scan` (then give none of the other read
+            arguments).
+        columns: The columns the view has (default: all), read by mere.
+        filter: A mere filter narrowing the view, evaluated by mere.
+        version: The version to read (default: the newest).
+        as_of: A point in time to read the table at; an ``as_of`` without a zone is read as UTC, not as local
+            time.
+        tag: A tag whose version to read.
+
+    Raises:
+        NotInstalled: DuckDB is not installed.
+        InvalidInput: ``con`` is not a DuckDB connection, an empty ``name``, ``table`` is neither a Table nor
+            a Scan, read arguments given with a Scan, an invalid scan argument (as :meth:`mere.Table.scan`
+            raises it), or a decimal column of more than 38 digits (DuckDB holds at most 38).
+        SchemaMismatch: A column the table does not have.
+        FilterError: A filter that does not parse or does not fit the table's columns.
+        NoSuchVersion: The version (or time) is not in the retained history.
     """
     duckdb = require("duckdb", "duckdb", "mere.integrations.duckdb")
     if not isinstance(con, duckdb.DuckDBPyConnection):
@@ -68,8 +90,18 @@ def register(
 
 
 def dataset(scan: Scan, schema: pa.Schema | None = None) -> MereDataset:
-    """The scan as a :class:`pyarrow.dataset.Dataset` that engines push projections and filters into;
-    ``schema`` (the scan's columns, other types) casts what it hands out."""
+    """The scan as a :class:`pyarrow.dataset.Dataset` that engines push projections and filters into.
+
+    Args:
+        scan: The planned mere scan.
+        schema: The scan's columns in other types (such as 128-bit decimals for 256-bit ones), to cast what
+            the dataset hands out to; None: the scan's own schema.
+
+    Returns:
+        The dataset (picklable; reading it reads the scan).
+
+    Raises nothing: the scan was checked when it was planned; reads raise as the scan's reads do.
+    """
     made: MereDataset = MereDataset.__new__(MereDataset)  # the C++ constructor is bypassed: mere scans
     made._scan = scan
     made._cast = schema if schema is not None and schema != scan.schema else None
@@ -116,8 +148,10 @@ class MereDataset(ds.Dataset):
         )
 
     def _planned(self, columns: list[str] | None, filter: pc.Expression | None) -> Scan:
-        """The mere scan for a projection and filter: the filter's prunable part pushed, the columns it
-        needs read."""
+        """The mere scan for a projection and filter.
+
+        The filter's prunable part is pushed, and the columns it needs are read.
+        """
         scan = self._scan
         if columns is not None and (
             isinstance(columns, str)
@@ -154,8 +188,10 @@ class MereDataset(ds.Dataset):
     def to_batches(
         self, columns: list[str] | None = None, filter: pc.Expression | None = None, **_: Any
     ) -> Iterator[pa.RecordBatch]:
-        """Merged batches (``columns``/``filter`` as for :meth:`scanner`), streamed in this thread: a
-        consumer that stops early stops the read (no background scanner keeps calling into it)."""
+        """Merged batches (``columns``/``filter`` as for :meth:`scanner`), streamed in this thread.
+
+        A consumer that stops early stops the read (no background scanner keeps calling into it).
+        """
         scan = self._planned(columns, filter)
         batches = scan.to_batches()
         try:
@@ -227,8 +263,10 @@ class MereDataset(ds.Dataset):
 
 
 def _columns(filter: pc.Expression, scan: Scan) -> list[str]:
-    """Columns a pyarrow filter may reference: every column whose name appears in its text (a few too
-    many at worst, never one too few)."""
+    """Columns a pyarrow filter may reference: every column whose name appears in its text.
+
+    A few too many at worst, never one too few.
+    """
     text = str(filter)
     return [name for name in scan.spec.schema.names if name in text]
 
@@ -352,8 +390,11 @@ class _Parser:
 
 
 def pushdown(filter: pc.Expression, scan: Scan) -> E.Expr | None:
-    """What of a pyarrow filter mere can use to prune (key and partition columns of integer, string or
-    date type), as one mere filter holding at least the filter's rows; None when nothing."""
+    """What of a pyarrow filter mere can use to prune, as one mere filter; None when nothing.
+
+    Only key and partition columns of integer, string or date type prune; the result holds at least the
+    filter's rows.
+    """
     try:
         parser = _Parser(str(filter))
         node = parser.parse()
@@ -509,8 +550,10 @@ def _compare(op: str, left: Any, right: Any) -> pc.Expression:
 
 
 def _same_kind(literal: pa.DataType, column: pa.DataType) -> bool:
-    """Whether a literal of type ``literal`` compares with the column's values as the same Python value
-    (a binary literal never stands for a string, whatever its printed form)."""
+    """Whether a literal of type ``literal`` compares with the column's values as the same Python value.
+
+    A binary literal never stands for a string, whatever its printed form.
+    """
     kind = prunable_kind(column)
     if kind is int:
         return bool(pa.types.is_integer(literal))

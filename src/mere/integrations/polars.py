@@ -45,13 +45,31 @@ def scan_table(
     filter: Any = None,
     columns: Sequence[str] | str | None = None,
 ) -> pl.LazyFrame:
-    """A ``LazyFrame`` of the table's merged rows at one version (the current one unless ``version``,
-    ``as_of`` or ``tag`` names another; an ``as_of`` without a zone is read as UTC, not as local time).
+    """A ``LazyFrame`` of the table's merged rows at one version (the current one unless one is named).
 
-    ``filter`` is an extra mere filter and ``columns`` the columns the frame has (default: all), both
-    applied by mere; Polars' own ``filter()``, ``select()`` and ``head()`` reach mere through the plugin
-    hook. Batches stream; ``collect(engine="streaming")`` works. 256-bit decimals of up to 38 digits come
-    as Polars decimals; wider ones must be left out with ``columns``.
+    Polars' own ``filter()``, ``select()`` and ``head()`` reach mere through the plugin hook. Batches stream;
+    ``collect(engine="streaming")`` works. 256-bit decimals of up to 38 digits come as Polars decimals; wider
+    ones must be left out with ``columns``.
+
+    Args:
+        table: The mere table.
+        version: The version to read (default: the newest).
+        as_of: A point in time to read the table at; an ``as_of`` without a zone is read as UTC, not as local
+            time.
+        tag: A tag whose version to read.
+        filter: An extra mere filter, applied by mere.
+        columns: The columns the frame has (default: all), read by mere.
+
+    Returns:
+        The lazy frame; its version is pinned now.
+
+    Raises:
+        NotInstalled: Polars is not installed.
+        InvalidInput: ``table`` is not a mere Table, an invalid scan argument (as :meth:`mere.Table.scan`
+            raises it), or a decimal column of more than 38 digits.
+        SchemaMismatch: A column the table does not have.
+        FilterError: A filter that does not parse or does not fit the table's columns.
+        NoSuchVersion: The version (or time) is not in the retained history.
     """
     polars = _polars()
     if not isinstance(table, Table):
@@ -198,8 +216,10 @@ def _values(node: Any, kind: type) -> list[Any]:
 
 
 def _translate(node: Any, kinds: dict[str, type], exact: bool) -> E.Expr | None:
-    """A mere filter for ``node``: equal to it when ``exact``, else holding at least its rows
-    (None: nothing known). Raises _NoValue where an exact translation is impossible."""
+    """A mere filter for ``node``: equal to it when ``exact``, else holding at least its rows.
+
+    None: nothing known. Raises _NoValue where an exact translation is impossible.
+    """
     binary = node.get("BinaryExpr") if isinstance(node, dict) else None
     function = node.get("Function") if isinstance(node, dict) else None
     if isinstance(binary, dict):

@@ -76,9 +76,26 @@ CLEANUP_WAIT_S = 30.0  # how long a failed write waits for cancelled tasks to re
 class MereDatasource(Datasource):
     """A planned scan of a mere table as a Ray Data source (see :func:`read_table`).
 
-    Planning (catalog, pruning, argument checks) happens here, on the driver; the read tasks carry
-    picklable :class:`~mere.table.scan.ScanTask` objects only. The arguments are those of
-    :meth:`mere.Table.scan` (an ``as_of`` without a zone is read as UTC, not as local time).
+    Planning (catalog, pruning, argument checks) happens here, on the driver; the read tasks carry picklable
+    :class:`~mere.table.scan.ScanTask` objects only. The arguments are those of :meth:`mere.Table.scan`.
+
+    Args:
+        table: The mere table (its catalog opened with a warehouse URI the workers can open).
+        columns: The columns to read (default: all).
+        filter: A mere filter, evaluated in the scan.
+        version: The version to read (default: the newest).
+        as_of: A point in time to read the table at; an ``as_of`` without a zone is read as UTC, not as local
+            time.
+        max_task_bytes: The most file bytes one read task merges (default 128 MiB).
+        tag: A tag whose version to read.
+
+    Raises:
+        InvalidInput: ``table`` is not a mere Table or its catalog was opened with ``filesystem=``, a
+            ``max_task_bytes`` that is not a positive integer, or an invalid scan argument (as
+            :meth:`mere.Table.scan` raises it).
+        SchemaMismatch: A column the table does not have.
+        FilterError: A filter that does not parse or does not fit the table's columns.
+        NoSuchVersion: The version (or time) is not in the retained history.
     """
 
     def __init__(
@@ -241,12 +258,30 @@ def read_table(
 ) -> ray.data.Dataset:
     """The merged rows of ``table`` as a Ray Dataset (lazy; planned now, read when Ray executes).
 
-    ``columns``, ``filter``, ``version``, ``as_of`` and ``tag`` are those of :meth:`mere.Table.scan` and are
-    checked here (a :class:`~mere.errors.MereError` before anything runs; an ``as_of`` without a zone is
-    read as UTC, not as local time). ``max_task_bytes`` caps the
-    file bytes one read task merges (default 128 MiB). Other keyword arguments go to
-    ``ray.data.read_datasource`` (e.g. ``concurrency``, ``ray_remote_args``, ``override_num_blocks``: by
-    default one read task per CPU of the cluster, more for big tables).
+    The scan arguments are those of :meth:`mere.Table.scan` and are checked here, before anything runs.
+
+    Args:
+        table: The mere table (its catalog opened with a warehouse URI the workers can open).
+        columns: The columns to read (default: all).
+        filter: A mere filter, evaluated in the scan.
+        version: The version to read (default: the newest).
+        as_of: A point in time to read the table at; an ``as_of`` without a zone is read as UTC, not as local
+            time.
+        max_task_bytes: The most file bytes one read task merges (default 128 MiB).
+        tag: A tag whose version to read.
+        **ray_kwargs: Passed to ``ray.data.read_datasource`` (e.g. ``concurrency``, ``ray_remote_args``,
+            ``override_num_blocks``: by default one read task per CPU of the cluster, more for big tables).
+
+    Returns:
+        The Ray Dataset.
+
+    Raises:
+        InvalidInput: ``table`` is not a mere Table or its catalog was opened with ``filesystem=``, a
+            ``max_task_bytes`` that is not a positive integer, or an invalid scan argument (as
+            :meth:`mere.Table.scan` raises it).
+        SchemaMismatch: A column the table does not have.
+        FilterError: A filter that does not parse or does not fit the table's columns.
+        NoSuchVersion: The version (or time) is not in the retained history.
     """
     source = MereDatasource(table, columns, filter, version, as_of, max_task_bytes, tag=tag)
     if ray_kwargs.get("override_num_blocks") is None:
@@ -281,9 +316,11 @@ class _Job:
 
 
 class _Ledger:
-    """An actor beside the write jobs of one driver: per job, which tasks are running and what the
-    finished ones staged. A job the driver has collected for the last time is forgotten: a task that
-    reports to it after that deletes its own files."""
+    """An actor beside the write jobs of one driver: per job, the running tasks and what finished ones staged.
+
+    A job the driver has collected for the last time is forgotten: a task that reports to it after that
+    deletes its own files.
+    """
 
     def __init__(self) -> None:
         self.jobs: dict[str, _Job] = {}
@@ -322,10 +359,12 @@ class _Ledger:
 
 
 def _ledger_actor() -> Any:
-    """The ledger as an actor class. Its callers wait for each call before the next, so it may run calls
-    out of order: in order, Ray numbers each caller's calls and holds later ones until a missing number
-    arrives, and a number lost with a task Ray cancelled stalled a call 30 s and then failed it
-    (ActorUnavailableError, seen once in CI)."""
+    """The ledger as an actor class, which may run calls out of order.
+
+    Its callers wait for each call before the next, so order is not needed: in order, Ray numbers each
+    caller's calls and holds later ones until a missing number arrives, and a number lost with a task Ray
+    cancelled stalled a call 30 s and then failed it (ActorUnavailableError, seen once in CI).
+    """
     remote: Any = ray.remote  # its typed overloads do not list every actor option
     try:
         return remote(num_cpus=0, allow_out_of_order_execution=True)(_Ledger)
@@ -367,6 +406,19 @@ class MereDatasink(_SinkBase):
     """A Ray Data sink that commits a whole Dataset to a mere table as one version (see :func:`write`).
 
     Single use: after the job, :attr:`result` holds the :class:`~mere.CommitResult`.
+
+    Args:
+        table: The mere table (its catalog opened with a warehouse URI the workers can open).
+        mode: ``upsert``, ``append`` or ``overwrite`` (see :func:`write`).
+        partition: With ``overwrite``: replace only the partition ``{column: value}``.
+        idempotency_key: A key that makes the commit happen once (default: one of the sink's own, so that a
+            commit whose outcome is unknown can be told).
+
+    Raises:
+        InvalidInput: ``table`` is not a mere Table or its catalog was opened with ``filesystem=``, an unknown
+            ``mode`` or one that does not fit the table (upsert without key, append with one), ``partition``
+            with a mode other than ``overwrite`` or naming columns that are not partition columns, or an
+            invalid ``idempotency_key``.
     """
 
     def __init__(
@@ -476,8 +528,11 @@ class MereDatasink(_SinkBase):
             self._returned = []
 
     def _collect(self, keep: set[str], wait: bool) -> None:
-        """Delete what the ledger knows was staged; with ``wait``, first wait a while for the tasks that
-        Ray is cancelling to report (a task reporting after that deletes its own files)."""
+        """Delete what the ledger knows was staged.
+
+        With ``wait``, first wait a while for the tasks that Ray is cancelling to report (a task reporting
+        after that deletes its own files).
+        """
         deadline = time.monotonic() + (CLEANUP_WAIT_S if wait else 0.0)
         while True:
             final = time.monotonic() >= deadline
@@ -511,12 +566,33 @@ def write(
 ) -> CommitResult:
     """Write a Ray Dataset to ``table`` as ONE new version and return its :class:`~mere.CommitResult`.
 
-    ``mode``: ``"upsert"`` (table with primary key; missing columns keep their values, a CDC column
-    applies deletes), ``"append"`` (table without key) or ``"overwrite"`` (replace every row, or with
-    ``partition={"day": ...}`` that partition's rows). Ray tasks stage files in parallel; the driver
-    commits once. If any task fails nothing is committed and the staged files are deleted. With an
-    ``idempotency_key`` that already committed, nothing runs and that commit is returned. Other keyword
-    arguments go to ``Dataset.write_datasink`` (e.g. ``concurrency``, ``ray_remote_args``).
+    Ray tasks stage files in parallel; the driver commits once. If any task fails nothing is committed and the
+    staged files are deleted.
+
+    Args:
+        ds: The Ray Dataset to write.
+        table: The mere table (its catalog opened with a warehouse URI the workers can open).
+        mode: ``"upsert"`` (table with primary key; missing columns keep their values, a CDC column applies
+            deletes), ``"append"`` (table without key) or ``"overwrite"`` (replace every row, or with
+            ``partition`` that partition's rows).
+        partition: With ``overwrite``: replace only the partition ``{column: value}``, such as ``{"day":
+            ...}``.
+        idempotency_key: A key that makes the write happen once: with one that already committed, nothing runs
+            and that commit is returned.
+        **ray_kwargs: Passed to ``Dataset.write_datasink`` (e.g. ``concurrency``, ``ray_remote_args``).
+
+    Returns:
+        The commit.
+
+    Raises:
+        InvalidInput: ``table`` is not a mere Table or its catalog was opened with ``filesystem=``, an unknown
+            ``mode`` or one that does not fit the table (upsert without key, append with one), ``partition``
+            with a mode other than ``overwrite`` or naming columns that are not partition columns, or an
+            invalid ``idempotency_key``.
+        MereError: Ray completed the job without some failed tasks (``DataContext.max_errored_blocks``);
+            nothing was committed. A failed task's own error reaches the caller as Ray raises it.
+        CommitConflict: Concurrent commits won every retry (nothing committed).
+        CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
     """
     _check_write(table, mode, partition)
     if not isinstance(ds, ray.data.Dataset):

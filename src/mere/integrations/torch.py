@@ -93,8 +93,11 @@ _INTEGERS: dict[pa.DataType, torch.dtype] = {
 
 
 def tensor_type(kind: pa.DataType) -> tuple[torch.dtype, pa.DataType | None] | None:
-    """The tensor dtype of an Arrow type and the fixed-width Arrow type its values are viewed as on the way
-    (``None``: as they are); ``None`` for a type torch cannot hold."""
+    """The tensor dtype of an Arrow type and the fixed-width Arrow type its values are viewed as on the way.
+
+    The view type is ``None`` where the values are taken as they are; the whole is ``None`` for a type torch
+    cannot hold.
+    """
     if kind in _INTEGERS:
         return _INTEGERS[kind], None
     if pa.types.is_boolean(kind):
@@ -186,9 +189,11 @@ def _combine(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
 def assign_units(
     sizes: Sequence[int], shards: int, rng: np.random.Generator | None = None
 ) -> list[list[int]]:
-    """Deal units (by index) to ``shards`` shards: largest first, each to the lightest shard (ties by the
-    lower shard). With ``rng`` equal sizes are taken in a random order and the shards' lots are handed
-    out in a random order. The same inputs give the same lots in every process."""
+    """Deal units (by index) to ``shards`` shards: largest first, each to the lightest shard.
+
+    Ties go to the lower shard. With ``rng`` equal sizes are taken in a random order and the shards' lots are
+    handed out in a random order. The same inputs give the same lots in every process.
+    """
     n = len(sizes)
     tiebreak = rng.permutation(n) if rng is not None else np.arange(n)
     order = sorted(range(n), key=lambda i: (-sizes[i], int(tiebreak[i])))
@@ -204,8 +209,10 @@ def assign_units(
 
 
 def rebatch_pieces(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[list[pa.RecordBatch]]:
-    """The rows of ``batches`` in runs of exactly ``size`` rows (the last run may be shorter), each run a
-    list of zero-copy slices of the input batches."""
+    """The rows of ``batches`` in runs of exactly ``size`` rows (the last run may be shorter).
+
+    Each run is a list of zero-copy slices of the input batches.
+    """
     pending: list[pa.RecordBatch] = []
     held = 0
     for batch in batches:
@@ -224,24 +231,50 @@ def rebatch_pieces(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[lis
 
 
 def rebatch(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:
-    """Record batches of exactly ``size`` rows (the last one may be shorter), zero-copy where a batch
-    lies within one input batch."""
+    """Record batches of exactly ``size`` rows (the last one may be shorter).
+
+    Zero-copy where a batch lies within one input batch.
+    """
     for pieces in rebatch_pieces(batches, size):
         yield _combine(pieces)
 
 
 class TableDataset(IterableDataset[Batch]):
-    """A mere table's merged rows as an iterable dataset of batches; see the module documentation. Give it
-    to ``DataLoader(dataset, batch_size=None, ...)``: it batches itself.
+    """A mere table's merged rows as an iterable dataset of batches; see the module documentation.
 
-    ``table.scan(columns=..., filter=..., version=..., as_of=..., tag=...)`` is planned here, once; the read
-    point defaults to the newest version, pinned now (an ``as_of`` without a zone is read as UTC, not as
-    local time). ``batch_size`` rows per batch; ``shuffle`` with ``seed`` and :meth:`set_epoch`
-    for a reproducible order per epoch; ``rank``/``world_size`` (both or neither) name this process's
-    share of a distributed run, else ``torch.distributed`` (when initialized) does, else one process
-    reads everything. ``output`` is ``"torch"`` (dicts of tensors) or ``"arrow"`` (record batches).
-    ``max_task_bytes`` caps a unit of work (default 128 MiB): lower it for more, smaller units when there
-    are more ranks x workers than splits.
+    Give it to ``DataLoader(dataset, batch_size=None, ...)``: it batches itself. ``table.scan(columns=...,
+    filter=..., version=..., as_of=..., tag=...)`` is planned here, once; the read point defaults to the
+    newest version, pinned now.
+
+    Args:
+        table: The mere table (its catalog opened with a warehouse URI the workers can open).
+        columns: The columns to read (default: all); each must be of a type torch holds, with
+            ``output="torch"``.
+        filter: A mere filter, evaluated in the scan.
+        version: The version to read (give every rank the same one).
+        batch_size: Rows per batch.
+        shuffle: Deal and read the units in an order drawn from ``seed`` and the epoch, and permute rows
+            within each batch (see :meth:`set_epoch`).
+        seed: The seed of the shuffled order (a non-negative integer).
+        rank: This process's rank in a distributed run (with ``world_size``; neither: ``torch.distributed``
+            when initialized, else one process reads everything).
+        world_size: The number of processes of a distributed run (with ``rank``).
+        output: ``"torch"`` (dicts of tensors) or ``"arrow"`` (record batches).
+        max_task_bytes: The most bytes of a unit of work (default 128 MiB): lower it for more, smaller units
+            when there are more ranks x workers than splits.
+        as_of: A point in time to read the table at; an ``as_of`` without a zone is read as UTC, not as local
+            time.
+        tag: A tag whose version to read.
+
+    Raises:
+        InvalidInput: ``table`` is not a mere Table, a ``batch_size``, ``max_task_bytes``, ``seed``, ``rank``
+            or ``world_size`` out of range, a ``shuffle`` that is not a bool, an unknown ``output``, only one
+            of ``rank`` and ``world_size``, no columns, columns torch cannot hold (with ``output="torch"``),
+            an invalid scan argument (as :meth:`mere.Table.scan` raises it), or a catalog opened with
+            ``filesystem=``.
+        SchemaMismatch: A column the table does not have.
+        FilterError: A filter that does not parse or does not fit the table's columns.
+        NoSuchVersion: The version (or time) is not in the retained history.
     """
 
     def __init__(
@@ -330,8 +363,17 @@ class TableDataset(IterableDataset[Batch]):
         return int(self._epoch if isinstance(self._epoch, int) else self._epoch.value)
 
     def set_epoch(self, epoch: int) -> None:
-        """Set the epoch for the next iteration (with ``shuffle``, its order). Call it before iterating the
-        DataLoader: its workers, persistent ones included, read it when an iteration starts."""
+        """Set the epoch for the next iteration (with ``shuffle``, its order).
+
+        Call it before iterating the DataLoader: its workers, persistent ones included, read it when an
+        iteration starts.
+
+        Args:
+            epoch: The epoch, an integer in ``[0, 2**63)``.
+
+        Raises:
+            InvalidInput: An ``epoch`` that is not an integer in ``[0, 2**63)``.
+        """
         if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < 2**63:
             # Workers share it as a signed 64-bit value: a bigger one would wrap to another epoch's order.
             raise InvalidInput(
@@ -343,8 +385,10 @@ class TableDataset(IterableDataset[Batch]):
             self._epoch.value = epoch
 
     def shard(self) -> tuple[int, int]:
-        """``(index, count)`` of the shard this process reads: ``rank * num_workers + worker_id`` of
-        ``world_size * num_workers``."""
+        """``(index, count)`` of the shard this process reads.
+
+        The index is ``rank * num_workers + worker_id`` of ``world_size * num_workers``.
+        """
         rank, world = self._rank_world()
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
@@ -407,17 +451,21 @@ class TableDataset(IterableDataset[Batch]):
                 close()
 
     def to_tensors(self, batch: pa.RecordBatch) -> dict[str, torch.Tensor]:
-        """One record batch of this dataset's columns as ``{column: tensor}``, zero-copy where the type
-        allows (what the main process gets with ``num_workers=0``)."""
+        """One record batch of this dataset's columns as ``{column: tensor}``.
+
+        Zero-copy where the type allows. This is what the main process gets with ``num_workers=0``.
+        """
         return {
             name: _tensor(name, batch.column(i), dtype, view)
             for i, (name, (dtype, view)) in enumerate(zip(self.columns, self._kinds))
         }
 
     def shared_tensors(self, pieces: Sequence[pa.RecordBatch]) -> SharedBatch:
-        """The rows of ``pieces`` (record batches of this dataset's columns) as ``{column: tensor}`` in one
-        block of shared memory, copied there once (what a DataLoader worker yields: see
-        :class:`SharedBatch`)."""
+        """The rows of ``pieces`` as ``{column: tensor}`` in one block of shared memory, copied there once.
+
+        ``pieces`` are record batches of this dataset's columns. This is what a DataLoader worker yields: see
+        :class:`SharedBatch`.
+        """
         rows = sum(p.num_rows for p in pieces)
         offsets = []
         total = 0

@@ -169,8 +169,28 @@ class Catalog:
         (``retention.max-age=7d``, keeping at least ``retention.min-versions=10``); see
         :data:`~mere.spec.NEW_TABLE_PROPERTIES`. Give ``"off"`` to turn either off.
 
-        An existing table whose schema, key, partitioning, buckets, merge operators, change column (or, when
-        given, properties) differ raises :class:`~mere.errors.TableExists` naming the differences.
+        Args:
+            name: ``namespace.table``, or a bare name in the ``default`` namespace (letters, digits, ``_``
+                and ``-``).
+            schema: The table's Arrow schema.
+            primary_key: The key column(s); None for a table without key (written with ``append``).
+            partition_by: Column(s) whose values split the table into partitions.
+            buckets: Buckets per partition (each key lives in one); None for the default.
+            merge_operators: ``{column: operator}`` for columns that fold rather than replace on upsert
+                (such as ``sum``).
+            cdc_column: The column of change rows that says insert, update or delete.
+            properties: Table properties (see ``mere.spec.PROPERTIES``); mere's defaults fill in the rest.
+            exist_ok: Return an existing table of the same name and spec instead of raising.
+
+        Returns:
+            The new table (or, with ``exist_ok``, the existing one).
+
+        Raises:
+            TableExists: The table exists and ``exist_ok`` is False, or it exists with a different schema,
+                key, partitioning, buckets, merge operators, change column (or, when given, properties);
+                the message names the differences.
+            InvalidInput: An invalid name, schema, key, partitioning or property.
+            CatalogError: The catalog could not be reached or written.
         """
         ns, short = split_name(name)
         if not isinstance(exist_ok, bool):
@@ -199,7 +219,19 @@ class Catalog:
         return Table(self, record)
 
     def table(self, name: str) -> Table:
-        """The table ``namespace.name`` (or ``name`` in the default namespace); NoSuchTable if absent."""
+        """Open the table ``namespace.name`` (or ``name`` in the default namespace).
+
+        Args:
+            name: ``namespace.table``, or a bare name in the ``default`` namespace.
+
+        Returns:
+            A handle on the table (cheap: every read asks the catalog for the version to read).
+
+        Raises:
+            NoSuchTable: There is no such table.
+            InvalidInput: ``name`` is not a valid table name.
+            CatalogError: The catalog could not be read.
+        """
         ns, short = split_name(name)
         return Table(self, self.sql.load_table(ns, short))
 
@@ -218,8 +250,10 @@ class Catalog:
 
     @property
     def initialized(self) -> bool:
-        """Whether the catalog holds mere's tables: False where nothing was ever created in it (a new
-        warehouse, or a mistyped one). Asking creates nothing."""
+        """Whether the catalog holds mere's tables.
+
+        False where nothing was ever created in it (a new warehouse, or a mistyped one). Asking creates
+        nothing."""
         return self.sql.format_version() is not None
 
     def namespaces(self) -> list[str]:
@@ -227,7 +261,18 @@ class Catalog:
         return self.sql.list_namespaces()
 
     def drop_table(self, name: str, purge: bool = False) -> None:
-        """Remove a table from the catalog; with ``purge`` also delete its files and folders."""
+        """Remove a table from the catalog; with ``purge`` also delete its files and folders.
+
+        Args:
+            name: ``namespace.table``, or a bare name in the ``default`` namespace.
+            purge: Also delete the table's files and folders from storage (for good).
+
+        Raises:
+            NoSuchTable: There is no such table.
+            InvalidInput: ``name`` is not a valid table name, or ``purge`` is not a bool.
+            CatalogError: The catalog could not be written.
+            StorageError: ``purge`` could not delete the files.
+        """
         ns, short = split_name(name)
         if not isinstance(purge, bool):
             raise InvalidInput(f"purge must be True or False, got {purge!r}")
@@ -237,8 +282,9 @@ class Catalog:
             self.storage.delete_tree(record.location)
 
     def drop_if_unchanged(self, table: TableHandle, version: int) -> bool:
-        """Drop ``table`` (and its files) if it is still at ``version`` (checked atomically in the catalog):
-        undoes a table a failed write created (the Spark sink calls it when a job that created its table
+        """Drop ``table`` (and its files) if it is still at ``version`` (checked atomically in the catalog).
+
+        This undoes a table a failed write created (the Spark sink calls it when a job that created its table
         aborts). Returns whether it was dropped; a table some commit changed since stays, rows and all."""
         ns, short = split_name(table.name)
         record = self.sql.drop_table(ns, short, expect=(table.context.uuid, version))
@@ -279,10 +325,28 @@ def connect(
     filesystem: pafs.FileSystem | None = None,
     threads: int | None = None,
 ) -> Catalog:
-    """Open a warehouse. With no ``catalog`` a local warehouse keeps an SQLite catalog file inside it.
+    """Open a warehouse: where the tables' files live, plus the SQL catalog that holds their metadata.
 
-    ``threads`` sets how many workers merge this catalog's reads (default: ``$MERE_THREADS``, else one
-    per core). Opening creates nothing: the warehouse folder and the catalog file appear with the first
-    table.
+    Opening creates nothing: the warehouse folder and the catalog file appear with the first table.
+
+    Args:
+        warehouse: A local path or a URI such as ``s3://bucket/wh``. A relative path is made absolute (engine
+            workers open the same warehouse).
+        catalog: A database URL (``postgresql://user@host/db``, ``sqlite:///path``) or an SQLite file path.
+            None: a local warehouse keeps an SQLite catalog file inside it (a remote one needs a URL).
+        storage_options: Options of the storage (strings, such as S3 endpoint and credentials).
+        filesystem: A ``pyarrow.fs.FileSystem`` to reach the warehouse through (such a catalog cannot be
+            pickled to engine workers).
+        threads: How many workers merge this catalog's reads (default: ``$MERE_THREADS``, else one per
+            core).
+
+    Returns:
+        The catalog.
+
+    Raises:
+        InvalidInput: An argument of the wrong kind, a warehouse path that is a file, a ``catalog`` that is
+            not an SQLite or PostgreSQL URL (or is a libpq ``key=value`` string), or a remote warehouse
+            without ``catalog``.
+        NotInstalled: A PostgreSQL catalog without psycopg installed.
     """
     return Catalog(warehouse, catalog, storage_options, filesystem, threads)

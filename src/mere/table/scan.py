@@ -89,8 +89,10 @@ _storages_lock = threading.Lock()
 
 
 def storage_for(uri: str, options: tuple[tuple[str, str], ...], table: str = "") -> Storage:
-    """One Storage (and footer cache) per warehouse in a worker process; with ``table``, a handle on it that
-    names that table in read errors."""
+    """One Storage (and footer cache) per warehouse in a worker process.
+
+    With ``table``, a handle on it that names that table in read errors.
+    """
     with _storages_lock:
         storage = _storages.get((uri, options))
         if storage is None:
@@ -100,8 +102,11 @@ def storage_for(uri: str, options: tuple[tuple[str, str], ...], table: str = "")
 
 @dataclass(frozen=True)
 class ScanTask:
-    """One split of a planned scan, self-contained and picklable: a worker reads it with storage access
-    only, no catalog connection. Engines (Spark, Dask, Ray) ship these to their tasks."""
+    """One split of a planned scan, self-contained and picklable.
+
+    A worker reads it with storage access only, no catalog connection. Engines (Spark, Dask, Ray) ship these
+    to their tasks.
+    """
 
     warehouse: str
     storage_options: tuple[tuple[str, str], ...] = field(repr=False)  # may hold secrets
@@ -187,8 +192,10 @@ class ScanTask:
 
 
 def read_tasks(tasks: Sequence[ScanTask], parallel: int = 2, queue_size: int = 2) -> Iterator[pa.RecordBatch]:
-    """Merged batches of several scan tasks (one engine task's share), task by task in order, with up to
-    ``parallel`` tasks merged ahead so that reading overlaps with the engine consuming batches."""
+    """Merged batches of several scan tasks (one engine task's share), task by task in order.
+
+    Up to ``parallel`` tasks are merged ahead so that reading overlaps with the engine consuming batches.
+    """
     if len(tasks) == 1:
         yield from tasks[0].read()
         return
@@ -259,13 +266,34 @@ class Scan:
         return self.table.snapshot(version=self.version)
 
     def select(self, *columns: str) -> Scan:
-        """The same scan with another projection (checked now)."""
+        """The same scan with another projection (checked now).
+
+        Args:
+            *columns: The columns to read, in order.
+
+        Returns:
+            A new scan; this one is unchanged.
+
+        Raises:
+            InvalidInput: A column named twice.
+            SchemaMismatch: A column the table does not have.
+        """
         scan = replace(self, columns=normalise_columns(columns))
         scan.output_columns  # noqa: B018 - unknown names fail here, not at the first read
         return scan
 
     def where(self, filter: Any) -> Scan:
-        """The same scan with ``filter`` ANDed to its filter (checked now)."""
+        """The same scan with ``filter`` ANDed to its filter (checked now).
+
+        Args:
+            filter: A filter: a string, a :mod:`mere.expr` expression or a pyarrow Expression.
+
+        Returns:
+            A new scan; this one is unchanged.
+
+        Raises:
+            FilterError: A filter that does not parse or does not fit the table's columns.
+        """
         combined = E.to_expr(filter) if self.filter is None else E.to_expr(self.filter) & E.to_expr(filter)
         split_filter(self.spec, combined)
         return replace(self, filter=combined)
@@ -335,11 +363,27 @@ class Scan:
         return self._parts()
 
     def plan(self) -> list[Split]:
-        """Splits (one per partition x bucket) that together hold every row of this scan."""
+        """Splits (one per partition x bucket) that together hold every row of this scan.
+
+        Returns:
+            The splits, pruned by the filter.
+
+        Raises:
+            NoSuchVersion: The scan's version expired.
+            CatalogError: The catalog could not be read.
+        """
         return self._plan(Explain(self.version))[0]
 
     def explain(self) -> Explain:
-        """Pruning funnel without reading any data page: footers only."""
+        """Pruning funnel without reading any data page: footers only.
+
+        Returns:
+            What the scan prunes and reads, split by split.
+
+        Raises:
+            NoSuchVersion: The scan's version expired.
+            StorageError: A file's footer could not be read.
+        """
         ex = Explain(self.version)
         splits, opts = self._plan(ex)
         for s in splits:
@@ -351,7 +395,15 @@ class Scan:
         return ex
 
     def tasks(self) -> list[ScanTask]:
-        """One self-contained, picklable task per split (see :class:`ScanTask`)."""
+        """One self-contained, picklable task per split (see :class:`ScanTask`).
+
+        Returns:
+            The tasks, for engine workers to read with storage access only.
+
+        Raises:
+            InvalidInput: The catalog was opened with ``filesystem=`` (workers need a warehouse URI).
+            NoSuchVersion: The scan's version expired.
+        """
         splits, opts = self._plan(Explain(self.version))
         storage = self.table.storage
         if not storage.portable:
@@ -370,8 +422,10 @@ class Scan:
     def merge_splits(
         self, splits: Sequence[Split], opts: ReadOptions | None = None
     ) -> dict[tuple[str, int], pa.Table]:
-        """Merged rows of the given splits (any files, e.g. only those some commits added) under this
-        scan's columns and filter, read concurrently; keyed by (partition JSON, bucket)."""
+        """Merged rows of the given splits under this scan's columns and filter, read concurrently.
+
+        The splits may hold any files (e.g. only those some commits added). Keyed by (partition JSON, bucket).
+        """
         if (
             isinstance(splits, str | bytes)
             or not isinstance(splits, Sequence)
@@ -399,18 +453,34 @@ class Scan:
         yield from SplitReader(self.table.storage, self.spec, split, opts).batches()
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        """Merged record batches, streamed with bounded memory (splits read concurrently)."""
+        """Merged record batches, streamed with bounded memory (splits read concurrently).
+
+        The read is planned now and runs as the batches are taken.
+
+        Returns:
+            An iterator of the merged batches.
+
+        Raises:
+            NoSuchVersion: The scan's version expired (before or while it was read).
+            StorageError: A data file could not be read (the message names it and the table).
+        """
         return self._stream(release_memory=True)
 
     def worker_count(self) -> int:
-        """Merge workers of this scan: ``threads=``, else the catalog's ``threads``, else
-        ``$MERE_THREADS``, else one per core this process may use."""
+        """Merge workers of this scan.
+
+        ``threads=``, else the catalog's ``threads``, else ``$MERE_THREADS``, else one per core this process
+        may use.
+        """
         return self.threads or self.table.catalog.threads or default_threads()
 
     def _stream(self, release_memory: bool, collect: bool = False) -> Iterator[pa.RecordBatch]:
-        """Merged batches. ``collect``: the caller keeps every batch (``to_arrow``), so splits need not wait
-        for the one being collected, and big splits merge in larger windows (fewer reads and sorts) unless
-        a window size was set."""
+        """Merged batches.
+
+        ``collect``: the caller keeps every batch (``to_arrow``), so splits need not wait for the one being
+        collected, and big splits merge in larger windows (fewer reads and sorts) unless a window size was
+        set.
+        """
         splits, opts = self._plan(Explain(self.version))
         opts = replace(opts, release_memory=release_memory)
         threads = self.worker_count()
@@ -429,8 +499,11 @@ class Scan:
     def _stream_splits(
         self, splits: list[Split], opts: ReadOptions, threads: int, queue_size: int | None = None
     ) -> Iterator[pa.RecordBatch]:
-        """``queue_size``: finished batches a split holds ahead of the consumer (default ``queue_batches``;
-        0 means no limit, for reads that keep every batch anyway)."""
+        """Merged batches of ``splits``, naming an expiry that happened while they were read.
+
+        ``queue_size``: finished batches a split holds ahead of the consumer (default ``queue_batches``; 0
+        means no limit, for reads that keep every batch anyway).
+        """
         try:
             yield from self._merged_batches(splits, opts, threads, queue_size)
         except StorageError as e:
@@ -476,11 +549,27 @@ class Scan:
             merge_pool.shutdown(wait=True, cancel_futures=True)
 
     def to_reader(self) -> pa.RecordBatchReader:
-        """The merged rows as a ``pyarrow.RecordBatchReader`` (streamed)."""
+        """The merged rows as a ``pyarrow.RecordBatchReader`` (streamed).
+
+        Returns:
+            A reader of the merged batches (the read runs as they are taken).
+
+        Raises:
+            NoSuchVersion: The scan's version expired (before or while it was read).
+            StorageError: A data file could not be read (the message names it and the table).
+        """
         return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
 
     def to_arrow(self) -> pa.Table:
-        """The merged rows as one Arrow table."""
+        """The merged rows as one Arrow table.
+
+        Returns:
+            Every merged row of the scan.
+
+        Raises:
+            NoSuchVersion: The scan's version expired (before or while it was read).
+            StorageError: A data file could not be read (the message names it and the table).
+        """
         # Everything is kept anyway: returning freed window memory to the OS would only cost time.
         # Splits after the one being collected must not wait for it either: their batches are kept anyway.
         return pa.Table.from_batches(
@@ -488,15 +577,26 @@ class Scan:
         )
 
     def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
-        """The merged rows as a pandas DataFrame; ``kwargs`` go to ``pyarrow.Table.to_pandas``.
+        """The merged rows as a pandas DataFrame.
 
-        By default columns become NumPy ones, and an integer column that holds a NULL becomes float64
-        (NULLs as NaN), which cannot hold every 64-bit integer: a ``uint64`` of ``2**63 + 5`` comes back as
+        By default columns become NumPy ones, and an integer column that holds a NULL becomes float64 (NULLs
+        as NaN), which cannot hold every 64-bit integer: a ``uint64`` of ``2**63 + 5`` comes back as
         ``9.223372036854776e+18``, an ``int64`` beyond 2**53 loses digits too. Pass
         ``types_mapper=pd.ArrowDtype`` to keep every value and type exactly (nullable integers, decimals,
         nanosecond timestamps)::
 
             frame = table.scan().to_pandas(types_mapper=pd.ArrowDtype)
+
+        Args:
+            **kwargs: Passed to ``pyarrow.Table.to_pandas``.
+
+        Returns:
+            The DataFrame.
+
+        Raises:
+            InvalidInput: ``pyarrow.Table.to_pandas`` refused the rows or ``kwargs``.
+            NoSuchVersion: The scan's version expired (before or while it was read).
+            StorageError: A data file could not be read (the message names it and the table).
         """
         table = self.to_arrow()
         try:
@@ -505,10 +605,20 @@ class Scan:
             raise InvalidInput(f"{self.table.name}: to_pandas{tuple(kwargs)}: {e}") from e
 
     def count(self) -> int:
-        """Rows of this scan. Without a filter, a split whose stored rows are its merged rows (one
-        compacted file, or one write's files with disjoint keys and no deletes: see
-        :func:`~mere.read.reader.stored_rows_are_merged`) is counted from the catalog's row counts and
-        its footers; other splits read only the key and operation columns (and those the filter needs)."""
+        """Rows of this scan.
+
+        Without a filter, a split whose stored rows are its merged rows (one compacted file, or one write's
+        files with disjoint keys and no deletes: see :func:`~mere.read.reader.stored_rows_are_merged`) is
+        counted from the catalog's row counts and its footers; other splits read only the key and operation
+        columns (and those the filter needs).
+
+        Returns:
+            The number of merged rows.
+
+        Raises:
+            NoSuchVersion: The scan's version expired (before or while it was read).
+            StorageError: A data file could not be read (the message names it and the table).
+        """
         keyed = replace(self, columns=())
         splits, opts = keyed._plan(Explain(self.version))
         opts = replace(opts, release_memory=True)
@@ -534,8 +644,20 @@ class Scan:
         return self.to_batches()
 
     def to_polars(self) -> pl.DataFrame:
-        """The merged rows as a Polars DataFrame (eager; see ``mere.integrations.polars.scan_table``
-        for a lazy one)."""
+        """The merged rows as a Polars DataFrame (eager).
+
+        See ``mere.integrations.polars.scan_table`` for a lazy one. 256-bit decimals of up to 38 digits come
+        as Polars decimals.
+
+        Returns:
+            The DataFrame.
+
+        Raises:
+            NotInstalled: Polars is not installed.
+            InvalidInput: A decimal column of more than 38 digits (leave it out with ``columns``).
+            NoSuchVersion: The scan's version expired (before or while it was read).
+            StorageError: A data file could not be read (the message names it and the table).
+        """
         polars = require("polars", "polars", "to_polars()")
         target = decimal128_schema(self.schema, self.table.name, "Polars")
         return cast("pl.DataFrame", polars.from_arrow(cast_to(self.to_arrow(), target), rechunk=False))
@@ -624,11 +746,13 @@ T_Rows = TypeVar("T_Rows", pa.Table, pa.RecordBatch)
 
 
 def decimal128_schema(schema: pa.Schema, table: str, engine: str) -> pa.Schema:
-    """``schema`` as engines without 256-bit decimals (Polars, DuckDB) hold it: 256-bit decimals of at most
-    38 digits as 128-bit ones, the same values (Polars panics on 256-bit ones, DuckDB refuses them). Wider
-    ones raise :class:`~mere.errors.InvalidInput`, naming the columns to leave out. Cast to it unchecked
-    (``safe=False``): every value fits, while a checked cast trips on what pyarrow leaves under the NULL
-    slots of fixed-size lists."""
+    """``schema`` as engines without 256-bit decimals (Polars, DuckDB) hold it.
+
+    256-bit decimals of at most 38 digits become 128-bit ones, the same values (Polars panics on 256-bit ones,
+    DuckDB refuses them). Wider ones raise :class:`~mere.errors.InvalidInput`, naming the columns to leave
+    out. Cast to it unchecked (``safe=False``): every value fits, while a checked cast trips on what pyarrow
+    leaves under the NULL slots of fixed-size lists.
+    """
     wide: list[str] = []
 
     def held(kind: pa.DataType, name: str) -> pa.DataType:
@@ -665,8 +789,10 @@ def decimal128_schema(schema: pa.Schema, table: str, engine: str) -> pa.Schema:
 
 
 def cast_to(rows: T_Rows, target: pa.Schema) -> T_Rows:
-    """``rows`` (a table or batch of some of ``target``'s columns, by name) in ``target``'s types, unchecked
-    (see :func:`decimal128_schema`); themselves where the types agree."""
+    """``rows`` (a table or batch of some of ``target``'s columns, by name) in ``target``'s types, unchecked.
+
+    See :func:`decimal128_schema`; ``rows`` themselves where the types agree.
+    """
     fields = [target.field(name) for name in rows.schema.names]
     if all(f.type == have.type for f, have in zip(fields, rows.schema)):
         return rows

@@ -158,15 +158,20 @@ class Table:
     # -- reads -----------------------------------------------------------------------------------
 
     def files_at(self, version: int) -> list[FileEntry]:
-        """The catalog's entries of the live files at a version (NoSuchVersion once it has expired, or
-        before it exists)."""
+        """The catalog's entries of the live files at a version.
+
+        Raises :class:`~mere.errors.NoSuchVersion` once the version has expired, or before it exists.
+        """
         return versions.files_at(self.context, version)
 
     def split_tables(
         self, version: int, splits: set[tuple[str, int]], columns: Sequence[str], filter: Any = None
     ) -> dict[tuple[str, int], pa.Table]:
-        """Merged rows of some splits, keyed by (partition JSON, bucket); reads only those splits. Rows of
-        older versions come in the current columns (the change feed compares versions column by column)."""
+        """Merged rows of some splits, keyed by (partition JSON, bucket); reads only those splits.
+
+        Rows of older versions come in the current columns (the change feed compares versions column by
+        column).
+        """
         self.resolve_version(version)
         return Scan(self, version, tuple(columns), filter, spec=self.spec).split_tables(splits)
 
@@ -174,8 +179,8 @@ class Table:
         """The version a read of ``version``, ``as_of`` or ``tag`` sees (default: the newest).
 
         ``as_of`` (a datetime, an ISO 8601 string or epoch seconds) names the newest version committed at or
-        before it. A time without a zone (a naive datetime such as ``datetime.now()``, or ISO text without
-        an offset) is read as UTC, not as local time: pass ``datetime.now(timezone.utc)`` or an offset.
+        before it. A time without a zone (a naive datetime such as ``datetime.now()``, or ISO text without an
+        offset) is read as UTC, not as local time: pass ``datetime.now(timezone.utc)`` or an offset.
 
         NoSuchVersion if there is none (or it expired), NoSuchTag for an unknown tag.
         """
@@ -190,11 +195,33 @@ class Table:
         tag: str | None = None,
         **options: Any,
     ) -> Scan:
-        """Plan a merged read. ``filter`` is a string, a :mod:`mere.expr` expression or a pyarrow Expression.
+        """Plan a merged read of the table (of its newest version unless one is named).
 
-        ``version``, ``as_of`` or ``tag`` (one at most) pick an older version to read (see
-        :meth:`resolve_version`). An ``as_of`` without a zone (a naive datetime such as ``datetime.now()``,
-        or ISO text without an offset) is read as UTC, not as local time.
+        Nothing is read yet: the column names and the filter are checked now, and the :class:`Scan`'s output
+        methods (``to_arrow``, ``to_batches``, ...) each start a fresh read of the version pinned here.
+
+        Args:
+            columns: The columns to read (a name or a list of names); None for every column.
+            filter: A filter: a string such as ``"day = '2026-11-21' and id in (1, 2)"``, a :mod:`mere.expr`
+                expression or a pyarrow Expression. Evaluated with merge-on-read semantics.
+            version: The version to read (see :meth:`resolve_version`).
+            as_of: A point in time: the newest version committed at or before it is read (a datetime, an ISO
+                8601 string or epoch seconds). A time without a zone (a naive datetime such as
+                ``datetime.now()``, or ISO text without an offset) is read as UTC, not as local time.
+            tag: A tag whose version is read. At most one of ``version``, ``as_of`` and ``tag``.
+            **options: Read tuning, positive integers (None: the default): ``threads`` (merge workers),
+                ``window_bytes``, ``queue_batches`` (``parallel`` is the old name of ``threads``).
+
+        Returns:
+            The planned scan.
+
+        Raises:
+            InvalidInput: An unknown option, an option that is not a positive integer, or more than one of
+                ``version``, ``as_of`` and ``tag``.
+            SchemaMismatch: A column the table does not have.
+            FilterError: A filter that does not parse or does not fit the table's columns.
+            NoSuchVersion: The version (or time) is not in the retained history.
+            NoSuchTag: An unknown tag.
         """
         unknown = sorted(set(options) - set(SCAN_OPTIONS))
         if unknown:
@@ -220,8 +247,10 @@ class Table:
         return scan
 
     def spec_at(self, version: int) -> TableSpec:
-        """The table's layout (columns, key, properties) as of ``version``; the current one when the
-        catalog cannot tell."""
+        """The table's layout (columns, key, properties) as of ``version``.
+
+        The current one when the catalog cannot tell.
+        """
         return versions.spec_at(self.context, version)
 
     # -- schema evolution ---------------------------------------------------------------------------
@@ -240,8 +269,11 @@ class Table:
         return self.evolve().add_column(name, type, default).commit()
 
     def widen(self, column: str, type: pa.DataType | str) -> CommitResult | None:
-        """Widen a column's type (int8 -> ... -> int64, float32 -> float64, decimal precision up,
-        string -> large_string, binary -> large_binary) as a new version; None if it has that type."""
+        """Widen a column's type as a new version; None if it has that type.
+
+        Widenings: int8 -> ... -> int64, float32 -> float64, decimal precision up, string -> large_string,
+        binary -> large_binary.
+        """
         return self.evolve().widen(column, type).commit()
 
     def rename_column(self, column: str, new_name: str) -> CommitResult | None:
@@ -259,19 +291,49 @@ class Table:
         columns: Sequence[str] | None = None,
         filter: Any = None,
     ) -> pa.RecordBatchReader:
-        """The net change of every key between ``start_version`` and ``end_version`` (default: newest):
-        the rows of the commits after ``start_version`` up to ``end_version``, with ``_change`` (``insert``,
-        ``update_before``, ``update_after``, ``delete``), ``_version`` and ``_commit_time`` columns, streamed
-        split by split. Applied to the snapshot at ``start_version`` it gives the one at ``end_version``.
-        ``filter`` keeps the feed rows it holds for (on before and after images alike). Keyed tables only;
-        a version before the retained history raises :class:`~mere.errors.NoSuchVersion`. Versions are numbers
-        here; for a point in time, :meth:`resolve_version` ``(as_of=...)`` gives one (a time without a zone
-        is read as UTC, not as local time)."""
+        """The net change of every key between ``start_version`` and ``end_version``, streamed split by split.
+
+        The feed holds the rows of the commits after ``start_version`` up to ``end_version``, with ``_change``
+        (``insert``, ``update_before``, ``update_after``, ``delete``), ``_version`` and ``_commit_time``
+        columns. Applied to the snapshot at ``start_version`` it gives the one at ``end_version``. Keyed
+        tables only. Versions are numbers here; for a point in time, :meth:`resolve_version` ``(as_of=...)``
+        gives one (a time without a zone is read as UTC, not as local time).
+
+        Args:
+            start_version: The version the changes start after.
+            end_version: The last version whose changes are included (default: the newest).
+            columns: The table columns the feed rows carry (default: every column).
+            filter: A filter the feed rows are kept for (on before and after images alike).
+
+        Returns:
+            A reader of the feed's record batches.
+
+        Raises:
+            InvalidInput: A table without primary key, a column named like the feed's own columns, versions
+                that are not non-negative integers, or ``start_version`` after ``end_version``.
+            NoSuchVersion: A version before the retained history (expired) or after the newest.
+            SchemaMismatch: A column the table does not have.
+            FilterError: A filter that does not parse or does not fit the table's columns.
+        """
         return change_feed(self, start_version, end_version, columns, filter)
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
-        """``scan(**kwargs).to_arrow()``: ``columns``, ``filter``, ``version``, ``as_of`` (a time without a
-        zone is read as UTC, not as local time) or ``tag``, as :meth:`scan` takes them."""
+        """Read the table into one Arrow table: ``scan(**kwargs).to_arrow()``.
+
+        Args:
+            **kwargs: What :meth:`scan` takes: ``columns``, ``filter``, ``version``, ``as_of`` (a time without
+                a zone is read as UTC, not as local time), ``tag`` and the read options.
+
+        Returns:
+            The merged rows.
+
+        Raises:
+            InvalidInput: An unknown or invalid argument (as :meth:`scan` raises it).
+            SchemaMismatch: A column the table does not have.
+            FilterError: A filter that does not parse or does not fit the table's columns.
+            NoSuchVersion: The version is not in the retained history (or expired while it was read).
+            StorageError: A data file could not be read (the message names it and the table).
+        """
         return self.scan(**kwargs).to_arrow()
 
     def current_snapshot(self) -> Snapshot:
@@ -279,9 +341,11 @@ class Table:
         return self._sql.snapshot(self.record.id, self.version)
 
     def snapshot(self, version: int | None = None, as_of: Any = None, tag: str | None = None) -> Snapshot:
-        """The snapshot of a version, of a tag's version, or of the newest version committed at or before
-        ``as_of`` (a datetime, ISO 8601 string or epoch seconds; one without a zone is read as UTC, not as
-        local time)."""
+        """The snapshot of a version, of a tag's version, or of the newest version at or before ``as_of``.
+
+        ``as_of`` is a datetime, ISO 8601 string or epoch seconds; one without a zone is read as UTC, not as
+        local time.
+        """
         return self._sql.snapshot(self.record.id, self.resolve_version(version, as_of, tag))
 
     @property
@@ -290,7 +354,14 @@ class Table:
         return Inspect(self)
 
     def history(self) -> list[Snapshot]:
-        """Every version as a :class:`~mere.metadata.Snapshot`, oldest first (expired ones marked)."""
+        """Every version as a :class:`~mere.metadata.Snapshot`, oldest first (expired ones marked).
+
+        Returns:
+            The snapshots, oldest first.
+
+        Raises:
+            CatalogError: The catalog could not be read.
+        """
         return self._sql.history(self.record.id)
 
     def files(self, version: int | None = None) -> pa.Table:
@@ -300,12 +371,11 @@ class Table:
     # -- tags and rollback -----------------------------------------------------------------------
 
     def tag(self, name: str, version: int | None = None, *, replace: bool = False) -> int:
-        """Name a version (default: the current one) so that reads can ask for it by name and
-        :meth:`expire` keeps it. Returns the version tagged.
+        """Name a version (default: the current one): reads can ask for it by name, :meth:`expire` keeps it.
 
-        Tag names are 1 to 128 ASCII letters, digits, ``.``, ``_`` and ``-``, starting with a letter or
-        digit. An existing name raises :class:`~mere.errors.TagExists` unless ``replace`` moves it. Only a
-        readable version (not expired, or already tagged) can be tagged.
+        Returns the version tagged. Tag names are 1 to 128 ASCII letters, digits, ``.``, ``_`` and ``-``,
+        starting with a letter or digit. An existing name raises :class:`~mere.errors.TagExists` unless
+        ``replace`` moves it. Only a readable version (not expired, or already tagged) can be tagged.
         """
         versions.check_tag(self.name, name)
         if not isinstance(replace, bool):
@@ -322,8 +392,11 @@ class Table:
         return versions.tags(self.context)
 
     def untag(self, name: str) -> None:
-        """Remove a tag (NoSuchTag if there is none). Data is unchanged; the version it named stays readable
-        until an :meth:`expire` gives it up like any other version."""
+        """Remove a tag (NoSuchTag if there is none).
+
+        Data is unchanged; the version it named stays readable until an :meth:`expire` gives it up like any
+        other version.
+        """
         versions.check_tag(self.name, name)
         try:
             self._sql.drop_tag(self.record.id, name)
@@ -331,17 +404,26 @@ class Table:
             raise NoSuchTag(f"{self.name} has no tag {name!r}; it has {sorted(self.tags())}") from None
 
     def rollback(self, version: int | None = None, *, tag: str | None = None) -> CommitResult:
-        """Make an older version (or a tag's version) current again, as a new commit of operation
-        ``rollback``: its live files are those of that version. History is kept; nothing is rewritten.
+        """Make an older version (or a tag's version) current again, as a new commit (``rollback``).
 
-        The version must still be readable (not expired, or tagged): otherwise
-        :class:`~mere.errors.NoSuchVersion` (:class:`~mere.errors.NoSuchTag` for an unknown tag) and the
-        table is unchanged. The properties of that version come back with its files when the catalog knows
-        them (always for tables created by this mere; older tables keep their current properties).
+        The new version's live files are those of that version. History is kept; nothing is rewritten. The
+        properties of that version come back with its files when the catalog knows them (always for tables
+        created by this mere; older tables keep their current properties).
 
-        A rollback replaces the whole table state, so it conflicts with every commit that lands while it
-        runs: it raises :class:`~mere.errors.CommitConflict` (nothing changed) rather than undo a write it
-        never saw; only concurrent compactions, which change no row, are rolled back over on a retry.
+        Args:
+            version: The version to make current again.
+            tag: A tag whose version to make current again (instead of ``version``).
+
+        Returns:
+            The rollback's commit.
+
+        Raises:
+            InvalidInput: Neither ``version`` nor ``tag`` given (or both).
+            NoSuchVersion: The version is not readable (expired and not tagged); the table is unchanged.
+            NoSuchTag: An unknown tag.
+            CommitConflict: A commit other than a compaction landed while the rollback ran: a rollback
+                replaces the whole table state, so it never undoes a write it did not see (nothing changed).
+                Concurrent compactions, which change no row, are rolled back over on a retry.
         """
         if version is None and tag is None:
             raise InvalidInput(f"{self.name}: rollback() needs a version or a tag")
@@ -350,28 +432,82 @@ class Table:
     # -- writes ----------------------------------------------------------------------------------
 
     def transaction(self, idempotency_key: str | None = None) -> Transaction:
-        """Changes that commit together as one version: ``with t.transaction() as tx: ...``.
+        """Start changes that commit together as one version: ``with t.transaction() as tx: ...``.
 
-        See :class:`~mere.table.transaction.Transaction`; every single write below is a transaction of one
-        change.
+        See :class:`~mere.table.transaction.Transaction`; every single write of the table is a transaction of
+        one change.
+
+        Args:
+            idempotency_key: A key that makes the commit happen once: a commit with a key that already
+                committed writes nothing and returns the earlier commit.
+
+        Returns:
+            The open transaction.
+
+        Raises:
+            InvalidInput: An ``idempotency_key`` that is not a non-empty string.
         """
         _check_key(self.name, idempotency_key)
         return Transaction(self, idempotency_key)
 
     def upsert(self, data: Any, *, idempotency_key: str | None = None, evolve: bool = False) -> CommitResult:
-        """Insert or update rows by primary key; CDC rows are applied in order. Missing columns stay as they were.
+        """Insert or update rows by primary key; missing columns stay as they were.
 
-        A row lacking a NOT NULL column may only update an existing key; an upsert that would push an
-        integer ``sum`` column out of its type's range raises :class:`~mere.errors.SumOverflow`, naming the
-        key. Either way nothing is committed. Columns the table lacks raise
-        :class:`~mere.errors.SchemaMismatch`, unless ``evolve=True`` adds them (nullable, in the same commit).
+        CDC rows are applied in order. A row lacking a NOT NULL column may only update an existing key; an
+        upsert that would push an integer ``sum`` column out of its type's range raises
+        :class:`~mere.errors.SumOverflow`, naming the key. Either way nothing is committed.
+
+        Args:
+            data: The rows: a pyarrow Table, RecordBatch or RecordBatchReader, a pandas DataFrame or an object
+                with ``__arrow_c_stream__``. With the table's change column, rows are inserts, updates or
+                deletes.
+            idempotency_key: A key that makes the write happen once: if a commit with it exists, nothing is
+                written and that commit is returned.
+            evolve: Add the columns the table lacks (nullable, in the same commit) instead of refusing them.
+
+        Returns:
+            The commit (``already_committed`` for a known ``idempotency_key``).
+
+        Raises:
+            InvalidInput: A table without primary key (use :meth:`append`), data that cannot be converted to
+                Arrow, a change column with unknown operations or nulls, or an invalid ``idempotency_key``.
+            SchemaMismatch: Columns the table lacks (without ``evolve``), input without the key or partition
+                columns, or new keys lacking NOT NULL columns.
+            NullKey: A primary-key column holds nulls.
+            SumOverflow: A ``sum`` column would leave its integer type's range.
+            CommitConflict: Concurrent commits won every retry, or the table's columns changed after this
+                handle read them (:class:`~mere.errors.SchemaChanged`: ``refresh()`` and write again); nothing
+                committed.
+            CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
+            StorageError: Writing the files failed (nothing committed).
         """
         if not self.spec.has_primary_key:
             raise InvalidInput(f"{self.name} has no primary key: use append()")
         return self._write_evolving(data, idempotency_key, evolve, lambda tx, d: tx.upsert(d))
 
     def append(self, data: Any, *, idempotency_key: str | None = None, evolve: bool = False) -> CommitResult:
-        """Add rows to a table without primary key; ``evolve=True`` adds columns the table lacks."""
+        """Add rows to a table without primary key.
+
+        Args:
+            data: The rows: a pyarrow Table, RecordBatch or RecordBatchReader, a pandas DataFrame or an object
+                with ``__arrow_c_stream__``.
+            idempotency_key: A key that makes the write happen once: if a commit with it exists, nothing is
+                written and that commit is returned.
+            evolve: Add the columns the table lacks (nullable, in the same commit) instead of refusing them.
+
+        Returns:
+            The commit (``already_committed`` for a known ``idempotency_key``).
+
+        Raises:
+            InvalidInput: A table with a primary key (use :meth:`upsert`), data that cannot be converted to
+                Arrow, or an invalid ``idempotency_key``.
+            SchemaMismatch: Columns the table lacks (without ``evolve``), or NOT NULL columns missing or null.
+            CommitConflict: Concurrent commits won every retry, or the table's columns changed after this
+                handle read them (:class:`~mere.errors.SchemaChanged`: ``refresh()`` and write again); nothing
+                committed.
+            CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
+            StorageError: Writing the files failed (nothing committed).
+        """
         if self.spec.has_primary_key:
             raise InvalidInput(f"{self.name} has a primary key {list(self.spec.primary_key)}: use upsert()")
         return self._write_evolving(data, idempotency_key, evolve, lambda tx, d: tx.append(d))
@@ -408,9 +544,11 @@ class Table:
             self.refresh()
 
     def adding_columns(self, update: SchemaUpdate) -> Table:
-        """A handle that writes (and stages) as if ``update`` had committed, and whose every commit also
-        commits it: the columns and the rows land together, so a failed write adds no column. Engines use
-        it to write new columns from many tasks (``mergeSchema``); this handle is :meth:`refresh` ed after."""
+        """A handle that writes (and stages) as if ``update`` had committed, and whose commits also commit it.
+
+        The columns and the rows land together, so a failed write adds no column. Engines use it to write new
+        columns from many tasks (``mergeSchema``); this handle is :meth:`refresh` ed after.
+        """
         if update.table.context.uuid != self.record.uuid:
             raise InvalidInput(f"{self.name}: that schema update belongs to {update.table.name}")
         evolved = copy.copy(self)
@@ -419,32 +557,66 @@ class Table:
         return evolved
 
     def delete(self, where: Any) -> CommitResult:
-        """Delete rows matching a filter (string, expression, pyarrow Expression), or the keys in a table of keys.
+        """Delete rows matching a filter, or the keys in a table of keys.
 
         ``delete("TRUE")`` deletes every row (as delete markers); :meth:`truncate` empties the table at once.
         A filter reads the rows it deletes (markers are written for those), so the result's ``rows_deleted``
         counts rows that existed, as SQL's DELETE count. A table of keys with their partition values is
         deleted blind (a marker per key, nothing read): its ``rows_deleted`` is None, ``delete_markers`` the
         keys marked.
+
+        Args:
+            where: A filter (string, :mod:`mere.expr` expression or pyarrow Expression), or Arrow data holding
+                the key (and partition) columns of the rows to delete.
+
+        Returns:
+            The commit.
+
+        Raises:
+            InvalidInput: ``where`` is None (``delete("TRUE")`` deletes every row), or a table of keys on a
+                table without primary key or without the key (and partition) columns.
+            FilterError: A filter that does not parse or does not fit the table's columns.
+            CommitConflict: Concurrent commits won every retry, or the table's columns changed after this
+                handle read them (:class:`~mere.errors.SchemaChanged`: ``refresh()`` and write again); nothing
+                committed.
+            CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
+            StorageError: Writing the files failed (nothing committed).
         """
         return self._write_once(None, lambda tx: tx.delete(where))
 
     def update(self, set: Mapping[str, str], where: Any = None) -> CommitResult:
         """Set columns of the rows matching ``where`` (every row when None) to SQL expressions of the row.
 
-        ``t.update(set={"status": "'shipped'", "qty": "qty + 1"}, where="day = '2026-11-21'")``. Keyed
-        tables write the changed rows as whole new rows (a merge operator's column takes the value set, it
-        is not folded into the old one); tables without a key rewrite the files holding matching rows.
-        Key and partition columns cannot be set.
+        ``t.update(set={"status": "'shipped'", "qty": "qty + 1"}, where="day = '2026-11-21'")``. Keyed tables
+        write the changed rows as whole new rows (a merge operator's column takes the value set, it is not
+        folded into the old one); tables without a key rewrite the files holding matching rows.
+
+        Args:
+            set: ``{column: SQL expression text}``; key and partition columns cannot be set.
+            where: A filter of the rows to change (string, :mod:`mere.expr` expression or pyarrow Expression);
+                None for every row.
+
+        Returns:
+            The commit.
+
+        Raises:
+            InvalidInput: An empty or malformed ``set``, or a key, partition or unknown column in it.
+            FilterError: An expression or filter that does not parse, names unknown columns, or gives values
+                its column cannot store.
+            CommitConflict: Concurrent commits won every retry, or the table's columns changed after this
+                handle read them (:class:`~mere.errors.SchemaChanged`: ``refresh()`` and write again); nothing
+                committed.
+            CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
+            StorageError: Writing the files failed (nothing committed).
         """
         return self._write_once(None, lambda tx: tx.update(set, where))
 
     def merge(
         self, source: Any, on: str | None = None, source_alias: str = "s", target_alias: str = "t"
     ) -> Merge:
-        """Start a MERGE INTO this table from ``source`` (Arrow, pandas, Polars or an Arrow stream).
+        """Start a MERGE INTO this table from ``source``: add WHEN clauses, then ``execute()``.
 
-        ``on`` defaults to equality of every primary-key column; add WHEN clauses, then ``execute()``::
+        ::
 
             (t.merge(changes)
               .when_matched_update(set={"qty": "t.qty + s.qty"}, condition="s.ts > t.ts")
@@ -453,6 +625,20 @@ class Table:
               .execute())
 
         See :class:`~mere.table.merge.Merge`.
+
+        Args:
+            source: The source rows: Arrow, pandas, Polars or an Arrow stream (read into memory now).
+            on: The ON condition, SQL text over the aliases; default: equality of every primary-key column.
+            source_alias: The source's name in conditions and values.
+            target_alias: The table's name in conditions and values.
+
+        Returns:
+            The MERGE being built.
+
+        Raises:
+            InvalidInput: A table without primary key, empty or equal aliases, or a source that is not Arrow
+                data, a pandas or Polars frame or an Arrow stream.
+            FilterError: An ON condition that does not parse.
         """
         return Merge(self, source, on, source_alias, target_alias)
 
@@ -465,10 +651,29 @@ class Table:
     ) -> CommitResult:
         """Replace the whole table, or the partitions matching ``partition``, with ``data``.
 
-        ``dynamic=True`` replaces only the partitions ``data`` has rows in (Spark's dynamic partition
-        overwrite): other partitions keep their rows, and empty ``data`` changes nothing. With
-        ``partition`` too, ``data``'s rows must lie in it. A table without partition columns is replaced
-        whole either way.
+        A table without partition columns is replaced whole either way.
+
+        Args:
+            data: The new rows (as :meth:`upsert` takes them).
+            partition: ``{column: value}`` of partition columns: only the partitions matching it are replaced,
+                and ``data``'s rows must lie in them.
+            dynamic: Replace only the partitions ``data`` has rows in (Spark's dynamic partition overwrite):
+                other partitions keep their rows, and empty ``data`` changes nothing.
+
+        Returns:
+            The commit.
+
+        Raises:
+            InvalidInput: A ``partition`` naming columns that are not partition columns or values they cannot
+                hold, rows outside ``partition``, a ``dynamic`` that is not a bool, or data that cannot be
+                converted to Arrow.
+            SchemaMismatch: Columns the table lacks, or key, partition or NOT NULL columns missing.
+            NullKey: A primary-key column holds nulls.
+            CommitConflict: Concurrent commits won every retry, or the table's columns changed after this
+                handle read them (:class:`~mere.errors.SchemaChanged`: ``refresh()`` and write again); nothing
+                committed.
+            CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
+            StorageError: Writing the files failed (nothing committed).
         """
         return self._write_once(None, lambda tx: tx.overwrite(data, partition, dynamic=dynamic))
 
@@ -520,15 +725,33 @@ class Table:
         idempotency_key: str | None = None,
         dynamic: bool = False,
     ) -> CommitResult:
-        """Commit staged changes of one operation as one new version (the driver half).
+        """Commit staged changes of one operation as one new version (the driver half of a distributed write).
 
-        ``staged`` are the :class:`~mere.table.commit.StagedChange` messages of one operation: staged
-        writes (:meth:`stage`), the shares of a distributed MERGE (:meth:`Merge.stage
-        <mere.table.ops.merge_into.Merge.stage>`) or a compaction's results. Files of different stages
-        are ordered as given: for equal keys a later stage wins. An ``overwrite`` replaces the whole
-        table, the partitions matching ``partition``, or with ``dynamic=True`` the partitions the staged
-        files hold (see :meth:`overwrite`). MERGE shares and compaction results commit only onto the
-        version they read (:class:`~mere.errors.CommitConflict` otherwise, their files deleted).
+        Files of different stages are ordered as given: for equal keys a later stage wins. MERGE shares and
+        compaction results commit only onto the version they read.
+
+        Args:
+            staged: The :class:`~mere.table.commit.StagedChange` messages of one operation: staged writes
+                (:meth:`stage`), the shares of a distributed MERGE (:meth:`Merge.stage
+                <mere.table.ops.merge_into.Merge.stage>`) or a compaction's results.
+            operation: The operation the staged writes commit as (default: the one they were staged for).
+            partition: For an ``overwrite``: replace only the partitions matching ``{column: value}``
+                (default: the whole table; see :meth:`overwrite`).
+            idempotency_key: A key that makes the commit happen once.
+            dynamic: For an ``overwrite``: replace the partitions the staged files hold.
+
+        Returns:
+            The commit.
+
+        Raises:
+            InvalidInput: ``staged`` is not a list of staged changes, holds different operations or another
+                table's writes, or ``operation``, ``partition``, ``dynamic`` or ``idempotency_key`` do not
+                apply (they apply to writes); MERGE shares and compaction results refused so are deleted.
+            CommitConflict: A MERGE share or compaction result whose read version a concurrent commit
+                invalidated (its files deleted), or concurrent commits won every retry.
+            CommitFailed: Staged files no longer exist (a cleanup took them), or the catalog connection
+                failed before the commit landed; nothing changed.
+            CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
         """
         _check_key(self.name, idempotency_key)
         if not isinstance(dynamic, bool):
@@ -566,8 +789,17 @@ class Table:
         return write_ops.commit_staged(self.context, staged, operation, partition, idempotency_key, dynamic)
 
     def abort(self, staged: Sequence[StagedChange | None]) -> None:
-        """Delete the files of staged changes (writes, MERGE shares, compaction results) that will not be
-        committed."""
+        """Delete the files of staged changes that will not be committed.
+
+        Staged writes, MERGE shares and compaction results alike.
+
+        Args:
+            staged: The staged changes; None items (tasks that failed before staging) are skipped.
+
+        Raises:
+            InvalidInput: ``staged`` is not a list of staged changes and None (files that cannot be deleted
+                are left for :meth:`cleanup`, logged).
+        """
         if isinstance(staged, StagedChange) or not isinstance(staged, Sequence):
             raise InvalidInput(f"{self.name}: abort() takes a list of StagedWrite (None for failed tasks)")
         for s in staged:
@@ -605,19 +837,34 @@ class Table:
         *,
         tiered: bool = False,
     ) -> CommitResult | None:
-        """Fold each bucket's files into merged files; readers then merge less. Returns None if nothing to do.
+        """Fold each bucket's files into merged files; readers then merge less.
 
-        Splits with at least ``min_files`` sorted runs (or any delete markers) are folded, optionally only
-        in one partition or only the ``splits`` given as (partition JSON, bucket) pairs (as
-        :meth:`compaction_due` returns them). A run is a file, or all the files one compaction wrote (its
-        output, cut into files of ``CHUNK_ROWS`` rows, is folded already). The new files keep the sequence
-        of the newest file they replace, so writes that commit
-        meanwhile still merge on top of them. Old files stay for time travel until :meth:`expire`.
-        ``run`` executes the tasks and returns each one's files, in task order (default: here, one after
-        another); an engine passes its own to spread them (see ``mere.integrations.spark.compact``). The
-        steps are also public: :meth:`plan_compaction`, :meth:`CompactionTask.run
-        <mere.table.compaction.CompactionTask.run>` and :meth:`commit_compaction`. ``tiered=True`` folds
-        only the newest runs of each split that the automatic policy picks (see :meth:`compaction_due`).
+        A run is a file, or all the files one compaction wrote (its output, cut into files of ``CHUNK_ROWS``
+        rows, is folded already). The new files keep the sequence of the newest file they replace, so writes
+        that commit meanwhile still merge on top of them. Old files stay for time travel until :meth:`expire`.
+        The steps are also public: :meth:`plan_compaction`, :meth:`CompactionTask.run
+        <mere.table.compaction.CompactionTask.run>` and :meth:`commit_compaction`.
+
+        Args:
+            min_files: Fold splits with at least this many sorted runs (or any delete markers).
+            partition: ``{column: value}``: fold only splits of that partition.
+            run: Executes the tasks and returns each one's files, in task order (default: here, one after
+                another); an engine passes its own to spread them (see ``mere.integrations.spark.compact``).
+            splits: Fold only these splits, as (partition JSON, bucket) pairs (as :meth:`compaction_due`
+                returns them).
+            tiered: Fold only the newest runs of each split that the automatic policy picks (see
+                :meth:`compaction_due`).
+
+        Returns:
+            The compaction's commit; None if there was nothing to do.
+
+        Raises:
+            InvalidInput: A ``min_files`` that is not a positive integer, ``run`` that is not a function,
+                ``tiered`` that is not a bool, or a ``partition`` or ``splits`` that do not name the table's
+                partitions.
+            CommitConflict: Concurrent overwrites or compactions replaced its inputs in every retry (the new
+                files are deleted).
+            StorageError: Reading or writing the files failed.
         """
         return compaction.compact(self, min_files, partition, run, splits, tiered)
 
@@ -631,8 +878,21 @@ class Table:
     ) -> CompactionPlan:
         """The splits :meth:`compact` would fold now, as picklable tasks for workers to run.
 
-        ``tiered``: each split's newest runs that the automatic policy picks (a split it finds nothing
-        due in is left alone), instead of every run of the split."""
+        Args:
+            min_files: Fold splits with at least this many sorted runs (or any delete markers).
+            partition: ``{column: value}``: only splits of that partition.
+            splits: Only these splits, as (partition JSON, bucket) pairs.
+            tiered: Plan each split's newest runs that the automatic policy picks (a split it finds nothing
+                due in is left alone), instead of every run of the split.
+
+        Returns:
+            The plan: its tasks, and the version it read.
+
+        Raises:
+            InvalidInput: A ``min_files`` that is not a positive integer, ``tiered`` that is not a bool, or a
+                ``partition`` or ``splits`` that do not name the table's partitions.
+            CatalogError: The catalog could not be read.
+        """
         return compaction.plan(self, min_files, partition, splits, tiered=tiered)
 
     def commit_compaction(self, plan: CompactionPlan, results: Sequence[Sequence[FileEntry]]) -> CommitResult:
@@ -660,78 +920,122 @@ class Table:
         return compaction.size_amplification(self.spec)
 
     def compaction_due(self, version: int | None = None) -> list[tuple[str, int]]:
-        """The splits, as (partition JSON, bucket) pairs, that the table's compaction policy folds at
-        ``version`` (default: the newest); empty when none is due.
+        """The splits, as (partition JSON, bucket) pairs, that the compaction policy folds at ``version``.
 
-        A split is due when it holds ``compaction.min-files`` sorted runs or more (default 8), or, where
+        ``version`` defaults to the newest; the list is empty when none is due. A split is due when it holds
+        ``compaction.min-files`` sorted runs or more (default 8), or, where
         ``compaction.size-amplification-percent`` is set, when its runs besides the largest hold that
-        percentage of the largest's bytes or more. A run is a file, or all the files one compaction wrote.
-        The policy folds a due split's newest runs (see :func:`~mere.table.compaction.runs_to_fold`);
-        delete markers go when a fold reaches the split's oldest run."""
+        percentage of the largest's bytes or more. A run is a file, or all the files one compaction wrote. The
+        policy folds a due split's newest runs (see :func:`~mere.table.compaction.runs_to_fold`); delete
+        markers go when a fold reaches the split's oldest run.
+        """
         return sorted(compaction.runs_due(self, version))
 
     def auto_compact(self, version: int | None = None) -> CommitResult | None:
-        """Compact by the table's policy: fold the splits :meth:`compaction_due` names at ``version``
-        (default: the newest). Returns None when no split needs it or when compaction failed (logged as a
-        warning: the data is unchanged and a later write or call tries again)."""
+        """Compact by the table's policy: fold the splits :meth:`compaction_due` names at ``version``.
+
+        Never raises for a failed compaction: it is logged as a warning, the data is unchanged and a later
+        write or call tries again.
+
+        Args:
+            version: The version whose splits to check (default: the newest).
+
+        Returns:
+            The compaction's commit; None when no split needs it or when compaction failed.
+
+        Raises:
+            InvalidInput: A ``version`` that is not an integer.
+            NoSuchVersion: A ``version`` that is not in the retained history.
+            NoSuchTable: The table was dropped (or dropped and created again) since this handle was loaded.
+        """
         return maintenance.auto_compact(self, version)
 
     @property
     def retention_policy(self) -> tuple[dt.timedelta | None, int]:
-        """``(retention.max-age, retention.min-versions)`` of this table: the age past which versions
-        expire automatically (None: they never do) and how many of the newest versions are kept whatever
-        their age (default 1)."""
+        """``(retention.max-age, retention.min-versions)`` of this table.
+
+        The age past which versions expire automatically (None: they never do) and how many of the newest
+        versions are kept whatever their age (default 1).
+        """
         return maintenance.retention_policy(self.spec)
 
     def auto_expire(self) -> list[str]:
-        """Expire by the table's retention policy (``retention.max-age`` / ``retention.min-versions``):
-        versions committed more than max-age ago give up their time travel and the files only they used
-        (as :meth:`expire` with ``dry_run=False``), keeping the version current at the cutoff, the newest
+        """Expire by the table's retention policy (``retention.max-age`` / ``retention.min-versions``).
+
+        Versions committed more than max-age ago give up their time travel and the files only they used (as
+        :meth:`expire` with ``dry_run=False``), keeping the version current at the cutoff, the newest
         min-versions versions and every tagged one. It runs after this process's commits, once the
         second-oldest readable version is older than max-age by a tenth of max-age (so not after every
-        commit). Returns the deleted paths; empty when nothing is due or expiry failed (logged as a
-        warning: nothing changed, a later commit tries again)."""
+        commit). Returns the deleted paths; empty when nothing is due or expiry failed (logged as a warning:
+        nothing changed, a later commit tries again).
+        """
         return maintenance.auto_expire(self.context, self._retention, None)
 
     def expire(self, older_than: dt.timedelta = dt.timedelta(days=7), *, dry_run: bool = True) -> list[str]:
         """List, or with ``dry_run=False`` delete, what versions older than ``older_than`` alone need.
 
-        By default nothing changes: the call returns the paths an expiry would delete (the CLI's
-        ``mere expire`` without ``--apply`` does the same). With ``dry_run=False`` the versions committed
-        before the cutoff stop being readable (time travel to them, ``changes()`` from them and rollbacks
-        to them raise :class:`~mere.errors.NoSuchVersion`) and the data files and change logs that only
-        those versions used are deleted from storage, for good. Never deleted: the files of the version
-        current at the cutoff (it stays readable), of every newer version, and of versions a tag holds.
-        Returns the deleted paths (with ``dry_run``, the paths that would be deleted).
+        By default nothing changes: the call returns the paths an expiry would delete (the CLI's ``mere
+        expire`` without ``--apply`` does the same). With ``dry_run=False`` the versions committed before the
+        cutoff stop being readable (time travel to them, ``changes()`` from them and rollbacks to them raise
+        :class:`~mere.errors.NoSuchVersion`) and the data files and change logs that only those versions used
+        are deleted from storage, for good. Never deleted: the files of the version current at the cutoff (it
+        stays readable), of every newer version, and of versions a tag holds.
+
+        Args:
+            older_than: The age of the cutoff: versions committed before ``now - older_than`` expire.
+            dry_run: Only list the paths (the default); ``dry_run=False`` expires and deletes.
+
+        Returns:
+            The deleted paths (with ``dry_run``, the paths that would be deleted).
+
+        Raises:
+            InvalidInput: An ``older_than`` that is not a non-negative timedelta, or a ``dry_run`` that is not
+                a bool.
+            NoSuchTable: The table was dropped (or dropped and created again) since this handle was loaded.
+            StorageError: Listing or deleting files failed.
+            CatalogError: The catalog could not be read or written.
         """
         return maintenance.expire(self.context, older_than, dry_run)
 
     def cleanup(self, older_than: dt.timedelta = dt.timedelta(hours=1), *, dry_run: bool = True) -> list[str]:
-        """List, or with ``dry_run=False`` delete, files under the table's location that no version
-        references (left by failed or killed writes), and on object stores abort the multipart uploads
-        such writes left pending.
+        """List, or with ``dry_run=False`` delete, files under the table's location no version references.
 
-        By default nothing is deleted: the call returns the files that would go (the CLI's ``mere cleanup``
-        without ``--apply`` does the same; pending multipart uploads are then neither listed nor
-        aborted). Only files and uploads older than ``older_than`` go, so writes still in flight keep
-        theirs; no file any version (expired ones included) references is ever touched. Returns the
-        removed paths.
+        Such files are left by failed or killed writes; on object stores the multipart uploads such writes
+        left pending are aborted too. By default nothing is deleted: the call returns the files that would go
+        (the CLI's ``mere cleanup`` without ``--apply`` does the same; pending multipart uploads are then
+        neither listed nor aborted). Only files and uploads older than ``older_than`` go, so writes still in
+        flight keep theirs; no file any version (expired ones included) references is ever touched.
 
         So it does not repair a damaged or missing data file (reads that need one raise
-        :class:`~mere.errors.StorageError` naming it and the table). Recover by putting the same bytes back
-        at that path (nothing is lost); without them the file's rows are lost: write them again with
+        :class:`~mere.errors.StorageError` naming it and the table). Recover by putting the same bytes back at
+        that path (nothing is lost); without them the file's rows are lost: write them again with
         :meth:`overwrite` of the file's partition (it does not read the file), or :meth:`rollback` to the
         version before the file's ``added_version`` (``inspect.files()``), which also gives up every later
         commit. docs/concepts.md, "Damaged or missing data files", has the details.
+
+        Args:
+            older_than: Only files (and uploads) older than this go.
+            dry_run: Only list the files (the default); ``dry_run=False`` deletes them.
+
+        Returns:
+            The removed paths (with ``dry_run``, the paths that would be removed).
+
+        Raises:
+            InvalidInput: An ``older_than`` that is not a non-negative timedelta, or a ``dry_run`` that is not
+                a bool.
+            NoSuchTable: The table was dropped (or dropped and created again) since this handle was loaded.
+            StorageError: Listing or deleting files failed.
+            CatalogError: The catalog could not be read.
         """
         return maintenance.cleanup(self.context, older_than, dry_run)
 
     def partition_values(self, partition: Mapping[str, Any] | None) -> dict[str, str | None] | None:
-        """A partition given as ``{column: value}`` as the table stores it (each value as text, None for
-        NULL); None for None. Engines check an overwrite's ``partition=`` with it before a task runs.
+        """A partition given as ``{column: value}`` as the table stores it (values as text, None for NULL).
+
+        None for None. Engines check an overwrite's ``partition=`` with it before a task runs.
 
         Raises:
-            InvalidInput: a column that is not a partition column, or a value its column cannot hold.
+            InvalidInput: A column that is not a partition column, or a value its column cannot hold.
         """
         return self.context.files.wanted_partition(partition)
 

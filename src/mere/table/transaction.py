@@ -91,52 +91,174 @@ class Transaction:
     # -- operations ---------------------------------------------------------------------------------
 
     def upsert(self, data: Any) -> Transaction:
-        """Insert or update rows by primary key (see :meth:`Table.upsert <mere.Table.upsert>`)."""
+        """Insert or update rows by primary key (see :meth:`Table.upsert <mere.Table.upsert>`).
+
+        The files are written now; nothing is visible until :meth:`commit`.
+
+        Args:
+            data: The rows: a pyarrow Table, RecordBatch or RecordBatchReader, a pandas DataFrame or an object
+                with ``__arrow_c_stream__``.
+
+        Returns:
+            This transaction.
+
+        Raises:
+            InvalidInput: The transaction already committed or aborted, the table has no primary key, or the
+                data cannot be converted to Arrow.
+            SchemaMismatch: Columns the table lacks, or input without the key or partition columns.
+            NullKey: A primary-key column holds nulls.
+            SumOverflow: A ``sum`` column would leave its integer type's range within ``data``.
+            StorageError: Writing the files failed.
+        """
         write.upsert(self._open(), data)
         return self
 
     def append(self, data: Any) -> Transaction:
-        """Add rows to a table without primary key."""
+        """Add rows to a table without primary key.
+
+        Args:
+            data: The rows (as :meth:`upsert` takes them).
+
+        Returns:
+            This transaction.
+
+        Raises:
+            InvalidInput: The transaction already committed or aborted, the table has a primary key, or the
+                data cannot be converted to Arrow.
+            SchemaMismatch: Columns the table lacks, or NOT NULL columns missing or null.
+            StorageError: Writing the files failed.
+        """
         write.append(self._open(), data)
         return self
 
     def delete(self, where: Any) -> Transaction:
-        """Delete rows matching a filter, or the keys in a table of keys (see :meth:`Table.delete`)."""
+        """Delete rows matching a filter, or the keys in a table of keys.
+
+        See :meth:`Table.delete <mere.Table.delete>`. A delete that reads rows (by filter, or keys without
+        their partition values) sees the table as of the transaction's start, so it must come before the
+        transaction's writes.
+
+        Args:
+            where: A filter (string, :mod:`mere.expr` expression or pyarrow Expression), or Arrow data holding
+                the key (and partition) columns of the rows to delete.
+
+        Returns:
+            This transaction.
+
+        Raises:
+            InvalidInput: The transaction already committed or aborted, ``where`` is None, a table of keys on
+                a table without primary key or without the key columns, or a delete that reads rows after a
+                write of this transaction.
+            FilterError: A filter that does not parse or does not fit the table's columns.
+        """
         write.delete(self._open(), where)
         return self
 
     def update(self, set: Mapping[str, str], where: Any = None) -> Transaction:
-        """Set columns of matching rows to SQL expressions (see :meth:`Table.update <mere.Table.update>`)."""
+        """Set columns of matching rows to SQL expressions (see :meth:`Table.update <mere.Table.update>`).
+
+        Args:
+            set: ``{column: SQL expression text}``; key and partition columns cannot be set.
+            where: A filter of the rows to change; None for every row.
+
+        Returns:
+            This transaction.
+
+        Raises:
+            InvalidInput: The transaction already committed or aborted, an empty or malformed ``set`` (or a
+                key, partition or unknown column in it), or an update after a write of this transaction.
+            FilterError: An expression or filter that does not parse, names unknown columns, or gives values
+                its column cannot store.
+        """
         update_op.update(self._open(), set, where)
         return self
 
     def overwrite(
         self, data: Any, partition: Mapping[str, Any] | None = None, *, dynamic: bool = False
     ) -> Transaction:
-        """Replace the whole table, or the partitions matching ``partition``, with ``data``; with
-        ``dynamic=True`` only the partitions ``data`` has rows in (see :meth:`Table.overwrite
-        <mere.Table.overwrite>`)."""
+        """Replace the whole table, or the partitions matching ``partition``, with ``data``.
+
+        See :meth:`Table.overwrite <mere.Table.overwrite>`. An overwrite must come before the transaction's
+        writes.
+
+        Args:
+            data: The new rows (as :meth:`upsert` takes them).
+            partition: ``{column: value}`` of partition columns: only the partitions matching it are replaced.
+            dynamic: Replace only the partitions ``data`` has rows in.
+
+        Returns:
+            This transaction.
+
+        Raises:
+            InvalidInput: The transaction already committed or aborted, an invalid ``partition`` or
+                ``dynamic``, rows outside ``partition``, or an overwrite after a write of this transaction.
+            SchemaMismatch: Columns the table lacks, or key, partition or NOT NULL columns missing.
+            NullKey: A primary-key column holds nulls.
+            StorageError: Writing the files failed.
+        """
         write.overwrite(self._open(), data, partition, dynamic=dynamic)
         return self
 
     def truncate(self) -> Transaction:
-        """Remove every row, writing nothing."""
+        """Remove every row, writing nothing.
+
+        Returns:
+            This transaction.
+
+        Raises:
+            InvalidInput: The transaction already committed or aborted, or a truncate after a write of this
+                transaction.
+        """
         write.truncate(self._open())
         return self
 
     def set_properties(self, updates: Mapping[str, str | int | None]) -> Transaction:
-        """Set (None: remove) table properties in this transaction; checked now."""
+        """Set (None: remove) table properties in this transaction; checked now.
+
+        Args:
+            updates: ``{key: value}``; None removes the key.
+
+        Returns:
+            This transaction.
+
+        Raises:
+            InvalidInput: The transaction already committed or aborted, an empty ``updates``, or an unknown or
+                invalid property.
+        """
         self._open().set_properties(updates)
         return self
 
     # -- commit -------------------------------------------------------------------------------------
 
     def commit(self) -> CommitResult:
-        """Commit every change as one new version; on any failure nothing is committed and the files go."""
+        """Commit every change as one new version; on any failure nothing is committed and the files go.
+
+        A commit that lost a race to a concurrent one re-checks what landed and tries again (see
+        :data:`mere.retry.COMMIT_RETRIES`).
+
+        Returns:
+            The commit (``already_committed`` when the idempotency key had committed: then nothing is
+                written).
+
+        Raises:
+            InvalidInput: The transaction already committed or aborted, or it mixes overwrites or
+                copy-on-write deletes with upserts that need checks.
+            SchemaMismatch: Upserted rows that insert keys lack NOT NULL columns.
+            SumOverflow: A ``sum`` column would leave its integer type's range on top of the stored sums.
+            CommitConflict: Concurrent commits won every retry, or the table's columns changed after the
+                handle read them (:class:`~mere.errors.SchemaChanged`).
+            CommitFailed: The catalog connection failed before the commit landed; nothing changed.
+            CommitStateUnknown: The catalog connection failed while committing; the commit may have landed
+                (its files are kept).
+        """
         return self._commit.run()
 
     def abort(self) -> None:
-        """Discard the transaction: delete the files its changes wrote."""
+        """Discard the transaction: delete the files its changes wrote.
+
+        Raises nothing: files that cannot be deleted are left for :meth:`Table.cleanup <mere.Table.cleanup>`
+        (logged). A transaction that committed or aborted already is left as it is.
+        """
         self._commit.abort()
 
     def _open(self) -> Commit:

@@ -24,10 +24,29 @@ def compact(
 ) -> CommitResult | None:
     """Compact a table with Spark: one task per split folds its files, the driver commits once.
 
-    The same as :meth:`mere.Table.compact` for tables too big for one machine. Returns None when no split
-    has ``min_files`` sorted runs (files; those one compaction wrote count once). A commit that loses a
-    race against an overwrite or another compaction plans again; a failed job commits nothing, and files
-    of killed tasks are removed by :meth:`mere.Table.cleanup`.
+    The same as :meth:`mere.Table.compact` for tables too big for one machine. A commit that loses a race
+    against an overwrite or another compaction plans again; a failed job commits nothing, and files of killed
+    tasks are removed by :meth:`mere.Table.cleanup`.
+
+    Args:
+        spark: The SparkSession.
+        table: The table's name, ``namespace.table``.
+        warehouse: The warehouse URI (default: the environment variable ``MERE_WAREHOUSE``).
+        catalog: The catalog URL (default: ``MERE_CATALOG``, else the SQLite catalog inside the warehouse).
+        storage_options: Options of the storage (such as S3 endpoint and credentials).
+        min_files: Fold splits with at least this many sorted runs (files; those one compaction wrote count
+            once), or any delete markers.
+        partition: ``{column: value}``: fold only splits of that partition.
+
+    Returns:
+        The compaction's commit; None when no split has ``min_files`` sorted runs.
+
+    Raises:
+        InvalidInput: No warehouse, a catalog without a warehouse URI the workers can open, a ``min_files``
+            that is not a positive integer, or a ``partition`` that does not name the table's partitions.
+        NoSuchTable: There is no such table.
+        NotInstalled: Spark's Python workers cannot import mere.
+        CommitConflict: Concurrent overwrites or compactions replaced its inputs in every retry.
     """
     ref = TableRef.from_options(location_options(table, warehouse, catalog, storage_options))
     target = ref.open()

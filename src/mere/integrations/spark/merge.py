@@ -1,5 +1,8 @@
-"""MERGE INTO a mere table from a Spark DataFrame: the builder (the WHEN clauses of
-:class:`mere.table.merge.Merge`), the job each task runs, and how the source is distributed."""
+"""MERGE INTO a mere table from a Spark DataFrame.
+
+The builder (the WHEN clauses of :class:`mere.table.merge.Merge`), the job each task runs, and how the source
+is distributed.
+"""
 
 from __future__ import annotations
 
@@ -48,8 +51,11 @@ class MergeJob:
         return table
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """A task: MERGE its source rows (every row of their keys is here) at the pinned version, write the
-        files, and return the pickled :class:`~mere.table.merge.StagedMerge` (or the error) to the driver."""
+        """A task: MERGE its source rows (every row of their keys is here) at the pinned version.
+
+        It writes the files and returns the pickled :class:`~mere.table.merge.StagedMerge` (or the error) to
+        the driver.
+        """
         payload: tuple[Any, ...] | None
         try:
             parts = [conform_batch(b, self.schema) for b in batches if b.num_rows]
@@ -157,7 +163,9 @@ class SparkMerge(MergeBuilder):
 
     def add_clause(self, clause: MergeClause) -> Self:
         """Add a WHEN clause given as data (the ``when_*`` methods call this); its SQL is checked now.
-        ``WHEN NOT MATCHED BY SOURCE`` is refused: a Spark task sees only its own keys' target rows."""
+
+        ``WHEN NOT MATCHED BY SOURCE`` is refused: a Spark task sees only its own keys' target rows.
+        """
         if clause.kind == "not_matched_by_source":
             raise InvalidInput(f"{self.ref.name}: {_BY_SOURCE_REFUSED}")
         if self._state != "open":
@@ -204,7 +212,17 @@ class SparkMerge(MergeBuilder):
         return bucket, f"pmod(hash({', '.join(texts)}), {spec.buckets})", max(1, n)
 
     def explain(self) -> SparkMergeExplain:
-        """How the MERGE will run (at the table's current version); no Spark job runs."""
+        """How the MERGE will run (at the table's current version); no Spark job runs.
+
+        Returns:
+            The statement, the version it reads and how the source is distributed.
+
+        Raises:
+            InvalidInput: A MERGE without WHEN clauses, a table dropped and created again since the MERGE was
+                built, or clauses that are invalid against the table (as :meth:`mere.Merge.execute` checks
+                them).
+            FilterError: A condition or value that names unknown columns or does not type.
+        """
         table, job, plan = self._plan()
         _, distribute_by, n = self._distribute(table, plan)
         return SparkMergeExplain(
@@ -240,8 +258,20 @@ class SparkMerge(MergeBuilder):
     def execute(self) -> MergeMetrics:
         """Run the MERGE as one Spark job and one commit; nothing is committed when any task fails.
 
-        A concurrent commit that changed rows the MERGE read (:class:`~mere.errors.CommitConflict`) runs
-        the job again against the new version, up to ``attempts`` times in all.
+        A concurrent commit that changed rows the MERGE read (:class:`~mere.errors.CommitConflict`) runs the
+        job again against the new version, up to ``attempts`` times in all.
+
+        Returns:
+            Rows inserted, updated, deleted and left unchanged, files written and the version committed.
+
+        Raises:
+            InvalidInput: A MERGE without WHEN clauses or executed already, a table dropped and created again
+                since the MERGE was built, or clauses that are invalid against the table.
+            FilterError: A condition or value that names unknown columns or does not type.
+            MergeConflict: A task's MERGE would change a target row twice, or insert a key twice or one the
+                table holds (a task's error is raised here after the other tasks' files are deleted).
+            NotInstalled: Spark's Python workers cannot import mere.
+            CommitConflict: Concurrent commits changed rows the MERGE read in every attempt.
         """
         if self._state != "open":
             raise InvalidInput(f"{self.ref.name}: this MERGE was executed; build a new one")
@@ -277,7 +307,9 @@ def merge(
     partitions: int | None = None,
     attempts: int = MERGE_ATTEMPTS,
 ) -> SparkMerge:
-    """MERGE INTO a mere table from a Spark DataFrame: add WHEN clauses, then ``execute()``::
+    """MERGE INTO a mere table from a Spark DataFrame: add WHEN clauses, then ``execute()``.
+
+    ::
 
         (merge(spark, changes, "sales.orders", warehouse="s3://bucket/wh")
            .when_matched_update(set={"qty": "t.qty + s.qty"}, condition="s.ts > t.ts")
@@ -285,17 +317,39 @@ def merge(
            .when_not_matched_insert_all()
            .execute())
 
-    The same statement as :meth:`mere.Table.merge`, distributed: the driver pins the table's current
-    version and checks every clause (on an empty source, so a bad expression fails before any Spark job);
-    the source is repartitioned by the table's bucket of its key (Spark's ``pmod(hash(key), N)``, which is
-    mere's bucket function), so all source rows of a key reach one task; each task evaluates the MERGE
-    on its rows against the pinned version, reading only the target rows of its keys, and writes files;
-    the driver commits every task's files as one version. A task's error (such as
-    :class:`~mere.errors.MergeConflict`) is raised on the driver after the other tasks' files are deleted;
-    a :class:`~mere.errors.CommitConflict` runs the job again at the new version (``attempts`` in all).
-    ``partitions`` is the number of Spark tasks (default: the table's buckets, at most
-    ``spark.sql.shuffle.partitions``); a task holds its source rows in memory. ``WHEN NOT MATCHED BY
+    The same statement as :meth:`mere.Table.merge`, distributed: the driver pins the table's current version
+    and checks every clause (on an empty source, so a bad expression fails before any Spark job); the source
+    is repartitioned by the table's bucket of its key (Spark's ``pmod(hash(key), N)``, which is mere's bucket
+    function), so all source rows of a key reach one task; each task evaluates the MERGE on its rows against
+    the pinned version, reading only the target rows of its keys, and writes files; the driver commits every
+    task's files as one version. A task's error (such as :class:`~mere.errors.MergeConflict`) is raised on the
+    driver after the other tasks' files are deleted; a :class:`~mere.errors.CommitConflict` runs the job again
+    at the new version (``attempts`` in all). A task holds its source rows in memory. ``WHEN NOT MATCHED BY
     SOURCE`` is refused: use the local ``Table.merge``.
+
+    Args:
+        spark: The SparkSession.
+        source: The source rows, a Spark DataFrame.
+        table: The table's name, ``namespace.table``.
+        on: The ON condition, SQL text over the aliases; default: equality of every primary-key column.
+        source_alias: The source's name in conditions and values.
+        target_alias: The table's name in conditions and values.
+        warehouse: The warehouse URI (default: the environment variable ``MERE_WAREHOUSE``).
+        catalog: The catalog URL (default: ``MERE_CATALOG``, else the SQLite catalog inside the warehouse).
+        storage_options: Options of the storage (such as S3 endpoint and credentials).
+        partitions: The number of Spark tasks (default: the table's buckets, at most
+            ``spark.sql.shuffle.partitions``).
+        attempts: How often ``execute()`` runs the job when a concurrent commit changed rows it read.
+
+    Returns:
+        The MERGE being built.
+
+    Raises:
+        InvalidInput: ``source`` is not a Spark DataFrame or has a column type mere cannot take, a
+            ``partitions`` or ``attempts`` that is not a positive int, a catalog without a warehouse URI the
+            workers can open, no warehouse, a table without primary key, or empty or equal aliases.
+        NoSuchTable: There is no such table.
+        FilterError: An ON condition that does not parse.
     """
     ref = TableRef.from_options(location_options(table, warehouse, catalog, storage_options))
     return SparkMerge(spark, source, ref, on, source_alias, target_alias, partitions, attempts)

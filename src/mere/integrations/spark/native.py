@@ -1,5 +1,7 @@
-"""The native route of :func:`read_table`: splits with nothing to merge read by Spark's own Parquet reader,
-the others by the mere data source, and mere filters translated exactly into Spark columns."""
+"""The native route of :func:`read_table`: splits with nothing to merge read by Spark's own Parquet reader.
+
+The others are read by the mere data source, and mere filters are translated exactly into Spark columns.
+"""
 
 from __future__ import annotations
 
@@ -35,8 +37,10 @@ def _spark_literal_ok(value: Any, column_type: pa.DataType) -> bool:
 
 
 def spark_filter(expr: E.Expr, schema: pa.Schema) -> Any | None:
-    """A bound mere filter as a Spark Column with the same result on every row, or None when some part
-    has no exact Spark equivalent (float or timestamp literals, pyarrow expressions)."""
+    """A bound mere filter as a Spark Column with the same result on every row.
+
+    None when some part has no exact Spark equivalent (float or timestamp literals, pyarrow expressions).
+    """
     from pyspark.sql import functions as F
 
     col = spark_column
@@ -90,22 +94,46 @@ def read_table(
     native: bool | None = None,
     options: Mapping[str, str] | None = None,
 ) -> Any:
-    """A Spark DataFrame of a mere table in which splits with nothing to merge are read by Spark's own
-    vectorised Parquet reader, and the others are merged by mere's data source: one snapshot, one schema.
+    """A Spark DataFrame of a mere table, splits with nothing to merge read by Spark's own Parquet reader.
 
-    A split needs no merge when its stored rows already are its merged rows (see
-    :func:`mere.read.reader.stored_rows_are_merged`): a compacted split, or one written by a single upsert
-    without deletes; every file of a table without key. After :func:`compact`, the whole table is read
-    natively. Both parts read the same version (pinned here), and Spark's own filters may prune the native
-    part freely (its rows need no merge). ``filter`` is mere's filter language, evaluated by mere for the
-    merged part and translated exactly for the native part (or, where it cannot be, such as float or
-    timestamp literals, every split goes through mere). ``native`` = None uses the route for local
-    warehouses; True also for object stores, whose files Spark then reads as ``s3a://`` (the session
-    needs hadoop-aws and credentials configured); False never. Columns of types Spark's Parquet reader
-    returns differently (unsigned integers, nanosecond timestamps) turn the route off. ``options`` are
-    passed to the mere data source (``max_partition_bytes``, ``storage.<key>``, ...). An ``as_of`` (or
-    option ``as_of``/``timestampAsOf``) without a zone is read in the session time zone
-    (``spark.sql.session.timeZone``), as Spark reads its own timestamps; mere's Python API reads it as UTC.
+    The other splits are merged by mere's data source: one snapshot, one schema. A split needs no merge when
+    its stored rows already are its merged rows (see :func:`mere.read.reader.stored_rows_are_merged`): a
+    compacted split, or one written by a single upsert without deletes; every file of a table without key.
+    After :func:`compact`, the whole table is read natively. Both parts read the same version (pinned here),
+    and Spark's own filters may prune the native part freely (its rows need no merge). Columns of types
+    Spark's Parquet reader returns differently (unsigned integers, nanosecond timestamps) turn the route off.
+    Registers the data source in the session first if needed (see :func:`register`).
+
+    Args:
+        spark: The SparkSession.
+        table: The table's name, ``namespace.table``.
+        warehouse: The warehouse URI (default: the environment variable ``MERE_WAREHOUSE``).
+        catalog: The catalog URL (default: ``MERE_CATALOG``, else the SQLite catalog inside the warehouse).
+        storage_options: Options of the storage (such as S3 endpoint and credentials).
+        columns: The columns to read (default: all).
+        filter: mere's filter language, evaluated by mere for the merged part and translated exactly for the
+            native part (or, where it cannot be, such as float or timestamp literals, every split goes through
+            mere).
+        version: The version to read (default: the newest).
+        as_of: A point in time to read the table at. An ``as_of`` (or option ``as_of``/``timestampAsOf``)
+            without a zone is read in the session time zone (``spark.sql.session.timeZone``), as Spark reads
+            its own timestamps; mere's Python API reads it as UTC.
+        native: None uses the native route for local warehouses; True also for object stores, whose files
+            Spark then reads as ``s3a://`` (the session needs hadoop-aws and credentials configured); False
+            never.
+        options: Options passed to the mere data source (``max_partition_bytes``, ``storage.<key>``, ...).
+
+    Returns:
+        The DataFrame.
+
+    Raises:
+        InvalidInput: An unknown option, no warehouse, or an invalid read argument (as :meth:`mere.Table.scan`
+            raises it).
+        NoSuchTable: There is no such table.
+        SchemaMismatch: A column the table does not have.
+        FilterError: A filter that does not parse or does not fit the table's columns.
+        NoSuchVersion: The version (or time) is not in the retained history.
+        NotInstalled: Spark's Python workers cannot import mere (when the data source is registered here).
     """
     if not is_registered(spark):
         register(spark)  # the registered source runs in the interpreter check_workers tests

@@ -1,5 +1,7 @@
-"""Sessions: a local one for jobs and tests, registering the data source, and checking that Spark's
-Python workers can import mere."""
+"""Sessions: a local one for jobs and tests, and registering the data source.
+
+Also checking that Spark's Python workers can import mere.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +15,21 @@ from mere.integrations.spark.sink import install_partition_hook
 
 
 def local_session(app_name: str, driver_memory: str = "1g", shuffle_partitions: int = 2) -> Any:
-    """A local[2] SparkSession for jobs, tests and benchmarks on one machine (UTC, quiet, no UI)."""
+    """A local[2] SparkSession for jobs, tests and benchmarks on one machine (UTC, quiet, no UI).
+
+    Spark's Python workers run this interpreter (``PYSPARK_PYTHON``, unless set), and ``.partitionBy`` of a
+    mere write is installed (see :func:`install_partition_hook`).
+
+    Args:
+        app_name: The Spark application's name.
+        driver_memory: ``spark.driver.memory``.
+        shuffle_partitions: ``spark.sql.shuffle.partitions``.
+
+    Returns:
+        The session (an existing one, if this process has one).
+
+    Raises nothing of mere's own: a session Spark cannot start fails as PySpark raises it.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -37,9 +53,14 @@ def local_session(app_name: str, driver_memory: str = "1g", shuffle_partitions: 
 def register(spark: Any, *, check: bool = True) -> None:
     """Register the data source explicitly (auto-discovery through ``pyspark_mere`` usually does it).
 
-    With ``check`` (the default) it first makes sure Spark's Python workers can import mere
-    (:func:`check_workers`: one tiny task per session), so that a worker interpreter without mere is one
-    clear :class:`~mere.errors.NotInstalled` here, not a Java stack trace at the first query.
+    Args:
+        spark: The SparkSession.
+        check: First make sure Spark's Python workers can import mere (:func:`check_workers`: one tiny task
+            per session), so that a worker interpreter without mere is one clear
+            :class:`~mere.errors.NotInstalled` here, not a Java stack trace at the first query.
+
+    Raises:
+        NotInstalled: With ``check``, Spark's Python workers cannot import mere (or pyarrow).
     """
     if check:
         check_workers(spark)
@@ -60,8 +81,15 @@ _registered_sessions: set[str] = set()
 def check_workers(spark: Any) -> None:
     """Fail with one clear sentence if Spark's Python workers cannot import mere (or pyarrow).
 
-    Runs one tiny Spark task per session (remembered), whose function travels by value so that it runs
-    even where mere is missing. Called by :func:`register` and :func:`read_table`.
+    Runs one tiny Spark task per session (remembered), whose function travels by value so that it runs even
+    where mere is missing. Called by :func:`register` and :func:`read_table`.
+
+    Args:
+        spark: The SparkSession.
+
+    Raises:
+        NotInstalled: A Python worker could not start, or its interpreter cannot import mere or pyarrow (the
+            message says how to point Spark at the right interpreter).
     """
     app = spark.sparkContext.applicationId
     if app in _checked_sessions:

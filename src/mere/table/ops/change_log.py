@@ -73,8 +73,10 @@ def change_feed(
     filter: Any = None,
     splits: Collection[tuple[str, int]] | None = None,
 ) -> pa.RecordBatchReader:
-    """See :meth:`mere.Table.changes`. ``splits`` ((partition JSON, bucket) pairs) limits the feed to those
-    splits: an engine's task computes its share of one feed."""
+    """See :meth:`mere.Table.changes`; ``splits`` limits the feed to some splits.
+
+    ``splits`` ((partition JSON, bucket) pairs): an engine's task computes its share of one feed.
+    """
     spec = table.spec
     if not spec.has_primary_key:
         raise InvalidInput(
@@ -234,9 +236,12 @@ def _expiry_named(
 
 
 class _Part:
-    """Feed rows of some touched keys: ``rows.take(at)``, of change kinds ``kind`` (codes of ``_ORDER``),
-    versions ``versions`` and splits ``split`` (ranks among the splits emitted together). ``ordered``:
-    the rows are in the feed's order already (one split, one version, in key and kind order)."""
+    """Feed rows of some touched keys: ``rows.take(at)``.
+
+    Of change kinds ``kind`` (codes of ``_ORDER``), versions ``versions`` and splits ``split`` (ranks among
+    the splits emitted together). ``ordered``: the rows are in the feed's order already (one split, one
+    version, in key and kind order).
+    """
 
     def __init__(
         self,
@@ -390,8 +395,11 @@ class _Feed:
         return key_filter(self.keys, keys)
 
     def _read_log(self, entry: FileEntry) -> tuple[pa.Table, np.ndarray | None, bool]:
-        """A log file's rows in the feed's columns, their change kinds (None: a log of before-images
-        only, as ``changes.log`` first wrote them) and whether it holds a column dropped since."""
+        """A log file's rows in the feed's columns, their change kinds, and whether it holds a dropped column.
+
+        The last tells whether the log holds a column dropped since it was written. Change kinds None: a log
+        of before-images only, as ``changes.log`` first wrote them.
+        """
         spec, storage = self.table.spec, self.table.storage
         md = storage.metadata(entry.path, entry.size_bytes or None)
         raw = storage.read_row_groups(entry.path, range(md.num_row_groups), None, entry.size_bytes)
@@ -431,8 +439,11 @@ class _Feed:
         return _Part(rows, at, kind[at], np.full(len(at), version, np.int64), at[:0], ordered=len(logs) == 1)
 
     def _logged(self, logs: list[FileEntry], touched: pa.Table) -> pa.Table:
-        """Rows at the start version of the touched keys, from the logs: each key's row in the log of
-        the first commit of the range that touched it (absent there: the key was absent)."""
+        """Rows at the start version of the touched keys, from the logs.
+
+        Each key's row in the log of the first commit of the range that touched it (absent there: the key was
+        absent).
+        """
         if not logs:
             return self._schema_of_rows().empty_table()
         parts = []
@@ -454,23 +465,26 @@ class _Feed:
         return logged.filter(pa.array(found)).select(self.columns)
 
     def _single_images(self, split: tuple[str, int]) -> tuple[pa.Table, pa.Table, pa.Table | None]:
-        """:meth:`_single` of the split's one added file, and its before-image from the logs when the
-        split is logged (else None: merged at the start version)."""
+        """:meth:`_single` of the split's one added file, and its before-image from the logs.
+
+        The before-image is None when the split is not logged (it is merged at the start version then).
+        """
         keys, rows = self._single(self.from_added[split][0])
         logs = self.from_logs.get(split)
         return keys, rows, None if logs is None else self._logged(logs, keys)
 
     def _single(self, entry: FileEntry) -> tuple[pa.Table, pa.Table]:
-        """The touched keys (with the version that added the file as both newest and first) and the rows
-        at the end version of a file that alone changed its split."""
+        """The touched keys and the rows at the end version of a file that alone changed its split.
+
+        Each touched key comes with the version that added the file as both newest and first.
+        """
         keys, rows = written_rows(self.ctx, [entry])
         version = pa.array(np.full(keys.num_rows, entry.added_version, np.int64))
         keys = keys.append_column(VERSION_COLUMN, version).append_column(_FIRST, version)
         return keys, self._conformed(rows)
 
     def _touched_keys(self, files: list[tuple[FileEntry, int]]) -> pa.Table:
-        """Each touched key of the split with the newest and the first version of the range that touched
-        it."""
+        """Each touched key of the split with the newest and the first version of the range touching it."""
         # A file added and removed in the range is read once, with its removal's version (then its split
         # is merged, not read from logs, so the first version matters only for files the range added).
         newest: dict[str, tuple[FileEntry, int]] = {}
@@ -491,16 +505,20 @@ class _Feed:
         )
 
     def _compare(self, touched: pa.Table, before: pa.Table, after: pa.Table, split: np.ndarray) -> _Part:
-        """The feed rows of the touched keys (each once in ``touched``, with its newest version, of splits
-        ``split``) from their merged rows at the start and the end."""
+        """The feed rows of the touched keys from their merged rows at the start and the end.
+
+        ``touched`` holds each key once, with its newest version, of splits ``split``.
+        """
         rows, at, kind, key = compare_images(touched, before, after, self.keys, self.columns, unchanged=False)
         versions = np.asarray(touched.column(VERSION_COLUMN).to_numpy())[key]
         return _Part(rows, at, kind, versions, split[key])
 
     def _emit(self, parts: list[_Part]) -> pa.Table:
-        """Feed rows of some parts (in split order), split by split, each ordered by version, then key,
-        then change kind, in the feed's schema (one NumPy sort and one take of the rows, none where the
-        parts are in that order already)."""
+        """Feed rows of some parts (in split order), split by split, in the feed's schema.
+
+        Each split's rows are ordered by version, then key, then change kind (one NumPy sort and one take of
+        the rows, none where the parts are in that order already).
+        """
         parts = [p for p in parts if len(p.at)]
         if not parts:
             return self.schema.empty_table().select(self.out_names)
@@ -556,9 +574,11 @@ def _specs_in_force(table: TableHandle, start: int, end: int) -> list[tuple[int,
 def _refuse_narrowed_columns(
     table: TableHandle, specs: list[tuple[int, TableSpec]], start: int, end: int
 ) -> None:
-    """A rollback may undo a widening: values of the range's wider versions would not fit the current
-    column type the feed speaks (an overflow, or a float64 silently rounded to float32). Refused, naming
-    the column and the versions."""
+    """Refuse a range in which a rollback undid a widening, naming the column and the versions.
+
+    Values of the range's wider versions would not fit the current column type the feed speaks (an overflow,
+    or a float64 silently rounded to float32).
+    """
     current = table.spec
     ids = {fid: name for name, fid in current.field_ids.items()}
     for version, spec in specs:
@@ -580,8 +600,10 @@ def _refuse_narrowed_columns(
 
 
 def _rows_of(column: pa.ChunkedArray, at: np.ndarray) -> pa.Array | np.ndarray:
-    """``column.take(at)``, in NumPy where the values sort there as in Arrow (numbers, dates and
-    timestamps without NULLs)."""
+    """``column.take(at)``, in NumPy where the values sort there as in Arrow.
+
+    That is numbers, dates and timestamps without NULLs.
+    """
     values = numpy_sortable(column)
     return column.take(pa.array(at)) if values is None else values[at]
 
@@ -595,9 +617,29 @@ def follow(
     poll_seconds: float = 1.0,
     max_poll_seconds: float = 30.0,
 ) -> Iterator[tuple[int, pa.Table]]:
-    """Yield ``(version, changes)`` as commits land after ``from_version``: the change feed from the last
-    version yielded to the newest one, polled with exponential backoff (from ``poll_seconds`` up to
-    ``max_poll_seconds``) while nothing lands. Runs until the caller stops iterating."""
+    """Yield ``(version, changes)`` as commits land after ``from_version``, until the caller stops iterating.
+
+    Each item is the change feed (see :meth:`mere.Table.changes`) from the last version yielded to the newest
+    one, polled with exponential backoff (from ``poll_seconds`` up to ``max_poll_seconds``) while nothing
+    lands. The arguments are checked when the first item is asked for.
+
+    Args:
+        table: The table to follow.
+        from_version: The version the changes start after.
+        columns: The table columns the feed rows carry (default: every column).
+        filter: A filter the feed rows are kept for.
+        poll_seconds: The first wait between polls while nothing lands.
+        max_poll_seconds: The longest wait between polls (at most a day).
+
+    Yields:
+        ``(version, changes)``: the newest version and the feed up to it, as an Arrow table.
+
+    Raises:
+        InvalidInput: ``table`` is not a mere table, ``from_version`` is not a non-negative integer, a poll
+            interval that is not a positive number of seconds up to a day, or a table without primary key.
+        NoSuchVersion: ``from_version`` is not readable (expired, or after the newest).
+        NoSuchTable: The table was dropped (or dropped and created again) while followed.
+    """
     if not is_handle(table):
         raise InvalidInput(f"follow needs a mere Table, got {type(table).__name__}")
     if not isinstance(from_version, int) or isinstance(from_version, bool) or from_version < 0:

@@ -263,8 +263,10 @@ class MergeClause:
     def of(
         kind: ClauseKind, action: Action, condition: Any = None, values: Any = None, all_columns: bool = False
     ) -> MergeClause:
-        """A clause from a ``when_*`` method's arguments: ``condition`` must be SQL text (or None) and
-        ``values`` of an update or insert a non-empty dict of column -> SQL text (InvalidInput otherwise).
+        """A clause from a ``when_*`` method's arguments.
+
+        ``condition`` must be SQL text (or None) and ``values`` of an update or insert a non-empty dict of
+        column -> SQL text (InvalidInput otherwise).
         """
         text = None if condition is None else _text(condition, "clause condition")
         pairs: tuple[tuple[str, str], ...] = ()
@@ -325,45 +327,156 @@ class MergeBuilder:
         raise NotImplementedError
 
     def when_matched_update(self, set: Mapping[str, str], condition: str | None = None) -> Self:
-        """Target rows paired with a source row (and meeting ``condition``): set columns to expressions."""
+        """Target rows paired with a source row (and meeting ``condition``): set columns to expressions.
+
+        Args:
+            set: ``{column: SQL expression text}`` over the aliases, such as ``{"qty": "t.qty + s.qty"}``.
+            condition: SQL text over the aliases the rows must also meet; None: every such row.
+
+        Returns:
+            This MERGE, to add more clauses to.
+
+        Raises:
+            InvalidInput: A ``condition`` that is not SQL text, ``set`` that is not a non-empty dict of column
+                -> SQL text, or a MERGE that was executed already.
+            FilterError: A condition or value that does not parse.
+        """
         return self.add_clause(MergeClause.of("matched", "update", condition, set))
 
     def when_matched_update_all(self, condition: str | None = None) -> Self:
-        """Matched rows take the source's columns by name (DuckDB's ``UPDATE BY NAME``, not the positional
-        ``UPDATE SET *``): each source column sets the target column of its name, and columns the source
-        lacks keep their values. Key and partition columns are not set (they identify the row; the ON
-        condition pairs the key with the source's). A source column the table does not have is refused
-        (:class:`~mere.errors.InvalidInput`), except the table's ``cdc_column``."""
+        """Matched rows take the source's columns by name.
+
+        This is DuckDB's ``UPDATE BY NAME``, not the positional ``UPDATE SET *``: each source column sets the
+        target column of its name, and columns the source lacks keep their values. Key and partition columns
+        are not set (they identify the row; the ON condition pairs the key with the source's). A source column
+        the table does not have is refused (:class:`~mere.errors.InvalidInput`), except the table's
+        ``cdc_column``.
+
+        Args:
+            condition: SQL text over the aliases the rows must also meet; None: every such row.
+
+        Returns:
+            This MERGE, to add more clauses to.
+
+        Raises:
+            InvalidInput: A ``condition`` that is not SQL text, a source column the table does not have, or a
+                MERGE that was executed already.
+            FilterError: A condition that does not parse.
+        """
         return self.add_clause(MergeClause.of("matched", "update", condition, all_columns=True))
 
     def when_matched_delete(self, condition: str | None = None) -> Self:
-        """Delete matched target rows (meeting ``condition``)."""
+        """Delete matched target rows (meeting ``condition``).
+
+        Args:
+            condition: SQL text over the aliases the rows must also meet; None: every such row.
+
+        Returns:
+            This MERGE, to add more clauses to.
+
+        Raises:
+            InvalidInput: A ``condition`` that is not SQL text, or a MERGE that was executed already.
+            FilterError: A condition that does not parse.
+        """
         return self.add_clause(MergeClause.of("matched", "delete", condition))
 
     def when_matched_do_nothing(self, condition: str | None = None) -> Self:
-        """Leave matched rows (meeting ``condition``) as they are, so that later clauses skip them."""
+        """Leave matched rows (meeting ``condition``) as they are, so that later clauses skip them.
+
+        Args:
+            condition: SQL text over the aliases the rows must also meet; None: every such row.
+
+        Returns:
+            This MERGE, to add more clauses to.
+
+        Raises:
+            InvalidInput: A ``condition`` that is not SQL text, or a MERGE that was executed already.
+            FilterError: A condition that does not parse.
+        """
         return self.add_clause(MergeClause.of("matched", "nothing", condition))
 
     def when_not_matched_insert(self, values: Mapping[str, str], condition: str | None = None) -> Self:
-        """Source rows with no target row: insert a row of these column -> expression values."""
+        """Source rows with no target row: insert a row of these column -> expression values.
+
+        Args:
+            values: ``{column: SQL expression text}`` over the source alias; the key columns must be given.
+            condition: SQL text over the aliases the rows must also meet; None: every such row.
+
+        Returns:
+            This MERGE, to add more clauses to.
+
+        Raises:
+            InvalidInput: A ``condition`` that is not SQL text, ``values`` that is not a non-empty dict of
+                column -> SQL text, or a MERGE that was executed already.
+            FilterError: A condition or value that does not parse.
+        """
         return self.add_clause(MergeClause.of("not_matched", "insert", condition, values))
 
     def when_not_matched_insert_all(self, condition: str | None = None) -> Self:
-        """Source rows with no target row: insert them, columns by name (DuckDB's ``INSERT BY NAME``, not
-        the positional ``INSERT *``): columns the source lacks are NULL. A source column the table does not
-        have is refused (:class:`~mere.errors.InvalidInput`), except the table's ``cdc_column``."""
+        """Source rows with no target row: insert them, columns by name.
+
+        This is DuckDB's ``INSERT BY NAME``, not the positional ``INSERT *``: columns the source lacks are
+        NULL. A source column the table does not have is refused (:class:`~mere.errors.InvalidInput`), except
+        the table's ``cdc_column``.
+
+        Args:
+            condition: SQL text over the aliases the rows must also meet; None: every such row.
+
+        Returns:
+            This MERGE, to add more clauses to.
+
+        Raises:
+            InvalidInput: A ``condition`` that is not SQL text, a source column the table does not have, or a
+                MERGE that was executed already.
+            FilterError: A condition that does not parse.
+        """
         return self.add_clause(MergeClause.of("not_matched", "insert", condition, all_columns=True))
 
     def when_not_matched_do_nothing(self, condition: str | None = None) -> Self:
-        """Skip unmatched source rows (meeting ``condition``)."""
+        """Skip unmatched source rows (meeting ``condition``).
+
+        Args:
+            condition: SQL text over the aliases the rows must also meet; None: every such row.
+
+        Returns:
+            This MERGE, to add more clauses to.
+
+        Raises:
+            InvalidInput: A ``condition`` that is not SQL text, or a MERGE that was executed already.
+            FilterError: A condition that does not parse.
+        """
         return self.add_clause(MergeClause.of("not_matched", "nothing", condition))
 
     def when_not_matched_by_source_update(self, set: Mapping[str, str], condition: str | None = None) -> Self:
-        """Target rows no source row pairs with: set columns (reads every target row)."""
+        """Target rows no source row pairs with: set columns (reads every target row).
+
+        Args:
+            set: ``{column: SQL expression text}`` over the target alias.
+            condition: SQL text over the aliases the rows must also meet; None: every such row.
+
+        Returns:
+            This MERGE, to add more clauses to.
+
+        Raises:
+            InvalidInput: A ``condition`` that is not SQL text, ``set`` that is not a non-empty dict of column
+                -> SQL text, or a MERGE that was executed already.
+            FilterError: A condition or value that does not parse.
+        """
         return self.add_clause(MergeClause.of("not_matched_by_source", "update", condition, set))
 
     def when_not_matched_by_source_delete(self, condition: str | None = None) -> Self:
-        """Delete target rows no source row pairs with (reads every target row)."""
+        """Delete target rows no source row pairs with (reads every target row).
+
+        Args:
+            condition: SQL text over the aliases the rows must also meet; None: every such row.
+
+        Returns:
+            This MERGE, to add more clauses to.
+
+        Raises:
+            InvalidInput: A ``condition`` that is not SQL text, or a MERGE that was executed already.
+            FilterError: A condition that does not parse.
+        """
         return self.add_clause(MergeClause.of("not_matched_by_source", "delete", condition))
 
 
@@ -415,15 +528,20 @@ class Merge(MergeBuilder):
         return self
 
     def add_clause(self, clause: MergeClause) -> Self:
-        """Add a WHEN clause given as data (the ``when_*`` methods and :meth:`MergeSpec.build` call this);
-        its SQL is parsed now."""
+        """Add a WHEN clause given as data; its SQL is parsed now.
+
+        The ``when_*`` methods and :meth:`MergeSpec.build` call this.
+        """
         if clause.all_columns:
             self._by_name(f"when_{clause.kind}_{clause.action}_all()")
         return self._add(clause.parse())
 
     def _by_name(self, what: str) -> None:
-        """The ``*_all`` clauses pair columns by name (SQL's BY NAME): a source column the table does not
-        have is refused, not dropped (the table's change column aside: writes take it, it is not stored)."""
+        """Refuse source columns the table lacks to the ``*_all`` clauses, which pair columns by name.
+
+        As SQL's BY NAME, such a column is refused, not dropped (the table's change column aside: writes take
+        it, it is not stored).
+        """
         known = {*self.table.spec.schema.names, self.table.spec.cdc_column}
         unknown = [c for c in self.source.column_names if c not in known]
         if unknown:
@@ -455,7 +573,16 @@ class Merge(MergeBuilder):
         return any(c.kind == "not_matched_by_source" for c in self.clauses)
 
     def explain(self) -> MergeExplain:
-        """What the MERGE reads (at the table's current version); nothing is read or written."""
+        """What the MERGE reads (at the table's current version); nothing is read or written.
+
+        Returns:
+            The statement, and how many target splits it reads of how many (and why).
+
+        Raises:
+            InvalidInput: A MERGE without WHEN clauses, an ON condition that does not equate every key column
+                with a source column, or clauses that set key columns, name unknown columns or a column twice.
+            FilterError: A condition or value that names unknown columns or does not type.
+        """
         self._check()
         plan = MergePlan(self)
         splits = plan.splits(self.table.version)
@@ -471,14 +598,50 @@ class Merge(MergeBuilder):
         )
 
     def stage(self, version: int) -> StagedChange:
-        """Evaluate against ``version`` and write the files without committing (one task of a distributed
-        MERGE whose source rows of a key all reach the same task): a
-        :class:`~mere.table.commit.StagedChange` that :meth:`mere.Table.commit` takes."""
+        """Evaluate against ``version`` and write the files without committing.
+
+        One task of a distributed MERGE whose source rows of a key all reach the same task; the result is a
+        :class:`~mere.table.commit.StagedChange` that :meth:`mere.Table.commit` takes.
+
+        Args:
+            version: The table version the MERGE reads (every task of one MERGE the same).
+
+        Returns:
+            The staged share of the MERGE.
+
+        Raises:
+            InvalidInput: A MERGE without WHEN clauses, or one whose clauses are invalid (as :meth:`execute`).
+            FilterError: A condition or value that names unknown columns or does not type.
+            MergeConflict: The MERGE would change a target row twice, or insert a key twice or one the table
+                holds.
+            NullKey: The MERGE would insert a row with a NULL key.
+            NoSuchVersion: ``version`` is not readable.
+            StorageError: Reading or writing files failed.
+        """
         self._check()
         return MergePlan(self).stage(version)
 
     def execute(self) -> MergeMetrics:
-        """Run the MERGE as one commit; nothing is written when any part of it fails."""
+        """Run the MERGE as one commit; nothing is written when any part of it fails.
+
+        Every expression is checked before anything is read. A commit that lost a race re-reads what the
+        concurrent commits changed and runs again.
+
+        Returns:
+            Rows inserted, updated, deleted and left unchanged, files written and the version committed.
+
+        Raises:
+            InvalidInput: A MERGE without WHEN clauses or executed already, an ON condition that does not
+                equate every key column with a source column, or clauses that set key columns, name unknown
+                columns or a column twice.
+            FilterError: A condition or value that names unknown columns or does not type.
+            MergeConflict: The MERGE would change a target row twice, or insert a key twice or one the table
+                holds.
+            NullKey: The MERGE would insert a row with a NULL key.
+            CommitConflict: Concurrent commits won every retry (nothing committed).
+            CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
+            StorageError: Reading or writing files failed.
+        """
         self._check()
         if self._state != "open":
             raise InvalidInput(f"{self.table.name}: this MERGE was executed; build a new one")
@@ -771,8 +934,10 @@ class MergePlan:
         return out
 
     def _keeps(self, column: str, parsed: Parsed, scope: _Scope) -> bool:
-        """Whether SET ``column`` = ``parsed`` leaves a matched row's key or partition column as it is: the
-        target's own value, or the source column the ON condition equates that key column with."""
+        """Whether SET ``column`` = ``parsed`` leaves a matched row's key or partition column as it is.
+
+        That is: the target's own value, or the source column the ON condition equates that key column with.
+        """
         tree = parsed.tree
         while isinstance(tree, exp.Paren):
             tree = tree.this
@@ -813,8 +978,10 @@ class MergePlan:
 
     @functools.cached_property
     def _keyed_source(self) -> tuple[pa.Table, np.ndarray]:
-        """The source's key tuples without a NULL part (those match no target row), in primary-key order,
-        and the bucket of each: the buckets a MERGE reads and the keys each of them is probed for."""
+        """The source's key tuples without a NULL part (those match no target row), in primary-key order.
+
+        With the bucket of each: the buckets a MERGE reads and the keys each of them is probed for.
+        """
         keys = self.source_keys.select(list(self.spec.primary_key)).drop_null()
         return keys, bucket_ids(keys, self.spec.buckets) if keys.num_rows else np.zeros(0, np.int32)
 
@@ -1011,9 +1178,11 @@ class MergePlan:
         return whole_table, del_table, counts
 
     def _check_computed_inserts(self, base: int) -> list[str]:
-        """Inserted keys that are not source keys (``INSERT VALUES (s.k + 1, ...)``) were not read with the
-        target: look them up, so that inserting a key the table holds fails as it does for source keys.
-        Returns the splits read."""
+        """Look up inserted keys that are not source keys; returns the splits read.
+
+        Such keys (``INSERT VALUES (s.k + 1, ...)``) were not read with the target: looked up, inserting a key
+        the table holds fails as it does for source keys.
+        """
         if not self._inserted or self.merge.full_scan or not self._computed_keys:
             return []
         keys = list(self.spec.primary_key)
@@ -1073,8 +1242,10 @@ class MergePlan:
                 )
 
     def _frame(self, target: pa.Table | None, t_idx: np.ndarray | None, s_idx: np.ndarray | None) -> pa.Table:
-        """The target and source rows that conditions and values are evaluated on: the columns they name
-        (at least one, so that the frame knows its row count)."""
+        """The target and source rows that conditions and values are evaluated on.
+
+        The columns they name (at least one, so that the frame knows its row count).
+        """
         sides = []
         if target is not None and t_idx is not None:
             sides.append((_TARGET, target, t_idx))
