@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -277,3 +278,26 @@ def test_checks_follow_a_delete_evaluated_again_after_a_race(
         tx.upsert(pa.table({"id": [1], "day": ["a"], "qty": [2**62]}))
     monkeypatch.undo()
     assert raced and _state(t) == {1: ("a", 2**62)}  # readable, unchanged by the refused transaction
+
+
+def test_concurrent_property_and_column_changes_keep_each_others_properties(tmp_path: Path) -> None:
+    """A spec change writes the properties at its base with its own updates applied: a handle whose view
+    of the properties is stale must not write that view back over a concurrent commit's (lost update)."""
+    cat = mere.connect(str(tmp_path))
+    t = cat.create_table("n.t", pa.schema([pa.field("k", pa.int64(), nullable=False)]), primary_key="k")
+    stale, other = cat.table("n.t"), cat.table("n.t")
+    tx = stale.transaction()
+    tx.set_properties({"custom.y": "2", "write.row-group-rows": "1000"})
+    other.set_properties({"custom.x": "1", "write.row-group-rows": "500"})
+    assert tx.commit().version == 2  # lost the race to version 1, retried on top of it
+    t.refresh()
+    assert t.properties["custom.x"] == "1" and t.properties["custom.y"] == "2"
+    assert t.properties["write.row-group-rows"] == "1000"  # the same key: the later commit's value
+    # A column change from a handle that has not seen version 3's property keeps it too.
+    evolving = cat.table("n.t")
+    t.set_properties({"custom.z": "3", "custom.x": None})
+    evolving.add_column("v", pa.int64())
+    t.refresh()
+    assert "v" in t.schema.names
+    assert t.properties["custom.z"] == "3" and "custom.x" not in t.properties
+    assert t.properties["custom.y"] == "2"

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion, SchemaChanged
 from mere.metadata import BLIND_DELETE_MARKERS, DELETE_MARKERS, DELETED_ROWS, CommitResult, FileEntry
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.spec import validate_properties
+from mere.spec import TableSpec, validate_properties
 from mere.table.conflicts import (
     ColumnsUnchanged,
     PartitionSet,
@@ -196,6 +196,17 @@ def renumber(files: Iterable[FileEntry], *, keep_seq: bool = False) -> list[File
     ]
 
 
+def applied(properties: Mapping[str, str], updates: Mapping[str, Any]) -> dict[str, Any]:
+    """``properties`` with ``updates`` applied (a None value removes the key)."""
+    out: dict[str, Any] = dict(properties)
+    for key, value in updates.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
 def deletion_summary(markers: int, existed: int | None) -> dict[str, int]:
     """A delete's summary entries: the markers written, and the rows that existed and were deleted where
     the delete read them (a blind delete of given keys does not know how many existed)."""
@@ -237,7 +248,8 @@ class Commit:
         self.read_version = current(ctx) if read_version is None else read_version
         self.changes: list[Change] = []
         self.checks = WriteChecks(ctx.spec, ctx.name)
-        self.properties: dict[str, str] | None = None
+        self.properties: dict[str, str] | None = None  # the new properties, computed on the base of each try
+        self.property_updates: dict[str, Any] | None = None  # what set_properties asked: key -> value or None
         # A column change: the new spec and its steps (a handle adding columns carries one).
         self.schema: SchemaChange | None = ctx.schema_change
         self.state = "open"  # open, committing, committed, aborted
@@ -274,15 +286,18 @@ class Commit:
             raise InvalidInput(
                 f"{self.ctx.name}: set_properties takes a non-empty dict of key -> value (None removes)"
             )
-        merged: dict[str, Any] = dict(
-            self.ctx.spec.properties if self.properties is None else self.properties
-        )
-        for key, value in updates.items():
-            if value is None:
-                merged.pop(key, None)
-            else:
-                merged[key] = value
-        self.properties = validate_properties(merged)
+        asked = {**(self.property_updates or {}), **updates}
+        self.properties = validate_properties(applied(self.ctx.spec.properties, asked))  # checked now
+        self.property_updates = asked
+
+    def restore_properties(self, properties: Mapping[str, str]) -> None:
+        """Make the table's properties exactly ``properties`` in this commit (a rollback's)."""
+        current_keys = self.ctx.spec.properties
+        self.property_updates = {
+            **dict.fromkeys(k for k in current_keys if k not in properties),
+            **properties,
+        }
+        self.properties = dict(properties)
 
     def operations(self) -> list[str]:
         """The operations of the changes, then of the property and column changes."""
@@ -394,10 +409,17 @@ class Commit:
         spec = None
         if self.properties is not None or self.schema is not None:
             new_spec = ctx.spec if self.schema is None else self.schema.spec
-            if self.properties is not None:
-                new_spec = replace(new_spec, properties=self.properties)
-                extra["properties"] = self.properties
-                rules.append(PropertiesUnchanged())
+            # The spec written carries the properties at the base with this commit's updates applied: a
+            # concurrent commit may have set others since the handle read them, and writing the handle's
+            # view back would lose them (one that lands before this commit is a conflict: retried here).
+            stored = ctx.store.spec_at(ctx.table_id, base)
+            at_base = ctx.spec if stored is None else TableSpec.from_json(stored, ctx.name)
+            properties = validate_properties(applied(at_base.properties, self.property_updates or {}))
+            new_spec = replace(new_spec, properties=properties)
+            rules.append(PropertiesUnchanged())
+            if self.property_updates is not None:
+                self.properties = properties
+                extra["properties"] = properties
             if self.schema is not None:
                 extra["schema"] = list(self.schema.steps)
             spec = new_spec.to_json()

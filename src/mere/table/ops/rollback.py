@@ -70,7 +70,7 @@ def _commit(ctx: TableContext, target: int, base: int) -> CommitResult:
     if text is not None:
         then = TableSpec.from_json(text, ctx.name)
         if dict(then.properties) != dict(ctx.spec.properties):
-            commit.properties = dict(then.properties)
+            commit.restore_properties(then.properties)
         if not same_columns(then, ctx.spec):
             # The version's columns come back too; ids already given stay given.
             restored = replace(
