@@ -29,7 +29,7 @@ from mere.partitions import partition_json
 from mere.read.options import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.spec import OP_COLUMN, TableSpec
 from mere.table import versions
-from mere.table.commit import StagedChange
+from mere.table.commit import StagedChange, check_idempotency_key
 from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.context import CatalogHandle, MetadataStore, SchemaChange, TableContext, WriteSettings
 from mere.table.inspect import Inspect
@@ -355,7 +355,7 @@ class Table:
         See :class:`~mere.table.transaction.Transaction`; every single write below is a transaction of one
         change.
         """
-        _check_key(self.name, idempotency_key)
+        check_idempotency_key(self.name, idempotency_key)
         return Transaction(self, idempotency_key)
 
     def upsert(self, data: Any, *, idempotency_key: str | None = None, evolve: bool = False) -> CommitResult:
@@ -418,7 +418,7 @@ class Table:
         evolved._pending_columns = SchemaChange(update.spec, tuple(update.steps))
         return evolved
 
-    def delete(self, where: Any) -> CommitResult:
+    def delete(self, where: Any, *, idempotency_key: str | None = None) -> CommitResult:
         """Delete rows matching a filter (string, expression, pyarrow Expression), or the keys in a table of keys.
 
         ``delete("TRUE")`` deletes every row (as delete markers); :meth:`truncate` empties the table at once.
@@ -426,18 +426,49 @@ class Table:
         counts rows that existed, as SQL's DELETE count. A table of keys with their partition values is
         deleted blind (a marker per key, nothing read): its ``rows_deleted`` is None, ``delete_markers`` the
         keys marked.
-        """
-        return self._write_once(None, lambda tx: tx.delete(where))
 
-    def update(self, set: Mapping[str, str], where: Any = None) -> CommitResult:
+        Args:
+            where: the filter, or a table of keys (with their partition values).
+            idempotency_key: commit at most once: when a commit with this key has landed (a retry of the
+                same delete), nothing is read or written and that commit's result is returned
+                (``already_committed=True``), whatever ``where`` is now. A delete that matches nothing
+                makes no version and records no key.
+
+        Returns:
+            The commit's result (``no_change=True`` when nothing matched).
+
+        Raises:
+            InvalidInput: a bad filter or key (nothing committed).
+            CommitConflict: lost every retry to concurrent commits (nothing committed).
+        """
+        return self._write_once(idempotency_key, lambda tx: tx.delete(where))
+
+    def update(
+        self, set: Mapping[str, str], where: Any = None, *, idempotency_key: str | None = None
+    ) -> CommitResult:
         """Set columns of the rows matching ``where`` (every row when None) to SQL expressions of the row.
 
         ``t.update(set={"status": "'shipped'", "qty": "qty + 1"}, where="day = '2026-11-21'")``. Keyed
         tables write the changed rows as whole new rows (a merge operator's column takes the value set, it
         is not folded into the old one); tables without a key rewrite the files holding matching rows.
         Key and partition columns cannot be set.
+
+        Args:
+            set: column -> SQL expression text of the row.
+            where: the rows to change (None: every row).
+            idempotency_key: commit at most once: when a commit with this key has landed (a retry of the
+                same UPDATE, such as ``qty = qty + 1`` that must not add twice), nothing is read or
+                written and that commit's result is returned (``already_committed=True``). An UPDATE that
+                matches no row makes no version and records no key.
+
+        Returns:
+            The commit's result (``no_change=True`` when no row matched).
+
+        Raises:
+            InvalidInput: a bad column, expression, filter or key (nothing committed).
+            CommitConflict: lost every retry to concurrent commits (nothing committed).
         """
-        return self._write_once(None, lambda tx: tx.update(set, where))
+        return self._write_once(idempotency_key, lambda tx: tx.update(set, where))
 
     def merge(
         self, source: Any, on: str | None = None, source_alias: str = "s", target_alias: str = "t"
@@ -452,16 +483,33 @@ class Table:
               .when_not_matched_insert_all()
               .execute())
 
-        See :class:`~mere.table.merge.Merge`.
+        ``execute(idempotency_key=...)`` commits the MERGE at most once: a retry with the key returns the
+        first commit's :class:`~mere.table.merge.MergeMetrics` without reading or writing anything. See
+        :class:`~mere.table.merge.Merge`.
         """
         return Merge(self, source, on, source_alias, target_alias)
 
-    def truncate(self) -> CommitResult:
-        """Remove every row as one new version, without writing anything (earlier versions stay readable)."""
-        return self._write_once(None, lambda tx: tx.truncate())
+    def truncate(self, *, idempotency_key: str | None = None) -> CommitResult:
+        """Remove every row as one new version, without writing anything (earlier versions stay readable).
+
+        Args:
+            idempotency_key: commit at most once: a known key returns its commit, changing nothing.
+
+        Returns:
+            The commit's result (``no_change=True`` for a table that is empty already).
+
+        Raises:
+            InvalidInput: a bad key (nothing committed).
+        """
+        return self._write_once(idempotency_key, lambda tx: tx.truncate())
 
     def overwrite(
-        self, data: Any, partition: Mapping[str, Any] | None = None, *, dynamic: bool = False
+        self,
+        data: Any,
+        partition: Mapping[str, Any] | None = None,
+        *,
+        dynamic: bool = False,
+        idempotency_key: str | None = None,
     ) -> CommitResult:
         """Replace the whole table, or the partitions matching ``partition``, with ``data``.
 
@@ -469,8 +517,22 @@ class Table:
         overwrite): other partitions keep their rows, and empty ``data`` changes nothing. With
         ``partition`` too, ``data``'s rows must lie in it. A table without partition columns is replaced
         whole either way.
+
+        Args:
+            data: the new rows (Arrow, pandas, Polars or an Arrow stream).
+            partition: ``{column: value}`` of the partitions to replace (None: the whole table).
+            dynamic: replace only the partitions ``data`` has rows in.
+            idempotency_key: commit at most once: when a commit with this key has landed (a retry),
+                ``data`` is not read and that commit's result is returned (``already_committed=True``).
+
+        Returns:
+            The commit's result.
+
+        Raises:
+            InvalidInput: bad data, partition or key (nothing committed).
+            CommitConflict: lost every retry to concurrent commits (nothing committed).
         """
-        return self._write_once(None, lambda tx: tx.overwrite(data, partition, dynamic=dynamic))
+        return self._write_once(idempotency_key, lambda tx: tx.overwrite(data, partition, dynamic=dynamic))
 
     def set_properties(self, updates: Mapping[str, str | int | None]) -> CommitResult:
         """Set (or, with None, remove) table properties, as a new version; checked before anything commits.
@@ -483,10 +545,9 @@ class Table:
     def _write_once(self, idempotency_key: str | None, change: Callable[[Transaction], Any]) -> CommitResult:
         """One change as its own transaction (a known idempotency key returns its commit, writing nothing)."""
         tx = self.transaction(idempotency_key)
-        if idempotency_key is not None:
-            prior = self.find_commit(idempotency_key)
-            if prior is not None:
-                return prior
+        prior = tx.already_committed()  # looks the key up (once) before the change reads or writes
+        if prior is not None:
+            return prior
         try:
             change(tx)
         except BaseException:
@@ -507,7 +568,7 @@ class Table:
         """The commit made with this idempotency key, if any."""
         if idempotency_key is None:  # None means "no key" to a write; here it would match unkeyed commits
             raise InvalidInput(f"{self.name}: find_commit needs an idempotency key, got None")
-        _check_key(self.name, idempotency_key)
+        check_idempotency_key(self.name, idempotency_key)
         prior = self._sql.find_idempotent(self.record.id, idempotency_key)
         return None if prior is None else CommitResult.of(prior, already_committed=True)
 
@@ -529,8 +590,10 @@ class Table:
         table, the partitions matching ``partition``, or with ``dynamic=True`` the partitions the staged
         files hold (see :meth:`overwrite`). MERGE shares and compaction results commit only onto the
         version they read (:class:`~mere.errors.CommitConflict` otherwise, their files deleted).
+        ``idempotency_key`` applies to writes and to MERGE shares (not to compaction results): when a
+        commit with the key has landed, the staged files are deleted and that commit's result returned.
         """
-        _check_key(self.name, idempotency_key)
+        check_idempotency_key(self.name, idempotency_key)
         if not isinstance(dynamic, bool):
             raise InvalidInput(f"{self.name}: dynamic must be True or False, got {dynamic!r}")
         if (
@@ -543,16 +606,15 @@ class Table:
             )
         kinds = {s.operation for s in staged}
         read = kinds & {"merge", "compact"}
-        if read and (
-            operation is not None or partition is not None or dynamic or idempotency_key is not None
-        ):
+        if read and (operation is not None or partition is not None or dynamic):
             self.abort(staged)
-            raise InvalidInput(
-                f"{self.name}: operation=, partition=, dynamic= and idempotency_key= apply to writes"
-            )
+            raise InvalidInput(f"{self.name}: operation=, partition= and dynamic= apply to writes")
+        if "compact" in kinds and idempotency_key is not None:
+            self.abort(staged)
+            raise InvalidInput(f"{self.name}: idempotency_key= applies to writes and MERGE shares")
         if kinds == {"merge"}:
             try:
-                return merge_into.commit_shares(self.context, staged)[0]
+                return merge_into.commit_shares(self.context, staged, idempotency_key)[0]
             except BaseException:
                 self.abort(staged)
                 raise
@@ -576,14 +638,29 @@ class Table:
             elif s is not None:
                 raise InvalidInput(f"{self.name}: abort() takes StagedWrite or None items, got {s!r}")
 
-    def commit_merge(self, staged: Sequence[StagedChange]) -> MergeMetrics:
+    def commit_merge(
+        self, staged: Sequence[StagedChange], *, idempotency_key: str | None = None
+    ) -> MergeMetrics:
         """Commit the staged shares of one distributed MERGE as one version (see :meth:`Merge.stage`).
 
-        Raises :class:`~mere.errors.CommitConflict` (having deleted the files) when a concurrent commit
-        changed rows the MERGE read; the caller then runs it again.
+        Args:
+            staged: every share of the MERGE (all evaluated at one version).
+            idempotency_key: commit at most once: when a commit with this key has landed (a retried
+                job), the shares' files are deleted and the first commit's metrics are returned
+                (``already_committed=True``). A driver that checks :meth:`find_commit` first stages nothing.
+
+        Returns:
+            What the MERGE did, and the version it committed.
+
+        Raises:
+            CommitConflict: a concurrent commit changed rows the MERGE read (the files are deleted); the
+                caller then runs it again.
+            InvalidInput: shares of another table or of different versions, a bad key, or a key that names
+                a commit that was not a MERGE (the files are deleted, nothing committed).
         """
         try:
-            return merge_into.commit_shares(self.context, staged)[1]
+            check_idempotency_key(self.name, idempotency_key)
+            return merge_into.commit_shares(self.context, staged, idempotency_key)[1]
         except BaseException:
             self.abort_merge(staged)
             raise
@@ -736,9 +813,11 @@ class Table:
         return self.context.files.wanted_partition(partition)
 
 
-def _check_key(table: str, key: Any) -> None:
-    if key is not None and (not isinstance(key, str) or not key):
-        raise InvalidInput(f"{table}: idempotency_key must be a non-empty string, got {key!r}")
-
-
-__all__ = ["CompactionPlan", "CompactionTask", "StagedWrite", "Table", "partition_json"]
+__all__ = [
+    "CompactionPlan",
+    "CompactionTask",
+    "StagedWrite",
+    "Table",
+    "check_idempotency_key",
+    "partition_json",
+]

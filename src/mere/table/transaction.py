@@ -15,7 +15,7 @@ from typing import Any
 from mere.errors import names_its_table
 from mere.metadata import CommitResult
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.table.commit import Change, Commit
+from mere.table.commit import Change, Commit, committed_with
 from mere.table.context import TableHandle
 from mere.table.ops import update as update_op
 from mere.table.ops import write
@@ -34,6 +34,13 @@ class Transaction:
 
     Operations see the table as of the transaction's start, not each other's writes; so changes that read
     rows (deletes by predicate, overwrites) must come before the writes of the same transaction.
+
+    With an ``idempotency_key`` the transaction commits at most once: when a commit with that key has
+    landed already (a retry of the same work), its operations do nothing (no file is written, no row
+    read) and :meth:`commit` returns that commit's result (``already_committed=True``). The key alone
+    names the work: a transaction with a known key and other changes is also a replay. The key is looked
+    up once, at the first operation (or at :meth:`already_committed`); a commit with the key that lands
+    after that is still caught when this one commits, whose files are then deleted.
     """
 
     def __init__(
@@ -41,6 +48,21 @@ class Transaction:
     ) -> None:
         self.table = table
         self._commit = Commit(table.context, idempotency_key=idempotency_key, retries=retries)
+        self._prior: CommitResult | None = None
+        self._looked_up = idempotency_key is None  # whether the key's commit was looked for
+
+    def already_committed(self) -> CommitResult | None:
+        """The commit this transaction's idempotency key names, if one has landed (looked up once).
+
+        Returns:
+            That commit's result (``already_committed=True``), or None: no key, or no commit with it when
+            it was looked up. When it is not None, the operations do nothing and :meth:`commit` returns it.
+        """
+        key = self._commit.idempotency_key
+        if not self._looked_up and key is not None:
+            self._prior = committed_with(self.table.context, key)
+            self._looked_up = True
+        return self._prior
 
     @property
     def idempotency_key(self) -> str | None:
@@ -92,22 +114,26 @@ class Transaction:
 
     def upsert(self, data: Any) -> Transaction:
         """Insert or update rows by primary key (see :meth:`Table.upsert <mere.Table.upsert>`)."""
-        write.upsert(self._open(), data)
+        if (commit := self._open()) is not None:
+            write.upsert(commit, data)
         return self
 
     def append(self, data: Any) -> Transaction:
         """Add rows to a table without primary key."""
-        write.append(self._open(), data)
+        if (commit := self._open()) is not None:
+            write.append(commit, data)
         return self
 
     def delete(self, where: Any) -> Transaction:
         """Delete rows matching a filter, or the keys in a table of keys (see :meth:`Table.delete`)."""
-        write.delete(self._open(), where)
+        if (commit := self._open()) is not None:
+            write.delete(commit, where)
         return self
 
     def update(self, set: Mapping[str, str], where: Any = None) -> Transaction:
         """Set columns of matching rows to SQL expressions (see :meth:`Table.update <mere.Table.update>`)."""
-        update_op.update(self._open(), set, where)
+        if (commit := self._open()) is not None:
+            update_op.update(commit, set, where)
         return self
 
     def overwrite(
@@ -116,29 +142,40 @@ class Transaction:
         """Replace the whole table, or the partitions matching ``partition``, with ``data``; with
         ``dynamic=True`` only the partitions ``data`` has rows in (see :meth:`Table.overwrite
         <mere.Table.overwrite>`)."""
-        write.overwrite(self._open(), data, partition, dynamic=dynamic)
+        if (commit := self._open()) is not None:
+            write.overwrite(commit, data, partition, dynamic=dynamic)
         return self
 
     def truncate(self) -> Transaction:
         """Remove every row, writing nothing."""
-        write.truncate(self._open())
+        if (commit := self._open()) is not None:
+            write.truncate(commit)
         return self
 
     def set_properties(self, updates: Mapping[str, str | int | None]) -> Transaction:
         """Set (None: remove) table properties in this transaction; checked now."""
-        self._open().set_properties(updates)
+        if (commit := self._open()) is not None:
+            commit.set_properties(updates)
         return self
 
     # -- commit -------------------------------------------------------------------------------------
 
     def commit(self) -> CommitResult:
-        """Commit every change as one new version; on any failure nothing is committed and the files go."""
+        """Commit every change as one new version; on any failure nothing is committed and the files go.
+
+        Returns:
+            The new version's result; with an idempotency key that a commit has landed with, that commit's
+            (``already_committed=True``), nothing written.
+        """
+        if self._prior is not None and self._commit.state == "open":
+            return self._commit.replayed(self._prior)
         return self._commit.run()
 
     def abort(self) -> None:
         """Discard the transaction: delete the files its changes wrote."""
         self._commit.abort()
 
-    def _open(self) -> Commit:
+    def _open(self) -> Commit | None:
+        """The commit to add a change to; None when the key's commit landed already (a replay)."""
         self._commit.require_open()
-        return self._commit
+        return None if self.already_committed() is not None else self._commit
