@@ -593,7 +593,11 @@ class Table:
         ``idempotency_key`` applies to writes and to MERGE shares (not to compaction results): when a
         commit with the key has landed, the staged files are deleted and that commit's result returned.
         """
-        check_idempotency_key(self.name, idempotency_key)
+        try:
+            check_idempotency_key(self.name, idempotency_key)
+        except InvalidInput:
+            self.abort_merge(staged)  # deletes the files of any staged change in it, whatever the list
+            raise
         if not isinstance(dynamic, bool):
             raise InvalidInput(f"{self.name}: dynamic must be True or False, got {dynamic!r}")
         if (
