@@ -10,6 +10,8 @@ with an ``idempotency_key`` commit at most once.
 * Races: a commit with the key that lands after a call looked the key up (inside the catalog transaction)
   makes the call return that commit and delete its own files; handles racing with one key commit once.
 * A failed DML or one that changes nothing records no key.
+* A commit whose outcome was unknown (CommitStateUnknown) retried with its key and the same staged
+  messages: the landed commit comes back and keeps its files.
 * Differential: random keyed DML against a twin table that applies each step only when its key is new
   (or absent): same rows after every step, and every replay returns the first result.
 """
@@ -460,3 +462,42 @@ def test_property_keyed_dml_applies_each_key_once(steps: list[tuple[str, str | N
                     first[key] = result  # a commit records its key; a no-op records none
             assert rows(keyed) == rows(twin), (op, key, n)
         assert not orphans(keyed)
+
+
+@pytest.mark.parametrize("kind", ["write", "merge_shares", "commit_merge"])
+def test_a_commit_whose_outcome_was_unknown_is_retried_with_its_key(
+    local_cat: mere.Catalog, kind: str
+) -> None:
+    """The catalog connection dies after the commit landed: CommitStateUnknown keeps the files, and the
+    driver commits the same messages again with the key. The landed commit comes back and its files, which
+    are the retry's files too, stay (deleting them as a replay's would break the table)."""
+    t = make(local_cat)
+    if kind == "write":
+        staged = [t.stage(pa.table({"id": [1, 7], "day": ["a", "b"], "qty": [0, 7]}, SCHEMA))]
+    else:
+        staged = _shares(t)
+    store = t.catalog.sql
+    original = store.commit
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        original(*args, **kwargs)
+        raise errors.CommitStateUnknown("the connection died during COMMIT")
+
+    def commit() -> Any:
+        if kind == "commit_merge":
+            return t.commit_merge(staged, idempotency_key="job")
+        return t.commit(staged, idempotency_key="job")
+
+    store.commit = lost  # type: ignore[method-assign]
+    try:
+        with pytest.raises(errors.CommitStateUnknown):
+            commit()
+    finally:
+        del store.commit
+    assert t.version == 2
+    landed = rows(t)  # the files are there: the table reads
+    again = commit()
+    assert again.already_committed and again.version == 2 == t.version
+    assert rows(t) == landed and not orphans(t)
+    assert {f.path for s in staged for f in s.files} <= on_disk(t)
+    t.scan().to_arrow()

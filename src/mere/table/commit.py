@@ -224,6 +224,17 @@ def committed_with(ctx: TableContext, key: str) -> CommitResult | None:
     return None if prior is None else CommitResult.of(prior, already_committed=True)
 
 
+def discard_replayed(ctx: TableContext, files: Iterable[FileEntry], prior: CommitResult) -> None:
+    """Delete the files of a write that turned out to replay ``prior``, the commit its idempotency key
+    names, but those ``prior`` lists: staged files committed again (a driver retrying the commit of the
+    same messages after an unknown outcome) are the table's, and must stay."""
+    files = list(files)
+    if not files:
+        return
+    listed = {f.path for f, _ in ctx.store.files_changed(ctx.table_id, prior.version - 1, prior.version)}
+    ctx.files.discard([f for f in files if f.path not in listed])
+
+
 def discard(ctx: TableContext, changes: Iterable[Change]) -> None:
     """Delete the files of changes that will not commit (a rollback's belong to its version: kept)."""
     for c in changes:
@@ -355,8 +366,9 @@ class Commit:
 
     def replayed(self, prior: CommitResult) -> CommitResult:
         """End the commit as a replay of ``prior``, the commit its idempotency key names: the files its
-        changes wrote are deleted (no version will list them) and ``prior`` is returned."""
-        discard(self.ctx, self.changes)
+        changes wrote are deleted (but any that ``prior`` lists: see :func:`discard_replayed`) and
+        ``prior`` is returned."""
+        discard_replayed(self.ctx, (f for c in self.changes if c.restores is None for f in c.files), prior)
         self.state = "committed"
         return prior
 

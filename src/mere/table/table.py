@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from mere.errors import (
+    CommitStateUnknown,
     InvalidInput,
     MereError,
     NoSuchTable,
@@ -619,6 +620,8 @@ class Table:
         if kinds == {"merge"}:
             try:
                 return merge_into.commit_shares(self.context, staged, idempotency_key)[0]
+            except CommitStateUnknown:
+                raise  # the files may be referenced now: keep them (a retry with the key tells)
             except BaseException:
                 self.abort(staged)
                 raise
@@ -659,12 +662,17 @@ class Table:
         Raises:
             CommitConflict: a concurrent commit changed rows the MERGE read (the files are deleted); the
                 caller then runs it again.
+            CommitStateUnknown: the catalog could not tell whether the commit landed; the files are kept.
+                Commit the same shares again with the same key: a landed commit is returned (its files
+                kept), otherwise they commit now.
             InvalidInput: shares of another table or of different versions, a bad key, or a key that names
                 a commit that was not a MERGE (the files are deleted, nothing committed).
         """
         try:
             check_idempotency_key(self.name, idempotency_key)
             return merge_into.commit_shares(self.context, staged, idempotency_key)[1]
+        except CommitStateUnknown:
+            raise  # the files may be referenced now: keep them (a retry with the key tells)
         except BaseException:
             self.abort_merge(staged)
             raise
