@@ -76,9 +76,12 @@ def test_abort_discards_any_message_and_mixed_commits_are_refused(tmp_path: Path
     version = t.version
     with pytest.raises(errors.InvalidInput):
         t.commit([write, share])
+    plan = t.plan_compaction()
+    message = plan.staged([task.run() for task in plan.tasks])
     with pytest.raises(errors.InvalidInput):
-        t.commit([share], idempotency_key="k")  # a MERGE share commits onto its version, not by key
+        t.commit([message], idempotency_key="k")  # a compaction changes no row: it takes no key
     assert t.version == version and not {f.path for f in [*write.files, *share.files]} & on_disk(t)
+    assert not {f.path for f in message.files} & on_disk(t)
     write = t.stage(pa.table({"id": [9], "v": [9]}))
     share = t.merge(pa.table({"id": [1], "v": [5]})).when_matched_update_all().stage(t.version)
     t.abort([write, None, share])

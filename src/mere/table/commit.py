@@ -215,6 +215,37 @@ def deletion_summary(markers: int, existed: int | None) -> dict[str, int]:
     return {DELETE_MARKERS: markers, DELETED_ROWS: existed}
 
 
+def check_idempotency_key(table: str, key: Any) -> None:
+    """Check an ``idempotency_key`` argument: None (no key) or a non-empty string.
+
+    Args:
+        table: the table's name, for the message.
+        key: the argument as given.
+
+    Raises:
+        InvalidInput: anything else (nothing has been read or written yet).
+    """
+    if key is not None and (not isinstance(key, str) or not key):
+        raise InvalidInput(f"{table}: idempotency_key must be a non-empty string, got {key!r}")
+
+
+def committed_with(ctx: TableContext, key: str) -> CommitResult | None:
+    """The commit made with idempotency ``key`` (``already_committed=True``), or None if there is none."""
+    prior = ctx.store.find_idempotent(ctx.table_id, key)
+    return None if prior is None else CommitResult.of(prior, already_committed=True)
+
+
+def discard_replayed(ctx: TableContext, files: Iterable[FileEntry], prior: CommitResult) -> None:
+    """Delete the files of a write that turned out to replay ``prior``, the commit its idempotency key
+    names, but those ``prior`` lists: staged files committed again (a driver retrying the commit of the
+    same messages after an unknown outcome) are the table's, and must stay."""
+    files = list(files)
+    if not files:
+        return
+    listed = {f.path for f, _ in ctx.store.files_changed(ctx.table_id, prior.version - 1, prior.version)}
+    ctx.files.discard([f for f in files if f.path not in listed])
+
+
 def discard(ctx: TableContext, changes: Iterable[Change]) -> None:
     """Delete the files of changes that will not commit (a rollback's belong to its version: kept)."""
     for c in changes:
@@ -319,12 +350,12 @@ class Commit:
                     "upserts that need checks (NOT NULL partial rows, integer sums): commit them separately"
                 )
             if self.idempotency_key is not None:
-                prior = ctx.store.find_idempotent(ctx.table_id, self.idempotency_key)
+                prior = committed_with(ctx, self.idempotency_key)
                 if prior is not None:
-                    discard(ctx, self.changes)
-                    self.state = "committed"
-                    return CommitResult.of(prior, already_committed=True)
+                    return self.replayed(prior)
             result = self.retries.run(self._attempt, lost_race)
+            if result.already_committed:  # a commit with this key landed while this one was made
+                return self.replayed(result)
         except SchemaChanged:
             discard(ctx, self.changes)
             self.state = "aborted"
@@ -347,6 +378,14 @@ class Commit:
         if not result.no_change and ctx.after_commit is not None:
             ctx.after_commit(result, self.properties is not None or self.schema is not None)
         return result
+
+    def replayed(self, prior: CommitResult) -> CommitResult:
+        """End the commit as a replay of ``prior``, the commit its idempotency key names: the files its
+        changes wrote are deleted (but any that ``prior`` lists: see :func:`discard_replayed`) and
+        ``prior`` is returned."""
+        discard_replayed(self.ctx, (f for c in self.changes if c.restores is None for f in c.files), prior)
+        self.state = "committed"
+        return prior
 
     def abort(self) -> None:
         """Discard the commit: delete the files its changes wrote."""
@@ -456,7 +495,7 @@ class Commit:
                     raise CommitConflict(
                         f"{ctx.name}: version {base} expired before this write read it"
                     ) from e
-            return ctx.store.commit(
+            result = ctx.store.commit(
                 ctx.table_id,
                 base_version=base,
                 operation=self.operation(),
@@ -468,6 +507,9 @@ class Commit:
                 spec=spec,
                 restores=self._restores(),
             )
+            if result.already_committed:  # the key's commit landed first: this commit's logs are not needed
+                ctx.files.discard(logs)
+            return result
         except CommitConflict:
             ctx.files.discard(logs)
             # Rebase onto the version that beat us: changes that read rows are evaluated again there.

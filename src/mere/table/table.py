@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from mere.errors import (
+    CommitStateUnknown,
     InvalidInput,
     MereError,
     NoSuchTable,
@@ -29,7 +30,7 @@ from mere.partitions import partition_json
 from mere.read.options import DEFAULT_WHOLE_SPLIT_BYTES, DEFAULT_WINDOW_BYTES
 from mere.spec import OP_COLUMN, TableSpec
 from mere.table import versions
-from mere.table.commit import StagedChange
+from mere.table.commit import StagedChange, check_idempotency_key
 from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.context import CatalogHandle, MetadataStore, SchemaChange, TableContext, WriteSettings
 from mere.table.inspect import Inspect
@@ -447,7 +448,7 @@ class Table:
         Raises:
             InvalidInput: An ``idempotency_key`` that is not a non-empty string.
         """
-        _check_key(self.name, idempotency_key)
+        check_idempotency_key(self.name, idempotency_key)
         return Transaction(self, idempotency_key)
 
     def upsert(self, data: Any, *, idempotency_key: str | None = None, evolve: bool = False) -> CommitResult:
@@ -556,7 +557,7 @@ class Table:
         evolved._pending_columns = SchemaChange(update.spec, tuple(update.steps))
         return evolved
 
-    def delete(self, where: Any) -> CommitResult:
+    def delete(self, where: Any, *, idempotency_key: str | None = None) -> CommitResult:
         """Delete rows matching a filter, or the keys in a table of keys.
 
         ``delete("TRUE")`` deletes every row (as delete markers); :meth:`truncate` empties the table at once.
@@ -566,50 +567,47 @@ class Table:
         keys marked.
 
         Args:
-            where: A filter (string, :mod:`mere.expr` expression or pyarrow Expression), or Arrow data holding
-                the key (and partition) columns of the rows to delete.
+            where: the filter, or a table of keys (with their partition values).
+            idempotency_key: commit at most once: when a commit with this key has landed (a retry of the
+                same delete), nothing is read or written and that commit's result is returned
+                (``already_committed=True``), whatever ``where`` is now. A delete that matches nothing
+                makes no version and records no key.
 
         Returns:
-            The commit.
+            The commit's result (``no_change=True`` when nothing matched).
 
         Raises:
-            InvalidInput: ``where`` is None (``delete("TRUE")`` deletes every row), or a table of keys on a
-                table without primary key or without the key (and partition) columns.
-            FilterError: A filter that does not parse or does not fit the table's columns.
-            CommitConflict: Concurrent commits won every retry, or the table's columns changed after this
-                handle read them (:class:`~mere.errors.SchemaChanged`: ``refresh()`` and write again); nothing
-                committed.
-            CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
-            StorageError: Writing the files failed (nothing committed).
+            InvalidInput: a bad filter or key (nothing committed).
+            CommitConflict: lost every retry to concurrent commits (nothing committed).
         """
-        return self._write_once(None, lambda tx: tx.delete(where))
+        return self._write_once(idempotency_key, lambda tx: tx.delete(where))
 
-    def update(self, set: Mapping[str, str], where: Any = None) -> CommitResult:
+    def update(
+        self, set: Mapping[str, str], where: Any = None, *, idempotency_key: str | None = None
+    ) -> CommitResult:
         """Set columns of the rows matching ``where`` (every row when None) to SQL expressions of the row.
 
-        ``t.update(set={"status": "'shipped'", "qty": "qty + 1"}, where="day = '2026-11-21'")``. Keyed tables
-        write the changed rows as whole new rows (a merge operator's column takes the value set, it is not
-        folded into the old one); tables without a key rewrite the files holding matching rows.
+        ``t.update(set={"status": "'shipped'", "qty": "qty + 1"}, where="day = '2026-11-21'")``. Keyed
+        tables write the changed rows as whole new rows (a merge operator's column takes the value set, it
+        is not folded into the old one); tables without a key rewrite the files holding matching rows.
+        Key and partition columns cannot be set.
 
         Args:
-            set: ``{column: SQL expression text}``; key and partition columns cannot be set.
-            where: A filter of the rows to change (string, :mod:`mere.expr` expression or pyarrow Expression);
-                None for every row.
+            set: column -> SQL expression text of the row.
+            where: the rows to change (None: every row).
+            idempotency_key: commit at most once: when a commit with this key has landed (a retry of the
+                same UPDATE, such as ``qty = qty + 1`` that must not add twice), nothing is read or
+                written and that commit's result is returned (``already_committed=True``). An UPDATE that
+                matches no row makes no version and records no key.
 
         Returns:
-            The commit.
+            The commit's result (``no_change=True`` when no row matched).
 
         Raises:
-            InvalidInput: An empty or malformed ``set``, or a key, partition or unknown column in it.
-            FilterError: An expression or filter that does not parse, names unknown columns, or gives values
-                its column cannot store.
-            CommitConflict: Concurrent commits won every retry, or the table's columns changed after this
-                handle read them (:class:`~mere.errors.SchemaChanged`: ``refresh()`` and write again); nothing
-                committed.
-            CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
-            StorageError: Writing the files failed (nothing committed).
+            InvalidInput: a bad column, expression, filter or key (nothing committed).
+            CommitConflict: lost every retry to concurrent commits (nothing committed).
         """
-        return self._write_once(None, lambda tx: tx.update(set, where))
+        return self._write_once(idempotency_key, lambda tx: tx.update(set, where))
 
     def merge(
         self, source: Any, on: str | None = None, source_alias: str = "s", target_alias: str = "t"
@@ -624,7 +622,10 @@ class Table:
               .when_not_matched_insert_all()
               .execute())
 
-        See :class:`~mere.table.merge.Merge`.
+        ``execute(idempotency_key=...)`` commits the MERGE at most once: a retry with the key returns the
+        first commit's :class:`~mere.table.merge.MergeMetrics` without reading or writing anything. See
+        :class:`~mere.table.merge.Merge`.
+
 
         Args:
             source: The source rows: Arrow, pandas, Polars or an Arrow stream (read into memory now).
@@ -642,40 +643,50 @@ class Table:
         """
         return Merge(self, source, on, source_alias, target_alias)
 
-    def truncate(self) -> CommitResult:
-        """Remove every row as one new version, without writing anything (earlier versions stay readable)."""
-        return self._write_once(None, lambda tx: tx.truncate())
+    def truncate(self, *, idempotency_key: str | None = None) -> CommitResult:
+        """Remove every row as one new version, without writing anything (earlier versions stay readable).
+
+        Args:
+            idempotency_key: commit at most once: a known key returns its commit, changing nothing.
+
+        Returns:
+            The commit's result (``no_change=True`` for a table that is empty already).
+
+        Raises:
+            InvalidInput: a bad key (nothing committed).
+        """
+        return self._write_once(idempotency_key, lambda tx: tx.truncate())
 
     def overwrite(
-        self, data: Any, partition: Mapping[str, Any] | None = None, *, dynamic: bool = False
+        self,
+        data: Any,
+        partition: Mapping[str, Any] | None = None,
+        *,
+        dynamic: bool = False,
+        idempotency_key: str | None = None,
     ) -> CommitResult:
         """Replace the whole table, or the partitions matching ``partition``, with ``data``.
 
-        A table without partition columns is replaced whole either way.
+        ``dynamic=True`` replaces only the partitions ``data`` has rows in (Spark's dynamic partition
+        overwrite): other partitions keep their rows, and empty ``data`` changes nothing. With
+        ``partition`` too, ``data``'s rows must lie in it. A table without partition columns is replaced
+        whole either way.
 
         Args:
-            data: The new rows (as :meth:`upsert` takes them).
-            partition: ``{column: value}`` of partition columns: only the partitions matching it are replaced,
-                and ``data``'s rows must lie in them.
-            dynamic: Replace only the partitions ``data`` has rows in (Spark's dynamic partition overwrite):
-                other partitions keep their rows, and empty ``data`` changes nothing.
+            data: the new rows (Arrow, pandas, Polars or an Arrow stream).
+            partition: ``{column: value}`` of the partitions to replace (None: the whole table).
+            dynamic: replace only the partitions ``data`` has rows in.
+            idempotency_key: commit at most once: when a commit with this key has landed (a retry),
+                ``data`` is not read and that commit's result is returned (``already_committed=True``).
 
         Returns:
-            The commit.
+            The commit's result.
 
         Raises:
-            InvalidInput: A ``partition`` naming columns that are not partition columns or values they cannot
-                hold, rows outside ``partition``, a ``dynamic`` that is not a bool, or data that cannot be
-                converted to Arrow.
-            SchemaMismatch: Columns the table lacks, or key, partition or NOT NULL columns missing.
-            NullKey: A primary-key column holds nulls.
-            CommitConflict: Concurrent commits won every retry, or the table's columns changed after this
-                handle read them (:class:`~mere.errors.SchemaChanged`: ``refresh()`` and write again); nothing
-                committed.
-            CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
-            StorageError: Writing the files failed (nothing committed).
+            InvalidInput: bad data, partition or key (nothing committed).
+            CommitConflict: lost every retry to concurrent commits (nothing committed).
         """
-        return self._write_once(None, lambda tx: tx.overwrite(data, partition, dynamic=dynamic))
+        return self._write_once(idempotency_key, lambda tx: tx.overwrite(data, partition, dynamic=dynamic))
 
     def set_properties(self, updates: Mapping[str, str | int | None]) -> CommitResult:
         """Set (or, with None, remove) table properties, as a new version; checked before anything commits.
@@ -688,10 +699,9 @@ class Table:
     def _write_once(self, idempotency_key: str | None, change: Callable[[Transaction], Any]) -> CommitResult:
         """One change as its own transaction (a known idempotency key returns its commit, writing nothing)."""
         tx = self.transaction(idempotency_key)
-        if idempotency_key is not None:
-            prior = self.find_commit(idempotency_key)
-            if prior is not None:
-                return prior
+        prior = tx.already_committed()  # looks the key up (once) before the change reads or writes
+        if prior is not None:
+            return prior
         try:
             change(tx)
         except BaseException:
@@ -712,7 +722,7 @@ class Table:
         """The commit made with this idempotency key, if any."""
         if idempotency_key is None:  # None means "no key" to a write; here it would match unkeyed commits
             raise InvalidInput(f"{self.name}: find_commit needs an idempotency key, got None")
-        _check_key(self.name, idempotency_key)
+        check_idempotency_key(self.name, idempotency_key)
         prior = self._sql.find_idempotent(self.record.id, idempotency_key)
         return None if prior is None else CommitResult.of(prior, already_committed=True)
 
@@ -737,7 +747,9 @@ class Table:
             operation: The operation the staged writes commit as (default: the one they were staged for).
             partition: For an ``overwrite``: replace only the partitions matching ``{column: value}``
                 (default: the whole table; see :meth:`overwrite`).
-            idempotency_key: A key that makes the commit happen once.
+            idempotency_key: A key that makes the commit happen once: it applies to writes and to MERGE
+                shares (not to compaction results); when a commit with the key has landed, the staged files
+                are deleted and that commit's result returned.
             dynamic: For an ``overwrite``: replace the partitions the staged files hold.
 
         Returns:
@@ -753,7 +765,11 @@ class Table:
                 failed before the commit landed; nothing changed.
             CommitStateUnknown: The catalog connection failed while committing; the commit may have landed.
         """
-        _check_key(self.name, idempotency_key)
+        try:
+            check_idempotency_key(self.name, idempotency_key)
+        except InvalidInput:
+            self.abort_merge(staged)  # deletes the files of any staged change in it, whatever the list
+            raise
         if not isinstance(dynamic, bool):
             raise InvalidInput(f"{self.name}: dynamic must be True or False, got {dynamic!r}")
         if (
@@ -766,16 +782,17 @@ class Table:
             )
         kinds = {s.operation for s in staged}
         read = kinds & {"merge", "compact"}
-        if read and (
-            operation is not None or partition is not None or dynamic or idempotency_key is not None
-        ):
+        if read and (operation is not None or partition is not None or dynamic):
             self.abort(staged)
-            raise InvalidInput(
-                f"{self.name}: operation=, partition=, dynamic= and idempotency_key= apply to writes"
-            )
+            raise InvalidInput(f"{self.name}: operation=, partition= and dynamic= apply to writes")
+        if "compact" in kinds and idempotency_key is not None:
+            self.abort(staged)
+            raise InvalidInput(f"{self.name}: idempotency_key= applies to writes and MERGE shares")
         if kinds == {"merge"}:
             try:
-                return merge_into.commit_shares(self.context, staged)[0]
+                return merge_into.commit_shares(self.context, staged, idempotency_key)[0]
+            except CommitStateUnknown:
+                raise  # the files may be referenced now: keep them (a retry with the key tells)
             except BaseException:
                 self.abort(staged)
                 raise
@@ -808,14 +825,34 @@ class Table:
             elif s is not None:
                 raise InvalidInput(f"{self.name}: abort() takes StagedWrite or None items, got {s!r}")
 
-    def commit_merge(self, staged: Sequence[StagedChange]) -> MergeMetrics:
+    def commit_merge(
+        self, staged: Sequence[StagedChange], *, idempotency_key: str | None = None
+    ) -> MergeMetrics:
         """Commit the staged shares of one distributed MERGE as one version (see :meth:`Merge.stage`).
 
-        Raises :class:`~mere.errors.CommitConflict` (having deleted the files) when a concurrent commit
-        changed rows the MERGE read; the caller then runs it again.
+        Args:
+            staged: every share of the MERGE (all evaluated at one version).
+            idempotency_key: commit at most once: when a commit with this key has landed (a retried
+                job), the shares' files are deleted and the first commit's metrics are returned
+                (``already_committed=True``). A driver that checks :meth:`find_commit` first stages nothing.
+
+        Returns:
+            What the MERGE did, and the version it committed.
+
+        Raises:
+            CommitConflict: a concurrent commit changed rows the MERGE read (the files are deleted); the
+                caller then runs it again.
+            CommitStateUnknown: the catalog could not tell whether the commit landed; the files are kept.
+                Commit the same shares again with the same key: a landed commit is returned (its files
+                kept), otherwise they commit now.
+            InvalidInput: shares of another table or of different versions, a bad key, or a key that names
+                a commit that was not a MERGE (the files are deleted, nothing committed).
         """
         try:
-            return merge_into.commit_shares(self.context, staged)[1]
+            check_idempotency_key(self.name, idempotency_key)
+            return merge_into.commit_shares(self.context, staged, idempotency_key)[1]
+        except CommitStateUnknown:
+            raise  # the files may be referenced now: keep them (a retry with the key tells)
         except BaseException:
             self.abort_merge(staged)
             raise
@@ -1040,9 +1077,11 @@ class Table:
         return self.context.files.wanted_partition(partition)
 
 
-def _check_key(table: str, key: Any) -> None:
-    if key is not None and (not isinstance(key, str) or not key):
-        raise InvalidInput(f"{table}: idempotency_key must be a non-empty string, got {key!r}")
-
-
-__all__ = ["CompactionPlan", "CompactionTask", "StagedWrite", "Table", "partition_json"]
+__all__ = [
+    "CompactionPlan",
+    "CompactionTask",
+    "StagedWrite",
+    "Table",
+    "check_idempotency_key",
+    "partition_json",
+]

@@ -15,7 +15,7 @@ from typing import Any
 from mere.errors import names_its_table
 from mere.metadata import CommitResult
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.table.commit import Change, Commit
+from mere.table.commit import Change, Commit, committed_with
 from mere.table.context import TableHandle
 from mere.table.ops import update as update_op
 from mere.table.ops import write
@@ -34,6 +34,13 @@ class Transaction:
 
     Operations see the table as of the transaction's start, not each other's writes; so changes that read
     rows (deletes by predicate, overwrites) must come before the writes of the same transaction.
+
+    With an ``idempotency_key`` the transaction commits at most once: when a commit with that key has
+    landed already (a retry of the same work), its operations do nothing (no file is written, no row
+    read) and :meth:`commit` returns that commit's result (``already_committed=True``). The key alone
+    names the work: a transaction with a known key and other changes is also a replay. The key is looked
+    up once, at the first operation (or at :meth:`already_committed`); a commit with the key that lands
+    after that is still caught when this one commits, whose files are then deleted.
     """
 
     def __init__(
@@ -41,6 +48,21 @@ class Transaction:
     ) -> None:
         self.table = table
         self._commit = Commit(table.context, idempotency_key=idempotency_key, retries=retries)
+        self._prior: CommitResult | None = None
+        self._looked_up = idempotency_key is None  # whether the key's commit was looked for
+
+    def already_committed(self) -> CommitResult | None:
+        """The commit this transaction's idempotency key names, if one has landed (looked up once).
+
+        Returns:
+            That commit's result (``already_committed=True``), or None: no key, or no commit with it when
+            it was looked up. When it is not None, the operations do nothing and :meth:`commit` returns it.
+        """
+        key = self._commit.idempotency_key
+        if not self._looked_up and key is not None:
+            self._prior = committed_with(self.table.context, key)
+            self._looked_up = True
+        return self._prior
 
     @property
     def idempotency_key(self) -> str | None:
@@ -110,7 +132,8 @@ class Transaction:
             SumOverflow: A ``sum`` column would leave its integer type's range within ``data``.
             StorageError: Writing the files failed.
         """
-        write.upsert(self._open(), data)
+        if (commit := self._open()) is not None:
+            write.upsert(commit, data)
         return self
 
     def append(self, data: Any) -> Transaction:
@@ -128,7 +151,8 @@ class Transaction:
             SchemaMismatch: Columns the table lacks, or NOT NULL columns missing or null.
             StorageError: Writing the files failed.
         """
-        write.append(self._open(), data)
+        if (commit := self._open()) is not None:
+            write.append(commit, data)
         return self
 
     def delete(self, where: Any) -> Transaction:
@@ -151,7 +175,8 @@ class Transaction:
                 write of this transaction.
             FilterError: A filter that does not parse or does not fit the table's columns.
         """
-        write.delete(self._open(), where)
+        if (commit := self._open()) is not None:
+            write.delete(commit, where)
         return self
 
     def update(self, set: Mapping[str, str], where: Any = None) -> Transaction:
@@ -170,7 +195,8 @@ class Transaction:
             FilterError: An expression or filter that does not parse, names unknown columns, or gives values
                 its column cannot store.
         """
-        update_op.update(self._open(), set, where)
+        if (commit := self._open()) is not None:
+            update_op.update(commit, set, where)
         return self
 
     def overwrite(
@@ -196,7 +222,8 @@ class Transaction:
             NullKey: A primary-key column holds nulls.
             StorageError: Writing the files failed.
         """
-        write.overwrite(self._open(), data, partition, dynamic=dynamic)
+        if (commit := self._open()) is not None:
+            write.overwrite(commit, data, partition, dynamic=dynamic)
         return self
 
     def truncate(self) -> Transaction:
@@ -209,7 +236,8 @@ class Transaction:
             InvalidInput: The transaction already committed or aborted, or a truncate after a write of this
                 transaction.
         """
-        write.truncate(self._open())
+        if (commit := self._open()) is not None:
+            write.truncate(commit)
         return self
 
     def set_properties(self, updates: Mapping[str, str | int | None]) -> Transaction:
@@ -225,7 +253,8 @@ class Transaction:
             InvalidInput: The transaction already committed or aborted, an empty ``updates``, or an unknown or
                 invalid property.
         """
-        self._open().set_properties(updates)
+        if (commit := self._open()) is not None:
+            commit.set_properties(updates)
         return self
 
     # -- commit -------------------------------------------------------------------------------------
@@ -251,6 +280,8 @@ class Transaction:
             CommitStateUnknown: The catalog connection failed while committing; the commit may have landed
                 (its files are kept).
         """
+        if self._prior is not None and self._commit.state == "open":
+            return self._commit.replayed(self._prior)
         return self._commit.run()
 
     def abort(self) -> None:
@@ -261,6 +292,7 @@ class Transaction:
         """
         self._commit.abort()
 
-    def _open(self) -> Commit:
+    def _open(self) -> Commit | None:
+        """The commit to add a change to; None when the key's commit landed already (a replay)."""
         self._commit.require_open()
-        return self._commit
+        return None if self.already_committed() is not None else self._commit

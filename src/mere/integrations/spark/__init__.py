@@ -66,7 +66,12 @@ and commits once; reads of a compacted table cost Spark much less (fewer rows an
 MERGE: ``merge(spark, source_df, "sales.orders", warehouse=...)`` returns a builder with the WHEN clauses of
 :meth:`mere.Table.merge`; ``execute()`` repartitions the source by the table's bucket of the key, each task
 merges its rows against one pinned version and stages files, and the driver commits once (``WHEN NOT
-MATCHED BY SOURCE`` needs the local ``Table.merge``).
+MATCHED BY SOURCE`` needs the local ``Table.merge``). ``execute(idempotency_key=...)`` commits it at most
+once.
+
+foreachBatch: ``batch_key(df, batch_id)`` is an idempotency key per micro-batch (the query id Spark keeps
+in the checkpoint, and the batch id): writes given it inside ``foreachBatch`` commit once even when Spark
+replays the batch after a failure (see :mod:`mere.integrations.spark.foreach`).
 
 Spark SQL: ``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.orders', warehouse '...')`` or
 ``df.createOrReplaceTempView("orders")``; Spark cannot query a Python data source by path.
@@ -76,8 +81,8 @@ Modules (each imports only those above it in this list; this package re-exports 
 ``types`` (Arrow and Spark types, batches cast to a Spark schema), ``source`` (batch reads), ``sink``
 (batch and stream writes, the ``.partitionBy`` hook), ``stream`` (change-feed stream reads),
 ``datasource`` (:class:`MereDataSource`), ``session`` (``local_session``, ``register``,
-``check_workers``), ``native`` (``read_table``), ``merge`` (``merge``, :class:`SparkMerge`) and
-``compact``.
+``check_workers``), ``native`` (``read_table``), ``merge`` (``merge``, :class:`SparkMerge`),
+``compact`` and ``foreach`` (``batch_key``, ``query_id``).
 """
 
 from __future__ import annotations
@@ -91,6 +96,7 @@ from mere.integrations.spark.compat import (
 # isort: split
 from mere.integrations.spark.compact import compact
 from mere.integrations.spark.datasource import MereDataSource
+from mere.integrations.spark.foreach import batch_key, query_id
 from mere.integrations.spark.merge import (
     MERGE_ATTEMPTS,
     SparkMerge,
@@ -167,6 +173,7 @@ __all__ = [
     "SparkMergeExplain",
     "SplitPartition",
     "TableRef",
+    "batch_key",
     "check_options",
     "check_workers",
     "compact",
@@ -174,6 +181,7 @@ __all__ = [
     "local_session",
     "merge",
     "native_type",
+    "query_id",
     "read_table",
     "register",
     "spark_filter",

@@ -21,7 +21,7 @@ from mere.integrations.spark.options import TableRef, location_options
 from mere.integrations.spark.session import check_workers
 from mere.integrations.spark.types import conform_batch, spark_column, spark_type
 from mere.table.merge import MergeBuilder, MergeClause, MergeMetrics, MergePlan, MergeSpec, StagedMerge
-from mere.table.table import Table
+from mere.table.table import Table, check_idempotency_key
 
 MERGE_ATTEMPTS = 3
 """How often :meth:`SparkMerge.execute` runs the job when a concurrent commit changed rows it read."""
@@ -255,17 +255,29 @@ class SparkMerge(MergeBuilder):
             raise exc
         return staged
 
-    def execute(self) -> MergeMetrics:
+    def execute(self, *, idempotency_key: str | None = None) -> MergeMetrics:
         """Run the MERGE as one Spark job and one commit; nothing is committed when any task fails.
 
         A concurrent commit that changed rows the MERGE read (:class:`~mere.errors.CommitConflict`) runs the
         job again against the new version, up to ``attempts`` times in all.
 
+        Args:
+            idempotency_key: commit the MERGE at most once (in ``foreachBatch``:
+                :func:`~mere.integrations.spark.batch_key`). The driver looks the key up before any Spark
+                job runs, and again before each retry: when a commit with it has landed, no job runs, no
+                file is staged and that commit's metrics are returned (``already_committed=True``). When
+                the key's commit lands while the job runs (another driver replaying the same work), the
+                commit finds it in the catalog transaction, deletes every task's files and returns its
+                metrics: one commit per key, no orphan file left referenced. The key alone names the work
+                (another source with a known key is a replay too); a MERGE that changes nothing makes no
+                version and records no key.
+
         Returns:
             Rows inserted, updated, deleted and left unchanged, files written and the version committed.
 
         Raises:
-            InvalidInput: A MERGE without WHEN clauses or executed already, a table dropped and created again
+            InvalidInput: A bad ``idempotency_key`` or one naming a commit that was not a MERGE (nothing
+                committed), a MERGE without WHEN clauses or executed already, a table dropped and created again
                 since the MERGE was built, or clauses that are invalid against the table.
             FilterError: A condition or value that names unknown columns or does not type.
             MergeConflict: A task's MERGE would change a target row twice, or insert a key twice or one the
@@ -275,22 +287,43 @@ class SparkMerge(MergeBuilder):
         """
         if self._state != "open":
             raise InvalidInput(f"{self.ref.name}: this MERGE was executed; build a new one")
+        check_idempotency_key(self.ref.name, idempotency_key)
+        if not self._job.spec.clauses:
+            raise InvalidInput(f"{self.ref.name}: a MERGE needs at least one WHEN clause")
         started = time.perf_counter()
+        if idempotency_key is not None:  # a replay reads nothing, stages nothing and runs no job
+            prior = self._replay(self._job.open(), idempotency_key, started)
+            if prior is not None:
+                self._state = "executed"
+                return prior
         table, job, plan = self._plan()  # bad clauses fail here, before any Spark job
         self._state = "executed"
         check_workers(self.spark)
         for attempt in range(1, self.attempts + 1):
             if attempt > 1:
+                prior = self._replay(table, idempotency_key, started)  # the race may have been our key's
+                if prior is not None:
+                    return prior
                 table, job, plan = self._plan()
             staged = self._stage(table, job, plan)
             try:
-                metrics = table.commit_merge(staged)
+                metrics = table.commit_merge(staged, idempotency_key=idempotency_key)
             except CommitConflict:
                 if attempt == self.attempts:
                     raise
                 continue
             return replace(metrics, seconds=time.perf_counter() - started)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _replay(table: Table, key: str | None, started: float) -> MergeMetrics | None:
+        """The metrics of the MERGE that committed with ``key`` already, or None (no key, or none yet)."""
+        if key is None:
+            return None
+        prior = table.find_commit(key)
+        if prior is None:
+            return None
+        return MergeMetrics.of_commit(table.name, prior, time.perf_counter() - started)
 
 
 def merge(
@@ -317,14 +350,18 @@ def merge(
            .when_not_matched_insert_all()
            .execute())
 
-    The same statement as :meth:`mere.Table.merge`, distributed: the driver pins the table's current version
-    and checks every clause (on an empty source, so a bad expression fails before any Spark job); the source
-    is repartitioned by the table's bucket of its key (Spark's ``pmod(hash(key), N)``, which is mere's bucket
-    function), so all source rows of a key reach one task; each task evaluates the MERGE on its rows against
-    the pinned version, reading only the target rows of its keys, and writes files; the driver commits every
-    task's files as one version. A task's error (such as :class:`~mere.errors.MergeConflict`) is raised on the
-    driver after the other tasks' files are deleted; a :class:`~mere.errors.CommitConflict` runs the job again
-    at the new version (``attempts`` in all). A task holds its source rows in memory. ``WHEN NOT MATCHED BY
+    The same statement as :meth:`mere.Table.merge`, distributed: the driver pins the table's current
+    version and checks every clause (on an empty source, so a bad expression fails before any Spark job);
+    the source is repartitioned by the table's bucket of its key (Spark's ``pmod(hash(key), N)``, which is
+    mere's bucket function), so all source rows of a key reach one task; each task evaluates the MERGE
+    on its rows against the pinned version, reading only the target rows of its keys, and writes files;
+    the driver commits every task's files as one version. A task's error (such as
+    :class:`~mere.errors.MergeConflict`) is raised on the driver after the other tasks' files are deleted;
+    a :class:`~mere.errors.CommitConflict` runs the job again at the new version (``attempts`` in all).
+    ``execute(idempotency_key=...)`` commits it at most once (a retried job or a replayed micro-batch:
+    see :func:`~mere.integrations.spark.batch_key`).
+    ``partitions`` is the number of Spark tasks (default: the table's buckets, at most
+    ``spark.sql.shuffle.partitions``); a task holds its source rows in memory. ``WHEN NOT MATCHED BY
     SOURCE`` is refused: use the local ``Table.merge``.
 
     Args:

@@ -38,7 +38,16 @@ from mere.read import lookup
 from mere.read.planner import Explain, Split
 from mere.read.reader import SplitReader, io_pool
 from mere.spec import OP_DELETE, OP_PUT
-from mere.table.commit import ONE_ATTEMPT, Change, Commit, StagedChange, deletion_summary, renumber
+from mere.table.commit import (
+    ONE_ATTEMPT,
+    Change,
+    Commit,
+    StagedChange,
+    check_idempotency_key,
+    committed_with,
+    deletion_summary,
+    renumber,
+)
 from mere.table.conflicts import RowsUnchanged
 from mere.table.context import TableContext, TableHandle
 from mere.table.ops.update import arrow_failure, assign, expression, split_name
@@ -55,12 +64,16 @@ _TARGET, _SOURCE = "\x00t.", "\x00s."
 StagedMerge = StagedChange  # the name integrations use for a MERGE share
 
 
-def commit_shares(ctx: TableContext, staged: Sequence[StagedChange]) -> tuple[CommitResult, MergeMetrics]:
+def commit_shares(
+    ctx: TableContext, staged: Sequence[StagedChange], idempotency_key: str | None = None
+) -> tuple[CommitResult, MergeMetrics]:
     """Commit the staged shares of one MERGE as one version (the driver half of a distributed MERGE).
 
     Every share must have been evaluated at the same version; the commit fails with
     :class:`~mere.errors.CommitConflict` when a concurrent commit changed a split any share read: run the
-    MERGE again (the caller deletes the files).
+    MERGE again (the caller deletes the files). With ``idempotency_key``, a commit that the key names
+    already (checked before and inside the catalog transaction) is returned instead, with its metrics
+    (:meth:`MergeMetrics.of_commit`), and the shares' files are deleted.
     """
     started = time.perf_counter()
     if isinstance(staged, StagedChange) or not all(
@@ -88,9 +101,11 @@ def commit_shares(ctx: TableContext, staged: Sequence[StagedChange]) -> tuple[Co
     change = Change("merge", files, sum(f.row_count for f in files), _merge_summary(counts))
     change.rule = RowsUnchanged(frozenset(read), full, "MERGE")
     version = versions.pop() if versions else None
-    commit = Commit(ctx, retries=ONE_ATTEMPT, read_version=version)
+    commit = Commit(ctx, retries=ONE_ATTEMPT, read_version=version, idempotency_key=idempotency_key)
     commit.add(change)
     result = commit.run()
+    if result.already_committed:
+        return result, MergeMetrics.of_commit(ctx.name, result, time.perf_counter() - started)
     return result, MergeMetrics(
         counts["inserted"],
         counts["updated"],
@@ -106,7 +121,12 @@ def commit_shares(ctx: TableContext, staged: Sequence[StagedChange]) -> tuple[Co
 
 @dataclass(frozen=True)
 class MergeMetrics:
-    """What a MERGE (or UPDATE) did: rows inserted, updated, deleted and left unchanged, files written."""
+    """What a MERGE (or UPDATE) did: rows inserted, updated, deleted and left unchanged, files written.
+
+    ``already_committed`` is True when an idempotency key named a MERGE that had committed before: the
+    metrics are then that commit's (its version and counts, from its summary; ``seconds`` is this call's)
+    and nothing new was written.
+    """
 
     inserted: int
     updated: int
@@ -117,12 +137,56 @@ class MergeMetrics:
     version: int | None = None  # the committed version (None when nothing was written)
     rows_read: int = 0  # target rows read
     splits_read: int = 0
+    already_committed: bool = False
+
+    @staticmethod
+    def of_commit(table: str, result: CommitResult, seconds: float = 0.0) -> MergeMetrics:
+        """The metrics of the MERGE that committed ``result``, from its summary (what a replay returns).
+
+        Args:
+            table: the table's name, for the message.
+            result: the commit (as :meth:`mere.Table.find_commit` returns it).
+            seconds: the time to report.
+
+        Returns:
+            That MERGE's counts and version, ``already_committed`` as ``result`` says. Commits made before
+            the summary kept them report 0 unchanged rows, rows read and splits read.
+
+        Raises:
+            InvalidInput: ``result`` is not a MERGE's commit (an idempotency key used for another write).
+        """
+        if result.operation != "merge":
+            raise InvalidInput(
+                f"{table}: the idempotency key names version {result.version}, a {result.operation!r} "
+                "commit, not a MERGE; give each MERGE a key of its own"
+            )
+        s = result.summary
+
+        def count(name: str) -> int:
+            return int(s.get(name, 0) or 0)
+
+        return MergeMetrics(
+            count("inserted"),
+            count("updated"),
+            count("deleted"),
+            count("unchanged"),
+            count("added_files"),
+            seconds,
+            result.version,
+            count("rows_read"),
+            count("splits_read"),
+            already_committed=result.already_committed,
+        )
+
+
+MERGE_SUMMARY_COUNTS = ("inserted", "updated", "deleted", "unchanged", "rows_read", "splits_read")
+"""The counts a MERGE's commit summary keeps (so that a replay by idempotency key reports them)."""
 
 
 def _merge_summary(counts: Mapping[str, int]) -> dict[str, int]:
     """A MERGE's summary entries: its counts, and its deletes (a marker per target row it deleted)."""
     deleted = counts["deleted"]
-    summary = {k: counts[k] for k in ("inserted", "updated", "deleted")}
+    summary = {k: int(counts.get(k, 0)) for k in MERGE_SUMMARY_COUNTS}
     return {**summary, **deletion_summary(deleted, deleted)} if deleted else summary
 
 
@@ -621,17 +685,24 @@ class Merge(MergeBuilder):
         self._check()
         return MergePlan(self).stage(version)
 
-    def execute(self) -> MergeMetrics:
+    def execute(self, *, idempotency_key: str | None = None) -> MergeMetrics:
         """Run the MERGE as one commit; nothing is written when any part of it fails.
 
-        Every expression is checked before anything is read. A commit that lost a race re-reads what the
-        concurrent commits changed and runs again.
+        Args:
+            idempotency_key: commit the MERGE at most once. When a commit with this key has landed (a
+                retry of the same work: a job run again, a replayed micro-batch), nothing is read or
+                written and the metrics of that commit are returned (its version and counts,
+                ``already_committed=True``); the key alone names the work, so a MERGE with a known key and
+                another source or other clauses is a replay too. Two handles racing with one key commit
+                once: the loser's files are deleted and it returns the winner's metrics. A MERGE that
+                changes nothing makes no version and records no key (a retry evaluates it again).
 
         Returns:
-            Rows inserted, updated, deleted and left unchanged, files written and the version committed.
+            What the MERGE did and the version it committed (None when it changed nothing).
 
         Raises:
-            InvalidInput: A MERGE without WHEN clauses or executed already, an ON condition that does not
+            InvalidInput: A bad ``idempotency_key`` or one naming a commit that was not a MERGE (nothing
+                committed), a MERGE without WHEN clauses or executed already, an ON condition that does not
                 equate every key column with a source column, or clauses that set key columns, name unknown
                 columns or a column twice.
             FilterError: A condition or value that names unknown columns or does not type.
@@ -645,16 +716,26 @@ class Merge(MergeBuilder):
         self._check()
         if self._state != "open":
             raise InvalidInput(f"{self.table.name}: this MERGE was executed; build a new one")
-        self._state = "executed"
+        check_idempotency_key(self.table.name, idempotency_key)
         started = time.perf_counter()
+        ctx = self.table.context
+        if idempotency_key is not None:
+            prior = committed_with(ctx, idempotency_key)
+            if prior is not None:  # a replay: read nothing, write nothing
+                metrics = MergeMetrics.of_commit(self.table.name, prior, time.perf_counter() - started)
+                self._state = "executed"
+                return metrics
+        self._state = "executed"
         plan = MergePlan(self)  # checks every expression before anything is read
-        commit = Commit(self.table.context)
+        commit = Commit(ctx, idempotency_key=idempotency_key)
         try:
             commit.add_read(plan, "a MERGE")
         except BaseException:
             commit.abort()
             raise
         result = commit.run()
+        if result.already_committed:  # the key's commit landed while this MERGE ran: its files are gone
+            return MergeMetrics.of_commit(self.table.name, result, time.perf_counter() - started)
         m = plan.metrics
         return MergeMetrics(
             m["inserted"],

@@ -32,7 +32,9 @@ from mere.table.commit import (
     RemoveFiles,
     ReplacePartitions,
     StagedChange,
+    committed_with,
     deletion_summary,
+    discard_replayed,
     renumber,
 )
 from mere.table.conflicts import PartitionSet, PartitionsUnchanged, RowsUnchanged
@@ -322,10 +324,10 @@ def commit_staged(
     commit = Commit(ctx, idempotency_key=idempotency_key)
     try:
         if idempotency_key is not None:
-            prior = ctx.store.find_idempotent(ctx.table_id, idempotency_key)
-            if prior is not None:
-                ctx.files.discard(entries)
-                return CommitResult.of(prior, already_committed=True)
+            prior = committed_with(ctx, idempotency_key)
+            if prior is not None:  # the files of a retried commit of these same messages stay
+                discard_replayed(ctx, entries, prior)
+                return prior
         # Staged files may be old (a long job): one that a cleanup took would make the table unreadable.
         gone = ctx.storage.missing([e.path for e in entries])
         if gone:
