@@ -175,6 +175,61 @@ def group_starts(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], n: 
     return starts
 
 
+def last_by_sequence(
+    starts: np.ndarray, sequence: Sequence[pa.Array | pa.ChunkedArray | np.ndarray]
+) -> np.ndarray:
+    """The winner of each key: rows are sorted by key, older versions first within a key (a stable sort
+    of rows concatenated oldest first), ``starts`` marks where each key begins, and ``sequence`` holds the
+    sequence columns in that row order (no NULLs). Returns, per key, the position of its row with the
+    highest sequence tuple (compared column by column), the last of them on ties: commit order, then row
+    order, decides between equal sequences.
+
+    One integer-like sequence column costs a few vector passes (a group maximum, then the last row
+    reaching it); others a stable sort of the group number and the sequence columns."""
+    n = len(starts)
+    start_pos = np.flatnonzero(starts)
+    if n == 0:
+        return start_pos
+    pos = np.arange(n, dtype=np.int64)
+    group = np.cumsum(starts) - 1
+    if len(sequence) == 1:
+        only = sequence[0]
+        values = only if isinstance(only, np.ndarray) else numpy_sortable(only)
+        if values is not None:
+            best = np.maximum.reduceat(values, start_pos)
+            reached = values == best[group]
+            return np.asarray(np.maximum.reduceat(np.where(reached, pos, -1), start_pos))
+    # The groups keep their places and sizes under a stable sort led by the group number: each group's
+    # last row in that order is its winner.
+    order = sort_indices([group, *sequence])
+    end_pos = np.append(start_pos[1:], n) - 1
+    return np.asarray(order[end_pos])
+
+
+def superseded(
+    starts: np.ndarray, winners: np.ndarray, sequence: Sequence[pa.Array | pa.ChunkedArray | np.ndarray]
+) -> np.ndarray:
+    """Rows (sorted and grouped as for :func:`last_by_sequence`) whose sequence is lower than their key's
+    winner's: versions a higher sequence replaced (equal sequences, replays of one event, are not)."""
+    n = len(starts)
+    out = np.zeros(n, dtype=bool)
+    if n == 0:
+        return out
+    group = np.cumsum(starts) - 1
+    at = winners[group]
+    for column in sequence:
+        if isinstance(column, np.ndarray):
+            out |= column != column[at]
+            continue
+        values = numpy_sortable(column)
+        if values is not None:
+            out |= values != values[at]
+        else:
+            whole = contiguous(column)
+            out |= np.asarray(pc.not_equal(whole, whole.take(pa.array(at))).to_numpy(zero_copy_only=False))
+    return out
+
+
 def _pick(values: pa.Array, best: np.ndarray) -> pa.Array:
     """Take values[best], null where best < 0."""
     missing = best < 0

@@ -161,6 +161,7 @@ class Catalog:
         cdc_column: str | None = None,
         properties: Mapping[str, str] | None = None,
         exist_ok: bool = False,
+        sequence_by: Sequence[str] | str | None = None,
     ) -> Table:
         """Create a table; with ``exist_ok`` an existing table of the same name and spec is returned instead.
 
@@ -169,14 +170,42 @@ class Catalog:
         (``retention.max-age=7d``, keeping at least ``retention.min-versions=10``); see
         :data:`~mere.spec.NEW_TABLE_PROPERTIES`. Give ``"off"`` to turn either off.
 
-        An existing table whose schema, key, partitioning, buckets, merge operators, change column (or, when
-        given, properties) differ raises :class:`~mere.errors.TableExists` naming the differences.
+        ``sequence_by`` (a value column or a list of them, of integer, decimal, timestamp, date or string
+        type) orders the versions of each key: the version with the highest sequence wins, whatever the
+        order of commits and of rows inside a batch (equal sequences: commit order, then row order); see
+        :meth:`Table.set_sequence_by <mere.Table.set_sequence_by>` and docs/concepts.md, "Sequence
+        ordering". It refuses merge operators other than ``last``.
+
+        An existing table whose schema, key, partitioning, buckets, merge operators, change column, sequence
+        (or, when given, properties) differ raises :class:`~mere.errors.TableExists` naming the differences.
+
+        Args:
+            name: ``namespace.name``, or ``name`` in the default namespace.
+            schema: the columns (a ``cdc_column`` in it is not stored).
+            primary_key: key column(s); None for a table without key (appends only).
+            partition_by: partition column(s).
+            buckets: hash buckets of a keyed table (default 8).
+            merge_operators: column -> ``last`` (default), ``last_non_null``, ``sum`` or ``concat``.
+            cdc_column: the input column naming each row's change (insert/update/delete).
+            properties: table properties (see ``mere.spec.PROPERTIES``).
+            exist_ok: return an existing table of the same spec instead of raising.
+            sequence_by: column(s) ordering a key's versions; None for commit order.
+
+        Returns:
+            The table.
+
+        Raises:
+            InvalidInput: a bad argument (a ``sequence_by`` column that is a key or partition column, or
+                with a ``sum``/``concat``/``last_non_null`` operator on the table, and the like).
+            SchemaMismatch: a column named that the schema lacks.
+            UnsupportedType: a column type mere cannot store, key, partition or sequence by.
+            TableExists: a table of that name exists (with another spec, under ``exist_ok``).
         """
         ns, short = split_name(name)
         if not isinstance(exist_ok, bool):
             raise InvalidInput(f"exist_ok must be True or False, got {exist_ok!r}")
         given = TableSpec.create(
-            schema, primary_key, partition_by, buckets, merge_operators, cdc_column, properties
+            schema, primary_key, partition_by, buckets, merge_operators, cdc_column, properties, sequence_by
         )
         defaults = default_properties(given.has_primary_key)
         spec = replace(given, properties={**defaults, **given.properties})

@@ -34,6 +34,7 @@ from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.context import CatalogHandle, MetadataStore, SchemaChange, TableContext, WriteSettings
 from mere.table.inspect import Inspect
 from mere.table.ops import compaction, maintenance, merge_into, rollback
+from mere.table.ops import sequence as sequence_ops
 from mere.table.ops import write as write_ops
 from mere.table.ops.change_log import change_feed
 from mere.table.ops.evolve import SchemaUpdate
@@ -129,6 +130,12 @@ class Table:
         return self.spec.primary_key
 
     @property
+    def sequence_by(self) -> tuple[str, ...]:
+        """The columns that order the versions of a key (the highest sequence wins; commit order, then
+        row order, between equal ones); empty when the newest commit wins. See :meth:`set_sequence_by`."""
+        return self.spec.sequence_by
+
+    @property
     def version(self) -> int:
         """The newest committed version."""
         return versions.current(self.context)
@@ -148,6 +155,8 @@ class Table:
             parts.append(f"primary_key={list(self.spec.primary_key)}")
         if self.spec.partition_by:
             parts.append(f"partition_by={list(self.spec.partition_by)}")
+        if self.spec.sequence_by:
+            parts.append(f"sequence_by={list(self.spec.sequence_by)}")
         parts.append(f"buckets={self.spec.buckets}")
         return f"Table({', '.join(parts)})"
 
@@ -479,6 +488,35 @@ class Table:
         sees the change at once, others after :meth:`refresh`.
         """
         return self._write_once(None, lambda tx: tx.set_properties(updates))
+
+    def set_sequence_by(self, columns: Sequence[str] | str | None) -> CommitResult | None:
+        """Order the versions of each key by ``columns`` from now on, as a new version (operation
+        ``set-sequence-by``); None or ``[]`` goes back to commit order.
+
+        With a sequence, the version of a key with the highest sequence wins, whatever the order of
+        commits and of rows in a batch; equal sequences fall back to commit order, then row order.
+        Tuples of several columns compare column by column. Every write must then carry the sequence
+        columns without NULL (deletes too) and upserts whole rows; a delete without a sequence (by
+        filter, or of keys without the sequence columns) reads the version it deletes and takes its
+        sequence. docs/concepts.md, "Sequence ordering", has the details.
+
+        Args:
+            columns: a value column, or a list of them, of integer, decimal, timestamp, date or string
+                type; None or an empty list for commit order.
+
+        Returns:
+            The commit, or None when the table is ordered so already.
+
+        Raises:
+            InvalidInput: a key or partition column, a table without primary key, merge operators other
+                than ``last`` (``sum`` and ``concat`` would count a replayed event twice), or a table
+                holding more than one version of some key (a change of order could reorder them:
+                :meth:`compact` first), delete markers written without a sequence, or NULL sequences.
+            SchemaMismatch: a column the table lacks.
+            UnsupportedType: a column of another type (floats, booleans, binaries, nested types).
+            SchemaChanged: the table's columns or order changed since this handle read them.
+        """
+        return sequence_ops.set_sequence_by(self, columns)
 
     def _write_once(self, idempotency_key: str | None, change: Callable[[Transaction], Any]) -> CommitResult:
         """One change as its own transaction (a known idempotency key returns its commit, writing nothing)."""
