@@ -382,10 +382,14 @@ def test_one_big_run_and_a_few_newer_rows(t: mere.Table) -> None:
     """The reader's fast path (a big sorted run and a few newer rows searched in it) follows sequences."""
     up(t, *[(k, 10, "u", "base") for k in range(0, 4000, 2)])
     t.compact()
+    t.set_properties({"compaction.auto": "off"})
     up(t, (4, 9, "u", "older"), (6, 11, "u", "newer"), (8, 12, "d", ""), (10, 3, "d", ""), (5, 1, "u", "new"))
+    up(t, (12, 10, "u", "tie"), (14, 10, "d", ""))  # equal sequences: the later commit
+    assert len(t.files()) == 2 + 3 + 1  # base (2 buckets), three delta files, a delete file
     got = table_rows(t)
     assert got[4]["v"] == "base" and got[6]["v"] == "newer" and 8 not in got and got[10]["v"] == "base"
-    assert got[5]["v"] == "new" and len(got) == 2000
+    assert got[12]["v"] == "tie" and 14 not in got
+    assert got[5]["v"] == "new" and len(got) == 1999
 
 
 # -- sequence_by on an existing table ------------------------------------------------------------------
