@@ -184,24 +184,70 @@ def last_by_sequence(
     highest sequence tuple (compared column by column), the last of them on ties: commit order, then row
     order, decides between equal sequences.
 
-    One integer-like sequence column costs a few vector passes (a group maximum, then the last row
-    reaching it); others a stable sort of the group number and the sequence columns."""
+    Versions mostly arrive in sequence order: where a key's sequences never decrease from one version to
+    the next, its last row wins, and only the keys holding a decrease are settled (one integer-like
+    sequence column: a group maximum, then the last row reaching it; others: a stable sort of the group
+    number and the sequence columns)."""
+    n = len(starts)
+    if n == 0:
+        return np.flatnonzero(starts)
+    ends = np.empty(n, dtype=bool)
+    ends[:-1] = starts[1:]
+    ends[-1] = True
+    columns: list[np.ndarray | pa.Array] = []
+    for c in sequence:
+        values = c if isinstance(c, np.ndarray) else numpy_sortable(c)
+        columns.append(contiguous(c) if values is None else values)
+    down = np.flatnonzero(_decreases(columns, n) & ~starts[1:]) + 1  # rows below the one before
+    winners = np.flatnonzero(ends)  # each key's last row
+    if not len(down):
+        return winners
+    # The keys holding a decrease (a key's rows end at its winner's place), and their rows.
+    owner = np.searchsorted(winners, down)  # ascending, as ``down`` is
+    bad = owner[np.append(True, owner[1:] != owner[:-1])]
+    last = winners[bad]
+    first = np.where(bad > 0, winners[np.maximum(bad - 1, 0)] + 1, 0)
+    sizes = last - first + 1
+    rows = np.repeat(first - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()), dtype=np.int64)
+    sub_starts = np.zeros(len(rows), dtype=bool)
+    sub_starts[np.cumsum(sizes) - sizes] = True
+    taken = pa.array(rows)
+    picked = [c[rows] if isinstance(c, np.ndarray) else c.take(taken) for c in columns]
+    winners[bad] = rows[_settled(sub_starts, picked)]
+    return winners
+
+
+def _decreases(columns: Sequence[np.ndarray | pa.Array], n: int) -> np.ndarray:
+    """For rows ``1..n-1``: whether the row's sequence tuple is below the previous row's."""
+    below = np.zeros(n - 1, dtype=bool)
+    equal = np.ones(n - 1, dtype=bool)
+    for c in columns:
+        if isinstance(c, np.ndarray):
+            before, after = c[:-1], c[1:]
+            less, same = after < before, after == before
+        else:
+            before, after = c.slice(0, n - 1), c.slice(1)
+            less = np.asarray(pc.less(after, before).to_numpy(zero_copy_only=False))
+            same = np.asarray(pc.equal(after, before).to_numpy(zero_copy_only=False))
+        below |= equal & less
+        equal &= same
+    return below
+
+
+def _settled(starts: np.ndarray, columns: Sequence[np.ndarray | pa.Array]) -> np.ndarray:
+    """:func:`last_by_sequence` of rows that are all to be settled by their sequence."""
     n = len(starts)
     start_pos = np.flatnonzero(starts)
-    if n == 0:
-        return start_pos
     pos = np.arange(n, dtype=np.int64)
     group = np.cumsum(starts) - 1
-    if len(sequence) == 1:
-        only = sequence[0]
-        values = only if isinstance(only, np.ndarray) else numpy_sortable(only)
-        if values is not None:
-            best = np.maximum.reduceat(values, start_pos)
-            reached = values == best[group]
-            return np.asarray(np.maximum.reduceat(np.where(reached, pos, -1), start_pos))
+    if len(columns) == 1 and isinstance(columns[0], np.ndarray):
+        values = columns[0]
+        best = np.maximum.reduceat(values, start_pos)
+        reached = values == best[group]
+        return np.asarray(np.maximum.reduceat(np.where(reached, pos, -1), start_pos))
     # The groups keep their places and sizes under a stable sort led by the group number: each group's
     # last row in that order is its winner.
-    order = sort_indices([group, *sequence])
+    order = sort_indices([group, *columns])
     end_pos = np.append(start_pos[1:], n) - 1
     return np.asarray(order[end_pos])
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
+from mere.arrays import bool_array
 from mere.io import Storage
 from mere.kernels import group_starts, last_by_sequence, reduce_versions, sort_indices
 from mere.metadata import SEQ_SHIFT, FileEntry
@@ -172,18 +173,24 @@ class CompactionTask:
                 return
             rows = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
             pending, count = [], 0
-            op = np.asarray(rows.column(OP_COLUMN).to_numpy(), dtype=np.int8)
-            content = "data"
-            if bool((op == OP_DELETE).all()):
-                content = "delete"
-                rows = rows.select([*marker_columns(spec), OP_COLUMN, TOMBSTONE_TIME_COLUMN])
-            elif not (op == OP_DELETE).any():
-                rows = rows.drop_columns([TOMBSTONE_TIME_COLUMN])
+            # Live rows and tombstones go to files of their own (one run): the live rows' file holds no
+            # delete, so a read passes it on without a copy, and the few tombstones merge beside it.
+            dead = np.asarray(rows.column(OP_COLUMN).to_numpy(), dtype=np.int8) == OP_DELETE
+            files = []
+            if not dead.all():
+                live = rows if not dead.any() else rows.filter(bool_array(~dead))
+                files.append(
+                    PreparedFile(partition, split.bucket, live.drop_columns([TOMBSTONE_TIME_COLUMN]), "data")
+                )
+            if dead.any():
+                tombstones = rows.filter(bool_array(dead)) if not dead.all() else rows
+                stored = [*marker_columns(spec), OP_COLUMN, TOMBSTONE_TIME_COLUMN]
+                files.append(PreparedFile(partition, split.bucket, tombstones.select(stored), "delete"))
             for entry in write_prepared(
                 storage,
                 self.location,
                 spec,
-                [PreparedFile(partition, split.bucket, rows, content)],
+                files,
                 first_order=len(written),
                 row_group_rows=self.row_group_rows,
                 compression=self.compression,
