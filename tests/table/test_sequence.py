@@ -307,6 +307,7 @@ def test_deletes_without_a_sequence_delete_the_version_read(t: mere.Table) -> No
     up(t, (1, 5, "u", "a"), (2, 5, "u", "b"), (3, 5, "u", "c"))
     assert t.delete("k = 1").rows_deleted == 1
     assert t.delete(pa.table({"k": [2]})).rows_deleted == 1  # keys without sequence: read as well
+    assert t.delete(pa.table({"k": [3], "p": [0]})).rows_deleted == 0  # key 3 lives in partition 1
     up(t, (1, 5, "u", "replayed"), (2, 4, "u", "older"))  # a replay of the deleted version: still gone
     assert rows(t) == [(3, "c", 5)]
     up(t, (1, 6, "u", "newer"), (2, 6, "u", "newer"))  # any newer event comes back

@@ -210,8 +210,9 @@ class DeleteKeys:
         pk = list(spec.primary_key)
         # The key, and with sequence_by the partition values given too (keys given whole but for their
         # sequence: only the version in that partition is deleted).
-        parts = [c for c in spec.partition_by if c not in pk and c in self.keys.column_names]
-        on = [*parts, *pk] if spec.sequence_by else pk
+        given = [c for c in spec.partition_by if c not in pk and c in self.keys.column_names]
+        parts = given if spec.sequence_by else []
+        on = [*parts, *pk]
         on_spec = TableSpec(
             pa.schema([spec.schema.field(c) for c in on]), spec.primary_key, tuple(parts), spec.buckets
         )
