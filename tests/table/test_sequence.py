@@ -578,3 +578,15 @@ def test_tables_without_sequence_by_keep_commit_order(tmp_path: Path) -> None:
     t.upsert(pa.table({"k": [1], "v": ["c"], "seq": [None]}, schema=schema))
     assert t.to_arrow(columns=["v"]).to_pylist() == [{"v": "c"}]
     assert "sequence_by" not in t.record.spec
+
+
+def test_deletes_of_keys_without_their_partition_are_unchanged_without_sequences(tmp_path: Path) -> None:
+    cat = mere.connect(str(tmp_path / "w"))
+    schema = pa.schema([("k", pa.int64()), ("a", pa.int64()), ("b", pa.string()), ("seq", pa.int64())])
+    rows = pa.table({"k": [1, 1, 2], "a": [1, 2, 1], "b": ["x", "x", "y"], "seq": [1, 1, 1]})
+    plain = cat.create_table("s.p", schema, primary_key="k", partition_by=["a", "b"])
+    plain.upsert(rows)
+    assert plain.delete(pa.table({"k": [1], "a": [1]})).rows_deleted == 2  # by key, in every partition
+    sequenced = cat.create_table("s.q", schema, primary_key="k", partition_by=["a", "b"], sequence_by="seq")
+    sequenced.upsert(rows)
+    assert sequenced.delete(pa.table({"k": [1], "a": [1]})).rows_deleted == 1  # the partition given
