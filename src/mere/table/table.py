@@ -374,6 +374,25 @@ class Table:
         integer ``sum`` column out of its type's range raises :class:`~mere.errors.SumOverflow`, naming the
         key. Either way nothing is committed. Columns the table lacks raise
         :class:`~mere.errors.SchemaMismatch`, unless ``evolve=True`` adds them (nullable, in the same commit).
+
+        On a table with :attr:`sequence_by` the version of each key with the highest sequence wins, in the
+        batch and against what is stored (equal sequences: the later row, the later commit); every row
+        must carry the sequence columns without NULL (deletes too) and every column but for rows that only
+        delete. The result's ``stale_rows`` counts the rows a higher sequence in the same batch replaced.
+
+        Args:
+            data: rows (Arrow table, batch or stream, pandas, anything exposing ``__arrow_c_stream__``).
+            idempotency_key: a key that makes the write happen once (a repeat returns the first commit).
+            evolve: add the input's columns the table lacks (nullable) in the same commit.
+
+        Returns:
+            The commit.
+
+        Raises:
+            SchemaMismatch: unknown columns (without ``evolve``), types that cannot be cast without loss,
+                missing key columns, or (``sequence_by``) missing sequence columns or a partial row.
+            InvalidInput: a table without primary key, NULL keys, or (``sequence_by``) a NULL sequence.
+            SumOverflow: an integer ``sum`` column would leave its type.
         """
         if not self.spec.has_primary_key:
             raise InvalidInput(f"{self.name} has no primary key: use append()")
@@ -435,6 +454,22 @@ class Table:
         counts rows that existed, as SQL's DELETE count. A table of keys with their partition values is
         deleted blind (a marker per key, nothing read): its ``rows_deleted`` is None, ``delete_markers`` the
         keys marked.
+
+        On a table with :attr:`sequence_by`, keys given with their sequence columns are deleted blind at
+        those sequences; a filter, or keys without them, reads the versions it deletes and marks each
+        just above its sequence: that version and its replays stay deleted, a newer event brings the key
+        back (docs/concepts.md, "Sequence ordering").
+
+        Args:
+            where: a filter (SQL text, a :mod:`mere.expr` expression or a pyarrow Expression), or rows
+                holding the key columns (with their partition and, on sequenced tables, sequence columns).
+
+        Returns:
+            The commit (``no_change`` when nothing matched).
+
+        Raises:
+            FilterError: a filter that does not parse or fit the schema.
+            InvalidInput: ``None``, or key rows lacking key columns or holding NULL sequences.
         """
         return self._write_once(None, lambda tx: tx.delete(where))
 

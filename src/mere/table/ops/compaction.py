@@ -150,6 +150,8 @@ def plan(
 
 def _times_of(times: Sequence[tuple[int, int]], split: Split) -> tuple[tuple[int, int], ...]:
     """The commit times of the versions that wrote the split's files."""
+    if not times:
+        return ()
     versions = {f.seq >> SEQ_SHIFT for f in split.files}
     return tuple((v, t) for v, t in times if v in versions)
 
