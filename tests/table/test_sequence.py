@@ -3,8 +3,9 @@ order of commits and of rows in a batch.
 
 The backbone is a property: any permutation and duplication of a list of sequenced events (upserts and
 CDC deletes of a few keys), cut into random commits, with compactions (``compact()`` and the automatic
-tiered policy) and time travel in between, gives the table a plain dict model gives by applying the
-events in sequence order, at every commit, through full scans and key lookups. Then targeted tests:
+tiered policy), deletes without a sequence (by filter, by key) and time travel in between, gives the
+table a plain dict model gives by applying the events in sequence order, at every commit, through full
+scans and key lookups. Then targeted tests:
 ties, deletes followed by late events (no resurrection, also after compaction), tombstone expiry (a late
 event does come back after it), deletes without a sequence, MERGE, UPDATE, the change feed, changing
 ``sequence_by`` on an existing table, and bad input (typed errors, nothing committed).
@@ -129,9 +130,9 @@ def new_table(cat: mere.Catalog, name: str, seq: SeqType, key_type: pa.DataType,
 
 
 @st.composite
-def deliveries(draw: st.DrawFn) -> tuple[list[Event], list[list[Event]], list[str]]:
+def deliveries(draw: st.DrawFn) -> tuple[list[Event], list[list[Event]], list[tuple[str, int]]]:
     """Events with unique sequences, then their delivery: shuffled, some repeated, cut into commits, and
-    an action after each commit."""
+    an action after each commit (with a key, for deletes without a sequence)."""
     n = draw(st.integers(1, 24))
     keys = draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
     ops = draw(st.lists(st.sampled_from("uud"), min_size=n, max_size=n))
@@ -143,7 +144,12 @@ def deliveries(draw: st.DrawFn) -> tuple[list[Event], list[list[Event]], list[st
     batches = [arrival[a:b] for a, b in zip([0, *cuts], [*cuts, len(arrival)]) if arrival[a:b]]
     actions = draw(
         st.lists(
-            st.sampled_from(["none", "compact", "tiered", "travel", "lookup"]),
+            st.tuples(
+                st.sampled_from(
+                    ["none", "compact", "tiered", "travel", "lookup", "delete_filter", "delete_keys"]
+                ),
+                st.integers(0, 5),
+            ),
             min_size=len(batches),
             max_size=len(batches),
         )
@@ -157,7 +163,7 @@ def deliveries(draw: st.DrawFn) -> tuple[list[Event], list[list[Event]], list[st
 def test_any_delivery_gives_the_sequence_order(
     tmp_path_factory: pytest.TempPathFactory,
     seq: SeqType,
-    case: tuple[list[Event], list[list[Event]], list[str]],
+    case: tuple[list[Event], list[list[Event]], list[tuple[str, int]]],
     string_key: bool,
 ) -> None:
     events, batches, actions = case
@@ -166,15 +172,24 @@ def test_any_delivery_gives_the_sequence_order(
     t = new_table(cat, "s.t", seq, key_type)
     seen: list[Event] = []
     versions: list[tuple[int, dict[Any, dict[str, Any]]]] = []
-    for batch, action in zip(batches, actions):
+    for batch, (action, target) in zip(batches, actions):
         seen += batch
         result = t.upsert(batch_of(batch, seq, key_type))
-        expected = model_of(seen, seq, key_type)
-        versions.append((result.version, expected))
+        versions.append((result.version, model_of(seen, seq, key_type)))
         if action == "compact":
             t.compact()
         elif action == "tiered":
             t.compact(tiered=True)
+        elif action.startswith("delete"):
+            # A delete without a sequence: the version it reads is deleted, and its replays (a marker just
+            # above it: ranks are 3 apart, so rank + 1 stands for it), not a newer event.
+            k = key_value(target, key_type)
+            if k in model_of(seen, seq, key_type):
+                seen.append(Event(target, max(e.rank for e in seen if e.key == target) + 1, "d", "manual"))
+            literal = k if isinstance(k, int) else f"'{k}'"
+            t.delete(f"k = {literal}" if action == "delete_filter" else pa.table({"k": [k]}))
+            versions.append((t.version, model_of(seen, seq, key_type)))
+        expected = model_of(seen, seq, key_type)
         assert table_rows(t) == expected
         if action == "travel":
             v, then = versions[len(versions) // 2]
@@ -184,7 +199,7 @@ def test_any_delivery_gives_the_sequence_order(
                 literal = k if isinstance(k, int) else f"'{k}'"
                 assert table_rows(t, filter=f"k = {literal}") == ({k: expected[k]} if k in expected else {})
     t.compact()
-    assert table_rows(t) == model_of(events, seq, key_type)
+    assert table_rows(t) == model_of(seen, seq, key_type)
     for v, then in versions:
         assert table_rows(t, version=v) == then
 
