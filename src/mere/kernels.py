@@ -175,6 +175,107 @@ def group_starts(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], n: 
     return starts
 
 
+def last_by_sequence(
+    starts: np.ndarray, sequence: Sequence[pa.Array | pa.ChunkedArray | np.ndarray]
+) -> np.ndarray:
+    """The winner of each key: rows are sorted by key, older versions first within a key (a stable sort
+    of rows concatenated oldest first), ``starts`` marks where each key begins, and ``sequence`` holds the
+    sequence columns in that row order (no NULLs). Returns, per key, the position of its row with the
+    highest sequence tuple (compared column by column), the last of them on ties: commit order, then row
+    order, decides between equal sequences.
+
+    Versions mostly arrive in sequence order: where a key's sequences never decrease from one version to
+    the next, its last row wins, and only the keys holding a decrease are settled (one integer-like
+    sequence column: a group maximum, then the last row reaching it; others: a stable sort of the group
+    number and the sequence columns)."""
+    n = len(starts)
+    if n == 0:
+        return np.flatnonzero(starts)
+    ends = np.empty(n, dtype=bool)
+    ends[:-1] = starts[1:]
+    ends[-1] = True
+    columns: list[np.ndarray | pa.Array] = []
+    for c in sequence:
+        values = c if isinstance(c, np.ndarray) else numpy_sortable(c)
+        columns.append(contiguous(c) if values is None else values)
+    down = np.flatnonzero(_decreases(columns, n) & ~starts[1:]) + 1  # rows below the one before
+    winners = np.flatnonzero(ends)  # each key's last row
+    if not len(down):
+        return winners
+    # The keys holding a decrease (a key's rows end at its winner's place), and their rows.
+    owner = np.searchsorted(winners, down)  # ascending, as ``down`` is
+    bad = owner[np.append(True, owner[1:] != owner[:-1])]
+    last = winners[bad]
+    first = np.where(bad > 0, winners[np.maximum(bad - 1, 0)] + 1, 0)
+    sizes = last - first + 1
+    rows = np.repeat(first - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()), dtype=np.int64)
+    sub_starts = np.zeros(len(rows), dtype=bool)
+    sub_starts[np.cumsum(sizes) - sizes] = True
+    taken = pa.array(rows)
+    picked = [c[rows] if isinstance(c, np.ndarray) else c.take(taken) for c in columns]
+    winners[bad] = rows[_settled(sub_starts, picked)]
+    return winners
+
+
+def _decreases(columns: Sequence[np.ndarray | pa.Array], n: int) -> np.ndarray:
+    """For rows ``1..n-1``: whether the row's sequence tuple is below the previous row's."""
+    below = np.zeros(n - 1, dtype=bool)
+    equal = np.ones(n - 1, dtype=bool)
+    for c in columns:
+        if isinstance(c, np.ndarray):
+            before, after = c[:-1], c[1:]
+            less, same = after < before, after == before
+        else:
+            before, after = c.slice(0, n - 1), c.slice(1)
+            less = np.asarray(pc.less(after, before).to_numpy(zero_copy_only=False))
+            same = np.asarray(pc.equal(after, before).to_numpy(zero_copy_only=False))
+        below |= equal & less
+        equal &= same
+    return below
+
+
+def _settled(starts: np.ndarray, columns: Sequence[np.ndarray | pa.Array]) -> np.ndarray:
+    """:func:`last_by_sequence` of rows that are all to be settled by their sequence."""
+    n = len(starts)
+    start_pos = np.flatnonzero(starts)
+    pos = np.arange(n, dtype=np.int64)
+    group = np.cumsum(starts) - 1
+    if len(columns) == 1 and isinstance(columns[0], np.ndarray):
+        values = columns[0]
+        best = np.maximum.reduceat(values, start_pos)
+        reached = values == best[group]
+        return np.asarray(np.maximum.reduceat(np.where(reached, pos, -1), start_pos))
+    # The groups keep their places and sizes under a stable sort led by the group number: each group's
+    # last row in that order is its winner.
+    order = sort_indices([group, *columns])
+    end_pos = np.append(start_pos[1:], n) - 1
+    return np.asarray(order[end_pos])
+
+
+def superseded(
+    starts: np.ndarray, winners: np.ndarray, sequence: Sequence[pa.Array | pa.ChunkedArray | np.ndarray]
+) -> np.ndarray:
+    """Rows (sorted and grouped as for :func:`last_by_sequence`) whose sequence is lower than their key's
+    winner's: versions a higher sequence replaced (equal sequences, replays of one event, are not)."""
+    n = len(starts)
+    out = np.zeros(n, dtype=bool)
+    if n == 0:
+        return out
+    group = np.cumsum(starts) - 1
+    at = winners[group]
+    for column in sequence:
+        if isinstance(column, np.ndarray):
+            out |= column != column[at]
+            continue
+        values = numpy_sortable(column)
+        if values is not None:
+            out |= values != values[at]
+        else:
+            whole = contiguous(column)
+            out |= np.asarray(pc.not_equal(whole, whole.take(pa.array(at))).to_numpy(zero_copy_only=False))
+    return out
+
+
 def _pick(values: pa.Array, best: np.ndarray) -> pa.Array:
     """Take values[best], null where best < 0."""
     missing = best < 0

@@ -149,6 +149,7 @@ class Snapshot:
 # delete markers written, and the markers of blind deletes (given keys, never read: how many of them
 # existed is unknown). Commits before these entries recorded their markers as ``deleted_keys``.
 DELETED_ROWS = "deleted_rows"
+STALE_ROWS = "stale_rows"  # rows of a write to a table with sequence_by that a higher sequence replaced
 DELETE_MARKERS = "delete_markers"
 BLIND_DELETE_MARKERS = "blind_delete_markers"
 
@@ -170,8 +171,12 @@ class CommitResult:
     reports it): a delete of keys that no row holds deletes none. It is None for a blind delete of given
     keys (:meth:`Table.delete <mere.Table.delete>` of a table of keys, a staged delete), which writes a
     marker per key without reading which keys exist. ``delete_markers`` is the number of delete markers
-    written. ``already_committed`` is True when an idempotency key named a commit that had landed before:
-    the result then describes that earlier commit and nothing new was written. ``no_change`` is True when
+    written. ``stale_rows`` (tables with ``sequence_by``; None for others and for writes that do not
+    count them: deletes, MERGE, UPDATE) counts the rows of the write that a row of the same key with a
+    higher sequence in the same write replaced; rows older than a version already stored are not counted
+    (that would need a read). ``already_committed`` is True when an idempotency key named a commit that
+    had landed before: the result then describes that earlier commit and nothing new was written.
+    ``no_change`` is True when
     the write had nothing to commit (no rows to write, none to remove, no property or schema change): no
     version was made, ``version`` is the version the write read, and every count is 0.
     """
@@ -188,6 +193,7 @@ class CommitResult:
     snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
     delete_markers: int = 0
     no_change: bool = False
+    stale_rows: int | None = None
 
     @staticmethod
     def unchanged(snapshot: Snapshot, operation: str) -> CommitResult:
@@ -222,6 +228,7 @@ class CommitResult:
             already_committed=already_committed,
             snapshot=snapshot,
             delete_markers=int(s.get(DELETE_MARKERS, s.get("deleted_keys", 0)) or 0),
+            stale_rows=None if STALE_ROWS not in s else int(s[STALE_ROWS]),
         )
 
     @property

@@ -6,10 +6,11 @@ The spec is engine- and storage-neutral and serialises to JSON for the catalog.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import difflib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -18,10 +19,13 @@ from mere.durations import parse_duration
 from mere.errors import CatalogError, InvalidInput, SchemaMismatch, UnsupportedType
 
 OP_COLUMN = "_mere_op"
+"""Row-level change kind stored in primary-key table files."""
+# Tables with ``sequence_by``: when the delete a tombstone (a delete marker that compaction keeps) stands
+# for was committed, stored in the files compaction writes (UTC microseconds; NULL on other rows).
+TOMBSTONE_TIME_COLUMN = "_mere_deleted_at"
 # The change feed's own columns (Table.changes): a table column of one of these names would clash there.
 FEED_COLUMNS = ("_change", "_version", "_commit_time")
-RESERVED_COLUMNS = (OP_COLUMN, *FEED_COLUMNS)
-"""Row-level change kind stored in primary-key table files."""
+RESERVED_COLUMNS = (OP_COLUMN, TOMBSTONE_TIME_COLUMN, *FEED_COLUMNS)
 
 OP_MERGE = 0  # combine with the key's previous state using the merge operators
 OP_DELETE = 1  # the key is gone
@@ -86,6 +90,19 @@ def is_key_type(t: pa.DataType) -> bool:
         or pa.types.is_date32(t)
         or pa.types.is_timestamp(t)
         or (pa.types.is_decimal128(t) and t.precision <= 18)
+    )
+
+
+def is_sequence_type(t: pa.DataType) -> bool:
+    """Types a ``sequence_by`` column may have: integers, decimals, timestamps, dates and strings (their
+    order is total and exact; floats are not: NaN and -0.0 would make equal events unequal)."""
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
     )
 
 
@@ -196,10 +213,12 @@ def _names(value: Sequence[str] | str | None, what: str) -> tuple[str, ...]:
     raise InvalidInput(f"{what} must be a column name or a list of column names, got {value!r}")
 
 
-SPEC_FORMAT = 2  # bumped when a spec gains something older readers would misread
+SPEC_FORMAT = 3  # bumped when a spec gains something older readers would misread
 # Specs of tables whose schema never changed are still written as format 1, so older mere reads them;
-# format 2 adds renamed, dropped, widened and added columns, which an older reader would misread.
+# format 2 adds renamed, dropped, widened and added columns, which an older reader would misread;
+# format 3 adds ``sequence_by``, which an older reader would ignore (merging in commit order).
 EVOLVED_SPEC_FORMAT = 2
+SEQUENCE_SPEC_FORMAT = 3
 
 # LZ4 (Parquet's LZ4_RAW): on W1, merged reads 30% faster than zstd for files 20% bigger (decode is
 # most of a local read); tables on slow links may prefer write.compression=zstd.
@@ -241,10 +260,26 @@ PROPERTIES: dict[str, tuple[str, Any]] = {
         "off, or on (each write of whole rows records the rows it replaces, for fast change feeds)",
         lambda v: v.lower() if v.lower() in ("off", "on") else _bad(),
     ),
+    "sequence.tombstone-retention": (
+        "a duration such as 7d or 12h (how long compaction keeps a deleted key's newest delete of a "
+        "table with sequence_by, so that a late event with a lower sequence cannot bring it back)",
+        lambda v: _duration(v),
+    ),
 }
 """Table properties mere reads. Other keys are kept for users, except under mere's prefixes."""
 
-MERE_PREFIXES = ("read.", "write.", "compaction.", "retention.", "changes.")
+MERE_PREFIXES = ("read.", "write.", "compaction.", "retention.", "changes.", "sequence.")
+
+# A replay of a change stream within its own retention must not bring deleted keys back: Kafka keeps a
+# topic's records 7 days by default (retention.ms), so a consumer reset to the topic's start replays at
+# most that far back. Tables fed from streams kept longer should raise it.
+DEFAULT_TOMBSTONE_RETENTION = "7d"
+
+
+def tombstone_retention(properties: Mapping[str, str]) -> dt.timedelta:
+    """``sequence.tombstone-retention`` of a table (default :data:`DEFAULT_TOMBSTONE_RETENTION`)."""
+    return parse_duration(properties.get("sequence.tombstone-retention", DEFAULT_TOMBSTONE_RETENTION))
+
 
 # What a table created now gets unless its creator says otherwise (tables created before keep what they
 # had: no property means off). Measured in bench/bench_tiny_commits.py; see docs/concepts.md.
@@ -339,6 +374,9 @@ class TableSpec:
     last_field_id: int = 0
     legacy_field_ids: Mapping[str, int] | None = None
     defaults: Mapping[int, pa.Scalar] = field(default_factory=dict)
+    # Columns whose values order a key's versions (highest wins; ties: commit order, then row order);
+    # empty: commit order alone. See :func:`checked_sequence_by`.
+    sequence_by: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.field_ids:  # specs written before field ids: number the columns in order
@@ -385,6 +423,7 @@ class TableSpec:
         merge_operators: Mapping[str, Any] | None = None,
         cdc_column: str | None = None,
         properties: Mapping[str, str] | None = None,
+        sequence_by: Sequence[str] | str | None = None,
     ) -> TableSpec:
         """Validate user arguments and build a spec; raises :class:`InvalidInput` on any problem."""
         if not isinstance(schema, pa.Schema):
@@ -489,7 +528,10 @@ class TableSpec:
                 ops[c] = op
         if cdc_column is not None and not pk:
             raise InvalidInput("cdc_column needs a primary key")
-        return TableSpec(schema, pk, parts, n, ops, cdc_column, props)
+        spec = TableSpec(schema, pk, parts, n, ops, cdc_column, props)
+        if sequence_by is None:
+            return spec
+        return replace(spec, sequence_by=checked_sequence_by(spec, sequence_by))
 
     def differences(self, other: TableSpec, properties: bool = True) -> list[str]:
         """What differs between two specs, in words (empty when they describe the same table)."""
@@ -501,7 +543,7 @@ class TableSpec:
         mine, theirs = columns(self.schema), columns(other.schema)
         if mine != theirs:
             out.append(f"schema ({', '.join(mine)}) vs ({', '.join(theirs)})")
-        for label in ("primary_key", "partition_by", "buckets", "cdc_column"):
+        for label in ("primary_key", "partition_by", "buckets", "cdc_column", "sequence_by"):
             a, b = getattr(self, label), getattr(other, label)
             if a != b:
                 out.append(f"{label} {a!r} vs {b!r}")
@@ -522,10 +564,15 @@ class TableSpec:
                 "legacy_field_ids": dict(self.legacy_field_ids),
                 "defaults": _defaults_json(self.defaults),
             }
+        if self.sequence_by:
+            # Only specs that order by sequence carry the key (and format 3): older mere refuses them
+            # rather than read them in commit order.
+            evolution["sequence_by"] = list(self.sequence_by)
+        fmt = SEQUENCE_SPEC_FORMAT if self.sequence_by else EVOLVED_SPEC_FORMAT if self.evolved else 1
         return json.dumps(
             {
                 **evolution,
-                "format": EVOLVED_SPEC_FORMAT if self.evolved else 1,
+                "format": fmt,
                 "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii"),
                 "primary_key": list(self.primary_key),
                 "partition_by": list(self.partition_by),
@@ -565,7 +612,62 @@ class TableSpec:
                 else {k: int(v) for k, v in d["legacy_field_ids"].items()}
             ),
             defaults=_defaults_from_json(d.get("defaults")),
+            sequence_by=tuple(d.get("sequence_by") or ()),
         )
+
+
+def checked_sequence_by(spec: TableSpec, value: Any, table: str = "table") -> tuple[str, ...]:
+    """``value`` (a column name, a list of names, or None / empty for none) as the ``sequence_by`` of a
+    table of layout ``spec``, checked.
+
+    Raises:
+        InvalidInput: not a name or list of names, a repeated name, a table without primary key, a key or
+            partition column, or a table whose merge operators cannot follow sequences (any but ``last``).
+        SchemaMismatch: a column the table lacks.
+        UnsupportedType: a column of a type without an exact total order (floats, booleans, binaries,
+            nested types).
+    """
+    columns = _names(value, "sequence_by")
+    if not columns:
+        return ()
+    if len(set(columns)) != len(columns):
+        raise InvalidInput(f"{table}: duplicate sequence_by columns: {list(columns)}")
+    if not spec.primary_key:
+        raise InvalidInput(f"{table}: sequence_by orders the versions of a key and needs a primary key")
+    for c in columns:
+        if c not in spec.schema.names:
+            hint = " (the change column is not stored)" if c == spec.cdc_column else ""
+            raise SchemaMismatch(
+                f"{table}: sequence_by column {c!r} is not a column of the table{hint}; it has "
+                f"{spec.schema.names}"
+            )
+        if c in spec.identity_columns:
+            role = "primary-key" if c in spec.primary_key else "partition"
+            raise InvalidInput(
+                f"{table}: sequence_by column {c!r} is a {role} column; a sequence orders the versions "
+                "of one key, so it must be a value column"
+            )
+        t = spec.schema.field(c).type
+        if not is_sequence_type(t):
+            raise UnsupportedType(
+                f"{table}: sequence_by column {c!r} has type {t}; sequences must be integers, decimals, "
+                "timestamps, dates or strings"
+            )
+    for c, op in spec.merge_operators.items():
+        if op.name in ("sum", "concat"):
+            raise InvalidInput(
+                f"{table}: merge operator {op.name!r} on column {c!r} cannot combine with sequence_by: "
+                "a stream replays and duplicates events, and a replayed event would be added twice "
+                f"(sequences make the newest version win, not each event count once)"
+            )
+        if op.name != "last":
+            raise InvalidInput(
+                f"{table}: merge operator {op.name!r} on column {c!r} cannot combine with sequence_by: "
+                "mere keeps one row per key once versions are folded (in a write, in compaction), so an "
+                "event arriving late with a lower sequence could not tell which non-null value is newer "
+                "(that needs a sequence per column)"
+            )
+    return columns
 
 
 FIELD_ID_KEY = b"PARQUET:field_id"  # where Parquet (and pyarrow) keep a column's field id

@@ -72,6 +72,48 @@ def test_newest_wins_matches_a_dict_model(files: list[tuple[list[int], list[int]
     assert got.tolist() == model_winners(files).tolist()
 
 
+def model_sequence_winners(files: list[tuple[list[int], list[int]]], seq: list[int]) -> np.ndarray:
+    """Row by row (``seq[i]``: row i's sequence): the row of highest sequence of each key wins, the later
+    one on ties, unless it is a delete marker."""
+    best: dict[int, int] = {}
+    ops = [op for _, file_ops in files for op in file_ops]
+    row = 0
+    for keys, _ in files:
+        for k in keys:
+            if k not in best or seq[row] >= seq[best[k]]:
+                best[k] = row
+            row += 1
+    wins = np.zeros(row, dtype=bool)
+    for at in best.values():
+        wins[at] = ops[at] != OP_DELETE
+    return wins
+
+
+@given(runs(), st.data(), st.sampled_from(["int", "string", "int+string", "decimal"]))
+@settings(max_examples=300, deadline=None)
+def test_newest_wins_by_sequence_matches_a_dict_model(
+    files: list[tuple[list[int], list[int]]], data: st.DataObject, shape: str
+) -> None:
+    """With sequences (mostly rising with the files, as streams arrive, some late, some equal), on the
+    searched and the sorted paths, and for NumPy and Arrow sequence columns."""
+    n = sum(len(f[0]) for f in files)
+    rising = data.draw(st.booleans())
+    seq = [i if rising and data.draw(st.integers(0, 9)) else data.draw(st.integers(0, 12)) for i in range(n)]
+    keys = np.array([k for f in files for k in f[0]], dtype=np.int64)
+    ops = np.array([op for f in files for op in f[1]], dtype=np.int8)
+    columns: list[Any]
+    if shape == "int":
+        columns = [np.array(seq, dtype=np.int64)]
+    elif shape == "string":
+        columns = [pa.array([f"{v:04d}" for v in seq])]
+    elif shape == "decimal":
+        columns = [pa.array([decimal.Decimal(v) / 8 for v in seq], pa.decimal128(10, 3))]
+    else:  # lexicographic pairs ordered as the integers
+        columns = [np.array([v // 4 for v in seq], dtype=np.int32), pa.array([str(v % 4) for v in seq])]
+    got = newest_wins([keys], ops, len(files[0][0]), columns)
+    assert got.tolist() == model_sequence_winners(files, seq).tolist()
+
+
 def test_an_unsorted_first_run_is_merged_by_sorting() -> None:
     # A first run that is not strictly increasing (a repeated key) must not take the search path.
     keys = np.array([1, 2, 2, 3, 4, 5, 6, 7, 8, 9, 2], dtype=np.int64)

@@ -338,6 +338,8 @@ def describe_command(state: State, table: str, version: int | None, as_json: boo
             "bytes": sum(f["size_bytes"] for f in files),
         },
     }
+    if spec.sequence_by:  # only where set: the output of other tables stays as it was
+        info["sequence_by"] = list(spec.sequence_by)
     if as_json:
         _print_json(info)
         return
@@ -356,6 +358,7 @@ def describe_command(state: State, table: str, version: int | None, as_json: boo
         ("partitioned by", ", ".join(spec.partition_by) or "(none)"),
         ("buckets", str(spec.buckets)),
         ("change column", spec.cdc_column or "(none)"),
+        *([("sequence by", ", ".join(spec.sequence_by))] if spec.sequence_by else []),
         (
             "files",
             f"{fi['count']} ({fi['data_files']} data, {fi['delete_files']} delete), {fi['rows']} stored rows, "

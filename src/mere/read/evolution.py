@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mere.spec import FIELD_ID_KEY, LAST_FIELD_ID_KEY, OP_COLUMN, TableSpec
+from mere.spec import FIELD_ID_KEY, LAST_FIELD_ID_KEY, OP_COLUMN, TOMBSTONE_TIME_COLUMN, TableSpec
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def file_columns(spec: TableSpec, md: pq.FileMetaData) -> FileColumns:
             target = by_id.get(ids[name])
             if target is not None:
                 to_table[name] = target
-        elif name == OP_COLUMN:
+        elif name in (OP_COLUMN, TOMBSTONE_TIME_COLUMN):  # mere's own columns keep their names
             to_table[name] = name
     return FileColumns(to_table, {t: f for f, t in to_table.items()}, known)
 

@@ -8,7 +8,8 @@ A scan whose filter pins the whole primary key (``id = 5``, ``id IN (...)``, ``(
 2. Lookups (at most a few hundred keys, or a small MERGE source) then read the key columns first, only
    of the pages whose min/max may hold a key, which gives the exact rows of the keys (:func:`read`).
 3. A version that settles its key (a delete, a PUT, or a whole row when every column read merges
-   newest-wins) makes the key's older versions irrelevant: those are not read at all.
+   newest-wins) makes the key's older versions irrelevant: those are not read at all. (Not in tables
+   with ``sequence_by``, where an older file may hold the winner: every version of the keys is read.)
 4. The other columns are read only of the pages holding the rows left.
 
 A MERGE source of more keys is looked up the same way where its keys fall in a narrow key range: when
@@ -496,7 +497,9 @@ def _unsettled(
     sizes = [0 if t is None else t.num_rows for t in found]
     keep = [np.ones(n, dtype=bool) for n in sizes]
     present = [i for i, t in enumerate(found) if t is not None and t.num_rows]
-    if len(present) <= 1:
+    if len(present) <= 1 or spec.sequence_by:
+        # With sequence_by an older file may hold a key's winner (a higher sequence): every version of
+        # the looked-up keys goes to the merge, which orders them by sequence.
         return keep
     values = [c for c in needed if c not in spec.identity_columns and c != OP_COLUMN]
     last_only = all(spec.operator(c).name == "last" for c in values)

@@ -29,3 +29,6 @@ class ReadOptions:
     # pyarrow's pool) where storage is local; any other value leaves reads concurrent.
     threads: int = 0
     keys: pa.Table | None = None  # key tuples to look up besides those the filter pins (a MERGE's source)
+    # Compaction of a table with ``sequence_by``: files' rows also carry when their tombstones were
+    # deleted (``_mere_deleted_at``, where a file stores it).
+    tombstones: bool = False

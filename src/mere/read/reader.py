@@ -34,7 +34,7 @@ from mere.read.evolution import (
 from mere.read.newest_wins import newest_wins
 from mere.read.options import ReadOptions
 from mere.read.planner import Explain, FileTask, Split, row_group_stats
-from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
+from mere.spec import OP_COLUMN, OP_DELETE, TOMBSTONE_TIME_COLUMN, TableSpec
 
 RELEASE_EVERY_WINDOWS = 2
 LOOKUP_MAX_KEYS = 256
@@ -402,6 +402,8 @@ class SplitReader:
         self.output_schema = pa.schema([spec.schema.field(c) for c in opts.columns])
         needed = list(opts.columns)
         extra = list(spec.identity_columns)
+        if spec.has_primary_key:
+            extra += spec.sequence_by  # they order a key's versions
         for e in (opts.pre, opts.post):
             used = E.columns(e)  # None: an opaque pyarrow expression may read any column
             extra.extend(spec.schema.names if used is None else sorted(used))
@@ -411,6 +413,8 @@ class SplitReader:
         self.needed = needed
         if spec.has_primary_key:
             needed = [*needed, OP_COLUMN]
+            if opts.tombstones:
+                needed.append(TOMBSTONE_TIME_COLUMN)
             if max((t.row_count for t in split.files), default=0) >= DICTIONARY_MIN_ROWS and all(
                 spec.operator(c).name == "last"
                 for c in needed
@@ -423,7 +427,9 @@ class SplitReader:
                     dictionary=tuple(
                         c
                         for c in self.needed
-                        if c not in spec.identity_columns and _is_binary_like(spec.schema.field(c).type)
+                        if c not in spec.identity_columns
+                        and c not in spec.sequence_by  # compared across files: plain values
+                        and _is_binary_like(spec.schema.field(c).type)
                     ),
                 )
                 self.opts = opts
@@ -541,6 +547,19 @@ class SplitReader:
             if reading is not None:
                 budget.release(reading[1])
 
+    def windows(self) -> Iterator[list[tuple[FileTask, pa.Table]]]:
+        """The split's stored rows, unmerged, window by window in key order: per window, each file's rows
+        of that key range (every version of a key lies in one window), files oldest first. Compaction of
+        a table with ``sequence_by`` folds them itself, keeping tombstones."""
+        if not self.cursors:
+            return
+        pool = io_pool()
+        for hi in _windows(self.cursors, self.opts.window_bytes, self.opts.whole_split_bytes):
+            tables = list(pool.map(lambda c, bound=hi: c.take_until(bound), self.cursors))
+            parts = [(c.task, t) for c, t in zip(self.cursors, tables) if t is not None and t.num_rows]
+            if parts:
+                yield parts
+
     def _batches_unmerged(self) -> Iterator[pa.RecordBatch]:
         """Tables without primary key: files in order, the next ones read ahead within the budget."""
         pool = io_pool()
@@ -621,7 +640,7 @@ class SplitReader:
             else:
                 keys.append(pa.chunked_array(arrays, type=chunks[0].type))
         first = parts[0][1].num_rows if parts[0][0].content != "delete" else 0
-        winner = newest_wins(keys, np.concatenate(ops), first)
+        winner = newest_wins(keys, np.concatenate(ops), first, _sequence([p for _, p in parts], self.spec))
         out = []
         masks = []
         offset = 0
@@ -695,7 +714,9 @@ class SplitReader:
             aligned.append(pa.Table.from_arrays(cols, schema=schema))
         versions = pa.concat_tables(aligned)
         ops = np.concatenate([_ops(p) for _, p in parts])
-        order = sort_indices([versions.column(c) for c in spec.primary_key])
+        # A key's versions in sequence order where the table has one (stable: commit order, then row
+        # order, among equal sequences), else in commit order.
+        order = sort_indices([versions.column(c) for c in (*spec.primary_key, *spec.sequence_by)])
         versions = versions.take(pa.array(order))
         ops = ops[order]
         pres = {c: np.concatenate(v)[order] for c, v in present.items()}
@@ -765,6 +786,21 @@ def stored_rows_are_merged(storage: Storage, spec: TableSpec, split: Split) -> b
         ranges.append((low, high))
     ranges.sort(key=lambda r: r[0])
     return all(prev[1] < nxt[0] for prev, nxt in itertools.pairwise(ranges))
+
+
+def _sequence(tables: Sequence[pa.Table], spec: TableSpec) -> list[np.ndarray | pa.ChunkedArray]:
+    """The sequence columns of rows concatenated from ``tables`` (NumPy values where they sort so)."""
+    out: list[np.ndarray | pa.ChunkedArray] = []
+    for c in spec.sequence_by:
+        chunks = [p.column(c) for p in tables]
+        kind = spec.schema.field(c).type
+        arrays = [a if a.type == kind else a.cast(kind) for ch in chunks for a in ch.chunks]
+        as_np = [numpy_sortable_array(a) for a in arrays]
+        if all(a is not None for a in as_np):
+            out.append(np.concatenate(as_np))  # type: ignore[arg-type]
+        else:
+            out.append(pa.chunked_array(arrays, type=kind))
+    return out
 
 
 def _ops(table: pa.Table) -> np.ndarray:

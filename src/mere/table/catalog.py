@@ -161,6 +161,7 @@ class Catalog:
         cdc_column: str | None = None,
         properties: Mapping[str, str] | None = None,
         exist_ok: bool = False,
+        sequence_by: Sequence[str] | str | None = None,
     ) -> Table:
         """Create a table; with ``exist_ok`` an existing table of the same name and spec is returned instead.
 
@@ -168,6 +169,12 @@ class Catalog:
         compaction (``compaction.auto=inline`` on keyed tables) and automatic expiry of old versions
         (``retention.max-age=7d``, keeping at least ``retention.min-versions=10``); see
         :data:`~mere.spec.NEW_TABLE_PROPERTIES`. Give ``"off"`` to turn either off.
+
+        ``sequence_by`` (a value column or a list of them, of integer, decimal, timestamp, date or string
+        type) orders the versions of each key: the version with the highest sequence wins, whatever the
+        order of commits and of rows inside a batch (equal sequences: commit order, then row order); see
+        :meth:`Table.set_sequence_by <mere.Table.set_sequence_by>` and docs/concepts.md, "Sequence
+        ordering". It refuses merge operators other than ``last``.
 
         Args:
             name: ``namespace.table``, or a bare name in the ``default`` namespace (letters, digits, ``_``
@@ -181,22 +188,27 @@ class Catalog:
             cdc_column: The column of change rows that says insert, update or delete.
             properties: Table properties (see ``mere.spec.PROPERTIES``); mere's defaults fill in the rest.
             exist_ok: Return an existing table of the same name and spec instead of raising.
+            sequence_by: Value column(s) ordering each key's versions (highest wins); None: commit order.
 
         Returns:
             The new table (or, with ``exist_ok``, the existing one).
 
         Raises:
             TableExists: The table exists and ``exist_ok`` is False, or it exists with a different schema,
-                key, partitioning, buckets, merge operators, change column (or, when given, properties);
+                key, partitioning, buckets, merge operators, change column, sequence (or, when given,
+                properties);
                 the message names the differences.
-            InvalidInput: An invalid name, schema, key, partitioning or property.
+            InvalidInput: An invalid name, schema, key, partitioning or property, or a ``sequence_by``
+                column that is a key or partition column, or with a merge operator other than ``last``.
+            SchemaMismatch: A ``sequence_by`` column the schema lacks.
+            UnsupportedType: A column type mere cannot store, key, partition or sequence by.
             CatalogError: The catalog could not be reached or written.
         """
         ns, short = split_name(name)
         if not isinstance(exist_ok, bool):
             raise InvalidInput(f"exist_ok must be True or False, got {exist_ok!r}")
         given = TableSpec.create(
-            schema, primary_key, partition_by, buckets, merge_operators, cdc_column, properties
+            schema, primary_key, partition_by, buckets, merge_operators, cdc_column, properties, sequence_by
         )
         defaults = default_properties(given.has_primary_key)
         spec = replace(given, properties={**defaults, **given.properties})

@@ -13,22 +13,23 @@ another compaction) raises :class:`~mere.errors.CommitConflict` and deletes the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
 
+from mere.arrays import bool_array
 from mere.io import Storage
-from mere.kernels import group_starts, reduce_versions, sort_indices
-from mere.metadata import FileEntry
+from mere.kernels import group_starts, last_by_sequence, reduce_versions, sort_indices
+from mere.metadata import SEQ_SHIFT, FileEntry
 from mere.read.evolution import whole_file_as_table
 from mere.read.planner import FileTask
-from mere.read.reader import SplitReader, gather_batches
-from mere.spec import OP_COLUMN, OP_DELETE, OP_PUT, TableSpec
+from mere.read.reader import SplitReader, gather_batches, plain_columns
+from mere.spec import OP_COLUMN, OP_DELETE, OP_PUT, TOMBSTONE_TIME_COLUMN, TableSpec
 from mere.table.commit import RemoveIds, StagedChange, renumber
 from mere.table.scan import ScanTask, storage_for
-from mere.write.writer import PreparedFile, write_prepared
+from mere.write.writer import PreparedFile, marker_columns, write_prepared
 
 CHUNK_ROWS = 1 << 20  # rows sorted and written per output file
 # Automatic compaction folds the newest runs together while the next older run is at most this much
@@ -94,6 +95,11 @@ class CompactionTask:
     # The split's newest runs only (see runs_to_fold): the result keeps each key's operation (a delete, a
     # state cleared, or a change to merge into the older runs), where a full fold writes merged rows.
     partial: bool = False
+    # Tables with ``sequence_by``: a full fold drops the tombstones deleted before this time (UTC
+    # microseconds; None: keeps them all), and a delete marker read from a file without
+    # ``_mere_deleted_at`` was deleted when the file's commit landed (version -> commit time).
+    tombstones_before: int | None = None
+    commit_micros: tuple[tuple[int, int], ...] = ()
 
     @property
     def bucket(self) -> int:
@@ -114,6 +120,8 @@ class CompactionTask:
         split = self.read.split
         values = dict(split.partition)
         written: list[FileEntry] = []
+        if spec.sequence_by:
+            return self._fold_sequenced(storage, spec, values)
         if self.partial:
             return self._fold_newest(storage, spec, values)
         try:
@@ -137,6 +145,69 @@ class CompactionTask:
                 ):
                     entry.seq = self.seq
                     written.append(entry)
+        except BaseException:
+            storage.discard(e.path for e in written)
+            raise
+        return written
+
+    def _fold_sequenced(
+        self, storage: Storage, spec: TableSpec, partition: dict[str, str | None]
+    ) -> list[FileEntry]:
+        """Fold the files of a table with ``sequence_by``, window by window (bounded memory): each key's
+        version of highest sequence, deletes included. A delete stays as a tombstone (key, sequence and
+        the time it was deleted), so that an event arriving late with a lower sequence cannot bring the key
+        back; a full fold drops the tombstones older than ``tombstones_before``. Every operator is
+        ``last`` and rows are whole, so the winning version alone is the key's outcome, for the older runs
+        a partial fold leaves too."""
+        split = self.read.split
+        reader = SplitReader(storage, spec, split, replace(self.read.options, tombstones=True))
+        times = dict(self.commit_micros)
+        cutoff = None if self.partial else self.tombstones_before
+        written: list[FileEntry] = []
+        pending: list[pa.Table] = []
+        count = 0
+
+        def flush() -> None:
+            nonlocal pending, count
+            if not pending:
+                return
+            rows = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
+            pending, count = [], 0
+            # Live rows and tombstones go to files of their own (one run): the live rows' file holds no
+            # delete, so a read passes it on without a copy, and the few tombstones merge beside it.
+            dead = np.asarray(rows.column(OP_COLUMN).to_numpy(), dtype=np.int8) == OP_DELETE
+            files = []
+            if not dead.all():
+                live = rows if not dead.any() else rows.filter(bool_array(~dead))
+                files.append(
+                    PreparedFile(partition, split.bucket, live.drop_columns([TOMBSTONE_TIME_COLUMN]), "data")
+                )
+            if dead.any():
+                tombstones = rows.filter(bool_array(dead)) if not dead.all() else rows
+                stored = [*marker_columns(spec), OP_COLUMN, TOMBSTONE_TIME_COLUMN]
+                files.append(PreparedFile(partition, split.bucket, tombstones.select(stored), "delete"))
+            for entry in write_prepared(
+                storage,
+                self.location,
+                spec,
+                files,
+                first_order=len(written),
+                row_group_rows=self.row_group_rows,
+                compression=self.compression,
+                compression_level=self.compression_level,
+            ):
+                entry.seq = self.seq
+                written.append(entry)
+
+        try:
+            for parts in reader.windows():
+                folded = fold_by_sequence(spec, parts, times, cutoff)
+                if folded.num_rows:
+                    pending.append(folded)
+                    count += folded.num_rows
+                if count >= CHUNK_ROWS:
+                    flush()
+            flush()
         except BaseException:
             storage.discard(e.path for e in written)
             raise
@@ -192,6 +263,74 @@ class CompactionTask:
         for entry in written:
             entry.seq = self.seq
         return written
+
+
+def fold_by_sequence(
+    spec: TableSpec,
+    parts: Sequence[tuple[FileTask, pa.Table]],
+    commit_micros: Mapping[int, int],
+    tombstones_before: int | None,
+) -> pa.Table:
+    """One window of a split of a table with ``sequence_by`` folded: per key its version of highest
+    sequence (commit order, then row order, on ties), as rows of every column (identity columns NOT NULL)
+    with ``_mere_op`` (PUT for rows, DELETE for tombstones) and ``_mere_deleted_at`` (the time of a
+    tombstone's delete: its file's column where it has one, else its file's commit time). Tombstones
+    deleted before ``tombstones_before`` (None: none) are left out. ``parts`` are the files' rows of the
+    window, files oldest first."""
+    fields = [f if f.name in spec.identity_columns else f.with_nullable(True) for f in spec.schema]
+    stamp = pa.timestamp("us", tz="UTC")
+    aligned, ops, deleted = [], [], []
+    for task, rows in parts:
+        rows = plain_columns(rows, spec.schema)
+        aligned.append(
+            pa.Table.from_arrays(
+                [
+                    (
+                        rows.column(f.name)
+                        if f.name in rows.column_names
+                        else pa.nulls(rows.num_rows, f.type)
+                    ).cast(f.type)
+                    for f in fields
+                ],
+                schema=pa.schema(fields),
+            )
+        )
+        op = np.asarray(rows.column(OP_COLUMN).to_numpy(), dtype=np.int8)
+        ops.append(op)
+        # A file's own commit time stands for its delete markers' (compaction output stores theirs).
+        committed = commit_micros.get(task.seq >> SEQ_SHIFT, 2**62)  # unknown: never expires
+        when = np.full(rows.num_rows, committed, dtype=np.int64)
+        if TOMBSTONE_TIME_COLUMN in rows.column_names:
+            stored = rows.column(TOMBSTONE_TIME_COLUMN).cast(stamp).cast(pa.int64())
+            when = np.where(
+                stored.is_valid().to_numpy(zero_copy_only=False),
+                stored.fill_null(0).to_numpy(zero_copy_only=False),
+                when,
+            )
+        deleted.append(np.where(op == OP_DELETE, when, -1))
+    versions = pa.concat_tables(aligned).combine_chunks()
+    op = np.concatenate(ops)
+    when = np.concatenate(deleted)
+    keys = [versions.column(c) for c in spec.primary_key]
+    order = sort_indices(keys)
+    taken = pa.array(order)
+    starts = group_starts([k.take(taken) for k in keys], versions.num_rows)
+    winners = order[last_by_sequence(starts, [versions.column(c).take(taken) for c in spec.sequence_by])]
+    op, when = op[winners], when[winners]
+    keep = np.ones(len(winners), dtype=bool)
+    if tombstones_before is not None:
+        keep = (op != OP_DELETE) | (when >= tombstones_before)
+    winners, op, when = winners[keep], op[keep], when[keep]
+    rows = versions.take(pa.array(winners))
+    tombstone = op == OP_DELETE
+    rows = rows.append_column(
+        pa.field(OP_COLUMN, pa.int8(), nullable=False),
+        pa.array(np.where(tombstone, OP_DELETE, OP_PUT).astype(np.int8)),
+    )
+    return rows.append_column(
+        pa.field(TOMBSTONE_TIME_COLUMN, stamp),
+        pa.array(np.where(tombstone, when, 0), pa.int64(), mask=~tombstone).cast(stamp),
+    )
 
 
 @dataclass(frozen=True)

@@ -260,11 +260,13 @@ class DataFiles:
 
     def write_data(
         self, data: Any, *, partial_ok: bool, check: Callable[[list[PreparedFile]], None] | None = None
-    ) -> tuple[list[FileEntry], int]:
+    ) -> tuple[list[FileEntry], int, int]:
         """Write input rows chunk by chunk; ``check`` sees each chunk's prepared files before they are
-        written. Returns the entries and the rows; on failure the files written so far are deleted."""
+        written. Returns the entries, the rows and the stale rows (tables with ``sequence_by``: rows a row
+        of the same key with a higher sequence in the same chunk replaced); on failure the files written
+        so far are deleted."""
         entries: list[FileEntry] = []
-        rows = 0
+        rows = stale = 0
         try:
             for chunk in input_chunks(data, self.settings.chunk_bytes):
                 table, ops = conform(chunk, self.spec, partial_ok=partial_ok, identifier=self.name)
@@ -274,12 +276,13 @@ class DataFiles:
                 del table
                 if check is not None:
                     check(prepared)
+                stale += sum(p.stale for p in prepared)
                 entries += self.write(prepared, first_order=len(entries))
                 del prepared
         except BaseException:
             self.discard(entries)
             raise
-        return entries, rows
+        return entries, rows, stale
 
     def key_rows(self, data: Any, required: Sequence[str]) -> pa.Table:
         """Rows naming keys to delete, checked to carry the ``required`` columns."""
@@ -289,7 +292,12 @@ class DataFiles:
         table = pa.Table.from_batches(list(batches), schema=schema)
         missing = [c for c in required if c not in table.column_names]
         if missing:
-            raise InvalidInput(f"{self.name}: rows to delete lack key/partition column(s) {missing}")
+            what = (
+                "key/partition"
+                if set(missing) <= set(self.spec.identity_columns)
+                else "key/partition/sequence"
+            )
+            raise InvalidInput(f"{self.name}: rows to delete lack {what} column(s) {missing}")
         return table
 
     def wanted_partition(self, partition: Mapping[str, Any] | None) -> dict[str, str | None] | None:

@@ -239,12 +239,18 @@ def rename_column(spec: TableSpec, column: Any, new_name: Any, *, table: str = "
         schema=spec.schema.set(index, spec.schema.field(name).with_name(new)),
         merge_operators=ops,
         field_ids=ids,
+        sequence_by=tuple(new if c == name else c for c in spec.sequence_by),
     )
 
 
 def drop_column(spec: TableSpec, column: Any, *, table: str = "table") -> TableSpec:
     """``spec`` without ``column``; its id is retired, its data stays in old files, unread."""
     name = _existing(spec, column, "drop", table)
+    if name in spec.sequence_by:
+        raise InvalidInput(
+            f"{table}: {name!r} is a sequence_by column and cannot be dropped (it orders the versions of "
+            "each key); change sequence_by first (Table.set_sequence_by)"
+        )
     if len(spec.schema) == 1:
         raise InvalidInput(f"{table}: cannot drop {name!r}, the table's only column")
     spec = _started(spec)
@@ -259,11 +265,13 @@ def drop_column(spec: TableSpec, column: Any, *, table: str = "table") -> TableS
 
 
 def same_columns(a: TableSpec, b: TableSpec) -> bool:
-    """Whether two specs read files the same way (schema, ids and defaults; properties aside)."""
+    """Whether two specs read files the same way (schema, ids, defaults and sequence columns; properties
+    aside)."""
     return (
         a.schema.equals(b.schema)
         and dict(a.field_ids) == dict(b.field_ids)
         and (None if a.legacy_field_ids is None else dict(a.legacy_field_ids))
         == (None if b.legacy_field_ids is None else dict(b.legacy_field_ids))
         and {i: v.as_py() for i, v in a.defaults.items()} == {i: v.as_py() for i, v in b.defaults.items()}
+        and a.sequence_by == b.sequence_by  # they order versions: a writer must know them
     )

@@ -111,12 +111,16 @@ def as_keys(spec: TableSpec, rows: pa.Table) -> pa.Table:
 
 
 def logs_changes(spec: TableSpec, added: Sequence[FileEntry], removes_files: bool) -> bool:
-    """Whether a commit records its before-images: ``changes.log`` is on, the newest version wins, and the
-    commit adds whole rows or delete markers and removes nothing (feeds over other commits merge)."""
+    """Whether a commit records its before-images: ``changes.log`` is on, the newest version wins (no
+    ``sequence_by``), and the commit adds whole rows or delete markers and removes nothing (feeds over
+    other commits merge)."""
     return (
         spec.properties.get("changes.log", "off").lower() == "on"
         and spec.has_primary_key
         and spec.all_last
+        # With sequence_by the rows a commit writes need not be their keys' rows after it (a late event
+        # loses to the stored version): feeds merge instead.
+        and not spec.sequence_by
         and not removes_files
         and bool(added)
         and all(f.content == "delete" or (f.content == "data" and f.columns is None) for f in added)

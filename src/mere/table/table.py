@@ -35,6 +35,7 @@ from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.context import CatalogHandle, MetadataStore, SchemaChange, TableContext, WriteSettings
 from mere.table.inspect import Inspect
 from mere.table.ops import compaction, maintenance, merge_into, rollback
+from mere.table.ops import sequence as sequence_ops
 from mere.table.ops import write as write_ops
 from mere.table.ops.change_log import change_feed
 from mere.table.ops.evolve import SchemaUpdate
@@ -130,6 +131,14 @@ class Table:
         return self.spec.primary_key
 
     @property
+    def sequence_by(self) -> tuple[str, ...]:
+        """The columns that order the versions of a key; empty when the newest commit wins.
+
+        The highest sequence wins; commit order, then row order, between equal ones. See
+        :meth:`set_sequence_by`."""
+        return self.spec.sequence_by
+
+    @property
     def version(self) -> int:
         """The newest committed version."""
         return versions.current(self.context)
@@ -149,6 +158,8 @@ class Table:
             parts.append(f"primary_key={list(self.spec.primary_key)}")
         if self.spec.partition_by:
             parts.append(f"partition_by={list(self.spec.partition_by)}")
+        if self.spec.sequence_by:
+            parts.append(f"sequence_by={list(self.spec.sequence_by)}")
         parts.append(f"buckets={self.spec.buckets}")
         return f"Table({', '.join(parts)})"
 
@@ -458,6 +469,11 @@ class Table:
         upsert that would push an integer ``sum`` column out of its type's range raises
         :class:`~mere.errors.SumOverflow`, naming the key. Either way nothing is committed.
 
+        On a table with :attr:`sequence_by` the version of each key with the highest sequence wins, in the
+        batch and against what is stored (equal sequences: the later row, the later commit); every row
+        must carry the sequence columns without NULL (deletes too) and every column but for rows that only
+        delete. The result's ``stale_rows`` counts the rows a higher sequence in the same batch replaced.
+
         Args:
             data: The rows: a pyarrow Table, RecordBatch or RecordBatchReader, a pandas DataFrame or an object
                 with ``__arrow_c_stream__``. With the table's change column, rows are inserts, updates or
@@ -471,9 +487,11 @@ class Table:
 
         Raises:
             InvalidInput: A table without primary key (use :meth:`append`), data that cannot be converted to
-                Arrow, a change column with unknown operations or nulls, or an invalid ``idempotency_key``.
+                Arrow, a change column with unknown operations or nulls, an invalid ``idempotency_key``, or
+                (``sequence_by``) a NULL sequence.
             SchemaMismatch: Columns the table lacks (without ``evolve``), input without the key or partition
-                columns, or new keys lacking NOT NULL columns.
+                columns, new keys lacking NOT NULL columns, or (``sequence_by``) missing sequence columns or a
+                partial row.
             NullKey: A primary-key column holds nulls.
             SumOverflow: A ``sum`` column would leave its integer type's range.
             CommitConflict: Concurrent commits won every retry, or the table's columns changed after this
@@ -566,8 +584,14 @@ class Table:
         deleted blind (a marker per key, nothing read): its ``rows_deleted`` is None, ``delete_markers`` the
         keys marked.
 
+        On a table with :attr:`sequence_by`, keys given with their sequence columns are deleted blind at
+        those sequences; a filter, or keys without them, reads the versions it deletes and marks each
+        just above its sequence: that version and its replays stay deleted, a newer event brings the key
+        back (docs/concepts.md, "Sequence ordering").
+
         Args:
-            where: the filter, or a table of keys (with their partition values).
+            where: the filter, or a table of keys (with their partition and, on sequenced tables, sequence
+                columns).
             idempotency_key: commit at most once: when a commit with this key has landed (a retry of the
                 same delete), nothing is read or written and that commit's result is returned
                 (``already_committed=True``), whatever ``where`` is now. A delete that matches nothing
@@ -577,7 +601,9 @@ class Table:
             The commit's result (``no_change=True`` when nothing matched).
 
         Raises:
-            InvalidInput: a bad filter or key (nothing committed).
+            InvalidInput: a bad filter or key, or key rows lacking key columns or holding NULL sequences
+                (nothing committed).
+            FilterError: a filter that does not parse or fit the schema.
             CommitConflict: lost every retry to concurrent commits (nothing committed).
         """
         return self._write_once(idempotency_key, lambda tx: tx.delete(where))
@@ -695,6 +721,36 @@ class Table:
         sees the change at once, others after :meth:`refresh`.
         """
         return self._write_once(None, lambda tx: tx.set_properties(updates))
+
+    def set_sequence_by(self, columns: Sequence[str] | str | None) -> CommitResult | None:
+        """Order the versions of each key by ``columns`` from now on, as a new version.
+
+        The commit's operation is ``set-sequence-by``; None or ``[]`` goes back to commit order.
+
+        With a sequence, the version of a key with the highest sequence wins, whatever the order of
+        commits and of rows in a batch; equal sequences fall back to commit order, then row order.
+        Tuples of several columns compare column by column. Every write must then carry the sequence
+        columns without NULL (deletes too) and upserts whole rows; a delete without a sequence (by
+        filter, or of keys without the sequence columns) reads the version it deletes and takes its
+        sequence. docs/concepts.md, "Sequence ordering", has the details.
+
+        Args:
+            columns: a value column, or a list of them, of integer, decimal, timestamp, date or string
+                type; None or an empty list for commit order.
+
+        Returns:
+            The commit, or None when the table is ordered so already.
+
+        Raises:
+            InvalidInput: a key or partition column, a table without primary key, merge operators other
+                than ``last`` (``sum`` and ``concat`` would count a replayed event twice), or a table
+                holding more than one version of some key (a change of order could reorder them:
+                :meth:`compact` first), delete markers written without a sequence, or NULL sequences.
+            SchemaMismatch: a column the table lacks.
+            UnsupportedType: a column of another type (floats, booleans, binaries, nested types).
+            SchemaChanged: the table's columns or order changed since this handle read them.
+        """
+        return sequence_ops.set_sequence_by(self, columns)
 
     def _write_once(self, idempotency_key: str | None, change: Callable[[Transaction], Any]) -> CommitResult:
         """One change as its own transaction (a known idempotency key returns its commit, writing nothing)."""

@@ -5,6 +5,7 @@ Nothing here is visible to readers: files become part of the table only when the
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,7 +20,14 @@ from mere.errors import InvalidInput, NullKey, SchemaMismatch, SumOverflow
 from mere.hashing import bucket_ids
 from mere.io import Storage
 from mere.io.parquet import write_parquet
-from mere.kernels import group_starts, numpy_sortable_array, reduce_versions, sort_indices
+from mere.kernels import (
+    group_starts,
+    last_by_sequence,
+    numpy_sortable_array,
+    reduce_versions,
+    sort_indices,
+    superseded,
+)
 from mere.metadata import FileEntry
 from mere.partitions import partition_json, partition_path, partition_value_strings
 from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec, with_field_ids
@@ -180,6 +188,8 @@ def conform(
     missing = [c for c in spec.identity_columns if c not in names]
     if missing:
         raise SchemaMismatch(f"{identifier}: input lacks key/partition column(s) {missing}")
+    if spec.sequence_by:
+        _check_sequenced_input(table, spec, ops, identifier, partial_ok)
     arrays = []
     fields = []
     for f in spec.schema:
@@ -207,11 +217,43 @@ def conform(
         # Rows of deleted keys carry nulls in every other column: only key columns stay NOT NULL in files.
         fields.append(f if f.name in spec.identity_columns else f.with_nullable(True))
     out = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    for c in spec.sequence_by:
+        nulls = out.column(c).null_count
+        if nulls and (
+            ops is None or (out.column(c).is_null().to_numpy(zero_copy_only=False) & (ops >= 0)).any()
+        ):
+            raise InvalidInput(
+                f"{identifier}: sequence column {c!r} holds {nulls} NULL(s); every row of a table with "
+                f"sequence_by {list(spec.sequence_by)} needs its sequence (deletes too): a version without "
+                "one could not be ordered against the others"
+            )
     if ops is not None and (ops < 0).any():
         keep = ops >= 0
         out = out.filter(bool_array(keep))
         ops = ops[keep]
     return out, ops
+
+
+def _check_sequenced_input(
+    table: pa.Table, spec: TableSpec, ops: np.ndarray | None, identifier: str, partial_ok: bool
+) -> None:
+    """Rows written to a table with ``sequence_by`` carry their sequence, and upserted rows that are not
+    deletes carry every column: a key's versions are ordered as whole rows, never combined column by
+    column (writes that are not partial fill a missing nullable column with NULL, a whole row)."""
+    names = table.column_names
+    lacking = [c for c in spec.sequence_by if c not in names]
+    if lacking:
+        raise SchemaMismatch(
+            f"{identifier}: input lacks sequence column(s) {lacking}; the table orders a key's versions "
+            f"by sequence_by {list(spec.sequence_by)}"
+        )
+    partial = [c for c in spec.schema.names if c not in names]
+    if partial_ok and partial and (ops is None or bool((ops == OP_MERGE).any())):
+        raise SchemaMismatch(
+            f"{identifier}: input lacks column(s) {partial}; a table with sequence_by "
+            f"{list(spec.sequence_by)} takes whole rows (rows that only delete may carry the key, partition "
+            "and sequence columns alone): a late partial row could not tell which of its columns are newer"
+        )
 
 
 @dataclass
@@ -222,6 +264,9 @@ class PreparedFile:
     bucket: int
     rows: pa.Table
     content: str
+    # Rows of the batch that a row of the same key with a higher sequence replaced (tables with
+    # ``sequence_by``; always 0 for others).
+    stale: int = 0
 
 
 def _group_order(code: np.ndarray, groups: int) -> np.ndarray:
@@ -263,6 +308,12 @@ def prepare(
     key_np = None
     if len(spec.primary_key) == 1:
         key_np = numpy_sortable_array(_contiguous_column(table, spec.primary_key[0]))
+    # Sequence columns (no NULLs: conform refused them) as NumPy values where they sort so.
+    sequence: list[np.ndarray | pa.Array] = []
+    for c in spec.sequence_by:
+        whole = _contiguous_column(table, c)
+        as_np = numpy_sortable_array(whole)
+        sequence.append(whole if as_np is None else as_np)
 
     def one_group(lo: int, hi: int) -> PreparedFile:
         idx = order[lo:hi]
@@ -278,7 +329,17 @@ def prepare(
         starts = group_starts(
             [key_np[idx]] if key_np is not None else [rows.column(c) for c in spec.primary_key], len(idx)
         )
-        if not starts.all():
+        stale = 0
+        if not starts.all() and sequence:
+            # Duplicate keys in one batch of a sequenced table: each key's version with the highest
+            # sequence (the last of them in input order on ties). Its rows are whole and every operator
+            # is ``last``, so that version alone is the key's outcome (a delete keeps its sequence).
+            picked = pa.array(idx)
+            at = [s[idx] if isinstance(s, np.ndarray) else s.take(picked) for s in sequence]
+            winners = last_by_sequence(starts, at)
+            stale = int(np.count_nonzero(superseded(starts, winners, at)))
+            rows, op = rows.take(pa.array(winners)), op[winners]
+        elif not starts.all():
             # Duplicate keys in one batch: apply them in input order, like separate commits would.
             try:
                 rows, op = reduce_versions(rows, op, starts, spec.identity_columns, spec.merge_operators)
@@ -287,15 +348,69 @@ def prepare(
         rows = rows.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False), pa.array(op, pa.int8()))
         content = "delete" if bool((op == OP_DELETE).all()) else "data"
         if content == "delete":
-            rows = rows.select([*spec.identity_columns, OP_COLUMN])
+            rows = rows.select([*marker_columns(spec), OP_COLUMN])
         c = int(sorted_code[lo])
-        return PreparedFile(pvalues[c // spec.buckets], c % spec.buckets, rows, content)
+        return PreparedFile(pvalues[c // spec.buckets], c % spec.buckets, rows, content, stale)
 
     source = _dictionary_strings(table, spec)
     ranges = [(int(lo), int(hi)) for lo, hi in zip(np.r_[0, cut], np.r_[cut, n])]
     if len(ranges) == 1:
         return [one_group(*ranges[0])]
     return list(shared_pool("prepare", cpu_workers()).map(lambda r: one_group(*r), ranges))
+
+
+def marker_columns(spec: TableSpec) -> list[str]:
+    """The columns a delete marker stores: the key and partition columns, and the sequence columns of a
+    table with ``sequence_by`` (a delete is ordered against other versions by its sequence)."""
+    return [*spec.identity_columns, *spec.sequence_by]
+
+
+def sequence_after(rows: pa.Table, spec: TableSpec) -> pa.Table:
+    """``rows`` with each sequence moved to the next one above it: the last ``sequence_by`` column takes
+    its type's next value (+1 for integers, one unit for timestamps and decimals, a day for dates, a NUL
+    character appended to strings; a value at its type's maximum stays). A delete that read the version it
+    deletes carries that: it wins over the version and every replay of it, and loses to any newer event."""
+    if not spec.sequence_by or rows.num_rows == 0:
+        return rows
+    name = spec.sequence_by[-1]
+    index = rows.schema.get_field_index(name)
+    column = rows.column(index).combine_chunks()
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        after = pc.binary_join_element_wise(column, pa.scalar("", kind), pa.scalar("\x00", kind))
+    elif pa.types.is_decimal(kind):
+        step = decimal.Decimal(1).scaleb(-kind.scale)
+        top = decimal.Decimal(10) ** (kind.precision - kind.scale) - step
+        added = pc.add(column, pa.scalar(step, kind))
+        at_top = pc.equal(column, pa.scalar(top, kind))
+        after = pc.if_else(at_top, column.cast(added.type), added).cast(kind)
+    else:
+        width = pa.int32() if pa.types.is_date32(kind) else pa.int64()
+        if pa.types.is_integer(kind):
+            width = kind
+        values = np.asarray(column.view(width).to_numpy(zero_copy_only=False))
+        unit = 86_400_000 if pa.types.is_date64(kind) else 1
+        highest = np.iinfo(values.dtype).max - unit + 1
+        with np.errstate(over="ignore"):
+            moved = np.where(values >= highest, values, values + unit)
+        after = pa.array(moved, width).view(kind) if width != kind else pa.array(moved, kind)
+    return rows.set_column(index, rows.schema.field(index), after)
+
+
+def marker_spec(spec: TableSpec) -> TableSpec:
+    """The layout of delete markers' rows (:func:`marker_columns`), to :func:`conform` them with."""
+    stored = marker_columns(spec)
+    fields = [spec.schema.field(c) for c in spec.schema.names if c in stored]
+    return TableSpec(
+        pa.schema(fields),
+        spec.primary_key,
+        spec.partition_by,
+        spec.buckets,
+        {},
+        None,
+        {},
+        sequence_by=spec.sequence_by,
+    )
 
 
 def _dictionary_strings(table: pa.Table, spec: TableSpec) -> pa.Table:
@@ -381,8 +496,8 @@ def write_prepared(
             compression_level=compression_level,
             key_index=key_index,
         )
-        full = len(p.rows.column_names) - (1 if OP_COLUMN in p.rows.column_names else 0) == len(spec.schema)
-        columns = None if full else [c for c in p.rows.column_names if c != OP_COLUMN]
+        stored = [c for c in p.rows.column_names if c in spec.schema.names]  # not _mere_op and the like
+        columns = None if len(stored) == len(spec.schema) else stored
         return FileEntry(
             path=written.path,
             partition=partition_json(p.partition),

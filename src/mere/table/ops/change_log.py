@@ -123,6 +123,7 @@ def change_feed(
     )
     if start == end:
         return pa.RecordBatchReader.from_batches(schema, iter(()))
+    _refuse_sequence_changes(table, start, end)
     history = {s.version: s for s in found.commits}
     gone = [v for v, snap in history.items() if snap.expired]
     if gone:  # e.g. a tagged start_version: readable itself, but the commits after it were expired
@@ -170,9 +171,10 @@ def change_feed(
     # Newest version wins and the range only added whole rows and delete markers: the newest version of
     # every touched key is in the files the range added (they are newer than every file before it), so
     # the after-image merges those files alone instead of the whole split.
+    # Not with sequence_by: an older file may hold a key's version of higher sequence.
     from_added = (
         {split: files for split, files in added_files.items() if split not in replaced}
-        if spec.all_last
+        if spec.all_last and not spec.sequence_by
         else {}
     )
     # Where every commit that touched a split logged its before-images (``changes.log``), the before-image
@@ -569,6 +571,24 @@ def _specs_in_force(table: TableHandle, start: int, end: int) -> list[tuple[int,
         if v <= end
     ]
     return specs
+
+
+def _refuse_sequence_changes(table: TableHandle, start: int, end: int) -> None:
+    """Refuse a feed across a change of ``sequence_by``.
+
+    The feed merges both ends under the current ``sequence_by``: refused when a version from ``start`` on
+    was written under another (each version reads in its own order with ``scan(version=...)``)."""
+    store, table_id, now = table.context.store, table.context.table_id, table.spec.sequence_by
+    at_start = store.spec_at(table_id, start)
+    found = [] if at_start is None else [(start, at_start)]
+    for version, text in [*found, *store.specs_after(table_id, start)]:
+        then = TableSpec.from_json(text, table.name).sequence_by
+        if then != now:
+            raise InvalidInput(
+                f"{table.name}: the change feed from {start} to {end} reads both versions in the current "
+                f"sequence order ({list(now)}), but version {version} ordered by {list(then)}: read each "
+                "version with scan(version=...) instead"
+            )
 
 
 def _refuse_narrowed_columns(

@@ -7,6 +7,7 @@ removing the inputs by catalog id, committed onto the planned version). :func:`c
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -14,11 +15,11 @@ from dataclasses import replace
 from typing import Any
 
 from mere.errors import CommitConflict, InvalidInput, SchemaChanged
-from mere.metadata import CommitResult, FileEntry
+from mere.metadata import SEQ_SHIFT, CommitResult, FileEntry, datetime_to_micros
 from mere.partitions import partition_json
-from mere.read.planner import Explain
+from mere.read.planner import Explain, Split
 from mere.retry import COMMIT_RETRIES
-from mere.spec import TableSpec
+from mere.spec import TableSpec, tombstone_retention
 from mere.table.commit import ONE_ATTEMPT, Change, Commit, StagedChange
 from mere.table.compaction import CompactionPlan, CompactionTask, can_fold_partially, runs_to_fold
 from mere.table.context import TableContext, TableHandle
@@ -107,6 +108,7 @@ def plan(
     tasks: list[CompactionTask] = []
     remove: list[int] = []
     partitions: set[str] = set()
+    cutoff, times = _tombstone_clock(ctx, files)
     for split in planned:
         values = dict(split.partition)
         if wanted is not None and any(values.get(c) != v for c, v in wanted.items()):
@@ -125,6 +127,8 @@ def plan(
                     split, partial = replace(split, files=tuple(newest)), True
         elif len(seqs) < min_files and not any(f.content == "delete" for f in split.files):
             continue
+        elif ctx.spec.sequence_by and len(seqs) < 2:
+            continue  # one run already: a fold would write the same rows (its tombstones included) again
         read = ScanTask(ctx.storage.uri, storage_options, ctx.record.spec, split, opts, table=ctx.name)
         tasks.append(
             CompactionTask(
@@ -135,11 +139,37 @@ def plan(
                 settings.compression,
                 settings.compression_level,
                 partial,
+                cutoff,
+                _times_of(times, split),
             )
         )
         remove += [i for f in split.files if (i := ids.get(f.path)) is not None]
         partitions.add(partition_json(values))
     return CompactionPlan(ctx.name, ctx.uuid, base, tuple(tasks), tuple(remove), tuple(sorted(partitions)))
+
+
+def _times_of(times: Sequence[tuple[int, int]], split: Split) -> tuple[tuple[int, int], ...]:
+    """The commit times of the versions that wrote the split's files."""
+    if not times:
+        return ()
+    versions = {f.seq >> SEQ_SHIFT for f in split.files}
+    return tuple((v, t) for v, t in times if v in versions)
+
+
+def _tombstone_clock(
+    ctx: TableContext, files: Sequence[FileEntry]
+) -> tuple[int | None, tuple[tuple[int, int], ...]]:
+    """For a table with ``sequence_by``: the time before which a full fold drops tombstones (now less
+    ``sequence.tombstone-retention``, UTC microseconds), and the commit time of each version that wrote
+    one of ``files`` (a delete marker's deletion time, until a compaction stores it). (None, ()) else."""
+    if not ctx.spec.sequence_by or not files:
+        return None, ()
+    retention = tombstone_retention(ctx.spec.properties)
+    now = datetime_to_micros(dt.datetime.now(dt.UTC))
+    cutoff = now - min(now, retention // dt.timedelta(microseconds=1))
+    versions = {(f.seq or 0) >> SEQ_SHIFT for f in files}
+    history = ctx.store.history(ctx.table_id, after=min(versions) - 1, upto=max(versions))
+    return cutoff, tuple((s.version, s.committed_micros) for s in history if s.version in versions)
 
 
 def commit_results(

@@ -53,7 +53,7 @@ from mere.table.context import TableContext, TableHandle
 from mere.table.ops.update import arrow_failure, assign, expression, split_name
 from mere.table.write_checks import WriteChecks
 from mere.write.cast import decoded_table, lossless_cast, relax_nested
-from mere.write.writer import conform, prepare, to_batches
+from mere.write.writer import conform, marker_columns, marker_spec, prepare, sequence_after, to_batches
 
 MERGE_LOOKUP_KEYS = 256  # sources of up to this many keys are looked up, as scans pinning as many keys are
 
@@ -1138,7 +1138,7 @@ class MergePlan:
         try:
             if whole.num_rows or deletes.num_rows:
                 rows, _ = conform(whole, self.spec, partial_ok=False, identifier=self.name)
-                gone, _ = conform(deletes, self.spec, partial_ok=True, identifier=self.name)
+                gone, _ = conform(deletes, marker_spec(self.spec), partial_ok=True, identifier=self.name)
                 # Deleted keys ride in the same files as whole rows: their other columns are NULL.
                 gone = pa.table(
                     {
@@ -1251,10 +1251,11 @@ class MergePlan:
                 )
         # NULL allowed inside nested columns too: conform() refuses a NULL in a NOT NULL field by its path.
         schema = pa.schema([f.with_type(relax_nested(f.type)).with_nullable(True) for f in self.spec.schema])
-        identity = list(self.spec.identity_columns)
         whole = [p.cast(schema) for p in puts + self._updates]
         whole_table = pa.concat_tables(whole) if whole else schema.empty_table()
-        del_table = pa.concat_tables(deletes) if deletes else schema.empty_table().select(identity)
+        del_table = (
+            pa.concat_tables(deletes) if deletes else schema.empty_table().select(marker_columns(self.spec))
+        )
         self._check_inserts(target)
         return whole_table, del_table, counts
 
@@ -1381,8 +1382,10 @@ class MergePlan:
             rows = frame.take(pa.array(idx))
             if action == "delete":
                 assert target is not None and t_idx is not None
-                deletes.append(target.take(pa.array(t_idx[idx])).select(list(self.spec.identity_columns)))
-                self._deleted.append(deletes[-1])
+                gone = target.take(pa.array(t_idx[idx]))
+                # With sequence_by a marker goes just above the sequence of the version it deletes.
+                deletes.append(sequence_after(gone.select(marker_columns(self.spec)), self.spec))
+                self._deleted.append(gone.select(list(self.spec.identity_columns)))
                 counts["deleted"] += len(idx)
                 continue
             try:

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from mere import expr as E
 from mere.errors import CommitFailed, InvalidInput
 from mere.lang.lower import evaluate
-from mere.metadata import DELETED_ROWS, CommitResult, FileEntry
+from mere.metadata import DELETED_ROWS, STALE_ROWS, CommitResult, FileEntry
 from mere.read.evolution import whole_file_as_table
 from mere.read.planner import split_filter, typed_partition
 from mere.spec import OP_DELETE, TableSpec
@@ -40,7 +40,7 @@ from mere.table.commit import (
 from mere.table.conflicts import PartitionSet, PartitionsUnchanged, RowsUnchanged
 from mere.table.context import TableContext, file_splits, partition_values
 from mere.table.write_checks import WriteChecks
-from mere.write.writer import PreparedFile, conform, prepare
+from mere.write.writer import PreparedFile, conform, marker_columns, marker_spec, prepare, sequence_after
 
 STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
 
@@ -53,8 +53,8 @@ def upsert(commit: Commit, data: Any) -> None:
     ctx = commit.ctx
     if not ctx.spec.has_primary_key:
         raise InvalidInput(f"{ctx.name} has no primary key: use append()")
-    files, rows = ctx.files.write_data(data, partial_ok=True, check=commit.checks.observe)
-    commit.add(Change("upsert", files, rows))
+    files, rows, stale = ctx.files.write_data(data, partial_ok=True, check=commit.checks.observe)
+    commit.add(Change("upsert", files, rows, stale_summary(ctx.spec, stale)))
 
 
 def append(commit: Commit, data: Any) -> None:
@@ -62,7 +62,7 @@ def append(commit: Commit, data: Any) -> None:
     ctx = commit.ctx
     if ctx.spec.has_primary_key:
         raise InvalidInput(f"{ctx.name} has a primary key {list(ctx.spec.primary_key)}: use upsert()")
-    files, rows = ctx.files.write_data(data, partial_ok=False)
+    files, rows, _ = ctx.files.write_data(data, partial_ok=False)
     commit.add(Change("append", files, rows))
 
 
@@ -75,10 +75,12 @@ def delete(commit: Commit, where: Any) -> None:
         )
     if isinstance(where, (pa.Table, pa.RecordBatch, dict)) or type(where).__module__.startswith("pandas"):
         keys = ctx.files.key_rows(where, ctx.spec.primary_key)
-        cols = [c for c in ctx.spec.identity_columns if c in keys.column_names]
-        if len(cols) == len(ctx.spec.identity_columns):
+        cols = [c for c in marker_columns(ctx.spec) if c in keys.column_names]
+        if len(cols) == len(marker_columns(ctx.spec)):
             commit.add(marker_change(ctx, keys.select(cols), commit.checks))
             return
+        # Keys without their partition, or (sequence_by) without their sequence: the delete reads where
+        # each key lives and the sequence of its version, which its marker carries.
         commit.add_read(DeleteKeys(keys))
         return
     split_filter(ctx.spec, where)  # a bad filter fails now
@@ -99,12 +101,14 @@ def overwrite(
     check_dynamic(ctx.name, dynamic)
     wanted = ctx.files.wanted_partition(partition)
     commit.reads_first("overwrite")
-    files, rows = ctx.files.write_data(
+    files, rows, stale = ctx.files.write_data(
         data,
         partial_ok=False,
         check=lambda prepared: ctx.files.check_partition(wanted, [p.partition for p in prepared]),
     )
-    commit.add(overwriting(ctx, "overwrite", files, rows, wanted, dynamic=dynamic))
+    change = overwriting(ctx, "overwrite", files, rows, wanted, dynamic=dynamic)
+    change.summary |= stale_summary(ctx.spec, stale)
+    commit.add(change)
 
 
 def truncate(commit: Commit) -> None:
@@ -137,6 +141,12 @@ def overwriting(
     return Change(operation, files, rows, summary, ReplacePartitions(target), PartitionsUnchanged(target))
 
 
+def stale_summary(spec: TableSpec, stale: int) -> dict[str, int]:
+    """A write's summary entry counting the rows a row of the same key with a higher sequence replaced
+    within the write (tables with ``sequence_by`` only)."""
+    return {STALE_ROWS: stale} if spec.sequence_by else {}
+
+
 def check_dynamic(table: str, dynamic: Any) -> None:
     """``dynamic`` is a bool."""
     if not isinstance(dynamic, bool):
@@ -155,7 +165,7 @@ def marker_change(
 ) -> Change:
     """Delete markers for these keys, written; ``checks`` take note of them (later upserts start afresh).
     ``read``: the keys are rows the delete read at its version (each one existed)."""
-    keys, _ = conform(keys, _key_only_spec(ctx.spec), partial_ok=True, identifier=ctx.name)
+    keys, _ = conform(keys, marker_spec(ctx.spec), partial_ok=True, identifier=ctx.name)
     ops = np.full(keys.num_rows, OP_DELETE, dtype=np.int8)
     prepared = prepare(ctx.spec, keys, ops)
     files = ctx.files.write(prepared)
@@ -169,8 +179,10 @@ def marker_change(
 def read_markers(ctx: TableContext, keys: pa.Table, checks: WriteChecks) -> Change:
     """Markers for rows a delete read at its version: they conflict with concurrent changes there."""
     # The keys were read at the transaction's version: the checks see their deletes before every write
-    # of the transaction (reading changes come first, and deletes commute with one another).
-    change = marker_change(ctx, keys, checks, first=True, read=True)
+    # of the transaction (reading changes come first, and deletes commute with one another). With
+    # sequence_by a marker takes the sequence just above the version read: it deletes that version and
+    # every replay of it, and an event of higher sequence brings the key back.
+    change = marker_change(ctx, sequence_after(keys, ctx.spec), checks, first=True, read=True)
     change.rule = RowsUnchanged(file_splits(change.files))
     return change
 
@@ -183,9 +195,8 @@ class DeleteWhere:
 
     def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:
         """Markers for the rows matching at ``base``."""
-        keys = ctx.handle.scan(
-            columns=list(ctx.spec.identity_columns), filter=self.where, version=base
-        ).to_arrow()
+        # With sequence_by, the sequences of the versions deleted (their markers go just above).
+        keys = ctx.handle.scan(columns=marker_columns(ctx.spec), filter=self.where, version=base).to_arrow()
         return read_markers(ctx, keys, checks)
 
 
@@ -196,16 +207,23 @@ class DeleteKeys:
     keys: pa.Table
 
     def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:
-        """Markers for the keys found at ``base``."""
+        """Markers for the keys found at ``base`` (with the sequences of the versions found there)."""
         spec = ctx.spec
         pk = list(spec.primary_key)
-        pk_spec = TableSpec(pa.schema([spec.schema.field(c) for c in pk]), spec.primary_key, (), spec.buckets)
-        conformed, _ = conform(self.keys.select(pk), pk_spec, partial_ok=True, identifier=ctx.name)
+        # The key, and with sequence_by the partition values given too (keys given whole but for their
+        # sequence: only the version in that partition is deleted).
+        given = [c for c in spec.partition_by if c not in pk and c in self.keys.column_names]
+        parts = given if spec.sequence_by else []
+        on = [*parts, *pk]
+        on_spec = TableSpec(
+            pa.schema([spec.schema.field(c) for c in on]), spec.primary_key, tuple(parts), spec.buckets
+        )
+        conformed, _ = conform(self.keys.select(on), on_spec, partial_ok=True, identifier=ctx.name)
         where: Any = None
         if len(pk) == 1 and conformed.num_rows <= 10_000:
             where = E.In(pk[0], tuple(pc.unique(conformed.column(pk[0])).to_pylist()))  # prunes buckets
-        current = ctx.handle.scan(columns=list(spec.identity_columns), filter=where, version=base).to_arrow()
-        found = current.join(conformed.select(pk).group_by(pk).aggregate([]), keys=pk, join_type="left semi")
+        current = ctx.handle.scan(columns=marker_columns(spec), filter=where, version=base).to_arrow()
+        found = current.join(conformed.select(on).group_by(on).aggregate([]), keys=on, join_type="left semi")
         return read_markers(ctx, found, checks)
 
 
@@ -269,11 +287,6 @@ def rewrite_files(
     return Change(operation, add, matched, {count_key: matched}, RemoveFiles(tuple(gone)))
 
 
-def _key_only_spec(spec: TableSpec) -> TableSpec:
-    fields = [spec.schema.field(c) for c in spec.schema.names if c in spec.identity_columns]
-    return TableSpec(pa.schema(fields), spec.primary_key, spec.partition_by, spec.buckets, {}, None, {})
-
-
 # -- staged (distributed) writes ------------------------------------------------------------------------
 
 
@@ -286,14 +299,15 @@ def stage(ctx: TableContext, data: Any, operation: str = "upsert") -> StagedChan
     if operation == "append" and ctx.spec.has_primary_key:
         raise InvalidInput(f"{ctx.name} has a primary key: stage 'upsert'")
     if operation == "delete":
-        keys = ctx.files.key_rows(data, ctx.spec.identity_columns)
-        entries = marker_change(ctx, keys.select(list(ctx.spec.identity_columns))).files
+        # Blind (a worker reads nothing): with sequence_by the rows carry each delete's sequence.
+        keys = ctx.files.key_rows(data, marker_columns(ctx.spec))
+        entries = marker_change(ctx, keys.select(marker_columns(ctx.spec))).files
         return StagedChange(ctx.name, operation, entries, sum(e.row_count for e in entries))
     checks = WriteChecks(ctx.spec, ctx.name) if operation == "upsert" else None
-    entries, rows = ctx.files.write_data(
+    entries, rows, stale = ctx.files.write_data(
         data, partial_ok=operation == "upsert", check=checks.observe if checks else None
     )
-    return StagedChange(ctx.name, operation, entries, rows)
+    return StagedChange(ctx.name, operation, entries, rows, counts=stale_summary(ctx.spec, stale))
 
 
 def commit_staged(
@@ -335,16 +349,19 @@ def commit_staged(
                 f"{ctx.name}: {len(gone)} staged file(s) no longer exist (e.g. {gone[0]}): a cleanup "
                 "with a shorter older_than than this write took may have deleted them; write them again"
             )
+        stale = stale_summary(ctx.spec, sum(int(s.counts.get(STALE_ROWS, 0)) for s in staged))
         if operation == "overwrite":
             wanted = ctx.files.wanted_partition(partition)
             ctx.files.check_partition(wanted, [json.loads(e.partition) for e in entries])
-            commit.add(overwriting(ctx, "overwrite", entries, rows, wanted, dynamic=dynamic))
+            change = overwriting(ctx, "overwrite", entries, rows, wanted, dynamic=dynamic)
+            change.summary |= stale
+            commit.add(change)
         elif operation == "delete":
             commit.add(Change("delete", entries, rows, deletion_summary(rows, None)))
         else:
             if operation == "upsert" and ctx.spec.has_primary_key:
                 commit.checks.observe_files(ctx.handle, entries)
-            commit.add(Change(operation, entries, rows))
+            commit.add(Change(operation, entries, rows, stale if operation == "upsert" else {}))
     except BaseException:
         ctx.files.discard(entries)
         raise
