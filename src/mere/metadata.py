@@ -150,8 +150,10 @@ class ConsumerRecord:
     """A change-feed consumer as the catalog stores it: a name of a table with the last version it has
     processed (``position``: its feed starts after it, and ``expire`` keeps every version from it on).
 
-    ``last_seen`` is the last time it read or committed. ``dropped_at`` and ``dropped_reason`` are set
-    when ``expire`` dropped it for being unseen too long (its next use raises
+    ``pending`` is the end of the range of changes last handed to it and not committed yet (None: none):
+    its next read hands out that same range again, so a batch it applied in part is read whole before
+    anything after it. ``last_seen`` is the last time it read or committed. ``dropped_at`` and
+    ``dropped_reason`` are set when ``expire`` dropped it for being unseen too long (its next use raises
     :class:`~mere.errors.ConsumerDropped`); None for a live consumer.
     """
 
@@ -159,6 +161,7 @@ class ConsumerRecord:
     position: int
     created_at: dt.datetime
     last_seen: dt.datetime
+    pending: int | None = None
     dropped_at: dt.datetime | None = None
     dropped_reason: str | None = None
 

@@ -148,6 +148,7 @@ consumers = sa.Table(
     sa.Column("version", sa.BigInteger, nullable=False),  # its position: expire keeps this version and later
     sa.Column("created_at", sa.BigInteger, nullable=False),  # microseconds since the epoch, UTC
     sa.Column("last_seen", sa.BigInteger, nullable=False),  # its last read or commit (the same)
+    sa.Column("pending", sa.BigInteger, nullable=True),  # the end of a range read and not committed yet
     sa.Column("dropped_at", sa.BigInteger, nullable=True),  # set when expire dropped it for being unseen
     sa.Column("dropped_reason", sa.Text, nullable=True),
 )
@@ -941,6 +942,51 @@ class SqlCatalog:
 
         return self._run(run)
 
+    @_wraps_database_errors("read a consumer's changes")
+    def claim_consumer(self, table_id: int, name: str, end: int | None) -> tuple[int, int]:
+        """The range of changes ``(start, end]`` a consumer reads next, recorded as pending until a
+        commit reaches its end, and the consumer marked seen.
+
+        While a range is pending the next read is that same range: a feed to another version could miss
+        keys a batch applied in part left behind (one inserted by it and deleted after it is in neither
+        feed). Otherwise the range runs from the position to ``end`` (None: the newest version).
+
+        Raises:
+            InvalidInput: ``end`` is before the position, or differs from a pending range's end.
+            NoSuchVersion: ``end`` is after the newest version.
+            NoSuchConsumer: there is none of that name.
+            ConsumerDropped: expire dropped it.
+        """
+
+        def run(conn: Connection) -> tuple[int, int]:
+            current, _ = self._version_range(conn, table_id)
+            found = _consumer(self._consumer_row(conn, table_id, name))
+            ts = now_micros()
+            where = self._where_consumer(consumers.update(), table_id, name)
+            start, pending = found.position, found.pending
+            if pending is not None:
+                if end is not None and end != pending:
+                    raise InvalidInput(
+                        f"{self._label(table_id)}: consumer {name!r} read the changes {start}..{pending} and has "
+                        f"not committed them: its next read is that range again (end_version {pending} or "
+                        f"None), not one to {end}; commit {pending} once it is processed, or seek"
+                    )
+                conn.execute(where.values(last_seen=ts))
+                return start, pending
+            last = current if end is None else end
+            if last > current:
+                raise NoSuchVersion(
+                    f"{self._label(table_id)}: version {last} does not exist (the newest is {current})"
+                )
+            if last < start:
+                raise InvalidInput(
+                    f"{self._label(table_id)}: end_version {last} is before consumer {name!r}'s position {start}"
+                )
+            conn.execute(where.values(last_seen=ts, pending=last if last > start else None))
+            return start, last
+
+        return self._run(run)
+
     @_wraps_database_errors("move a consumer")
     def advance_consumer(
         self, table_id: int, name: str, version: int, *, seek: bool = False
@@ -948,8 +994,9 @@ class SqlCatalog:
         """Record that a consumer has processed the changes up to ``version``, and mark it seen.
 
         A commit only moves forward: a ``version`` at or before the position leaves it (concurrent commits
-        keep the furthest). ``seek`` sets the position to ``version`` either way, which must then be
-        readable (checked under the table's lock, against a concurrent expire).
+        keep the furthest); a pending range (see :meth:`claim_consumer`) ends once the position reaches
+        its end. ``seek`` sets the position to ``version`` either way and drops a pending range; the
+        version must then be readable (checked under the table's lock, against a concurrent expire).
 
         Raises:
             NoSuchVersion: ``version`` is after the newest version (or, with ``seek``, has expired).
@@ -977,7 +1024,7 @@ class SqlCatalog:
                         f"{self._label(table_id)}: version {version} has expired (readable: {oldest}..{current}); "
                         f"consumer {name!r} cannot move back to it"
                     )
-                conn.execute(where.values(version=version, last_seen=ts))
+                conn.execute(where.values(version=version, last_seen=ts, pending=None))
             else:
                 # Compared in the update itself: a concurrent commit further on is never undone.
                 moved = conn.execute(
@@ -1434,6 +1481,7 @@ def _consumer(row: Any, dropped_ok: bool = False) -> ConsumerRecord:
         int(row.version),
         micros_to_datetime(int(row.created_at)),
         micros_to_datetime(int(row.last_seen)),
+        None if row.pending is None or int(row.pending) <= int(row.version) else int(row.pending),
         dropped,
         None if row.dropped_reason is None else str(row.dropped_reason),
     )

@@ -114,6 +114,9 @@ class MetadataStore(Protocol):
     def consumer(self, table_id: int, name: str, *, touch: bool = False) -> ConsumerRecord:
         """A live consumer (``touch``: marked seen)."""
 
+    def claim_consumer(self, table_id: int, name: str, end: int | None) -> tuple[int, int]:
+        """The range a consumer reads next (a pending one again), recorded as pending."""
+
     def advance_consumer(
         self, table_id: int, name: str, version: int, *, seek: bool = False
     ) -> ConsumerRecord:

@@ -51,7 +51,8 @@ class Inspect:
 
     def consumers(self) -> pa.Table:
         """The table's change-feed consumers, by name: ``name``, ``position`` (the last version it has
-        processed), ``lag`` (versions committed after it), ``created_at``, ``last_seen`` (its last read or
+        processed), ``lag`` (versions committed after it), ``pending`` (the end of a range it read and has not
+        committed, which its next read hands out again; null: none), ``created_at``, ``last_seen`` (its last read or
         commit), ``droppable_after`` (from when an expire that needs the versions it holds drops it: last
         seen plus ``changes.consumer-expiration``; null when that is off or it was dropped), and for one
         that expire dropped, ``dropped_at`` and ``dropped_reason`` (null for a live one).
@@ -69,6 +70,7 @@ class Inspect:
                 "name": pa.array([c.name for c in rows], pa.string()),
                 "position": pa.array([c.position for c in rows], pa.int64()),
                 "lag": pa.array([max(newest - c.position, 0) for c in rows], pa.int64()),
+                "pending": pa.array([c.pending for c in rows], pa.int64()),
                 "created_at": pa.array([c.created_at for c in rows], stamp),
                 "last_seen": pa.array([c.last_seen for c in rows], stamp),
                 "droppable_after": pa.array([_after(c.last_seen, limit, c.dropped) for c in rows], stamp),

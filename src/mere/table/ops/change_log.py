@@ -597,8 +597,12 @@ class Consumer:
     Its position (the last version it has processed) lives in the catalog: its feed starts after it,
     and ``expire`` keeps every version from it on. Nothing moves it but :meth:`commit` (or :meth:`seek`,
     or :meth:`follow`'s automatic commits), so a reader that fails before committing reads the same
-    changes again: at-least-once. Applying a feed's rows by key (upserting ``insert`` and
-    ``update_after`` rows, deleting ``delete`` rows) is idempotent, so the copy ends up exact.
+    changes again: at-least-once. The range a read hands out stays pending until a commit reaches its
+    end, and until then every read hands out that same range: a batch applied in part is read again
+    whole, never merged into a longer range (whose net changes could miss a key the partial batch left
+    behind, such as one it inserted that a later commit deleted). Applying a feed's rows by key
+    (upserting ``insert`` and ``update_after`` rows, deleting ``delete`` rows) is idempotent, so a copy
+    fed this way ends up exact.
 
     ``expire`` drops a consumer unseen (no read, no commit) for longer than the table's
     ``changes.consumer-expiration`` (default 7 days) if it holds back versions expire would give up: a
@@ -642,6 +646,8 @@ class Consumer:
     ) -> tuple[int, pa.RecordBatchReader]:
         """The changes after its position, up to ``end_version`` (default: the newest version now), and
         that end version: commit it once the rows are processed. Marks the consumer seen; moves nothing.
+        While a range read before is not committed, this is that range again (``end_version`` must then
+        be None or its end).
 
         ``end, feed = c.changes(); apply(feed); c.commit(end)``. ``columns`` and ``filter`` as in
         :meth:`mere.Table.changes`.
@@ -657,7 +663,8 @@ class Consumer:
         Raises:
             NoSuchConsumer, ConsumerDropped: as :meth:`info`.
             NoSuchVersion: ``end_version`` is not a version of the table.
-            InvalidInput: ``end_version`` is before the position, or bad columns or filter.
+            InvalidInput: ``end_version`` is before the position or is not a pending range's end, or bad
+                columns or filter.
         """
         return consumer_feed(self.table, self.name, end_version, columns, filter)
 
@@ -680,8 +687,9 @@ class Consumer:
         return consumers.advance(self.table.context, self.name, version, seek=False).position
 
     def seek(self, version: int) -> int:
-        """Set the position to ``version``, forward or back (to read changes again); the version must be
-        readable (not expired).
+        """Set the position to ``version``, forward or back (to read changes again, e.g. after rebuilding
+        what it feeds from a snapshot), dropping a pending range; the version must be readable (not
+        expired).
 
         Returns:
             The new position.
@@ -742,11 +750,8 @@ def consumer_feed(
     filter: Any,
 ) -> tuple[int, pa.RecordBatchReader]:
     """The feed of consumer ``name`` (after its position, marked seen) up to ``end_version`` (None: the
-    newest now), with that version (see :meth:`Consumer.changes`)."""
-    if end_version is not None:
-        consumers.check_version(table.name, "end_version", end_version)
-    start = consumers.get(table.context, name, touch=True).position
-    end = table.version if end_version is None else end_version
+    newest now; a pending range's end if it has one), with that version (see :meth:`Consumer.changes`)."""
+    start, end = consumers.claim(table.context, name, end_version)
     return end, change_feed(table, start, end, columns, filter)
 
 
@@ -769,8 +774,10 @@ def follow(
     consumer's position (it must exist: :meth:`mere.Table.consumer` registers it) and, with
     ``auto_commit``, commits each yielded version when the caller asks for the next one: only once the
     caller has taken and handled the batch, never before. A batch whose handling failed, or the last one
-    before the caller stopped, is read again by the next follow (at-least-once); commit it
-    (``Consumer.commit(version)``) before stopping to avoid that. While nothing lands it marks the
+    before the caller stopped, is read again, the same range whole, by the next read of the consumer
+    (at-least-once); commit it (``Consumer.commit(version)``) before stopping to avoid that. With
+    ``auto_commit=False`` the caller commits each batch before asking for the next (InvalidInput
+    otherwise). While nothing lands it marks the
     consumer seen every minute, so a live follower is never dropped as unseen.
 
     Args:
@@ -808,24 +815,39 @@ def follow(
                 f"(a day), got {value!r}"
             )
     if handle is not None:
-        seen = consumers.get(table.context, handle.name, touch=True).position
+        seen = consumers.get(table.context, handle.name, touch=False).position
     else:
         assert from_version is not None
         seen = from_version
     table.resolve_version(seen)  # an unknown or expired version fails now, not at the first commit
     delay = float(poll_seconds)
     beat = time.monotonic()
+    claim = handle is not None  # the first read of a consumer takes a pending range up again
     while True:
         table = table.refresh()
-        if table.version > seen:
+        if handle is not None and (claim or table.version > seen):
+            claim = False
+            start, end = consumers.claim(table.context, handle.name, None)
+            beat = time.monotonic()
+            if end > start:
+                changes = change_feed(table, start, end, columns, filter).read_all()
+                yield end, changes
+                # The caller asked for the next batch: it has taken this one.
+                if auto_commit:
+                    handle.commit(end)
+                elif handle.position < end:
+                    raise InvalidInput(
+                        f"{table.name}: consumer {handle.name!r} has not committed version {end}: with "
+                        "auto_commit=False, commit each batch (Consumer.commit) before asking for the next"
+                    )
+                seen, delay = end, float(poll_seconds)
+                continue
+            seen = max(seen, end)
+        elif handle is None and table.version > seen:
             newest = table.version
             changes = change_feed(table, seen, newest, columns, filter).read_all()
-            yield newest, changes
-            # The caller asked for the next batch: it has taken this one.
-            if handle is not None and auto_commit:
-                handle.commit(newest)
-                beat = time.monotonic()
             seen, delay = newest, float(poll_seconds)
+            yield newest, changes
             continue
         if handle is not None and time.monotonic() - beat >= HEARTBEAT_SECONDS:
             handle.heartbeat()

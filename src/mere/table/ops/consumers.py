@@ -104,6 +104,18 @@ def get(ctx: TableContext, name: str, *, touch: bool) -> ConsumerRecord:
         raise gone(ctx) from None
 
 
+def claim(ctx: TableContext, name: str, end_version: int | None) -> tuple[int, int]:
+    """The range ``(start, end]`` consumer ``name`` reads next (the pending one again, if any), recorded
+    as pending and the consumer marked seen; ``end_version`` None: the newest version."""
+    check_name(ctx.name, name)
+    if end_version is not None:
+        check_version(ctx.name, "end_version", end_version)
+    try:
+        return ctx.store.claim_consumer(ctx.table_id, name, end_version)
+    except NoSuchTable:
+        raise gone(ctx) from None
+
+
 def advance(ctx: TableContext, name: str, version: Any, *, seek: bool) -> ConsumerRecord:
     """Move a consumer forward to ``version`` (``seek``: to it, forward or back)."""
     check_name(ctx.name, name)
