@@ -1154,7 +1154,8 @@ def expire_command(state: State, table: str, older_than: str, apply: bool, as_js
     if apply:
         after = {c["name"] for c in t.inspect.consumers().to_pylist() if c["dropped_at"] is not None}
         dropping = [c for c in live if c["name"] in after]
-        gone = [s.version for s in t.history() if s.expired and s.version in {r.version for r in readable}]
+        was_readable = {r.version for r in readable}
+        gone = [s.version for s in t.history() if s.expired and s.version in was_readable]
     else:
         pins = [c["position"] for c in live if c not in dropping]
         if keep is not None and pins:

@@ -38,10 +38,12 @@ restart against a table that was dropped and created again fail instead of readi
 - ``consumer = NAME``: the stream holds a change-feed consumer of that name (see
   :meth:`mere.Table.consumer`), so that ``expire`` (manual or automatic) keeps every version the stream
   has yet to read. Spark's checkpoint stays the source of truth for the stream's offsets; the consumer
-  follows it: a new query registers it (at the version it starts from, or where it exists and no
-  ``startingVersion`` is given, the query starts after the consumer's position, without a snapshot), a
+  follows it: a new query starts as it would without the option and registers the consumer at the
+  version it starts from (the snapshot's version for a snapshot start), or moves an existing one back to
+  it (to resume a consumer's position in a new query, pass ``startingVersion`` = position + 1); a
   restart makes sure it is at or before the checkpoint's offset, and each time Spark commits a
-  micro-batch (the reader's ``commit(end)``) the consumer is committed to its end version. While no batch
+  micro-batch (the reader's ``commit(end)``, which Spark calls as it plans the next batch: the consumer
+  trails the last batch by one, holding more, never less) the consumer is committed to its end version. While no batch
   runs the query marks it seen every minute, so a live query is never dropped as unseen; a consumer
   that ``expire`` dropped (unseen past ``changes.consumer-expiration``) fails the query with
   :class:`~mere.errors.ConsumerDropped`.
@@ -81,7 +83,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from mere.errors import InvalidInput, NoSuchConsumer, NoSuchVersion
+from mere.errors import InvalidInput, NoSuchVersion
 from mere.integrations.spark.options import (
     PartitionSizing,
     TableRef,
@@ -322,11 +324,12 @@ class MereStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: before the snapshot, or just before ``startingVersion`` (with option
-        ``consumer``, possibly after the consumer's position)."""
+        ``consumer``, the consumer is registered there, or moved back to it)."""
         table = self.ref.open()
-        if self.options.consumer is not None:
-            return self._offset(table, self._start_with_consumer(table, self.options.consumer))
-        return self._offset(table, self._start(table))
+        start = self._start(table)
+        if self.options.consumer is not None:  # Spark may ask twice: the same start either way
+            self._pin(table, self.options.consumer, table.version if start == SNAPSHOT else start)
+        return self._offset(table, start)
 
     def _start(self, table: Table) -> int:
         """The offset version a new query starts from, by ``startingVersion`` (checked: NoSuchVersion for a
@@ -345,25 +348,6 @@ class MereStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start = max(opts.starting_version - 1, 0)  # version 0 is the creation: it holds no rows
         # Fails now (NoSuchVersion) when the start or a commit after it has expired; reads nothing yet.
         table.changes(start, newest, columns=self.columns, filter=opts.filter)
-        return start
-
-    def _start_with_consumer(self, table: Table, name: str) -> int:
-        """A new query's start with option ``consumer``: after the consumer's position where it exists and
-        no ``startingVersion`` is given, else by ``startingVersion`` (the consumer registered there, or
-        moved back to it). The snapshot start pins the version newest now (the snapshot reads that or a
-        later one)."""
-        opts = self.options
-        if not opts.latest and opts.starting_version is None:
-            try:
-                position = table.consumer(name, create=False).position  # ConsumerDropped if expire dropped it
-            except NoSuchConsumer:
-                pass
-            else:
-                table.changes(position, table.version, columns=self.columns, filter=opts.filter)  # readable
-                self._pinned, self._seen = True, time.monotonic()
-                return position
-        start = self._start(table)
-        self._pin(table, name, table.version if start == SNAPSHOT else start)
         return start
 
     def _pin(self, table: Table, name: str, version: int) -> None:
