@@ -41,12 +41,12 @@ restart against a table that was dropped and created again fail instead of readi
   follows it: a new query starts as it would without the option and registers the consumer at the
   version it starts from (the snapshot's version for a snapshot start), or moves an existing one back to
   it (to resume a consumer's position in a new query, pass ``startingVersion`` = position + 1); a
-  restart makes sure it is at or before the checkpoint's offset, and each time Spark commits a
-  micro-batch (the reader's ``commit(end)``, which Spark calls as it plans the next batch: the consumer
-  trails the last batch by one, holding more, never less) the consumer is committed to its end version. While no batch
-  runs the query marks it seen every minute, so a live query is never dropped as unseen; a consumer
-  that ``expire`` dropped (unseen past ``changes.consumer-expiration``) fails the query with
-  :class:`~mere.errors.ConsumerDropped`.
+  restart makes sure it is at or before the checkpoint's offset; and each time Spark commits a
+  micro-batch (the reader's ``commit(end)``, which Spark calls as it plans the next batch, so the
+  consumer trails the last batch by one: it holds more, never less) the consumer is committed to the
+  batch's end version. While no batch runs the query marks it seen every minute, so a live query is
+  never dropped as unseen; a consumer that ``expire`` dropped (unseen past
+  ``changes.consumer-expiration``) fails the query with :class:`~mere.errors.ConsumerDropped`.
 
 Exactly-once into another mere table (the sink commits each micro-batch once, keyed by query and batch
 id): give the target the change column ``_change`` (``cdc_column``), whose ``insert``/``update_after``
