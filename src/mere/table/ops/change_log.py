@@ -613,9 +613,11 @@ class Consumer:
     """
 
     def __init__(self, table: TableHandle, name: str) -> None:
-        """Args:
-        table: the table whose changes it consumes.
-        name: the consumer's name (see :meth:`mere.Table.consumer`).
+        """A handle on consumer ``name`` of ``table`` (nothing is read or registered).
+
+        Args:
+            table: the table whose changes it consumes.
+            name: the consumer's name (see :meth:`mere.Table.consumer`).
 
         Raises:
             InvalidInput: a bad name.
