@@ -7,7 +7,7 @@ from mere.hashing import bucket_ids
 from mere.metadata import CommitResult, Snapshot
 from mere.statements import sql
 from mere.table.catalog import Catalog, connect
-from mere.table.ops.change_log import follow
+from mere.table.ops.change_log import Consumer, follow
 from mere.table.ops.merge_into import Merge, MergeMetrics
 from mere.table.scan import Scan
 from mere.table.table import Table
@@ -18,6 +18,7 @@ __all__ = [
     "Catalog",
     "CommitConflict",
     "CommitResult",
+    "Consumer",
     "MereError",
     "Merge",
     "MergeMetrics",

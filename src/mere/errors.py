@@ -51,6 +51,20 @@ class TagExists(CatalogError):
     """The table already has a tag of that name (``replace=True`` moves it)."""
 
 
+class NoSuchConsumer(CatalogError, KeyError):
+    """The table has no change-feed consumer of that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ConsumerDropped(CatalogError):
+    """The change-feed consumer was dropped by ``expire``: it was not seen (no read, no commit) for longer
+    than the table's ``changes.consumer-expiration`` while it held back versions expire gave up. The
+    message says when and why; the versions after its position may be gone. Rebuild what it fed, then
+    :meth:`Table.drop_consumer <mere.Table.drop_consumer>` and register it again."""
+
+
 class CommitConflict(MereError):
     """A concurrent commit made this one invalid. Retrying the operation may succeed."""
 

@@ -145,6 +145,42 @@ class Snapshot:
         return f"Snapshot({', '.join(parts)})"
 
 
+@dataclass(frozen=True)
+class ConsumerRecord:
+    """A change-feed consumer as the catalog stores it: a name of a table with the last version it has
+    processed (``position``: its feed starts after it, and ``expire`` keeps every version from it on).
+
+    ``pending`` is the end of the range of changes last handed to it and not committed yet (None: none):
+    its next read hands out that same range again, so a batch it applied in part is read whole before
+    anything after it. ``last_seen`` is the last time it read or committed. ``dropped_at`` and
+    ``dropped_reason`` are set when ``expire`` dropped it for being unseen too long (its next use raises
+    :class:`~mere.errors.ConsumerDropped`); None for a live consumer.
+    """
+
+    name: str
+    position: int
+    created_at: dt.datetime
+    last_seen: dt.datetime
+    pending: int | None = None
+    dropped_at: dt.datetime | None = None
+    dropped_reason: str | None = None
+
+    @property
+    def dropped(self) -> bool:
+        """Whether ``expire`` dropped it."""
+        return self.dropped_at is not None
+
+
+@dataclass(frozen=True)
+class ExpireResult:
+    """What a catalog's ``expire`` did: the paths no row references any more (the caller deletes them),
+    the oldest readable version after it, and the consumers it dropped for being unseen too long."""
+
+    paths: list[str]
+    oldest: int
+    dropped: list[ConsumerRecord] = field(default_factory=list)
+
+
 # Summary entries of deletes: the rows that existed and were deleted (where the write read them), the
 # delete markers written, and the markers of blind deletes (given keys, never read: how many of them
 # existed is unknown). Commits before these entries recorded their markers as ``deleted_keys``.

@@ -256,6 +256,11 @@ PROPERTIES: dict[str, tuple[str, Any]] = {
         "a positive integer (the newest versions kept whatever their age)",
         lambda v: _positive(int(v)),
     ),
+    "changes.consumer-expiration": (
+        "a positive duration such as 7d or 12h (a change-feed consumer unseen that long may be dropped by "
+        "expire) or off",
+        lambda v: v.lower() if v.strip().lower() == "off" else _positive_duration(v),
+    ),
     "changes.log": (
         "off, or on (each write of whole rows records the rows it replaces, for fast change feeds)",
         lambda v: v.lower() if v.lower() in ("off", "on") else _bad(),
@@ -297,6 +302,13 @@ def _duration(text: str) -> Any:
         return parse_duration(text)
     except OverflowError:
         raise ValueError(text) from None
+
+
+def _positive_duration(text: str) -> Any:
+    value = _duration(text)
+    if value <= dt.timedelta(0):
+        raise ValueError(text)
+    return value
 
 
 def _bad() -> Any:

@@ -493,6 +493,63 @@ def test_changes_tags_and_rollback(tmp_path: Path) -> None:
     assert t.refresh().version == 4  # the failed commands changed nothing
 
 
+def test_consumers_listed_created_read_committed_and_dropped(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    t = mere.connect(wh).create_table(
+        "m.t", SCHEMA, primary_key="id", buckets=2, properties={"retention.max-age": "off"}
+    )
+    t.upsert(pa.table({"id": [1, 2], "day": ["d"] * 2, "qty": [1, 2], "note": ["a", "b"]}))  # v1
+    w = ["-w", str(wh)]
+    made = in_process(*w, "consumer", "create", "m.t", "etl", "--version", "1", "--json")
+    assert made.rc == 0 and json.loads(made.out) == {"table": "m.t", "consumer": "etl", "position": 1}
+    t.upsert(pa.table({"id": [3], "day": ["d"], "qty": [3], "note": ["c"]}))  # v2
+    t.upsert(pa.table({"id": [4], "day": ["d"], "qty": [4], "note": ["d"]}))  # v3
+    listed = json.loads(in_process(*w, "consumers", "m.t", "--json").out)
+    assert [(c["name"], c["position"], c["lag"], c["dropped_at"]) for c in listed] == [("etl", 1, 2, None)]
+    text = in_process(*w, "consumers", "m.t")
+    assert text.rc == 0 and "etl" in text.out and "live" in text.out
+
+    # expire keeps what the consumer needs, and says so in its dry run as in its run
+    dry = json.loads(in_process(*w, "expire", "m.t", "--older-than", "0", "--json").out)
+    assert dry["expired_versions"] == [0] and dry["dropped_consumers"] == []
+    done = json.loads(in_process(*w, "expire", "m.t", "--older-than", "0", "--apply", "--json").out)
+    assert done["expired_versions"] == [0] and done["files"] == dry["files"]
+
+    feed = in_process(*w, "changes", "m.t", "--consumer", "etl", "--commit", "--json")
+    assert feed.rc == 0, feed
+    assert sorted(json.loads(line)["id"] for line in feed.out.splitlines()) == [3, 4]
+    assert t.consumer("etl").position == 3
+    assert in_process(*w, "changes", "m.t", "--consumer", "etl", "--json").out == ""  # nothing new
+
+    # unseen for longer than the table's limit: the next expire drops it, and reports it
+    t.set_properties({"changes.consumer-expiration": "1ms"})  # v4
+    time.sleep(0.01)
+    dry = in_process(*w, "expire", "m.t", "--older-than", "0")
+    assert "would drop consumer(s) unseen for longer than changes.consumer-expiration: etl" in dry.out
+    done = json.loads(in_process(*w, "expire", "m.t", "--older-than", "0", "--apply", "--json").out)
+    assert done["dropped_consumers"] == ["etl"] and done["expired_versions"] == [1, 2, 3]
+    listed = json.loads(in_process(*w, "consumers", "m.t", "--json").out)
+    assert listed[0]["dropped_at"] is not None and "unseen" in listed[0]["dropped_reason"]
+    used = in_process(*w, "changes", "m.t", "--consumer", "etl")
+    assert used.rc == 1 and "was dropped by expire" in used.one_error_line()
+    dropped = in_process(*w, "consumer", "drop", "m.t", "etl")
+    assert dropped.rc == 0 and dropped.out == "m.t: consumer etl dropped\n"
+    assert json.loads(in_process(*w, "consumers", "m.t", "--json").out) == []
+
+    for bad, code in (
+        (["changes", "m.t", "--from", "1", "--consumer", "etl"], 2),
+        (["changes", "m.t", "--from", "1", "--commit"], 2),
+        (["changes", "m.t", "--consumer", "etl", "--commit", "-n", "1"], 2),
+        (["changes", "m.t", "--consumer", "etl"], 1),  # no such consumer any more
+        (["consumer", "drop", "m.t", "etl"], 1),
+        (["consumer", "create", "m.t", "bad name"], 1),
+        (["consumer", "create", "m.t", "x", "--version", "1"], 1),  # expired
+    ):
+        r = in_process(*w, *bad)
+        assert r.rc == code, (bad, r)
+        r.one_error_line()
+
+
 def test_compact_auto_follows_the_table_policy(tmp_path: Path) -> None:
     wh = tmp_path / "wh"
     t = mere.connect(wh).create_table(

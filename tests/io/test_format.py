@@ -6,6 +6,7 @@ versioning) with tests/data/make_catalog_format2.py; this code must open, migrat
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import pickle
@@ -64,6 +65,15 @@ def _check_migrated_catalog(cat: mere.Catalog) -> None:
     assert cat.table("sales.orders").properties["owner"] == "ops"
     assert orders.compact() is not None
     assert {r["id"]: r["qty"] for r in orders.to_arrow().to_pylist()}[1] == 12
+    # ... and holds change-feed consumers (format 5), which expire respects.
+    reader = orders.consumer("migrated", start_version=orders.version - 1)
+    orders.upsert(
+        pa.table({"id": [1], "day": pa.array([before[0]["day"]], pa.string()).cast(pa.date32()), "qty": [5]})
+    )
+    orders.expire(dt.timedelta(0), dry_run=False)
+    end, feed = reader.changes()
+    assert end == orders.version and feed.read_all().num_rows > 0
+    assert reader.commit(end) == end
 
 
 def test_a_format_2_sqlite_catalog_is_migrated_on_connect_and_reads_the_same(tmp_path: Path) -> None:
@@ -90,7 +100,7 @@ def test_a_format_1_catalog_gains_the_columns_it_lacks(tmp_path: Path) -> None:
     cat = mere.connect(str(warehouse))
     assert cat.sql.format_version() == 1
     steps = cat.upgrade()
-    assert [s.split(":")[0] for s in steps] == ["format 2", "format 3", "format 4"]
+    assert [s.split(":")[0] for s in steps] == ["format 2", "format 3", "format 4", "format 5"]
     _check_migrated_catalog(cat)
 
 
@@ -117,6 +127,29 @@ def test_a_format_2_postgresql_catalog_is_migrated_and_reads_the_same(
     assert cat.sql.format_version() == 2
     _check_migrated_catalog(cat)
     assert cat.sql.format_version() == CATALOG_FORMAT
+
+
+def test_a_format_4_catalog_gains_the_consumers_table(tmp_path: Path) -> None:
+    """A catalog of the mere before consumers (format 4: tags, no mere_consumers) migrates to format 5,
+    keeping its tags, and then holds consumers."""
+    cat = mere.connect(str(tmp_path / "wh"))
+    t = cat.create_table("a.t", pa.schema([("id", pa.int64()), ("v", pa.int64())]), primary_key="id")
+    t.upsert(pa.table({"id": [1], "v": [1]}))
+    t.tag("first")
+    db = tmp_path / "wh" / "catalog.db"
+    with sqlite3.connect(db) as conn:  # as format 4 left it
+        conn.execute("DROP TABLE mere_consumers")
+        conn.execute("UPDATE mere_catalog SET value = '4' WHERE key = 'format'")
+    old = mere.connect(str(tmp_path / "wh"))
+    assert old.sql.format_version() == 4
+    assert old.upgrade() == [
+        "format 5: add mere_consumers (change-feed consumers whose positions expire keeps)"
+    ]
+    assert old.sql.format_version() == CATALOG_FORMAT == 5
+    t = old.table("a.t")
+    assert t.tags() == {"first": 1}
+    assert t.consumer("c", start_version=1).position == 1
+    assert t.inspect.consumers()["name"].to_pylist() == ["c"]
 
 
 def test_a_catalog_newer_than_this_mere_is_refused_and_left_alone(tmp_path: Path) -> None:

@@ -580,6 +580,7 @@ def test_a_format_3_catalog_gains_the_tags_table(cat: mere.Catalog, catalog_url:
     put(t, {1: 1})
     with cat.sql.engine.begin() as conn:  # as a format-3 mere left it
         conn.execute(sa.text("DROP TABLE mere_tags"))
+        conn.execute(sa.text("DROP TABLE mere_consumers"))
         conn.execute(sa.text("UPDATE mere_catalog SET value = '3' WHERE key = 'format'"))
     cat.sql.engine.dispose()
     fresh = SqlCatalog(cat.catalog_url)
@@ -587,7 +588,7 @@ def test_a_format_3_catalog_gains_the_tags_table(cat: mere.Catalog, catalog_url:
     reopened = mere.connect(str(t.storage.root), catalog=catalog_url)
     table = reopened.table(t.name)
     assert table.tags() == {}  # connecting migrated it
-    assert reopened.sql.format_version() == CATALOG_FORMAT == 4
+    assert reopened.sql.format_version() == CATALOG_FORMAT == 5
     assert reopened.upgrade() == []
     table.tag("after-upgrade")
     put(table, {1: 2})
@@ -603,9 +604,10 @@ def test_upgrade_from_format_3_lists_the_tags_step(tmp_path: Path) -> None:
     cat.sql.engine.dispose()
     with sqlite3.connect(db) as conn:
         conn.execute("DROP TABLE mere_tags")
+        conn.execute("DROP TABLE mere_consumers")
         conn.execute("UPDATE mere_catalog SET value = '3' WHERE key = 'format'")
     steps = SqlCatalog(f"sqlite:///{db}").upgrade()
-    assert [s.split(":")[0] for s in steps] == ["format 4"]
+    assert [s.split(":")[0] for s in steps] == ["format 4", "format 5"]
 
 
 # -- docs ------------------------------------------------------------------------------------------

@@ -28,7 +28,9 @@ from mere.errors import (
     CommitConflict,
     CommitFailed,
     CommitStateUnknown,
+    ConsumerDropped,
     InvalidInput,
+    NoSuchConsumer,
     NoSuchTable,
     NoSuchTag,
     NoSuchVersion,
@@ -40,6 +42,8 @@ from mere.metadata import (
     SEQ_SHIFT,
     CommitResult,
     ConcurrentChanges,
+    ConsumerRecord,
+    ExpireResult,
     FileEntry,
     Snapshot,
     TableRecord,
@@ -51,12 +55,13 @@ from mere.retry import CATALOG_LOCK_RETRIES
 
 log = logging.getLogger(__name__)
 
-CATALOG_FORMAT = 4
+CATALOG_FORMAT = 5
 """Version of the catalog's own tables. Older catalogs are migrated on connect; newer ones are refused.
 
 1: namespaces, tables, commits, files (the first mere). 2: ``mere_tables.oldest_version`` (expiry).
 3: the ``mere_catalog`` table holding this number, and ``mere_commits.spec`` (layout changes as commits).
-4: ``mere_tags`` (named versions, kept by expire).
+4: ``mere_tags`` (named versions, kept by expire). 5: ``mere_consumers`` (change-feed consumers, whose
+positions expire keeps).
 """
 
 _metadata = sa.MetaData()
@@ -135,6 +140,19 @@ tags = sa.Table(
     sa.Column("created_at", sa.BigInteger, nullable=False),  # microseconds since the epoch, UTC
 )
 
+consumers = sa.Table(
+    "mere_consumers",
+    _metadata,
+    sa.Column("table_id", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("version", sa.BigInteger, nullable=False),  # its position: expire keeps this version and later
+    sa.Column("created_at", sa.BigInteger, nullable=False),  # microseconds since the epoch, UTC
+    sa.Column("last_seen", sa.BigInteger, nullable=False),  # its last read or commit (the same)
+    sa.Column("pending", sa.BigInteger, nullable=True),  # the end of a range read and not committed yet
+    sa.Column("dropped_at", sa.BigInteger, nullable=True),  # set when expire dropped it for being unseen
+    sa.Column("dropped_reason", sa.Text, nullable=True),
+)
+
 # Statements every read or change feed runs, built once: building them costs more than running them on
 # SQLite.
 # Two branches, each led by the index on (table_id, removed_version): the files live now, and those removed
@@ -209,10 +227,15 @@ def _to_format_4(conn: Connection) -> None:
     tags.create(conn, checkfirst=True)
 
 
+def _to_format_5(conn: Connection) -> None:
+    consumers.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[tuple[int, str, Callable[[Connection], None]], ...] = (
     (2, "add mere_tables.oldest_version (versions given up by expire)", _to_format_2),
     (3, "add the mere_catalog format row and mere_commits.spec (layout changes as commits)", _to_format_3),
     (4, "add mere_tags (named versions that expire keeps)", _to_format_4),
+    (5, "add mere_consumers (change-feed consumers whose positions expire keeps)", _to_format_5),
 )
 """Ordered migrations: (format reached, what it does, the step). Each runs in the upgrade's transaction."""
 
@@ -592,6 +615,7 @@ class SqlCatalog:
                 return None
             conn.execute(files.delete().where(files.c.table_id == row.id))
             conn.execute(tags.delete().where(tags.c.table_id == row.id))
+            conn.execute(consumers.delete().where(consumers.c.table_id == row.id))
             conn.execute(commits.delete().where(commits.c.table_id == row.id))
             conn.execute(tables.delete().where(tables.c.id == row.id))
             return TableRecord(
@@ -630,17 +654,32 @@ class SqlCatalog:
         return self._table_number(table_id, tables.c.oldest_version)
 
     @_wraps_database_errors("expire versions")
-    def expire(self, table_id: int, keep_from: int) -> list[str]:
-        """Forget versions before ``keep_from``: drop the rows of files no kept version needs, return the
-        paths no remaining row references (the caller deletes them).
+    def expire(
+        self, table_id: int, keep_from: int, *, unseen_before: int | None = None, reason: str = ""
+    ) -> ExpireResult:
+        """Forget versions before ``keep_from``: drop the rows of files no kept version needs, and return
+        the paths no remaining row references (the caller deletes them).
 
         Tagged versions stay readable: the rows of their files are kept. A version untagged since the last
-        expire gives up its files here too.
+        expire gives up its files here too. No version a live consumer still needs goes: the oldest kept
+        is at most the lowest consumer position. A consumer last seen before ``unseen_before``
+        (microseconds; None: never) whose position holds back versions before ``keep_from`` is dropped
+        instead (marked with the time and ``reason``; its next use raises ConsumerDropped) and returned.
+        All under the table's lock, so a consumer registered or moved back meanwhile is seen.
         """
 
-        def run(conn: Connection) -> list[str]:
+        def run(conn: Connection) -> ExpireResult:
             row = self._lock_table(conn, table_id, tables.c.version, tables.c.oldest_version)
-            keep = max(min(keep_from, int(row.version)), int(row.oldest_version))
+            oldest = int(row.oldest_version)
+            keep = max(min(keep_from, int(row.version)), oldest)
+            dropped = self._drop_unseen(conn, table_id, keep, unseen_before, reason)
+            pinned = conn.execute(
+                sa.select(sa.func.min(consumers.c.version)).where(
+                    consumers.c.table_id == table_id, consumers.c.dropped_at.is_(None)
+                )
+            ).scalar()
+            if pinned is not None:
+                keep = max(min(keep, int(pinned)), oldest)
             tagged = sa.exists().where(
                 tags.c.table_id == table_id,
                 tags.c.version >= files.c.added_version,
@@ -673,11 +712,49 @@ class SqlCatalog:
                         )
                     )
                 )
-            if keep > int(row.oldest_version):
+            if keep > oldest:
                 conn.execute(tables.update().where(tables.c.id == table_id).values(oldest_version=keep))
-            return [p for p in paths if p not in still]
+            return ExpireResult([p for p in paths if p not in still], keep, dropped)
 
         return self._run(run)
+
+    def _drop_unseen(
+        self, conn: Connection, table_id: int, keep: int, unseen_before: int | None, reason: str
+    ) -> list[ConsumerRecord]:
+        """Mark dropped the live consumers last seen before ``unseen_before`` whose position is before
+        ``keep`` (those that hold back what expire gives up); returns them as dropped."""
+        if unseen_before is None:
+            return []
+        stale = conn.execute(
+            sa.select(consumers).where(
+                consumers.c.table_id == table_id,
+                consumers.c.dropped_at.is_(None),
+                consumers.c.last_seen < unseen_before,
+                consumers.c.version < keep,
+            )
+        ).all()
+        ts = now_micros()
+        dropped = []
+        for r in stale:
+            why = (
+                f"{reason}: last seen {micros_to_datetime(int(r.last_seen)).isoformat()}, at position "
+                f"{int(r.version)} it held back versions {int(r.version)}..{keep - 1}"
+            )
+            # Checked again by the update: a consumer seen meanwhile (PostgreSQL) stays.
+            res = conn.execute(
+                consumers.update()
+                .where(
+                    consumers.c.table_id == table_id,
+                    consumers.c.name == r.name,
+                    consumers.c.dropped_at.is_(None),
+                    consumers.c.last_seen < unseen_before,
+                    consumers.c.version < keep,
+                )
+                .values(dropped_at=ts, dropped_reason=why)
+            )
+            if res.rowcount == 1:
+                dropped.append(replace(_consumer(r), dropped_at=micros_to_datetime(ts), dropped_reason=why))
+        return dropped
 
     def _lock_table(self, conn: Connection, table_id: int, *columns: sa.Column[Any]) -> Any:
         """The table's row, locked for this write transaction (SQLite: BEGIN IMMEDIATE already holds it)."""
@@ -798,6 +875,217 @@ class SqlCatalog:
                 sa.select(tags.c.name).where(tags.c.table_id == table_id, tags.c.version == version).limit(1)
             ).first()
             is not None
+        )
+
+    # -- change-feed consumers ------------------------------------------------------------------
+
+    @_wraps_database_errors("register a consumer")
+    def create_consumer(self, table_id: int, name: str, version: int | None) -> tuple[ConsumerRecord, bool]:
+        """The consumer ``name``, registered at ``version`` (None: the current one) if it does not exist;
+        with whether this call created it. An existing one is returned as it is (``version`` ignored) and
+        marked seen.
+
+        Runs under the table's lock, so an expire cannot give up the version while it is registered.
+
+        Raises:
+            NoSuchVersion: ``version`` is not readable (expired, or not committed yet).
+            ConsumerDropped: expire dropped a consumer of that name (drop it to register it again).
+        """
+
+        def run(conn: Connection) -> tuple[ConsumerRecord, bool]:
+            row = self._lock_table(conn, table_id, tables.c.version, tables.c.oldest_version)
+            current, oldest = int(row.version), int(row.oldest_version)
+            ts = now_micros()
+            known = conn.execute(
+                sa.select(consumers.c.name).where(consumers.c.table_id == table_id, consumers.c.name == name)
+            ).first()
+            if known is not None:
+                existing = self._consumer_row(conn, table_id, name)  # ConsumerDropped if expire dropped it
+                conn.execute(self._where_consumer(consumers.update(), table_id, name).values(last_seen=ts))
+                return replace(_consumer(existing), last_seen=micros_to_datetime(ts)), False
+            v = current if version is None else version
+            if not oldest <= v <= current:
+                what = "has expired" if v < oldest else "does not exist"
+                raise NoSuchVersion(
+                    f"{self._label(table_id)}: version {v} {what}; a consumer starts at one of the readable "
+                    f"versions {oldest}..{current}"
+                )
+            conn.execute(
+                consumers.insert().values(
+                    table_id=table_id, name=name, version=v, created_at=ts, last_seen=ts
+                )
+            )
+            return ConsumerRecord(name, v, micros_to_datetime(ts), micros_to_datetime(ts)), True
+
+        try:
+            return self._run(run)
+        except IntegrityError:  # registered concurrently (the table's lock makes this rare): that one
+            return self.consumer(table_id, name, touch=True), False
+
+    @_wraps_database_errors("read a consumer")
+    def consumer(self, table_id: int, name: str, *, touch: bool = False) -> ConsumerRecord:
+        """A live consumer; ``touch``: also mark it seen now (a write).
+
+        Raises:
+            NoSuchConsumer: there is none of that name.
+            ConsumerDropped: expire dropped it.
+        """
+        if not touch:
+            with self.engine.connect() as conn:
+                return _consumer(self._consumer_row(conn, table_id, name))
+
+        def run(conn: Connection) -> ConsumerRecord:
+            found = _consumer(self._consumer_row(conn, table_id, name))
+            ts = now_micros()
+            conn.execute(self._where_consumer(consumers.update(), table_id, name).values(last_seen=ts))
+            return replace(found, last_seen=micros_to_datetime(ts))
+
+        return self._run(run)
+
+    @_wraps_database_errors("read a consumer's changes")
+    def claim_consumer(self, table_id: int, name: str, end: int | None) -> tuple[int, int]:
+        """The range of changes ``(start, end]`` a consumer reads next, recorded as pending until a
+        commit reaches its end, and the consumer marked seen.
+
+        While a range is pending the next read is that same range: a feed to another version could miss
+        keys a batch applied in part left behind (one inserted by it and deleted after it is in neither
+        feed). Otherwise the range runs from the position to ``end`` (None: the newest version).
+
+        Raises:
+            InvalidInput: ``end`` is before the position, or differs from a pending range's end.
+            NoSuchVersion: ``end`` is after the newest version.
+            NoSuchConsumer: there is none of that name.
+            ConsumerDropped: expire dropped it.
+        """
+
+        def run(conn: Connection) -> tuple[int, int]:
+            current, _ = self._version_range(conn, table_id)
+            found = _consumer(self._consumer_row(conn, table_id, name))
+            ts = now_micros()
+            where = self._where_consumer(consumers.update(), table_id, name)
+            start, pending = found.position, found.pending
+            if pending is not None:
+                if end is not None and end != pending:
+                    raise InvalidInput(
+                        f"{self._label(table_id)}: consumer {name!r} read the changes {start}..{pending} and has "
+                        f"not committed them: its next read is that range again (end_version {pending} or "
+                        f"None), not one to {end}; commit {pending} once it is processed, or seek"
+                    )
+                conn.execute(where.values(last_seen=ts))
+                return start, pending
+            last = current if end is None else end
+            if last > current:
+                raise NoSuchVersion(
+                    f"{self._label(table_id)}: version {last} does not exist (the newest is {current})"
+                )
+            if last < start:
+                raise InvalidInput(
+                    f"{self._label(table_id)}: end_version {last} is before consumer {name!r}'s position {start}"
+                )
+            conn.execute(where.values(last_seen=ts, pending=last if last > start else None))
+            return start, last
+
+        return self._run(run)
+
+    @_wraps_database_errors("move a consumer")
+    def advance_consumer(
+        self, table_id: int, name: str, version: int, *, seek: bool = False
+    ) -> ConsumerRecord:
+        """Record that a consumer has processed the changes up to ``version``, and mark it seen.
+
+        A commit only moves forward: a ``version`` at or before the position leaves it (concurrent commits
+        keep the furthest); a pending range (see :meth:`claim_consumer`) ends once the position reaches
+        its end. ``seek`` sets the position to ``version`` either way and drops a pending range; the
+        version must then be readable (checked under the table's lock, against a concurrent expire).
+
+        Raises:
+            NoSuchVersion: ``version`` is after the newest version (or, with ``seek``, has expired).
+            NoSuchConsumer: there is none of that name.
+            ConsumerDropped: expire dropped it.
+        """
+
+        def run(conn: Connection) -> ConsumerRecord:
+            if seek:
+                row = self._lock_table(conn, table_id, tables.c.version, tables.c.oldest_version)
+                current, oldest = int(row.version), int(row.oldest_version)
+            else:
+                current, oldest = self._version_range(conn, table_id)
+            self._consumer_row(conn, table_id, name)  # raises for an unknown or a dropped one
+            if version > current:
+                raise NoSuchVersion(
+                    f"{self._label(table_id)}: version {version} does not exist (the newest is {current}); "
+                    f"consumer {name!r} cannot move past it"
+                )
+            ts = now_micros()
+            where = self._where_consumer(consumers.update(), table_id, name)
+            if seek:
+                if version < oldest:
+                    raise NoSuchVersion(
+                        f"{self._label(table_id)}: version {version} has expired (readable: {oldest}..{current}); "
+                        f"consumer {name!r} cannot move back to it"
+                    )
+                conn.execute(where.values(version=version, last_seen=ts, pending=None))
+            else:
+                # Compared in the update itself: a concurrent commit further on is never undone.
+                moved = conn.execute(
+                    where.where(consumers.c.version < version).values(version=version, last_seen=ts)
+                )
+                if moved.rowcount != 1:
+                    conn.execute(where.values(last_seen=ts))
+            return _consumer(self._consumer_row(conn, table_id, name))
+
+        return self._run(run)
+
+    @_wraps_database_errors("drop a consumer")
+    def drop_consumer(self, table_id: int, name: str) -> ConsumerRecord:
+        """Remove a consumer (live or dropped by expire); returns it as it was. Versions it held go at the
+        next expire.
+
+        Raises:
+            NoSuchConsumer: there is none of that name.
+        """
+
+        def run(conn: Connection) -> ConsumerRecord:
+            r = conn.execute(
+                sa.select(consumers).where(consumers.c.table_id == table_id, consumers.c.name == name)
+            ).first()
+            if r is None:
+                raise NoSuchConsumer(f"{self._label(table_id)} has no consumer {name!r}")
+            conn.execute(consumers.delete().where(consumers.c.table_id == table_id, consumers.c.name == name))
+            return _consumer(r, dropped_ok=True)
+
+        return self._run(run)
+
+    @_wraps_database_errors("list consumers")
+    def list_consumers(self, table_id: int) -> list[ConsumerRecord]:
+        """The table's consumers, those expire dropped included, sorted by name."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(consumers).where(consumers.c.table_id == table_id).order_by(consumers.c.name)
+            ).all()
+        return [_consumer(r, dropped_ok=True) for r in rows]
+
+    def _consumer_row(self, conn: Connection, table_id: int, name: str) -> Any:
+        """The consumer's row; NoSuchConsumer if none, ConsumerDropped if expire dropped it."""
+        r = conn.execute(
+            sa.select(consumers).where(consumers.c.table_id == table_id, consumers.c.name == name)
+        ).first()
+        if r is None:
+            raise NoSuchConsumer(f"{self._label(table_id)} has no consumer {name!r}")
+        if r.dropped_at is not None:
+            raise ConsumerDropped(
+                f"{self._label(table_id)}: consumer {name!r} was dropped by expire at "
+                f"{micros_to_datetime(int(r.dropped_at)).isoformat()} ({r.dropped_reason}); the changes after "
+                f"its position {int(r.version)} may be gone. Rebuild what it fed from a snapshot, then drop "
+                "the consumer and register it again"
+            )
+        return r
+
+    @staticmethod
+    def _where_consumer(q: Any, table_id: int, name: str) -> Any:
+        """``q`` (an update) limited to a live consumer."""
+        return q.where(
+            consumers.c.table_id == table_id, consumers.c.name == name, consumers.c.dropped_at.is_(None)
         )
 
     @_wraps_database_errors("read the spec changes after a version")
@@ -1183,6 +1471,20 @@ class SqlCatalog:
         )
         out.removed_file_ids = {int(r[0]) for r in removed}
         return out
+
+
+def _consumer(row: Any, dropped_ok: bool = False) -> ConsumerRecord:
+    dropped = None if row.dropped_at is None else micros_to_datetime(int(row.dropped_at))
+    assert dropped_ok or dropped is None, row
+    return ConsumerRecord(
+        str(row.name),
+        int(row.version),
+        micros_to_datetime(int(row.created_at)),
+        micros_to_datetime(int(row.last_seen)),
+        None if row.pending is None or int(row.pending) <= int(row.version) else int(row.pending),
+        dropped,
+        None if row.dropped_reason is None else str(row.dropped_reason),
+    )
 
 
 def _snapshot(row: Any, expired: bool = False) -> Snapshot:

@@ -776,9 +776,20 @@ def explain_command(
 
 @cli.command("changes")
 @table_arg
-@click.option("--from", "start", type=click.IntRange(min=0), required=True, help="The older version.")
+@click.option("--from", "start", type=click.IntRange(min=0), default=None, help="The older version.")
 @click.option(
     "--to", "end", type=click.IntRange(min=0), default=None, help="The newer version (default: newest)."
+)
+@click.option(
+    "--consumer",
+    metavar="NAME",
+    default=None,
+    help="Instead of --from: the changes after this consumer's position (see 'mere consumer').",
+)
+@click.option(
+    "--commit",
+    is_flag=True,
+    help="With --consumer: once every row is written, commit the consumer to the version read up to.",
 )
 @click.option("--columns", metavar="A,B", help="Comma-separated columns (key columns always come first).")
 @click.option("--filter", metavar="EXPR", help="Keep the change rows this SQL filter holds for.")
@@ -790,8 +801,10 @@ def explain_command(
 def changes_command(
     state: State,
     table: str,
-    start: int,
+    start: int | None,
     end: int | None,
+    consumer: str | None,
+    commit: bool,
     columns: str | None,
     filter: str | None,
     limit: int | None,
@@ -799,10 +812,29 @@ def changes_command(
     output: str | None,
     as_json: bool,
 ) -> None:
-    """The net change of every key of TABLE between two versions (_change, _version, _commit_time)."""
+    """The net change of every key of TABLE between two versions (_change, _version, _commit_time).
+
+    With --consumer, the changes after that consumer's position; --commit then moves it (at-least-once:
+    only after the output is complete, so a failed run is read again).
+    """
+    if (start is None) == (consumer is None):
+        raise click.UsageError("give --from VERSION or --consumer NAME (one of them)")
+    if commit and consumer is None:
+        raise click.UsageError("--commit moves a consumer: give --consumer NAME")
+    if commit and limit is not None:
+        raise click.UsageError("--commit with --limit would skip the rows past the limit; drop one of them")
     fmt = _format(fmt_name, output, as_json)
-    reader = state.table(table).changes(start, end, columns=_columns(columns), filter=filter)
+    t = state.table(table)
+    if consumer is not None:
+        end, reader = t.consumer(consumer, create=False).changes(
+            end, columns=_columns(columns), filter=filter
+        )
+    else:
+        reader = t.changes(start, end, columns=_columns(columns), filter=filter)
     _emit(fmt, reader.schema, _limited(iter(reader), limit), output)
+    if commit:
+        assert consumer is not None and end is not None
+        t.consumer(consumer, create=False).commit(end)
 
 
 @cli.command("tags")
@@ -856,6 +888,76 @@ def untag_command(state: State, table: str, name: str, as_json: bool) -> None:
         _print_json({"table": table, "untagged": name})
     else:
         sys.stdout.write(f"{table}: tag {name} removed\n")
+
+
+@cli.command("consumers")
+@table_arg
+@json_flag
+@click.pass_obj
+def consumers_command(state: State, table: str, as_json: bool) -> None:
+    """The change-feed consumers of TABLE: position, lag, last seen; those expire dropped, and why."""
+    rows = state.table(table).inspect.consumers().to_pylist()
+    if as_json:
+        _print_json(rows)
+        return
+    out = RichTable()
+    for col in ("consumer", "position", "lag", "last seen (UTC)", "state"):
+        out.add_column(col)
+    for r in rows:
+        dropped = r["dropped_at"] is not None
+        state_text = f"dropped {_utc(r['dropped_at'])}: {r['dropped_reason']}" if dropped else "live"
+        out.add_row(
+            Text(r["name"]),
+            str(r["position"]),
+            str(r["lag"]),
+            _utc(r["last_seen"]),
+            Text(state_text),
+            style="dim" if dropped else "",
+        )
+    _out().print(out)
+
+
+def _utc(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@cli.group("consumer", cls=_InOrder, no_args_is_help=True)
+def consumer_group() -> None:
+    """Register or drop a change-feed consumer (a named position that expire keeps; see 'consumers')."""
+
+
+@consumer_group.command("create")
+@table_arg
+@click.argument("name")
+@click.option(
+    "--version",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Its position: its feed starts after this version (default: the newest).",
+)
+@json_flag
+@click.pass_obj
+def consumer_create_command(state: State, table: str, name: str, version: int | None, as_json: bool) -> None:
+    """Register consumer NAME of TABLE (an existing one is left as it is)."""
+    position = state.table(table).consumer(name, start_version=version).position
+    if as_json:
+        _print_json({"table": table, "consumer": name, "position": position})
+    else:
+        sys.stdout.write(f"{table}: consumer {name} at version {position}\n")
+
+
+@consumer_group.command("drop")
+@table_arg
+@click.argument("name")
+@json_flag
+@click.pass_obj
+def consumer_drop_command(state: State, table: str, name: str, as_json: bool) -> None:
+    """Remove consumer NAME of TABLE (also one expire dropped): the versions it held may then expire."""
+    state.table(table).drop_consumer(name)
+    if as_json:
+        _print_json({"table": table, "dropped": name})
+    else:
+        sys.stdout.write(f"{table}: consumer {name} dropped\n")
 
 
 @cli.command("rollback")
@@ -999,6 +1101,11 @@ def _report(
         lines[0] += (
             f"; version(s) {versions} {'are' if applied else 'would'} no longer {'' if applied else 'be '}readable"
         )
+    if extra.get("dropped_consumers"):
+        lines.append(
+            f"{'dropped' if applied else 'would drop'} consumer(s) unseen for longer than "
+            f"changes.consumer-expiration: {', '.join(extra['dropped_consumers'])}"
+        )
     lines += [f"  {p}" for p in paths]
     if not applied and paths:
         lines.append("(dry run: nothing was deleted; pass --apply to delete)")
@@ -1019,12 +1126,15 @@ def _report(
 def expire_command(state: State, table: str, older_than: str, apply: bool, as_json: bool) -> None:
     """Give up time travel to old versions of TABLE and delete the files only they use (dry run unless --apply).
 
-    The version current at the cutoff and tagged versions stay readable.
+    The version current at the cutoff, tagged versions and the versions change-feed consumers still need
+    stay readable; a consumer unseen for longer than changes.consumer-expiration that holds some back is
+    dropped (reported).
     """
     age = _duration(older_than, "--older-than")
     t = state.table(table)
     before = t.history()
     tagged = set(t.tags().values())
+    listed = t.inspect.consumers().to_pylist()
     paths = sorted(t.expire(older_than=age, dry_run=not apply))
     readable = [s for s in before if not s.expired]
     try:
@@ -1033,8 +1143,34 @@ def expire_command(state: State, table: str, older_than: str, apply: bool, as_js
         keep = None
     else:
         keep = max((s.version for s in readable if s.committed_at <= cutoff), default=None)
-    gone = [s.version for s in readable if keep is not None and s.version < keep and s.version not in tagged]
-    extra = {"older_than_seconds": age.total_seconds(), "expired_versions": gone}
+    now = dt.datetime.now(dt.UTC)
+    live = [c for c in listed if c["dropped_at"] is None]
+    # A consumer unseen too long that holds back versions before the cutoff is dropped; the others pin.
+    dropping = [
+        c
+        for c in live
+        if keep is not None
+        and c["droppable_after"] is not None
+        and c["droppable_after"] < now
+        and c["position"] < keep
+    ]
+    if apply:
+        after = {c["name"] for c in t.inspect.consumers().to_pylist() if c["dropped_at"] is not None}
+        dropping = [c for c in live if c["name"] in after]
+        was_readable = {r.version for r in readable}
+        gone = [s.version for s in t.history() if s.expired and s.version in was_readable]
+    else:
+        pins = [c["position"] for c in live if c not in dropping]
+        if keep is not None and pins:
+            keep = min(keep, *pins)
+        gone = [
+            s.version for s in readable if keep is not None and s.version < keep and s.version not in tagged
+        ]
+    extra = {
+        "older_than_seconds": age.total_seconds(),
+        "expired_versions": gone,
+        "dropped_consumers": [c["name"] for c in dropping],
+    }
     _report(t.name, "expire", paths, apply, as_json, extra)
 
 

@@ -10,9 +10,11 @@ from mere.table.ops.change_log import (
     UPDATE_AFTER,
     UPDATE_BEFORE,
     VERSION_COLUMN,
+    Consumer,
     change_feed,
     follow,
 )
+from mere.table.ops.consumers import check_name as check_consumer_name
 
 __all__ = [
     "CHANGE_COLUMN",
@@ -23,7 +25,9 @@ __all__ = [
     "UPDATE_AFTER",
     "UPDATE_BEFORE",
     "VERSION_COLUMN",
+    "Consumer",
     "change_feed",
+    "check_consumer_name",
     "compare_images",
     "follow",
     "key_filter",

@@ -21,6 +21,8 @@ from mere.io import Storage
 from mere.metadata import (
     CommitResult,
     ConcurrentChanges,
+    ConsumerRecord,
+    ExpireResult,
     FileEntry,
     Snapshot,
     TableRecord,
@@ -100,8 +102,31 @@ class MetadataStore(Protocol):
     def find_idempotent(self, table_id: int, key: str) -> Snapshot | None:
         """The commit made with an idempotency key."""
 
-    def expire(self, table_id: int, keep_from: int) -> list[str]:
-        """Give up the versions before ``keep_from``; the paths no longer referenced."""
+    def expire(
+        self, table_id: int, keep_from: int, *, unseen_before: int | None = None, reason: str = ""
+    ) -> ExpireResult:
+        """Give up the versions before ``keep_from`` that no consumer needs; the paths no longer
+        referenced, and the consumers dropped for being unseen since ``unseen_before``."""
+
+    def create_consumer(self, table_id: int, name: str, version: int | None) -> tuple[ConsumerRecord, bool]:
+        """A consumer, registered at ``version`` if new; whether this call created it."""
+
+    def consumer(self, table_id: int, name: str, *, touch: bool = False) -> ConsumerRecord:
+        """A live consumer (``touch``: marked seen)."""
+
+    def claim_consumer(self, table_id: int, name: str, end: int | None) -> tuple[int, int]:
+        """The range a consumer reads next (a pending one again), recorded as pending."""
+
+    def advance_consumer(
+        self, table_id: int, name: str, version: int, *, seek: bool = False
+    ) -> ConsumerRecord:
+        """Move a consumer forward to ``version`` (``seek``: to it either way)."""
+
+    def drop_consumer(self, table_id: int, name: str) -> ConsumerRecord:
+        """Remove a consumer."""
+
+    def list_consumers(self, table_id: int) -> list[ConsumerRecord]:
+        """The consumers, dropped ones included."""
 
     def commit(
         self,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import pyarrow as pa
 
 from mere.table.context import TableHandle
+from mere.table.ops import consumers
+from mere.table.versions import current
 
 
 class Inspect:
@@ -45,3 +48,43 @@ class Inspect:
                 "summary": [json.dumps(dict(h.summary), sort_keys=True) for h in history],
             }
         )
+
+    def consumers(self) -> pa.Table:
+        """The table's change-feed consumers, by name: ``name``, ``position`` (the last version it has
+        processed), ``lag`` (versions committed after it), ``pending`` (the end of a range it read and has not
+        committed, which its next read hands out again; null: none), ``created_at``, ``last_seen`` (its last read or
+        commit), ``droppable_after`` (from when an expire that needs the versions it holds drops it: last
+        seen plus ``changes.consumer-expiration``; null when that is off or it was dropped), and for one
+        that expire dropped, ``dropped_at`` and ``dropped_reason`` (null for a live one).
+
+        Returns:
+            One row per consumer.
+        """
+        ctx = self._table.context
+        rows = consumers.listed(ctx)
+        newest = current(ctx)
+        limit = consumers.expiration(ctx.spec)
+        stamp = pa.timestamp("us", tz="UTC")
+        return pa.table(
+            {
+                "name": pa.array([c.name for c in rows], pa.string()),
+                "position": pa.array([c.position for c in rows], pa.int64()),
+                "lag": pa.array([max(newest - c.position, 0) for c in rows], pa.int64()),
+                "pending": pa.array([c.pending for c in rows], pa.int64()),
+                "created_at": pa.array([c.created_at for c in rows], stamp),
+                "last_seen": pa.array([c.last_seen for c in rows], stamp),
+                "droppable_after": pa.array([_after(c.last_seen, limit, c.dropped) for c in rows], stamp),
+                "dropped_at": pa.array([c.dropped_at for c in rows], stamp),
+                "dropped_reason": pa.array([c.dropped_reason for c in rows], pa.string()),
+            }
+        )
+
+
+def _after(seen: dt.datetime, limit: dt.timedelta | None, dropped: bool) -> dt.datetime | None:
+    """``seen + limit``; None when there is no limit, the consumer was dropped, or it is beyond the calendar."""
+    if limit is None or dropped:
+        return None
+    try:
+        return seen + limit
+    except OverflowError:
+        return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -34,10 +34,10 @@ from mere.table.commit import StagedChange, check_idempotency_key
 from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.context import CatalogHandle, MetadataStore, SchemaChange, TableContext, WriteSettings
 from mere.table.inspect import Inspect
-from mere.table.ops import compaction, maintenance, merge_into, rollback
+from mere.table.ops import compaction, consumers, maintenance, merge_into, rollback
 from mere.table.ops import sequence as sequence_ops
 from mere.table.ops import write as write_ops
-from mere.table.ops.change_log import change_feed
+from mere.table.ops.change_log import Consumer, change_feed, consumer_feed, follow
 from mere.table.ops.evolve import SchemaUpdate
 from mere.table.ops.merge_into import Merge, MergeMetrics
 from mere.table.scan import Scan, normalise_columns
@@ -298,36 +298,145 @@ class Table:
 
     def changes(
         self,
-        start_version: int,
+        start_version: int | None = None,
         end_version: int | None = None,
         columns: Sequence[str] | None = None,
         filter: Any = None,
+        *,
+        consumer: str | None = None,
     ) -> pa.RecordBatchReader:
         """The net change of every key between ``start_version`` and ``end_version``, streamed split by split.
 
-        The feed holds the rows of the commits after ``start_version`` up to ``end_version``, with ``_change``
-        (``insert``, ``update_before``, ``update_after``, ``delete``), ``_version`` and ``_commit_time``
-        columns. Applied to the snapshot at ``start_version`` it gives the one at ``end_version``. Keyed
-        tables only. Versions are numbers here; for a point in time, :meth:`resolve_version` ``(as_of=...)``
-        gives one (a time without a zone is read as UTC, not as local time).
+        The feed holds the rows of the commits after ``start_version`` up to ``end_version``, with ``_change`` (``insert``,
+        ``update_before``, ``update_after``, ``delete``), ``_version`` and ``_commit_time`` columns, streamed
+        split by split. Applied to the snapshot at ``start_version`` it gives the one at ``end_version``.
+        ``filter`` keeps the feed rows it holds for (on before and after images alike). Keyed tables only;
+        a version before the retained history raises :class:`~mere.errors.NoSuchVersion`. Versions are numbers
+        here; for a point in time, :meth:`resolve_version` ``(as_of=...)`` gives one (a time without a zone
+        is read as UTC, not as local time).
+
+        ``consumer`` (instead of ``start_version``): the changes after that consumer's position (see
+        :meth:`consumer`), marking it seen; nothing moves it. Pass the ``end_version`` you will commit
+        (``end = t.version``), or use ``t.consumer(name).changes()``, which returns it.
 
         Args:
-            start_version: The version the changes start after.
-            end_version: The last version whose changes are included (default: the newest).
-            columns: The table columns the feed rows carry (default: every column).
-            filter: A filter the feed rows are kept for (on before and after images alike).
+            start_version: the version after which changes are read.
+            end_version: the last version read (default: the newest).
+            columns: the columns to read (key and partition columns always come first).
+            filter: keeps the feed rows it holds for.
+            consumer: a registered consumer whose position is the start.
 
         Returns:
-            A reader of the feed's record batches.
+            The feed, as a ``pyarrow.RecordBatchReader``.
 
         Raises:
-            InvalidInput: A table without primary key, a column named like the feed's own columns, versions
-                that are not non-negative integers, or ``start_version`` after ``end_version``.
-            NoSuchVersion: A version before the retained history (expired) or after the newest.
-            SchemaMismatch: A column the table does not have.
-            FilterError: A filter that does not parse or does not fit the table's columns.
+            InvalidInput: bad versions, columns or filter; both or neither of start_version and consumer.
+            NoSuchVersion: a version that has expired or does not exist.
+            NoSuchConsumer, ConsumerDropped: an unknown consumer, or one that expire dropped.
         """
-        return change_feed(self, start_version, end_version, columns, filter)
+        if consumer is not None:
+            if start_version is not None:
+                raise InvalidInput(
+                    f"{self.name}: give start_version or consumer, not both (a consumer starts after its "
+                    "position)"
+                )
+            return consumer_feed(self, consumer, end_version, columns, filter)[1]
+        return change_feed(self, start_version, end_version, columns, filter)  # type: ignore[arg-type]
+
+    def follow(
+        self,
+        from_version: int | None = None,
+        *,
+        consumer: str | None = None,
+        columns: Sequence[str] | None = None,
+        filter: Any = None,
+        poll_seconds: float = 1.0,
+        max_poll_seconds: float = 30.0,
+        auto_commit: bool = True,
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """Yield ``(version, changes)`` as commits land: ``mere.follow(self, ...)``.
+
+        It starts after ``from_version``, or after ``consumer``'s position, committing each version the caller has taken (at-least-once;
+        see :func:`mere.follow`).
+
+        Args:
+            from_version: the version after which to start (not with ``consumer``).
+            consumer: a registered consumer whose position to start after, and to commit.
+            columns: the columns to read.
+            filter: keeps the feed rows it holds for.
+            poll_seconds: the first wait while nothing lands.
+            max_poll_seconds: the longest wait.
+            auto_commit: with ``consumer``, commit each version the caller has taken.
+
+        Returns:
+            An iterator of ``(version, changes)``; arguments are checked at its first ``next()``.
+        """
+        return follow(
+            self,
+            from_version,
+            columns=columns,
+            filter=filter,
+            poll_seconds=poll_seconds,
+            max_poll_seconds=max_poll_seconds,
+            consumer=consumer,
+            auto_commit=auto_commit,
+        )
+
+    # -- change-feed consumers ---------------------------------------------------------------------
+
+    def consumer(self, name: str, *, start_version: int | None = None, create: bool = True) -> Consumer:
+        """A named change-feed consumer of this table, registered now if it does not exist.
+
+        A consumer's position (the last version it has processed) lives in the catalog: its feed
+        (:meth:`Consumer.changes <mere.table.ops.change_log.Consumer.changes>`, ``changes(consumer=)``,
+        ``follow(consumer=)``) starts after it, only :meth:`Consumer.commit
+        <mere.table.ops.change_log.Consumer.commit>` moves it (at-least-once), and :meth:`expire`
+        (manual or automatic) keeps every version from it on. A consumer unseen for longer than
+        ``changes.consumer-expiration`` (default 7 days) that holds back versions expire would give up is
+        dropped by it, with a warning; its next use raises :class:`~mere.errors.ConsumerDropped`.
+
+        Names are 1 to 128 ASCII letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit.
+
+        Args:
+            name: the consumer's name.
+            start_version: where a new consumer starts (its position: its feed begins after it); default
+                the newest version. Ignored for an existing consumer (as Kafka's ``auto.offset.reset``);
+                :meth:`Consumer.seek <mere.table.ops.change_log.Consumer.seek>` moves one.
+            create: register it if it does not exist (else :class:`~mere.errors.NoSuchConsumer`).
+
+        Returns:
+            The consumer's handle (opening it marks it seen).
+
+        Raises:
+            InvalidInput: a bad name or version.
+            NoSuchVersion: ``start_version`` has expired or does not exist.
+            NoSuchConsumer: none of that name and ``create`` is False.
+            ConsumerDropped: expire dropped it (:meth:`drop_consumer` it to register it again).
+        """
+        if not isinstance(create, bool):
+            raise InvalidInput(f"{self.name}: create must be True or False, got {create!r}")
+        ctx = self.context
+        if create:
+            consumers.register(ctx, name, start_version)
+        else:
+            if start_version is not None:
+                raise InvalidInput(f"{self.name}: start_version applies to a consumer being created")
+            consumers.get(ctx, name, touch=True)
+        return Consumer(self, name)
+
+    def drop_consumer(self, name: str) -> None:
+        """Remove a consumer (also one expire dropped).
+
+        The versions it held go at the next :meth:`expire`, and the name may be registered again.
+
+        Args:
+            name: the consumer's name.
+
+        Raises:
+            InvalidInput: a bad name.
+            NoSuchConsumer: there is none of that name.
+        """
+        consumers.drop(self.context, name)
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         """Read the table into one Arrow table: ``scan(**kwargs).to_arrow()``.
@@ -362,7 +471,9 @@ class Table:
 
     @property
     def inspect(self) -> Inspect:
-        """Tabular metadata as Arrow tables: ``t.inspect.files()``, ``t.inspect.snapshots()``."""
+        """Tabular metadata as Arrow tables.
+
+        ``t.inspect.files()``, ``t.inspect.snapshots()``, ``t.inspect.consumers()``."""
         return Inspect(self)
 
     def history(self) -> list[Snapshot]:
@@ -1067,12 +1178,17 @@ class Table:
     def expire(self, older_than: dt.timedelta = dt.timedelta(days=7), *, dry_run: bool = True) -> list[str]:
         """List, or with ``dry_run=False`` delete, what versions older than ``older_than`` alone need.
 
-        By default nothing changes: the call returns the paths an expiry would delete (the CLI's ``mere
-        expire`` without ``--apply`` does the same). With ``dry_run=False`` the versions committed before the
-        cutoff stop being readable (time travel to them, ``changes()`` from them and rollbacks to them raise
-        :class:`~mere.errors.NoSuchVersion`) and the data files and change logs that only those versions used
-        are deleted from storage, for good. Never deleted: the files of the version current at the cutoff (it
-        stays readable), of every newer version, and of versions a tag holds.
+        By default nothing changes: the call returns the paths an expiry would delete (the CLI's
+        ``mere expire`` without ``--apply`` does the same). With ``dry_run=False`` the versions committed
+        before the cutoff stop being readable (time travel to them, ``changes()`` from them and rollbacks
+        to them raise :class:`~mere.errors.NoSuchVersion`) and the data files and change logs that only
+        those versions used are deleted from storage, for good. Never deleted: the files of the version
+        current at the cutoff (it stays readable), of every newer version, of versions a tag holds, and of
+        the versions a change-feed consumer still needs (from the lowest position of the live consumers
+        on; see :meth:`consumer`). A consumer unseen for longer than ``changes.consumer-expiration`` that
+        holds back versions the cutoff gives up is dropped instead, with a logged warning (recorded in
+        ``inspect.consumers()``; its next use raises :class:`~mere.errors.ConsumerDropped`); a dry run
+        drops none, and lists what would go once they are.
 
         Args:
             older_than: The age of the cutoff: versions committed before ``now - older_than`` expire.

@@ -16,11 +16,13 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+from pyspark.sql.types import StructType
 from sparkutil import read
 
 import mere
 from mere.errors import InvalidInput, NoSuchVersion
 from mere.integrations.spark import TableRef
+from mere.integrations.spark.datasource import MereDataSource
 from mere.integrations.spark_streaming import MereStreamReader, stream_schema
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("qty", pa.int64()), ("note", pa.string())])
@@ -338,3 +340,87 @@ def test_copy_restarts_from_the_checkpoint_exactly_once(spark: SparkSession, wh:
     assert (checkpoint / "commits" / "2").exists()
     assert target.version == 5  # no commit twice, none lost: one per source version
     assert [_state(target, v) for v in (3, 4, 5)] == [_state(t, v) for v in (3, 4, 5)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Option consumer: the stream holds a change-feed consumer, so expire keeps what it has yet to read
+
+
+def test_a_consumer_follows_the_offsets_spark_commits(wh: str) -> None:
+    t = _table(wh, properties={"retention.max-age": "off"})
+    t.upsert(_rows(4))  # v1
+    reader = _reader(wh, consumer="spark-copy")
+    start = reader.initialOffset()
+    assert start["version"] == -1  # a new consumer: the snapshot first
+    assert t.consumer("spark-copy", create=False).position == 1  # pins the version the snapshot reads
+    first = reader.latestOffset(start, ReadAllAvailable())
+    t.upsert(_rows(2, start=10))  # v2
+    t.upsert(_rows(2, start=20))  # v3
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
+    assert not t.snapshot(version=1).expired  # the batch not committed yet stays readable
+    assert len(_read(reader, start, first)) == 4
+    reader.commit(first)
+    assert t.consumer("spark-copy").position == 1
+    second = reader.latestOffset(first, ReadMaxFiles(1))
+    assert _read(reader, first, second) == _feed(t, 1, 2)
+    reader.commit(second)
+    assert t.consumer("spark-copy").position == 2
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
+    assert [s.version for s in t.history() if not s.expired] == [2, 3]
+
+    # A new query (a new checkpoint) starts as without the option (Spark may ask twice: the same start).
+    again = _reader(wh, consumer="spark-copy")
+    assert again.initialOffset()["version"] == again.initialOffset()["version"] == -1
+    assert t.consumer("spark-copy").position == 2  # an existing consumer before the start stays
+    resumed = _reader(wh, consumer="spark-copy", startingVersion="3")  # position + 1: resume it
+    begin = resumed.initialOffset()
+    assert begin["version"] == 2
+    end = resumed.latestOffset(begin, ReadAllAvailable())
+    assert _read(resumed, begin, end) == _feed(t, 2, 3)
+    resumed.commit(end)
+    assert t.consumer("spark-copy").position == 3
+    back = _reader(wh, consumer="spark-copy", startingVersion="3")  # moved back to where a query starts
+    assert back.initialOffset()["version"] == 2 and t.consumer("spark-copy").position == 2
+    # A restart from a checkpoint (no initialOffset) registers a missing consumer at its offset.
+    t.drop_consumer("spark-copy")
+    restarted = _reader(wh, consumer="spark-copy")
+    restarted.latestOffset({"version": 2, "table": t.record.uuid}, ReadAllAvailable())
+    assert t.consumer("spark-copy").position == 2
+    for bad in ("bad name", ""):
+        with pytest.raises(InvalidInput, match="consumer name"):
+            _reader(wh, consumer=bad)
+    batch_opts = {"warehouse": wh, "path": "src.orders", "consumer": "x"}
+    with pytest.raises(InvalidInput, match="is for stream reads"):
+        MereDataSource(batch_opts).reader(StructType([]))
+
+
+def test_a_query_with_a_consumer_survives_expire_and_commits_its_batches(
+    spark: SparkSession, wh: str, tmp_path: Path
+) -> None:
+    t = _table(wh, properties={"retention.max-age": "off"})
+    t.upsert(_rows(10))  # v1
+    checkpoint = tmp_path / "chk"
+
+    def run() -> None:
+        copy = _copy(spark, wh, checkpoint, consumer="copy", maxVersionsPerTrigger=1)
+        query = copy.trigger(availableNow=True).start("dst.orders")
+        query.awaitTermination(timeout=120)
+        assert query.exception() is None
+
+    run()
+    assert t.consumer("copy").position == 1
+    t.upsert(_rows(3, start=8, qty=5))  # v2
+    t.delete("id = 0")  # v3
+    t.expire(older_than=dt.timedelta(0), dry_run=False)  # before: NoSuchVersion at the restart
+    run()  # from the checkpoint
+    target = mere.connect(wh).table("dst.orders")
+    assert _state(target) == _state(t)
+    # Spark commits a batch's end to its source when it plans the next batch: the consumer trails the
+    # last batch by one (it holds more, never less).
+    assert t.consumer("copy").position == 2
+    t.upsert(_rows(1, start=30))  # v4
+    run()
+    assert _state(target) == _state(t)
+    assert t.consumer("copy").position == 3
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
+    assert [s.version for s in t.history() if not s.expired] == [3, 4]

@@ -62,7 +62,7 @@ class MereDataSource(DataSource):
                 f"{self.ref.name}: 'readChangeFeed' reads are streams (spark.readStream); for a batch of "
                 "changes use Table.changes(start_version, end_version)"
             )
-        streaming = [o for o in ("startingversion", "maxversionspertrigger") if o in opts]
+        streaming = [o for o in ("startingversion", "maxversionspertrigger", "consumer") if o in opts]
         if streaming:
             raise InvalidInput(
                 f"{self.ref.name}: option {streaming[0]!r} is for stream reads (spark.readStream); a batch "

@@ -44,7 +44,7 @@ READ_OPTIONS = (
     "open_cost_bytes",
     "min_partitions",
 )
-STREAM_READ_OPTIONS = ("readchangefeed", "startingversion", "maxversionspertrigger")
+STREAM_READ_OPTIONS = ("readchangefeed", "startingversion", "maxversionspertrigger", "consumer")
 # "partitionby": what DataFrameWriter.partitionBy(...) passes through the hook (see install_partition_hook)
 CREATE_OPTIONS = (
     "primary_key",

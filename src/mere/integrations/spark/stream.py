@@ -35,6 +35,18 @@ restart against a table that was dropped and created again fail instead of readi
   the query started; ``Trigger.Once`` reads everything in one batch.
 - A restart from the checkpoint continues at the checkpoint's offset; ``startingVersion`` applies only to a
   new checkpoint (as in Delta). A replayed micro-batch reads the same version range, so the same rows.
+- ``consumer = NAME``: the stream holds a change-feed consumer of that name (see
+  :meth:`mere.Table.consumer`), so that ``expire`` (manual or automatic) keeps every version the stream
+  has yet to read. Spark's checkpoint stays the source of truth for the stream's offsets; the consumer
+  follows it: a new query starts as it would without the option and registers the consumer at the
+  version it starts from (the snapshot's version for a snapshot start), or moves an existing one back to
+  it (to resume a consumer's position in a new query, pass ``startingVersion`` = position + 1); a
+  restart makes sure it is at or before the checkpoint's offset; and each time Spark commits a
+  micro-batch (the reader's ``commit(end)``, which Spark calls as it plans the next batch, so the
+  consumer trails the last batch by one: it holds more, never less) the consumer is committed to the
+  batch's end version. While no batch runs the query marks it seen every minute, so a live query is
+  never dropped as unseen; a consumer that ``expire`` dropped (unseen past
+  ``changes.consumer-expiration``) fails the query with :class:`~mere.errors.ConsumerDropped`.
 
 Exactly-once into another mere table (the sink commits each micro-batch once, keyed by query and batch
 id): give the target the change column ``_change`` (``cdc_column``), whose ``insert``/``update_after``
@@ -56,6 +68,7 @@ task, in order.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -81,7 +94,14 @@ from mere.integrations.spark.options import (
     lower_options,
 )
 from mere.integrations.spark.types import arrow_target, conform_batch, spark_schema
-from mere.table.changes import CHANGE_COLUMN, COMMIT_TIME_COLUMN, INSERT, VERSION_COLUMN, change_feed
+from mere.table.changes import (
+    CHANGE_COLUMN,
+    COMMIT_TIME_COLUMN,
+    INSERT,
+    VERSION_COLUMN,
+    change_feed,
+    check_consumer_name,
+)
 from mere.table.scan import ScanTask, group_tasks, read_tasks
 from mere.table.table import Table
 
@@ -100,6 +120,8 @@ SNAPSHOT = -1
 """The offset before a stream's first batch when it starts with the snapshot: nothing emitted yet."""
 
 _BATCH_ONLY = ("version", "versionasof", "as_of", "timestampasof", "tag")
+HEARTBEAT_SECONDS = 60.0
+"""How often a query holding a consumer marks it seen while no micro-batch commits it."""
 
 
 def wants_change_feed(options: Mapping[str, str]) -> bool:
@@ -116,6 +138,7 @@ class StreamOptions:
     max_versions: int | None
     columns: tuple[str, ...] | None
     filter: str | None
+    consumer: str | None = None  # a change-feed consumer the stream holds (pins what it has yet to read)
 
     @staticmethod
     def parse(name: str, options: Mapping[str, str]) -> StreamOptions:
@@ -146,12 +169,16 @@ class StreamOptions:
                     f"got {raw!r}"
                 )
         columns = column_list_option("columns", opts.get("columns"))
+        consumer = opts.get("consumer")
+        if consumer is not None:
+            check_consumer_name(f"{name}: option 'consumer'", consumer.strip())
         return StreamOptions(
             starting,
             latest,
             int_option("maxVersionsPerTrigger", opts.get("maxversionspertrigger")),
             None if columns is None else tuple(columns),
             opts.get("filter") or None,
+            None if consumer is None else consumer.strip(),
         )
 
 
@@ -272,6 +299,8 @@ class MereStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = arrow_target(schema)
         self.sizing = PartitionSizing.from_options(lower_options(options))
         self._until: int | None = None  # Trigger.AvailableNow: the newest version when the query started
+        self._pinned = False  # the consumer (option ``consumer``) is known to hold this query's start
+        self._seen = 0.0  # time.monotonic() when the consumer was last marked seen
 
     # -- offsets ------------------------------------------------------------------------------------
 
@@ -294,13 +323,22 @@ class MereStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _open(self.ref, uuid), version
 
     def initialOffset(self) -> dict[str, Any]:
-        """Where a new query starts: before the snapshot, or just before ``startingVersion``."""
+        """Where a new query starts: before the snapshot, or just before ``startingVersion`` (with option
+        ``consumer``, the consumer is registered there, or moved back to it)."""
         table = self.ref.open()
+        start = self._start(table)
+        if self.options.consumer is not None:  # Spark may ask twice: the same start either way
+            self._pin(table, self.options.consumer, table.version if start == SNAPSHOT else start)
+        return self._offset(table, start)
+
+    def _start(self, table: Table) -> int:
+        """The offset version a new query starts from, by ``startingVersion`` (checked: NoSuchVersion for a
+        start that has expired or is beyond the next version)."""
         opts = self.options
         if opts.latest:
-            return self._offset(table, table.version)
+            return table.version
         if opts.starting_version is None:
-            return self._offset(table, SNAPSHOT)
+            return SNAPSHOT
         newest = table.version
         if opts.starting_version > newest + 1:
             raise NoSuchVersion(
@@ -310,7 +348,27 @@ class MereStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start = max(opts.starting_version - 1, 0)  # version 0 is the creation: it holds no rows
         # Fails now (NoSuchVersion) when the start or a commit after it has expired; reads nothing yet.
         table.changes(start, newest, columns=self.columns, filter=opts.filter)
-        return self._offset(table, start)
+        return start
+
+    def _pin(self, table: Table, name: str, version: int) -> None:
+        """Make sure consumer ``name`` exists at or before ``version`` (registered there if new)."""
+        consumer = table.consumer(name, start_version=version)
+        if consumer.position > version:
+            consumer.seek(version)
+        self._pinned, self._seen = True, time.monotonic()
+
+    def _hold(self, table: Table, begin: int) -> None:
+        """With option ``consumer``: at a query's first planning (a restart from the checkpoint included),
+        the consumer holds the checkpoint's offset ``begin``; later, it is marked seen every
+        :data:`HEARTBEAT_SECONDS`."""
+        name = self.options.consumer
+        if name is None:
+            return
+        if not self._pinned:
+            self._pin(table, name, table.version if begin == SNAPSHOT else begin)
+        elif time.monotonic() - self._seen >= HEARTBEAT_SECONDS:
+            table.consumer(name, create=False).heartbeat()
+            self._seen = time.monotonic()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxVersionsPerTrigger`` travels through Spark as a file count: Spark's Python API knows only
@@ -322,6 +380,7 @@ class MereStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next micro-batch: the newest version, at most ``maxVersionsPerTrigger`` past
         ``start`` (the snapshot batch is one batch whatever the version)."""
         table, begin = self._version(start)
+        self._hold(table, begin)
         newest = table.version
         if self._until is not None:
             newest = min(newest, self._until)
@@ -340,7 +399,18 @@ class MereStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._offset(table, table.version)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to release: versions stay readable until ``Table.expire`` (keep them for the stream)."""
+        """Spark committed the micro-batch ending at ``end``: with option ``consumer``, the consumer is
+        committed to its version (registered there if it went missing), so ``expire`` may give up the
+        versions before it. Without, nothing to release: versions stay readable until ``Table.expire``."""
+        name = self.options.consumer
+        if name is None:
+            return
+        version, uuid = self._parse(end)
+        if version == SNAPSHOT:
+            return
+        table = _open(self.ref, uuid)
+        table.consumer(name, start_version=version).commit(version)
+        self._seen = time.monotonic()
 
     # -- planning -----------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from mere.arrays import sorted_unique
 from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NoSuchVersion, StorageError
 from mere.kernels import numpy_sortable, sort_indices
-from mere.metadata import SEQ_SHIFT, FileEntry
+from mere.metadata import SEQ_SHIFT, ConsumerRecord, FileEntry
 from mere.read.evolution import whole_file_as_table
 from mere.read.planner import Explain, plan_splits, split_filter
 from mere.read.reader import filter_rows, plain_columns
@@ -52,6 +52,7 @@ from mere.table.images import (
     rows_equal,
     written_rows,
 )
+from mere.table.ops import consumers
 from mere.table.scan import Scan
 from mere.table.versions import within as version_within
 
@@ -628,41 +629,241 @@ def _rows_of(column: pa.ChunkedArray, at: np.ndarray) -> pa.Array | np.ndarray:
     return column.take(pa.array(at)) if values is None else values[at]
 
 
+HEARTBEAT_SECONDS = 60.0
+"""How often a consumer's ``follow`` marks it seen while nothing lands (reads and commits mark it too)."""
+
+
+class Consumer:
+    """A named change-feed consumer of a table: :meth:`mere.Table.consumer` registers or opens one.
+
+    Its position (the last version it has processed) lives in the catalog: its feed starts after it,
+    and ``expire`` keeps every version from it on. Nothing moves it but :meth:`commit` (or :meth:`seek`,
+    or :meth:`follow`'s automatic commits), so a reader that fails before committing reads the same
+    changes again: at-least-once. The range a read hands out stays pending until a commit reaches its
+    end, and until then every read hands out that same range: a batch applied in part is read again
+    whole, never merged into a longer range (whose net changes could miss a key the partial batch left
+    behind, such as one it inserted that a later commit deleted). Applying a feed's rows by key
+    (upserting ``insert`` and ``update_after`` rows, deleting ``delete`` rows) is idempotent, so a copy
+    fed this way ends up exact.
+
+    ``expire`` drops a consumer unseen (no read, no commit) for longer than the table's
+    ``changes.consumer-expiration`` (default 7 days) if it holds back versions expire would give up: a
+    warning is logged, the time and reason are kept (``Table.inspect.consumers()``), and every later use
+    raises :class:`~mere.errors.ConsumerDropped`.
+
+    A handle is cheap and reads nothing by itself; every method asks the catalog.
+    """
+
+    def __init__(self, table: TableHandle, name: str) -> None:
+        """A handle on consumer ``name`` of ``table`` (nothing is read or registered).
+
+        Args:
+            table: the table whose changes it consumes.
+            name: the consumer's name (see :meth:`mere.Table.consumer`).
+
+        Raises:
+            InvalidInput: a bad name.
+        """
+        self.table = table
+        self.name = consumers.check_name(table.name, name)
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.name!r}, table={self.table.name!r})"
+
+    def info(self) -> ConsumerRecord:
+        """The consumer as the catalog holds it (position, creation and last-seen times).
+
+        Reading it does not mark it seen.
+
+        Raises:
+            NoSuchConsumer: it was dropped with :meth:`drop` (or never registered).
+            ConsumerDropped: expire dropped it.
+        """
+        return consumers.get(self.table.context, self.name, touch=False)
+
+    @property
+    def position(self) -> int:
+        """The last version it has processed (its feed starts after it); see :meth:`info`."""
+        return self.info().position
+
+    def changes(
+        self, end_version: int | None = None, *, columns: Sequence[str] | None = None, filter: Any = None
+    ) -> tuple[int, pa.RecordBatchReader]:
+        """The changes after its position, up to ``end_version``, and that end version.
+
+        ``end_version`` defaults to the newest version now; commit it once the rows are processed. Marks the consumer seen; moves nothing.
+        While a range read before is not committed, this is that range again (``end_version`` must then
+        be None or its end).
+
+        ``end, feed = c.changes(); apply(feed); c.commit(end)``. ``columns`` and ``filter`` as in
+        :meth:`mere.Table.changes`.
+
+        Args:
+            end_version: the last version to read (at least the position).
+            columns: the columns to read (key columns always come first).
+            filter: keeps the feed rows it holds for.
+
+        Returns:
+            ``(end_version, feed)``: the feed is a ``pyarrow.RecordBatchReader``.
+
+        Raises:
+            NoSuchConsumer, ConsumerDropped: as :meth:`info`.
+            NoSuchVersion: ``end_version`` is not a version of the table.
+            InvalidInput: ``end_version`` is before the position or is not a pending range's end, or bad
+                columns or filter.
+        """
+        return consumer_feed(self.table, self.name, end_version, columns, filter)
+
+    def commit(self, version: int) -> int:
+        """Record that the changes up to ``version`` are processed.
+
+        The feed then starts after it and ``expire`` may give up the versions before it. Atomic, and only forward: a version at or before
+        the position changes nothing (of concurrent commits, the furthest wins). Marks the consumer seen.
+
+        Args:
+            version: a committed version of the table.
+
+        Returns:
+            The position after the commit.
+
+        Raises:
+            InvalidInput: not a non-negative integer.
+            NoSuchVersion: a version after the newest.
+            NoSuchConsumer, ConsumerDropped: as :meth:`info`.
+        """
+        return consumers.advance(self.table.context, self.name, version, seek=False).position
+
+    def seek(self, version: int) -> int:
+        """Set the position to ``version``, forward or back.
+
+        To read changes again, e.g. after rebuilding what it feeds from a snapshot; it drops a pending range; the version must be readable (not
+        expired).
+
+        Returns:
+            The new position.
+
+        Raises:
+            InvalidInput: not a non-negative integer.
+            NoSuchVersion: expired, or after the newest version.
+            NoSuchConsumer, ConsumerDropped: as :meth:`info`.
+        """
+        return consumers.advance(self.table.context, self.name, version, seek=True).position
+
+    def heartbeat(self) -> None:
+        """Mark the consumer seen without reading or moving it.
+
+        A reader idle for a long time keeps its place this way; :meth:`follow` does it while it waits.
+
+        Raises:
+            NoSuchConsumer, ConsumerDropped: as :meth:`info`.
+        """
+        consumers.get(self.table.context, self.name, touch=True)
+
+    def drop(self) -> None:
+        """Remove the consumer (also one expire dropped).
+
+        The versions it held go at the next expire, and its name can be registered again.
+
+        Raises:
+            NoSuchConsumer: there is none of that name.
+        """
+        consumers.drop(self.table.context, self.name)
+
+    def follow(
+        self,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: Any = None,
+        poll_seconds: float = 1.0,
+        max_poll_seconds: float = 30.0,
+        auto_commit: bool = True,
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """Yield ``(version, changes)`` from its position on as commits land.
+
+        ``mere.follow(table, consumer=self)``: with ``auto_commit`` (the default), commit each yielded version when the caller asks
+        for the next one (at-least-once: see :func:`follow`)."""
+        return follow(
+            self.table,
+            columns=columns,
+            filter=filter,
+            poll_seconds=poll_seconds,
+            max_poll_seconds=max_poll_seconds,
+            consumer=self,
+            auto_commit=auto_commit,
+        )
+
+
+def consumer_feed(
+    table: TableHandle,
+    name: str,
+    end_version: int | None,
+    columns: Sequence[str] | None,
+    filter: Any,
+) -> tuple[int, pa.RecordBatchReader]:
+    """The feed of consumer ``name`` up to ``end_version``, with that version.
+
+    It starts after the consumer's position (marked seen); ``end_version`` None is the newest now, or a
+    pending range's end if it has one (see :meth:`Consumer.changes`)."""
+    start, end = consumers.claim(table.context, name, end_version)
+    return end, change_feed(table, start, end, columns, filter)
+
+
 def follow(
     table: TableHandle,
-    from_version: int,
+    from_version: int | None = None,
     *,
     columns: Sequence[str] | None = None,
     filter: Any = None,
     poll_seconds: float = 1.0,
     max_poll_seconds: float = 30.0,
+    consumer: str | Consumer | None = None,
+    auto_commit: bool = True,
 ) -> Iterator[tuple[int, pa.Table]]:
-    """Yield ``(version, changes)`` as commits land after ``from_version``, until the caller stops iterating.
+    """Yield ``(version, changes)`` as commits land after ``from_version`` (or a consumer's position).
 
-    Each item is the change feed (see :meth:`mere.Table.changes`) from the last version yielded to the newest
-    one, polled with exponential backoff (from ``poll_seconds`` up to ``max_poll_seconds``) while nothing
-    lands. The arguments are checked when the first item is asked for.
+    Each item is the change feed from the last version yielded to the newest one, polled with exponential backoff (from ``poll_seconds`` up to
+    ``max_poll_seconds``) while nothing lands. Runs until the caller stops iterating.
+
+    With ``consumer`` (a name, or a :class:`Consumer`) instead of ``from_version``, it starts after that
+    consumer's position (it must exist: :meth:`mere.Table.consumer` registers it) and, with
+    ``auto_commit``, commits each yielded version when the caller asks for the next one: only once the
+    caller has taken and handled the batch, never before. A batch whose handling failed, or the last one
+    before the caller stopped, is read again, the same range whole, by the next read of the consumer
+    (at-least-once); commit it (``Consumer.commit(version)``) before stopping to avoid that. With
+    ``auto_commit=False`` the caller commits each batch before asking for the next (InvalidInput
+    otherwise). While nothing lands it marks the
+    consumer seen every minute, so a live follower is never dropped as unseen.
 
     Args:
-        table: The table to follow.
-        from_version: The version the changes start after.
-        columns: The table columns the feed rows carry (default: every column).
-        filter: A filter the feed rows are kept for.
-        poll_seconds: The first wait between polls while nothing lands.
-        max_poll_seconds: The longest wait between polls (at most a day).
+        table: a keyed mere table.
+        from_version: the version after which to start (not with ``consumer``).
+        columns: the columns to read (key columns always come first).
+        filter: keeps the feed rows it holds for.
+        poll_seconds: the first wait while nothing lands.
+        max_poll_seconds: the longest wait.
+        consumer: a consumer whose position to start after, and to commit.
+        auto_commit: with ``consumer``, commit each version the caller has taken.
 
     Yields:
         ``(version, changes)``: the newest version and the feed up to it, as an Arrow table.
 
     Raises:
-        InvalidInput: ``table`` is not a mere table, ``from_version`` is not a non-negative integer, a poll
-            interval that is not a positive number of seconds up to a day, or a table without primary key.
-        NoSuchVersion: ``from_version`` is not readable (expired, or after the newest).
-        NoSuchTable: The table was dropped (or dropped and created again) while followed.
+        InvalidInput: bad arguments (checked at the first ``next()``).
+        NoSuchVersion: the start version has expired or does not exist.
+        NoSuchConsumer, ConsumerDropped: an unknown consumer, or one that expire dropped.
     """
     if not is_handle(table):
         raise InvalidInput(f"follow needs a mere Table, got {type(table).__name__}")
-    if not isinstance(from_version, int) or isinstance(from_version, bool) or from_version < 0:
+    handle: Consumer | None = None
+    if consumer is not None:
+        if from_version is not None:
+            raise InvalidInput(
+                f"{table.name}: give from_version or consumer, not both (a consumer starts after its position)"
+            )
+        handle = consumer if isinstance(consumer, Consumer) else Consumer(table, consumer)
+        if not isinstance(auto_commit, bool):
+            raise InvalidInput(f"{table.name}: auto_commit must be True or False, got {auto_commit!r}")
+    elif not isinstance(from_version, int) or isinstance(from_version, bool) or from_version < 0:
         raise InvalidInput(f"{table.name}: from_version must be a non-negative integer, got {from_version!r}")
     for name, value in (("poll_seconds", poll_seconds), ("max_poll_seconds", max_poll_seconds)):
         if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= MAX_POLL_SECONDS:
@@ -670,16 +871,43 @@ def follow(
                 f"{table.name}: {name} must be a positive number of seconds up to {MAX_POLL_SECONDS:g} "
                 f"(a day), got {value!r}"
             )
-    table.resolve_version(from_version)  # an unknown or expired version fails now, not at the first commit
-    seen = from_version
+    if handle is not None:
+        seen = consumers.get(table.context, handle.name, touch=False).position
+    else:
+        assert from_version is not None
+        seen = from_version
+    table.resolve_version(seen)  # an unknown or expired version fails now, not at the first commit
     delay = float(poll_seconds)
+    beat = time.monotonic()
+    claim = handle is not None  # the first read of a consumer takes a pending range up again
     while True:
         table = table.refresh()
-        if table.version > seen:
+        if handle is not None and (claim or table.version > seen):
+            claim = False
+            start, end = consumers.claim(table.context, handle.name, None)
+            beat = time.monotonic()
+            if end > start:
+                changes = change_feed(table, start, end, columns, filter).read_all()
+                yield end, changes
+                # The caller asked for the next batch: it has taken this one.
+                if auto_commit:
+                    handle.commit(end)
+                elif handle.position < end:
+                    raise InvalidInput(
+                        f"{table.name}: consumer {handle.name!r} has not committed version {end}: with "
+                        "auto_commit=False, commit each batch (Consumer.commit) before asking for the next"
+                    )
+                seen, delay = end, float(poll_seconds)
+                continue
+            seen = max(seen, end)
+        elif handle is None and table.version > seen:
             newest = table.version
             changes = change_feed(table, seen, newest, columns, filter).read_all()
             seen, delay = newest, float(poll_seconds)
             yield newest, changes
             continue
+        if handle is not None and time.monotonic() - beat >= HEARTBEAT_SECONDS:
+            handle.heartbeat()
+            beat = time.monotonic()
         time.sleep(delay)
         delay = min(delay * 2, float(max_poll_seconds))

@@ -16,9 +16,10 @@ from typing import Any, Protocol
 from mere.durations import parse_duration
 from mere.errors import InvalidInput, NoSuchVersion, StorageError
 from mere.io.options import redact_url
-from mere.metadata import CommitResult
+from mere.metadata import CommitResult, ExpireResult
 from mere.spec import TableSpec
 from mere.table.context import TableContext
+from mere.table.ops import consumers
 from mere.table.ops.compaction import check_flag, policy, runs_due
 from mere.table.versions import current, files_at, require_live, tags, to_micros
 
@@ -135,7 +136,14 @@ def auto_expire(ctx: TableContext, state: RetentionState, committed: int | None)
             return []
         cutoff = dt.datetime.now(dt.UTC) - age
         keep = min(ctx.store.version_as_of(ctx.table_id, to_micros(cutoff)), newest - keep_newest + 1)
-        return expire_keeping(ctx, keep, dry_run=False) if keep > oldest else []
+        if keep <= oldest:
+            return []
+        done = expire_versions(ctx, keep)
+        if done.oldest < keep:
+            # A consumer holds versions back: look again a tenth of the age later (it may move on, or
+            # stay unseen long enough to be dropped), not after every commit.
+            state.next_check = time.time() + age.total_seconds() / 10
+        return done.paths
     except Exception as e:  # a policy run must never fail the write that triggered it
         logging.getLogger("mere").warning("%s: automatic expiry failed (%s); nothing changed", ctx.name, e)
         return []
@@ -158,17 +166,32 @@ def expire(ctx: TableContext, older_than: dt.timedelta, dry_run: bool) -> list[s
 
 
 def expire_keeping(ctx: TableContext, keep: int, dry_run: bool) -> list[str]:
-    """Expire the versions before ``keep`` (see :meth:`mere.Table.expire`)."""
-    _require_files_here(ctx, keep)
+    """Expire the versions before ``keep`` that no consumer needs (see :meth:`mere.Table.expire`)."""
     if dry_run:
-        return expirable(ctx, keep)
-    paths = ctx.store.expire(ctx.table_id, keep)
-    for p in paths:  # unreferenced now: a failure here leaves garbage for cleanup(), never a broken table
+        _require_files_here(ctx, keep)
+        newest, oldest = ctx.store.version_range(ctx.table_id)
+        keep = max(min(keep, newest), oldest)
+        pinned = consumers.pinned_from(ctx, keep)
+        return expirable(ctx, keep if pinned is None else min(keep, pinned))
+    return expire_versions(ctx, keep).paths
+
+
+def expire_versions(ctx: TableContext, keep: int) -> ExpireResult:
+    """Expire the versions before ``keep`` that no live consumer needs, dropping (with a warning) the
+    consumers unseen for longer than ``changes.consumer-expiration`` that hold some back, and delete the
+    files no version references any more."""
+    _require_files_here(ctx, keep)
+    unseen, reason = consumers.unseen_before(ctx)
+    done = ctx.store.expire(ctx.table_id, keep, unseen_before=unseen, reason=reason)
+    consumers.report_dropped(ctx, done.dropped)
+    for (
+        p
+    ) in done.paths:  # unreferenced now: a failure here leaves garbage for cleanup(), never a broken table
         try:
             ctx.storage.delete(p)
         except Exception:
             log.warning("could not delete expired file %s", p)
-    return paths
+    return done
 
 
 def _require_files_here(ctx: TableContext, keep: int) -> None:
