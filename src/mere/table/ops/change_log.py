@@ -736,8 +736,8 @@ class Consumer:
     def seek(self, version: int) -> int:
         """Set the position to ``version``, forward or back.
 
-        To read changes again, e.g. after rebuilding what it feeds from a snapshot; it drops a pending range; the version must be readable (not
-        expired).
+        To read changes again, e.g. after rebuilding what it feeds from a snapshot. It drops a pending
+        range; the version must be readable (not expired).
 
         Returns:
             The new position.
