@@ -12,7 +12,8 @@ Reported (medians, the two tables' runs interleaved so that machine noise hits b
     with vs without ``sequence_by`` (goal <= 1.15x);
   - full merged read (``to_arrow``) with vs without (goal <= 1.15x);
   - tombstones: 10% of the keys deleted (CDC deletes with their ``lsn``), then a full ``compact()``: the
-    files, stored rows and bytes it keeps, and the merged read time, against the same table whose
+    files, stored rows and bytes it keeps, and the merged read time (right after, and once a newer run
+    of 1% of the keys landed, when the tombstones are merged with it), against the same table whose
     tombstones expired at that fold (``sequence.tombstone-retention=0``) and a table without sequences
     (whose full folds drop delete markers).
 
@@ -153,12 +154,25 @@ def tombstones(tmp: str, repeat: int) -> dict[str, Any]:
     for (name, t), read, read_before in zip(tables.items(), reads, unfolded):
         assert scans[name].count() == BASE - len(gone)
         out[name] = {**sizes(t), "merged_read_median_s": read, "read_before_compaction_s": read_before}
+    # A newer run (1% of the keys upserted again): a split's tombstones are then merged with it.
+    again = base.take(pa.array(rng.choice(BASE, BASE // 100, replace=False)))
+    again = again.set_column(
+        again.schema.get_field_index("lsn"), "lsn", pa.array(3 * BASE + np.arange(again.num_rows))
+    )
+    for t in tables.values():
+        t.upsert(again)
+    after = interleaved_medians([t.scan().to_arrow for t in tables.values()], repeat)
+    for name, read in zip(tables, after):
+        out[name]["read_with_a_newer_run_s"] = read
     out["ratio_read_kept_vs_expired"] = (
         out["kept"]["merged_read_median_s"] / out["expired"]["merged_read_median_s"]
     )
     out["ratio_bytes_kept_vs_expired"] = out["kept"]["stored_bytes"] / out["expired"]["stored_bytes"]
     out["ratio_read_kept_vs_plain"] = (
         out["kept"]["merged_read_median_s"] / out["plain"]["merged_read_median_s"]
+    )
+    out["ratio_read_with_a_newer_run_kept_vs_expired"] = (
+        out["kept"]["read_with_a_newer_run_s"] / out["expired"]["read_with_a_newer_run_s"]
     )
     return out
 

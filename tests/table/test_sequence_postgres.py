@@ -6,8 +6,9 @@ column, deletes, rolled-back work, interleaved transactions); their decoded even
 Arrow batches (``op`` 'c'/'u'/'d', ``lsn`` the event's total order) delivered at least once: shuffled
 across batches, duplicated, whole batches replayed. Each batch is upserted, in arrival order, into a mere
 table per source table (``primary_key`` the source key, ``cdc_column="op"``, ``sequence_by="lsn"``),
-with compactions in the middle and the automatic policy on. The mere table must then equal PostgreSQL's
-``SELECT *`` exactly (types and values; the ``lsn`` column aside).
+with compactions in the middle and the automatic policy on (the mere catalog on SQLite for half the
+seeds, on PostgreSQL for the others). The mere table must then equal PostgreSQL's ``SELECT *`` exactly
+(types and values; the ``lsn`` column aside).
 
 Key changes land as a delete of the old key and an insert of the new one at the update's ``lsn``
 (``to_arrow_events(split_key_changes=True)``). The source tables' partition-like columns (``day``,
@@ -78,7 +79,9 @@ def test_a_scrambled_stream_lands_as_postgresql_holds_it(server: PostgresServer,
             events = src.changes()
             oracle = {name: src.expected_model(name) for name in src.tables}
         batches = deliver(events, random.Random(seed), batches=8, duplicates=0.25, replay_batches=2)
-        cat = mere.connect(str(tmp_path / f"w{seed}"))
+        # The mere catalog lives on PostgreSQL too (half the seeds), beside the source database.
+        catalog = server.create_database(f"mere_seq_{seed}") if seed % 2 else None
+        cat = mere.connect(str(tmp_path / f"w{seed}"), catalog=catalog)
         sequenced = {s.name: landing_table(cat, f"cdc.{s.name}", s, True) for s in DEFAULT_TABLES}
         arrival = {s.name: landing_table(cat, f"plain.{s.name}", s, False) for s in DEFAULT_TABLES}
         stale = 0

@@ -434,6 +434,10 @@ class SplitReader:
                 )
                 self.opts = opts
         tasks = split.files
+        if spec.sequence_by and not opts.tombstones and len({t.seq for t in tasks}) == 1:
+            # One sorted run (a compaction's output): its tombstones hide nothing in it (a key has one
+            # outcome there) and there is no other run to hide versions of: they are not read.
+            tasks = tuple(t for t in tasks if t.content != "delete")
         # All footers of the split at once (one round trip on an object store), then cursors from the cache.
         storage.prefetch_metadata([(t.path, t.size_bytes or None) for t in tasks], io_pool())
         ruled_out = lookup.bloom_pruned(storage, spec, split, opts, io_pool() if storage.is_remote else None)
