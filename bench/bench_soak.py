@@ -71,6 +71,7 @@ import latency_proxy  # noqa: E402
 import soak_ops  # noqa: E402
 
 import mere  # noqa: E402
+import mere.retry  # noqa: E402
 from mere.errors import CommitConflict, CommitStateUnknown, MereError  # noqa: E402
 from services import PostgresServer, SeaweedServer  # noqa: E402
 
@@ -107,11 +108,27 @@ class Log:
 
 # -- processes ----------------------------------------------------------------------------------------
 
+RETRIES: Counter[str] = Counter()
+
+
+def count_retries() -> None:
+    """Count, in this process, every retry mere's one retry policy sleeps before (commit rebases, catalog
+    lock waits, storage requests): instrumentation of the benchmark, the library is unchanged."""
+    named = {id(v): k for k, v in vars(mere.retry).items() if isinstance(v, mere.retry.RetryPolicy)}
+    original = mere.retry.RetryPolicy.delay
+
+    def delay(self: mere.retry.RetryPolicy, attempt: int) -> float:
+        RETRIES[named.get(id(self), "storage")] += 1
+        return original(self, attempt)
+
+    mere.retry.RetryPolicy.delay = delay  # type: ignore[method-assign]
+
 
 def writer_main(setup: Setup, name: str, incarnation: int) -> None:
     """Draw and run operations until the deadline, logging intent before and outcome after each."""
     log = Log(Path(setup.logs) / f"{name}.{incarnation}.jsonl")
-    rng = np.random.default_rng([setup.seed, abs(hash(name)) % 2**31, incarnation])
+    count_retries()
+    rng = np.random.default_rng([setup.seed, int(name[1:]), incarnation])
     cat = setup.connect()
     acked: list[tuple[dict[str, Any], str, int]] = []
     done: list[dict[str, Any]] = []
@@ -132,6 +149,7 @@ def writer_main(setup: Setup, name: str, incarnation: int) -> None:
         key = f"{name}.{incarnation}.{n}"
         n += 1
         log.write(intent=key, step=step, t=time.time())
+        RETRIES.clear()
         t0 = time.perf_counter()
         try:
             version, already, no_change = soak_ops.run(cat, step, key)
@@ -155,7 +173,14 @@ def writer_main(setup: Setup, name: str, incarnation: int) -> None:
                 untyped=key, error=type(e).__name__, msg=str(e)[:300], tb=traceback.format_exc()[-2000:]
             )
             continue
-        log.write(ack=key, version=version, already=already, no_change=no_change, dt=time.perf_counter() - t0)
+        log.write(
+            ack=key,
+            version=version,
+            already=already,
+            no_change=no_change,
+            dt=time.perf_counter() - t0,
+            retries=dict(RETRIES),
+        )
         done.append(step)
         if not no_change:
             acked.append((step, key, version))
@@ -575,6 +600,7 @@ def report(logs: dict[str, list[dict[str, Any]]], seconds: float) -> dict[str, A
     """Throughput and latency from the logs."""
     intents = {e["intent"]: e["step"] for entries in logs.values() for e in entries if "intent" in e}
     by_op: dict[str, list[float]] = defaultdict(list)
+    retries: dict[str, Counter[str]] = defaultdict(Counter)
     conflicts: Counter[str] = Counter()
     failures: Counter[str] = Counter()
     rows = 0
@@ -583,6 +609,7 @@ def report(logs: dict[str, list[dict[str, Any]]], seconds: float) -> dict[str, A
             if "ack" in e and not e.get("already"):
                 step = intents[e["ack"]]
                 by_op[f"{step['table']}.{step['op']}"].append(e["dt"])
+                retries[f"{step['table']}.{step['op']}"].update(e.get("retries", {}))
             if "failed" in e:
                 step = intents.get(e["failed"], {})
                 label = f"{step.get('table')}.{step.get('op')}"
@@ -602,6 +629,7 @@ def report(logs: dict[str, list[dict[str, Any]]], seconds: float) -> dict[str, A
                 "p50": round(_percentile(v, 50) * 1000, 1),
                 "p99": round(_percentile(v, 99) * 1000, 1),
                 "max": round(max(v) * 1000, 1),
+                "retries": dict(retries[op]),
             }
             for op, v in sorted(by_op.items())
         },
