@@ -49,6 +49,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -89,10 +90,29 @@ class Setup:
     storage_options: dict[str, str]
     logs: str
     seed: int
-    deadline: float  # time.time() at which writers, readers and maintenance stop
+    deadline: float = 0.0  # time.time() at which writers, readers and maintenance stop
 
     def connect(self) -> mere.Catalog:
         return mere.connect(self.warehouse, self.catalog, storage_options=self.storage_options)
+
+    def ready(self, name: str) -> None:
+        """Report this process ready, then wait for the start: the clock runs once every process has
+        imported and connected (on a loaded machine that alone can take many seconds)."""
+        (Path(self.logs) / f"{name}.ready").touch()
+        go = Path(self.logs) / "go"
+        while not go.exists():
+            time.sleep(0.1)
+        self.deadline = float(go.read_text())
+
+    def start(self, names: list[str], timeout: float, seconds: float) -> None:
+        """Wait until every process in ``names`` is ready (or ``timeout``), then start the clock."""
+        until = time.time() + timeout
+        while time.time() < until and not all((Path(self.logs) / f"{n}.ready").exists() for n in names):
+            time.sleep(0.2)
+        self.deadline = time.time() + seconds
+        go = Path(self.logs) / "go.tmp"
+        go.write_text(repr(self.deadline))
+        go.rename(Path(self.logs) / "go")
 
 
 class Log:
@@ -130,6 +150,7 @@ def writer_main(setup: Setup, name: str, incarnation: int) -> None:
     count_retries()
     rng = np.random.default_rng([setup.seed, int(name[1:]), incarnation])
     cat = setup.connect()
+    setup.ready(name)
     acked: list[tuple[dict[str, Any], str, int]] = []
     done: list[dict[str, Any]] = []
     n = 0
@@ -191,6 +212,7 @@ def reader_main(setup: Setup, name: str) -> None:
     log = Log(Path(setup.logs) / f"{name}.jsonl")
     rng = random.Random(f"{setup.seed}-{name}")
     cat = setup.connect()
+    setup.ready(name)
     tables = list(soak_ops.TABLE_WEIGHTS)
     while time.time() < setup.deadline:
         table = rng.choice(tables)
@@ -231,6 +253,7 @@ def consumer_main(setup: Setup, name: str) -> None:
     cat = setup.connect()
     t = cat.table(f"{soak_ops.NAMESPACE}.accounts")
     consumer = t.consumer("soak")
+    setup.ready(name)
     rebuilt: dict[int, tuple[Any, ...]] = {}
     stop = Path(setup.logs) / "stop-consumer"
     while True:
@@ -258,6 +281,7 @@ def maintenance_main(setup: Setup, name: str) -> None:
     """Expire and clean up every table on a schedule (compaction runs inline with the writes)."""
     log = Log(Path(setup.logs) / f"{name}.jsonl")
     cat = setup.connect()
+    setup.ready(name)
     while time.time() < setup.deadline:
         for table in soak_ops.TABLE_WEIGHTS:
             t0 = time.perf_counter()
@@ -396,6 +420,8 @@ def check(
     cat = setup.connect()
     problems: dict[str, list[str]] = defaultdict(list)
     intents: dict[str, dict[str, Any]] = {}
+    started: dict[str, float] = {}
+    landed_ms: dict[str, list[float]] = defaultdict(list)  # intent to the commit's timestamp, per operation
     outcome: dict[str, dict[str, Any]] = {}
     replays: list[dict[str, Any]] = []
     reads: list[dict[str, Any]] = []
@@ -404,6 +430,7 @@ def check(
         for e in entries:
             if "intent" in e:
                 intents[e["intent"]] = e["step"]
+                started[e["intent"]] = e["t"]
             for kind in ("ack", "unknown", "failed", "untyped"):
                 if kind in e and kind != "untyped":
                     outcome[e[kind]] = {"kind": kind, **e}
@@ -449,6 +476,8 @@ def check(
                     f"{table} v{snap.version}: {snap.operation} without an idempotency key"
                 )
             by_version[snap.version] = model.digest(table)
+            if key is not None and key in started and step is not None:
+                landed_ms[f"{table}.{step['op']}"].append((snap.committed_micros / 1e6 - started[key]) * 1000)
         digests[table] = by_version
         history_keys[table] = keys
 
@@ -554,6 +583,16 @@ def check(
         "reads": len(reads),
         "lookups": lookups,
         "versions_checked": versions_checked,
+        # From the call to the commit landing (the call's own latency in the report adds what runs after
+        # the commit in the writer: inline compaction).
+        "landed_ms": {
+            op: {
+                "p50": round(_percentile(v, 50), 1),
+                "p99": round(_percentile(v, 99), 1),
+                "max": round(max(v), 1),
+            }
+            for op, v in sorted(landed_ms.items())
+        },
         "stored_bytes": stored_bytes,
         "live_bytes": live_bytes,
     }
@@ -668,9 +707,8 @@ def main(argv: list[str] | None = None) -> int:
             options = s3.storage_options(
                 f"http://127.0.0.1:{proxy.port}", request_timeout="5", connect_timeout="3"
             )
-            setup = Setup(catalog, f"s3://{bucket}/wh", options, str(logs_dir), args.seed, 0.0)
+            setup = Setup(catalog, f"s3://{bucket}/wh", options, str(logs_dir), args.seed)
             soak_ops.create_tables(setup.connect())
-            setup.deadline = time.time() + args.minutes * 60
             print(
                 f"soak: {args.writers} writers, {args.readers} readers, {args.minutes} min, seed {args.seed}"
             )
@@ -678,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
             incarnations: Counter[str] = Counter()
 
             def start_writer(name: str) -> None:
-                if time.time() >= setup.deadline - 1:
+                if setup.deadline and time.time() >= setup.deadline - 1:
                     return
                 incarnations[name] += 1
                 proc = ctx.Process(target=writer_main, args=(setup, name, incarnations[name]), daemon=True)
@@ -695,6 +733,9 @@ def main(argv: list[str] | None = None) -> int:
             consumer = ctx.Process(target=consumer_main, args=(setup, "consumer"), daemon=True)
             for proc in [*others, consumer]:
                 proc.start()
+            names = [*writers, *(f"r{i}" for i in range(args.readers)), "maintenance", "consumer"]
+            setup.start(names, timeout=600, seconds=args.minutes * 60)
+            t_start = time.time()
             faults = None
             if not args.no_faults:
                 faults = Faults(args.seed, proxy, pg, database, writers, start_writer, args.minutes)
@@ -737,7 +778,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, default=str))
     ok = all(v == "ok" for v in result["check"]["verdicts"].values())
-    print("soak:", "every invariant holds" if ok else "INVARIANTS FAILED")
+    print("soak:", "every invariant holds" if ok else f"INVARIANTS FAILED (the processes' logs: {logs_dir})")
+    if ok:
+        shutil.rmtree(base, ignore_errors=True)
     return 0 if ok else 1
 
 
