@@ -642,6 +642,7 @@ def report(logs: dict[str, list[dict[str, Any]]], seconds: float) -> dict[str, A
     retries: dict[str, Counter[str]] = defaultdict(Counter)
     conflicts: Counter[str] = Counter()
     failures: Counter[str] = Counter()
+    samples: dict[str, str] = {}  # an error's first message
     rows = 0
     for entries in logs.values():
         for e in entries:
@@ -653,6 +654,7 @@ def report(logs: dict[str, list[dict[str, Any]]], seconds: float) -> dict[str, A
                 step = intents.get(e["failed"], {})
                 label = f"{step.get('table')}.{step.get('op')}"
                 (conflicts if e.get("conflict") else failures)[f"{label}: {e['error']}"] += 1
+                samples.setdefault(e["error"], e.get("msg", ""))
             if "read" in e:
                 rows += e["rows"]
     read_dt = [e["dt"] for entries in logs.values() for e in entries if "read" in e]
@@ -674,6 +676,7 @@ def report(logs: dict[str, list[dict[str, Any]]], seconds: float) -> dict[str, A
         },
         "conflicts": dict(conflicts),
         "failures": dict(failures),
+        "failure_samples": samples,
         "read_ms": {
             "n": len(read_dt),
             "p50": round(_percentile(read_dt, 50) * 1000, 1),
