@@ -316,10 +316,12 @@ class Faults:
         writers: dict[str, mp.Process],
         restart_writer: Any,
         minutes: float,
+        logs: Path,
     ) -> None:
         self.rng = random.Random(seed)
         self.proxy, self.pg, self.database = proxy, pg, database
         self.writers, self.restart_writer = writers, restart_writer
+        self.logs = logs
         self.counts: Counter[str] = Counter()
         self.stop = threading.Event()
         self.restart_at = time.time() + minutes * 60 * 0.5
@@ -383,11 +385,23 @@ class Faults:
         self.counts["pg_restart"] += 1
         self.counts["pg restart seconds"] += round(time.monotonic() - t0, 1)
 
+    def _in_flight(self, name: str) -> bool:
+        logs = sorted(Path(self.logs).glob(f"{name}.*.jsonl"), key=lambda p: int(p.name.split(".")[1]))
+        if not logs:
+            return False
+        with open(logs[-1], "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            lines = f.read().splitlines()
+        return bool(lines) and lines[-1].startswith(b'{"intent"')
+
     def _kill_writer(self) -> None:
         alive = [n for n, p in self.writers.items() if p.is_alive()]
         if not alive:
             return
-        name = self.rng.choice(alive)
+        # Prefer a writer in the middle of an operation (its log ends with an intent): killed mid-commit.
+        busy = [n for n in alive if self._in_flight(n)]
+        name = self.rng.choice(busy or alive)
+        self.counts["kill_writer mid-operation"] += bool(busy)
         proc = self.writers[name]
         assert proc.pid is not None
         os.kill(proc.pid, signal.SIGKILL)
@@ -741,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
             t_start = time.time()
             faults = None
             if not args.no_faults:
-                faults = Faults(args.seed, proxy, pg, database, writers, start_writer, args.minutes)
+                faults = Faults(args.seed, proxy, pg, database, writers, start_writer, args.minutes, logs_dir)
                 faults.thread.start()
             while time.time() < setup.deadline:
                 time.sleep(1.0)
