@@ -248,33 +248,32 @@ def reader_main(setup: Setup, name: str) -> None:
 
 
 def consumer_main(setup: Setup, name: str) -> None:
-    """Rebuild the change-logged table from its feed, through a named consumer, until told to stop."""
+    """Rebuild the change-logged table from its feed (``follow`` through a named consumer, whose position
+    ``expire`` must keep), until the version the coordinator names at the end."""
     log = Log(Path(setup.logs) / f"{name}.jsonl")
     cat = setup.connect()
     t = cat.table(f"{soak_ops.NAMESPACE}.accounts")
-    consumer = t.consumer("soak")
+    t.consumer("soak")
     setup.ready(name)
     rebuilt: dict[int, tuple[Any, ...]] = {}
     stop = Path(setup.logs) / "stop-consumer"
     while True:
-        stopping = stop.exists()
         try:
-            end, feed = consumer.changes()
-            for batch in feed:
-                cols = [batch.column(c).to_pylist() for c in (*soak_ops.ACCOUNTS.names, "_change")]
+            for version, changes in t.follow(consumer="soak", poll_seconds=0.2, max_poll_seconds=1.0):
+                cols = [changes.column(c).to_pylist() for c in (*soak_ops.ACCOUNTS.names, "_change")]
                 for k, v, total, note, change in zip(*cols):
                     if change == "delete":
                         rebuilt.pop(k, None)
                     elif change in ("insert", "update_after"):
                         rebuilt[k] = (k, v, total, note)
-            consumer.commit(end)
-            log.write(consumed=end, digest=soak_ops.digest_rows(sorted(rebuilt.values())), rows=len(rebuilt))
-        except MereError as e:
+                log.write(
+                    consumed=version, digest=soak_ops.digest_rows(sorted(rebuilt.values())), rows=len(rebuilt)
+                )
+                if stop.exists() and version >= int(stop.read_text()):
+                    return
+        except MereError as e:  # a fault: follow again from the consumer's position (at least once)
             log.write(consume_error=type(e).__name__, msg=str(e)[:300])
-            stopping = False  # try again: the final state must be reached
-        if stopping:
-            return
-        time.sleep(0.5)
+            time.sleep(0.5)
 
 
 def maintenance_main(setup: Setup, name: str) -> None:
@@ -772,7 +771,13 @@ def main(argv: list[str] | None = None) -> int:
                 proc.join(timeout=120)
                 if proc.is_alive():
                     proc.kill()
-            (logs_dir / "stop-consumer").touch()
+            # A last version for the consumer to reach (a property: its feed is empty), then it stops.
+            final = (
+                setup.connect()
+                .table(f"{soak_ops.NAMESPACE}.accounts")
+                .set_properties({"soak.finished": "yes"})
+            )
+            (logs_dir / "stop-consumer").write_text(str(final.version))
             consumer.join(timeout=180)
             elapsed = time.time() - t_start
             # A final cleanup after the writers stopped: nothing older than its age may stay unreferenced.
