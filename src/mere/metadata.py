@@ -88,7 +88,8 @@ class Snapshot:
     ``summary`` holds counts (``rows``, ``added_files``, ``removed_files``, ``added_bytes``,
     ``deleted_rows`` and ``delete_markers`` (older commits: ``deleted_keys``), ``read_version``: the
     version the writer read). ``expired`` marks versions given up by :meth:`Table.expire
-    <mere.Table.expire>`: no longer readable.
+    <mere.Table.expire>`: no longer readable. ``idempotency_key`` is the key the write was committed with
+    (None for writes without one): it tells which of a pipeline's batches made a version.
     """
 
     version: int
@@ -98,10 +99,16 @@ class Snapshot:
     parent: int | None = None
     expired: bool = False
     internal: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    idempotency_key: str | None = None
 
     @staticmethod
     def from_stored(
-        version: int, committed_micros: int, operation: str, summary: Mapping[str, Any], expired: bool = False
+        version: int,
+        committed_micros: int,
+        operation: str,
+        summary: Mapping[str, Any],
+        expired: bool = False,
+        idempotency_key: str | None = None,
     ) -> Snapshot:
         """A snapshot from what a catalog stores (the summary as written by the commit)."""
         public = {k: v for k, v in summary.items() if k not in INTERNAL_SUMMARY_KEYS}
@@ -114,6 +121,7 @@ class Snapshot:
             version - 1 if version > 0 else None,
             expired,
             internal,
+            idempotency_key,
         )
 
     @property

@@ -1426,7 +1426,9 @@ class SqlCatalog:
                 raise CommitConflict(
                     f"{self._label(table_id)} moved past version {current} during the commit"
                 )
-            return CommitResult.of(Snapshot.from_stored(new, ts, operation, summary))
+            return CommitResult.of(
+                Snapshot.from_stored(new, ts, operation, summary, idempotency_key=idempotency_key)
+            )
 
         try:
             return self._run(run)
@@ -1489,7 +1491,12 @@ def _consumer(row: Any, dropped_ok: bool = False) -> ConsumerRecord:
 
 def _snapshot(row: Any, expired: bool = False) -> Snapshot:
     return Snapshot.from_stored(
-        int(row.version), int(row.committed_at), row.operation, json.loads(row.summary), expired
+        int(row.version),
+        int(row.committed_at),
+        row.operation,
+        json.loads(row.summary),
+        expired,
+        row.idempotency_key,
     )
 
 
