@@ -406,13 +406,13 @@ def reduce_versions(
     keys = len(start_pos)
 
     def carried(name: str) -> np.ndarray:
-        valid = live.copy()
+        valid: np.ndarray = live.copy()
         if present is not None and name in present:
             valid &= present[name]
         return valid
 
     grouped: dict[str, pa.Array] = {}
-    above: np.ndarray | pa.Array | None = None  # per version, its key's last delete's sequence
+    above: pa.Array | None = None  # per version, its key's last delete's sequence
     if groups and sequence is not None:
         last_delete = np.maximum.reduceat(np.where(is_del, pos, -1), start_pos)
         deleted = (last_delete >= 0)[group]

@@ -372,14 +372,14 @@ def prepare(
             rows, op = rows.take(pa.array(sub)), op[sub]
             options = spec.reduce_options
             options["groups"] = {g: cs for g, cs in spec.sequence_groups.items() if g in rows.column_names}
-            at, tombs, merged, dead = fold_sequenced(
+            reset_at, tombs, merged, dead = fold_sequenced(
                 rows, op, starts, spec.identity_columns, spec.operators, None, **options
             )
             stale = _stale(spec, starts, op, dead)
             c = int(sorted_code[lo])
             out = []
-            if len(at):
-                markers = tombs.select([c for c in tombstone_columns(spec) if c in tombs.column_names])
+            if len(reset_at):
+                markers = tombs.select([m for m in tombstone_columns(spec) if m in tombs.column_names])
                 markers = markers.append_column(
                     pa.field(OP_COLUMN, pa.int8(), nullable=False),
                     pa.array(np.full(len(tombs), OP_DELETE, np.int8)),
