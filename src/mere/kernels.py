@@ -323,23 +323,49 @@ def _sum(
 
 
 def _aggregate(values: pa.Array, valid: np.ndarray, group: np.ndarray, groups: int, how: str) -> pa.Array:
-    """Per group, the ``how`` (min or max) of the valid values; NULL for groups without one."""
+    """Per group, the ``how`` (min or max) of the valid values; NULL for groups without one. Types that
+    sort as NumPy values pick each group's position holding its extreme (floats: NaN only where every
+    value is NaN, as Arrow's aggregates); others aggregate in Arrow the groups of several valid values."""
     rows = np.flatnonzero(valid)
     if not len(rows):
         return pa.nulls(groups, values.type)
     if pa.types.is_dictionary(values.type):
         values = values.cast(values.type.value_type)
     owners = group[rows]
-    if not (owners[1:] == owners[:-1]).any():  # one valid version per group (most keys): no aggregate
-        best = np.full(groups, -1, dtype=np.int64)
-        best[group[rows]] = rows
+    best = np.full(groups, -1, dtype=np.int64)
+    several = owners[1:] == owners[:-1]
+    if not several.any():  # one valid version per group (most keys): no aggregate
+        best[owners] = rows
         return _pick(values, best)
-    table = pa.table({"g": pa.array(group[rows]), "v": values.take(pa.array(rows))})
+    taken = values.take(pa.array(rows))  # valid: no NULL, so NumPy keeps the exact type
+    picked = numpy_sortable_array(taken)
+    if picked is not None:
+        starts = np.flatnonzero(np.append(True, ~several))
+        floating = picked.dtype.kind == "f"
+        if floating:
+            reduce = np.fmax if how == "max" else np.fmin  # NaN loses to any number
+        else:
+            reduce = np.maximum if how == "max" else np.minimum
+        extreme = reduce.reduceat(picked, starts)
+        at = np.cumsum(np.append(True, ~several)) - 1
+        hit = picked == extreme[at]
+        if floating:
+            hit |= np.isnan(picked) & np.isnan(extreme[at])
+        best[owners[starts]] = np.maximum.reduceat(np.where(hit, rows, -1), starts)
+        return _pick(values, best)
+    # Groups of one valid value take it; only the others go through Arrow's hash aggregate.
+    first = np.append(True, ~several)
+    last = np.append(~several, True)
+    alone = first & last
+    best[owners[alone]] = rows[alone]
+    many = ~alone
+    table = pa.table({"g": pa.array(owners[many]), "v": taken.filter(pa.array(many))})
     result = table.group_by("g", use_threads=False).aggregate([("v", how)])
     found = np.asarray(result.column("g").to_numpy())
-    best = np.full(groups, -1, dtype=np.int64)
-    best[found] = np.arange(len(found))
-    return _pick(contiguous(result.column(f"v_{how}")), best)
+    # Positions into [values' rows..., aggregated values...]: one take over both.
+    best[found] = len(values) + np.arange(len(found))
+    both = pa.concat_arrays([values, contiguous(result.column(f"v_{how}")).cast(values.type)])
+    return _pick(both, best)
 
 
 def _best_by(valid: np.ndarray, group: np.ndarray, groups: int, sequence: pa.Array) -> np.ndarray:
