@@ -654,3 +654,29 @@ def test_engines_are_stored_in_the_spec(local_cat: mere.Catalog) -> None:
         local_cat.create_table("e.f", BAD_SCHEMA, primary_key="k", exist_ok=True)
     m = local_cat.create_table("e.m", BAD_SCHEMA, primary_key="k", merge_operators={"n": "max"})
     assert '"format": 4' in m.record.spec
+
+
+def test_groups_follow_renames_and_refuse_what_would_reorder_them(g: mere.Table) -> None:
+    write(g, full(1, 10, 100, 7, "full"))
+    version = g.version
+    with pytest.raises(InvalidInput, match="keeps its sequence_by"):
+        g.set_sequence_by(None)
+    with pytest.raises(InvalidInput, match="sequence group"):
+        g.drop_column("currency")
+    small = g.catalog.create_table(
+        "e.small",
+        pa.schema([("k", pa.int64()), ("v", pa.int64()), ("vs", pa.int32()), ("seq", pa.int32())]),
+        primary_key="k",
+        sequence_by="seq",
+        sequence_groups={"vs": ["v"]},
+    )
+    for column in ("vs", "seq"):
+        with pytest.raises(InvalidInput, match="widened"):
+            small.widen(column, pa.int64())
+    assert g.version == version
+    g.rename_column("price_lsn", "price_seq")
+    assert dict(g.spec.sequence_groups) == {"price_seq": ("price", "currency"), "stock_lsn": ("stock",)}
+    g.upsert(
+        pa.table({"k": [1], "price": [120], "currency": ["X"], "price_seq": [12], "name": ["n"], "lsn": [5]})
+    )
+    assert g.to_arrow(columns=["price", "name"]).to_pylist() == [{"price": 120, "name": "full"}]
