@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -342,6 +343,7 @@ def _aggregate(values: pa.Array, valid: np.ndarray, group: np.ndarray, groups: i
     if picked is not None:
         starts = np.flatnonzero(np.append(True, ~several))
         floating = picked.dtype.kind == "f"
+        reduce: Any
         if floating:
             reduce = np.fmax if how == "max" else np.fmin  # NaN loses to any number
         else:
