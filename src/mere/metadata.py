@@ -215,9 +215,10 @@ class CommitResult:
     reports it): a delete of keys that no row holds deletes none. It is None for a blind delete of given
     keys (:meth:`Table.delete <mere.Table.delete>` of a table of keys, a staged delete), which writes a
     marker per key without reading which keys exist. ``delete_markers`` is the number of delete markers
-    written. ``stale_rows`` (tables with ``sequence_by``; None for others and for writes that do not
-    count them: deletes, MERGE, UPDATE) counts the rows of the write that a row of the same key with a
-    higher sequence in the same write replaced; rows older than a version already stored are not counted
+    written. ``stale_rows`` (tables with ``sequence_by`` or ``first_row``; None for others and for
+    writes that do not count them: deletes, MERGE, UPDATE) counts the rows of the write that a row of
+    the same key with a higher sequence in the same write replaced (``first_row``: that an earlier row
+    of the same key, or one of lower sequence, made the write ignore); rows older than a version already stored are not counted
     (that would need a read). ``already_committed`` is True when an idempotency key named a commit that
     had landed before: the result then describes that earlier commit and nothing new was written.
     ``no_change`` is True when

@@ -157,11 +157,12 @@ class Catalog:
         primary_key: Sequence[str] | str | None = None,
         partition_by: Sequence[str] | str | None = None,
         buckets: int | None = None,
-        merge_operators: Mapping[str, Any] | None = None,
+        merge_operators: Mapping[str, Any] | str | None = None,
         cdc_column: str | None = None,
         properties: Mapping[str, str] | None = None,
         exist_ok: bool = False,
         sequence_by: Sequence[str] | str | None = None,
+        sequence_groups: Mapping[str, Sequence[str]] | None = None,
     ) -> Table:
         """Create a table; with ``exist_ok`` an existing table of the same name and spec is returned instead.
 
@@ -174,7 +175,13 @@ class Catalog:
         type) orders the versions of each key: the version with the highest sequence wins, whatever the
         order of commits and of rows inside a batch (equal sequences: commit order, then row order); see
         :meth:`Table.set_sequence_by <mere.Table.set_sequence_by>` and docs/concepts.md, "Sequence
-        ordering". It refuses merge operators other than ``last``.
+        ordering". It refuses ``sum`` and ``concat`` (a replayed event would count twice), and
+        ``last_non_null`` outside a sequence group of its own.
+
+        ``merge_operators`` maps columns to ``last`` (the default), ``last_non_null``, ``sum``,
+        ``concat``, ``max``, ``min``, ``bool_and`` or ``bool_or``; or it is the string ``"first_row"``:
+        each key's first version wins and later ones are ignored (deletes are refused). See
+        docs/concepts.md, "Merge operators".
 
         Args:
             name: ``namespace.table``, or a bare name in the ``default`` namespace (letters, digits, ``_``
@@ -184,11 +191,14 @@ class Catalog:
             partition_by: Column(s) whose values split the table into partitions.
             buckets: Buckets per partition (each key lives in one); None for the default.
             merge_operators: ``{column: operator}`` for columns that fold rather than replace on upsert
-                (such as ``sum``).
+                (such as ``sum`` or ``max``), or ``"first_row"``.
             cdc_column: The column of change rows that says insert, update or delete.
             properties: Table properties (see ``mere.spec.PROPERTIES``); mere's defaults fill in the rest.
             exist_ok: Return an existing table of the same name and spec instead of raising.
             sequence_by: Value column(s) ordering each key's versions (highest wins); None: commit order.
+            sequence_groups: ``{group sequence column: [columns]}`` (needs ``sequence_by``): partial rows
+                carry whole groups, and each group's columns come from the version carrying it with the
+                highest group sequence (docs/concepts.md, "Sequence groups").
 
         Returns:
             The new table (or, with ``exist_ok``, the existing one).
@@ -199,7 +209,9 @@ class Catalog:
                 properties);
                 the message names the differences.
             InvalidInput: An invalid name, schema, key, partitioning or property, or a ``sequence_by``
-                column that is a key or partition column, or with a merge operator other than ``last``.
+                column that is a key or partition column, or with ``sum``/``concat``, an unknown merge
+                operator or engine, an operator on a column of a type it cannot take, or sequence groups
+                naming key, partition or ``sequence_by`` columns or a column twice.
             SchemaMismatch: A ``sequence_by`` column the schema lacks.
             UnsupportedType: A column type mere cannot store, key, partition or sequence by.
             CatalogError: The catalog could not be reached or written.
@@ -208,7 +220,15 @@ class Catalog:
         if not isinstance(exist_ok, bool):
             raise InvalidInput(f"exist_ok must be True or False, got {exist_ok!r}")
         given = TableSpec.create(
-            schema, primary_key, partition_by, buckets, merge_operators, cdc_column, properties, sequence_by
+            schema,
+            primary_key,
+            partition_by,
+            buckets,
+            merge_operators,
+            cdc_column,
+            properties,
+            sequence_by,
+            sequence_groups,
         )
         defaults = default_properties(given.has_primary_key)
         spec = replace(given, properties={**defaults, **given.properties})

@@ -598,6 +598,11 @@ class Merge(MergeBuilder):
         """
         if clause.all_columns:
             self._by_name(f"when_{clause.kind}_{clause.action}_all()")
+        refusal = self.table.spec.delete_refusal
+        if clause.action == "delete" and refusal:
+            raise InvalidInput(
+                f"{self.table.name}: a MERGE that deletes cannot apply to this table: {refusal}"
+            )
         return self._add(clause.parse())
 
     def _by_name(self, what: str) -> None:

@@ -143,8 +143,9 @@ def overwriting(
 
 def stale_summary(spec: TableSpec, stale: int) -> dict[str, int]:
     """A write's summary entry counting the rows a row of the same key with a higher sequence replaced
-    within the write (tables with ``sequence_by`` only)."""
-    return {STALE_ROWS: stale} if spec.sequence_by else {}
+    within the write, or (``first_row``) that an earlier row of the same key made the write ignore
+    (tables with ``sequence_by`` or ``first_row`` only)."""
+    return {STALE_ROWS: stale} if spec.sequence_by or spec.merge_engine == "first_row" else {}
 
 
 def check_dynamic(table: str, dynamic: Any) -> None:
