@@ -162,6 +162,7 @@ class Catalog:
         properties: Mapping[str, str] | None = None,
         exist_ok: bool = False,
         sequence_by: Sequence[str] | str | None = None,
+        key_scope: str | None = None,
     ) -> Table:
         """Create a table; with ``exist_ok`` an existing table of the same name and spec is returned instead.
 
@@ -176,6 +177,12 @@ class Catalog:
         :meth:`Table.set_sequence_by <mere.Table.set_sequence_by>` and docs/concepts.md, "Sequence
         ordering". It refuses merge operators other than ``last``.
 
+        ``key_scope`` says what a primary key identifies on a partitioned table: ``"table"`` (one row per
+        key in the whole table: a row whose partition values change moves its key, removing it from its
+        old partition) or ``"partition"`` (one row per key and partition). The default is ``"table"``,
+        except where a partition column is outside the key and a merge operator is not ``last``; see
+        docs/concepts.md, "Table-wide keys".
+
         Args:
             name: ``namespace.table``, or a bare name in the ``default`` namespace (letters, digits, ``_``
                 and ``-``).
@@ -189,6 +196,8 @@ class Catalog:
             properties: Table properties (see ``mere.spec.PROPERTIES``); mere's defaults fill in the rest.
             exist_ok: Return an existing table of the same name and spec instead of raising.
             sequence_by: Value column(s) ordering each key's versions (highest wins); None: commit order.
+            key_scope: ``"table"`` or ``"partition"``: whether a key names one row of the table or one row
+                per partition; None for the default.
 
         Returns:
             The new table (or, with ``exist_ok``, the existing one).
@@ -199,7 +208,9 @@ class Catalog:
                 properties);
                 the message names the differences.
             InvalidInput: An invalid name, schema, key, partitioning or property, or a ``sequence_by``
-                column that is a key or partition column, or with a merge operator other than ``last``.
+                column that is a key or partition column, or with a merge operator other than ``last``;
+                a ``key_scope`` other than "table" or "partition", given for a table without key, or
+                "table" with a merge operator other than ``last`` where keys could move.
             SchemaMismatch: A ``sequence_by`` column the schema lacks.
             UnsupportedType: A column type mere cannot store, key, partition or sequence by.
             CatalogError: The catalog could not be reached or written.
@@ -208,7 +219,15 @@ class Catalog:
         if not isinstance(exist_ok, bool):
             raise InvalidInput(f"exist_ok must be True or False, got {exist_ok!r}")
         given = TableSpec.create(
-            schema, primary_key, partition_by, buckets, merge_operators, cdc_column, properties, sequence_by
+            schema,
+            primary_key,
+            partition_by,
+            buckets,
+            merge_operators,
+            cdc_column,
+            properties,
+            sequence_by,
+            key_scope,
         )
         defaults = default_properties(given.has_primary_key)
         spec = replace(given, properties={**defaults, **given.properties})
@@ -223,6 +242,8 @@ class Catalog:
             differences = existing.spec.differences(spec, properties=properties is not None)
             if differences and not existing.spec.differences(given, properties=properties is not None):
                 differences = []  # a table created before these defaults, with exactly the properties given
+            if key_scope is None:  # a table created before key_scope keeps its meaning
+                differences = [d for d in differences if not d.startswith("key_scope ")]
             if differences:
                 raise TableExists(
                     f"table {ns}.{short} already exists with a different spec: " + "; ".join(differences)

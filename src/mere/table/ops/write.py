@@ -211,9 +211,9 @@ class DeleteKeys:
         spec = ctx.spec
         pk = list(spec.primary_key)
         # The key, and with sequence_by the partition values given too (keys given whole but for their
-        # sequence: only the version in that partition is deleted).
+        # sequence: only the version in that partition is deleted; table-wide keys: wherever it lives).
         given = [c for c in spec.partition_by if c not in pk and c in self.keys.column_names]
-        parts = given if spec.sequence_by else []
+        parts = given if spec.sequence_by and not spec.cross_partition else []
         on = [*parts, *pk]
         on_spec = TableSpec(
             pa.schema([spec.schema.field(c) for c in on]), spec.primary_key, tuple(parts), spec.buckets
