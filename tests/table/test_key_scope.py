@@ -103,7 +103,9 @@ def test_default_scope_and_the_stored_spec(tmp_path: Path) -> None:
         ({"key_scope": "table", "merge_operators": {"v": "sum"}}, "cannot combine"),
     ],
 )
-def test_bad_key_scope_is_refused_and_creates_nothing(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
+def test_bad_key_scope_is_refused_and_creates_nothing(
+    tmp_path: Path, kwargs: dict[str, Any], match: str
+) -> None:
     cat = mere.connect(str(tmp_path))
     args: dict[str, Any] = {"primary_key": "id", "partition_by": "status", **kwargs}
     with pytest.raises(InvalidInput, match=match):
@@ -122,7 +124,13 @@ def test_an_upsert_moves_a_key_and_a_cdc_delete_finds_it_anywhere(tmp_path: Path
     assert rows_of(t) == {1: ("shipped", 10), 2: ("open", 2), 3: ("open", 3), 4: ("shipped", 4)}
     # One batch holding a key in two partitions: the last row wins (its partition's rows after the move).
     t.upsert(cdc([(2, "shipped", 20, "u"), (2, "done", 21, "u"), (5, "done", 50, "c"), (5, "open", 51, "u")]))
-    assert rows_of(t) == {1: ("shipped", 10), 2: ("done", 21), 3: ("open", 3), 4: ("shipped", 4), 5: ("open", 51)}
+    assert rows_of(t) == {
+        1: ("shipped", 10),
+        2: ("done", 21),
+        3: ("open", 3),
+        4: ("shipped", 4),
+        5: ("open", 51),
+    }
     # A CDC delete carrying another partition (or none of the key's) deletes the key where it lives.
     t.upsert(cdc([(1, "open", None, "d"), (3, "done", None, "d")]))
     assert rows_of(t) == {2: ("done", 21), 4: ("shipped", 4), 5: ("open", 51)}
@@ -191,8 +199,16 @@ def test_merge_matches_and_inserts_table_wide(tmp_path: Path) -> None:
     t = orders(mere.connect(str(tmp_path)), schema=SCHEMA)
     t.upsert(pa.table({"id": [1, 2], "status": ["open", "done"], "v": [1, 2]}, SCHEMA))
     source = pa.table({"id": [1, 3], "status": ["shipped", "open"], "v": [10, 30]}, SCHEMA)
-    t.merge(source, on="t.id = s.id").when_matched_update(set={"v": "s.v"}).when_not_matched_insert_all().execute()
+    t.merge(source, on="t.id = s.id").when_matched_update(
+        set={"v": "s.v"}
+    ).when_not_matched_insert_all().execute()
     assert rows_of(t) == {1: ("open", 10), 2: ("done", 2), 3: ("open", 30)}
+    # SET of the partition column (update_all too) moves the matched row.
+    t.merge(source, on="t.id = s.id").when_matched_update_all().execute()
+    assert rows_of(t) == {1: ("shipped", 10), 2: ("done", 2), 3: ("open", 30)}
+    p = orders(mere.connect(str(tmp_path)), "p", schema=SCHEMA, key_scope="partition")
+    with pytest.raises(InvalidInput, match="partition column"):
+        p.merge(source, on="t.id = s.id").when_matched_update(set={"status": "s.status"}).execute()
 
 
 # -- against DuckDB ---------------------------------------------------------------------------------------
@@ -200,24 +216,39 @@ def test_merge_matches_and_inserts_table_wide(tmp_path: Path) -> None:
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    start=st.dictionaries(st.integers(0, 12), st.tuples(st.sampled_from(PARTS), st.integers(0, 9)), max_size=10),
+    start=st.dictionaries(
+        st.integers(0, 12), st.tuples(st.sampled_from(PARTS), st.integers(0, 9)), max_size=10
+    ),
     statements=st.lists(
         st.one_of(
             st.tuples(st.just("update"), st.sampled_from(PARTS), st.integers(0, 9)),
-            st.tuples(st.just("merge"), st.dictionaries(st.integers(0, 12), st.tuples(st.sampled_from(PARTS), st.integers(0, 9)), max_size=5), st.booleans()),
+            st.tuples(
+                st.just("merge"),
+                st.dictionaries(
+                    st.integers(0, 12), st.tuples(st.sampled_from(PARTS), st.integers(0, 9)), max_size=5
+                ),
+                st.booleans(),
+            ),
             st.tuples(st.just("delete"), st.integers(0, 9), st.just(0)),
         ),
         max_size=4,
     ),
 )
-def test_merge_update_and_delete_match_duckdb(tmp_path_factory: pytest.TempPathFactory, start: dict[int, tuple[str, int]], statements: list[Any]) -> None:
+def test_merge_update_and_delete_match_duckdb(
+    tmp_path_factory: pytest.TempPathFactory, start: dict[int, tuple[str, int]], statements: list[Any]
+) -> None:
     cat = mere.connect(str(tmp_path_factory.mktemp("dd")))
     t = orders(cat, schema=SCHEMA)
     db = duckdb.connect()
     db.execute("CREATE TABLE o (id BIGINT PRIMARY KEY, status VARCHAR, v BIGINT)")
     if start:
         data = pa.table(
-            {"id": list(start), "status": [s for s, _ in start.values()], "v": [v for _, v in start.values()]}, SCHEMA
+            {
+                "id": list(start),
+                "status": [s for s, _ in start.values()],
+                "v": [v for _, v in start.values()],
+            },
+            SCHEMA,
         )
         t.upsert(data)
         db.execute("INSERT INTO o SELECT * FROM data")
@@ -232,8 +263,8 @@ def test_merge_update_and_delete_match_duckdb(tmp_path_factory: pytest.TempPathF
             src = pa.table(
                 {"id": list(a), "status": [s for s, _ in a.values()], "v": [v for _, v in a.values()]}, SCHEMA
             )
-            m = t.merge(src, on="t.id = s.id").when_matched_update(set={"v": "s.v"})
-            clause = "WHEN MATCHED THEN UPDATE SET v = s.v"
+            m = t.merge(src, on="t.id = s.id").when_matched_update(set={"v": "s.v", "status": "s.status"})
+            clause = "WHEN MATCHED THEN UPDATE SET v = s.v, status = s.status"
             if b:
                 m = m.when_not_matched_insert_all()
                 clause += " WHEN NOT MATCHED THEN INSERT (id, status, v) VALUES (s.id, s.status, s.v)"
@@ -260,7 +291,11 @@ def test_moves_equal_a_dict_keyed_by_key(
     compact_after: set[int],
     buckets: int,
 ) -> None:
-    t = orders(mere.connect(str(tmp_path_factory.mktemp("mv"))), buckets=buckets, properties={"compaction.auto": "off"})
+    t = orders(
+        mere.connect(str(tmp_path_factory.mktemp("mv"))),
+        buckets=buckets,
+        properties={"compaction.auto": "off"},
+    )
     model: dict[int, tuple[str, int]] = {}
     seen: list[tuple[int, dict[int, tuple[str, int]]]] = []
     for i, batch in enumerate(batches):
@@ -354,9 +389,7 @@ def rows_of_seq(t: mere.Table, version: int | None = None) -> dict[int, tuple[st
 
 @pytest.mark.parametrize("scope", ["table", "partition"])
 def test_stale_rows_count_rows_older_than_the_stored_version(tmp_path: Path, scope: str) -> None:
-    t = orders(
-        mere.connect(str(tmp_path)), schema=SEQ_CDC, sequence_by="lsn", key_scope=scope
-    )
+    t = orders(mere.connect(str(tmp_path)), schema=SEQ_CDC, sequence_by="lsn", key_scope=scope)
     assert t.upsert(seq_rows([(1, "open", 5, False), (2, "open", 5, False)])).stale_rows == 0
     # In the key's partition: 1 at 3 is older than the stored 5; 2 at 4 and 6 in one batch: 4 replaced.
     r = t.upsert(seq_rows([(1, "open", 3, False), (2, "open", 4, False), (2, "open", 6, False)]))
@@ -373,7 +406,9 @@ def test_stale_rows_count_rows_older_than_the_stored_version(tmp_path: Path, sco
     assert 2 not in t.to_arrow().column("id").to_pylist()
 
 
-def test_an_in_order_stream_counts_no_stale_row_without_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_in_order_stream_counts_no_stale_row_without_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     t = orders(mere.connect(str(tmp_path)), schema=SEQ_CDC, sequence_by="lsn", key_scope="partition")
     t.upsert(seq_rows([(k, "open", k, False) for k in range(20)]))
     reads: list[str] = []
@@ -431,3 +466,19 @@ def test_two_writers_moving_the_same_keys_leave_one_row_per_key(tmp_path: Path) 
 def test_errors_are_mere_errors(tmp_path: Path) -> None:
     with pytest.raises(MereError):
         orders(mere.connect(str(tmp_path)), key_scope=["table"])
+
+
+def test_sequenced_update_and_merge_moves_stay_where_they_moved(tmp_path: Path) -> None:
+    t = orders(mere.connect(str(tmp_path)), schema=SEQ_CDC, sequence_by="lsn")
+    t.upsert(seq_rows([(1, "open", 5, False), (2, "open", 5, False)]))
+    t.update({"status": "'shipped'"}, where="id = 1")
+    assert rows_of_seq(t) == {1: ("shipped", 50), 2: ("open", 50)}
+    r = t.upsert(seq_rows([(1, "open", 4, False)]))  # late: loses to the moved row
+    assert r.stale_rows == 1 and rows_of_seq(t) == {1: ("shipped", 50), 2: ("open", 50)}
+    t.upsert(seq_rows([(1, "done", 6, False)]))
+    assert rows_of_seq(t)[1] == ("done", 60)
+    source = pa.table({"id": [2], "status": ["done"], "lsn": [5], "v": [7]})
+    t.merge(source, on="t.id = s.id").when_matched_update_all().execute()
+    assert rows_of_seq(t) == {1: ("done", 60), 2: ("done", 7)}
+    r = t.upsert(seq_rows([(2, "open", 3, False), (3, "open", 1, False)]))
+    assert r.stale_rows == 1 and rows_of_seq(t) == {1: ("done", 60), 2: ("done", 7), 3: ("open", 10)}

@@ -402,7 +402,9 @@ class Commit:
         changes wrote are deleted (but any that ``prior`` lists: see :func:`discard_replayed`) and
         ``prior`` is returned."""
         discard_replayed(
-            self.ctx, [*(f for c in self.changes if c.restores is None for f in c.files), *self.resolved], prior
+            self.ctx,
+            [*(f for c in self.changes if c.restores is None for f in c.files), *self.resolved],
+            prior,
         )
         self.state = "committed"
         return prior

@@ -23,6 +23,8 @@ stored one (a stream in order).
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +44,7 @@ from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 from mere.table.context import TableContext
 
 _PART, _RANK, _NEW, _PARTIAL = "__mere_part__", "__mere_rank__", "__mere_new__", "__mere_partial__"
+_BUCKET = "__mere_bucket__"
 
 
 @dataclass
@@ -53,9 +56,7 @@ class Resolution:
     stale: int
 
 
-def resolve(
-    ctx: TableContext, base: int, incoming: Sequence[FileEntry], cross_partition: bool
-) -> Resolution:
+def resolve(ctx: TableContext, base: int, incoming: Sequence[FileEntry], cross_partition: bool) -> Resolution:
     """Look up the stored versions at ``base`` of the keys in ``incoming`` (the commit's blind files, in
     commit order) and return the markers table-wide keys need and the stale count.
 
@@ -74,9 +75,16 @@ def resolve(
         and f.bucket in buckets
         and (cross_partition or (f.partition, f.bucket) in touched)
     ]
-    if not cross_partition and len(incoming) == len(touched) and _in_order(ctx, stored_files, incoming):
-        return Resolution(None, 0)  # one file per split: rows within it were settled when it was written
+    # One file per split: its rows were settled against one another when it was written.
+    settled = len(incoming) == len(touched)
+    high = None
+    if not cross_partition:
+        if settled and _in_order(ctx, stored_files, incoming):
+            return Resolution(None, 0)
+        high = _stored_high(ctx, stored_files) if settled else None
     new = _versions(ctx, incoming, incoming_rank=True)
+    if high is not None:  # only rows at or below the highest stored sequence can be stale
+        new = new.filter(pc.less_equal(new.column(spec.sequence_by[0]), pa.scalar(high[0])))
     if new.num_rows == 0:
         return Resolution(None, 0)
     stored = _versions(ctx, stored_files, incoming_rank=False, wanted=new)
@@ -84,7 +92,64 @@ def resolve(
     return _decide(spec, versions, cross_partition, {f.partition for f in [*incoming, *stored_files]})
 
 
+def _stored_high(ctx: TableContext, stored: Sequence[FileEntry]) -> tuple[Any] | None:
+    """The highest stored sequence by statistics (one integer or string sequence column), else None."""
+    spec = ctx.spec
+    if len(spec.sequence_by) != 1 or spec.evolved or not stored:
+        return None
+    kind = spec.schema.field(spec.sequence_by[0]).type
+    if not (pa.types.is_integer(kind) or pa.types.is_string(kind)):
+        return None
+    bounds = _bounds(ctx, stored, spec.sequence_by[0])
+    return None if bounds is None else (bounds[1],)
+
+
 # -- reading versions -------------------------------------------------------------------------------------
+
+# Files never change: the key, sequence and operation columns a lookup read of a file are kept (most
+# recently used first, up to CACHE_BYTES), so a writer committing batch after batch reads each file once.
+CACHE_BYTES = 256 << 20
+_cache: OrderedDict[tuple[str, tuple[str, ...]], tuple[pa.Table, np.ndarray | None]] = OrderedDict()
+_cache_bytes = 0
+_cache_lock = threading.Lock()
+
+
+def _file_versions(ctx: TableContext, f: FileEntry, columns: list[str]) -> tuple[pa.Table, np.ndarray | None]:
+    """The key, sequence and operation columns of a whole file, and its keys as a sorted NumPy array
+    where the key is one integer column in strictly increasing order (files are written sorted)."""
+    global _cache_bytes
+    spec, storage = ctx.spec, ctx.storage
+    cached = not spec.evolved
+    key = (storage.full_path(f.path), tuple(columns))
+    if cached:
+        with _cache_lock:
+            hit = _cache.get(key)
+            if hit is not None:
+                _cache.move_to_end(key)
+                return hit
+    md = storage.metadata(f.path, f.size_bytes or None)
+    mapping = file_columns(spec, md) if spec.evolved else None
+    names = columns if mapping is None else mapping.file_names(columns)
+    rows = storage.read_row_groups(f.path, range(md.num_row_groups), names, f.size_bytes or None)
+    if mapping is not None:
+        rows = to_table_columns(rows, mapping, spec)
+    rows = rows.select(columns).combine_chunks()
+    keys = None
+    pk = spec.primary_key
+    if len(pk) == 1 and pa.types.is_integer(rows.schema.field(pk[0]).type) and rows.num_rows:
+        values = rows.column(pk[0]).to_numpy()
+        if len(values) < 2 or bool((values[1:] > values[:-1]).all()):
+            keys = values
+    out = (rows, keys)
+    if cached:
+        with _cache_lock:
+            if key not in _cache:
+                _cache[key] = out
+                _cache_bytes += rows.nbytes
+            while _cache_bytes > CACHE_BYTES and _cache:
+                _, (old, _) = _cache.popitem(last=False)
+                _cache_bytes -= old.nbytes
+    return out
 
 
 def _versions(
@@ -92,53 +157,71 @@ def _versions(
 ) -> pa.Table:
     """Key, sequence and operation columns of ``files``, with each row's partition, rank (files in
     commit order: stored ones by their sequence number, then the incoming ones in their commit order)
-    and whether it is incoming. ``wanted``: only rows of its keys (row groups pruned by key range)."""
+    and whether it is incoming. ``wanted``: only rows of its keys, looked up per bucket."""
     spec, storage = ctx.spec, ctx.storage
     pk = list(spec.primary_key)
     columns = [*pk, *spec.sequence_by, OP_COLUMN]
     ordered = list(files) if incoming_rank else sorted(files, key=lambda f: (f.seq or 0, f.id or 0))
     storage.prefetch_metadata([(f.path, f.size_bytes or None) for f in ordered], io_pool())
-    span = _key_span(wanted, pk[0]) if wanted is not None and len(pk) == 1 else None
-    offset = 1 << 40 if incoming_rank else 0
-    probe = None
-    if wanted is not None:  # the incoming keys, once
-        probe = (
-            pc.unique(wanted.column(pk[0]).combine_chunks())
-            if len(pk) == 1
-            else wanted.select(pk).group_by(pk).aggregate([])
-        )
+    offset = 1 << 20 if incoming_rank else 0
+    probes: dict[int, Any] = {}
+    if wanted is not None:  # the incoming keys of each bucket, once
+        bucket = wanted.column(_BUCKET).to_numpy()
+        for b in np.unique(bucket):
+            mine = wanted.filter(pa.array(bucket == b))
+            if len(pk) == 1:
+                probe = pc.unique(mine.column(pk[0]).combine_chunks())
+                as_np = probe.to_numpy() if pa.types.is_integer(probe.type) else None
+                probes[int(b)] = (probe, None if as_np is None else np.sort(as_np), _key_span(mine, pk[0]))
+            else:
+                probes[int(b)] = (mine.select(pk).group_by(pk).aggregate([]), None, None)
 
     def one(i: int) -> pa.Table | None:
         f = ordered[i]
-        md = storage.metadata(f.path, f.size_bytes or None)
-        groups = list(range(md.num_row_groups))
-        if span is not None:
-            groups = _groups_in_span(storage, f, md, pk[0], groups, span)
-        if not groups:
+        if wanted is not None and f.bucket not in probes:
             return None
-        mapping = file_columns(spec, md) if spec.evolved else None
-        names = columns if mapping is None else mapping.file_names(columns)
-        rows = storage.read_row_groups(f.path, groups, names, f.size_bytes or None)
-        if mapping is not None:
-            rows = to_table_columns(rows, mapping, spec)
-        rows = rows.select(columns)
-        if probe is not None:
-            rows = _only_keys(rows, probe, pk)
+        if wanted is not None:
+            span = probes[f.bucket][2]
+            md = storage.metadata(f.path, f.size_bytes or None)
+            if span is not None and not _groups_in_span(
+                storage, f, md, pk[0], range(md.num_row_groups), span
+            ):
+                return None  # no row group's key range holds an incoming key: not read
+        rows, keys = _file_versions(ctx, f, columns)
+        at = np.arange(rows.num_rows, dtype=np.int64)
+        if wanted is not None:
+            probe, sorted_probe, _ = probes[f.bucket]
+            if keys is not None and sorted_probe is not None:
+                at = _hits(keys, sorted_probe)
+                rows = rows.take(pa.array(at))
+            else:
+                rows, at = _only_keys(rows, probe, pk)
         n = rows.num_rows
+        if not n:
+            return None
         partial = incoming_rank and f.columns is not None and f.content != "delete"
-        rows = rows.append_column(_PARTIAL, pa.repeat(pa.scalar(partial), n))
-        rank = (offset + i) * (1 << 22) + np.arange(n, dtype=np.int64)  # files before rows within them
+        rank = (offset + i) * (1 << 32) + at  # files in commit order, then rows within them
         return (
-            rows.append_column(_PART, pa.repeat(pa.scalar(f.partition), n))
+            rows.append_column(_PARTIAL, pa.repeat(pa.scalar(partial), n))
+            .append_column(_PART, pa.repeat(pa.scalar(f.partition), n))
             .append_column(_RANK, pa.array(rank, pa.int64()))
             .append_column(_NEW, pa.repeat(pa.scalar(incoming_rank), n))
+            .append_column(_BUCKET, pa.repeat(pa.scalar(f.bucket, pa.int32()), n))
         )
 
-    parts = [t for t in io_pool().map(one, range(len(ordered))) if t is not None and t.num_rows]
+    parts = [t for t in io_pool().map(one, range(len(ordered))) if t is not None]
     schema = _schema(spec)
     if not parts:
         return schema.empty_table()
     return pa.concat_tables([_aligned(p, schema) for p in parts])
+
+
+def _hits(keys: np.ndarray, probe: np.ndarray) -> np.ndarray:
+    """Positions in ``keys`` (sorted, unique) of the ``probe`` keys (sorted) it holds."""
+    pos = np.searchsorted(keys, probe)
+    inside = pos < len(keys)
+    pos = pos[inside]
+    return np.sort(pos[keys[pos] == probe[inside]])
 
 
 def _schema(spec: TableSpec) -> pa.Schema:
@@ -151,14 +234,13 @@ def _schema(spec: TableSpec) -> pa.Schema:
             pa.field(_PART, pa.string()),
             pa.field(_RANK, pa.int64()),
             pa.field(_NEW, pa.bool_()),
+            pa.field(_BUCKET, pa.int32()),
         ]
     )
 
 
 def _aligned(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    return pa.Table.from_arrays(
-        [rows.column(f.name).cast(f.type) for f in schema], schema=schema
-    )
+    return pa.Table.from_arrays([rows.column(f.name).cast(f.type) for f in schema], schema=schema)
 
 
 def _key_span(wanted: pa.Table, column: str) -> tuple[Any, Any] | None:
@@ -171,12 +253,12 @@ def _key_span(wanted: pa.Table, column: str) -> tuple[Any, Any] | None:
 
 
 def _groups_in_span(
-    storage: Any, f: FileEntry, md: Any, column: str, groups: list[int], span: tuple[Any, Any]
+    storage: Any, f: FileEntry, md: Any, column: str, groups: Sequence[int], span: tuple[Any, Any]
 ) -> list[int]:
     """The row groups whose key statistics overlap ``span`` (all, where a group has none)."""
     leaf = primitive_leaf(md, storage.column_leaves(f.path, f.size_bytes or None), column)
     if leaf is None:
-        return groups
+        return list(groups)
     out = []
     for g in groups:
         st = md.row_group(g).column(leaf).statistics
@@ -192,14 +274,16 @@ def _groups_in_span(
     return out
 
 
-def _only_keys(rows: pa.Table, probe: Any, pk: list[str]) -> pa.Table:
-    """The rows holding one of the keys (``probe``: an array of keys, or a table of multi-column keys)."""
+def _only_keys(rows: pa.Table, probe: Any, pk: list[str]) -> tuple[pa.Table, np.ndarray]:
+    """The rows holding one of the keys (``probe``: an array of keys, or a table of multi-column keys),
+    and their positions."""
     if len(pk) == 1:
-        return rows.filter(pc.is_in(rows.column(pk[0]), value_set=probe))
-    keys = probe
-    marked = rows.append_column("__mere_pos__", pa.array(np.arange(rows.num_rows)))
-    hit = marked.join(keys, keys=pk, join_type="left semi").column("__mere_pos__").to_numpy()
-    return rows.take(pa.array(np.sort(hit)))
+        mask = pc.is_in(rows.column(pk[0]), value_set=probe)
+        at = np.flatnonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool))
+    else:
+        marked = rows.append_column("__mere_pos__", pa.array(np.arange(rows.num_rows)))
+        at = np.sort(marked.join(probe, keys=pk, join_type="left semi").column("__mere_pos__").to_numpy())
+    return rows.take(pa.array(at)), at.astype(np.int64)
 
 
 def _in_order(ctx: TableContext, stored: Sequence[FileEntry], incoming: Sequence[FileEntry]) -> bool:
@@ -265,7 +349,9 @@ def _decide(spec: TableSpec, versions: pa.Table, cross_partition: bool, partitio
     )
     versions = versions.append_column("__mere_pcode__", pa.array(part.astype(np.int32)))
     # Each (key, partition)'s current version: what merge on read keeps there after the commit.
-    order = sort_indices([*(versions.column(c) for c in pk), versions.column("__mere_pcode__"), versions.column(_RANK)])
+    order = sort_indices(
+        [*(versions.column(c) for c in pk), versions.column("__mere_pcode__"), versions.column(_RANK)]
+    )
     v = versions.take(pa.array(order))
     starts = group_starts([*(v.column(c) for c in pk), v.column("__mere_pcode__")], v.num_rows)
     if seq:
@@ -277,7 +363,19 @@ def _decide(spec: TableSpec, versions: pa.Table, cross_partition: bool, partitio
     group_of_row = np.cumsum(starts) - 1  # each version's (key, partition) group
     # Each key's winner over the partitions (table-wide keys): highest sequence, then the newest.
     if cross_partition:
-        by_key = sort_indices([*(current.column(c) for c in pk), *(current.column(c) for c in seq), current.column(_RANK)])
+        # On equal sequences a live version wins over a delete: the markers this lookup writes carry
+        # their winner's sequence, and must not win over it at the next lookup (a real delete and a
+        # real row of one key never share a sequence: it names one event).
+        live = np.asarray(current.column(OP_COLUMN).to_numpy(zero_copy_only=False) != OP_DELETE, np.int8)
+        tiebreak = [live] if seq else []
+        by_key = sort_indices(
+            [
+                *(current.column(c) for c in pk),
+                *(current.column(c) for c in seq),
+                *tiebreak,
+                current.column(_RANK),
+            ]
+        )
         c = current.take(pa.array(by_key))
         kstarts = group_starts([c.column(x) for x in pk], c.num_rows)
         kends = np.r_[np.flatnonzero(kstarts)[1:] - 1, c.num_rows - 1]
@@ -310,7 +408,9 @@ def _decide(spec: TableSpec, versions: pa.Table, cross_partition: bool, partitio
             at = np.flatnonzero(new)
             wins = current.take(pa.array(winner_of_current[group_of_row[at]]))
             mine_rows = v.take(pa.array(at))
-            stale = int(np.count_nonzero(_seq_less([mine_rows.column(s) for s in seq], [wins.column(s) for s in seq])))
+            stale = int(
+                np.count_nonzero(_seq_less([mine_rows.column(s) for s in seq], [wins.column(s) for s in seq]))
+            )
     return Resolution(markers, stale)
 
 

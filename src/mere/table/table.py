@@ -140,8 +140,10 @@ class Table:
 
     @property
     def key_scope(self) -> str:
-        """What a primary key identifies: ``"table"`` (one row per key in the whole table; a row whose
-        partition values change moves its key) or ``"partition"`` (one row per key and partition)."""
+        """What a primary key identifies: ``"table"`` or ``"partition"``.
+
+        ``"table"``: one row per key in the whole table (a row whose partition values change moves its
+        key); ``"partition"``: one row per key and partition. See docs/concepts.md, "Table-wide keys"."""
         return self.spec.key_scope
 
     @property

@@ -372,7 +372,9 @@ def prepare(
     return out
 
 
-def one_partition_per_key(spec: TableSpec, table: pa.Table, pcode: np.ndarray) -> tuple[np.ndarray | None, int]:
+def one_partition_per_key(
+    spec: TableSpec, table: pa.Table, pcode: np.ndarray
+) -> tuple[np.ndarray | None, int]:
     """Table-wide keys: a key given in several partitions in one batch keeps the rows of the partition of
     its winning row (highest sequence, the last of them on ties; without ``sequence_by`` the last row),
     and, without a sequence, only those after its last row in another partition (the rows before were

@@ -35,7 +35,6 @@ from mere.write.writer import (
     marker_spec,
     partition_json,
     prepare,
-    sequence_after,
 )
 
 
@@ -79,10 +78,15 @@ class UpdateWhere:
             files = ctx.files.write(prepare(spec, conformed, ops, identifier=ctx.name))
             moved = _moved(spec, before, conformed, values)
             if moved is not None:
-                try:  # table-wide keys: a row whose partition changed leaves its old partition
-                    marks, _ = conform(sequence_after(moved, spec), marker_spec(spec), partial_ok=True, identifier=ctx.name)
+                # Table-wide keys: a row whose partition changed leaves its old one. Its marker carries
+                # the row's own sequence: it wins over the old version there as the later commit, and
+                # loses to the moved row (a live version wins a tie across partitions).
+                try:
+                    marks, _ = conform(moved, marker_spec(spec), partial_ok=True, identifier=ctx.name)
                     files += ctx.files.write(
-                        prepare(spec, marks, np.full(marks.num_rows, OP_DELETE, np.int8), ctx.name, moves=False),
+                        prepare(
+                            spec, marks, np.full(marks.num_rows, OP_DELETE, np.int8), ctx.name, moves=False
+                        ),
                         first_order=len(files),
                     )
                 except BaseException:
@@ -93,9 +97,7 @@ class UpdateWhere:
         return change
 
 
-def _moved(
-    spec: TableSpec, before: pa.Table, after: pa.Table, values: Mapping[str, Any]
-) -> pa.Table | None:
+def _moved(spec: TableSpec, before: pa.Table, after: pa.Table, values: Mapping[str, Any]) -> pa.Table | None:
     """Marker rows (old partition values) of the rows an UPDATE moved to another partition."""
     columns = [c for c in spec.partition_by if c in values and c not in spec.primary_key]
     if not columns:
