@@ -82,14 +82,61 @@ def resolve(ctx: TableContext, base: int, incoming: Sequence[FileEntry], cross_p
         if settled and _in_order(ctx, stored_files, incoming):
             return Resolution(None, 0)
         high = _stored_high(ctx, stored_files) if settled else None
-    new = _versions(ctx, incoming, incoming_rank=True)
+    names = sorted({f.partition for f in [*incoming, *stored_files]})
+    codes = {p: i for i, p in enumerate(names)}  # partitions as small integers
+    new = _versions(ctx, incoming, codes, incoming_rank=True)
     if high is not None:  # only rows at or below the highest stored sequence can be stale
         new = new.filter(pc.less_equal(new.column(spec.sequence_by[0]), pa.scalar(high[0])))
     if new.num_rows == 0:
         return Resolution(None, 0)
-    stored = _versions(ctx, stored_files, incoming_rank=False, wanted=new)
+    if not cross_partition and settled:
+        fast = _stale_by_search(ctx, stored_files, new, names)
+        if fast is not None:
+            return Resolution(None, fast)
+    stored = _versions(ctx, stored_files, codes, incoming_rank=False, wanted=new)
     versions = pa.concat_tables([stored, new]) if stored.num_rows else new
-    return _decide(spec, versions, cross_partition, {f.partition for f in [*incoming, *stored_files]})
+    return _decide(spec, versions, cross_partition, names)
+
+
+def _stale_by_search(
+    ctx: TableContext, stored: Sequence[FileEntry], new: pa.Table, partitions: list[str]
+) -> int | None:
+    """The stale count of a partition-scoped write of one file per split, in NumPy alone where the key
+    is one integer column and the sequence one integer column (None otherwise): a row is stale when its
+    sequence is below the highest one stored for its key in its split (any version, deletes too)."""
+    spec = ctx.spec
+    pk, seq = spec.primary_key, spec.sequence_by
+    if len(pk) != 1 or len(seq) != 1 or not pa.types.is_integer(spec.schema.field(seq[0]).type):
+        return None
+    if not pa.types.is_integer(spec.schema.field(pk[0]).type):
+        return None
+    columns = [*pk, *seq, OP_COLUMN]
+    files: list[tuple[FileEntry, tuple[pa.Table, np.ndarray | None]]] = list(
+        zip(stored, io_pool().map(lambda f: _file_versions(ctx, f, columns), stored))
+    )
+    if any(keys is None for _, (_, keys) in files):
+        return None
+    splits = new.column(_PART).to_numpy().astype(np.int64) * (1 << 32) + new.column(_BUCKET).to_numpy()
+    stale = 0
+    keys_new = new.column(pk[0]).to_numpy()
+    seq_new = new.column(seq[0]).to_numpy().astype(np.int64)
+    for split in np.unique(splits):
+        mine = np.flatnonzero(splits == split)
+        probe_order = np.argsort(keys_new[mine], kind="stable")
+        probe = keys_new[mine][probe_order]
+        highest = np.full(len(probe), np.iinfo(np.int64).min, dtype=np.int64)
+        bucket, partition = int(split) & 0xFFFFFFFF, partitions[int(split) >> 32]
+        for f, (rows, keys) in files:
+            if f.bucket != bucket or f.partition != partition:
+                continue
+            assert keys is not None
+            pos = np.searchsorted(keys, probe)
+            inside = np.flatnonzero(pos < len(keys))
+            found = inside[keys[pos[inside]] == probe[inside]]
+            values = rows.column(seq[0]).to_numpy().astype(np.int64)
+            highest[found] = np.maximum(highest[found], values[pos[found]])
+        stale += int(np.count_nonzero(seq_new[mine][probe_order] < highest))
+    return stale
 
 
 def _stored_high(ctx: TableContext, stored: Sequence[FileEntry]) -> tuple[Any] | None:
@@ -153,7 +200,12 @@ def _file_versions(ctx: TableContext, f: FileEntry, columns: list[str]) -> tuple
 
 
 def _versions(
-    ctx: TableContext, files: Sequence[FileEntry], *, incoming_rank: bool, wanted: pa.Table | None = None
+    ctx: TableContext,
+    files: Sequence[FileEntry],
+    codes: dict[str, int],
+    *,
+    incoming_rank: bool,
+    wanted: pa.Table | None = None,
 ) -> pa.Table:
     """Key, sequence and operation columns of ``files``, with each row's partition, rank (files in
     commit order: stored ones by their sequence number, then the incoming ones in their commit order)
@@ -203,7 +255,7 @@ def _versions(
         rank = (offset + i) * (1 << 32) + at  # files in commit order, then rows within them
         return (
             rows.append_column(_PARTIAL, pa.repeat(pa.scalar(partial), n))
-            .append_column(_PART, pa.repeat(pa.scalar(f.partition), n))
+            .append_column(_PART, pa.repeat(pa.scalar(codes[f.partition], pa.int32()), n))
             .append_column(_RANK, pa.array(rank, pa.int64()))
             .append_column(_NEW, pa.repeat(pa.scalar(incoming_rank), n))
             .append_column(_BUCKET, pa.repeat(pa.scalar(f.bucket, pa.int32()), n))
@@ -231,7 +283,7 @@ def _schema(spec: TableSpec) -> pa.Schema:
             *fields,
             pa.field(OP_COLUMN, pa.int8()),
             pa.field(_PARTIAL, pa.bool_()),
-            pa.field(_PART, pa.string()),
+            pa.field(_PART, pa.int32()),
             pa.field(_RANK, pa.int64()),
             pa.field(_NEW, pa.bool_()),
             pa.field(_BUCKET, pa.int32()),
@@ -340,20 +392,13 @@ def _seq_less(a: list[pa.Array], b: list[pa.Array]) -> np.ndarray:
     return np.asarray(less.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _decide(spec: TableSpec, versions: pa.Table, cross_partition: bool, partitions: set[str]) -> Resolution:
+def _decide(spec: TableSpec, versions: pa.Table, cross_partition: bool, partitions: list[str]) -> Resolution:
     pk = list(spec.primary_key)
     seq = list(spec.sequence_by)
-    codes = sorted(partitions)
-    part = pc.index_in(versions.column(_PART), value_set=pa.array(codes, pa.string())).to_numpy(
-        zero_copy_only=False
-    )
-    versions = versions.append_column("__mere_pcode__", pa.array(part.astype(np.int32)))
     # Each (key, partition)'s current version: what merge on read keeps there after the commit.
-    order = sort_indices(
-        [*(versions.column(c) for c in pk), versions.column("__mere_pcode__"), versions.column(_RANK)]
-    )
+    order = sort_indices([*(versions.column(c) for c in pk), versions.column(_PART), versions.column(_RANK)])
     v = versions.take(pa.array(order))
-    starts = group_starts([*(v.column(c) for c in pk), v.column("__mere_pcode__")], v.num_rows)
+    starts = group_starts([*(v.column(c) for c in pk), v.column(_PART)], v.num_rows)
     if seq:
         cur = last_by_sequence(starts, [v.column(c) for c in seq])
     else:
@@ -381,8 +426,8 @@ def _decide(spec: TableSpec, versions: pa.Table, cross_partition: bool, partitio
         kends = np.r_[np.flatnonzero(kstarts)[1:] - 1, c.num_rows - 1]
         kgroup = np.cumsum(kstarts) - 1
         win_at = kends[kgroup]  # each current version's key winner, in c's order
-        win_part = c.column("__mere_pcode__").to_numpy(zero_copy_only=False)[win_at]
-        mine = c.column("__mere_pcode__").to_numpy(zero_copy_only=False)
+        win_part = c.column(_PART).to_numpy(zero_copy_only=False)[win_at]
+        mine = c.column(_PART).to_numpy(zero_copy_only=False)
         ops = c.column(OP_COLUMN).to_numpy(zero_copy_only=False)
         losing = (mine != win_part) & (ops != OP_DELETE)
         _refuse_partial_moves(spec, c, win_at, losing)
@@ -393,7 +438,7 @@ def _decide(spec: TableSpec, versions: pa.Table, cross_partition: bool, partitio
                 winners = c.take(pa.array(win_at[losing]))
                 for s in seq:  # the marker carries the winner's sequence
                     rows = rows.set_column(rows.schema.get_field_index(s), s, winners.column(s))
-            markers = _with_partitions(spec, rows)
+            markers = _with_partitions(spec, rows, partitions)
         # The winner of each version's key, for stale counts: in current's order.
         back = np.empty(len(by_key), dtype=np.int64)
         back[by_key] = np.arange(len(by_key))
@@ -427,14 +472,14 @@ def _refuse_partial_moves(spec: TableSpec, c: pa.Table, win_at: np.ndarray, else
         )
 
 
-def _with_partitions(spec: TableSpec, rows: pa.Table) -> pa.Table:
+def _with_partitions(spec: TableSpec, rows: pa.Table, partitions: list[str]) -> pa.Table:
     """Marker rows: the key (and sequence) with the typed values of the partition each lies in (one
     conversion per partition, not per row)."""
     out = []
-    parts = rows.column(_PART).combine_chunks()
-    for text in pc.unique(parts).to_pylist():
-        mine = rows.filter(pc.equal(parts, pa.scalar(text)))
-        values = typed_partition(spec, json.loads(text))
+    parts = rows.column(_PART).to_numpy()
+    for code in np.unique(parts):
+        mine = rows.filter(pa.array(parts == code))
+        values = typed_partition(spec, json.loads(partitions[int(code)]))
         piece = mine.select([*spec.primary_key, *spec.sequence_by])
         for c in spec.partition_by:
             if c not in spec.primary_key:
