@@ -126,16 +126,21 @@ def _stale_by_search(
         probe = keys_new[mine][probe_order]
         highest = np.full(len(probe), np.iinfo(np.int64).min, dtype=np.int64)
         bucket, partition = int(split) & 0xFFFFFFFF, partitions[int(split) >> 32]
+        mine_seq = seq_new[mine][probe_order]
         for f, (rows, keys) in files:
             if f.bucket != bucket or f.partition != partition:
                 continue
             assert keys is not None
-            pos = np.searchsorted(keys, probe)
+            # Only rows below the file's highest sequence (by statistics) can be stale against it.
+            bounds = _bounds(ctx, [f], seq[0])
+            at = np.flatnonzero(mine_seq < bounds[1]) if bounds is not None else np.arange(len(probe))
+            pos = np.searchsorted(keys, probe[at])
             inside = np.flatnonzero(pos < len(keys))
-            found = inside[keys[pos[inside]] == probe[inside]]
-            values = rows.column(seq[0]).to_numpy().astype(np.int64)
-            highest[found] = np.maximum(highest[found], values[pos[found]])
-        stale += int(np.count_nonzero(seq_new[mine][probe_order] < highest))
+            found = inside[keys[pos[inside]] == probe[at][inside]]
+            values = rows.column(seq[0]).to_numpy()
+            hit = at[found]
+            highest[hit] = np.maximum(highest[hit], values[pos[found]].astype(np.int64))
+        stale += int(np.count_nonzero(mine_seq < highest))
     return stale
 
 
@@ -360,22 +365,44 @@ def _in_order(ctx: TableContext, stored: Sequence[FileEntry], incoming: Sequence
         return False
 
 
+_file_bounds: OrderedDict[tuple[str, str], tuple[Any, Any] | None] = OrderedDict()
+
+
 def _bounds(ctx: TableContext, files: Sequence[FileEntry], column: str) -> tuple[Any, Any] | None:
     """The smallest and largest value of ``column`` in ``files`` by their statistics (None: unknown)."""
-    storage = ctx.storage
     lo: Any = None
     hi: Any = None
     for f in files:
-        md = storage.metadata(f.path, f.size_bytes or None)
-        leaf = primitive_leaf(md, storage.column_leaves(f.path, f.size_bytes or None), column)
-        if leaf is None:
+        key = (ctx.storage.full_path(f.path), column)
+        with _cache_lock:
+            known = _file_bounds.get(key, False)
+        if known is False:
+            known = _one_file_bounds(ctx, f, column)
+            with _cache_lock:
+                _file_bounds[key] = known
+                while len(_file_bounds) > 100_000:
+                    _file_bounds.popitem(last=False)
+        if known is None:
             return None
-        for g in range(md.num_row_groups):
-            st = md.row_group(g).column(leaf).statistics
-            if st is None or not st.has_min_max:
-                return None
-            lo = st.min if lo is None else min(lo, st.min)
-            hi = st.max if hi is None else max(hi, st.max)
+        lo = known[0] if lo is None else min(lo, known[0])
+        hi = known[1] if hi is None else max(hi, known[1])
+    return None if lo is None else (lo, hi)
+
+
+def _one_file_bounds(ctx: TableContext, f: FileEntry, column: str) -> tuple[Any, Any] | None:
+    storage = ctx.storage
+    lo: Any = None
+    hi: Any = None
+    md = storage.metadata(f.path, f.size_bytes or None)
+    leaf = primitive_leaf(md, storage.column_leaves(f.path, f.size_bytes or None), column)
+    if leaf is None:
+        return None
+    for g in range(md.num_row_groups):
+        st = md.row_group(g).column(leaf).statistics
+        if st is None or not st.has_min_max:
+            return None
+        lo = st.min if lo is None else min(lo, st.min)
+        hi = st.max if hi is None else max(hi, st.max)
     return None if lo is None else (lo, hi)
 
 

@@ -143,7 +143,8 @@ def overwriting(
 
 def stale_summary(spec: TableSpec, stale: int) -> dict[str, int]:
     """A write's summary entry counting the rows a row of the same key with a higher sequence replaced
-    within the write (tables with ``sequence_by`` only)."""
+    within the write (tables with ``sequence_by`` only); the commit adds those that lose to a stored
+    version (:mod:`mere.table.stored_keys`)."""
     return {STALE_ROWS: stale} if spec.sequence_by else {}
 
 
