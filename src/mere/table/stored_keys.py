@@ -375,8 +375,9 @@ def _bounds(ctx: TableContext, files: Sequence[FileEntry], column: str) -> tuple
     for f in files:
         key = (ctx.storage.full_path(f.path), column)
         with _cache_lock:
-            known = _file_bounds.get(key, False)
-        if known is False:
+            cached = key in _file_bounds
+            known = _file_bounds.get(key)
+        if not cached:
             known = _one_file_bounds(ctx, f, column)
             with _cache_lock:
                 _file_bounds[key] = known
