@@ -15,9 +15,12 @@ already holds of those keys, at the version the commit lands on:
 
 The bucket of a key depends on the key alone, so only the commit's buckets are read, in every partition
 (one partition, for partition-scoped stale counts), and of their files only the key, sequence and
-operation columns of the row groups whose key range may hold an incoming key. Stale counts of a
-partition-scoped table skip the read where file statistics show every incoming sequence at or above every
-stored one (a stream in order).
+operation columns, of files whose key range may hold an incoming key. Files never change, so those
+columns are kept per file (up to :data:`CACHE_BYTES`): a process writing batch after batch reads each
+file once. Stale counts of a partition-scoped table skip the read where file statistics show every
+incoming sequence at or above every stored one (a stream in order), look up only the incoming rows at or
+below the highest stored sequence, and, for one integer key and sequence, search the sorted files' keys
+in NumPy.
 """
 
 from __future__ import annotations
