@@ -194,6 +194,9 @@ class ExpireResult:
 # existed is unknown). Commits before these entries recorded their markers as ``deleted_keys``.
 DELETED_ROWS = "deleted_rows"
 STALE_ROWS = "stale_rows"  # rows of a write to a table with sequence_by that a higher sequence replaced
+# Delete markers a commit wrote in other partitions than its rows' (tables with table-wide keys): keys
+# that moved out of a partition, or incoming rows that lost to their key's version in another partition.
+MOVED_KEYS = "moved_keys"
 DELETE_MARKERS = "delete_markers"
 BLIND_DELETE_MARKERS = "blind_delete_markers"
 
@@ -216,10 +219,14 @@ class CommitResult:
     keys (:meth:`Table.delete <mere.Table.delete>` of a table of keys, a staged delete), which writes a
     marker per key without reading which keys exist. ``delete_markers`` is the number of delete markers
     written. ``stale_rows`` (tables with ``sequence_by`` or ``first_row``; None for others and for
-    writes that do not count them: deletes, MERGE, UPDATE) counts the rows of the write that a row of
-    the same key with a higher sequence in the same write replaced (``first_row``: that an earlier row
-    of the same key, or one of lower sequence, made the write ignore); rows older than a version already stored are not counted
-    (that would need a read). ``already_committed`` is True when an idempotency key named a commit that
+    writes that do not count them: deletes, MERGE, UPDATE) counts the rows of the write ignored as stale:
+    those that a row of the same key with a higher sequence replaced, in the same write or already stored
+    (in the key's partition, or anywhere for table-wide keys) at the version the write committed on
+    (``first_row``: those that an earlier row of the same key, or one of lower sequence, in the same write
+    made the write ignore). ``moved_keys``
+    (tables with ``key_scope="table"``) counts the delete markers the commit wrote in other partitions
+    than its rows': keys that moved out of a partition, and rows that lost to their key's version in
+    another one. ``already_committed`` is True when an idempotency key named a commit that
     had landed before: the result then describes that earlier commit and nothing new was written.
     ``no_change`` is True when
     the write had nothing to commit (no rows to write, none to remove, no property or schema change): no
@@ -239,6 +246,7 @@ class CommitResult:
     delete_markers: int = 0
     no_change: bool = False
     stale_rows: int | None = None
+    moved_keys: int = 0
 
     @staticmethod
     def unchanged(snapshot: Snapshot, operation: str) -> CommitResult:
@@ -274,6 +282,7 @@ class CommitResult:
             snapshot=snapshot,
             delete_markers=int(s.get(DELETE_MARKERS, s.get("deleted_keys", 0)) or 0),
             stale_rows=None if STALE_ROWS not in s else int(s[STALE_ROWS]),
+            moved_keys=int(s.get(MOVED_KEYS, 0) or 0),
         )
 
     @property

@@ -241,6 +241,12 @@ SPEC_FORMAT = 4  # bumped when a spec gains something older readers would misrea
 EVOLVED_SPEC_FORMAT = 2
 SEQUENCE_SPEC_FORMAT = 3
 ENGINE_SPEC_FORMAT = 4
+# format 4 adds table-wide keys on a table with a partition column outside the key, which an older reader
+# would write as (partition, key) identities, leaving a moved key in two partitions.
+KEY_SCOPE_SPEC_FORMAT = 4  # the same format as merge engines: a mere that reads one reads both
+
+KEY_SCOPES = ("table", "partition")
+"""``key_scope`` values: a key names one row in the whole table, or one row per partition."""
 
 # LZ4 (Parquet's LZ4_RAW): on W1, merged reads 30% faster than zstd for files 20% bigger (decode is
 # most of a local read); tables on slow links may prefer write.compression=zstd.
@@ -417,6 +423,10 @@ class TableSpec:
     # columns come from the live version carrying the group with the highest group sequence, and the
     # group sequence column keeps that sequence. See :func:`checked_sequence_groups`.
     sequence_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # What a primary key identifies: one row in the whole table ("table": a row whose partition values
+    # change moves its key) or one row per partition ("partition": the identity is partition values and
+    # key). Specs stored before the field read as "partition". See :func:`checked_key_scope`.
+    key_scope: str = "partition"
 
     def __post_init__(self) -> None:
         if not self.field_ids:  # specs written before field ids: number the columns in order
@@ -446,6 +456,12 @@ class TableSpec:
     def identity_columns(self) -> tuple[str, ...]:
         """Columns that identify a row: partition columns then the primary key."""
         return tuple(c for c in self.partition_by if c not in self.primary_key) + self.primary_key
+
+    @property
+    def cross_partition(self) -> bool:
+        """Whether a key is table-wide while rows of one key may sit in several partitions (``key_scope``
+        "table" and a partition column outside the key): writes then move keys between partitions."""
+        return self.key_scope == "table" and any(c not in self.primary_key for c in self.partition_by)
 
     def operator(self, column: str) -> MergeOperator:
         """How ``column`` merges a key's versions (``first`` for every value column of a ``first_row``
@@ -525,6 +541,7 @@ class TableSpec:
         properties: Mapping[str, str] | None = None,
         sequence_by: Sequence[str] | str | None = None,
         sequence_groups: Mapping[str, Sequence[str]] | None = None,
+        key_scope: str | None = None,
     ) -> TableSpec:
         """Validate user arguments and build a spec; raises :class:`InvalidInput` on any problem."""
         if not isinstance(schema, pa.Schema):
@@ -654,7 +671,7 @@ class TableSpec:
             spec = replace(spec, sequence_by=checked_sequence_by(spec, sequence_by, groups=sequence_groups))
         if sequence_groups is not None:
             spec = replace(spec, sequence_groups=checked_sequence_groups(spec, sequence_groups))
-        return spec
+        return replace(spec, key_scope=checked_key_scope(spec, key_scope))
 
     def differences(self, other: TableSpec, properties: bool = True) -> list[str]:
         """What differs between two specs, in words (empty when they describe the same table)."""
@@ -666,7 +683,16 @@ class TableSpec:
         mine, theirs = columns(self.schema), columns(other.schema)
         if mine != theirs:
             out.append(f"schema ({', '.join(mine)}) vs ({', '.join(theirs)})")
-        for label in ("primary_key", "partition_by", "buckets", "cdc_column", "sequence_by", "merge_engine"):
+        for label in (
+            "primary_key",
+            "partition_by",
+            "buckets",
+            "cdc_column",
+            "sequence_by",
+            "merge_engine",
+            "sequence_groups",
+            "key_scope",
+        ):
             a, b = getattr(self, label), getattr(other, label)
             if a != b:
                 out.append(f"{label} {a!r} vs {b!r}")
@@ -706,6 +732,12 @@ class TableSpec:
             if self.evolved
             else 1
         )
+        if self.key_scope != "partition":
+            # Written only when not the meaning of specs stored before the field; the format changes only
+            # where older mere would misread it (a partition column outside the key).
+            evolution["key_scope"] = self.key_scope
+            if self.cross_partition:
+                fmt = max(fmt, KEY_SCOPE_SPEC_FORMAT)
         return json.dumps(
             {
                 **evolution,
@@ -752,6 +784,7 @@ class TableSpec:
             sequence_by=tuple(d.get("sequence_by") or ()),
             merge_engine=str(d.get("merge_engine") or ""),
             sequence_groups={g: tuple(cs) for g, cs in (d.get("sequence_groups") or {}).items()},
+            key_scope=str(d.get("key_scope") or "partition"),
         )
 
     @property
@@ -931,6 +964,48 @@ def checked_sequence_groups(spec: TableSpec, value: Any, table: str = "table") -
             )
         out[seq] = columns
     return out
+
+
+def checked_key_scope(spec: TableSpec, value: Any, table: str = "table") -> str:
+    """``value`` ("table", "partition" or None for the default) as the ``key_scope`` of a table of layout
+    ``spec``, checked.
+
+    The default is "table" (as Paimon's cross-partition upsert) for a keyed table, but "partition" where a
+    partition column is outside the key and versions do not merge newest-wins (a merge operator other than
+    ``last``, a merge engine or sequence groups): folding a moved key's
+    columns needs its old row, and table-wide keys take whole rows only. A table without key has none.
+
+    Raises:
+        InvalidInput: a value other than those, any value for a table without primary key, or "table" with
+            a merge operator other than ``last`` on a table whose keys could move between partitions.
+    """
+    moving = any(c not in spec.primary_key for c in spec.partition_by)
+    if value is None:
+        if not spec.primary_key:
+            return "partition"
+        return "partition" if moving and not spec.all_last else "table"
+    if not isinstance(value, str) or value not in KEY_SCOPES:
+        raise InvalidInput(f"{table}: key_scope must be 'table' or 'partition', got {value!r}")
+    if not spec.primary_key:
+        raise InvalidInput(
+            f"{table}: key_scope says what a primary key identifies, and the table has none; drop key_scope "
+            "or give primary_key"
+        )
+    if value == "table" and moving and not spec.all_last:
+        ops = {c: o.name for c, o in spec.merge_operators.items() if o.name != "last"}
+        merging = (
+            f"the merge engine {spec.merge_engine!r}"
+            if spec.merge_engine
+            else f"merge operators {ops}"
+            if ops
+            else f"sequence groups {sorted(spec.sequence_groups)}"
+        )
+        raise InvalidInput(
+            f"{table}: key_scope='table' cannot combine with {merging}: a key that moves to "
+            "another partition would have to fold its new row into its old one, which lives elsewhere; "
+            "use key_scope='partition', or make the partition columns part of the key"
+        )
+    return value
 
 
 FIELD_ID_KEY = b"PARQUET:field_id"  # where Parquet (and pyarrow) keep a column's field id

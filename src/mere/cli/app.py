@@ -344,6 +344,8 @@ def describe_command(state: State, table: str, version: int | None, as_json: boo
         info["merge_engine"] = spec.merge_engine
     if spec.sequence_groups:
         info["sequence_groups"] = {g: list(cs) for g, cs in spec.sequence_groups.items()}
+    if spec.has_primary_key and spec.partition_by:  # where keys could move between partitions
+        info["key_scope"] = spec.key_scope
     if as_json:
         _print_json(info)
         return
@@ -374,6 +376,7 @@ def describe_command(state: State, table: str, version: int | None, as_json: boo
             if spec.sequence_groups
             else []
         ),
+        *([("key scope", info["key_scope"])] if "key_scope" in info else []),
         (
             "files",
             f"{fi['count']} ({fi['data_files']} data, {fi['delete_files']} delete), {fi['rows']} stored rows, "

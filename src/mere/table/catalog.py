@@ -163,6 +163,7 @@ class Catalog:
         exist_ok: bool = False,
         sequence_by: Sequence[str] | str | None = None,
         sequence_groups: Mapping[str, Sequence[str]] | None = None,
+        key_scope: str | None = None,
     ) -> Table:
         """Create a table; with ``exist_ok`` an existing table of the same name and spec is returned instead.
 
@@ -183,6 +184,12 @@ class Catalog:
         each key's first version wins and later ones are ignored (deletes are refused). See
         docs/concepts.md, "Merge operators".
 
+        ``key_scope`` says what a primary key identifies on a partitioned table: ``"table"`` (one row per
+        key in the whole table: a row whose partition values change moves its key, removing it from its
+        old partition) or ``"partition"`` (one row per key and partition). The default is ``"table"``,
+        except where a partition column is outside the key and versions do not merge newest-wins; see
+        docs/concepts.md, "Table-wide keys".
+
         Args:
             name: ``namespace.table``, or a bare name in the ``default`` namespace (letters, digits, ``_``
                 and ``-``).
@@ -199,6 +206,8 @@ class Catalog:
             sequence_groups: ``{group sequence column: [columns]}`` (needs ``sequence_by``): partial rows
                 carry whole groups, and each group's columns come from the version carrying it with the
                 highest group sequence (docs/concepts.md, "Sequence groups").
+            key_scope: ``"table"`` or ``"partition"``: whether a key names one row of the table or one row
+                per partition; None for the default.
 
         Returns:
             The new table (or, with ``exist_ok``, the existing one).
@@ -211,7 +220,10 @@ class Catalog:
             InvalidInput: An invalid name, schema, key, partitioning or property, or a ``sequence_by``
                 column that is a key or partition column, or with ``sum``/``concat``, an unknown merge
                 operator or engine, an operator on a column of a type it cannot take, or sequence groups
-                naming key, partition or ``sequence_by`` columns or a column twice.
+                naming key, partition or ``sequence_by`` columns or a column twice; a ``key_scope`` other
+                than "table" or "partition", given for a table without key, or "table" where keys could
+                move and versions do not merge newest-wins (an operator other than ``last``, a merge
+                engine or sequence groups).
             SchemaMismatch: A ``sequence_by`` column the schema lacks.
             UnsupportedType: A column type mere cannot store, key, partition or sequence by.
             CatalogError: The catalog could not be reached or written.
@@ -229,6 +241,7 @@ class Catalog:
             properties,
             sequence_by,
             sequence_groups,
+            key_scope,
         )
         defaults = default_properties(given.has_primary_key)
         spec = replace(given, properties={**defaults, **given.properties})
@@ -243,6 +256,8 @@ class Catalog:
             differences = existing.spec.differences(spec, properties=properties is not None)
             if differences and not existing.spec.differences(given, properties=properties is not None):
                 differences = []  # a table created before these defaults, with exactly the properties given
+            if key_scope is None:  # a table created before key_scope keeps its meaning
+                differences = [d for d in differences if not d.startswith("key_scope ")]
             if differences:
                 raise TableExists(
                     f"table {ns}.{short} already exists with a different spec: " + "; ".join(differences)

@@ -19,11 +19,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+import numpy as np
+
 from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion, SchemaChanged
-from mere.metadata import BLIND_DELETE_MARKERS, DELETE_MARKERS, DELETED_ROWS, CommitResult, FileEntry
+from mere.metadata import (
+    BLIND_DELETE_MARKERS,
+    DELETE_MARKERS,
+    DELETED_ROWS,
+    MOVED_KEYS,
+    STALE_ROWS,
+    CommitResult,
+    FileEntry,
+)
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.spec import TableSpec, validate_properties
+from mere.spec import OP_DELETE, TableSpec, validate_properties
 from mere.table.conflicts import (
+    BucketsUnchanged,
     ColumnsUnchanged,
     PartitionSet,
     PropertiesUnchanged,
@@ -35,8 +46,10 @@ from mere.table.conflicts import (
 )
 from mere.table.context import SchemaChange, TableContext, file_splits, split_label
 from mere.table.images import LOG_SUMMARY_KEY, logs_changes, write_change_log
+from mere.table.stored_keys import resolve
 from mere.table.versions import current
 from mere.table.write_checks import WriteChecks
+from mere.write.writer import conform, marker_spec, prepare
 
 ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
 
@@ -284,6 +297,8 @@ class Commit:
         # A column change: the new spec and its steps (a handle adding columns carries one).
         self.schema: SchemaChange | None = ctx.schema_change
         self.state = "open"  # open, committing, committed, aborted
+        # Markers the lookup of stored keys wrote for the current try (table-wide keys), and its counts.
+        self.resolved: list[FileEntry] = []
 
     # -- collecting ---------------------------------------------------------------------------------
 
@@ -358,10 +373,12 @@ class Commit:
                 return self.replayed(result)
         except SchemaChanged:
             discard(ctx, self.changes)
+            self._drop_resolved()
             self.state = "aborted"
             raise
         except CommitConflict as e:
             discard(ctx, self.changes)
+            self._drop_resolved()
             self.state = "aborted"
             raise CommitConflict(
                 f"{ctx.name}: {self.operation()} lost {self.retries.attempts} races to "
@@ -372,6 +389,7 @@ class Commit:
             raise  # the files may be referenced now: keep them
         except BaseException:
             discard(ctx, self.changes)
+            self._drop_resolved()
             self.state = "aborted"
             raise
         self.state = "committed"
@@ -383,7 +401,11 @@ class Commit:
         """End the commit as a replay of ``prior``, the commit its idempotency key names: the files its
         changes wrote are deleted (but any that ``prior`` lists: see :func:`discard_replayed`) and
         ``prior`` is returned."""
-        discard_replayed(self.ctx, (f for c in self.changes if c.restores is None for f in c.files), prior)
+        discard_replayed(
+            self.ctx,
+            [*(f for c in self.changes if c.restores is None for f in c.files), *self.resolved],
+            prior,
+        )
         self.state = "committed"
         return prior
 
@@ -415,6 +437,44 @@ class Commit:
             return None
         return self.checks if any(c.operation == "upsert" for c in self.changes) else None
 
+    def _drop_resolved(self) -> None:
+        self.ctx.files.discard(self.resolved)
+        self.resolved = []
+
+    def _blind(self) -> list[Change]:
+        """Changes whose rows were written blind (upserts, CDC batches, deletes of given keys)."""
+        return [
+            c
+            for c in self.changes
+            if c.operation in ("upsert", "delete") and c.recipe is None and c.restores is None and c.files
+        ]
+
+    def _resolve(self, base: int) -> tuple[list[FileEntry], dict[str, Any], Rule | None]:
+        """Look up the stored versions of the blind changes' keys at ``base`` (see
+        :mod:`mere.table.stored_keys`): table-wide keys get their markers in other partitions (written
+        here, with the rule that keeps them right), tables with ``sequence_by`` their stale count."""
+        ctx = self.ctx
+        spec = ctx.spec
+        blind = self._blind()
+        if not blind or not (spec.cross_partition or spec.sequence_by):
+            return [], {}, None
+        upserts = [f for c in blind if c.operation == "upsert" for f in c.files]
+        if not spec.cross_partition and not upserts:
+            return [], {}, None  # stale counts are the upserts'
+        incoming = [f for c in blind for f in c.files]
+        found = resolve(ctx, base, incoming, spec.cross_partition)
+        summary: dict[str, Any] = {}
+        if spec.sequence_by and upserts:
+            summary[STALE_ROWS] = found.stale
+        files: list[FileEntry] = []
+        if found.markers is not None and found.markers.num_rows:
+            keys, _ = conform(found.markers, marker_spec(spec), partial_ok=True, identifier=ctx.name)
+            ops = np.full(keys.num_rows, OP_DELETE, dtype=np.int8)
+            files = ctx.files.write(prepare(spec, keys, ops, identifier=ctx.name, moves=False))
+            summary[MOVED_KEYS] = sum(f.row_count for f in files)
+        rule = BucketsUnchanged(frozenset(f.bucket for f in incoming)) if spec.cross_partition else None
+        return files, summary, rule
+
     def _restores(self) -> int | None:
         return next((c.restores for c in self.changes if c.restores is not None), None)
 
@@ -422,9 +482,11 @@ class Commit:
         ctx = self.ctx
         checks = self._needed_checks()
         reads = any(c.recipe is not None for c in self.changes)
-        if checks is not None and not reads:
+        if (checks is not None or (ctx.spec.cross_partition and self._blind())) and not reads:
             self.read_version = current(ctx)  # the checks read the table: at its newest version
         base = self.read_version
+        self._drop_resolved()
+        self.resolved, resolved_summary, resolved_rule = self._resolve(base)
         removed: list[FileEntry] = []
         removed_ids: list[int] = []
         partitions: set[str] | None = set()
@@ -434,12 +496,19 @@ class Commit:
             removed_ids += c.removes.ids()
             touched = c.removes.touched(gone, c.files)
             partitions = None if partitions is None or touched is None else partitions | set(touched)
-        add = renumber((f for c in self.changes for f in c.files), keep_seq=True)
+        if partitions is not None and self.resolved:
+            partitions |= {f.partition for f in self.resolved}
+        # Markers in other partitions come last: in their splits they are the commit's newest rows.
+        add = renumber([*(f for c in self.changes for f in c.files), *self.resolved], keep_seq=True)
         rules: list[Rule] = [c.rule for c in self.changes if c.rule is not None]
+        if resolved_rule is not None:
+            rules.append(resolved_rule)
         extra: dict[str, Any] = {}
         for c in self.changes:
             for k, v in c.summary.items():
                 extra[k] = extra.get(k, 0) + v if isinstance(v, int) and not isinstance(v, bool) else v
+        for k, v in resolved_summary.items():  # stored rows a write's rows lost to, and markers elsewhere
+            extra[k] = extra.get(k, 0) + v
         if checks is not None:
             rules.append(checks.verify(ctx.handle, base))
             extra |= checks.summary()

@@ -309,9 +309,12 @@ def _group_order(code: np.ndarray, groups: int) -> np.ndarray:
 
 
 def prepare(
-    spec: TableSpec, table: pa.Table, ops: np.ndarray | None, identifier: str = ""
+    spec: TableSpec, table: pa.Table, ops: np.ndarray | None, identifier: str = "", *, moves: bool = True
 ) -> list[PreparedFile]:
     """Bucket, sort and de-duplicate rows, then cut them into one slice per (partition, bucket).
+
+    On a table with table-wide keys a key given in several partitions keeps one partition's rows
+    (:func:`one_partition_per_key`), unless ``moves`` is False (markers of one key in several partitions).
 
     Rows are grouped by (partition, bucket) first; each group is then sorted by key and reduced on its
     own, in parallel threads (NumPy and Arrow kernels release the GIL).
@@ -331,6 +334,13 @@ def prepare(
             for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n])
         ]
     table = table.combine_chunks()
+    moved_stale = 0
+    if moves and spec.cross_partition and n > 1:
+        keep, moved_stale = one_partition_per_key(spec, table, pcode)
+        if keep is not None:
+            table, pcode = table.filter(pa.array(keep)), pcode[keep]
+            ops = None if ops is None else ops[keep]
+            n = table.num_rows
     buckets = bucket_ids([table.column(c) for c in spec.primary_key], spec.buckets).astype(np.int64)
     code = pcode * spec.buckets + buckets
     order = _group_order(code, len(pvalues) * spec.buckets)
@@ -436,9 +446,13 @@ def prepare(
     source = _dictionary_strings(table, spec)
     ranges = [(int(lo), int(hi)) for lo, hi in zip(np.r_[0, cut], np.r_[cut, n])]
     if len(ranges) == 1:
-        return one_group(*ranges[0])
-    groups = shared_pool("prepare", cpu_workers()).map(lambda r: one_group(*r), ranges)
-    return [p for files in groups for p in files]
+        out = one_group(*ranges[0])
+    else:
+        groups = shared_pool("prepare", cpu_workers()).map(lambda r: one_group(*r), ranges)
+        out = [p for files in groups for p in files]
+    if out:
+        out[0].stale += moved_stale
+    return out
 
 
 def _stale(spec: TableSpec, starts: np.ndarray, op: np.ndarray, dead: np.ndarray) -> int:
@@ -450,6 +464,41 @@ def _stale(spec: TableSpec, starts: np.ndarray, op: np.ndarray, dead: np.ndarray
         group = np.cumsum(starts) - 1
         stale += int(np.count_nonzero(live)) - len(np.unique(group[live]))
     return stale
+
+
+def one_partition_per_key(
+    spec: TableSpec, table: pa.Table, pcode: np.ndarray
+) -> tuple[np.ndarray | None, int]:
+    """Table-wide keys: a key given in several partitions in one batch keeps the rows of the partition of
+    its winning row (highest sequence, the last of them on ties; without ``sequence_by`` the last row),
+    and, without a sequence, only those after its last row in another partition (the rows before were
+    moved away by it). Returns the rows to keep (None: all) and how many dropped rows a higher sequence
+    replaced (stale)."""
+    n = table.num_rows
+    keys = [_contiguous_column(table, c) for c in spec.primary_key]
+    order = sort_indices(keys)
+    starts = group_starts([k.take(pa.array(order)) for k in keys], n)
+    if starts.all():
+        return None, 0
+    part = pcode[order]
+    group = np.cumsum(starts) - 1
+    first = np.flatnonzero(starts)
+    if spec.sequence_by:
+        seq = [_contiguous_column(table, c).take(pa.array(order)) for c in spec.sequence_by]
+        winners = last_by_sequence(starts, seq)
+        kept = part == part[winners][group]
+        stale = int(np.count_nonzero(superseded(starts, winners, seq) & ~kept))
+    else:
+        ends = np.r_[first[1:] - 1, n - 1]
+        elsewhere = np.where(part != part[ends][group], np.arange(n), -1)
+        last_elsewhere = np.maximum.reduceat(elsewhere, first)
+        kept = np.arange(n) > last_elsewhere[group]
+        stale = 0
+    if kept.all():
+        return None, stale
+    keep = np.zeros(n, dtype=bool)
+    keep[order[kept]] = True
+    return keep, stale
 
 
 def marker_columns(spec: TableSpec) -> list[str]:

@@ -959,6 +959,8 @@ class MergePlan:
         out = _Lowered(clause, condition)
         schema = self.spec.schema
         identity = set(self.spec.identity_columns)
+        if self.spec.cross_partition:  # table-wide keys: SET of a partition column moves the row
+            identity = set(self.spec.primary_key)
         if clause.action == "update":
             kept: set[str] = set()
             items = clause.assignments
@@ -1162,7 +1164,7 @@ class MergePlan:
                     ]
                 )
                 both = pa.concat_tables([gone, rows])
-                files += files_of.write(prepare(self.spec, both, ops, identifier=self.name))
+                files += files_of.write(prepare(self.spec, both, ops, identifier=self.name, moves=False))
         except BaseException:
             files_of.discard(files)
             raise
@@ -1328,6 +1330,21 @@ class MergePlan:
                     f"{clash.slice(0, 1).to_pylist()[0]} (its row did not meet the ON condition)"
                 )
 
+    def _moved(self, before: pa.Table, after: pa.Table) -> pa.Table | None:
+        """Marker rows, in their old partitions, of the updated rows whose partition changed.
+
+        Table-wide keys only: elsewhere a partition column cannot be set."""
+        spec = self.spec
+        columns = [c for c in spec.partition_by if c not in spec.primary_key] if spec.cross_partition else []
+        changed = np.zeros(before.num_rows, dtype=bool)
+        for c in columns:
+            old, new = before.column(c), after.column(c).cast(before.schema.field(c).type)
+            same = pc.or_(pc.fill_null(pc.equal(old, new), False), pc.and_(pc.is_null(old), pc.is_null(new)))
+            changed |= ~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+        if not changed.any():
+            return None
+        return before.filter(pa.array(changed)).select(marker_columns(spec))
+
     def _frame(self, target: pa.Table | None, t_idx: np.ndarray | None, s_idx: np.ndarray | None) -> pa.Table:
         """The target and source rows that conditions and values are evaluated on.
 
@@ -1405,6 +1422,9 @@ class MergePlan:
                     base = base.set_column(base.schema.get_field_index(name), name, values.column(name))
                 self._updates.append(base)
                 counts["updated"] += len(idx)
+                moved = self._moved(target.take(pa.array(t_idx[idx])), base)
+                if moved is not None:  # markers where the moved rows were, at the rows' own sequence
+                    deletes.append(moved)
             else:
                 cols = {}
                 for f in self.spec.schema:

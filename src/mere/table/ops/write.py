@@ -144,7 +144,8 @@ def overwriting(
 def stale_summary(spec: TableSpec, stale: int) -> dict[str, int]:
     """A write's summary entry counting the rows a row of the same key with a higher sequence replaced
     within the write, or (``first_row``) that an earlier row of the same key made the write ignore
-    (tables with ``sequence_by`` or ``first_row`` only)."""
+    (tables with ``sequence_by`` or ``first_row`` only); the commit adds those that lose to a stored
+    version (:mod:`mere.table.stored_keys`)."""
     return {STALE_ROWS: stale} if spec.sequence_by or spec.merge_engine == "first_row" else {}
 
 
@@ -212,9 +213,9 @@ class DeleteKeys:
         spec = ctx.spec
         pk = list(spec.primary_key)
         # The key, and with sequence_by the partition values given too (keys given whole but for their
-        # sequence: only the version in that partition is deleted).
+        # sequence: only the version in that partition is deleted; table-wide keys: wherever it lives).
         given = [c for c in spec.partition_by if c not in pk and c in self.keys.column_names]
-        parts = given if spec.sequence_by else []
+        parts = given if spec.sequence_by and not spec.cross_partition else []
         on = [*parts, *pk]
         on_spec = TableSpec(
             pa.schema([spec.schema.field(c) for c in on]), spec.primary_key, tuple(parts), spec.buckets
