@@ -20,7 +20,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion, SchemaChanged
-from mere.metadata import BLIND_DELETE_MARKERS, DELETE_MARKERS, DELETED_ROWS, CommitResult, FileEntry
+from mere.metadata import (
+    BLIND_DELETE_MARKERS,
+    DELETE_MARKERS,
+    DELETED_ROWS,
+    CommitRequest,
+    CommitResult,
+    FileEntry,
+)
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import TableSpec, validate_properties
 from mere.table.conflicts import (
@@ -39,6 +46,31 @@ from mere.table.versions import current
 from mere.table.write_checks import WriteChecks
 
 ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
+
+
+@dataclass
+class PreparedCommit:
+    """One table's commit prepared at its base version (:meth:`Commit.prepare`): the catalog request,
+    and the change logs written for it (deleted if it does not land)."""
+
+    request: CommitRequest
+    logs: list[FileEntry]
+
+    def arguments(self) -> dict[str, Any]:
+        """The request as :meth:`MetadataStore.commit <mere.table.context.MetadataStore.commit>`'s
+        keyword arguments."""
+        r = self.request
+        return {
+            "base_version": r.base_version,
+            "operation": r.operation,
+            "add": r.add,
+            "remove": r.remove,
+            "summary": r.summary,
+            "validate": r.validate,
+            "idempotency_key": r.idempotency_key,
+            "spec": r.spec,
+            "restores": r.restores,
+        }
 
 
 # -- what a change removes, as data -------------------------------------------------------------------
@@ -342,13 +374,7 @@ class Commit:
         ctx = self.ctx
         self.state = "committing"
         try:
-            if self._needed_checks() is not None and any(
-                isinstance(c.removes, (ReplacePartitions, RemoveFiles)) for c in self.changes
-            ):
-                raise InvalidInput(
-                    f"{ctx.name}: overwrites and copy-on-write deletes cannot share a transaction with "
-                    "upserts that need checks (NOT NULL partial rows, integer sums): commit them separately"
-                )
+            self.check_mix()
             if self.idempotency_key is not None:
                 prior = committed_with(ctx, self.idempotency_key)
                 if prior is not None:
@@ -374,10 +400,24 @@ class Commit:
             discard(ctx, self.changes)
             self.state = "aborted"
             raise
-        self.state = "committed"
-        if not result.no_change and ctx.after_commit is not None:
-            ctx.after_commit(result, self.properties is not None or self.schema is not None)
+        self.finished(result)
         return result
+
+    def check_mix(self) -> None:
+        """Refuse overwrites and copy-on-write deletes beside upserts that need checks."""
+        if self._needed_checks() is not None and any(
+            isinstance(c.removes, (ReplacePartitions, RemoveFiles)) for c in self.changes
+        ):
+            raise InvalidInput(
+                f"{self.ctx.name}: overwrites and copy-on-write deletes cannot share a transaction with "
+                "upserts that need checks (NOT NULL partial rows, integer sums): commit them separately"
+            )
+
+    def finished(self, result: CommitResult) -> None:
+        """The commit landed as ``result``: tell the handle (reload, automatic maintenance)."""
+        self.state = "committed"
+        if not result.no_change and self.ctx.after_commit is not None:
+            self.ctx.after_commit(result, self.properties is not None or self.schema is not None)
 
     def replayed(self, prior: CommitResult) -> CommitResult:
         """End the commit as a replay of ``prior``, the commit its idempotency key names: the files its
@@ -419,6 +459,19 @@ class Commit:
         return next((c.restores for c in self.changes if c.restores is not None), None)
 
     def _attempt(self) -> CommitResult:
+        prepared = self.prepare()
+        if isinstance(prepared, CommitResult):
+            return prepared
+        try:
+            result = self.ctx.store.commit(self.ctx.table_id, **prepared.arguments())
+        except BaseException as e:
+            self.failed(prepared, e)
+            raise
+        return self.landed(prepared, result)
+
+    def prepare(self) -> PreparedCommit | CommitResult:
+        """The commit at its base version, ready to land (its change logs written), or the result of a
+        commit that has nothing to land (no version). A conflict found here has rebased the commit."""
         ctx = self.ctx
         checks = self._needed_checks()
         reads = any(c.recipe is not None for c in self.changes)
@@ -464,7 +517,6 @@ class Commit:
             spec = new_spec.to_json()
         # With ``changes.log`` on, the commit also records the rows it replaces (read at ``base``; a
         # concurrent change to those splits is a conflict, and the retry reads them again).
-        logs: list[FileEntry] = []
         logged = logs_changes(
             ctx.spec, add, bool(removed) or bool(removed_ids) or self._restores() is not None
         )
@@ -487,41 +539,46 @@ class Commit:
         if not (add or summary["removed_files"] or spec is not None or self._restores() is not None):
             # Nothing to write, remove or change: no version (one rule for every write path).
             return CommitResult.unchanged(ctx.store.snapshot(ctx.table_id, base), self.operation())
-        try:
-            if logged:
-                try:
-                    logs = write_change_log(ctx, base, add)
-                except NoSuchVersion as e:  # expired meanwhile: read the rows it replaces at a newer one
-                    raise CommitConflict(
-                        f"{ctx.name}: version {base} expired before this write read it"
-                    ) from e
-            result = ctx.store.commit(
-                ctx.table_id,
-                base_version=base,
-                operation=self.operation(),
-                add=add + [replace(f, order=len(add) + i) for i, f in enumerate(logs)],
-                remove=[f.id for f in removed if f.id is not None] + removed_ids,
-                summary=summary,
-                validate=validator(ctx.name, rules),
-                idempotency_key=self.idempotency_key,
-                spec=spec,
-                restores=self._restores(),
-            )
-            if result.already_committed:  # the key's commit landed first: this commit's logs are not needed
-                ctx.files.discard(logs)
-            return result
-        except CommitConflict:
-            ctx.files.discard(logs)
-            # Rebase onto the version that beat us: changes that read rows are evaluated again there.
-            self.read_version = current(ctx)
-            if reads:
-                self.changes = [self._redo(c) for c in self.changes]
-            raise
-        except CommitStateUnknown:
-            raise  # the logs may be referenced now: keep them
-        except BaseException:
-            ctx.files.discard(logs)
-            raise
+        logs: list[FileEntry] = []
+        if logged:
+            try:
+                logs = write_change_log(ctx, base, add)
+            except NoSuchVersion as e:  # expired meanwhile: read the rows it replaces at a newer one
+                self.rebase()
+                raise CommitConflict(f"{ctx.name}: version {base} expired before this write read it") from e
+        request = CommitRequest(
+            ctx.table_id,
+            base_version=base,
+            operation=self.operation(),
+            add=add + [replace(f, order=len(add) + i) for i, f in enumerate(logs)],
+            remove=[f.id for f in removed if f.id is not None] + removed_ids,
+            summary=summary,
+            validate=validator(ctx.name, rules),
+            idempotency_key=self.idempotency_key,
+            spec=spec,
+            restores=self._restores(),
+        )
+        return PreparedCommit(request, logs)
+
+    def landed(self, prepared: PreparedCommit, result: CommitResult) -> CommitResult:
+        """The catalog landed ``prepared`` (or named the commit its idempotency key made first)."""
+        if result.already_committed:  # the key's commit landed first: this commit's logs are not needed
+            self.ctx.files.discard(prepared.logs)
+        return result
+
+    def failed(self, prepared: PreparedCommit, error: BaseException) -> None:
+        """``prepared`` did not land: its logs go (unless the outcome is unknown); a lost race rebases."""
+        if isinstance(error, CommitStateUnknown):
+            return  # the logs may be referenced now: keep them
+        self.ctx.files.discard(prepared.logs)
+        if isinstance(error, CommitConflict):
+            self.rebase()
+
+    def rebase(self) -> None:
+        """Rebase onto the version that beat us: changes that read rows are evaluated again there."""
+        self.read_version = current(self.ctx)
+        if any(c.recipe is not None for c in self.changes):
+            self.changes = [self._redo(c) for c in self.changes]
 
     def _redo(self, change: Change) -> Change:
         if change.recipe is None:
