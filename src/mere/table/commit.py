@@ -353,6 +353,17 @@ class Commit:
         self.properties = validate_properties(applied(self.ctx.spec.properties, asked))  # checked now
         self.property_updates = asked
 
+    def change_columns(self, change: SchemaChange) -> None:
+        """Commit a column change too; the changes added after it are written with the new columns."""
+        self.require_open()
+        if self.changes or self.schema is not None:
+            raise InvalidInput(
+                f"{self.ctx.name}: a column change must come first in a transaction, and only once"
+            )
+        self.ctx = replace(self.ctx, spec=change.spec, schema_change=change)
+        self.schema = change
+        self.checks = WriteChecks(change.spec, self.ctx.name)
+
     def restore_properties(self, properties: Mapping[str, str]) -> None:
         """Make the table's properties exactly ``properties`` in this commit (a rollback's)."""
         current_keys = self.ctx.spec.properties
