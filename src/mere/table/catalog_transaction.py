@@ -17,6 +17,7 @@ sees all of a transaction's versions or none of them.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -47,6 +48,8 @@ from mere.table.context import CatalogHandle, MetadataStore
 from mere.table.scan import Scan
 from mere.table.table import Table
 from mere.table.transaction import Transaction
+
+_OPEN = threading.local()  # the catalogs with a catalog transaction's ``with`` block open, per thread
 
 
 class TableOpener(CatalogHandle, Protocol):
@@ -107,14 +110,29 @@ class CatalogTransaction:
         self._shares: dict[str, _Share] = {}
         self.results: dict[str, CommitResult] = {}
         self._prior = None if idempotency_key is None else catalog.sql.find_transaction(idempotency_key)
+        self._entered = False
 
     def __repr__(self) -> str:
         return f"CatalogTransaction({sorted(self._shares)}, {self.state})"
 
     def __enter__(self) -> CatalogTransaction:
+        # A ``with`` block of a catalog transaction inside another's, on one catalog and thread, would
+        # commit apart from it: refused (every table's change belongs in the outer one).
+        active: set[str] = _OPEN.__dict__.setdefault("catalogs", set())
+        if self.catalog.catalog_url in active:
+            self.abort()
+            raise InvalidInput(
+                "a catalog transaction is open on this catalog in this block already: transactions do not "
+                "nest; make every table's change in the outer one"
+            )
+        active.add(self.catalog.catalog_url)
+        self._entered = True
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        if self._entered:
+            _OPEN.__dict__.setdefault("catalogs", set()).discard(self.catalog.catalog_url)
+            self._entered = False
         if self.state != "open":
             return
         if kind is None:
@@ -572,28 +590,37 @@ class CatalogSnapshot:
         return SnapshotTable(Table(self.catalog, record), version)
 
 
-def pinned_version(snapshot: CatalogSnapshot | None, table: Any, **others: Any) -> int | None:
-    """The version an adapter reads for ``table`` given a ``snapshot`` (None: no snapshot), refusing a
-    ``version``, ``as_of`` or ``tag`` given with it.
+def pinned_version(
+    snapshot: CatalogSnapshot | None,
+    table: Any,
+    version: int | None,
+    as_of: Any = None,
+    tag: str | None = None,
+) -> int | None:
+    """The version an adapter reads: ``version`` without a ``snapshot``, else the snapshot's version of
+    ``table`` (then ``version``, ``as_of`` and ``tag`` must be None).
 
     Args:
         snapshot: The catalog snapshot, or None.
         table: The table handle (its ``name`` is looked up).
-        **others: The adapter's ``version``, ``as_of`` and ``tag`` arguments.
+        version: The adapter's ``version`` argument.
+        as_of: The adapter's ``as_of`` argument.
+        tag: The adapter's ``tag`` argument.
 
     Returns:
-        The pinned version, or None without a snapshot.
+        The version to pass on to :meth:`Table.scan <mere.Table.scan>`.
 
     Raises:
         InvalidInput: A snapshot that is not a :class:`CatalogSnapshot`, or given with another read point.
+        NoSuchTable: The table did not exist at the snapshot's read point.
     """
     if snapshot is None:
-        return None
+        return version
     if not isinstance(snapshot, CatalogSnapshot):
         raise InvalidInput(
             f"snapshot= takes a catalog snapshot (cat.snapshot()), got {type(snapshot).__name__}"
         )
-    given = sorted(k for k, v in others.items() if v is not None)
+    given = [k for k, v in (("version", version), ("as_of", as_of), ("tag", tag)) if v is not None]
     if given:
         raise InvalidInput(f"{table.name}: give snapshot= or {', '.join(given)}, not both")
     return snapshot.version(table.name)
