@@ -472,3 +472,30 @@ def test_random_multi_table_transactions_match_a_dict_model(txs: list[Any]) -> N
                 assert content(snap.table(name)) == model[name], name
         for name in TABLES:
             assert cat.table(name).cleanup(older_than=dt.timedelta(0)) == []
+
+
+def test_a_driver_commits_staged_writes_of_several_tables_in_one_transaction(cat: mere.Catalog) -> None:
+    a, b = make(cat, A, B)
+    # Workers stage (here: in this process; Spark tasks return the same picklable messages).
+    staged_a = [a.stage(rows([1, 2])), a.stage(rows([3]))]
+    staged_b = [b.stage(pa.table({"id": pa.array([9], pa.int64())}), "delete"), b.stage(rows([4]))]
+    b.upsert(rows([9]))
+    with cat.transaction(idempotency_key="job-1") as tx:
+        tx.table(A).add_staged(staged_a)
+        tx.table(B).add_staged(staged_b[:1]).add_staged(staged_b[1:])
+    assert content(a) == {1: 1, 2: 2, 3: 3} and content(b) == {4: 4}
+    assert (a.version, b.version) == (1, 2)
+    # A retried driver: the key's commit is returned, the first commit's files stay, new ones go.
+    again = [a.stage(rows([5]))]
+    with cat.transaction(idempotency_key="job-1") as tx:
+        tx.table(A).add_staged(again)
+        tx.table(B).add_staged(staged_b[1:])
+    assert all(r.already_committed for r in tx.results.values())
+    assert content(a) == {1: 1, 2: 2, 3: 3} and content(b) == {4: 4}
+    assert a.cleanup(older_than=dt.timedelta(0)) == [] and b.cleanup(older_than=dt.timedelta(0)) == []
+    bad = [a.stage(rows([6]))]
+    with pytest.raises(InvalidInput, match="another table"), cat.transaction() as tx:
+        tx.table(B).add_staged(bad)
+    with pytest.raises(InvalidInput), cat.transaction() as tx:
+        tx.table(A).add_staged(bad[0])  # type: ignore[arg-type]
+    assert a.version == 1 and a.cleanup(older_than=dt.timedelta(0)) == []

@@ -9,13 +9,13 @@ and on a lost race rebases and tries again under :data:`mere.retry.COMMIT_RETRIE
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mere.errors import InvalidInput, names_its_table
 from mere.metadata import CommitResult
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.table.commit import Change, Commit, committed_with
+from mere.table.commit import Change, Commit, StagedChange, committed_with, discard_replayed, renumber
 from mere.table.context import TableHandle
 from mere.table.ops import update as update_op
 from mere.table.ops import write
@@ -265,6 +265,62 @@ class Transaction:
         """
         if (commit := self._open()) is not None:
             commit.set_properties(updates)
+        return self
+
+    def add_staged(
+        self,
+        staged: Sequence[StagedChange],
+        *,
+        operation: str | None = None,
+        partition: Mapping[str, Any] | None = None,
+        dynamic: bool = False,
+    ) -> Transaction:
+        """Add staged writes of one operation to this transaction, as :meth:`Table.commit <mere.Table.commit>` commits them.
+
+        The staged writes are files engine tasks wrote (:meth:`Table.stage <mere.Table.stage>`). The driver half of a distributed write inside a transaction: a Spark driver stages on its tasks and
+        adds their messages to the shares of one catalog transaction. On any error the staged files are
+        deleted; a replay of an idempotency key deletes those the first commit does not list.
+
+        Args:
+            staged: The staged writes (``upsert``, ``append``, ``delete`` or ``overwrite``) of one operation.
+            operation: The operation they commit as (default: the one they were staged for).
+            partition: For an ``overwrite``: replace only the partitions matching ``{column: value}``.
+            dynamic: For an ``overwrite``: replace the partitions the staged files hold.
+
+        Returns:
+            This transaction.
+
+        Raises:
+            InvalidInput: The transaction already committed or aborted; ``staged`` is not a list of staged
+                writes of one operation of this table; or ``operation``, ``partition`` or ``dynamic`` do not
+                apply.
+            CommitFailed: Staged files no longer exist (a cleanup took them).
+        """
+        entries: list[Any] = []
+        try:
+            if (
+                isinstance(staged, StagedChange)
+                or not isinstance(staged, Sequence)
+                or not all(isinstance(s, StagedChange) for s in staged)
+            ):
+                raise InvalidInput(
+                    f"{self.table.name}: add_staged() takes a list of StagedWrite from stage()"
+                )
+            entries = renumber(f for s in staged for f in s.files)
+            write.check_dynamic(self.table.name, dynamic)
+            commit = self._open()
+            if commit is None:  # a replay: the first commit's files stay, the others go
+                prior = self.already_committed()
+                assert prior is not None
+                discard_replayed(self.table.context, entries, prior)
+                return self
+            op = write.staged_operation(commit.ctx, staged, operation, partition, dynamic)
+            write.add_staged(commit, staged, op, partition, dynamic, entries)
+        except BaseException:
+            self.table.context.files.discard(
+                f for s in staged if isinstance(s, StagedChange) for f in s.files
+            )
+            raise
         return self
 
     def merge(
