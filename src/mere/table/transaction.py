@@ -317,9 +317,11 @@ class Transaction:
             op = write.staged_operation(commit.ctx, staged, operation, partition, dynamic)
             write.add_staged(commit, staged, op, partition, dynamic, entries)
         except BaseException:
-            self.table.context.files.discard(
-                f for s in staged if isinstance(s, StagedChange) for f in s.files
-            )
+            items = [staged] if isinstance(staged, StagedChange) else staged
+            if isinstance(items, Sequence):
+                self.table.context.files.discard(
+                    f for s in items if isinstance(s, StagedChange) for f in s.files
+                )
             raise
         return self
 
