@@ -237,13 +237,11 @@ class CatalogTransaction:
             )
         table_id, version = self._prior[name]
         handle = self.catalog.table(name)
-        tx = Transaction(
-            handle, owner="its catalog transaction", replay=self._replayed(handle, table_id, version)
-        )
+        tx = Transaction(handle, owner="its catalog transaction", replay=self._replayed(table_id, version))
         self._shares[name] = _Share(tx)
         return tx
 
-    def _replayed(self, handle: Table, table_id: int, version: int | None) -> CommitResult:
+    def _replayed(self, table_id: int, version: int | None) -> CommitResult:
         store = self.catalog.sql
         if version is None:
             snap = store.snapshot(table_id, 0)
@@ -370,10 +368,7 @@ class CatalogTransaction:
         out = {}
         for name, (table_id, version) in sorted(self._prior.items()):
             share = self._shares.get(name)
-            handle = (
-                share.tx.table if share is not None and share.create is None else self.catalog.table(name)
-            )
-            out[name] = self._replayed(handle, table_id, version)  # type: ignore[arg-type]
+            out[name] = self._replayed(table_id, version)
             if share is not None:
                 share.tx.pending_commit.state = "committed"
         self.state = "committed"
