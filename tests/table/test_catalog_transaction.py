@@ -498,4 +498,7 @@ def test_a_driver_commits_staged_writes_of_several_tables_in_one_transaction(cat
         tx.table(B).add_staged(bad)
     with pytest.raises(InvalidInput), cat.transaction() as tx:
         tx.table(A).add_staged(bad[0])  # type: ignore[arg-type]
+    share = a.merge(rows([1], [9])).when_matched_update_all().stage(a.version)
+    with pytest.raises(InvalidInput, match="not \\['merge'\\]"), cat.transaction() as tx:
+        tx.table(A).add_staged([share])
     assert a.version == 1 and a.cleanup(older_than=dt.timedelta(0)) == []

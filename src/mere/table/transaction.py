@@ -306,6 +306,12 @@ class Transaction:
                 raise InvalidInput(
                     f"{self.table.name}: add_staged() takes a list of StagedWrite from stage()"
                 )
+            kinds = sorted({s.operation for s in staged} - set(write.STAGE_OPERATIONS))
+            if kinds:  # MERGE shares and compaction results commit only onto the version they read
+                raise InvalidInput(
+                    f"{self.table.name}: add_staged() takes staged writes, not {kinds}: commit those with "
+                    "Table.commit"
+                )
             entries = renumber(f for s in staged for f in s.files)
             write.check_dynamic(self.table.name, dynamic)
             commit = self._open()
