@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -328,3 +328,39 @@ class ConcurrentChanges:
                 return None
             out.update(parts)
         return out
+
+
+@dataclass(frozen=True)
+class NewTable:
+    """A table a catalog transaction creates in the same database transaction as its first commit."""
+
+    namespace: str
+    name: str
+    location: str
+    spec: str
+    uuid: str
+
+
+@dataclass
+class CommitRequest:
+    """One table's commit, prepared at ``base_version`` and ready to land: what
+    :meth:`SqlCatalog.commit <mere.catalog.sql.SqlCatalog.commit>` takes for one table, and
+    :meth:`SqlCatalog.commit_tables <mere.catalog.sql.SqlCatalog.commit_tables>` for several at once.
+
+    ``validate`` sees what landed on the table since ``base_version`` and raises
+    :class:`~mere.errors.CommitConflict` when the commit cannot be rebased onto it. ``create``: the table
+    does not exist yet and is created (version 0) in the same database transaction (``table_id`` is then
+    a placeholder, and ``base_version`` 0).
+    """
+
+    table_id: int
+    base_version: int
+    operation: str
+    add: Sequence[FileEntry] = ()
+    remove: Iterable[int] = ()
+    summary: dict[str, Any] | None = None
+    validate: Callable[[ConcurrentChanges], None] | None = None
+    idempotency_key: str | None = None
+    spec: str | None = None
+    restores: int | None = None
+    create: NewTable | None = None

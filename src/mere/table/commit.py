@@ -28,6 +28,7 @@ from mere.metadata import (
     DELETED_ROWS,
     MOVED_KEYS,
     STALE_ROWS,
+    CommitRequest,
     CommitResult,
     FileEntry,
 )
@@ -52,6 +53,31 @@ from mere.table.write_checks import WriteChecks
 from mere.write.writer import conform, marker_spec, prepare
 
 ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
+
+
+@dataclass
+class PreparedCommit:
+    """One table's commit prepared at its base version (:meth:`Commit.prepare`): the catalog request,
+    and the change logs written for it (deleted if it does not land)."""
+
+    request: CommitRequest
+    logs: list[FileEntry]
+
+    def arguments(self) -> dict[str, Any]:
+        """The request as :meth:`MetadataStore.commit <mere.table.context.MetadataStore.commit>`'s
+        keyword arguments."""
+        r = self.request
+        return {
+            "base_version": r.base_version,
+            "operation": r.operation,
+            "add": r.add,
+            "remove": r.remove,
+            "summary": r.summary,
+            "validate": r.validate,
+            "idempotency_key": r.idempotency_key,
+            "spec": r.spec,
+            "restores": r.restores,
+        }
 
 
 # -- what a change removes, as data -------------------------------------------------------------------
@@ -336,6 +362,17 @@ class Commit:
         self.properties = validate_properties(applied(self.ctx.spec.properties, asked))  # checked now
         self.property_updates = asked
 
+    def change_columns(self, change: SchemaChange) -> None:
+        """Commit a column change too; the changes added after it are written with the new columns."""
+        self.require_open()
+        if self.changes or self.schema is not None:
+            raise InvalidInput(
+                f"{self.ctx.name}: a column change must come first in a transaction, and only once"
+            )
+        self.ctx = replace(self.ctx, spec=change.spec, schema_change=change)
+        self.schema = change
+        self.checks = WriteChecks(change.spec, self.ctx.name)
+
     def restore_properties(self, properties: Mapping[str, str]) -> None:
         """Make the table's properties exactly ``properties`` in this commit (a rollback's)."""
         current_keys = self.ctx.spec.properties
@@ -357,13 +394,7 @@ class Commit:
         ctx = self.ctx
         self.state = "committing"
         try:
-            if self._needed_checks() is not None and any(
-                isinstance(c.removes, (ReplacePartitions, RemoveFiles)) for c in self.changes
-            ):
-                raise InvalidInput(
-                    f"{ctx.name}: overwrites and copy-on-write deletes cannot share a transaction with "
-                    "upserts that need checks (NOT NULL partial rows, integer sums): commit them separately"
-                )
+            self.check_mix()
             if self.idempotency_key is not None:
                 prior = committed_with(ctx, self.idempotency_key)
                 if prior is not None:
@@ -373,12 +404,12 @@ class Commit:
                 return self.replayed(result)
         except SchemaChanged:
             discard(ctx, self.changes)
-            self._drop_resolved()
+            self.drop_resolved()
             self.state = "aborted"
             raise
         except CommitConflict as e:
             discard(ctx, self.changes)
-            self._drop_resolved()
+            self.drop_resolved()
             self.state = "aborted"
             raise CommitConflict(
                 f"{ctx.name}: {self.operation()} lost {self.retries.attempts} races to "
@@ -389,13 +420,27 @@ class Commit:
             raise  # the files may be referenced now: keep them
         except BaseException:
             discard(ctx, self.changes)
-            self._drop_resolved()
+            self.drop_resolved()
             self.state = "aborted"
             raise
-        self.state = "committed"
-        if not result.no_change and ctx.after_commit is not None:
-            ctx.after_commit(result, self.properties is not None or self.schema is not None)
+        self.finished(result)
         return result
+
+    def check_mix(self) -> None:
+        """Refuse overwrites and copy-on-write deletes beside upserts that need checks."""
+        if self._needed_checks() is not None and any(
+            isinstance(c.removes, (ReplacePartitions, RemoveFiles)) for c in self.changes
+        ):
+            raise InvalidInput(
+                f"{self.ctx.name}: overwrites and copy-on-write deletes cannot share a transaction with "
+                "upserts that need checks (NOT NULL partial rows, integer sums): commit them separately"
+            )
+
+    def finished(self, result: CommitResult) -> None:
+        """The commit landed as ``result``: tell the handle (reload, automatic maintenance)."""
+        self.state = "committed"
+        if not result.no_change and self.ctx.after_commit is not None:
+            self.ctx.after_commit(result, self.properties is not None or self.schema is not None)
 
     def replayed(self, prior: CommitResult) -> CommitResult:
         """End the commit as a replay of ``prior``, the commit its idempotency key names: the files its
@@ -413,6 +458,7 @@ class Commit:
         """Discard the commit: delete the files its changes wrote."""
         if self.state == "open":
             discard(self.ctx, self.changes)
+            self.drop_resolved()
             self.state = "aborted"
 
     def operation(self) -> str:
@@ -437,7 +483,8 @@ class Commit:
             return None
         return self.checks if any(c.operation == "upsert" for c in self.changes) else None
 
-    def _drop_resolved(self) -> None:
+    def drop_resolved(self) -> None:
+        """Delete the markers the lookup of stored keys wrote for the last try (table-wide keys)."""
         self.ctx.files.discard(self.resolved)
         self.resolved = []
 
@@ -479,13 +526,26 @@ class Commit:
         return next((c.restores for c in self.changes if c.restores is not None), None)
 
     def _attempt(self) -> CommitResult:
+        prepared = self.prepare()
+        if isinstance(prepared, CommitResult):
+            return prepared
+        try:
+            result = self.ctx.store.commit(self.ctx.table_id, **prepared.arguments())
+        except BaseException as e:
+            self.failed(prepared, e)
+            raise
+        return self.landed(prepared, result)
+
+    def prepare(self) -> PreparedCommit | CommitResult:
+        """The commit at its base version, ready to land (its change logs written), or the result of a
+        commit that has nothing to land (no version). A conflict found here has rebased the commit."""
         ctx = self.ctx
         checks = self._needed_checks()
         reads = any(c.recipe is not None for c in self.changes)
         if (checks is not None or (ctx.spec.cross_partition and self._blind())) and not reads:
             self.read_version = current(ctx)  # the checks read the table: at its newest version
         base = self.read_version
-        self._drop_resolved()
+        self.drop_resolved()
         self.resolved, resolved_summary, resolved_rule = self._resolve(base)
         removed: list[FileEntry] = []
         removed_ids: list[int] = []
@@ -533,7 +593,6 @@ class Commit:
             spec = new_spec.to_json()
         # With ``changes.log`` on, the commit also records the rows it replaces (read at ``base``; a
         # concurrent change to those splits is a conflict, and the retry reads them again).
-        logs: list[FileEntry] = []
         logged = logs_changes(
             ctx.spec, add, bool(removed) or bool(removed_ids) or self._restores() is not None
         )
@@ -556,41 +615,47 @@ class Commit:
         if not (add or summary["removed_files"] or spec is not None or self._restores() is not None):
             # Nothing to write, remove or change: no version (one rule for every write path).
             return CommitResult.unchanged(ctx.store.snapshot(ctx.table_id, base), self.operation())
-        try:
-            if logged:
-                try:
-                    logs = write_change_log(ctx, base, add)
-                except NoSuchVersion as e:  # expired meanwhile: read the rows it replaces at a newer one
-                    raise CommitConflict(
-                        f"{ctx.name}: version {base} expired before this write read it"
-                    ) from e
-            result = ctx.store.commit(
-                ctx.table_id,
-                base_version=base,
-                operation=self.operation(),
-                add=add + [replace(f, order=len(add) + i) for i, f in enumerate(logs)],
-                remove=[f.id for f in removed if f.id is not None] + removed_ids,
-                summary=summary,
-                validate=validator(ctx.name, rules),
-                idempotency_key=self.idempotency_key,
-                spec=spec,
-                restores=self._restores(),
-            )
-            if result.already_committed:  # the key's commit landed first: this commit's logs are not needed
-                ctx.files.discard(logs)
-            return result
-        except CommitConflict:
-            ctx.files.discard(logs)
-            # Rebase onto the version that beat us: changes that read rows are evaluated again there.
-            self.read_version = current(ctx)
-            if reads:
-                self.changes = [self._redo(c) for c in self.changes]
-            raise
-        except CommitStateUnknown:
-            raise  # the logs may be referenced now: keep them
-        except BaseException:
-            ctx.files.discard(logs)
-            raise
+        logs: list[FileEntry] = []
+        if logged:
+            try:
+                logs = write_change_log(ctx, base, add)
+            except NoSuchVersion as e:  # expired meanwhile: read the rows it replaces at a newer one
+                self.rebase()
+                raise CommitConflict(f"{ctx.name}: version {base} expired before this write read it") from e
+        request = CommitRequest(
+            ctx.table_id,
+            base_version=base,
+            operation=self.operation(),
+            add=add + [replace(f, order=len(add) + i) for i, f in enumerate(logs)],
+            remove=[f.id for f in removed if f.id is not None] + removed_ids,
+            summary=summary,
+            validate=validator(ctx.name, rules),
+            idempotency_key=self.idempotency_key,
+            spec=spec,
+            restores=self._restores(),
+        )
+        return PreparedCommit(request, logs)
+
+    def landed(self, prepared: PreparedCommit, result: CommitResult) -> CommitResult:
+        """The catalog landed ``prepared`` (or named the commit its idempotency key made first)."""
+        if result.already_committed:  # the key's commit landed first: this commit's logs are not needed
+            self.ctx.files.discard(prepared.logs)
+            self.drop_resolved()
+        return result
+
+    def failed(self, prepared: PreparedCommit, error: BaseException) -> None:
+        """``prepared`` did not land: its logs go (unless the outcome is unknown); a lost race rebases."""
+        if isinstance(error, CommitStateUnknown):
+            return  # the logs may be referenced now: keep them
+        self.ctx.files.discard(prepared.logs)
+        if isinstance(error, CommitConflict):
+            self.rebase()
+
+    def rebase(self) -> None:
+        """Rebase onto the version that beat us: changes that read rows are evaluated again there."""
+        self.read_version = current(self.ctx)
+        if any(c.recipe is not None for c in self.changes):
+            self.changes = [self._redo(c) for c in self.changes]
 
     def _redo(self, change: Change) -> Change:
         if change.recipe is None:

@@ -555,7 +555,12 @@ class Merge(MergeBuilder):
         on: str | None = None,
         source_alias: str = "s",
         target_alias: str = "t",
+        *,
+        into: Commit | CommitResult | None = None,
     ) -> None:
+        # ``into``: the transaction's commit that execute() adds the MERGE to (a commit result: the
+        # transaction replays that commit, and execute() does nothing); None: execute() commits alone.
+        self.into = into
         if not table.spec.has_primary_key:
             raise InvalidInput(f"{table.name} has no primary key: MERGE pairs rows by primary key")
         for name, alias in (("source_alias", source_alias), ("target_alias", target_alias)):
@@ -723,6 +728,8 @@ class Merge(MergeBuilder):
             raise InvalidInput(f"{self.table.name}: this MERGE was executed; build a new one")
         check_idempotency_key(self.table.name, idempotency_key)
         started = time.perf_counter()
+        if self.into is not None:
+            return self._execute_into(self.into, idempotency_key, started)
         ctx = self.table.context
         if idempotency_key is not None:
             prior = committed_with(ctx, idempotency_key)
@@ -750,6 +757,32 @@ class Merge(MergeBuilder):
             m["files"],
             time.perf_counter() - started,
             None if result.no_change else result.version,
+            m["rows_read"],
+            m["splits_read"],
+        )
+
+    def _execute_into(
+        self, into: Commit | CommitResult, idempotency_key: str | None, started: float
+    ) -> MergeMetrics:
+        """Add the MERGE to a transaction's commit (its counts, without a version yet)."""
+        if idempotency_key is not None:
+            raise InvalidInput(
+                f"{self.table.name}: a MERGE in a transaction takes the transaction's idempotency key"
+            )
+        self._state = "executed"
+        if isinstance(into, CommitResult):  # the transaction replays a commit: nothing is read
+            return MergeMetrics.of_commit(self.table.name, into, time.perf_counter() - started)
+        plan = MergePlan(self)
+        into.add_read(plan, "a MERGE")
+        m = plan.metrics
+        return MergeMetrics(
+            m["inserted"],
+            m["updated"],
+            m["deleted"],
+            m["unchanged"],
+            m["files"],
+            time.perf_counter() - started,
+            None,
             m["rows_read"],
             m["splits_read"],
         )
