@@ -141,16 +141,20 @@ from mere.integrations.spark.source import (
     SplitPartition,
     translate_filter,
 )
+from mere.integrations.spark.sql import CATALOG_CONF, HISTORY_SCHEMA, METRICS_SCHEMA, WAREHOUSE_CONF, sql
 from mere.integrations.spark.types import native_type, spark_schema
 
 __all__ = [
+    "CATALOG_CONF",
     "CREATE_OPTIONS",
     "ENV_CATALOG",
     "ENV_WAREHOUSE",
     "FLUSH_BYTES",
     "FLUSH_ROWS",
+    "HISTORY_SCHEMA",
     "LOCATION_OPTIONS",
     "MERGE_ATTEMPTS",
+    "METRICS_SCHEMA",
     "OVERWRITE_MODES",
     "OVERWRITE_MODE_CONF",
     "READ_OPTIONS",
@@ -159,6 +163,7 @@ __all__ = [
     "SPARK_VERSION",
     "STREAM_QUERY_ID_PROPERTY",
     "STREAM_READ_OPTIONS",
+    "WAREHOUSE_CONF",
     "WORKERS_HINT",
     "WRITE_OPERATIONS",
     "WRITE_OPTIONS",
@@ -186,6 +191,7 @@ __all__ = [
     "register",
     "spark_filter",
     "spark_schema",
+    "sql",
     "translate_filter",
 ]
 
