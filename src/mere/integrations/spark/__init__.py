@@ -96,6 +96,7 @@ from mere.integrations.spark.compat import (
 # isort: split
 from mere.integrations.spark.compact import compact
 from mere.integrations.spark.datasource import MereDataSource
+from mere.integrations.spark.explain import MereScan, Pruning, SparkExplain, explain
 from mere.integrations.spark.foreach import batch_key, query_id
 from mere.integrations.spark.merge import (
     MERGE_ATTEMPTS,
@@ -171,9 +172,12 @@ __all__ = [
     "MereDataSource",
     "MerePushdownReader",
     "MereReader",
+    "MereScan",
     "MereStreamWriter",
     "MereWriter",
     "PartitionSizing",
+    "Pruning",
+    "SparkExplain",
     "SparkMerge",
     "SparkMergeExplain",
     "SplitPartition",
@@ -182,6 +186,7 @@ __all__ = [
     "check_options",
     "check_workers",
     "compact",
+    "explain",
     "install_partition_hook",
     "local_session",
     "merge",
