@@ -5,7 +5,9 @@ every refused statement changes nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -274,3 +276,26 @@ def test_idempotency_key_commits_once(spark: SparkSession, wh: str, orders: mere
     assert (first.updated, first.already_committed) == (1, False)
     assert (again.version, again.already_committed) == (first.version, True)
     assert dict((r[0], r[2]) for r in _mere_rows(mere.connect(wh).table("s.orders")))[2] == ROWS["qty"][1] + 1
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_readme_sql_example_runs(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    section = (ROOT / "README.md").read_text().split("### SQL text on Spark", 1)[1]
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    try:
+        exec(compile(code, "README.md[SQL text on Spark]", "exec"), namespace)
+    finally:
+        spark.conf.unset(WAREHOUSE_CONF)
+        spark.catalog.dropTempView("changes")
+    orders = namespace["orders"]
+    assert isinstance(orders, mere.Table)
+    assert orders.to_arrow().sort_by("id").to_pylist() == [
+        {"id": 1, "day": "d1", "qty": 30},
+        {"id": 2, "day": "d1", "qty": 40},
+    ]
