@@ -9,6 +9,9 @@ to one scan (then :data:`~mere.integrations.spark.SCAN_SCOPED_READS` is to be li
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
@@ -78,3 +81,24 @@ def test_pushdown_stays_refused_on_this_spark() -> None:
     """Spark 4.3 (the pinned version) still reuses a planned read across queries: the refusal stands."""
     assert SPARK_VERSION < (5, 0)
     assert not SCAN_SCOPED_READS
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_engines_doc_spark_example_runs(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    section = (ROOT / "docs" / "engines.md").read_text().split("## PySpark", 1)[1]
+    code = re.findall(r"```py\n(.*?)```", section, flags=re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    try:
+        exec(compile(code, "docs/engines.md[PySpark]", "exec"), namespace)
+    finally:
+        spark.catalog.dropTempView("fresh")
+    assert (namespace["before"], namespace["after"]) == (100, 150)
+    metrics = namespace["metrics"]
+    assert (metrics.updated, metrics.inserted) == (5, 5)  # type: ignore[attr-defined]
+    (scan,) = explain(namespace["df"]).scans
+    assert scan.could_prune is not None and scan.could_prune.partitions == (1, 2)

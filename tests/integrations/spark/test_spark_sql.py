@@ -47,7 +47,7 @@ STATEMENTS = [
     "MERGE INTO s.orders USING (SELECT id, day, qty + 100 AS qty FROM changes WHERE op = 'U') AS u "
     "ON orders.id = u.id WHEN MATCHED THEN UPDATE SET qty = u.qty",
     "MERGE INTO s.orders t USING (SELECT id, day, qty FROM changes) AS s USING (id) "
-    "WHEN MATCHED AND qty > 100 THEN UPDATE SET qty = s.qty - 1 WHEN NOT MATCHED THEN INSERT BY NAME",
+    "WHEN MATCHED AND t.qty > 100 THEN UPDATE SET qty = s.qty - 1 WHEN NOT MATCHED THEN INSERT BY NAME",
     "UPDATE s.orders AS o SET qty = NULL WHERE o.id IN (5, 6)",
     "DELETE FROM s.orders WHERE qty IS NULL OR id > 21;",
 ]
