@@ -305,6 +305,8 @@ def _change(
         for clause in spec.clauses:
             builder.add_clause(clause)
         return _metrics(context.spark, "MERGE", builder.execute(idempotency_key=key))
+    if sources:
+        raise InvalidInput(f"only MERGE takes sources; got {sorted(sources)}")
     kind = "UPDATE" if isinstance(statement, UpdateStatement) else "DELETE"
     builder = _keyed_merge(context, ref, table, statement, partitions, attempts)
     return _metrics(context.spark, kind, builder.execute(idempotency_key=key))
