@@ -11,6 +11,7 @@ every mere table they name is bound to a read of it.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -176,8 +177,14 @@ class _Context:
             ) from None
 
     def has(self, name: str) -> bool:
-        ref = self.ref(name)
-        return bool(ref.connect().exists(name))
+        """Whether the mere catalog has the table (False without any warehouse, or for a name mere cannot
+        hold, such as Spark's three-part ``catalog.schema.table``)."""
+        if not (self.warehouse or os.environ.get(ENV_WAREHOUSE)):
+            return False
+        try:
+            return bool(self.ref(name).connect().exists(name))
+        except MereError:
+            return False
 
     def read(self, name: str, version: int | None = None, as_of: Any = None) -> Any:
         return read_table(
