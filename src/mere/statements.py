@@ -175,14 +175,11 @@ def parse_sql(text: str) -> MergeStatement | UpdateStatement | DeleteStatement:
         using = tree.args["using"]
         if isinstance(using, exp.Subquery | exp.Select):
             query = using.this if isinstance(using, exp.Subquery) else using
-            alias = _alias(using, "")
-            if not alias:
-                raise FilterError("MERGE ... USING (subquery) needs an alias: USING (SELECT ...) AS s")
             return MergeStatement(
                 target,
                 query.sql(dialect="spark"),
                 _alias(tree.this, target.split(".")[-1]),
-                alias,
+                _alias(using, ""),  # "" when the subquery has none
                 True,
                 tree,
             )
