@@ -154,6 +154,9 @@ class TableDef:
             merge_operators=self.operators,
             cdc_column=CDC_COLUMN if self.cdc else None,
             properties=self.properties,
+            # The oracle identifies rows by partition values and key (tests/test_key_scope.py covers keys
+            # that move between partitions).
+            key_scope="partition" if self.primary_key else None,
         )
 
 
@@ -1061,7 +1064,13 @@ def test_not_null_column_and_new_keys(tmp_path: Path) -> None:
         ]
     )
     t = mere.connect(str(tmp_path)).create_table(
-        "diff.nn", schema, primary_key=["k"], partition_by=["p"], buckets=2, cdc_column="op"
+        "diff.nn",
+        schema,
+        primary_key=["k"],
+        partition_by=["p"],
+        buckets=2,
+        cdc_column="op",
+        key_scope="partition",
     )
     t.upsert(
         pa.table(

@@ -419,6 +419,7 @@ class LakeMachine(RuleBasedStateMachine):
             buckets=3,
             cdc_column="op",
             properties=LAST_PROPERTIES,
+            key_scope="partition",  # the model's rows are (partition, key)
         )
         self.t_ops = self.cat.create_table(
             f"{ns}.ops",
@@ -429,6 +430,7 @@ class LakeMachine(RuleBasedStateMachine):
             cdc_column="op",
             merge_operators=OPERATORS,
             properties=OPS_PROPERTIES,
+            key_scope="partition",
         )
         self.t_plain = self.cat.create_table(f"{ns}.plain", SCHEMA, partition_by=["p"])
         self.m_last = PkModel(base_columns({}))

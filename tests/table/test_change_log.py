@@ -313,6 +313,7 @@ def twin_tables(
             SCHEMA,
             primary_key="k",
             partition_by="p",
+            key_scope="partition",
             buckets=buckets,
             properties={**props, **(extra or {})},
         )
@@ -500,7 +501,13 @@ def test_logged_feeds_across_schema_changes(
     root = tmp_path_factory.mktemp("evolving")
     tables = [
         mere.connect(str(root / name)).create_table(
-            "a.t", EVOLVING, primary_key="k", partition_by="p", buckets=buckets, properties=props
+            "a.t",
+            EVOLVING,
+            primary_key="k",
+            partition_by="p",
+            buckets=buckets,
+            properties=props,
+            key_scope="partition",
         )
         for name, props in (("logged", {"changes.log": "on"}), ("plain", {}))
     ]
@@ -636,7 +643,13 @@ def test_logged_feeds_of_key_types_many_splits_and_nested_values(
     key_names = [f.name for f in KEY_KINDS[kind][0]]
     tables = [
         mere.connect(str(root / name)).create_table(
-            "a.t", schema, primary_key=key_names, partition_by="q", buckets=buckets, properties=props
+            "a.t",
+            schema,
+            primary_key=key_names,
+            partition_by="q",
+            buckets=buckets,
+            properties=props,
+            key_scope="partition",
         )
         for name, props in (("logged", {"changes.log": "on"}), ("plain", {}))
     ]
@@ -770,7 +783,13 @@ def test_a_concurrent_merge_update_and_delete_in_the_same_split_are_logged_again
 ) -> None:
     warehouse = str(tmp_path / "warehouse")
     t = mere.connect(warehouse, catalog=catalog_url).create_table(
-        "a.t", SMALL, primary_key="k", partition_by="p", buckets=1, properties={"changes.log": "on", **MANUAL}
+        "a.t",
+        SMALL,
+        primary_key="k",
+        partition_by="p",
+        buckets=1,
+        properties={"changes.log": "on", **MANUAL},
+        key_scope="partition",
     )
     other = mere.connect(warehouse, catalog=catalog_url).table("a.t")
     t.upsert(small([1, 2, 3], "x"))

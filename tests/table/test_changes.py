@@ -131,6 +131,7 @@ def test_feed_applied_to_the_older_snapshot_gives_the_newer(
         buckets=buckets,
         merge_operators=OPERATORS if kind == "operators" else None,
         properties={"changes.log": "on"} if kind == "logged" else None,
+        key_scope="partition",  # the feed's model: rows are (partition, key)
     )
     run_ops(t, ops)
     t = t.refresh()

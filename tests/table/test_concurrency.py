@@ -455,7 +455,13 @@ def test_concurrent_overwrite_and_upsert_replay_serially(
         ]
     )
     table = cat.create_table(
-        "conc.mixed", schema, primary_key=["id"], partition_by=["part"], buckets=2, properties=MANUAL
+        "conc.mixed",
+        schema,
+        primary_key=["id"],
+        partition_by=["part"],
+        buckets=2,
+        properties=MANUAL,
+        key_scope="partition",  # each partition holds its own id 0, 3, ...
     )
     seed = [(p, i, -i) for p in PARTITIONS for i in range(0, 40, 3)]
     table.upsert(

@@ -126,6 +126,7 @@ def new_table(cat: mere.Catalog, name: str, seq: SeqType, key_type: pa.DataType,
         cdc_column="op",
         sequence_by=seq.columns,
         properties={"compaction.min-files": "3", **props},
+        key_scope="partition",  # rows are (partition, key); tests/table/test_key_scope.py moves keys
     )
 
 
@@ -599,9 +600,11 @@ def test_deletes_of_keys_without_their_partition_are_unchanged_without_sequences
     cat = mere.connect(str(tmp_path / "w"))
     schema = pa.schema([("k", pa.int64()), ("a", pa.int64()), ("b", pa.string()), ("seq", pa.int64())])
     rows = pa.table({"k": [1, 1, 2], "a": [1, 2, 1], "b": ["x", "x", "y"], "seq": [1, 1, 1]})
-    plain = cat.create_table("s.p", schema, primary_key="k", partition_by=["a", "b"])
+    plain = cat.create_table("s.p", schema, primary_key="k", partition_by=["a", "b"], key_scope="partition")
     plain.upsert(rows)
     assert plain.delete(pa.table({"k": [1], "a": [1]})).rows_deleted == 2  # by key, in every partition
-    sequenced = cat.create_table("s.q", schema, primary_key="k", partition_by=["a", "b"], sequence_by="seq")
+    sequenced = cat.create_table(
+        "s.q", schema, primary_key="k", partition_by=["a", "b"], sequence_by="seq", key_scope="partition"
+    )
     sequenced.upsert(rows)
     assert sequenced.delete(pa.table({"k": [1], "a": [1]})).rows_deleted == 1  # the partition given

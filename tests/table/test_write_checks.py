@@ -102,7 +102,9 @@ def test_staged_partial_rows_are_checked_when_committed(cat: mere.Catalog) -> No
 
 
 def test_partial_upsert_in_the_null_partition(cat: mere.Catalog) -> None:
-    t = cat.create_table("t.nullpart", REQ, primary_key="id", partition_by="p", buckets=2)
+    t = cat.create_table(
+        "t.nullpart", REQ, primary_key="id", partition_by="p", buckets=2, key_scope="partition"
+    )
     t.upsert(pa.table({"id": [1, 1], "p": pa.array([None, "b"], pa.string()), "req": [1, 2]}))
     t.upsert(pa.table({"id": [1], "p": pa.array([None], pa.string()), "opt": ["x"]}))
     assert rows(t) == [{"id": 1, "p": None, "req": 1, "opt": "x"}, {"id": 1, "p": "b", "req": 2, "opt": None}]
