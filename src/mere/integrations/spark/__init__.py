@@ -96,6 +96,7 @@ from mere.integrations.spark.compat import (
 # isort: split
 from mere.integrations.spark.compact import compact
 from mere.integrations.spark.datasource import MereDataSource
+from mere.integrations.spark.ddl import BINDING_KEY, DDL_OPTIONS, describe, install_ddl_hook
 from mere.integrations.spark.foreach import batch_key, query_id
 from mere.integrations.spark.merge import (
     MERGE_ATTEMPTS,
@@ -144,6 +145,8 @@ from mere.integrations.spark.source import (
 from mere.integrations.spark.types import native_type, spark_schema
 
 __all__ = [
+    "BINDING_KEY",
+    "DDL_OPTIONS",
     "CREATE_OPTIONS",
     "ENV_CATALOG",
     "ENV_WAREHOUSE",
@@ -177,6 +180,8 @@ __all__ = [
     "check_options",
     "check_workers",
     "compact",
+    "describe",
+    "install_ddl_hook",
     "install_partition_hook",
     "local_session",
     "merge",
