@@ -50,7 +50,9 @@ def state(spark: SparkSession, wh: str) -> tuple[Any, ...]:
     spark_tables = sorted(t.name for t in spark.catalog.listTables())
     cat = mere.connect(wh)
     tables = sorted((n, cat.table(n).version) for n in cat.tables())
-    files = sorted(str(p.relative_to(wh)) for p in Path(wh).rglob("*") if p.is_file() and "catalog" not in p.name)
+    files = sorted(
+        str(p.relative_to(wh)) for p in Path(wh).rglob("*") if p.is_file() and "catalog" not in p.name
+    )
     spark_dirs = sorted(os.listdir("spark-warehouse")) if os.path.isdir("spark-warehouse") else []
     return spark_tables, tables, files, spark_dirs
 
@@ -64,7 +66,9 @@ def test_create_insert_overwrite_select_like_a_spark_table(spark: SparkSession, 
     spec = mere.connect(wh).table("sales.orders").spec
     assert (spec.primary_key, spec.partition_by, spec.buckets) == (("id",), ("day",), 4)
     rng = random.Random(33)
-    model: dict[int, tuple[str, int]] = {}  # a key's day is fixed (partition columns are part of a row's identity)
+    model: dict[
+        int, tuple[str, int]
+    ] = {}  # a key's day is fixed (partition columns are part of a row's identity)
     for step in range(7):
         batch = {k: (f"d{k % 3}", rng.randrange(100)) for k in (rng.randrange(12) for _ in range(5))}
         if step == 3:  # INSERT OVERWRITE, static: the whole table
@@ -77,22 +81,26 @@ def test_create_insert_overwrite_select_like_a_spark_table(spark: SparkSession, 
             days = {d for d, _ in batch.values()}
             model = {k: r for k, r in model.items() if r[0] not in days} | batch
         elif step == 5:  # one named partition, as mere's option (Spark's PARTITION clause cannot reach it)
-            batch = {k: r for k, r in batch.items() if r[0] == "d2"}
+            batch = {k: r for k, r in batch.items() if r[0] == "d2"} or {2: ("d2", 0)}
             spark.sql(
                 "INSERT OVERWRITE orders WITH ('partition' = '{\"day\": \"d2\"}') "
-                f"SELECT * FROM VALUES {values(batch) or '(2, \'d2\', 0)'} AS s(id, day, v)"
+                f"SELECT * FROM VALUES {values(batch)} AS s(id, day, v)"
             )
-            model = {k: r for k, r in model.items() if r[0] != "d2"} | (batch or {2: ("d2", 0)})
+            model = {k: r for k, r in model.items() if r[0] != "d2"} | batch
         else:
             spark.sql(f"INSERT INTO orders VALUES {values(batch)}")
             model.update(batch)
-        assert spark_rows(spark, "SELECT * FROM orders") == model_rows(model) == python_rows(wh, "sales.orders"), step
+        assert (
+            spark_rows(spark, "SELECT * FROM orders") == model_rows(model) == python_rows(wh, "sales.orders")
+        ), step
 
 
 def test_what_spark_refuses_before_mere_runs(spark: SparkSession, wh: str, clean: None) -> None:
     """Spark's own refusals (no code of mere runs): the session's dynamic overwrite mode and a PARTITION
     clause; the README names the mere way (the WITH options above)."""
-    spark.sql(f"CREATE TABLE o ({COLS}) USING mere OPTIONS (warehouse '{wh}', primary_key 'id', partition_by 'day')")
+    spark.sql(
+        f"CREATE TABLE o ({COLS}) USING mere OPTIONS (warehouse '{wh}', primary_key 'id', partition_by 'day')"
+    )
     spark.sql("INSERT INTO o VALUES (1, 'd1', 1)")
     before = state(spark, wh)
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
@@ -113,7 +121,9 @@ def test_column_less_create_binds_an_existing_table_and_checks_its_spec(
     import pyarrow as pa
 
     cat = mere.connect(wh)
-    t = cat.create_table("ns.t", pa.schema([("id", pa.int64()), ("day", pa.string()), ("v", pa.int64())]), primary_key="id")
+    t = cat.create_table(
+        "ns.t", pa.schema([("id", pa.int64()), ("day", pa.string()), ("v", pa.int64())]), primary_key="id"
+    )
     t.upsert(pa.table({"id": [1, 2], "day": ["d1", "d2"], "v": [10, 20]}))
     before = state(spark, wh)
     with pytest.raises(Exception, match="different spec"):
@@ -125,9 +135,11 @@ def test_column_less_create_binds_an_existing_table_and_checks_its_spec(
     expected = model_rows({1: ("d1", 10), 2: ("d2", 21), 3: ("d3", 30)})
     assert spark_rows(spark, "SELECT * FROM t") == expected == python_rows(wh, "ns.t")
     described = {r["col_name"]: r["comment"] for r in spark.sql("DESCRIBE TABLE EXTENDED t").collect()}
-    assert described["id"] == "mere primary key (1 buckets)"
+    assert described["id"] == f"mere primary key ({t.spec.buckets} buckets)"
     info = {r["key"]: r["value"] for r in describe(spark, "t").collect()}
-    assert info["primary_key"] == "id" and info["table"] == "ns.t" and info["mere.version"] == mere.__version__
+    assert (
+        info["primary_key"] == "id" and info["table"] == "ns.t" and info["mere.version"] == mere.__version__
+    )
     assert info["table_version"] == str(cat.table("ns.t").version)
 
 
@@ -154,7 +166,9 @@ def test_ctas_and_save_as_table(spark: SparkSession, wh: str, clean: None) -> No
 
 
 def test_drop_table_keeps_the_mere_table(spark: SparkSession, wh: str, clean: None) -> None:
-    spark.sql(f"CREATE TABLE d ({COLS}) USING mere OPTIONS (warehouse '{wh}', table 'ns.d', primary_key 'id')")
+    spark.sql(
+        f"CREATE TABLE d ({COLS}) USING mere OPTIONS (warehouse '{wh}', table 'ns.d', primary_key 'id')"
+    )
     spark.sql("INSERT INTO d VALUES (1, 'a', 1)")
     spark.sql("DROP TABLE d")
     assert not spark.catalog.tableExists("d")
@@ -177,13 +191,37 @@ def test_a_view_defined_over_the_table_follows_writes(spark: SparkSession, wh: s
 @pytest.mark.parametrize(
     ("statement", "error", "sentence"),
     [
-        (f"CREATE TABLE r ({COLS}) USING mere OPTIONS (warehouse '{{wh}}') LOCATION '/tmp/x'", InvalidInput, "takes no LOCATION"),
-        (f"CREATE TABLE r ({COLS}) USING mere OPTIONS (warehouse '{{wh}}', primry_key 'id')", InvalidInput, "unknown option or property 'primry_key'"),
-        ("CREATE TABLE r USING mere OPTIONS (warehouse '{wh}', table 'ns.none')", Exception, "does not exist"),
+        (
+            f"CREATE TABLE r ({COLS}) USING mere OPTIONS (warehouse '{{wh}}') LOCATION '/tmp/x'",
+            InvalidInput,
+            "takes no LOCATION",
+        ),
+        (
+            f"CREATE TABLE r ({COLS}) USING mere OPTIONS (warehouse '{{wh}}', primry_key 'id')",
+            InvalidInput,
+            "unknown option or property 'primry_key'",
+        ),
+        (
+            "CREATE TABLE r USING mere OPTIONS (warehouse '{wh}', table 'ns.none')",
+            Exception,
+            "does not exist",
+        ),
         ("CREATE TABLE r USING mere OPTIONS (warehouse '{wh}')", Exception, r"needs OPTIONS \(table"),
-        (f"CREATE TABLE r ({COLS}) USING mere OPTIONS (warehouse '{{wh}}') CLUSTERED BY (id) INTO 4 BUCKETS", InvalidInput, "buckets hash the primary key"),
-        (f"CREATE OR REPLACE TABLE r ({COLS}) USING mere OPTIONS (warehouse '{{wh}}')", InvalidInput, "drop the table's history"),
-        ("CREATE TABLE r USING mere OPTIONS (warehouse '{wh}', table 'ns.have') AS SELECT 1L AS id", TableExists, "bind it with CREATE TABLE"),
+        (
+            f"CREATE TABLE r ({COLS}) USING mere OPTIONS (warehouse '{{wh}}') CLUSTERED BY (id) INTO 4 BUCKETS",
+            InvalidInput,
+            "buckets hash the primary key",
+        ),
+        (
+            f"CREATE OR REPLACE TABLE r ({COLS}) USING mere OPTIONS (warehouse '{{wh}}')",
+            InvalidInput,
+            "drop the table's history",
+        ),
+        (
+            "CREATE TABLE r USING mere OPTIONS (warehouse '{wh}', table 'ns.have') AS SELECT 1L AS id",
+            TableExists,
+            "bind it with CREATE TABLE",
+        ),
         ("CREATE TABLE r USING mere OPTIONS (warehouse '{wh}') AS SELECT 1L AS id, nope", Exception, "nope"),
     ],
 )
@@ -212,7 +250,10 @@ def test_a_spark_table_that_names_no_mere_table_is_refused_before_writing(
     before = state(spark, wh)
     with pytest.raises(Exception, match="names no mere table"):
         spark.sql("SELECT * FROM plain").collect()
-    for statement in ("INSERT INTO plain VALUES (2, 'b', 2)", "INSERT INTO plain SELECT id, day, v + 1 FROM src"):
+    for statement in (
+        "INSERT INTO plain VALUES (2, 'b', 2)",
+        "INSERT INTO plain SELECT id, day, v + 1 FROM src",
+    ):
         with pytest.raises(Exception, match="names no mere table"):
             spark.sql(statement)
     assert state(spark, wh) == before

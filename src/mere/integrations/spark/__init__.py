@@ -146,8 +146,8 @@ from mere.integrations.spark.types import native_type, spark_schema
 
 __all__ = [
     "BINDING_KEY",
-    "DDL_OPTIONS",
     "CREATE_OPTIONS",
+    "DDL_OPTIONS",
     "ENV_CATALOG",
     "ENV_WAREHOUSE",
     "FLUSH_BYTES",

@@ -23,6 +23,7 @@ README's section "Spark: what works and the limits" cites them):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -171,7 +172,9 @@ def open_or_create(ref: TableRef, opts: Mapping[str, str], schema: StructType | 
 def create(ref: TableRef, opts: Mapping[str, str], schema: StructType) -> Table:
     """A new mere table of the Spark columns ``schema`` and the layout ``opts`` give."""
     keys = set(column_list_option("primary_key", opts.get("primary_key")) or ())
-    arrow = to_arrow_schema(StructType([StructField(f.name, f.dataType, f.nullable) for f in schema]), timezone="UTC")
+    arrow = to_arrow_schema(
+        StructType([StructField(f.name, f.dataType, f.nullable) for f in schema]), timezone="UTC"
+    )
     # As Spark's file sources store them: columns other than keys take NULL whatever the plan proved.
     arrow = pa.schema(
         [f.with_type(relax_nested(f.type)).with_nullable(f.nullable or f.name not in keys) for f in arrow]
@@ -300,8 +303,10 @@ def _parse(spark: Any, text: str) -> _Creation | None:
         return _Creation(parts, bool(plan.ignoreIfExists()), options, comment, schema, None)
     origin = plan.query().origin()
     if not origin.startIndex().isDefined() or not origin.stopIndex().isDefined():
-        raise InvalidInput("CREATE TABLE ... USING mere AS SELECT: Spark's parser gave no query text; create the "
-                           "table, then INSERT INTO t SELECT ... (nothing was created)")
+        raise InvalidInput(
+            "CREATE TABLE ... USING mere AS SELECT: Spark's parser gave no query text; create the "
+            "table, then INSERT INTO t SELECT ... (nothing was created)"
+        )
     query = text[int(origin.startIndex().get()) : int(origin.stopIndex().get()) + 1]
     return _Creation(parts, bool(plan.ignoreIfExists()), options, comment, None, query)
 
@@ -318,7 +323,9 @@ def _spark_parts(spark: Any, parts: Sequence[str]) -> list[str]:
     return list(parts) if len(parts) > 1 else [spark.catalog.currentDatabase(), *parts]
 
 
-def _make_entry(run: Any, spark: Any, parts: Sequence[str], options: Mapping[str, str], comment: str | None) -> Any:
+def _make_entry(
+    run: Any, spark: Any, parts: Sequence[str], options: Mapping[str, str], comment: str | None
+) -> Any:
     """The Spark table, made through the column-less CREATE TABLE (which binds the existing mere table)."""
     given = ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in sorted(options.items()))
     text = f"CREATE TABLE {_quote_ident(parts)} USING {FORMAT_NAME} OPTIONS ({given})"
@@ -330,15 +337,11 @@ def _make_entry(run: Any, spark: Any, parts: Sequence[str], options: Mapping[str
 def _undo(run: Any, spark: Any, parts: Sequence[str] | None, ref: TableRef | None) -> None:
     """Remove what a failed creation made (the Spark table, the mere table it created)."""
     if parts is not None:
-        try:
+        with contextlib.suppress(Exception):
             run(spark, f"DROP TABLE IF EXISTS {_quote_ident(parts)}")
-        except Exception:  # noqa: BLE001 - the original failure is the one to report
-            pass
     if ref is not None:
-        try:
+        with contextlib.suppress(Exception):
             ref.connect().drop_table(ref.name, purge=True)
-        except Exception:  # noqa: BLE001
-            pass
 
 
 def create_table(
@@ -410,12 +413,12 @@ def install_ddl_hook() -> None:
         DataFrameWriter.saveAsTable,
     )
 
-    def sql(self: Any, sqlQuery: str, args: Any = None, **kwargs: Any) -> Any:  # noqa: N803 - Spark's name
-        if args is None and not kwargs and isinstance(sqlQuery, str):
-            if _CREATE.match(sqlQuery) and _USING.search(sqlQuery):
-                creation = _parse(self, sqlQuery)
-                if creation is not None:
-                    return _run_creation(self, creation)
+    def sql(self: Any, sqlQuery: str, args: Any = None, **kwargs: Any) -> Any:
+        statement = isinstance(sqlQuery, str) and args is None and not kwargs
+        if statement and _CREATE.match(sqlQuery) and _USING.search(sqlQuery):
+            creation = _parse(self, sqlQuery)
+            if creation is not None:
+                return _run_creation(self, creation)
         return spark_sql(self, sqlQuery, args, **kwargs)
 
     def _run_creation(spark: Any, c: _Creation) -> Any:
@@ -427,7 +430,7 @@ def install_ddl_hook() -> None:
         rows = spark_sql(spark, c.query) if c.query is not None else None
         return create_table(spark_sql, spark, parts, c.options, schema=c.schema, rows=rows, comment=c.comment)
 
-    def mode(self: Any, saveMode: str | None) -> Any:  # noqa: N803
+    def mode(self: Any, saveMode: str | None) -> Any:
         self._mere_mode = saveMode
         return spark_mode(self, saveMode)
 
@@ -439,24 +442,33 @@ def install_ddl_hook() -> None:
         self._mere_options = {**getattr(self, "_mere_options", {}), **{str(k): v for k, v in given.items()}}
         return spark_options(self, **given)
 
-    def saveAsTable(  # noqa: N802 - Spark's name
+    def saveAsTable(
         self: Any,
         name: str,
-        format: str | None = None,  # noqa: A002
+        format: str | None = None,
         mode: str | None = None,
-        partitionBy: Any = None,  # noqa: N803
+        partitionBy: Any = None,
         **given: Any,
     ) -> Any:
-        source = format or getattr(self, "_mere_format", None) or self._spark.conf.get(
-            "spark.sql.sources.default", "parquet"
+        source = (
+            format
+            or getattr(self, "_mere_format", None)
+            or self._spark.conf.get("spark.sql.sources.default", "parquet")
         )
         if str(source).strip().lower() != FORMAT_NAME:
             return spark_save_as_table(self, name, format, mode, partitionBy, **given)
         spark = self._spark
-        opts = {str(k): "" if v is None else str(v) for k, v in {**getattr(self, "_mere_options", {}), **given}.items()}
+        opts = {
+            str(k): "" if v is None else str(v)
+            for k, v in {**getattr(self, "_mere_options", {}), **given}.items()
+        }
         cols = partitionBy if partitionBy is not None else getattr(self, "_mere_partition_by", None)
         if cols:
-            cols = [cols] if isinstance(cols, str) else list(cols[0] if len(cols) == 1 and isinstance(cols[0], (list, tuple)) else cols)
+            cols = (
+                [cols]
+                if isinstance(cols, str)
+                else list(cols[0] if len(cols) == 1 and isinstance(cols[0], (list, tuple)) else cols)
+            )
             opts["partition_by"] = ",".join(cols)
         how = str(mode or getattr(self, "_mere_mode", None) or "errorifexists").lower()
         parts = _spark_parts(spark, [p for p in _split_name(name)])
@@ -469,19 +481,29 @@ def install_ddl_hook() -> None:
             if how == "ignore":
                 return None
             ref = ref_from_schema(spark.table(_quote_ident(parts)).schema, f"Spark table {name}")
+            if opts.get("table") and opts["table"] != ref.name:
+                raise InvalidInput(
+                    f"Spark table {name} is the mere table {ref.name}, not {opts['table']!r} (nothing was written)"
+                )
             writer = self._df.write.format(FORMAT_NAME).options(**{**opts, **location_of(ref)})
             writer.mode("overwrite" if how == "overwrite" else "append").save(ref.name)
             return None
         create_table(spark_sql, spark, parts, opts, rows=self._df)
         return None
 
-    wrappers = {"mode": mode, "option": option, "options": options, "saveAsTable": saveAsTable}
+    wrappers: dict[str, Any] = {
+        "mode": mode,
+        "option": option,
+        "options": options,
+        "saveAsTable": saveAsTable,
+    }
     for attr, wrapper in wrappers.items():
         functools.update_wrapper(wrapper, getattr(DataFrameWriter, attr))
         setattr(DataFrameWriter, attr, wrapper)
-    functools.update_wrapper(sql, spark_sql)
-    setattr(sql, _HOOKED, True)
-    SparkSession.sql = sql  # type: ignore[method-assign]
+    hooked: Any = sql
+    functools.update_wrapper(hooked, spark_sql)
+    setattr(hooked, _HOOKED, True)
+    SparkSession.sql = hooked  # type: ignore[method-assign]
 
 
 def _split_name(name: str) -> list[str]:
