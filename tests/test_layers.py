@@ -32,6 +32,11 @@ PRIVATE_IMPORT_EXCEPTIONS: set[tuple[str, str, str]] = set()
 # (module, attribute): private attributes of other modules' objects, outside mere.table.
 PRIVATE_ATTRIBUTE_EXCEPTIONS = {
     ("mere.io.storage", "_strip_protocol"),  # fsspec's own (a third-party object held in a variable)
+    # PySpark's gateway to the session's own SQL parser, and Scala's Tuple2 fields through py4j.
+    ("mere.integrations.spark.ddl", "_jsparkSession"),
+    ("mere.integrations.spark.ddl", "_jvm"),
+    ("mere.integrations.spark.ddl", "_1"),
+    ("mere.integrations.spark.ddl", "_2"),
 }
 # (importing module, imported module): write -> read imports, until shared kernels get a neutral home.
 READ_WRITE_EXCEPTIONS: set[tuple[str, str]] = set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -258,3 +259,31 @@ def test_a_spark_table_that_names_no_mere_table_is_refused_before_writing(
             spark.sql(statement)
     assert state(spark, wh) == before
     assert python_rows(wh, "default.src") == [{"id": 1, "day": "a", "v": 1}]
+
+
+def test_the_readme_example_runs(spark: SparkSession, wh: str, clean: None) -> None:
+    text = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    block = next(
+        b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "CREATE TABLE orders (" in b
+    )
+    rows = "VALUES (1L, 'd1', 200.0), (2L, 'd2', 5.0) AS s(order_id, day, amount)"
+    spark.sql(f"CREATE TEMPORARY VIEW staged AS SELECT * FROM {rows}")
+    spark.sql("CREATE TEMPORARY VIEW staged_d1 AS SELECT * FROM staged WHERE day = 'd1'")
+    df = spark.sql("SELECT 3L AS order_id, 'd3' AS day, 300.0 AS amount")
+    exec(
+        compile(block.replace("/data/wh", wh), "README.md", "exec"), {"spark": spark, "df": df, "mere": mere}
+    )
+    assert not spark.catalog.tableExists("orders")
+    assert python_rows_by(wh, "sales.orders", "order_id") == [
+        {"order_id": 1, "day": "d1", "amount": 200.0},
+        {"order_id": 2, "day": "d2", "amount": 5.0},
+        {"order_id": 3, "day": "d3", "amount": 300.0},
+    ]
+    assert spark_rows(spark, "SELECT day AS id, total FROM daily") == [
+        {"id": "d1", "total": 200.0},
+        {"id": "d2", "total": 5.0},
+    ]
+
+
+def python_rows_by(wh: str, name: str, key: str) -> list[dict[str, Any]]:
+    return sorted(mere.connect(wh).table(name).scan().to_arrow().to_pylist(), key=lambda r: r[key])

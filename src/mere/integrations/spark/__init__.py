@@ -73,14 +73,20 @@ foreachBatch: ``batch_key(df, batch_id)`` is an idempotency key per micro-batch 
 in the checkpoint, and the batch id): writes given it inside ``foreachBatch`` commit once even when Spark
 replays the batch after a failure (see :mod:`mere.integrations.spark.foreach`).
 
-Spark SQL: ``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.orders', warehouse '...')`` or
-``df.createOrReplaceTempView("orders")``; Spark cannot query a Python data source by path.
+Spark SQL: ``CREATE TABLE orders (...) USING mere OPTIONS (warehouse '...', table 'sales.orders',
+primary_key 'order_id')`` (or without a column list, to bind an existing table), ``CREATE TABLE ... AS
+SELECT`` and ``df.write.format("mere").saveAsTable(...)`` create or bind the mere table; ``SELECT``,
+``INSERT INTO`` and ``INSERT OVERWRITE`` then read and write it, each statement at the newest version, and
+``DROP TABLE`` removes Spark's entry only. :func:`describe` shows what ``SHOW TBLPROPERTIES`` cannot. See
+:mod:`mere.integrations.spark.ddl` for what Spark lets a Python source see of its catalog.
+``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.orders', warehouse '...')`` or
+``df.createOrReplaceTempView("orders")`` also work, pinned to the version planned first.
 
 Modules (each imports only those above it in this list; this package re-exports the public names):
 ``compat`` (the PySpark needed), ``options`` (option names and values, the table an operation names),
 ``types`` (Arrow and Spark types, batches cast to a Spark schema), ``source`` (batch reads), ``sink``
-(batch and stream writes, the ``.partitionBy`` hook), ``stream`` (change-feed stream reads),
-``datasource`` (:class:`MereDataSource`), ``session`` (``local_session``, ``register``,
+(batch and stream writes, the ``.partitionBy`` hook), ``stream`` (change-feed stream reads), ``ddl``
+(Spark catalog tables: ``CREATE TABLE``, CTAS, ``saveAsTable``, :func:`describe`), ``datasource`` (:class:`MereDataSource`), ``session`` (``local_session``, ``register``,
 ``check_workers``), ``native`` (``read_table``), ``merge`` (``merge``, :class:`SparkMerge`),
 ``compact`` and ``foreach`` (``batch_key``, ``query_id``).
 """
