@@ -160,6 +160,11 @@ def test_ctas_and_save_as_table(spark: SparkSession, wh: str, clean: None) -> No
     df.write.format("mere").mode("overwrite").saveAsTable("c")
     model = {i: ("x", i) for i in range(3, 7)}
     assert spark_rows(spark, "SELECT * FROM c") == model_rows(model) == python_rows(wh, "default.c")
+    spark.sql("SELECT 9L AS id, 'y' AS day, 9L AS v").writeTo("c").append()  # DataFrameWriterV2: no hook
+    model[9] = ("y", 9)
+    assert sorted((r.asDict() for r in spark.table("c").collect()), key=lambda r: r["id"]) == model_rows(
+        model
+    )
     before = state(spark, wh)
     with pytest.raises(TableExists, match="already exists: write with mode"):
         df.write.format("mere").saveAsTable("c")
@@ -287,3 +292,27 @@ def test_the_readme_example_runs(spark: SparkSession, wh: str, clean: None) -> N
 
 def python_rows_by(wh: str, name: str, key: str) -> list[dict[str, Any]]:
     return sorted(mere.connect(wh).table(name).scan().to_arrow().to_pylist(), key=lambda r: r[key])
+
+
+@pytest.mark.parametrize(
+    ("statement", "query"),
+    [
+        ("CREATE TABLE t USING mere AS SELECT 1", "SELECT 1"),
+        (
+            "create table `as` using mere options ('a' = 'as') comment 'x as y' as\n select a as b from c;",
+            "select a as b from c",
+        ),
+        (
+            "CREATE TABLE t USING mere -- as a comment\nTBLPROPERTIES ('k' = 'v') /* as */ AS (SELECT 2)",
+            "(SELECT 2)",
+        ),
+        (
+            "CREATE TABLE t USING mere OPTIONS (w 'it''s as') AS WITH q AS (SELECT 1) SELECT * FROM q",
+            "WITH q AS (SELECT 1) SELECT * FROM q",
+        ),
+    ],
+)
+def test_the_query_of_create_table_as_select(statement: str, query: str) -> None:
+    from mere.integrations.spark.ddl import _query_text
+
+    assert _query_text(statement) == query

@@ -301,14 +301,45 @@ def _parse(spark: Any, text: str) -> _Creation | None:
     if kind == "CreateTable":
         schema = StructType.fromJson(json.loads(plan.tableSchema().json()))
         return _Creation(parts, bool(plan.ignoreIfExists()), options, comment, schema, None)
-    origin = plan.query().origin()
-    if not origin.startIndex().isDefined() or not origin.stopIndex().isDefined():
-        raise InvalidInput(
-            "CREATE TABLE ... USING mere AS SELECT: Spark's parser gave no query text; create the "
-            "table, then INSERT INTO t SELECT ... (nothing was created)"
-        )
-    query = text[int(origin.startIndex().get()) : int(origin.stopIndex().get()) + 1]
+    query = _query_text(text)
     return _Creation(parts, bool(plan.ignoreIfExists()), options, comment, None, query)
+
+
+def _query_text(text: str) -> str:
+    """The query of ``CREATE TABLE ... AS <query>``: what follows the first ``AS`` outside quotes, comments
+    and parentheses (Spark's parser gives the query plan's origin only for its top clause)."""
+    depth, i, quote = 0, 0, ""
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote != "`":
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"`":
+            quote = ch
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        elif text.startswith("/*", i):
+            i = text.find("*/", i) + 2 if "*/" in text[i:] else len(text)
+            continue
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif (
+            depth == 0
+            and re.match(r"(?i)as\b", text[i:])
+            and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_"))
+        ):
+            return text[i + 2 :].strip().rstrip(";")
+        i += 1
+    raise InvalidInput(
+        "CREATE TABLE ... USING mere AS SELECT: the query was not found; create the table, then INSERT INTO t "
+        "SELECT ... (nothing was created)"
+    )
 
 
 def _quote_ident(parts: Sequence[str]) -> str:
