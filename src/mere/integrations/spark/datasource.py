@@ -10,7 +10,7 @@ from pyspark.sql.types import StructType
 
 from mere.errors import InvalidInput
 from mere.integrations.spark.compat import SCAN_SCOPED_READS
-from mere.integrations.spark.ddl import bind, is_table_creation, ref_from_schema
+from mere.integrations.spark.ddl import bind, is_table_creation, ref_from_schema, unnamed_write
 from mere.integrations.spark.options import (
     FORMAT_NAME,
     TableRef,
@@ -97,11 +97,13 @@ class MereDataSource(DataSource):
         return MereReader(self.ref, self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> MereWriter:
-        ref = self._bound(schema, "this write")
+        # A write never binds by column metadata: Spark passes the query's own when its columns already
+        # match the table's (a SELECT from another mere table would name that table). The hook names it.
+        ref = self._ref if self._ref is not None else unnamed_write(schema, "this write")
         return MereWriter(WriteJob.plan(ref, self.options, schema, overwrite, streaming=False))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> MereStreamWriter:
-        ref = self._bound(schema, "this stream write")
+        ref = self._ref if self._ref is not None else unnamed_write(schema, "this stream write")
         return MereStreamWriter(WriteJob.plan(ref, self.options, schema, overwrite, streaming=True))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

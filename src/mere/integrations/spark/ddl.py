@@ -228,12 +228,59 @@ def ref_from_schema(schema: StructType, what: str) -> TableRef:
     return TableRef.from_options(json.loads(str(binding)))
 
 
+UNNAMED_WRITE = (
+    "{what} into a Spark table of the mere format names no table: Spark hands a Python data source neither "
+    "the table's name nor its OPTIONS, and the column metadata it passes may be the source query's own "
+    "(rows selected from another mere table would go back there). Run INSERT INTO / INSERT OVERWRITE through "
+    "spark.sql after mere.integrations.spark.register(spark), which names the table, or write with "
+    "df.write.format('mere').mode('append').saveAsTable('t') or .save('ns.name') (nothing was written)"
+)
+
+
+def unnamed_write(schema: StructType, what: str) -> TableRef:
+    """Refuse a write that names no table (see :data:`UNNAMED_WRITE`); it never returns.
+
+    Raises:
+        InvalidInput: Always; with :data:`NO_BINDING` when the columns name no mere table at all.
+    """
+    ref_from_schema(schema, what)  # raises NO_BINDING for a Spark table that names no mere table
+    raise InvalidInput(UNNAMED_WRITE.format(what=what))
+
+
 # ---------------------------------------------------------------------------------------------
 # The statements Spark runs without the source: taken in PySpark before Spark sees them
 
 _CREATE = re.compile(r"^\s*(create|replace)\b", re.IGNORECASE)
 _USING = re.compile(r"\busing\s+`?mere`?(\s|$|`)", re.IGNORECASE)
 _HOOKED = "_mere_ddl_hook"
+_INSERT = re.compile(
+    r"^\s*insert\s+(?:into|overwrite)\s+(?:table\s+)?((?:`(?:[^`]|``)*`|[\w]+)(?:\s*\.\s*(?:`(?:[^`]|``)*`|[\w]+))*)",
+    re.IGNORECASE,
+)
+_WITH_OPTIONS = re.compile(r"\s*with\s*\(", re.IGNORECASE)
+
+
+def name_insert_target(spark: Any, text: str) -> str:
+    """``INSERT INTO|OVERWRITE t ...`` with the mere table ``t`` is bound to named in ``WITH (...)`` options
+    (the writer's only sure way to know it); any other statement as given."""
+    m = _INSERT.match(text)
+    if m is None:
+        return text
+    try:
+        schema = spark.table(m.group(1)).schema
+    except Exception:  # not a table Spark knows here: Spark's own error comes with the statement
+        return text
+    bindings = {f.metadata.get(BINDING_KEY) for f in schema.fields}
+    if len(bindings) != 1 or None in bindings:
+        return text  # not a bound mere table
+    given = ", ".join(
+        f"{_literal(k)} = {_literal(v)}" for k, v in sorted(json.loads(str(bindings.pop())).items())
+    )
+    end = m.end(1)
+    existing = _WITH_OPTIONS.match(text, end)
+    if existing is not None:
+        return f"{text[: existing.end()]}{given}, {text[existing.end() :]}"
+    return f"{text[:end]} WITH ({given}){text[end:]}"
 
 
 @dataclass
@@ -450,6 +497,8 @@ def install_ddl_hook() -> None:
             creation = _parse(self, sqlQuery)
             if creation is not None:
                 return _run_creation(self, creation)
+        if statement and _INSERT.match(sqlQuery):
+            sqlQuery = name_insert_target(self, sqlQuery)
         return spark_sql(self, sqlQuery, args, **kwargs)
 
     def _run_creation(spark: Any, c: _Creation) -> Any:
