@@ -336,3 +336,34 @@ def test_the_query_of_create_table_as_select(statement: str, query: str) -> None
     from mere.integrations.spark.ddl import _query_text
 
     assert _query_text(statement) == query
+
+
+class _FakeSpark:
+    """spark.table(name).schema for name_insert_target: 't' is bound, 'p' is a plain table."""
+
+    def table(self, name: str) -> Any:
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        from mere.integrations.spark import BINDING_KEY
+
+        bound = name.replace("`", "").split(".")[-1].strip() == "t"
+        meta = {BINDING_KEY: '{"table": "ns.t", "warehouse": "w"}'} if bound else {}
+        return type("T", (), {"schema": StructType([StructField("id", LongType(), True, meta)])})()
+
+
+@pytest.mark.parametrize(
+    ("statement", "named"),
+    [
+        ("INSERT INTO t VALUES (1)", "INSERT INTO t WITH ('table' = 'ns.t', 'warehouse' = 'w') VALUES (1)"),
+        (
+            "insert overwrite table default.`t` with ('partition' = '{}') select 1",
+            "insert overwrite table default.`t` with ('table' = 'ns.t', 'warehouse' = 'w', 'partition' = '{}') select 1",
+        ),
+        ("INSERT INTO p VALUES (1)", "INSERT INTO p VALUES (1)"),
+        ("SELECT 1", "SELECT 1"),
+    ],
+)
+def test_the_hook_names_the_table_an_insert_writes(statement: str, named: str) -> None:
+    from mere.integrations.spark.ddl import name_insert_target
+
+    assert name_insert_target(_FakeSpark(), statement) == named

@@ -10,7 +10,10 @@ README's section "Spark: what works and the limits" cites them):
 - Reads and writes of the Spark table get no options (only those of ``WITH (...)`` on the statement) and
   the schema Spark stored at creation, with each column's metadata. So :func:`bind` stores the mere
   table's location in every column's metadata (key :data:`BINDING_KEY`), and :func:`ref_from_schema`
-  finds it again for ``SELECT``, ``INSERT INTO`` and ``INSERT OVERWRITE``.
+  finds it again for ``SELECT``. Writes never trust it: where the query's columns already match the
+  table's, Spark passes the query's own metadata (that of another mere table, say), so the hook names the
+  table of each ``INSERT`` in its ``WITH (...)`` options (:func:`name_insert_target`) and a write that names
+  none is refused (:func:`unnamed_write`).
 - With a column list, ``AS SELECT`` or ``saveAsTable`` Spark calls nothing of the source at creation and
   hands the later write no table options, so nothing could say where the rows go. :func:`install_ddl_hook`
   (installed by ``register`` and ``local_session``) takes these statements in PySpark itself: it parses
@@ -476,7 +479,8 @@ def install_ddl_hook() -> None:
     ``df.write.format("mere").saveAsTable(...)``, make a mere table (once per process; :func:`register` and
     :func:`local_session` call it). Wraps PySpark's classic ``SparkSession.sql`` (only statements that start
     with CREATE or REPLACE and say ``USING mere`` are parsed, by Spark's own parser; every other statement
-    runs unchanged) and ``DataFrameWriter.saveAsTable``, ``mode``, ``option`` and ``options`` (which note
+    runs unchanged; ``INSERT`` into a mere catalog table gets the table's name, :func:`name_insert_target`)
+    and ``DataFrameWriter.saveAsTable``, ``mode``, ``option`` and ``options`` (which note
     what they were given). Spark Connect sessions are not wrapped."""
     from pyspark.sql.readwriter import DataFrameWriter
     from pyspark.sql.session import SparkSession
