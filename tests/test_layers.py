@@ -36,6 +36,11 @@ PRIVATE_ATTRIBUTE_EXCEPTIONS = {
     ("mere.integrations.spark.explain", "_jdf"),
     ("mere.integrations.spark.explain", "_sc"),
     ("mere.integrations.spark.explain", "_jvm"),
+    # PySpark's gateway to the session's own SQL parser, and Scala's Tuple2 fields through py4j.
+    ("mere.integrations.spark.ddl", "_jsparkSession"),
+    ("mere.integrations.spark.ddl", "_jvm"),
+    ("mere.integrations.spark.ddl", "_1"),
+    ("mere.integrations.spark.ddl", "_2"),
 }
 # (importing module, imported module): write -> read imports, until shared kernels get a neutral home.
 READ_WRITE_EXCEPTIONS: set[tuple[str, str]] = set()

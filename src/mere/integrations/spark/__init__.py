@@ -84,14 +84,20 @@ one-row DataFrame; ``SELECT ... FROM sales.orders VERSION AS OF 3`` and ``DESCRI
 too (see :mod:`mere.integrations.spark.sql`). ``explain(df)`` shows what mere prunes in a DataFrame's mere
 reads, which Spark's ``EXPLAIN`` cannot show for a Python data source.
 
-Spark SQL: ``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.orders', warehouse '...')`` or
-``df.createOrReplaceTempView("orders")``; Spark cannot query a Python data source by path.
+Spark SQL: ``CREATE TABLE orders (...) USING mere OPTIONS (warehouse '...', table 'sales.orders',
+primary_key 'order_id')`` (or without a column list, to bind an existing table), ``CREATE TABLE ... AS
+SELECT`` and ``df.write.format("mere").saveAsTable(...)`` create or bind the mere table; ``SELECT``,
+``INSERT INTO`` and ``INSERT OVERWRITE`` then read and write it, each statement at the newest version, and
+``DROP TABLE`` removes Spark's entry only. :func:`describe` shows what ``SHOW TBLPROPERTIES`` cannot. See
+:mod:`mere.integrations.spark.ddl` for what Spark lets a Python source see of its catalog.
+``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.orders', warehouse '...')`` or
+``df.createOrReplaceTempView("orders")`` also work, pinned to the version planned first.
 
 Modules (each imports only those above it in this list; this package re-exports the public names):
 ``compat`` (the PySpark needed), ``options`` (option names and values, the table an operation names),
 ``types`` (Arrow and Spark types, batches cast to a Spark schema), ``source`` (batch reads), ``sink``
-(batch and stream writes, the ``.partitionBy`` hook), ``stream`` (change-feed stream reads),
-``datasource`` (:class:`MereDataSource`), ``session`` (``local_session``, ``register``,
+(batch and stream writes, the ``.partitionBy`` hook), ``stream`` (change-feed stream reads), ``ddl``
+(Spark catalog tables: ``CREATE TABLE``, CTAS, ``saveAsTable``, :func:`describe`), ``datasource`` (:class:`MereDataSource`), ``session`` (``local_session``, ``register``,
 ``check_workers``), ``native`` (``read_table``), ``merge`` (``merge``, :class:`SparkMerge`),
 ``compact``, ``foreach`` (``batch_key``, ``query_id``), ``explain`` (``explain``) and ``sql`` (``sql``).
 """
@@ -107,6 +113,7 @@ from mere.integrations.spark.compat import (
 # isort: split
 from mere.integrations.spark.compact import compact
 from mere.integrations.spark.datasource import MereDataSource
+from mere.integrations.spark.ddl import BINDING_KEY, DDL_OPTIONS, describe, install_ddl_hook
 from mere.integrations.spark.explain import MereScan, Pruning, SparkExplain, explain
 from mere.integrations.spark.foreach import batch_key, query_id
 from mere.integrations.spark.merge import (
@@ -157,8 +164,10 @@ from mere.integrations.spark.sql import CATALOG_CONF, HISTORY_SCHEMA, METRICS_SC
 from mere.integrations.spark.types import native_type, spark_schema
 
 __all__ = [
+    "BINDING_KEY",
     "CATALOG_CONF",
     "CREATE_OPTIONS",
+    "DDL_OPTIONS",
     "ENV_CATALOG",
     "ENV_WAREHOUSE",
     "FLUSH_BYTES",
@@ -197,7 +206,9 @@ __all__ = [
     "check_options",
     "check_workers",
     "compact",
+    "describe",
     "explain",
+    "install_ddl_hook",
     "install_partition_hook",
     "local_session",
     "merge",

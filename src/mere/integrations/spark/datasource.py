@@ -10,6 +10,7 @@ from pyspark.sql.types import StructType
 
 from mere.errors import InvalidInput
 from mere.integrations.spark.compat import SCAN_SCOPED_READS
+from mere.integrations.spark.ddl import bind, is_table_creation, ref_from_schema, unnamed_write
 from mere.integrations.spark.options import (
     FORMAT_NAME,
     TableRef,
@@ -31,13 +32,29 @@ class MereDataSource(DataSource):
 
     def __init__(self, options: Any) -> None:
         super().__init__(options)
-        self.ref = TableRef.from_options(options)
+        # A Spark catalog table's reads and writes name no table: its columns do (ddl.ref_from_schema).
+        opts = lower_options(options)
+        named = bool(opts.get("table") or opts.get("path")) and not is_table_creation(options)
+        self._ref = TableRef.from_options(options) if named else None
+
+    @property
+    def ref(self) -> TableRef:
+        """The table the options name."""
+        if self._ref is None:
+            return TableRef.from_options(self.options)  # raises: "give the table name"
+        return self._ref
+
+    def _bound(self, schema: StructType, what: str) -> TableRef:
+        """The table the options name, or else the one the Spark catalog table's columns name."""
+        return self._ref if self._ref is not None else ref_from_schema(schema, what)
 
     @classmethod
     def name(cls) -> str:
         return FORMAT_NAME
 
     def schema(self) -> StructType:
+        if is_table_creation(self.options):  # CREATE TABLE ... USING mere without a column list
+            return bind(self.options)
         check_options(self.options)
         if wants_change_feed(self.options):  # Spark gives no other sign of a stream read
             return stream_schema(self.ref, self.options)
@@ -55,6 +72,7 @@ class MereDataSource(DataSource):
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        self._ref = self._bound(schema, "this read")
         opts = lower_options(self.options)
         pushdown = bool_option("pushdown", opts.get("pushdown"))
         if wants_change_feed(self.options):
@@ -79,10 +97,14 @@ class MereDataSource(DataSource):
         return MereReader(self.ref, self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> MereWriter:
-        return MereWriter(WriteJob.plan(self.ref, self.options, schema, overwrite, streaming=False))
+        # A write never binds by column metadata: Spark passes the query's own when its columns already
+        # match the table's (a SELECT from another mere table would name that table). The hook names it.
+        ref = self._ref if self._ref is not None else unnamed_write(schema, "this write")
+        return MereWriter(WriteJob.plan(ref, self.options, schema, overwrite, streaming=False))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> MereStreamWriter:
-        return MereStreamWriter(WriteJob.plan(self.ref, self.options, schema, overwrite, streaming=True))
+        ref = self._ref if self._ref is not None else unnamed_write(schema, "this stream write")
+        return MereStreamWriter(WriteJob.plan(ref, self.options, schema, overwrite, streaming=True))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """``spark.readStream.format("mere").option("readChangeFeed", "true")``: the table's change feed,

@@ -11,6 +11,7 @@ from typing import Any
 
 from mere.errors import NotInstalled
 from mere.integrations.spark.datasource import MereDataSource
+from mere.integrations.spark.ddl import install_ddl_hook
 from mere.integrations.spark.sink import install_partition_hook
 
 
@@ -47,6 +48,7 @@ def local_session(app_name: str, driver_memory: str = "1g", shuffle_partitions: 
     )
     session.sparkContext.setLogLevel("ERROR")
     install_partition_hook()
+    install_ddl_hook()
     return session
 
 
@@ -66,6 +68,7 @@ def register(spark: Any, *, check: bool = True) -> None:
         check_workers(spark)
     spark.dataSource.register(MereDataSource)
     install_partition_hook()
+    install_ddl_hook()
     _registered_sessions.add(spark.sparkContext.applicationId)
 
 
