@@ -9,19 +9,21 @@ least once (``deliver``: shuffled across batches, duplicated, whole batches repl
 files, one folder per table. A separate Python process runs one Spark streaming query per table: it reads
 its folder (``maxFilesPerTrigger``), shuffles every micro-batch across partitions (``repartition``) and
 writes ``format("mere")`` with ``cdc_column`` into a table with ``sequence_by="lsn"`` (the mere catalog on
-the same PostgreSQL server). The files land in two waves, and the whole process tree (driver, JVM, Python
-workers) is SIGKILLed twice mid-stream: once the moment a micro-batch has committed to mere (Spark may not
-have recorded it: the restart replays it, and for the orders table the test makes sure it does by removing
-Spark's commit marker), once in the middle of the next micro-batch. Each restart resumes from the same
-checkpoint; the last run drains the folders and exits.
+the same PostgreSQL server, automatic compaction on). The files land in two waves, and the whole process
+tree (driver, JVM, Python workers) is SIGKILLed twice mid-stream (see ``KILLS``): the moment a micro-batch
+has committed to mere (Spark may not have recorded it: the restart replays it, and for the orders table
+the test makes sure it does by removing Spark's commit marker), and while a micro-batch's tasks run. Each
+restart resumes from the same checkpoint; the last run drains the folders, reads the tables back through
+``spark.read.format("mere")`` and exits.
 
 At the end every mere table equals PostgreSQL's ``SELECT *`` (types and values, ``lsn`` aside) through the
-Python read, a Spark read (``spark.read.format("mere")``) and the change feed (``Table.changes``) applied to
-the table as it was at the first kill. Applying the landed events in arrival order instead (what a table
-without ``sequence_by`` keeps) gets them wrong: the stream really is scrambled.
+Python read, the Spark read and the change feed (``Table.changes``) applied to the table as it was at the
+first kill. Applying the landed events in arrival order instead (what a table without ``sequence_by``
+keeps) gets them wrong: the stream really is scrambled.
 
-Size (seed 11): 90 transactions, about 600 change events, landed as about 740 rows (key changes split,
-duplicates, replays) in 16 files per table, 2 kills, restarts replaying the batch a kill interrupted.
+Size (seed 11): 90 transactions, 577 change events, landed in 12 Parquet files per table (9 delivery
+batches, 3 of them delivered twice more, 20% duplicated events), 2 kills, and the restarts replay the
+micro-batches the kills interrupted.
 
 Key changes land as a delete of the old key and an insert of the new one at the update's ``lsn``
 (``to_arrow_events(split_key_changes=True)``). The mere tables are not partitioned: keys are unique per
@@ -69,16 +71,19 @@ pytestmark = pytest.mark.postgres
 
 SEED = 11
 TRANSACTIONS = 90
-BATCHES = 12  # delivery batches (one Parquet file each) per table, plus the replayed ones
+BATCHES = 9  # delivery batches (one Parquet file each) per table, plus the replayed ones
 DUPLICATES = 0.2  # share of events delivered twice
-REPLAY_BATCHES = 4  # whole batches delivered again
-FIRST_WAVE = 8  # files landed before the first run; the rest land after the first kill
-FILES_PER_TRIGGER = 3
-PARTITIONS = 3  # each micro-batch is shuffled (round robin) across this many write tasks
-KILL_AFTER = (2, 2)  # each killed run: SIGKILL once this many more micro-batches of orders reached mere
-KILL_DELAY_S = (0.0, 0.4)  # ... right away, then in the middle of the next micro-batch
-FORCE_REPLAY = "orders"  # after a kill, this table's last micro-batch is replayed (its Spark commit removed)
-RUN_TIMEOUT_S = 600
+REPLAY_BATCHES = 3  # whole batches delivered again
+FIRST_WAVE = 9  # files landed before the first run; the rest land after the first kill
+FILES_PER_TRIGGER = 3  # micro-batches 0-2 from the first wave, 3 from the second
+PARTITIONS = 2  # each micro-batch is shuffled (round robin) across this many write tasks
+# The kills, watching the orders query: the moment its micro-batch 1 has committed to mere (Spark may not
+# have recorded it; if it has, its commit marker is removed, so the restart replays the batch either
+# way), then as soon as Spark has planned micro-batch 3 (its tasks are running: the kill leaves their
+# staged files behind and nothing committed).
+KILLS = ("committed", "mid-batch")
+WATCHED = "orders"
+RUN_TIMEOUT_S = 900  # per run of the stream: a stall detector
 TABLES = {s.name: s for s in DEFAULT_TABLES}
 
 
@@ -121,6 +126,11 @@ def stream_job(config: dict[str, Any]) -> None:
         query.awaitTermination()
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
+    if config.get("read_into"):  # the tables read back through Spark, for the test to compare
+        for name in config["tables"]:
+            df = spark.read.format("mere").option("warehouse", config["warehouse"])
+            df = df.option("catalog", config["catalog"]).load(table_name(TABLES[name]))
+            pq.write_table(df.toArrow(), Path(config["read_into"]) / f"{name}.parquet")
     spark.stop()
 
 
@@ -185,9 +195,9 @@ def mere_batches(t: mere.Table, checkpoint: Path) -> int:
     return n
 
 
-def spark_batches(checkpoint: Path) -> int:
-    """How many micro-batches Spark recorded as committed in the checkpoint."""
-    done = [int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()]
+def spark_batches(checkpoint: Path, log: str = "commits") -> int:
+    """How many micro-batches Spark recorded as committed (``offsets``: as planned) in the checkpoint."""
+    done = [int(p.name) for p in (checkpoint / log).glob("*") if p.name.isdigit()]
     return max(done) + 1 if done else 0
 
 
@@ -232,7 +242,7 @@ def server() -> Iterator[PostgresServer]:
 
 
 def test_postgres_changes_through_a_killed_spark_stream_land_as_postgres_holds_them(
-    server: PostgresServer, tmp_path: Path, request: pytest.FixtureRequest
+    server: PostgresServer, tmp_path: Path
 ) -> None:
     rng = random.Random(SEED)
     with ChangeSource(server=server) as src:
@@ -275,38 +285,42 @@ def test_postgres_changes_through_a_killed_spark_stream_land_as_postgres_holds_t
     landed = land(batches[:FIRST_WAVE], landing, 0)
     feed_start: dict[str, int] = {}
     replayed = {name: 0 for name in TABLES}
-    for run, (kill_after, delay) in enumerate(zip(KILL_AFTER, KILL_DELAY_S)):
-        start = {name: mere_batches(tables[name], checkpoints / name) for name in TABLES}
+    watched = checkpoints / WATCHED
+    for run, kill in enumerate(KILLS):
         job = StreamProcess(config, tmp_path / "stream.log")
         try:
-            target = start[FORCE_REPLAY] + kill_after
-            orders = tables[FORCE_REPLAY]
             deadline = time.monotonic() + RUN_TIMEOUT_S
-            while mere_batches(orders, checkpoints / FORCE_REPLAY) < target:
+            while not (
+                mere_batches(tables[WATCHED], watched) >= 2
+                if kill == "committed"
+                else spark_batches(watched, "offsets") >= 4
+            ):
                 assert job.proc.poll() is None, f"the stream ended before the kill:\n{job.tail()}"
                 assert time.monotonic() < deadline, f"no progress in {RUN_TIMEOUT_S}s:\n{job.tail()}"
                 time.sleep(0.02)
-            time.sleep(delay)
         finally:
             job.kill()
         for name, t in tables.items():
             checkpoint = checkpoints / name
             in_mere, in_spark = mere_batches(t.refresh(), checkpoint), spark_batches(checkpoint)
             assert in_spark <= in_mere  # Spark records a batch only once its commit returned
-            if name == FORCE_REPLAY and in_mere and in_spark == in_mere:
+            if name == WATCHED and kill == "committed" and in_mere and in_spark == in_mere:
                 # As if the kill had come between mere's commit and Spark's: the restart replays the batch.
                 for marker in (str(in_mere - 1), f".{in_mere - 1}.crc"):
                     (checkpoint / "commits" / marker).unlink(missing_ok=True)
                 in_spark -= 1
+            if name == WATCHED and kill == "mid-batch":
+                assert in_mere >= 3  # Spark plans micro-batch 3 once 2 has committed
             replayed[name] += in_mere - in_spark
             feed_start.setdefault(name, t.version)
         if run == 0:
             landed += land(batches[FIRST_WAVE:], landing, FIRST_WAVE)
-    job = StreamProcess(config, tmp_path / "stream.log")
+    read_into = tmp_path / "read"
+    read_into.mkdir()
+    job = StreamProcess({**config, "read_into": str(read_into)}, tmp_path / "stream.log")
     assert job.wait(RUN_TIMEOUT_S) == 0, job.tail()
 
     files = len(batches)
-    spark = request.getfixturevalue("spark")  # started only now: the stream's own Spark has stopped
     for spec in DEFAULT_TABLES:
         t = tables[spec.name].refresh()
         checkpoint = checkpoints / spec.name
@@ -314,19 +328,18 @@ def test_postgres_changes_through_a_killed_spark_stream_land_as_postgres_holds_t
         assert mere_batches(t, checkpoint) == spark_batches(checkpoint) >= -(-files // FILES_PER_TRIGGER)
         expected = oracle[spec.name]
         assert diff_models(model_of(t.to_arrow().to_pylist(), spec), expected) == [], spec.name
-        read = spark.read.format("mere").option("warehouse", str(wh)).option("catalog", catalog)
-        through_spark = read.load(table_name(spec)).toArrow()
+        through_spark = pq.read_table(read_into / f"{spec.name}.parquet")
         assert diff_models(model_of(through_spark.to_pylist(), spec), expected) == [], spec.name
         start = feed_start[spec.name]
         feed = t.changes(start_version=start).read_all()
         assert feed.num_rows > 0
         replayed_feed = apply_feed(t.to_arrow(version=start), feed, spec)
         assert diff_models(replayed_feed, expected) == [], spec.name
-    assert replayed[FORCE_REPLAY] >= len(KILL_AFTER)
+    assert replayed[WATCHED] >= 1
     print(
         f"\nsize: {TRANSACTIONS} transactions ({len(log.committed)} committed), {len(events)} events, "
         f"{landed} landed rows in {files} files per table ({REPLAY_BATCHES} replayed files, "
-        f"{DUPLICATES:.0%} duplicates), {len(KILL_AFTER)} kills, micro-batches replayed on restart: {replayed}"
+        f"{DUPLICATES:.0%} duplicates), {len(KILLS)} kills, micro-batches replayed on restart: {replayed}"
     )
 
 
