@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck bench bench-spark bench-spark-ccf bench-s3 bench-surface bench-engines bench-merge bench-scale bench-maintenance bench-lookup clean
+.PHONY: demo test test-fast lint typecheck bench bench-spark bench-spark-ccf bench-s3 bench-surface bench-engines bench-merge bench-scale bench-maintenance bench-lookup soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,9 @@ bench-scale: $(STAMP)
 
 bench-maintenance: $(STAMP)
 	$(PY) bench/bench_maintenance.py
+
+soak: $(STAMP)
+	$(PY) bench/bench_soak.py --minutes 10
 
 bench-lookup: $(STAMP)
 	$(PY) bench/bench_lookup.py

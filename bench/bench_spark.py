@@ -11,9 +11,12 @@ of 100,000 rows (half updates, half inserts). Reported (medians of --repeat runs
   - write: ``df.write.format("mere")`` of the 1M base rows into a new table (an upsert: bucket, sort,
     write) and of one 100k-row upsert into the W1 table, vs ``df.write.parquet`` of the same rows
     (Spark's default snappy, and zstd like mere); the source DataFrame is cached in Spark first
+  - MERGE (issue 33): the MERGE of 10% of W1's keys (a Spark DataFrame of new values for existing keys) as
+    SQL text through ``mere.integrations.spark.sql`` against the same MERGE through the builder
+    (``merge(...).when_matched_update_all().when_not_matched_insert_all()``); goal: text within 1.1x
 Floors (issue 3): read <= 1.3x, write <= 1.5x. Runs are interleaved so machine noise hits all variants alike.
 
-Usage: python bench/bench_spark.py [--repeat 5] [--scale 1]
+Usage: python bench/bench_spark.py [--repeat 5] [--scale 1] [--only all|merge]
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from bench_core import build, make_rows
 
 import mere
 from mere.demo import SCHEMA as ORDERS_SCHEMA
-from mere.integrations.spark import compact, read_table
+from mere.integrations.spark import compact, merge, read_table, sql
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -156,6 +159,60 @@ def small_tables(spark: Any, cat: mere.Catalog, wh: str, repeat: int) -> dict[st
     return out
 
 
+def merge_text_vs_builder(
+    spark: Any, t: mere.Table, wh: str, repeat: int, rng: np.random.Generator
+) -> dict[str, Any]:
+    """The MERGE of 10% of the table's keys as SQL text and through the builder, interleaved."""
+    ids = t.scan(columns=["id"]).to_arrow().column("id").to_numpy()
+    chosen = rng.choice(ids, len(ids) // 10, replace=False).astype(np.int64)
+    source = spark.createDataFrame(make_rows(rng, chosen).to_pandas()).repartition(2).cache()
+    assert source.count() == len(chosen)
+    source.createOrReplaceTempView("bench_changes")
+    text = (
+        f"MERGE INTO {t.name} t USING bench_changes s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE BY NAME WHEN NOT MATCHED THEN INSERT BY NAME"
+    )
+
+    def by_text() -> None:
+        (m,) = sql(spark, text, warehouse=wh).collect()
+        assert m.updated == len(chosen), m
+
+    def by_builder() -> None:
+        m = (
+            merge(spark, source, t.name, warehouse=wh)
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        assert m.updated == len(chosen), m
+
+    times = interleaved({"merge_text": by_text, "merge_builder": by_builder}, repeat)
+    return {
+        "merge_keys": len(chosen),
+        "merge_s": times,
+        "ratio_merge_text_vs_builder": times["merge_text"] / times["merge_builder"],
+    }
+
+
+def merge_only(args: Any) -> None:
+    tmp = tempfile.mkdtemp(prefix="mere-bench-spark-")
+    spark = start_spark()
+    res: dict[str, Any] = {"spark": spark.version, "repeat": args.repeat}
+    try:
+        rng = np.random.default_rng(42)
+        wh = os.path.join(tmp, "wh")
+        base, n_up = 1_000_000 * args.scale, 100_000 * args.scale
+        t, *_ = build(mere.connect(wh), "bench.w1", base, 10, n_up, 4, rng)
+        res.update(merge_text_vs_builder(spark, t, wh, args.repeat, rng))
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(res, indent=1))
+    os.makedirs("bench/out", exist_ok=True)
+    with open("bench/out/bench_spark_merge.json", "w") as f:
+        json.dump(res, f, indent=1)
+
+
 def start_spark() -> Any:
     from mere.integrations.spark import local_session
 
@@ -166,7 +223,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--scale", type=int, default=1)
+    ap.add_argument("--only", choices=("all", "merge"), default="all")
     args = ap.parse_args()
+    if args.only == "merge":
+        merge_only(args)
+        return
     tmp = tempfile.mkdtemp(prefix="mere-bench-spark-")
     spark = start_spark()
     res: dict[str, Any] = {"spark": spark.version, "repeat": args.repeat}
@@ -303,6 +364,8 @@ def main() -> None:
         res["ratio_write_upsert"] = writes["upsert_mere"] / writes["upsert_parquet_snappy"]
         res["ratio_write_upsert_vs_zstd"] = writes["upsert_mere"] / writes["upsert_parquet_zstd"]
         assert t.scan().count() == rows + n_up // 2  # the upserts landed (repeats change no key set)
+        res.update(merge_text_vs_builder(spark, t, wh, args.repeat, rng))
+        print(json.dumps({k: v for k, v in res.items() if "merge" in k}), flush=True)
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -279,6 +279,28 @@ class PostgresServer:
                 shutil.rmtree(self.root, ignore_errors=True)
             self.timings["stop"] = time.monotonic() - t0
 
+    def restart(self) -> None:
+        """Stop the server (``pg_ctl -m fast``: connections are cut) and start it again on the same port,
+        keeping its data: what a server restart looks like to clients."""
+        if not self._started:
+            raise RuntimeError("PostgresServer is not started")
+        self._pg(
+            "pg_ctl",
+            "-D",
+            str(self.data_dir),
+            "-l",
+            str(self.log_path),
+            "-m",
+            "fast",
+            "-w",
+            "-t",
+            "60",
+            "restart",
+            what="pg_ctl restart",
+        )
+        self.pid = self._read_pid()
+        self._wait_for_connection()
+
     def __enter__(self) -> PostgresServer:
         return self.start()
 

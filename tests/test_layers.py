@@ -32,6 +32,10 @@ PRIVATE_IMPORT_EXCEPTIONS: set[tuple[str, str, str]] = set()
 # (module, attribute): private attributes of other modules' objects, outside mere.table.
 PRIVATE_ATTRIBUTE_EXCEPTIONS = {
     ("mere.io.storage", "_strip_protocol"),  # fsspec's own (a third-party object held in a variable)
+    # PySpark's own: a DataFrame's JVM plan has no public accessor in classic PySpark (explain() reads it).
+    ("mere.integrations.spark.explain", "_jdf"),
+    ("mere.integrations.spark.explain", "_sc"),
+    ("mere.integrations.spark.explain", "_jvm"),
 }
 # (importing module, imported module): write -> read imports, until shared kernels get a neutral home.
 READ_WRITE_EXCEPTIONS: set[tuple[str, str]] = set()

@@ -7,6 +7,7 @@ from mere.hashing import bucket_ids
 from mere.metadata import CommitResult, Snapshot
 from mere.statements import sql
 from mere.table.catalog import Catalog, connect
+from mere.table.catalog_transaction import CatalogSnapshot, CatalogTransaction, SnapshotTable
 from mere.table.ops.change_log import Consumer, follow
 from mere.table.ops.merge_into import Merge, MergeMetrics
 from mere.table.scan import Scan
@@ -16,6 +17,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Catalog",
+    "CatalogSnapshot",
+    "CatalogTransaction",
     "CommitConflict",
     "CommitResult",
     "Consumer",
@@ -24,6 +27,7 @@ __all__ = [
     "MergeMetrics",
     "Scan",
     "Snapshot",
+    "SnapshotTable",
     "Table",
     "__version__",
     "bucket_ids",

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -322,6 +323,69 @@ def _sum(
     return pa.array(sums, type=values.type, mask=counts == 0)
 
 
+def _aggregate(values: pa.Array, valid: np.ndarray, group: np.ndarray, groups: int, how: str) -> pa.Array:
+    """Per group, the ``how`` (min or max) of the valid values; NULL for groups without one. Types that
+    sort as NumPy values pick each group's position holding its extreme (floats: NaN only where every
+    value is NaN, as Arrow's aggregates); others aggregate in Arrow the groups of several valid values."""
+    rows = np.flatnonzero(valid)
+    if not len(rows):
+        return pa.nulls(groups, values.type)
+    if pa.types.is_dictionary(values.type):
+        values = values.cast(values.type.value_type)
+    owners = group[rows]
+    best = np.full(groups, -1, dtype=np.int64)
+    several = owners[1:] == owners[:-1]
+    if not several.any():  # one valid version per group (most keys): no aggregate
+        best[owners] = rows
+        return _pick(values, best)
+    taken = values.take(pa.array(rows))  # valid: no NULL, so NumPy keeps the exact type
+    picked = numpy_sortable_array(taken)
+    if picked is not None:
+        starts = np.flatnonzero(np.append(True, ~several))
+        floating = picked.dtype.kind == "f"
+        reduce: Any
+        if floating:
+            reduce = np.fmax if how == "max" else np.fmin  # NaN loses to any number
+        else:
+            reduce = np.maximum if how == "max" else np.minimum
+        extreme = reduce.reduceat(picked, starts)
+        at = np.cumsum(np.append(True, ~several)) - 1
+        hit = picked == extreme[at]
+        if floating:
+            hit |= np.isnan(picked) & np.isnan(extreme[at])
+        best[owners[starts]] = np.maximum.reduceat(np.where(hit, rows, -1), starts)
+        return _pick(values, best)
+    # Groups of one valid value take it; only the others go through Arrow's hash aggregate.
+    first = np.append(True, ~several)
+    last = np.append(~several, True)
+    alone = first & last
+    best[owners[alone]] = rows[alone]
+    many = ~alone
+    table = pa.table({"g": pa.array(owners[many]), "v": taken.filter(pa.array(many))})
+    result = table.group_by("g", use_threads=False).aggregate([("v", how)])
+    found = np.asarray(result.column("g").to_numpy())
+    # Positions into [values' rows..., aggregated values...]: one take over both.
+    best[found] = len(values) + np.arange(len(found))
+    both = pa.concat_arrays([values, contiguous(result.column(f"v_{how}")).cast(values.type)])
+    return _pick(both, best)
+
+
+def _best_by(valid: np.ndarray, group: np.ndarray, groups: int, sequence: pa.Array) -> np.ndarray:
+    """Per group, the position of its valid row with the highest ``sequence`` (the last of them on ties),
+    or -1."""
+    rows = np.flatnonzero(valid)
+    best = np.full(groups, -1, dtype=np.int64)
+    if not len(rows):
+        return best
+    owner = group[rows]
+    order = sort_indices([owner, sequence.take(pa.array(rows))])  # stable: row order on ties
+    ranked = owner[order]
+    last = np.ones(len(ranked), dtype=bool)
+    last[:-1] = ranked[1:] != ranked[:-1]
+    best[ranked[last]] = rows[order[last]]
+    return best
+
+
 def reduce_versions(
     versions: pa.Table,
     op: np.ndarray,
@@ -329,14 +393,27 @@ def reduce_versions(
     key_columns: Sequence[str],
     operators: Mapping[str, MergeOperator],
     present: Mapping[str, np.ndarray] | None = None,
+    groups: Mapping[str, Sequence[str]] | None = None,
+    sequence: str | None = None,
+    puts_reset: bool = True,
 ) -> tuple[pa.Table, np.ndarray]:
     """Combine each group of versions into one row.
 
     Returns the combined rows (key columns and every other column of ``versions``) and their
     operation: DELETE when the key ends deleted, PUT when an earlier state was cleared, else MERGE.
     ``present[c]`` marks the versions that carry column ``c`` at all (files written by partial upserts
-    lack some columns); absent means every version carries it.
+    lack some columns); absent means every version carries it. ``groups`` (sequence groups: group
+    sequence column -> its columns, of a table ordered by the ``sequence`` column): a group's columns and
+    sequence come from the version carrying the group (its sequence column present and not NULL; for a
+    ``last_non_null`` column alone in its group, its value not NULL too) with the highest group sequence
+    (the later on ties), among those whose group sequence is above the key's last delete (group
+    sequences share the domain of ``sequence``), NULL if none. Versions are then in sequence order and
+    delete rows may carry groups (a tombstone keeps the groups its deleted key still holds).
+    ``puts_reset`` False (tables with ``sequence_by`` other than ``first_row``): a PUT is one more
+    version, not a reset (under sequences it may be older than versions committed before it).
     """
+    if not puts_reset:
+        op = np.where(op == OP_PUT, OP_MERGE, op).astype(np.int8)
     n = versions.num_rows
     start_pos = np.flatnonzero(starts)
     if n == 0:
@@ -354,6 +431,39 @@ def reduce_versions(
     has_reset = np.maximum.reduceat((op != OP_MERGE).astype(np.int8), start_pos) > 0
     last_op = op[end_pos]
     out_op = np.where(last_op == OP_DELETE, OP_DELETE, np.where(has_reset, OP_PUT, OP_MERGE)).astype(np.int8)
+    keys = len(start_pos)
+
+    def carried(name: str) -> np.ndarray:
+        valid: np.ndarray = live.copy()
+        if present is not None and name in present:
+            valid &= present[name]
+        return valid
+
+    grouped: dict[str, pa.Array] = {}
+    above: pa.Array | None = None  # per version, its key's last delete's sequence
+    if groups and sequence is not None:
+        last_delete = np.maximum.reduceat(np.where(is_del, pos, -1), start_pos)
+        deleted = (last_delete >= 0)[group]
+        above = contiguous(versions.column(sequence)).take(pa.array(np.maximum(last_delete, 0)[group]))
+    for seq, members in (groups or {}).items():
+        seq_values = contiguous(versions.column(seq))
+        valid = (
+            present[seq].copy() if present is not None and seq in present else np.ones(n, bool)
+        ) & ~_null_mask(seq_values)
+        if above is None:
+            valid &= live
+        else:
+            newer = pc.greater(seq_values, above.cast(seq_values.type)).fill_null(False)
+            valid &= ~deleted | np.asarray(newer.to_numpy(zero_copy_only=False))
+        if len(members) == 1 and operators.get(members[0], MergeOperator()).name == "last_non_null":
+            name = members[0]
+            valid &= ~_null_mask(contiguous(versions.column(name)))
+            if present is not None and name in present:
+                valid &= present[name]
+        best = _best_by(valid, group, keys, seq_values)
+        for name in (seq, *members):
+            if name in versions.column_names:
+                grouped[name] = _pick(contiguous(versions.column(name)), best)
 
     columns: dict[str, pa.Array] = {}
     for name in versions.column_names:
@@ -361,16 +471,25 @@ def reduce_versions(
         if name in key_columns:
             columns[name] = values.take(pa.array(start_pos))
             continue
-        valid = live.copy()
-        if present is not None and name in present:
-            valid &= present[name]
+        if name in grouped:
+            columns[name] = grouped[name]
+            continue
+        valid = carried(name)
         operator = operators.get(name, MergeOperator())
         if operator.name == "last":
             columns[name] = _pick(values, np.maximum.reduceat(np.where(valid, pos, -1), start_pos))
             continue
+        if operator.name == "first":  # first_row: the first live version, NULLs included
+            first = np.minimum.reduceat(np.where(valid, pos, n), start_pos)
+            columns[name] = _pick(values, np.where(first < n, first, -1))
+            continue
         valid &= ~_null_mask(values)
         if operator.name == "last_non_null":
             columns[name] = _pick(values, np.maximum.reduceat(np.where(valid, pos, -1), start_pos))
+        elif operator.name in ("max", "bool_or"):
+            columns[name] = _aggregate(values, valid, group, keys, "max")
+        elif operator.name in ("min", "bool_and"):
+            columns[name] = _aggregate(values, valid, group, keys, "min")
         elif operator.name == "sum":
             columns[name] = _sum(values, valid, start_pos, name, versions, key_columns)
         elif operator.name == "concat":
@@ -386,5 +505,66 @@ def reduce_versions(
             columns[name] = pc.if_else(pa.array(counts == 0), pa.nulls(len(joined), joined.type), joined)
         else:  # pragma: no cover - guarded by TableSpec
             raise AssertionError(operator.name)
-    out = pa.table(columns, schema=versions.schema)
+    out = pa.table(
+        [
+            columns[f.name].cast(f.type) if columns[f.name].type != f.type else columns[f.name]
+            for f in versions.schema
+        ],
+        schema=versions.schema,
+    )
     return out, out_op
+
+
+def fold_sequenced(
+    versions: pa.Table,
+    op: np.ndarray,
+    starts: np.ndarray,
+    key_columns: Sequence[str],
+    operators: Mapping[str, MergeOperator],
+    present: Mapping[str, np.ndarray] | None = None,
+    groups: Mapping[str, Sequence[str]] | None = None,
+    sequence: str | None = None,
+    puts_reset: bool = False,
+) -> tuple[np.ndarray, pa.Table, pa.Table, np.ndarray]:
+    """Fold the versions of a table with ``sequence_by`` whose merge is not newest-wins, keeping what a
+    version arriving later (with any sequence) still needs: ``versions`` are sorted by key, then by
+    (sequence, commit order, row order); ``sequence`` is the ``sequence_by`` column where the table has
+    sequence groups (see :func:`reduce_versions` for them and ``puts_reset``).
+
+    Returns ``(at, tombstones, rows, dead)``: the positions of the versions that reset each key last (a
+    delete, or with ``puts_reset`` a PUT: every version of lower sequence is gone), and those keys'
+    tombstones (rows of every column: the reset's key and sequence; a deleted key's groups still above
+    its delete; NULL elsewhere), to be kept as delete markers; the merged rows of the keys with live
+    versions (stored as MERGE rows: a later version of sequence between the tombstone and them still
+    combines with them); and which versions the fold dropped as dead (below their key's last reset).
+    """
+    n = versions.num_rows
+    if n == 0:
+        return np.zeros(0, np.int64), versions, versions, np.zeros(0, bool)
+    start_pos = np.flatnonzero(starts)
+    pos = np.arange(n, dtype=np.int64)
+    resets = np.where((op != OP_MERGE) if puts_reset else (op == OP_DELETE), pos, -1)
+    last_reset = np.maximum.reduceat(resets, start_pos)
+    group = np.cumsum(starts) - 1
+    dead = pos < last_reset[group]
+    rows, out_op = reduce_versions(
+        versions, op, starts, key_columns, operators, present, groups, sequence, puts_reset
+    )
+    alive = out_op != OP_DELETE
+    reset = last_reset >= 0
+    at = last_reset[reset]
+    # Tombstones: the reset's identity and sequence columns, and, for keys it leaves deleted, the groups
+    # still above it (a later version of the key takes them back).
+    grouped = {c for seq, cs in (groups or {}).items() for c in (seq, *cs)}
+    kept = versions.take(pa.array(at))
+    folded = rows.filter(pa.array(reset))
+    gone = ~alive[reset]
+    columns = []
+    for f in versions.schema:
+        if f.name in grouped:
+            mine = folded.column(f.name)
+            columns.append(pc.if_else(pa.array(gone), mine, pa.nulls(len(at), f.type)))
+        else:
+            columns.append(kept.column(f.name))
+    tombstones = pa.Table.from_arrays(columns, schema=versions.schema)
+    return at, tombstones, rows if alive.all() else rows.filter(pa.array(alive)), dead

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,7 +88,8 @@ class Snapshot:
     ``summary`` holds counts (``rows``, ``added_files``, ``removed_files``, ``added_bytes``,
     ``deleted_rows`` and ``delete_markers`` (older commits: ``deleted_keys``), ``read_version``: the
     version the writer read). ``expired`` marks versions given up by :meth:`Table.expire
-    <mere.Table.expire>`: no longer readable.
+    <mere.Table.expire>`: no longer readable. ``idempotency_key`` is the key the write was committed with
+    (None for writes without one): it tells which of a pipeline's batches made a version.
     """
 
     version: int
@@ -98,10 +99,16 @@ class Snapshot:
     parent: int | None = None
     expired: bool = False
     internal: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    idempotency_key: str | None = None
 
     @staticmethod
     def from_stored(
-        version: int, committed_micros: int, operation: str, summary: Mapping[str, Any], expired: bool = False
+        version: int,
+        committed_micros: int,
+        operation: str,
+        summary: Mapping[str, Any],
+        expired: bool = False,
+        idempotency_key: str | None = None,
     ) -> Snapshot:
         """A snapshot from what a catalog stores (the summary as written by the commit)."""
         public = {k: v for k, v in summary.items() if k not in INTERNAL_SUMMARY_KEYS}
@@ -114,6 +121,7 @@ class Snapshot:
             version - 1 if version > 0 else None,
             expired,
             internal,
+            idempotency_key,
         )
 
     @property
@@ -186,6 +194,9 @@ class ExpireResult:
 # existed is unknown). Commits before these entries recorded their markers as ``deleted_keys``.
 DELETED_ROWS = "deleted_rows"
 STALE_ROWS = "stale_rows"  # rows of a write to a table with sequence_by that a higher sequence replaced
+# Delete markers a commit wrote in other partitions than its rows' (tables with table-wide keys): keys
+# that moved out of a partition, or incoming rows that lost to their key's version in another partition.
+MOVED_KEYS = "moved_keys"
 DELETE_MARKERS = "delete_markers"
 BLIND_DELETE_MARKERS = "blind_delete_markers"
 
@@ -207,10 +218,15 @@ class CommitResult:
     reports it): a delete of keys that no row holds deletes none. It is None for a blind delete of given
     keys (:meth:`Table.delete <mere.Table.delete>` of a table of keys, a staged delete), which writes a
     marker per key without reading which keys exist. ``delete_markers`` is the number of delete markers
-    written. ``stale_rows`` (tables with ``sequence_by``; None for others and for writes that do not
-    count them: deletes, MERGE, UPDATE) counts the rows of the write that a row of the same key with a
-    higher sequence in the same write replaced; rows older than a version already stored are not counted
-    (that would need a read). ``already_committed`` is True when an idempotency key named a commit that
+    written. ``stale_rows`` (tables with ``sequence_by`` or ``first_row``; None for others and for
+    writes that do not count them: deletes, MERGE, UPDATE) counts the rows of the write ignored as stale:
+    those that a row of the same key with a higher sequence replaced, in the same write or already stored
+    (in the key's partition, or anywhere for table-wide keys) at the version the write committed on
+    (``first_row``: those that an earlier row of the same key, or one of lower sequence, in the same write
+    made the write ignore). ``moved_keys``
+    (tables with ``key_scope="table"``) counts the delete markers the commit wrote in other partitions
+    than its rows': keys that moved out of a partition, and rows that lost to their key's version in
+    another one. ``already_committed`` is True when an idempotency key named a commit that
     had landed before: the result then describes that earlier commit and nothing new was written.
     ``no_change`` is True when
     the write had nothing to commit (no rows to write, none to remove, no property or schema change): no
@@ -230,6 +246,7 @@ class CommitResult:
     delete_markers: int = 0
     no_change: bool = False
     stale_rows: int | None = None
+    moved_keys: int = 0
 
     @staticmethod
     def unchanged(snapshot: Snapshot, operation: str) -> CommitResult:
@@ -265,6 +282,7 @@ class CommitResult:
             snapshot=snapshot,
             delete_markers=int(s.get(DELETE_MARKERS, s.get("deleted_keys", 0)) or 0),
             stale_rows=None if STALE_ROWS not in s else int(s[STALE_ROWS]),
+            moved_keys=int(s.get(MOVED_KEYS, 0) or 0),
         )
 
     @property
@@ -310,3 +328,39 @@ class ConcurrentChanges:
                 return None
             out.update(parts)
         return out
+
+
+@dataclass(frozen=True)
+class NewTable:
+    """A table a catalog transaction creates in the same database transaction as its first commit."""
+
+    namespace: str
+    name: str
+    location: str
+    spec: str
+    uuid: str
+
+
+@dataclass
+class CommitRequest:
+    """One table's commit, prepared at ``base_version`` and ready to land: what
+    :meth:`SqlCatalog.commit <mere.catalog.sql.SqlCatalog.commit>` takes for one table, and
+    :meth:`SqlCatalog.commit_tables <mere.catalog.sql.SqlCatalog.commit_tables>` for several at once.
+
+    ``validate`` sees what landed on the table since ``base_version`` and raises
+    :class:`~mere.errors.CommitConflict` when the commit cannot be rebased onto it. ``create``: the table
+    does not exist yet and is created (version 0) in the same database transaction (``table_id`` is then
+    a placeholder, and ``base_version`` 0).
+    """
+
+    table_id: int
+    base_version: int
+    operation: str
+    add: Sequence[FileEntry] = ()
+    remove: Iterable[int] = ()
+    summary: dict[str, Any] | None = None
+    validate: Callable[[ConcurrentChanges], None] | None = None
+    idempotency_key: str | None = None
+    spec: str | None = None
+    restores: int | None = None
+    create: NewTable | None = None

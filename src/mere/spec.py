@@ -31,7 +31,14 @@ OP_MERGE = 0  # combine with the key's previous state using the merge operators
 OP_DELETE = 1  # the key is gone
 OP_PUT = 2  # forget the previous state, then merge into an empty row
 
-MERGE_OPERATORS = ("last", "last_non_null", "sum", "concat")
+MERGE_OPERATORS = ("last", "last_non_null", "sum", "concat", "max", "min", "bool_and", "bool_or")
+# Operators whose result is the same whatever the order of the versions and however often one repeats
+# (SQL aggregates that ignore NULLs): exact under replays, so they combine with ``sequence_by``.
+ORDER_FREE_OPERATORS = ("max", "min", "bool_and", "bool_or")
+# ``merge_operators`` given as one of these strings instead of a mapping: a merge engine for whole rows.
+# ``first_row``: the first version of a key wins (lowest sequence, or oldest commit then row), later
+# ones are ignored; deletes are refused. Internally every value column merges with ``first``.
+MERGE_ENGINES = ("first_row",)
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,18 @@ def is_sequence_type(t: pa.DataType) -> bool:
         or pa.types.is_date(t)
         or pa.types.is_string(t)
         or pa.types.is_large_string(t)
+    )
+
+
+def is_orderable(t: pa.DataType) -> bool:
+    """Types ``max`` and ``min`` take: numbers, decimals, strings, binaries, dates, timestamps, booleans."""
+    return bool(
+        is_number(t)
+        or is_text(t)
+        or is_bytes_type(t)
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_boolean(t)
     )
 
 
@@ -213,12 +232,21 @@ def _names(value: Sequence[str] | str | None, what: str) -> tuple[str, ...]:
     raise InvalidInput(f"{what} must be a column name or a list of column names, got {value!r}")
 
 
-SPEC_FORMAT = 3  # bumped when a spec gains something older readers would misread
+SPEC_FORMAT = 4  # bumped when a spec gains something older readers would misread
 # Specs of tables whose schema never changed are still written as format 1, so older mere reads them;
 # format 2 adds renamed, dropped, widened and added columns, which an older reader would misread;
 # format 3 adds ``sequence_by``, which an older reader would ignore (merging in commit order).
+# format 4 adds merge engines (``first_row``), the operators max/min/bool_and/bool_or and sequence groups,
+# which an older reader would misread.
 EVOLVED_SPEC_FORMAT = 2
 SEQUENCE_SPEC_FORMAT = 3
+ENGINE_SPEC_FORMAT = 4
+# format 4 adds table-wide keys on a table with a partition column outside the key, which an older reader
+# would write as (partition, key) identities, leaving a moved key in two partitions.
+KEY_SCOPE_SPEC_FORMAT = 4  # the same format as merge engines: a mere that reads one reads both
+
+KEY_SCOPES = ("table", "partition")
+"""``key_scope`` values: a key names one row in the whole table, or one row per partition."""
 
 # LZ4 (Parquet's LZ4_RAW): on W1, merged reads 30% faster than zstd for files 20% bigger (decode is
 # most of a local read); tables on slow links may prefer write.compression=zstd.
@@ -389,6 +417,16 @@ class TableSpec:
     # Columns whose values order a key's versions (highest wins; ties: commit order, then row order);
     # empty: commit order alone. See :func:`checked_sequence_by`.
     sequence_by: tuple[str, ...] = ()
+    # ``first_row`` (see :data:`MERGE_ENGINES`), or "" for per-column merge operators.
+    merge_engine: str = ""
+    # Partial-column updates under sequences: group sequence column -> the columns it orders. A group's
+    # columns come from the live version carrying the group with the highest group sequence, and the
+    # group sequence column keeps that sequence. See :func:`checked_sequence_groups`.
+    sequence_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # What a primary key identifies: one row in the whole table ("table": a row whose partition values
+    # change moves its key) or one row per partition ("partition": the identity is partition values and
+    # key). Specs stored before the field read as "partition". See :func:`checked_key_scope`.
+    key_scope: str = "partition"
 
     def __post_init__(self) -> None:
         if not self.field_ids:  # specs written before field ids: number the columns in order
@@ -419,12 +457,78 @@ class TableSpec:
         """Columns that identify a row: partition columns then the primary key."""
         return tuple(c for c in self.partition_by if c not in self.primary_key) + self.primary_key
 
+    @property
+    def cross_partition(self) -> bool:
+        """Whether a key is table-wide while rows of one key may sit in several partitions (``key_scope``
+        "table" and a partition column outside the key): writes then move keys between partitions."""
+        return self.key_scope == "table" and any(c not in self.primary_key for c in self.partition_by)
+
     def operator(self, column: str) -> MergeOperator:
+        """How ``column`` merges a key's versions (``first`` for every value column of a ``first_row``
+        table; group columns merge by their group, see :attr:`sequence_groups`)."""
+        if self.merge_engine == "first_row" and column not in self.identity_columns:
+            return MergeOperator("first")
         return self.merge_operators.get(column, MergeOperator())
 
     @property
+    def operators(self) -> dict[str, MergeOperator]:
+        """The merge operator of every value column that does not merge ``last``."""
+        if self.merge_engine == "first_row":
+            return {c: MergeOperator("first") for c in self.schema.names if c not in self.identity_columns}
+        return dict(self.merge_operators)
+
+    @property
     def all_last(self) -> bool:
-        return all(op.name == "last" for op in self.merge_operators.values())
+        """Whether a key's newest version alone is its merged row (every operator ``last``, no engine,
+        no sequence group)."""
+        return (
+            not self.merge_engine
+            and not self.sequence_groups
+            and all(op.name == "last" for op in self.merge_operators.values())
+        )
+
+    def newest_wins(self, columns: Sequence[str]) -> bool:
+        """Whether these columns merge newest-wins: each takes its value from the key's newest version."""
+        if self.merge_engine or any(c in self.grouped for c in columns):
+            return False
+        return all(self.operator(c).name == "last" for c in columns)
+
+    @property
+    def delete_refusal(self) -> str | None:
+        """Why this table refuses deletes (``first_row``, or ``sequence_by`` with an order-free operator),
+        or None."""
+        if self.merge_engine == "first_row":
+            return (
+                "a 'first_row' table keeps each key's first version and ignores later ones, so a delete "
+                "would either be ignored or let a later (ignored) version come back"
+            )
+        free = sorted(c for c, op in self.merge_operators.items() if op.name in ORDER_FREE_OPERATORS)
+        if self.sequence_by and free:
+            return (
+                f"with sequence_by, the order-free operators of {free} fold a key's versions into one "
+                "value that no longer knows the sequence of each version, so a delete arriving after the "
+                "fold could not take out exactly the versions below it"
+            )
+        return None
+
+    @property
+    def reduce_options(self) -> dict[str, Any]:
+        """How :func:`mere.kernels.reduce_versions` merges this table's versions (beyond its operators)."""
+        return {
+            "groups": dict(self.sequence_groups),
+            "sequence": self.sequence_by[0] if self.sequence_groups else None,
+            "puts_reset": not self.sequence_by or self.merge_engine == "first_row",
+        }
+
+    @property
+    def grouped(self) -> dict[str, str]:
+        """Column -> its group's sequence column, for the columns of sequence groups (the group sequence
+        columns included)."""
+        out = {}
+        for seq, columns in self.sequence_groups.items():
+            out[seq] = seq
+            out.update({c: seq for c in columns})
+        return out
 
     @staticmethod
     def create(
@@ -432,10 +536,12 @@ class TableSpec:
         primary_key: Sequence[str] | str | None = None,
         partition_by: Sequence[str] | str | None = None,
         buckets: int | None = None,
-        merge_operators: Mapping[str, Any] | None = None,
+        merge_operators: Mapping[str, Any] | str | None = None,
         cdc_column: str | None = None,
         properties: Mapping[str, str] | None = None,
         sequence_by: Sequence[str] | str | None = None,
+        sequence_groups: Mapping[str, Sequence[str]] | None = None,
+        key_scope: str | None = None,
     ) -> TableSpec:
         """Validate user arguments and build a spec; raises :class:`InvalidInput` on any problem."""
         if not isinstance(schema, pa.Schema):
@@ -450,6 +556,15 @@ class TableSpec:
             not isinstance(cdc_column, str) or not cdc_column or cdc_column == OP_COLUMN
         ):
             raise InvalidInput(f"cdc_column must be a column name (not {OP_COLUMN!r}), got {cdc_column!r}")
+        engine = ""
+        if isinstance(merge_operators, str):
+            engine = merge_operators.strip().lower()
+            if engine not in MERGE_ENGINES:
+                raise InvalidInput(
+                    f"merge_operators must be a dict of column name -> operator or a merge engine "
+                    f"({', '.join(MERGE_ENGINES)}), got {merge_operators!r}"
+                )
+            merge_operators = None
         if merge_operators is not None and not isinstance(merge_operators, Mapping):
             raise InvalidInput(
                 f"merge_operators must be a dict of column name -> operator, got {merge_operators!r}"
@@ -536,14 +651,27 @@ class TableSpec:
                 raise InvalidInput(f"merge operator 'sum' needs a numeric column; {c!r} is {t}")
             if op.name == "concat" and not (pa.types.is_string(t) or pa.types.is_large_string(t)):
                 raise InvalidInput(f"merge operator 'concat' needs a string column; {c!r} is {t}")
+            if op.name in ("max", "min") and not is_orderable(t):
+                raise InvalidInput(
+                    f"merge operator {op.name!r} needs an orderable column (numbers, decimals, strings, "
+                    f"binaries, dates, timestamps or booleans); {c!r} is {t}"
+                )
+            if op.name in ("bool_and", "bool_or") and not pa.types.is_boolean(t):
+                raise InvalidInput(f"merge operator {op.name!r} needs a boolean column; {c!r} is {t}")
             if op.name != "last":
                 ops[c] = op
         if cdc_column is not None and not pk:
             raise InvalidInput("cdc_column needs a primary key")
-        spec = TableSpec(schema, pk, parts, n, ops, cdc_column, props)
-        if sequence_by is None:
-            return spec
-        return replace(spec, sequence_by=checked_sequence_by(spec, sequence_by))
+        if engine and not pk:
+            raise InvalidInput(
+                f"merge engine {engine!r} orders the versions of a key and needs a primary key"
+            )
+        spec = TableSpec(schema, pk, parts, n, ops, cdc_column, props, merge_engine=engine)
+        if sequence_by is not None:
+            spec = replace(spec, sequence_by=checked_sequence_by(spec, sequence_by, groups=sequence_groups))
+        if sequence_groups is not None:
+            spec = replace(spec, sequence_groups=checked_sequence_groups(spec, sequence_groups))
+        return replace(spec, key_scope=checked_key_scope(spec, key_scope))
 
     def differences(self, other: TableSpec, properties: bool = True) -> list[str]:
         """What differs between two specs, in words (empty when they describe the same table)."""
@@ -555,7 +683,16 @@ class TableSpec:
         mine, theirs = columns(self.schema), columns(other.schema)
         if mine != theirs:
             out.append(f"schema ({', '.join(mine)}) vs ({', '.join(theirs)})")
-        for label in ("primary_key", "partition_by", "buckets", "cdc_column", "sequence_by"):
+        for label in (
+            "primary_key",
+            "partition_by",
+            "buckets",
+            "cdc_column",
+            "sequence_by",
+            "merge_engine",
+            "sequence_groups",
+            "key_scope",
+        ):
             a, b = getattr(self, label), getattr(other, label)
             if a != b:
                 out.append(f"{label} {a!r} vs {b!r}")
@@ -563,6 +700,8 @@ class TableSpec:
         other_ops = {c: (o.name, o.separator) for c, o in other.merge_operators.items()}
         if ops != other_ops:
             out.append(f"merge_operators {ops} vs {other_ops}")
+        if dict(self.sequence_groups) != dict(other.sequence_groups):
+            out.append(f"sequence_groups {dict(self.sequence_groups)} vs {dict(other.sequence_groups)}")
         if properties and dict(self.properties) != dict(other.properties):
             out.append(f"properties {dict(self.properties)} vs {dict(other.properties)}")
         return out
@@ -580,7 +719,25 @@ class TableSpec:
             # Only specs that order by sequence carry the key (and format 3): older mere refuses them
             # rather than read them in commit order.
             evolution["sequence_by"] = list(self.sequence_by)
-        fmt = SEQUENCE_SPEC_FORMAT if self.sequence_by else EVOLVED_SPEC_FORMAT if self.evolved else 1
+        if self.merge_engine:
+            evolution["merge_engine"] = self.merge_engine
+        if self.sequence_groups:
+            evolution["sequence_groups"] = {g: list(cs) for g, cs in self.sequence_groups.items()}
+        fmt = (
+            ENGINE_SPEC_FORMAT
+            if self.uses_engines
+            else SEQUENCE_SPEC_FORMAT
+            if self.sequence_by
+            else EVOLVED_SPEC_FORMAT
+            if self.evolved
+            else 1
+        )
+        if self.key_scope != "partition":
+            # Written only when not the meaning of specs stored before the field; the format changes only
+            # where older mere would misread it (a partition column outside the key).
+            evolution["key_scope"] = self.key_scope
+            if self.cross_partition:
+                fmt = max(fmt, KEY_SCOPE_SPEC_FORMAT)
         return json.dumps(
             {
                 **evolution,
@@ -625,22 +782,47 @@ class TableSpec:
             ),
             defaults=_defaults_from_json(d.get("defaults")),
             sequence_by=tuple(d.get("sequence_by") or ()),
+            merge_engine=str(d.get("merge_engine") or ""),
+            sequence_groups={g: tuple(cs) for g, cs in (d.get("sequence_groups") or {}).items()},
+            key_scope=str(d.get("key_scope") or "partition"),
+        )
+
+    @property
+    def uses_engines(self) -> bool:
+        """Whether the spec needs format 4 to be read right: a merge engine, an order-free operator or a
+        sequence group."""
+        return bool(
+            self.merge_engine
+            or self.sequence_groups
+            or any(op.name in ORDER_FREE_OPERATORS for op in self.merge_operators.values())
         )
 
 
-def checked_sequence_by(spec: TableSpec, value: Any, table: str = "table") -> tuple[str, ...]:
+def checked_sequence_by(
+    spec: TableSpec, value: Any, table: str = "table", groups: Mapping[str, Any] | None = None
+) -> tuple[str, ...]:
     """``value`` (a column name, a list of names, or None / empty for none) as the ``sequence_by`` of a
-    table of layout ``spec``, checked.
+    table of layout ``spec``, checked (``groups``: the sequence groups the table is about to get, else
+    its own).
 
     Raises:
         InvalidInput: not a name or list of names, a repeated name, a table without primary key, a key or
-            partition column, or a table whose merge operators cannot follow sequences (any but ``last``).
+            partition column, a table whose merge operators cannot follow sequences (``sum`` and
+            ``concat``; ``last_non_null`` outside a sequence group of its own), or none for a table with
+            sequence groups.
         SchemaMismatch: a column the table lacks.
         UnsupportedType: a column of a type without an exact total order (floats, booleans, binaries,
             nested types).
     """
     columns = _names(value, "sequence_by")
+    if groups is None:
+        groups = spec.sequence_groups
     if not columns:
+        if groups:
+            raise InvalidInput(
+                f"{table}: sequence groups order partial rows under sequence_by; a table with sequence "
+                "groups keeps its sequence_by"
+            )
         return ()
     if len(set(columns)) != len(columns):
         raise InvalidInput(f"{table}: duplicate sequence_by columns: {list(columns)}")
@@ -665,6 +847,11 @@ def checked_sequence_by(spec: TableSpec, value: Any, table: str = "table") -> tu
                 f"{table}: sequence_by column {c!r} has type {t}; sequences must be integers, decimals, "
                 "timestamps, dates or strings"
             )
+    alone = {
+        cs[0]
+        for cs in (_group_columns(v) for v in (groups or {}).values())
+        if cs is not None and len(cs) == 1
+    }
     for c, op in spec.merge_operators.items():
         if op.name in ("sum", "concat"):
             raise InvalidInput(
@@ -672,14 +859,153 @@ def checked_sequence_by(spec: TableSpec, value: Any, table: str = "table") -> tu
                 "a stream replays and duplicates events, and a replayed event would be added twice "
                 f"(sequences make the newest version win, not each event count once)"
             )
-        if op.name != "last":
+        if op.name == "last_non_null" and c not in alone:
             raise InvalidInput(
-                f"{table}: merge operator {op.name!r} on column {c!r} cannot combine with sequence_by: "
-                "mere keeps one row per key once versions are folded (in a write, in compaction), so an "
-                "event arriving late with a lower sequence could not tell which non-null value is newer "
-                "(that needs a sequence per column)"
+                f"{table}: merge operator 'last_non_null' on column {c!r} cannot combine with sequence_by "
+                "unless the column is alone in a sequence group (sequence_groups={'<c>_seq': "
+                f"[{c!r}]}}): mere keeps one row per key once versions are folded (in a write, in "
+                "compaction), so an event arriving late with a lower sequence could not tell which "
+                "non-null value is newer (that needs a sequence per column)"
             )
     return columns
+
+
+def _group_columns(value: Any) -> tuple[str, ...] | None:
+    try:
+        return _names(value, "a sequence group")
+    except InvalidInput:
+        return None
+
+
+def checked_sequence_groups(spec: TableSpec, value: Any, table: str = "table") -> dict[str, tuple[str, ...]]:
+    """``value`` (``{group sequence column: [columns]}``) as the ``sequence_groups`` of a table of layout
+    ``spec`` (with its ``sequence_by`` set), checked.
+
+    Raises:
+        InvalidInput: not such a mapping, a table without ``sequence_by``, a group naming a key,
+            partition or ``sequence_by`` column, a column in two groups (or a group sequence column in a
+            group), an empty group, a group column whose operator is not ``last`` (or ``last_non_null``
+            alone in its group), or a ``first_row`` table.
+        SchemaMismatch: a column the table lacks.
+        UnsupportedType: a group sequence column of a type without an exact total order.
+    """
+    if value is None or (isinstance(value, Mapping) and not value):
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidInput(
+            f"{table}: sequence_groups must be a dict of group sequence column -> list of columns, got "
+            f"{value!r}"
+        )
+    if not spec.sequence_by:
+        raise InvalidInput(
+            f"{table}: sequence_groups order partial rows of a table with sequence_by; give sequence_by "
+            "(the sequence deletes and the columns outside groups follow) too"
+        )
+    if spec.merge_engine:
+        raise InvalidInput(
+            f"{table}: a {spec.merge_engine!r} table keeps whole versions; sequence_groups do not apply"
+        )
+    if len(spec.sequence_by) != 1:
+        raise InvalidInput(
+            f"{table}: sequence_groups need a sequence_by of one column (a delete at sequence d takes out "
+            f"the group values whose group sequence is below d), not {list(spec.sequence_by)}"
+        )
+    row_type = spec.schema.field(spec.sequence_by[0]).type
+    out: dict[str, tuple[str, ...]] = {}
+    owner: dict[str, str] = {}
+    for seq, raw in value.items():
+        columns = _group_columns(raw)
+        if columns is None or not columns:
+            raise InvalidInput(
+                f"{table}: sequence group {seq!r} must list the columns it orders, got {raw!r}"
+            )
+        for c in (seq, *columns):
+            if c not in spec.schema.names:
+                raise SchemaMismatch(
+                    f"{table}: sequence group {seq!r} names {c!r}, not a column of the table; it has "
+                    f"{spec.schema.names}"
+                )
+            if c in spec.identity_columns or c in spec.sequence_by:
+                role = (
+                    "primary-key"
+                    if c in spec.primary_key
+                    else "partition"
+                    if c in spec.partition_by
+                    else "sequence_by"
+                )
+                raise InvalidInput(
+                    f"{table}: sequence group {seq!r} names the {role} column {c!r}; groups order value "
+                    "columns (deletes and the columns outside groups follow sequence_by)"
+                )
+            if c in owner:
+                raise InvalidInput(
+                    f"{table}: column {c!r} is in two sequence groups ({owner[c]!r} and {seq!r}); a column "
+                    "takes its value from one group's newest version"
+                )
+            owner[c] = seq
+        t = spec.schema.field(seq).type
+        if t != row_type:
+            raise UnsupportedType(
+                f"{table}: group sequence column {seq!r} has type {t}; group sequences share the domain of "
+                f"sequence_by {spec.sequence_by[0]!r} (a delete compares with both), so give it type {row_type}"
+            )
+        if seq in spec.merge_operators:
+            raise InvalidInput(
+                f"{table}: group sequence column {seq!r} keeps the winning sequence; give it no merge operator"
+            )
+        for c in columns:
+            op = spec.operator(c).name
+            if op == "last" or (op == "last_non_null" and len(columns) == 1):
+                continue
+            raise InvalidInput(
+                f"{table}: column {c!r} of sequence group {seq!r} has merge operator {op!r}; a group takes "
+                "its columns from one version ('last', or 'last_non_null' for a column alone in its group, "
+                "where NULL means not carried)"
+            )
+        out[seq] = columns
+    return out
+
+
+def checked_key_scope(spec: TableSpec, value: Any, table: str = "table") -> str:
+    """``value`` ("table", "partition" or None for the default) as the ``key_scope`` of a table of layout
+    ``spec``, checked.
+
+    The default is "table" (as Paimon's cross-partition upsert) for a keyed table, but "partition" where a
+    partition column is outside the key and versions do not merge newest-wins (a merge operator other than
+    ``last``, a merge engine or sequence groups): folding a moved key's
+    columns needs its old row, and table-wide keys take whole rows only. A table without key has none.
+
+    Raises:
+        InvalidInput: a value other than those, any value for a table without primary key, or "table" with
+            a merge operator other than ``last`` on a table whose keys could move between partitions.
+    """
+    moving = any(c not in spec.primary_key for c in spec.partition_by)
+    if value is None:
+        if not spec.primary_key:
+            return "partition"
+        return "partition" if moving and not spec.all_last else "table"
+    if not isinstance(value, str) or value not in KEY_SCOPES:
+        raise InvalidInput(f"{table}: key_scope must be 'table' or 'partition', got {value!r}")
+    if not spec.primary_key:
+        raise InvalidInput(
+            f"{table}: key_scope says what a primary key identifies, and the table has none; drop key_scope "
+            "or give primary_key"
+        )
+    if value == "table" and moving and not spec.all_last:
+        ops = {c: o.name for c, o in spec.merge_operators.items() if o.name != "last"}
+        merging = (
+            f"the merge engine {spec.merge_engine!r}"
+            if spec.merge_engine
+            else f"merge operators {ops}"
+            if ops
+            else f"sequence groups {sorted(spec.sequence_groups)}"
+        )
+        raise InvalidInput(
+            f"{table}: key_scope='table' cannot combine with {merging}: a key that moves to "
+            "another partition would have to fold its new row into its old one, which lives elsewhere; "
+            "use key_scope='partition', or make the partition columns part of the key"
+        )
+    return value
 
 
 FIELD_ID_KEY = b"PARQUET:field_id"  # where Parquet (and pyarrow) keep a column's field id

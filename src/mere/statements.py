@@ -8,6 +8,8 @@ both run the same code.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
@@ -26,11 +28,10 @@ from mere.lang.parse import (
     parse_statement,
 )
 from mere.metadata import CommitResult
-from mere.table.ops.merge_into import Merge, MergeMetrics
+from mere.table.ops.merge_into import ClauseKind, Merge, MergeClause, MergeMetrics, MergeSpec
 
 if TYPE_CHECKING:
     from mere.table.catalog import Catalog
-    from mere.table.table import Table
 
 
 def sql(text: str, *, catalog: Catalog, **sources: Any) -> MergeMetrics | CommitResult:
@@ -58,29 +59,162 @@ def sql(text: str, *, catalog: Catalog, **sources: Any) -> MergeMetrics | Commit
 
     if not isinstance(catalog, Catalog):
         raise InvalidInput(f"mere.sql needs catalog=<a mere Catalog>, got {type(catalog).__name__}")
+    statement = parse_sql(text)
+    if isinstance(statement, MergeStatement):
+        return _merge(statement, catalog, sources)
+    if sources:
+        raise InvalidInput(f"only MERGE takes sources; got {sorted(sources)}")
+    table = catalog.load_table(statement.table)
+    if isinstance(statement, UpdateStatement):
+        return table.update(dict(statement.assignments), where=statement.where)
+    return table.delete(statement.where if statement.where is not None else "TRUE")
+
+
+@dataclass(frozen=True)
+class MergeStatement:
+    """A MERGE INTO statement read from SQL text: its tables and aliases; :meth:`spec` pairs its WHEN
+    clauses with the columns of a target and a source (``*`` actions and ``USING (columns)`` need them).
+
+    ``source_is_query`` is True for ``USING (subquery)`` (``source`` is then the subquery's SQL text),
+    which ``mere.sql`` refuses and the Spark helper hands to Spark.
+    """
+
+    table: str
+    source: str
+    target_alias: str
+    source_alias: str
+    source_is_query: bool
+    tree: exp.Merge = field(repr=False, compare=False)
+
+    def spec(self, target_columns: Sequence[str], source_columns: Sequence[str]) -> MergeSpec:
+        """The MERGE as plain data, for a target and a source with these columns.
+
+        Args:
+            target_columns: The target table's columns, in order.
+            source_columns: The source's columns, in order.
+
+        Returns:
+            The ON condition, aliases and WHEN clauses, as :meth:`mere.Table.merge` builds them.
+
+        Raises:
+            FilterError: A clause mere does not run (docs/sql.md), or a ``*`` action whose columns do not
+                pair.
+        """
+        tree = self.tree
+        joined = [c.name for c in tree.args.get("using_cond") or []]
+        on_node = tree.args.get("on")
+        if joined and on_node:
+            raise FilterError("MERGE takes ON or USING (columns), not both")
+        on = sql_text(on_node) if on_node else None
+        using: tuple[str, ...] = ()
+        if joined:
+            # USING (a, b) is ON t.a = s.a AND t.b = s.b (names without case, as DuckDB resolves them), and a
+            # bare a names the pair (equal when matched).
+            t_names, s_names = _by_lower(list(target_columns)), _by_lower(list(source_columns))
+            pairs = [(t_names.get(c.lower(), c), s_names.get(c.lower(), c)) for c in joined]
+            on = " AND ".join(
+                f"{_quote(self.target_alias)}.{_quote(t)} = {_quote(self.source_alias)}.{_quote(s)}"
+                for t, s in pairs
+            )
+            parse_expression(on, "ON condition")
+            using = tuple(sorted(t for t, s in pairs if t == s))
+        spec = MergeSpec(on, self.source_alias, self.target_alias, (), using)
+        whens = tree.args.get("whens")
+        closed: set[tuple[bool, bool]] = set()
+        for when in whens.expressions if whens is not None else []:
+            kind = (bool(when.args.get("matched")), bool(when.args.get("source")))
+            if kind in closed:  # DuckDB refuses the statement rather than ignore a clause
+                raise FilterError(
+                    f"Unconditional {_when(when)} clause was already defined - any following {_when(when)} "
+                    "clause would be unreachable (DuckDB refuses this too)"
+                )
+            if when.args.get("condition") is None:
+                closed.add(kind)
+            spec = spec.adding(_clause(when, self.source_alias, list(target_columns), list(source_columns)))
+        return spec
+
+
+@dataclass(frozen=True)
+class UpdateStatement:
+    """An UPDATE statement read from SQL text: the table, ``column -> SQL text`` assignments, WHERE text."""
+
+    table: str
+    alias: str
+    assignments: tuple[tuple[str, str], ...]
+    where: str | None
+
+
+@dataclass(frozen=True)
+class DeleteStatement:
+    """A DELETE statement read from SQL text: the table and the WHERE text (None: every row)."""
+
+    table: str
+    alias: str
+    where: str | None
+
+
+def parse_sql(text: str) -> MergeStatement | UpdateStatement | DeleteStatement:
+    """Read one MERGE INTO, UPDATE or DELETE statement, refusing every clause mere does not run.
+
+    The reading :func:`sql` and the Spark helper (``mere.integrations.spark.sql``) share.
+
+    Args:
+        text: The statement.
+
+    Returns:
+        The statement as data.
+
+    Raises:
+        FilterError: Text that does not parse, another kind of statement, or a clause mere does not run
+            (nothing runs).
+    """
     tree = parse_statement(text).tree
     if isinstance(tree, exp.Merge):
         _refuse_other_clauses(tree, "MERGE", {"this", "using", "on", "using_cond", "whens"})
-        return _merge(tree, catalog, sources)
-    if sources:
-        raise InvalidInput(f"only MERGE takes sources; got {sorted(sources)}")
+        target = _name(tree.this)
+        using = tree.args["using"]
+        if isinstance(using, exp.Subquery | exp.Select):
+            query = using.this if isinstance(using, exp.Subquery) else using
+            return MergeStatement(
+                target,
+                query.sql(dialect="spark"),
+                _alias(tree.this, target.split(".")[-1]),
+                _alias(using, ""),  # "" when the subquery has none
+                True,
+                tree,
+            )
+        source = _name(using)
+        return MergeStatement(
+            target,
+            source,
+            _alias(tree.this, target.split(".")[-1]),
+            _alias(using, source.split(".")[-1]),
+            False,
+            tree,
+        )
     if isinstance(tree, exp.Update):
         if tree.args.get("from_") is not None or tree.args.get("from") is not None or tree.args.get("joins"):
             raise FilterError(
                 "UPDATE ... FROM is not supported: use MERGE INTO with the other table as source"
             )
         _refuse_other_clauses(tree, "UPDATE", {"this", "expressions", "where"})
-        table = _table(catalog, tree.this)
-        assignments = _assignments(tree.expressions, "UPDATE SET")
+        name = _name(tree.this)
         where = tree.args.get("where")
-        return table.update(assignments, where=sql_text(where.this) if where is not None else None)
+        return UpdateStatement(
+            name,
+            _alias(tree.this, name.split(".")[-1]),
+            tuple(_assignments(tree.expressions, "UPDATE SET").items()),
+            sql_text(where.this) if where is not None else None,
+        )
     assert isinstance(tree, exp.Delete)
     if tree.args.get("using"):
         raise FilterError("DELETE ... USING is not supported: use MERGE INTO ... WHEN MATCHED THEN DELETE")
     _refuse_other_clauses(tree, "DELETE", {"this", "where"})
-    table = _table(catalog, tree.this)
+    name = _name(tree.this)
     where = tree.args.get("where")
-    return table.delete(sql_text(where.this) if where is not None else "TRUE")
+    return DeleteStatement(
+        name, _alias(tree.this, name.split(".")[-1]), sql_text(where.this) if where is not None else None
+    )
 
 
 _CLAUSES = {
@@ -108,10 +242,6 @@ def _name(node: exp.Expression) -> str:
     if not isinstance(node, exp.Table):
         raise FilterError(f"expected a table name, got {sql_text(node)!r}")
     return ".".join(p.name for p in node.parts)
-
-
-def _table(catalog: Catalog, node: exp.Expression) -> Table:
-    return catalog.load_table(_name(node))
 
 
 def _alias(node: exp.Expression, default: str) -> str:
@@ -167,18 +297,17 @@ def _assignments(items: list[exp.Expression], what: str) -> dict[str, str]:
     return out
 
 
-def _merge(tree: exp.Merge, catalog: Catalog, sources: dict[str, Any]) -> MergeMetrics:
-    target = _table(catalog, tree.this)
-    using = tree.args["using"]
-    if isinstance(using, exp.Subquery | exp.Select):
+def _merge(statement: MergeStatement, catalog: Catalog, sources: dict[str, Any]) -> MergeMetrics:
+    target = catalog.load_table(statement.table)
+    if statement.source_is_query:
         raise FilterError(
             "MERGE ... USING (subquery) is not supported: mere is not a SQL engine; compute the source with "
             "DuckDB, Polars or pandas and pass it as a keyword argument: mere.sql(..., catalog=cat, src=data)"
         )
-    source_name = _name(using)
+    source_name = statement.source
     if source_name in sources:
         source = sources[source_name]
-    elif len(using.parts) == 1 and not catalog.exists(source_name):
+    elif "." not in source_name and not catalog.exists(source_name):
         given = ", ".join(sorted(sources)) or "none"
         raise InvalidInput(
             f"MERGE source {source_name!r} is neither a keyword argument of mere.sql (given: {given}) nor a table"
@@ -188,71 +317,42 @@ def _merge(tree: exp.Merge, catalog: Catalog, sources: dict[str, Any]) -> MergeM
     unused = sorted(set(sources) - {source_name})
     if unused:
         raise InvalidInput(f"sources {unused} are not used by the statement")
-    source_alias = _alias(using, source_name.split(".")[-1])
-    target_alias = _alias(tree.this, _name(tree.this).split(".")[-1])
-    joined = [c.name for c in tree.args.get("using_cond") or []]
-    on = tree.args.get("on")
-    if joined and on:
-        raise FilterError("MERGE takes ON or USING (columns), not both")
-    m = Merge(
-        target, source, on=sql_text(on) if on else None, source_alias=source_alias, target_alias=target_alias
-    )
-    if joined:
-        # USING (a, b) is ON t.a = s.a AND t.b = s.b (names without case, as DuckDB resolves them), and a
-        # bare a names the pair (equal when matched).
-        t_names, s_names = _by_lower(target.spec.schema.names), _by_lower(m.source.column_names)
-        pairs = [(t_names.get(c.lower(), c), s_names.get(c.lower(), c)) for c in joined]
-        m.on = parse_expression(
-            " AND ".join(
-                f"{_quote(target_alias)}.{_quote(t)} = {_quote(source_alias)}.{_quote(s)}" for t, s in pairs
-            ),
-            "ON condition",
-        )
-        m.using_columns = frozenset(t for t, s in pairs if t == s)
-    whens = tree.args.get("whens")
-    closed: set[tuple[bool, bool]] = set()
-    for when in whens.expressions if whens is not None else []:
-        kind = (bool(when.args.get("matched")), bool(when.args.get("source")))
-        if kind in closed:  # DuckDB refuses the statement rather than ignore a clause
-            raise FilterError(
-                f"Unconditional {_when(when)} clause was already defined - any following {_when(when)} clause "
-                "would be unreachable (DuckDB refuses this too)"
-            )
-        if when.args.get("condition") is None:
-            closed.add(kind)
-        _clause(m, when)
-    return m.execute()
+    # The builder reads the source (any Arrow-compatible data) once; the statement's clauses then pair with
+    # its columns.
+    m = Merge(target, source, source_alias=statement.source_alias, target_alias=statement.target_alias)
+    spec = statement.spec(target.spec.schema.names, m.source.column_names)
+    return spec.build(target, m.source).execute()
 
 
 def _by_lower(names: list[str]) -> dict[str, str]:
     return {n.lower(): n for n in names}
 
 
-def _source_columns(m: Merge, action: str, by_name: bool) -> list[tuple[str, str]]:
+def _source_columns(
+    action: str, by_name: bool, target: list[str], source: list[str], table: str = "the table"
+) -> list[tuple[str, str]]:
     """(target column, source column) pairs of a ``*`` action, as DuckDB pairs them: by position, with
     the column counts equal, or by name (without case), every source column naming a target column."""
-    target = list(m.table.spec.schema.names)
-    source = list(m.source.column_names)
     if by_name:
         by_lower = {c.lower(): c for c in target}
         unknown = [c for c in source if c.lower() not in by_lower]
         if unknown:
             raise FilterError(
-                f"{action} BY NAME: the source column(s) {unknown} are not columns of {m.table.name} "
+                f"{action} BY NAME: the source column(s) {unknown} are not columns of {table} "
                 f"{target} (DuckDB refuses them too)"
             )
         return [(by_lower[c.lower()], c) for c in source]
     if len(source) != len(target):
         raise FilterError(
             f"{action} * takes the source's columns by position, as DuckDB does: the source has "
-            f"{len(source)} columns {source}, {m.table.name} has {len(target)} {target}; give a source of "
+            f"{len(source)} columns {source}, {table} has {len(target)} {target}; give a source of "
             f"the table's columns in its order, or write {action} BY NAME"
         )
     return list(zip(target, source))
 
 
-def _from_source(m: Merge, pairs: list[tuple[str, str]]) -> dict[str, str]:
-    return {t: f"{_quote(m.source_alias)}.{_quote(s)}" for t, s in pairs}
+def _from_source(source_alias: str, pairs: list[tuple[str, str]]) -> dict[str, str]:
+    return {t: f"{_quote(source_alias)}.{_quote(s)}" for t, s in pairs}
 
 
 def _when(when: exp.When) -> str:
@@ -261,13 +361,14 @@ def _when(when: exp.When) -> str:
     return "WHEN NOT MATCHED BY SOURCE" if when.args.get("source") else "WHEN NOT MATCHED"
 
 
-def _clause(m: Merge, when: exp.When) -> None:
+def _clause(when: exp.When, source_alias: str, target: list[str], source: list[str]) -> MergeClause:
+    """One WHEN clause as data, for a target and a source of these columns."""
     matched = bool(when.args.get("matched"))
     by_source = bool(when.args.get("source"))
     condition = when.args.get("condition")
     cond = sql_text(condition) if condition is not None else None
     then = when.args.get("then")
-    kind = "matched" if matched else "not_matched_by_source" if by_source else "not_matched"
+    kind: ClauseKind = "matched" if matched else "not_matched_by_source" if by_source else "not_matched"
     action = then.name.upper() if isinstance(then, exp.Var) else None
     if action in (UPDATE_BY_NAME, UPDATE_BY_POSITION):
         then = exp.Update(expressions=[exp.Star()])  # checked as UPDATE SET * below, then paired
@@ -286,56 +387,47 @@ def _clause(m: Merge, when: exp.When) -> None:
     if isinstance(then, exp.Var) and then.name.upper() == "DELETE":
         if kind == "not_matched":
             raise FilterError("WHEN NOT MATCHED THEN DELETE: there is no target row to delete")
-        (m.when_matched_delete if matched else m.when_not_matched_by_source_delete)(condition=cond)
-    elif isinstance(then, exp.Var) and then.name.upper() == "DO NOTHING":
+        return MergeClause.of(kind, "delete", cond)
+    if isinstance(then, exp.Var) and then.name.upper() == "DO NOTHING":
         if kind == "not_matched_by_source":
             raise FilterError(
                 "WHEN NOT MATCHED BY SOURCE THEN DO NOTHING is not supported; leave the clause out"
             )
-        (m.when_matched_do_nothing if matched else m.when_not_matched_do_nothing)(condition=cond)
-    elif isinstance(then, exp.Update):
+        return MergeClause.of(kind, "nothing", cond)
+    if isinstance(then, exp.Update):
         if kind == "not_matched":
             raise FilterError("WHEN NOT MATCHED THEN UPDATE: there is no target row to update; use INSERT")
         if len(then.expressions) == 1 and isinstance(then.expressions[0], exp.Star):
             _plain_star(then.expressions[0], "UPDATE SET *")
             if not matched:
                 raise FilterError("UPDATE SET * needs a source row: use it WHEN MATCHED")
-            pairs = _source_columns(m, "UPDATE", action == UPDATE_BY_NAME)
-            m.when_matched_update(set=_from_source(m, pairs), condition=cond)
-        else:
-            settings = _assignments(then.expressions, "UPDATE SET")
-            (m.when_matched_update if matched else m.when_not_matched_by_source_update)(
-                set=settings, condition=cond
-            )
-    elif isinstance(then, exp.Insert):
+            pairs = _source_columns("UPDATE", action == UPDATE_BY_NAME, target, source)
+            return MergeClause.of(kind, "update", cond, _from_source(source_alias, pairs))
+        return MergeClause.of(kind, "update", cond, _assignments(then.expressions, "UPDATE SET"))
+    if isinstance(then, exp.Insert):
         if kind != "not_matched":
             raise FilterError("INSERT is only for WHEN NOT MATCHED")
         if isinstance(then.this, exp.Star):
             _plain_star(then.this, "INSERT *")
-            pairs = _source_columns(m, "INSERT", action == INSERT_BY_NAME)
-            m.when_not_matched_insert(values=_from_source(m, pairs), condition=cond)
-            return
+            pairs = _source_columns("INSERT", action == INSERT_BY_NAME, target, source)
+            return MergeClause.of(kind, "insert", cond, _from_source(source_alias, pairs))
         columns = then.this.expressions if isinstance(then.this, exp.Tuple) else None
         values = then.expression.expressions if isinstance(then.expression, exp.Tuple) else None
         if values is None:
             raise FilterError(f"INSERT needs VALUES (...), got {sql_text(then)!r}")
         if columns is None:
-            names = m.table.spec.schema.names
-            if len(values) != len(names):
+            if len(values) != len(target):
                 raise FilterError(
-                    f"INSERT VALUES gives {len(values)} values for the {len(names)} columns {names}; name the "
-                    "columns: INSERT (a, b) VALUES (...)"
+                    f"INSERT VALUES gives {len(values)} values for the {len(target)} columns {target}; name "
+                    "the columns: INSERT (a, b) VALUES (...)"
                 )
-            column_names = list(names)
+            column_names = list(target)
         else:
             column_names = [c.name for c in columns]
             if len(column_names) != len(values):
                 raise FilterError(f"INSERT names {len(column_names)} columns but gives {len(values)} values")
-        m.when_not_matched_insert(
-            values={c: sql_text(v) for c, v in zip(column_names, values)}, condition=cond
-        )
-    else:
-        raise FilterError(f"unsupported MERGE action {sql_text(then) if then is not None else None!r}")
+        return MergeClause.of(kind, "insert", cond, {c: sql_text(v) for c, v in zip(column_names, values)})
+    raise FilterError(f"unsupported MERGE action {sql_text(then) if then is not None else None!r}")
 
 
 def _plain_star(star: exp.Expression, what: str) -> None:

@@ -100,7 +100,7 @@ def test_a_format_1_catalog_gains_the_columns_it_lacks(tmp_path: Path) -> None:
     cat = mere.connect(str(warehouse))
     assert cat.sql.format_version() == 1
     steps = cat.upgrade()
-    assert [s.split(":")[0] for s in steps] == ["format 2", "format 3", "format 4", "format 5"]
+    assert [s.split(":")[0] for s in steps] == ["format 2", "format 3", "format 4", "format 5", "format 6"]
     _check_migrated_catalog(cat)
 
 
@@ -139,17 +139,40 @@ def test_a_format_4_catalog_gains_the_consumers_table(tmp_path: Path) -> None:
     db = tmp_path / "wh" / "catalog.db"
     with sqlite3.connect(db) as conn:  # as format 4 left it
         conn.execute("DROP TABLE mere_consumers")
+        conn.execute("DROP TABLE mere_transactions")
         conn.execute("UPDATE mere_catalog SET value = '4' WHERE key = 'format'")
     old = mere.connect(str(tmp_path / "wh"))
     assert old.sql.format_version() == 4
     assert old.upgrade() == [
-        "format 5: add mere_consumers (change-feed consumers whose positions expire keeps)"
+        "format 5: add mere_consumers (change-feed consumers whose positions expire keeps)",
+        "format 6: add mere_transactions (idempotency keys of catalog transactions)",
     ]
-    assert old.sql.format_version() == CATALOG_FORMAT == 5
+    assert old.sql.format_version() == CATALOG_FORMAT == 6
     t = old.table("a.t")
     assert t.tags() == {"first": 1}
     assert t.consumer("c", start_version=1).position == 1
     assert t.inspect.consumers()["name"].to_pylist() == ["c"]
+
+
+def test_a_format_5_catalog_gains_the_transactions_table(tmp_path: Path) -> None:
+    """A catalog of the mere before catalog transactions (format 5) migrates to format 6 on connect, and
+    then commits catalog transactions with idempotency keys."""
+    cat = mere.connect(str(tmp_path / "wh"))
+    schema = pa.schema([("id", pa.int64()), ("v", pa.int64())])
+    t = cat.create_table("a.t", schema, primary_key="id")
+    t.upsert(pa.table({"id": [1], "v": [1]}))
+    with sqlite3.connect(tmp_path / "wh" / "catalog.db") as conn:  # as format 5 left it
+        conn.execute("DROP TABLE mere_transactions")
+        conn.execute("UPDATE mere_catalog SET value = '5' WHERE key = 'format'")
+    old = mere.connect(str(tmp_path / "wh"))
+    assert old.sql.format_version() == 5
+    with old.transaction(idempotency_key="k") as tx:  # connecting migrates it
+        tx.table("a.t").upsert(pa.table({"id": [2], "v": [2]}))
+    assert old.sql.format_version() == CATALOG_FORMAT == 6
+    assert old.table("a.t").version == 2
+    with old.transaction(idempotency_key="k") as tx:
+        tx.table("a.t").upsert(pa.table({"id": [3], "v": [3]}))
+    assert tx.results["a.t"].already_committed and old.table("a.t").version == 2
 
 
 def test_a_catalog_newer_than_this_mere_is_refused_and_left_alone(tmp_path: Path) -> None:

@@ -678,6 +678,8 @@ def small(keys: list[int], v: str, p: str | None = "a") -> pa.Table:
 
 def small_table(root: Path, log: str = "on", **kwargs: Any) -> mere.Table:
     kwargs.setdefault("partition_by", "p")
+    if kwargs["partition_by"]:
+        kwargs.setdefault("key_scope", "partition")  # rows are (p, k): keys do not move between partitions
     return mere.connect(str(root)).create_table(
         "a.t", SMALL, primary_key="k", properties={"changes.log": log}, **kwargs
     )

@@ -156,7 +156,12 @@ def test_tables_without_key_and_partition_scoped_plans(cat: mere.Catalog) -> Non
     assert log.plan_compaction().tasks == () and log.compact() is None
 
     t = cat.create_table(
-        "c.p", pa.schema([("day", pa.string()), *SCHEMA]), primary_key=["id"], partition_by=["day"], buckets=2
+        "c.p",
+        pa.schema([("day", pa.string()), *SCHEMA]),
+        primary_key=["id"],
+        partition_by=["day"],
+        buckets=2,
+        key_scope="partition",
     )
     for day in ("a", "b"):
         for i in range(3):

@@ -588,7 +588,7 @@ def test_a_format_3_catalog_gains_the_tags_table(cat: mere.Catalog, catalog_url:
     reopened = mere.connect(str(t.storage.root), catalog=catalog_url)
     table = reopened.table(t.name)
     assert table.tags() == {}  # connecting migrated it
-    assert reopened.sql.format_version() == CATALOG_FORMAT == 5
+    assert reopened.sql.format_version() == CATALOG_FORMAT == 6
     assert reopened.upgrade() == []
     table.tag("after-upgrade")
     put(table, {1: 2})
@@ -605,9 +605,10 @@ def test_upgrade_from_format_3_lists_the_tags_step(tmp_path: Path) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("DROP TABLE mere_tags")
         conn.execute("DROP TABLE mere_consumers")
+        conn.execute("DROP TABLE mere_transactions")
         conn.execute("UPDATE mere_catalog SET value = '3' WHERE key = 'format'")
     steps = SqlCatalog(f"sqlite:///{db}").upgrade()
-    assert [s.split(":")[0] for s in steps] == ["format 4", "format 5"]
+    assert [s.split(":")[0] for s in steps] == ["format 4", "format 5", "format 6"]
 
 
 # -- docs ------------------------------------------------------------------------------------------

@@ -40,11 +40,13 @@ from mere.errors import (
 )
 from mere.metadata import (
     SEQ_SHIFT,
+    CommitRequest,
     CommitResult,
     ConcurrentChanges,
     ConsumerRecord,
     ExpireResult,
     FileEntry,
+    NewTable,
     Snapshot,
     TableRecord,
     VersionRangeChanges,
@@ -55,13 +57,13 @@ from mere.retry import CATALOG_LOCK_RETRIES
 
 log = logging.getLogger(__name__)
 
-CATALOG_FORMAT = 5
+CATALOG_FORMAT = 6
 """Version of the catalog's own tables. Older catalogs are migrated on connect; newer ones are refused.
 
 1: namespaces, tables, commits, files (the first mere). 2: ``mere_tables.oldest_version`` (expiry).
 3: the ``mere_catalog`` table holding this number, and ``mere_commits.spec`` (layout changes as commits).
 4: ``mere_tags`` (named versions, kept by expire). 5: ``mere_consumers`` (change-feed consumers, whose
-positions expire keeps).
+positions expire keeps). 6: ``mere_transactions`` (the idempotency keys of catalog transactions).
 """
 
 _metadata = sa.MetaData()
@@ -153,6 +155,14 @@ consumers = sa.Table(
     sa.Column("dropped_reason", sa.Text, nullable=True),
 )
 
+transactions = sa.Table(
+    "mere_transactions",
+    _metadata,
+    sa.Column("key", sa.String(255), primary_key=True),  # a catalog transaction's idempotency key
+    sa.Column("committed_at", sa.BigInteger, nullable=False),  # microseconds since the epoch, UTC
+    sa.Column("tables", sa.Text, nullable=False),  # JSON {"ns.name": [table id, version or null]}
+)
+
 # Statements every read or change feed runs, built once: building them costs more than running them on
 # SQLite.
 # Two branches, each led by the index on (table_id, removed_version): the files live now, and those removed
@@ -170,6 +180,18 @@ _removed_later = sa.select(files).where(
     files.c.added_version + 0 <= sa.bindparam("version"),
 )
 _FILES_AT = sa.union_all(_live_files, _removed_later).order_by("seq", "id")
+# The tables a commit lands on, with the time of their newest commit (a commit's time is never older).
+_HEADS = (
+    sa.select(tables.c.id, tables.c.version, commits.c.committed_at)
+    .select_from(
+        tables.outerjoin(
+            commits, sa.and_(commits.c.table_id == tables.c.id, commits.c.version == tables.c.version)
+        )
+    )
+    .where(tables.c.id.in_(sa.bindparam("ids", expanding=True)))
+    .order_by(tables.c.id)
+)
+_HEADS_LOCKED = _HEADS.with_for_update(of=tables)  # PostgreSQL: row locks, taken in id order
 _VERSION_RANGE = sa.select(tables.c.version, tables.c.oldest_version).where(
     tables.c.id == sa.bindparam("table_id")
 )
@@ -231,11 +253,16 @@ def _to_format_5(conn: Connection) -> None:
     consumers.create(conn, checkfirst=True)
 
 
+def _to_format_6(conn: Connection) -> None:
+    transactions.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[tuple[int, str, Callable[[Connection], None]], ...] = (
     (2, "add mere_tables.oldest_version (versions given up by expire)", _to_format_2),
     (3, "add the mere_catalog format row and mere_commits.spec (layout changes as commits)", _to_format_3),
     (4, "add mere_tags (named versions that expire keeps)", _to_format_4),
     (5, "add mere_consumers (change-feed consumers whose positions expire keeps)", _to_format_5),
+    (6, "add mere_transactions (idempotency keys of catalog transactions)", _to_format_6),
 )
 """Ordered migrations: (format reached, what it does, the step). Each runs in the upgrade's transaction."""
 
@@ -1327,129 +1354,290 @@ class SqlCatalog:
         ``restores``: the version whose files this commit adds again (a rollback); if an expire gave it up
         meanwhile the commit raises :class:`NoSuchVersion` and changes nothing.
         """
-        remove_ids = sorted(set(remove))
-        token = uuid.uuid4().hex
-        summary = dict(summary or {})
+        request = CommitRequest(
+            table_id, base_version, operation, add, remove, summary, validate, idempotency_key, spec, restores
+        )
+        landed = self._commit([request], None, [self._label(table_id)])
+        assert landed is not None  # no transaction key
+        return landed[0]
 
-        def run(conn: Connection) -> CommitResult:
-            q = sa.select(tables.c.version).where(tables.c.id == table_id)
-            if self.dialect == "postgresql":
-                q = q.with_for_update()
-            current = conn.execute(q).scalar()
-            if current is None:
-                raise NoSuchTable(f"{self._label(table_id)} was dropped before the commit")
-            current = int(current)
-            if restores is not None:
-                oldest = int(
-                    conn.execute(
-                        sa.select(tables.c.oldest_version).where(tables.c.id == table_id)
-                    ).scalar_one()
-                )
-                if not self._readable(conn, table_id, restores, current, oldest):
-                    raise NoSuchVersion(
-                        f"{self._label(table_id)}: version {restores} was expired before the rollback committed"
-                    )
-            if idempotency_key is not None:
-                prior = conn.execute(
-                    sa.select(commits).where(
-                        commits.c.table_id == table_id, commits.c.idempotency_key == idempotency_key
-                    )
-                ).first()
-                if prior is not None:
-                    return CommitResult.of(_snapshot(prior), already_committed=True)
-            if current < base_version:
-                raise CommitConflict(
-                    f"{self._label(table_id)} is at version {current}, older than {base_version}"
-                )
-            if current != base_version and validate is not None:
-                validate(self._changes_since(conn, table_id, base_version, current))
-            new = current + 1
-            if remove_ids:
-                done = 0
-                for i in range(0, len(remove_ids), 500):
-                    chunk = remove_ids[i : i + 500]
-                    res = conn.execute(
-                        files.update()
-                        .where(
-                            files.c.table_id == table_id,
-                            files.c.id.in_(chunk),
-                            files.c.removed_version.is_(None),
-                        )
-                        .values(removed_version=new)
-                    )
-                    done += res.rowcount
-                if done != len(remove_ids):
-                    raise CommitConflict(
-                        f"{self._label(table_id)}: {len(remove_ids) - done} file(s) this commit replaces were already "
-                        "removed by a concurrent commit"
-                    )
-            if add:
+    @_wraps_database_errors("commit a catalog transaction")
+    def commit_tables(
+        self, requests: Sequence[CommitRequest], names: Sequence[str], transaction_key: str | None = None
+    ) -> list[CommitResult] | None:
+        """Land several tables' commits in one database transaction: each a new version of its table, or
+        none of them.
+
+        Each request is checked as :meth:`commit` checks one (its validator, its files, its idempotency
+        key); one that cannot land fails them all. The tables are locked in id order and every new version
+        gets the same commit time, no older than any of the tables' newest (so ``as_of`` reads see all of a
+        transaction's versions or none). Requests with ``create`` make their table first.
+
+        Args:
+            requests: One prepared commit per table (never two for one table).
+            names: The tables' names (``namespace.name``), in the order of ``requests``.
+            transaction_key: The catalog transaction's idempotency key, recorded with the versions.
+
+        Returns:
+            The commits, in the order of ``requests``; None when ``transaction_key`` had committed already
+            (see :meth:`find_transaction`): nothing was written.
+
+        Raises:
+            CommitConflict: A table's validator refused what landed on it, or a file it removes was gone.
+            TableExists: A table to create exists.
+            NoSuchTable: A table was dropped.
+            CommitFailed: The database connection failed before the transaction landed.
+            CommitStateUnknown: The connection failed while committing: it may have landed.
+        """
+        return self._commit(requests, transaction_key, names)
+
+    @_wraps_database_errors("look up a catalog transaction")
+    def find_transaction(self, key: str) -> dict[str, tuple[int, int | None]] | None:
+        """The tables a catalog transaction with idempotency ``key`` committed: name -> (table id, version;
+        None for a table it left unchanged); None if there is none."""
+        if not self._ensure_schema(create=False):
+            return None
+        with self.engine.connect() as conn:
+            found = conn.execute(sa.select(transactions.c.tables).where(transactions.c.key == key)).scalar()
+        if found is None:
+            return None
+        return {
+            name: (int(v[0]), None if v[1] is None else int(v[1])) for name, v in json.loads(found).items()
+        }
+
+    @_wraps_database_errors("read the tables' versions")
+    def table_versions(self, as_of: int | None = None) -> list[tuple[TableRecord, int]]:
+        """Every table with the version a read point sees, from one statement (one database snapshot: a
+        catalog transaction is seen whole or not at all).
+
+        Args:
+            as_of: Microseconds since the epoch: each table's newest version committed at or before it
+                (tables created after it are left out); None: the current versions.
+
+        Returns:
+            (record, version) pairs, by name.
+        """
+        if not self._ensure_schema(create=False):
+            return []
+        if as_of is None:
+            version: Any = tables.c.version
+        else:
+            version = (
+                sa.select(sa.func.max(commits.c.version))
+                .where(commits.c.table_id == tables.c.id, commits.c.committed_at <= as_of)
+                .scalar_subquery()
+            )
+        q = sa.select(tables, version.label("pinned")).order_by(tables.c.namespace, tables.c.name)
+        out = []
+        with self.engine.connect() as conn:
+            for r in conn.execute(q):
+                if r.pinned is None:
+                    continue
+                record = TableRecord(r.id, r.namespace, r.name, r.uuid, r.location, r.spec, int(r.version))
+                out.append((self._named(record), int(r.pinned)))
+        return out
+
+    def _commit(
+        self, requests: Sequence[CommitRequest], transaction_key: str | None, names: Sequence[str]
+    ) -> list[CommitResult] | None:
+        tokens = [uuid.uuid4().hex for _ in requests]
+
+        def run(conn: Connection) -> list[CommitResult] | None:
+            if transaction_key is not None and (
                 conn.execute(
-                    files.insert(),
-                    [
-                        {
-                            "table_id": table_id,
-                            "path": f.path,
-                            "partition": f.partition,
-                            "bucket": f.bucket,
-                            "seq": f.seq if f.seq is not None else (new << SEQ_SHIFT) | f.order,
-                            "added_version": new,
-                            # A change log belongs to its commit alone: live at no version, it is
-                            # listed by the change feed and dropped when that commit expires.
-                            "removed_version": new if f.content == "log" else None,
-                            "row_count": f.row_count,
-                            "size_bytes": f.size_bytes,
-                            "content": f.content,
-                            "columns": None if f.columns is None else json.dumps(f.columns),
-                        }
-                        for f in add
-                    ],
+                    sa.select(transactions.c.key).where(transactions.c.key == transaction_key)
+                ).first()
+                is not None
+            ):
+                return None
+            ids = [r.table_id if r.create is None else self._create(conn, r.create) for r in requests]
+            heads = {
+                int(h.id): (int(h.version), 0 if h.committed_at is None else int(h.committed_at))
+                for h in conn.execute(_HEADS_LOCKED if self.dialect == "postgresql" else _HEADS, {"ids": ids})
+            }
+            for table_id in ids:
+                if table_id not in heads:
+                    raise NoSuchTable(f"{self._label(table_id)} was dropped before the commit")
+            # One time for every version of the transaction, never older than a table's newest commit:
+            # then each table's commit times rise with its versions, and an ``as_of`` that sees one of the
+            # transaction's versions sees all of them.
+            ts = max(now_micros(), *(heads[i][1] + 1 for i in ids))
+            out = [
+                self._land(conn, r, i, heads[i][0], ts, t)
+                for r, i, t in zip(requests, ids, tokens, strict=True)
+            ]
+            if transaction_key is not None:
+                landed = {
+                    n: [i, None if r.no_change or r.already_committed else r.version]
+                    for n, i, r in zip(names, ids, out, strict=True)
+                }
+                conn.execute(
+                    transactions.insert().values(
+                        key=transaction_key, committed_at=ts, tables=json.dumps(landed)
+                    )
                 )
-            ts = now_micros()
-            conn.execute(
-                commits.insert().values(
-                    table_id=table_id,
-                    version=new,
-                    committed_at=ts,
-                    operation=operation,
-                    token=token,
-                    idempotency_key=idempotency_key,
-                    summary=json.dumps(summary),
-                    spec=spec,
-                )
-            )
-            changes: dict[str, Any] = {"version": new} if spec is None else {"version": new, "spec": spec}
-            res = conn.execute(
-                tables.update().where(tables.c.id == table_id, tables.c.version == current).values(**changes)
-            )
-            if res.rowcount != 1:
-                raise CommitConflict(
-                    f"{self._label(table_id)} moved past version {current} during the commit"
-                )
-            return CommitResult.of(Snapshot.from_stored(new, ts, operation, summary))
+            return out
 
+        label = self._label(requests[0].table_id) if len(requests) == 1 else f"tables {', '.join(names)}"
         try:
             return self._run(run)
         except IntegrityError as e:
-            if idempotency_key is not None:
-                prior = self.find_idempotent(table_id, idempotency_key)
+            if transaction_key is not None and self.find_transaction(transaction_key) is not None:
+                return None  # the same transaction landed meanwhile
+            one = requests[0]
+            if len(requests) == 1 and one.idempotency_key is not None and one.create is None:
+                prior = self.find_idempotent(one.table_id, one.idempotency_key)
                 if prior is not None:
-                    return CommitResult.of(prior, already_committed=True)
-            raise CatalogError(f"commit to {self._label(table_id)} violated a catalog constraint: {e}") from e
+                    return [CommitResult.of(prior, already_committed=True)]
+            for r in requests:
+                if r.create is not None and self._exists(r.create.namespace, r.create.name):
+                    raise TableExists(f"table {r.create.namespace}.{r.create.name} already exists") from e
+            raise CatalogError(f"commit to {label} violated a catalog constraint: {e}") from e
         except OperationalError as e:
             # The connection may have died after the server committed: look for our token.
             try:
                 with self.engine.connect() as conn:
-                    r = conn.execute(sa.select(commits).where(commits.c.token == token)).first()
+                    found = {
+                        r.token: r
+                        for r in conn.execute(sa.select(commits).where(commits.c.token.in_(tokens)))
+                    }
             except OperationalError:
-                raise CommitStateUnknown(
-                    f"commit to {self._label(table_id)} may or may not have landed: {e}"
-                ) from e
-            if r is not None:
-                return CommitResult.of(_snapshot(r))
-            raise CommitFailed(
-                f"commit to {self._label(table_id)} did not land (nothing changed): {_first_line(e)}"
-            ) from e
+                raise CommitStateUnknown(f"commit to {label} may or may not have landed: {e}") from e
+            if found:  # one transaction: all of them landed
+                return [CommitResult.of(_snapshot(found[t])) for t in tokens]
+            raise CommitFailed(f"commit to {label} did not land (nothing changed): {_first_line(e)}") from e
+
+    def _exists(self, namespace: str, name: str) -> bool:
+        with self.engine.connect() as conn:
+            q = sa.select(tables.c.id).where(tables.c.namespace == namespace, tables.c.name == name)
+            return conn.execute(q).first() is not None
+
+    def _create(self, conn: Connection, new: NewTable) -> int:
+        """Insert a table (and its namespace, and its version 0) in a commit's transaction; its id."""
+        if (
+            conn.execute(sa.select(namespaces.c.name).where(namespaces.c.name == new.namespace)).first()
+            is None
+        ):
+            conn.execute(namespaces.insert().values(name=new.namespace, created_at=now_micros()))
+        ts = now_micros()
+        res = conn.execute(
+            tables.insert().values(
+                namespace=new.namespace,
+                name=new.name,
+                uuid=new.uuid,
+                location=new.location,
+                spec=new.spec,
+                version=0,
+                created_at=ts,
+            )
+        )
+        table_id = int(res.inserted_primary_key[0])  # type: ignore[index]
+        conn.execute(
+            commits.insert().values(
+                table_id=table_id,
+                version=0,
+                committed_at=ts,
+                operation="create",
+                token=uuid.uuid4().hex,
+                summary=json.dumps({"added_files": 0, "removed_files": 0, "added_rows": 0}),
+                spec=new.spec,
+            )
+        )
+        self._names[table_id] = f"{new.namespace}.{new.name}"
+        return table_id
+
+    def _land(
+        self, conn: Connection, request: CommitRequest, table_id: int, current: int, ts: int, token: str
+    ) -> CommitResult:
+        """One table's commit in an open transaction that holds the table's lock (at version ``current``)."""
+        r = request
+        remove_ids = sorted(set(r.remove))
+        summary = dict(r.summary or {})
+        if r.restores is not None:
+            oldest = int(
+                conn.execute(sa.select(tables.c.oldest_version).where(tables.c.id == table_id)).scalar_one()
+            )
+            if not self._readable(conn, table_id, r.restores, current, oldest):
+                raise NoSuchVersion(
+                    f"{self._label(table_id)}: version {r.restores} was expired before the rollback committed"
+                )
+        if r.idempotency_key is not None:
+            prior = conn.execute(
+                sa.select(commits).where(
+                    commits.c.table_id == table_id, commits.c.idempotency_key == r.idempotency_key
+                )
+            ).first()
+            if prior is not None:
+                return CommitResult.of(_snapshot(prior), already_committed=True)
+        if current < r.base_version:
+            raise CommitConflict(
+                f"{self._label(table_id)} is at version {current}, older than {r.base_version}"
+            )
+        if current != r.base_version and r.validate is not None:
+            r.validate(self._changes_since(conn, table_id, r.base_version, current))
+        new = current + 1
+        if remove_ids:
+            done = 0
+            for i in range(0, len(remove_ids), 500):
+                chunk = remove_ids[i : i + 500]
+                res = conn.execute(
+                    files.update()
+                    .where(
+                        files.c.table_id == table_id,
+                        files.c.id.in_(chunk),
+                        files.c.removed_version.is_(None),
+                    )
+                    .values(removed_version=new)
+                )
+                done += res.rowcount
+            if done != len(remove_ids):
+                raise CommitConflict(
+                    f"{self._label(table_id)}: {len(remove_ids) - done} file(s) this commit replaces were already "
+                    "removed by a concurrent commit"
+                )
+        if r.add:
+            conn.execute(
+                files.insert(),
+                [
+                    {
+                        "table_id": table_id,
+                        "path": f.path,
+                        "partition": f.partition,
+                        "bucket": f.bucket,
+                        "seq": f.seq if f.seq is not None else (new << SEQ_SHIFT) | f.order,
+                        "added_version": new,
+                        # A change log belongs to its commit alone: live at no version, it is
+                        # listed by the change feed and dropped when that commit expires.
+                        "removed_version": new if f.content == "log" else None,
+                        "row_count": f.row_count,
+                        "size_bytes": f.size_bytes,
+                        "content": f.content,
+                        "columns": None if f.columns is None else json.dumps(f.columns),
+                    }
+                    for f in r.add
+                ],
+            )
+        conn.execute(
+            commits.insert().values(
+                table_id=table_id,
+                version=new,
+                committed_at=ts,
+                operation=r.operation,
+                token=token,
+                idempotency_key=r.idempotency_key,
+                summary=json.dumps(summary),
+                spec=r.spec,
+            )
+        )
+        changes: dict[str, Any] = {"version": new} if r.spec is None else {"version": new, "spec": r.spec}
+        res = conn.execute(
+            tables.update().where(tables.c.id == table_id, tables.c.version == current).values(**changes)
+        )
+        if res.rowcount != 1:
+            raise CommitConflict(f"{self._label(table_id)} moved past version {current} during the commit")
+        return CommitResult.of(
+            Snapshot.from_stored(new, ts, r.operation, summary, idempotency_key=r.idempotency_key)
+        )
 
     def _changes_since(self, conn: Connection, table_id: int, base: int, current: int) -> ConcurrentChanges:
         rows = conn.execute(
@@ -1489,7 +1677,12 @@ def _consumer(row: Any, dropped_ok: bool = False) -> ConsumerRecord:
 
 def _snapshot(row: Any, expired: bool = False) -> Snapshot:
     return Snapshot.from_stored(
-        int(row.version), int(row.committed_at), row.operation, json.loads(row.summary), expired
+        int(row.version),
+        int(row.committed_at),
+        row.operation,
+        json.loads(row.summary),
+        expired,
+        row.idempotency_key,
     )
 
 

@@ -340,6 +340,12 @@ def describe_command(state: State, table: str, version: int | None, as_json: boo
     }
     if spec.sequence_by:  # only where set: the output of other tables stays as it was
         info["sequence_by"] = list(spec.sequence_by)
+    if spec.merge_engine:
+        info["merge_engine"] = spec.merge_engine
+    if spec.sequence_groups:
+        info["sequence_groups"] = {g: list(cs) for g, cs in spec.sequence_groups.items()}
+    if spec.has_primary_key and spec.partition_by:  # where keys could move between partitions
+        info["key_scope"] = spec.key_scope
     if as_json:
         _print_json(info)
         return
@@ -359,6 +365,18 @@ def describe_command(state: State, table: str, version: int | None, as_json: boo
         ("buckets", str(spec.buckets)),
         ("change column", spec.cdc_column or "(none)"),
         *([("sequence by", ", ".join(spec.sequence_by))] if spec.sequence_by else []),
+        *([("merge engine", spec.merge_engine)] if spec.merge_engine else []),
+        *(
+            [
+                (
+                    "sequence groups",
+                    "; ".join(f"{g}: {', '.join(cs)}" for g, cs in spec.sequence_groups.items()),
+                )
+            ]
+            if spec.sequence_groups
+            else []
+        ),
+        *([("key scope", info["key_scope"])] if "key_scope" in info else []),
         (
             "files",
             f"{fi['count']} ({fi['data_files']} data, {fi['delete_files']} delete), {fi['rows']} stored rows, "

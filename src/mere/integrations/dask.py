@@ -22,6 +22,7 @@ from mere.concurrency import default_threads
 from mere.errors import InvalidInput, MereError
 from mere.metadata import CommitResult
 from mere.optional import require
+from mere.table.catalog_transaction import CatalogSnapshot, pinned_version
 from mere.table.scan import TASK_BYTES, ScanTask, group_tasks, read_tasks
 from mere.table.table import StagedWrite, Table
 
@@ -44,6 +45,7 @@ def read_table(
     as_of: Any = None,
     *,
     tag: str | None = None,
+    snapshot: CatalogSnapshot | None = None,
     partition_bytes: int = TASK_BYTES,
     min_partitions: int | None = None,
     types_mapper: Callable[[pa.DataType], Any] | None = None,
@@ -62,6 +64,8 @@ def read_table(
         as_of: A point in time to read the table at; an ``as_of`` without a zone is read as UTC, not as local
             time.
         tag: A tag whose version to read.
+        snapshot: A catalog snapshot (``cat.snapshot()``) whose version of the table to read (not with
+            ``version``, ``as_of`` or ``tag``).
         partition_bytes: About how many bytes of stored data each partition reads (Spark's default, 128 MiB).
         min_partitions: At least this many partitions where the table has enough splits and row groups to cut
             (default: the worker threads of the current distributed client, else this machine's cores).
@@ -90,6 +94,7 @@ def read_table(
     for name, value in (("partition_bytes", partition_bytes), ("min_partitions", min_partitions)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
+    version = pinned_version(snapshot, table, version, as_of, tag)
     scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of, tag=tag)
     groups = group_tasks(scan.tasks(), max_bytes=partition_bytes, min_groups=min_partitions or _threads())
     reader = _PartitionReader(scan.schema, types_mapper)

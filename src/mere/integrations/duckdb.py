@@ -28,6 +28,7 @@ from mere import expr as E
 from mere.errors import FilterError, InvalidInput, SchemaMismatch
 from mere.integrations.pushdown import narrowed, prunable_kind
 from mere.optional import require
+from mere.table.catalog_transaction import CatalogSnapshot, pinned_version
 from mere.table.scan import Scan, cast_to, decimal128_schema
 from mere.table.table import Table
 
@@ -42,6 +43,7 @@ def register(
     version: int | None = None,
     as_of: Any = None,
     tag: str | None = None,
+    snapshot: CatalogSnapshot | None = None,
 ) -> None:
     """Register ``table`` (or a planned ``Scan``) as the view ``name`` of the DuckDB connection ``con``.
 
@@ -60,6 +62,8 @@ def register(
         as_of: A point in time to read the table at; an ``as_of`` without a zone is read as UTC, not as local
             time.
         tag: A tag whose version to read.
+        snapshot: A catalog snapshot (``cat.snapshot()``) whose version of the table to read (not with
+            ``version``, ``as_of`` or ``tag``).
 
     Raises:
         NotInstalled: DuckDB is not installed.
@@ -76,12 +80,13 @@ def register(
     if not isinstance(name, str) or not name:
         raise InvalidInput(f"register() takes a view name, got {name!r}")
     if isinstance(table, Scan):
-        if any(v is not None for v in (columns, filter, version, as_of, tag)):
+        if any(v is not None for v in (columns, filter, version, as_of, tag, snapshot)):
             raise InvalidInput(
                 "register(): pass columns/filter/version/as_of/tag with a Table, not with a Scan"
             )
         scan = table
     elif isinstance(table, Table):
+        version = pinned_version(snapshot, table, version, as_of, tag)
         scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of, tag=tag)
     else:
         raise InvalidInput(f"register() takes a mere Table or Scan, got {type(table).__name__}")

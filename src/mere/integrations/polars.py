@@ -21,6 +21,7 @@ from mere.errors import InvalidInput
 from mere.integrations.pushdown import narrowed, prunable_kind
 from mere.optional import require
 from mere.read.reader import gather_batches
+from mere.table.catalog_transaction import CatalogSnapshot, pinned_version
 from mere.table.scan import Scan, cast_to, decimal128_schema
 from mere.table.table import Table
 
@@ -42,6 +43,7 @@ def scan_table(
     version: int | None = None,
     as_of: Any = None,
     tag: str | None = None,
+    snapshot: CatalogSnapshot | None = None,
     filter: Any = None,
     columns: Sequence[str] | str | None = None,
 ) -> pl.LazyFrame:
@@ -57,6 +59,8 @@ def scan_table(
         as_of: A point in time to read the table at; an ``as_of`` without a zone is read as UTC, not as local
             time.
         tag: A tag whose version to read.
+        snapshot: A catalog snapshot (``cat.snapshot()``) whose version of the table to read (not with
+            ``version``, ``as_of`` or ``tag``).
         filter: An extra mere filter, applied by mere.
         columns: The columns the frame has (default: all), read by mere.
 
@@ -74,6 +78,7 @@ def scan_table(
     polars = _polars()
     if not isinstance(table, Table):
         raise InvalidInput(f"scan_table() takes a mere Table, got {type(table).__name__}")
+    version = pinned_version(snapshot, table, version, as_of, tag)
     base = table.scan(version=version, as_of=as_of, tag=tag, filter=filter, columns=columns)
     target = decimal128_schema(base.schema, table.name, "Polars")
     schema = polars.from_arrow(target.empty_table()).schema

@@ -47,6 +47,7 @@ import pyarrow as pa
 
 from mere.errors import CommitStateUnknown, InvalidInput, MereError, NotInstalled
 from mere.metadata import CommitResult
+from mere.table.catalog_transaction import CatalogSnapshot, pinned_version
 from mere.table.scan import TASK_BYTES, Scan, ScanTask, group_tasks, read_tasks
 from mere.table.table import StagedWrite, Table
 
@@ -254,6 +255,7 @@ def read_table(
     max_task_bytes: int | None = None,
     *,
     tag: str | None = None,
+    snapshot: CatalogSnapshot | None = None,
     **ray_kwargs: Any,
 ) -> ray.data.Dataset:
     """The merged rows of ``table`` as a Ray Dataset (lazy; planned now, read when Ray executes).
@@ -269,6 +271,8 @@ def read_table(
             time.
         max_task_bytes: The most file bytes one read task merges (default 128 MiB).
         tag: A tag whose version to read.
+        snapshot: A catalog snapshot (``cat.snapshot()``) whose version of the table to read (not with
+            ``version``, ``as_of`` or ``tag``).
         **ray_kwargs: Passed to ``ray.data.read_datasource`` (e.g. ``concurrency``, ``ray_remote_args``,
             ``override_num_blocks``: by default one read task per CPU of the cluster, more for big tables).
 
@@ -283,6 +287,7 @@ def read_table(
         FilterError: A filter that does not parse or does not fit the table's columns.
         NoSuchVersion: The version (or time) is not in the retained history.
     """
+    version = pinned_version(snapshot, table, version, as_of, tag)
     source = MereDatasource(table, columns, filter, version, as_of, max_task_bytes, tag=tag)
     if ray_kwargs.get("override_num_blocks") is None:
         # Ray's default (200 blocks at least) would cut a table into tiny merges, each paying its files'

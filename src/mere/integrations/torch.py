@@ -60,6 +60,7 @@ import numpy as np
 import pyarrow as pa
 
 from mere.errors import InvalidInput, NotInstalled
+from mere.table.catalog_transaction import CatalogSnapshot, pinned_version
 from mere.table.scan import OPEN_COST_BYTES, TASK_BYTES, ScanTask, read_tasks
 
 if TYPE_CHECKING:
@@ -265,6 +266,8 @@ class TableDataset(IterableDataset[Batch]):
         as_of: A point in time to read the table at; an ``as_of`` without a zone is read as UTC, not as local
             time.
         tag: A tag whose version to read.
+        snapshot: A catalog snapshot (``cat.snapshot()``) whose version of the table to read (not with
+            ``version``, ``as_of`` or ``tag``).
 
     Raises:
         InvalidInput: ``table`` is not a mere Table, a ``batch_size``, ``max_task_bytes``, ``seed``, ``rank``
@@ -293,6 +296,7 @@ class TableDataset(IterableDataset[Batch]):
         *,
         as_of: Any = None,
         tag: str | None = None,
+        snapshot: CatalogSnapshot | None = None,
     ) -> None:
         super().__init__()
         if not hasattr(table, "scan") or not hasattr(table, "spec"):  # not imported: mere.Table
@@ -315,6 +319,7 @@ class TableDataset(IterableDataset[Batch]):
             _positive("world_size", world_size)
             if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:
                 raise InvalidInput(f"TableDataset: rank must be in [0, {world_size}), got {rank!r}")
+        version = pinned_version(snapshot, table, version, as_of, tag)
         scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of, tag=tag)
         schema: pa.Schema = scan.schema
         if not schema.names:  # batches of no tensor would lose the row count

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from mere.kernels import contiguous, group_starts, last_by_sequence, sort_indices
-from mere.spec import OP_DELETE
+from mere.spec import OP_DELETE, OP_PUT
 
 # A run this many times larger than the newer rows of a window is marked by searching its sorted keys, not
 # sorted again with them.
@@ -91,4 +91,32 @@ def newest_wins(
         is_last[:-1] = starts[1:]
         is_last[-1:] = True
     winner[order] = is_last & (ops[order] != OP_DELETE)
+    return winner
+
+
+def first_wins(keys: Sequence[Column], ops: np.ndarray, sequence: Sequence[Column] = ()) -> np.ndarray:
+    """Which rows survive a ``first_row`` merge (the mirror of :func:`newest_wins`; rows as there): each
+    key's first version wins, in commit then row order, or (with ``sequence``) its version of lowest
+    sequence (commit order, then row order, on ties). A PUT (a row an UPDATE or MERGE replaced) forgets the
+    versions before it, so the last PUT of a key wins where it has one, and a delete marker (compaction keeps one where a PUT
+    reset a key of a table with ``sequence_by``) hands the key to the version after it."""
+    n = len(ops)
+    winner = np.zeros(n, dtype=bool)
+    if n == 0:
+        return winner
+    order = sort_indices([*keys, *sequence])
+    sorted_keys = [
+        k[order] if isinstance(k, np.ndarray) else contiguous(k).take(pa.array(order)) for k in keys
+    ]
+    starts = group_starts(sorted_keys, n)
+    pos = np.arange(n, dtype=np.int64)
+    sorted_ops = ops[order]
+    reset = np.where(starts | (sorted_ops == OP_PUT), pos, -1)
+    # A delete marker (a compaction's record of a reset) hands the key to the version after it.
+    reset[sorted_ops == OP_DELETE] = pos[sorted_ops == OP_DELETE] + 1
+    start_pos = np.flatnonzero(starts)
+    first = np.maximum.reduceat(reset, start_pos)
+    ends = np.append(start_pos[1:], n)
+    first = first[first < ends]
+    winner[order[first]] = True
     return winner

@@ -31,7 +31,7 @@ from mere.read.evolution import (
     stored_as_table,
     to_table_columns,
 )
-from mere.read.newest_wins import newest_wins
+from mere.read.newest_wins import first_wins, newest_wins
 from mere.read.options import ReadOptions
 from mere.read.planner import Explain, FileTask, Split, row_group_stats
 from mere.spec import OP_COLUMN, OP_DELETE, TOMBSTONE_TIME_COLUMN, TableSpec
@@ -404,6 +404,8 @@ class SplitReader:
         extra = list(spec.identity_columns)
         if spec.has_primary_key:
             extra += spec.sequence_by  # they order a key's versions
+            grouped = spec.grouped  # a group's columns are ordered by its sequence column
+            extra += [grouped[c] for c in needed if c in grouped]
         for e in (opts.pre, opts.post):
             used = E.columns(e)  # None: an opaque pyarrow expression may read any column
             extra.extend(spec.schema.names if used is None else sorted(used))
@@ -415,10 +417,8 @@ class SplitReader:
             needed = [*needed, OP_COLUMN]
             if opts.tombstones:
                 needed.append(TOMBSTONE_TIME_COLUMN)
-            if max((t.row_count for t in split.files), default=0) >= DICTIONARY_MIN_ROWS and all(
-                spec.operator(c).name == "last"
-                for c in needed
-                if c in spec.schema.names and c not in spec.identity_columns
+            if max((t.row_count for t in split.files), default=0) >= DICTIONARY_MIN_ROWS and spec.newest_wins(
+                [c for c in needed if c in spec.schema.names and c not in spec.identity_columns]
             ):
                 # Newest-wins merges drop whole rows: keep repetitive strings as dictionary indices until then.
                 # Not in splits of small files only: there a file's dictionary costs about what the rows do.
@@ -618,17 +618,22 @@ class SplitReader:
             return None, False
         spec = self.spec
         value_cols = [c for c in self.needed if c not in spec.identity_columns]
-        fast = all(spec.operator(c).name == "last" for c in value_cols) and all(
+        whole = all(
             t.content == "delete" or t.columns is None or set(value_cols) <= set(t.columns) for t, _ in parts
         )
-        if fast:
+        if whole and spec.newest_wins(value_cols):
             return self._merge_last(parts)
+        if whole and spec.merge_engine == "first_row":
+            return self._merge_last(parts, first=True)
         return self._merge_general(parts, value_cols), False
 
-    def _merge_last(self, parts: list[tuple[FileTask, pa.Table]]) -> tuple[pa.Table, bool]:
-        """Newest version wins: mark each file's surviving rows, then filter files in place. A surviving
-        row is its key's merged row, so the scan's filter is evaluated on the files' rows and folded into
-        the same filter: rows it drops are never copied (see :meth:`_filter_masks`)."""
+    def _merge_last(
+        self, parts: list[tuple[FileTask, pa.Table]], first: bool = False
+    ) -> tuple[pa.Table, bool]:
+        """Newest version wins (``first``: the first version wins, for ``first_row`` tables): mark each
+        file's surviving rows, then filter files in place. A surviving row is its key's merged row, so the
+        scan's filter is evaluated on the files' rows and folded into the same filter: rows it drops are
+        never copied (see :meth:`_filter_masks`)."""
         ops = [_ops(p) for _, p in parts]
         if len(parts) == 1:
             t, p = parts[0]
@@ -643,8 +648,12 @@ class SplitReader:
                 keys.append(np.concatenate(as_np))  # type: ignore[arg-type]
             else:
                 keys.append(pa.chunked_array(arrays, type=chunks[0].type))
-        first = parts[0][1].num_rows if parts[0][0].content != "delete" else 0
-        winner = newest_wins(keys, np.concatenate(ops), first, _sequence([p for _, p in parts], self.spec))
+        sequence = _sequence([p for _, p in parts], self.spec)
+        if first:
+            winner = first_wins(keys, np.concatenate(ops), sequence)
+        else:
+            base = parts[0][1].num_rows if parts[0][0].content != "delete" else 0
+            winner = newest_wins(keys, np.concatenate(ops), base, sequence)
         out = []
         masks = []
         offset = 0
@@ -725,8 +734,10 @@ class SplitReader:
         ops = ops[order]
         pres = {c: np.concatenate(v)[order] for c, v in present.items()}
         starts = group_starts([versions.column(c) for c in spec.primary_key], versions.num_rows)
+        options = spec.reduce_options
+        options["groups"] = {g: cs for g, cs in spec.sequence_groups.items() if g in versions.column_names}
         merged, out_op = reduce_versions(
-            versions, ops, starts, spec.identity_columns, spec.merge_operators, pres
+            versions, ops, starts, spec.identity_columns, spec.operators, pres, **options
         )
         keep = out_op != OP_DELETE
         return merged if keep.all() else merged.filter(bool_array(keep))

@@ -15,7 +15,10 @@ import pyarrow.fs as pafs
 from mere.errors import InvalidInput, NoSuchNamespace, NoSuchTable, TableExists
 from mere.io import Storage
 from mere.io.storage import redact
+from mere.metadata import NewTable
+from mere.options import as_of_micros
 from mere.spec import TableSpec, default_properties
+from mere.table.catalog_transaction import CatalogSnapshot, CatalogTransaction
 from mere.table.context import TableHandle
 from mere.table.table import Table
 
@@ -157,11 +160,13 @@ class Catalog:
         primary_key: Sequence[str] | str | None = None,
         partition_by: Sequence[str] | str | None = None,
         buckets: int | None = None,
-        merge_operators: Mapping[str, Any] | None = None,
+        merge_operators: Mapping[str, Any] | str | None = None,
         cdc_column: str | None = None,
         properties: Mapping[str, str] | None = None,
         exist_ok: bool = False,
         sequence_by: Sequence[str] | str | None = None,
+        sequence_groups: Mapping[str, Sequence[str]] | None = None,
+        key_scope: str | None = None,
     ) -> Table:
         """Create a table; with ``exist_ok`` an existing table of the same name and spec is returned instead.
 
@@ -174,7 +179,19 @@ class Catalog:
         type) orders the versions of each key: the version with the highest sequence wins, whatever the
         order of commits and of rows inside a batch (equal sequences: commit order, then row order); see
         :meth:`Table.set_sequence_by <mere.Table.set_sequence_by>` and docs/concepts.md, "Sequence
-        ordering". It refuses merge operators other than ``last``.
+        ordering". It refuses ``sum`` and ``concat`` (a replayed event would count twice), and
+        ``last_non_null`` outside a sequence group of its own.
+
+        ``merge_operators`` maps columns to ``last`` (the default), ``last_non_null``, ``sum``,
+        ``concat``, ``max``, ``min``, ``bool_and`` or ``bool_or``; or it is the string ``"first_row"``:
+        each key's first version wins and later ones are ignored (deletes are refused). See
+        docs/concepts.md, "Merge operators".
+
+        ``key_scope`` says what a primary key identifies on a partitioned table: ``"table"`` (one row per
+        key in the whole table: a row whose partition values change moves its key, removing it from its
+        old partition) or ``"partition"`` (one row per key and partition). The default is ``"table"``,
+        except where a partition column is outside the key and versions do not merge newest-wins; see
+        docs/concepts.md, "Table-wide keys".
 
         Args:
             name: ``namespace.table``, or a bare name in the ``default`` namespace (letters, digits, ``_``
@@ -184,11 +201,16 @@ class Catalog:
             partition_by: Column(s) whose values split the table into partitions.
             buckets: Buckets per partition (each key lives in one); None for the default.
             merge_operators: ``{column: operator}`` for columns that fold rather than replace on upsert
-                (such as ``sum``).
+                (such as ``sum`` or ``max``), or ``"first_row"``.
             cdc_column: The column of change rows that says insert, update or delete.
             properties: Table properties (see ``mere.spec.PROPERTIES``); mere's defaults fill in the rest.
             exist_ok: Return an existing table of the same name and spec instead of raising.
             sequence_by: Value column(s) ordering each key's versions (highest wins); None: commit order.
+            sequence_groups: ``{group sequence column: [columns]}`` (needs ``sequence_by``): partial rows
+                carry whole groups, and each group's columns come from the version carrying it with the
+                highest group sequence (docs/concepts.md, "Sequence groups").
+            key_scope: ``"table"`` or ``"partition"``: whether a key names one row of the table or one row
+                per partition; None for the default.
 
         Returns:
             The new table (or, with ``exist_ok``, the existing one).
@@ -199,7 +221,12 @@ class Catalog:
                 properties);
                 the message names the differences.
             InvalidInput: An invalid name, schema, key, partitioning or property, or a ``sequence_by``
-                column that is a key or partition column, or with a merge operator other than ``last``.
+                column that is a key or partition column, or with ``sum``/``concat``, an unknown merge
+                operator or engine, an operator on a column of a type it cannot take, or sequence groups
+                naming key, partition or ``sequence_by`` columns or a column twice; a ``key_scope`` other
+                than "table" or "partition", given for a table without key, or "table" where keys could
+                move and versions do not merge newest-wins (an operator other than ``last``, a merge
+                engine or sequence groups).
             SchemaMismatch: A ``sequence_by`` column the schema lacks.
             UnsupportedType: A column type mere cannot store, key, partition or sequence by.
             CatalogError: The catalog could not be reached or written.
@@ -207,15 +234,22 @@ class Catalog:
         ns, short = split_name(name)
         if not isinstance(exist_ok, bool):
             raise InvalidInput(f"exist_ok must be True or False, got {exist_ok!r}")
-        given = TableSpec.create(
-            schema, primary_key, partition_by, buckets, merge_operators, cdc_column, properties, sequence_by
+        new, given = self.new_table(
+            name,
+            schema=schema,
+            primary_key=primary_key,
+            partition_by=partition_by,
+            buckets=buckets,
+            merge_operators=merge_operators,
+            cdc_column=cdc_column,
+            properties=properties,
+            sequence_by=sequence_by,
+            sequence_groups=sequence_groups,
+            key_scope=key_scope,
         )
-        defaults = default_properties(given.has_primary_key)
-        spec = replace(given, properties={**defaults, **given.properties})
-        table_uuid = uuid.uuid4().hex
-        location = f"{ns}/{short}-{table_uuid[:12]}"
+        spec = TableSpec.from_json(new.spec, f"{ns}.{short}")
         try:
-            record = self.sql.create_table(ns, short, location, spec.to_json(), table_uuid)
+            record = self.sql.create_table(ns, short, new.location, new.spec, new.uuid)
         except TableExists:
             if not exist_ok:
                 raise
@@ -223,12 +257,133 @@ class Catalog:
             differences = existing.spec.differences(spec, properties=properties is not None)
             if differences and not existing.spec.differences(given, properties=properties is not None):
                 differences = []  # a table created before these defaults, with exactly the properties given
+            if key_scope is None:  # a table created before key_scope keeps its meaning
+                differences = [d for d in differences if not d.startswith("key_scope ")]
             if differences:
                 raise TableExists(
                     f"table {ns}.{short} already exists with a different spec: " + "; ".join(differences)
                 ) from None
             return existing
         return Table(self, record)
+
+    def new_table(
+        self,
+        name: str,
+        *,
+        schema: pa.Schema,
+        primary_key: Sequence[str] | str | None = None,
+        partition_by: Sequence[str] | str | None = None,
+        buckets: int | None = None,
+        merge_operators: Mapping[str, Any] | str | None = None,
+        cdc_column: str | None = None,
+        properties: Mapping[str, str] | None = None,
+        sequence_by: Sequence[str] | str | None = None,
+        sequence_groups: Mapping[str, Sequence[str]] | None = None,
+        key_scope: str | None = None,
+    ) -> tuple[NewTable, TableSpec]:
+        """A table to create, checked but not created: its catalog row, and the layout as given.
+
+        The row's layout has mere's default properties filled in; :meth:`create_table` and catalog
+        transactions create it.
+
+        Args:
+            name: ``namespace.table``, or a bare name in the ``default`` namespace.
+            schema: The table's Arrow schema.
+            primary_key: The key column(s).
+            partition_by: The partition column(s).
+            buckets: Buckets per partition.
+            merge_operators: ``{column: operator}``, or a merge engine (``"first_row"``).
+            cdc_column: The change column.
+            properties: Table properties.
+            sequence_by: The sequence column(s).
+            sequence_groups: ``{group sequence column: [columns]}``.
+            key_scope: ``"table"`` or ``"partition"`` (None: the default).
+
+        Returns:
+            The new table's row and the layout as given.
+
+        Raises:
+            InvalidInput: An invalid name, schema, key, partitioning or property (as :meth:`create_table`).
+        """
+        ns, short = split_name(name)
+        given = TableSpec.create(
+            schema,
+            primary_key,
+            partition_by,
+            buckets,
+            merge_operators,
+            cdc_column,
+            properties,
+            sequence_by,
+            sequence_groups,
+            key_scope,
+        )
+        defaults = default_properties(given.has_primary_key)
+        spec = replace(given, properties={**defaults, **given.properties})
+        table_uuid = uuid.uuid4().hex
+        location = f"{ns}/{short}-{table_uuid[:12]}"
+        return NewTable(ns, short, location, spec.to_json(), table_uuid), given
+
+    def table_name(self, name: str) -> str:
+        """``namespace.table`` of a table name (a bare name lives in the ``default`` namespace).
+
+        Args:
+            name: The name.
+
+        Returns:
+            The qualified name.
+
+        Raises:
+            InvalidInput: Not a valid table name.
+        """
+        ns, short = split_name(name)
+        return f"{ns}.{short}"
+
+    def transaction(self, idempotency_key: str | None = None) -> CatalogTransaction:
+        """Start changes to several tables that commit together: one version per changed table, or none.
+
+        See docs/concepts.md, "Catalog transactions".
+
+        ::
+
+            with cat.transaction(idempotency_key="batch-42") as tx:
+                tx.table("sales.orders").upsert(orders)
+                tx.table("sales.lines").upsert(lines)
+
+        Args:
+            idempotency_key: A key that makes the transaction commit once: when a catalog transaction with
+                it has landed, every table's change does nothing and ``commit()`` returns that
+                transaction's results (``already_committed=True``).
+
+        Returns:
+            The open :class:`~mere.table.catalog_transaction.CatalogTransaction`.
+
+        Raises:
+            InvalidInput: An ``idempotency_key`` that is not a non-empty string.
+            CatalogError: The catalog could not be read (a key is looked up now).
+        """
+        return CatalogTransaction(self, idempotency_key)
+
+    def snapshot(self, as_of: Any = None) -> CatalogSnapshot:
+        """One read point for every table: each table's version, read in one database read.
+
+        ``snap.table("sales.orders").scan()`` and ``snap.table("sales.lines").scan()`` see exactly the
+        commits landed before the read point, a catalog transaction's whole or not at all. The engine
+        adapters take it as ``snapshot=``.
+
+        Args:
+            as_of: A point in time (a datetime, an ISO 8601 string or epoch seconds; without a zone it is
+                read as UTC): each table's newest version committed at or before it. None: now.
+
+        Returns:
+            The :class:`~mere.table.catalog_transaction.CatalogSnapshot`.
+
+        Raises:
+            InvalidInput: An ``as_of`` that is not a time.
+            CatalogError: The catalog could not be read.
+        """
+        micros = None if as_of is None else as_of_micros(as_of)
+        return CatalogSnapshot(self, self.sql.table_versions(micros), as_of)
 
     def table(self, name: str) -> Table:
         """Open the table ``namespace.name`` (or ``name`` in the default namespace).

@@ -19,11 +19,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+import numpy as np
+
 from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion, SchemaChanged
-from mere.metadata import BLIND_DELETE_MARKERS, DELETE_MARKERS, DELETED_ROWS, CommitResult, FileEntry
+from mere.metadata import (
+    BLIND_DELETE_MARKERS,
+    DELETE_MARKERS,
+    DELETED_ROWS,
+    MOVED_KEYS,
+    STALE_ROWS,
+    CommitRequest,
+    CommitResult,
+    FileEntry,
+)
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.spec import TableSpec, validate_properties
+from mere.spec import OP_DELETE, TableSpec, validate_properties
 from mere.table.conflicts import (
+    BucketsUnchanged,
     ColumnsUnchanged,
     PartitionSet,
     PropertiesUnchanged,
@@ -35,10 +47,37 @@ from mere.table.conflicts import (
 )
 from mere.table.context import SchemaChange, TableContext, file_splits, split_label
 from mere.table.images import LOG_SUMMARY_KEY, logs_changes, write_change_log
+from mere.table.stored_keys import resolve
 from mere.table.versions import current
 from mere.table.write_checks import WriteChecks
+from mere.write.writer import conform, marker_spec, prepare
 
 ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
+
+
+@dataclass
+class PreparedCommit:
+    """One table's commit prepared at its base version (:meth:`Commit.prepare`): the catalog request,
+    and the change logs written for it (deleted if it does not land)."""
+
+    request: CommitRequest
+    logs: list[FileEntry]
+
+    def arguments(self) -> dict[str, Any]:
+        """The request as :meth:`MetadataStore.commit <mere.table.context.MetadataStore.commit>`'s
+        keyword arguments."""
+        r = self.request
+        return {
+            "base_version": r.base_version,
+            "operation": r.operation,
+            "add": r.add,
+            "remove": r.remove,
+            "summary": r.summary,
+            "validate": r.validate,
+            "idempotency_key": r.idempotency_key,
+            "spec": r.spec,
+            "restores": r.restores,
+        }
 
 
 # -- what a change removes, as data -------------------------------------------------------------------
@@ -284,6 +323,8 @@ class Commit:
         # A column change: the new spec and its steps (a handle adding columns carries one).
         self.schema: SchemaChange | None = ctx.schema_change
         self.state = "open"  # open, committing, committed, aborted
+        # Markers the lookup of stored keys wrote for the current try (table-wide keys), and its counts.
+        self.resolved: list[FileEntry] = []
 
     # -- collecting ---------------------------------------------------------------------------------
 
@@ -321,6 +362,17 @@ class Commit:
         self.properties = validate_properties(applied(self.ctx.spec.properties, asked))  # checked now
         self.property_updates = asked
 
+    def change_columns(self, change: SchemaChange) -> None:
+        """Commit a column change too; the changes added after it are written with the new columns."""
+        self.require_open()
+        if self.changes or self.schema is not None:
+            raise InvalidInput(
+                f"{self.ctx.name}: a column change must come first in a transaction, and only once"
+            )
+        self.ctx = replace(self.ctx, spec=change.spec, schema_change=change)
+        self.schema = change
+        self.checks = WriteChecks(change.spec, self.ctx.name)
+
     def restore_properties(self, properties: Mapping[str, str]) -> None:
         """Make the table's properties exactly ``properties`` in this commit (a rollback's)."""
         current_keys = self.ctx.spec.properties
@@ -342,13 +394,7 @@ class Commit:
         ctx = self.ctx
         self.state = "committing"
         try:
-            if self._needed_checks() is not None and any(
-                isinstance(c.removes, (ReplacePartitions, RemoveFiles)) for c in self.changes
-            ):
-                raise InvalidInput(
-                    f"{ctx.name}: overwrites and copy-on-write deletes cannot share a transaction with "
-                    "upserts that need checks (NOT NULL partial rows, integer sums): commit them separately"
-                )
+            self.check_mix()
             if self.idempotency_key is not None:
                 prior = committed_with(ctx, self.idempotency_key)
                 if prior is not None:
@@ -358,10 +404,12 @@ class Commit:
                 return self.replayed(result)
         except SchemaChanged:
             discard(ctx, self.changes)
+            self.drop_resolved()
             self.state = "aborted"
             raise
         except CommitConflict as e:
             discard(ctx, self.changes)
+            self.drop_resolved()
             self.state = "aborted"
             raise CommitConflict(
                 f"{ctx.name}: {self.operation()} lost {self.retries.attempts} races to "
@@ -372,18 +420,37 @@ class Commit:
             raise  # the files may be referenced now: keep them
         except BaseException:
             discard(ctx, self.changes)
+            self.drop_resolved()
             self.state = "aborted"
             raise
-        self.state = "committed"
-        if not result.no_change and ctx.after_commit is not None:
-            ctx.after_commit(result, self.properties is not None or self.schema is not None)
+        self.finished(result)
         return result
+
+    def check_mix(self) -> None:
+        """Refuse overwrites and copy-on-write deletes beside upserts that need checks."""
+        if self._needed_checks() is not None and any(
+            isinstance(c.removes, (ReplacePartitions, RemoveFiles)) for c in self.changes
+        ):
+            raise InvalidInput(
+                f"{self.ctx.name}: overwrites and copy-on-write deletes cannot share a transaction with "
+                "upserts that need checks (NOT NULL partial rows, integer sums): commit them separately"
+            )
+
+    def finished(self, result: CommitResult) -> None:
+        """The commit landed as ``result``: tell the handle (reload, automatic maintenance)."""
+        self.state = "committed"
+        if not result.no_change and self.ctx.after_commit is not None:
+            self.ctx.after_commit(result, self.properties is not None or self.schema is not None)
 
     def replayed(self, prior: CommitResult) -> CommitResult:
         """End the commit as a replay of ``prior``, the commit its idempotency key names: the files its
         changes wrote are deleted (but any that ``prior`` lists: see :func:`discard_replayed`) and
         ``prior`` is returned."""
-        discard_replayed(self.ctx, (f for c in self.changes if c.restores is None for f in c.files), prior)
+        discard_replayed(
+            self.ctx,
+            [*(f for c in self.changes if c.restores is None for f in c.files), *self.resolved],
+            prior,
+        )
         self.state = "committed"
         return prior
 
@@ -391,6 +458,7 @@ class Commit:
         """Discard the commit: delete the files its changes wrote."""
         if self.state == "open":
             discard(self.ctx, self.changes)
+            self.drop_resolved()
             self.state = "aborted"
 
     def operation(self) -> str:
@@ -415,16 +483,70 @@ class Commit:
             return None
         return self.checks if any(c.operation == "upsert" for c in self.changes) else None
 
+    def drop_resolved(self) -> None:
+        """Delete the markers the lookup of stored keys wrote for the last try (table-wide keys)."""
+        self.ctx.files.discard(self.resolved)
+        self.resolved = []
+
+    def _blind(self) -> list[Change]:
+        """Changes whose rows were written blind (upserts, CDC batches, deletes of given keys)."""
+        return [
+            c
+            for c in self.changes
+            if c.operation in ("upsert", "delete") and c.recipe is None and c.restores is None and c.files
+        ]
+
+    def _resolve(self, base: int) -> tuple[list[FileEntry], dict[str, Any], Rule | None]:
+        """Look up the stored versions of the blind changes' keys at ``base`` (see
+        :mod:`mere.table.stored_keys`): table-wide keys get their markers in other partitions (written
+        here, with the rule that keeps them right), tables with ``sequence_by`` their stale count."""
+        ctx = self.ctx
+        spec = ctx.spec
+        blind = self._blind()
+        if not blind or not (spec.cross_partition or spec.sequence_by):
+            return [], {}, None
+        upserts = [f for c in blind if c.operation == "upsert" for f in c.files]
+        if not spec.cross_partition and not upserts:
+            return [], {}, None  # stale counts are the upserts'
+        incoming = [f for c in blind for f in c.files]
+        found = resolve(ctx, base, incoming, spec.cross_partition)
+        summary: dict[str, Any] = {}
+        if spec.sequence_by and upserts:
+            summary[STALE_ROWS] = found.stale
+        files: list[FileEntry] = []
+        if found.markers is not None and found.markers.num_rows:
+            keys, _ = conform(found.markers, marker_spec(spec), partial_ok=True, identifier=ctx.name)
+            ops = np.full(keys.num_rows, OP_DELETE, dtype=np.int8)
+            files = ctx.files.write(prepare(spec, keys, ops, identifier=ctx.name, moves=False))
+            summary[MOVED_KEYS] = sum(f.row_count for f in files)
+        rule = BucketsUnchanged(frozenset(f.bucket for f in incoming)) if spec.cross_partition else None
+        return files, summary, rule
+
     def _restores(self) -> int | None:
         return next((c.restores for c in self.changes if c.restores is not None), None)
 
     def _attempt(self) -> CommitResult:
+        prepared = self.prepare()
+        if isinstance(prepared, CommitResult):
+            return prepared
+        try:
+            result = self.ctx.store.commit(self.ctx.table_id, **prepared.arguments())
+        except BaseException as e:
+            self.failed(prepared, e)
+            raise
+        return self.landed(prepared, result)
+
+    def prepare(self) -> PreparedCommit | CommitResult:
+        """The commit at its base version, ready to land (its change logs written), or the result of a
+        commit that has nothing to land (no version). A conflict found here has rebased the commit."""
         ctx = self.ctx
         checks = self._needed_checks()
         reads = any(c.recipe is not None for c in self.changes)
-        if checks is not None and not reads:
+        if (checks is not None or (ctx.spec.cross_partition and self._blind())) and not reads:
             self.read_version = current(ctx)  # the checks read the table: at its newest version
         base = self.read_version
+        self.drop_resolved()
+        self.resolved, resolved_summary, resolved_rule = self._resolve(base)
         removed: list[FileEntry] = []
         removed_ids: list[int] = []
         partitions: set[str] | None = set()
@@ -434,12 +556,19 @@ class Commit:
             removed_ids += c.removes.ids()
             touched = c.removes.touched(gone, c.files)
             partitions = None if partitions is None or touched is None else partitions | set(touched)
-        add = renumber((f for c in self.changes for f in c.files), keep_seq=True)
+        if partitions is not None and self.resolved:
+            partitions |= {f.partition for f in self.resolved}
+        # Markers in other partitions come last: in their splits they are the commit's newest rows.
+        add = renumber([*(f for c in self.changes for f in c.files), *self.resolved], keep_seq=True)
         rules: list[Rule] = [c.rule for c in self.changes if c.rule is not None]
+        if resolved_rule is not None:
+            rules.append(resolved_rule)
         extra: dict[str, Any] = {}
         for c in self.changes:
             for k, v in c.summary.items():
                 extra[k] = extra.get(k, 0) + v if isinstance(v, int) and not isinstance(v, bool) else v
+        for k, v in resolved_summary.items():  # stored rows a write's rows lost to, and markers elsewhere
+            extra[k] = extra.get(k, 0) + v
         if checks is not None:
             rules.append(checks.verify(ctx.handle, base))
             extra |= checks.summary()
@@ -464,7 +593,6 @@ class Commit:
             spec = new_spec.to_json()
         # With ``changes.log`` on, the commit also records the rows it replaces (read at ``base``; a
         # concurrent change to those splits is a conflict, and the retry reads them again).
-        logs: list[FileEntry] = []
         logged = logs_changes(
             ctx.spec, add, bool(removed) or bool(removed_ids) or self._restores() is not None
         )
@@ -487,41 +615,47 @@ class Commit:
         if not (add or summary["removed_files"] or spec is not None or self._restores() is not None):
             # Nothing to write, remove or change: no version (one rule for every write path).
             return CommitResult.unchanged(ctx.store.snapshot(ctx.table_id, base), self.operation())
-        try:
-            if logged:
-                try:
-                    logs = write_change_log(ctx, base, add)
-                except NoSuchVersion as e:  # expired meanwhile: read the rows it replaces at a newer one
-                    raise CommitConflict(
-                        f"{ctx.name}: version {base} expired before this write read it"
-                    ) from e
-            result = ctx.store.commit(
-                ctx.table_id,
-                base_version=base,
-                operation=self.operation(),
-                add=add + [replace(f, order=len(add) + i) for i, f in enumerate(logs)],
-                remove=[f.id for f in removed if f.id is not None] + removed_ids,
-                summary=summary,
-                validate=validator(ctx.name, rules),
-                idempotency_key=self.idempotency_key,
-                spec=spec,
-                restores=self._restores(),
-            )
-            if result.already_committed:  # the key's commit landed first: this commit's logs are not needed
-                ctx.files.discard(logs)
-            return result
-        except CommitConflict:
-            ctx.files.discard(logs)
-            # Rebase onto the version that beat us: changes that read rows are evaluated again there.
-            self.read_version = current(ctx)
-            if reads:
-                self.changes = [self._redo(c) for c in self.changes]
-            raise
-        except CommitStateUnknown:
-            raise  # the logs may be referenced now: keep them
-        except BaseException:
-            ctx.files.discard(logs)
-            raise
+        logs: list[FileEntry] = []
+        if logged:
+            try:
+                logs = write_change_log(ctx, base, add)
+            except NoSuchVersion as e:  # expired meanwhile: read the rows it replaces at a newer one
+                self.rebase()
+                raise CommitConflict(f"{ctx.name}: version {base} expired before this write read it") from e
+        request = CommitRequest(
+            ctx.table_id,
+            base_version=base,
+            operation=self.operation(),
+            add=add + [replace(f, order=len(add) + i) for i, f in enumerate(logs)],
+            remove=[f.id for f in removed if f.id is not None] + removed_ids,
+            summary=summary,
+            validate=validator(ctx.name, rules),
+            idempotency_key=self.idempotency_key,
+            spec=spec,
+            restores=self._restores(),
+        )
+        return PreparedCommit(request, logs)
+
+    def landed(self, prepared: PreparedCommit, result: CommitResult) -> CommitResult:
+        """The catalog landed ``prepared`` (or named the commit its idempotency key made first)."""
+        if result.already_committed:  # the key's commit landed first: this commit's logs are not needed
+            self.ctx.files.discard(prepared.logs)
+            self.drop_resolved()
+        return result
+
+    def failed(self, prepared: PreparedCommit, error: BaseException) -> None:
+        """``prepared`` did not land: its logs go (unless the outcome is unknown); a lost race rebases."""
+        if isinstance(error, CommitStateUnknown):
+            return  # the logs may be referenced now: keep them
+        self.ctx.files.discard(prepared.logs)
+        if isinstance(error, CommitConflict):
+            self.rebase()
+
+    def rebase(self) -> None:
+        """Rebase onto the version that beat us: changes that read rows are evaluated again there."""
+        self.read_version = current(self.ctx)
+        if any(c.recipe is not None for c in self.changes):
+            self.changes = [self._redo(c) for c in self.changes]
 
     def _redo(self, change: Change) -> Change:
         if change.recipe is None:

@@ -21,15 +21,15 @@ import pyarrow as pa
 
 from mere.arrays import bool_array
 from mere.io import Storage
-from mere.kernels import group_starts, last_by_sequence, reduce_versions, sort_indices
+from mere.kernels import fold_sequenced, group_starts, last_by_sequence, reduce_versions, sort_indices
 from mere.metadata import SEQ_SHIFT, FileEntry
 from mere.read.evolution import whole_file_as_table
 from mere.read.planner import FileTask
 from mere.read.reader import SplitReader, gather_batches, plain_columns
-from mere.spec import OP_COLUMN, OP_DELETE, OP_PUT, TOMBSTONE_TIME_COLUMN, TableSpec
+from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, TOMBSTONE_TIME_COLUMN, TableSpec
 from mere.table.commit import RemoveIds, StagedChange, renumber
 from mere.table.scan import ScanTask, storage_for
-from mere.write.writer import PreparedFile, marker_columns, write_prepared
+from mere.write.writer import PreparedFile, tombstone_columns, write_prepared
 
 CHUNK_ROWS = 1 << 20  # rows sorted and written per output file
 # Automatic compaction folds the newest runs together while the next older run is at most this much
@@ -156,9 +156,9 @@ class CompactionTask:
         """Fold the files of a table with ``sequence_by``, window by window (bounded memory): each key's
         version of highest sequence, deletes included. A delete stays as a tombstone (key, sequence and
         the time it was deleted), so that an event arriving late with a lower sequence cannot bring the key
-        back; a full fold drops the tombstones older than ``tombstones_before``. Every operator is
-        ``last`` and rows are whole, so the winning version alone is the key's outcome, for the older runs
-        a partial fold leaves too."""
+        back; a full fold drops the tombstones older than ``tombstones_before``. Where every operator is
+        ``last`` and rows are whole, the winning version alone is the key's outcome, for the older runs
+        a partial fold leaves too; other tables fold by operator (:func:`fold_by_operators`)."""
         split = self.read.split
         reader = SplitReader(storage, spec, split, replace(self.read.options, tombstones=True))
         times = dict(self.commit_micros)
@@ -174,18 +174,20 @@ class CompactionTask:
             rows = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
             pending, count = [], 0
             # Live rows and tombstones go to files of their own (one run): the live rows' file holds no
-            # delete, so a read passes it on without a copy, and the few tombstones merge beside it.
+            # delete, so a read passes it on without a copy, and the few tombstones merge beside it. The
+            # tombstones' file comes first: where a key keeps both (operators that fold), its tombstone
+            # is older than its row on equal sequences.
             dead = np.asarray(rows.column(OP_COLUMN).to_numpy(), dtype=np.int8) == OP_DELETE
             files = []
+            if dead.any():
+                tombstones = rows.filter(bool_array(dead)) if not dead.all() else rows
+                stored = [*tombstone_columns(spec), OP_COLUMN, TOMBSTONE_TIME_COLUMN]
+                files.append(PreparedFile(partition, split.bucket, tombstones.select(stored), "delete"))
             if not dead.all():
                 live = rows if not dead.any() else rows.filter(bool_array(~dead))
                 files.append(
                     PreparedFile(partition, split.bucket, live.drop_columns([TOMBSTONE_TIME_COLUMN]), "data")
                 )
-            if dead.any():
-                tombstones = rows.filter(bool_array(dead)) if not dead.all() else rows
-                stored = [*marker_columns(spec), OP_COLUMN, TOMBSTONE_TIME_COLUMN]
-                files.append(PreparedFile(partition, split.bucket, tombstones.select(stored), "delete"))
             for entry in write_prepared(
                 storage,
                 self.location,
@@ -201,7 +203,8 @@ class CompactionTask:
 
         try:
             for parts in reader.windows():
-                folded = fold_by_sequence(spec, parts, times, cutoff)
+                fold = fold_by_sequence if spec.all_last else fold_by_operators
+                folded = fold(spec, parts, times, cutoff)
                 if folded.num_rows:
                     pending.append(folded)
                     count += folded.num_rows
@@ -244,7 +247,9 @@ class CompactionTask:
         versions = versions.take(pa.array(order))
         op = op[order]
         starts = group_starts([versions.column(c) for c in spec.primary_key], versions.num_rows)
-        rows, op = reduce_versions(versions, op, starts, spec.identity_columns, spec.merge_operators)
+        rows, op = reduce_versions(
+            versions, op, starts, spec.identity_columns, spec.operators, None, **spec.reduce_options
+        )
         rows = rows.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False), pa.array(op, pa.int8()))
         content = "data"
         if rows.num_rows and bool((op == OP_DELETE).all()):
@@ -330,6 +335,64 @@ def fold_by_sequence(
     return rows.append_column(
         pa.field(TOMBSTONE_TIME_COLUMN, stamp),
         pa.array(np.where(tombstone, when, 0), pa.int64(), mask=~tombstone).cast(stamp),
+    )
+
+
+def fold_by_operators(
+    spec: TableSpec,
+    parts: Sequence[tuple[FileTask, pa.Table]],
+    commit_micros: Mapping[int, int],
+    tombstones_before: int | None,
+) -> pa.Table:
+    """One window of a split of a table with ``sequence_by`` whose versions fold by operator, engine or
+    sequence group (:func:`mere.kernels.fold_sequenced`): per key, a tombstone at the sequence of its
+    last reset (a delete, or a PUT), unless deleted before ``tombstones_before``, and its merged row of
+    the versions after it, stored as a MERGE (a late version of sequence above the tombstone still
+    combines with it). Same columns as :func:`fold_by_sequence`."""
+    fields = [f if f.name in spec.identity_columns else f.with_nullable(True) for f in spec.schema]
+    stamp = pa.timestamp("us", tz="UTC")
+    aligned, ops, times = [], [], []
+    present: dict[str, list[np.ndarray]] = {f.name: [] for f in fields}
+    for task, rows in parts:
+        rows = plain_columns(rows, spec.schema)
+        columns = []
+        for f in fields:
+            has = f.name in rows.column_names
+            columns.append((rows.column(f.name) if has else pa.nulls(rows.num_rows, f.type)).cast(f.type))
+            present[f.name].append(np.full(rows.num_rows, has))
+        aligned.append(pa.Table.from_arrays(columns, schema=pa.schema(fields)))
+        ops.append(np.asarray(rows.column(OP_COLUMN).to_numpy(), dtype=np.int8))
+        committed = commit_micros.get(task.seq >> SEQ_SHIFT, 2**62)  # unknown: never expires
+        when = np.full(rows.num_rows, committed, dtype=np.int64)
+        if TOMBSTONE_TIME_COLUMN in rows.column_names:
+            stored = rows.column(TOMBSTONE_TIME_COLUMN).cast(stamp).cast(pa.int64())
+            when = np.where(
+                stored.is_valid().to_numpy(zero_copy_only=False),
+                stored.fill_null(0).to_numpy(zero_copy_only=False),
+                when,
+            )
+        times.append(when)
+    versions = pa.concat_tables(aligned).combine_chunks()
+    order = sort_indices([versions.column(c) for c in (*spec.primary_key, *spec.sequence_by)])
+    versions = versions.take(pa.array(order))
+    op, when = np.concatenate(ops)[order], np.concatenate(times)[order]
+    mask = {c: np.concatenate(v)[order] for c, v in present.items()}
+    starts = group_starts([versions.column(c) for c in spec.primary_key], versions.num_rows)
+    at, dead, merged, _ = fold_sequenced(
+        versions, op, starts, spec.identity_columns, spec.operators, mask, **spec.reduce_options
+    )
+    if tombstones_before is not None:
+        recent = when[at] >= tombstones_before
+        at, dead = at[recent], dead.filter(pa.array(recent))
+    out = pa.concat_tables([dead, merged])
+    kinds = np.concatenate(
+        [np.full(len(at), OP_DELETE, np.int8), np.full(merged.num_rows, OP_MERGE, np.int8)]
+    )
+    deleted = np.concatenate([when[at], np.zeros(merged.num_rows, np.int64)])
+    out = out.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False), pa.array(kinds))
+    return out.append_column(
+        pa.field(TOMBSTONE_TIME_COLUMN, stamp),
+        pa.array(deleted, pa.int64(), mask=kinds != OP_DELETE).cast(stamp),
     )
 
 

@@ -12,6 +12,9 @@ catalog runs the rules (:func:`validator`) inside its commit transaction:
   they read (any split, for a MERGE with a NOT MATCHED BY SOURCE clause); compactions change no row.
 - :class:`ChecksHold`: upserts with checks (NOT NULL partial rows, integer sums) conflict when a
   concurrent commit changed the splits they checked (for sums: added more than the headroom left).
+- :class:`BucketsUnchanged`: blind writes to a table with table-wide keys (``key_scope="table"``) read
+  where their keys live in their buckets, in every partition: they conflict when a concurrent commit
+  changed rows in one of those buckets (of any partition), and are retried (the lookup runs again).
 - :class:`PartitionsUnchanged`: overwrites and truncates conflict when a concurrent commit wrote to the
   partitions they replace.
 - **Removed files** that a concurrent commit already removed (compaction racing an overwrite, copy-on-write
@@ -104,6 +107,27 @@ class ChecksHold:
                 used[col] += int(added.get(col, 0))
                 if used[col] > self.headroom[col]:
                     raise CommitConflict(f"{table}: concurrent sums of {col!r} leave too little room")
+
+
+@dataclass(frozen=True)
+class BucketsUnchanged:
+    """No concurrent commit changed rows in these buckets of any partition (table-wide keys: a key's
+    bucket depends on the key alone, so a concurrent write of one of the keys lands in one of them)."""
+
+    buckets: frozenset[int]
+
+    def check(self, table: str, changes: ConcurrentChanges) -> None:
+        """Raise (CommitConflict, SchemaChanged) when ``changes`` break the rule."""
+        for c in changes.commits:
+            if c.operation == "compact":
+                continue  # compaction changes no row
+            touched = c.internal.get("splits")
+            if c.internal.get("partitions") is None or touched is None:
+                raise CommitConflict(f"{table}: version {c.version} rewrote keys this write looked up")
+            if any(int(label.rsplit("#", 1)[1]) in self.buckets for label in touched):
+                raise CommitConflict(
+                    f"{table}: keys this write looked up in other partitions changed in version {c.version}"
+                )
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import pyarrow as pa
 from mere.errors import InvalidInput
 from mere.io import Storage
 from mere.metadata import (
+    CommitRequest,
     CommitResult,
     ConcurrentChanges,
     ConsumerRecord,
@@ -143,6 +144,17 @@ class MetadataStore(Protocol):
         restores: int | None = None,
     ) -> CommitResult:
         """Add and remove files as one new version (see :meth:`SqlCatalog.commit`)."""
+
+    def commit_tables(
+        self, requests: Sequence[CommitRequest], names: Sequence[str], transaction_key: str | None = None
+    ) -> list[CommitResult] | None:
+        """Land several tables' commits in one transaction (see :meth:`SqlCatalog.commit_tables`)."""
+
+    def find_transaction(self, key: str) -> dict[str, tuple[int, int | None]] | None:
+        """The tables a catalog transaction with an idempotency key committed."""
+
+    def table_versions(self, as_of: int | None = None) -> list[tuple[TableRecord, int]]:
+        """Every table with the version a read point sees, from one database read."""
 
 
 class TableHandle(ScannedTable, Protocol):

@@ -214,6 +214,11 @@ def widen(spec: TableSpec, column: Any, data_type: Any, *, table: str = "table")
     op = spec.operator(name)
     if op.name == "concat" and not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise InvalidInput(f"{table}: {name!r} has merge operator 'concat' and must stay a string")
+    if spec.sequence_groups and (name in spec.sequence_groups or name in spec.sequence_by):
+        raise InvalidInput(
+            f"{table}: {name!r} orders sequence groups (group sequences share the type of sequence_by) and "
+            "cannot be widened on its own"
+        )
     spec = _started(spec)
     index = spec.schema.get_field_index(name)
     fid = spec.field_ids[name]
@@ -240,6 +245,10 @@ def rename_column(spec: TableSpec, column: Any, new_name: Any, *, table: str = "
         merge_operators=ops,
         field_ids=ids,
         sequence_by=tuple(new if c == name else c for c in spec.sequence_by),
+        sequence_groups={
+            (new if g == name else g): tuple(new if c == name else c for c in cs)
+            for g, cs in spec.sequence_groups.items()
+        },
     )
 
 
@@ -250,6 +259,11 @@ def drop_column(spec: TableSpec, column: Any, *, table: str = "table") -> TableS
         raise InvalidInput(
             f"{table}: {name!r} is a sequence_by column and cannot be dropped (it orders the versions of "
             "each key); change sequence_by first (Table.set_sequence_by)"
+        )
+    if name in spec.grouped:
+        raise InvalidInput(
+            f"{table}: {name!r} belongs to the sequence group {spec.grouped[name]!r} and cannot be dropped "
+            "(groups are fixed at create_table)"
         )
     if len(spec.schema) == 1:
         raise InvalidInput(f"{table}: cannot drop {name!r}, the table's only column")

@@ -139,6 +139,14 @@ class Table:
         return self.spec.sequence_by
 
     @property
+    def key_scope(self) -> str:
+        """What a primary key identifies: ``"table"`` or ``"partition"``.
+
+        ``"table"``: one row per key in the whole table (a row whose partition values change moves its
+        key); ``"partition"``: one row per key and partition. See docs/concepts.md, "Table-wide keys"."""
+        return self.spec.key_scope
+
+    @property
     def version(self) -> int:
         """The newest committed version."""
         return versions.current(self.context)
@@ -160,6 +168,8 @@ class Table:
             parts.append(f"partition_by={list(self.spec.partition_by)}")
         if self.spec.sequence_by:
             parts.append(f"sequence_by={list(self.spec.sequence_by)}")
+        if self.spec.cross_partition:
+            parts.append("key_scope='table'")
         parts.append(f"buckets={self.spec.buckets}")
         return f"Table({', '.join(parts)})"
 

@@ -9,16 +9,18 @@ and on a lost race rebases and tries again under :data:`mere.retry.COMMIT_RETRIE
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mere.errors import names_its_table
+from mere.errors import InvalidInput, names_its_table
 from mere.metadata import CommitResult
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.table.commit import Change, Commit, committed_with
+from mere.table.commit import Change, Commit, StagedChange, committed_with, discard_replayed, renumber
 from mere.table.context import TableHandle
 from mere.table.ops import update as update_op
 from mere.table.ops import write
+from mere.table.ops.evolve import SchemaUpdate
+from mere.table.ops.merge_into import Merge
 from mere.table.write_checks import WriteChecks
 
 
@@ -44,12 +46,20 @@ class Transaction:
     """
 
     def __init__(
-        self, table: TableHandle, idempotency_key: str | None = None, retries: RetryPolicy = COMMIT_RETRIES
+        self,
+        table: TableHandle,
+        idempotency_key: str | None = None,
+        retries: RetryPolicy = COMMIT_RETRIES,
+        *,
+        owner: str | None = None,
+        replay: CommitResult | None = None,
     ) -> None:
         self.table = table
         self._commit = Commit(table.context, idempotency_key=idempotency_key, retries=retries)
-        self._prior: CommitResult | None = None
+        self._prior: CommitResult | None = replay
         self._looked_up = idempotency_key is None  # whether the key's commit was looked for
+        # A table's share of a catalog transaction (``owner`` describes it): it commits with the others.
+        self._owner = owner
 
     def already_committed(self) -> CommitResult | None:
         """The commit this transaction's idempotency key names, if one has landed (looked up once).
@@ -99,8 +109,8 @@ class Transaction:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
-        if self._commit.state != "open":
-            return
+        if self._commit.state != "open" or self._owner is not None:
+            return  # a catalog transaction's share commits (or aborts) with the catalog transaction
         if kind is None:
             self.commit()
         else:
@@ -257,6 +267,115 @@ class Transaction:
             commit.set_properties(updates)
         return self
 
+    def add_staged(
+        self,
+        staged: Sequence[StagedChange],
+        *,
+        operation: str | None = None,
+        partition: Mapping[str, Any] | None = None,
+        dynamic: bool = False,
+    ) -> Transaction:
+        """Add staged writes of one operation to this transaction, as :meth:`Table.commit <mere.Table.commit>` commits them.
+
+        The staged writes are files engine tasks wrote (:meth:`Table.stage <mere.Table.stage>`). The driver half of a distributed write inside a transaction: a Spark driver stages on its tasks and
+        adds their messages to the shares of one catalog transaction. On any error the staged files are
+        deleted; a replay of an idempotency key deletes those the first commit does not list.
+
+        Args:
+            staged: The staged writes (``upsert``, ``append``, ``delete`` or ``overwrite``) of one operation.
+            operation: The operation they commit as (default: the one they were staged for).
+            partition: For an ``overwrite``: replace only the partitions matching ``{column: value}``.
+            dynamic: For an ``overwrite``: replace the partitions the staged files hold.
+
+        Returns:
+            This transaction.
+
+        Raises:
+            InvalidInput: The transaction already committed or aborted; ``staged`` is not a list of staged
+                writes of one operation of this table; or ``operation``, ``partition`` or ``dynamic`` do not
+                apply.
+            CommitFailed: Staged files no longer exist (a cleanup took them).
+        """
+        entries: list[Any] = []
+        try:
+            if (
+                isinstance(staged, StagedChange)
+                or not isinstance(staged, Sequence)
+                or not all(isinstance(s, StagedChange) for s in staged)
+            ):
+                raise InvalidInput(
+                    f"{self.table.name}: add_staged() takes a list of StagedWrite from stage()"
+                )
+            kinds = sorted({s.operation for s in staged} - set(write.STAGE_OPERATIONS))
+            if kinds:  # MERGE shares and compaction results commit only onto the version they read
+                raise InvalidInput(
+                    f"{self.table.name}: add_staged() takes staged writes, not {kinds}: commit those with "
+                    "Table.commit"
+                )
+            entries = renumber(f for s in staged for f in s.files)
+            write.check_dynamic(self.table.name, dynamic)
+            commit = self._open()
+            if commit is None:  # a replay: the first commit's files stay, the others go
+                prior = self.already_committed()
+                assert prior is not None
+                discard_replayed(self.table.context, entries, prior)
+                return self
+            op = write.staged_operation(commit.ctx, staged, operation, partition, dynamic)
+            write.add_staged(commit, staged, op, partition, dynamic, entries)
+        except BaseException:
+            items = [staged] if isinstance(staged, StagedChange) else staged
+            if isinstance(items, Sequence):
+                self.table.context.files.discard(
+                    f for s in items if isinstance(s, StagedChange) for f in s.files
+                )
+            raise
+        return self
+
+    def merge(
+        self, source: Any, on: str | None = None, source_alias: str = "s", target_alias: str = "t"
+    ) -> Merge:
+        """Start a MERGE INTO the table that ``execute()`` adds to this transaction.
+
+        See :meth:`Table.merge <mere.Table.merge>`.
+
+        The MERGE reads the table as of the transaction's start, so it must come before the transaction's
+        writes; ``execute()`` returns its counts with ``version`` None (the version comes with the commit).
+
+        Args:
+            source: The source rows (Arrow, pandas, Polars or an Arrow stream).
+            on: The ON condition; default: equality of every primary-key column.
+            source_alias: The source's name in conditions and values.
+            target_alias: The table's name in conditions and values.
+
+        Returns:
+            The MERGE being built.
+
+        Raises:
+            InvalidInput: The transaction already committed or aborted, or the MERGE itself is invalid (as
+                :meth:`Table.merge <mere.Table.merge>` raises it).
+            FilterError: An ON condition that does not parse.
+        """
+        commit = self._open()
+        into: Commit | CommitResult = commit if commit is not None else self.already_committed()  # type: ignore[assignment]
+        return Merge(self.table, source, on, source_alias, target_alias, into=into)
+
+    def evolve(self) -> SchemaUpdate:
+        """Start a column change that commits with this transaction.
+
+        See :meth:`Table.evolve <mere.Table.evolve>`: its ``commit()`` (or the end of its ``with`` block)
+        adds it here.
+
+        It must come before the transaction's other changes; the writes after it see the new columns.
+
+        Returns:
+            The schema update being built.
+
+        Raises:
+            InvalidInput: The transaction already committed or aborted.
+        """
+        commit = self._open()
+        return SchemaUpdate(self.table, into=commit if commit is not None else self.already_committed())
+
     # -- commit -------------------------------------------------------------------------------------
 
     def commit(self) -> CommitResult:
@@ -280,6 +399,8 @@ class Transaction:
             CommitStateUnknown: The catalog connection failed while committing; the commit may have landed
                 (its files are kept).
         """
+        if self._owner is not None:
+            raise InvalidInput(f"{self.table.name}: this transaction commits with {self._owner}")
         if self._prior is not None and self._commit.state == "open":
             return self._commit.replayed(self._prior)
         return self._commit.run()
@@ -288,9 +409,17 @@ class Transaction:
         """Discard the transaction: delete the files its changes wrote.
 
         Raises nothing: files that cannot be deleted are left for :meth:`Table.cleanup <mere.Table.cleanup>`
-        (logged). A transaction that committed or aborted already is left as it is.
+        (logged). A transaction that committed or aborted already is left as it is; a table's share of a
+        catalog transaction aborts with it (:meth:`CatalogTransaction.abort
+        <mere.table.catalog_transaction.CatalogTransaction.abort>`), never alone: here it is left as it is.
         """
-        self._commit.abort()
+        if self._owner is None:
+            self._commit.abort()
+
+    @property
+    def pending_commit(self) -> Commit:
+        """The commit being built (the catalog transaction that owns this one lands it)."""
+        return self._commit
 
     def _open(self) -> Commit | None:
         """The commit to add a change to; None when the key's commit landed already (a replay)."""

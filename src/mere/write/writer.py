@@ -21,6 +21,7 @@ from mere.hashing import bucket_ids
 from mere.io import Storage
 from mere.io.parquet import write_parquet
 from mere.kernels import (
+    fold_sequenced,
     group_starts,
     last_by_sequence,
     numpy_sortable_array,
@@ -188,8 +189,17 @@ def conform(
     missing = [c for c in spec.identity_columns if c not in names]
     if missing:
         raise SchemaMismatch(f"{identifier}: input lacks key/partition column(s) {missing}")
+    if spec.delete_refusal and ops is not None and bool((ops == OP_DELETE).any()):
+        raise InvalidInput(delete_refusal(spec, identifier, "change rows that delete"))
     if spec.sequence_by:
         _check_sequenced_input(table, spec, ops, identifier, partial_ok)
+    elif spec.merge_engine == "first_row" and partial_ok:
+        lacking = [c for c in spec.schema.names if c not in names]
+        if lacking:
+            raise SchemaMismatch(
+                f"{identifier}: input lacks column(s) {lacking}; a 'first_row' table keeps each key's first "
+                "whole version, so every row carries every column"
+            )
     arrays = []
     fields = []
     for f in spec.schema:
@@ -234,12 +244,18 @@ def conform(
     return out, ops
 
 
+def delete_refusal(spec: TableSpec, identifier: str, what: str) -> str:
+    """Why a table refuses deletes (``what``: the kind of write): see :attr:`TableSpec.delete_refusal`."""
+    return f"{identifier}: {what} cannot apply to this table: {spec.delete_refusal}; nothing was written"
+
+
 def _check_sequenced_input(
     table: pa.Table, spec: TableSpec, ops: np.ndarray | None, identifier: str, partial_ok: bool
 ) -> None:
     """Rows written to a table with ``sequence_by`` carry their sequence, and upserted rows that are not
-    deletes carry every column: a key's versions are ordered as whole rows, never combined column by
-    column (writes that are not partial fill a missing nullable column with NULL, a whole row)."""
+    deletes carry every column outside sequence groups and every column of each group they carry: a
+    key's versions are ordered as whole rows, or group by group (writes that are not partial fill a
+    missing nullable column with NULL, a whole row)."""
     names = table.column_names
     lacking = [c for c in spec.sequence_by if c not in names]
     if lacking:
@@ -248,12 +264,28 @@ def _check_sequenced_input(
             f"by sequence_by {list(spec.sequence_by)}"
         )
     partial = [c for c in spec.schema.names if c not in names]
-    if partial_ok and partial and (ops is None or bool((ops == OP_MERGE).any())):
-        raise SchemaMismatch(
-            f"{identifier}: input lacks column(s) {partial}; a table with sequence_by "
-            f"{list(spec.sequence_by)} takes whole rows (rows that only delete may carry the key, partition "
-            "and sequence columns alone): a late partial row could not tell which of its columns are newer"
+    if not (partial_ok and partial and (ops is None or bool((ops == OP_MERGE).any()))):
+        return
+    grouped = spec.grouped
+    outside = [c for c in partial if c not in grouped]
+    if outside:
+        groups = (
+            f" (only whole sequence groups {dict(spec.sequence_groups)} may be left out)" if grouped else ""
         )
+        raise SchemaMismatch(
+            f"{identifier}: input lacks column(s) {outside}; a table with sequence_by "
+            f"{list(spec.sequence_by)} takes whole rows{groups} (rows that only delete may carry the key, "
+            "partition and sequence columns alone): a late partial row could not tell which of its columns "
+            "are newer"
+        )
+    for seq, members in spec.sequence_groups.items():
+        carried = [c for c in (seq, *members) if c in names]
+        if carried and len(carried) != len(members) + 1:
+            raise SchemaMismatch(
+                f"{identifier}: input carries {carried} of sequence group {seq!r} but lacks "
+                f"{[c for c in (seq, *members) if c not in names]}; a partial row leaves out whole groups "
+                "(the group's sequence column orders all of its columns together)"
+            )
 
 
 @dataclass
@@ -277,9 +309,12 @@ def _group_order(code: np.ndarray, groups: int) -> np.ndarray:
 
 
 def prepare(
-    spec: TableSpec, table: pa.Table, ops: np.ndarray | None, identifier: str = ""
+    spec: TableSpec, table: pa.Table, ops: np.ndarray | None, identifier: str = "", *, moves: bool = True
 ) -> list[PreparedFile]:
     """Bucket, sort and de-duplicate rows, then cut them into one slice per (partition, bucket).
+
+    On a table with table-wide keys a key given in several partitions keeps one partition's rows
+    (:func:`one_partition_per_key`), unless ``moves`` is False (markers of one key in several partitions).
 
     Rows are grouped by (partition, bucket) first; each group is then sorted by key and reduced on its
     own, in parallel threads (NumPy and Arrow kernels release the GIL).
@@ -299,6 +334,13 @@ def prepare(
             for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n])
         ]
     table = table.combine_chunks()
+    moved_stale = 0
+    if moves and spec.cross_partition and n > 1:
+        keep, moved_stale = one_partition_per_key(spec, table, pcode)
+        if keep is not None:
+            table, pcode = table.filter(pa.array(keep)), pcode[keep]
+            ops = None if ops is None else ops[keep]
+            n = table.num_rows
     buckets = bucket_ids([table.column(c) for c in spec.primary_key], spec.buckets).astype(np.int64)
     code = pcode * spec.buckets + buckets
     order = _group_order(code, len(pvalues) * spec.buckets)
@@ -315,7 +357,7 @@ def prepare(
         as_np = numpy_sortable_array(whole)
         sequence.append(whole if as_np is None else as_np)
 
-    def one_group(lo: int, hi: int) -> PreparedFile:
+    def one_group(lo: int, hi: int) -> list[PreparedFile]:
         idx = order[lo:hi]
         if key_np is not None:
             idx = idx[stable_argsort(key_np[idx])]  # duplicates keep input order among them
@@ -330,6 +372,39 @@ def prepare(
             [key_np[idx]] if key_np is not None else [rows.column(c) for c in spec.primary_key], len(idx)
         )
         stale = 0
+        if not starts.all() and sequence and not spec.all_last:
+            # Sequenced versions that fold by operator, engine or group: ordered by (sequence, input
+            # order) within each key, folded, and each key's last reset kept as a delete marker at its
+            # sequence (it still hides late versions of lower sequence).
+            sub = sort_indices(
+                [*(rows.column(c) for c in spec.primary_key), *(rows.column(c) for c in spec.sequence_by)]
+            )
+            rows, op = rows.take(pa.array(sub)), op[sub]
+            options = spec.reduce_options
+            options["groups"] = {g: cs for g, cs in spec.sequence_groups.items() if g in rows.column_names}
+            reset_at, tombs, merged, dead = fold_sequenced(
+                rows, op, starts, spec.identity_columns, spec.operators, None, **options
+            )
+            stale = _stale(spec, starts, op, dead)
+            c = int(sorted_code[lo])
+            out = []
+            if len(reset_at):
+                markers = tombs.select([m for m in tombstone_columns(spec) if m in tombs.column_names])
+                markers = markers.append_column(
+                    pa.field(OP_COLUMN, pa.int8(), nullable=False),
+                    pa.array(np.full(len(tombs), OP_DELETE, np.int8)),
+                )
+                out.append(
+                    PreparedFile(pvalues[c // spec.buckets], c % spec.buckets, markers, "delete", stale)
+                )
+                stale = 0
+            if merged.num_rows:
+                merged = merged.append_column(
+                    pa.field(OP_COLUMN, pa.int8(), nullable=False),
+                    pa.array(np.full(merged.num_rows, OP_MERGE, np.int8)),
+                )
+                out.append(PreparedFile(pvalues[c // spec.buckets], c % spec.buckets, merged, "data", stale))
+            return out
         if not starts.all() and sequence:
             # Duplicate keys in one batch of a sequenced table: each key's version with the highest
             # sequence (the last of them in input order on ties). Its rows are whole and every operator
@@ -341,8 +416,12 @@ def prepare(
             rows, op = rows.take(pa.array(winners)), op[winners]
         elif not starts.all():
             # Duplicate keys in one batch: apply them in input order, like separate commits would.
+            if spec.merge_engine == "first_row":
+                stale = _stale(spec, starts, op, np.zeros(len(op), dtype=bool))
             try:
-                rows, op = reduce_versions(rows, op, starts, spec.identity_columns, spec.merge_operators)
+                rows, op = reduce_versions(
+                    rows, op, starts, spec.identity_columns, spec.operators, None, **spec.reduce_options
+                )
             except SumOverflow as e:
                 raise SumOverflow(f"{identifier}: {e} within this batch; the write was not applied") from None
         rows = rows.append_column(pa.field(OP_COLUMN, pa.int8(), nullable=False), pa.array(op, pa.int8()))
@@ -350,19 +429,89 @@ def prepare(
         if content == "delete":
             rows = rows.select([*marker_columns(spec), OP_COLUMN])
         c = int(sorted_code[lo])
-        return PreparedFile(pvalues[c // spec.buckets], c % spec.buckets, rows, content, stale)
+        return [PreparedFile(pvalues[c // spec.buckets], c % spec.buckets, rows, content, stale)]
 
+    if spec.delete_refusal and bool((op_all == OP_DELETE).any()):
+        raise InvalidInput(delete_refusal(spec, identifier or "table", "deletes"))
+    if spec.sequence_groups and bool((op_all == OP_DELETE).any()):
+        # A delete row carries no group (a compaction's tombstone may: what its deleted key still holds).
+        deleting = bool_array(op_all == OP_DELETE)
+        for g in spec.sequence_groups:
+            if g in table.column_names:
+                i = table.schema.get_field_index(g)
+                column = table.column(i)
+                table = table.set_column(
+                    i, table.field(i), pc.if_else(deleting, pa.nulls(n, column.type), column)
+                )
     source = _dictionary_strings(table, spec)
     ranges = [(int(lo), int(hi)) for lo, hi in zip(np.r_[0, cut], np.r_[cut, n])]
     if len(ranges) == 1:
-        return [one_group(*ranges[0])]
-    return list(shared_pool("prepare", cpu_workers()).map(lambda r: one_group(*r), ranges))
+        out = one_group(*ranges[0])
+    else:
+        groups = shared_pool("prepare", cpu_workers()).map(lambda r: one_group(*r), ranges)
+        out = [p for files in groups for p in files]
+    if out:
+        out[0].stale += moved_stale
+    return out
+
+
+def _stale(spec: TableSpec, starts: np.ndarray, op: np.ndarray, dead: np.ndarray) -> int:
+    """Rows of a batch its fold ignores: versions below their key's last reset, and (``first_row``)
+    every live version after its key's first."""
+    stale = int(np.count_nonzero(dead))
+    if spec.merge_engine == "first_row":
+        live = ~dead & (op != OP_DELETE)
+        group = np.cumsum(starts) - 1
+        stale += int(np.count_nonzero(live)) - len(np.unique(group[live]))
+    return stale
+
+
+def one_partition_per_key(
+    spec: TableSpec, table: pa.Table, pcode: np.ndarray
+) -> tuple[np.ndarray | None, int]:
+    """Table-wide keys: a key given in several partitions in one batch keeps the rows of the partition of
+    its winning row (highest sequence, the last of them on ties; without ``sequence_by`` the last row),
+    and, without a sequence, only those after its last row in another partition (the rows before were
+    moved away by it). Returns the rows to keep (None: all) and how many dropped rows a higher sequence
+    replaced (stale)."""
+    n = table.num_rows
+    keys = [_contiguous_column(table, c) for c in spec.primary_key]
+    order = sort_indices(keys)
+    starts = group_starts([k.take(pa.array(order)) for k in keys], n)
+    if starts.all():
+        return None, 0
+    part = pcode[order]
+    group = np.cumsum(starts) - 1
+    first = np.flatnonzero(starts)
+    if spec.sequence_by:
+        seq = [_contiguous_column(table, c).take(pa.array(order)) for c in spec.sequence_by]
+        winners = last_by_sequence(starts, seq)
+        kept = part == part[winners][group]
+        stale = int(np.count_nonzero(superseded(starts, winners, seq) & ~kept))
+    else:
+        ends = np.r_[first[1:] - 1, n - 1]
+        elsewhere = np.where(part != part[ends][group], np.arange(n), -1)
+        last_elsewhere = np.maximum.reduceat(elsewhere, first)
+        kept = np.arange(n) > last_elsewhere[group]
+        stale = 0
+    if kept.all():
+        return None, stale
+    keep = np.zeros(n, dtype=bool)
+    keep[order[kept]] = True
+    return keep, stale
 
 
 def marker_columns(spec: TableSpec) -> list[str]:
     """The columns a delete marker stores: the key and partition columns, and the sequence columns of a
     table with ``sequence_by`` (a delete is ordered against other versions by its sequence)."""
     return [*spec.identity_columns, *spec.sequence_by]
+
+
+def tombstone_columns(spec: TableSpec) -> list[str]:
+    """The columns a fold's tombstone stores: a delete marker's, and the columns of sequence groups (what
+    a deleted key still holds above its delete)."""
+    grouped = spec.grouped
+    return [*marker_columns(spec), *(c for c in spec.schema.names if c in grouped)]
 
 
 def sequence_after(rows: pa.Table, spec: TableSpec) -> pa.Table:

@@ -323,3 +323,23 @@ def test_read_table_bad_arguments_create_nothing(spark: SparkSession, wh: str) -
         with pytest.raises(mere.errors.MereError):
             call()
     assert t.refresh().version == version and mere.connect(wh).tables() == ["sales.orders"]
+
+
+def test_read_table_at_a_catalog_snapshot_sees_one_transaction_boundary(spark: SparkSession, wh: str) -> None:
+    cat = mere.connect(wh)
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int64())])
+    for name in ("sales.orders", "sales.lines"):
+        cat.create_table(name, schema, primary_key="id", buckets=2)
+    with cat.transaction() as tx:
+        for name in ("sales.orders", "sales.lines"):
+            tx.table(name).upsert(pa.table({"id": [1, 2], "v": [1, 2]}, schema=schema))
+    snap = cat.snapshot()
+    with cat.transaction() as tx:
+        for name in ("sales.orders", "sales.lines"):
+            tx.table(name).upsert(pa.table({"id": [3], "v": [3]}, schema=schema))
+    for name in ("sales.orders", "sales.lines"):
+        pinned = read_table(spark, name, warehouse=wh, snapshot=snap)
+        assert [r["id"] for r in arrow_rows(pinned)] == [1, 2]
+        assert read_table(spark, name, warehouse=wh).count() == 3
+    with pytest.raises(mere.errors.InvalidInput, match="not both"):
+        read_table(spark, "sales.orders", warehouse=wh, snapshot=snap, version=1)

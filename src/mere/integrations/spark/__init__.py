@@ -57,6 +57,11 @@ Streaming: ``df.writeStream.format("mere").option("checkpointLocation", ...).sta
 upserts each micro-batch in one commit whose idempotency key is the query id (stable across restarts from
 the same checkpoint) plus the batch id, so a replayed batch is applied once.
 
+Update mode: ``df.writeStream.format("mere").outputMode("update")`` into a key table upserts each micro-batch
+with the same exactly-once key (Spark refuses update mode for a Python data source in the JVM; the
+``DataStreamWriter`` wrapper that :func:`register` and :func:`local_session` install runs it through
+``foreachBatch``). Complete mode replaces the table with each batch's result.
+
 Streaming reads: ``spark.readStream.format("mere").option("readChangeFeed", "true").load("sales.orders")``
 streams the table's change feed, one version range per micro-batch (options ``startingVersion``,
 ``maxVersionsPerTrigger``); see :mod:`mere.integrations.spark.stream`
@@ -75,6 +80,12 @@ foreachBatch: ``batch_key(df, batch_id)`` is an idempotency key per micro-batch 
 in the checkpoint, and the batch id): writes given it inside ``foreachBatch`` commit once even when Spark
 replays the batch after a failure (see :mod:`mere.integrations.spark.foreach`).
 
+SQL text: ``sql(spark, "MERGE INTO sales.orders t USING changes s ON ... WHEN ...", warehouse=...)`` runs
+MERGE INTO, UPDATE and DELETE (``mere.sql``'s parser, the distributed MERGE) and returns the metrics as a
+one-row DataFrame; ``SELECT ... FROM sales.orders VERSION AS OF 3`` and ``DESCRIBE HISTORY sales.orders``
+too (see :mod:`mere.integrations.spark.sql`). ``explain(df)`` shows what mere prunes in a DataFrame's mere
+reads, which Spark's ``EXPLAIN`` cannot show for a Python data source.
+
 Spark SQL: ``CREATE TEMPORARY VIEW orders USING mere OPTIONS (table 'sales.orders', warehouse '...')`` or
 ``df.createOrReplaceTempView("orders")``; Spark cannot query a Python data source by path.
 
@@ -84,7 +95,7 @@ Modules (each imports only those above it in this list; this package re-exports 
 (batch and stream writes, the ``.partitionBy`` hook), ``stream`` (change-feed stream reads),
 ``datasource`` (:class:`MereDataSource`), ``session`` (``local_session``, ``register``,
 ``check_workers``), ``native`` (``read_table``), ``merge`` (``merge``, :class:`SparkMerge`),
-``compact`` and ``foreach`` (``batch_key``, ``query_id``).
+``compact``, ``foreach`` (``batch_key``, ``query_id``), ``explain`` (``explain``) and ``sql`` (``sql``).
 """
 
 from __future__ import annotations
@@ -98,6 +109,7 @@ from mere.integrations.spark.compat import (
 # isort: split
 from mere.integrations.spark.compact import compact
 from mere.integrations.spark.datasource import MereDataSource
+from mere.integrations.spark.explain import MereScan, Pruning, SparkExplain, explain
 from mere.integrations.spark.foreach import batch_key, query_id
 from mere.integrations.spark.merge import (
     MERGE_ATTEMPTS,
@@ -143,16 +155,20 @@ from mere.integrations.spark.source import (
     SplitPartition,
     translate_filter,
 )
+from mere.integrations.spark.sql import CATALOG_CONF, HISTORY_SCHEMA, METRICS_SCHEMA, WAREHOUSE_CONF, sql
 from mere.integrations.spark.types import native_type, spark_schema
 
 __all__ = [
+    "CATALOG_CONF",
     "CREATE_OPTIONS",
     "ENV_CATALOG",
     "ENV_WAREHOUSE",
     "FLUSH_BYTES",
     "FLUSH_ROWS",
+    "HISTORY_SCHEMA",
     "LOCATION_OPTIONS",
     "MERGE_ATTEMPTS",
+    "METRICS_SCHEMA",
     "OVERWRITE_MODES",
     "OVERWRITE_MODE_CONF",
     "READ_OPTIONS",
@@ -161,6 +177,7 @@ __all__ = [
     "SPARK_VERSION",
     "STREAM_QUERY_ID_PROPERTY",
     "STREAM_READ_OPTIONS",
+    "WAREHOUSE_CONF",
     "WORKERS_HINT",
     "WRITE_OPERATIONS",
     "WRITE_OPTIONS",
@@ -168,9 +185,12 @@ __all__ = [
     "MereDataSource",
     "MerePushdownReader",
     "MereReader",
+    "MereScan",
     "MereStreamWriter",
     "MereWriter",
     "PartitionSizing",
+    "Pruning",
+    "SparkExplain",
     "SparkMerge",
     "SparkMergeExplain",
     "SplitPartition",
@@ -179,6 +199,7 @@ __all__ = [
     "check_options",
     "check_workers",
     "compact",
+    "explain",
     "install_partition_hook",
     "local_session",
     "merge",
@@ -188,6 +209,7 @@ __all__ = [
     "register",
     "spark_filter",
     "spark_schema",
+    "sql",
     "translate_filter",
 ]
 

@@ -111,6 +111,8 @@ class SparkMerge(MergeBuilder):
 
     The clause methods are those of :class:`mere.table.merge.Merge` (conditions and values are SQL text
     over the aliases); ``WHEN NOT MATCHED BY SOURCE`` is refused (use the local ``Table.merge``).
+    ``using_columns`` are the columns of SQL's ``MERGE ... USING (a, b)``: a bare name of one of them names
+    the pair (:func:`mere.integrations.spark.sql` passes them).
     """
 
     def __init__(
@@ -123,6 +125,7 @@ class SparkMerge(MergeBuilder):
         target_alias: str,
         partitions: int | None,
         attempts: int,
+        using_columns: tuple[str, ...] = (),
     ) -> None:
         from pyspark.sql import DataFrame
 
@@ -149,7 +152,7 @@ class SparkMerge(MergeBuilder):
             schema = to_arrow_schema(source.schema, timezone="UTC")
         except Exception as e:  # PySpark's type errors
             raise InvalidInput(f"{ref.name}: the MERGE source has a column type mere cannot take: {e}") from e
-        spec = MergeSpec(on, source_alias, target_alias)
+        spec = MergeSpec(on, source_alias, target_alias, using_columns=tuple(using_columns))
         self._job = MergeJob(ref, table.record.uuid, table.version, schema, spec)
         self._check = spec.build(table, schema.empty_table())  # fails now on bad aliases or ON text
         self._state = "open"

@@ -24,6 +24,7 @@ from mere.integrations.spark.options import (
 from mere.integrations.spark.session import is_registered, register
 from mere.integrations.spark.types import native_type, spark_column, spark_schema
 from mere.read.reader import stored_rows_are_merged
+from mere.table.catalog_transaction import CatalogSnapshot, pinned_version
 
 _SPARK_OPS = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}
 
@@ -93,6 +94,7 @@ def read_table(
     as_of: Any = None,
     native: bool | None = None,
     options: Mapping[str, str] | None = None,
+    snapshot: CatalogSnapshot | None = None,
 ) -> Any:
     """A Spark DataFrame of a mere table, splits with nothing to merge read by Spark's own Parquet reader.
 
@@ -122,6 +124,8 @@ def read_table(
             Spark then reads as ``s3a://`` (the session needs hadoop-aws and credentials configured); False
             never.
         options: Options passed to the mere data source (``max_partition_bytes``, ``storage.<key>``, ...).
+        snapshot: A catalog snapshot (``cat.snapshot()``) whose version of the table to read (not with
+            ``version``, ``as_of`` or ``tag``): DataFrames of several tables read at one read point.
 
     Returns:
         The DataFrame.
@@ -146,6 +150,8 @@ def read_table(
     text = given.get("as_of", given.get("timestampasof"))
     if as_of is None and text is not None:  # the option, as load() takes it (epoch seconds or ISO time)
         as_of = text
+    if snapshot is not None:
+        version = pinned_version(snapshot, t, version, as_of, given.get("tag") or None)
     # On the driver the session's zone is known: a time without a zone is read in it, as Spark reads its own.
     as_of = session_as_of(spark, as_of)
     scan = t.scan(

@@ -449,6 +449,7 @@ def install_partition_hook() -> None:
     """
     from pyspark.sql.readwriter import DataFrameWriter
 
+    install_update_mode_hook()
     if getattr(DataFrameWriter.save, _HOOKED, False):
         return
     spark_format, spark_partition_by, spark_save = (
@@ -502,3 +503,163 @@ def install_partition_hook() -> None:
         functools.update_wrapper(wrapper, original)
         setattr(wrapper, _HOOKED, True)
         setattr(DataFrameWriter, name, wrapper)
+
+
+# ---------------------------------------------------------------------------------------------
+# DataStreamWriter.outputMode("update") for the mere format
+
+_STREAM_HOOKED = "_mere_update_mode_hook"
+UPDATE_MODE_KEY_PREFIX = "spark-stream"
+"""Update-mode batches commit under ``spark-stream:<query id>:<batch id>``, the key of the append sink."""
+
+
+def update_mode_batch(
+    table: str, options: Mapping[str, str], query_id: str | None
+) -> Any:  # a function (DataFrame, batch id) -> None
+    """The ``foreachBatch`` function an update-mode stream into ``table`` runs: each micro-batch is one
+    upsert, committed once under the batch's idempotency key (a replayed batch changes nothing)."""
+    write_options = {
+        k: v
+        for k, v in options.items()
+        if k.lower() not in ("checkpointlocation", "path", "table", "query_id")
+    }
+
+    def upsert_batch(df: Any, batch_id: int) -> None:
+        qid = query_id or df.sparkSession.sparkContext.getLocalProperty(STREAM_QUERY_ID_PROPERTY)
+        if not qid:
+            raise InvalidInput(
+                f"{table}: cannot tell which streaming query this is; give .option('query_id', ...)"
+            )
+        (
+            df.write.format(FORMAT_NAME)
+            .mode("append")
+            .options(**write_options)
+            .option("idempotency_key", f"{UPDATE_MODE_KEY_PREFIX}:{qid}:{batch_id}")
+            .save(table)
+        )
+
+    return upsert_batch
+
+
+def check_update_mode(table: str, options: Mapping[str, str]) -> None:
+    """Refuse, before the stream starts, an update-mode stream mere cannot run as an upsert per micro-batch."""
+    check_options(options)
+    opts = lower_options(options)
+    ref = TableRef.from_options({**options, "table": table})
+    operation = opts.get("operation", "").strip().lower()
+    if operation not in ("", "upsert"):
+        raise InvalidInput(
+            f"{table}: outputMode('update') upserts each micro-batch; option operation {operation!r} does not apply"
+        )
+    try:
+        existing = ref.open()
+    except (NoSuchTable, NoSuchNamespace):
+        if not column_list_option("primary_key", opts.get("primary_key")):
+            raise InvalidInput(
+                f"{table} does not exist in warehouse {ref.warehouse!r}: outputMode('update') upserts by primary "
+                "key, so give .option('primary_key', ...) to create it on the first micro-batch"
+            ) from None
+        return
+    if not existing.spec.has_primary_key:
+        raise InvalidInput(
+            f"{table} has no primary key: outputMode('update') replaces rows by key, and a table without key can "
+            "only be appended to; use outputMode('append'), or stream into a table with a primary key"
+        )
+    check_layout(existing, opts)
+
+
+def install_update_mode_hook() -> None:
+    """Let ``df.writeStream.format("mere").outputMode("update")`` upsert each micro-batch into a key table.
+
+    Spark plans a Python data source's stream write without update mode (its write builder does not declare
+    ``SupportsStreamingUpdateAsAppend``), and refuses it in the JVM: "mere does not support Update mode".
+    This wraps five methods of PySpark's classic ``DataStreamWriter`` (once per process; :func:`register`
+    and :func:`local_session` call it through :func:`install_partition_hook`): ``format``, ``outputMode``,
+    ``option`` and ``options`` also note what they were given, and ``start`` of a mere stream in update
+    mode checks the table (it must have a primary key, or be created with option ``primary_key``) and runs
+    the query through ``foreachBatch`` instead, each micro-batch one batch write of the mere format keyed by
+    ``spark-stream:<query id>:<batch id>`` (the key of the append sink): a batch Spark replays after a
+    failure or a restart from the checkpoint is committed once. Every other stream gets Spark's own calls.
+    """
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    if getattr(DataStreamWriter.start, _STREAM_HOOKED, False):
+        return
+    spark_format, spark_mode, spark_option, spark_options, spark_start = (
+        DataStreamWriter.format,
+        DataStreamWriter.outputMode,
+        DataStreamWriter.option,
+        DataStreamWriter.options,
+        DataStreamWriter.start,
+    )
+
+    def noted(self: Any) -> dict[str, Any]:
+        found = getattr(self, "_mere_stream", None)
+        if found is None:
+            found = self._mere_stream = {"options": {}}
+        return found
+
+    def format(self: Any, source: str) -> Any:
+        out = spark_format(self, source)
+        noted(self)["format"] = source
+        return out
+
+    def outputMode(self: Any, outputMode: str) -> Any:
+        out = spark_mode(self, outputMode)
+        noted(self)["mode"] = outputMode
+        return out
+
+    def option(self: Any, key: str, value: Any) -> Any:
+        out = spark_option(self, key, value)
+        if value is not None:
+            noted(self)["options"][key] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+    def options(self: Any, **opts: Any) -> Any:
+        out = spark_options(self, **opts)
+        for key, value in opts.items():
+            if value is not None:
+                noted(self)["options"][key] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+    def start(
+        self: Any,
+        path: str | None = None,
+        format: str | None = None,
+        outputMode: str | None = None,
+        partitionBy: Any = None,
+        queryName: str | None = None,
+        **opts: Any,
+    ) -> Any:
+        state = noted(self)
+        source = format or state.get("format")
+        mode = outputMode or state.get("mode")
+        if str(source or "").strip().lower() != FORMAT_NAME or str(mode or "").strip().lower() != "update":
+            return spark_start(self, path, format, outputMode, partitionBy, queryName, **opts)
+        self.options(**opts)
+        given = dict(state["options"])
+        lowered = lower_options(given)
+        table = path or lowered.get("table") or lowered.get("path")
+        if not table:
+            raise InvalidInput('give the table name: .start("ns.table") or .option("table", ...)')
+        if partitionBy is not None:
+            raise InvalidInput(
+                f"{table}: a stream in update mode takes the partitioning of its table; give option "
+                "'partition_by' to create the table, not partitionBy"
+            )
+        check_update_mode(table, given)
+        self.foreachBatch(update_mode_batch(table, given, lowered.get("query_id") or None))
+        self.outputMode("update")
+        return spark_start(self, None, None, None, None, queryName)
+
+    for name, wrapper in (
+        ("format", format),
+        ("outputMode", outputMode),
+        ("option", option),
+        ("options", options),
+        ("start", start),
+    ):
+        original = getattr(DataStreamWriter, name)
+        functools.update_wrapper(wrapper, original)
+        setattr(wrapper, _STREAM_HOOKED, True)
+        setattr(DataStreamWriter, name, wrapper)

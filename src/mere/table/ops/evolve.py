@@ -29,8 +29,11 @@ class SchemaUpdate:
             e.widen("price", pa.float64())
     """
 
-    def __init__(self, table: TableHandle) -> None:
+    def __init__(self, table: TableHandle, *, into: Commit | CommitResult | None = None) -> None:
         self.table = table
+        # ``into``: a transaction's commit that commit() adds the change to (a commit result: the
+        # transaction replays it, and commit() does nothing); None: commit() commits alone.
+        self.into = into
         self.base = table.spec
         self.spec = table.spec
         self.steps: list[str] = []
@@ -63,7 +66,10 @@ class SchemaUpdate:
         return self._step(lambda s: drop_column(s, column, table=self.table.name), f"drop {column}")
 
     def commit(self) -> CommitResult | None:
-        """Commit the changes as one new version; None (and no commit) when they change nothing."""
+        """Commit the changes as one new version; None (and no commit) when they change nothing.
+
+        In a transaction (``tx.evolve()``) the change is added to the transaction, which commits it: None.
+        """
         if self._done:
             raise InvalidInput(f"{self.table.name}: this schema update was already committed")
         self._done = True
@@ -72,7 +78,13 @@ class SchemaUpdate:
         # files without field ids name columns.
         if same_columns(replace(self.spec, legacy_field_ids=self.base.legacy_field_ids), self.base):
             return None
-        ctx = replace(t.context, schema_change=SchemaChange(self.spec, tuple(self.steps)))
+        change = SchemaChange(self.spec, tuple(self.steps))
+        if isinstance(self.into, CommitResult):
+            return None
+        if self.into is not None:
+            self.into.change_columns(change)
+            return None
+        ctx = replace(t.context, schema_change=change)
         return Commit(ctx).run()
 
     def __enter__(self) -> SchemaUpdate:

@@ -555,7 +555,12 @@ class Merge(MergeBuilder):
         on: str | None = None,
         source_alias: str = "s",
         target_alias: str = "t",
+        *,
+        into: Commit | CommitResult | None = None,
     ) -> None:
+        # ``into``: the transaction's commit that execute() adds the MERGE to (a commit result: the
+        # transaction replays that commit, and execute() does nothing); None: execute() commits alone.
+        self.into = into
         if not table.spec.has_primary_key:
             raise InvalidInput(f"{table.name} has no primary key: MERGE pairs rows by primary key")
         for name, alias in (("source_alias", source_alias), ("target_alias", target_alias)):
@@ -598,6 +603,11 @@ class Merge(MergeBuilder):
         """
         if clause.all_columns:
             self._by_name(f"when_{clause.kind}_{clause.action}_all()")
+        refusal = self.table.spec.delete_refusal
+        if clause.action == "delete" and refusal:
+            raise InvalidInput(
+                f"{self.table.name}: a MERGE that deletes cannot apply to this table: {refusal}"
+            )
         return self._add(clause.parse())
 
     def _by_name(self, what: str) -> None:
@@ -718,6 +728,8 @@ class Merge(MergeBuilder):
             raise InvalidInput(f"{self.table.name}: this MERGE was executed; build a new one")
         check_idempotency_key(self.table.name, idempotency_key)
         started = time.perf_counter()
+        if self.into is not None:
+            return self._execute_into(self.into, idempotency_key, started)
         ctx = self.table.context
         if idempotency_key is not None:
             prior = committed_with(ctx, idempotency_key)
@@ -745,6 +757,32 @@ class Merge(MergeBuilder):
             m["files"],
             time.perf_counter() - started,
             None if result.no_change else result.version,
+            m["rows_read"],
+            m["splits_read"],
+        )
+
+    def _execute_into(
+        self, into: Commit | CommitResult, idempotency_key: str | None, started: float
+    ) -> MergeMetrics:
+        """Add the MERGE to a transaction's commit (its counts, without a version yet)."""
+        if idempotency_key is not None:
+            raise InvalidInput(
+                f"{self.table.name}: a MERGE in a transaction takes the transaction's idempotency key"
+            )
+        self._state = "executed"
+        if isinstance(into, CommitResult):  # the transaction replays a commit: nothing is read
+            return MergeMetrics.of_commit(self.table.name, into, time.perf_counter() - started)
+        plan = MergePlan(self)
+        into.add_read(plan, "a MERGE")
+        m = plan.metrics
+        return MergeMetrics(
+            m["inserted"],
+            m["updated"],
+            m["deleted"],
+            m["unchanged"],
+            m["files"],
+            time.perf_counter() - started,
+            None,
             m["rows_read"],
             m["splits_read"],
         )
@@ -954,6 +992,8 @@ class MergePlan:
         out = _Lowered(clause, condition)
         schema = self.spec.schema
         identity = set(self.spec.identity_columns)
+        if self.spec.cross_partition:  # table-wide keys: SET of a partition column moves the row
+            identity = set(self.spec.primary_key)
         if clause.action == "update":
             kept: set[str] = set()
             items = clause.assignments
@@ -1157,7 +1197,7 @@ class MergePlan:
                     ]
                 )
                 both = pa.concat_tables([gone, rows])
-                files += files_of.write(prepare(self.spec, both, ops, identifier=self.name))
+                files += files_of.write(prepare(self.spec, both, ops, identifier=self.name, moves=False))
         except BaseException:
             files_of.discard(files)
             raise
@@ -1323,6 +1363,21 @@ class MergePlan:
                     f"{clash.slice(0, 1).to_pylist()[0]} (its row did not meet the ON condition)"
                 )
 
+    def _moved(self, before: pa.Table, after: pa.Table) -> pa.Table | None:
+        """Marker rows, in their old partitions, of the updated rows whose partition changed.
+
+        Table-wide keys only: elsewhere a partition column cannot be set."""
+        spec = self.spec
+        columns = [c for c in spec.partition_by if c not in spec.primary_key] if spec.cross_partition else []
+        changed = np.zeros(before.num_rows, dtype=bool)
+        for c in columns:
+            old, new = before.column(c), after.column(c).cast(before.schema.field(c).type)
+            same = pc.or_(pc.fill_null(pc.equal(old, new), False), pc.and_(pc.is_null(old), pc.is_null(new)))
+            changed |= ~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+        if not changed.any():
+            return None
+        return before.filter(pa.array(changed)).select(marker_columns(spec))
+
     def _frame(self, target: pa.Table | None, t_idx: np.ndarray | None, s_idx: np.ndarray | None) -> pa.Table:
         """The target and source rows that conditions and values are evaluated on.
 
@@ -1400,6 +1455,9 @@ class MergePlan:
                     base = base.set_column(base.schema.get_field_index(name), name, values.column(name))
                 self._updates.append(base)
                 counts["updated"] += len(idx)
+                moved = self._moved(target.take(pa.array(t_idx[idx])), base)
+                if moved is not None:  # markers where the moved rows were, at the rows' own sequence
+                    deletes.append(moved)
             else:
                 cols = {}
                 for f in self.spec.schema:

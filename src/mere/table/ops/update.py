@@ -22,14 +22,20 @@ from mere.lang.lower import Lowering, Typed, evaluate, schema_resolver
 from mere.lang.parse import Parsed, parse_expression
 from mere.metadata import FileEntry
 from mere.read.planner import Split, split_filter
-from mere.spec import OP_PUT, is_number, is_text
+from mere.spec import OP_DELETE, OP_PUT, TableSpec, is_number, is_text
 from mere.table.commit import Change, Commit
 from mere.table.conflicts import RowsUnchanged
 from mere.table.context import TableContext, split_label
 from mere.table.ops.write import rewrite_files
 from mere.table.write_checks import WriteChecks
 from mere.write.cast import incompatibility, relax_nested
-from mere.write.writer import conform, partition_json, prepare
+from mere.write.writer import (
+    conform,
+    marker_columns,
+    marker_spec,
+    partition_json,
+    prepare,
+)
 
 
 def update(commit: Commit, values: Mapping[str, str], where: Any = None) -> None:
@@ -64,14 +70,47 @@ class UpdateWhere:
                 computed = evaluate(rows, values)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
                 raise arrow_failure(ctx.name, exc) from exc
+            before = rows
             for name in values:
                 rows = rows.set_column(rows.schema.get_field_index(name), name, computed.column(name))
             conformed, _ = conform(rows, spec, partial_ok=False, identifier=ctx.name)
             ops = np.full(conformed.num_rows, OP_PUT, dtype=np.int8)
             files = ctx.files.write(prepare(spec, conformed, ops, identifier=ctx.name))
+            moved = _moved(spec, before, conformed, values)
+            if moved is not None:
+                # Table-wide keys: a row whose partition changed leaves its old one. Its marker carries
+                # the row's own sequence: it wins over the old version there as the later commit, and
+                # loses to the moved row (a live version wins a tie across partitions).
+                try:
+                    marks, _ = conform(moved, marker_spec(spec), partial_ok=True, identifier=ctx.name)
+                    files += ctx.files.write(
+                        prepare(
+                            spec, marks, np.full(marks.num_rows, OP_DELETE, np.int8), ctx.name, moves=False
+                        ),
+                        first_order=len(files),
+                    )
+                except BaseException:
+                    ctx.files.discard(files)
+                    raise
         change = Change("update", files, rows.num_rows, {"updated_rows": rows.num_rows})
         change.rule = RowsUnchanged(frozenset(read), False, "MERGE")
         return change
+
+
+def _moved(spec: TableSpec, before: pa.Table, after: pa.Table, values: Mapping[str, Any]) -> pa.Table | None:
+    """Marker rows (old partition values) of the rows an UPDATE moved to another partition."""
+    columns = [c for c in spec.partition_by if c in values and c not in spec.primary_key]
+    if not columns:
+        return None
+    changed = np.zeros(before.num_rows, dtype=bool)
+    for c in columns:
+        old, new = before.column(c), after.column(c).cast(before.schema.field(c).type)
+        same = pc.fill_null(pc.equal(old, new), False)
+        both_null = pc.and_(pc.is_null(old), pc.is_null(new))
+        changed |= ~np.asarray(pc.or_(same, both_null).to_numpy(zero_copy_only=False), dtype=bool)
+    if not changed.any():
+        return None
+    return before.filter(pa.array(changed)).select(marker_columns(spec))
 
 
 @dataclass(frozen=True)
@@ -189,7 +228,8 @@ def _update_values(ctx: TableContext, values: Mapping[str, str]) -> dict[str, pc
             raise InvalidInput(
                 f"{ctx.name}: UPDATE SET names unknown column {column!r}; columns: {spec.schema.names}"
             )
-        if spec.has_primary_key and column in spec.identity_columns:
+        movable = spec.cross_partition and column not in spec.primary_key  # table-wide keys move
+        if spec.has_primary_key and column in spec.identity_columns and not movable:
             if isinstance(parsed.tree, exp.Column) and not parsed.tree.table and parsed.tree.name == column:
                 continue  # SET k = k leaves the row's key as it is
             raise InvalidInput(

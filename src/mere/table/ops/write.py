@@ -143,8 +143,10 @@ def overwriting(
 
 def stale_summary(spec: TableSpec, stale: int) -> dict[str, int]:
     """A write's summary entry counting the rows a row of the same key with a higher sequence replaced
-    within the write (tables with ``sequence_by`` only)."""
-    return {STALE_ROWS: stale} if spec.sequence_by else {}
+    within the write, or (``first_row``) that an earlier row of the same key made the write ignore
+    (tables with ``sequence_by`` or ``first_row`` only); the commit adds those that lose to a stored
+    version (:mod:`mere.table.stored_keys`)."""
+    return {STALE_ROWS: stale} if spec.sequence_by or spec.merge_engine == "first_row" else {}
 
 
 def check_dynamic(table: str, dynamic: Any) -> None:
@@ -211,9 +213,9 @@ class DeleteKeys:
         spec = ctx.spec
         pk = list(spec.primary_key)
         # The key, and with sequence_by the partition values given too (keys given whole but for their
-        # sequence: only the version in that partition is deleted).
+        # sequence: only the version in that partition is deleted; table-wide keys: wherever it lives).
         given = [c for c in spec.partition_by if c not in pk and c in self.keys.column_names]
-        parts = given if spec.sequence_by else []
+        parts = given if spec.sequence_by and not spec.cross_partition else []
         on = [*parts, *pk]
         on_spec = TableSpec(
             pa.schema([spec.schema.field(c) for c in on]), spec.primary_key, tuple(parts), spec.buckets
@@ -319,6 +321,63 @@ def commit_staged(
     dynamic: bool,
 ) -> CommitResult:
     """Commit staged writes of one operation as one new version (see :meth:`mere.Table.commit`)."""
+    operation = staged_operation(ctx, staged, operation, partition, dynamic)
+    entries = renumber(f for s in staged for f in s.files)
+    commit = Commit(ctx, idempotency_key=idempotency_key)
+    try:
+        if idempotency_key is not None:
+            prior = committed_with(ctx, idempotency_key)
+            if prior is not None:  # the files of a retried commit of these same messages stay
+                discard_replayed(ctx, entries, prior)
+                return prior
+        add_staged(commit, staged, operation, partition, dynamic, entries)
+    except BaseException:
+        ctx.files.discard(entries)
+        raise
+    return commit.run()
+
+
+def add_staged(
+    commit: Commit,
+    staged: Sequence[StagedChange],
+    operation: str,
+    partition: Mapping[str, Any] | None,
+    dynamic: bool,
+    entries: list[FileEntry],
+) -> None:
+    """Add staged writes of one (checked) operation to a commit: ``entries`` are their files, renumbered."""
+    ctx = commit.ctx
+    rows = sum(s.rows for s in staged)
+    # Staged files may be old (a long job): one that a cleanup took would make the table unreadable.
+    gone = ctx.storage.missing([e.path for e in entries])
+    if gone:
+        raise CommitFailed(
+            f"{ctx.name}: {len(gone)} staged file(s) no longer exist (e.g. {gone[0]}): a cleanup "
+            "with a shorter older_than than this write took may have deleted them; write them again"
+        )
+    stale = stale_summary(ctx.spec, sum(int(s.counts.get(STALE_ROWS, 0)) for s in staged))
+    if operation == "overwrite":
+        wanted = ctx.files.wanted_partition(partition)
+        ctx.files.check_partition(wanted, [json.loads(e.partition) for e in entries])
+        change = overwriting(ctx, "overwrite", entries, rows, wanted, dynamic=dynamic)
+        change.summary |= stale
+        commit.add(change)
+    elif operation == "delete":
+        commit.add(Change("delete", entries, rows, deletion_summary(rows, None)))
+    else:
+        if operation == "upsert" and ctx.spec.has_primary_key:
+            commit.checks.observe_files(ctx.handle, entries)
+        commit.add(Change(operation, entries, rows, stale if operation == "upsert" else {}))
+
+
+def staged_operation(
+    ctx: TableContext,
+    staged: Sequence[StagedChange],
+    operation: str | None,
+    partition: Mapping[str, Any] | None,
+    dynamic: bool,
+) -> str:
+    """The operation staged writes commit as, checked against what they were staged for."""
     if operation is not None and operation not in STAGE_OPERATIONS:
         raise InvalidInput(
             f"{ctx.name}: cannot commit {operation!r}; choose one of {', '.join(STAGE_OPERATIONS)}"
@@ -333,36 +392,4 @@ def commit_staged(
     operation = operation or (ops.pop() if ops else ("upsert" if ctx.spec.has_primary_key else "append"))
     if (partition is not None or dynamic) and operation != "overwrite":
         raise InvalidInput(f"{ctx.name}: partition= and dynamic= apply to overwrite only")
-    entries = renumber(f for s in staged for f in s.files)
-    rows = sum(s.rows for s in staged)
-    commit = Commit(ctx, idempotency_key=idempotency_key)
-    try:
-        if idempotency_key is not None:
-            prior = committed_with(ctx, idempotency_key)
-            if prior is not None:  # the files of a retried commit of these same messages stay
-                discard_replayed(ctx, entries, prior)
-                return prior
-        # Staged files may be old (a long job): one that a cleanup took would make the table unreadable.
-        gone = ctx.storage.missing([e.path for e in entries])
-        if gone:
-            raise CommitFailed(
-                f"{ctx.name}: {len(gone)} staged file(s) no longer exist (e.g. {gone[0]}): a cleanup "
-                "with a shorter older_than than this write took may have deleted them; write them again"
-            )
-        stale = stale_summary(ctx.spec, sum(int(s.counts.get(STALE_ROWS, 0)) for s in staged))
-        if operation == "overwrite":
-            wanted = ctx.files.wanted_partition(partition)
-            ctx.files.check_partition(wanted, [json.loads(e.partition) for e in entries])
-            change = overwriting(ctx, "overwrite", entries, rows, wanted, dynamic=dynamic)
-            change.summary |= stale
-            commit.add(change)
-        elif operation == "delete":
-            commit.add(Change("delete", entries, rows, deletion_summary(rows, None)))
-        else:
-            if operation == "upsert" and ctx.spec.has_primary_key:
-                commit.checks.observe_files(ctx.handle, entries)
-            commit.add(Change(operation, entries, rows, stale if operation == "upsert" else {}))
-    except BaseException:
-        ctx.files.discard(entries)
-        raise
-    return commit.run()
+    return operation
