@@ -38,14 +38,16 @@ Each task buffers Spark's Arrow batches and stages files with :meth:`mere.Table.
 Spark's ``pmod(hash(key), N)``, sorted, de-duplicated); the driver commits all tasks' files in one catalog
 transaction. A failed job leaves the table unchanged; files orphaned by killed tasks are never referenced
 and :meth:`mere.Table.cleanup` removes them. Rows of a CDC DataFrame (with the table's change column) are
-applied in order within a Spark partition; changes to one key must sit in one partition in order.
+applied in order within a Spark partition; changes to one key must sit in one partition in order, unless
+the table has ``sequence_by``: then the version with the highest sequence wins whatever the partitions,
+the row order and the micro-batch it arrives in (duplicates and replays of a stream included).
 Write options: ``operation`` (upsert, append, delete, overwrite), ``partition`` (JSON object: overwrite
 only that partition), ``partitionOverwriteMode`` (``static`` or ``dynamic``; default: the session's
 ``spark.sql.sources.partitionOverwriteMode``, ``static`` unless set: in dynamic mode an overwrite replaces
 only the partitions the DataFrame has rows in, as Delta and Iceberg do), ``idempotency_key`` (a rerun with the same key is not applied twice), ``flush_rows``
 (rows a task buffers before it writes files, default 250,000), and to create
 a missing table: ``primary_key``, ``partition_by`` (comma-separated), ``buckets``, ``cdc_column``,
-``merge_operators`` (JSON object), or ``create`` = ``true`` for a table without key. Without one of
+``merge_operators`` (JSON object), ``sequence_by`` (comma-separated), or ``create`` = ``true`` for a table without key. Without one of
 them a missing table is :class:`~mere.errors.NoSuchTable` (a typo never creates a table); given for an
 existing table they must describe it. ``.partitionBy(...)`` names ``partition_by`` once :func:`register`
 (or :func:`local_session`) installed :func:`install_partition_hook`; without it Spark itself refuses it.

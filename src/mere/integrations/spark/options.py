@@ -53,6 +53,7 @@ CREATE_OPTIONS = (
     "buckets",
     "cdc_column",
     "merge_operators",
+    "sequence_by",
     "create",
 )
 WRITE_OPTIONS = (

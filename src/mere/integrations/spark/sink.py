@@ -106,6 +106,7 @@ def create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) -> 
         buckets=int_option("buckets", buckets),
         merge_operators=json_object_option("merge_operators", opts.get("merge_operators")),
         cdc_column=opts.get("cdc_column") or None,
+        sequence_by=column_list_option("sequence_by", opts.get("sequence_by")),
         exist_ok=True,
     )
 
@@ -147,6 +148,11 @@ def check_layout(table: Table, opts: Mapping[str, str]) -> None:
         wanted["buckets"] = (int_option("buckets", opts["buckets"]), spec.buckets)
     if "cdc_column" in opts:
         wanted["cdc_column"] = (opts["cdc_column"] or None, spec.cdc_column)
+    if "sequence_by" in opts:
+        wanted["sequence_by"] = (
+            tuple(column_list_option("sequence_by", opts["sequence_by"]) or ()),
+            spec.sequence_by,
+        )
     if "merge_operators" in opts:
         given = TableSpec.create(
             spec.schema,
@@ -210,7 +216,8 @@ class WriteJob:
             ):
                 raise NoSuchTable(
                     f"{missing} in warehouse {ref.warehouse!r}; to create it on write give its layout "
-                    "(.option('primary_key', ...), partition_by, buckets, cdc_column, merge_operators) or "
+                    "(.option('primary_key', ...), partition_by, buckets, cdc_column, merge_operators, "
+                    "sequence_by) or "
                     ".option('create', 'true') for a table without key"
                 ) from None
             table = create_table(ref, opts, schema)
