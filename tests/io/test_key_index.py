@@ -514,6 +514,7 @@ def test_partitioned_table(tmp_path: Path, small_pages: None) -> None:
         partition_by=["day"],
         buckets=2,
         properties={"write.row-group-rows": "16"},
+        key_scope="partition",  # one key in several partitions: the index is looked up in each
     )
     t.upsert(
         pa.table({"k": list(range(60)), "day": ["a", "b", None] * 20, "v": list(range(60))}, schema=schema)

@@ -372,8 +372,9 @@ class Catalog:
         adapters take it as ``snapshot=``.
 
         Args:
-            as_of: A point in time (a datetime, an ISO 8601 string or epoch seconds; without a zone it is
-                read as UTC): each table's newest version committed at or before it. None: now.
+            as_of: A point in time (a datetime, an ISO 8601 string or epoch seconds; a time without a zone
+                is read as UTC, not as local time): each table's newest version committed at or before it.
+                None: now.
 
         Returns:
             The :class:`~mere.table.catalog_transaction.CatalogSnapshot`.
