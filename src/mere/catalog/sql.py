@@ -551,30 +551,8 @@ class SqlCatalog:
         self.create_namespace(namespace)
 
         def run(conn: Connection) -> TableRecord:
-            ts = now_micros()
-            res = conn.execute(
-                tables.insert().values(
-                    namespace=namespace,
-                    name=name,
-                    uuid=table_uuid,
-                    location=location,
-                    spec=spec,
-                    version=0,
-                    created_at=ts,
-                )
-            )
-            table_id = int(res.inserted_primary_key[0])  # type: ignore[index]
-            conn.execute(
-                commits.insert().values(
-                    table_id=table_id,
-                    version=0,
-                    committed_at=ts,
-                    operation="create",
-                    token=uuid.uuid4().hex,
-                    summary=json.dumps({"added_files": 0, "removed_files": 0, "added_rows": 0}),
-                    spec=spec,  # the spec of every version until a commit changes it (rollback reads it)
-                )
-            )
+            # Version 0 carries the spec of every version until a commit changes it (rollback reads it).
+            table_id = self._create(conn, NewTable(namespace, name, location, spec, table_uuid))
             return TableRecord(table_id, namespace, name, table_uuid, location, spec, 0)
 
         try:
