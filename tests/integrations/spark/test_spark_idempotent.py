@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -173,7 +174,11 @@ def _inbox(tmp_path: Path) -> Path:
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     for i, (ids, qty) in enumerate([([1, 10], [1, 100]), ([1, 2], [2, 2]), ([1, 11], [4, 110])]):
-        pq.write_table(pa.table({"id": ids, "qty": qty}, SCHEMA), inbox / f"{i}.parquet")
+        path = inbox / f"{i}.parquet"
+        pq.write_table(pa.table({"id": ids, "qty": qty}, SCHEMA), path)
+        # Spark's file source takes files in modification-time order: files written within one clock tick
+        # could swap micro-batches (batch 0's rows replayed instead of batch 1's).
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
     return inbox
 
 
