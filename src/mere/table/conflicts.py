@@ -40,6 +40,7 @@ from typing import Protocol
 
 from mere.errors import CommitConflict, CommitFailed, SchemaChanged
 from mere.metadata import ConcurrentChanges, Snapshot
+from mere.read.planner import ReadScope
 from mere.spec import TableSpec
 from mere.table.context import TableContext, partition_matches, partition_values
 from mere.table.evolve import same_columns
@@ -54,12 +55,18 @@ class Rule(Protocol):
 
 @dataclass(frozen=True)
 class RowsUnchanged:
-    """No concurrent commit changed rows in the splits read (any split, when ``full``); ``reader`` names
-    the change in the error (``write``, ``MERGE``)."""
+    """No concurrent commit changed rows in the splits read (any split, when ``full``), nor in a split of
+    ``scope``; ``reader`` names the change in the error (``write``, ``MERGE``).
+
+    ``scope`` matters to writes that read a filter's rows (UPDATE, MERGE, deletes by predicate or by
+    looked-up keys): the rows a concurrent commit adds in a split that was empty (or absent) when the
+    write read it match the filter as much as those of the splits read, and the write must see them.
+    """
 
     splits: frozenset[str]
     full: bool = False
     reader: str = "write"
+    scope: ReadScope | None = None
 
     def check(self, table: str, changes: ConcurrentChanges) -> None:
         """Raise (CommitConflict, SchemaChanged) when ``changes`` break the rule."""
@@ -72,6 +79,7 @@ class RowsUnchanged:
                 or c.internal.get("partitions") is None
                 or touched is None
                 or self.splits & set(touched)
+                or (self.scope is not None and any(self.scope.covers(label) for label in touched))
             ):
                 raise CommitConflict(f"{table}: rows this {self.reader} read changed in version {c.version}")
 

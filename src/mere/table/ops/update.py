@@ -62,6 +62,7 @@ class UpdateWhere:
         spec = ctx.spec
         scan = ctx.handle.scan(filter=self.where, version=base)
         read = {split_name(s) for s in scan.plan()}
+        scope = scan.read_scope()
         rows = scan.to_arrow()
         values = _update_values(ctx, self.values)
         files: list[FileEntry] = []
@@ -93,7 +94,7 @@ class UpdateWhere:
                     ctx.files.discard(files)
                     raise
         change = Change("update", files, rows.num_rows, {"updated_rows": rows.num_rows})
-        change.rule = RowsUnchanged(frozenset(read), False, "MERGE")
+        change.rule = RowsUnchanged(frozenset(read), False, "UPDATE", scope)
         return change
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,11 +20,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
+from mere.arrays import sorted_unique
 from mere.errors import CommitFailed, InvalidInput
+from mere.hashing import bucket_ids
 from mere.lang.lower import evaluate
 from mere.metadata import DELETED_ROWS, STALE_ROWS, CommitResult, FileEntry
 from mere.read.evolution import whole_file_as_table
-from mere.read.planner import split_filter, typed_partition
+from mere.read.planner import ReadScope, split_filter, typed_partition
 from mere.spec import OP_DELETE, TableSpec
 from mere.table.commit import (
     Change,
@@ -189,6 +191,14 @@ def read_markers(ctx: TableContext, keys: pa.Table, checks: WriteChecks) -> Chan
     return change
 
 
+def scoped(change: Change, scope: ReadScope) -> Change:
+    """``change`` (whose rule is a :class:`RowsUnchanged`) also conflicting in the splits of ``scope``."""
+    rule = change.rule
+    assert isinstance(rule, RowsUnchanged)
+    change.rule = replace(rule, scope=scope if rule.scope is None else rule.scope.union(scope))
+    return change
+
+
 @dataclass(frozen=True)
 class DeleteWhere:
     """A delete by predicate on a keyed table: markers for the rows matching ``where``."""
@@ -198,8 +208,8 @@ class DeleteWhere:
     def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:
         """Markers for the rows matching at ``base``."""
         # With sequence_by, the sequences of the versions deleted (their markers go just above).
-        keys = ctx.handle.scan(columns=marker_columns(ctx.spec), filter=self.where, version=base).to_arrow()
-        return read_markers(ctx, keys, checks)
+        scan = ctx.handle.scan(columns=marker_columns(ctx.spec), filter=self.where, version=base)
+        return scoped(read_markers(ctx, scan.to_arrow(), checks), scan.read_scope())
 
 
 @dataclass(frozen=True)
@@ -226,7 +236,9 @@ class DeleteKeys:
             where = E.In(pk[0], tuple(pc.unique(conformed.column(pk[0])).to_pylist()))  # prunes buckets
         current = ctx.handle.scan(columns=marker_columns(spec), filter=where, version=base).to_arrow()
         found = current.join(conformed.select(on).group_by(on).aggregate([]), keys=on, join_type="left semi")
-        return read_markers(ctx, found, checks)
+        # A key found nowhere at ``base`` may be written concurrently: its bucket stays in scope.
+        buckets = sorted_unique(bucket_ids(conformed.select(pk), spec.buckets)) if conformed.num_rows else ()
+        return scoped(read_markers(ctx, found, checks), ReadScope(frozenset(int(b) for b in buckets)))
 
 
 @dataclass(frozen=True)
