@@ -9,7 +9,9 @@ catalog runs the rules (:func:`validator`) inside its commit transaction:
   since merge on read orders them by commit.
 - :class:`RowsUnchanged`: writes that read rows (deletes by predicate, MERGE, UPDATE, and every write
   that logs its changes with ``changes.log``) conflict when a concurrent commit changed rows in the splits
-  they read (any split, for a MERGE with a NOT MATCHED BY SOURCE clause); compactions change no row.
+  they read, or (deletes, MERGE, UPDATE) in any split their filter can reach, one empty or absent when
+  they read included (any split, for a MERGE with a NOT MATCHED BY SOURCE clause); compactions change no
+  row.
 - :class:`ChecksHold`: upserts with checks (NOT NULL partial rows, integer sums) conflict when a
   concurrent commit changed the splits they checked (for sums: added more than the headroom left).
 - :class:`BucketsUnchanged`: blind writes to a table with table-wide keys (``key_scope="table"``) read
