@@ -53,7 +53,7 @@ from mere.metadata import (
     micros_to_datetime,
     now_micros,
 )
-from mere.retry import CATALOG_LOCK_RETRIES
+from mere.retry import CATALOG_LOCK_RETRIES, CATALOG_RECONNECT
 
 log = logging.getLogger(__name__)
 
@@ -404,7 +404,25 @@ class SqlCatalog:
                 conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
             return engine
-        return sa.create_engine(self.url, pool_pre_ping=True, pool_size=2, max_overflow=8)
+        engine = sa.create_engine(self.url, pool_pre_ping=True, pool_size=2, max_overflow=8)
+        reached = False
+
+        @event.listens_for(engine, "do_connect")
+        def _reconnect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+            # Once the server has answered, a refused connection is a restart or failover under way (a
+            # second or two): wait it out, as nothing was sent yet. The first connection fails at once,
+            # so a wrong address is reported without delay.
+            nonlocal reached
+            dbapi = dialect.loaded_dbapi
+
+            def connect() -> Any:
+                return dbapi.connect(*cargs, **cparams)
+
+            conn = CATALOG_RECONNECT.run(connect, lambda e: reached and isinstance(e, dbapi.OperationalError))
+            reached = True
+            return conn
+
+        return engine
 
     def _ensure_schema(self, create: bool) -> bool:
         """Whether the catalog's tables exist; with ``create``, make them (and a SQLite file) if not.
