@@ -135,15 +135,16 @@ def test_a_write_that_read_rows_lands_as_if_after_every_commit_before_it(
         with t.transaction() as tx:
             _run(t, tx, op)
             other.upsert(_rows(concurrent))  # lands between the transaction's read and its commit
+        initial_model = dict(model)
+        _upsert(model, _rows(concurrent), summed)
         if t.refresh().version == base + 1:
-            # Nothing to change at the version it read: the write made no version, and reads as one that
-            # ran before the concurrent commit.
-            before = dict(model)
+            # The write made no version: it had nothing to change, either at the version it read (it ran
+            # before the concurrent commit) or, evaluated again after losing the race, after it.
+            before, after = dict(initial_model), dict(model)
             _apply(before, op, summed)
-            assert before == model
-            _upsert(model, _rows(concurrent), summed)
+            _apply(after, op, summed)
+            assert before == initial_model or after == model
         else:
-            _upsert(model, _rows(concurrent), summed)
             _apply(model, op, summed)
     assert _state(t.refresh()) == model
 
@@ -210,3 +211,87 @@ def test_a_write_to_a_partition_the_filter_rules_out_needs_no_retry(tmp_path: Pa
         3: ("b", 3, 3),
         4: ("c", 4, 4),
     }
+
+
+def _same_bucket_pair() -> tuple[int, int]:
+    ids = list(range(40))
+    buckets = bucket_ids(pa.array(ids, pa.int64()), BUCKETS).tolist()
+    return next((a, b) for a in ids for b in ids if a != b and buckets[a] == buckets[b])
+
+
+def test_a_merge_that_lost_a_race_to_other_keys_keeps_what_it_wrote(tmp_path: Path) -> None:
+    """A concurrent write to the MERGE's buckets but not its keys: the MERGE lands without being
+    evaluated again (its outcome cannot differ); one to its keys: evaluated again, with the right result."""
+    from mere.table.ops import merge_into
+
+    mine, theirs = _same_bucket_pair()
+    cat = mere.connect(str(tmp_path / "w"))
+    for rival_key, evaluations, expected in (
+        (theirs, 1, {mine: ("a", 7, 1), theirs: ("a", 0, 1 + 3)}),
+        (mine, 2, {mine: ("a", 7, 1 + 3), theirs: ("a", 0, 1)}),
+    ):
+        t = _table(cat, partitioned=False)
+        t.upsert(_rows([(mine, "a", 0, 1), (theirs, "a", 0, 1)]))
+        rival = mere.connect(str(tmp_path / "w")).table(t.name)
+        calls: list[int] = []
+
+        def racing(
+            self: Any,
+            base: int,
+            rival: mere.Table = rival,
+            key: int = rival_key,
+            calls: list[int] = calls,
+            original: Any = merge_into.MergePlan.stage,
+        ) -> Any:
+            staged = original(self, base)
+            if not calls:
+                rival.upsert(_rows([(key, "a", 0, 3)]))
+            calls.append(base)
+            return staged
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(merge_into.MergePlan, "stage", racing)
+            metrics = (
+                t.merge(_rows([(mine, "a", 7, 5)]))
+                .when_matched_update(set={"v": "s.v"})
+                .when_not_matched_insert_all()
+                .execute()
+            )
+        assert len(calls) == evaluations
+        assert metrics.updated == 1 and metrics.inserted == 0
+        assert _state(t.refresh()) == expected
+
+
+@pytest.mark.parametrize(
+    ("rival_row", "evaluations"),
+    [
+        ((None, "a", 3, 1), 1),  # another key in a bucket the update read, not matching: kept
+        ((None, "a", 50, 1), 2),  # another key that now matches: evaluated again, and updated
+    ],
+)
+def test_an_update_that_lost_a_race_is_evaluated_again_only_when_it_must(
+    tmp_path: Path, rival_row: tuple[Any, ...], evaluations: int
+) -> None:
+    from mere.table.ops import update as update_ops
+
+    mine, theirs = _same_bucket_pair()
+    cat = mere.connect(str(tmp_path / "w"))
+    t = cat.create_table("s.t", SCHEMA, primary_key="k", buckets=BUCKETS)
+    t.upsert(_rows([(mine, "a", 20, 1)]))
+    rival = mere.connect(str(tmp_path / "w")).table("s.t")
+    original = update_ops.UpdateWhere.change
+    calls: list[int] = []
+
+    def racing(self: Any, ctx: Any, base: int, checks: Any) -> Any:
+        change = original(self, ctx, base, checks)
+        if not calls:
+            rival.upsert(_rows([(theirs, *rival_row[1:])]))
+        calls.append(base)
+        return change
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(update_ops.UpdateWhere, "change", racing)
+        t.update({"v": "v + 100"}, "v >= 10")
+    assert len(calls) == evaluations
+    v = rival_row[2]
+    assert _state(t.refresh()) == {mine: ("a", 120, 1), theirs: ("a", v + 100 if v >= 10 else v, 1)}

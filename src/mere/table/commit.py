@@ -21,7 +21,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion, SchemaChanged
+from mere.errors import (
+    CommitConflict,
+    CommitStateUnknown,
+    InvalidInput,
+    MereError,
+    NoSuchVersion,
+    SchemaChanged,
+)
 from mere.metadata import (
     BLIND_DELETE_MARKERS,
     DELETE_MARKERS,
@@ -47,6 +54,7 @@ from mere.table.conflicts import (
 )
 from mere.table.context import SchemaChange, TableContext, file_splits, split_label
 from mere.table.images import LOG_SUMMARY_KEY, logs_changes, write_change_log
+from mere.table.revalidate import ReadRows, still_holds
 from mere.table.stored_keys import resolve
 from mere.table.versions import current
 from mere.table.write_checks import WriteChecks
@@ -198,6 +206,7 @@ class Change:
     removes: Removal = KEEP
     rule: Rule | None = None
     recipe: Recipe | None = None  # changes that read rows: evaluated again at a newer version
+    read_rows: ReadRows | None = None  # what a reading change read: may spare the evaluation again
     # A rollback: ``files`` are files of this older version, added again. They belong to that version, so
     # a failed commit never deletes them, and the commit checks the version was not expired meanwhile.
     restores: int | None = None
@@ -522,6 +531,12 @@ class Commit:
         rule = BucketsUnchanged(frozenset(f.bucket for f in incoming)) if spec.cross_partition else None
         return files, summary, rule
 
+    def _holds(self, read: ReadRows, base: int) -> bool:
+        try:
+            return still_holds(self.ctx, base, self.read_version, read)
+        except MereError:
+            return False  # e.g. a winner's file is gone already: evaluating again tells
+
     def _restores(self) -> int | None:
         return next((c.restores for c in self.changes if c.restores is not None), None)
 
@@ -652,13 +667,17 @@ class Commit:
             self.rebase()
 
     def rebase(self) -> None:
-        """Rebase onto the version that beat us: changes that read rows are evaluated again there."""
+        """Rebase onto the version that beat us: changes that read rows are evaluated again there, unless
+        the commits that beat us changed none of their rows (:mod:`mere.table.revalidate`)."""
+        base = self.read_version
         self.read_version = current(self.ctx)
         if any(c.recipe is not None for c in self.changes):
-            self.changes = [self._redo(c) for c in self.changes]
+            self.changes = [self._redo(c, base) for c in self.changes]
 
-    def _redo(self, change: Change) -> Change:
+    def _redo(self, change: Change, base: int | None) -> Change:
         if change.recipe is None:
+            return change
+        if change.read_rows is not None and base is not None and self._holds(change.read_rows, base):
             return change
         self.checks.forget(change)
         discard(self.ctx, [change])

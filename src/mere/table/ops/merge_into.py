@@ -51,6 +51,7 @@ from mere.table.commit import (
 from mere.table.conflicts import RowsUnchanged
 from mere.table.context import TableContext, TableHandle
 from mere.table.ops.update import arrow_failure, assign, expression, split_name
+from mere.table.revalidate import ReadRows
 from mere.table.write_checks import WriteChecks
 from mere.write.cast import decoded_table, lossless_cast, relax_nested
 from mere.write.writer import conform, marker_columns, marker_spec, prepare, sequence_after, to_batches
@@ -1234,9 +1235,18 @@ class MergePlan:
         """Evaluate at version ``base`` and write the outcome (the MERGE as a recipe of its own change)."""
         staged = self.stage(base)
         self.metrics = dict(staged.counts)
-        return Change(
+        change = Change(
             "merge", list(staged.files), staged.rows, _merge_summary(staged.counts), rule=staged.rule
         )
+        rule = staged.rule
+        if not self.merge.full_scan and isinstance(rule, RowsUnchanged) and rule.scope is not None:
+            # Its outcome depends on the target rows of its source keys and of the keys it inserts only.
+            keys = list(self.spec.primary_key)
+            key_schema = pa.schema([self.spec.schema.field(k) for k in keys])
+            read = [self._keyed_source[0].select(keys).cast(key_schema)]
+            read += [t.select(keys).cast(key_schema) for t in self._inserted]
+            change.read_rows = ReadRows(pa.concat_tables(read), None, rule.scope)
+        return change
 
     # -- evaluation ----------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from mere.table.commit import (
 )
 from mere.table.conflicts import PartitionSet, PartitionsUnchanged, RowsUnchanged
 from mere.table.context import TableContext, file_splits, partition_values
+from mere.table.revalidate import ReadRows
 from mere.table.write_checks import WriteChecks
 from mere.write.writer import PreparedFile, conform, marker_columns, marker_spec, prepare, sequence_after
 
@@ -191,11 +192,13 @@ def read_markers(ctx: TableContext, keys: pa.Table, checks: WriteChecks) -> Chan
     return change
 
 
-def scoped(change: Change, scope: ReadScope) -> Change:
-    """``change`` (whose rule is a :class:`RowsUnchanged`) also conflicting in the splits of ``scope``."""
+def scoped(change: Change, scope: ReadScope, keys: pa.Table, where: Any = None) -> Change:
+    """``change`` (whose rule is a :class:`RowsUnchanged`) also conflicting in the splits of ``scope``; it
+    read ``keys`` (primary-key columns) by ``where`` (None: given keys)."""
     rule = change.rule
     assert isinstance(rule, RowsUnchanged)
     change.rule = replace(rule, scope=scope if rule.scope is None else rule.scope.union(scope))
+    change.read_rows = ReadRows(keys, where, scope)
     return change
 
 
@@ -209,7 +212,9 @@ class DeleteWhere:
         """Markers for the rows matching at ``base``."""
         # With sequence_by, the sequences of the versions deleted (their markers go just above).
         scan = ctx.handle.scan(columns=marker_columns(ctx.spec), filter=self.where, version=base)
-        return scoped(read_markers(ctx, scan.to_arrow(), checks), scan.read_scope())
+        keys = scan.to_arrow()
+        pk = list(ctx.spec.primary_key)
+        return scoped(read_markers(ctx, keys, checks), scan.read_scope(), keys.select(pk), self.where)
 
 
 @dataclass(frozen=True)
@@ -238,7 +243,8 @@ class DeleteKeys:
         found = current.join(conformed.select(on).group_by(on).aggregate([]), keys=on, join_type="left semi")
         # A key found nowhere at ``base`` may be written concurrently: its bucket stays in scope.
         buckets = sorted_unique(bucket_ids(conformed.select(pk), spec.buckets)) if conformed.num_rows else ()
-        return scoped(read_markers(ctx, found, checks), ReadScope(frozenset(int(b) for b in buckets)))
+        scope = ReadScope(frozenset(int(b) for b in buckets))
+        return scoped(read_markers(ctx, found, checks), scope, conformed.select(pk))
 
 
 @dataclass(frozen=True)
