@@ -38,6 +38,7 @@ from mere.metadata import (
     CommitRequest,
     CommitResult,
     FileEntry,
+    now_micros,
 )
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import OP_DELETE, TableSpec, validate_properties
@@ -85,6 +86,7 @@ class PreparedCommit:
             "idempotency_key": r.idempotency_key,
             "spec": r.spec,
             "restores": r.restores,
+            "written_since": r.written_since,
         }
 
 
@@ -232,6 +234,7 @@ class StagedChange:
     removes: Removal = KEEP
     counts: Mapping[str, int] = field(default_factory=dict)  # what the operation did (a MERGE's counts)
     table_uuid: str | None = None
+    written_since: int | None = None  # when its files began to be written (microseconds; see Commit)
 
 
 def renumber(files: Iterable[FileEntry], *, keep_seq: bool = False) -> list[FileEntry]:
@@ -325,6 +328,8 @@ class Commit:
         self.idempotency_key = idempotency_key
         self.retries = retries
         self.read_version = current(ctx) if read_version is None else read_version
+        # Before any of its files is written (a cleanup fenced later than this refuses the commit).
+        self.written_since = now_micros()
         self.changes: list[Change] = []
         self.checks = WriteChecks(ctx.spec, ctx.name)
         self.properties: dict[str, str] | None = None  # the new properties, computed on the base of each try
@@ -345,6 +350,11 @@ class Commit:
     def add(self, change: Change) -> None:
         """Add a change (its files written)."""
         self.changes.append(change)
+
+    def files_from(self, staged: Iterable[StagedChange]) -> None:
+        """The commit takes files staged elsewhere: it is as old as the oldest of them (for cleanup fences)."""
+        times = [s.written_since for s in staged if s.written_since is not None]
+        self.written_since = min([self.written_since, *times])
 
     def add_read(self, recipe: Recipe, what: str = "a delete that reads the table") -> None:
         """Add a change that reads rows: evaluated now at the read version, and again after a lost race."""
@@ -648,6 +658,7 @@ class Commit:
             idempotency_key=self.idempotency_key,
             spec=spec,
             restores=self._restores(),
+            written_since=self.written_since,
         )
         return PreparedCommit(request, logs)
 

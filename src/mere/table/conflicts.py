@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mere.errors import CommitConflict, CommitFailed, SchemaChanged
+from mere.errors import CommitConflict, CommitFailed, OutlivedCleanup, SchemaChanged
 from mere.metadata import ConcurrentChanges, Snapshot
 from mere.read.planner import ReadScope
 from mere.spec import TableSpec
@@ -254,5 +254,5 @@ def not_overtaken(table: str, landed: Iterable[Snapshot], target: int) -> None:
 def lost_race(error: BaseException) -> bool:
     """Whether a failed commit attempt lost a race (and may be tried again)."""
     return isinstance(error, (CommitConflict, CommitFailed)) and not isinstance(
-        error, (SchemaChanged, Overtaken)
+        error, (SchemaChanged, Overtaken, OutlivedCleanup)
     )

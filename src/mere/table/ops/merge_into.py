@@ -33,7 +33,7 @@ from mere.hashing import bucket_ids
 from mere.kernels import KeySet, integer_keys, key_positions
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
-from mere.metadata import CommitResult, FileEntry
+from mere.metadata import CommitResult, FileEntry, now_micros
 from mere.read import lookup
 from mere.read.planner import Explain, ReadScope, Split
 from mere.read.reader import SplitReader, io_pool
@@ -108,6 +108,7 @@ def commit_shares(
     change.rule = RowsUnchanged(frozenset(read), full, "MERGE", scope)
     version = versions.pop() if versions else None
     commit = Commit(ctx, retries=ONE_ATTEMPT, read_version=version, idempotency_key=idempotency_key)
+    commit.files_from(staged)
     commit.add(change)
     result = commit.run()
     if result.already_committed:
@@ -1185,6 +1186,7 @@ class MergePlan:
 
     def stage(self, base: int) -> StagedChange:
         """Evaluate at version ``base`` and write the outcome's files, uncommitted."""
+        started = now_micros()
         files_of = self.merge.table.context.files
         target, read = self._read_target(base)
         scope = self._scope(base)
@@ -1229,6 +1231,7 @@ class MergePlan:
             rule=RowsUnchanged(frozenset(read), self.merge.full_scan, "MERGE", scope),
             counts=counts,
             table_uuid=self.merge.table.context.uuid,
+            written_since=started,
         )
 
     def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:

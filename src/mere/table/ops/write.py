@@ -24,7 +24,7 @@ from mere.arrays import sorted_unique
 from mere.errors import CommitFailed, InvalidInput
 from mere.hashing import bucket_ids
 from mere.lang.lower import evaluate
-from mere.metadata import DELETED_ROWS, STALE_ROWS, CommitResult, FileEntry
+from mere.metadata import DELETED_ROWS, STALE_ROWS, CommitResult, FileEntry, now_micros
 from mere.read.evolution import whole_file_as_table
 from mere.read.planner import ReadScope, split_filter, typed_partition
 from mere.spec import OP_DELETE, TableSpec
@@ -312,6 +312,7 @@ def rewrite_files(
 
 def stage(ctx: TableContext, data: Any, operation: str = "upsert") -> StagedChange:
     """Write files for ``operation`` without committing them (the worker half of a distributed write)."""
+    started = now_micros()
     if operation not in STAGE_OPERATIONS:
         raise InvalidInput(f"cannot stage {operation!r}; choose one of {', '.join(STAGE_OPERATIONS)}")
     if operation == "upsert" and not ctx.spec.has_primary_key:
@@ -322,12 +323,14 @@ def stage(ctx: TableContext, data: Any, operation: str = "upsert") -> StagedChan
         # Blind (a worker reads nothing): with sequence_by the rows carry each delete's sequence.
         keys = ctx.files.key_rows(data, marker_columns(ctx.spec))
         entries = marker_change(ctx, keys.select(marker_columns(ctx.spec))).files
-        return StagedChange(ctx.name, operation, entries, sum(e.row_count for e in entries))
+        rows = sum(e.row_count for e in entries)
+        return StagedChange(ctx.name, operation, entries, rows, written_since=started)
     checks = WriteChecks(ctx.spec, ctx.name) if operation == "upsert" else None
     entries, rows, stale = ctx.files.write_data(
         data, partial_ok=operation == "upsert", check=checks.observe if checks else None
     )
-    return StagedChange(ctx.name, operation, entries, rows, counts=stale_summary(ctx.spec, stale))
+    counts = stale_summary(ctx.spec, stale)
+    return StagedChange(ctx.name, operation, entries, rows, counts=counts, written_since=started)
 
 
 def commit_staged(
@@ -366,6 +369,7 @@ def add_staged(
     """Add staged writes of one (checked) operation to a commit: ``entries`` are their files, renumbered."""
     ctx = commit.ctx
     rows = sum(s.rows for s in staged)
+    commit.files_from(staged)
     # Staged files may be old (a long job): one that a cleanup took would make the table unreadable.
     gone = ctx.storage.missing([e.path for e in entries])
     if gone:
