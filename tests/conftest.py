@@ -81,6 +81,7 @@ MARKS_BY_PATH = {
     "integrations/test_torch.py": "slow",  # PyTorch's DataLoader worker processes
     "integrations/test_engine_docs.py": "slow",  # every engine the docs show
     "test_services.py": "slow",  # PostgreSQL, SeaweedFS and the latency proxy themselves
+    "test_soak.py": "slow",  # bench/bench_soak.py's short profile: PostgreSQL, SeaweedFS, many processes
 }
 
 

@@ -190,6 +190,7 @@ class PostgresServer:
         self.root: Path | None = None  # fresh temp dir: data/, server.log, unix socket
         self.port: int | None = None
         self.pid: int | None = None  # postmaster pid
+        self._options = ""  # the postmaster options it was started with
         self.timings: dict[str, float] = {}
         self._run_as: list[str] = []
         self._owner_pid = os.getpid()
@@ -279,25 +280,19 @@ class PostgresServer:
                 shutil.rmtree(self.root, ignore_errors=True)
             self.timings["stop"] = time.monotonic() - t0
 
-    def restart(self) -> None:
+    def restart(self, down_seconds: float = 0.0) -> None:
         """Stop the server (``pg_ctl -m fast``: connections are cut) and start it again on the same port,
-        keeping its data: what a server restart looks like to clients."""
+        keeping its data: what a server restart looks like to clients. ``down_seconds``: how long it stays
+        down in between."""
         if not self._started:
             raise RuntimeError("PostgresServer is not started")
-        self._pg(
-            "pg_ctl",
-            "-D",
-            str(self.data_dir),
-            "-l",
-            str(self.log_path),
-            "-m",
-            "fast",
-            "-w",
-            "-t",
-            "60",
-            "restart",
-            what="pg_ctl restart",
-        )
+        pg_ctl = ("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_path), "-w", "-t", "60")
+        if down_seconds > 0:
+            self._pg(*pg_ctl, "-m", "fast", "stop", what="pg_ctl stop")
+            time.sleep(down_seconds)
+            self._pg(*pg_ctl, "-o", self._options, "start", what="pg_ctl start")
+        else:
+            self._pg(*pg_ctl, "-m", "fast", "restart", what="pg_ctl restart")
         self.pid = self._read_pid()
         self._wait_for_connection()
 
@@ -423,6 +418,7 @@ class PostgresServer:
                     continue  # lost the race for the port: try another one
                 raise
             self.port = port
+            self._options = options  # a restart after a stop starts it again with these
             self.pid = self._read_pid()
             return
         raise RuntimeError(

@@ -81,6 +81,12 @@ class CommitFailed(CatalogError):
     and writing again is safe."""
 
 
+class OutlivedCleanup(CommitFailed):
+    """A cleanup whose ``older_than`` is shorter than this write took ran while the write was made, so
+    the files it wrote may be gone: it was not committed (nothing changed). Write again, and give cleanup
+    an ``older_than`` longer than the longest write takes."""
+
+
 class CommitStateUnknown(MereError):
     """The catalog connection failed while committing; the commit may or may not have landed."""
 

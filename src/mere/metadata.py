@@ -364,3 +364,6 @@ class CommitRequest:
     spec: str | None = None
     restores: int | None = None
     create: NewTable | None = None
+    # Microseconds since the epoch when the commit's oldest new file began to be written: a cleanup that
+    # may delete files older than a later time (see ``SqlCatalog.fence_cleanup``) refuses the commit.
+    written_since: int | None = None

@@ -55,3 +55,6 @@ COMMIT_RETRIES = RetryPolicy(attempts=20, base_delay=0.005, max_delay=0.5)
 
 CATALOG_LOCK_RETRIES = RetryPolicy(attempts=61, base_delay=0.005, max_delay=0.5)
 """A catalog transaction that hit a database lock or serialisation failure runs again."""
+
+CATALOG_RECONNECT = RetryPolicy(attempts=12, base_delay=0.05, max_delay=2.0)
+"""A catalog server that answered before and now refuses connections (a restart): about 15 s of retries."""

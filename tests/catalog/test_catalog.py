@@ -442,3 +442,42 @@ def test_a_conditional_drop_drops_only_an_unchanged_table(cat: mere.Catalog) -> 
     assert cat.table("n.made").to_arrow().num_rows == 1
     assert cat.drop_if_unchanged(t, t.version)
     assert "n.made" not in cat.tables()
+
+
+@pytest.mark.postgres
+def test_a_write_waits_out_a_catalog_server_restart(tmp_path: Path) -> None:
+    """The PostgreSQL catalog goes down for two seconds and comes back on the same port: a write made while
+    it is down waits and lands (nothing had been sent), instead of failing with ``CatalogError``."""
+    from services import PostgresServer
+
+    with PostgresServer() as server:
+        url = server.create_database("restart")
+        t = mere.connect(str(tmp_path / "w"), catalog=url).create_table(
+            "s.t", pa.schema([("k", pa.int64()), ("v", pa.string())]), primary_key="k"
+        )
+        t.upsert(pa.table({"k": [1], "v": ["before"]}))
+        down = threading.Event()
+        restart = threading.Thread(target=lambda: (down.set(), server.restart(down_seconds=2.0)))
+        restart.start()
+        down.wait()
+        import time
+
+        time.sleep(1.0)  # pg_ctl stop -m fast is done by now: the pooled connections are dead
+        result = t.upsert(pa.table({"k": [2], "v": ["during"]}))
+        restart.join()
+        assert result.version == 2
+        assert sorted(r["v"] for r in t.refresh().to_arrow().to_pylist()) == ["before", "during"]
+
+
+def test_an_unreachable_catalog_fails_at_once(tmp_path: Path) -> None:
+    """Only a server that answered before is waited for: a wrong address is reported without delay."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once the socket closes
+    started = time.monotonic()
+    with pytest.raises(errors.CatalogError):
+        mere.connect(str(tmp_path / "w"), catalog=f"postgresql://postgres@127.0.0.1:{port}/none").namespaces()
+    assert time.monotonic() - started < 5.0

@@ -98,3 +98,37 @@ def test_a_commit_of_staged_files_a_cleanup_took_is_refused(cat: mere.Catalog) -
     fresh = t.stage(pa.table({"id": [2], "v": [2]}))
     t.commit([fresh])
     assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 2]
+
+
+def test_a_write_that_outlived_a_cleanup_is_refused_and_the_table_stays_readable(cat: mere.Catalog) -> None:
+    """A cleanup whose ``older_than`` is shorter than a write takes may delete that write's files before
+    they are committed (the soak found a committed version whose file was gone). The cleanup fences the
+    table first: the write is then refused with ``OutlivedCleanup`` and nothing changes."""
+    t = cat.create_table("exp.fence", SCHEMA, primary_key="id", buckets=2)
+    t.upsert(pa.table({"id": [1], "v": [1]}))
+    other = mere.connect(cat.storage.uri, catalog=cat.sql.url).table("exp.fence")
+    before = (t.version, t.to_arrow())
+    with pytest.raises(errors.OutlivedCleanup, match="older_than"), t.transaction() as tx:
+        tx.upsert(pa.table({"id": [2, 3], "v": [2, 3]}))
+        removed = other.cleanup(older_than=dt.timedelta(0), dry_run=False)
+        assert removed  # the transaction's files, written and not yet committed
+    t = t.refresh()
+    assert (t.version, t.to_arrow()) == before
+    for version in range(t.version + 1):
+        t.scan(version=version).to_arrow()  # every version readable
+    # A write begun after the cleanup lands, and a cleanup with a long age refuses nothing.
+    with t.transaction() as tx:
+        tx.upsert(pa.table({"id": [2], "v": [2]}))
+        other.cleanup(older_than=dt.timedelta(hours=1), dry_run=False)
+    assert sorted(t.refresh().to_arrow().column("id").to_pylist()) == [1, 2]
+
+
+def test_a_staged_write_that_outlived_a_cleanup_is_refused(cat: mere.Catalog) -> None:
+    t = cat.create_table("exp.fence_staged", SCHEMA, primary_key="id", buckets=2)
+    staged = t.stage(pa.table({"id": [1], "v": [1]}))
+    t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    again = t.stage(pa.table({"id": [2], "v": [2]}))  # staged after the cleanup: lands
+    t.commit([again])
+    with pytest.raises(errors.CommitFailed):  # its files are gone (or may be): refused
+        t.commit([staged])
+    assert t.to_arrow().column("id").to_pylist() == [2]

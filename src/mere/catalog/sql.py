@@ -35,6 +35,7 @@ from mere.errors import (
     NoSuchTag,
     NoSuchVersion,
     NotInstalled,
+    OutlivedCleanup,
     TableExists,
     TagExists,
 )
@@ -53,7 +54,7 @@ from mere.metadata import (
     micros_to_datetime,
     now_micros,
 )
-from mere.retry import CATALOG_LOCK_RETRIES
+from mere.retry import CATALOG_LOCK_RETRIES, CATALOG_RECONNECT
 
 log = logging.getLogger(__name__)
 
@@ -286,6 +287,11 @@ def _wraps_database_errors(what: str) -> Callable[[F], F]:
     return decorate
 
 
+def _fence_key(table_id: int) -> str:
+    """The catalog row holding a table's cleanup fence."""
+    return f"cleanup_fence:{table_id}"
+
+
 def _transient(e: BaseException) -> bool:
     return isinstance(e, DBAPIError) and not isinstance(e, IntegrityError) and _is_transient(e)
 
@@ -404,7 +410,25 @@ class SqlCatalog:
                 conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
             return engine
-        return sa.create_engine(self.url, pool_pre_ping=True, pool_size=2, max_overflow=8)
+        engine = sa.create_engine(self.url, pool_pre_ping=True, pool_size=2, max_overflow=8)
+        reached = False
+
+        @event.listens_for(engine, "do_connect")
+        def _reconnect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+            # Once the server has answered, a refused connection is a restart or failover under way (a
+            # second or two): wait it out, as nothing was sent yet. The first connection fails at once,
+            # so a wrong address is reported without delay.
+            nonlocal reached
+            dbapi = dialect.loaded_dbapi
+
+            def connect() -> Any:
+                return dbapi.connect(*cargs, **cparams)
+
+            conn = CATALOG_RECONNECT.run(connect, lambda e: reached and isinstance(e, dbapi.OperationalError))
+            reached = True
+            return conn
+
+        return engine
 
     def _ensure_schema(self, create: bool) -> bool:
         """Whether the catalog's tables exist; with ``create``, make them (and a SQLite file) if not.
@@ -1324,16 +1348,29 @@ class SqlCatalog:
         idempotency_key: str | None = None,
         spec: str | None = None,
         restores: int | None = None,
+        written_since: int | None = None,
     ) -> CommitResult:
         """Atomically add and remove files as a new table version.
 
         ``validate`` sees what landed after ``base_version`` and raises :class:`CommitConflict` if this
         commit cannot be rebased onto it. Files to remove that are already gone are always a conflict.
         ``restores``: the version whose files this commit adds again (a rollback); if an expire gave it up
-        meanwhile the commit raises :class:`NoSuchVersion` and changes nothing.
+        meanwhile the commit raises :class:`NoSuchVersion` and changes nothing. ``written_since``: when
+        the oldest file of ``add`` began to be written (microseconds); a cleanup fenced after it (see
+        :meth:`fence_cleanup`) refuses the commit with :class:`OutlivedCleanup`.
         """
         request = CommitRequest(
-            table_id, base_version, operation, add, remove, summary, validate, idempotency_key, spec, restores
+            table_id,
+            base_version,
+            operation,
+            add,
+            remove,
+            summary,
+            validate,
+            idempotency_key,
+            spec,
+            restores,
+            written_since=written_since,
         )
         landed = self._commit([request], None, [self._label(table_id)])
         assert landed is not None  # no transaction key
@@ -1436,6 +1473,7 @@ class SqlCatalog:
             for table_id in ids:
                 if table_id not in heads:
                     raise NoSuchTable(f"{self._label(table_id)} was dropped before the commit")
+            self._check_fences(conn, requests, ids)
             # One time for every version of the transaction, never older than a table's newest commit:
             # then each table's commit times rise with its versions, and an ``as_of`` that sees one of the
             # transaction's versions sees all of them.
@@ -1484,6 +1522,49 @@ class SqlCatalog:
             if found:  # one transaction: all of them landed
                 return [CommitResult.of(_snapshot(found[t])) for t in tokens]
             raise CommitFailed(f"commit to {label} did not land (nothing changed): {_first_line(e)}") from e
+
+    def _check_fences(self, conn: Connection, requests: Sequence[CommitRequest], ids: Sequence[int]) -> None:
+        """Refuse commits whose files a cleanup fenced after they began to be written may have deleted."""
+        since = {i: r.written_since for r, i in zip(requests, ids, strict=True) if r.written_since and r.add}
+        if not since:
+            return
+        keys = {_fence_key(i): i for i in since}
+        for key, value in conn.execute(
+            sa.select(catalog_info.c.key, catalog_info.c.value).where(catalog_info.c.key.in_(list(keys)))
+        ):
+            table_id = keys[key]
+            if int(value) > since[table_id]:
+                raise OutlivedCleanup(
+                    f"{self._label(table_id)}: a cleanup of files older than "
+                    f"{micros_to_datetime(int(value)):%Y-%m-%d %H:%M:%S} UTC ran while "
+                    "this write was made, so its files may be gone: nothing was committed; write again, and "
+                    "give cleanup an older_than longer than the longest write takes"
+                )
+
+    @_wraps_database_errors("fence a cleanup")
+    def fence_cleanup(self, table_id: int, cutoff_micros: int) -> None:
+        """Record, before a cleanup lists anything, that it may delete the table's unreferenced files older
+        than ``cutoff_micros``: a commit of files written before that is refused from now on (their files
+        may be among those deleted), and one landing before is referenced when the cleanup looks.
+
+        Args:
+            table_id: The table.
+            cutoff_micros: Microseconds since the epoch; a fence only ever moves forward.
+        """
+        self._ensure_schema(create=True)
+        key = _fence_key(table_id)
+
+        def run(conn: Connection) -> None:
+            self._lock_table(conn, table_id, tables.c.id)  # ordered with the table's commits
+            held = conn.execute(sa.select(catalog_info.c.value).where(catalog_info.c.key == key)).scalar()
+            if held is None:
+                conn.execute(catalog_info.insert().values(key=key, value=str(cutoff_micros)))
+            elif int(held) < cutoff_micros:
+                conn.execute(
+                    catalog_info.update().where(catalog_info.c.key == key).values(value=str(cutoff_micros))
+                )
+
+        self._run(run)
 
     def _exists(self, namespace: str, name: str) -> bool:
         with self.engine.connect() as conn:

@@ -154,21 +154,10 @@ def plan_splits(
     explain.files_total = len(files)
     explain.bytes_total = sum(f.size_bytes for f in files)
     explain.buckets_total = len({b for _, b in by_split}) if spec.has_primary_key else 0
-    keep_partition: dict[str, bool] = {}
-    for p in partitions:
-        values = typed_partition(spec, parse_partition(p))
-        verdict = E.evaluate_constant(parts.pre, values) if spec.partition_by else None
-        keep_partition[p] = verdict is not False
-    allowed_buckets: set[int] | None = None
+    keep_partition = {p: _partition_kept(spec, parts, p) for p in partitions}
+    allowed_buckets = _allowed_buckets(spec, parts)
     if parts.key_points is not None:
         explain.key_lookup = parts.key_points
-        if parts.key_points:
-            points = parts.key_points
-            cols = [[p[0] for p in points]] if len(spec.primary_key) == 1 else [list(c) for c in zip(*points)]
-            arrays = [pa.array(c, type=spec.schema.field(k).type) for c, k in zip(cols, spec.primary_key)]
-            allowed_buckets = set(sorted_unique(bucket_ids(arrays, spec.buckets)).tolist())
-        else:
-            allowed_buckets = set()
     splits = []
     for (p, b), fs in sorted(by_split.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         if not keep_partition[p]:
@@ -197,6 +186,62 @@ def plan_splits(
     explain.buckets_kept = len({s.bucket for s in splits}) if spec.has_primary_key else 0
     explain.splits = len(splits)
     return splits
+
+
+def _partition_kept(spec: TableSpec, parts: FilterParts, partition: str) -> bool:
+    """Whether the pre-merge filter may hold for a partition (JSON) of the table."""
+    if not spec.partition_by:
+        return True
+    values = typed_partition(spec, parse_partition(partition))
+    return E.evaluate_constant(parts.pre, values) is not False
+
+
+def _allowed_buckets(spec: TableSpec, parts: FilterParts) -> set[int] | None:
+    """The buckets the filter's key points hash to (None: the filter names no key points)."""
+    points = parts.key_points
+    if points is None:
+        return None
+    if not points:
+        return set()
+    cols = [[p[0] for p in points]] if len(spec.primary_key) == 1 else [list(c) for c in zip(*points)]
+    arrays = [pa.array(c, type=spec.schema.field(k).type) for c, k in zip(cols, spec.primary_key)]
+    return set(sorted_unique(bucket_ids(arrays, spec.buckets)).tolist())
+
+
+@dataclass(frozen=True)
+class ReadScope:
+    """Where rows matching a filter can be, whether or not files hold them yet: the splits (as commit
+    summaries name them, ``partition#bucket``) a concurrent commit must not change under a write that
+    read the filter's rows.
+
+    ``buckets``: the buckets that can hold a matching row (None: every bucket). ``excluded``: partitions
+    that existed when the filter was read and that it rules out; a partition created later is always in
+    scope (its values were never checked against the filter).
+    """
+
+    buckets: frozenset[int] | None = None
+    excluded: frozenset[str] = frozenset()
+
+    def covers(self, label: str) -> bool:
+        """Whether a split (``partition#bucket``) is in scope."""
+        partition, _, bucket = label.rpartition("#")
+        if partition in self.excluded:
+            return False
+        return self.buckets is None or int(bucket) in self.buckets
+
+    def union(self, other: ReadScope) -> ReadScope:
+        """The scope of two reads together."""
+        buckets = None if self.buckets is None or other.buckets is None else self.buckets | other.buckets
+        return ReadScope(buckets, self.excluded & other.excluded)
+
+
+def read_scope(spec: TableSpec, files: Sequence[FileEntry], parts: FilterParts) -> ReadScope:
+    """The scope of a filter read over ``files`` (the table at one version): buckets by its key points,
+    partitions by what it rules out among those present."""
+    allowed = _allowed_buckets(spec, parts)
+    present = {f.partition for f in files}
+    excluded = frozenset(p for p in present if not _partition_kept(spec, parts, p))
+    return ReadScope(None if allowed is None else frozenset(allowed), excluded)
 
 
 def _stat_value(v: Any, t: pa.DataType) -> Any:

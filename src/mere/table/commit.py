@@ -21,7 +21,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from mere.errors import CommitConflict, CommitStateUnknown, InvalidInput, NoSuchVersion, SchemaChanged
+from mere.errors import (
+    CommitConflict,
+    CommitStateUnknown,
+    InvalidInput,
+    MereError,
+    NoSuchVersion,
+    SchemaChanged,
+)
 from mere.metadata import (
     BLIND_DELETE_MARKERS,
     DELETE_MARKERS,
@@ -31,6 +38,7 @@ from mere.metadata import (
     CommitRequest,
     CommitResult,
     FileEntry,
+    now_micros,
 )
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import OP_DELETE, TableSpec, validate_properties
@@ -47,6 +55,7 @@ from mere.table.conflicts import (
 )
 from mere.table.context import SchemaChange, TableContext, file_splits, split_label
 from mere.table.images import LOG_SUMMARY_KEY, logs_changes, write_change_log
+from mere.table.revalidate import ReadRows, still_holds
 from mere.table.stored_keys import resolve
 from mere.table.versions import current
 from mere.table.write_checks import WriteChecks
@@ -77,6 +86,7 @@ class PreparedCommit:
             "idempotency_key": r.idempotency_key,
             "spec": r.spec,
             "restores": r.restores,
+            "written_since": r.written_since,
         }
 
 
@@ -198,6 +208,7 @@ class Change:
     removes: Removal = KEEP
     rule: Rule | None = None
     recipe: Recipe | None = None  # changes that read rows: evaluated again at a newer version
+    read_rows: ReadRows | None = None  # what a reading change read: may spare the evaluation again
     # A rollback: ``files`` are files of this older version, added again. They belong to that version, so
     # a failed commit never deletes them, and the commit checks the version was not expired meanwhile.
     restores: int | None = None
@@ -223,6 +234,7 @@ class StagedChange:
     removes: Removal = KEEP
     counts: Mapping[str, int] = field(default_factory=dict)  # what the operation did (a MERGE's counts)
     table_uuid: str | None = None
+    written_since: int | None = None  # when its files began to be written (microseconds; see Commit)
 
 
 def renumber(files: Iterable[FileEntry], *, keep_seq: bool = False) -> list[FileEntry]:
@@ -316,6 +328,8 @@ class Commit:
         self.idempotency_key = idempotency_key
         self.retries = retries
         self.read_version = current(ctx) if read_version is None else read_version
+        # Before any of its files is written (a cleanup fenced later than this refuses the commit).
+        self.written_since = now_micros()
         self.changes: list[Change] = []
         self.checks = WriteChecks(ctx.spec, ctx.name)
         self.properties: dict[str, str] | None = None  # the new properties, computed on the base of each try
@@ -336,6 +350,11 @@ class Commit:
     def add(self, change: Change) -> None:
         """Add a change (its files written)."""
         self.changes.append(change)
+
+    def files_from(self, staged: Iterable[StagedChange]) -> None:
+        """The commit takes files staged elsewhere: it is as old as the oldest of them (for cleanup fences)."""
+        times = [s.written_since for s in staged if s.written_since is not None]
+        self.written_since = min([self.written_since, *times])
 
     def add_read(self, recipe: Recipe, what: str = "a delete that reads the table") -> None:
         """Add a change that reads rows: evaluated now at the read version, and again after a lost race."""
@@ -522,6 +541,12 @@ class Commit:
         rule = BucketsUnchanged(frozenset(f.bucket for f in incoming)) if spec.cross_partition else None
         return files, summary, rule
 
+    def _holds(self, read: ReadRows, base: int) -> bool:
+        try:
+            return still_holds(self.ctx, base, self.read_version, read)
+        except MereError:
+            return False  # e.g. a winner's file is gone already: evaluating again tells
+
     def _restores(self) -> int | None:
         return next((c.restores for c in self.changes if c.restores is not None), None)
 
@@ -633,6 +658,7 @@ class Commit:
             idempotency_key=self.idempotency_key,
             spec=spec,
             restores=self._restores(),
+            written_since=self.written_since,
         )
         return PreparedCommit(request, logs)
 
@@ -652,13 +678,17 @@ class Commit:
             self.rebase()
 
     def rebase(self) -> None:
-        """Rebase onto the version that beat us: changes that read rows are evaluated again there."""
+        """Rebase onto the version that beat us: changes that read rows are evaluated again there, unless
+        the commits that beat us changed none of their rows (:mod:`mere.table.revalidate`)."""
+        base = self.read_version
         self.read_version = current(self.ctx)
         if any(c.recipe is not None for c in self.changes):
-            self.changes = [self._redo(c) for c in self.changes]
+            self.changes = [self._redo(c, base) for c in self.changes]
 
-    def _redo(self, change: Change) -> Change:
+    def _redo(self, change: Change, base: int | None) -> Change:
         if change.recipe is None:
+            return change
+        if change.read_rows is not None and base is not None and self._holds(change.read_rows, base):
             return change
         self.checks.forget(change)
         discard(self.ctx, [change])

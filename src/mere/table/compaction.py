@@ -14,7 +14,7 @@ another compaction) raises :class:`~mere.errors.CommitConflict` and deletes the 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +22,7 @@ import pyarrow as pa
 from mere.arrays import bool_array
 from mere.io import Storage
 from mere.kernels import fold_sequenced, group_starts, last_by_sequence, reduce_versions, sort_indices
-from mere.metadata import SEQ_SHIFT, FileEntry
+from mere.metadata import SEQ_SHIFT, FileEntry, now_micros
 from mere.read.evolution import whole_file_as_table
 from mere.read.planner import FileTask
 from mere.read.reader import SplitReader, gather_batches, plain_columns
@@ -406,6 +406,7 @@ class CompactionPlan:
     tasks: tuple[CompactionTask, ...]
     remove: tuple[int, ...]  # catalog ids of every input file
     partitions: tuple[str, ...]  # partitions the commit touches (also those folded to nothing)
+    planned_micros: int = field(default_factory=now_micros)  # before any output is written
 
     def staged(self, results: Sequence[Sequence[FileEntry]]) -> StagedChange:
         """The tasks' results (each task's files, in task order) as the commit message that swaps them in
@@ -419,4 +420,5 @@ class CompactionPlan:
             read_version=self.base_version,
             removes=RemoveIds(tuple(self.remove), tuple(self.partitions)),
             table_uuid=self.table_uuid,
+            written_since=self.planned_micros,
         )

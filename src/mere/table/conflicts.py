@@ -9,7 +9,9 @@ catalog runs the rules (:func:`validator`) inside its commit transaction:
   since merge on read orders them by commit.
 - :class:`RowsUnchanged`: writes that read rows (deletes by predicate, MERGE, UPDATE, and every write
   that logs its changes with ``changes.log``) conflict when a concurrent commit changed rows in the splits
-  they read (any split, for a MERGE with a NOT MATCHED BY SOURCE clause); compactions change no row.
+  they read, or (deletes, MERGE, UPDATE) in any split their filter can reach, one empty or absent when
+  they read included (any split, for a MERGE with a NOT MATCHED BY SOURCE clause); compactions change no
+  row.
 - :class:`ChecksHold`: upserts with checks (NOT NULL partial rows, integer sums) conflict when a
   concurrent commit changed the splits they checked (for sums: added more than the headroom left).
 - :class:`BucketsUnchanged`: blind writes to a table with table-wide keys (``key_scope="table"``) read
@@ -38,8 +40,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mere.errors import CommitConflict, CommitFailed, SchemaChanged
+from mere.errors import CommitConflict, CommitFailed, OutlivedCleanup, SchemaChanged
 from mere.metadata import ConcurrentChanges, Snapshot
+from mere.read.planner import ReadScope
 from mere.spec import TableSpec
 from mere.table.context import TableContext, partition_matches, partition_values
 from mere.table.evolve import same_columns
@@ -54,12 +57,18 @@ class Rule(Protocol):
 
 @dataclass(frozen=True)
 class RowsUnchanged:
-    """No concurrent commit changed rows in the splits read (any split, when ``full``); ``reader`` names
-    the change in the error (``write``, ``MERGE``)."""
+    """No concurrent commit changed rows in the splits read (any split, when ``full``), nor in a split of
+    ``scope``; ``reader`` names the change in the error (``write``, ``MERGE``).
+
+    ``scope`` matters to writes that read a filter's rows (UPDATE, MERGE, deletes by predicate or by
+    looked-up keys): the rows a concurrent commit adds in a split that was empty (or absent) when the
+    write read it match the filter as much as those of the splits read, and the write must see them.
+    """
 
     splits: frozenset[str]
     full: bool = False
     reader: str = "write"
+    scope: ReadScope | None = None
 
     def check(self, table: str, changes: ConcurrentChanges) -> None:
         """Raise (CommitConflict, SchemaChanged) when ``changes`` break the rule."""
@@ -72,6 +81,7 @@ class RowsUnchanged:
                 or c.internal.get("partitions") is None
                 or touched is None
                 or self.splits & set(touched)
+                or (self.scope is not None and any(self.scope.covers(label) for label in touched))
             ):
                 raise CommitConflict(f"{table}: rows this {self.reader} read changed in version {c.version}")
 
@@ -244,5 +254,5 @@ def not_overtaken(table: str, landed: Iterable[Snapshot], target: int) -> None:
 def lost_race(error: BaseException) -> bool:
     """Whether a failed commit attempt lost a race (and may be tried again)."""
     return isinstance(error, (CommitConflict, CommitFailed)) and not isinstance(
-        error, (SchemaChanged, Overtaken)
+        error, (SchemaChanged, Overtaken, OutlivedCleanup)
     )

@@ -142,6 +142,7 @@ class MetadataStore(Protocol):
         idempotency_key: str | None = None,
         spec: str | None = None,
         restores: int | None = None,
+        written_since: int | None = None,
     ) -> CommitResult:
         """Add and remove files as one new version (see :meth:`SqlCatalog.commit`)."""
 
@@ -149,6 +150,9 @@ class MetadataStore(Protocol):
         self, requests: Sequence[CommitRequest], names: Sequence[str], transaction_key: str | None = None
     ) -> list[CommitResult] | None:
         """Land several tables' commits in one transaction (see :meth:`SqlCatalog.commit_tables`)."""
+
+    def fence_cleanup(self, table_id: int, cutoff_micros: int) -> None:
+        """Tell commits that a cleanup may delete the table's files older than ``cutoff_micros``."""
 
     def find_transaction(self, key: str) -> dict[str, tuple[int, int | None]] | None:
         """The tables a catalog transaction with an idempotency key committed."""

@@ -22,7 +22,16 @@ from mere.metadata import FileEntry, Snapshot
 from mere.optional import require
 from mere.partitions import partition_json
 from mere.read.options import ReadOptions
-from mere.read.planner import Explain, FilterParts, Split, plan_splits, row_group_stats, split_filter
+from mere.read.planner import (
+    Explain,
+    FilterParts,
+    ReadScope,
+    Split,
+    plan_splits,
+    read_scope,
+    row_group_stats,
+    split_filter,
+)
 from mere.read.reader import (
     LOOKUP_MAX_KEYS,
     SplitReader,
@@ -373,6 +382,21 @@ class Scan:
             CatalogError: The catalog could not be read.
         """
         return self._plan(Explain(self.version))[0]
+
+    def read_scope(self) -> ReadScope:
+        """Where rows of this scan's filter can be, whether files hold them or not.
+
+        What a write that read them must not see a concurrent commit change: a split the filter can reach
+        may be empty or absent at this version.
+
+        Returns:
+            The buckets and partitions in scope.
+
+        Raises:
+            NoSuchVersion: The scan's version expired.
+            CatalogError: The catalog could not be read.
+        """
+        return read_scope(self.spec, self.table.files_at(self.version), self._parts())
 
     def explain(self) -> Explain:
         """Pruning funnel without reading any data page: footers only.

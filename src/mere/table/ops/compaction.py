@@ -204,6 +204,7 @@ def commit_message(ctx: TableContext, message: StagedChange) -> CommitResult:
         ctx.files.discard(message.files)
         raise InvalidInput(f"{ctx.name}: this compaction was planned for another table")
     commit = Commit(ctx, retries=ONE_ATTEMPT, read_version=message.read_version)
+    commit.files_from([message])
     commit.add(Change("compact", list(message.files), message.rows, removes=message.removes))
     return commit.run()
 

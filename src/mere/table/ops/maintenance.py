@@ -247,8 +247,12 @@ def cleanup(ctx: TableContext, older_than: dt.timedelta, dry_run: bool) -> list[
     check_age(ctx.name, older_than)
     check_flag(ctx.name, "dry_run", dry_run)
     require_live(ctx)
-    referenced = ctx.store.all_file_paths(ctx.table_id)
     cutoff = time.time() - older_than.total_seconds()
+    if not dry_run:
+        # First the fence: a commit landing from now on whose files began before the cutoff is refused
+        # (they may be deleted below), and one that landed before is among the files referenced.
+        ctx.store.fence_cleanup(ctx.table_id, int(cutoff * 1e6))
+    referenced = ctx.store.all_file_paths(ctx.table_id)
     listed = ctx.storage.list_files(ctx.location)
     # Again after reading what is referenced: a table dropped meanwhile references nothing any more.
     require_live(ctx)

@@ -33,9 +33,9 @@ from mere.hashing import bucket_ids
 from mere.kernels import KeySet, integer_keys, key_positions
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
-from mere.metadata import CommitResult, FileEntry
+from mere.metadata import CommitResult, FileEntry, now_micros
 from mere.read import lookup
-from mere.read.planner import Explain, Split
+from mere.read.planner import Explain, ReadScope, Split
 from mere.read.reader import SplitReader, io_pool
 from mere.spec import OP_DELETE, OP_PUT
 from mere.table.commit import (
@@ -51,6 +51,7 @@ from mere.table.commit import (
 from mere.table.conflicts import RowsUnchanged
 from mere.table.context import TableContext, TableHandle
 from mere.table.ops.update import arrow_failure, assign, expression, split_name
+from mere.table.revalidate import ReadRows
 from mere.table.write_checks import WriteChecks
 from mere.write.cast import decoded_table, lossless_cast, relax_nested
 from mere.write.writer import conform, marker_columns, marker_spec, prepare, sequence_after, to_batches
@@ -94,14 +95,20 @@ def commit_shares(
     }
     read: set[str] = set()
     full = False
+    scope: ReadScope | None = None
     for s in staged:
         if isinstance(s.rule, RowsUnchanged):
             read |= s.rule.splits
             full |= s.rule.full
+            if s.rule.scope is None:
+                full = True  # a share that did not say where it read (staged by an older version)
+            else:
+                scope = s.rule.scope if scope is None else scope.union(s.rule.scope)
     change = Change("merge", files, sum(f.row_count for f in files), _merge_summary(counts))
-    change.rule = RowsUnchanged(frozenset(read), full, "MERGE")
+    change.rule = RowsUnchanged(frozenset(read), full, "MERGE", scope)
     version = versions.pop() if versions else None
     commit = Commit(ctx, retries=ONE_ATTEMPT, read_version=version, idempotency_key=idempotency_key)
+    commit.files_from(staged)
     commit.add(change)
     result = commit.run()
     if result.already_committed:
@@ -1118,6 +1125,15 @@ class MergePlan:
         splits = [s for s in scan.plan() if buckets is None or s.bucket in buckets]
         return scan, splits
 
+    def _scope(self, version: int) -> ReadScope:
+        """Where the target rows the MERGE reads can be, files or not.
+
+        A bucket of a source key may be empty at ``version`` and written concurrently.
+        """
+        scan, _ = self._scan(version)
+        buckets = self._buckets()
+        return ReadScope(None if buckets is None else frozenset(buckets), scan.read_scope().excluded)
+
     def splits(self, version: int) -> list[str]:
         """The splits (as commit summaries name them) the MERGE reads at ``version``."""
         return [split_name(s) for s in self._scan(version)[1]]
@@ -1170,10 +1186,14 @@ class MergePlan:
 
     def stage(self, base: int) -> StagedChange:
         """Evaluate at version ``base`` and write the outcome's files, uncommitted."""
+        started = now_micros()
         files_of = self.merge.table.context.files
         target, read = self._read_target(base)
+        scope = self._scope(base)
         whole, deletes, counts = self._evaluate(target)
-        read += self._check_computed_inserts(base)
+        computed, computed_scope = self._check_computed_inserts(base)
+        read += computed
+        scope = scope.union(computed_scope)
         files: list[FileEntry] = []
         try:
             if whole.num_rows or deletes.num_rows:
@@ -1208,18 +1228,28 @@ class MergePlan:
             files,
             sum(f.row_count for f in files),
             read_version=base,
-            rule=RowsUnchanged(frozenset(read), self.merge.full_scan, "MERGE"),
+            rule=RowsUnchanged(frozenset(read), self.merge.full_scan, "MERGE", scope),
             counts=counts,
             table_uuid=self.merge.table.context.uuid,
+            written_since=started,
         )
 
     def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:
         """Evaluate at version ``base`` and write the outcome (the MERGE as a recipe of its own change)."""
         staged = self.stage(base)
         self.metrics = dict(staged.counts)
-        return Change(
+        change = Change(
             "merge", list(staged.files), staged.rows, _merge_summary(staged.counts), rule=staged.rule
         )
+        rule = staged.rule
+        if not self.merge.full_scan and isinstance(rule, RowsUnchanged) and rule.scope is not None:
+            # Its outcome depends on the target rows of its source keys and of the keys it inserts only.
+            keys = list(self.spec.primary_key)
+            key_schema = pa.schema([self.spec.schema.field(k) for k in keys])
+            read = [self._keyed_source[0].select(keys).cast(key_schema)]
+            read += [t.select(keys).cast(key_schema) for t in self._inserted]
+            change.read_rows = ReadRows(pa.concat_tables(read), None, rule.scope)
+        return change
 
     # -- evaluation ----------------------------------------------------------------------------
 
@@ -1299,14 +1329,14 @@ class MergePlan:
         self._check_inserts(target)
         return whole_table, del_table, counts
 
-    def _check_computed_inserts(self, base: int) -> list[str]:
-        """Look up inserted keys that are not source keys; returns the splits read.
+    def _check_computed_inserts(self, base: int) -> tuple[list[str], ReadScope]:
+        """Look up inserted keys that are not source keys; returns the splits read and their scope.
 
         Such keys (``INSERT VALUES (s.k + 1, ...)``) were not read with the target: looked up, inserting a key
         the table holds fails as it does for source keys.
         """
         if not self._inserted or self.merge.full_scan or not self._computed_keys:
-            return []
+            return [], ReadScope(frozenset())
         keys = list(self.spec.primary_key)
         inserted = pa.concat_tables(self._inserted).select(keys)
         inserted = inserted.cast(pa.schema([self.spec.schema.field(k) for k in keys]))
@@ -1314,7 +1344,7 @@ class MergePlan:
             self.source_keys.select(keys), keys=keys, join_type="left anti", use_threads=False
         )
         if not other.num_rows:
-            return []
+            return [], ReadScope(frozenset())
         where = E.conjunction([E.In(k, tuple(pc.unique(other.column(k)).to_pylist())) for k in keys])
         scan = self.merge.table.scan(columns=list(self.spec.identity_columns), filter=where, version=base)
         identity = list(self.spec.identity_columns)
@@ -1328,7 +1358,7 @@ class MergePlan:
             raise MergeConflict(
                 f"{self.name}: MERGE would insert a key the table already holds: {found.slice(0, 1).to_pylist()[0]}"
             )
-        return [split_name(s) for s in scan.plan()]
+        return [split_name(s) for s in scan.plan()], scan.read_scope()
 
     def _check_inserts(self, target: pa.Table) -> None:
         if not self._inserted:

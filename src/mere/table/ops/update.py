@@ -27,6 +27,7 @@ from mere.table.commit import Change, Commit
 from mere.table.conflicts import RowsUnchanged
 from mere.table.context import TableContext, split_label
 from mere.table.ops.write import rewrite_files
+from mere.table.revalidate import ReadRows
 from mere.table.write_checks import WriteChecks
 from mere.write.cast import incompatibility, relax_nested
 from mere.write.writer import (
@@ -62,7 +63,9 @@ class UpdateWhere:
         spec = ctx.spec
         scan = ctx.handle.scan(filter=self.where, version=base)
         read = {split_name(s) for s in scan.plan()}
+        scope = scan.read_scope()
         rows = scan.to_arrow()
+        read_keys = rows.select(list(spec.primary_key))
         values = _update_values(ctx, self.values)
         files: list[FileEntry] = []
         if rows.num_rows:
@@ -93,7 +96,8 @@ class UpdateWhere:
                     ctx.files.discard(files)
                     raise
         change = Change("update", files, rows.num_rows, {"updated_rows": rows.num_rows})
-        change.rule = RowsUnchanged(frozenset(read), False, "MERGE")
+        change.rule = RowsUnchanged(frozenset(read), False, "UPDATE", scope)
+        change.read_rows = ReadRows(read_keys, self.where, scope)
         return change
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,11 +20,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
+from mere.arrays import sorted_unique
 from mere.errors import CommitFailed, InvalidInput
+from mere.hashing import bucket_ids
 from mere.lang.lower import evaluate
-from mere.metadata import DELETED_ROWS, STALE_ROWS, CommitResult, FileEntry
+from mere.metadata import DELETED_ROWS, STALE_ROWS, CommitResult, FileEntry, now_micros
 from mere.read.evolution import whole_file_as_table
-from mere.read.planner import split_filter, typed_partition
+from mere.read.planner import ReadScope, split_filter, typed_partition
 from mere.spec import OP_DELETE, TableSpec
 from mere.table.commit import (
     Change,
@@ -39,6 +41,7 @@ from mere.table.commit import (
 )
 from mere.table.conflicts import PartitionSet, PartitionsUnchanged, RowsUnchanged
 from mere.table.context import TableContext, file_splits, partition_values
+from mere.table.revalidate import ReadRows
 from mere.table.write_checks import WriteChecks
 from mere.write.writer import PreparedFile, conform, marker_columns, marker_spec, prepare, sequence_after
 
@@ -189,6 +192,16 @@ def read_markers(ctx: TableContext, keys: pa.Table, checks: WriteChecks) -> Chan
     return change
 
 
+def scoped(change: Change, scope: ReadScope, keys: pa.Table, where: Any = None) -> Change:
+    """``change`` (whose rule is a :class:`RowsUnchanged`) also conflicting in the splits of ``scope``; it
+    read ``keys`` (primary-key columns) by ``where`` (None: given keys)."""
+    rule = change.rule
+    assert isinstance(rule, RowsUnchanged)
+    change.rule = replace(rule, scope=scope if rule.scope is None else rule.scope.union(scope))
+    change.read_rows = ReadRows(keys, where, scope)
+    return change
+
+
 @dataclass(frozen=True)
 class DeleteWhere:
     """A delete by predicate on a keyed table: markers for the rows matching ``where``."""
@@ -198,8 +211,10 @@ class DeleteWhere:
     def change(self, ctx: TableContext, base: int, checks: WriteChecks) -> Change:
         """Markers for the rows matching at ``base``."""
         # With sequence_by, the sequences of the versions deleted (their markers go just above).
-        keys = ctx.handle.scan(columns=marker_columns(ctx.spec), filter=self.where, version=base).to_arrow()
-        return read_markers(ctx, keys, checks)
+        scan = ctx.handle.scan(columns=marker_columns(ctx.spec), filter=self.where, version=base)
+        keys = scan.to_arrow()
+        pk = list(ctx.spec.primary_key)
+        return scoped(read_markers(ctx, keys, checks), scan.read_scope(), keys.select(pk), self.where)
 
 
 @dataclass(frozen=True)
@@ -226,7 +241,10 @@ class DeleteKeys:
             where = E.In(pk[0], tuple(pc.unique(conformed.column(pk[0])).to_pylist()))  # prunes buckets
         current = ctx.handle.scan(columns=marker_columns(spec), filter=where, version=base).to_arrow()
         found = current.join(conformed.select(on).group_by(on).aggregate([]), keys=on, join_type="left semi")
-        return read_markers(ctx, found, checks)
+        # A key found nowhere at ``base`` may be written concurrently: its bucket stays in scope.
+        buckets = sorted_unique(bucket_ids(conformed.select(pk), spec.buckets)) if conformed.num_rows else ()
+        scope = ReadScope(frozenset(int(b) for b in buckets))
+        return scoped(read_markers(ctx, found, checks), scope, conformed.select(pk))
 
 
 @dataclass(frozen=True)
@@ -294,6 +312,7 @@ def rewrite_files(
 
 def stage(ctx: TableContext, data: Any, operation: str = "upsert") -> StagedChange:
     """Write files for ``operation`` without committing them (the worker half of a distributed write)."""
+    started = now_micros()
     if operation not in STAGE_OPERATIONS:
         raise InvalidInput(f"cannot stage {operation!r}; choose one of {', '.join(STAGE_OPERATIONS)}")
     if operation == "upsert" and not ctx.spec.has_primary_key:
@@ -304,12 +323,14 @@ def stage(ctx: TableContext, data: Any, operation: str = "upsert") -> StagedChan
         # Blind (a worker reads nothing): with sequence_by the rows carry each delete's sequence.
         keys = ctx.files.key_rows(data, marker_columns(ctx.spec))
         entries = marker_change(ctx, keys.select(marker_columns(ctx.spec))).files
-        return StagedChange(ctx.name, operation, entries, sum(e.row_count for e in entries))
+        rows = sum(e.row_count for e in entries)
+        return StagedChange(ctx.name, operation, entries, rows, written_since=started)
     checks = WriteChecks(ctx.spec, ctx.name) if operation == "upsert" else None
     entries, rows, stale = ctx.files.write_data(
         data, partial_ok=operation == "upsert", check=checks.observe if checks else None
     )
-    return StagedChange(ctx.name, operation, entries, rows, counts=stale_summary(ctx.spec, stale))
+    counts = stale_summary(ctx.spec, stale)
+    return StagedChange(ctx.name, operation, entries, rows, counts=counts, written_since=started)
 
 
 def commit_staged(
@@ -348,6 +369,7 @@ def add_staged(
     """Add staged writes of one (checked) operation to a commit: ``entries`` are their files, renumbered."""
     ctx = commit.ctx
     rows = sum(s.rows for s in staged)
+    commit.files_from(staged)
     # Staged files may be old (a long job): one that a cleanup took would make the table unreadable.
     gone = ctx.storage.missing([e.path for e in entries])
     if gone:
