@@ -332,7 +332,7 @@ def name_insert_target(spark: Any, text: str) -> str:
                 "write it by name: df.write.format('mere').save('ns.name') (nothing was written)"
             )
     kept = [source for key, _, source in items if not _is_location(key)]
-    return f"{text[:end]} WITH ({', '.join([given, *kept])}){text[close + 1 :]}"
+    return f"{text[: existing.end()]}{', '.join([given, *kept])}{text[close:]}"
 
 
 def _is_location(key: str) -> bool:
