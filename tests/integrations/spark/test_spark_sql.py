@@ -341,22 +341,23 @@ def test_spark_catalog_names_resolve_to_the_bound_mere_table(
         states[table.version] = dict(model)
 
     changes = spark.createDataFrame([(2, "d0", 20), (9, "d1", 90)], "id long, day string, qty long")
-    check(
-        sql(
-            spark,
-            "MERGE INTO orders t USING ch s ON t.id = s.id WHEN MATCHED THEN UPDATE SET qty = s.qty "
-            "WHEN NOT MATCHED THEN INSERT *",
-            ch=changes,
-        ),
-        "MERGE",
+    out = sql(
+        spark,
+        "MERGE INTO orders t USING ch s ON t.id = s.id WHEN MATCHED THEN UPDATE SET qty = s.qty "
+        "WHEN NOT MATCHED THEN INSERT *",
+        ch=changes,
     )
     model.update({2: ("d0", 20), 9: ("d1", 90)})
-    check(sql(spark, "UPDATE default.orders SET qty = qty + 1 WHERE day = 'd1'"), "UPDATE")
+    check(out, "MERGE")
+    out = sql(spark, "UPDATE default.orders SET qty = qty + 1 WHERE day = 'd1'")
     model.update({k: (d, q + 1) for k, (d, q) in model.items() if d == "d1"})
-    check(sql(spark, "DELETE FROM spark_catalog.default.orders WHERE qty > 50"), "DELETE")
+    check(out, "UPDATE")
+    out = sql(spark, "DELETE FROM spark_catalog.default.orders WHERE qty > 50")
     model = {k: r for k, r in model.items() if r[1] <= 50}
-    check(sql(spark, "DELETE FROM `default`.`orders` WHERE id = 1"), "DELETE")
+    check(out, "DELETE")
+    out = sql(spark, "DELETE FROM `default`.`orders` WHERE id = 1")
     model.pop(1)
+    check(out, "DELETE")
     for version, want in states.items():
         got = sql(spark, f"SELECT id, day, qty FROM orders VERSION AS OF {version}").collect()
         assert sorted(tuple(r) for r in got) == sorted((k, d, q) for k, (d, q) in want.items())
