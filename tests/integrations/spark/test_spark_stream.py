@@ -30,7 +30,7 @@ def _start(
             time.sleep(0.5)
             return qty
 
-        changes = changes.withColumn("qty", udf(pause, "long")(changes.qty))
+        changes = changes.withColumn("qty", udf(pause, "long", useArrow=False)(changes.qty))
     return (
         changes.writeStream.format("mere")
         .option("warehouse", wh)

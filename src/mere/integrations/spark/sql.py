@@ -280,13 +280,19 @@ class _SparkEntry:
 
 
 def _provider(spark: Any, name: str) -> str | None:
-    """A Spark catalog table's format (``DESCRIBE TABLE EXTENDED``'s Provider), lower-case."""
+    """A session catalog table's format, lower-case (``DESCRIBE`` shows none for a Python source's)."""
     try:
-        rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
-    except Exception:  # Spark's own error: the format stays unknown
+        jvm, state = spark._jvm, spark._jsparkSession.sessionState()
+        seq = state.sqlParser().parseMultipartIdentifier(name)
+        parts = [str(seq.apply(i)) for i in range(seq.size())]
+        if len(parts) == 3 and parts[0].lower() == "spark_catalog":
+            parts = parts[1:]
+        db = jvm.scala.Option.apply(parts[0] if len(parts) == 2 else None)
+        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(parts[-1], db)
+        provider = state.catalog().getTableMetadata(ident).provider()
+        return str(provider.get()).lower() if provider.isDefined() else None
+    except Exception:  # a name the session catalog does not hold: the format stays unknown
         return None
-    found = [str(r["data_type"]).strip().lower() for r in rows if str(r["col_name"]).strip() == "Provider"]
-    return found[0] if found else None
 
 
 # -- MERGE, UPDATE, DELETE ------------------------------------------------------------------------
