@@ -19,7 +19,12 @@ README's section "Spark: what works and the limits" cites them):
   (installed by ``register`` and ``local_session``) takes these statements in PySpark itself: it parses
   them with Spark's own parser, creates (or binds) the mere table first, then makes the Spark table
   through the column-less form above, and writes the rows of ``AS SELECT`` / the DataFrame. A failure
-  leaves neither the Spark table nor a mere table behind.
+  leaves neither the Spark table nor a mere table behind. Made around the hook (Spark Connect, a session
+  without ``register``), such a statement cannot be refused when it runs, as nothing of the source runs:
+  the entry names no mere table, and its first read or write is refused saying how to fix it
+  (:data:`NO_BINDING`).
+- ``saveAsTable(mode="overwrite")`` of an existing table replaces its rows and keeps the table, where Spark
+  would drop and recreate it: it runs only when it asks for the table as it is (:func:`check_overwrite`).
 - ``DROP TABLE`` of such a table calls nothing of the source: it removes Spark's entry only and the mere
   table keeps its data (:meth:`mere.Catalog.drop_table` drops it).
 """
@@ -311,10 +316,10 @@ def name_insert_target(spark: Any, text: str) -> str:
     if existing is None:
         return f"{text[:end]} WITH ({given}){text[end:]}"
     read = _option_list(text, existing.end())
-    if read is None:
-        return (
-            text  # a list this reader cannot follow: Spark reads it, and a write naming no table is refused
-        )
+    if (
+        read is None
+    ):  # a list this reader cannot follow: Spark reads it, and a write naming no table is refused
+        return text
     items, close = read
     location = {k.lower(): v for k, v, _ in items if _is_location(k)}
     if location:
