@@ -92,7 +92,15 @@ NO_BINDING = (
 
 
 def same_table(a: TableRef, b: TableRef) -> bool:
-    """Whether two references name one mere table (the same name in the same warehouse and catalog)."""
+    """Whether two references name one mere table (the same name in the same warehouse and catalog).
+
+    Args:
+        a: One reference.
+        b: The other.
+
+    Returns:
+        True when both name the same table (a local warehouse compared as its real path).
+    """
 
     def where(warehouse: str) -> str:
         w = warehouse.rstrip("/")
@@ -737,6 +745,12 @@ def check_overwrite(ref: TableRef, schema: StructType, options: Mapping[str, str
     table as it is: the same columns (names, order and types; a CDC column aside) and, for every layout
     option given, the table's value (a layout option left out keeps the table's, as for Delta tables).
 
+    Args:
+        ref: The mere table the Spark table is bound to.
+        schema: The DataFrame's columns.
+        options: The writer's options.
+        what: The Spark table, as the message names it.
+
     Raises:
         InvalidInput: The DataFrame's columns or a layout option given differ from the table's.
     """
@@ -769,6 +783,33 @@ def check_overwrite(ref: TableRef, schema: StructType, options: Mapping[str, str
             "table (mere.connect(warehouse).drop_table(name)) and saveAsTable again, or evolve it "
             "(Table.evolve()) (nothing was written)"
         )
+
+
+def table_format(spark: Any, name: str) -> str | None:
+    """A session catalog table's format (its provider), lower-case; None when unknown.
+
+    ``DESCRIBE TABLE EXTENDED`` shows no provider for a Python data source's table, so it is read from the
+    session catalog.
+
+    Args:
+        spark: The SparkSession.
+        name: The table's name (``t``, ``db.t`` or ``spark_catalog.db.t``).
+
+    Returns:
+        The format, such as ``mere`` or ``parquet``; None for a name the session catalog does not hold.
+    """
+    try:
+        jvm, state = spark._jvm, spark._jsparkSession.sessionState()
+        seq = state.sqlParser().parseMultipartIdentifier(name)
+        parts = [str(seq.apply(i)) for i in range(seq.size())]
+        if len(parts) == 3 and parts[0].lower() == "spark_catalog":
+            parts = parts[1:]
+        db = jvm.scala.Option.apply(parts[0] if len(parts) == 2 else None)
+        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(parts[-1], db)
+        provider = state.catalog().getTableMetadata(ident).provider()
+        return str(provider.get()).lower() if provider.isDefined() else None
+    except Exception:  # a name the session catalog does not hold: the format stays unknown
+        return None
 
 
 def _split_name(name: str) -> list[str]:

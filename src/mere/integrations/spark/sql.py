@@ -24,7 +24,7 @@ from sqlglot.tokens import TokenType
 
 from mere.errors import FilterError, InvalidInput, MereError, NoSuchTable
 from mere.expr.literals import format_ident
-from mere.integrations.spark.ddl import NO_BINDING, ref_from_schema, same_table
+from mere.integrations.spark.ddl import NO_BINDING, ref_from_schema, same_table, table_format
 from mere.integrations.spark.merge import MERGE_ATTEMPTS, SparkMerge
 from mere.integrations.spark.native import read_table
 from mere.integrations.spark.options import ENV_WAREHOUSE, FORMAT_NAME, TableRef, location_options
@@ -249,7 +249,7 @@ class _Context:
                 "the view reads (nothing was run)"
             )
         if entry.kind == "other":
-            provider = _provider(self.spark, name)
+            provider = table_format(self.spark, name)
             if provider == FORMAT_NAME:
                 raise InvalidInput(NO_BINDING.format(what=f"Spark table {name}") + " (nothing was run)")
             raise InvalidInput(
@@ -277,22 +277,6 @@ class _SparkEntry:
 
     kind: str
     ref: TableRef | None = None
-
-
-def _provider(spark: Any, name: str) -> str | None:
-    """A session catalog table's format, lower-case (``DESCRIBE`` shows none for a Python source's)."""
-    try:
-        jvm, state = spark._jvm, spark._jsparkSession.sessionState()
-        seq = state.sqlParser().parseMultipartIdentifier(name)
-        parts = [str(seq.apply(i)) for i in range(seq.size())]
-        if len(parts) == 3 and parts[0].lower() == "spark_catalog":
-            parts = parts[1:]
-        db = jvm.scala.Option.apply(parts[0] if len(parts) == 2 else None)
-        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(parts[-1], db)
-        provider = state.catalog().getTableMetadata(ident).provider()
-        return str(provider.get()).lower() if provider.isDefined() else None
-    except Exception:  # a name the session catalog does not hold: the format stays unknown
-        return None
 
 
 # -- MERGE, UPDATE, DELETE ------------------------------------------------------------------------
