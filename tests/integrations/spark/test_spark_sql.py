@@ -299,3 +299,103 @@ def test_readme_sql_example_runs(
         {"id": 1, "day": "d1", "qty": 30},
         {"id": 2, "day": "d1", "qty": 40},
     ]
+
+
+@pytest.fixture
+def spark_tables(spark: SparkSession) -> Iterator[None]:
+    yield
+    for t in spark.catalog.listTables():
+        if t.isTemporary:
+            spark.catalog.dropTempView(t.name)
+        else:
+            spark.sql(f"DROP TABLE IF EXISTS `{t.name}`")
+
+
+def _state(spark: SparkSession, wh: str) -> tuple[Any, ...]:
+    cat = mere.connect(wh)
+    tables = sorted((n, cat.table(n).version, _mere_rows(cat.table(n))) for n in cat.tables())
+    files = sorted(str(p) for p in Path(wh).rglob("*.parquet"))
+    return sorted(t.name for t in spark.catalog.listTables()), tables, files
+
+
+def test_spark_catalog_names_resolve_to_the_bound_mere_table(
+    spark: SparkSession, wh: str, spark_tables: None
+) -> None:
+    """``CREATE TABLE orders USING mere`` then MERGE / UPDATE / DELETE / time travel / history by Spark's
+    names for it (current database, db.table, spark_catalog.db.table), with no warehouse given to sql()."""
+    spark.sql(
+        "CREATE TABLE orders (id BIGINT, day STRING, qty BIGINT) USING mere "
+        f"OPTIONS (warehouse '{wh}', table 'sales.orders', primary_key 'id')"
+    )
+    spark.sql("INSERT INTO orders VALUES " + ", ".join(f"({i}, 'd{i % 2}', {i})" for i in range(1, 9)))
+    t = mere.connect(wh).table("sales.orders")
+    model = {i: (f"d{i % 2}", i) for i in range(1, 9)}
+    states = {t.version: dict(model)}
+
+    def check(out: Any, kind: str) -> None:
+        (m,) = out.collect()
+        assert m.statement == kind
+        table = mere.connect(wh).table("sales.orders")
+        assert _mere_rows(table) == sorted((k, d, q) for k, (d, q) in model.items())
+        assert sorted(tuple(r) for r in spark.sql("SELECT * FROM orders").collect()) == _mere_rows(table)
+        states[table.version] = dict(model)
+
+    changes = spark.createDataFrame([(2, "d0", 20), (9, "d1", 90)], "id long, day string, qty long")
+    out = sql(
+        spark,
+        "MERGE INTO orders t USING ch s ON t.id = s.id WHEN MATCHED THEN UPDATE SET qty = s.qty "
+        "WHEN NOT MATCHED THEN INSERT *",
+        ch=changes,
+    )
+    model.update({2: ("d0", 20), 9: ("d1", 90)})
+    check(out, "MERGE")
+    out = sql(spark, "UPDATE default.orders SET qty = qty + 1 WHERE day = 'd1'")
+    model.update({k: (d, q + 1) for k, (d, q) in model.items() if d == "d1"})
+    check(out, "UPDATE")
+    out = sql(spark, "DELETE FROM spark_catalog.default.orders WHERE qty > 50")
+    model = {k: r for k, r in model.items() if r[1] <= 50}
+    check(out, "DELETE")
+    out = sql(spark, "DELETE FROM `default`.`orders` WHERE id = 1")
+    model.pop(1)
+    check(out, "DELETE")
+    for version, want in states.items():
+        got = sql(spark, f"SELECT id, day, qty FROM orders VERSION AS OF {version}").collect()
+        assert sorted(tuple(r) for r in got) == sorted((k, d, q) for k, (d, q) in want.items())
+    history = [r.version for r in sql(spark, "DESCRIBE HISTORY spark_catalog.default.orders").collect()]
+    assert history == [s.version for s in reversed(mere.connect(wh).table("sales.orders").history())]
+
+
+def test_names_that_are_no_mere_table_are_refused_before_anything_runs(
+    spark: SparkSession, wh: str, tmp_path: Path, spark_tables: None
+) -> None:
+    cat = mere.connect(wh)
+    cat.create_table("default.mine", SCHEMA, primary_key=["id"]).upsert(pa.table(ROWS, schema=SCHEMA))
+    spark.sql("CREATE TABLE pq (id BIGINT, day STRING, qty BIGINT) USING parquet")
+    spark.sql("CREATE TEMPORARY VIEW tv AS SELECT 1L AS id, 'd1' AS day, 1L AS qty")
+    from pyspark.sql.session import SparkSession as S
+
+    # A Spark entry of the mere format made around the hook (as Spark Connect would): it names no table.
+    S.sql.__wrapped__(spark, "CREATE TABLE loose (id BIGINT, day STRING, qty BIGINT) USING mere")  # type: ignore[attr-defined]
+    # The Spark table default.mine is another warehouse's default.other: the name is ambiguous.
+    other = str(tmp_path / "other")
+    mere.connect(other).create_table("default.other", SCHEMA, primary_key=["id"])
+    spark.sql(f"CREATE TABLE mine USING mere OPTIONS (warehouse '{other}', table 'default.other')")
+    before = _state(spark, wh), _state(spark, other)
+    refused = [
+        ("DELETE FROM pq WHERE id = 1", "format parquet, not a mere table"),
+        ("UPDATE tv SET qty = 2", "is a Spark view"),
+        ("MERGE INTO tv t USING pq s ON t.id = s.id WHEN MATCHED THEN DELETE", "is a Spark view"),
+        ("DELETE FROM loose WHERE id = 1", "names no mere table.*DROP TABLE"),
+        ("DESCRIBE HISTORY pq", "Spark keeps no history"),
+        ("DELETE FROM default.mine WHERE id = 1", "ambiguous"),
+        ("SELECT * FROM default.mine", "ambiguous"),
+    ]
+    for text, words in refused:
+        with pytest.raises(errors.InvalidInput, match=words):
+            sql(spark, text, warehouse=wh)
+        assert (_state(spark, wh), _state(spark, other)) == before, text
+    with pytest.raises(errors.NoSuchTable):
+        sql(spark, "DELETE FROM default.nothing WHERE id = 1", warehouse=wh)
+    with pytest.raises(errors.NoSuchTable, match="USING mere"):
+        sql(spark, "SELECT * FROM pq VERSION AS OF 1", warehouse=wh)
+    assert (_state(spark, wh), _state(spark, other)) == before

@@ -19,7 +19,12 @@ README's section "Spark: what works and the limits" cites them):
   (installed by ``register`` and ``local_session``) takes these statements in PySpark itself: it parses
   them with Spark's own parser, creates (or binds) the mere table first, then makes the Spark table
   through the column-less form above, and writes the rows of ``AS SELECT`` / the DataFrame. A failure
-  leaves neither the Spark table nor a mere table behind.
+  leaves neither the Spark table nor a mere table behind. Made around the hook (Spark Connect, a session
+  without ``register``), such a statement cannot be refused when it runs, as nothing of the source runs:
+  the entry names no mere table, and its first read or write is refused saying how to fix it
+  (:data:`NO_BINDING`).
+- ``saveAsTable(mode="overwrite")`` of an existing table replaces its rows and keeps the table, where Spark
+  would drop and recreate it: it runs only when it asks for the table as it is (:func:`check_overwrite`).
 - ``DROP TABLE`` of such a table calls nothing of the source: it removes Spark's entry only and the mere
   table keeps its data (:meth:`mere.Catalog.drop_table` drops it).
 """
@@ -29,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -73,11 +79,39 @@ DDL_OPTIONS = (
 _LOCATION = ("table", "warehouse", "catalog")
 
 NO_BINDING = (
-    "{what} names no mere table: Spark hands a Python data source neither the name nor the OPTIONS of a "
-    "catalog table. Create the Spark table with CREATE TABLE t [(columns)] USING mere OPTIONS (table "
-    "'ns.name', warehouse '...') or df.write.format('mere').saveAsTable(...) run after "
-    "mere.integrations.spark.register(spark), or name the table: spark.read.format('mere').load('ns.name')"
+    "{what} names no mere table. It was made by CREATE TABLE with a column list (or CTAS, saveAsTable) in a "
+    "session without mere's hook (Spark Connect, or before mere.integrations.spark.register(spark) ran): "
+    "Spark then calls no code of a Python data source, so no mere table was made, and it never hands the "
+    "source a catalog table's name or OPTIONS. To fix it, DROP TABLE it (it holds no rows; DROP removes only "
+    "Spark's entry), then either create it again in a classic session after register(spark): CREATE TABLE t "
+    "(columns) USING mere OPTIONS (warehouse '...', primary_key '...'), or (Spark Connect too) make the mere "
+    "table first (mere.connect(warehouse).create_table(...) or df.write.format('mere').save('ns.name')) and "
+    "bind it without a column list: CREATE TABLE t USING mere OPTIONS (table 'ns.name', warehouse '...'). "
+    "Reads and writes by name need no Spark table: spark.read.format('mere').load('ns.name')"
 )
+
+
+def same_table(a: TableRef, b: TableRef) -> bool:
+    """Whether two references name one mere table (the same name in the same warehouse and catalog).
+
+    Args:
+        a: One reference.
+        b: The other.
+
+    Returns:
+        True when both name the same table (a local warehouse compared as its real path).
+    """
+
+    def where(warehouse: str) -> str:
+        w = warehouse.rstrip("/")
+        return w if "://" in w else os.path.realpath(w)
+
+    return (
+        a.name == b.name
+        and where(a.warehouse) == where(b.warehouse)
+        and (a.catalog or None) == (b.catalog or None)
+        and dict(a.storage_options) == dict(b.storage_options)
+    )
 
 
 def is_table_creation(options: Mapping[str, str]) -> bool:
@@ -265,7 +299,14 @@ _WITH_OPTIONS = re.compile(r"\s*with\s*\(", re.IGNORECASE)
 
 def name_insert_target(spark: Any, text: str) -> str:
     """``INSERT INTO|OVERWRITE t ...`` with the mere table ``t`` is bound to named in ``WITH (...)`` options
-    (the writer's only sure way to know it); any other statement as given."""
+    (the writer's only sure way to know it); any other statement as given.
+
+    Location options the statement gives itself (``table``, ``warehouse``, ``catalog``, ``storage.<k>``, in
+    any case) must name that same table: they are then given once, not twice.
+
+    Raises:
+        InvalidInput: The statement's own options name another mere table than ``t`` (nothing is written).
+    """
     m = _INSERT.match(text)
     if m is None:
         return text
@@ -276,14 +317,117 @@ def name_insert_target(spark: Any, text: str) -> str:
     bindings = {f.metadata.get(BINDING_KEY) for f in schema.fields}
     if len(bindings) != 1 or None in bindings:
         return text  # not a bound mere table
-    given = ", ".join(
-        f"{_literal(k)} = {_literal(v)}" for k, v in sorted(json.loads(str(bindings.pop())).items())
-    )
+    binding = {str(k): str(v) for k, v in json.loads(str(bindings.pop())).items()}
+    given = ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in sorted(binding.items()))
     end = m.end(1)
     existing = _WITH_OPTIONS.match(text, end)
-    if existing is not None:
-        return f"{text[: existing.end()]}{given}, {text[existing.end() :]}"
-    return f"{text[:end]} WITH ({given}){text[end:]}"
+    if existing is None:
+        return f"{text[:end]} WITH ({given}){text[end:]}"
+    read = _option_list(text, existing.end())
+    if (
+        read is None
+    ):  # a list this reader cannot follow: Spark reads it, and a write naming no table is refused
+        return text
+    items, close = read
+    location = {k.lower(): v for k, v, _ in items if _is_location(k)}
+    if location:
+        bound = TableRef.from_options(binding)
+        try:
+            wanted = TableRef.from_options({**binding, **{k: v or "" for k, v in location.items()}})
+        except InvalidInput:
+            wanted = None
+        if wanted is None or not same_table(wanted, bound):
+            shown = ", ".join(f"{k} {v!r}" for k, v in sorted(location.items()))
+            raise InvalidInput(
+                f"{m.group(1)} is the mere table {bound.name} in {bound.warehouse!r}, and the statement's WITH "
+                f"options ({shown}) name another; leave table, warehouse and catalog out of WITH (...), the "
+                "Spark table names its mere table, or insert into the Spark table bound to the other one, or "
+                "write it by name: df.write.format('mere').save('ns.name') (nothing was written)"
+            )
+    kept = [source for key, _, source in items if not _is_location(key)]
+    return f"{text[: existing.end()]}{', '.join([given, *kept])}{text[close:]}"
+
+
+def _is_location(key: str) -> bool:
+    k = key.lower()
+    return k in (*_LOCATION, "path") or k.startswith("storage.")
+
+
+_OPTION_TOKEN = re.compile(
+    r"""\s*(?:(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?P<num>[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?[A-Za-z]*)"""
+    r"""|(?P<ident>`(?:[^`]|``)*`|[A-Za-z_]\w*)|(?P<punct>[=,.)]))""",
+)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+
+
+def _unquote(token: str) -> str:
+    if token.startswith("`"):
+        return token[1:-1].replace("``", "`")
+    body, out, i = token[1:-1], [], 0
+    while i < len(body):
+        if body[i] == "\\" and i + 1 < len(body):
+            out.append(_ESCAPES.get(body[i + 1], body[i + 1]))
+            i += 2
+        else:
+            out.append(body[i])
+            i += 1
+    return "".join(out)
+
+
+def _option_list(text: str, start: int) -> tuple[list[tuple[str, str | None, str]], int] | None:
+    """Spark's ``WITH (...)`` property list from ``start`` (just after the parenthesis): each property's
+    key, value (None when it has none) and text, and where the closing parenthesis is; None for a list it
+    cannot read (Spark's grammar: ``key [=] [value]`` items, a key an identifier path or a string, a value a
+    string, number or boolean)."""
+    tokens: list[tuple[str, str, int, int]] = []
+    at = start
+    while True:
+        m = _OPTION_TOKEN.match(text, at)
+        if m is None:
+            return None
+        kind = next(k for k, v in m.groupdict().items() if v is not None)
+        tokens.append((kind, m.group(kind), m.start(kind), m.end(kind)))
+        at = m.end()
+        if kind == "punct" and m.group(kind) == ")":
+            break
+    items: list[tuple[str, str | None, str]] = []
+    i = 0
+    if tokens[0][1] == ")":
+        return items, tokens[0][2]
+    while True:
+        first = i
+        kind, tok, _, _ = tokens[i]
+        if kind == "str":
+            key = _unquote(tok)
+            i += 1
+        elif kind == "ident":
+            parts = [_unquote(tok) if tok.startswith("`") else tok]
+            i += 1
+            while tokens[i][1] == "." and tokens[i + 1][0] == "ident":
+                t = tokens[i + 1][1]
+                parts.append(_unquote(t) if t.startswith("`") else t)
+                i += 2
+            key = ".".join(parts)
+        else:
+            return None
+        if tokens[i][1] == "=":
+            i += 1
+        value: str | None = None
+        kind, tok, _, _ = tokens[i]
+        if kind == "str":
+            value = ""
+            while tokens[i][0] == "str":  # adjacent literals concatenate, as in Spark
+                value += _unquote(tokens[i][1])
+                i += 1
+        elif kind == "num" or (kind == "ident" and tok.lower() in ("true", "false")):
+            value = tok.lower() if kind == "ident" else tok
+            i += 1
+        items.append((key, value, text[tokens[first][2] : tokens[i - 1][3]]))
+        if tokens[i][1] == ")":
+            return items, tokens[i][2]
+        if tokens[i][1] != ",":
+            return None
+        i += 1
 
 
 @dataclass
@@ -565,10 +709,14 @@ def install_ddl_hook() -> None:
             if how == "ignore":
                 return None
             ref = ref_from_schema(spark.table(_quote_ident(parts)).schema, f"Spark table {name}")
-            if opts.get("table") and opts["table"] != ref.name:
+            location = {k: v for k, v in opts.items() if _is_location(k)}
+            if location and not same_table(TableRef.from_options({**location_of(ref), **location}), ref):
                 raise InvalidInput(
-                    f"Spark table {name} is the mere table {ref.name}, not {opts['table']!r} (nothing was written)"
+                    f"Spark table {name} is the mere table {ref.name} in {ref.warehouse!r}, not the one the "
+                    f"options {sorted(location)} name; leave them out (nothing was written)"
                 )
+            if how == "overwrite":
+                check_overwrite(ref, self._df.schema, opts, f"Spark table {name}")
             writer = self._df.write.format(FORMAT_NAME).options(**{**opts, **location_of(ref)})
             writer.mode("overwrite" if how == "overwrite" else "append").save(ref.name)
             return None
@@ -588,6 +736,80 @@ def install_ddl_hook() -> None:
     functools.update_wrapper(hooked, spark_sql)
     setattr(hooked, _HOOKED, True)
     SparkSession.sql = hooked  # type: ignore[method-assign]
+
+
+def check_overwrite(ref: TableRef, schema: StructType, options: Mapping[str, str], what: str) -> None:
+    """``saveAsTable(mode="overwrite")`` of an existing table: Spark drops and recreates the table with the
+    DataFrame's columns and the layout the writer gives, mere replaces the rows and keeps the table (its
+    layout, history and key). Refused, before anything is written, unless what the write asks for is the
+    table as it is: the same columns (names, order and types; a CDC column aside) and, for every layout
+    option given, the table's value (a layout option left out keeps the table's, as for Delta tables).
+
+    Args:
+        ref: The mere table the Spark table is bound to.
+        schema: The DataFrame's columns.
+        options: The writer's options.
+        what: The Spark table, as the message names it.
+
+    Raises:
+        InvalidInput: The DataFrame's columns or a layout option given differ from the table's.
+    """
+    table = ref.open()
+    spec = table.spec
+    have = [(f.name, f.dataType.simpleString()) for f in spark_schema(table.schema).fields]
+    want = [(f.name, f.dataType.simpleString()) for f in schema.fields if f.name != spec.cdc_column]
+    different = []
+    if have != want:
+        different.append(
+            "the DataFrame's columns "
+            + ", ".join(f"{n} {t}" for n, t in want)
+            + " are not the table's "
+            + ", ".join(f"{n} {t}" for n, t in have)
+        )
+    if "overwriteschema" in lower_options(options):
+        different.append("option overwriteSchema asks for a new layout")
+    layout = {k: v for k, v in lower_options(options).items() if k in (*DDL_OPTIONS, "partitionby")}
+    layout.pop("create", None)
+    try:
+        check_layout(table, layout)
+    except TableExists as exc:
+        different.append(str(exc).split(": ", 1)[-1].removesuffix(" (nothing was written)"))
+    if different:
+        raise InvalidInput(
+            f"{what}: mode('overwrite') would drop and recreate the table in Spark, but mere keeps the table "
+            f"{ref.name} (its key, partitioning, history) and replaces only its rows, and {'; '.join(different)}. "
+            "To replace the rows, write the table's columns in its order (df.select(*spark.table(t).columns)) "
+            "with its layout options or none; to change the layout, DROP TABLE the Spark table, drop the mere "
+            "table (mere.connect(warehouse).drop_table(name)) and saveAsTable again, or evolve it "
+            "(Table.evolve()) (nothing was written)"
+        )
+
+
+def table_format(spark: Any, name: str) -> str | None:
+    """A session catalog table's format (its provider), lower-case; None when unknown.
+
+    ``DESCRIBE TABLE EXTENDED`` shows no provider for a Python data source's table, so it is read from the
+    session catalog.
+
+    Args:
+        spark: The SparkSession.
+        name: The table's name (``t``, ``db.t`` or ``spark_catalog.db.t``).
+
+    Returns:
+        The format, such as ``mere`` or ``parquet``; None for a name the session catalog does not hold.
+    """
+    try:
+        jvm, state = spark._jvm, spark._jsparkSession.sessionState()
+        seq = state.sqlParser().parseMultipartIdentifier(name)
+        parts = [str(seq.apply(i)) for i in range(seq.size())]
+        if len(parts) == 3 and parts[0].lower() == "spark_catalog":
+            parts = parts[1:]
+        db = jvm.scala.Option.apply(parts[0] if len(parts) == 2 else None)
+        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(parts[-1], db)
+        provider = state.catalog().getTableMetadata(ident).provider()
+        return str(provider.get()).lower() if provider.isDefined() else None
+    except Exception:  # a name the session catalog does not hold: the format stays unknown
+        return None
 
 
 def _split_name(name: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,6 +38,8 @@ from mere.spec import TableSpec
 from mere.table.evolve import same_columns
 from mere.table.table import StagedWrite, Table
 from mere.write.cast import relax_nested
+
+log = logging.getLogger(__name__)
 
 FLUSH_ROWS = (
     250_000  # rows a write task buffers before staging files (one chunk stages while the next arrives)
@@ -318,7 +321,11 @@ class WriteJob:
         table = self.open()
         ours = [m for m in messages if isinstance(m, MereCommitMessage)]
         staged = [s for m in ours for s in m.staged]
-        dynamic = self.operation == "overwrite" and self.dynamic_overwrite(ours)
+        try:
+            dynamic = self.operation == "overwrite" and self.dynamic_overwrite(ours)
+        except BaseException:
+            table.abort(staged)  # refused before committing: abort() keeps a completed job's files
+            raise
         if not any(s.files for s in staged) and (self.operation != "overwrite" or dynamic):
             return  # nothing written: no new version
         table.commit(
@@ -347,10 +354,24 @@ class WriteJob:
         return mode == "dynamic"
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], key: str | None) -> None:
+        """Spark gave up on the write. A task failed (its message is None): no commit was tried, so the
+        other tasks' files go. Every task finished: the commit failed, or Spark stopped waiting for it (the
+        query was stopped or restarted, a worker timed out) while it may still land; :meth:`commit` deletes
+        the files of a commit that failed, so these stay, and if no commit takes them they are garbage for
+        :meth:`mere.Table.cleanup` (deleting them could leave a landing version without its files)."""
         table = self.open()
         if key is not None and table.find_commit(key) is not None:
             return  # the commit landed (its outcome was unknown to the caller): the files are the table's now
-        table.abort([s for m in messages if isinstance(m, MereCommitMessage) for s in m.staged])
+        staged = [s for m in messages if isinstance(m, MereCommitMessage) for s in m.staged]
+        if not (messages and all(m is not None for m in messages)):
+            table.abort(staged)
+        elif any(s.files for s in staged):
+            log.warning(
+                "%s: a write whose tasks all finished was aborted; its %d staged file(s) stay (a commit of "
+                "them may still land); Table.cleanup removes them if none does",
+                self.ref.name,
+                sum(len(s.files) for s in staged),
+            )
         if self.created_version is not None:  # a failed write leaves no table it created behind
             table.catalog.drop_if_unchanged(table, self.created_version)
 
@@ -418,7 +439,15 @@ class MereStreamWriter(DataSourceStreamArrowWriter):
         return f"spark-stream:{query_id}:{batch_id}"
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.job.commit(messages, self.batch_key(messages, batchId))
+        try:
+            key = self.batch_key(messages, batchId)
+        except BaseException:
+            with contextlib.suppress(Exception):  # refused before committing: abort() keeps these files
+                self.job.open().abort(
+                    [s for m in messages if isinstance(m, MereCommitMessage) for s in m.staged]
+                )
+            raise
+        self.job.commit(messages, key)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         try:

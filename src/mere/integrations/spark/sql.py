@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import sqlglot
@@ -24,9 +24,10 @@ from sqlglot.tokens import TokenType
 
 from mere.errors import FilterError, InvalidInput, MereError, NoSuchTable
 from mere.expr.literals import format_ident
+from mere.integrations.spark.ddl import NO_BINDING, ref_from_schema, same_table, table_format
 from mere.integrations.spark.merge import MERGE_ATTEMPTS, SparkMerge
 from mere.integrations.spark.native import read_table
-from mere.integrations.spark.options import ENV_WAREHOUSE, TableRef, location_options
+from mere.integrations.spark.options import ENV_WAREHOUSE, FORMAT_NAME, TableRef, location_options
 from mere.lang.parse import MereDialect
 from mere.statements import DeleteStatement, MergeStatement, UpdateStatement, parse_sql
 from mere.table.merge import MergeClause, MergeMetrics
@@ -84,10 +85,14 @@ def sql(
         sql(spark, "SELECT day, sum(qty) FROM sales.orders VERSION AS OF 3 GROUP BY day", warehouse=wh)
         sql(spark, "DESCRIBE HISTORY sales.orders", warehouse=wh)
 
-    Names: a table name is a mere table when the mere catalog (``warehouse`` / ``catalog``, else the
-    session's ``spark.mere.warehouse`` / ``spark.mere.catalog``, else ``$MERE_WAREHOUSE`` /
-    ``$MERE_CATALOG``) has it: ``namespace.table``, as :func:`mere.sql` names it. The target of MERGE,
-    UPDATE and DELETE must be one. A MERGE source is, in this order, a DataFrame given as a keyword
+    Names: a table name is a mere table when it is a Spark catalog table bound to one (made with
+    ``CREATE TABLE ... USING mere``, CTAS or ``saveAsTable``; named as Spark names it: ``orders`` in the
+    current database, ``db.orders``, ``spark_catalog.db.orders``), or when the mere catalog (``warehouse``
+    / ``catalog``, else the session's ``spark.mere.warehouse`` / ``spark.mere.catalog``, else
+    ``$MERE_WAREHOUSE`` / ``$MERE_CATALOG``) has it: ``namespace.table``, as :func:`mere.sql` names it. A
+    name that is both, for two different tables, is refused. The target of MERGE, UPDATE, DELETE and
+    DESCRIBE HISTORY must be one: a Spark view, another format's table or a Spark table of the mere format
+    that names no mere table is refused before anything runs. A MERGE source is, in this order, a DataFrame given as a keyword
     argument of that name, a mere table, a Spark table or view, or ``USING (subquery) AS alias`` (Spark
     SQL, run by ``spark.sql``). In a query, every name the mere catalog has reads that table (newest
     version, or the one ``VERSION AS OF n`` / ``TIMESTAMP AS OF 'ts'`` names; a time without a zone is in
@@ -122,8 +127,11 @@ def sql(
         FilterError: Text that does not parse, or a form mere does not run (docs/sql.md).
         InvalidInput: Another kind of statement, a MERGE source that is no DataFrame, table or view, a
             keyless target, ``WHEN NOT MATCHED BY SOURCE``, sources the statement does not use, a query Spark
-            cannot analyse, or no warehouse.
-        NoSuchTable: A target, or a table read with ``VERSION AS OF``, that the mere catalog does not have.
+            cannot analyse, no warehouse, a target that is a Spark view or another format's Spark table (or
+            one of the mere format that names no mere table), or a name that is a Spark table and a table of
+            the mere catalog, not the same one.
+        NoSuchTable: A target, or a table read with ``VERSION AS OF``, that neither the Spark catalog nor the
+            mere catalog has.
         NoSuchVersion: A version or time outside the retained history.
         MergeConflict: The MERGE would change a target row twice or insert a key twice.
         CommitConflict: Concurrent commits changed rows the statement read in every attempt.
@@ -186,16 +194,89 @@ class _Context:
         except MereError:
             return False
 
-    def read(self, name: str, version: int | None = None, as_of: Any = None) -> Any:
+    def spark_entry(self, name: str) -> _SparkEntry:
+        """What the Spark catalog holds under ``name`` (``t``, ``db.t``, ``spark_catalog.db.t``)."""
+        from pyspark.errors import AnalysisException, ParseException
+
+        try:
+            if not self.spark.catalog.tableExists(name):
+                return _SparkEntry("none")
+            found = self.spark.catalog.getTable(name)
+            if found.isTemporary or str(found.tableType).upper() == "VIEW":
+                return _SparkEntry("view")
+            schema = self.spark.table(name).schema
+        except (AnalysisException, ParseException):
+            return _SparkEntry("none")  # a name Spark cannot read as a table: not Spark's
+        try:
+            return _SparkEntry("mere", ref_from_schema(schema, f"Spark table {name}"))
+        except InvalidInput:
+            return _SparkEntry("other")  # another format's table, or one of mere's that names no table
+
+    def resolve(self, name: str) -> TableRef | None:
+        """The mere table ``name`` names: a Spark catalog table bound to one (``CREATE TABLE ... USING
+        mere``), else the mere catalog's ``namespace.table``; None when it names neither.
+
+        Raises:
+            InvalidInput: Both name a mere table, and not the same one.
+        """
+        entry = self.spark_entry(name)
+        mine = self.ref(name) if self.has(name) else None
+        if entry.ref is not None and mine is not None and not same_table(entry.ref, mine):
+            raise InvalidInput(
+                f"{name} is ambiguous: the Spark table {name} is the mere table {entry.ref.name} in "
+                f"{entry.ref.warehouse!r}, and the mere catalog in {mine.warehouse!r} has a table {name} of its "
+                f"own; give the Spark table another name: DROP TABLE {name} (the mere table stays) and CREATE "
+                f"TABLE <name> USING mere OPTIONS (table '{entry.ref.name}', warehouse '...') (nothing was run)"
+            )
+        return entry.ref or mine
+
+    def target(self, name: str, kind: str) -> TableRef:
+        """The mere table a MERGE, UPDATE, DELETE or DESCRIBE HISTORY names; refused before anything runs
+        when ``name`` is no mere table."""
+        ref = self.resolve(name)
+        if ref is not None:
+            return ref
+        entry = self.spark_entry(name)
+        how = (
+            f"run {kind} on it with spark.sql"
+            if kind != "DESCRIBE HISTORY"
+            else "Spark keeps no history of it"
+        )
+        if entry.kind == "view":
+            raise InvalidInput(
+                f"{name} is a Spark view, not a table: mere's sql() runs {kind} on a mere table (a Spark table "
+                "made with CREATE TABLE ... USING mere, or namespace.table of the mere catalog); name the table "
+                "the view reads (nothing was run)"
+            )
+        if entry.kind == "other":
+            provider = table_format(self.spark, name)
+            if provider == FORMAT_NAME:
+                raise InvalidInput(NO_BINDING.format(what=f"Spark table {name}") + " (nothing was run)")
+            raise InvalidInput(
+                f"{name} is a Spark table of format {provider or 'unknown'}, not a mere table: {how} "
+                "(nothing was run)"
+            )
+        return self.ref(name)  # the mere catalog's name: opening it says which table is missing
+
+    def read(self, ref: TableRef, version: int | None = None, as_of: Any = None) -> Any:
         return read_table(
             self.spark,
-            name,
-            warehouse=self.ref(name).warehouse,
-            catalog=self.catalog,
-            storage_options=self.storage,
+            ref.name,
+            warehouse=ref.warehouse,
+            catalog=ref.catalog,
+            storage_options=dict(ref.storage_options),
             version=version,
             as_of=as_of,
         )
+
+
+@dataclass(frozen=True)
+class _SparkEntry:
+    """A name in the Spark catalog: ``none``, a ``view``, a table bound to a ``mere`` table (``ref``), or
+    an ``other`` table (another format's, or one of the mere format that names no mere table)."""
+
+    kind: str
+    ref: TableRef | None = None
 
 
 # -- MERGE, UPDATE, DELETE ------------------------------------------------------------------------
@@ -239,7 +320,8 @@ def _spark_error(exc: Exception, what: str) -> MereError:
         return FilterError(f"Spark cannot parse the {what}: {first}")
     if isinstance(exc, AnalysisException) and "TABLE_OR_VIEW_NOT_FOUND" in str(exc):
         return NoSuchTable(
-            f"{first} (a mere table is named namespace.table, in the warehouse given to sql())"
+            f"{first} (a mere table is a Spark table made with CREATE TABLE ... USING mere, or namespace.table "
+            "in the warehouse given to sql())"
         )
     return InvalidInput(f"Spark cannot run the {what}: {first}")
 
@@ -270,7 +352,7 @@ def _source(context: _Context, statement: MergeStatement, query: str | None, sou
             )
         return given
     if context.has(name):
-        return context.read(name)
+        return context.read(context.ref(name))
     if context.spark.catalog.tableExists(name):
         return context.spark.table(name)
     given_names = ", ".join(sorted(sources)) or "none"
@@ -290,7 +372,8 @@ def _change(
 ) -> Any:
     lifted, query = _lift_query(text) if text.lstrip()[:5].upper() == "MERGE" else (text, None)
     statement = parse_sql(lifted)
-    ref = context.ref(statement.table)
+    kind = type(statement).__name__.removesuffix("Statement").upper()
+    ref = context.target(statement.table, kind)
     table = ref.open()
     if isinstance(statement, MergeStatement):
         source = _source(context, statement, query, sources)
@@ -314,7 +397,6 @@ def _change(
         return _metrics(context.spark, "MERGE", builder.execute(idempotency_key=key))
     if sources:
         raise InvalidInput(f"only MERGE takes sources; got {sorted(sources)}")
-    kind = "UPDATE" if isinstance(statement, UpdateStatement) else "DELETE"
     builder = _keyed_merge(context, ref, table, statement, partitions, attempts)
     return _metrics(context.spark, kind, builder.execute(idempotency_key=key))
 
@@ -414,12 +496,14 @@ def _query(context: _Context, text: str) -> Any:
         first, last = parts[0].meta.get("start"), parts[-1].meta.get("end")
         if not isinstance(first, int) or not isinstance(last, int):
             continue  # no position to rewrite: Spark resolves the name
-        if not context.has(name):
+        ref = context.resolve(name)
+        if ref is None:
             if travel is not None:
                 raise NoSuchTable(
-                    f"{name} is not a table of the mere catalog in {context.ref(name).warehouse!r}: sql() reads "
-                    "VERSION AS OF / TIMESTAMP AS OF of mere tables (namespace.table); for Spark's own tables "
-                    "use spark.sql"
+                    f"{name} is not a table of the mere catalog in {context.ref(name).warehouse!r} nor a Spark "
+                    "table of the mere format: sql() reads VERSION AS OF / TIMESTAMP AS OF of mere tables "
+                    "(namespace.table, or a Spark table made with CREATE TABLE ... USING mere); for Spark's own "
+                    "tables use spark.sql"
                 )
             continue
         start, end = first, last + 1
@@ -439,7 +523,7 @@ def _query(context: _Context, text: str) -> Any:
             else:
                 as_of = value[1:-1]
         alias = "" if node.alias else f" AS {_backtick(parts[-1].name)}"
-        spans.append((start, end, alias, context.read(name, version=version, as_of=as_of)))
+        spans.append((start, end, alias, context.read(ref, version=version, as_of=as_of)))
     if not spans:
         return _spark_sql(context.spark, text, "query")
     spans.sort(key=lambda s: s[0])
@@ -476,7 +560,7 @@ def _history(context: _Context, text: str) -> Any:
     if len(tables) != 1 or not isinstance(tree, exp.Select) or tree.args.get("where"):
         raise FilterError(f"DESCRIBE HISTORY takes a table name, got {m.group('name')!r}")
     name = ".".join(p.name for p in tables[0].parts)
-    table = context.ref(name).open()
+    table = context.target(name, "DESCRIBE HISTORY").open()
     snapshots = list(reversed(table.history()))
     if m.group("limit") is not None:
         snapshots = snapshots[: int(m.group("limit"))]
