@@ -424,7 +424,7 @@ def _wal2json_row(line: str, change: Any) -> dict[str, Any]:
     table = change.get("table")
     if isinstance(table, str) and isinstance(change.get("schema"), str):
         table = f"{change['schema']}.{table}"
-    types = (pairs("columns", "type") or []) + (pairs("identity", "type") or [])
+    types = pairs("columns", "type") if isinstance(change.get("columns"), list) else pairs("identity", "type")
     pk = change.get("pk")
     return {
         "table": table if isinstance(table, str) else None,
