@@ -114,7 +114,7 @@ class CdcEventError(InvalidInput):
         self.table = table
         self.event = event
         self.reason = reason
-        shown = event if event is None or len(event) <= 300 else event[:300] + "..."
+        shown = event if event is None or len(event) <= 1000 else event[:1000] + "..."
         where = f"table {table}" if table else "an event without table"
         super().__init__(f"{where}: {reason}; event: {shown}; nothing of this batch was committed")
 
@@ -778,6 +778,9 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         for col in key or ():
             if columns.get(col) is not None and columns[col].null_count:
                 raise CdcEventError(f"primary-key column {col!r} is null", table, _first_null(raw, columns[col]))
+    for col, kind in have.items():  # whole rows: a column the events lack is NULL (an older image)
+        if col not in columns and col not in (options.sequence_column, OP_COLUMN):
+            columns[col] = pa.nulls(n, kind)
     columns[options.sequence_column] = events.column("seq").combine_chunks()
     columns[OP_COLUMN] = op.combine_chunks() if isinstance(op, pa.ChunkedArray) else op
     rows = pa.table(columns)
