@@ -35,9 +35,14 @@ def _pg_text(value: Any) -> str:
 
 
 def _w2j_columns(row: Row, types: Mapping[str, str]) -> str:
-    return "[" + ",".join(
-        f'{{"name":{json.dumps(n)},"type":{json.dumps(types[n])},"value":{_pg_text(v)}}}' for n, v in row.items()
-    ) + "]"
+    return (
+        "["
+        + ",".join(
+            f'{{"name":{json.dumps(n)},"type":{json.dumps(types[n])},"value":{_pg_text(v)}}}'
+            for n, v in row.items()
+        )
+        + "]"
+    )
 
 
 def wal2json_line(

@@ -9,6 +9,7 @@ log order.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import tempfile
@@ -66,7 +67,9 @@ def _line(fmt: str, table: str, op: str, before: Any, after: Any, lsn: int) -> t
 
 
 def _events(lines: list[tuple[str, str | None]], fmt: str) -> pa.Table:
-    return events_from_json([line for line, _ in lines], fmt, [k for _, k in lines] if fmt == "debezium" else None)
+    return events_from_json(
+        [line for line, _ in lines], fmt, [k for _, k in lines] if fmt == "debezium" else None
+    )
 
 
 def _read(cat: mere.Catalog) -> Model:
@@ -83,7 +86,12 @@ def _read(cat: mere.Catalog) -> Model:
 
 
 ops = st.lists(
-    st.tuples(st.sampled_from(sorted(TABLES)), st.integers(0, 5), st.sampled_from(["up", "up", "del"]), st.integers(0, 10**6)),
+    st.tuples(
+        st.sampled_from(sorted(TABLES)),
+        st.integers(0, 5),
+        st.sampled_from(["up", "up", "del"]),
+        st.integers(0, 10**6),
+    ),
     min_size=1,
     max_size=6,
 )
@@ -134,20 +142,24 @@ def test_random_transactions_in_random_batches_land_as_the_model(
     def expected(rows: dict[Any, dict[str, Any]]) -> dict[Any, dict[str, Any]]:
         if fmt == "wal2json":
             return rows
-        return {k: {c: str(v) if isinstance(v, Decimal) else v for c, v in r.items()} for k, r in rows.items()}
+        return {
+            k: {c: str(v) if isinstance(v, Decimal) else v for c, v in r.items()} for k, r in rows.items()
+        }
 
     with tempfile.TemporaryDirectory() as wh:
         cat = mere.connect(wh)
         options = SyncOptions("src", buckets=2)
         sent: list[tuple[str, pa.Table]] = []
-        for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
             lines = [_line(fmt, *e) for events in per_tx[lo:hi] for e in events]
             lines += [rng.choice(lines) for _ in range(len(lines) // 4)] if lines else []
             rng.shuffle(lines)  # out of order inside the batch: the log position orders
             batch = _events(lines, fmt)
             sync_batch(cat, batch, options, f"batch-{i}")
             sent.append((f"batch-{i}", batch))
-            if batch.num_rows and rng.random() < 0.5:  # Spark replaying the batch: the same key changes nothing
+            if (
+                batch.num_rows and rng.random() < 0.5
+            ):  # Spark replaying the batch: the same key changes nothing
                 assert sync_batch(cat, batch, options, f"batch-{i}").already_committed
             if sent and rng.random() < 0.3:  # at-least-once delivery: an old batch again, under a new key
                 _, old_batch = rng.choice(sent)
@@ -189,7 +201,10 @@ def test_table_overrides_set_buckets_partitioning_and_names(tmp_path: Path) -> N
         buckets=2,
         overrides={"public.c": {"buckets": 3, "partition_by": ["day"], "name": "lines"}},
     )
-    lines = [_line("wal2json", "c", "c", None, _row("c", 7, 1), 11), _line("wal2json", "a", "c", None, _row("a", 1, 1), 12)]
+    lines = [
+        _line("wal2json", "c", "c", None, _row("c", 7, 1), 11),
+        _line("wal2json", "a", "c", None, _row("a", 1, 1), 12),
+    ]
     sync_batch(cat, _events(lines, "wal2json"), options, "k1")
     spec = cat.table("shop.lines").spec
     assert (spec.buckets, spec.partition_by) == (3, ("day",))
@@ -199,7 +214,9 @@ def test_table_overrides_set_buckets_partitioning_and_names(tmp_path: Path) -> N
 def test_added_columns_and_widened_types_evolve_the_table(tmp_path: Path) -> None:
     cat = _cat(tmp_path)
     types = {"id": "integer", "q": "integer", "amt": "numeric(8,2)"}
-    first = wal2json_line("public", "t", "I", None, {"id": 1, "q": 5, "amt": Decimal("1.50")}, 10, types, ["id"])
+    first = wal2json_line(
+        "public", "t", "I", None, {"id": 1, "q": 5, "amt": Decimal("1.50")}, 10, types, ["id"]
+    )
     sync_batch(cat, events_from_json([first], "wal2json"), SyncOptions("s"), "k1")
     wider = {"id": "integer", "q": "bigint", "amt": "numeric(12,2)", "note": "text"}
     row = {"id": 2, "q": 2**40, "amt": Decimal("12345678.25"), "note": "new"}
@@ -214,7 +231,9 @@ def test_added_columns_and_widened_types_evolve_the_table(tmp_path: Path) -> Non
         {"id": 2, "q": 2**40, "amt": Decimal("12345678.25"), "note": "new"},
     ]
     # a narrower type than the table's is read into the table's type (no change of layout)
-    third = wal2json_line("public", "t", "U", {"id": 1}, {"id": 1, "q": 6}, 30, {"id": "integer", "q": "integer"}, ["id"])
+    third = wal2json_line(
+        "public", "t", "U", {"id": 1}, {"id": 1, "q": 6}, 30, {"id": "integer", "q": "integer"}, ["id"]
+    )
     assert sync_batch(cat, events_from_json([third], "wal2json"), SyncOptions("s"), "k3").evolved == []
 
 
@@ -268,7 +287,12 @@ def test_an_unknown_op_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "line",
-    ["not json at all", '{"payload": {"op": "c", "after": {"id": 1}}}', '["an", "array"]', '{"op": "c", "source": {}}'],
+    [
+        "not json at all",
+        '{"payload": {"op": "c", "after": {"id": 1}}}',
+        '["an", "array"]',
+        '{"op": "c", "source": {}}',
+    ],
 )
 def test_a_malformed_envelope_is_refused(tmp_path: Path, line: str) -> None:
     cat = _cat(tmp_path)
@@ -290,7 +314,9 @@ def test_missing_images_and_positions_are_refused(tmp_path: Path) -> None:
 def test_a_type_change_that_cannot_evolve_is_refused_naming_the_table(tmp_path: Path) -> None:
     cat = _cat(tmp_path)
     _seed(cat)
-    retyped = debezium_line("public", "a", "u", None, {"id": 1, "v": "x", "n": "12"}, 20, {**TABLES["a"][0], "n": "text"})
+    retyped = debezium_line(
+        "public", "a", "u", None, {"id": 1, "v": "x", "n": "12"}, 20, {**TABLES["a"][0], "n": "text"}
+    )
     other = debezium_line("public", "b", "c", None, _row("b", 1, 1), 21, TABLES["b"][0])
     e = _bad(cat, [retyped, other])
     assert e.table == "public.a" and "changed type from int64 to string" in str(e)
@@ -300,7 +326,16 @@ def test_a_type_change_that_cannot_evolve_is_refused_naming_the_table(tmp_path: 
 def test_a_value_its_type_cannot_hold_is_refused(tmp_path: Path) -> None:
     cat = _cat(tmp_path)
     _seed(cat)
-    bad = wal2json_line("public", "a", "I", None, {"id": 3, "v": "x", "n": 1}, 30, {"id": "integer", "v": "text", "n": "date"}, ["id"])
+    bad = wal2json_line(
+        "public",
+        "a",
+        "I",
+        None,
+        {"id": 3, "v": "x", "n": 1},
+        30,
+        {"id": "integer", "v": "text", "n": "date"},
+        ["id"],
+    )
     assert "column 'n'" in str(_bad(cat, [bad], "wal2json"))
 
 
@@ -312,7 +347,12 @@ def test_quarantine_commits_the_good_events_and_keeps_the_bad_ones(tmp_path: Pat
     keyless = debezium_line("public", "log", "c", None, {"m": "x"}, 13, {"m": "text"})
     update = debezium_line("public", "a", "u", _row("a", 1, 1), _row("a", 1, 9), 14, TABLES["a"][0])
     lines = [json.dumps(odd), "garbage", keyless, update]
-    result = sync_batch(cat, events_from_json(lines, "debezium", [None, None, None, json.dumps({"id": 1})]), SyncOptions("s", on_error="quarantine"), "q1")
+    result = sync_batch(
+        cat,
+        events_from_json(lines, "debezium", [None, None, None, json.dumps({"id": 1})]),
+        SyncOptions("s", on_error="quarantine"),
+        "q1",
+    )
     assert result.refused == 3 and result.applied == 1
     assert cat.table("s.a").to_arrow().to_pylist()[0]["n"] == 9 * 10**12
     kept = cat.table("s.cdc_quarantine").to_arrow().to_pylist()
@@ -339,7 +379,10 @@ def test_source_types_and_decoding() -> None:
             source_type(refused)
     assert decode_values(pa.array(["\\x00ff", None, "\\x"]), "bytea").to_pylist() == [b"\x00\xff", None, b""]
     assert decode_values(pa.array(["AP8=", None]), "bytes").to_pylist() == [b"\x00\xff", None]
-    assert decode_values(pa.array(["0", "1"]), "io.debezium.time.Date").to_pylist()[1].isoformat() == "1970-01-02"
+    assert (
+        decode_values(pa.array(["0", "1"]), "io.debezium.time.Date").to_pylist()[1].isoformat()
+        == "1970-01-02"
+    )
     with pytest.raises(MereError):
         decode_values(pa.array(["\\x0"]), "bytea")
 
@@ -352,3 +395,14 @@ def test_plan_reads_only(tmp_path: Path) -> None:
     with pytest.raises(MereError):
         plan_batch(cat, pa.table({"table": ["x"]}), SyncOptions("s"))
     assert EVENT_SCHEMA.names[0] == "table"
+
+
+def test_the_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cdc.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "spark" not in b]
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        exec(compile(block, "docs/cdc.md", "exec"), {})

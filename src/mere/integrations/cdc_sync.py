@@ -152,7 +152,9 @@ class SyncOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.namespace, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", self.namespace):
-            raise InvalidInput(f"sync: namespace must be letters, digits, '_' and '-', got {self.namespace!r}")
+            raise InvalidInput(
+                f"sync: namespace must be letters, digits, '_' and '-', got {self.namespace!r}"
+            )
         if self.on_error not in ON_ERROR:
             raise InvalidInput(f"sync: on_error must be one of {ON_ERROR}, got {self.on_error!r}")
         if self.no_key not in NO_KEY:
@@ -161,7 +163,9 @@ class SyncOptions:
         for table, given in self.overrides.items():
             unknown = set(given) - known
             if unknown:
-                raise InvalidInput(f"sync: overrides of {table}: unknown option(s) {sorted(unknown)}; use {sorted(known)}")
+                raise InvalidInput(
+                    f"sync: overrides of {table}: unknown option(s) {sorted(unknown)}; use {sorted(known)}"
+                )
 
     def override(self, table: str, name: str, default: Any) -> Any:
         """A per-table creation option, else ``default``."""
@@ -171,7 +175,10 @@ class SyncOptions:
         """The catalog name of a source table: ``<namespace>.<table>`` (its schema dropped)."""
         name = self.override(table, "name", table.rpartition(".")[2])
         if not re.fullmatch(r"[A-Za-z0-9_-]+", name or ""):
-            raise CdcEventError(f"source table name {name!r} is not a valid mere table name (give overrides[...]['name'])", table)
+            raise CdcEventError(
+                f"source table name {name!r} is not a valid mere table name (give overrides[...]['name'])",
+                table,
+            )
         return f"{self.namespace}.{name}"
 
 
@@ -269,7 +276,9 @@ def source_type(name: str) -> tuple[pa.DataType, str]:
             "decimal.handling.mode=string"
         )
     if base in ("numeric", "decimal"):
-        raise InvalidInput(f"type {name!r}: numeric without precision has no exact Arrow type; declare numeric(p,s)")
+        raise InvalidInput(
+            f"type {name!r}: numeric without precision has no exact Arrow type; declare numeric(p,s)"
+        )
     raise InvalidInput(f"unsupported source column type {name!r}")
 
 
@@ -299,7 +308,9 @@ def decode_values(text: pa.Array, name: str) -> pa.Array:
         if encoding == "hex":
             return _hex(text)
         # base64 has no Arrow kernel: decoded value by value (binary columns only)
-        return pa.array([None if v is None else base64.b64decode(v, validate=True) for v in text.to_pylist()], pa.binary())
+        return pa.array(
+            [None if v is None else base64.b64decode(v, validate=True) for v in text.to_pylist()], pa.binary()
+        )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
         raise InvalidInput(f"a value is not a {name}: {e}") from None
 
@@ -332,7 +343,10 @@ def _hex(text: pa.Array) -> pa.Array:
     if body.offset and body.null_count:
         validity = pc.is_valid(body).buffers()[1]
     return pa.Array.from_buffers(
-        pa.binary(), len(body), [validity, pa.py_buffer(new_offsets), pa.py_buffer(out.tobytes())], body.null_count
+        pa.binary(),
+        len(body),
+        [validity, pa.py_buffer(new_offsets), pa.py_buffer(out.tobytes())],
+        body.null_count,
     )
 
 
@@ -376,7 +390,11 @@ def _connect_types(envelope: dict[str, Any]) -> list[tuple[str, str]] | None:
         return None
     for part in schema.get("fields") or ():
         if isinstance(part, dict) and part.get("field") in ("after", "before") and part.get("fields"):
-            return [(str(f.get("field")), str(f.get("name") or f.get("type"))) for f in part["fields"] if isinstance(f, dict)]
+            return [
+                (str(f.get("field")), str(f.get("name") or f.get("type")))
+                for f in part["fields"]
+                if isinstance(f, dict)
+            ]
     return None
 
 
@@ -387,7 +405,8 @@ def _debezium_row(line: str, envelope: Any, message_key: Any) -> dict[str, Any]:
     payload = envelope.get("payload") if "payload" in envelope else envelope
     if not isinstance(payload, dict):
         return {"raw": line}
-    source = payload.get("source") if isinstance(payload.get("source"), dict) else {}
+    found = payload.get("source")
+    source: dict[str, Any] = found if isinstance(found, dict) else {}
     table = source.get("table")
     if isinstance(table, str) and isinstance(source.get("schema"), str):
         table = f"{source['schema']}.{table}"
@@ -419,7 +438,11 @@ def _wal2json_row(line: str, change: Any) -> dict[str, Any]:
         items = change.get(name)
         if not isinstance(items, list):
             return None
-        return [(str(c.get("name")), _json_text(c.get(part)) if part == "value" else c.get(part)) for c in items if isinstance(c, dict)]
+        return [
+            (str(c.get("name")), _json_text(c.get(part)) if part == "value" else c.get(part))
+            for c in items
+            if isinstance(c, dict)
+        ]
 
     table = change.get("table")
     if isinstance(table, str) and isinstance(change.get("schema"), str):
@@ -438,7 +461,9 @@ def _wal2json_row(line: str, change: Any) -> dict[str, Any]:
     }
 
 
-def events_from_json(lines: Iterable[str], format: str = "debezium", keys: Iterable[str | None] | None = None) -> pa.Table:
+def events_from_json(
+    lines: Iterable[str], format: str = "debezium", keys: Iterable[str | None] | None = None
+) -> pa.Table:
     """JSON change events -> the :data:`EVENT_SCHEMA` table :func:`sync_batch` takes (parsed in Python:
     the reference for the Spark path, which parses in the JVM).
 
@@ -527,7 +552,9 @@ def _normal_op(op: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     normal = pc.if_else(
         marker,
         pa.scalar(None, pa.string()),
-        pc.if_else(delete, "d", pc.if_else(is_update, "u", pc.if_else(upsert, "c", pa.scalar(None, pa.string())))),
+        pc.if_else(
+            delete, "d", pc.if_else(is_update, "u", pc.if_else(upsert, "c", pa.scalar(None, pa.string())))
+        ),
     )
     skipped = pc.fill_null(marker, False)
     unknown = pc.and_(pc.invert(skipped), pc.is_null(normal))
@@ -548,7 +575,11 @@ def _columns_of(parents: np.ndarray, keys: pa.Array, values: pa.Array, n: int) -
     wins where a row has it twice)."""
     if not len(keys):
         return {}
-    encoded = pc.dictionary_encode(keys).combine_chunks() if isinstance(keys, pa.ChunkedArray) else pc.dictionary_encode(keys)
+    encoded = (
+        pc.dictionary_encode(keys).combine_chunks()
+        if isinstance(keys, pa.ChunkedArray)
+        else pc.dictionary_encode(keys)
+    )
     codes = encoded.indices.to_numpy(zero_copy_only=False)
     out = {}
     for i, name in enumerate(encoded.dictionary.to_pylist()):
@@ -561,7 +592,7 @@ def _columns_of(parents: np.ndarray, keys: pa.Array, values: pa.Array, n: int) -
 
 
 def _types_of(table: str, events: pa.Table, raw: pa.Array) -> dict[str, str]:
-    parents, keys, values = _map_parts(events.column("types"))
+    _parents, keys, values = _map_parts(events.column("types"))
     found: dict[str, str] = {}
     if not len(keys):
         return found
@@ -575,7 +606,11 @@ def _types_of(table: str, events: pa.Table, raw: pa.Array) -> dict[str, str]:
             if can_widen(a, b):
                 found[name] = kind
             elif not can_widen(b, a):
-                raise CdcEventError(f"column {name!r} arrives as {found[name]} and as {kind} in one batch", table, raw[0].as_py())
+                raise CdcEventError(
+                    f"column {name!r} arrives as {found[name]} and as {kind} in one batch",
+                    table,
+                    raw[0].as_py(),
+                )
             continue
         found[name] = kind
     return found
@@ -590,9 +625,11 @@ def _key_of(table: str, events: pa.Table, options: SyncOptions, existing: Any) -
     distinct = [k for k in pc.unique(joined).to_pylist() if k is not None]
     if len(distinct) > 1:
         row = pc.index(joined, distinct[1]).as_py()
-        raise CdcEventError(f"events name different primary keys: {distinct}", table, events.column("raw")[row].as_py())
+        raise CdcEventError(
+            f"events name different primary keys: {distinct}", table, events.column("raw")[row].as_py()
+        )
     if distinct and distinct[0]:
-        return distinct[0].split(",")
+        return [str(k) for k in distinct[0].split(",")]
     if existing is not None and existing.spec.primary_key:
         return list(existing.spec.primary_key)
     return None
@@ -677,7 +714,10 @@ def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan
         keep,
         pc.if_else(is_delete, pc.is_null(events.column("before")), pc.is_null(events.column("after"))),
     )
-    refuse(events.filter(no_image), "no row image (an insert or update without 'after', a delete without 'before')")
+    refuse(
+        events.filter(no_image),
+        "no row image (an insert or update without 'after', a delete without 'before')",
+    )
     keep = pc.fill_null(pc.and_(keep, pc.invert(no_image)), False)
     total = events.num_rows
     skipped_count = pc.sum(pc.cast(skipped, pa.int64())).as_py() or 0
@@ -728,12 +768,17 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         have = {f.name: f.type for f in existing.schema}
     else:
         have = {}
-    for col in (*(key or ()), *(options.override(table, "partition_by", options.partition_by.get(table)) or ())):
+    for col in (
+        *(key or ()),
+        *(options.override(table, "partition_by", options.partition_by.get(table)) or ()),
+    ):
         if col not in names and col not in have:
             raise CdcEventError(f"key or partition column {col!r} is in no event", table, raw[0].as_py())
     reserved = {options.sequence_column, OP_COLUMN} & set(names)
     if reserved:
-        raise CdcEventError(f"source column(s) {sorted(reserved)} clash with the sync's own columns", table, raw[0].as_py())
+        raise CdcEventError(
+            f"source column(s) {sorted(reserved)} clash with the sync's own columns", table, raw[0].as_py()
+        )
     columns: dict[str, pa.Array] = {}
     fields: list[pa.Field] = []
     add: list[tuple[str, pa.DataType]] = []
@@ -743,7 +788,11 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         kind_name = types.get(col)
         old = have.get(col)
         if kind_name is None and old is None:
-            raise CdcEventError(f"column {col!r} has no type (give Debezium's schema, or wal2json's types)", table, raw[0].as_py())
+            raise CdcEventError(
+                f"column {col!r} has no type (give Debezium's schema, or wal2json's types)",
+                table,
+                raw[0].as_py(),
+            )
         if kind_name is None:
             kind = old
             text = _pick(after, before, col, delete_mask, n)
@@ -757,7 +806,9 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
                 kind = source_type(kind_name)[0]
                 typed = decode_values(_pick(after, before, col, delete_mask, n), kind_name)
             except InvalidInput as e:
-                raise CdcEventError(f"column {col!r}: {e}", table, _first_bad(raw, _pick(after, before, col, delete_mask, n))) from None
+                raise CdcEventError(
+                    f"column {col!r}: {e}", table, _first_bad(raw, _pick(after, before, col, delete_mask, n))
+                ) from None
         if old is not None and old != kind:
             if can_widen(old, kind):
                 widen.append((col, kind))
@@ -777,7 +828,9 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
     if keyed:
         for col in key or ():
             if columns.get(col) is not None and columns[col].null_count:
-                raise CdcEventError(f"primary-key column {col!r} is null", table, _first_null(raw, columns[col]))
+                raise CdcEventError(
+                    f"primary-key column {col!r} is null", table, _first_null(raw, columns[col])
+                )
     for col, kind in have.items():  # whole rows: a column the events lack is NULL (an older image)
         if col not in columns and col not in (options.sequence_column, OP_COLUMN):
             columns[col] = pa.nulls(n, kind)
@@ -810,7 +863,9 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
     return TablePlan(table, name, rows, create, add, widen, keyed)
 
 
-def _pick(after: dict[str, pa.Array], before: dict[str, pa.Array], col: str, delete: pa.Array, n: int) -> pa.Array:
+def _pick(
+    after: dict[str, pa.Array], before: dict[str, pa.Array], col: str, delete: pa.Array, n: int
+) -> pa.Array:
     """A column's text: from the old image for deletes, the new image otherwise."""
     none = pa.nulls(n, pa.string())
     return pc.if_else(delete, before.get(col, none), after.get(col, none))
@@ -831,7 +886,8 @@ def _first_bad(raw: pa.Array, text: pa.Array) -> str | None:
 
 def _first_null(raw: pa.Array, values: pa.Array) -> str | None:
     idx = pc.index(pc.is_null(values), True).as_py()
-    return raw[max(idx, 0)].as_py()
+    event = raw[max(idx, 0)].as_py()
+    return None if event is None else str(event)
 
 
 # -- applying ----------------------------------------------------------------------------------------

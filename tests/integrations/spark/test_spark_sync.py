@@ -18,7 +18,10 @@ from mere.integrations.cdc_sync import EVENT_SCHEMA, SyncOptions, events_from_js
 from mere.integrations.spark import parse_events, sync_database
 
 TYPES = {
-    "orders": ({"id": "integer", "who": "text", "amt": "numeric(10,2)", "day": "date", "raw": "bytea"}, ["id"]),
+    "orders": (
+        {"id": "integer", "who": "text", "amt": "numeric(10,2)", "day": "date", "raw": "bytea"},
+        ["id"],
+    ),
     "lines": ({"id": "bigint", "order_id": "integer", "qty": "double precision", "ok": "boolean"}, ["id"]),
 }
 
@@ -28,9 +31,17 @@ def _rows(n: int, shift: int = 0) -> list[tuple[str, str, Any, Any]]:
 
     out: list[tuple[str, str, Any, Any]] = []
     for i in range(n):
-        order = {"id": i, "who": f"o'{i}\n", "amt": Decimal(i + shift).scaleb(-2), "day": dt.date(2001, 1, 1 + i % 28), "raw": bytes([i % 256, 0])}
+        order = {
+            "id": i,
+            "who": f"o'{i}\n",
+            "amt": Decimal(i + shift).scaleb(-2),
+            "day": dt.date(2001, 1, 1 + i % 28),
+            "raw": bytes([i % 256, 0]),
+        }
         out.append(("orders", "c", None, order))
-        out.append(("lines", "c", None, {"id": 10 * i, "order_id": i, "qty": i / 7 + shift, "ok": i % 2 == 0}))
+        out.append(
+            ("lines", "c", None, {"id": 10 * i, "order_id": i, "qty": i / 7 + shift, "ok": i % 2 == 0})
+        )
     return out
 
 
@@ -42,7 +53,9 @@ def _land(folder: Path, name: str, lines: list[str], keys: list[str | None] | No
 
 
 def _stream(spark: SparkSession, folder: Path) -> Any:
-    return spark.readStream.schema("value string, key string").option("maxFilesPerTrigger", 1).json(str(folder))
+    return (
+        spark.readStream.schema("value string, key string").option("maxFilesPerTrigger", 1).json(str(folder))
+    )
 
 
 def _model(events: list[tuple[str, str, Any, Any]]) -> dict[str, dict[Any, Any]]:
@@ -70,10 +83,8 @@ def _typed(cat: mere.Catalog, events: Any) -> dict[str, Any]:
 
 
 def test_spark_parse_equals_the_python_reference(spark: SparkSession, tmp_path: Path) -> None:
-    lsn = 0
     dbz, keys, w2j = [], [], []
-    for table, op, before, after in _rows(3):
-        lsn += 1
+    for lsn, (table, op, before, after) in enumerate(_rows(3), start=1):
         types, key = TYPES[table]
         dbz.append(debezium_line("public", table, op, before, after, lsn, types, wrapped=lsn % 2 == 0))
         keys.append(debezium_key(after, key))
@@ -107,12 +118,17 @@ def _run(spark: SparkSession, folder: Path, wh: str, chk: Path, fmt: str = "wal2
 def test_micro_batches_land_whole_and_a_restart_changes_nothing(spark: SparkSession, tmp_path: Path) -> None:
     wh, land, chk = str(tmp_path / "wh"), tmp_path / "land", tmp_path / "chk"
     events = _rows(6)
-    events += [("orders", "u", events[0][3], {**events[0][3], "who": "changed"}), ("lines", "d", events[1][3], None)]
+    events += [
+        ("orders", "u", events[0][3], {**events[0][3], "who": "changed"}),
+        ("lines", "d", events[1][3], None),
+    ]
     lsn = {id(e): i + 1 for i, e in enumerate(events)}
     files = [events[:5], events[5:9], events[9:]]
     for n, part in enumerate(files):
         lines = [
-            wal2json_line("public", t, {"c": "I", "u": "U", "d": "D"}[op], b, a, lsn[id(e)], TYPES[t][0], TYPES[t][1])
+            wal2json_line(
+                "public", t, {"c": "I", "u": "U", "d": "D"}[op], b, a, lsn[id(e)], TYPES[t][0], TYPES[t][1]
+            )
             for e in part
             for (t, op, b, a) in [e]
         ]
@@ -141,7 +157,9 @@ def test_micro_batches_land_whole_and_a_restart_changes_nothing(spark: SparkSess
 def test_a_bad_event_stops_the_stream_with_its_batch_uncommitted(spark: SparkSession, tmp_path: Path) -> None:
     wh, land, chk = str(tmp_path / "wh"), tmp_path / "land", tmp_path / "chk"
     events = _rows(2)
-    good = [debezium_line("public", t, op, b, a, i + 1, TYPES[t][0]) for i, (t, op, b, a) in enumerate(events)]
+    good = [
+        debezium_line("public", t, op, b, a, i + 1, TYPES[t][0]) for i, (t, op, b, a) in enumerate(events)
+    ]
     keys = [debezium_key(a, TYPES[t][1]) for t, _, _, a in events]
     _land(land, "part-0.json", good, keys)
     odd = json.loads(debezium_line("public", "orders", "c", None, events[0][3], 50, TYPES["orders"][0]))
@@ -149,7 +167,11 @@ def test_a_bad_event_stops_the_stream_with_its_batch_uncommitted(spark: SparkSes
     later = debezium_line("public", "lines", "c", None, {**events[1][3], "id": 99}, 51, TYPES["lines"][0])
     _land(land, "part-1.json", [later, json.dumps(odd)], [json.dumps({"id": 99}), json.dumps({"id": 0})])
     query = sync_database(
-        _stream(spark, land), warehouse=wh, namespace="shop", checkpoint_location=str(chk), trigger={"availableNow": True}
+        _stream(spark, land),
+        warehouse=wh,
+        namespace="shop",
+        checkpoint_location=str(chk),
+        trigger={"availableNow": True},
     )
     with pytest.raises(Exception, match="unknown op"):
         query.awaitTermination()

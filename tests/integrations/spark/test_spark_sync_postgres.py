@@ -176,14 +176,19 @@ class Workload:
     def value(self, spec: TableSpec, name: str) -> Any:
         col = spec.column(name)
         if col.base_type == "double precision":
-            return None if self.rng.random() < 0.1 else round(self.rng.uniform(-1e4, 1e4), self.rng.randint(0, 6))
+            return (
+                None
+                if self.rng.random() < 0.1
+                else round(self.rng.uniform(-1e4, 1e4), self.rng.randint(0, 6))
+            )
         return random_value(col, self.rng, toast=0.0)
 
     def insert(self, conn: Any, spec: TableSpec, row: dict[str, Any]) -> None:
         names = [c.name for c in spec.columns if c.name in row]
         cols = ", ".join(f'"{n}"' for n in names)
         conn.execute(
-            f"INSERT INTO {spec.name} ({cols}) VALUES ({', '.join(['%s'] * len(names))})", [row[n] for n in names]
+            f"INSERT INTO {spec.name} ({cols}) VALUES ({', '.join(['%s'] * len(names))})",
+            [row[n] for n in names],
         )
 
     def row(self, spec: TableSpec, **fixed: Any) -> dict[str, Any]:
@@ -198,7 +203,9 @@ class Workload:
         order = self.fresh()
         self.insert(conn, self.spec("orders"), self.row(self.spec("orders"), id=order, customer_id=customer))
         for _ in range(self.rng.randint(1, 3)):
-            self.insert(conn, self.spec("lines"), self.row(self.spec("lines"), id=self.fresh(), order_id=order))
+            self.insert(
+                conn, self.spec("lines"), self.row(self.spec("lines"), id=self.fresh(), order_id=order)
+            )
 
     def spec(self, name: str) -> TableSpec:
         return self.src.tables[name]
@@ -207,7 +214,16 @@ class Workload:
         for _ in range(self.rng.randint(1, 4)):
             customers, orders = self.ids(conn, "customers"), self.ids(conn, "orders")
             kind = self.rng.choice(
-                ["customer", "customer", "order", "update", "update", "delete-order", "delete-customer", "lines"]
+                [
+                    "customer",
+                    "customer",
+                    "order",
+                    "update",
+                    "update",
+                    "delete-order",
+                    "delete-customer",
+                    "lines",
+                ]
             )
             if kind != "customer" and not customers:
                 kind = "customer"
@@ -221,15 +237,23 @@ class Workload:
                 self.new_order(conn, self.rng.choice(customers))
             elif kind == "lines" and orders:
                 order = self.rng.choice(orders)
-                self.insert(conn, self.spec("lines"), self.row(self.spec("lines"), id=self.fresh(), order_id=order))
+                self.insert(
+                    conn, self.spec("lines"), self.row(self.spec("lines"), id=self.fresh(), order_id=order)
+                )
             elif kind == "update":
                 table = self.rng.choice(["customers", "orders", "lines"])
                 spec = self.spec(table)
                 target = self.rng.choice(self.ids(conn, table) or [0])
-                name = self.rng.choice([c.name for c in spec.columns if c.name not in ("id", "customer_id", "order_id")])
-                conn.execute(f'UPDATE {table} SET "{name}" = %s WHERE id = %s', [self.value(spec, name), target])
+                name = self.rng.choice(
+                    [c.name for c in spec.columns if c.name not in ("id", "customer_id", "order_id")]
+                )
+                conn.execute(
+                    f'UPDATE {table} SET "{name}" = %s WHERE id = %s', [self.value(spec, name), target]
+                )
             elif kind == "delete-order" and orders:
-                conn.execute("DELETE FROM orders WHERE id = %s", [self.rng.choice(orders)])  # cascades to lines
+                conn.execute(
+                    "DELETE FROM orders WHERE id = %s", [self.rng.choice(orders)]
+                )  # cascades to lines
             elif kind == "delete-customer":
                 conn.execute("DELETE FROM customers WHERE id = %s", [self.rng.choice(customers)])
         if self.rng.random() < 0.1:
@@ -254,7 +278,9 @@ def rendered(event: Event, spec: TableSpec) -> str:
     return wal2json_line("public", event.table, action, event.before, event.after, event.lsn, types, spec.key)
 
 
-def land(events: list[Event], specs: dict[str, TableSpec], landing: Path, rng: random.Random, first: int) -> int:
+def land(
+    events: list[Event], specs: dict[str, TableSpec], landing: Path, rng: random.Random, first: int
+) -> int:
     """Whole transactions in commit order, 1-5 per file, shuffled and partly duplicated inside a file; a
     few files land again later. Returns the next file number."""
     by_tx: dict[int, list[Event]] = {}
@@ -313,8 +339,12 @@ def test_a_postgres_database_synced_through_a_killed_spark_stream_lands_whole(
     landing.mkdir()
     with ChangeSource((CUSTOMERS, ORDERS, LINES), server=server) as src:
         with src.connect(autocommit=True) as conn:
-            conn.execute("ALTER TABLE orders ADD FOREIGN KEY (customer_id) REFERENCES customers(id) ON DELETE CASCADE")
-            conn.execute("ALTER TABLE lines ADD FOREIGN KEY (order_id) REFERENCES orders(id) ON DELETE CASCADE")
+            conn.execute(
+                "ALTER TABLE orders ADD FOREIGN KEY (customer_id) REFERENCES customers(id) ON DELETE CASCADE"
+            )
+            conn.execute(
+                "ALTER TABLE lines ADD FOREIGN KEY (order_id) REFERENCES orders(id) ON DELETE CASCADE"
+            )
         work = Workload(src, rng)
         work.run(TRANSACTIONS[0])
         first = src.changes(consume=True)
@@ -332,7 +362,12 @@ def test_a_postgres_database_synced_through_a_killed_spark_stream_lands_whole(
 
     catalog = server.create_database(f"mere_sync_{os.getpid()}")
     cat = mere.connect(str(wh), catalog=catalog)
-    config = {"landing": str(landing), "checkpoint": str(checkpoint), "warehouse": str(wh), "catalog": catalog}
+    config = {
+        "landing": str(landing),
+        "checkpoint": str(checkpoint),
+        "warehouse": str(wh),
+        "catalog": catalog,
+    }
     number = land(first, specs_before, landing, rng, 0)
     job = StreamProcess(config, tmp_path / "stream.log")
     try:
@@ -360,7 +395,12 @@ def test_a_postgres_database_synced_through_a_killed_spark_stream_lands_whole(
         assert diff_models(got, oracle[name]) == [], name
     # every commit of the synced tables is a read point where the foreign keys hold
     times = sorted(
-        {s.committed_at for t in specs_after for s in cat.table(f"{NAMESPACE}.{t}").history() if not s.expired}
+        {
+            s.committed_at
+            for t in specs_after
+            for s in cat.table(f"{NAMESPACE}.{t}").history()
+            if not s.expired
+        }
     )
     assert len(times) >= committed_batches(cat, checkpoint) >= 4
     for at in times:

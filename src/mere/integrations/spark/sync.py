@@ -73,7 +73,9 @@ def parse_events(stream_df: Any, format: str = "debezium") -> Any:
         )
     raw = F.col("value").cast("string")
     if format == "debezium":
-        message_key = F.col("key").cast("string") if "key" in stream_df.columns else F.lit(None).cast("string")
+        message_key = (
+            F.col("key").cast("string") if "key" in stream_df.columns else F.lit(None).cast("string")
+        )
         parsed = stream_df.select(
             raw.alias("raw"), F.from_json(raw, DEBEZIUM_JSON_SCHEMA).alias("e"), message_key.alias("k")
         )
