@@ -784,6 +784,7 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
     add: list[tuple[str, pa.DataType]] = []
     widen: list[tuple[str, pa.DataType]] = []
     delete_mask = pa.array(is_delete)
+    final: dict[str, pa.DataType] = {}
     for col in names:
         kind_name = types.get(col)
         old = have.get(col)
@@ -824,6 +825,7 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         elif old is None and existing is not None:
             add.append((col, kind))
         columns[col] = typed
+        final[col] = kind
         fields.append(pa.field(col, kind, nullable=not (keyed and col in (key or ()))))
     if keyed:
         for col in key or ():
@@ -834,9 +836,24 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
     for col, kind in have.items():  # whole rows: a column the events lack is NULL (an older image)
         if col not in columns and col not in (options.sequence_column, OP_COLUMN):
             columns[col] = pa.nulls(n, kind)
+            final[col] = kind
+    moved = _moved_keys(key or [], op, before, columns, final, types) if keyed else None
     columns[options.sequence_column] = events.column("seq").combine_chunks()
     columns[OP_COLUMN] = op.combine_chunks() if isinstance(op, pa.ChunkedArray) else op
     rows = pa.table(columns)
+    if moved is not None:
+        # An update that changed the key (wal2json writes one U, the old key as identity): the old key
+        # goes, at the update's position, beside the new key's row.
+        take = pa.array(moved)
+        gone = {
+            c: _decode_as(before[c].take(take), types.get(c), final[c])
+            if c in before
+            else pa.nulls(len(moved), final[c])
+            for c in final
+        }
+        gone[options.sequence_column] = rows.column(options.sequence_column).take(take)
+        gone[OP_COLUMN] = pa.array(["d"] * len(moved), pa.string())
+        rows = pa.concat_tables([rows, pa.table(gone).select(rows.column_names).cast(rows.schema)])
     create = None
     if existing is None:
         schema = pa.schema([*fields, pa.field(options.sequence_column, pa.int64(), nullable=False)])
@@ -861,6 +878,35 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
             raw[0].as_py(),
         )
     return TablePlan(table, name, rows, create, add, widen, keyed)
+
+
+def _decode_as(text: pa.Array, kind_name: str | None, kind: pa.DataType) -> pa.Array:
+    """Values' text -> ``kind`` (through their source type when the events name it)."""
+    if kind_name is None:
+        return _cast_like(pc.cast(text, pa.string()), kind)
+    typed = decode_values(text, kind_name)
+    return typed if typed.type == kind else pc.cast(typed, kind)
+
+
+def _moved_keys(
+    key: Sequence[str],
+    op: pa.Array,
+    before: dict[str, pa.Array],
+    columns: dict[str, pa.Array],
+    final: dict[str, pa.DataType],
+    types: dict[str, str],
+) -> np.ndarray | None:
+    """The rows of updates whose old image names another key (None when there are none)."""
+    if not key or not all(c in before for c in key):
+        return None
+    moved = pc.fill_null(pc.equal(op, "u"), False)
+    differs = None
+    for c in key:
+        old = _decode_as(before[c], types.get(c), final[c])
+        ne = pc.and_(pc.is_valid(old), pc.fill_null(pc.not_equal(old, columns[c]), True))
+        differs = ne if differs is None else pc.or_(differs, ne)
+    found = np.flatnonzero(pc.and_(moved, differs).to_numpy(zero_copy_only=False))
+    return found if len(found) else None
 
 
 def _pick(
