@@ -5,6 +5,8 @@ and a bad event stops the stream with nothing of its batch committed (or goes to
 from __future__ import annotations
 
 import json
+import os
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -47,9 +49,12 @@ def _rows(n: int, shift: int = 0) -> list[tuple[str, str, Any, Any]]:
 
 def _land(folder: Path, name: str, lines: list[str], keys: list[str | None] | None = None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
+    order = len(list(folder.iterdir()))
     with open(folder / name, "w") as f:
         for i, line in enumerate(lines):
             f.write(json.dumps({"value": line, "key": None if keys is None else keys[i]}) + "\n")
+    # Spark takes files in modification-time order: one file per micro-batch, in landing order
+    os.utime(folder / name, ns=(time.time_ns(), 1_700_000_000_000_000_000 + order * 1_000_000_000))
 
 
 def _stream(spark: SparkSession, folder: Path) -> Any:
