@@ -1404,6 +1404,8 @@ class SqlCatalog:
             CommitFailed: The database connection failed before the transaction landed.
             CommitStateUnknown: The connection failed while committing: it may have landed.
         """
+        if any(r.create is not None for r in requests):
+            self._ensure_schema(create=True)  # a catalog's first commit may be a transaction creating tables
         return self._commit(requests, transaction_key, names)
 
     @_wraps_database_errors("look up a catalog transaction")

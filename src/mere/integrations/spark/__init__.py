@@ -101,7 +101,9 @@ Modules (each imports only those above it in this list; this package re-exports 
 (batch and stream writes, the ``.partitionBy`` hook), ``stream`` (change-feed stream reads), ``ddl``
 (Spark catalog tables: ``CREATE TABLE``, CTAS, ``saveAsTable``, :func:`describe`), ``datasource`` (:class:`MereDataSource`), ``session`` (``local_session``, ``register``,
 ``check_workers``), ``native`` (``read_table``), ``merge`` (``merge``, :class:`SparkMerge`),
-``compact``, ``foreach`` (``batch_key``, ``query_id``), ``explain`` (``explain``) and ``sql`` (``sql``).
+``compact``, ``foreach`` (``batch_key``, ``query_id``), ``explain`` (``explain``), ``sql`` (``sql``) and
+``sync`` (``sync_database``: a whole source database's change stream, one catalog transaction per
+micro-batch; see :mod:`mere.integrations.cdc_sync`).
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ from mere.integrations.spark.source import (
     translate_filter,
 )
 from mere.integrations.spark.sql import CATALOG_CONF, HISTORY_SCHEMA, METRICS_SCHEMA, WAREHOUSE_CONF, sql
+from mere.integrations.spark.sync import parse_events, sync_batches, sync_database
 from mere.integrations.spark.types import native_type, spark_schema
 
 __all__ = [
@@ -215,12 +218,15 @@ __all__ = [
     "local_session",
     "merge",
     "native_type",
+    "parse_events",
     "query_id",
     "read_table",
     "register",
     "spark_filter",
     "spark_schema",
     "sql",
+    "sync_batches",
+    "sync_database",
     "translate_filter",
 ]
 

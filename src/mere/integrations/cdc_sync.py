@@ -1,0 +1,1035 @@
+"""Whole-database change data capture: one stream of change events for many tables, applied to a catalog
+one micro-batch at a time, every table's change in one catalog transaction.
+
+The engine-neutral core of :func:`mere.integrations.spark.sync_database`; it runs without Spark
+(:func:`sync_batch` takes a batch of events as an Arrow table), and Spark calls it once per micro-batch.
+
+**Events.** A batch is an Arrow table of the shape :data:`EVENT_SCHEMA`, one row per change:
+
+- ``table``: the source table (``schema.table`` or ``table``; the target is ``<namespace>.<table>``);
+- ``op``: Debezium's ``c``/``u``/``d``/``r`` or wal2json's ``I``/``U``/``D`` (``B``/``C``/``M``
+  transaction and message records are skipped);
+- ``seq``: the change's position in the source's log (its LSN as an integer): the tables' ``sequence_by``;
+- ``before`` / ``after``: the old and new row images, each a map from column name to the value's JSON
+  text (strings unquoted), as Spark's ``from_json`` gives them for ``map<string,string>``;
+- ``types``: the columns' source types (PostgreSQL names such as ``numeric(12,3)``, as wal2json writes
+  them, or Kafka Connect types and logical names, as Debezium's JSON converter writes them);
+- ``key``: the primary-key columns (wal2json's ``pk``, or the Kafka message key's fields for Debezium);
+- ``raw``: the event as it arrived (named in errors, kept by quarantine).
+
+:func:`events_from_json` builds that table from JSON lines in Python (a reference, used by tests and
+small batches); the Spark path parses in the JVM with ``from_json``.
+
+**What a batch does.** Events are routed to their tables, and for each table:
+a missing table is created (the events' columns and types, their key, plus the sequence column
+``_cdc_lsn``; options give buckets, partitioning and properties, overall or per table); a new column is
+added and a widened type is widened (:func:`mere.table.evolve.can_widen`); anything else is refused with
+the table named. The rows are upserted as change rows (column ``_cdc_op``, not stored) into a table with
+``sequence_by`` on the sequence column, so the version with the highest log position wins whatever the
+order, duplication or replay of events. Every table's change commits in one catalog transaction whose
+idempotency key names the batch: a batch applied again (a restarted stream) changes nothing.
+
+**Bad input** (an event without table, op or sequence, an unknown op, an insert or update without its
+new image, a delete without its old one, a table without primary key, a value its type cannot hold, a
+column type that cannot be evolved): :class:`CdcEventError` naming the table and the event, and nothing
+commits, unless ``on_error="quarantine"``: then the bad events (for table-level errors, every event of
+that table in the batch) are appended to the quarantine table, in the same transaction, with the reason.
+
+**Tables without primary key** are refused by default (``no_key="refuse"``): their updates and deletes
+cannot be applied. ``no_key="append"`` keeps them as change logs instead: a keyless table of every event
+(the row image, ``_cdc_op`` stored, and ``_cdc_lsn``).
+
+**Source transactions** appear whole when each batch holds whole transactions (each micro-batch commits
+at once, every table together): feed the stream in units of whole transactions.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mere.errors import InvalidInput, NoSuchNamespace, NoSuchTable
+from mere.metadata import CommitResult
+from mere.table.catalog import Catalog
+from mere.table.evolve import can_widen
+
+FORMATS = ("debezium", "wal2json")
+ON_ERROR = ("stop", "quarantine")
+NO_KEY = ("refuse", "append")
+OP_COLUMN = "_cdc_op"
+SEQUENCE_COLUMN = "_cdc_lsn"
+QUARANTINE_TABLE = "cdc_quarantine"
+
+_TEXT_MAP = pa.map_(pa.string(), pa.string())
+EVENT_SCHEMA = pa.schema(
+    [
+        ("table", pa.string()),
+        ("op", pa.string()),
+        ("seq", pa.int64()),
+        ("before", _TEXT_MAP),
+        ("after", _TEXT_MAP),
+        ("types", _TEXT_MAP),
+        ("key", pa.list_(pa.string())),
+        ("raw", pa.string()),
+    ]
+)
+"""The events a batch holds (see the module's docstring)."""
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("batch", pa.string()),
+        ("table", pa.string()),
+        ("op", pa.string()),
+        ("seq", pa.int64()),
+        ("reason", pa.string()),
+        ("event", pa.string()),
+    ]
+)
+"""The quarantine table's columns: the batch's idempotency key, the event's table, op and sequence, why
+it was refused, and the event as it arrived."""
+
+_UPSERT_OPS = {"c": "c", "r": "c", "i": "c", "u": "u"}
+_DELETE_OPS = {"d": "d"}
+
+
+class CdcEventError(InvalidInput):
+    """A change event the sync cannot apply; nothing of its batch was committed.
+
+    Attributes:
+        table: The source table the event names (None when the envelope names none).
+        event: The event as it arrived (its JSON text), or None.
+        reason: Why it was refused.
+    """
+
+    def __init__(self, reason: str, table: str | None = None, event: str | None = None) -> None:
+        self.table = table
+        self.event = event
+        self.reason = reason
+        shown = event if event is None or len(event) <= 1000 else event[:1000] + "..."
+        where = f"table {table}" if table else "an event without table"
+        super().__init__(f"{where}: {reason}; event: {shown}; nothing of this batch was committed")
+
+
+@dataclass(frozen=True)
+class SyncOptions:
+    """How :func:`sync_batch` maps a source database onto a catalog.
+
+    Attributes:
+        namespace: The namespace the tables are created in (``<namespace>.<source table>``).
+        buckets: Buckets of each new table (None: mere's default).
+        partition_by: Partition columns of new tables, by source table name.
+        primary_keys: Key columns by source table name (for events that carry none, or to override).
+        properties: Table properties of new tables.
+        overrides: Per source table, options of its creation (``buckets``, ``partition_by``,
+            ``primary_key``, ``properties``, ``name``: the target table's name in the namespace).
+        on_error: ``"stop"`` (raise, commit nothing) or ``"quarantine"`` (commit the good events and
+            append the bad ones to ``quarantine_table``).
+        quarantine_table: The quarantine table's name in the namespace.
+        no_key: ``"refuse"`` events of tables without primary key, or ``"append"`` them to change-log
+            tables.
+        sequence_column: The stored column holding each row's log position (``sequence_by``).
+    """
+
+    namespace: str
+    buckets: int | None = None
+    partition_by: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    primary_keys: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    properties: Mapping[str, str] = field(default_factory=dict)
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    on_error: str = "stop"
+    quarantine_table: str = QUARANTINE_TABLE
+    no_key: str = "refuse"
+    sequence_column: str = SEQUENCE_COLUMN
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.namespace, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", self.namespace):
+            raise InvalidInput(
+                f"sync: namespace must be letters, digits, '_' and '-', got {self.namespace!r}"
+            )
+        if self.on_error not in ON_ERROR:
+            raise InvalidInput(f"sync: on_error must be one of {ON_ERROR}, got {self.on_error!r}")
+        if self.no_key not in NO_KEY:
+            raise InvalidInput(f"sync: no_key must be one of {NO_KEY}, got {self.no_key!r}")
+        known = {"buckets", "partition_by", "primary_key", "properties", "name"}
+        for table, given in self.overrides.items():
+            unknown = set(given) - known
+            if unknown:
+                raise InvalidInput(
+                    f"sync: overrides of {table}: unknown option(s) {sorted(unknown)}; use {sorted(known)}"
+                )
+
+    def override(self, table: str, name: str, default: Any) -> Any:
+        """A per-table creation option, else ``default``."""
+        return self.overrides.get(table, {}).get(name, default)
+
+    def target(self, table: str) -> str:
+        """The catalog name of a source table: ``<namespace>.<table>`` (its schema dropped)."""
+        name = self.override(table, "name", table.rpartition(".")[2])
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", name or ""):
+            raise CdcEventError(
+                f"source table name {name!r} is not a valid mere table name (give overrides[...]['name'])",
+                table,
+            )
+        return f"{self.namespace}.{name}"
+
+
+# -- source types --------------------------------------------------------------------------------------
+
+_PG_TYPES: dict[str, pa.DataType] = {
+    "smallint": pa.int16(),
+    "int2": pa.int16(),
+    "integer": pa.int32(),
+    "int": pa.int32(),
+    "int4": pa.int32(),
+    "serial": pa.int32(),
+    "bigint": pa.int64(),
+    "int8": pa.int64(),
+    "bigserial": pa.int64(),
+    "real": pa.float32(),
+    "float4": pa.float32(),
+    "double precision": pa.float64(),
+    "float8": pa.float64(),
+    "boolean": pa.bool_(),
+    "bool": pa.bool_(),
+    "text": pa.string(),
+    "character varying": pa.string(),
+    "varchar": pa.string(),
+    "character": pa.string(),
+    "char": pa.string(),
+    "bpchar": pa.string(),
+    "uuid": pa.string(),
+    "json": pa.string(),
+    "jsonb": pa.string(),
+    "citext": pa.string(),
+    "date": pa.date32(),
+    "timestamp with time zone": pa.timestamp("us", "UTC"),
+    "timestamptz": pa.timestamp("us", "UTC"),
+    "timestamp without time zone": pa.timestamp("us"),
+    "timestamp": pa.timestamp("us"),
+    "bytea": pa.binary(),
+    # Kafka Connect (Debezium's JSON converter) types; "int8" is PostgreSQL's bigint (Debezium writes
+    # PostgreSQL's smallest integer as int16, so Connect's int8 never comes from it)
+    "int16": pa.int16(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "float32": pa.float32(),
+    "float64": pa.float64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "bytes": pa.binary(),
+    "io.debezium.time.date": pa.date32(),
+    "io.debezium.time.microtimestamp": pa.timestamp("us"),
+    "io.debezium.time.timestamp": pa.timestamp("us"),
+    "io.debezium.time.zonedtimestamp": pa.timestamp("us", "UTC"),
+    "io.debezium.data.uuid": pa.string(),
+    "io.debezium.data.json": pa.string(),
+}
+# How a type's values are written, where it is not the type's own text form.
+_ENCODINGS = {
+    "io.debezium.time.date": "days",
+    "io.debezium.time.microtimestamp": "micros",
+    "io.debezium.time.timestamp": "millis",
+    "bytes": "base64",
+    "bytea": "hex",
+}
+
+
+def source_type(name: str) -> tuple[pa.DataType, str]:
+    """The Arrow type of a source column type, and how its values are written (``text``, ``hex``,
+    ``base64``, ``days``, ``micros``, ``millis``).
+
+    Args:
+        name: A PostgreSQL type as wal2json writes it (``numeric(12,3)``, ``character varying(20)``,
+            ``timestamp with time zone``) or a Kafka Connect type or logical name as Debezium's JSON
+            converter writes it (``int32``, ``io.debezium.time.Date``).
+
+    Returns:
+        (Arrow type, encoding).
+
+    Raises:
+        InvalidInput: A type mere cannot hold exactly (``numeric`` without precision, Connect's
+            binary ``Decimal``: use Debezium's ``decimal.handling.mode=string``, arrays, ...).
+    """
+    text = name.strip().lower()
+    match = re.fullmatch(r"(numeric|decimal)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)", text)
+    if match:
+        precision, scale = int(match.group(2)), int(match.group(3) or 0)
+        if precision > 38:
+            raise InvalidInput(f"type {name!r}: precision above 38 has no exact Arrow type")
+        return pa.decimal128(precision, scale), "text"
+    base = re.sub(r"\s*\(.*\)\s*$", "", text)
+    if base in _PG_TYPES:
+        return _PG_TYPES[base], _ENCODINGS.get(base, "text")
+    if base == "org.apache.kafka.connect.data.decimal":
+        raise InvalidInput(
+            f"type {name!r}: Connect's binary decimals are not read; configure Debezium with "
+            "decimal.handling.mode=string"
+        )
+    if base in ("numeric", "decimal"):
+        raise InvalidInput(
+            f"type {name!r}: numeric without precision has no exact Arrow type; declare numeric(p,s)"
+        )
+    raise InvalidInput(f"unsupported source column type {name!r}")
+
+
+def decode_values(text: pa.Array, name: str) -> pa.Array:
+    """Values as the events write them (JSON text, strings unquoted) -> an array of the type's Arrow type.
+
+    Args:
+        text: The values' text (null: SQL NULL).
+        name: The source type (see :func:`source_type`).
+
+    Returns:
+        The typed values.
+
+    Raises:
+        InvalidInput: A value the type cannot hold, or an unsupported type.
+    """
+    kind, encoding = source_type(name)
+    try:
+        if encoding == "text":
+            return pc.cast(text, kind)
+        if encoding == "days":
+            return pc.cast(pc.cast(text, pa.int32()), kind)
+        if encoding == "micros":
+            return pc.cast(pc.cast(text, pa.int64()), kind)
+        if encoding == "millis":
+            return pc.cast(pc.multiply_checked(pc.cast(text, pa.int64()), 1000), kind)
+        if encoding == "hex":
+            return _hex(text)
+        # base64 has no Arrow kernel: decoded value by value (binary columns only)
+        return pa.array(
+            [None if v is None else base64.b64decode(v, validate=True) for v in text.to_pylist()], pa.binary()
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+        raise InvalidInput(f"a value is not a {name}: {e}") from None
+
+
+def _hex(text: pa.Array) -> pa.Array:
+    """PostgreSQL's bytea output (``\\x0a1b``) -> binary, vectorised over the values' bytes."""
+    text = pc.cast(text, pa.string())
+    ok = pc.fill_null(pc.starts_with(text, "\\x"), True)
+    if not pc.all(ok).as_py():
+        raise ValueError("bytea value not in hex form (\\x...)")
+    body = pc.utf8_slice_codeunits(text, 2)
+    body = body.combine_chunks() if isinstance(body, pa.ChunkedArray) else body
+    validity, offsets_buf, data_buf = body.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int32)[body.offset : body.offset + len(body) + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    data = data[offsets[0] : offsets[-1]]
+    lengths = np.diff(offsets)
+    if (lengths % 2).any():
+        raise ValueError("bytea hex value of odd length")
+    table = np.full(256, 255, dtype=np.uint8)
+    for i, c in enumerate(b"0123456789abcdef"):
+        table[c] = i
+    for i, c in enumerate(b"ABCDEF"):
+        table[c] = 10 + i
+    nibbles = table[data]
+    if (nibbles == 255).any():
+        raise ValueError("bytea value with a non-hex digit")
+    out = (nibbles[0::2] << 4) | nibbles[1::2]
+    new_offsets = ((offsets - offsets[0]) // 2).astype(np.int32)
+    if body.offset and body.null_count:
+        validity = pc.is_valid(body).buffers()[1]
+    return pa.Array.from_buffers(
+        pa.binary(),
+        len(body),
+        [validity, pa.py_buffer(new_offsets), pa.py_buffer(out.tobytes())],
+        body.null_count,
+    )
+
+
+# -- events ------------------------------------------------------------------------------------------
+
+
+def _json_text(value: Any) -> str | None:
+    """A parsed JSON value as Spark's from_json gives it for a string field: strings as they are, other
+    values as their JSON text, null as None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, Decimal)):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _lsn(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[0-9A-Fa-f]+/[0-9A-Fa-f]+", value):
+        high, low = value.split("/")
+        return (int(high, 16) << 32) | int(low, 16)
+    return None
+
+
+def _text_map(obj: Any) -> list[tuple[str, str | None]] | None:
+    if not isinstance(obj, dict):
+        return None
+    return [(str(k), _json_text(v)) for k, v in obj.items()]
+
+
+def _connect_types(envelope: dict[str, Any]) -> list[tuple[str, str]] | None:
+    schema = envelope.get("schema")
+    if not isinstance(schema, dict):
+        return None
+    for part in schema.get("fields") or ():
+        if isinstance(part, dict) and part.get("field") in ("after", "before") and part.get("fields"):
+            return [
+                (str(f.get("field")), str(f.get("name") or f.get("type")))
+                for f in part["fields"]
+                if isinstance(f, dict)
+            ]
+    return None
+
+
+def _debezium_row(line: str, envelope: Any, message_key: Any) -> dict[str, Any]:
+    if not isinstance(envelope, dict):
+        return {"raw": line}
+    types = _connect_types(envelope)
+    payload = envelope.get("payload") if "payload" in envelope else envelope
+    if not isinstance(payload, dict):
+        return {"raw": line}
+    found = payload.get("source")
+    source: dict[str, Any] = found if isinstance(found, dict) else {}
+    table = source.get("table")
+    if isinstance(table, str) and isinstance(source.get("schema"), str):
+        table = f"{source['schema']}.{table}"
+    seq = _lsn(source.get("lsn"))
+    if seq is None:
+        seq = _lsn(payload.get("ts_ms"))
+    key = None
+    if isinstance(message_key, dict):
+        inner = message_key.get("payload", message_key)
+        if isinstance(inner, dict):
+            key = [str(k) for k in inner]
+    return {
+        "table": table if isinstance(table, str) else None,
+        "op": payload.get("op") if isinstance(payload.get("op"), str) else None,
+        "seq": seq,
+        "before": _text_map(payload.get("before")),
+        "after": _text_map(payload.get("after")),
+        "types": types,
+        "key": key,
+        "raw": line,
+    }
+
+
+def _wal2json_row(line: str, change: Any) -> dict[str, Any]:
+    if not isinstance(change, dict):
+        return {"raw": line}
+
+    def pairs(name: str, part: str) -> list[tuple[str, Any]] | None:
+        items = change.get(name)
+        if not isinstance(items, list):
+            return None
+        return [
+            (str(c.get("name")), _json_text(c.get(part)) if part == "value" else c.get(part))
+            for c in items
+            if isinstance(c, dict)
+        ]
+
+    table = change.get("table")
+    if isinstance(table, str) and isinstance(change.get("schema"), str):
+        table = f"{change['schema']}.{table}"
+    types = pairs("columns", "type") if isinstance(change.get("columns"), list) else pairs("identity", "type")
+    pk = change.get("pk")
+    return {
+        "table": table if isinstance(table, str) else None,
+        "op": change.get("action") if isinstance(change.get("action"), str) else None,
+        "seq": _lsn(change.get("lsn")),
+        "before": pairs("identity", "value"),
+        "after": pairs("columns", "value"),
+        "types": types or None,
+        "key": [str(p.get("name")) for p in pk if isinstance(p, dict)] if isinstance(pk, list) else None,
+        "raw": line,
+    }
+
+
+def events_from_json(
+    lines: Iterable[str], format: str = "debezium", keys: Iterable[str | None] | None = None
+) -> pa.Table:
+    """JSON change events -> the :data:`EVENT_SCHEMA` table :func:`sync_batch` takes (parsed in Python:
+    the reference for the Spark path, which parses in the JVM).
+
+    Args:
+        lines: One JSON document per event: Debezium envelopes (with or without the JSON converter's
+            ``schema``/``payload`` wrapping) or wal2json ``format-version`` 2 records.
+        format: ``"debezium"`` or ``"wal2json"``.
+        keys: For Debezium, each event's Kafka message key (JSON), whose fields are the primary key.
+
+    Returns:
+        The events; lines that are not JSON objects keep only ``raw`` (refused as malformed).
+
+    Raises:
+        InvalidInput: An unknown format.
+    """
+    if format not in FORMATS:
+        raise InvalidInput(f"sync: format must be one of {FORMATS}, got {format!r}")
+    rows = []
+    key_list = list(keys) if keys is not None else None
+    for i, line in enumerate(lines):
+        try:
+            parsed = json.loads(line, parse_float=Decimal)
+        except (json.JSONDecodeError, TypeError):
+            rows.append({"raw": line})
+            continue
+        if format == "debezium":
+            key = None
+            if key_list is not None and key_list[i] is not None:
+                try:
+                    key = json.loads(key_list[i])  # type: ignore[arg-type]
+                except json.JSONDecodeError:
+                    key = None
+            rows.append(_debezium_row(line, parsed, key))
+        else:
+            rows.append(_wal2json_row(line, parsed))
+    return pa.Table.from_pylist(rows, schema=EVENT_SCHEMA)
+
+
+# -- planning ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class TablePlan:
+    """What a batch does to one table."""
+
+    source: str
+    name: str
+    rows: pa.Table
+    create: dict[str, Any] | None = None  # create_table's arguments (schema, primary_key, ...)
+    add: list[tuple[str, pa.DataType]] = field(default_factory=list)
+    widen: list[tuple[str, pa.DataType]] = field(default_factory=list)
+    keyed: bool = True
+
+
+@dataclass
+class SyncPlan:
+    """What a batch does: per table, and the events refused (with ``on_error="quarantine"``)."""
+
+    tables: list[TablePlan]
+    refused: pa.Table  # QUARANTINE_SCHEMA without "batch"
+    events: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class SyncResult:
+    """What :func:`sync_batch` committed: each table's commit, events applied, skipped and refused."""
+
+    commits: dict[str, CommitResult]
+    applied: int
+    skipped: int
+    refused: int
+    created: list[str]
+    evolved: list[str]
+    already_committed: bool = False
+
+
+def _normal_op(op: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(normal op c/u/d or null, skipped mask, unknown mask)."""
+    low = pc.utf8_lower(pc.utf8_trim_whitespace(op))
+    upsert = pc.is_in(low, pa.array(["c", "r", "i", "u", "create", "read", "insert", "update"]))
+    delete = pc.is_in(low, pa.array(["d", "delete"]))
+    # "c" is Debezium's create; wal2json writes COMMIT as "C" (upper case) and BEGIN as "B", messages "M".
+    marker = pc.is_in(op, pa.array(["B", "C", "M"]))
+    is_update = pc.is_in(low, pa.array(["u", "update"]))
+    normal = pc.if_else(
+        marker,
+        pa.scalar(None, pa.string()),
+        pc.if_else(
+            delete, "d", pc.if_else(is_update, "u", pc.if_else(upsert, "c", pa.scalar(None, pa.string())))
+        ),
+    )
+    skipped = pc.fill_null(marker, False)
+    unknown = pc.and_(pc.invert(skipped), pc.is_null(normal))
+    return normal, skipped, pc.fill_null(unknown, True)
+
+
+def _map_parts(maps: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
+    """(parent row of each entry, keys, values) of a map array."""
+    maps = maps.combine_chunks() if isinstance(maps, pa.ChunkedArray) else maps
+    offsets = np.asarray(maps.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    parents = np.repeat(np.arange(len(maps), dtype=np.int64), np.diff(offsets))
+    return parents, maps.keys.slice(lo, hi - lo), maps.items.slice(lo, hi - lo)
+
+
+def _columns_of(parents: np.ndarray, keys: pa.Array, values: pa.Array, n: int) -> dict[str, pa.Array]:
+    """Each column a map holds, as a text array of ``n`` rows (null where a row lacks it; the last entry
+    wins where a row has it twice)."""
+    if not len(keys):
+        return {}
+    encoded = (
+        pc.dictionary_encode(keys).combine_chunks()
+        if isinstance(keys, pa.ChunkedArray)
+        else pc.dictionary_encode(keys)
+    )
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    out = {}
+    for i, name in enumerate(encoded.dictionary.to_pylist()):
+        mine = np.flatnonzero(codes == i)
+        index = np.full(n, -1, dtype=np.int64)
+        index[parents[mine]] = mine
+        taken = pa.array(index, mask=index < 0)
+        out[str(name)] = pc.take(values, taken)
+    return out
+
+
+def _types_of(table: str, events: pa.Table, raw: pa.Array) -> dict[str, str]:
+    _parents, keys, values = _map_parts(events.column("types"))
+    found: dict[str, str] = {}
+    if not len(keys):
+        return found
+    pairs = pa.table({"k": keys, "v": values}).group_by(["k", "v"]).aggregate([]).to_pylist()
+    for pair in pairs:
+        name, kind = pair["k"], pair["v"]
+        if kind is None:
+            continue
+        if name in found and found[name] != kind:
+            a, b = source_type(found[name])[0], source_type(kind)[0]
+            if can_widen(a, b):
+                found[name] = kind
+            elif not can_widen(b, a):
+                raise CdcEventError(
+                    f"column {name!r} arrives as {found[name]} and as {kind} in one batch",
+                    table,
+                    raw[0].as_py(),
+                )
+            continue
+        found[name] = kind
+    return found
+
+
+def _key_of(table: str, events: pa.Table, options: SyncOptions, existing: Any) -> list[str] | None:
+    given = options.override(table, "primary_key", options.primary_keys.get(table))
+    if given is not None:
+        return [given] if isinstance(given, str) else list(given)
+    keys = events.column("key")
+    joined = pc.binary_join(keys, ",")
+    distinct = [k for k in pc.unique(joined).to_pylist() if k is not None]
+    if len(distinct) > 1:
+        row = pc.index(joined, distinct[1]).as_py()
+        raise CdcEventError(
+            f"events name different primary keys: {distinct}", table, events.column("raw")[row].as_py()
+        )
+    if distinct and distinct[0]:
+        return [str(k) for k in distinct[0].split(",")]
+    if existing is not None and existing.spec.primary_key:
+        return list(existing.spec.primary_key)
+    return None
+
+
+class _Refusals:
+    def __init__(self) -> None:
+        self.parts: list[pa.Table] = []
+
+    def add(self, events: pa.Table, reason: str) -> None:
+        if events.num_rows:
+            self.parts.append(
+                pa.table(
+                    {
+                        "table": events.column("table"),
+                        "op": events.column("op"),
+                        "seq": events.column("seq"),
+                        "reason": pa.array([reason] * events.num_rows, pa.string()),
+                        "event": events.column("raw"),
+                    }
+                )
+            )
+
+    def table(self) -> pa.Table:
+        schema = pa.schema([f for f in QUARANTINE_SCHEMA if f.name != "batch"])
+        if not self.parts:
+            return schema.empty_table()
+        return pa.concat_tables([p.cast(schema) for p in self.parts])
+
+
+def _open(cat: Catalog, name: str) -> Any:
+    try:
+        return cat.table(name)
+    except (NoSuchTable, NoSuchNamespace):
+        return None
+
+
+def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan:
+    """Route a batch's events to their tables and work out each table's change; writes nothing.
+
+    Args:
+        cat: The catalog (read for the tables' current layouts).
+        events: The batch, shaped as :data:`EVENT_SCHEMA` (columns may come in any order).
+        options: The sync's options.
+
+    Returns:
+        The plan :func:`apply_plan` commits.
+
+    Raises:
+        CdcEventError: A bad event or table, with ``on_error="stop"``.
+        InvalidInput: ``events`` lacks a column of :data:`EVENT_SCHEMA`.
+    """
+    missing = [n for n in EVENT_SCHEMA.names if n not in events.column_names]
+    if missing:
+        raise InvalidInput(f"sync: the events lack column(s) {missing}; see EVENT_SCHEMA")
+    events = events.select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA).combine_chunks()
+    refused = _Refusals()
+    stop = options.on_error == "stop"
+
+    def refuse(rows: pa.Table, reason: str) -> None:
+        if not rows.num_rows:
+            return
+        if stop:
+            first = rows.slice(0, 1).to_pylist()[0]
+            raise CdcEventError(reason, first["table"], first["raw"])
+        refused.add(rows, reason)
+
+    normal, skipped, unknown = _normal_op(pc.fill_null(events.column("op"), ""))
+    missing_op = pc.is_null(events.column("op"))
+    malformed = pc.or_(pc.is_null(events.column("table")), missing_op)
+    bad = pc.and_(malformed, pc.invert(skipped))
+    refuse(events.filter(bad), "malformed envelope: no table or no op")
+    keep = pc.invert(pc.or_(bad, skipped))
+    bad_op = pc.and_(keep, unknown)
+    refuse(events.filter(bad_op), "unknown op")
+    keep = pc.and_(keep, pc.invert(unknown))
+    no_seq = pc.and_(keep, pc.is_null(events.column("seq")))
+    refuse(events.filter(no_seq), "no log position (source.lsn / lsn / ts_ms)")
+    keep = pc.and_(keep, pc.invert(no_seq))
+    is_delete = pc.equal(normal, "d")
+    no_image = pc.and_(
+        keep,
+        pc.if_else(is_delete, pc.is_null(events.column("before")), pc.is_null(events.column("after"))),
+    )
+    refuse(
+        events.filter(no_image),
+        "no row image (an insert or update without 'after', a delete without 'before')",
+    )
+    keep = pc.fill_null(pc.and_(keep, pc.invert(no_image)), False)
+    total = events.num_rows
+    skipped_count = pc.sum(pc.cast(skipped, pa.int64())).as_py() or 0
+    events = events.set_column(events.schema.get_field_index("op"), "op", normal).filter(keep)
+
+    plans: list[TablePlan] = []
+    if events.num_rows:
+        encoded = pc.dictionary_encode(events.column("table")).combine_chunks()
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(encoded.dictionary) + 1))
+        for i, table in enumerate(encoded.dictionary.to_pylist()):
+            rows = events.take(pa.array(order[bounds[i] : bounds[i + 1]]))
+            try:
+                plans.append(_plan_table(cat, str(table), rows, options))
+            except CdcEventError as e:
+                if stop:
+                    raise
+                refused.add(rows, e.reason)
+            except InvalidInput as e:
+                if stop:
+                    raise CdcEventError(str(e), str(table), rows.column("raw")[0].as_py()) from None
+                refused.add(rows, str(e))
+    return SyncPlan(plans, refused.table(), total, skipped_count)
+
+
+def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions) -> TablePlan:
+    name = options.target(table)
+    raw = events.column("raw")
+    existing = _open(cat, name)
+    key = _key_of(table, events, options, existing)
+    keyed = key is not None
+    if not keyed and options.no_key == "refuse":
+        raise CdcEventError(
+            "the table has no primary key: its updates and deletes cannot be applied (give primary_keys, or "
+            "no_key='append' to keep its events as a change log)",
+            table,
+            raw[0].as_py(),
+        )
+    n = events.num_rows
+    op = events.column("op")
+    is_delete = pc.equal(op, "d").to_numpy(zero_copy_only=False)
+    after = _columns_of(*_map_parts(events.column("after")), n)
+    before = _columns_of(*_map_parts(events.column("before")), n)
+    types = _types_of(table, events, raw)
+    names = list(dict.fromkeys([*after, *before]))
+    if existing is not None:
+        have = {f.name: f.type for f in existing.schema}
+    else:
+        have = {}
+    for col in (
+        *(key or ()),
+        *(options.override(table, "partition_by", options.partition_by.get(table)) or ()),
+    ):
+        if col not in names and col not in have:
+            raise CdcEventError(f"key or partition column {col!r} is in no event", table, raw[0].as_py())
+    reserved = {options.sequence_column, OP_COLUMN} & set(names)
+    if reserved:
+        raise CdcEventError(
+            f"source column(s) {sorted(reserved)} clash with the sync's own columns", table, raw[0].as_py()
+        )
+    columns: dict[str, pa.Array] = {}
+    fields: list[pa.Field] = []
+    add: list[tuple[str, pa.DataType]] = []
+    widen: list[tuple[str, pa.DataType]] = []
+    delete_mask = pa.array(is_delete)
+    final: dict[str, pa.DataType] = {}
+    for col in names:
+        kind_name = types.get(col)
+        old = have.get(col)
+        if kind_name is None and old is None:
+            raise CdcEventError(
+                f"column {col!r} has no type (give Debezium's schema, or wal2json's types)",
+                table,
+                raw[0].as_py(),
+            )
+        if kind_name is None:
+            kind = old
+            text = _pick(after, before, col, delete_mask, n)
+            values = pc.cast(text, pa.string())
+            try:
+                typed = _cast_like(values, kind)
+            except InvalidInput as e:
+                raise CdcEventError(f"column {col!r}: {e}", table, raw[0].as_py()) from None
+        else:
+            try:
+                kind = source_type(kind_name)[0]
+                typed = decode_values(_pick(after, before, col, delete_mask, n), kind_name)
+            except InvalidInput as e:
+                raise CdcEventError(
+                    f"column {col!r}: {e}", table, _first_bad(raw, _pick(after, before, col, delete_mask, n))
+                ) from None
+        if old is not None and old != kind:
+            if can_widen(old, kind):
+                widen.append((col, kind))
+            elif can_widen(kind, old):
+                typed = pc.cast(typed, old)
+                kind = old
+            else:
+                raise CdcEventError(
+                    f"column {col!r} changed type from {old} to {kind}: not a widening mere can evolve",
+                    table,
+                    raw[0].as_py(),
+                )
+        elif old is None and existing is not None:
+            add.append((col, kind))
+        columns[col] = typed
+        final[col] = kind
+        fields.append(pa.field(col, kind, nullable=not (keyed and col in (key or ()))))
+    if keyed:
+        for col in key or ():
+            if columns.get(col) is not None and columns[col].null_count:
+                raise CdcEventError(
+                    f"primary-key column {col!r} is null", table, _first_null(raw, columns[col])
+                )
+    for col, kind in have.items():  # whole rows: a column the events lack is NULL (an older image)
+        if col not in columns and col not in (options.sequence_column, OP_COLUMN):
+            columns[col] = pa.nulls(n, kind)
+            final[col] = kind
+    moved = _moved_keys(key or [], op, before, columns, final, types) if keyed else None
+    columns[options.sequence_column] = events.column("seq").combine_chunks()
+    columns[OP_COLUMN] = op.combine_chunks() if isinstance(op, pa.ChunkedArray) else op
+    rows = pa.table(columns)
+    if moved is not None:
+        # An update that changed the key (wal2json writes one U, the old key as identity): the old key
+        # goes, at the update's position, beside the new key's row.
+        take = pa.array(moved)
+        gone = {
+            c: _decode_as(before[c].take(take), types.get(c), final[c])
+            if c in before
+            else pa.nulls(len(moved), final[c])
+            for c in final
+        }
+        gone[options.sequence_column] = rows.column(options.sequence_column).take(take)
+        gone[OP_COLUMN] = pa.array(["d"] * len(moved), pa.string())
+        rows = pa.concat_tables([rows, pa.table(gone).select(rows.column_names).cast(rows.schema)])
+    create = None
+    if existing is None:
+        schema = pa.schema([*fields, pa.field(options.sequence_column, pa.int64(), nullable=False)])
+        if not keyed:
+            schema = schema.append(pa.field(OP_COLUMN, pa.string(), nullable=False))
+        partition = options.override(table, "partition_by", options.partition_by.get(table))
+        create = {
+            "schema": schema,
+            "primary_key": key,
+            "partition_by": list(partition) if partition else None,
+            "buckets": options.override(table, "buckets", options.buckets) if keyed else None,
+            "properties": dict(options.override(table, "properties", options.properties)) or None,
+        }
+        if keyed:
+            create["cdc_column"] = OP_COLUMN
+            create["sequence_by"] = options.sequence_column
+    elif keyed and (not existing.spec.sequence_by or existing.spec.cdc_column != OP_COLUMN):
+        raise CdcEventError(
+            f"{name} exists without sequence_by / cdc_column {OP_COLUMN!r}: the sync applies changes only to "
+            "tables it creates (or tables with the same layout)",
+            table,
+            raw[0].as_py(),
+        )
+    return TablePlan(table, name, rows, create, add, widen, keyed)
+
+
+def _decode_as(text: pa.Array, kind_name: str | None, kind: pa.DataType) -> pa.Array:
+    """Values' text -> ``kind`` (through their source type when the events name it)."""
+    if kind_name is None:
+        return _cast_like(pc.cast(text, pa.string()), kind)
+    typed = decode_values(text, kind_name)
+    return typed if typed.type == kind else pc.cast(typed, kind)
+
+
+def _moved_keys(
+    key: Sequence[str],
+    op: pa.Array,
+    before: dict[str, pa.Array],
+    columns: dict[str, pa.Array],
+    final: dict[str, pa.DataType],
+    types: dict[str, str],
+) -> np.ndarray | None:
+    """The rows of updates whose old image names another key (None when there are none)."""
+    if not key or not all(c in before for c in key):
+        return None
+    moved = pc.fill_null(pc.equal(op, "u"), False)
+    differs = None
+    for c in key:
+        old = _decode_as(before[c], types.get(c), final[c])
+        ne = pc.and_(pc.is_valid(old), pc.fill_null(pc.not_equal(old, columns[c]), True))
+        differs = ne if differs is None else pc.or_(differs, ne)
+    found = np.flatnonzero(pc.and_(moved, differs).to_numpy(zero_copy_only=False))
+    return found if len(found) else None
+
+
+def _pick(
+    after: dict[str, pa.Array], before: dict[str, pa.Array], col: str, delete: pa.Array, n: int
+) -> pa.Array:
+    """A column's text: from the old image for deletes, the new image otherwise."""
+    none = pa.nulls(n, pa.string())
+    return pc.if_else(delete, before.get(col, none), after.get(col, none))
+
+
+def _cast_like(values: pa.Array, kind: pa.DataType) -> pa.Array:
+    try:
+        if pa.types.is_binary(kind):
+            return _hex(values) if pc.any(pc.starts_with(values, "\\x")).as_py() else pc.cast(values, kind)
+        return pc.cast(values, kind)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+        raise InvalidInput(f"a value is not a {kind}: {e}") from None
+
+
+def _first_bad(raw: pa.Array, text: pa.Array) -> str | None:
+    return raw[0].as_py() if len(raw) else None
+
+
+def _first_null(raw: pa.Array, values: pa.Array) -> str | None:
+    idx = pc.index(pc.is_null(values), True).as_py()
+    event = raw[max(idx, 0)].as_py()
+    return None if event is None else str(event)
+
+
+# -- applying ----------------------------------------------------------------------------------------
+
+
+def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_key: str) -> SyncResult:
+    """Commit a plan: every table's change (creations, column changes, rows) and the quarantined events in
+    one catalog transaction under ``idempotency_key``.
+
+    Args:
+        cat: The catalog.
+        plan: From :func:`plan_batch`.
+        options: The sync's options.
+        idempotency_key: Names the batch: a batch committed under it before is not applied again.
+
+    Returns:
+        What was committed.
+
+    Raises:
+        CommitConflict: Concurrent commits won every retry; nothing committed.
+        MereError: Any failure of a table's write; nothing committed.
+    """
+    created: list[str] = []
+    evolved: list[str] = []
+    applied = 0
+    with cat.transaction(idempotency_key=idempotency_key) as tx:
+        if tx.already_committed:
+            results = tx.commit()
+            return SyncResult(results, 0, plan.skipped, 0, [], [], already_committed=True)
+        for tp in plan.tables:
+            if tp.create is not None:
+                share = tx.create_table(tp.name, **{k: v for k, v in tp.create.items() if v is not None})
+                created.append(tp.name)
+            else:
+                share = tx.table(tp.name)
+                if tp.add or tp.widen:
+                    update = share.evolve()
+                    for col, kind in tp.add:
+                        update.add_column(col, kind)
+                    for col, kind in tp.widen:
+                        update.widen(col, kind)
+                    update.commit()
+                    evolved.append(tp.name)
+            if tp.keyed:
+                share.upsert(tp.rows)
+            else:
+                share.append(tp.rows)
+            applied += tp.rows.num_rows
+        if plan.refused.num_rows:
+            qname = f"{options.namespace}.{options.quarantine_table}"
+            rows = plan.refused
+            rows = rows.add_column(0, "batch", pa.array([idempotency_key] * rows.num_rows, pa.string()))
+            if _open(cat, qname) is None:
+                tx.create_table(qname, QUARANTINE_SCHEMA).append(rows)
+            else:
+                tx.table(qname).append(rows)
+    return SyncResult(tx.results, applied, plan.skipped, plan.refused.num_rows, created, evolved)
+
+
+def sync_batch(cat: Catalog, events: pa.Table, options: SyncOptions, idempotency_key: str) -> SyncResult:
+    """Apply one batch of change events to the catalog: every table's change in one catalog transaction
+    under ``idempotency_key`` (a batch applied again changes nothing).
+
+    Args:
+        cat: The catalog.
+        events: The batch, shaped as :data:`EVENT_SCHEMA` (see :func:`events_from_json`).
+        options: The sync's options.
+        idempotency_key: Names the batch across restarts (Spark's query id and batch id).
+
+    Returns:
+        What was committed.
+
+    Raises:
+        CdcEventError: A bad event or table, with ``on_error="stop"``: nothing committed.
+        CommitConflict: Concurrent commits won every retry; nothing committed.
+    """
+    tx = cat.transaction(idempotency_key=idempotency_key)
+    if tx.already_committed:  # a replay: nothing to plan
+        return SyncResult(tx.commit(), 0, 0, 0, [], [], already_committed=True)
+    tx.abort()
+    return apply_plan(cat, plan_batch(cat, events, options), options, idempotency_key)
+
+
+__all__ = [
+    "EVENT_SCHEMA",
+    "FORMATS",
+    "QUARANTINE_SCHEMA",
+    "CdcEventError",
+    "SyncOptions",
+    "SyncPlan",
+    "SyncResult",
+    "TablePlan",
+    "apply_plan",
+    "decode_values",
+    "events_from_json",
+    "plan_batch",
+    "source_type",
+    "sync_batch",
+]

@@ -1,0 +1,441 @@
+"""The whole-database sync's core (mere.integrations.cdc_sync), without Spark: envelopes, routing, table
+creation, evolution, one catalog transaction per batch, replays, and bad input changing nothing.
+
+The property test drives random multi-table transactions through random batches (events shuffled and
+duplicated inside a batch, batches replayed under their own key and under a new one, Debezium and wal2json
+envelopes mixed) and compares every table after every batch with a dict model of the events applied in
+log order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import tempfile
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mere
+from cdc_render import debezium_key, debezium_line, wal2json_line
+from mere.errors import MereError
+from mere.integrations.cdc_sync import (
+    EVENT_SCHEMA,
+    CdcEventError,
+    SyncOptions,
+    decode_values,
+    events_from_json,
+    plan_batch,
+    source_type,
+    sync_batch,
+)
+
+TABLES = {
+    "a": ({"id": "integer", "v": "text", "n": "bigint"}, ["id"]),
+    "b": ({"k": "text", "x": "double precision", "on": "boolean"}, ["k"]),
+    "c": ({"id": "integer", "a_id": "integer", "amt": "numeric(10,2)", "day": "date"}, ["id"]),
+}
+Model = dict[str, dict[Any, dict[str, Any]]]
+
+
+def _row(table: str, key: int, value: int) -> dict[str, Any]:
+    if table == "a":
+        return {"id": key, "v": f"v'{value}\n", "n": value * 10**12}
+    if table == "b":
+        return {"k": f"k{key}", "x": value / 3, "on": value % 2 == 0}
+    return {
+        "id": key,
+        "a_id": value % 4,
+        "amt": Decimal(value).scaleb(-2),
+        "day": __import__("datetime").date(2000, 1, 1 + value % 28),
+    }
+
+
+def _line(fmt: str, table: str, op: str, before: Any, after: Any, lsn: int) -> tuple[str, str | None]:
+    types, key = TABLES[table]
+    if fmt == "debezium":
+        line = debezium_line("public", table, op, before, after, lsn, types)
+        return line, debezium_key(after or before, key)
+    w2j = {"c": "I", "u": "U", "d": "D"}[op]
+    return wal2json_line("public", table, w2j, before, after, lsn, types, key), None
+
+
+def _lines(fmt: str, table: str, op: str, before: Any, after: Any, lsn: int) -> list[tuple[str, str | None]]:
+    """A change's lines; a key change ("mv") is one wal2json U, and a Debezium delete + create."""
+    if op != "mv":
+        return [_line(fmt, table, op, before, after, lsn)]
+    if fmt == "wal2json":
+        return [_line(fmt, table, "u", before, after, lsn)]
+    return [_line(fmt, table, "d", before, None, lsn), _line(fmt, table, "c", None, after, lsn)]
+
+
+def _events(lines: list[tuple[str, str | None]], fmt: str) -> pa.Table:
+    return events_from_json(
+        [line for line, _ in lines], fmt, [k for _, k in lines] if fmt == "debezium" else None
+    )
+
+
+def _read(cat: mere.Catalog) -> Model:
+    snap = cat.snapshot()
+    out: Model = {}
+    for name in snap.tables():
+        table = name.split(".")[1]
+        if table not in TABLES:
+            continue
+        key = TABLES[table][1][0]
+        rows = snap.table(name).to_arrow().drop_columns(["_cdc_lsn"]).to_pylist()
+        out[table] = {r[key]: r for r in rows}
+    return out
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(sorted(TABLES)),
+        st.integers(0, 5),
+        st.sampled_from(["up", "up", "del", "mv"]),
+        st.integers(0, 10**6),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    transactions=st.lists(ops, min_size=1, max_size=12),
+    cuts=st.lists(st.integers(0, 12), max_size=4),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_random_transactions_in_random_batches_land_as_the_model(
+    transactions: list[list[tuple[str, int, str, int]]], cuts: list[int], seed: int
+) -> None:
+    rng = random.Random(seed)
+    model: Model = {t: {} for t in TABLES}
+    lsn = 0
+    per_tx: list[list[tuple[str, str, Any, Any, int]]] = []
+    for tx in transactions:
+        events = []
+        for table, k, action, value in tx:
+            key = k if table != "b" else f"k{k}"
+            old = model[table].get(key)
+            lsn += rng.randint(1, 3)
+            if action == "up":
+                row = _row(table, k, value)
+                events.append((table, "u" if old else "c", old, row, lsn))
+                model[table][key] = row
+            elif action == "mv" and old is not None:
+                moved = (k + 1 + value % 5) % 6
+                new_key = moved if table != "b" else f"k{moved}"
+                if new_key not in model[table]:
+                    row = _row(table, moved, value)
+                    events.append((table, "mv", old, row, lsn))
+                    del model[table][key]
+                    model[table][new_key] = row
+            elif old is not None:
+                events.append((table, "d", old, None, lsn))
+                del model[table][key]
+        per_tx.append(events)
+    # the model after each transaction, to compare at batch ends
+    states: list[Model] = []
+    replay: Model = {t: {} for t in TABLES}
+    for events in per_tx:
+        for table, op, before, after, _ in events:
+            key_col = TABLES[table][1][0]
+            if op in ("d", "mv"):
+                replay[table].pop(before[key_col], None)
+            if op != "d":
+                replay[table][after[key_col]] = dict(after)
+        states.append({t: dict(rows) for t, rows in replay.items()})
+    bounds = sorted({0, len(per_tx), *(c for c in cuts if c <= len(per_tx))})
+    # One envelope per stream: Debezium (decimal.handling.mode=string) makes numeric columns strings.
+    fmt = rng.choice(["debezium", "wal2json"])
+
+    def expected(rows: dict[Any, dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+        if fmt == "wal2json":
+            return rows
+        return {
+            k: {c: str(v) if isinstance(v, Decimal) else v for c, v in r.items()} for k, r in rows.items()
+        }
+
+    with tempfile.TemporaryDirectory() as wh:
+        cat = mere.connect(wh)
+        options = SyncOptions("src", buckets=2)
+        sent: list[tuple[str, pa.Table]] = []
+        for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+            lines = [line for events in per_tx[lo:hi] for e in events for line in _lines(fmt, *e)]
+            lines += [rng.choice(lines) for _ in range(len(lines) // 4)] if lines else []
+            rng.shuffle(lines)  # out of order inside the batch: the log position orders
+            batch = _events(lines, fmt)
+            sync_batch(cat, batch, options, f"batch-{i}")
+            sent.append((f"batch-{i}", batch))
+            if (
+                batch.num_rows and rng.random() < 0.5
+            ):  # Spark replaying the batch: the same key changes nothing
+                assert sync_batch(cat, batch, options, f"batch-{i}").already_committed
+            if sent and rng.random() < 0.3:  # at-least-once delivery: an old batch again, under a new key
+                _, old_batch = rng.choice(sent)
+                sync_batch(cat, old_batch, options, f"again-{i}")
+            got = _read(cat)
+            want = states[hi - 1]
+            for table in TABLES:
+                assert got.get(table, {}) == expected(want[table]), (table, i)
+
+
+def _cat(tmp_path: Path) -> mere.Catalog:
+    return mere.connect(str(tmp_path / "wh"))
+
+
+def _state(cat: mere.Catalog) -> dict[str, Any]:
+    return {name: (cat.table(name).version, cat.table(name).to_arrow().to_pylist()) for name in cat.tables()}
+
+
+def test_one_batch_commits_every_table_in_one_catalog_transaction(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    lines = [
+        _line("debezium", "a", "c", None, _row("a", 1, 1), 10),
+        _line("debezium", "c", "c", None, _row("c", 7, 1), 11),
+    ]
+    result = sync_batch(cat, _events(lines, "debezium"), SyncOptions("shop"), "k1")
+    assert sorted(result.created) == ["shop.a", "shop.c"]
+    times = {cat.table(n).history()[-1].committed_at for n in ("shop.a", "shop.c")}
+    assert len(times) == 1  # one catalog transaction: one commit time
+    assert cat.table("shop.a").spec.sequence_by == ("_cdc_lsn",)
+    assert cat.table("shop.c").schema.field("amt").type == pa.string()  # decimal.handling.mode=string
+    again = sync_batch(cat, _events(lines, "debezium"), SyncOptions("shop"), "k1")
+    assert again.already_committed and cat.table("shop.a").version == 1
+
+
+def test_table_overrides_set_buckets_partitioning_and_names(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    options = SyncOptions(
+        "shop",
+        buckets=2,
+        overrides={"public.c": {"buckets": 3, "partition_by": ["day"], "name": "lines"}},
+    )
+    lines = [
+        _line("wal2json", "c", "c", None, _row("c", 7, 1), 11),
+        _line("wal2json", "a", "c", None, _row("a", 1, 1), 12),
+    ]
+    sync_batch(cat, _events(lines, "wal2json"), options, "k1")
+    spec = cat.table("shop.lines").spec
+    assert (spec.buckets, spec.partition_by) == (3, ("day",))
+    assert cat.table("shop.a").spec.buckets == 2
+
+
+def test_added_columns_and_widened_types_evolve_the_table(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    types = {"id": "integer", "q": "integer", "amt": "numeric(8,2)"}
+    first = wal2json_line(
+        "public", "t", "I", None, {"id": 1, "q": 5, "amt": Decimal("1.50")}, 10, types, ["id"]
+    )
+    sync_batch(cat, events_from_json([first], "wal2json"), SyncOptions("s"), "k1")
+    wider = {"id": "integer", "q": "bigint", "amt": "numeric(12,2)", "note": "text"}
+    row = {"id": 2, "q": 2**40, "amt": Decimal("12345678.25"), "note": "new"}
+    second = wal2json_line("public", "t", "I", None, row, 20, wider, ["id"])
+    result = sync_batch(cat, events_from_json([second], "wal2json"), SyncOptions("s"), "k2")
+    assert result.evolved == ["s.t"]
+    t = cat.table("s.t")
+    assert t.schema.field("q").type == pa.int64() and t.schema.field("amt").type == pa.decimal128(12, 2)
+    rows = sorted(t.to_arrow().drop_columns(["_cdc_lsn"]).to_pylist(), key=lambda r: r["id"])
+    assert rows == [
+        {"id": 1, "q": 5, "amt": Decimal("1.50"), "note": None},
+        {"id": 2, "q": 2**40, "amt": Decimal("12345678.25"), "note": "new"},
+    ]
+    # a narrower type than the table's is read into the table's type (no change of layout)
+    third = wal2json_line(
+        "public", "t", "U", {"id": 1}, {"id": 1, "q": 6}, 30, {"id": "integer", "q": "integer"}, ["id"]
+    )
+    assert sync_batch(cat, events_from_json([third], "wal2json"), SyncOptions("s"), "k3").evolved == []
+
+
+def _bad(cat: mere.Catalog, lines: list[str], fmt: str = "debezium", **options: Any) -> CdcEventError:
+    before = _state(cat)
+    with pytest.raises(CdcEventError) as caught:
+        sync_batch(cat, events_from_json(lines, fmt), SyncOptions("s", **options), "bad")
+    assert isinstance(caught.value, MereError)
+    assert _state(cat) == before  # nothing committed
+    assert cat.transaction("bad").already_committed is False
+    return caught.value
+
+
+def _seed(cat: mere.Catalog) -> str:
+    good = debezium_line("public", "a", "c", None, _row("a", 1, 1), 10, TABLES["a"][0])
+    sync_batch(cat, events_from_json([good], "debezium", [json.dumps({"id": 1})]), SyncOptions("s"), "seed")
+    return good
+
+
+def test_a_table_without_primary_key_is_refused_naming_it(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    good = _seed(cat)
+    keyless = debezium_line("public", "log", "c", None, {"m": "x"}, 11, {"m": "text"})
+    e = _bad(cat, [good, keyless])
+    assert e.table == "public.log" and e.event == keyless and "primary key" in str(e)
+
+
+def test_a_table_without_primary_key_can_be_kept_as_a_change_log(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    lines = [
+        debezium_line("public", "log", "c", None, {"m": "x"}, 11, {"m": "text"}),
+        debezium_line("public", "log", "d", {"m": "x"}, None, 12, {"m": "text"}),
+    ]
+    sync_batch(cat, events_from_json(lines, "debezium"), SyncOptions("s", no_key="append"), "k")
+    t = cat.table("s.log")
+    assert not t.spec.primary_key
+    assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["_cdc_lsn"]) == [
+        {"m": "x", "_cdc_lsn": 11, "_cdc_op": "c"},
+        {"m": "x", "_cdc_lsn": 12, "_cdc_op": "d"},
+    ]
+
+
+def test_an_unknown_op_is_refused(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    good = _seed(cat)
+    odd = json.loads(debezium_line("public", "a", "c", None, _row("a", 2, 2), 12, TABLES["a"][0]))
+    odd["payload"]["op"] = "x"
+    e = _bad(cat, [good, json.dumps(odd)])
+    assert e.table == "public.a" and "unknown op" in str(e) and '"op": "x"' in (e.event or "")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "not json at all",
+        '{"payload": {"op": "c", "after": {"id": 1}}}',
+        '["an", "array"]',
+        '{"op": "c", "source": {}}',
+    ],
+)
+def test_a_malformed_envelope_is_refused(tmp_path: Path, line: str) -> None:
+    cat = _cat(tmp_path)
+    good = _seed(cat)
+    e = _bad(cat, [good, line])
+    assert e.event == line and "malformed" in str(e)
+
+
+def test_missing_images_and_positions_are_refused(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    good = _seed(cat)
+    no_after = json.loads(debezium_line("public", "a", "u", _row("a", 1, 1), None, 12, TABLES["a"][0]))
+    assert "no row image" in str(_bad(cat, [good, json.dumps(no_after)]))
+    no_lsn = json.loads(good)
+    del no_lsn["payload"]["source"]["lsn"], no_lsn["payload"]["ts_ms"]
+    assert "log position" in str(_bad(cat, [json.dumps(no_lsn)]))
+
+
+def test_a_type_change_that_cannot_evolve_is_refused_naming_the_table(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    _seed(cat)
+    retyped = debezium_line(
+        "public", "a", "u", None, {"id": 1, "v": "x", "n": "12"}, 20, {**TABLES["a"][0], "n": "text"}
+    )
+    other = debezium_line("public", "b", "c", None, _row("b", 1, 1), 21, TABLES["b"][0])
+    e = _bad(cat, [retyped, other])
+    assert e.table == "public.a" and "changed type from int64 to string" in str(e)
+    assert "s.b" not in cat.tables()  # the other table's events did not commit either
+
+
+def test_a_value_its_type_cannot_hold_is_refused(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    _seed(cat)
+    bad = wal2json_line(
+        "public",
+        "a",
+        "I",
+        None,
+        {"id": 3, "v": "x", "n": 1},
+        30,
+        {"id": "integer", "v": "text", "n": "date"},
+        ["id"],
+    )
+    assert "column 'n'" in str(_bad(cat, [bad], "wal2json"))
+
+
+def test_quarantine_commits_the_good_events_and_keeps_the_bad_ones(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    good = _seed(cat)
+    odd = json.loads(debezium_line("public", "a", "c", None, _row("a", 2, 2), 12, TABLES["a"][0]))
+    odd["payload"]["op"] = "x"
+    keyless = debezium_line("public", "log", "c", None, {"m": "x"}, 13, {"m": "text"})
+    update = debezium_line("public", "a", "u", _row("a", 1, 1), _row("a", 1, 9), 14, TABLES["a"][0])
+    lines = [json.dumps(odd), "garbage", keyless, update]
+    result = sync_batch(
+        cat,
+        events_from_json(lines, "debezium", [None, None, None, json.dumps({"id": 1})]),
+        SyncOptions("s", on_error="quarantine"),
+        "q1",
+    )
+    assert result.refused == 3 and result.applied == 1
+    assert cat.table("s.a").to_arrow().to_pylist()[0]["n"] == 9 * 10**12
+    kept = cat.table("s.cdc_quarantine").to_arrow().to_pylist()
+    assert sorted(r["event"] for r in kept) == sorted(lines[:3])
+    assert {r["batch"] for r in kept} == {"q1"}
+    assert good  # the seed's event stays applied
+
+
+def test_replayed_batches_and_transactions_see_one_read_point(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    lines = [_line("wal2json", "a", "c", None, _row("a", i, i), 10 + i) for i in range(5)]
+    lines += [_line("wal2json", "c", "c", None, _row("c", i, i), 20 + i) for i in range(5)]
+    sync_batch(cat, _events(lines, "wal2json"), SyncOptions("s"), "k1")
+    snap = cat.snapshot()
+    assert snap.versions == {"s.a": 1, "s.c": 1}
+
+
+def test_source_types_and_decoding() -> None:
+    assert source_type("numeric(12,3)")[0] == pa.decimal128(12, 3)
+    assert source_type("character varying(20)")[0] == pa.string()
+    assert source_type("io.debezium.time.Date")[0] == pa.date32()
+    for refused in ("numeric", "org.apache.kafka.connect.data.Decimal", "integer[]", "numeric(40,2)"):
+        with pytest.raises(MereError):
+            source_type(refused)
+    assert decode_values(pa.array(["\\x00ff", None, "\\x"]), "bytea").to_pylist() == [b"\x00\xff", None, b""]
+    assert decode_values(pa.array(["AP8=", None]), "bytes").to_pylist() == [b"\x00\xff", None]
+    assert (
+        decode_values(pa.array(["0", "1"]), "io.debezium.time.Date").to_pylist()[1].isoformat()
+        == "1970-01-02"
+    )
+    with pytest.raises(MereError):
+        decode_values(pa.array(["\\x0"]), "bytea")
+
+
+def test_plan_reads_only(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    lines = [_line("debezium", "a", "c", None, _row("a", 1, 1), 10)]
+    plan = plan_batch(cat, _events(lines, "debezium"), SyncOptions("s"))
+    assert [p.name for p in plan.tables] == ["s.a"] and cat.tables() == []
+    with pytest.raises(MereError):
+        plan_batch(cat, pa.table({"table": ["x"]}), SyncOptions("s"))
+    assert EVENT_SCHEMA.names[0] == "table"
+
+
+def test_the_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cdc.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "spark" not in b]
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        exec(compile(block, "docs/cdc.md", "exec"), {})
+
+
+@pytest.mark.parametrize("fmt", ["wal2json", "debezium"])
+def test_an_update_of_the_primary_key_moves_the_row(tmp_path: Path, fmt: str) -> None:
+    cat = _cat(tmp_path)
+    one, two = _row("a", 1, 1), {**_row("a", 1, 5), "id": 2}
+    if fmt == "wal2json":  # one U record, the old key as identity
+        lines = [_line(fmt, "a", "c", None, one, 10), _line(fmt, "a", "u", one, two, 11)]
+    else:  # Debezium writes a key change as a delete and a create
+        lines = [_line(fmt, "a", "c", None, one, 10), _line(fmt, "a", "d", one, None, 11)]
+        lines.append(_line(fmt, "a", "c", None, two, 11))
+    sync_batch(cat, _events(lines, fmt), SyncOptions("s"), "k")
+    assert [r["id"] for r in cat.table("s.a").to_arrow().to_pylist()] == [2]
+    # a late replay of the first insert does not bring key 1 back
+    sync_batch(cat, _events(lines[:1], fmt), SyncOptions("s"), "again")
+    assert [r["id"] for r in cat.table("s.a").to_arrow().to_pylist()] == [2]
