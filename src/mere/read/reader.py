@@ -23,7 +23,7 @@ from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.footer import primitive_leaf
 from mere.kernels import group_starts, numpy_sortable_array, reduce_versions, sort_indices
-from mere.read import lookup
+from mere.read import lookup, selective
 from mere.read.evolution import (
     FileColumns,
     file_columns,
@@ -479,6 +479,20 @@ class SplitReader:
             if merged is not None and merged.num_rows:
                 yield from self._finish(merged, filtered)
             return
+        if self.selective():
+            found = selective.read(
+                self.storage,
+                self.spec,
+                self.cursors,
+                self.opts,
+                self.output_schema.names,
+                filter_rows,
+                None if self.opts.threads == 1 and not self.storage.is_remote else io_pool(),
+            )
+            if found is not None:  # else the filter is not selective, or failed on a stored row
+                if found:
+                    yield from self._finish(self._stack(found), True)
+                return
         pool = io_pool()
         budget = self.storage.read_ahead
         bounds = _windows(self.cursors, self.opts.window_bytes, self.opts.whole_split_bytes)
@@ -550,6 +564,17 @@ class SplitReader:
                 budget.release(entry[1])
             if reading is not None:
                 budget.release(reading[1])
+
+    def selective(self) -> bool:
+        """Whether this split's filter is evaluated on every stored version before the merge (see
+        :mod:`mere.read.selective`; the route may still hand the split back to the plain merge)."""
+        return selective.eligible(self.spec, self.split, self.opts, self.needed)
+
+    def _stack(self, tables: list[pa.Table]) -> pa.Table:
+        """Files' rows as one table of the table's plain types."""
+        names = [c for c in (*self.needed, OP_COLUMN) if c in tables[0].column_names]
+        alike = [_nullable(plain_columns(t, self.spec.schema)).select(names) for t in tables]
+        return alike[0] if len(alike) == 1 else pa.concat_tables(alike, promote_options="permissive")
 
     def windows(self) -> Iterator[list[tuple[FileTask, pa.Table]]]:
         """The split's stored rows, unmerged, window by window in key order: per window, each file's rows
