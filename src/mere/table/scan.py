@@ -386,8 +386,13 @@ class Scan:
         """
         ex = Explain(self.version)
         splits, opts = self._plan(ex)
-        for s in splits:
-            SplitReader(self.table.storage, self.spec, s, opts, ex)
+        selective = sum(SplitReader(self.table.storage, self.spec, s, opts, ex).selective() for s in splits)
+        if selective:
+            ex.notes.append(
+                f"selective read of {selective}/{len(splits)} split(s): the filter runs on every stored "
+                "version first (key, operation and filter columns), only its candidates' versions are "
+                "merged, other columns are read for the surviving rows only"
+            )
         if isinstance(E.to_expr(self.filter), E.ArrowPredicate):
             ex.notes.append(
                 "a pyarrow expression filter is opaque: it runs after the merge and prunes nothing"
