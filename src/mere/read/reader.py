@@ -23,7 +23,7 @@ from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.footer import primitive_leaf
 from mere.kernels import group_starts, numpy_sortable_array, reduce_versions, sort_indices
-from mere.read import lookup, selective
+from mere.read import counting, lookup, selective
 from mere.read.evolution import (
     FileColumns,
     file_columns,
@@ -480,7 +480,7 @@ class SplitReader:
                 yield from self._finish(merged, filtered)
             return
         if self.selective():
-            found = selective.read(
+            survivors = selective.read(
                 self.storage,
                 self.spec,
                 self.cursors,
@@ -489,9 +489,9 @@ class SplitReader:
                 filter_rows,
                 None if self.opts.threads == 1 and not self.storage.is_remote else io_pool(),
             )
-            if found is not None:  # else the filter is not selective, or failed on a stored row
-                if found:
-                    yield from self._finish(self._stack(found), True)
+            if survivors is not None:  # else the split is too big, or the filter failed on a stored row
+                if survivors:
+                    yield from self._finish(self._stack(survivors), True)
                 return
         pool = io_pool()
         budget = self.storage.read_ahead
@@ -564,6 +564,21 @@ class SplitReader:
                 budget.release(entry[1])
             if reading is not None:
                 budget.release(reading[1])
+
+    def count(self) -> int:
+        """The split's merged rows, counted: by the key and operation columns alone where the table has
+        no ``sequence_by`` and the scan no filter on other columns (:func:`counting.live_keys`), else by
+        reading the merged rows."""
+        spec = self.spec
+        if (
+            not spec.has_primary_key
+            or spec.sequence_by
+            or spec.merge_engine not in ("", None, "first_row")
+            or not isinstance(self.opts.post, E.AlwaysTrue)
+            or self.opts.lookup
+        ):
+            return sum(b.num_rows for b in self.batches())
+        return sum(counting.live_keys(spec, parts) for parts in self.windows())
 
     def selective(self) -> bool:
         """Whether this split's filter is evaluated on every stored version before the merge (see
