@@ -41,10 +41,12 @@ from mere.read.options import ReadOptions
 from mere.read.planner import FileTask, Split, row_group_stats
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
-__all__ = ["CANDIDATE_SHARE", "MAX_NARROW_BYTES", "Cursor", "eligible", "read"]
+__all__ = ["CANDIDATE_SHARE", "MAX_NARROW_BYTES", "SINGLE_FILE_SHARE", "Cursor", "eligible", "read"]
 
 CANDIDATE_SHARE = 0.25  # candidates' versions above this share of the rows: every row is marked
-MAX_NARROW_BYTES = 256 << 20  # a split's narrow columns held at once, at most (else the plain route)
+MAX_NARROW_BYTES = 256 << 20
+# A split of one file reads selectively only when the filter's statistics rule out more than this share.
+SINGLE_FILE_SHARE = 0.5  # a split's narrow columns held at once, at most (else the plain route)
 _ROW = "\x00row"
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -131,6 +133,20 @@ class _Narrow:
         )
 
 
+def _may_match(storage: Storage, spec: TableSpec, cursor: Cursor, post: E.Expr) -> np.ndarray:
+    """Per candidate row group of the file, whether its statistics admit a row the filter holds for."""
+    groups = [g.index for g in cursor.groups]
+    may = np.ones(len(groups), dtype=bool)
+    used = sorted(E.columns(post) or ())
+    if cursor.mapping is not None or not used:
+        return may  # (a table whose columns changed: statistics are by the file's names)
+    task = cursor.task
+    footer = storage.footer(task.path, task.size_bytes or None)
+    for i, g in enumerate(groups):
+        may[i] = E.might_match(post, row_group_stats(footer.metadata, g, spec.schema, used, footer.leaves))
+    return may
+
+
 class _Declined(Exception):
     """The plain route must read this split."""
 
@@ -160,12 +176,7 @@ def _narrow(
             raise _Declined
         # Row groups whose statistics rule the filter out hold no match: their filter columns stay unread.
         counts = np.asarray([cursor.row_counts[g] for g in groups], dtype=np.int64)
-        may = np.ones(len(groups), dtype=bool)
-        if cursor.mapping is None and extra_cols:
-            footer = storage.footer(task.path, task.size_bytes or None)
-            for i, g in enumerate(groups):
-                stats = row_group_stats(footer.metadata, g, spec.schema, sorted(used), footer.leaves)
-                may[i] = E.might_match(opts.post, stats)
+        may = _may_match(storage, spec, cursor, opts.post) if extra_cols else np.ones(len(groups), dtype=bool)
         if may.any():
             where = None
             rows = keys
@@ -265,6 +276,14 @@ def read(
     rows = sum(int(c.row_counts[g.index]) for c in cursors for g in c.groups)
     if rows * 8 * width > MAX_NARROW_BYTES:
         return None
+    data = [c for c in cursors if c.task.content != "delete"]
+    if len(cursors) == 1 and data:
+        # Nothing to merge: the plain route reads the file once. Two passes pay only where the statistics
+        # leave most of it out.
+        may = _may_match(storage, spec, data[0], opts.post)
+        counts = np.asarray([data[0].row_counts[g.index] for g in data[0].groups], dtype=np.int64)
+        if int(counts[may].sum()) > SINGLE_FILE_SHARE * int(counts.sum()):
+            return None
     try:
         files = _map(pool, lambda c: _narrow(storage, spec, c, opts, filter_), cursors)
     except _Declined:
