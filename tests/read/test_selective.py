@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mere
+import test_differential as differential
 from mere.errors import InvalidInput
 from mere.read import selective
 from mere.read.planner import Explain
@@ -244,7 +245,7 @@ def test_a_filter_failing_on_a_replaced_version_falls_back(tmp_path: Any) -> Non
     assert t.scan(filter="v * 4 = 4").to_arrow().column("id").to_pylist() == [1]
 
 
-def test_an_old_matching_version_never_comes_back(tmp_path: Any) -> None:
+def test_an_old_matching_version_never_comes_back(tmp_path: Any, share: float) -> None:
     t = mere.connect(str(tmp_path)).create_table(
         "s.t", SCHEMA, primary_key="id", properties={"write.row-group-rows": "2"}
     )
@@ -256,3 +257,14 @@ def test_an_old_matching_version_never_comes_back(tmp_path: Any) -> None:
     got = t.scan(filter="v = 0").to_arrow().column("id").to_pylist()
     assert sorted(got) == [5, 7, 9]
     assert sorted(t.scan(filter="v = 1").to_arrow().column("id").to_pylist()) == [0, 2, 4, 6, 8]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_random_filters_match_duckdb_on_both_markings(
+    tmp_path_factory: pytest.TempPathFactory, share: float, data: st.DataObject
+) -> None:
+    """The differential test's random filters (every column type, NULLs, NaN, IN lists, key and non-key
+    columns) over merged tables, with DuckDB over the model's rows as the oracle: under each marking."""
+    tdef = data.draw(differential.table_defs(), label="table")
+    differential.test_filters_match_duckdb.hypothesis.inner_test(tmp_path_factory, tdef, data)
