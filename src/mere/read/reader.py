@@ -464,6 +464,12 @@ class SplitReader:
         if not self.spec.has_primary_key:
             yield from self._batches_unmerged()
             return
+        if not self.output_schema.names and self._counts_by_keys():
+            # No column asked for (a count by an engine): only how many rows, which the keys tell.
+            rows = self.count()
+            if rows:
+                yield from pa.table({"n": pa.nulls(rows)}).select([]).to_batches(max_chunksize=BATCH_ROWS)
+            return
         if self.opts.lookup:  # a few keys: only their rows, from the files and pages that may hold them
             found = lookup.read(
                 self.storage,
@@ -569,16 +575,19 @@ class SplitReader:
         """The split's merged rows, counted: by the key and operation columns alone where the table has
         no ``sequence_by`` and the scan no filter on other columns (:func:`counting.live_keys`), else by
         reading the merged rows."""
+        if self._counts_by_keys():
+            return sum(counting.live_keys(self.spec, parts) for parts in self.windows())
+        return sum(b.num_rows for b in self.batches())
+
+    def _counts_by_keys(self) -> bool:
         spec = self.spec
-        if (
-            not spec.has_primary_key
-            or spec.sequence_by
-            or spec.merge_engine not in ("", None, "first_row")
-            or not isinstance(self.opts.post, E.AlwaysTrue)
-            or self.opts.lookup
-        ):
-            return sum(b.num_rows for b in self.batches())
-        return sum(counting.live_keys(spec, parts) for parts in self.windows())
+        return bool(
+            spec.has_primary_key
+            and not spec.sequence_by
+            and spec.merge_engine in ("", None, "first_row")
+            and isinstance(self.opts.post, E.AlwaysTrue)
+            and not self.opts.lookup
+        )
 
     def selective(self) -> bool:
         """Whether this split's filter is evaluated on every stored version before the merge (see
