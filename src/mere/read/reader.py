@@ -23,7 +23,7 @@ from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.footer import primitive_leaf
 from mere.kernels import group_starts, numpy_sortable_array, reduce_versions, sort_indices
-from mere.read import lookup
+from mere.read import counting, lookup, selective
 from mere.read.evolution import (
     FileColumns,
     file_columns,
@@ -464,6 +464,12 @@ class SplitReader:
         if not self.spec.has_primary_key:
             yield from self._batches_unmerged()
             return
+        if not self.output_schema.names and self._counts_by_keys():
+            # No column asked for (a count by an engine): only how many rows, which the keys tell.
+            rows = self.count()
+            if rows:
+                yield from pa.table({"n": pa.nulls(rows)}).select([]).to_batches(max_chunksize=BATCH_ROWS)
+            return
         if self.opts.lookup:  # a few keys: only their rows, from the files and pages that may hold them
             found = lookup.read(
                 self.storage,
@@ -479,6 +485,20 @@ class SplitReader:
             if merged is not None and merged.num_rows:
                 yield from self._finish(merged, filtered)
             return
+        if self.selective():
+            survivors = selective.read(
+                self.storage,
+                self.spec,
+                self.cursors,
+                self.opts,
+                self.output_schema.names,
+                filter_rows,
+                None if self.opts.threads == 1 and not self.storage.is_remote else io_pool(),
+            )
+            if survivors is not None:  # else the split is too big, or the filter failed on a stored row
+                if survivors:
+                    yield from self._finish(self._stack(survivors), True)
+                return
         pool = io_pool()
         budget = self.storage.read_ahead
         bounds = _windows(self.cursors, self.opts.window_bytes, self.opts.whole_split_bytes)
@@ -550,6 +570,35 @@ class SplitReader:
                 budget.release(entry[1])
             if reading is not None:
                 budget.release(reading[1])
+
+    def count(self) -> int:
+        """The split's merged rows, counted: by the key and operation columns alone where the table has
+        no ``sequence_by`` and the scan no filter on other columns (:func:`counting.live_keys`), else by
+        reading the merged rows."""
+        if self._counts_by_keys():
+            return sum(counting.live_keys(self.spec, parts) for parts in self.windows())
+        return sum(b.num_rows for b in self.batches())
+
+    def _counts_by_keys(self) -> bool:
+        spec = self.spec
+        return bool(
+            spec.has_primary_key
+            and not spec.sequence_by
+            and spec.merge_engine in ("", None, "first_row")
+            and isinstance(self.opts.post, E.AlwaysTrue)
+            and not self.opts.lookup
+        )
+
+    def selective(self) -> bool:
+        """Whether this split's filter is evaluated on every stored version before the merge (see
+        :mod:`mere.read.selective`; the route may still hand the split back to the plain merge)."""
+        return selective.eligible(self.spec, self.split, self.opts, self.needed)
+
+    def _stack(self, tables: list[pa.Table]) -> pa.Table:
+        """Files' rows as one table of the table's plain types."""
+        names = [c for c in (*self.needed, OP_COLUMN) if c in tables[0].column_names]
+        alike = [_nullable(plain_columns(t, self.spec.schema)).select(names) for t in tables]
+        return alike[0] if len(alike) == 1 else pa.concat_tables(alike, promote_options="permissive")
 
     def windows(self) -> Iterator[list[tuple[FileTask, pa.Table]]]:
         """The split's stored rows, unmerged, window by window in key order: per window, each file's rows

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mere import expr as E
 from mere.concurrency import default_threads
@@ -410,8 +411,26 @@ class Scan:
         """
         ex = Explain(self.version)
         splits, opts = self._plan(ex)
-        for s in splits:
-            SplitReader(self.table.storage, self.spec, s, opts, ex)
+        selective = sum(SplitReader(self.table.storage, self.spec, s, opts, ex).selective() for s in splits)
+        if selective:
+            ex.notes.append(
+                f"selective read of {selective}/{len(splits)} split(s): the filter runs on every stored "
+                "version first (key, operation and filter columns), only its candidates' versions are "
+                "merged, other columns are read for the surviving rows only (a split of one file only "
+                "where statistics rule most of it out)"
+            )
+        if isinstance(opts.pre, E.AlwaysTrue) and isinstance(opts.post, E.AlwaysTrue):
+            clean = [stored_rows_are_merged(self.table.storage, self.spec, s) for s in splits]
+            if clean and all(clean):
+                ex.notes.append(
+                    "count(), and min()/max() of integer, date and timestamp columns: answered from "
+                    "metadata (catalog row counts, footer statistics; every split is clean)"
+                )
+            else:
+                ex.notes.append(
+                    f"count(): {sum(clean)}/{len(splits)} split(s) from catalog row counts, the others "
+                    "by their key and operation columns"
+                )
         if isinstance(E.to_expr(self.filter), E.ArrowPredicate):
             ex.notes.append(
                 "a pyarrow expression filter is opaque: it runs after the merge and prunes nothing"
@@ -653,8 +672,116 @@ class Scan:
             total = sum(s.row_count for s, c in zip(splits, clean) if c)
             splits = [s for s, c in zip(splits, clean) if not c]
         if splits:
-            total += sum(b.num_rows for b in keyed._stream_splits(splits, opts, keyed.worker_count()))
+            threads = keyed.worker_count()
+            solo = replace(opts, threads=1) if len(splits) >= threads else opts
+            storage, spec = self.table.storage, self.spec
+            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mere-count") as pool:
+                try:
+                    total += sum(pool.map(lambda s: SplitReader(storage, spec, s, solo).count(), splits))
+                except StorageError as e:
+                    try:  # an expire that ran after planning may have deleted the version's files
+                        self.table.resolve_version(self.version)
+                    except NoSuchVersion:
+                        raise NoSuchVersion(
+                            f"{self.table.name}: version {self.version} expired while it was being read"
+                        ) from e
+                    raise
         return total
+
+    def min(self, column: str) -> Any:
+        """The smallest non-NULL value of ``column`` among this scan's rows (None when there is none).
+
+        Answered from the files' footer statistics, reading no data page, where they are exact: no filter,
+        every split's stored rows are its merged rows (see :meth:`count`), and an integer, date or
+        timestamp (not nanosecond) column; otherwise the column alone is read and folded as
+        ``pyarrow.compute.min_max`` does. :meth:`explain` says which.
+
+        Args:
+            column: A column of the table.
+
+        Returns:
+            The value, as a Python object.
+
+        Raises:
+            SchemaMismatch: A column the table does not have.
+            NoSuchVersion: The scan's version expired (before or while it was read).
+            StorageError: A data file could not be read (the message names it and the table).
+        """
+        return self._extreme(column, "min")
+
+    def max(self, column: str) -> Any:
+        """The largest non-NULL value of ``column`` among this scan's rows (None when there is none).
+
+        Answered from footer statistics where they are exact, as :meth:`min` is.
+
+        Args:
+            column: A column of the table.
+
+        Returns:
+            The value, as a Python object.
+
+        Raises:
+            SchemaMismatch: A column the table does not have.
+            NoSuchVersion: The scan's version expired (before or while it was read).
+            StorageError: A data file could not be read (the message names it and the table).
+        """
+        return self._extreme(column, "max")
+
+    def _extreme(self, column: str, which: str) -> Any:
+        scan = self.select(column)  # checks the name
+        found, value = scan._extreme_from_statistics(column, which)
+        if found:
+            return value
+        best: Any = None
+        kind = self.spec.schema.field(column).type
+        for batch in scan.to_batches():
+            pair = pc.min_max(batch.column(0))
+            v = pair[which]
+            if not v.is_valid:
+                continue
+            if best is None:
+                best = v
+            else:
+                both = pa.array([best.as_py(), v.as_py()], type=kind)
+                best = pc.min_max(both)[which]
+        return None if best is None else best.as_py()
+
+    def _extreme_from_statistics(self, column: str, which: str) -> tuple[bool, Any]:
+        """(True, the value) where the footers' statistics give it exactly, else (False, None)."""
+        kind = self.spec.schema.field(column).type
+        exact_kind = (
+            pa.types.is_integer(kind)
+            or pa.types.is_date(kind)
+            or (pa.types.is_timestamp(kind) and kind.unit != "ns")
+        )
+        parts = self._parts()
+        if not exact_kind or not (
+            isinstance(parts.pre, E.AlwaysTrue) and isinstance(parts.post, E.AlwaysTrue)
+        ):
+            return False, None
+        splits, _ = self._plan(Explain(self.version))
+        storage, spec = self.table.storage, self.spec
+        if not all(stored_rows_are_merged(storage, spec, s) for s in splits):
+            return False, None
+        values: list[Any] = []
+        for split in splits:
+            for f in split.files:
+                md = storage.metadata(f.path, f.size_bytes or None)
+                leaves = storage.column_leaves(f.path, f.size_bytes or None)
+                for i in range(md.num_row_groups):
+                    st = row_group_stats(md, i, spec.schema, [column], leaves).get(column)
+                    if st is None or st.null_count is None:
+                        return False, None
+                    if st.null_count == st.num_values:
+                        continue  # NULLs only
+                    bound = st.min if which == "min" else st.max
+                    if bound is None:
+                        return False, None
+                    values.append(bound)
+        if not values:
+            return True, None
+        best = min(values) if which == "min" else max(values)
+        return True, pa.scalar(best, type=kind).as_py()
 
     def __len__(self) -> int:
         """``len(scan)`` counts the rows (a read; see :meth:`count`)."""

@@ -1,0 +1,366 @@
+"""Selective reads of keyed tables: a filter on non-key columns evaluated on every stored version first.
+
+A filter on columns other than the key cannot prune before the merge: an old version may match while the
+key's newest one does not (the row must not come back), and the reverse. The plain route merges every
+row, then filters. This route, for splits whose columns all merge newest-wins (or ``first_row``) from
+whole-row files, reads in two passes:
+
+1. Narrow pass: each file's key, operation and sequence columns, and the filter's columns of the row
+   groups whose statistics may match it. The filter is evaluated on every stored version; the keys of
+   the matching versions (delete markers left out) are the candidates.
+2. The candidates' versions, found in every file of the split by a semi-join on the key (a sorted search
+   for integer-like keys), are merged alone: a candidate survives only where its winning version is
+   the one that matched. Delete markers and newer versions that do not match hide it, so an old version
+   never comes back. Where candidates' versions are over ``CANDIDATE_SHARE`` of the rows, every row is
+   marked as the plain merge marks them (a semi-join would cost more than it saves).
+3. Wide pass: the other columns only of the row groups holding a surviving row, and of those rows only.
+
+Rows, merge decisions and the filter's three-valued logic are exactly the plain route's: a filter that
+fails on some stored row (e.g. an overflow on an old version) sends the split back to the plain route,
+which evaluates it on merged rows only. Splits whose narrow columns exceed ``MAX_NARROW_BYTES`` (held at
+once), and merges with other operators, take the plain route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mere import expr as E
+from mere.arrays import bool_array, sorted_unique
+from mere.errors import FilterError
+from mere.io import Storage
+from mere.kernels import contiguous, integer_keys, numpy_sortable_array
+from mere.read.newest_wins import first_wins, newest_wins
+from mere.read.options import ReadOptions
+from mere.read.planner import FileTask, Split, row_group_stats
+from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
+
+__all__ = ["CANDIDATE_SHARE", "MAX_NARROW_BYTES", "SINGLE_FILE_SHARE", "Cursor", "eligible", "read"]
+
+CANDIDATE_SHARE = 0.25  # candidates' versions above this share of the rows: every row is marked
+MAX_NARROW_BYTES = 256 << 20
+# A split of one file reads selectively only when the filter's statistics rule out more than this share.
+SINGLE_FILE_SHARE = 0.5  # a split's narrow columns held at once, at most (else the plain route)
+_ROW = "\x00row"
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+class Cursor(Protocol):
+    """What this route needs of a reader's file cursor (see ``reader._FileCursor``)."""
+
+    @property
+    def task(self) -> FileTask: ...
+    @property
+    def groups(self) -> Sequence[Any]: ...  # candidate row groups (``.index``)
+    @property
+    def columns(self) -> Sequence[str]: ...  # table columns the file gives
+    @property
+    def dictionary(self) -> Sequence[str]: ...
+    @property
+    def row_counts(self) -> Sequence[int]: ...
+    @property
+    def mapping(self) -> Any: ...
+
+    def load(
+        self, groups: Sequence[int], columns: Sequence[str], dictionary: Sequence[str] = ()
+    ) -> pa.Table: ...
+
+
+def eligible(spec: TableSpec, split: Split, opts: ReadOptions, needed: Sequence[str]) -> bool:
+    """Whether a split's read may take this route (no IO): a keyed table, a filter on non-key columns
+    whose columns are known, no key lookup, and a newest-wins or ``first_row`` merge of whole rows."""
+    post = opts.post
+    if not spec.has_primary_key or isinstance(post, E.AlwaysTrue) or opts.lookup:
+        return False
+    if opts.keys is not None or opts.tombstones:
+        return False
+    used, pre_used = E.columns(post), E.columns(opts.pre)
+    if not used or pre_used is None:
+        return False
+    values = [c for c in needed if c not in spec.identity_columns]
+    if not (spec.newest_wins(values) or spec.merge_engine == "first_row"):
+        return False
+    return all(
+        t.content == "delete" or t.columns is None or set(values) <= set(t.columns) for t in split.files
+    )
+
+
+def _mask(table: pa.Table, predicate: E.Expr, filter_: Callable[[pa.Table, E.Expr], pa.Table]) -> np.ndarray:
+    """Which rows of ``table`` ``predicate`` holds for (TRUE; NULL and FALSE drop the row)."""
+    n = table.num_rows
+    if isinstance(predicate, E.AlwaysTrue):
+        return np.ones(n, dtype=bool)
+    numbered = table.append_column(_ROW, pa.array(np.arange(n, dtype=np.int64)))
+    hit = np.asarray(filter_(numbered, predicate).column(_ROW).to_numpy())
+    out = np.zeros(n, dtype=bool)
+    out[hit] = True
+    return out
+
+
+def _values(arrays: Sequence[pa.ChunkedArray], kind: pa.DataType) -> np.ndarray | pa.ChunkedArray:
+    """Arrays of one column, concatenated: NumPy values where they sort so, else Arrow."""
+    chunks = [a if a.type == kind else a.cast(kind) for ch in arrays for a in ch.chunks]
+    as_np = [numpy_sortable_array(a) for a in chunks]
+    if chunks and all(a is not None for a in as_np):
+        return np.concatenate(as_np)  # type: ignore[arg-type]
+    return pa.chunked_array(chunks, type=kind)
+
+
+def _take(values: np.ndarray | pa.ChunkedArray, idx: np.ndarray) -> np.ndarray | pa.ChunkedArray:
+    return values[idx] if isinstance(values, np.ndarray) else contiguous(values).take(pa.array(idx))
+
+
+class _Narrow:
+    """One file's narrow pass: the rows passing the pre-merge filter, as their key, operation and sequence
+    columns (``keys``), where they sit among the file's loaded rows (``at``), whether the scan's filter
+    holds for each (``match``) and the filter's other columns of the matching rows (``extra``)."""
+
+    def __init__(
+        self, cursor: Cursor, keys: pa.Table, at: np.ndarray, match: np.ndarray, extra: pa.Table | None
+    ) -> None:
+        self.cursor, self.keys, self.at, self.match, self.extra = cursor, keys, at, match, extra
+        self.ops = (
+            np.asarray(keys.column(OP_COLUMN).to_numpy()).astype(np.int8, copy=False)
+            if OP_COLUMN in keys.column_names
+            else np.zeros(keys.num_rows, dtype=np.int8)
+        )
+
+
+def _may_match(storage: Storage, spec: TableSpec, cursor: Cursor, post: E.Expr) -> np.ndarray:
+    """Per candidate row group of the file, whether its statistics admit a row the filter holds for."""
+    groups = [g.index for g in cursor.groups]
+    may = np.ones(len(groups), dtype=bool)
+    used = sorted(E.columns(post) or ())
+    if cursor.mapping is not None or not used:
+        return may  # (a table whose columns changed: statistics are by the file's names)
+    task = cursor.task
+    footer = storage.footer(task.path, task.size_bytes or None)
+    for i, g in enumerate(groups):
+        may[i] = E.might_match(post, row_group_stats(footer.metadata, g, spec.schema, used, footer.leaves))
+    return may
+
+
+class _Declined(Exception):
+    """The plain route must read this split."""
+
+
+def _narrow(
+    storage: Storage,
+    spec: TableSpec,
+    cursor: Cursor,
+    opts: ReadOptions,
+    filter_: Callable[[pa.Table, E.Expr], pa.Table],
+) -> _Narrow:
+    task = cursor.task
+    key_cols = [
+        c
+        for c in dict.fromkeys([*spec.identity_columns, *spec.sequence_by, OP_COLUMN])
+        if c in cursor.columns
+    ]
+    groups = [g.index for g in cursor.groups]
+    keys = cursor.load(groups, key_cols)
+    n = keys.num_rows
+    match = np.zeros(n, dtype=bool)
+    extra = None
+    used = E.columns(opts.post) or frozenset()
+    extra_cols = sorted(c for c in used if c not in key_cols)
+    if task.content != "delete":
+        if any(c not in cursor.columns for c in extra_cols):
+            raise _Declined
+        # Row groups whose statistics rule the filter out hold no match: their filter columns stay unread.
+        counts = np.asarray([cursor.row_counts[g] for g in groups], dtype=np.int64)
+        may = _may_match(storage, spec, cursor, opts.post) if extra_cols else np.ones(len(groups), dtype=bool)
+        if may.any():
+            where = None
+            rows = keys
+            if not may.all():
+                starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+                where = np.concatenate(
+                    [np.arange(s, s + c, dtype=np.int64) for s, c, m in zip(starts, counts, may) if m]
+                )
+                rows = keys.take(pa.array(where))
+            table = rows
+            if extra_cols:
+                loaded = cursor.load([g for g, m in zip(groups, may) if m], extra_cols)
+                for f in loaded.schema:
+                    table = table.append_column(f, loaded.column(f.name))
+            try:
+                hit = _mask(table, opts.post, filter_)
+            except (FilterError, pa.ArrowException) as e:
+                raise _Declined from e
+            if hit.any() and extra_cols:
+                extra = table.select(extra_cols).filter(bool_array(hit))
+            if where is None:
+                match = hit
+            else:
+                match[where] = hit
+    at = np.arange(n, dtype=np.int64)
+    live = _mask(keys, opts.pre, filter_)
+    if not live.all():
+        # Rows failing the pre-merge filter (key and partition columns: every version of a key agrees)
+        # take no part: as in the plain route, where the cursor drops them.
+        keep = bool_array(live)
+        if extra is not None:
+            extra = extra.filter(bool_array(live[match]))
+        keys, at, match = keys.filter(keep), at[live], match[live]
+    return _Narrow(cursor, keys, at, match, extra)
+
+
+def _members(
+    keys: list[np.ndarray | pa.ChunkedArray], candidates: np.ndarray, sizes: Sequence[int]
+) -> np.ndarray | None:
+    """Which rows hold a candidate's key (a semi-join), or None where keys are not one integer-like or
+    string column (then every row is marked). ``sizes``: rows per file (each file's rows in a run)."""
+    if len(keys) != 1:
+        return None
+    column = keys[0]
+    if isinstance(column, np.ndarray) and np.issubdtype(column.dtype, np.integer):
+        wanted = sorted_unique(column[candidates])
+        out = np.zeros(len(column), dtype=bool)
+        offset = 0
+        for size in sizes:
+            run = column[offset : offset + size]
+            if size > 4 * len(wanted) and bool((run[1:] >= run[:-1]).all()):
+                # A key-sorted file (as files are written): the candidates are searched in it, not the
+                # reverse, and each found run of equal keys is marked.
+                low = np.searchsorted(run, wanted, side="left")
+                high = np.searchsorted(run, wanted, side="right")
+                low, high = low[high > low], high[high > low]
+                if len(low) and int((high - low).max()) > 1:  # a key held by several rows of the file
+                    lengths = high - low
+                    low = np.repeat(low - np.cumsum(lengths) + lengths, lengths) + np.arange(
+                        int(lengths.sum())
+                    )
+                out[offset + low] = True
+            else:
+                at = np.minimum(np.searchsorted(wanted, run), len(wanted) - 1)
+                out[offset : offset + size] = wanted[at] == run
+            offset += size
+        return out
+    if isinstance(column, np.ndarray):
+        return None  # floats, booleans: keys of those kinds are not looked up by value here
+    whole = contiguous(column)
+    kind = whole.type
+    if (
+        integer_keys(whole) is not None
+        or pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or (pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
+    ):
+        value_set = pc.unique(whole.filter(bool_array(candidates)))
+        return np.asarray(pc.is_in(whole, value_set=value_set).to_numpy(zero_copy_only=False), dtype=bool)
+    return None
+
+
+def read(
+    storage: Storage,
+    spec: TableSpec,
+    cursors: Sequence[Cursor],
+    opts: ReadOptions,
+    output: Sequence[str],
+    filter_: Callable[[pa.Table, E.Expr], pa.Table],
+    pool: Executor | None = None,
+) -> list[pa.Table] | None:
+    """The split's merged rows that pass the scan's filter, per file (None: the plain route must read
+    the split). ``cursors`` are the split's file cursors, oldest first; ``output`` the columns the
+    caller needs besides those the narrow pass reads. Tables hold a file's columns as it stores them
+    (dictionaries, narrower nullability): the caller makes them alike."""
+    width = len(spec.identity_columns) + len(spec.sequence_by) + len(E.columns(opts.post) or ()) + 1
+    rows = sum(int(c.row_counts[g.index]) for c in cursors for g in c.groups)
+    if rows * 8 * width > MAX_NARROW_BYTES:
+        return None
+    data = [c for c in cursors if c.task.content != "delete"]
+    if len(cursors) == 1 and data:
+        # Nothing to merge: the plain route reads the file once. Two passes pay only where the statistics
+        # leave most of it out.
+        may = _may_match(storage, spec, data[0], opts.post)
+        counts = np.asarray([data[0].row_counts[g.index] for g in data[0].groups], dtype=np.int64)
+        if int(counts[may].sum()) > SINGLE_FILE_SHARE * int(counts.sum()):
+            return None
+    try:
+        files = _map(pool, lambda c: _narrow(storage, spec, c, opts, filter_), cursors)
+    except _Declined:
+        return None
+    files = [f for f in files if f.keys.num_rows]
+    if not files or not any(f.match.any() for f in files):
+        return []
+    ops = np.concatenate([f.ops for f in files])
+    match = np.concatenate([f.match for f in files])
+    n = len(ops)
+    keys = [_values([f.keys.column(k) for f in files], spec.schema.field(k).type) for k in spec.primary_key]
+    sequence = [
+        _values([f.keys.column(s) for f in files], spec.schema.field(s).type) for s in spec.sequence_by
+    ]
+    candidates = match & (ops != OP_DELETE)
+    members = _members(keys, candidates, [f.keys.num_rows for f in files])
+    first_file = files[0].keys.num_rows if files[0].cursor.task.content != "delete" else 0
+    if members is None or int(np.count_nonzero(members)) > CANDIDATE_SHARE * n:
+        idx = None
+        sub_keys, sub_ops, sub_seq, first = keys, ops, sequence, first_file
+    else:
+        idx = np.flatnonzero(members)
+        sub_keys = [_take(k, idx) for k in keys]
+        sub_seq = [_take(s, idx) for s in sequence]
+        sub_ops = ops[idx]
+        first = int(np.searchsorted(idx, first_file))
+    if spec.merge_engine == "first_row":
+        winner = first_wins(sub_keys, sub_ops, sub_seq)
+    else:
+        winner = newest_wins(sub_keys, sub_ops, first, sub_seq)
+    chosen = np.zeros(n, dtype=bool)
+    if idx is None:
+        chosen = winner & match
+    else:
+        chosen[idx] = winner & match[idx]
+    jobs = []
+    offset = 0
+    for f in files:
+        mine = chosen[offset : offset + f.keys.num_rows]
+        offset += f.keys.num_rows
+        if f.cursor.task.content != "delete" and mine.any():
+            jobs.append((f, mine))
+    return _map(pool, lambda job: _wide(job[0], job[1], output), jobs)
+
+
+def _map(pool: Executor | None, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+    if pool is None or len(items) <= 1:
+        return [fn(x) for x in items]
+    return list(pool.map(fn, items))
+
+
+def _wide(f: _Narrow, mine: np.ndarray, output: Sequence[str]) -> pa.Table:
+    """A file's surviving rows (``mine`` over its narrow rows) with the other columns read."""
+    cursor = f.cursor
+    local = np.flatnonzero(mine)
+    table = f.keys.take(pa.array(local))
+    if f.extra is not None:
+        among = np.flatnonzero(f.match)  # extra holds the matching rows; survivors are among them
+        table_extra = f.extra.take(pa.array(np.searchsorted(among, local)))
+        for fld in table_extra.schema:
+            if fld.name not in table.column_names:
+                table = table.append_column(fld, table_extra.column(fld.name))
+    rest = [c for c in output if c in cursor.columns and c not in table.column_names]
+    if not rest:
+        return table
+    groups = [g.index for g in cursor.groups]
+    counts = np.asarray([cursor.row_counts[g] for g in groups], dtype=np.int64)
+    ends = np.cumsum(counts)
+    at = f.at[local]  # positions among the file's loaded rows
+    group_of = np.searchsorted(ends, at, side="right")
+    in_group = at - (ends - counts)[group_of]
+    used = sorted_unique(group_of)
+    starts = np.concatenate([[0], np.cumsum(counts[used])[:-1]])
+    where = starts[np.searchsorted(used, group_of)] + in_group
+    dictionary = [c for c in cursor.dictionary if c in rest]
+    loaded = cursor.load([groups[i] for i in used.tolist()], rest, dictionary)
+    loaded = loaded.take(pa.array(where))
+    for fld in loaded.schema:
+        table = table.append_column(fld, loaded.column(fld.name))
+    return table
