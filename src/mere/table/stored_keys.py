@@ -59,9 +59,16 @@ class Resolution:
     stale: int
 
 
-def resolve(ctx: TableContext, base: int, incoming: Sequence[FileEntry], cross_partition: bool) -> Resolution:
+def resolve(
+    ctx: TableContext,
+    base: int,
+    incoming: Sequence[FileEntry],
+    cross_partition: bool,
+    removed: frozenset[int] = frozenset(),
+) -> Resolution:
     """Look up the stored versions at ``base`` of the keys in ``incoming`` (the commit's blind files, in
-    commit order) and return the markers table-wide keys need and the stale count.
+    commit order) and return the markers table-wide keys need and the stale count. ``removed``: ids of
+    stored files the commit removes (the partitions an overwrite replaces): their versions are gone.
 
     Raises:
         InvalidInput: a partial row (one lacking columns) that would move its key to another partition.
@@ -76,6 +83,7 @@ def resolve(ctx: TableContext, base: int, incoming: Sequence[FileEntry], cross_p
         for f in ctx.handle.files_at(base)
         if f.content in ("data", "delete")
         and f.bucket in buckets
+        and f.id not in removed
         and (cross_partition or (f.partition, f.bucket) in touched)
     ]
     # One file per split: its rows were settled against one another when it was written.
