@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mere.kernels import group_extremes, group_starts, numpy_sortable_array, sort_indices
 from mere.spec import OP_DELETE, OP_MERGE, OP_PUT, TableSpec
@@ -93,8 +94,57 @@ def fold(
                 [np.asarray(a.is_null().to_numpy(zero_copy_only=False)) for a in values.chunks]
             )
             valid &= ~nulls[order]
-        rows = np.flatnonzero(valid)
-        picked = values.take(pa.array(order[rows])).combine_chunks()
-        per_key = group_extremes(picked, np.ones(len(rows), dtype=bool), group[rows], len(start_pos), how)
-        columns.append(per_key.take(pa.array(survivors)))
+        columns.append(_extremes(values, valid, order, start_pos, group, how).take(pa.array(survivors)))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _extremes(
+    values: pa.ChunkedArray,
+    valid: np.ndarray,
+    order: np.ndarray,
+    start_pos: np.ndarray,
+    group: np.ndarray,
+    how: str,
+) -> pa.Array:
+    """Per key (groups of the rows in ``order``, starting at ``start_pos``), the ``how`` of its ``valid``
+    values, NULL for keys without one. A key with one valid version (most) takes it; only the versions of
+    keys with several are gathered and reduced (NumPy where the type sorts so, else Arrow)."""
+    n = len(valid)
+    pos = np.arange(n, dtype=np.int64)
+    count = np.add.reduceat(valid.astype(np.int64), start_pos)
+    best = np.maximum.reduceat(np.where(valid, pos, -1), start_pos)  # sorted position, -1: none
+    several = count > 1
+    rows = np.flatnonzero(valid & several[group]) if several.any() else np.zeros(0, dtype=np.int64)
+    replacement = None
+    if len(rows):
+        taken = values.take(pa.array(order[rows])).combine_chunks()
+        sub_starts = np.flatnonzero(np.append(True, group[rows][1:] != group[rows][:-1]))
+        picked = numpy_sortable_array(
+            taken.cast(taken.type.value_type) if pa.types.is_dictionary(taken.type) else taken
+        )
+        if picked is not None:
+            floating = picked.dtype.kind == "f"
+            reduce = (
+                (np.fmax if how == "max" else np.fmin)
+                if floating
+                else (np.maximum if how == "max" else np.minimum)
+            )
+            extreme = reduce.reduceat(picked, sub_starts)
+            at = np.cumsum(np.append(True, group[rows][1:] != group[rows][:-1])) - 1
+            hit = picked == extreme[at]
+            if floating:
+                hit |= np.isnan(picked) & np.isnan(extreme[at])
+            best[several] = np.maximum.reduceat(np.where(hit, rows, -1), sub_starts)
+        else:  # Arrow aggregates the keys of several versions; the others take their one value
+            sub_group = np.cumsum(np.append(True, group[rows][1:] != group[rows][:-1])) - 1
+            replacement = group_extremes(
+                taken, np.ones(len(rows), dtype=bool), sub_group, len(sub_starts), how
+            )
+    missing = best < 0
+    idx = pa.array(order[np.where(missing, 0, best)], mask=missing if missing.any() else None)
+    out = values.take(idx).combine_chunks()
+    if pa.types.is_dictionary(out.type):
+        out = out.cast(out.type.value_type)
+    if replacement is not None:
+        out = pc.replace_with_mask(out, pa.array(several), replacement.cast(out.type))
+    return out
