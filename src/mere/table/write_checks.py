@@ -159,8 +159,8 @@ class WriteChecks:
         columns = [c for c in self.required if c in grouped and grouped[c] != c]
         if not columns:
             return None
-        ops = rows.column(OP_COLUMN).to_numpy(zero_copy_only=False)
-        out = ops == OP_DELETE  # delete rows carry no values
+        ops = np.asarray(rows.column(OP_COLUMN).to_numpy(zero_copy_only=False))
+        out: np.ndarray = ops == OP_DELETE  # delete rows carry no values
         carried = np.ones(rows.num_rows, dtype=bool)
         for c in columns:
             for name in (grouped[c], c):
@@ -168,7 +168,7 @@ class WriteChecks:
                     carried[:] = False
                     continue
                 carried &= np.asarray(rows.column(name).is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        return out | carried
+        return np.asarray(out | carried, dtype=bool)
 
     def _net(self) -> dict[SplitKey, tuple[pa.Table, np.ndarray]]:
         """Per split, each key's net effect of this write (its rows folded in write order) and its operation."""
