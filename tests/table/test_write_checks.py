@@ -455,3 +455,27 @@ def test_not_null_group_columns_under_sequences_match_a_model(
     for e in accepted:
         t.upsert(g_batch([e]))
         assert state() == g_model(accepted)
+
+
+def test_staged_rows_leaving_out_a_not_null_group_are_checked_when_committed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    t = mere.connect(str(tmp_path_factory.mktemp("gst"))).create_table(
+        "w.g",
+        G,
+        primary_key="k",
+        buckets=2,
+        cdc_column="op",
+        sequence_by="lsn",
+        sequence_groups={"price_lsn": ["price"], "stock_lsn": ["stock"]},
+    )
+    t.commit([t.stage(g_batch([(1, 10, "full")]))])
+    # Key 1 exists: a row carrying the stock group only updates it; key 2 does not: refused, nothing lands.
+    version = t.version
+    with pytest.raises(errors.SchemaMismatch, match="price"):
+        t.commit([t.stage(g_batch([(1, 12, "stock")])), t.stage(g_batch([(2, 13, "stock")]))])
+    assert t.refresh().version == version
+    t.commit([t.stage(g_batch([(1, 12, "stock")]))])
+    t.commit([t.stage(g_batch([(1, 20, "delete")]))])
+    t.commit([t.stage(g_batch([(1, 15, "stock")]))])  # below the delete: stale, not refused
+    assert {r["k"]: (r["price"], r["stock"]) for r in t.to_arrow().to_pylist()} == {}

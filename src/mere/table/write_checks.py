@@ -114,13 +114,18 @@ class WriteChecks:
             return e.columns is None or c in e.columns
 
         partial = any(e.content != "delete" and not all(has(e, c) for c in self.required) for e in entries)
+        # A row may leave out a group holding a NOT NULL column in a file that has the column.
+        partial |= any(c in self.spec.grouped for c in self.required)
         summed = any(has(e, c) for e in entries for c in self.sum_columns)
         if not partial and not summed:
             return
         pk = list(self.spec.primary_key)
         for e in entries:
             md = table.storage.metadata(e.path, e.size_bytes)
-            wanted = [*pk, OP_COLUMN, *(c for c in self.sum_columns if has(e, c))]
+            grouped = self.spec.grouped  # NOT NULL group columns are judged row by row (see _carried)
+            checked = {c for r in self.required if r in grouped for c in (r, grouped[r])}
+            extra = [*self.sum_columns, *self.spec.sequence_by, *sorted(checked)]
+            wanted = [*pk, OP_COLUMN, *dict.fromkeys(c for c in extra if has(e, c) and c not in pk)]
             rows = table.storage.read_row_groups(e.path, range(md.num_row_groups), wanted, e.size_bytes)
             full = e.content == "delete" or all(has(e, c) for c in self.required)
             self._observe((e.partition, e.bucket), rows, full)
