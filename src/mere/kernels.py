@@ -323,6 +323,12 @@ def _sum(
     return pa.array(sums, type=values.type, mask=counts == 0)
 
 
+def group_extremes(values: pa.Array, valid: np.ndarray, group: np.ndarray, groups: int, how: str) -> pa.Array:
+    """Per group (``group``: each value's group number, non-decreasing), the ``how`` (``min`` or ``max``)
+    of its ``valid`` values (none NULL); NULL for groups without one."""
+    return _aggregate(values, valid, group, groups, how)
+
+
 def _aggregate(values: pa.Array, valid: np.ndarray, group: np.ndarray, groups: int, how: str) -> pa.Array:
     """Per group, the ``how`` (min or max) of the valid values; NULL for groups without one. Types that
     sort as NumPy values pick each group's position holding its extreme (floats: NaN only where every

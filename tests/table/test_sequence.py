@@ -369,6 +369,75 @@ def test_update_and_merge_follow_sequences(t: mere.Table) -> None:
         t.merge(pa.table({"k": [7], "p": [1], "v": ["x"]})).when_not_matched_insert_all().execute()
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    stored=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(1, 50), st.booleans()),
+        min_size=1,
+        max_size=12,
+        unique_by=lambda e: e[1],
+    ),
+    source=st.dictionaries(st.integers(0, 8), st.integers(1, 60), min_size=1, max_size=6),
+    compact=st.booleans(),
+    string_keys=st.booleans(),
+    seq=st.sampled_from([SEQ_TYPES[0], SEQ_TYPES[2]]),
+)
+def test_merge_counts_the_rows_it_writes_below_a_stored_sequence(
+    tmp_path_factory: pytest.TempPathFactory,
+    stored: list[tuple[int, int, bool]],
+    source: dict[int, int],
+    compact: bool,
+    string_keys: bool,
+    seq: SeqType,
+) -> None:
+    key_type = pa.string() if string_keys else pa.int64()
+    t = new_table(mere.connect(str(tmp_path_factory.mktemp("ms"))), "s.m", seq, key_type)
+    for i in range(0, len(stored), 4):  # a few commits, sequences in any order
+        part = stored[i : i + 4]
+        t.upsert(batch_of([Event(k, q, "d" if d else "u", f"s{q}") for k, q, d in part], seq, key_type))
+    if compact:
+        t.compact()
+    # The model: each key's highest stored sequence (a row's or a delete's) and its live winner.
+    top: dict[int, tuple[int, bool]] = {}
+    for k, q, d in stored:
+        if k not in top or q > top[k][0]:
+            top[k] = (q, d)
+    live = {k for k, (_, d) in top.items() if not d}
+    src = pa.table(
+        {
+            "k": pa.array([key_value(k, key_type) for k in source], key_type),
+            "p": [k % 2 for k in source],
+            "v": [f"m{q}" for q in source.values()],
+            "seq": pa.array([seq.values(q)[0] for q in source.values()], seq.fields[0].type),
+        }
+    )
+    m = t.merge(src).when_matched_update_all().when_not_matched_insert_all().execute()
+    assert m.updated == len(live & source.keys())
+    want_stale = sum(1 for k, q in source.items() if k in top and q < top[k][0])
+    assert m.stale_rows == want_stale
+    assert next(s for s in t.history() if s.version == m.version).summary.get("stale_rows") == want_stale
+    want = {k: f"s{q}" for k, (q, d) in top.items() if not d}
+    for k, q in source.items():
+        if k not in top or q >= top[k][0]:
+            want[k] = f"m{q}"
+    assert {r["k"]: r["v"] for r in table_rows(t).values()} == {
+        key_value(k, key_type): v for k, v in want.items()
+    }
+
+
+def test_merge_metrics_of_a_replayed_merge_keep_the_stale_count(t: mere.Table) -> None:
+    up(t, (1, 5, "u", "a"), (3, 8, "d", ""))
+    source = pa.table({"k": [1, 2, 3], "p": [1, 0, 1], "v": ["x", "y", "z"], "seq": [4, 1, 7]})
+    merge = t.merge(source).when_matched_update_all().when_not_matched_insert_all()
+    m = merge.execute(idempotency_key="m-1")
+    assert (m.updated, m.inserted, m.stale_rows) == (1, 2, 2)  # 1 below 5, 3 below its delete at 8
+    again = (
+        t.merge(source).when_matched_update_all().when_not_matched_insert_all().execute(idempotency_key="m-1")
+    )
+    assert again.already_committed and again.stale_rows == 2
+    assert rows(t) == [(1, "a", 5), (2, "y", 1)]
+
+
 def test_the_change_feed_skips_late_events(t: mere.Table) -> None:
     start = up(t, (1, 5, "u", "a"), (2, 5, "u", "b")).version
     up(t, (1, 3, "u", "late"), (2, 6, "u", "new"), (3, 1, "d", ""))

@@ -345,3 +345,137 @@ def test_property_sums_never_overflow_and_match_a_model(local_cat: mere.Catalog,
             with pytest.raises(errors.SumOverflow):
                 t.upsert(data)
         assert {r["id"]: r["q"] for r in t.scan(columns=["id", "q"]).to_arrow().to_pylist()} == model
+
+
+# -- NOT NULL columns in sequence groups --------------------------------------------------------------------
+
+G = pa.schema(
+    [
+        pa.field("k", pa.int64(), nullable=False),
+        pa.field("price", pa.int64(), nullable=False),
+        pa.field("price_lsn", pa.int64()),
+        pa.field("stock", pa.int64()),
+        pa.field("stock_lsn", pa.int64()),
+        pa.field("lsn", pa.int64()),
+        pa.field("op", pa.string()),
+    ]
+)
+# (key, sequence, kind): a whole row, a row carrying the stock group only, or a delete.
+G_EVENT = st.tuples(st.integers(0, 4), st.integers(1, 10_000), st.sampled_from(["full", "stock", "delete"]))
+
+
+def g_batch(events: list[tuple[int, int, str]]) -> pa.Table:
+    """One batch: rows not carrying the price group hold NULL in it (its sequence NULL)."""
+    rows = []
+    for k, s, kind in events:
+        full = kind == "full"
+        rows.append(
+            dict(
+                k=k,
+                price=s if full else None,
+                price_lsn=s if full else None,
+                stock=s if kind != "delete" else None,
+                stock_lsn=s if kind != "delete" else None,
+                lsn=s,
+                op="d" if kind == "delete" else "u",
+            )
+        )
+    return pa.Table.from_pylist(rows, schema=G)
+
+
+def g_model(events: list[tuple[int, int, str]]) -> dict[int, tuple[int | None, int]]:
+    """Each key's (price, stock) from events applied in sequence order (a delete clears every group)."""
+    state: dict[int, tuple[int | None, int]] = {}
+    for k, s, kind in sorted(events, key=lambda e: e[1]):
+        if kind == "delete":
+            state.pop(k, None)
+        elif kind == "full":
+            state[k] = (s, s)
+        else:
+            state[k] = (state[k][0] if k in state else None, s)
+    return state
+
+
+def recreated(events: list[tuple[int, int, str]]) -> bool:
+    """Whether a batch deletes a key and then (in sequence order) carries it on without a whole row."""
+    for key in {e[0] for e in events}:
+        mine = sorted((e for e in events if e[0] == key), key=lambda e: e[1])
+        deletes = [i for i, e in enumerate(mine) if e[2] == "delete"]
+        after = mine[deletes[-1] + 1 :] if deletes else []
+        if after and all(e[2] == "stock" for e in after):
+            return True
+    return False
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_not_null_group_columns_under_sequences_match_a_model(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    events = data.draw(st.lists(G_EVENT, min_size=1, max_size=16, unique_by=lambda e: e[1]))
+    stream = data.draw(st.permutations(events + data.draw(st.lists(st.sampled_from(events), max_size=4))))
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(stream) - 1)), max_size=5)))
+    compact_after = data.draw(st.sets(st.integers(0, 5)))
+    t = mere.connect(str(tmp_path_factory.mktemp("gnn"))).create_table(
+        "w.g",
+        G,
+        primary_key="k",
+        buckets=2,
+        cdc_column="op",
+        sequence_by="lsn",
+        sequence_groups={"price_lsn": ["price"], "stock_lsn": ["stock"]},
+        properties={"compaction.auto": "off"},
+    )
+    accepted: list[tuple[int, int, str]] = []
+
+    def state() -> dict[int, tuple[int | None, int]]:
+        return {r["k"]: (r["price"], r["stock"]) for r in t.to_arrow().to_pylist()}
+
+    for i, (lo, hi) in enumerate(zip([0, *cuts], [*cuts, len(stream)])):
+        batch = stream[lo:hi]
+        if not batch:
+            continue
+        before = t.version
+        try:
+            t.upsert(g_batch(batch))
+        except errors.SchemaMismatch:
+            assert t.refresh().version == before  # refused: nothing committed
+            # Refused only where the events would leave a live key without its NOT NULL price, or where
+            # the batch deletes a key and brings it back without it (refused whatever is stored above).
+            assert any(p is None for p, _ in g_model(accepted + batch).values()) or recreated(batch)
+        else:
+            accepted += batch
+        want = g_model(accepted)
+        assert all(p is not None for p, _ in want.values())  # NOT NULL holds
+        assert state() == want
+        if i in compact_after:
+            t.compact()
+    # A replay of any accepted event is never refused (a late event after a delete is stale, not new),
+    # and changes nothing.
+    for e in accepted:
+        t.upsert(g_batch([e]))
+        assert state() == g_model(accepted)
+
+
+def test_staged_rows_leaving_out_a_not_null_group_are_checked_when_committed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    t = mere.connect(str(tmp_path_factory.mktemp("gst"))).create_table(
+        "w.g",
+        G,
+        primary_key="k",
+        buckets=2,
+        cdc_column="op",
+        sequence_by="lsn",
+        sequence_groups={"price_lsn": ["price"], "stock_lsn": ["stock"]},
+    )
+    t.commit([t.stage(g_batch([(1, 10, "full")]))])
+    # Key 1 exists: a row carrying the stock group only updates it; key 2 does not: refused, nothing lands.
+    version = t.version
+    with pytest.raises(errors.SchemaMismatch, match="price"):
+        t.commit([t.stage(g_batch([(1, 12, "stock")])), t.stage(g_batch([(2, 13, "stock")]))])
+    assert t.refresh().version == version
+    t.commit([t.stage(g_batch([(1, 12, "stock")]))])
+    t.commit([t.stage(g_batch([(1, 20, "delete")]))])
+    t.commit([t.stage(g_batch([(1, 15, "stock")]))])  # below the delete: stale, not refused
+    assert {r["k"]: (r["price"], r["stock"]) for r in t.to_arrow().to_pylist()} == {}

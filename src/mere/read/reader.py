@@ -23,7 +23,7 @@ from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.footer import primitive_leaf
 from mere.kernels import group_starts, numpy_sortable_array, reduce_versions, sort_indices
-from mere.read import counting, lookup, selective
+from mere.read import counting, lookup, order_free, selective
 from mere.read.evolution import (
     FileColumns,
     file_columns,
@@ -674,6 +674,10 @@ class SplitReader:
             return self._merge_last(parts)
         if whole and spec.merge_engine == "first_row":
             return self._merge_last(parts, first=True)
+        if whole and order_free.applies(spec, value_cols):
+            tables = [plain_columns(p, spec.schema) for _, p in parts]
+            ops = np.concatenate([_ops(p) for p in tables])
+            return order_free.fold(tables, ops, _sequence(tables, spec), spec, self.needed), False
         return self._merge_general(parts, value_cols), False
 
     def _merge_last(

@@ -235,6 +235,9 @@ class StagedChange:
     counts: Mapping[str, int] = field(default_factory=dict)  # what the operation did (a MERGE's counts)
     table_uuid: str | None = None
     written_since: int | None = None  # when its files began to be written (microseconds; see Commit)
+    # An overwrite's partitions (JSON) its input rows name: a dynamic overwrite replaces them, also one
+    # no file was written in (table-wide keys: each of its rows moved to another partition in the batch).
+    partitions: tuple[str, ...] = ()
 
 
 def renumber(files: Iterable[FileEntry], *, keep_seq: bool = False) -> list[FileEntry]:
@@ -508,27 +511,33 @@ class Commit:
         self.resolved = []
 
     def _blind(self) -> list[Change]:
-        """Changes whose rows were written blind (upserts, CDC batches, deletes of given keys)."""
+        """Changes whose rows were written blind (upserts, CDC batches, deletes of given keys; with
+        table-wide keys also overwrites: their keys may live in partitions they do not replace)."""
+        kinds = ("upsert", "delete", "overwrite") if self.ctx.spec.cross_partition else ("upsert", "delete")
         return [
             c
             for c in self.changes
-            if c.operation in ("upsert", "delete") and c.recipe is None and c.restores is None and c.files
+            if c.operation in kinds and c.recipe is None and c.restores is None and c.files
         ]
 
-    def _resolve(self, base: int) -> tuple[list[FileEntry], dict[str, Any], Rule | None]:
+    def _resolve(
+        self, base: int, removed: Sequence[FileEntry] = ()
+    ) -> tuple[list[FileEntry], dict[str, Any], Rule | None]:
         """Look up the stored versions of the blind changes' keys at ``base`` (see
         :mod:`mere.table.stored_keys`): table-wide keys get their markers in other partitions (written
-        here, with the rule that keeps them right), tables with ``sequence_by`` their stale count."""
+        here, with the rule that keeps them right), tables with ``sequence_by`` their stale count.
+        ``removed``: the stored files this commit removes (an overwrite's partitions), not looked at."""
         ctx = self.ctx
         spec = ctx.spec
         blind = self._blind()
         if not blind or not (spec.cross_partition or spec.sequence_by):
             return [], {}, None
-        upserts = [f for c in blind if c.operation == "upsert" for f in c.files]
+        upserts = [f for c in blind if c.operation in ("upsert", "overwrite") for f in c.files]
         if not spec.cross_partition and not upserts:
             return [], {}, None  # stale counts are the upserts'
         incoming = [f for c in blind for f in c.files]
-        found = resolve(ctx, base, incoming, spec.cross_partition)
+        gone = frozenset(f.id for f in removed if f.id is not None)
+        found = resolve(ctx, base, incoming, spec.cross_partition, gone)
         summary: dict[str, Any] = {}
         if spec.sequence_by and upserts:
             summary[STALE_ROWS] = found.stale
@@ -571,7 +580,6 @@ class Commit:
             self.read_version = current(ctx)  # the checks read the table: at its newest version
         base = self.read_version
         self.drop_resolved()
-        self.resolved, resolved_summary, resolved_rule = self._resolve(base)
         removed: list[FileEntry] = []
         removed_ids: list[int] = []
         partitions: set[str] | None = set()
@@ -581,6 +589,7 @@ class Commit:
             removed_ids += c.removes.ids()
             touched = c.removes.touched(gone, c.files)
             partitions = None if partitions is None or touched is None else partitions | set(touched)
+        self.resolved, resolved_summary, resolved_rule = self._resolve(base, removed)
         if partitions is not None and self.resolved:
             partitions |= {f.partition for f in self.resolved}
         # Markers in other partitions come last: in their splits they are the commit's newest rows.

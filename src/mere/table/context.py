@@ -29,7 +29,7 @@ from mere.metadata import (
     TableRecord,
     VersionRangeChanges,
 )
-from mere.partitions import partition_string
+from mere.partitions import partition_json, partition_string, partition_value_strings
 from mere.spec import DEFAULT_COMPRESSION, TableSpec
 from mere.table.scan import Scan, ScannedTable
 from mere.write.writer import (
@@ -300,12 +300,18 @@ class DataFiles:
         self.storage.discard(e.path for e in entries)
 
     def write_data(
-        self, data: Any, *, partial_ok: bool, check: Callable[[list[PreparedFile]], None] | None = None
+        self,
+        data: Any,
+        *,
+        partial_ok: bool,
+        check: Callable[[list[PreparedFile]], None] | None = None,
+        partitions: set[str] | None = None,
     ) -> tuple[list[FileEntry], int, int]:
         """Write input rows chunk by chunk; ``check`` sees each chunk's prepared files before they are
         written. Returns the entries, the rows and the stale rows (tables with ``sequence_by``: rows a row
         of the same key with a higher sequence in the same chunk replaced); on failure the files written
-        so far are deleted."""
+        so far are deleted. ``partitions`` collects the partitions (JSON) the input rows name, also those
+        no file is written in (table-wide keys: every row there moved to another partition in the batch)."""
         entries: list[FileEntry] = []
         rows = stale = 0
         try:
@@ -313,6 +319,8 @@ class DataFiles:
                 table, ops = conform(chunk, self.spec, partial_ok=partial_ok, identifier=self.name)
                 del chunk
                 rows += table.num_rows
+                if partitions is not None and table.num_rows:
+                    partitions.update(partition_json(v) for v in partition_value_strings(self.spec, table)[1])
                 prepared = prepare(self.spec, table, ops, identifier=self.name)
                 del table
                 if check is not None:

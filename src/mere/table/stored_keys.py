@@ -59,9 +59,16 @@ class Resolution:
     stale: int
 
 
-def resolve(ctx: TableContext, base: int, incoming: Sequence[FileEntry], cross_partition: bool) -> Resolution:
+def resolve(
+    ctx: TableContext,
+    base: int,
+    incoming: Sequence[FileEntry],
+    cross_partition: bool,
+    removed: frozenset[int] = frozenset(),
+) -> Resolution:
     """Look up the stored versions at ``base`` of the keys in ``incoming`` (the commit's blind files, in
-    commit order) and return the markers table-wide keys need and the stale count.
+    commit order) and return the markers table-wide keys need and the stale count. ``removed``: ids of
+    stored files the commit removes (the partitions an overwrite replaces): their versions are gone.
 
     Raises:
         InvalidInput: a partial row (one lacking columns) that would move its key to another partition.
@@ -76,6 +83,7 @@ def resolve(ctx: TableContext, base: int, incoming: Sequence[FileEntry], cross_p
         for f in ctx.handle.files_at(base)
         if f.content in ("data", "delete")
         and f.bucket in buckets
+        and f.id not in removed
         and (cross_partition or (f.partition, f.bucket) in touched)
     ]
     # One file per split: its rows were settled against one another when it was written.
@@ -113,38 +121,108 @@ def _stale_by_search(
         return None
     if not pa.types.is_integer(spec.schema.field(pk[0]).type):
         return None
-    columns = [*pk, *seq, OP_COLUMN]
-    files: list[tuple[FileEntry, tuple[pa.Table, np.ndarray | None]]] = list(
-        zip(stored, io_pool().map(lambda f: _file_versions(ctx, f, columns), stored))
-    )
-    if any(keys is None for _, (_, keys) in files):
-        return None
     splits = new.column(_PART).to_numpy().astype(np.int64) * (1 << 32) + new.column(_BUCKET).to_numpy()
+    wanted = np.unique(splits)
+    by_split: dict[int, list[FileEntry]] = {int(s): [] for s in wanted}
+    codes = {p: i for i, p in enumerate(partitions)}
+    for f in stored:
+        code = codes.get(f.partition)
+        if code is not None and code * (1 << 32) + f.bucket in by_split:
+            by_split[code * (1 << 32) + f.bucket].append(f)
+    indexes = list(
+        io_pool().map(lambda s: _split_index(ctx, partitions[s >> 32], s & 0xFFFFFFFF, by_split[s]), by_split)
+    )
+    if any(ix is None for ix in indexes):
+        return None
     stale = 0
     keys_new = new.column(pk[0]).to_numpy()
     seq_new = new.column(seq[0]).to_numpy().astype(np.int64)
-    for split in np.unique(splits):
+    for split, index in zip(by_split, indexes):
+        assert index is not None
+        keys, highest = index
         mine = np.flatnonzero(splits == split)
-        probe_order = np.argsort(keys_new[mine], kind="stable")
-        probe = keys_new[mine][probe_order]
-        highest = np.full(len(probe), np.iinfo(np.int64).min, dtype=np.int64)
-        bucket, partition = int(split) & 0xFFFFFFFF, partitions[int(split) >> 32]
-        mine_seq = seq_new[mine][probe_order]
-        for f, (rows, keys) in files:
-            if f.bucket != bucket or f.partition != partition:
-                continue
-            assert keys is not None
-            # Only rows below the file's highest sequence (by statistics) can be stale against it.
-            bounds = _bounds(ctx, [f], seq[0])
-            at = np.flatnonzero(mine_seq < bounds[1]) if bounds is not None else np.arange(len(probe))
-            pos = np.searchsorted(keys, probe[at])
-            inside = np.flatnonzero(pos < len(keys))
-            found = inside[keys[pos[inside]] == probe[at][inside]]
-            values = rows.column(seq[0]).to_numpy()
-            hit = at[found]
-            highest[hit] = np.maximum(highest[hit], values[pos[found]].astype(np.int64))
-        stale += int(np.count_nonzero(mine_seq < highest))
+        if not len(keys) or not len(mine):
+            continue
+        order = np.argsort(keys_new[mine], kind="stable")  # sorted probes search faster
+        probe = keys_new[mine][order]
+        pos = np.minimum(np.searchsorted(keys, probe), len(keys) - 1)
+        found = keys[pos] == probe
+        stale += int(np.count_nonzero(found & (seq_new[mine][order] < highest[pos])))
     return stale
+
+
+# Per split, its stored keys (sorted, unique) with the highest sequence stored for each (any version,
+# deletes too), kept for the files it was built from: the next commit to the split merges only the files
+# added since (a stream's commit adds one), instead of searching every file of the split again.
+INDEX_BYTES = 256 << 20
+_index: OrderedDict[tuple[str, str, int], tuple[frozenset[str], np.ndarray, np.ndarray]] = OrderedDict()
+_index_bytes = 0
+
+
+def _split_index(
+    ctx: TableContext, partition: str, bucket: int, files: Sequence[FileEntry]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The keys of a split's ``files`` and each one's highest stored sequence (None: a file's keys are not
+    one strictly increasing integer column)."""
+    global _index_bytes
+    spec, storage = ctx.spec, ctx.storage
+    columns = [*spec.primary_key, *spec.sequence_by, OP_COLUMN]
+    paths = {storage.full_path(f.path): f for f in files}
+    name = (storage.full_path(ctx.location), partition, bucket)
+    with _cache_lock:
+        hit = _index.get(name) if not spec.evolved else None
+    if hit is not None and hit[0] <= paths.keys():
+        have, keys, highest = hit
+        todo = [f for p, f in paths.items() if p not in have]
+    else:
+        keys, highest = np.empty(0, np.int64), np.empty(0, np.int64)
+        todo = list(files)
+    for f in todo:
+        rows, file_keys = _file_versions(ctx, f, columns)
+        if rows.num_rows == 0:
+            continue
+        if file_keys is None:
+            return None
+        keys, highest = _merged(keys, highest, file_keys, rows.column(spec.sequence_by[0]).to_numpy())
+    if not spec.evolved and (todo or hit is None):
+        with _cache_lock:
+            old = _index.pop(name, None)
+            if old is not None:
+                _index_bytes -= old[1].nbytes + old[2].nbytes
+            _index[name] = (frozenset(paths), keys, highest)
+            _index_bytes += keys.nbytes + highest.nbytes
+            while _index_bytes > INDEX_BYTES and _index:
+                _, (_, k, h) = _index.popitem(last=False)
+                _index_bytes -= k.nbytes + h.nbytes
+    return keys, highest
+
+
+def _merged(
+    keys: np.ndarray, highest: np.ndarray, more: np.ndarray, sequence: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique ``keys`` with their highest sequence, and one file's (sorted, unique) keys merged in:
+    a copy (the cached arrays are shared with other threads)."""
+    sequence = sequence.astype(np.int64, copy=False)
+    more = more.astype(keys.dtype, copy=False) if len(keys) else more
+    if not len(keys):
+        return more.copy(), sequence.copy()
+    pos = np.searchsorted(keys, more)
+    inside = pos < len(keys)
+    hit = np.zeros(len(more), dtype=bool)
+    hit[inside] = keys[pos[inside]] == more[inside]
+    highest = highest.copy()
+    highest[pos[hit]] = np.maximum(highest[pos[hit]], sequence[hit])
+    miss = np.flatnonzero(~hit)
+    if not len(miss):
+        return keys, highest
+    at = pos[miss] + np.arange(len(miss))  # where the new keys land in the merged arrays
+    old = np.ones(len(keys) + len(miss), dtype=bool)
+    old[at] = False
+    out_keys = np.empty(len(old), dtype=keys.dtype)
+    out_high = np.empty(len(old), dtype=np.int64)
+    out_keys[at], out_high[at] = more[miss], sequence[miss]
+    out_keys[old], out_high[old] = keys, highest
+    return out_keys, out_high
 
 
 def _stored_high(ctx: TableContext, stored: Sequence[FileEntry]) -> tuple[Any] | None:

@@ -114,13 +114,18 @@ class WriteChecks:
             return e.columns is None or c in e.columns
 
         partial = any(e.content != "delete" and not all(has(e, c) for c in self.required) for e in entries)
+        # A row may leave out a group holding a NOT NULL column in a file that has the column.
+        partial |= any(c in self.spec.grouped for c in self.required)
         summed = any(has(e, c) for e in entries for c in self.sum_columns)
         if not partial and not summed:
             return
         pk = list(self.spec.primary_key)
         for e in entries:
             md = table.storage.metadata(e.path, e.size_bytes)
-            wanted = [*pk, OP_COLUMN, *(c for c in self.sum_columns if has(e, c))]
+            grouped = self.spec.grouped  # NOT NULL group columns are judged row by row (see _carried)
+            checked = {c for r in self.required if r in grouped for c in (r, grouped[r])}
+            extra = [*self.sum_columns, *self.spec.sequence_by, *sorted(checked)]
+            wanted = [*pk, OP_COLUMN, *dict.fromkeys(c for c in extra if has(e, c) and c not in pk)]
             rows = table.storage.read_row_groups(e.path, range(md.num_row_groups), wanted, e.size_bytes)
             full = e.content == "delete" or all(has(e, c) for c in self.required)
             self._observe((e.partition, e.bucket), rows, full)
@@ -130,14 +135,45 @@ class WriteChecks:
     ) -> None:
         if full is None:
             full = OP_COLUMN in rows.column_names and all(c in rows.column_names for c in self.required)
-        self.partial |= not full
+        carries = self._carried(rows) if full is True and OP_COLUMN in rows.column_names else None
+        self.partial |= not full or (carries is not None and not carries.all())
         pk = list(self.spec.primary_key)
-        keep = rows.select([*pk, OP_COLUMN, *(c for c in self.sum_columns if c in rows.column_names)])
-        flag = pa.array(np.ones(rows.num_rows, dtype=bool)) if full else pa.nulls(rows.num_rows, pa.bool_())
+        keep = rows.select(
+            [
+                *pk,
+                OP_COLUMN,
+                *(c for c in self.sum_columns if c in rows.column_names),
+                *(c for c in self.spec.sequence_by if c in rows.column_names),
+            ]
+        )
+        if carries is not None:
+            flag = pa.array(np.ones(rows.num_rows, dtype=bool), mask=~carries)
+        else:
+            flag = (
+                pa.array(np.ones(rows.num_rows, dtype=bool)) if full else pa.nulls(rows.num_rows, pa.bool_())
+            )
         at = 0 if first else len(self.rows[key])
         self.rows[key].insert(at, keep.append_column(_FULL, flag))
         self.tags[key].insert(at, tag)
         self._reduced = None
+
+    def _carried(self, rows: pa.Table) -> np.ndarray | None:
+        """Sequence groups: which rows carry every NOT NULL column of a group (the group's sequence and
+        the value not NULL; a row not carrying a group lacks its columns). None: no such column."""
+        grouped = self.spec.grouped
+        columns = [c for c in self.required if c in grouped and grouped[c] != c]
+        if not columns:
+            return None
+        ops = np.asarray(rows.column(OP_COLUMN).to_numpy(zero_copy_only=False))
+        out: np.ndarray = ops == OP_DELETE  # delete rows carry no values
+        carried = np.ones(rows.num_rows, dtype=bool)
+        for c in columns:
+            for name in (grouped[c], c):
+                if name not in rows.column_names:
+                    carried[:] = False
+                    continue
+                carried &= np.asarray(rows.column(name).is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        return np.asarray(out | carried, dtype=bool)
 
     def _net(self) -> dict[SplitKey, tuple[pa.Table, np.ndarray]]:
         """Per split, each key's net effect of this write (its rows folded in write order) and its operation."""
@@ -146,6 +182,7 @@ class WriteChecks:
             fields += [
                 pa.field(OP_COLUMN, pa.int8()),
                 *(self.spec.schema.field(c) for c in self.sum_columns),
+                *(self.spec.schema.field(c) for c in self.spec.sequence_by),
                 pa.field(_FULL, pa.bool_()),
             ]
             schema = pa.schema([f.with_nullable(True) for f in fields])
@@ -183,19 +220,28 @@ class WriteChecks:
     def verify(self, table: TableHandle, base: int) -> ChecksHold:
         """Check the rules at ``base``; returns the conflict rule for what lands after ``base``."""
         net = self._net()
-        must_exist = self._check_fresh_rows(net) if self.partial else {}
+        must_exist = self._check_fresh_rows(net, table, base) if self.partial else {}
         headroom = self._check_sums(table, base, net) if self.sum_columns else {}
         if must_exist:
             self._check_existing(table, base, must_exist)
         return ChecksHold(frozenset(split_label(k) for k in net), bool(must_exist), headroom)
 
-    def _check_fresh_rows(self, net: dict[SplitKey, tuple[pa.Table, np.ndarray]]) -> dict[SplitKey, pa.Table]:
-        """Refuse keys this write (re)creates without NOT NULL columns; return those that must exist already."""
+    def _check_fresh_rows(
+        self, net: dict[SplitKey, tuple[pa.Table, np.ndarray]], table: TableHandle, base: int
+    ) -> dict[SplitKey, pa.Table]:
+        """Refuse keys this write (re)creates without NOT NULL columns; return those that must exist already.
+        With ``sequence_by``, a row below its key's stored delete creates nothing (it is stale)."""
         pk = list(self.spec.primary_key)
         must_exist: dict[SplitKey, pa.Table] = {}
         for key, (rows, ops) in net.items():
             lacking = rows.column(_FULL).is_null().to_numpy(zero_copy_only=False)
             fresh = lacking & (ops == OP_PUT)
+            if fresh.any() and self.spec.sequence_by:
+                at = np.flatnonzero(fresh)
+                mine = rows.take(pa.array(at)).select([*pk, *self.spec.sequence_by])
+                below = at[_stale(table, base, key, mine, self.spec)]
+                fresh[below] = False
+                lacking[below] = False
             if fresh.any():
                 example = rows.filter(pa.array(fresh)).select(pk).slice(0, 1).to_pylist()[0]
                 raise SchemaMismatch(
@@ -204,7 +250,7 @@ class WriteChecks:
                 )
             merging = lacking & (ops == OP_MERGE)
             if merging.any():
-                must_exist[key] = rows.filter(pa.array(merging)).select(pk)
+                must_exist[key] = rows.filter(pa.array(merging)).select([*pk, *self.spec.sequence_by])
         return must_exist
 
     def _check_existing(self, table: TableHandle, base: int, must_exist: dict[SplitKey, pa.Table]) -> None:
@@ -217,6 +263,10 @@ class WriteChecks:
                 if have is not None and have.num_rows
                 else np.zeros(wanted.num_rows, dtype=bool)
             )
+            if not found.all() and self.spec.sequence_by:
+                # A row older than its key's stored version (a delete's, a tombstone's) is stale: merge on
+                # read ignores it, so it creates nothing (a replayed event after a delete).
+                found |= _stale(table, base, key, wanted, self.spec)
             if not found.all():
                 example = wanted.filter(pa.array(~found)).slice(0, 1).to_pylist()[0]
                 raise SchemaMismatch(
@@ -257,6 +307,52 @@ class WriteChecks:
                     peak = _exact_peak(rows, ops, current.get(key), pk, col, self.identifier)
                     headroom[col] = min(headroom.get(col, limit), limit - peak)
         return headroom
+
+
+def _stale(table: TableHandle, base: int, split: SplitKey, wanted: pa.Table, spec: TableSpec) -> np.ndarray:
+    """Which ``wanted`` rows (keys and sequences) lie below their key's stored delete in the split at
+    ``base``: the key's stored version of highest sequence is a delete (a marker, a tombstone) above the
+    row's, so the key ends deleted whatever the row carries."""
+    pk, seq = list(spec.primary_key), list(spec.sequence_by)
+    files = [
+        f
+        for f in table.files_at(base)
+        if (f.partition, f.bucket) == split and f.content in ("data", "delete")
+    ]
+    parts = []
+    columns = [*pk, *seq, OP_COLUMN]
+    fields = [
+        *(spec.schema.field(c).with_nullable(True) for c in [*pk, *seq]),
+        pa.field(OP_COLUMN, pa.int8()),
+    ]
+    for f in files:
+        md = table.storage.metadata(f.path, f.size_bytes)
+        rows = table.storage.read_row_groups(f.path, range(md.num_row_groups), columns, f.size_bytes)
+        parts.append(_align(rows, pa.schema(fields)))
+    out = np.zeros(wanted.num_rows, dtype=bool)
+    if not parts:
+        return out
+    stored = pa.concat_tables(parts)
+    order = sort_indices([stored.column(c) for c in [*pk, *seq]])
+    stored = stored.take(pa.array(order))
+    starts = group_starts([stored.column(c) for c in pk], stored.num_rows)
+    ends = np.append(np.flatnonzero(starts)[1:], stored.num_rows) - 1
+    top = stored.take(pa.array(ends))  # each stored key's version of highest sequence
+    top = top.filter(pc.equal(top.column(OP_COLUMN), pa.scalar(OP_DELETE, pa.int8()))).drop_columns(
+        [OP_COLUMN]
+    )
+    marked = wanted.append_column("__row__", pa.array(np.arange(wanted.num_rows)))
+    renamed = top.rename_columns([*pk, *(f"__top_{c}" for c in seq)])
+    joined = marked.join(renamed, keys=pk, join_type="inner")
+    less = pa.array(np.zeros(joined.num_rows, dtype=bool))
+    equal = pa.array(np.ones(joined.num_rows, dtype=bool))
+    for c in seq:  # lexicographic over the sequence columns
+        mine, theirs = joined.column(c), joined.column(f"__top_{c}").cast(joined.column(c).type)
+        less = pc.or_(less, pc.and_(equal, pc.less(mine, theirs)))
+        equal = pc.and_(equal, pc.equal(mine, theirs))
+    rows = joined.column("__row__").to_numpy()
+    out[rows] = np.asarray(less.to_numpy(zero_copy_only=False), dtype=bool)
+    return out
 
 
 def _align(table: pa.Table, schema: pa.Schema) -> pa.Table:

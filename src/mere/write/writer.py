@@ -215,6 +215,11 @@ def conform(
                 nulls = col.is_null().to_numpy(zero_copy_only=False)
                 if ops is not None:
                     nulls &= ops == OP_MERGE  # change rows that delete a key (or are ignored) carry no values
+                group = spec.grouped.get(f.name)
+                if partial_ok and group not in (None, f.name) and group in names:
+                    # A row whose group sequence is NULL does not carry the group: its NULLs are no values
+                    # (the write checks then treat the row as one lacking the column).
+                    nulls &= table.column(group).is_valid().to_numpy(zero_copy_only=False)
                 if nulls.any():
                     raise SchemaMismatch(f"{identifier}: non-nullable column {f.name!r} holds nulls")
             arrays.append(col)

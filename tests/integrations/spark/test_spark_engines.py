@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from pyspark.sql import SparkSession
+from sparkutil import write
 
 import mere
 
@@ -58,3 +60,25 @@ def test_first_row_through_the_streaming_sink(spark: SparkSession, wh: str, tmp_
     assert {r["id"]: (r["v"], r["lsn"]) for r in t.to_arrow().to_pylist()} == want
     t.compact()
     assert {r["id"]: (r["v"], r["lsn"]) for r in t.to_arrow().to_pylist()} == want
+
+
+def test_the_batch_sink_creates_a_first_row_table_and_checks_the_engine(spark: SparkSession, wh: str) -> None:
+    events = spark.createDataFrame(
+        [(1, "a5", 5), (1, "a2", 2), (2, "b7", 7), (2, "b9", 9)], "id long, v string, lsn long"
+    ).repartition(2)
+    write(events, wh, "batch.firsts", primary_key="id", sequence_by="lsn", merge_operators="first_row")
+    t = mere.connect(wh).table("batch.firsts")
+    assert t.spec.merge_engine == "first_row"
+    assert {r["id"]: r["v"] for r in t.to_arrow().to_pylist()} == {1: "a2", 2: "b7"}
+    # The engine given as a JSON string matches the table; later rows of a key are ignored (stale).
+    late = spark.createDataFrame([(1, "a1", 1), (2, "b8", 8)], "id long, v string, lsn long")
+    write(late, wh, "batch.firsts", merge_operators='"first_row"')
+    assert {r["id"]: r["v"] for r in t.to_arrow().to_pylist()} == {1: "a1", 2: "b7"}
+    # Per-column operators do not describe a first_row table: refused, nothing written.
+    version = t.version
+    with pytest.raises(Exception, match="different spec"):
+        write(late, wh, "batch.firsts", merge_operators='{"v": "last"}')
+    assert t.refresh().version == version
+    with pytest.raises(Exception, match="merge engine"):
+        write(late, wh, "batch.other", primary_key="id", merge_operators="last_row")
+    assert not mere.connect(wh).exists("batch.other")

@@ -84,3 +84,32 @@ def test_cdc_writes_moving_keys_leave_one_row_per_key(spark: SparkSession, wh: s
     assert query.exception() is None
     model.update({5: ("open", 1), 6: ("open", 2), 7: ("done", 4)})
     assert _rows(t) == model
+
+
+def test_a_dynamic_overwrite_moves_keys_out_of_other_partitions(spark: SparkSession, wh: str) -> None:
+    t = mere.connect(wh).create_table(
+        "shop.snap",
+        SCHEMA.remove(SCHEMA.get_field_index("op")),
+        primary_key="id",
+        partition_by="status",
+        buckets=2,
+    )
+    assert t.key_scope == "table"
+    t.upsert(
+        pa.table(
+            {
+                "id": [1, 2, 3, 4],
+                "status": ["open", "open", "done", "done"],
+                "v": [1, 2, 3, 4],
+                "lsn": [0] * 4,
+            }
+        )
+    )
+    # Dynamic: 'shipped' and 'done' are replaced (3 and 4 go); keys 1 and 2 move out of 'open'.
+    df = spark.createDataFrame(
+        [(1, "shipped", 10, 0), (5, "done", 50, 0), (2, "done", 20, 0)],
+        "id long, status string, v long, lsn long",
+    ).coalesce(1)
+    write(df, wh, "shop.snap", mode="overwrite", partitionOverwriteMode="dynamic")
+    assert _rows(t) == {1: ("shipped", 10), 2: ("done", 20), 5: ("done", 50)}
+    assert t.history()[-1].summary.get("moved_keys", 0) == 2

@@ -47,7 +47,7 @@ only that partition), ``partitionOverwriteMode`` (``static`` or ``dynamic``; def
 only the partitions the DataFrame has rows in, as Delta and Iceberg do), ``idempotency_key`` (a rerun with the same key is not applied twice), ``flush_rows``
 (rows a task buffers before it writes files, default 250,000), and to create
 a missing table: ``primary_key``, ``partition_by`` (comma-separated), ``buckets``, ``cdc_column``,
-``merge_operators`` (JSON object), ``sequence_by`` (comma-separated), or ``create`` = ``true`` for a table without key. Without one of
+``merge_operators`` (JSON object of column -> operator, or ``first_row``), ``sequence_by`` (comma-separated), or ``create`` = ``true`` for a table without key. Without one of
 them a missing table is :class:`~mere.errors.NoSuchTable` (a typo never creates a table); given for an
 existing table they must describe it. ``.partitionBy(...)`` names ``partition_by`` once :func:`register`
 (or :func:`local_session`) installed :func:`install_partition_hook`; without it Spark itself refuses it.

@@ -126,6 +126,26 @@ def json_object_option(name: str, value: str | None) -> dict[str, Any] | None:
     return parsed
 
 
+def merge_operators_option(name: str, value: str | None) -> dict[str, Any] | str | None:
+    """Option ``merge_operators``: a JSON object of column -> operator, or a merge engine's name
+    (``first_row``, bare or as a JSON string); None when not given."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        parsed = text  # a bare name: create_table checks it is an engine
+    if isinstance(parsed, str):
+        return parsed
+    if not isinstance(parsed, dict):
+        raise InvalidInput(
+            f"option {name!r} must be a JSON object of column -> operator or a merge engine "
+            f"('first_row'), got {value!r}"
+        )
+    return parsed
+
+
 @dataclass(frozen=True)
 class PartitionSizing:
     """How a read is cut into Spark tasks (see :func:`mere.table.scan.group_tasks`)."""

@@ -32,6 +32,7 @@ from mere.integrations.spark.options import (
     int_option,
     json_object_option,
     lower_options,
+    merge_operators_option,
 )
 from mere.options import format_columns
 from mere.spec import TableSpec
@@ -107,7 +108,7 @@ def create_table(ref: TableRef, opts: Mapping[str, str], schema: StructType) -> 
         primary_key=column_list_option("primary_key", opts.get("primary_key")),
         partition_by=list(partition_columns(ref.name, opts) or ()) or None,
         buckets=int_option("buckets", buckets),
-        merge_operators=json_object_option("merge_operators", opts.get("merge_operators")),
+        merge_operators=merge_operators_option("merge_operators", opts.get("merge_operators")),
         cdc_column=opts.get("cdc_column") or None,
         sequence_by=column_list_option("sequence_by", opts.get("sequence_by")),
         exist_ok=True,
@@ -162,10 +163,13 @@ def check_layout(table: Table, opts: Mapping[str, str]) -> None:
             spec.primary_key or None,
             spec.partition_by or None,
             spec.buckets if spec.primary_key else None,
-            json_object_option("merge_operators", opts["merge_operators"]),
+            merge_operators_option("merge_operators", opts["merge_operators"]),
             spec.cdc_column,
         )
-        wanted["merge_operators"] = (dict(given.merge_operators), dict(spec.merge_operators))
+        wanted["merge_operators"] = (
+            given.merge_engine or dict(given.merge_operators),
+            spec.merge_engine or dict(spec.merge_operators),
+        )
     different = [f"{k} {a!r} vs the table's {b!r}" for k, (a, b) in wanted.items() if a != b]
     if different:
         raise TableExists(f"{table.name} already exists with a different spec: {'; '.join(different)}")

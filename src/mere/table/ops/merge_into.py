@@ -33,7 +33,7 @@ from mere.hashing import bucket_ids
 from mere.kernels import KeySet, integer_keys, key_positions
 from mere.lang.lower import Lowering, Typed, column_name, evaluate
 from mere.lang.parse import Parsed, parse_expression
-from mere.metadata import CommitResult, FileEntry, now_micros
+from mere.metadata import STALE_ROWS, CommitResult, FileEntry, now_micros
 from mere.read import lookup
 from mere.read.planner import Explain, ReadScope, Split
 from mere.read.reader import SplitReader, io_pool
@@ -52,6 +52,7 @@ from mere.table.conflicts import RowsUnchanged
 from mere.table.context import TableContext, TableHandle
 from mere.table.ops.update import arrow_failure, assign, expression, split_name
 from mere.table.revalidate import ReadRows
+from mere.table.stored_keys import resolve
 from mere.table.write_checks import WriteChecks
 from mere.write.cast import decoded_table, lossless_cast, relax_nested
 from mere.write.writer import conform, marker_columns, marker_spec, prepare, sequence_after, to_batches
@@ -93,6 +94,8 @@ def commit_shares(
         k: sum(s.counts.get(k, 0) for s in staged)
         for k in ("inserted", "updated", "deleted", "unchanged", "rows_read", "splits_read")
     }
+    if any(STALE_ROWS in s.counts for s in staged):
+        counts[STALE_ROWS] = sum(s.counts.get(STALE_ROWS, 0) for s in staged)
     read: set[str] = set()
     full = False
     scope: ReadScope | None = None
@@ -123,6 +126,7 @@ def commit_shares(
         None if result.no_change else result.version,
         counts["rows_read"],
         counts["splits_read"],
+        stale_rows=counts.get(STALE_ROWS, 0),
     )
 
 
@@ -145,6 +149,9 @@ class MergeMetrics:
     rows_read: int = 0  # target rows read
     splits_read: int = 0
     already_committed: bool = False
+    # Tables with sequence_by: rows the MERGE wrote (updated, inserted) that merge on read ignores, a stored
+    # version of their key (a row or a delete) having a higher sequence.
+    stale_rows: int = 0
 
     @staticmethod
     def of_commit(table: str, result: CommitResult, seconds: float = 0.0) -> MergeMetrics:
@@ -183,6 +190,7 @@ class MergeMetrics:
             count("rows_read"),
             count("splits_read"),
             already_committed=result.already_committed,
+            stale_rows=count(STALE_ROWS),
         )
 
 
@@ -194,6 +202,8 @@ def _merge_summary(counts: Mapping[str, int]) -> dict[str, int]:
     """A MERGE's summary entries: its counts, and its deletes (a marker per target row it deleted)."""
     deleted = counts["deleted"]
     summary = {k: int(counts.get(k, 0)) for k in MERGE_SUMMARY_COUNTS}
+    if STALE_ROWS in counts:  # tables with sequence_by (CommitResult.stale_rows reads it)
+        summary[STALE_ROWS] = int(counts[STALE_ROWS])
     return {**summary, **deletion_summary(deleted, deleted)} if deleted else summary
 
 
@@ -766,6 +776,7 @@ class Merge(MergeBuilder):
             None if result.no_change else result.version,
             m["rows_read"],
             m["splits_read"],
+            stale_rows=m.get(STALE_ROWS, 0),
         )
 
     def _execute_into(
@@ -792,6 +803,7 @@ class Merge(MergeBuilder):
             None,
             m["rows_read"],
             m["splits_read"],
+            stale_rows=m.get(STALE_ROWS, 0),
         )
 
 
@@ -1222,6 +1234,11 @@ class MergePlan:
             files_of.discard(files)
             raise
         counts = {**counts, "files": len(files), "rows_read": target.num_rows, "splits_read": len(read)}
+        if self.spec.sequence_by:
+            # Rows older than their key's stored version (a late SET of the sequence, an insert below a
+            # tombstone) lose at merge on read: counted as an upsert's are.
+            stale = resolve(self.merge.table.context, base, files, False).stale if files else 0
+            counts[STALE_ROWS] = stale
         return StagedChange(
             self.name,
             "merge",

@@ -11,7 +11,7 @@ after a lost race. An overwrite removes the files of the partitions it replaces,
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -104,12 +104,19 @@ def overwrite(
     check_dynamic(ctx.name, dynamic)
     wanted = ctx.files.wanted_partition(partition)
     commit.reads_first("overwrite")
+    named: set[str] = set()
     files, rows, stale = ctx.files.write_data(
         data,
         partial_ok=False,
         check=lambda prepared: ctx.files.check_partition(wanted, [p.partition for p in prepared]),
+        partitions=named,
     )
-    change = overwriting(ctx, "overwrite", files, rows, wanted, dynamic=dynamic)
+    try:
+        ctx.files.check_partition(wanted, [json.loads(p) for p in sorted(named)])
+    except BaseException:
+        ctx.files.discard(files)
+        raise
+    change = overwriting(ctx, "overwrite", files, rows, wanted, dynamic=dynamic, named=named)
     change.summary |= stale_summary(ctx.spec, stale)
     commit.add(change)
 
@@ -128,12 +135,17 @@ def overwriting(
     wanted: dict[str, str | None] | None,
     *,
     dynamic: bool = False,
+    named: Iterable[str] = (),
 ) -> Change:
     """An overwrite's change: it replaces the files of the whole table, of the partitions matching
-    ``wanted``, or (``dynamic`` on a partitioned table) of exactly the partitions ``files`` hold."""
+    ``wanted``, or (``dynamic`` on a partitioned table) of exactly the partitions ``files`` hold and
+    the input rows ``named`` (JSON; with table-wide keys a partition may get no file, its rows having
+    moved elsewhere in the batch)."""
     # Dynamic on a table without partition columns replaces the whole table, as in Spark and Delta.
     present = (
-        frozenset(partition_values(f.partition) for f in files) if dynamic and ctx.spec.partition_by else None
+        frozenset(partition_values(p) for p in [*(f.partition for f in files), *named])
+        if dynamic and ctx.spec.partition_by
+        else None
     )
     target = PartitionSet(wanted, present)
     summary: dict[str, Any] = {}
@@ -326,11 +338,19 @@ def stage(ctx: TableContext, data: Any, operation: str = "upsert") -> StagedChan
         rows = sum(e.row_count for e in entries)
         return StagedChange(ctx.name, operation, entries, rows, written_since=started)
     checks = WriteChecks(ctx.spec, ctx.name) if operation == "upsert" else None
+    named: set[str] | None = set() if operation == "overwrite" else None
     entries, rows, stale = ctx.files.write_data(
-        data, partial_ok=operation == "upsert", check=checks.observe if checks else None
+        data, partial_ok=operation == "upsert", check=checks.observe if checks else None, partitions=named
     )
-    counts = stale_summary(ctx.spec, stale)
-    return StagedChange(ctx.name, operation, entries, rows, counts=counts, written_since=started)
+    return StagedChange(
+        ctx.name,
+        operation,
+        entries,
+        rows,
+        counts=stale_summary(ctx.spec, stale),
+        partitions=tuple(sorted(named or ())),
+        written_since=started,
+    )
 
 
 def commit_staged(
@@ -380,8 +400,11 @@ def add_staged(
     stale = stale_summary(ctx.spec, sum(int(s.counts.get(STALE_ROWS, 0)) for s in staged))
     if operation == "overwrite":
         wanted = ctx.files.wanted_partition(partition)
-        ctx.files.check_partition(wanted, [json.loads(e.partition) for e in entries])
-        change = overwriting(ctx, "overwrite", entries, rows, wanted, dynamic=dynamic)
+        named = {p for s in staged for p in s.partitions}
+        ctx.files.check_partition(
+            wanted, [json.loads(p) for p in sorted({*(e.partition for e in entries), *named})]
+        )
+        change = overwriting(ctx, "overwrite", entries, rows, wanted, dynamic=dynamic, named=named)
         change.summary |= stale
         commit.add(change)
     elif operation == "delete":
