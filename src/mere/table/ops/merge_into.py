@@ -1137,12 +1137,11 @@ class MergePlan:
         splits = [s for s in scan.plan() if buckets is None or s.bucket in buckets]
         return scan, splits
 
-    def _scope(self, version: int) -> ReadScope:
-        """Where the target rows the MERGE reads can be, files or not.
+    def _scope(self, scan: Any) -> ReadScope:
+        """Where the target rows the MERGE reads (through ``scan``) can be, files or not.
 
-        A bucket of a source key may be empty at ``version`` and written concurrently.
+        A bucket of a source key may be empty at the scan's version and written concurrently.
         """
-        scan, _ = self._scan(version)
         buckets = self._buckets()
         return ReadScope(None if buckets is None else frozenset(buckets), scan.read_scope().excluded)
 
@@ -1150,7 +1149,7 @@ class MergePlan:
         """The splits (as commit summaries name them) the MERGE reads at ``version``."""
         return [split_name(s) for s in self._scan(version)[1]]
 
-    def _read_target(self, version: int) -> tuple[pa.Table, list[str]]:
+    def _read_target(self, version: int) -> tuple[pa.Table, list[str], ReadScope]:
         """The target rows the MERGE needs (those of source keys; every row for NOT MATCHED BY SOURCE)."""
         scan, splits = self._scan(version)
         _, opts = scan.planned(Explain(version))
@@ -1194,14 +1193,13 @@ class MergePlan:
         wait(reads)  # every read ends before an error is raised, as a pool of its own would
         parts = [r.result() for r in reads]
         target = pa.concat_tables(parts) if parts else schema.empty_table()
-        return target, [split_name(s) for s in splits]
+        return target, [split_name(s) for s in splits], self._scope(scan)
 
     def stage(self, base: int) -> StagedChange:
         """Evaluate at version ``base`` and write the outcome's files, uncommitted."""
         started = now_micros()
         files_of = self.merge.table.context.files
-        target, read = self._read_target(base)
-        scope = self._scope(base)
+        target, read, scope = self._read_target(base)
         whole, deletes, counts = self._evaluate(target)
         computed, computed_scope = self._check_computed_inserts(base)
         read += computed
