@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mere.io import Storage
+from mere.metadata import FileEntry
 from mere.spec import FIELD_ID_KEY, LAST_FIELD_ID_KEY, OP_COLUMN, TOMBSTONE_TIME_COLUMN, TableSpec
 
 
@@ -110,6 +113,32 @@ def _width_only(a: pa.DataType, b: pa.DataType) -> bool:
     strings = (pa.string(), pa.large_string())
     binaries = (pa.binary(), pa.large_binary())
     return (a in strings and b in strings) or (a in binaries and b in binaries)
+
+
+@dataclass
+class StoredFile:
+    """A data, delete or log file read whole, as written: ``rows`` without the operation column, ``ops``
+    (the ``_mere_op`` column as NumPy; None when the file has none) and the file's footer ``md``."""
+
+    rows: pa.Table
+    ops: np.ndarray | None
+    md: pq.FileMetaData
+
+    def as_table(self, spec: TableSpec) -> pa.Table:
+        """The rows as the table's current columns (see :func:`whole_file_as_table`)."""
+        return whole_file_as_table(self.rows, spec, self.md)
+
+
+def read_stored_file(storage: Storage, entry: FileEntry) -> StoredFile:
+    """Every row group of ``entry``'s file, every column, as written (one owner for this read: the change
+    feed's logs, the before-images of a logged commit and a lost race's winners all read files whole)."""
+    md = storage.metadata(entry.path, entry.size_bytes or None)
+    raw = storage.read_row_groups(entry.path, range(md.num_row_groups), None, entry.size_bytes or None)
+    ops = None
+    if OP_COLUMN in raw.column_names:
+        ops = np.asarray(raw.column(OP_COLUMN).to_numpy(zero_copy_only=False))
+        raw = raw.drop_columns([OP_COLUMN])
+    return StoredFile(raw, ops, md)
 
 
 def whole_file_as_table(table: pa.Table, spec: TableSpec, md: pq.FileMetaData) -> pa.Table:

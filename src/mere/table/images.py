@@ -21,7 +21,7 @@ from mere.arrays import bool_array
 from mere.concurrency import cpu_workers, shared_pool
 from mere.kernels import KeySet, key_positions, numpy_sortable, sort_indices
 from mere.metadata import FileEntry
-from mere.read.evolution import whole_file_as_table
+from mere.read.evolution import read_stored_file
 from mere.read.reader import plain_columns
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 from mere.table.context import TableContext
@@ -133,14 +133,14 @@ def written_rows(ctx: TableContext, entries: Sequence[FileEntry]) -> tuple[pa.Ta
     spec, storage = ctx.spec, ctx.storage
     keys, rows, alive = [], [], []
     for entry in entries:
-        md = storage.metadata(entry.path, entry.size_bytes or None)
-        raw = storage.read_row_groups(entry.path, range(md.num_row_groups), None, entry.size_bytes)
-        keys.append(as_keys(spec, raw))
+        stored = read_stored_file(storage, entry)
+        keys.append(as_keys(spec, stored.rows))
         if entry.content == "delete":
-            alive.append(np.zeros(raw.num_rows, dtype=bool))
+            alive.append(np.zeros(stored.rows.num_rows, dtype=bool))
             continue
-        alive.append(np.asarray(raw.column(OP_COLUMN).to_numpy()) != OP_DELETE)
-        rows.append(whole_file_as_table(raw.drop_columns([OP_COLUMN]), spec, md))
+        assert stored.ops is not None, entry.path  # whole-row data files carry their operations
+        alive.append(stored.ops != OP_DELETE)
+        rows.append(stored.as_table(spec))
     if len(entries) == 1:  # a file holds each key once
         (live,) = alive
         kept = rows[0] if rows else None

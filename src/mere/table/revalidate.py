@@ -24,9 +24,9 @@ from mere import expr as E
 from mere.kernels import KeySet
 from mere.lang.lower import evaluate
 from mere.metadata import FileEntry
-from mere.read.evolution import whole_file_as_table
+from mere.read.evolution import read_stored_file
 from mere.read.planner import ReadScope, split_filter
-from mere.spec import OP_COLUMN, OP_DELETE
+from mere.spec import OP_DELETE
 from mere.table.context import TableContext, split_label
 
 MAX_WINNER_BYTES = 64 << 20
@@ -101,13 +101,8 @@ def _winner_rows(
     ctx: TableContext, files: Iterable[FileEntry]
 ) -> Iterable[tuple[pa.Table, np.ndarray | None, frozenset[str]]]:
     """Each file's rows as the table's columns, its row operations, and the columns it holds."""
-    storage, spec = ctx.storage, ctx.spec
+    spec = ctx.spec
     for f in files:
-        md = storage.metadata(f.path, f.size_bytes or None)
-        raw = storage.read_row_groups(f.path, range(md.num_row_groups), None, f.size_bytes or None)
-        ops = None
-        if OP_COLUMN in raw.column_names:
-            ops = np.asarray(raw.column(OP_COLUMN).to_numpy(zero_copy_only=False))
-            raw = raw.drop_columns([OP_COLUMN])
+        stored = read_stored_file(ctx.storage, f)
         present = frozenset(spec.schema.names if f.columns is None else f.columns)
-        yield whole_file_as_table(raw, spec, md), ops, present
+        yield stored.as_table(spec), stored.ops, present

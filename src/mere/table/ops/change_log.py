@@ -31,10 +31,10 @@ from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NoSuchVersion, StorageError
 from mere.kernels import numpy_sortable, sort_indices
 from mere.metadata import SEQ_SHIFT, ConsumerRecord, FileEntry
-from mere.read.evolution import whole_file_as_table
+from mere.read.evolution import read_stored_file
 from mere.read.planner import Explain, plan_splits, split_filter
 from mere.read.reader import filter_rows, plain_columns
-from mere.spec import FEED_COLUMNS, FIELD_ID_KEY, OP_COLUMN, TableSpec
+from mere.spec import FEED_COLUMNS, FIELD_ID_KEY, TableSpec
 from mere.table.context import TableHandle, is_handle
 from mere.table.evolve import can_widen
 from mere.table.images import (
@@ -404,17 +404,13 @@ class _Feed:
         of before-images only, as ``changes.log`` first wrote them.
         """
         spec, storage = self.table.spec, self.table.storage
-        md = storage.metadata(entry.path, entry.size_bytes or None)
-        raw = storage.read_row_groups(entry.path, range(md.num_row_groups), None, entry.size_bytes)
-        kind = None
-        if OP_COLUMN in raw.column_names:
-            kind = np.asarray(raw.column(OP_COLUMN).to_numpy())
-            raw = raw.drop_columns([OP_COLUMN])
+        stored = read_stored_file(storage, entry)
         current = {str(i).encode() for i in spec.field_ids.values()}
         dropped = any(
-            f.metadata is not None and f.metadata.get(FIELD_ID_KEY, b"") not in current for f in raw.schema
+            f.metadata is not None and f.metadata.get(FIELD_ID_KEY, b"") not in current
+            for f in stored.rows.schema
         )
-        return self._conformed(whole_file_as_table(raw, spec, md)), kind, dropped
+        return self._conformed(stored.as_table(spec)), stored.ops, dropped
 
     def _log_rows(self, split: tuple[str, int]) -> _Part:
         """The feed rows of a split that one logged commit of the range changed: its log, as written."""
