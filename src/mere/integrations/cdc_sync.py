@@ -68,6 +68,7 @@ NO_KEY = ("refuse", "append")
 OP_COLUMN = "_cdc_op"
 SEQUENCE_COLUMN = "_cdc_lsn"
 QUARANTINE_TABLE = "cdc_quarantine"
+UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 
 _TEXT_MAP = pa.map_(pa.string(), pa.string())
 EVENT_SCHEMA = pa.schema(
@@ -137,6 +138,9 @@ class SyncOptions:
         no_key: ``"refuse"`` events of tables without primary key, or ``"append"`` them to change-log
             tables.
         sequence_column: The stored column holding each row's log position (``sequence_by``).
+        unavailable_value: Debezium's placeholder for a value it did not get (``unavailable.value.placeholder``;
+            an unchanged TOASTed column): such a cell, like a column an update's image leaves out, keeps
+            the row's earlier value. None: no placeholder.
     """
 
     namespace: str
@@ -149,6 +153,7 @@ class SyncOptions:
     quarantine_table: str = QUARANTINE_TABLE
     no_key: str = "refuse"
     sequence_column: str = SEQUENCE_COLUMN
+    unavailable_value: str | None = UNAVAILABLE_VALUE
 
     def __post_init__(self) -> None:
         if not isinstance(self.namespace, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", self.namespace):
@@ -516,6 +521,17 @@ class TablePlan:
     add: list[tuple[str, pa.DataType]] = field(default_factory=list)
     widen: list[tuple[str, pa.DataType]] = field(default_factory=list)
     keyed: bool = True
+    partial: PartialRows | None = None
+
+
+@dataclass
+class PartialRows:
+    """Updates whose new image lacks columns (unchanged TOASTed values): which cells are missing, and the
+    key each row's earlier value is looked up under (its own; for a key-changing update, the old one)."""
+
+    missing: dict[str, np.ndarray]  # column -> rows missing it
+    lookup: pa.Table  # key columns, one row per row of the table plan
+    moved: np.ndarray | None = None  # rows that are key-changing updates
 
 
 @dataclass
@@ -539,6 +555,7 @@ class SyncResult:
     created: list[str]
     evolved: list[str]
     already_committed: bool = False
+    unresolved: int = 0  # cells an update lacked that no earlier version held (left NULL)
 
 
 def _normal_op(op: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
@@ -570,9 +587,15 @@ def _map_parts(maps: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
     return parents, maps.keys.slice(lo, hi - lo), maps.items.slice(lo, hi - lo)
 
 
-def _columns_of(parents: np.ndarray, keys: pa.Array, values: pa.Array, n: int) -> dict[str, pa.Array]:
+def _columns_of(
+    parents: np.ndarray,
+    keys: pa.Array,
+    values: pa.Array,
+    n: int,
+    present: dict[str, np.ndarray] | None = None,
+) -> dict[str, pa.Array]:
     """Each column a map holds, as a text array of ``n`` rows (null where a row lacks it; the last entry
-    wins where a row has it twice)."""
+    wins where a row has it twice); ``present`` (when given) gets, per column, which rows hold it."""
     if not len(keys):
         return {}
     encoded = (
@@ -588,6 +611,8 @@ def _columns_of(parents: np.ndarray, keys: pa.Array, values: pa.Array, n: int) -
         index[parents[mine]] = mine
         taken = pa.array(index, mask=index < 0)
         out[str(name)] = pc.take(values, taken)
+        if present is not None:
+            present[str(name)] = index >= 0
     return out
 
 
@@ -760,8 +785,20 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
     n = events.num_rows
     op = events.column("op")
     is_delete = pc.equal(op, "d").to_numpy(zero_copy_only=False)
-    after = _columns_of(*_map_parts(events.column("after")), n)
+    present: dict[str, np.ndarray] = {}
+    after = _columns_of(*_map_parts(events.column("after")), n, present)
     before = _columns_of(*_map_parts(events.column("before")), n)
+    is_update = pc.fill_null(pc.equal(op, "u"), False).to_numpy(zero_copy_only=False)
+    if options.unavailable_value is not None and is_update.any():
+        # Debezium's placeholder for a value it did not get (an unchanged TOASTed column): not a value
+        marks = pa.array(
+            [options.unavailable_value, base64.b64encode(options.unavailable_value.encode()).decode()]
+        )
+        for col, text in after.items():
+            hit = pc.fill_null(pc.is_in(text, marks), False).to_numpy(zero_copy_only=False) & is_update
+            if hit.any():
+                after[col] = pc.if_else(pa.array(hit), pa.scalar(None, pa.string()), text)
+                present[col] = present[col] & ~hit
     types = _types_of(table, events, raw)
     names = list(dict.fromkeys([*after, *before]))
     if existing is not None:
@@ -838,6 +875,19 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
             columns[col] = pa.nulls(n, kind)
             final[col] = kind
     moved = _moved_keys(key or [], op, before, columns, final, types) if keyed else None
+    # An update's column the new image does not hold (wal2json leaves out an unchanged TOASTed value,
+    # Debezium writes its placeholder) keeps the row's earlier value: filled when the batch is applied.
+    missing: dict[str, np.ndarray] = {}
+    if keyed and is_update.any():
+        for col in final:
+            if col in (key or ()):
+                continue
+            gap = is_update & ~present.get(col, np.zeros(n, dtype=bool))
+            if gap.any():
+                missing[col] = gap
+    old_keys = None
+    if missing and moved is not None:
+        old_keys = {c: _decode_as(before[c].take(pa.array(moved)), types.get(c), final[c]) for c in key or ()}
     columns[options.sequence_column] = events.column("seq").combine_chunks()
     columns[OP_COLUMN] = op.combine_chunks() if isinstance(op, pa.ChunkedArray) else op
     rows = pa.table(columns)
@@ -854,6 +904,23 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         gone[options.sequence_column] = rows.column(options.sequence_column).take(take)
         gone[OP_COLUMN] = pa.array(["d"] * len(moved), pa.string())
         rows = pa.concat_tables([rows, pa.table(gone).select(rows.column_names).cast(rows.schema)])
+        missing = {c: np.concatenate([m, np.zeros(len(moved), dtype=bool)]) for c, m in missing.items()}
+    partial = None
+    if missing:
+        # the key each row's missing values come from: its own, the old one for an update that moved it
+        lookup = rows.select(list(key or ())).combine_chunks()
+        if old_keys is not None and moved is not None:
+            for c, values in old_keys.items():
+                idx = np.arange(rows.num_rows)
+                spot = np.full(rows.num_rows, -1, dtype=np.int64)
+                spot[moved] = np.arange(len(moved))
+                merged = pc.if_else(
+                    pa.array(spot >= 0),
+                    values.take(pa.array(np.maximum(spot, 0))),
+                    lookup.column(c).take(pa.array(idx)),
+                )
+                lookup = lookup.set_column(lookup.schema.get_field_index(c), c, merged)
+        partial = PartialRows(missing, lookup, None if moved is None else np.asarray(moved))
     create = None
     if existing is None:
         schema = pa.schema([*fields, pa.field(options.sequence_column, pa.int64(), nullable=False)])
@@ -877,7 +944,7 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
             table,
             raw[0].as_py(),
         )
-    return TablePlan(table, name, rows, create, add, widen, keyed)
+    return TablePlan(table, name, rows, create, add, widen, keyed, partial)
 
 
 def _decode_as(text: pa.Array, kind_name: str | None, kind: pa.DataType) -> pa.Array:
@@ -939,6 +1006,134 @@ def _first_null(raw: pa.Array, values: pa.Array) -> str | None:
 # -- applying ----------------------------------------------------------------------------------------
 
 
+def _key_groups(keys: pa.Table, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows sorted by key then log position: (order, the sorted position where each row's key starts)."""
+    n = keys.num_rows
+    sortable = keys.append_column("__seq", pa.array(seq, pa.int64()))
+    order = pc.sort_indices(sortable, sort_keys=[(c, "ascending") for c in sortable.column_names]).to_numpy(
+        zero_copy_only=False
+    )
+    first = np.zeros(n, dtype=bool)
+    if n:
+        first[0] = True
+        ordered = keys.take(pa.array(order))
+        for c in keys.column_names:
+            col = ordered.column(c).combine_chunks()
+            first[1:] |= pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True).to_numpy(
+                zero_copy_only=False
+            )
+    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    return order, start
+
+
+def _carry(
+    known: np.ndarray, order: np.ndarray, start: np.ndarray, only: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each unknown cell, the row of the same key's latest known cell before it (by log position):
+    (rows to fill, rows they take from); ``only`` limits the rows filled."""
+    n = len(order)
+    known_sorted = known[order]
+    last = np.maximum.accumulate(np.where(known_sorted, np.arange(n), -1))
+    take = ~known_sorted & (last >= start)
+    if only is not None:
+        take &= only[order]
+    return order[take], order[last[take]]
+
+
+def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> int:
+    """Fill the cells an update's image lacks from the key's latest earlier version: an earlier event of
+    the batch, else the stored row (read at the version the transaction writes on). A stored version newer
+    than the update wins anyway (``sequence_by``), so taking its values changes nothing. Returns the cells
+    left NULL (no earlier version anywhere)."""
+    partial = tp.partial
+    if partial is None:
+        return 0
+    rows = tp.rows
+    key = partial.lookup.column_names
+    seq = rows.column(options.sequence_column).to_numpy(zero_copy_only=False)
+    live = pc.not_equal(rows.column(OP_COLUMN), "d").to_numpy(zero_copy_only=False)
+    own = rows.select(key)
+    order, start = _key_groups(own, seq)
+    by_lookup = None
+    moved = None
+    if partial.moved is not None:
+        moved = np.zeros(rows.num_rows, dtype=bool)
+        moved[partial.moved] = True
+        by_lookup = _key_groups(partial.lookup, seq)
+    values = {c: rows.column(c).combine_chunks() for c in partial.missing}
+    known = {c: live & ~m for c, m in partial.missing.items()}
+
+    def fill(col: str, dst: np.ndarray, src: np.ndarray) -> None:
+        if not len(dst):
+            return
+        index = np.arange(rows.num_rows)
+        index[dst] = src
+        values[col] = values[col].take(pa.array(index))
+        known[col][dst] = True
+
+    for col in partial.missing:
+        if by_lookup is not None:  # a moved row takes from its old key's earlier events
+            fill(col, *_carry(known[col], *by_lookup, only=moved))
+        fill(col, *_carry(known[col], order, start))
+    need = np.zeros(rows.num_rows, dtype=bool)
+    for col, m in partial.missing.items():
+        need |= m & ~known[col]
+    if need.any() and tp.create is None:
+        stored = _stored(cat, tp.name, share, partial.lookup.filter(pa.array(need)), list(partial.missing))
+        if stored.num_rows:
+            stored = stored.cast(
+                pa.schema(
+                    [
+                        partial.lookup.schema.field(c) if c in key else f
+                        for c, f in zip(stored.column_names, stored.schema)
+                    ]
+                )
+            )
+            wanted = partial.lookup.append_column("__row", pa.array(np.arange(rows.num_rows))).filter(
+                pa.array(need)
+            )
+            joined = wanted.join(stored, key, join_type="inner")
+            at = joined.column("__row").to_numpy()
+            for col in partial.missing:
+                if col not in stored.column_names:
+                    continue
+                gap = partial.missing[col][at] & ~known[col][at]
+                if not gap.any():
+                    continue
+                dst = at[gap]
+                got = joined.column(col).take(pa.array(np.flatnonzero(gap))).combine_chunks()
+                merged = pa.concat_arrays([values[col], got.cast(values[col].type)])
+                index = np.arange(rows.num_rows)
+                index[dst] = rows.num_rows + np.arange(len(dst))
+                values[col] = merged.take(pa.array(index))
+                known[col][dst] = True
+            for col in partial.missing:  # later partial updates of the same key take the filled values
+                fill(col, *_carry(known[col], order, start))
+    left = 0
+    for col, m in partial.missing.items():
+        left += int((m & ~known[col]).sum())
+        rows = rows.set_column(rows.schema.get_field_index(col), col, values[col])
+    tp.rows = rows
+    tp.partial = None
+    return left
+
+
+def _stored(cat: Catalog, name: str, share: Any, keys: pa.Table, columns: list[str]) -> pa.Table:
+    """The stored rows of ``keys`` (key columns and ``columns``) at the version the share writes on."""
+    table = cat.table(name)
+    have = set(table.schema.names)
+    wanted = [c for c in columns if c in have]
+    if not wanted:
+        return pa.table({})
+    condition = None
+    for c in keys.column_names:
+        inside = pc.field(c).isin(pc.unique(keys.column(c)).drop_null())
+        condition = inside if condition is None else condition & inside
+    return table.scan(
+        columns=[*keys.column_names, *wanted], filter=condition, version=share.read_version
+    ).to_arrow()
+
+
 def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_key: str) -> SyncResult:
     """Commit a plan: every table's change (creations, column changes, rows) and the quarantined events in
     one catalog transaction under ``idempotency_key``.
@@ -959,6 +1154,7 @@ def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_k
     created: list[str] = []
     evolved: list[str] = []
     applied = 0
+    unresolved = 0
     with cat.transaction(idempotency_key=idempotency_key) as tx:
         if tx.already_committed:
             results = tx.commit()
@@ -977,6 +1173,7 @@ def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_k
                         update.widen(col, kind)
                     update.commit()
                     evolved.append(tp.name)
+            unresolved += _complete(cat, tp, share, options)
             if tp.keyed:
                 share.upsert(tp.rows)
             else:
@@ -990,7 +1187,9 @@ def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_k
                 tx.create_table(qname, QUARANTINE_SCHEMA).append(rows)
             else:
                 tx.table(qname).append(rows)
-    return SyncResult(tx.results, applied, plan.skipped, plan.refused.num_rows, created, evolved)
+    return SyncResult(
+        tx.results, applied, plan.skipped, plan.refused.num_rows, created, evolved, unresolved=unresolved
+    )
 
 
 def sync_batch(cat: Catalog, events: pa.Table, options: SyncOptions, idempotency_key: str) -> SyncResult:
