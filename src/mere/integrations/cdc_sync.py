@@ -1054,12 +1054,17 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
     live = pc.not_equal(rows.column(OP_COLUMN), "d").to_numpy(zero_copy_only=False)
     own = rows.select(key)
     order, start = _key_groups(own, seq)
-    by_lookup = None
-    moved = None
+    n = rows.num_rows
+    across = None
     if partial.moved is not None:
-        moved = np.zeros(rows.num_rows, dtype=bool)
-        moved[partial.moved] = True
-        by_lookup = _key_groups(partial.lookup, seq)
+        # a moved row asks under its old key: the rows (own keys) and the moved rows' questions (old keys)
+        # sorted together, so a question finds the old key's latest earlier row
+        asks = partial.moved
+        questions = partial.lookup.take(pa.array(asks)).cast(own.schema)
+        both = pa.concat_tables([own, questions])
+        joint_order, joint_start = _key_groups(both, np.concatenate([seq, seq[asks]]))
+        only = np.concatenate([np.zeros(n, dtype=bool), np.ones(len(asks), dtype=bool)])
+        across = (joint_order, joint_start, only, asks)
     values = {c: rows.column(c).combine_chunks() for c in partial.missing}
     known = {c: live & ~m for c, m in partial.missing.items()}
 
@@ -1071,10 +1076,27 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
         values[col] = values[col].take(pa.array(index))
         known[col][dst] = True
 
+    def spread(col: str) -> None:
+        # along each key's events; a moved row from its old key's (again while that fills more: moves chain)
+        for _ in range(1 + (0 if across is None else len(across[3]))):
+            fill(col, *_carry(known[col], order, start))
+            if across is None:
+                return
+            joint_order, joint_start, only, asks = across
+            pending = ~known[col][asks]
+            if not pending.any():
+                return
+            dst, src = _carry(
+                np.concatenate([known[col], np.zeros(len(asks), dtype=bool)]), joint_order, joint_start, only
+            )
+            dst = asks[dst - n]
+            keep = ~known[col][dst]
+            if not keep.any():
+                return
+            fill(col, dst[keep], src[keep])
+
     for col in partial.missing:
-        if by_lookup is not None:  # a moved row takes from its old key's earlier events
-            fill(col, *_carry(known[col], *by_lookup, only=moved))
-        fill(col, *_carry(known[col], order, start))
+        spread(col)
     need = np.zeros(rows.num_rows, dtype=bool)
     for col, m in partial.missing.items():
         need |= m & ~known[col]
@@ -1108,7 +1130,7 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
                 values[col] = merged.take(pa.array(index))
                 known[col][dst] = True
             for col in partial.missing:  # later partial updates of the same key take the filled values
-                fill(col, *_carry(known[col], order, start))
+                spread(col)
     left = 0
     for col, m in partial.missing.items():
         left += int((m & ~known[col]).sum())
