@@ -9,6 +9,8 @@ log order.
 
 from __future__ import annotations
 
+import base64
+import decimal
 import itertools
 import json
 import random
@@ -458,3 +460,87 @@ def test_an_update_of_the_primary_key_moves_the_row(tmp_path: Path, fmt: str) ->
     # a late replay of the first insert does not bring key 1 back
     sync_batch(cat, _events(lines[:1], fmt), SyncOptions("s"), "again")
     assert [r["id"] for r in cat.table("s.a").to_arrow().to_pylist()] == [2]
+
+
+def _unscaled(value: str, scale: int) -> str:
+    """Connect's binary decimal: base64 of the unscaled value, big-endian two's complement."""
+    unscaled = int(Decimal(value).scaleb(scale, context=decimal.Context(prec=80)))
+    width = (unscaled.bit_length() + 8) // 8
+    return base64.b64encode(unscaled.to_bytes(width, "big", signed=True)).decode()
+
+
+EDGE_DECIMALS = [
+    "0",
+    "-0.0000000001",
+    "0.0000000001",
+    "1.5",
+    "-128",
+    "127.9999999999",
+    "9999999999999999999999999999.9999999999",
+    "-9999999999999999999999999999.9999999999",
+    "12345678901234567890.1234567890",
+]
+EDGE_IDS = [2**63 - 1, -(2**63), 2**53 + 1, -(2**53) - 1, 0, 1, 2, 3, 4]
+
+
+def _binary_decimal_line(table: str, lsn: int, row: dict[str, Any], parameters: dict[str, str] | None) -> str:
+    decimal_field: dict[str, Any] = {
+        "field": "amt",
+        "type": "bytes",
+        "name": "org.apache.kafka.connect.data.Decimal",
+    }
+    if parameters is not None:
+        decimal_field["parameters"] = parameters
+    fields = [{"field": "id", "type": "int64"}, decimal_field]
+    schema = {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": fields}]}
+    payload = {"op": "c", "after": row, "source": {"schema": "public", "table": table, "lsn": lsn}}
+    return json.dumps({"schema": schema, "payload": payload})
+
+
+def test_numbers_are_exact_in_both_envelopes(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    types = {"id": "bigint", "amt": "numeric(38,10)"}
+    w2j = [
+        wal2json_line("public", "w", "I", None, {"id": i, "amt": Decimal(d)}, n + 1, types, ["id"])
+        for n, (i, d) in enumerate(zip(EDGE_IDS, EDGE_DECIMALS, strict=True))
+    ]
+    parameters = {"scale": "10", "connect.decimal.precision": "38"}
+    dbz = [
+        _binary_decimal_line("d", n + 1, {"id": i, "amt": _unscaled(d, 10)}, parameters)
+        for n, (i, d) in enumerate(zip(EDGE_IDS, EDGE_DECIMALS, strict=True))
+    ]
+    keys = [json.dumps({"id": i}) for i, _ in zip(EDGE_IDS, EDGE_DECIMALS, strict=True)]
+    sync_batch(cat, events_from_json(w2j, "wal2json"), SyncOptions("s"), "w")
+    sync_batch(cat, events_from_json(dbz, "debezium", keys), SyncOptions("s"), "d")
+    want = {i: Decimal(d) for i, d in zip(EDGE_IDS, EDGE_DECIMALS, strict=True)}
+    for name in ("s.w", "s.d"):
+        t = cat.table(name)
+        assert t.schema.field("amt").type == pa.decimal128(38, 10) and t.schema.field("id").type == pa.int64()
+        got = {r["id"]: r["amt"] for r in t.to_arrow().to_pylist()}
+        assert got == want, name
+
+
+def test_binary_decimals_that_cannot_be_decoded_exactly_are_refused(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    key = {"primary_keys": {"public.nos": ["id"], "public.wide": ["id"]}}
+    # no scale in the envelope's schema: the unscaled bytes cannot be read
+    line = _binary_decimal_line("nos", 1, {"id": 1, "amt": _unscaled("1.5", 1)}, None)
+    e = _bad(cat, [line], **key)
+    assert e.table == "public.nos" and "'amt'" in str(e)
+    # a value wider than its declared precision
+    line = _binary_decimal_line(
+        "wide",
+        1,
+        {"id": 1, "amt": _unscaled("123456.78", 2)},
+        {"scale": "2", "connect.decimal.precision": "5"},
+    )
+    e = _bad(cat, [line], **key)
+    assert e.table == "public.wide" and "'amt'" in str(e)
+    # Debezium's variable-scale decimal (numeric without precision) has no exact Arrow type
+    e = _bad(
+        cat,
+        [line.replace("org.apache.kafka.connect.data.Decimal", "io.debezium.data.VariableScaleDecimal")],
+        **key,
+    )
+    assert e.table == "public.wide" and "VariableScaleDecimal" in str(e)
+    assert cat.tables() == []

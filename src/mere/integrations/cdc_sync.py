@@ -272,13 +272,19 @@ def source_type(name: str) -> tuple[pa.DataType, str]:
         if precision > 38:
             raise InvalidInput(f"type {name!r}: precision above 38 has no exact Arrow type")
         return pa.decimal128(precision, scale), "text"
+    match = re.fullmatch(r"org\.apache\.kafka\.connect\.data\.decimal\((\d*),(\d+)\)", text)
+    if match:  # Connect's binary decimal: the unscaled value's bytes; precision and scale from the schema
+        precision, scale = int(match.group(1) or 38), int(match.group(2))
+        if precision > 38 or scale > precision:
+            raise InvalidInput(f"type {name!r}: no exact Arrow type (precision above 38, or scale above it)")
+        return pa.decimal128(precision, scale), "unscaled"
     base = re.sub(r"\s*\(.*\)\s*$", "", text)
     if base in _PG_TYPES:
         return _PG_TYPES[base], _ENCODINGS.get(base, "text")
     if base == "org.apache.kafka.connect.data.decimal":
         raise InvalidInput(
-            f"type {name!r}: Connect's binary decimals are not read; configure Debezium with "
-            "decimal.handling.mode=string"
+            f"type {name!r}: a binary decimal without its scale (the envelope's schema must carry "
+            "parameters.scale), or use decimal.handling.mode=string"
         )
     if base in ("numeric", "decimal"):
         raise InvalidInput(
@@ -312,12 +318,42 @@ def decode_values(text: pa.Array, name: str) -> pa.Array:
             return pc.cast(pc.multiply_checked(pc.cast(text, pa.int64()), 1000), kind)
         if encoding == "hex":
             return _hex(text)
+        if encoding == "unscaled":
+            return _unscaled(text, kind)
         # base64 has no Arrow kernel: decoded value by value (binary columns only)
         return pa.array(
             [None if v is None else base64.b64decode(v, validate=True) for v in text.to_pylist()], pa.binary()
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
         raise InvalidInput(f"a value is not a {name}: {e}") from None
+
+
+def _unscaled(text: pa.Array, kind: pa.DataType) -> pa.Array:
+    """Connect's binary decimals (base64 of the unscaled value, big-endian two's complement) -> ``kind``;
+    the bytes are placed into Arrow's little-endian 128-bit layout vectorised."""
+    text = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    # base64 has no Arrow kernel: decoded value by value
+    raw = [b"" if v is None else base64.b64decode(v, validate=True) for v in text.to_pylist()]
+    lengths = np.fromiter((len(b) for b in raw), dtype=np.int64, count=len(raw))
+    if (lengths > 16).any():
+        raise ValueError("a decimal's unscaled value is wider than 128 bits")
+    flat = np.frombuffer(b"".join(raw), dtype=np.uint8)
+    out = np.zeros((len(raw), 16), dtype=np.uint8)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    negative = np.zeros(len(raw), dtype=bool)
+    has = lengths > 0
+    negative[has] = flat[starts[has]] >= 0x80
+    out[negative] = 0xFF  # sign extension
+    row = np.repeat(np.arange(len(raw)), lengths)
+    position = np.arange(len(flat)) - np.repeat(starts, lengths)  # index in its big-endian value
+    out[row, np.repeat(lengths, lengths) - 1 - position] = flat
+    wide = pa.Array.from_buffers(
+        pa.decimal128(38, kind.scale),
+        len(raw),
+        [pa.compute.is_valid(text).buffers()[1] if text.null_count else None, pa.py_buffer(out.tobytes())],
+        text.null_count,
+    )
+    return pc.cast(wide, kind)
 
 
 def _hex(text: pa.Array) -> pa.Array:
@@ -395,12 +431,20 @@ def _connect_types(envelope: dict[str, Any]) -> list[tuple[str, str]] | None:
         return None
     for part in schema.get("fields") or ():
         if isinstance(part, dict) and part.get("field") in ("after", "before") and part.get("fields"):
-            return [
-                (str(f.get("field")), str(f.get("name") or f.get("type")))
-                for f in part["fields"]
-                if isinstance(f, dict)
-            ]
+            return [(str(f.get("field")), _connect_type(f)) for f in part["fields"] if isinstance(f, dict)]
     return None
+
+
+_CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+
+
+def _connect_type(f: dict[str, Any]) -> str:
+    """A Connect field's type name; a binary decimal with its precision and scale from ``parameters``."""
+    name = str(f.get("name") or f.get("type"))
+    parameters = f.get("parameters")
+    if name == _CONNECT_DECIMAL and isinstance(parameters, dict) and parameters.get("scale") is not None:
+        return f"{name}({parameters.get('connect.decimal.precision') or ''},{parameters['scale']})"
+    return name
 
 
 def _debezium_row(line: str, envelope: Any, message_key: Any) -> dict[str, Any]:

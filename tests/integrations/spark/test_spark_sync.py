@@ -106,6 +106,44 @@ def test_spark_parse_equals_the_python_reference(spark: SparkSession, tmp_path: 
     assert _typed(cat, got) == _typed(cat, events_from_json(w2j, "wal2json"))
 
 
+def test_spark_parse_keeps_numbers_exact(spark: SparkSession, tmp_path: Path) -> None:
+    from test_cdc_sync import EDGE_DECIMALS, EDGE_IDS, _binary_decimal_line, _unscaled
+
+    types = {"id": "bigint", "amt": "numeric(38,10)", "x": "double precision"}
+    rows = [
+        {"id": i, "amt": Decimal(d), "x": 0.1 + n}
+        for n, (i, d) in enumerate(zip(EDGE_IDS, EDGE_DECIMALS, strict=True))
+    ]
+    w2j = [wal2json_line("public", "w", "I", None, r, n + 1, types, ["id"]) for n, r in enumerate(rows)]
+    w2j.append(w2j[0].replace('"value":', '"value" : '))  # spacing wal2json may write
+    parameters = {"scale": "10", "connect.decimal.precision": "38"}
+    dbz = [
+        _binary_decimal_line("d", n + 1, {"id": r["id"], "amt": _unscaled(str(r["amt"]), 10)}, parameters)
+        for n, r in enumerate(rows)
+    ]
+    keys = [json.dumps({"id": r["id"]}) for r in rows]
+    cat = mere.connect(str(tmp_path / "wh"))
+    want = {r["id"]: r["amt"] for r in rows}
+    for fmt, lines, k in (("wal2json", w2j, None), ("debezium", dbz, keys)):
+        df = spark.createDataFrame(
+            [(line, None if k is None else k[i]) for i, line in enumerate(lines)], "value string, key string"
+        )
+        got = parse_events(df, fmt).toArrow().cast(EVENT_SCHEMA)
+        assert _typed(cat, got) == _typed(cat, events_from_json(lines, fmt, k)), fmt
+        (plan,) = plan_batch(cat, got, SyncOptions("x")).tables
+        assert {r["id"]: r["amt"] for r in plan.rows.to_pylist()} == want, fmt
+    # a text value holding the pattern is left as it is
+    tricky = wal2json_line(
+        "public", "t", "I", None, {"id": 1, "s": 'x"value":12'}, 1, {"id": "bigint", "s": "text"}, ["id"]
+    )
+    got = (
+        parse_events(spark.createDataFrame([(tricky,)], "value string"), "wal2json")
+        .toArrow()
+        .cast(EVENT_SCHEMA)
+    )
+    assert got.to_pylist() == events_from_json([tricky], "wal2json").to_pylist()
+
+
 def _run(spark: SparkSession, folder: Path, wh: str, chk: Path, fmt: str = "wal2json", **options: Any) -> Any:
     query = sync_database(
         _stream(spark, folder),

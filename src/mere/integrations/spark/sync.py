@@ -28,7 +28,7 @@ from mere.table.catalog import Catalog, connect
 
 KEY_PREFIX = "mere-sync"
 
-_DEBEZIUM_FIELDS = "struct<field:string,type:string,name:string>"
+_DEBEZIUM_FIELDS = "struct<field:string,type:string,name:string,parameters:map<string,string>>"
 _DEBEZIUM_SOURCE = "struct<schema:string,table:string,lsn:bigint,ts_ms:bigint>"
 _DEBEZIUM_BODY = (
     f"before:map<string,string>,after:map<string,string>,op:string,ts_ms:bigint,source:{_DEBEZIUM_SOURCE}"
@@ -45,6 +45,9 @@ WAL2JSON_JSON_SCHEMA = (
     f"identity:array<{_WAL2JSON_COLUMN}>,pk:array<struct<name:string,type:string>>>"
 )
 """What ``from_json`` reads of a wal2json ``format-version`` 2 record."""
+
+_BARE_VALUE = r'((?<!\\)"value"\s*:\s*)(-?[0-9][0-9.eE+-]*)'
+_CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
 
 def parse_events(stream_df: Any, format: str = "debezium") -> Any:
@@ -89,7 +92,22 @@ def parse_events(stream_df: Any, format: str = "debezium") -> Any:
             source["schema"].isNotNull(), F.concat_ws(".", source["schema"], source["table"])
         ).otherwise(source["table"])
         image = F.expr("try_element_at(filter(e.schema.fields, f -> f.field IN ('after', 'before')), 1)")
-        types = F.transform(image["fields"], lambda c: F.struct(c["field"], F.coalesce(c["name"], c["type"])))
+
+        def connect_type(c: Any) -> Any:
+            # a binary decimal carries its precision and scale as parameters (see cdc_sync._connect_type)
+            name = F.coalesce(c["name"], c["type"])
+            scale = c["parameters"]["scale"]
+            decimal = F.concat(
+                name,
+                F.lit("("),
+                F.coalesce(c["parameters"]["connect.decimal.precision"], F.lit("")),
+                F.lit(","),
+                scale,
+                F.lit(")"),
+            )
+            return F.when((name == F.lit(_CONNECT_DECIMAL)) & scale.isNotNull(), decimal).otherwise(name)
+
+        types = F.transform(image["fields"], lambda c: F.struct(c["field"], connect_type(c)))
         whole = F.from_json(F.col("k"), "map<string,string>")
         inner = F.from_json(whole["payload"], "map<string,string>")
         key = F.map_keys(F.when(inner.isNotNull(), inner).otherwise(whole))
@@ -103,7 +121,11 @@ def parse_events(stream_df: Any, format: str = "debezium") -> Any:
             key.alias("key"),
             F.col("raw"),
         )
-    parsed = stream_df.select(raw.alias("raw"), F.from_json(raw, WAL2JSON_JSON_SCHEMA).alias("e"))
+    # Spark reads a bare JSON number into a string field through a double (numeric(38,10) and bigint
+    # values near 2^63 would lose digits): wal2json's values are quoted first, so each keeps its exact text.
+    # Inside a JSON string every '"' is escaped, so the pattern only meets the records' own "value" keys.
+    exact = F.regexp_replace(raw, _BARE_VALUE, '$1"$2"')
+    parsed = stream_df.select(raw.alias("raw"), F.from_json(exact, WAL2JSON_JSON_SCHEMA).alias("e"))
     e = F.col("e")
     lsn = F.split(e["lsn"], "/")
     seq = F.when(
