@@ -68,6 +68,7 @@ NO_KEY = ("refuse", "append")
 OP_COLUMN = "_cdc_op"
 SEQUENCE_COLUMN = "_cdc_lsn"
 QUARANTINE_TABLE = "cdc_quarantine"
+PENDING_TABLE = "cdc_pending"
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 
 _TEXT_MAP = pa.map_(pa.string(), pa.string())
@@ -81,6 +82,7 @@ EVENT_SCHEMA = pa.schema(
         ("types", _TEXT_MAP),
         ("key", pa.list_(pa.string())),
         ("raw", pa.string()),
+        ("txn", pa.string()),
     ]
 )
 """The events a batch holds (see the module's docstring)."""
@@ -141,6 +143,8 @@ class SyncOptions:
         unavailable_value: Debezium's placeholder for a value it did not get (``unavailable.value.placeholder``;
             an unchanged TOASTed column): such a cell, like a column an update's image leaves out, keeps
             the row's earlier value. None: no placeholder.
+        pending_table: The table (in the namespace) holding the events of source transactions whose end
+            has not arrived yet.
     """
 
     namespace: str
@@ -154,6 +158,7 @@ class SyncOptions:
     no_key: str = "refuse"
     sequence_column: str = SEQUENCE_COLUMN
     unavailable_value: str | None = UNAVAILABLE_VALUE
+    pending_table: str = PENDING_TABLE
 
     def __post_init__(self) -> None:
         if not isinstance(self.namespace, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", self.namespace):
@@ -456,6 +461,12 @@ def _debezium_row(line: str, envelope: Any, message_key: Any) -> dict[str, Any]:
         return {"raw": line}
     found = payload.get("source")
     source: dict[str, Any] = found if isinstance(found, dict) else {}
+    status = payload.get("status")
+    if status in ("BEGIN", "END") and isinstance(payload.get("id"), str):
+        # a transaction metadata event (provide.transaction.metadata): its boundary
+        return {"op": "B" if status == "BEGIN" else "C", "txn": payload["id"], "raw": line}
+    block = payload.get("transaction")
+    txn = block.get("id") if isinstance(block, dict) and isinstance(block.get("id"), str) else None
     table = source.get("table")
     if isinstance(table, str) and isinstance(source.get("schema"), str):
         table = f"{source['schema']}.{table}"
@@ -476,6 +487,7 @@ def _debezium_row(line: str, envelope: Any, message_key: Any) -> dict[str, Any]:
         "types": types,
         "key": key,
         "raw": line,
+        "txn": txn,
     }
 
 
@@ -507,6 +519,9 @@ def _wal2json_row(line: str, change: Any) -> dict[str, Any]:
         "types": types or None,
         "key": [str(p.get("name")) for p in pk if isinstance(p, dict)] if isinstance(pk, list) else None,
         "raw": line,
+        "txn": str(xid)
+        if isinstance((xid := change.get("xid")), int) and not isinstance(xid, bool)
+        else None,
     }
 
 
@@ -736,6 +751,43 @@ def _open(cat: Catalog, name: str) -> Any:
         return None
 
 
+def _shaped(events: pa.Table) -> pa.Table:
+    """The events as :data:`EVENT_SCHEMA` (``txn`` may be left out: no transaction boundaries)."""
+    if "txn" not in events.column_names:
+        events = events.append_column("txn", pa.nulls(events.num_rows, pa.string()))
+    missing = [n for n in EVENT_SCHEMA.names if n not in events.column_names]
+    if missing:
+        raise InvalidInput(f"sync: the events lack column(s) {missing}; see EVENT_SCHEMA")
+    return events.select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA).combine_chunks()
+
+
+def hold_open_transactions(events: pa.Table, pending: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Split a batch (with the events held from earlier batches) into what applies now and what waits.
+
+    A source transaction is open when its begin (op ``B`` with its ``txn``) has arrived, now or earlier,
+    and its end (op ``C``) has not: its events (and its begin) wait in the pending table; every other event
+    applies, so streams without boundaries apply everything as it comes.
+
+    Args:
+        events: The batch, shaped as :data:`EVENT_SCHEMA`.
+        pending: The events held by earlier batches (same shape).
+
+    Returns:
+        (events to apply now, events to hold).
+    """
+    both = pa.concat_tables([pending, events]).combine_chunks()
+    if not both.num_rows:
+        return both, both
+    op, txn = both.column("op"), both.column("txn")
+    begun = pc.unique(txn.filter(pc.fill_null(pc.equal(op, "B"), False))).drop_null()
+    if not len(begun):
+        return both, both.slice(0, 0)
+    ended = pc.unique(txn.filter(pc.fill_null(pc.equal(op, "C"), False))).drop_null()
+    open_ = pc.filter(begun, pc.invert(pc.is_in(begun, ended)))
+    wait = pc.fill_null(pc.is_in(txn, open_), False)
+    return both.filter(pc.invert(wait)), both.filter(wait)
+
+
 def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan:
     """Route a batch's events to their tables and work out each table's change; writes nothing.
 
@@ -751,10 +803,7 @@ def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan
         CdcEventError: A bad event or table, with ``on_error="stop"``.
         InvalidInput: ``events`` lacks a column of :data:`EVENT_SCHEMA`.
     """
-    missing = [n for n in EVENT_SCHEMA.names if n not in events.column_names]
-    if missing:
-        raise InvalidInput(f"sync: the events lack column(s) {missing}; see EVENT_SCHEMA")
-    events = events.select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA).combine_chunks()
+    events = _shaped(events)
     refused = _Refusals()
     stop = options.on_error == "stop"
 
@@ -1200,7 +1249,13 @@ def _stored(cat: Catalog, name: str, share: Any, keys: pa.Table, columns: list[s
     ).to_arrow()
 
 
-def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_key: str) -> SyncResult:
+def apply_plan(
+    cat: Catalog,
+    plan: SyncPlan,
+    options: SyncOptions,
+    idempotency_key: str,
+    pending: pa.Table | None = None,
+) -> SyncResult:
     """Commit a plan: every table's change (creations, column changes, rows) and the quarantined events in
     one catalog transaction under ``idempotency_key``.
 
@@ -1209,6 +1264,8 @@ def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_k
         plan: From :func:`plan_batch`.
         options: The sync's options.
         idempotency_key: Names the batch: a batch committed under it before is not applied again.
+        pending: The events of open source transactions to hold (they replace the pending table's), or
+            None to leave the pending table as it is.
 
     Returns:
         What was committed.
@@ -1245,6 +1302,13 @@ def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_k
             else:
                 share.append(tp.rows)
             applied += tp.rows.num_rows
+        if pending is not None:
+            pname = f"{options.namespace}.{options.pending_table}"
+            if _open(cat, pname) is None:
+                if pending.num_rows:
+                    tx.create_table(pname, EVENT_SCHEMA).append(pending)
+            else:
+                tx.table(pname).overwrite(pending)
         if plan.refused.num_rows:
             qname = f"{options.namespace}.{options.quarantine_table}"
             rows = plan.refused
@@ -1274,18 +1338,29 @@ def sync_batch(cat: Catalog, events: pa.Table, options: SyncOptions, idempotency
     Raises:
         CdcEventError: A bad event or table, with ``on_error="stop"``: nothing committed.
         CommitConflict: Concurrent commits won every retry; nothing committed.
+
+    Source transactions: where the stream carries their boundaries, the events of a transaction whose end
+    has not arrived are held in the pending table (written in the same catalog transaction) and applied
+    with the batch that brings its end (see :func:`hold_open_transactions`).
     """
     tx = cat.transaction(idempotency_key=idempotency_key)
     if tx.already_committed:  # a replay: nothing to plan
         return SyncResult(tx.commit(), 0, 0, 0, [], [], already_committed=True)
     tx.abort()
-    return apply_plan(cat, plan_batch(cat, events, options), options, idempotency_key)
+    events = _shaped(events)
+    stored = _open(cat, f"{options.namespace}.{options.pending_table}")
+    held = EVENT_SCHEMA.empty_table() if stored is None else _shaped(stored.to_arrow())
+    now, hold = hold_open_transactions(events, held)
+    pending = hold if held.num_rows or hold.num_rows else None
+    return apply_plan(cat, plan_batch(cat, now, options), options, idempotency_key, pending)
 
 
 __all__ = [
     "EVENT_SCHEMA",
     "FORMATS",
+    "PENDING_TABLE",
     "QUARANTINE_SCHEMA",
+    "UNAVAILABLE_VALUE",
     "CdcEventError",
     "SyncOptions",
     "SyncPlan",
@@ -1294,6 +1369,7 @@ __all__ = [
     "apply_plan",
     "decode_values",
     "events_from_json",
+    "hold_open_transactions",
     "plan_batch",
     "source_type",
     "sync_batch",

@@ -31,7 +31,8 @@ KEY_PREFIX = "mere-sync"
 _DEBEZIUM_FIELDS = "struct<field:string,type:string,name:string,parameters:map<string,string>>"
 _DEBEZIUM_SOURCE = "struct<schema:string,table:string,lsn:bigint,ts_ms:bigint>"
 _DEBEZIUM_BODY = (
-    f"before:map<string,string>,after:map<string,string>,op:string,ts_ms:bigint,source:{_DEBEZIUM_SOURCE}"
+    f"before:map<string,string>,after:map<string,string>,op:string,ts_ms:bigint,source:{_DEBEZIUM_SOURCE},"
+    "transaction:struct<id:string>,status:string,id:string"
 )
 DEBEZIUM_JSON_SCHEMA = (
     f"struct<schema:struct<fields:array<struct<field:string,type:string,name:string,"
@@ -41,7 +42,7 @@ DEBEZIUM_JSON_SCHEMA = (
 
 _WAL2JSON_COLUMN = "struct<name:string,type:string,value:string>"
 WAL2JSON_JSON_SCHEMA = (
-    f"struct<action:string,schema:string,table:string,lsn:string,columns:array<{_WAL2JSON_COLUMN}>,"
+    f"struct<action:string,xid:bigint,schema:string,table:string,lsn:string,columns:array<{_WAL2JSON_COLUMN}>,"
     f"identity:array<{_WAL2JSON_COLUMN}>,pk:array<struct<name:string,type:string>>>"
 )
 """What ``from_json`` reads of a wal2json ``format-version`` 2 record."""
@@ -111,15 +112,19 @@ def parse_events(stream_df: Any, format: str = "debezium") -> Any:
         whole = F.from_json(F.col("k"), "map<string,string>")
         inner = F.from_json(whole["payload"], "map<string,string>")
         key = F.map_keys(F.when(inner.isNotNull(), inner).otherwise(whole))
+        status = part("status")
+        boundary = F.when(status == "BEGIN", F.lit("B")).when(status == "END", F.lit("C"))
+        marker = boundary.isNotNull() & part("id").isNotNull()  # a transaction metadata event
         return parsed.select(
-            table.alias("table"),
-            part("op").alias("op"),
-            F.coalesce(source["lsn"], part("ts_ms")).alias("seq"),
+            F.when(~marker, table).alias("table"),
+            F.when(marker, boundary).otherwise(part("op")).alias("op"),
+            F.when(~marker, F.coalesce(source["lsn"], part("ts_ms"))).alias("seq"),
             part("before").alias("before"),
             part("after").alias("after"),
             F.map_from_entries(types).alias("types"),
-            key.alias("key"),
+            F.when(~marker, key).alias("key"),
             F.col("raw"),
+            F.when(marker, part("id")).otherwise(part("transaction")["id"]).alias("txn"),
         )
     # Spark reads a bare JSON number into a string field through a double (numeric(38,10) and bigint
     # values near 2^63 would lose digits): wal2json's values are quoted first, so each keeps its exact text.
@@ -146,6 +151,7 @@ def parse_events(stream_df: Any, format: str = "debezium") -> Any:
         entries(F.coalesce(e["columns"], e["identity"]), "type").alias("types"),
         F.transform(e["pk"], lambda p: p["name"]).alias("key"),
         F.col("raw"),
+        e["xid"].cast("string").alias("txn"),
     )
 
 
