@@ -1716,9 +1716,7 @@ class SqlCatalog:
         )
         if res.rowcount != 1:
             raise CommitConflict(f"{self._label(table_id)} moved past version {current} during the commit")
-        return CommitResult.of(
-            Snapshot.from_stored(new, ts, r.operation, summary, idempotency_key=recorded)
-        )
+        return CommitResult.of(Snapshot.from_stored(new, ts, r.operation, summary, idempotency_key=recorded))
 
     def _changes_since(self, conn: Connection, table_id: int, base: int, current: int) -> ConcurrentChanges:
         rows = conn.execute(

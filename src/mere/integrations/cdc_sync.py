@@ -15,7 +15,9 @@ The engine-neutral core of :func:`mere.integrations.spark.sync_database`; it run
 - ``types``: the columns' source types (PostgreSQL names such as ``numeric(12,3)``, as wal2json writes
   them, or Kafka Connect types and logical names, as Debezium's JSON converter writes them);
 - ``key``: the primary-key columns (wal2json's ``pk``, or the Kafka message key's fields for Debezium);
-- ``raw``: the event as it arrived (named in errors, kept by quarantine).
+- ``raw``: the event as it arrived (named in errors, kept by quarantine);
+- ``txn``: the source transaction (wal2json's ``xid``, Debezium's ``transaction.id``), or null; the
+  transaction boundaries are events of op ``B`` (begin) and ``C`` (end) with only ``txn`` set.
 
 :func:`events_from_json` builds that table from JSON lines in Python (a reference, used by tests and
 small batches); the Spark path parses in the JVM with ``from_json``.
@@ -39,8 +41,14 @@ that table in the batch) are appended to the quarantine table, in the same trans
 cannot be applied. ``no_key="append"`` keeps them as change logs instead: a keyless table of every event
 (the row image, ``_cdc_op`` stored, and ``_cdc_lsn``).
 
-**Source transactions** appear whole when each batch holds whole transactions (each micro-batch commits
-at once, every table together): feed the stream in units of whole transactions.
+**Unchanged TOASTed values**: an update's column its image lacks (wal2json leaves it out, Debezium
+writes ``unavailable_value``) keeps the row's earlier value: the same key's latest earlier event of the
+batch, else the stored row (see docs/cdc.md).
+
+**Source transactions**: where the stream carries boundaries (``B``/``C`` events), the events of a
+transaction whose end has not arrived wait in the pending table, written in the batch's catalog
+transaction, and apply with the batch that brings the end. Without boundaries each batch applies what it
+holds: feed the stream in units of whole transactions.
 """
 
 from __future__ import annotations

@@ -94,6 +94,13 @@ def test_spark_parse_equals_the_python_reference(spark: SparkSession, tmp_path: 
         dbz.append(debezium_line("public", table, op, before, after, lsn, types, wrapped=lsn % 2 == 0))
         keys.append(debezium_key(after, key))
         w2j.append(wal2json_line("public", table, "I", before, after, lsn, types, key))
+    # transaction boundaries: Debezium's metadata events and transaction blocks, wal2json's B/C with xid
+    from test_cdc_sync import _with_boundaries
+
+    dbz_tx = _with_boundaries("debezium", 9, list(zip(dbz[:2], keys[:2], strict=True)))
+    dbz += [line for line, _ in dbz_tx]
+    keys += [key for _, key in dbz_tx]
+    w2j += [line for line, _ in _with_boundaries("wal2json", 9, [(w2j[0], None), (w2j[1], None)])]
     dbz.append("not json")
     keys.append(None)
     df = spark.createDataFrame(list(zip(dbz, keys)), "value string, key string")
@@ -104,6 +111,9 @@ def test_spark_parse_equals_the_python_reference(spark: SparkSession, tmp_path: 
     # Spark writes bare JSON numbers through a double (0.00 -> "0.0"): equal once typed
     cat = mere.connect(str(tmp_path / "wh"))
     assert _typed(cat, got) == _typed(cat, events_from_json(w2j, "wal2json"))
+    reference = events_from_json(w2j, "wal2json")
+    for column in ("op", "txn", "table"):
+        assert got.column(column).to_pylist() == reference.column(column).to_pylist(), column
 
 
 def test_spark_parse_keeps_numbers_exact(spark: SparkSession, tmp_path: Path) -> None:

@@ -22,7 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mere.errors import InvalidInput
-from mere.integrations.cdc_sync import EVENT_SCHEMA, FORMATS, SyncOptions, SyncResult, sync_batch
+from mere.integrations.cdc_sync import (
+    EVENT_SCHEMA,
+    FORMATS,
+    UNAVAILABLE_VALUE,
+    SyncOptions,
+    SyncResult,
+    sync_batch,
+)
 from mere.integrations.spark.foreach import query_id
 from mere.table.catalog import Catalog, connect
 
@@ -186,7 +193,8 @@ def sync_batches(
         on_batch: Called with each batch id and its result (metrics, tests).
         **options: :class:`~mere.integrations.cdc_sync.SyncOptions` fields (``buckets``,
             ``partition_by``, ``primary_keys``, ``properties``, ``overrides``, ``on_error``,
-            ``quarantine_table``, ``no_key``, ``sequence_column``).
+            ``quarantine_table``, ``no_key``, ``sequence_column``, ``unavailable_value``,
+            ``pending_table``).
 
     Returns:
         A function (DataFrame, batch id) -> None.
@@ -229,6 +237,8 @@ def sync_database(
     on_error: str = "stop",
     quarantine_table: str | None = None,
     no_key: str = "refuse",
+    pending_table: str | None = None,
+    unavailable_value: str | None = UNAVAILABLE_VALUE,
 ) -> Any:
     """Sync a whole source database into a catalog namespace from one stream of change events.
 
@@ -261,6 +271,9 @@ def sync_database(
         on_error: ``"stop"`` or ``"quarantine"``.
         quarantine_table: The quarantine table's name in the namespace (default ``cdc_quarantine``).
         no_key: ``"refuse"`` tables without primary key or ``"append"`` their events to change logs.
+        pending_table: The table holding the events of source transactions whose end has not arrived
+            (default ``cdc_pending``).
+        unavailable_value: Debezium's placeholder for an unchanged TOASTed value (None: none).
 
     Returns:
         The started ``StreamingQuery``.
@@ -271,6 +284,8 @@ def sync_database(
     extra: dict[str, Any] = {}
     if quarantine_table is not None:
         extra["quarantine_table"] = quarantine_table
+    if pending_table is not None:
+        extra["pending_table"] = pending_table
     run = sync_batches(
         namespace=namespace,
         catalog=catalog,
@@ -283,6 +298,7 @@ def sync_database(
         overrides=dict(overrides or {}),
         on_error=on_error,
         no_key=no_key,
+        unavailable_value=unavailable_value,
         **extra,
     )
     writer = parse_events(stream_df, format).writeStream.foreachBatch(run)
