@@ -433,8 +433,13 @@ def _typed(spec: TableSpec, raw: dict[str, tuple[str, Any]], *, image: str) -> R
     return row
 
 
-def parse_change(data: str, tables: Mapping[str, TableSpec]) -> tuple[str, Op, Row | None, Row | None]:
-    """One test_decoding change line -> (table, op, before, after) with typed values."""
+def parse_change(
+    data: str, tables: Mapping[str, TableSpec], *, keep_unchanged: bool = False
+) -> tuple[str, Op, Row | None, Row | None]:
+    """One test_decoding change line -> (table, op, before, after) with typed values.
+
+    An unchanged TOASTed value of an update is taken from the old image; with ``keep_unchanged`` it is
+    left out of the new image (as wal2json leaves it out without ``REPLICA IDENTITY FULL``)."""
     cur = _Cursor(data)
     cur.expect("table ")
     schema = cur.identifier(".")
@@ -457,8 +462,11 @@ def parse_change(data: str, tables: Mapping[str, TableSpec]) -> tuple[str, Op, R
             before = _typed(spec, _parse_tuple(cur, "new-tuple: "), image="old")
             cur.expect("new-tuple: ")
         after = _typed(spec, _parse_tuple(cur, None), image="new")
-        for col, value in after.items():
+        for col, value in list(after.items()):
             if value is _UNCHANGED_TOAST:
+                if keep_unchanged:
+                    del after[col]  # the new image lacks it, as wal2json's does
+                    continue
                 if before is None:
                     raise ValueError(f"{name}.{col}: unchanged TOAST value without an old image: {data!r}")
                 after[col] = before[col]
@@ -476,7 +484,9 @@ def parse_change(data: str, tables: Mapping[str, TableSpec]) -> tuple[str, Op, R
     return name, op, before, after
 
 
-def _events_from_rows(rows: Iterable[tuple[int, int, str]], tables: Mapping[str, TableSpec]) -> list[Event]:
+def _events_from_rows(
+    rows: Iterable[tuple[int, int, str]], tables: Mapping[str, TableSpec], *, keep_unchanged: bool = False
+) -> list[Event]:
     """(lsn, xid, data) rows of pg_logical_slot_*_changes -> events, stamped at each COMMIT."""
     events: list[Event] = []
     pending: list[tuple[int, int, str, Op, Row | None, Row | None]] | None = None
@@ -508,7 +518,7 @@ def _events_from_rows(rows: Iterable[tuple[int, int, str]], tables: Mapping[str,
         else:
             if pending is None:
                 raise ValueError(f"change outside a transaction at {lsn}: {data!r}")
-            table, op, before, after = parse_change(data, tables)
+            table, op, before, after = parse_change(data, tables, keep_unchanged=keep_unchanged)
             pending.append((lsn, xid, table, op, before, after))
     if pending is not None:
         raise ValueError("the stream ends inside a transaction")
@@ -643,9 +653,12 @@ class ChangeSource:
             (int(lsn), int(xid), str(data)) for lsn, xid, data in self.reader.execute(query, (self.slot,))
         ]
 
-    def changes(self, *, consume: bool = False) -> list[Event]:
-        """All committed changes since the slot was created (or since the last consuming read), parsed."""
-        return _events_from_rows(self.raw_changes(consume=consume), self.tables)
+    def changes(self, *, consume: bool = False, keep_unchanged: bool = False) -> list[Event]:
+        """All committed changes since the slot was created (or since the last consuming read), parsed
+        (``keep_unchanged``: see :func:`parse_change`)."""
+        return _events_from_rows(
+            self.raw_changes(consume=consume), self.tables, keep_unchanged=keep_unchanged
+        )
 
     def _wait_for_flush(self, timeout: float = 30.0) -> None:
         # Decoding stops at the flushed WAL position; wait until everything written so far is flushed.

@@ -145,6 +145,12 @@ def test_idempotency_key_replays_every_table_and_writes_nothing(cat: mere.Catalo
         tx.table(A).upsert(rows([1]))
         tx.table(B).upsert(rows([2]))
     first = tx.results
+    # Each table's version records the transaction's key.
+    assert [s.idempotency_key for s in a.history() if s.version == 1] == ["batch-1"]
+    assert [s.idempotency_key for s in b.history() if s.version == 1] == ["batch-1"]
+    assert first[A].snapshot.idempotency_key == "batch-1"
+    # A one-table commit under the same key finds that version (its key named one change already).
+    assert a.upsert(rows([9]), idempotency_key="batch-1").already_committed
     with cat.transaction(idempotency_key="batch-1") as again:
         assert again.already_committed
         again.table(A).upsert(rows([100]))  # does nothing: the key's work landed

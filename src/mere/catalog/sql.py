@@ -1481,7 +1481,7 @@ class SqlCatalog:
             # transaction's versions sees all of them.
             ts = max(now_micros(), *(heads[i][1] + 1 for i in ids))
             out = [
-                self._land(conn, r, i, heads[i][0], ts, t)
+                self._land(conn, r, i, heads[i][0], ts, t, transaction_key)
                 for r, i, t in zip(requests, ids, tokens, strict=True)
             ]
             if transaction_key is not None:
@@ -1608,10 +1608,30 @@ class SqlCatalog:
         return table_id
 
     def _land(
-        self, conn: Connection, request: CommitRequest, table_id: int, current: int, ts: int, token: str
+        self,
+        conn: Connection,
+        request: CommitRequest,
+        table_id: int,
+        current: int,
+        ts: int,
+        token: str,
+        transaction_key: str | None = None,
     ) -> CommitResult:
-        """One table's commit in an open transaction that holds the table's lock (at version ``current``)."""
+        """One table's commit in an open transaction that holds the table's lock (at version ``current``).
+
+        The version records the request's own idempotency key, else the catalog transaction's
+        (``transaction_key``), unless a version of this table holds that key already (a one-table commit
+        made under the same key): keys stay unique per table.
+        """
         r = request
+        recorded = r.idempotency_key
+        if recorded is None and transaction_key is not None:
+            taken = conn.execute(
+                sa.select(commits.c.version).where(
+                    commits.c.table_id == table_id, commits.c.idempotency_key == transaction_key
+                )
+            ).first()
+            recorded = None if taken is not None else transaction_key
         remove_ids = sorted(set(r.remove))
         summary = dict(r.summary or {})
         if r.restores is not None:
@@ -1685,7 +1705,7 @@ class SqlCatalog:
                 committed_at=ts,
                 operation=r.operation,
                 token=token,
-                idempotency_key=r.idempotency_key,
+                idempotency_key=recorded,
                 summary=json.dumps(summary),
                 spec=r.spec,
             )
@@ -1696,9 +1716,7 @@ class SqlCatalog:
         )
         if res.rowcount != 1:
             raise CommitConflict(f"{self._label(table_id)} moved past version {current} during the commit")
-        return CommitResult.of(
-            Snapshot.from_stored(new, ts, r.operation, summary, idempotency_key=r.idempotency_key)
-        )
+        return CommitResult.of(Snapshot.from_stored(new, ts, r.operation, summary, idempotency_key=recorded))
 
     def _changes_since(self, conn: Connection, table_id: int, base: int, current: int) -> ConcurrentChanges:
         rows = conn.execute(

@@ -15,7 +15,9 @@ The engine-neutral core of :func:`mere.integrations.spark.sync_database`; it run
 - ``types``: the columns' source types (PostgreSQL names such as ``numeric(12,3)``, as wal2json writes
   them, or Kafka Connect types and logical names, as Debezium's JSON converter writes them);
 - ``key``: the primary-key columns (wal2json's ``pk``, or the Kafka message key's fields for Debezium);
-- ``raw``: the event as it arrived (named in errors, kept by quarantine).
+- ``raw``: the event as it arrived (named in errors, kept by quarantine);
+- ``txn``: the source transaction (wal2json's ``xid``, Debezium's ``transaction.id``), or null; the
+  transaction boundaries are events of op ``B`` (begin) and ``C`` (end) with only ``txn`` set.
 
 :func:`events_from_json` builds that table from JSON lines in Python (a reference, used by tests and
 small batches); the Spark path parses in the JVM with ``from_json``.
@@ -39,8 +41,14 @@ that table in the batch) are appended to the quarantine table, in the same trans
 cannot be applied. ``no_key="append"`` keeps them as change logs instead: a keyless table of every event
 (the row image, ``_cdc_op`` stored, and ``_cdc_lsn``).
 
-**Source transactions** appear whole when each batch holds whole transactions (each micro-batch commits
-at once, every table together): feed the stream in units of whole transactions.
+**Unchanged TOASTed values**: an update's column its image lacks (wal2json leaves it out, Debezium
+writes ``unavailable_value``) keeps the row's earlier value: the same key's latest earlier event of the
+batch, else the stored row (see docs/cdc.md).
+
+**Source transactions**: where the stream carries boundaries (``B``/``C`` events), the events of a
+transaction whose end has not arrived wait in the pending table, written in the batch's catalog
+transaction, and apply with the batch that brings the end. Without boundaries each batch applies what it
+holds: feed the stream in units of whole transactions.
 """
 
 from __future__ import annotations
@@ -68,6 +76,8 @@ NO_KEY = ("refuse", "append")
 OP_COLUMN = "_cdc_op"
 SEQUENCE_COLUMN = "_cdc_lsn"
 QUARANTINE_TABLE = "cdc_quarantine"
+PENDING_TABLE = "cdc_pending"
+UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 
 _TEXT_MAP = pa.map_(pa.string(), pa.string())
 EVENT_SCHEMA = pa.schema(
@@ -80,6 +90,7 @@ EVENT_SCHEMA = pa.schema(
         ("types", _TEXT_MAP),
         ("key", pa.list_(pa.string())),
         ("raw", pa.string()),
+        ("txn", pa.string()),
     ]
 )
 """The events a batch holds (see the module's docstring)."""
@@ -137,6 +148,11 @@ class SyncOptions:
         no_key: ``"refuse"`` events of tables without primary key, or ``"append"`` them to change-log
             tables.
         sequence_column: The stored column holding each row's log position (``sequence_by``).
+        unavailable_value: Debezium's placeholder for a value it did not get (``unavailable.value.placeholder``;
+            an unchanged TOASTed column): such a cell, like a column an update's image leaves out, keeps
+            the row's earlier value. None: no placeholder.
+        pending_table: The table (in the namespace) holding the events of source transactions whose end
+            has not arrived yet.
     """
 
     namespace: str
@@ -149,6 +165,8 @@ class SyncOptions:
     quarantine_table: str = QUARANTINE_TABLE
     no_key: str = "refuse"
     sequence_column: str = SEQUENCE_COLUMN
+    unavailable_value: str | None = UNAVAILABLE_VALUE
+    pending_table: str = PENDING_TABLE
 
     def __post_init__(self) -> None:
         if not isinstance(self.namespace, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", self.namespace):
@@ -267,13 +285,19 @@ def source_type(name: str) -> tuple[pa.DataType, str]:
         if precision > 38:
             raise InvalidInput(f"type {name!r}: precision above 38 has no exact Arrow type")
         return pa.decimal128(precision, scale), "text"
+    match = re.fullmatch(r"org\.apache\.kafka\.connect\.data\.decimal\((\d*),(\d+)\)", text)
+    if match:  # Connect's binary decimal: the unscaled value's bytes; precision and scale from the schema
+        precision, scale = int(match.group(1) or 38), int(match.group(2))
+        if precision > 38 or scale > precision:
+            raise InvalidInput(f"type {name!r}: no exact Arrow type (precision above 38, or scale above it)")
+        return pa.decimal128(precision, scale), "unscaled"
     base = re.sub(r"\s*\(.*\)\s*$", "", text)
     if base in _PG_TYPES:
         return _PG_TYPES[base], _ENCODINGS.get(base, "text")
     if base == "org.apache.kafka.connect.data.decimal":
         raise InvalidInput(
-            f"type {name!r}: Connect's binary decimals are not read; configure Debezium with "
-            "decimal.handling.mode=string"
+            f"type {name!r}: a binary decimal without its scale (the envelope's schema must carry "
+            "parameters.scale), or use decimal.handling.mode=string"
         )
     if base in ("numeric", "decimal"):
         raise InvalidInput(
@@ -307,12 +331,42 @@ def decode_values(text: pa.Array, name: str) -> pa.Array:
             return pc.cast(pc.multiply_checked(pc.cast(text, pa.int64()), 1000), kind)
         if encoding == "hex":
             return _hex(text)
+        if encoding == "unscaled":
+            return _unscaled(text, kind)
         # base64 has no Arrow kernel: decoded value by value (binary columns only)
         return pa.array(
             [None if v is None else base64.b64decode(v, validate=True) for v in text.to_pylist()], pa.binary()
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
         raise InvalidInput(f"a value is not a {name}: {e}") from None
+
+
+def _unscaled(text: pa.Array, kind: pa.DataType) -> pa.Array:
+    """Connect's binary decimals (base64 of the unscaled value, big-endian two's complement) -> ``kind``;
+    the bytes are placed into Arrow's little-endian 128-bit layout vectorised."""
+    text = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    # base64 has no Arrow kernel: decoded value by value
+    raw = [b"" if v is None else base64.b64decode(v, validate=True) for v in text.to_pylist()]
+    lengths = np.fromiter((len(b) for b in raw), dtype=np.int64, count=len(raw))
+    if (lengths > 16).any():
+        raise ValueError("a decimal's unscaled value is wider than 128 bits")
+    flat = np.frombuffer(b"".join(raw), dtype=np.uint8)
+    out = np.zeros((len(raw), 16), dtype=np.uint8)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    negative = np.zeros(len(raw), dtype=bool)
+    has = lengths > 0
+    negative[has] = flat[starts[has]] >= 0x80
+    out[negative] = 0xFF  # sign extension
+    row = np.repeat(np.arange(len(raw)), lengths)
+    position = np.arange(len(flat)) - np.repeat(starts, lengths)  # index in its big-endian value
+    out[row, np.repeat(lengths, lengths) - 1 - position] = flat
+    wide = pa.Array.from_buffers(
+        pa.decimal128(38, kind.scale),
+        len(raw),
+        [pa.compute.is_valid(text).buffers()[1] if text.null_count else None, pa.py_buffer(out.tobytes())],
+        text.null_count,
+    )
+    return pc.cast(wide, kind)
 
 
 def _hex(text: pa.Array) -> pa.Array:
@@ -390,12 +444,20 @@ def _connect_types(envelope: dict[str, Any]) -> list[tuple[str, str]] | None:
         return None
     for part in schema.get("fields") or ():
         if isinstance(part, dict) and part.get("field") in ("after", "before") and part.get("fields"):
-            return [
-                (str(f.get("field")), str(f.get("name") or f.get("type")))
-                for f in part["fields"]
-                if isinstance(f, dict)
-            ]
+            return [(str(f.get("field")), _connect_type(f)) for f in part["fields"] if isinstance(f, dict)]
     return None
+
+
+_CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+
+
+def _connect_type(f: dict[str, Any]) -> str:
+    """A Connect field's type name; a binary decimal with its precision and scale from ``parameters``."""
+    name = str(f.get("name") or f.get("type"))
+    parameters = f.get("parameters")
+    if name == _CONNECT_DECIMAL and isinstance(parameters, dict) and parameters.get("scale") is not None:
+        return f"{name}({parameters.get('connect.decimal.precision') or ''},{parameters['scale']})"
+    return name
 
 
 def _debezium_row(line: str, envelope: Any, message_key: Any) -> dict[str, Any]:
@@ -407,6 +469,12 @@ def _debezium_row(line: str, envelope: Any, message_key: Any) -> dict[str, Any]:
         return {"raw": line}
     found = payload.get("source")
     source: dict[str, Any] = found if isinstance(found, dict) else {}
+    status = payload.get("status")
+    if status in ("BEGIN", "END") and isinstance(payload.get("id"), str):
+        # a transaction metadata event (provide.transaction.metadata): its boundary
+        return {"op": "B" if status == "BEGIN" else "C", "txn": payload["id"], "raw": line}
+    block = payload.get("transaction")
+    txn = block.get("id") if isinstance(block, dict) and isinstance(block.get("id"), str) else None
     table = source.get("table")
     if isinstance(table, str) and isinstance(source.get("schema"), str):
         table = f"{source['schema']}.{table}"
@@ -427,6 +495,7 @@ def _debezium_row(line: str, envelope: Any, message_key: Any) -> dict[str, Any]:
         "types": types,
         "key": key,
         "raw": line,
+        "txn": txn,
     }
 
 
@@ -458,6 +527,9 @@ def _wal2json_row(line: str, change: Any) -> dict[str, Any]:
         "types": types or None,
         "key": [str(p.get("name")) for p in pk if isinstance(p, dict)] if isinstance(pk, list) else None,
         "raw": line,
+        "txn": str(xid)
+        if isinstance((xid := change.get("xid")), int) and not isinstance(xid, bool)
+        else None,
     }
 
 
@@ -516,6 +588,17 @@ class TablePlan:
     add: list[tuple[str, pa.DataType]] = field(default_factory=list)
     widen: list[tuple[str, pa.DataType]] = field(default_factory=list)
     keyed: bool = True
+    partial: PartialRows | None = None
+
+
+@dataclass
+class PartialRows:
+    """Updates whose new image lacks columns (unchanged TOASTed values): which cells are missing, and the
+    key each row's earlier value is looked up under (its own; for a key-changing update, the old one)."""
+
+    missing: dict[str, np.ndarray]  # column -> rows missing it
+    lookup: pa.Table  # key columns, one row per row of the table plan
+    moved: np.ndarray | None = None  # rows that are key-changing updates
 
 
 @dataclass
@@ -539,6 +622,7 @@ class SyncResult:
     created: list[str]
     evolved: list[str]
     already_committed: bool = False
+    unresolved: int = 0  # cells an update lacked that no earlier version held (left NULL)
 
 
 def _normal_op(op: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
@@ -570,9 +654,15 @@ def _map_parts(maps: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
     return parents, maps.keys.slice(lo, hi - lo), maps.items.slice(lo, hi - lo)
 
 
-def _columns_of(parents: np.ndarray, keys: pa.Array, values: pa.Array, n: int) -> dict[str, pa.Array]:
+def _columns_of(
+    parents: np.ndarray,
+    keys: pa.Array,
+    values: pa.Array,
+    n: int,
+    present: dict[str, np.ndarray] | None = None,
+) -> dict[str, pa.Array]:
     """Each column a map holds, as a text array of ``n`` rows (null where a row lacks it; the last entry
-    wins where a row has it twice)."""
+    wins where a row has it twice); ``present`` (when given) gets, per column, which rows hold it."""
     if not len(keys):
         return {}
     encoded = (
@@ -588,6 +678,8 @@ def _columns_of(parents: np.ndarray, keys: pa.Array, values: pa.Array, n: int) -
         index[parents[mine]] = mine
         taken = pa.array(index, mask=index < 0)
         out[str(name)] = pc.take(values, taken)
+        if present is not None:
+            present[str(name)] = index >= 0
     return out
 
 
@@ -667,6 +759,43 @@ def _open(cat: Catalog, name: str) -> Any:
         return None
 
 
+def _shaped(events: pa.Table) -> pa.Table:
+    """The events as :data:`EVENT_SCHEMA` (``txn`` may be left out: no transaction boundaries)."""
+    if "txn" not in events.column_names:
+        events = events.append_column("txn", pa.nulls(events.num_rows, pa.string()))
+    missing = [n for n in EVENT_SCHEMA.names if n not in events.column_names]
+    if missing:
+        raise InvalidInput(f"sync: the events lack column(s) {missing}; see EVENT_SCHEMA")
+    return events.select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA).combine_chunks()
+
+
+def hold_open_transactions(events: pa.Table, pending: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Split a batch (with the events held from earlier batches) into what applies now and what waits.
+
+    A source transaction is open when its begin (op ``B`` with its ``txn``) has arrived, now or earlier,
+    and its end (op ``C``) has not: its events (and its begin) wait in the pending table; every other event
+    applies, so streams without boundaries apply everything as it comes.
+
+    Args:
+        events: The batch, shaped as :data:`EVENT_SCHEMA`.
+        pending: The events held by earlier batches (same shape).
+
+    Returns:
+        (events to apply now, events to hold).
+    """
+    both = pa.concat_tables([pending, events]).combine_chunks()
+    if not both.num_rows:
+        return both, both
+    op, txn = both.column("op"), both.column("txn")
+    begun = pc.unique(txn.filter(pc.fill_null(pc.equal(op, "B"), False))).drop_null()
+    if not len(begun):
+        return both, both.slice(0, 0)
+    ended = pc.unique(txn.filter(pc.fill_null(pc.equal(op, "C"), False))).drop_null()
+    open_ = pc.filter(begun, pc.invert(pc.is_in(begun, ended)))
+    wait = pc.fill_null(pc.is_in(txn, open_), False)
+    return both.filter(pc.invert(wait)), both.filter(wait)
+
+
 def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan:
     """Route a batch's events to their tables and work out each table's change; writes nothing.
 
@@ -682,10 +811,7 @@ def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan
         CdcEventError: A bad event or table, with ``on_error="stop"``.
         InvalidInput: ``events`` lacks a column of :data:`EVENT_SCHEMA`.
     """
-    missing = [n for n in EVENT_SCHEMA.names if n not in events.column_names]
-    if missing:
-        raise InvalidInput(f"sync: the events lack column(s) {missing}; see EVENT_SCHEMA")
-    events = events.select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA).combine_chunks()
+    events = _shaped(events)
     refused = _Refusals()
     stop = options.on_error == "stop"
 
@@ -760,8 +886,20 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
     n = events.num_rows
     op = events.column("op")
     is_delete = pc.equal(op, "d").to_numpy(zero_copy_only=False)
-    after = _columns_of(*_map_parts(events.column("after")), n)
+    present: dict[str, np.ndarray] = {}
+    after = _columns_of(*_map_parts(events.column("after")), n, present)
     before = _columns_of(*_map_parts(events.column("before")), n)
+    is_update = pc.fill_null(pc.equal(op, "u"), False).to_numpy(zero_copy_only=False)
+    if options.unavailable_value is not None and is_update.any():
+        # Debezium's placeholder for a value it did not get (an unchanged TOASTed column): not a value
+        marks = pa.array(
+            [options.unavailable_value, base64.b64encode(options.unavailable_value.encode()).decode()]
+        )
+        for col, text in after.items():
+            hit = pc.fill_null(pc.is_in(text, marks), False).to_numpy(zero_copy_only=False) & is_update
+            if hit.any():
+                after[col] = pc.if_else(pa.array(hit), pa.scalar(None, pa.string()), text)
+                present[col] = present[col] & ~hit
     types = _types_of(table, events, raw)
     names = list(dict.fromkeys([*after, *before]))
     if existing is not None:
@@ -838,6 +976,19 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
             columns[col] = pa.nulls(n, kind)
             final[col] = kind
     moved = _moved_keys(key or [], op, before, columns, final, types) if keyed else None
+    # An update's column the new image does not hold (wal2json leaves out an unchanged TOASTed value,
+    # Debezium writes its placeholder) keeps the row's earlier value: filled when the batch is applied.
+    missing: dict[str, np.ndarray] = {}
+    if keyed and is_update.any():
+        for col in final:
+            if col in (key or ()):
+                continue
+            gap = is_update & ~present.get(col, np.zeros(n, dtype=bool))
+            if gap.any():
+                missing[col] = gap
+    old_keys = None
+    if missing and moved is not None:
+        old_keys = {c: _decode_as(before[c].take(pa.array(moved)), types.get(c), final[c]) for c in key or ()}
     columns[options.sequence_column] = events.column("seq").combine_chunks()
     columns[OP_COLUMN] = op.combine_chunks() if isinstance(op, pa.ChunkedArray) else op
     rows = pa.table(columns)
@@ -854,6 +1005,23 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         gone[options.sequence_column] = rows.column(options.sequence_column).take(take)
         gone[OP_COLUMN] = pa.array(["d"] * len(moved), pa.string())
         rows = pa.concat_tables([rows, pa.table(gone).select(rows.column_names).cast(rows.schema)])
+        missing = {c: np.concatenate([m, np.zeros(len(moved), dtype=bool)]) for c, m in missing.items()}
+    partial = None
+    if missing:
+        # the key each row's missing values come from: its own, the old one for an update that moved it
+        lookup = rows.select(list(key or ())).combine_chunks()
+        if old_keys is not None and moved is not None:
+            for c, values in old_keys.items():
+                idx = np.arange(rows.num_rows)
+                spot = np.full(rows.num_rows, -1, dtype=np.int64)
+                spot[moved] = np.arange(len(moved))
+                merged = pc.if_else(
+                    pa.array(spot >= 0),
+                    values.take(pa.array(np.maximum(spot, 0))),
+                    lookup.column(c).take(pa.array(idx)),
+                )
+                lookup = lookup.set_column(lookup.schema.get_field_index(c), c, merged)
+        partial = PartialRows(missing, lookup, None if moved is None else np.asarray(moved))
     create = None
     if existing is None:
         schema = pa.schema([*fields, pa.field(options.sequence_column, pa.int64(), nullable=False)])
@@ -877,7 +1045,7 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
             table,
             raw[0].as_py(),
         )
-    return TablePlan(table, name, rows, create, add, widen, keyed)
+    return TablePlan(table, name, rows, create, add, widen, keyed, partial)
 
 
 def _decode_as(text: pa.Array, kind_name: str | None, kind: pa.DataType) -> pa.Array:
@@ -939,7 +1107,163 @@ def _first_null(raw: pa.Array, values: pa.Array) -> str | None:
 # -- applying ----------------------------------------------------------------------------------------
 
 
-def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_key: str) -> SyncResult:
+def _key_groups(keys: pa.Table, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows sorted by key then log position: (order, the sorted position where each row's key starts)."""
+    n = keys.num_rows
+    sortable = keys.append_column("__seq", pa.array(seq, pa.int64()))
+    order = pc.sort_indices(sortable, sort_keys=[(c, "ascending") for c in sortable.column_names]).to_numpy(
+        zero_copy_only=False
+    )
+    first = np.zeros(n, dtype=bool)
+    if n:
+        first[0] = True
+        ordered = keys.take(pa.array(order))
+        for c in keys.column_names:
+            col = ordered.column(c).combine_chunks()
+            first[1:] |= pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True).to_numpy(
+                zero_copy_only=False
+            )
+    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    return order, start
+
+
+def _carry(
+    known: np.ndarray, order: np.ndarray, start: np.ndarray, only: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each unknown cell, the row of the same key's latest known cell before it (by log position):
+    (rows to fill, rows they take from); ``only`` limits the rows filled."""
+    n = len(order)
+    known_sorted = known[order]
+    last = np.maximum.accumulate(np.where(known_sorted, np.arange(n), -1))
+    take = ~known_sorted & (last >= start)
+    if only is not None:
+        take &= only[order]
+    return order[take], order[last[take]]
+
+
+def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> int:
+    """Fill the cells an update's image lacks from the key's latest earlier version: an earlier event of
+    the batch, else the stored row (read at the version the transaction writes on). A stored version newer
+    than the update wins anyway (``sequence_by``), so taking its values changes nothing. Returns the cells
+    left NULL (no earlier version anywhere)."""
+    partial = tp.partial
+    if partial is None:
+        return 0
+    rows = tp.rows
+    key = partial.lookup.column_names
+    seq = rows.column(options.sequence_column).to_numpy(zero_copy_only=False)
+    live = pc.not_equal(rows.column(OP_COLUMN), "d").to_numpy(zero_copy_only=False)
+    own = rows.select(key)
+    order, start = _key_groups(own, seq)
+    n = rows.num_rows
+    across = None
+    if partial.moved is not None:
+        # a moved row asks under its old key: the rows (own keys) and the moved rows' questions (old keys)
+        # sorted together, so a question finds the old key's latest earlier row
+        asks = partial.moved
+        questions = partial.lookup.take(pa.array(asks)).cast(own.schema)
+        both = pa.concat_tables([own, questions])
+        joint_order, joint_start = _key_groups(both, np.concatenate([seq, seq[asks]]))
+        only = np.concatenate([np.zeros(n, dtype=bool), np.ones(len(asks), dtype=bool)])
+        across = (joint_order, joint_start, only, asks)
+    values = {c: rows.column(c).combine_chunks() for c in partial.missing}
+    known = {c: live & ~m for c, m in partial.missing.items()}
+
+    def fill(col: str, dst: np.ndarray, src: np.ndarray) -> None:
+        if not len(dst):
+            return
+        index = np.arange(rows.num_rows)
+        index[dst] = src
+        values[col] = values[col].take(pa.array(index))
+        known[col][dst] = True
+
+    def spread(col: str) -> None:
+        # along each key's events; a moved row from its old key's (again while that fills more: moves chain)
+        for _ in range(1 + (0 if across is None else len(across[3]))):
+            fill(col, *_carry(known[col], order, start))
+            if across is None:
+                return
+            joint_order, joint_start, only, asks = across
+            pending = ~known[col][asks]
+            if not pending.any():
+                return
+            dst, src = _carry(
+                np.concatenate([known[col], np.zeros(len(asks), dtype=bool)]), joint_order, joint_start, only
+            )
+            dst = asks[dst - n]
+            keep = ~known[col][dst]
+            if not keep.any():
+                return
+            fill(col, dst[keep], src[keep])
+
+    for col in partial.missing:
+        spread(col)
+    need = np.zeros(rows.num_rows, dtype=bool)
+    for col, m in partial.missing.items():
+        need |= m & ~known[col]
+    if need.any() and tp.create is None:
+        stored = _stored(cat, tp.name, share, partial.lookup.filter(pa.array(need)), list(partial.missing))
+        if stored.num_rows:
+            stored = stored.cast(
+                pa.schema(
+                    [
+                        partial.lookup.schema.field(c) if c in key else f
+                        for c, f in zip(stored.column_names, stored.schema)
+                    ]
+                )
+            )
+            wanted = partial.lookup.append_column("__row", pa.array(np.arange(rows.num_rows))).filter(
+                pa.array(need)
+            )
+            joined = wanted.join(stored, key, join_type="inner")
+            at = joined.column("__row").to_numpy()
+            for col in partial.missing:
+                if col not in stored.column_names:
+                    continue
+                gap = partial.missing[col][at] & ~known[col][at]
+                if not gap.any():
+                    continue
+                dst = at[gap]
+                got = joined.column(col).take(pa.array(np.flatnonzero(gap))).combine_chunks()
+                merged = pa.concat_arrays([values[col], got.cast(values[col].type)])
+                index = np.arange(rows.num_rows)
+                index[dst] = rows.num_rows + np.arange(len(dst))
+                values[col] = merged.take(pa.array(index))
+                known[col][dst] = True
+            for col in partial.missing:  # later partial updates of the same key take the filled values
+                spread(col)
+    left = 0
+    for col, m in partial.missing.items():
+        left += int((m & ~known[col]).sum())
+        rows = rows.set_column(rows.schema.get_field_index(col), col, values[col])
+    tp.rows = rows
+    tp.partial = None
+    return left
+
+
+def _stored(cat: Catalog, name: str, share: Any, keys: pa.Table, columns: list[str]) -> pa.Table:
+    """The stored rows of ``keys`` (key columns and ``columns``) at the version the share writes on."""
+    table = cat.table(name)
+    have = set(table.schema.names)
+    wanted = [c for c in columns if c in have]
+    if not wanted:
+        return pa.table({})
+    condition = None
+    for c in keys.column_names:
+        inside = pc.field(c).isin(pc.unique(keys.column(c)).drop_null())
+        condition = inside if condition is None else condition & inside
+    return table.scan(
+        columns=[*keys.column_names, *wanted], filter=condition, version=share.read_version
+    ).to_arrow()
+
+
+def apply_plan(
+    cat: Catalog,
+    plan: SyncPlan,
+    options: SyncOptions,
+    idempotency_key: str,
+    pending: pa.Table | None = None,
+) -> SyncResult:
     """Commit a plan: every table's change (creations, column changes, rows) and the quarantined events in
     one catalog transaction under ``idempotency_key``.
 
@@ -948,6 +1272,8 @@ def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_k
         plan: From :func:`plan_batch`.
         options: The sync's options.
         idempotency_key: Names the batch: a batch committed under it before is not applied again.
+        pending: The events of open source transactions to hold (they replace the pending table's), or
+            None to leave the pending table as it is.
 
     Returns:
         What was committed.
@@ -959,6 +1285,7 @@ def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_k
     created: list[str] = []
     evolved: list[str] = []
     applied = 0
+    unresolved = 0
     with cat.transaction(idempotency_key=idempotency_key) as tx:
         if tx.already_committed:
             results = tx.commit()
@@ -977,11 +1304,19 @@ def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_k
                         update.widen(col, kind)
                     update.commit()
                     evolved.append(tp.name)
+            unresolved += _complete(cat, tp, share, options)
             if tp.keyed:
                 share.upsert(tp.rows)
             else:
                 share.append(tp.rows)
             applied += tp.rows.num_rows
+        if pending is not None:
+            pname = f"{options.namespace}.{options.pending_table}"
+            if _open(cat, pname) is None:
+                if pending.num_rows:
+                    tx.create_table(pname, EVENT_SCHEMA).append(pending)
+            else:
+                tx.table(pname).overwrite(pending)
         if plan.refused.num_rows:
             qname = f"{options.namespace}.{options.quarantine_table}"
             rows = plan.refused
@@ -990,7 +1325,9 @@ def apply_plan(cat: Catalog, plan: SyncPlan, options: SyncOptions, idempotency_k
                 tx.create_table(qname, QUARANTINE_SCHEMA).append(rows)
             else:
                 tx.table(qname).append(rows)
-    return SyncResult(tx.results, applied, plan.skipped, plan.refused.num_rows, created, evolved)
+    return SyncResult(
+        tx.results, applied, plan.skipped, plan.refused.num_rows, created, evolved, unresolved=unresolved
+    )
 
 
 def sync_batch(cat: Catalog, events: pa.Table, options: SyncOptions, idempotency_key: str) -> SyncResult:
@@ -1009,18 +1346,29 @@ def sync_batch(cat: Catalog, events: pa.Table, options: SyncOptions, idempotency
     Raises:
         CdcEventError: A bad event or table, with ``on_error="stop"``: nothing committed.
         CommitConflict: Concurrent commits won every retry; nothing committed.
+
+    Source transactions: where the stream carries their boundaries, the events of a transaction whose end
+    has not arrived are held in the pending table (written in the same catalog transaction) and applied
+    with the batch that brings its end (see :func:`hold_open_transactions`).
     """
     tx = cat.transaction(idempotency_key=idempotency_key)
     if tx.already_committed:  # a replay: nothing to plan
         return SyncResult(tx.commit(), 0, 0, 0, [], [], already_committed=True)
     tx.abort()
-    return apply_plan(cat, plan_batch(cat, events, options), options, idempotency_key)
+    events = _shaped(events)
+    stored = _open(cat, f"{options.namespace}.{options.pending_table}")
+    held = EVENT_SCHEMA.empty_table() if stored is None else _shaped(stored.to_arrow())
+    now, hold = hold_open_transactions(events, held)
+    pending = hold if held.num_rows or hold.num_rows else None
+    return apply_plan(cat, plan_batch(cat, now, options), options, idempotency_key, pending)
 
 
 __all__ = [
     "EVENT_SCHEMA",
     "FORMATS",
+    "PENDING_TABLE",
     "QUARANTINE_SCHEMA",
+    "UNAVAILABLE_VALUE",
     "CdcEventError",
     "SyncOptions",
     "SyncPlan",
@@ -1029,6 +1377,7 @@ __all__ = [
     "apply_plan",
     "decode_values",
     "events_from_json",
+    "hold_open_transactions",
     "plan_batch",
     "source_type",
     "sync_batch",

@@ -94,6 +94,13 @@ def test_spark_parse_equals_the_python_reference(spark: SparkSession, tmp_path: 
         dbz.append(debezium_line("public", table, op, before, after, lsn, types, wrapped=lsn % 2 == 0))
         keys.append(debezium_key(after, key))
         w2j.append(wal2json_line("public", table, "I", before, after, lsn, types, key))
+    # transaction boundaries: Debezium's metadata events and transaction blocks, wal2json's B/C with xid
+    from test_cdc_sync import _with_boundaries
+
+    dbz_tx = _with_boundaries("debezium", 9, list(zip(dbz[:2], keys[:2], strict=True)))
+    dbz += [line for line, _ in dbz_tx]
+    keys += [key for _, key in dbz_tx]
+    w2j += [line for line, _ in _with_boundaries("wal2json", 9, [(w2j[0], None), (w2j[1], None)])]
     dbz.append("not json")
     keys.append(None)
     df = spark.createDataFrame(list(zip(dbz, keys)), "value string, key string")
@@ -104,6 +111,47 @@ def test_spark_parse_equals_the_python_reference(spark: SparkSession, tmp_path: 
     # Spark writes bare JSON numbers through a double (0.00 -> "0.0"): equal once typed
     cat = mere.connect(str(tmp_path / "wh"))
     assert _typed(cat, got) == _typed(cat, events_from_json(w2j, "wal2json"))
+    reference = events_from_json(w2j, "wal2json")
+    for column in ("op", "txn", "table"):
+        assert got.column(column).to_pylist() == reference.column(column).to_pylist(), column
+
+
+def test_spark_parse_keeps_numbers_exact(spark: SparkSession, tmp_path: Path) -> None:
+    from test_cdc_sync import EDGE_DECIMALS, EDGE_IDS, _binary_decimal_line, _unscaled
+
+    types = {"id": "bigint", "amt": "numeric(38,10)", "x": "double precision"}
+    rows = [
+        {"id": i, "amt": Decimal(d), "x": 0.1 + n}
+        for n, (i, d) in enumerate(zip(EDGE_IDS, EDGE_DECIMALS, strict=True))
+    ]
+    w2j = [wal2json_line("public", "w", "I", None, r, n + 1, types, ["id"]) for n, r in enumerate(rows)]
+    w2j.append(w2j[0].replace('"value":', '"value" : '))  # spacing wal2json may write
+    parameters = {"scale": "10", "connect.decimal.precision": "38"}
+    dbz = [
+        _binary_decimal_line("d", n + 1, {"id": r["id"], "amt": _unscaled(str(r["amt"]), 10)}, parameters)
+        for n, r in enumerate(rows)
+    ]
+    keys = [json.dumps({"id": r["id"]}) for r in rows]
+    cat = mere.connect(str(tmp_path / "wh"))
+    want = {r["id"]: r["amt"] for r in rows}
+    for fmt, lines, k in (("wal2json", w2j, None), ("debezium", dbz, keys)):
+        df = spark.createDataFrame(
+            [(line, None if k is None else k[i]) for i, line in enumerate(lines)], "value string, key string"
+        )
+        got = parse_events(df, fmt).toArrow().cast(EVENT_SCHEMA)
+        assert _typed(cat, got) == _typed(cat, events_from_json(lines, fmt, k)), fmt
+        (plan,) = plan_batch(cat, got, SyncOptions("x")).tables
+        assert {r["id"]: r["amt"] for r in plan.rows.to_pylist()} == want, fmt
+    # a text value holding the pattern is left as it is
+    tricky = wal2json_line(
+        "public", "t", "I", None, {"id": 1, "s": 'x"value":12'}, 1, {"id": "bigint", "s": "text"}, ["id"]
+    )
+    got = (
+        parse_events(spark.createDataFrame([(tricky,)], "value string"), "wal2json")
+        .toArrow()
+        .cast(EVENT_SCHEMA)
+    )
+    assert got.to_pylist() == events_from_json([tricky], "wal2json").to_pylist()
 
 
 def _run(spark: SparkSession, folder: Path, wh: str, chk: Path, fmt: str = "wal2json", **options: Any) -> Any:

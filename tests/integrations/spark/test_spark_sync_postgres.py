@@ -46,6 +46,8 @@ TRANSACTIONS = (35, 35)  # before and after the ALTER TABLEs
 FILES_PER_TRIGGER = 2
 RUN_TIMEOUT_S = 600
 NAMESPACE = "shop"
+KILL_TRANSACTIONS = 30
+KILLS = 2
 
 CUSTOMERS = TableSpec(
     "customers",
@@ -308,6 +310,43 @@ def land(
     return number
 
 
+def land_cut(
+    events: list[Event], specs: dict[str, TableSpec], landing: Path, rng: random.Random, first: int
+) -> int:
+    """The stream with its transaction boundaries (wal2json ``B``/``C`` records, every change with its
+    ``xid``), cut into files at random lines: transactions span files. Lines are shuffled inside a file
+    and a few files land again later. Returns the next file number."""
+    by_tx: dict[int, list[Event]] = {}
+    for e in events:
+        by_tx.setdefault(e.commit_lsn, []).append(e)
+    lines: list[str] = []
+    for commit in sorted(by_tx):
+        xid = by_tx[commit][0].xid
+        lines.append(json.dumps({"action": "B", "xid": xid}))
+        lines += ["{" + f'"xid":{xid},' + rendered(e, specs[e.table])[1:] for e in by_tx[commit]]
+        lines.append(
+            json.dumps({"action": "C", "xid": xid, "lsn": f"{commit >> 32:X}/{commit & 0xFFFFFFFF:X}"})
+        )
+    files: list[list[str]] = []
+    i = 0
+    while i < len(lines):
+        n = rng.randint(3, 30)
+        part = lines[i : i + n]
+        rng.shuffle(part)
+        files.append(part)
+        i += n
+    for k in range(len(files) // 5):  # at-least-once: an earlier file again, later
+        at = rng.randrange(k + 1, len(files) + 1)
+        files.insert(at, list(files[rng.randrange(at)]))
+    number = first
+    for part in files:
+        path = landing / f"part-{number:04d}.json"
+        path.write_text("\n".join(part) + "\n")
+        os.utime(path, ns=(time.time_ns(), 1_700_000_000_000_000_000 + number * 1_000_000_000))
+        number += 1
+    return number
+
+
 def check_foreign_keys(snap: Any) -> None:
     names = set(snap.tables())
     ids = {t: set() for t in ("customers", "orders", "lines")}
@@ -408,6 +447,73 @@ def test_a_postgres_database_synced_through_a_killed_spark_stream_lands_whole(
     print(
         f"\nsync: {sum(TRANSACTIONS)} transactions, {len(first) + len(second)} events, {number} files, "
         f"{committed_batches(cat, checkpoint)} micro-batches, {len(times)} read points checked, kinds {work.kinds}"
+    )
+
+
+@pytest.mark.parametrize("catalog_kind", ["sqlite", "postgresql"])
+def test_killed_at_random_points_with_transactions_across_files_lands_whole(
+    server: PostgresServer, tmp_path: Path, catalog_kind: str
+) -> None:
+    """SIGKILL the Spark driver at random points (after a random number of committed micro-batches, then
+    a random moment into the next one), several times, and restart from the checkpoint each time; the
+    files cut source transactions anywhere, so only the held (pending) events keep them whole."""
+    rng = random.Random(SEED + len(catalog_kind))
+    landing, checkpoint, wh = tmp_path / "landing", tmp_path / "checkpoint", tmp_path / "wh"
+    landing.mkdir()
+    with ChangeSource((CUSTOMERS, ORDERS, LINES), server=server) as src:
+        with src.connect(autocommit=True) as conn:
+            conn.execute(
+                "ALTER TABLE orders ADD FOREIGN KEY (customer_id) REFERENCES customers(id) ON DELETE CASCADE"
+            )
+            conn.execute(
+                "ALTER TABLE lines ADD FOREIGN KEY (order_id) REFERENCES orders(id) ON DELETE CASCADE"
+            )
+        Workload(src, rng).run(KILL_TRANSACTIONS)
+        events = src.changes(consume=True)
+        oracle = {name: src.expected_model(name) for name in src.tables}
+        specs = dict(src.tables)
+    catalog = None
+    if catalog_kind == "postgresql":
+        catalog = server.create_database(f"mere_kill_{os.getpid()}")
+    cat = mere.connect(str(wh), catalog=catalog)
+    config = {
+        "landing": str(landing),
+        "checkpoint": str(checkpoint),
+        "warehouse": str(wh),
+        "catalog": catalog,
+    }
+    files = land_cut(events, specs, landing, rng, 0)
+    log = tmp_path / "stream.log"
+    for _ in range(KILLS):
+        job = StreamProcess(config, log)
+        try:
+            target = committed_batches(cat, checkpoint) + rng.randint(1, 2)
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            while committed_batches(cat, checkpoint) < target and job.proc.poll() is None:
+                assert time.monotonic() < deadline, f"no progress in {RUN_TIMEOUT_S}s:\n{job.tail()}"
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 1.5))  # somewhere into the next micro-batch
+        finally:
+            job.kill()
+    job = StreamProcess(config, log)
+    assert job.wait(RUN_TIMEOUT_S) == 0, job.tail()
+
+    for name, spec in specs.items():
+        rows = cat.table(f"{NAMESPACE}.{name}").to_arrow().drop_columns(["_cdc_lsn"]).to_pylist()
+        assert diff_models({spec.key_of(r): r for r in rows}, oracle[name]) == [], name
+    # every commit is a read point where the source's foreign keys hold: no transaction shows partly
+    times = sorted(
+        {s.committed_at for t in specs for s in cat.table(f"{NAMESPACE}.{t}").history() if not s.expired}
+    )
+    batches = committed_batches(cat, checkpoint)
+    assert len(times) >= 3 and batches >= 3
+    for at in times:
+        check_foreign_keys(cat.snapshot(as_of=at))
+    # the sync's versions name the micro-batch that committed them (compactions commit on their own)
+    keys = {s.idempotency_key for t in specs for s in cat.table(f"{NAMESPACE}.{t}").history()} - {None}
+    assert keys and all(k.startswith("mere-sync:") for k in keys), keys
+    print(
+        f"\nkill ({catalog_kind}): {len(events)} events, {files} files, {batches} micro-batches, {len(times)} read points"
     )
 
 

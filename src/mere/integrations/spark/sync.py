@@ -22,16 +22,24 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mere.errors import InvalidInput
-from mere.integrations.cdc_sync import EVENT_SCHEMA, FORMATS, SyncOptions, SyncResult, sync_batch
+from mere.integrations.cdc_sync import (
+    EVENT_SCHEMA,
+    FORMATS,
+    UNAVAILABLE_VALUE,
+    SyncOptions,
+    SyncResult,
+    sync_batch,
+)
 from mere.integrations.spark.foreach import query_id
 from mere.table.catalog import Catalog, connect
 
 KEY_PREFIX = "mere-sync"
 
-_DEBEZIUM_FIELDS = "struct<field:string,type:string,name:string>"
+_DEBEZIUM_FIELDS = "struct<field:string,type:string,name:string,parameters:map<string,string>>"
 _DEBEZIUM_SOURCE = "struct<schema:string,table:string,lsn:bigint,ts_ms:bigint>"
 _DEBEZIUM_BODY = (
-    f"before:map<string,string>,after:map<string,string>,op:string,ts_ms:bigint,source:{_DEBEZIUM_SOURCE}"
+    f"before:map<string,string>,after:map<string,string>,op:string,ts_ms:bigint,source:{_DEBEZIUM_SOURCE},"
+    "transaction:struct<id:string>,status:string,id:string"
 )
 DEBEZIUM_JSON_SCHEMA = (
     f"struct<schema:struct<fields:array<struct<field:string,type:string,name:string,"
@@ -41,10 +49,13 @@ DEBEZIUM_JSON_SCHEMA = (
 
 _WAL2JSON_COLUMN = "struct<name:string,type:string,value:string>"
 WAL2JSON_JSON_SCHEMA = (
-    f"struct<action:string,schema:string,table:string,lsn:string,columns:array<{_WAL2JSON_COLUMN}>,"
+    f"struct<action:string,xid:bigint,schema:string,table:string,lsn:string,columns:array<{_WAL2JSON_COLUMN}>,"
     f"identity:array<{_WAL2JSON_COLUMN}>,pk:array<struct<name:string,type:string>>>"
 )
 """What ``from_json`` reads of a wal2json ``format-version`` 2 record."""
+
+_BARE_VALUE = r'((?<!\\)"value"\s*:\s*)(-?[0-9][0-9.eE+-]*)'
+_CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
 
 def parse_events(stream_df: Any, format: str = "debezium") -> Any:
@@ -89,21 +100,44 @@ def parse_events(stream_df: Any, format: str = "debezium") -> Any:
             source["schema"].isNotNull(), F.concat_ws(".", source["schema"], source["table"])
         ).otherwise(source["table"])
         image = F.expr("try_element_at(filter(e.schema.fields, f -> f.field IN ('after', 'before')), 1)")
-        types = F.transform(image["fields"], lambda c: F.struct(c["field"], F.coalesce(c["name"], c["type"])))
+
+        def connect_type(c: Any) -> Any:
+            # a binary decimal carries its precision and scale as parameters (see cdc_sync._connect_type)
+            name = F.coalesce(c["name"], c["type"])
+            scale = c["parameters"]["scale"]
+            decimal = F.concat(
+                name,
+                F.lit("("),
+                F.coalesce(c["parameters"]["connect.decimal.precision"], F.lit("")),
+                F.lit(","),
+                scale,
+                F.lit(")"),
+            )
+            return F.when((name == F.lit(_CONNECT_DECIMAL)) & scale.isNotNull(), decimal).otherwise(name)
+
+        types = F.transform(image["fields"], lambda c: F.struct(c["field"], connect_type(c)))
         whole = F.from_json(F.col("k"), "map<string,string>")
         inner = F.from_json(whole["payload"], "map<string,string>")
         key = F.map_keys(F.when(inner.isNotNull(), inner).otherwise(whole))
+        status = part("status")
+        boundary = F.when(status == "BEGIN", F.lit("B")).when(status == "END", F.lit("C"))
+        marker = boundary.isNotNull() & part("id").isNotNull()  # a transaction metadata event
         return parsed.select(
-            table.alias("table"),
-            part("op").alias("op"),
-            F.coalesce(source["lsn"], part("ts_ms")).alias("seq"),
+            F.when(~marker, table).alias("table"),
+            F.when(marker, boundary).otherwise(part("op")).alias("op"),
+            F.when(~marker, F.coalesce(source["lsn"], part("ts_ms"))).alias("seq"),
             part("before").alias("before"),
             part("after").alias("after"),
             F.map_from_entries(types).alias("types"),
-            key.alias("key"),
+            F.when(~marker, key).alias("key"),
             F.col("raw"),
+            F.when(marker, part("id")).otherwise(part("transaction")["id"]).alias("txn"),
         )
-    parsed = stream_df.select(raw.alias("raw"), F.from_json(raw, WAL2JSON_JSON_SCHEMA).alias("e"))
+    # Spark reads a bare JSON number into a string field through a double (numeric(38,10) and bigint
+    # values near 2^63 would lose digits): wal2json's values are quoted first, so each keeps its exact text.
+    # Inside a JSON string every '"' is escaped, so the pattern only meets the records' own "value" keys.
+    exact = F.regexp_replace(raw, _BARE_VALUE, '$1"$2"')
+    parsed = stream_df.select(raw.alias("raw"), F.from_json(exact, WAL2JSON_JSON_SCHEMA).alias("e"))
     e = F.col("e")
     lsn = F.split(e["lsn"], "/")
     seq = F.when(
@@ -124,6 +158,7 @@ def parse_events(stream_df: Any, format: str = "debezium") -> Any:
         entries(F.coalesce(e["columns"], e["identity"]), "type").alias("types"),
         F.transform(e["pk"], lambda p: p["name"]).alias("key"),
         F.col("raw"),
+        e["xid"].cast("string").alias("txn"),
     )
 
 
@@ -158,7 +193,8 @@ def sync_batches(
         on_batch: Called with each batch id and its result (metrics, tests).
         **options: :class:`~mere.integrations.cdc_sync.SyncOptions` fields (``buckets``,
             ``partition_by``, ``primary_keys``, ``properties``, ``overrides``, ``on_error``,
-            ``quarantine_table``, ``no_key``, ``sequence_column``).
+            ``quarantine_table``, ``no_key``, ``sequence_column``, ``unavailable_value``,
+            ``pending_table``).
 
     Returns:
         A function (DataFrame, batch id) -> None.
@@ -201,6 +237,8 @@ def sync_database(
     on_error: str = "stop",
     quarantine_table: str | None = None,
     no_key: str = "refuse",
+    pending_table: str | None = None,
+    unavailable_value: str | None = UNAVAILABLE_VALUE,
 ) -> Any:
     """Sync a whole source database into a catalog namespace from one stream of change events.
 
@@ -233,6 +271,9 @@ def sync_database(
         on_error: ``"stop"`` or ``"quarantine"``.
         quarantine_table: The quarantine table's name in the namespace (default ``cdc_quarantine``).
         no_key: ``"refuse"`` tables without primary key or ``"append"`` their events to change logs.
+        pending_table: The table holding the events of source transactions whose end has not arrived
+            (default ``cdc_pending``).
+        unavailable_value: Debezium's placeholder for an unchanged TOASTed value (None: none).
 
     Returns:
         The started ``StreamingQuery``.
@@ -243,6 +284,8 @@ def sync_database(
     extra: dict[str, Any] = {}
     if quarantine_table is not None:
         extra["quarantine_table"] = quarantine_table
+    if pending_table is not None:
+        extra["pending_table"] = pending_table
     run = sync_batches(
         namespace=namespace,
         catalog=catalog,
@@ -255,6 +298,7 @@ def sync_database(
         overrides=dict(overrides or {}),
         on_error=on_error,
         no_key=no_key,
+        unavailable_value=unavailable_value,
         **extra,
     )
     writer = parse_events(stream_df, format).writeStream.foreachBatch(run)
