@@ -233,7 +233,7 @@ def _late_dense(
     column = spec.sequence_by[0]
     versions = [file_versions(ctx.storage, spec, g, lookup_columns(spec)) for g in newer]
     versions = [(r, k) for r, k in versions if r.num_rows]
-    if any(k is None for _, k in versions) or not _offsettable(keys):
+    if any(k is None for _, k in versions) or keys.dtype.kind != "i":  # keys are signed: a guard
         _turn_sorted(ix)
         return None
     bounds = [(int(k[0]), int(k[-1])) for _, k in versions if k is not None]
@@ -243,9 +243,7 @@ def _late_dense(
     if bounds:
         low, high = min(b[0] for b in bounds), max(b[1] for b in bounds)
         span = high - low + 1
-        if span > min(DENSITY * rows + DENSE_SLACK, INDEX_BYTES // 32) or not all(
-            _offsettable(k) for _, k in versions
-        ):
+        if span > min(DENSITY * rows + DENSE_SLACK, INDEX_BYTES // 32):
             _turn_sorted(ix)
             return None
         kind = spec.schema.field(column).type.to_pandas_dtype()
@@ -270,13 +268,6 @@ def _late_dense(
     inside = np.flatnonzero((at >= 0) & (at < len(ix.highest)))
     late[inside] = sequence[inside] < ix.highest[at[inside]]
     return late
-
-
-def _offsettable(keys: np.ndarray | None) -> bool:
-    """Whether keys fit an offset from an int64 (unsigned ones far above 2**62 do not)."""
-    if keys is None:
-        return False
-    return keys.dtype.kind == "i" or not len(keys) or int(keys[-1]) < (1 << 62)
 
 
 def _turn_sorted(ix: _SplitIndex) -> None:
