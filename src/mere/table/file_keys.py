@@ -61,6 +61,14 @@ def file_versions(
     return out
 
 
+def all_kept(storage: Storage, spec: TableSpec, files: Sequence[FileEntry], columns: list[str]) -> bool:
+    """Whether the ``columns`` of every file are kept (a lookup of them reads nothing)."""
+    if spec.evolved:
+        return False
+    with _lock:
+        return all((storage.full_path(f.path), tuple(columns)) in _cache for f in files)
+
+
 def remember(
     storage: Storage, spec: TableSpec, entries: Sequence[FileEntry], rows: Sequence[pa.Table]
 ) -> None:

@@ -44,7 +44,7 @@ from mere.partitions import typed_partition
 from mere.read.reader import io_pool
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 from mere.table.context import TableContext
-from mere.table.file_keys import file_versions, lookup_columns, sequence_bounds
+from mere.table.file_keys import all_kept, file_versions, lookup_columns, sequence_bounds
 
 _PART, _RANK, _NEW, _PARTIAL = "__mere_part__", "__mere_rank__", "__mere_new__", "__mere_partial__"
 _BUCKET = "__mere_bucket__"
@@ -142,7 +142,11 @@ def _stale_by_search(
         late = _late(ctx, f.partition, f.bucket, by_split[(f.partition, f.bucket)], keys, sequence)
         return None if late is None else int(np.count_nonzero(late))
 
-    counts = list(io_pool().map(one, incoming))
+    columns = lookup_columns(spec)
+    if all_kept(ctx.storage, spec, [*incoming, *(g for fs in by_split.values() for g in fs)], columns):
+        counts = [one(f) for f in incoming]  # NumPy on kept arrays: a thread each would only wait
+    else:
+        counts = list(io_pool().map(one, incoming))
     return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
 
 
