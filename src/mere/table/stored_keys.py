@@ -252,25 +252,30 @@ def _late_dense(
             return None
         kind = spec.schema.field(column).type.to_pandas_dtype()
         if ix.highest is None or low < ix.low or high >= ix.low + len(ix.highest):
-            # grown with room on both sides: a stream's new keys extend the range commit by commit
-            room = span // 4
-            low2 = max(low - room, -(1 << 63)) if ix.highest is None or low < ix.low else low
-            wide = np.full(high + room - low2 + 1, np.iinfo(kind).min, dtype=kind)
+            # grown with room on the side it grows (a stream's new ids extend it commit by commit)
+            room = span // 2
+            low2 = max(low - room, -(1 << 63)) if ix.highest is not None and low < ix.low else low
+            top = high + room if ix.highest is not None and high >= ix.low + len(ix.highest) else high
+            wide = np.full(top - low2 + 1, np.iinfo(kind).min, dtype=kind)
             if ix.highest is not None:
                 wide[ix.low - low2 : ix.low - low2 + len(ix.highest)] = ix.highest
             ix.low, ix.highest = low2, wide
         assert ix.highest is not None
         for r, k in versions:
             assert k is not None
-            at = k.astype(np.int64) - ix.low
-            ix.highest[at] = np.maximum(ix.highest[at], r.column(column).to_numpy())
+            at = k.astype(np.int64, copy=False) - ix.low
+            best = np.take(ix.highest, at)
+            np.maximum(best, r.column(column).to_numpy(), out=best)
+            np.put(ix.highest, at, best)
     ix.files, ix.rows = frozenset(paths), rows
     late = np.zeros(len(keys), dtype=bool)
     if ix.highest is None:
         return late
-    at = keys.astype(np.int64) - ix.low
-    inside = np.flatnonzero((at >= 0) & (at < len(ix.highest)))
-    late[inside] = sequence[inside] < ix.highest[at[inside]]
+    at = keys.astype(np.int64, copy=False) - ix.low
+    # keys are sorted: those inside the index's range are one slice
+    first, end = np.searchsorted(at, [0, len(ix.highest)])
+    inside = slice(int(first), int(end))
+    np.less(sequence[inside], np.take(ix.highest, at[inside]), out=late[inside])
     return late
 
 
