@@ -255,7 +255,7 @@ def _late_dense(
             # grown with room on the side it grows (a stream's new ids extend it commit by commit)
             room = span // 2
             low2 = max(low - room, -(1 << 63)) if ix.highest is not None and low < ix.low else low
-            top = high + room if ix.highest is not None and high >= ix.low + len(ix.highest) else high
+            top = high + room if ix.highest is None or high >= ix.low + len(ix.highest) else high
             wide = np.full(top - low2 + 1, np.iinfo(kind).min, dtype=kind)
             if ix.highest is not None:
                 wide[ix.low - low2 : ix.low - low2 + len(ix.highest)] = ix.highest
