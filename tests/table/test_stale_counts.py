@@ -49,6 +49,7 @@ commit = st.tuples(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     kind=st.sampled_from(sorted(KEY_TYPES)),
+    seq_type=st.sampled_from(["int64", "int32", "uint16"]),
     layout=st.sampled_from(["dense", "sparse", "dense-then-sparse"]),
     buckets=st.integers(1, 3),
     commits=st.lists(commit, min_size=1, max_size=7),
@@ -56,6 +57,7 @@ commit = st.tuples(
 def test_stale_counts_equal_the_model(
     tmp_path: Path,
     kind: str,
+    seq_type: str,
     layout: str,
     buckets: int,
     commits: list[tuple[dict[int, tuple[int, bool]], str]],
@@ -64,7 +66,7 @@ def test_stale_counts_equal_the_model(
     schema = pa.schema(
         [
             pa.field("k", KEY_TYPES[kind], nullable=False),
-            pa.field("seq", pa.int64()),
+            pa.field("seq", pa.type_for_alias(seq_type)),
             pa.field("v", pa.string()),
             pa.field("op", pa.string()),
         ]
@@ -86,7 +88,7 @@ def test_stale_counts_equal_the_model(
         batch = pa.table(
             {
                 "k": pa.array(keys, KEY_TYPES[kind]),
-                "seq": pa.array(seqs, pa.int64()),
+                "seq": pa.array(seqs, pa.type_for_alias(seq_type)),
                 "v": [f"v{s}" for s in seqs],
                 "op": ops,
             },
