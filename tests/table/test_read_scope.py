@@ -9,7 +9,11 @@ result against a dict model that applies the concurrent write first, then the wr
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,16 @@ SCHEMA = pa.schema(
 BUCKETS = 4
 _names = itertools.count()
 
-Row = tuple[str, int, int]  # (p, v, total)
+Row = tuple[Any, ...]  # (p, v, total[, f, seq])
+
+# Key types of the property: a drawn integer names a key, mapped to a value of the type (and back).
+KEY_TYPES: dict[str, tuple[pa.DataType, Callable[[int], Any]]] = {
+    "int64": (pa.int64(), lambda i: i),
+    "string": (pa.string(), lambda i: f"key-{i:02d}"),
+    "decimal": (pa.decimal128(12, 2), lambda i: Decimal(i) / 4 - 1),
+    "date": (pa.date32(), lambda i: dt.date(1969, 12, 28) + dt.timedelta(days=i)),
+}
+NAN = "nan"  # NaN in a model row: NaN equals nothing, its stand-in equals itself
 
 
 def _table(cat: mere.Catalog, partitioned: bool) -> mere.Table:
@@ -48,17 +61,69 @@ def _state(t: mere.Table) -> dict[int, Row]:
     return {r["k"]: (r["p"], r["v"], r["total"]) for r in t.to_arrow().to_pylist()}
 
 
-def _upsert(model: dict[int, Row], rows: pa.Table, summed: bool) -> None:
-    for k, p, v, total in zip(*(rows.column(c).to_pylist() for c in SCHEMA.names)):
-        model[k] = (p, v, model[k][2] + total if summed and k in model else total)
+@dataclass(frozen=True)
+class Shape:
+    """A table of the property: its key type, and what decides between a key's versions."""
+
+    key_type: str
+    kind: str  # "summed" (``total`` sums), "partitioned" (table-wide keys), "sequenced" (``sequence_by``)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema(
+            [
+                pa.field("k", KEY_TYPES[self.key_type][0], nullable=False),
+                ("p", pa.string()),
+                ("v", pa.int64()),
+                ("total", pa.int64()),
+                ("f", pa.float64()),
+                ("seq", pa.int64()),
+            ]
+        )
+
+    def create(self, cat: mere.Catalog) -> mere.Table:
+        name = f"s.t{next(_names)}"
+        kw: dict[str, Any] = {"primary_key": "k", "buckets": BUCKETS}
+        if self.kind == "partitioned":
+            kw["partition_by"] = "p"
+        elif self.kind == "summed":
+            kw["merge_operators"] = {"total": "sum"}
+        else:
+            kw["sequence_by"] = "seq"
+        return cat.create_table(name, self.schema, **kw)
+
+    def key(self, i: int) -> Any:
+        return KEY_TYPES[self.key_type][1](i)
+
+    def rows(self, rows: list[tuple[Any, ...]]) -> pa.Table:
+        by_key = {r[0]: r for r in rows}  # one row per key in a batch
+        cols = [list(c) for c in zip(*by_key.values())] if by_key else [[] for _ in self.schema]
+        cols[0] = [self.key(i) for i in cols[0]]
+        return pa.table(dict(zip(self.schema.names, cols)), schema=self.schema)
+
+    def state(self, t: mere.Table) -> dict[int, Row]:
+        back = {self.key(i): i for i in range(10)}
+        return {
+            back[r["k"]]: (r["p"], r["v"], r["total"], NAN if r["f"] != r["f"] else r["f"], r["seq"])
+            for r in t.to_arrow().to_pylist()
+        }
+
+    def upsert(self, model: dict[int, Row], rows: list[tuple[Any, ...]]) -> None:
+        for k, p, v, total, f, seq in {r[0]: r for r in rows}.values():
+            f = NAN if f != f else f
+            if k in model and self.kind == "summed":
+                total += model[k][2]
+            if k in model and self.kind == "sequenced" and seq < model[k][4]:
+                continue  # stale: an older event than the stored one is ignored
+            model[k] = (p, v, total, f, seq)
 
 
-def _apply(model: dict[int, Row], op: tuple[Any, ...], summed: bool) -> None:
+def _apply(model: dict[int, Row], op: tuple[Any, ...]) -> None:
     kind, arg = op
     if kind == "update":
-        for k, (p, v, total) in list(model.items()):
+        for k, (p, v, *rest) in list(model.items()):
             if v >= arg:
-                model[k] = (p, v + 100, total)
+                model[k] = (p, v + 100, *rest)
     elif kind == "delete_where":
         for k in [k for k, row in model.items() if row[1] >= arg]:
             del model[k]
@@ -66,22 +131,31 @@ def _apply(model: dict[int, Row], op: tuple[Any, ...], summed: bool) -> None:
         for k in arg:
             model.pop(k, None)
     else:  # merge: matched rows take the source's v, others are inserted whole
-        for k, p, v, total in zip(*(_rows(arg).column(c).to_pylist() for c in SCHEMA.names)):
-            model[k] = (model[k][0], v, model[k][2]) if k in model else (p, v, total)
+        for k, p, v, total, f, seq in {r[0]: r for r in arg}.values():
+            if k in model:
+                model[k] = (model[k][0], v, *model[k][2:])
+            else:
+                model[k] = (p, v, total, NAN if f != f else f, seq)
 
 
-def _run(t: mere.Table, tx: Any, op: tuple[Any, ...]) -> None:
+def _run(shape: Shape, tx: Any, op: tuple[Any, ...]) -> None:
     kind, arg = op
     if kind == "update":
         tx.update({"v": "v + 100"}, f"v >= {arg}")
     elif kind == "delete_where":
         tx.delete(f"v >= {arg}")
     else:
-        keys = pa.table({"k": pa.array(arg, pa.int64())})
-        tx.delete(keys)
+        tx.delete(pa.table({"k": pa.array([shape.key(i) for i in arg], shape.schema.field("k").type)}))
 
 
-_row = st.tuples(st.integers(0, 9), st.sampled_from("ab"), st.integers(0, 9), st.integers(1, 5))
+_row = st.tuples(
+    st.integers(0, 9),
+    st.sampled_from("ab"),
+    st.integers(0, 9),
+    st.integers(1, 5),
+    st.sampled_from([0.5, -0.0, float("nan"), float("inf")]),
+    st.integers(0, 20),  # shuffled sequences: a concurrent upsert may be older than what it meets
+)
 _ops = st.one_of(
     st.tuples(st.just("update"), st.integers(0, 9)),
     st.tuples(st.just("delete_where"), st.integers(0, 9)),
@@ -90,63 +164,84 @@ _ops = st.one_of(
 )
 
 
+def _changed_buckets(t: mere.Table, before: int, after: int) -> set[int]:
+    """Buckets whose files differ between two versions (a write or a compaction there)."""
+    old, new = t.files(before), t.files(after)
+    a = set(zip(old.column("path").to_pylist(), old.column("bucket").to_pylist()))
+    b = set(zip(new.column("path").to_pylist(), new.column("bucket").to_pylist()))
+    return {bucket for _, bucket in a ^ b}
+
+
 @settings(
-    max_examples=40,
+    max_examples=50,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    partitioned=st.booleans(),
+    shape=st.builds(
+        Shape, st.sampled_from(sorted(KEY_TYPES)), st.sampled_from(["summed", "partitioned", "sequenced"])
+    ),
     initial=st.lists(_row, max_size=5),
     concurrent=st.lists(_row, min_size=1, max_size=3),
+    compact=st.booleans(),
     op=_ops,
 )
 def test_a_write_that_read_rows_lands_as_if_after_every_commit_before_it(
     tmp_path: Path,
-    partitioned: bool,
-    initial: list[tuple[int, str, int, int]],
-    concurrent: list[tuple[int, str, int, int]],
+    shape: Shape,
+    initial: list[tuple[Any, ...]],
+    concurrent: list[tuple[Any, ...]],
+    compact: bool,
     op: tuple[Any, ...],
 ) -> None:
+    """Between the write's read and its commit another writer upserts (on a ``sequence_by`` table maybe
+    older rows than the stored ones: ignored) and, maybe, compacts."""
     cat = mere.connect(str(tmp_path / "w"))
-    t = _table(cat, partitioned)
+    t = shape.create(cat)
     other = mere.connect(str(tmp_path / "w")).table(t.name)
-    summed = not partitioned
     model: dict[int, Row] = {}
     if initial:
-        t.upsert(_rows(initial))
-        _upsert(model, _rows(initial), summed)
+        t.upsert(shape.rows(initial))
+        shape.upsert(model, initial)
     base = t.version
+
+    def meanwhile() -> int:
+        other.upsert(shape.rows(concurrent))
+        if compact:
+            other.compact()
+        return other.refresh().version
+
     if op[0] == "merge":
         staged = (
-            t.merge(_rows(op[1])).when_matched_update(set={"v": "s.v"}).when_not_matched_insert_all()
+            t.merge(shape.rows(op[1])).when_matched_update(set={"v": "s.v"}).when_not_matched_insert_all()
         ).stage(base)
-        other.upsert(_rows(concurrent))
-        _upsert(model, _rows(concurrent), summed)
+        mid = meanwhile()
+        shape.upsert(model, concurrent)
         try:
             t.commit_merge([staged])
         except CommitConflict:
-            source_buckets = set(bucket_ids(_rows(op[1]).column("k"), BUCKETS).tolist())
-            written = set(bucket_ids(_rows(concurrent).column("k"), BUCKETS).tolist())
-            assert source_buckets & written, "a MERGE conflicted with a write to buckets it did not read"
+            source_buckets = set(bucket_ids(shape.rows(op[1]).column("k"), BUCKETS).tolist())
+            assert source_buckets & _changed_buckets(t, base, mid), (
+                "a MERGE conflicted with a write to buckets it did not read"
+            )
         else:
-            _apply(model, op, summed)
+            _apply(model, op)
     else:
         with t.transaction() as tx:
-            _run(t, tx, op)
-            other.upsert(_rows(concurrent))  # lands between the transaction's read and its commit
+            _run(shape, tx, op)
+            mid = meanwhile()  # lands between the transaction's read and its commit
         initial_model = dict(model)
-        _upsert(model, _rows(concurrent), summed)
-        if t.refresh().version == base + 1:
+        shape.upsert(model, concurrent)
+        if t.refresh().version == mid:
             # The write made no version: it had nothing to change, either at the version it read (it ran
             # before the concurrent commit) or, evaluated again after losing the race, after it.
             before, after = dict(initial_model), dict(model)
-            _apply(before, op, summed)
-            _apply(after, op, summed)
+            _apply(before, op)
+            _apply(after, op)
             assert before == initial_model or after == model
         else:
-            _apply(model, op, summed)
-    assert _state(t.refresh()) == model
+            _apply(model, op)
+    assert shape.state(t.refresh()) == model
 
 
 def test_a_merge_that_read_an_empty_table_sees_a_concurrent_insert(catalog_url: str, tmp_path: Path) -> None:

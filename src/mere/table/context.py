@@ -31,6 +31,7 @@ from mere.metadata import (
 )
 from mere.partitions import partition_json, partition_string, partition_value_strings
 from mere.spec import DEFAULT_COMPRESSION, TableSpec
+from mere.table.file_keys import remember
 from mere.table.scan import Scan, ScannedTable
 from mere.write.writer import (
     CHUNK_BYTES,
@@ -284,7 +285,7 @@ class DataFiles:
     def write(self, prepared: Sequence[PreparedFile], first_order: int = 0) -> list[FileEntry]:
         """Write prepared (reduced, per-split) rows as files; their entries, ordered from ``first_order``."""
         s = self.settings
-        return write_prepared(
+        entries = write_prepared(
             self.storage,
             self.location,
             self.spec,
@@ -294,6 +295,9 @@ class DataFiles:
             compression=s.compression,
             compression_level=s.compression_level,
         )
+        # the commit's lookup of stored keys (and the next commits') need not read these back
+        remember(self.storage, self.spec, entries, [p.rows for p in prepared])
+        return entries
 
     def discard(self, entries: Iterable[FileEntry]) -> None:
         """Delete files no commit lists (best effort: what stays is garbage for ``cleanup``)."""

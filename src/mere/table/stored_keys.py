@@ -16,11 +16,11 @@ already holds of those keys, at the version the commit lands on:
 The bucket of a key depends on the key alone, so only the commit's buckets are read, in every partition
 (one partition, for partition-scoped stale counts), and of their files only the key, sequence and
 operation columns, of files whose key range may hold an incoming key. Files never change, so those
-columns are kept per file (up to :data:`CACHE_BYTES`): a process writing batch after batch reads each
-file once. Stale counts of a partition-scoped table skip the read where file statistics show every
-incoming sequence at or above every stored one (a stream in order), look up only the incoming rows at or
-below the highest stored sequence, and, for one integer key and sequence, search the sorted files' keys
-in NumPy.
+columns are kept per file (:mod:`mere.table.file_keys`; a file this process wrote is kept from the rows
+it wrote): a process writing batch after batch reads each file at most once. Stale counts of a
+partition-scoped table skip the read where file statistics show every incoming sequence at or above
+every stored one (a stream in order), look up only the incoming rows at or below the highest stored
+sequence, and, for one integer key and sequence, search each stored file's sorted keys in NumPy.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from mere.io.footer import primitive_leaf
 from mere.kernels import group_starts, last_by_sequence, sort_indices
 from mere.metadata import FileEntry
 from mere.partitions import typed_partition
-from mere.read.evolution import file_columns, to_table_columns
 from mere.read.reader import io_pool
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 from mere.table.context import TableContext
+from mere.table.file_keys import all_kept, file_versions, lookup_columns, sequence_bounds
 
 _PART, _RANK, _NEW, _PARTIAL = "__mere_part__", "__mere_rank__", "__mere_new__", "__mere_partial__"
 _BUCKET = "__mere_bucket__"
@@ -93,6 +93,10 @@ def resolve(
         if settled and _in_order(ctx, stored_files, incoming):
             return Resolution(None, 0)
         high = _stored_high(ctx, stored_files) if settled else None
+        if settled:
+            fast = _stale_by_search(ctx, stored_files, incoming, high)
+            if fast is not None:
+                return Resolution(None, fast)
     names = sorted({f.partition for f in [*incoming, *stored_files]})
     codes = {p: i for i, p in enumerate(names)}  # partitions as small integers
     new = _versions(ctx, incoming, codes, incoming_rank=True)
@@ -100,129 +104,251 @@ def resolve(
         new = new.filter(pc.less_equal(new.column(spec.sequence_by[0]), pa.scalar(high[0])))
     if new.num_rows == 0:
         return Resolution(None, 0)
-    if not cross_partition and settled:
-        fast = _stale_by_search(ctx, stored_files, new, names)
-        if fast is not None:
-            return Resolution(None, fast)
     stored = _versions(ctx, stored_files, codes, incoming_rank=False, wanted=new)
     versions = pa.concat_tables([stored, new]) if stored.num_rows else new
     return _decide(spec, versions, cross_partition, names)
 
 
 def _stale_by_search(
-    ctx: TableContext, stored: Sequence[FileEntry], new: pa.Table, partitions: list[str]
+    ctx: TableContext, stored: Sequence[FileEntry], incoming: Sequence[FileEntry], high: tuple[Any] | None
 ) -> int | None:
     """The stale count of a partition-scoped write of one file per split, in NumPy alone where the key
     is one integer column and the sequence one integer column (None otherwise): a row is stale when its
-    sequence is below the highest one stored for its key in its split (any version, deletes too)."""
+    sequence is below one stored for its key in its split (any version, deletes too). ``high``: the
+    highest stored sequence (only rows at or below it can be stale)."""
     spec = ctx.spec
     pk, seq = spec.primary_key, spec.sequence_by
     if len(pk) != 1 or len(seq) != 1 or not pa.types.is_integer(spec.schema.field(seq[0]).type):
         return None
-    if not pa.types.is_integer(spec.schema.field(pk[0]).type):
+    if not pa.types.is_integer(spec.schema.field(pk[0]).type) or spec.evolved:
         return None
-    splits = new.column(_PART).to_numpy().astype(np.int64) * (1 << 32) + new.column(_BUCKET).to_numpy()
-    wanted = np.unique(splits)
-    by_split: dict[int, list[FileEntry]] = {int(s): [] for s in wanted}
-    codes = {p: i for i, p in enumerate(partitions)}
+    by_split: dict[tuple[str, int], list[FileEntry]] = {(f.partition, f.bucket): [] for f in incoming}
     for f in stored:
-        code = codes.get(f.partition)
-        if code is not None and code * (1 << 32) + f.bucket in by_split:
-            by_split[code * (1 << 32) + f.bucket].append(f)
-    indexes = list(
-        io_pool().map(lambda s: _split_index(ctx, partitions[s >> 32], s & 0xFFFFFFFF, by_split[s]), by_split)
-    )
-    if any(ix is None for ix in indexes):
-        return None
-    stale = 0
-    keys_new = new.column(pk[0]).to_numpy()
-    seq_new = new.column(seq[0]).to_numpy().astype(np.int64)
-    for split, index in zip(by_split, indexes):
-        assert index is not None
-        keys, highest = index
-        mine = np.flatnonzero(splits == split)
-        if not len(keys) or not len(mine):
-            continue
-        order = np.argsort(keys_new[mine], kind="stable")  # sorted probes search faster
-        probe = keys_new[mine][order]
-        pos = np.minimum(np.searchsorted(keys, probe), len(keys) - 1)
-        found = keys[pos] == probe
-        stale += int(np.count_nonzero(found & (seq_new[mine][order] < highest[pos])))
-    return stale
+        if (f.partition, f.bucket) in by_split:
+            by_split[(f.partition, f.bucket)].append(f)
 
-
-# Per split, its stored keys (sorted, unique) with the highest sequence stored for each (any version,
-# deletes too), kept for the files it was built from: the next commit to the split merges only the files
-# added since (a stream's commit adds one), instead of searching every file of the split again.
-INDEX_BYTES = 256 << 20
-_index: OrderedDict[tuple[str, str, int], tuple[frozenset[str], np.ndarray, np.ndarray]] = OrderedDict()
-_index_bytes = 0
-
-
-def _split_index(
-    ctx: TableContext, partition: str, bucket: int, files: Sequence[FileEntry]
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """The keys of a split's ``files`` and each one's highest stored sequence (None: a file's keys are not
-    one strictly increasing integer column)."""
-    global _index_bytes
-    spec, storage = ctx.spec, ctx.storage
-    columns = [*spec.primary_key, *spec.sequence_by, OP_COLUMN]
-    paths = {storage.full_path(f.path): f for f in files}
-    name = (storage.full_path(ctx.location), partition, bucket)
-    with _cache_lock:
-        hit = _index.get(name) if not spec.evolved else None
-    if hit is not None and hit[0] <= paths.keys():
-        have, keys, highest = hit
-        todo = [f for p, f in paths.items() if p not in have]
-    else:
-        keys, highest = np.empty(0, np.int64), np.empty(0, np.int64)
-        todo = list(files)
-    for f in todo:
-        rows, file_keys = _file_versions(ctx, f, columns)
-        if rows.num_rows == 0:
-            continue
-        if file_keys is None:
+    def one(f: FileEntry) -> int | None:
+        rows, keys = file_versions(ctx.storage, spec, f, lookup_columns(spec))
+        if not rows.num_rows:
+            return 0
+        if keys is None:
             return None
-        keys, highest = _merged(keys, highest, file_keys, rows.column(spec.sequence_by[0]).to_numpy())
-    if not spec.evolved and (todo or hit is None):
-        with _cache_lock:
-            old = _index.pop(name, None)
-            if old is not None:
-                _index_bytes -= old[1].nbytes + old[2].nbytes
-            _index[name] = (frozenset(paths), keys, highest)
-            _index_bytes += keys.nbytes + highest.nbytes
-            while _index_bytes > INDEX_BYTES and _index:
-                _, (_, k, h) = _index.popitem(last=False)
-                _index_bytes -= k.nbytes + h.nbytes
-    return keys, highest
+        sequence = rows.column(seq[0]).to_numpy()
+        if high is not None:
+            maybe = sequence <= high[0]
+            keys, sequence = keys[maybe], sequence[maybe]
+        if not len(keys):
+            return 0
+        late = _late(ctx, f.partition, f.bucket, by_split[(f.partition, f.bucket)], keys, sequence)
+        return None if late is None else int(np.count_nonzero(late))
+
+    columns = lookup_columns(spec)
+    if all_kept(ctx.storage, spec, [*incoming, *(g for fs in by_split.values() for g in fs)], columns):
+        counts = [one(f) for f in incoming]  # NumPy on kept arrays: a thread each would only wait
+    else:
+        counts = list(io_pool().map(one, incoming))
+    return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
 
 
-def _merged(
-    keys: np.ndarray, highest: np.ndarray, more: np.ndarray, sequence: np.ndarray
+# Per split, the highest sequence stored for each key (any version, deletes too), kept for the files it
+# was built from; the next commit to the split adds only the files added since (a stream's commit adds
+# one). Keys that fill their range densely enough (ids, as most sources hand out) index an array by key
+# offset: adding a file and looking keys up cost the rows involved, not the split's size. Other keys
+# keep a sorted array of all but the split's newest files, searched along with each newer file; once
+# more than FOLD files are newer they are folded in at once (one pass per FOLD commits, not per commit).
+FOLD = 4
+DENSITY = 8  # a dense index spans at most this many slots per stored row (plus DENSE_SLACK) ...
+# ... and at most INDEX_BYTES // 32 slots
+DENSE_SLACK = 1 << 16
+INDEX_BYTES = 256 << 20
+
+
+@dataclass
+class _SplitIndex:
+    files: frozenset[str]
+    dense: bool  # highest[key - low] (absent keys: the sequence type's lowest value) or sorted keys
+    low: int
+    keys: np.ndarray | None
+    highest: np.ndarray | None
+    rows: int
+    lock: threading.Lock
+
+    @property
+    def nbytes(self) -> int:
+        return (0 if self.keys is None else self.keys.nbytes) + (
+            0 if self.highest is None else self.highest.nbytes
+        )
+
+
+_index: OrderedDict[tuple[str, str, int], _SplitIndex] = OrderedDict()
+_index_lock = threading.Lock()
+
+
+def _late(
+    ctx: TableContext,
+    partition: str,
+    bucket: int,
+    files: Sequence[FileEntry],
+    keys: np.ndarray,
+    sequence: np.ndarray,
+) -> np.ndarray | None:
+    """Which of the (sorted, unique) ``keys`` have a version with a higher sequence than theirs in the
+    split's ``files`` (None: a file's keys are not one strictly increasing integer column)."""
+    storage = ctx.storage
+    paths = {storage.full_path(g.path): g for g in files}
+    name = (storage.full_path(ctx.location), partition, bucket)
+    with _index_lock:
+        ix = _index.get(name)
+        if ix is None:
+            ix = _index[name] = _SplitIndex(frozenset(), True, 0, None, None, 0, threading.Lock())
+        _index.move_to_end(name)
+    with ix.lock:  # one commit at a time updates and searches a split's index
+        if not ix.files <= paths.keys():  # files it holds were removed (compaction, overwrite): anew
+            ix.files, ix.dense, ix.low, ix.keys, ix.highest, ix.rows = frozenset(), True, 0, None, None, 0
+        newer = [g for p, g in paths.items() if p not in ix.files]
+        late = _late_dense(ctx, ix, paths, newer, keys, sequence) if ix.dense else None
+        if late is None:  # the index is sorted (or just turned so: it holds no file)
+            newer = [g for p, g in paths.items() if p not in ix.files]
+            late = _late_sorted(ctx, ix, paths, newer, keys, sequence)
+    _account()
+    return late
+
+
+def _account() -> None:
+    """Keep the indexes' memory under INDEX_BYTES (least recently used dropped first)."""
+    with _index_lock:
+        total = sum(ix.nbytes for ix in _index.values())
+        while total > INDEX_BYTES and len(_index) > 1:
+            _, old = _index.popitem(last=False)
+            total -= old.nbytes
+
+
+def _late_dense(
+    ctx: TableContext,
+    ix: _SplitIndex,
+    paths: dict[str, FileEntry],
+    newer: list[FileEntry],
+    keys: np.ndarray,
+    sequence: np.ndarray,
+) -> np.ndarray | None:
+    """The dense index brought up to ``paths`` and searched; None where the keys are not dense (the
+    index then turns sorted)."""
+    spec = ctx.spec
+    column = spec.sequence_by[0]
+    versions = [file_versions(ctx.storage, spec, g, lookup_columns(spec)) for g in newer]
+    versions = [(r, k) for r, k in versions if r.num_rows]
+    if any(k is None for _, k in versions) or keys.dtype.kind != "i":  # keys are signed: a guard
+        _turn_sorted(ix)
+        return None
+    bounds = [(int(k[0]), int(k[-1])) for _, k in versions if k is not None]
+    if ix.highest is not None:
+        bounds.append((ix.low, ix.low + len(ix.highest) - 1))
+    rows = ix.rows + sum(r.num_rows for r, _ in versions)
+    if bounds:
+        low, high = min(b[0] for b in bounds), max(b[1] for b in bounds)
+        span = high - low + 1
+        if span > min(DENSITY * rows + DENSE_SLACK, INDEX_BYTES // 32):
+            _turn_sorted(ix)
+            return None
+        kind = spec.schema.field(column).type.to_pandas_dtype()
+        if ix.highest is None or low < ix.low or high >= ix.low + len(ix.highest):
+            # grown with room on the side it grows (a stream's new ids extend it commit by commit)
+            room = span // 2
+            low2 = max(low - room, -(1 << 63)) if ix.highest is not None and low < ix.low else low
+            top = high + room if ix.highest is None or high >= ix.low + len(ix.highest) else high
+            wide = np.full(top - low2 + 1, np.iinfo(kind).min, dtype=kind)
+            if ix.highest is not None:
+                wide[ix.low - low2 : ix.low - low2 + len(ix.highest)] = ix.highest
+            ix.low, ix.highest = low2, wide
+        assert ix.highest is not None
+        for r, k in versions:
+            assert k is not None
+            at = k.astype(np.int64, copy=False) - ix.low
+            best = np.take(ix.highest, at)
+            np.maximum(best, r.column(column).to_numpy(), out=best)
+            np.put(ix.highest, at, best)
+    ix.files, ix.rows = frozenset(paths), rows
+    late = np.zeros(len(keys), dtype=bool)
+    if ix.highest is None:
+        return late
+    at = keys.astype(np.int64, copy=False) - ix.low
+    # keys are sorted: those inside the index's range are one slice
+    first, end = np.searchsorted(at, [0, len(ix.highest)])
+    inside = slice(int(first), int(end))
+    np.less(sequence[inside], np.take(ix.highest, at[inside]), out=late[inside])
+    return late
+
+
+def _turn_sorted(ix: _SplitIndex) -> None:
+    ix.files, ix.dense, ix.low, ix.keys, ix.highest, ix.rows = frozenset(), False, 0, None, None, 0
+
+
+def _late_sorted(
+    ctx: TableContext,
+    ix: _SplitIndex,
+    paths: dict[str, FileEntry],
+    newer: list[FileEntry],
+    keys: np.ndarray,
+    sequence: np.ndarray,
+) -> np.ndarray | None:
+    """The sorted index searched, and each file newer than it (folded in once there are too many)."""
+    spec, storage = ctx.spec, ctx.storage
+    column = spec.sequence_by[0]
+    columns = lookup_columns(spec)
+    if len(newer) > FOLD:
+        versions = [file_versions(storage, spec, g, columns) for g in newer]
+        if any(k is None and r.num_rows for r, k in versions):
+            return None
+        parts = [(k, r.column(column).to_numpy()) for r, k in versions if k is not None]
+        ix.keys, ix.highest = _folded(ix.keys, ix.highest, parts)
+        ix.files, newer = frozenset(paths), []
+    late = np.zeros(len(keys), dtype=bool)
+    if ix.keys is not None and ix.highest is not None:
+        _mark_late(late, keys, sequence, slice(None), ix.keys, ix.highest)
+    for g in newer:
+        bounds = sequence_bounds(storage, g, column)
+        at: Any = slice(None)
+        if bounds is not None:  # only rows below the file's highest sequence can lose to it
+            at = np.flatnonzero(sequence < bounds[1])
+            if not len(at):
+                continue
+        rows, stored_keys = file_versions(storage, spec, g, columns)
+        if not rows.num_rows:
+            continue
+        if stored_keys is None:
+            return None
+        _mark_late(late, keys, sequence, at, stored_keys, rows.column(column).to_numpy())
+    return late
+
+
+def _mark_late(
+    late: np.ndarray, keys: np.ndarray, sequence: np.ndarray, at: Any, stored: np.ndarray, highest: np.ndarray
+) -> None:
+    """Mark the rows ``at`` whose key ``stored`` (sorted, unique) holds with a higher sequence."""
+    if not len(stored):
+        return
+    probe = keys[at]
+    pos = np.minimum(np.searchsorted(stored, probe), len(stored) - 1)
+    late[at] |= (stored[pos] == probe) & (sequence[at] < highest[pos])
+
+
+def _folded(
+    keys: np.ndarray | None, highest: np.ndarray | None, parts: list[tuple[np.ndarray, np.ndarray]]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique ``keys`` with their highest sequence, and one file's (sorted, unique) keys merged in:
-    a copy (the cached arrays are shared with other threads)."""
-    sequence = sequence.astype(np.int64, copy=False)
-    more = more.astype(keys.dtype, copy=False) if len(keys) else more
-    if not len(keys):
-        return more.copy(), sequence.copy()
-    pos = np.searchsorted(keys, more)
-    inside = pos < len(keys)
-    hit = np.zeros(len(more), dtype=bool)
-    hit[inside] = keys[pos[inside]] == more[inside]
-    highest = highest.copy()
-    highest[pos[hit]] = np.maximum(highest[pos[hit]], sequence[hit])
-    miss = np.flatnonzero(~hit)
-    if not len(miss):
-        return keys, highest
-    at = pos[miss] + np.arange(len(miss))  # where the new keys land in the merged arrays
-    old = np.ones(len(keys) + len(miss), dtype=bool)
-    old[at] = False
-    out_keys = np.empty(len(old), dtype=keys.dtype)
-    out_high = np.empty(len(old), dtype=np.int64)
-    out_keys[at], out_high[at] = more[miss], sequence[miss]
-    out_keys[old], out_high[old] = keys, highest
-    return out_keys, out_high
+    """Sorted unique ``keys`` with their highest sequence, with more files' (sorted, unique) keys and
+    sequences merged in: new arrays (the cached ones are shared with other threads)."""
+    if keys is not None and highest is not None:
+        parts = [(keys, highest), *parts]
+    if not parts:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if len(parts) == 1:
+        return parts[0][0].copy(), parts[0][1].copy()
+    all_keys = np.concatenate([k for k, _ in parts])
+    all_seq = np.concatenate([q for _, q in parts])
+    order = np.argsort(all_keys, kind="stable")  # sorted runs: a merge
+    all_keys, all_seq = all_keys[order], all_seq[order]
+    starts = np.flatnonzero(np.r_[True, all_keys[1:] != all_keys[:-1]])
+    return all_keys[starts], np.maximum.reduceat(all_seq, starts)
 
 
 def _stored_high(ctx: TableContext, stored: Sequence[FileEntry]) -> tuple[Any] | None:
@@ -238,51 +364,6 @@ def _stored_high(ctx: TableContext, stored: Sequence[FileEntry]) -> tuple[Any] |
 
 
 # -- reading versions -------------------------------------------------------------------------------------
-
-# Files never change: the key, sequence and operation columns a lookup read of a file are kept (most
-# recently used first, up to CACHE_BYTES), so a writer committing batch after batch reads each file once.
-CACHE_BYTES = 256 << 20
-_cache: OrderedDict[tuple[str, tuple[str, ...]], tuple[pa.Table, np.ndarray | None]] = OrderedDict()
-_cache_bytes = 0
-_cache_lock = threading.Lock()
-
-
-def _file_versions(ctx: TableContext, f: FileEntry, columns: list[str]) -> tuple[pa.Table, np.ndarray | None]:
-    """The key, sequence and operation columns of a whole file, and its keys as a sorted NumPy array
-    where the key is one integer column in strictly increasing order (files are written sorted)."""
-    global _cache_bytes
-    spec, storage = ctx.spec, ctx.storage
-    cached = not spec.evolved
-    key = (storage.full_path(f.path), tuple(columns))
-    if cached:
-        with _cache_lock:
-            hit = _cache.get(key)
-            if hit is not None:
-                _cache.move_to_end(key)
-                return hit
-    md = storage.metadata(f.path, f.size_bytes or None)
-    mapping = file_columns(spec, md) if spec.evolved else None
-    names = columns if mapping is None else mapping.file_names(columns)
-    rows = storage.read_row_groups(f.path, range(md.num_row_groups), names, f.size_bytes or None)
-    if mapping is not None:
-        rows = to_table_columns(rows, mapping, spec)
-    rows = rows.select(columns).combine_chunks()
-    keys = None
-    pk = spec.primary_key
-    if len(pk) == 1 and pa.types.is_integer(rows.schema.field(pk[0]).type) and rows.num_rows:
-        values = rows.column(pk[0]).to_numpy()
-        if len(values) < 2 or bool((values[1:] > values[:-1]).all()):
-            keys = values
-    out = (rows, keys)
-    if cached:
-        with _cache_lock:
-            if key not in _cache:
-                _cache[key] = out
-                _cache_bytes += rows.nbytes
-            while _cache_bytes > CACHE_BYTES and _cache:
-                _, (old, _) = _cache.popitem(last=False)
-                _cache_bytes -= old.nbytes
-    return out
 
 
 def _versions(
@@ -325,7 +406,7 @@ def _versions(
                 storage, f, md, pk[0], range(md.num_row_groups), span
             ):
                 return None  # no row group's key range holds an incoming key: not read
-        rows, keys = _file_versions(ctx, f, columns)
+        rows, keys = file_versions(storage, spec, f, columns)
         at = np.arange(rows.num_rows, dtype=np.int64)
         if wanted is not None:
             probe, sorted_probe, _ = probes[f.bucket]
@@ -446,45 +527,16 @@ def _in_order(ctx: TableContext, stored: Sequence[FileEntry], incoming: Sequence
         return False
 
 
-_file_bounds: OrderedDict[tuple[str, str], tuple[Any, Any] | None] = OrderedDict()
-
-
 def _bounds(ctx: TableContext, files: Sequence[FileEntry], column: str) -> tuple[Any, Any] | None:
     """The smallest and largest value of ``column`` in ``files`` by their statistics (None: unknown)."""
     lo: Any = None
     hi: Any = None
     for f in files:
-        key = (ctx.storage.full_path(f.path), column)
-        with _cache_lock:
-            cached = key in _file_bounds
-            known = _file_bounds.get(key)
-        if not cached:
-            known = _one_file_bounds(ctx, f, column)
-            with _cache_lock:
-                _file_bounds[key] = known
-                while len(_file_bounds) > 100_000:
-                    _file_bounds.popitem(last=False)
+        known = sequence_bounds(ctx.storage, f, column)
         if known is None:
             return None
         lo = known[0] if lo is None else min(lo, known[0])
         hi = known[1] if hi is None else max(hi, known[1])
-    return None if lo is None else (lo, hi)
-
-
-def _one_file_bounds(ctx: TableContext, f: FileEntry, column: str) -> tuple[Any, Any] | None:
-    storage = ctx.storage
-    lo: Any = None
-    hi: Any = None
-    md = storage.metadata(f.path, f.size_bytes or None)
-    leaf = primitive_leaf(md, storage.column_leaves(f.path, f.size_bytes or None), column)
-    if leaf is None:
-        return None
-    for g in range(md.num_row_groups):
-        st = md.row_group(g).column(leaf).statistics
-        if st is None or not st.has_min_max:
-            return None
-        lo = st.min if lo is None else min(lo, st.min)
-        hi = st.max if hi is None else max(hi, st.max)
     return None if lo is None else (lo, hi)
 
 

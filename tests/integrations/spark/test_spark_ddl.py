@@ -479,3 +479,35 @@ def test_create_with_columns_runs_no_python(spark: SparkSession, clean: None) ->
     assert spark.catalog.tableExists("probed")
     with pytest.raises(Exception, match="asked for its schema"):
         S.sql.__wrapped__(spark, "CREATE TABLE probed2 USING mere_probe")  # type: ignore[attr-defined]
+
+
+def test_create_table_takes_a_merge_engine_by_name(spark: SparkSession, wh: str, clean: None) -> None:
+    # As the sink takes it: a bare engine name (or a JSON string), not only a JSON object of operators.
+    spark.sql(
+        f"CREATE TABLE firsts ({COLS}) USING mere OPTIONS (warehouse '{wh}', table 'ns.firsts', "
+        "primary_key 'id', merge_operators 'first_row')"
+    )
+    spec = mere.connect(wh).table("ns.firsts").spec
+    assert spec.merge_engine == "first_row"
+    spark.sql("INSERT INTO firsts VALUES (1, 'd1', 10), (2, 'd2', 20)")
+    spark.sql("INSERT INTO firsts VALUES (2, 'd2', 21), (3, 'd3', 30)")  # key 2's first version stays
+    expected = model_rows({1: ("d1", 10), 2: ("d2", 20), 3: ("d3", 30)})
+    assert spark_rows(spark, "SELECT * FROM firsts") == expected == python_rows(wh, "ns.firsts")
+    assert {r["key"]: r["value"] for r in describe(spark, "firsts").collect()}[
+        "merge_operators"
+    ] == "first_row"
+    # Bound again by name, the engine restated as a JSON string: the same layout.
+    spark.sql("DROP TABLE firsts")
+    spark.sql(
+        f"CREATE TABLE firsts USING mere OPTIONS (warehouse '{wh}', table 'ns.firsts', primary_key 'id', "
+        """merge_operators '"first_row"')"""
+    )
+    assert spark_rows(spark, "SELECT * FROM firsts") == expected
+    # An engine mere does not have: refused, nothing created.
+    before = state(spark, wh)
+    with pytest.raises(InvalidInput, match="last_row"):
+        spark.sql(
+            f"CREATE TABLE lasts ({COLS}) USING mere OPTIONS (warehouse '{wh}', table 'ns.lasts', "
+            "primary_key 'id', merge_operators 'last_row')"
+        )
+    assert state(spark, wh) == before

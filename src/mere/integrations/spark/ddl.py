@@ -51,8 +51,8 @@ from mere.integrations.spark.options import (
     TableRef,
     column_list_option,
     int_option,
-    json_object_option,
     lower_options,
+    merge_operators_option,
 )
 from mere.integrations.spark.sink import check_layout
 from mere.integrations.spark.types import spark_schema
@@ -222,7 +222,7 @@ def create(ref: TableRef, opts: Mapping[str, str], schema: StructType) -> Table:
         primary_key=column_list_option("primary_key", opts.get("primary_key")),
         partition_by=column_list_option("partition_by", opts.get("partition_by")),
         buckets=int_option("buckets", opts.get("buckets")),
-        merge_operators=json_object_option("merge_operators", opts.get("merge_operators")),
+        merge_operators=merge_operators_option("merge_operators", opts.get("merge_operators")),
         cdc_column=opts.get("cdc_column") or None,
         sequence_by=column_list_option("sequence_by", opts.get("sequence_by")),
     )
@@ -858,7 +858,11 @@ def describe(spark: Any, name: str) -> Any:
         ("primary_key", ",".join(spec.primary_key)),
         ("partition_by", ",".join(spec.partition_by)),
         ("buckets", str(spec.buckets)),
-        ("merge_operators", json.dumps({k: str(v) for k, v in spec.merge_operators.items()}, sort_keys=True)),
+        (
+            "merge_operators",
+            spec.merge_engine
+            or json.dumps({k: str(v) for k, v in spec.merge_operators.items()}, sort_keys=True),
+        ),
         ("sequence_by", ",".join(spec.sequence_by)),
         ("cdc_column", spec.cdc_column or ""),
     ]
