@@ -72,8 +72,7 @@ def test_live_keys_match_a_model(
     order.shuffle(parts)
     model: dict[int, int] = {}
     for _, table in parts:  # the files' order is the commit's row order
-        for k, op in zip(table.column("k").to_pylist(), table.column(OP_COLUMN).to_pylist()):
-            model[k] = op
+        model.update(zip(table.column("k").to_pylist(), table.column(OP_COLUMN).to_pylist()))
     for seq, rows in enumerate(newer, start=2):
         dedup = dict(rows)  # one version of a key per file
         parts.append(_part(seq, list(dedup.items())))
