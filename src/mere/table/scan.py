@@ -51,7 +51,7 @@ EXPLAIN_VALUES = 10  # IN-list values explain() shows before "... and N more"
 TASK_BYTES = 128 << 20  # default most bytes per engine task (Spark's spark.sql.files.maxPartitionBytes)
 OPEN_COST_BYTES = 4 << 20  # what starting one more split costs, in bytes (Spark's openCostInBytes)
 # Windows of to_arrow(): larger than a stream's (fewer merges), yet small enough that the windows being merged
-# stay small beside the output kept (W1, 4 buckets: 16 MiB windows peak 57 MiB below 32 MiB or whole splits,
+# stay small beside the output kept (W1, 4 buckets: 16 MiB windows peak about 50 MiB below 32 MiB or whole splits,
 # at the same CPU time).
 COLLECT_WINDOW_BYTES = 16 << 20
 
