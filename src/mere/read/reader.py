@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mere import expr as E
 from mere.arrays import bool_array, sorted_unique
-from mere.concurrency import shared_pool
+from mere.concurrency import default_threads, shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.footer import primitive_leaf
@@ -576,7 +576,19 @@ class SplitReader:
         no ``sequence_by`` and the scan no filter on other columns (:func:`counting.live_keys`), else by
         reading the merged rows."""
         if self._counts_by_keys():
-            return sum(counting.live_keys(self.spec, parts) for parts in self.windows())
+            if self.opts.threads == 1:
+                return sum(counting.live_keys(self.spec, parts) for parts in self.windows())
+            # A split counted by several threads: windows are counted while the next ones are read, at
+            # most one per thread waiting (memory stays bounded by the windows in flight).
+            workers = self.opts.threads or default_threads()
+            total = 0
+            pending: deque[Future[int]] = deque()
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mere-count") as pool:
+                for parts in self.windows():
+                    pending.append(pool.submit(counting.live_keys, self.spec, parts))
+                    while len(pending) > workers:
+                        total += pending.popleft().result()
+                return total + sum(f.result() for f in pending)
         return sum(b.num_rows for b in self.batches())
 
     def _counts_by_keys(self) -> bool:
