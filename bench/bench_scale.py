@@ -8,11 +8,14 @@ every thread count (1, 2, all cores) the script measures, with pyarrow's CPU poo
   - mere's merged full read (``scan(threads=N).to_arrow()``), median of ``--repeat``
   - the raw scan of exactly the table's live files (``pyarrow.parquet.read_table``, no merge)
   - their ratio, and the upsert median of the build
+  - ``scan(threads=N).count()`` (its ratio to the merged read is printed for all cores)
 
-and prints the floors of the read-scaling issue. It runs unchanged on a machine with more cores: "all"
+and prints the floors of the read-scaling issue. Thread counts are measured in turn within each repeat, and
+every figure keeps the 1-minute load average and the process CPU time of its runs: on a shared machine the
+wall-time ratio between thread counts is only as good as the load lets it be. It runs unchanged on a machine with more cores: "all"
 is the cores this process may use.
 
-Usage: python bench/bench_scale.py [--scales 1,5] [--buckets 1,4,16,64] [--repeat 3] [--json out.json]
+Usage: python bench/bench_scale.py [--scales 1,5] [--buckets 1,4,16,64] [--repeat 3] [--json out.json] [--root DIR]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from typing import Any
 
 import numpy as np
@@ -34,7 +38,6 @@ import mere
 from mere.concurrency import machine_cores
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_core import median_time as median
 from bench_core import timed
 
 SCHEMA = pa.schema(
@@ -100,16 +103,22 @@ def main() -> None:
     parser.add_argument("--buckets", default="1,4,16,64")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--root", default=None, help="build tables here and keep them; tables already there are reused"
+    )
     args = parser.parse_args()
     cores = machine_cores()
     thread_counts = sorted({1, min(2, cores), cores})
     cells: list[dict[str, Any]] = []
-    tmp = tempfile.mkdtemp(prefix="mere-scale-")
+    tmp = args.root or tempfile.mkdtemp(prefix="mere-scale-")
     try:
         for scale in [float(s) for s in args.scales.split(",")]:
             for buckets in [int(b) for b in args.buckets.split(",")]:
                 root = os.path.join(tmp, f"s{scale}-b{buckets}")
-                t, upsert = build(root, scale, buckets)
+                if args.root and os.path.exists(root):
+                    t, upsert = mere.connect(root).table("bench.t"), float("nan")
+                else:
+                    t, upsert = build(root, scale, buckets)
                 files = live_files(t)
                 rows = t.scan(columns=["id"]).count()
                 for threads in thread_counts:
@@ -117,8 +126,25 @@ def main() -> None:
                     got = t.scan(threads=threads).to_arrow()  # warm the page cache and footers
                     assert got.num_rows == rows, (got.num_rows, rows)
                     del got
-                    merged = median(lambda t=t, n=threads: t.scan(threads=n).to_arrow(), args.repeat)
-                    raw = median(lambda f=files: pq.read_table(f, use_threads=True), args.repeat)
+                # Thread counts in turn, repeat after repeat: a ratio between them is not skewed by the
+                # load of a shared machine drifting between two blocks of runs. The load average and the
+                # process's CPU time are kept with each figure (a loaded machine stretches wall times).
+                runs: dict[int, dict[str, list[float]]] = {
+                    n: {"merged": [], "raw": [], "cpu": [], "load": [], "count": []} for n in thread_counts
+                }
+                for _ in range(args.repeat):
+                    for threads in thread_counts:
+                        pa.set_cpu_count(threads)
+                        acc = runs[threads]
+                        cpu = time.process_time()
+                        acc["merged"].append(timed(lambda t=t, n=threads: t.scan(threads=n).to_arrow()))
+                        acc["cpu"].append(time.process_time() - cpu)
+                        acc["raw"].append(timed(lambda f=files: pq.read_table(f, use_threads=True)))
+                        acc["count"].append(timed(lambda t=t, n=threads: t.scan(threads=n).count()))
+                        acc["load"].append(os.getloadavg()[0])
+                for threads in thread_counts:
+                    acc = runs[threads]
+                    merged, raw = statistics.median(acc["merged"]), statistics.median(acc["raw"])
                     cell = {
                         "scale": scale,
                         "buckets": buckets,
@@ -129,13 +155,19 @@ def main() -> None:
                         "raw_s": round(raw, 4),
                         "ratio": round(merged / raw, 2),
                         "upsert_s": round(upsert, 4),
+                        "merged_cpu_s": round(statistics.median(acc["cpu"]), 4),
+                        "count_s": round(statistics.median(acc["count"]), 4),  # Scan.count()
+                        "merged_all_s": [round(x, 4) for x in acc["merged"]],
+                        "load1": [round(x, 2) for x in acc["load"]],
                     }
                     cells.append(cell)
                     print(json.dumps(cell), flush=True)
-                shutil.rmtree(root, ignore_errors=True)
+                if not args.root:
+                    shutil.rmtree(root, ignore_errors=True)
     finally:
         pa.set_cpu_count(cores)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not args.root:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def cell(scale: float, buckets: int, threads: int) -> dict[str, Any] | None:
         for c in cells:
@@ -144,19 +176,31 @@ def main() -> None:
         return None
 
     print(f"\ncores: {cores}; pyarrow {pa.__version__}")
-    print("| scale | buckets | files | threads | merged read | raw scan | ratio | upsert |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| scale | buckets | files | threads | merged read | raw scan | ratio | upsert | CPU | load (1 min) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for c in cells:
         print(
             f"| W1x{c['scale']:g} | {c['buckets']} | {c['files']} | {c['threads']} | {c['merged_s']:.3f} s "
-            f"| {c['raw_s']:.3f} s | {c['ratio']:.2f}x | {c['upsert_s']:.3f} s |"
+            f"| {c['raw_s']:.3f} s | {c['ratio']:.2f}x | {c['upsert_s']:.3f} s | {c['merged_cpu_s']:.3f} s "
+            f"| {min(c['load1']):.1f}-{max(c['load1']):.1f} |"
         )
     print("\nfloors:")
     one, two = cell(max(c["scale"] for c in cells), 1, 1), cell(max(c["scale"] for c in cells), 1, 2)
     if one and two:
         speedup = one["merged_s"] / two["merged_s"]
         print(f"  1 bucket at W1x{one['scale']:g}: 2 threads {speedup:.2f}x faster than 1 (floor 1.7x)")
+        # What the CPU time allows: 2 threads cannot beat 2x the one-thread CPU over the two-thread CPU.
+        bound = 2 * one["merged_cpu_s"] / two["merged_cpu_s"]
+        print(f"    bound from CPU time on a quiet machine: {bound:.2f}x; load {two['load1']}")
     top = max(thread_counts)
+    for c in cells:
+        if c["threads"] == top:
+            print(
+                f"  count() at W1x{c['scale']:g}, {c['buckets']} buckets: {c['count_s'] / c['merged_s']:.3f}x "
+                "the full read (floor 0.1x at W1x10)"
+            )
     b64, b4 = cell(1.0, 64, top), cell(1.0, 4, top)
     if b64 and b4:
         print(f"  64 buckets W1, {top} threads: {b64['ratio']:.2f}x the raw scan (floor 1.25x)")

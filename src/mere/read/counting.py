@@ -5,6 +5,7 @@ copied."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,11 +28,34 @@ def _ops(table: pa.Table) -> np.ndarray:
     return np.asarray(table.column(OP_COLUMN).to_numpy()).astype(np.int8, copy=False)
 
 
+def _oldest_run_first(
+    spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]
+) -> Sequence[tuple[FileTask, pa.Table]]:
+    """The parts with the oldest commit's data files in the order of their first keys: a compaction cuts
+    its sorted output into files by size, which then make one sorted run that newer rows are searched
+    in. Only files whose key ranges are apart are reordered (their order then decides nothing)."""
+    head = parts[0][0]
+    if len(spec.primary_key) != 1 or head.content == "delete":
+        return parts
+    lead = 0
+    while lead < len(parts) and parts[lead][0].seq == head.seq and parts[lead][0].content != "delete":
+        lead += 1
+    if lead < 2:
+        return parts
+    key = spec.primary_key[0]
+    ordered = sorted(parts[:lead], key=lambda part: part[1].column(key)[0].as_py())
+    for (_, before), (_, after) in itertools.pairwise(ordered):
+        if before.column(key)[-1].as_py() >= after.column(key)[0].as_py():
+            return parts  # the files share keys: their order decides which version is newer
+    return [*ordered, *parts[lead:]]
+
+
 def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> int:
     """How many keys of one key-range window (files' rows oldest file first, each file sorted by key)
     have a newest version that is not a delete marker. Tables without ``sequence_by`` only."""
     if not parts:
         return 0
+    parts = _oldest_run_first(spec, parts)
     ops = np.concatenate([_ops(p) for _, p in parts])
     keys: list[Any] = []
     for c in spec.primary_key:
@@ -42,8 +66,18 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
         else:
             keys.append(pa.chunked_array(arrays, type=parts[0][1].column(c).type))
     n = len(ops)
-    first = parts[0][1].num_rows if parts[0][0].content != "delete" else 0
+    first = 0  # rows of the oldest commit's data files (one sorted run where their key ranges are apart)
+    for task, p in parts:
+        if task.content == "delete" or task.seq != parts[0][0].seq:
+            break
+        first += p.num_rows
     base = keys[0] if len(keys) == 1 and isinstance(keys[0], np.ndarray) else None
+    if base is not None and not bool((ops == OP_DELETE).any()):
+        # No delete marker: every key is a row. Sorting the keys alone (a stable sort merges the files'
+        # sorted runs) costs less than ordering the rows to find each key's newest operation, or
+        # than searching the newer keys in a sorted run (a binary search per key).
+        ranked = np.sort(base, kind="stable")
+        return int(np.count_nonzero(ranked[1:] != ranked[:-1])) + int(n > 0)
     if (
         base is not None
         and n > first >= SEARCH_RATIO * (n - first)

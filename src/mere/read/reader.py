@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mere import expr as E
 from mere.arrays import bool_array, sorted_unique
-from mere.concurrency import shared_pool
+from mere.concurrency import default_threads, shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.footer import primitive_leaf
@@ -576,7 +576,19 @@ class SplitReader:
         no ``sequence_by`` and the scan no filter on other columns (:func:`counting.live_keys`), else by
         reading the merged rows."""
         if self._counts_by_keys():
-            return sum(counting.live_keys(self.spec, parts) for parts in self.windows())
+            if self.opts.threads == 1:
+                return sum(counting.live_keys(self.spec, parts) for parts in self.windows())
+            # A split counted by several threads: windows are counted while the next ones are read, at
+            # most one per thread waiting (memory stays bounded by the windows in flight).
+            workers = self.opts.threads or default_threads()
+            total = 0
+            pending: deque[Future[int]] = deque()
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mere-count") as pool:
+                for parts in self.windows():
+                    pending.append(pool.submit(counting.live_keys, self.spec, parts))
+                    while len(pending) > workers:
+                        total += pending.popleft().result()
+                return total + sum(f.result() for f in pending)
         return sum(b.num_rows for b in self.batches())
 
     def _counts_by_keys(self) -> bool:
@@ -839,21 +851,23 @@ def stored_rows_are_merged(storage: Storage, spec: TableSpec, split: Split) -> b
         leaves = storage.column_leaves(f.path, f.size_bytes or None)
         if OP_COLUMN not in leaves or md.num_row_groups == 0:
             return False
-        op_leaf = leaves[OP_COLUMN][0]
-        low: Any = None
-        high: Any = None
+        # Files are sorted by key: the first row group holds the smallest key, the last the largest.
+        first = row_group_stats(md, 0, spec.schema, [key0], leaves).get(key0)
+        last = row_group_stats(md, md.num_row_groups - 1, spec.schema, [key0], leaves).get(key0)
+        if first is None or last is None or first.min is None or last.max is None:
+            return False
+        ranges.append((first.min, last.max))
+    ranges.sort(key=lambda r: r[0])
+    if not all(prev[1] < nxt[0] for prev, nxt in itertools.pairwise(ranges)):
+        return False  # overlapping files (the common case of a split to merge): no row group walked
+    for f in files:
+        md = storage.metadata(f.path, f.size_bytes or None)
+        op_leaf = storage.column_leaves(f.path, f.size_bytes or None)[OP_COLUMN][0]
         for i in range(md.num_row_groups):
             st = md.row_group(i).column(op_leaf).statistics
             if st is None or not st.has_min_max or st.min <= OP_DELETE <= st.max:
                 return False
-            key = row_group_stats(md, i, spec.schema, [key0], leaves).get(key0)
-            if key is None or key.min is None or key.max is None:
-                return False
-            low = key.min if low is None or key.min < low else low
-            high = key.max if high is None or key.max > high else high
-        ranges.append((low, high))
-    ranges.sort(key=lambda r: r[0])
-    return all(prev[1] < nxt[0] for prev, nxt in itertools.pairwise(ranges))
+    return True
 
 
 def _sequence(tables: Sequence[pa.Table], spec: TableSpec) -> list[np.ndarray | pa.ChunkedArray]:

@@ -50,7 +50,10 @@ if TYPE_CHECKING:
 EXPLAIN_VALUES = 10  # IN-list values explain() shows before "... and N more"
 TASK_BYTES = 128 << 20  # default most bytes per engine task (Spark's spark.sql.files.maxPartitionBytes)
 OPEN_COST_BYTES = 4 << 20  # what starting one more split costs, in bytes (Spark's openCostInBytes)
-COLLECT_WINDOW_BYTES = 32 << 20  # windows of to_arrow(): all output is kept anyway, so fewer, larger merges
+# Windows of to_arrow(): larger than a stream's (fewer merges), yet small enough that the windows being merged
+# stay small beside the output kept (W1, 4 buckets: 16 MiB windows peak about 50 MiB below 32 MiB or whole splits,
+# at the same CPU time).
+COLLECT_WINDOW_BYTES = 16 << 20
 
 
 class ScannedTable(Protocol):
@@ -537,6 +540,8 @@ class Scan:
                 per_window = 3 * sum(s.size_bytes for s in splits) // (4 * threads)
                 window = min(COLLECT_WINDOW_BYTES, per_window)
             opts = replace(opts, window_bytes=max(opts.window_bytes, window))
+            if "read.whole-split-bytes" not in self.spec.properties:  # a bigger split is windowed too
+                opts = replace(opts, whole_split_bytes=min(opts.whole_split_bytes, opts.window_bytes))
         return self._stream_splits(splits, opts, threads, 0 if collect else None)
 
     def _stream_splits(

@@ -1,0 +1,87 @@
+"""``counting.live_keys`` against a dict model: keys whose newest version is not a delete marker, for
+windows of files oldest first, each sorted by key. The oldest commit may be several files (a compaction
+cuts its sorted output by size) handed over in any order, with key ranges apart or not; newer files
+update, insert and delete; windows without any delete marker take the sort of keys alone."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mere.read.counting import live_keys
+from mere.read.planner import FileTask
+from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, TableSpec
+
+SPEC = TableSpec.create(
+    pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.int64())]),
+    "k",
+    None,
+    1,
+    None,
+    None,
+    None,
+)
+
+
+def _part(seq: int, rows: list[tuple[int, int]], content: str = "data") -> tuple[FileTask, pa.Table]:
+    rows = sorted(rows, key=lambda r: r[0])
+    table = pa.table(
+        {
+            "k": pa.array([k for k, _ in rows], pa.int64()),
+            OP_COLUMN: pa.array([op for _, op in rows], pa.int8()),
+        }
+    )
+    return FileTask(f"f{seq}-{len(rows)}", seq, content, len(rows), 0), table
+
+
+OPS = st.sampled_from([OP_MERGE, OP_PUT, OP_DELETE])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    base=st.lists(st.integers(0, 60), unique=True, max_size=60),
+    cuts=st.lists(st.integers(0, 60), max_size=4),
+    base_deletes=st.booleans(),
+    shared=st.booleans(),
+    newer=st.lists(st.lists(st.tuples(st.integers(-5, 70), OPS), max_size=20), max_size=4),
+    order=st.randoms(use_true_random=False),
+)
+def test_live_keys_match_a_model(
+    base: list[int],
+    cuts: list[int],
+    base_deletes: bool,
+    shared: bool,
+    newer: list[list[tuple[int, int]]],
+    order: Any,
+) -> None:
+    base = sorted(base)
+    bounds = [0, *sorted({min(c, len(base)) for c in cuts}), len(base)]
+    # The oldest commit: files of one sequence, apart by key range (or, ``shared``, one key in two).
+    first: list[list[tuple[int, int]]] = []
+    for lo, hi in itertools.pairwise(bounds):
+        chunk = base[lo:hi]
+        ops = [OP_DELETE if base_deletes and k % 7 == 0 else OP_MERGE for k in chunk]
+        first.append(list(zip(chunk, ops)))
+    if shared and len(first) > 1 and first[0] and first[1]:
+        first[1].append((first[0][-1][0], OP_DELETE))  # same commit, later file: the key is deleted
+    parts = [_part(1, rows) for rows in first if rows]
+    order.shuffle(parts)
+    model: dict[int, int] = {}
+    for _, table in parts:  # the files' order is the commit's row order
+        model.update(zip(table.column("k").to_pylist(), table.column(OP_COLUMN).to_pylist()))
+    for seq, rows in enumerate(newer, start=2):
+        dedup = dict(rows)  # one version of a key per file
+        parts.append(_part(seq, list(dedup.items())))
+        model.update(dedup)
+    expected = sum(1 for op in model.values() if op != OP_DELETE)
+    assert live_keys(SPEC, [p for p in parts if p[1].num_rows]) == expected
+
+
+def test_a_window_without_deletes_counts_distinct_keys() -> None:
+    parts = [_part(1, [(k, OP_MERGE) for k in range(0, 100, 2)]), _part(2, [(k, OP_PUT) for k in range(50)])]
+    assert live_keys(SPEC, parts) == len(set(range(0, 100, 2)) | set(range(50)))
+    assert live_keys(SPEC, [*parts, _part(3, [(1, OP_DELETE), (500, OP_DELETE)])]) == 74
