@@ -378,24 +378,28 @@ def files_per_split(t: mere.Table) -> Counter[tuple[str, int]]:
 def policy_due(t: mere.Table, min_files: int, percent: int | None = None) -> list[tuple[str, int]]:
     """The splits the compaction policy folds, by its documented rules, from the catalog's files: those
     with ``min_files`` runs (files of one sequence) or more, or (``percent`` set) whose runs besides the
-    largest hold ``percent`` of its bytes; when any is due, those with delete markers too."""
+    largest hold ``percent`` of its bytes; once any is due (and ``min_files`` > 2), also those a commit or
+    two from due: ``min_files - max(1, min_files // 4)`` runs or more (at least 2)."""
     runs: dict[tuple[str, int], Counter[int]] = {}
-    marked = set()
     for f in t.files_at(t.version):
         runs.setdefault((f.partition, f.bucket), Counter())[f.seq] += f.size_bytes
-        if f.content == "delete":
-            marked.add((f.partition, f.bucket))
-    due = {
-        split
-        for split, sizes in runs.items()
-        if len(sizes) >= min_files
-        or (
-            percent is not None
-            and len(sizes) > 1
-            and (sum(sizes.values()) - max(sizes.values())) * 100 >= percent * max(sizes.values())
-        )
-    }
-    return sorted(due | marked) if due else []
+
+    def due_at(trigger: int) -> set[tuple[str, int]]:
+        return {
+            split
+            for split, sizes in runs.items()
+            if len(sizes) >= trigger
+            or (
+                percent is not None
+                and len(sizes) > 1
+                and (sum(sizes.values()) - max(sizes.values())) * 100 >= percent * max(sizes.values())
+            )
+        }
+
+    due = due_at(min_files)
+    if due and min_files > 2:
+        due |= due_at(max(2, min_files - max(1, min_files // 4)))
+    return sorted(due)
 
 
 def compaction_folds_to_one_file() -> bool:
