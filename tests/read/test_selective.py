@@ -36,13 +36,14 @@ SCHEMA = pa.schema(
 WORDS = ["a", "b", "c", None]
 
 
-@pytest.fixture(params=[0.0, 1.0], ids=["mark-all", "semi-join"])
+@pytest.fixture(params=[(0.0, False), (1.0, False), (1.0, True)], ids=["mark-all", "semi-join", "search"])
 def share(request: pytest.FixtureRequest) -> Iterator[float]:
-    """Every row marked (no candidate is few enough), or the candidates' versions alone."""
-    saved = selective.CANDIDATE_SHARE
-    selective.CANDIDATE_SHARE = request.param
-    yield request.param
-    selective.CANDIDATE_SHARE = saved
+    """Every row marked (no candidate is few enough), the candidates' versions alone, or (where the table
+    allows it) the candidates' keys searched in later files."""
+    saved = selective.CANDIDATE_SHARE, selective.SEARCH_LATER
+    selective.CANDIDATE_SHARE, selective.SEARCH_LATER = request.param
+    yield request.param[0]
+    selective.CANDIDATE_SHARE, selective.SEARCH_LATER = saved
 
 
 def plain(scan: Any) -> pa.Table:
