@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 import mere
 import test_differential as differential
 from mere.errors import InvalidInput
-from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 from mere.read import selective
 from mere.read.newest_wins import newest_wins
 from mere.read.planner import Explain
 from mere.read.reader import SplitReader
+from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
 pytestmark = pytest.mark.usefixtures("strings_read_as_dictionaries")
 
