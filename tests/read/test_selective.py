@@ -275,7 +275,9 @@ def test_random_filters_match_duckdb_on_both_markings(
 
 
 file_st = st.lists(
-    st.tuples(st.integers(0, 12), st.sampled_from([0, 0, 0, OP_DELETE]), st.booleans()), min_size=0, max_size=10
+    st.tuples(st.integers(0, 12), st.sampled_from([0, 0, 0, OP_DELETE]), st.booleans()),
+    min_size=0,
+    max_size=10,
 )
 
 

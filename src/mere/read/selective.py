@@ -178,7 +178,8 @@ def _may_match(storage: Storage, spec: TableSpec, cursor: Cursor, post: E.Expr) 
     groups = [g.index for g in cursor.groups]
     used = sorted(E.columns(post) or ())
     if cursor.mapping is not None or not used:
-        return np.ones(len(groups), dtype=bool)  # (a table whose columns changed: statistics are by the file's names)
+        # (a table whose columns changed: statistics are by the file's names)
+        return np.ones(len(groups), dtype=bool)
     task = cursor.task
     footer = storage.footer(task.path, task.size_bytes or None)
     # Kept with the footer per filter: weighing every row group's statistics again on each scan costs
@@ -258,7 +259,9 @@ def _narrow(
                     table = table.append_column(f, loaded.column(f.name))
             try:
                 if plain_filter:
-                    hit = _holds(table.select([c for c in sorted(used) if c in table.column_names]), opts.post)
+                    hit = _holds(
+                        table.select([c for c in sorted(used) if c in table.column_names]), opts.post
+                    )
                 else:
                     hit = _mask(table, opts.post, filter_)
             except (FilterError, pa.ArrowException) as e:
@@ -362,11 +365,7 @@ def read(
     chosen = _newest_by_search(spec, files) if SEARCH_LATER else None
     if chosen is None:
         chosen = _marked(spec, files)
-    jobs = [
-        (f, mine)
-        for f, mine in zip(files, chosen)
-        if f.cursor.task.content != "delete" and mine.any()
-    ]
+    jobs = [(f, mine) for f, mine in zip(files, chosen) if f.cursor.task.content != "delete" and mine.any()]
     return _map(pool, lambda job: _wide(job[0], job[1], output), jobs)
 
 
