@@ -16,26 +16,34 @@ Each filtered read is timed three ways, interleaved, medians of ``--repeat``:
   - raw: ``pyarrow.dataset`` over exactly the table's live files with the same filter, no merge (what a
     reader that ignored versions would cost; its rows are wrong, it is a yardstick)
 
-Usage: python bench/bench_selective.py [--repeat 5] [--threads 2] [--json out.json]
+``--anatomy`` also splits the random 1% read into its stages, on one thread, in CPU seconds (a loaded
+machine's wall times mislead): the narrow pass's decode and the rest of it (filter, statistics), the
+marking of the newest versions, the wide pass's decode and the rest of it (picking the survivors), and
+pyarrow's own decode of the same columns of every live file beside them.
+
+Usage: python bench/bench_selective.py [--repeat 5] [--threads 2] [--json out.json] [--anatomy]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 import mere
-from mere.read import selective
+from mere.read import reader, selective
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_core import interleaved_medians
@@ -81,6 +89,65 @@ def plain(fn: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
+def anatomy(t: mere.Table, repeat: int) -> dict[str, float]:
+    """CPU seconds per stage of the random 1% read on one thread (medians of ``repeat``), and pyarrow's
+    decode of the same columns."""
+    cpus = pa.cpu_count()
+    pa.set_cpu_count(1)
+    spent: collections.Counter[str] = collections.Counter()
+    saved: list[tuple[Any, str, Any]] = []
+
+    def timed(owner: Any, name: str, label: Callable[[tuple[Any, ...]], str]) -> None:
+        fn = getattr(owner, name)
+        saved.append((owner, name, fn))
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            c0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label(args)] += time.process_time() - c0
+
+        setattr(owner, name, run)
+
+    key_columns = {"id", "_mere_op"}
+    timed(reader._FileCursor, "load", lambda a: "decode narrow" if key_columns & set(a[2]) else "decode wide")
+    timed(selective, "_narrow", lambda a: "narrow")
+    timed(selective, "_wide", lambda a: "wide")
+    timed(selective, "_newest_by_search", lambda a: "mark")
+    timed(selective, "_marked", lambda a: "mark")
+    stages: dict[str, list[float]] = collections.defaultdict(list)
+    try:
+        for _ in range(repeat + 1):
+            spent.clear()
+            c0 = time.process_time()
+            t.scan(filter="f0 < 0.01", threads=1).to_arrow()
+            total = time.process_time() - c0
+            spent["narrow other"] = spent.pop("narrow") - spent["decode narrow"]
+            spent["wide other"] = spent.pop("wide") - spent["decode wide"]
+            spent["outside (plan, stack)"] = total - sum(spent.values())
+            spent["total"] = total
+            for k, v in spent.items():
+                stages[k].append(v)
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+        pa.set_cpu_count(cpus)
+    files = live_files(t)
+    wide = [c for c in t.schema.names if c not in ("id", "f0")]
+    for name, cols in (("pyarrow: id, op, f0", ["id", "_mere_op", "f0"]), ("pyarrow: the others", wide)):
+        for _ in range(repeat):
+            c0 = time.process_time()
+            for f in files:
+                pq.ParquetFile(f).read(columns=cols, use_threads=False)
+            stages[name].append(time.process_time() - c0)
+    out = {k: float(np.median(v[1:] if len(v) > repeat else v)) for k, v in stages.items()}
+    print("random 1%, one thread, CPU seconds (medians):")
+    for k, v in out.items():
+        print(f"  {k:24s} {v:.4f}")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -88,6 +155,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json")
+    parser.add_argument("--anatomy", action="store_true")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="mere-selective-")
     try:
@@ -114,6 +182,8 @@ def main() -> None:
             print(
                 f"| {name} | {got.num_rows} | {p:.3f} s | {s:.3f} s | {r:.3f} s | {s / p:.2f} | {s / r:.2f} |"
             )
+        if args.anatomy:
+            results["anatomy_cpu_s"] = anatomy(t, args.repeat)
         scan = t.scan(threads=th)
         c, full = interleaved_medians([scan.count, scan.to_arrow], args.repeat)
         results["count"] = {"count_s": c, "full_s": full}

@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,8 +21,10 @@ import mere
 import test_differential as differential
 from mere.errors import InvalidInput
 from mere.read import selective
+from mere.read.newest_wins import newest_wins
 from mere.read.planner import Explain
 from mere.read.reader import SplitReader
+from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
 pytestmark = pytest.mark.usefixtures("strings_read_as_dictionaries")
 
@@ -36,13 +39,14 @@ SCHEMA = pa.schema(
 WORDS = ["a", "b", "c", None]
 
 
-@pytest.fixture(params=[0.0, 1.0], ids=["mark-all", "semi-join"])
+@pytest.fixture(params=[(0.0, False), (1.0, False), (1.0, True)], ids=["mark-all", "semi-join", "search"])
 def share(request: pytest.FixtureRequest) -> Iterator[float]:
-    """Every row marked (no candidate is few enough), or the candidates' versions alone."""
-    saved = selective.CANDIDATE_SHARE
-    selective.CANDIDATE_SHARE = request.param
-    yield request.param
-    selective.CANDIDATE_SHARE = saved
+    """Every row marked (no candidate is few enough), the candidates' versions alone, or (where the table
+    allows it) the candidates' keys searched in later files."""
+    saved = selective.CANDIDATE_SHARE, selective.SEARCH_LATER
+    selective.CANDIDATE_SHARE, selective.SEARCH_LATER = request.param
+    yield request.param[0]
+    selective.CANDIDATE_SHARE, selective.SEARCH_LATER = saved
 
 
 def plain(scan: Any) -> pa.Table:
@@ -268,3 +272,39 @@ def test_random_filters_match_duckdb_on_both_markings(
     columns) over merged tables, with DuckDB over the model's rows as the oracle: under each marking."""
     tdef = data.draw(differential.table_defs(), label="table")
     differential.test_filters_match_duckdb.hypothesis.inner_test(tmp_path_factory, tdef, data)
+
+
+file_st = st.lists(
+    st.tuples(st.integers(0, 12), st.sampled_from([0, 0, 0, OP_DELETE]), st.booleans()),
+    min_size=0,
+    max_size=10,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(files=st.lists(file_st, min_size=1, max_size=5))
+def test_the_search_of_later_files_marks_as_the_merge(files: list[list[tuple[int, int, bool]]]) -> None:
+    """``_newest_by_search`` against the merge's marking (``newest_wins``) on random files of sorted keys:
+    keys repeated within a file and across files, delete markers, matches anywhere."""
+    spec = TableSpec(schema=SCHEMA, primary_key=("id",))
+    narrow = []
+    for rows_ in files:
+        rows_ = sorted(rows_, key=lambda r: r[0])  # a file's rows sorted by key; equal keys keep their order
+        keys = pa.table(
+            {
+                "id": pa.array([r[0] for r in rows_], pa.int64()),
+                OP_COLUMN: pa.array([r[1] for r in rows_], pa.int8()),
+            }
+        )
+        narrow.append(selective._Narrow(None, keys, None, np.array([r[2] for r in rows_], dtype=bool), None))
+    narrow = [f for f in narrow if f.keys.num_rows]
+    if not narrow:
+        return
+    got = selective._newest_by_search(spec, narrow)
+    assert got is not None
+    ops = np.concatenate([f.ops for f in narrow])
+    match = np.concatenate([f.match for f in narrow])
+    winner = newest_wins(
+        [np.concatenate([f.keys.column("id").to_numpy() for f in narrow])], ops, narrow[0].keys.num_rows
+    )
+    assert np.concatenate(got).tolist() == (winner & match).tolist()

@@ -299,7 +299,7 @@ def filter_rows(table: pa.Table, predicate: E.Expr) -> pa.Table:
         raise FilterError(f"evaluating the filter {E.render(predicate, 10)} failed: {exc}") from exc
 
 
-SORTED_IN_MIN_VALUES = 64  # below this Arrow's hash lookup is as cheap
+SORTED_IN_MIN_VALUES = selective.SORTED_IN_MIN_VALUES  # below this Arrow's hash lookup is as cheap
 
 
 def _sorted_in_values(part: E.Expr, table: pa.Table) -> np.ndarray | None:

@@ -6,13 +6,18 @@ row, then filters. This route, for splits whose columns all merge newest-wins (o
 whole-row files, reads in two passes:
 
 1. Narrow pass: each file's key, operation and sequence columns, and the filter's columns of the row
-   groups whose statistics may match it. The filter is evaluated on every stored version; the keys of
-   the matching versions (delete markers left out) are the candidates.
-2. The candidates' versions, found in every file of the split by a semi-join on the key (a sorted search
-   for integer-like keys), are merged alone: a candidate survives only where its winning version is
-   the one that matched. Delete markers and newer versions that do not match hide it, so an old version
-   never comes back. Where candidates' versions are over ``CANDIDATE_SHARE`` of the rows, every row is
-   marked as the plain merge marks them (a semi-join would cost more than it saves).
+   groups whose statistics may match it (the verdicts kept with the file's footer per filter). The
+   filter is evaluated on every stored version, as a projection; the keys of the matching versions
+   (delete markers left out) are the candidates.
+2. Which candidates are their key's newest version. Newest-wins splits without ``sequence_by`` on one
+   integer-like key: each candidate's key is searched in the later files (sorted by key, as written)
+   and in its own file's next row; any later version (a delete marker too) hides it. Only the
+   candidates' keys are looked up: no merge, no sort. Otherwise the candidates' versions, found in every
+   file of the split by a semi-join on the key (a sorted search for integer-like keys), are merged
+   alone: a candidate survives only where its winning version is the one that matched. Either way
+   delete markers and newer versions that do not match hide it, so an old version never comes back.
+   Where candidates' versions are over ``CANDIDATE_SHARE`` of the rows, every row is marked as the
+   plain merge marks them (a semi-join would cost more than it saves).
 3. Wide pass: the other columns only of the row groups holding a surviving row, and of those rows only.
 
 Rows, merge decisions and the filter's three-valued logic are exactly the plain route's: a filter that
@@ -29,6 +34,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.acero as acero
 import pyarrow.compute as pc
 
 from mere import expr as E
@@ -41,12 +47,27 @@ from mere.read.options import ReadOptions
 from mere.read.planner import FileTask, Split, row_group_stats
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
-__all__ = ["CANDIDATE_SHARE", "MAX_NARROW_BYTES", "SINGLE_FILE_SHARE", "Cursor", "eligible", "read"]
+__all__ = [
+    "CANDIDATE_SHARE",
+    "MAX_NARROW_BYTES",
+    "MAY_CACHE_FILTERS",
+    "SEARCH_LATER",
+    "SINGLE_FILE_SHARE",
+    "SORTED_IN_MIN_VALUES",
+    "Cursor",
+    "eligible",
+    "read",
+]
 
 CANDIDATE_SHARE = 0.25  # candidates' versions above this share of the rows: every row is marked
-MAX_NARROW_BYTES = 256 << 20
+MAX_NARROW_BYTES = 256 << 20  # a split's narrow columns held at once, at most (else the plain route)
 # A split of one file reads selectively only when the filter's statistics rule out more than this share.
-SINGLE_FILE_SHARE = 0.5  # a split's narrow columns held at once, at most (else the plain route)
+SINGLE_FILE_SHARE = 0.5
+# Newest-wins splits without sequence_by on one integer key: candidates are searched in later files, not
+# merged (``_newest_by_search``). False: always the merge's own marking (tests compare the two).
+SEARCH_LATER = True
+MAY_CACHE_FILTERS = 16  # filters whose row-group verdicts a file's footer keeps
+SORTED_IN_MIN_VALUES = 64  # IN lists this long are searched sorted by the reader's filter (``filter_rows``)
 _ROW = "\x00row"
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -104,6 +125,25 @@ def _mask(table: pa.Table, predicate: E.Expr, filter_: Callable[[pa.Table, E.Exp
     return out
 
 
+def _holds(table: pa.Table, predicate: E.Expr) -> np.ndarray:
+    """``_mask`` evaluated as a projection (no copy of the rows that match, no row numbers); the caller
+    falls back to ``_mask`` where ``filter_`` treats a conjunct specially."""
+    expr = E.to_pyarrow(predicate, table.schema)
+    plan = acero.Declaration.from_sequence(
+        [
+            acero.Declaration("table_source", acero.TableSourceNodeOptions(table)),
+            acero.Declaration("project", acero.ProjectNodeOptions([expr], [_ROW])),
+        ]
+    )
+    verdict = plan.to_table(use_threads=False).column(0)  # one thread: rows stay in order
+    if verdict.null_count:
+        verdict = pc.fill_null(verdict, False)
+    out = np.asarray(verdict.to_numpy(zero_copy_only=False), dtype=bool)
+    if len(out) != table.num_rows:
+        raise pa.ArrowInvalid("a filter's projection lost rows")  # never expected: the plain route reads
+    return out
+
+
 def _values(arrays: Sequence[pa.ChunkedArray], kind: pa.DataType) -> np.ndarray | pa.ChunkedArray:
     """Arrays of one column, concatenated: NumPy values where they sort so, else Arrow."""
     chunks = [a if a.type == kind else a.cast(kind) for ch in arrays for a in ch.chunks]
@@ -123,7 +163,7 @@ class _Narrow:
     holds for each (``match``) and the filter's other columns of the matching rows (``extra``)."""
 
     def __init__(
-        self, cursor: Cursor, keys: pa.Table, at: np.ndarray, match: np.ndarray, extra: pa.Table | None
+        self, cursor: Cursor, keys: pa.Table, at: np.ndarray | None, match: np.ndarray, extra: pa.Table | None
     ) -> None:
         self.cursor, self.keys, self.at, self.match, self.extra = cursor, keys, at, match, extra
         self.ops = (
@@ -136,15 +176,36 @@ class _Narrow:
 def _may_match(storage: Storage, spec: TableSpec, cursor: Cursor, post: E.Expr) -> np.ndarray:
     """Per candidate row group of the file, whether its statistics admit a row the filter holds for."""
     groups = [g.index for g in cursor.groups]
-    may = np.ones(len(groups), dtype=bool)
     used = sorted(E.columns(post) or ())
     if cursor.mapping is not None or not used:
-        return may  # (a table whose columns changed: statistics are by the file's names)
+        # (a table whose columns changed: statistics are by the file's names)
+        return np.ones(len(groups), dtype=bool)
     task = cursor.task
     footer = storage.footer(task.path, task.size_bytes or None)
-    for i, g in enumerate(groups):
-        may[i] = E.might_match(post, row_group_stats(footer.metadata, g, spec.schema, used, footer.leaves))
-    return may
+    # Kept with the footer per filter: weighing every row group's statistics again on each scan costs
+    # more than reading the filter's column of a small file.
+    key: Any = (post, tuple(str(spec.schema.field(c).type) for c in used if c in spec.schema.names))
+    try:
+        hash(key)
+    except TypeError:  # (an opaque pyarrow predicate)
+        key = None
+    cache = footer.extra.setdefault("selective:may", {})
+    every = cache.get(key) if key is not None else None
+    if every is None:
+        md = footer.metadata
+        every = np.fromiter(
+            (
+                E.might_match(post, row_group_stats(md, g, spec.schema, used, footer.leaves))
+                for g in range(md.num_row_groups)
+            ),
+            dtype=bool,
+            count=md.num_row_groups,
+        )
+        if key is not None:
+            if len(cache) >= MAY_CACHE_FILTERS:
+                cache.clear()
+            cache[key] = every
+    return every[np.asarray(groups, dtype=np.int64)] if groups else np.ones(0, dtype=bool)
 
 
 class _Declined(Exception):
@@ -171,6 +232,11 @@ def _narrow(
     extra = None
     used = E.columns(opts.post) or frozenset()
     extra_cols = sorted(c for c in used if c not in key_cols)
+    # Big integer IN lists are answered by ``filter_``'s sorted search, everything else by a projection.
+    plain_filter = not any(
+        isinstance(p, E.In) and not p.negated and len(p.values) >= SORTED_IN_MIN_VALUES
+        for p in E.conjuncts(opts.post)
+    )
     if task.content != "delete":
         if any(c not in cursor.columns for c in extra_cols):
             raise _Declined
@@ -192,7 +258,12 @@ def _narrow(
                 for f in loaded.schema:
                     table = table.append_column(f, loaded.column(f.name))
             try:
-                hit = _mask(table, opts.post, filter_)
+                if plain_filter:
+                    hit = _holds(
+                        table.select([c for c in sorted(used) if c in table.column_names]), opts.post
+                    )
+                else:
+                    hit = _mask(table, opts.post, filter_)
             except (FilterError, pa.ArrowException) as e:
                 raise _Declined from e
             if hit.any() and extra_cols:
@@ -201,7 +272,7 @@ def _narrow(
                 match = hit
             else:
                 match[where] = hit
-    at = np.arange(n, dtype=np.int64)
+    at = None  # positions among the file's loaded rows, where some failed the pre-merge filter
     live = _mask(keys, opts.pre, filter_)
     if not live.all():
         # Rows failing the pre-merge filter (key and partition columns: every version of a key agrees)
@@ -209,7 +280,7 @@ def _narrow(
         keep = bool_array(live)
         if extra is not None:
             extra = extra.filter(bool_array(live[match]))
-        keys, at, match = keys.filter(keep), at[live], match[live]
+        keys, at, match = keys.filter(keep), np.flatnonzero(live), match[live]
     return _Narrow(cursor, keys, at, match, extra)
 
 
@@ -291,6 +362,53 @@ def read(
     files = [f for f in files if f.keys.num_rows]
     if not files or not any(f.match.any() for f in files):
         return []
+    chosen = _newest_by_search(spec, files) if SEARCH_LATER else None
+    if chosen is None:
+        chosen = _marked(spec, files)
+    jobs = [(f, mine) for f, mine in zip(files, chosen) if f.cursor.task.content != "delete" and mine.any()]
+    return _map(pool, lambda job: _wide(job[0], job[1], output), jobs)
+
+
+def _newest_by_search(spec: TableSpec, files: Sequence[_Narrow]) -> list[np.ndarray] | None:
+    """Per file, which of its matching rows are their key's newest version, found by searching each
+    candidate's key in the same file's next row and in every later file (all sorted by key): no row's
+    key but the candidates' is looked at, nothing is concatenated or sorted. Only newest-wins without
+    ``sequence_by``, on one integer-like key column (None: :func:`_marked` decides)."""
+    if spec.merge_engine == "first_row" or spec.sequence_by or len(spec.primary_key) != 1:
+        return None
+    name = spec.primary_key[0]
+    kind = spec.schema.field(name).type
+    keys = []
+    for f in files:
+        k = _values([f.keys.column(name)], kind)
+        if not isinstance(k, np.ndarray) or not np.issubdtype(k.dtype, np.integer):
+            return None
+        if len(k) > 1 and not bool((k[1:] >= k[:-1]).all()):
+            return None  # (files are written sorted by key; anything else is merged the general way)
+        keys.append(k)
+    out = []
+    for i, f in enumerate(files):
+        mine = np.zeros(len(keys[i]), dtype=bool)
+        at = np.flatnonzero(f.match & (f.ops != OP_DELETE))
+        if len(at):
+            k = keys[i]
+            wanted = k[at]
+            newest = np.ones(len(at), dtype=bool)
+            # A later row of the same file holds the key (a file's equal keys are adjacent, the last wins).
+            inner = at + 1 < len(k)
+            newest[inner] = k[at[inner] + 1] != wanted[inner]
+            for later in keys[i + 1 :]:
+                if len(later):  # any later version of the key, a delete marker too, hides this one
+                    pos = np.minimum(np.searchsorted(later, wanted), len(later) - 1)
+                    newest &= later[pos] != wanted
+            mine[at[newest]] = True
+        out.append(mine)
+    return out
+
+
+def _marked(spec: TableSpec, files: Sequence[_Narrow]) -> list[np.ndarray]:
+    """Per file, which of its matching rows win the merge, by the merge's own marking: of the candidates'
+    versions alone (a semi-join on the key) or, where those are many, of every row."""
     ops = np.concatenate([f.ops for f in files])
     match = np.concatenate([f.match for f in files])
     n = len(ops)
@@ -319,14 +437,8 @@ def read(
         chosen = winner & match
     else:
         chosen[idx] = winner & match[idx]
-    jobs = []
-    offset = 0
-    for f in files:
-        mine = chosen[offset : offset + f.keys.num_rows]
-        offset += f.keys.num_rows
-        if f.cursor.task.content != "delete" and mine.any():
-            jobs.append((f, mine))
-    return _map(pool, lambda job: _wide(job[0], job[1], output), jobs)
+    ends = np.cumsum([f.keys.num_rows for f in files])[:-1]
+    return np.split(chosen, ends)
 
 
 def _map(pool: Executor | None, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
@@ -352,7 +464,7 @@ def _wide(f: _Narrow, mine: np.ndarray, output: Sequence[str]) -> pa.Table:
     groups = [g.index for g in cursor.groups]
     counts = np.asarray([cursor.row_counts[g] for g in groups], dtype=np.int64)
     ends = np.cumsum(counts)
-    at = f.at[local]  # positions among the file's loaded rows
+    at = local if f.at is None else f.at[local]  # positions among the file's loaded rows
     group_of = np.searchsorted(ends, at, side="right")
     in_group = at - (ends - counts)[group_of]
     used = sorted_unique(group_of)

@@ -418,8 +418,8 @@ class Scan:
         if selective:
             ex.notes.append(
                 f"selective read of {selective}/{len(splits)} split(s): the filter runs on every stored "
-                "version first (key, operation and filter columns), only its candidates' versions are "
-                "merged, other columns are read for the surviving rows only (a split of one file only "
+                "version first (key, operation and filter columns), only its candidates' keys are looked up "
+                "among newer versions, other columns are read for the surviving rows only (a split of one file only "
                 "where statistics rule most of it out)"
             )
         if isinstance(opts.pre, E.AlwaysTrue) and isinstance(opts.post, E.AlwaysTrue):
