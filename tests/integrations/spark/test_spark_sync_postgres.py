@@ -298,16 +298,7 @@ def land(
         rng.shuffle(lines)
         files.append(lines)
         i += n
-    for k in range(len(files) // 4):  # at-least-once: an earlier file again, later
-        at = rng.randrange(k + 1, len(files) + 1)
-        files.insert(at, list(files[rng.randrange(at)]))
-    number = first
-    for lines in files:
-        path = landing / f"part-{number:04d}.json"
-        path.write_text("\n".join(lines) + "\n")
-        os.utime(path, ns=(time.time_ns(), 1_700_000_000_000_000_000 + number * 1_000_000_000))
-        number += 1
-    return number
+    return land_files(files, landing, rng, first, replays=len(files) // 4)
 
 
 def land_cut(
@@ -335,13 +326,20 @@ def land_cut(
         rng.shuffle(part)
         files.append(part)
         i += n
-    for k in range(len(files) // 5):  # at-least-once: an earlier file again, later
+    return land_files(files, landing, rng, first, replays=len(files) // 5)
+
+
+def land_files(files: list[list[str]], landing: Path, rng: random.Random, first: int, replays: int) -> int:
+    """Write ``files`` (lists of lines) into ``landing`` in order, with ``replays`` earlier files landing
+    again later (at-least-once delivery), each with a modification time that orders it. Returns the next
+    file number."""
+    for k in range(replays):
         at = rng.randrange(k + 1, len(files) + 1)
         files.insert(at, list(files[rng.randrange(at)]))
     number = first
-    for part in files:
+    for lines in files:
         path = landing / f"part-{number:04d}.json"
-        path.write_text("\n".join(part) + "\n")
+        path.write_text("\n".join(lines) + "\n")
         os.utime(path, ns=(time.time_ns(), 1_700_000_000_000_000_000 + number * 1_000_000_000))
         number += 1
     return number
