@@ -368,6 +368,15 @@ def server() -> Iterator[PostgresServer]:
         yield pg
 
 
+def link_tables(src: ChangeSource) -> None:
+    """The source's foreign keys: orders to customers, lines to orders (deletes cascade)."""
+    with src.connect(autocommit=True) as conn:
+        conn.execute(
+            "ALTER TABLE orders ADD FOREIGN KEY (customer_id) REFERENCES customers(id) ON DELETE CASCADE"
+        )
+        conn.execute("ALTER TABLE lines ADD FOREIGN KEY (order_id) REFERENCES orders(id) ON DELETE CASCADE")
+
+
 def test_a_postgres_database_synced_through_a_killed_spark_stream_lands_whole(
     server: PostgresServer, tmp_path: Path
 ) -> None:
@@ -375,13 +384,7 @@ def test_a_postgres_database_synced_through_a_killed_spark_stream_lands_whole(
     landing, checkpoint, wh = tmp_path / "landing", tmp_path / "checkpoint", tmp_path / "wh"
     landing.mkdir()
     with ChangeSource((CUSTOMERS, ORDERS, LINES), server=server) as src:
-        with src.connect(autocommit=True) as conn:
-            conn.execute(
-                "ALTER TABLE orders ADD FOREIGN KEY (customer_id) REFERENCES customers(id) ON DELETE CASCADE"
-            )
-            conn.execute(
-                "ALTER TABLE lines ADD FOREIGN KEY (order_id) REFERENCES orders(id) ON DELETE CASCADE"
-            )
+        link_tables(src)
         work = Workload(src, rng)
         work.run(TRANSACTIONS[0])
         first = src.changes(consume=True)
@@ -459,13 +462,7 @@ def test_killed_at_random_points_with_transactions_across_files_lands_whole(
     landing, checkpoint, wh = tmp_path / "landing", tmp_path / "checkpoint", tmp_path / "wh"
     landing.mkdir()
     with ChangeSource((CUSTOMERS, ORDERS, LINES), server=server) as src:
-        with src.connect(autocommit=True) as conn:
-            conn.execute(
-                "ALTER TABLE orders ADD FOREIGN KEY (customer_id) REFERENCES customers(id) ON DELETE CASCADE"
-            )
-            conn.execute(
-                "ALTER TABLE lines ADD FOREIGN KEY (order_id) REFERENCES orders(id) ON DELETE CASCADE"
-            )
+        link_tables(src)
         Workload(src, rng).run(KILL_TRANSACTIONS)
         events = src.changes(consume=True)
         oracle = {name: src.expected_model(name) for name in src.tables}
