@@ -280,16 +280,40 @@ def test_merge_update_and_delete_match_duckdb(
 EVENT = st.tuples(st.integers(0, 7), st.sampled_from(PARTS), st.integers(0, 99), st.booleans())
 
 
+def forget_keys() -> None:
+    """What a new process knows of stored keys: nothing (the per-process caches and indexes emptied)."""
+    stored_keys._key_index.clear()
+    stored_keys._index.clear()
+    file_keys._cache.clear()
+    file_keys._bounds.clear()
+    file_keys._cache_bytes = 0
+
+
+@pytest.fixture(params=["key-index", "read-files", "small-budget"])
+def key_index(request: pytest.FixtureRequest) -> Any:
+    """Each lookup of stored keys through the per-bucket index, by reading the stored files, or through
+    the index where a bucket holds at most 6 rows (the others read: both routes in one commit)."""
+    was = stored_keys.KEY_INDEX, stored_keys.INDEX_BYTES
+    stored_keys.KEY_INDEX = request.param != "read-files"
+    if request.param == "small-budget":
+        stored_keys.INDEX_BYTES = 6 * 32
+    yield request.param
+    stored_keys.KEY_INDEX, stored_keys.INDEX_BYTES = was
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    batches=st.lists(st.lists(EVENT, min_size=1, max_size=8), min_size=1, max_size=6),
-    compact_after=st.sets(st.integers(0, 5)),
+    batches=st.lists(st.lists(EVENT, min_size=1, max_size=8), min_size=1, max_size=8),
+    compact_after=st.sets(st.integers(0, 7)),
+    cold_after=st.sets(st.integers(0, 7)),
     buckets=st.integers(1, 3),
 )
 def test_moves_equal_a_dict_keyed_by_key(
     tmp_path_factory: pytest.TempPathFactory,
+    key_index: str,
     batches: list[list[tuple[int, str, int, bool]]],
     compact_after: set[int],
+    cold_after: set[int],
     buckets: int,
 ) -> None:
     t = orders(
@@ -309,6 +333,8 @@ def test_moves_equal_a_dict_keyed_by_key(
         seen.append((t.version, dict(model)))
         if i in compact_after:
             t.compact()
+        if i in cold_after:
+            forget_keys()
         assert rows_of(t) == model
     for version, want in seen:
         assert rows_of(t, version) == want
@@ -340,7 +366,11 @@ def overwritten(model: dict[int, tuple[str, int]], parts: set[str], rows: list[t
     buckets=st.integers(1, 3),
 )
 def test_overwrites_move_keys_like_a_dict_keyed_by_key(
-    tmp_path_factory: pytest.TempPathFactory, steps: list[Any], compact_after: set[int], buckets: int
+    tmp_path_factory: pytest.TempPathFactory,
+    key_index: str,
+    steps: list[Any],
+    compact_after: set[int],
+    buckets: int,
 ) -> None:
     t = orders(
         mere.connect(str(tmp_path_factory.mktemp("ow"))),
@@ -421,7 +451,7 @@ def seq_rows(events: list[tuple[int, str, int, bool]]) -> pa.Table:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), buckets=st.integers(1, 3))
 def test_sequenced_moves_in_any_order_equal_the_model_in_sequence_order(
-    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject, buckets: int
+    tmp_path_factory: pytest.TempPathFactory, key_index: str, data: st.DataObject, buckets: int
 ) -> None:
     # Distinct sequences: each event (key, partition, sequence, delete) is one; duplicates are replays.
     events = data.draw(
@@ -436,6 +466,7 @@ def test_sequenced_moves_in_any_order_equal_the_model_in_sequence_order(
     stream = data.draw(st.permutations(events + replays))
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(stream) - 1)), max_size=4)))
     compact_after = data.draw(st.sets(st.integers(0, 5)))
+    cold_after = data.draw(st.sets(st.integers(0, 5)))
     t = orders(
         mere.connect(str(tmp_path_factory.mktemp("sq"))),
         schema=SEQ_CDC,
@@ -461,6 +492,8 @@ def test_sequenced_moves_in_any_order_equal_the_model_in_sequence_order(
         seen.append((t.version, model))
         if i in compact_after:
             t.compact()
+        if i in cold_after:
+            forget_keys()
     for version, want in seen:
         assert rows_of_seq(t, version) == want
 
@@ -575,3 +608,25 @@ def test_sequenced_update_and_merge_moves_stay_where_they_moved(tmp_path: Path) 
     assert rows_of_seq(t) == {1: ("done", 60), 2: ("done", 7)}
     r = t.upsert(seq_rows([(2, "open", 3, False), (3, "open", 1, False)]))
     assert r.stale_rows == 1 and rows_of_seq(t) == {1: ("done", 60), 2: ("done", 7), 3: ("open", 10)}
+
+
+def test_a_stream_of_upserts_folds_each_commit_into_the_bucket_index(tmp_path: Path) -> None:
+    """The index is what the lookups use (not a silent fall back to reading): each bucket's holds the
+    files stored when the last commit looked up, and one row per (key, partition)'s current version."""
+    forget_keys()
+    t = orders(mere.connect(str(tmp_path)), buckets=2, properties={"compaction.auto": "off"})
+    t.upsert(cdc([(k, PARTS[k % 3], k, "u") for k in range(40)]))
+    t.upsert(cdc([(k, PARTS[(k + 1) % 3], -k, "u") for k in range(0, 40, 4)]))  # 10 keys move
+    t.upsert(cdc([(k, "open", None, "d") for k in range(1, 40, 8)]))  # 5 deletes, found anywhere
+    stored = t.files().num_rows
+    t.upsert(cdc([(1000 + b, "open", 0, "u") for b in range(8)]))  # its lookup folds the files above in
+    mine = [ix for (where, _), ix in stored_keys._key_index.items() if str(tmp_path) in where]
+    assert len(mine) == 2 and sum(len(ix.files) for ix in mine) == stored
+    # 40 first versions; 10 in the partitions keys moved to (their markers replace the old versions);
+    # deletes of 1, 17 and 25 in 'open', where they did not live (9 and 33 did: replaced)
+    assert sum(ix.rows.num_rows for ix in mine if ix.rows is not None) == 40 + 10 + 3
+    want = {k: ((PARTS[(k + 1) % 3], -k) if k % 4 == 0 else (PARTS[k % 3], k)) for k in range(40)}
+    assert rows_of(t) == {
+        **{k: v for k, v in want.items() if k % 8 != 1},
+        **{1000 + b: ("open", 0) for b in range(8)},
+    }

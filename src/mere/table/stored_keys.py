@@ -17,7 +17,10 @@ The bucket of a key depends on the key alone, so only the commit's buckets are r
 (one partition, for partition-scoped stale counts), and of their files only the key, sequence and
 operation columns, of files whose key range may hold an incoming key. Files never change, so those
 columns are kept per file (:mod:`mere.table.file_keys`; a file this process wrote is kept from the rows
-it wrote): a process writing batch after batch reads each file at most once. Stale counts of a
+it wrote): a process writing batch after batch reads each file at most once. Table-wide keys on one
+integer column keep, per bucket, each (key, partition)'s current version over every file (an index a
+commit folds its newly stored files into and searches), so a commit's lookup costs its own keys and the
+files added since the last one, not the bucket's files one by one. Stale counts of a
 partition-scoped table skip the read where file statistics show every incoming sequence at or above
 every stored one (a stream in order), look up only the incoming rows at or below the highest stored
 sequence, and, for one integer key and sequence, search each stored file's sorted keys in NumPy.
@@ -104,7 +107,9 @@ def resolve(
         new = new.filter(pc.less_equal(new.column(spec.sequence_by[0]), pa.scalar(high[0])))
     if new.num_rows == 0:
         return Resolution(None, 0)
-    stored = _versions(ctx, stored_files, codes, incoming_rank=False, wanted=new)
+    stored = _indexed_versions(ctx, stored_files, codes, new) if cross_partition and KEY_INDEX else None
+    if stored is None:
+        stored = _versions(ctx, stored_files, codes, incoming_rank=False, wanted=new)
     versions = pa.concat_tables([stored, new]) if stored.num_rows else new
     return _decide(spec, versions, cross_partition, names)
 
@@ -361,6 +366,196 @@ def _stored_high(ctx: TableContext, stored: Sequence[FileEntry]) -> tuple[Any] |
         return None
     bounds = _bounds(ctx, stored, spec.sequence_by[0])
     return None if bounds is None else (bounds[1],)
+
+
+# -- table-wide keys: an index per bucket ------------------------------------------------------------
+
+# Per bucket of a table with table-wide keys on one integer key column: each (key, partition)'s current
+# version over the bucket's files in every partition (what merge on read keeps there), kept for the files
+# it was built from. A commit folds in the files added since (a stream's commit adds one per split) and
+# searches its keys there, instead of reading every stored file of its buckets. The index holds the rows
+# the lookup of every file would give, reduced per (key, partition) by the rule :func:`_decide` applies
+# first: the decision is the same. Rebuilt where a file it holds is gone (compaction, overwrite, an older
+# base) or a new file is not newer than the ones it holds.
+KEY_INDEX = True  # False: every lookup reads the stored files (tests compare the two)
+_FILE, _ROW, _PARTNO = "__mere_file__", "__mere_row__", "__mere_partno__"
+
+
+@dataclass
+class _KeyIndex:
+    files: frozenset[str]
+    names: list[str]  # file number -> full path
+    parts: list[str]  # partition number -> partition
+    rows: pa.Table | None  # key, sequence, op, _FILE, _ROW, _PARTNO; sorted by key, then partition
+    keys: np.ndarray | None
+    lock: threading.Lock
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.rows is None else self.rows.nbytes
+
+    def reset(self) -> None:
+        self.files, self.names, self.parts, self.rows, self.keys = frozenset(), [], [], None, None
+
+
+_key_index: OrderedDict[tuple[str, int], _KeyIndex] = OrderedDict()
+
+
+def _indexed_versions(
+    ctx: TableContext, stored: Sequence[FileEntry], codes: dict[str, int], wanted: pa.Table
+) -> pa.Table | None:
+    """What :func:`_versions` gives for the ``wanted`` keys from the ``stored`` files, reduced to each
+    (key, partition)'s current version, from the buckets' indexes (None: the key is not one integer
+    column, or a file's keys are not strictly increasing; the caller reads the files)."""
+    spec, storage = ctx.spec, ctx.storage
+    pk = spec.primary_key
+    if len(pk) != 1 or spec.evolved or not pa.types.is_integer(spec.schema.field(pk[0]).type):
+        return None
+    ordered = sorted(stored, key=lambda f: (f.seq or 0, f.id or 0))  # the ranks _versions gives
+    rank = {storage.full_path(f.path): i for i, f in enumerate(ordered)}
+    bucket = wanted.column(_BUCKET).to_numpy()
+    schema = _schema(spec)
+    out = []
+    for b in np.unique(bucket).tolist():
+        probe = np.unique(wanted.column(pk[0]).filter(pa.array(bucket == b)).to_numpy())
+        files = [f for f in ordered if f.bucket == b]
+        found = _search_bucket(ctx, int(b), files, rank, probe, codes)
+        if found is None:
+            return None
+        if found.num_rows:
+            out.append(found)
+    _account_keys()
+    return pa.concat_tables([_aligned(t, schema) for t in out]) if out else schema.empty_table()
+
+
+def _search_bucket(
+    ctx: TableContext,
+    bucket: int,
+    files: list[FileEntry],
+    rank: dict[str, int],
+    probe: np.ndarray,
+    codes: dict[str, int],
+) -> pa.Table | None:
+    """The bucket's index brought up to ``files`` (in rank order) and searched for the sorted unique
+    ``probe`` keys."""
+    storage = ctx.storage
+    name = (storage.full_path(ctx.location), bucket)
+    with _index_lock:
+        ix = _key_index.get(name)
+        if ix is None:
+            ix = _key_index[name] = _KeyIndex(frozenset(), [], [], None, None, threading.Lock())
+        _key_index.move_to_end(name)
+    with ix.lock:  # one commit at a time updates and searches a bucket's index
+        paths = [storage.full_path(f.path) for f in files]
+        newer = [f for f, p in zip(files, paths) if p not in ix.files]
+        if ix.files and (
+            not ix.files <= set(paths)
+            or (
+                newer and min(rank[storage.full_path(f.path)] for f in newer) < max(rank[p] for p in ix.files)
+            )
+        ):
+            ix.reset()
+            newer = files
+        if sum(f.row_count or 0 for f in files) > INDEX_BYTES // 32:
+            ix.reset()  # too big to hold: read as before
+            return None
+        if newer and not _fold(ctx, ix, newer):
+            ix.reset()
+            return None
+        ix.files = frozenset(paths)
+        if ix.rows is None or ix.keys is None or not len(probe):
+            return _schema(ctx.spec).empty_table()
+        first = np.searchsorted(ix.keys, probe, side="left")
+        count = np.searchsorted(ix.keys, probe, side="right") - first
+        total = int(count.sum())
+        ends = np.cumsum(count)
+        at = np.repeat(first - (ends - count), count) + np.arange(total)
+        rows = ix.rows.take(pa.array(at))
+        part_code = np.asarray([codes[p] for p in ix.parts], dtype=np.int32)
+        file_rank = np.asarray([rank[p] for p in ix.names], dtype=np.int64)
+    spec = ctx.spec
+    n = rows.num_rows
+    file_no = rows.column(_FILE).to_numpy()
+    return pa.table(
+        {
+            **{c: rows.column(c) for c in [*spec.primary_key, *spec.sequence_by, OP_COLUMN]},
+            _PARTIAL: pa.repeat(pa.scalar(False), n),
+            _PART: pa.array(part_code[rows.column(_PARTNO).to_numpy()], pa.int32()),
+            _RANK: pa.array(file_rank[file_no] * (1 << 32) + rows.column(_ROW).to_numpy(), pa.int64()),
+            _NEW: pa.repeat(pa.scalar(False), n),
+            _BUCKET: pa.repeat(pa.scalar(bucket, pa.int32()), n),
+        }
+    )
+
+
+def _fold(ctx: TableContext, ix: _KeyIndex, newer: Sequence[FileEntry]) -> bool:
+    """Fold ``newer`` files (each newer than every file the index holds, in rank order) into the index:
+    False where a file's keys are not one strictly increasing integer column."""
+    spec, storage = ctx.spec, ctx.storage
+    columns = lookup_columns(spec)
+    schema = pa.schema(
+        [
+            *(spec.schema.field(c).with_nullable(True) for c in columns if c != OP_COLUMN),
+            pa.field(OP_COLUMN, pa.int8()),
+            pa.field(_FILE, pa.int32()),
+            pa.field(_ROW, pa.int64()),
+            pa.field(_PARTNO, pa.int32()),
+        ]
+    )
+    parts = [] if ix.rows is None else [ix.rows]
+    for f in newer:
+        rows, keys = file_versions(storage, spec, f, columns)
+        if not rows.num_rows:
+            continue
+        if keys is None:
+            return False
+        if f.partition not in ix.parts:
+            ix.parts.append(f.partition)
+        n = rows.num_rows
+        ix.names.append(storage.full_path(f.path))
+        piece = (
+            rows.select(columns)
+            .append_column(_FILE, pa.repeat(pa.scalar(len(ix.names) - 1, pa.int32()), n))
+            .append_column(_ROW, pa.array(np.arange(n, dtype=np.int64)))
+            .append_column(_PARTNO, pa.repeat(pa.scalar(ix.parts.index(f.partition), pa.int32()), n))
+        )
+        parts.append(_aligned(piece, schema))  # (files read back and kept ones differ in nullability)
+    if len(parts) == (0 if ix.rows is None else 1):
+        return True
+    both = pa.concat_tables(parts)
+    keys = np.concatenate([p.column(spec.primary_key[0]).to_numpy() for p in parts])
+    part = np.concatenate([p.column(_PARTNO).to_numpy() for p in parts])
+    low, high = int(keys.min()), int(keys.max())
+    if high - low < (1 << 47) and len(ix.parts) < (1 << 16):  # one int64 per (key, partition)
+        if keys.dtype == np.uint64:
+            offset = (keys - np.uint64(low)).astype(np.int64)
+        else:
+            offset = keys.astype(np.int64) - low
+        packed = (offset << 16) | part
+        order = np.argsort(packed, kind="stable")  # sorted runs, older first within a (key, partition)
+    else:
+        order = np.lexsort((part, keys))  # stable, as well
+    keys, part = keys[order], part[order]
+    starts = np.empty(len(keys), dtype=bool)
+    starts[0] = True
+    starts[1:] = (keys[1:] != keys[:-1]) | (part[1:] != part[:-1])
+    if spec.sequence_by:
+        sequence = both.select(spec.sequence_by).take(pa.array(order))
+        current = last_by_sequence(starts, [sequence.column(s) for s in spec.sequence_by])
+    else:
+        current = np.r_[np.flatnonzero(starts)[1:] - 1, len(keys) - 1]
+    ix.rows = both.take(pa.array(order[current])).combine_chunks()
+    ix.keys = keys[current]
+    return True
+
+
+def _account_keys() -> None:
+    """Keep the key indexes' memory under INDEX_BYTES (least recently used dropped first)."""
+    with _index_lock:
+        total = sum(ix.nbytes for ix in _key_index.values())
+        while total > INDEX_BYTES and len(_key_index) > 1:
+            _, old = _key_index.popitem(last=False)
+            total -= old.nbytes
 
 
 # -- reading versions -------------------------------------------------------------------------------------
