@@ -19,6 +19,9 @@ whole-row files, reads in two passes:
    Where candidates' versions are over ``CANDIDATE_SHARE`` of the rows, every row is marked as the
    plain merge marks them (a semi-join would cost more than it saves).
 3. Wide pass: the other columns only of the row groups holding a surviving row, and of those rows only.
+   Runs of those row groups (``WIDE_RUN_ROWS`` rows, at least one group) are decoded at once, their
+   survivors taken and the rest released: the pass holds a run per thread, not a file, and the runs, not
+   the files, are the pool's jobs.
 
 Rows, merge decisions and the filter's three-valued logic are exactly the plain route's: a filter that
 fails on some stored row (e.g. an overflow on an old version) sends the split back to the plain route,
