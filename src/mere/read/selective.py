@@ -19,6 +19,9 @@ whole-row files, reads in two passes:
    Where candidates' versions are over ``CANDIDATE_SHARE`` of the rows, every row is marked as the
    plain merge marks them (a semi-join would cost more than it saves).
 3. Wide pass: the other columns only of the row groups holding a surviving row, and of those rows only.
+   Runs of those row groups (``WIDE_RUN_ROWS`` rows, at least one group) are decoded at once, their
+   survivors taken and the rest released: the pass holds a run per thread, not a file, and the runs, not
+   the files, are the pool's jobs.
 
 Rows, merge decisions and the filter's three-valued logic are exactly the plain route's: a filter that
 fails on some stored row (e.g. an overflow on an old version) sends the split back to the plain route,
@@ -54,6 +57,7 @@ __all__ = [
     "SEARCH_LATER",
     "SINGLE_FILE_SHARE",
     "SORTED_IN_MIN_VALUES",
+    "WIDE_RUN_ROWS",
     "Cursor",
     "eligible",
     "read",
@@ -66,6 +70,7 @@ SINGLE_FILE_SHARE = 0.5
 # Newest-wins splits without sequence_by on one integer key: candidates are searched in later files, not
 # merged (``_newest_by_search``). False: always the merge's own marking (tests compare the two).
 SEARCH_LATER = True
+WIDE_RUN_ROWS = 1 << 17  # rows of a file's row groups the wide pass decodes at once (then takes from)
 MAY_CACHE_FILTERS = 16  # filters whose row-group verdicts a file's footer keeps
 SORTED_IN_MIN_VALUES = 64  # IN lists this long are searched sorted by the reader's filter (``filter_rows``)
 _ROW = "\x00row"
@@ -226,23 +231,33 @@ def _narrow(
         if c in cursor.columns
     ]
     groups = [g.index for g in cursor.groups]
-    keys = cursor.load(groups, key_cols)
+    used = E.columns(opts.post) or frozenset()
+    extra_cols = sorted(c for c in used if c not in key_cols)
+    data = task.content != "delete"
+    if data and any(c not in cursor.columns for c in extra_cols):
+        raise _Declined
+    # Row groups whose statistics rule the filter out hold no match: their filter columns stay unread.
+    may = (
+        _may_match(storage, spec, cursor, opts.post)
+        if data and extra_cols
+        else np.ones(len(groups), dtype=bool)
+    )
+    together = None
+    if data and extra_cols and may.all():  # one read of the key and filter columns
+        together = cursor.load(groups, [*key_cols, *extra_cols])
+        keys = together.select(key_cols)
+    else:
+        keys = cursor.load(groups, key_cols)
     n = keys.num_rows
     match = np.zeros(n, dtype=bool)
     extra = None
-    used = E.columns(opts.post) or frozenset()
-    extra_cols = sorted(c for c in used if c not in key_cols)
     # Big integer IN lists are answered by ``filter_``'s sorted search, everything else by a projection.
     plain_filter = not any(
         isinstance(p, E.In) and not p.negated and len(p.values) >= SORTED_IN_MIN_VALUES
         for p in E.conjuncts(opts.post)
     )
-    if task.content != "delete":
-        if any(c not in cursor.columns for c in extra_cols):
-            raise _Declined
-        # Row groups whose statistics rule the filter out hold no match: their filter columns stay unread.
+    if data:
         counts = np.asarray([cursor.row_counts[g] for g in groups], dtype=np.int64)
-        may = _may_match(storage, spec, cursor, opts.post) if extra_cols else np.ones(len(groups), dtype=bool)
         if may.any():
             where = None
             rows = keys
@@ -253,7 +268,9 @@ def _narrow(
                 )
                 rows = keys.take(pa.array(where))
             table = rows
-            if extra_cols:
+            if together is not None:
+                table = together
+            elif extra_cols:
                 loaded = cursor.load([g for g, m in zip(groups, may) if m], extra_cols)
                 for f in loaded.schema:
                     table = table.append_column(f, loaded.column(f.name))
@@ -365,8 +382,16 @@ def read(
     chosen = _newest_by_search(spec, files) if SEARCH_LATER else None
     if chosen is None:
         chosen = _marked(spec, files)
-    jobs = [(f, mine) for f, mine in zip(files, chosen) if f.cursor.task.content != "delete" and mine.any()]
-    return _map(pool, lambda job: _wide(job[0], job[1], output), jobs)
+    wide = [
+        _plan_wide(f, mine, output)
+        for f, mine in zip(files, chosen)
+        if f.cursor.task.content != "delete" and mine.any()
+    ]
+    # Runs of row groups, not files, are the pool's jobs: a big file's decode is spread over the threads,
+    # and each job holds one run's decoded columns at most.
+    runs = [(w, groups, where) for w in wide for groups, where in w.runs]
+    pieces = iter(_map(pool, lambda run: _load_run(*run), runs))
+    return [w.finish([next(pieces) for _ in w.runs]) for w in wide]
 
 
 def _newest_by_search(spec: TableSpec, files: Sequence[_Narrow]) -> list[np.ndarray] | None:
@@ -447,8 +472,35 @@ def _map(pool: Executor | None, fn: Callable[[_T], _R], items: Sequence[_T]) -> 
     return list(pool.map(fn, items))
 
 
-def _wide(f: _Narrow, mine: np.ndarray, output: Sequence[str]) -> pa.Table:
-    """A file's surviving rows (``mine`` over its narrow rows) with the other columns read."""
+class _Wide:
+    """One file's wide pass: its survivors' narrow columns (``table``), the other columns to read
+    (``rest``, ``dictionary`` of them read as dictionaries) and the runs of row groups decoded at once,
+    each with its survivors' positions among the run's rows."""
+
+    def __init__(
+        self,
+        cursor: Cursor,
+        table: pa.Table,
+        rest: list[str],
+        dictionary: list[str],
+        runs: list[tuple[list[int], np.ndarray]],
+    ) -> None:
+        self.cursor, self.table, self.rest, self.dictionary, self.runs = cursor, table, rest, dictionary, runs
+
+    def finish(self, pieces: Sequence[pa.Table]) -> pa.Table:
+        """The survivors with the other columns (``pieces``: the runs' rows, in order) appended."""
+        table = self.table
+        if not pieces:
+            return table
+        loaded = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+        for fld in loaded.schema:
+            table = table.append_column(fld, loaded.column(fld.name))
+        return table
+
+
+def _plan_wide(f: _Narrow, mine: np.ndarray, output: Sequence[str]) -> _Wide:
+    """A file's surviving rows (``mine`` over its narrow rows) as the narrow pass read them, and which row
+    groups the wide pass decodes for the other columns, in runs of about ``WIDE_RUN_ROWS`` rows."""
     cursor = f.cursor
     local = np.flatnonzero(mine)
     table = f.keys.take(pa.array(local))
@@ -460,19 +512,34 @@ def _wide(f: _Narrow, mine: np.ndarray, output: Sequence[str]) -> pa.Table:
                 table = table.append_column(fld, table_extra.column(fld.name))
     rest = [c for c in output if c in cursor.columns and c not in table.column_names]
     if not rest:
-        return table
-    groups = [g.index for g in cursor.groups]
-    counts = np.asarray([cursor.row_counts[g] for g in groups], dtype=np.int64)
+        return _Wide(cursor, table, [], [], [])
+    groups = np.asarray([g.index for g in cursor.groups], dtype=np.int64)
+    counts = np.asarray([cursor.row_counts[g] for g in groups.tolist()], dtype=np.int64)
     ends = np.cumsum(counts)
-    at = local if f.at is None else f.at[local]  # positions among the file's loaded rows
+    at = local if f.at is None else f.at[local]  # positions among the file's loaded rows (ascending)
     group_of = np.searchsorted(ends, at, side="right")
-    in_group = at - (ends - counts)[group_of]
-    used = sorted_unique(group_of)
-    starts = np.concatenate([[0], np.cumsum(counts[used])[:-1]])
-    where = starts[np.searchsorted(used, group_of)] + in_group
+    used = sorted_unique(group_of)  # the row groups holding a survivor, by their place among the loaded
+    used_counts = counts[used]
+    starts = np.cumsum(used_counts) - used_counts  # where each used group starts among the used groups' rows
+    where = starts[np.searchsorted(used, group_of)] + (at - (ends - counts)[group_of])
+    # Consecutive used groups starting in the same window of WIDE_RUN_ROWS rows form a run (at least one
+    # group; a run holds under WIDE_RUN_ROWS rows plus its last group's).
+    window = starts // WIDE_RUN_ROWS
+    cuts = np.flatnonzero(window[1:] != window[:-1]) + 1
+    first = np.concatenate([[0], cuts])
+    last = np.concatenate([cuts, [len(used)]])
+    run_start = starts[first]
+    run_end = np.concatenate([starts[cuts], [int(used_counts.sum())]])
+    lo = np.searchsorted(where, run_start)
+    hi = np.searchsorted(where, run_end)
+    runs = [
+        (groups[used[a:b]].tolist(), where[x:y] - s)
+        for a, b, s, x, y in zip(first.tolist(), last.tolist(), run_start.tolist(), lo.tolist(), hi.tolist())
+    ]
     dictionary = [c for c in cursor.dictionary if c in rest]
-    loaded = cursor.load([groups[i] for i in used.tolist()], rest, dictionary)
-    loaded = loaded.take(pa.array(where))
-    for fld in loaded.schema:
-        table = table.append_column(fld, loaded.column(fld.name))
-    return table
+    return _Wide(cursor, table, rest, dictionary, runs)
+
+
+def _load_run(w: _Wide, groups: list[int], where: np.ndarray) -> pa.Table:
+    """The other columns of a run's survivors: its row groups decoded at once, the survivors taken."""
+    return w.cursor.load(groups, w.rest, w.dictionary).take(pa.array(where))
