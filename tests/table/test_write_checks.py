@@ -457,6 +457,44 @@ def test_not_null_group_columns_under_sequences_match_a_model(
         assert state() == g_model(accepted)
 
 
+def test_a_late_delete_below_a_partial_update_is_refused_and_changes_nothing(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # In sequence order: a whole row at 2, a delete at 3 (arriving last), the stock group alone at 4. The
+    # delete clears the price group (its sequence 2 is below 3) and the stock update at 4 lives on: the
+    # key would be live without its NOT NULL price. Hypothesis found it (the property above).
+    t = mere.connect(str(tmp_path_factory.mktemp("gld"))).create_table(
+        "w.g",
+        G,
+        primary_key="k",
+        buckets=2,
+        cdc_column="op",
+        sequence_by="lsn",
+        sequence_groups={"price_lsn": ["price"], "stock_lsn": ["stock"]},
+    )
+    t.upsert(g_batch([(0, 1, "full"), (1, 2, "full"), (1, 4, "stock")]))
+    t.upsert(g_batch([(2, 2, "full")]))
+    t.upsert(g_batch([(2, 4, "stock")]))  # the same in two commits
+    version = t.version
+    for key in (1, 2):
+        with pytest.raises(errors.SchemaMismatch, match="price"):
+            t.upsert(g_batch([(0, 9, "delete"), (key, 3, "delete")]))
+        assert t.refresh().version == version
+    assert {r["k"]: (r["price"], r["stock"]) for r in t.to_arrow().to_pylist()} == {
+        0: (1, 1),
+        1: (2, 4),
+        2: (2, 4),
+    }
+    # Below a whole row (the price group newer than the delete), or with the price in the same batch, or
+    # below a later delete: the key ends whole or deleted, and the delete lands.
+    t.upsert(g_batch([(1, 5, "full")]))
+    t.upsert(g_batch([(1, 3, "delete")]))
+    t.upsert(g_batch([(2, 3, "delete"), (2, 6, "full")]))
+    t.upsert(g_batch([(0, 7, "stock"), (0, 8, "delete")]))
+    t.upsert(g_batch([(0, 6, "delete")]))
+    assert {r["k"]: (r["price"], r["stock"]) for r in t.to_arrow().to_pylist()} == {1: (5, 5), 2: (6, 6)}
+
+
 def test_staged_rows_leaving_out_a_not_null_group_are_checked_when_committed(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

@@ -7,6 +7,8 @@ and keys a write touches:
 - **NOT NULL columns.** A partial row (one lacking a NOT NULL column) may only update a key that exists.
   A row that starts a key afresh (the batch deleted it first) lacking such a column is refused at once;
   a row that merges onto a key is refused if the key does not exist at the version the write commits on.
+  With ``sequence_by``, a delete is refused where it falls below a stored version of its key that merge
+  on read would then leave live without a NOT NULL column (a late delete behind a partial update).
 - **Integer ``sum`` columns.** A write whose sums would leave the column's type is refused, naming the
   key, instead of leaving a table no read can merge. Cheap in the common case: Parquet statistics bound
   every key's current sum by the sum over the split's files of their largest absolute value; only when
@@ -67,6 +69,7 @@ class WriteChecks:
     rows: dict[SplitKey, list[pa.Table]] = field(default_factory=lambda: defaultdict(list))
     tags: dict[SplitKey, list[Any]] = field(default_factory=lambda: defaultdict(list))  # who observed each
     partial: bool = False  # some row lacks a NOT NULL column
+    deletes: bool = False  # some row deletes its key
     _reduced: dict[SplitKey, tuple[pa.Table, np.ndarray]] | None = None
 
     def __post_init__(self) -> None:
@@ -83,7 +86,13 @@ class WriteChecks:
     @property
     def needed(self) -> bool:
         """Whether the commit must consult the table: rows lacking NOT NULL columns, or integer sums."""
-        return self.partial or bool(self.sum_columns and self.rows)
+        return self.partial or bool(self.sum_columns and self.rows) or self._late_deletes_matter
+
+    @property
+    def _late_deletes_matter(self) -> bool:
+        """With ``sequence_by``, a delete below a stored version of its key that lacks a NOT NULL column
+        leaves that version live on nothing: such deletes are checked against the table."""
+        return self.deletes and bool(self.spec.sequence_by and self.required)
 
     # -- collecting -------------------------------------------------------------------------------
 
@@ -136,6 +145,8 @@ class WriteChecks:
         if full is None:
             full = OP_COLUMN in rows.column_names and all(c in rows.column_names for c in self.required)
         carries = self._carried(rows) if full is True and OP_COLUMN in rows.column_names else None
+        if OP_COLUMN in rows.column_names:
+            self.deletes |= bool(pc.any(pc.equal(rows.column(OP_COLUMN), OP_DELETE)).as_py())
         self.partial |= not full or (carries is not None and not carries.all())
         pk = list(self.spec.primary_key)
         keep = rows.select(
@@ -144,6 +155,11 @@ class WriteChecks:
                 OP_COLUMN,
                 *(c for c in self.sum_columns if c in rows.column_names),
                 *(c for c in self.spec.sequence_by if c in rows.column_names),
+                *(
+                    c
+                    for c in (self._checked if self.spec.sequence_by else [])
+                    if c in rows.column_names and c not in self.spec.sequence_by and c not in self.sum_columns
+                ),
             ]
         )
         if carries is not None:
@@ -224,7 +240,10 @@ class WriteChecks:
         headroom = self._check_sums(table, base, net) if self.sum_columns else {}
         if must_exist:
             self._check_existing(table, base, must_exist)
-        return ChecksHold(frozenset(split_label(k) for k in net), bool(must_exist), headroom)
+        late = self._late_deletes_matter
+        if late:
+            self._check_late_deletes(table, base)
+        return ChecksHold(frozenset(split_label(k) for k in net), bool(must_exist) or late, headroom)
 
     def _check_fresh_rows(
         self, net: dict[SplitKey, tuple[pa.Table, np.ndarray]], table: TableHandle, base: int
@@ -273,6 +292,83 @@ class WriteChecks:
                     f"{self.identifier}: {int((~found).sum())} new key(s) such as {example} lack "
                     f"non-nullable column(s) {self.required}; rows that insert keys need them"
                 )
+
+    def _check_late_deletes(self, table: TableHandle, base: int) -> None:
+        """Refuse deletes that merge on read would leave behind a later version of their key lacking a NOT
+        NULL column (a late delete below a partial update, or below a row whose group it clears): every
+        version of such keys, stored and incoming, is merged as reads merge them, and the key must end
+        deleted or with its NOT NULL columns."""
+        spec = self.spec
+        pk, seq = list(spec.primary_key), list(spec.sequence_by)
+        columns = list(dict.fromkeys([*pk, *seq, *self._checked]))
+        schema = pa.schema(
+            [*(spec.schema.field(c).with_nullable(True) for c in columns), pa.field(OP_COLUMN, pa.int8())]
+        )
+        files = sorted(
+            (f for f in table.files_at(base) if f.content in ("data", "delete")),
+            key=lambda f: (f.seq or 0, f.id or 0),
+        )
+        for key, parts in self.rows.items():
+            incoming = [p for p in parts if OP_COLUMN in p.column_names]
+            narrow = pa.schema([*(schema.field(c) for c in pk), schema.field(OP_COLUMN)])
+            deleted = pa.concat_tables([_align(p.select(narrow.names), narrow) for p in incoming])
+            ops = deleted.column(OP_COLUMN).to_numpy(zero_copy_only=False)
+            deleted = deleted.filter(pa.array(ops == OP_DELETE)).select(pk)
+            if not deleted.num_rows:
+                continue
+            stored = []
+            for f in files:
+                if (f.partition, f.bucket) == key:
+                    wanted = [c for c in columns if f.columns is None or c in f.columns or c in pk]
+                    md = table.storage.metadata(f.path, f.size_bytes)
+                    rows = table.storage.read_row_groups(
+                        f.path, range(md.num_row_groups), [*wanted, OP_COLUMN], f.size_bytes
+                    )
+                    stored.append(rows)
+            # stored versions first (files in commit order), then this write's: the order ties fall in
+            versions = [
+                v.filter(pa.array(_contains(deleted, v.select(pk), pk))) for v in [*stored, *incoming]
+            ]
+            present = {
+                c: np.concatenate([np.full(v.num_rows, c in v.column_names) for v in versions])
+                for c in columns
+                if c not in pk
+            }
+            rows = pa.concat_tables([_align(v, schema) for v in versions])
+            order = sort_indices([rows.column(c) for c in [*pk, *seq]])
+            rows = rows.take(pa.array(order))
+            ops = rows.column(OP_COLUMN).to_numpy(zero_copy_only=False).astype(np.int8)
+            starts = group_starts([rows.column(c) for c in pk], rows.num_rows)
+            options = spec.reduce_options
+            options["groups"] = {
+                g: [c for c in cs if c in columns] for g, cs in spec.sequence_groups.items() if g in columns
+            }
+            merged, out_op = reduce_versions(
+                rows.drop_columns([OP_COLUMN]),
+                ops,
+                starts,
+                spec.identity_columns,
+                spec.operators,
+                {c: m[order] for c, m in present.items()},
+                **options,
+            )
+            bare = np.zeros(merged.num_rows, dtype=bool)
+            for c in self.required:
+                bare |= np.asarray(merged.column(c).is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            bare &= out_op != OP_DELETE
+            if bare.any():
+                example = merged.select(pk).filter(pa.array(bare)).slice(0, 1).to_pylist()[0]
+                raise SchemaMismatch(
+                    f"{self.identifier}: deleting key {example} at this sequence would leave a later "
+                    f"version of it live without non-nullable column(s) {self.required}; the write was "
+                    "not applied"
+                )
+
+    @property
+    def _checked(self) -> list[str]:
+        """The NOT NULL columns and the sequences of the groups holding them."""
+        grouped = self.spec.grouped
+        return list(dict.fromkeys(c for r in self.required for c in (r, grouped.get(r, r))))
 
     def _check_sums(
         self, table: TableHandle, base: int, net: dict[SplitKey, tuple[pa.Table, np.ndarray]]
