@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from mere.errors import InvalidInput
@@ -14,6 +16,11 @@ _pid = os.getpid()
 
 
 THREADS_ENV = "MERE_THREADS"
+
+# Daemon threads waiting for their next task (their inboxes), and how long one waits before it ends.
+_spare: list[queue.SimpleQueue[Callable[[], None]]] = []
+_spare_pid = os.getpid()
+SPARE_IDLE_SECONDS = 30.0
 
 
 def cpu_workers() -> int:
@@ -60,3 +67,58 @@ def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
             pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"mere-{name}")
             _pools[name] = pool
         return pool
+
+
+def run_on_daemon_thread(task: Callable[[], None], name: str) -> threading.Event:
+    """Run ``task`` on a daemon thread: an idle one left by an earlier task, else a new one; the event is
+    set when it returns.
+
+    Daemon, so that a task blocked forever (a stream abandoned half-read) never holds up the interpreter's
+    exit; reused, so that each scan does not start threads of its own: Arrow's allocator keeps freed
+    memory per thread, which a new thread cannot reuse (and starting threads costs time). A thread idle
+    for ``SPARE_IDLE_SECONDS`` ends. ``task`` must handle its own errors (one that escapes is dropped).
+    """
+    global _spare_pid
+    finished = threading.Event()
+
+    def wrapped() -> None:
+        try:
+            task()
+        except BaseException:  # noqa: S110 - the task reports its own errors; the thread must live on
+            pass
+        finally:
+            finished.set()
+
+    with _lock:
+        if _spare_pid != os.getpid():  # a forked child: the parent's threads are not here
+            _spare.clear()
+            _spare_pid = os.getpid()
+        inbox = _spare.pop() if _spare else None
+    if inbox is not None:
+        inbox.put(wrapped)
+        return finished
+    inbox = queue.SimpleQueue()
+    inbox.put(wrapped)
+    threading.Thread(target=_serve, args=(inbox,), name=name, daemon=True).start()
+    return finished
+
+
+def _serve(inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+    while True:
+        try:
+            task = inbox.get(timeout=SPARE_IDLE_SECONDS)
+        except queue.Empty:
+            with _lock:
+                if any(q is inbox for q in _spare):
+                    _spare.remove(inbox)
+                    return
+            task = inbox.get()  # taken from the spares just now: its task is on the way
+        task()
+        with _lock:
+            _spare.append(inbox)
+
+
+def spare_threads() -> int:
+    """Daemon threads idle, waiting for a task of :func:`run_on_daemon_thread`."""
+    with _lock:
+        return len(_spare)

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mere import expr as E
 from mere.arrays import bool_array, sorted_unique
-from mere.concurrency import default_threads, shared_pool
+from mere.concurrency import default_threads, run_on_daemon_thread, shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.footer import primitive_leaf
@@ -989,7 +989,8 @@ def stream_splits(
             put(q, e)
 
     # Daemon threads, not an executor's: a reader abandoned half-read (still referenced when the program
-    # ends) must not keep the interpreter waiting on workers blocked on a full queue.
+    # ends) must not keep the interpreter waiting on workers blocked on a full queue. Reused ones: the
+    # memory Arrow's allocator kept for a thread of the last scan serves this one (peak RSS).
     todo: queue.SimpleQueue[int] = queue.SimpleQueue()
     for i in range(len(splits)):
         todo.put(i)
@@ -1002,13 +1003,10 @@ def stream_splits(
                 return
             work(i)
 
-    workers = [
-        threading.Thread(target=worker, name=f"mere-split-{n}", daemon=True)
-        for n in range(max(1, min(parallel, len(splits))))
-    ]
+    workers: list[threading.Event] = []
     try:
-        for w in workers:
-            w.start()
+        for _ in range(max(1, min(parallel, len(splits)))):
+            workers.append(run_on_daemon_thread(worker, "mere-split"))
         for i in range(len(splits)):
             q = queues[i]
             while True:
@@ -1021,6 +1019,5 @@ def stream_splits(
     finally:
         stop.set()
         for w in workers:
-            if w.is_alive():
-                w.join()
+            w.wait()
         opener.shutdown(wait=True, cancel_futures=True)
