@@ -7,6 +7,20 @@ from typing import Literal, overload
 import numpy as np
 import pyarrow as pa
 
+RELEASE_AFTER_BYTES = 8 << 20
+
+
+def release_freed_memory(handled_bytes: int = RELEASE_AFTER_BYTES) -> None:
+    """Hand the memory Arrow's pool keeps after frees back to the OS, after work that handled at least
+    ``RELEASE_AFTER_BYTES`` (about a millisecond: not worth it after a small write).
+
+    The pool keeps freed memory per thread, where another thread (the next scan's, a write's) often
+    cannot reuse it: without this, the peak RSS of a process that writes then reads grows by the
+    memory each step freed, not by what it holds.
+    """
+    if handled_bytes >= RELEASE_AFTER_BYTES:
+        pa.default_memory_pool().release_unused()
+
 
 def bool_array(mask: np.ndarray) -> pa.BooleanArray:
     """A NumPy bool mask as an Arrow boolean array (no NULLs): its bits packed by NumPy, about 20x faster

@@ -84,7 +84,7 @@ def run_on_daemon_thread(task: Callable[[], None], name: str) -> threading.Event
     def wrapped() -> None:
         try:
             task()
-        except BaseException:  # noqa: S110 - the task reports its own errors; the thread must live on
+        except BaseException:  # the task reports its own errors; the thread must live on
             pass
         finally:
             finished.set()

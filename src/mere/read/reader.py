@@ -1005,8 +1005,9 @@ def stream_splits(
 
     workers: list[threading.Event] = []
     try:
-        for _ in range(max(1, min(parallel, len(splits)))):
-            workers.append(run_on_daemon_thread(worker, "mere-split"))
+        workers.extend(
+            run_on_daemon_thread(worker, "mere-split") for _ in range(max(1, min(parallel, len(splits))))
+        )
         for i in range(len(splits)):
             q = queues[i]
             while True:
