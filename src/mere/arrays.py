@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, overload
 
 import numpy as np
 import pyarrow as pa
+
+from mere.concurrency import on_every_thread
 
 RELEASE_AFTER_BYTES = 8 << 20
 
@@ -20,6 +23,15 @@ def release_freed_memory(handled_bytes: int = RELEASE_AFTER_BYTES) -> None:
     """
     if handled_bytes >= RELEASE_AFTER_BYTES:
         pa.default_memory_pool().release_unused()
+
+
+def release_freed_memory_of_pools(
+    handled_bytes: int, pools: Sequence[str] = ("prepare", "write", "io")
+) -> None:
+    """:func:`release_freed_memory` on every thread of the shared pools ``pools`` (the pool keeps what a
+    thread freed for that thread: the writer's threads hold what encoding freed until they work again)."""
+    if handled_bytes >= RELEASE_AFTER_BYTES:
+        on_every_thread(pools, pa.default_memory_pool().release_unused)
 
 
 def bool_array(mask: np.ndarray) -> pa.BooleanArray:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from mere.errors import InvalidInput
 
 _pools: dict[str, ThreadPoolExecutor] = {}
+_workers: dict[str, int] = {}  # each pool's max_workers
 _lock = threading.Lock()
 _pid = os.getpid()
 
@@ -66,7 +68,26 @@ def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
         if pool is None:
             pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"mere-{name}")
             _pools[name] = pool
+            _workers[name] = workers
         return pool
+
+
+def on_every_thread(names: Sequence[str], task: Callable[[], None], timeout: float = 0.05) -> None:
+    """Run ``task`` once on each thread of the shared pools ``names`` that exist (waiting for them): each
+    thread takes one, as they meet at a barrier; a thread busy elsewhere for ``timeout`` is skipped."""
+    with _lock:
+        pools = [(_pools[n], _workers[n]) for n in names if n in _pools and _pid == os.getpid()]
+    for pool, threads in pools:
+        # as many tasks as the pool may have threads: each blocks at the barrier, so each gets a thread
+        meet = threading.Barrier(threads)
+        for f in [pool.submit(_met, meet, timeout, task) for _ in range(threads)]:
+            f.result()
+
+
+def _met(meet: threading.Barrier, timeout: float, task: Callable[[], None]) -> None:
+    with contextlib.suppress(threading.BrokenBarrierError):  # a thread busy elsewhere: the rest go on
+        meet.wait(timeout)
+    task()
 
 
 def run_on_daemon_thread(task: Callable[[], None], name: str) -> threading.Event:

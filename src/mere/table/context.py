@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from mere.arrays import release_freed_memory
+from mere.arrays import release_freed_memory, release_freed_memory_of_pools
 from mere.errors import InvalidInput
 from mere.io import Storage
 from mere.metadata import (
@@ -335,6 +335,7 @@ class DataFiles:
                 entries += self.write(prepared, first_order=len(entries))
                 del prepared
                 release_freed_memory(handled)
+                release_freed_memory_of_pools(handled)
         except BaseException:
             self.discard(entries)
             raise

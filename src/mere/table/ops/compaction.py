@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from mere.arrays import release_freed_memory
+from mere.arrays import release_freed_memory, release_freed_memory_of_pools
 from mere.errors import CommitConflict, InvalidInput, SchemaChanged
 from mere.metadata import SEQ_SHIFT, CommitResult, FileEntry, datetime_to_micros
 from mere.partitions import partition_json
@@ -255,6 +255,7 @@ def run_here(ctx: TableContext, tasks: Sequence[CompactionTask]) -> list[list[Fi
             results.append(task.run(ctx.storage))  # keeps the finished ones on error
             # a split's merged rows were sorted and encoded: what that freed is not the next one's to keep
             release_freed_memory(task.read.split.size_bytes)
+            release_freed_memory_of_pools(task.read.split.size_bytes)
     except BaseException:
         discard_results(ctx, results)
         raise
