@@ -10,12 +10,14 @@ import pyarrow as pa
 
 from mere.concurrency import on_every_thread
 
-RELEASE_AFTER_BYTES = 8 << 20
+RELEASE_AFTER_BYTES = 64 << 20
+DECODED_PER_STORED = 3  # Arrow bytes of a Parquet byte, about (what a read of stored bytes handles)
 
 
 def release_freed_memory(handled_bytes: int = RELEASE_AFTER_BYTES) -> None:
     """Hand the memory Arrow's pool keeps after frees back to the OS, after work that handled at least
-    ``RELEASE_AFTER_BYTES`` (about a millisecond: not worth it after a small write).
+    ``RELEASE_AFTER_BYTES`` (a millisecond or so, and the memory handed back is faulted in again by the
+    next big step: not worth it after small ones).
 
     The pool keeps freed memory per thread, where another thread (the next scan's, a write's) often
     cannot reuse it: without this, the peak RSS of a process that writes then reads grows by the

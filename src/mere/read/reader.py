@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mere import expr as E
-from mere.arrays import bool_array, release_freed_memory, sorted_unique
+from mere.arrays import DECODED_PER_STORED, bool_array, release_freed_memory, sorted_unique
 from mere.concurrency import default_threads, run_on_daemon_thread, shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
@@ -809,17 +809,25 @@ class SplitReader:
 
 
 def gather_batches(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
-    """Batches gathered into tables of at least ``rows`` rows (the last may hold fewer)."""
+    """Batches gathered into tables of at least ``rows`` rows (the last may hold fewer). This generator
+    keeps no reference to a table it gave (the caller may free it before taking the next one)."""
     pending: list[pa.RecordBatch] = []
     count = 0
     for batch in batches:
         pending.append(batch)
         count += batch.num_rows
         if count >= rows:
-            yield pa.Table.from_batches(pending)
-            pending, count = [], 0
+            yield _drained(pending)
+            count = 0
     if pending:
-        yield pa.Table.from_batches(pending)
+        yield _drained(pending)
+
+
+def _drained(batches: list[pa.RecordBatch]) -> pa.Table:
+    """The batches as one table, the list emptied (what it held is the table's alone)."""
+    table = pa.Table.from_batches(batches)
+    batches.clear()
+    return table
 
 
 _Item = TypeVar("_Item")  # what stream_splits opens a reader for: a Split, or a task holding one
@@ -1003,7 +1011,7 @@ def stream_splits(
             except queue.Empty:
                 break
             work(i)
-            handled += getattr(splits[i], "size_bytes", 0)
+            handled += DECODED_PER_STORED * getattr(splits[i], "size_bytes", 0)
         # What this thread's windows freed stays cached for it until it works again: hand it back.
         release_freed_memory(handled)
 

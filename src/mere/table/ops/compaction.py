@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from mere.arrays import release_freed_memory, release_freed_memory_of_pools
+from mere.arrays import DECODED_PER_STORED, release_freed_memory, release_freed_memory_of_pools
 from mere.errors import CommitConflict, InvalidInput, SchemaChanged
 from mere.metadata import SEQ_SHIFT, CommitResult, FileEntry, datetime_to_micros
 from mere.partitions import partition_json
@@ -251,14 +251,14 @@ def run_here(ctx: TableContext, tasks: Sequence[CompactionTask]) -> list[list[Fi
     """Run the tasks one after another in this process (deleting what they wrote on failure)."""
     results: list[list[FileEntry]] = []
     try:
-        for task in tasks:
-            results.append(task.run(ctx.storage))  # keeps the finished ones on error
-            # a split's merged rows were sorted and encoded: what that freed is not the next one's to keep
-            release_freed_memory(task.read.split.size_bytes)
-            release_freed_memory_of_pools(task.read.split.size_bytes)
+        results.extend(task.run(ctx.storage) for task in tasks)  # keeps the finished ones on error
     except BaseException:
         discard_results(ctx, results)
         raise
+    # The splits' merged rows were sorted and encoded: what that freed is not the threads' to keep.
+    handled = DECODED_PER_STORED * sum(task.read.split.size_bytes for task in tasks)
+    release_freed_memory(handled)
+    release_freed_memory_of_pools(handled)
     return results
 
 
