@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from mere.errors import InvalidInput
 
 _pools: dict[str, ThreadPoolExecutor] = {}
-_workers: dict[str, int] = {}  # each pool's max_workers
+_started: dict[str, int] = {}  # threads each pool started (they live as long as the pool)
 _lock = threading.Lock()
 _pid = os.getpid()
 
@@ -66,9 +66,14 @@ def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
             _pid = os.getpid()
         pool = _pools.get(name)
         if pool is None:
-            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"mere-{name}")
+            _started[name] = 0
+            pool = ThreadPoolExecutor(
+                max_workers=workers,
+                thread_name_prefix=f"mere-{name}",
+                initializer=_count_start,
+                initargs=(name,),
+            )
             _pools[name] = pool
-            _workers[name] = workers
         return pool
 
 
@@ -76,12 +81,19 @@ def on_every_thread(names: Sequence[str], task: Callable[[], None], timeout: flo
     """Run ``task`` once on each thread of the shared pools ``names`` that exist (waiting for them): each
     thread takes one, as they meet at a barrier; a thread busy elsewhere for ``timeout`` is skipped."""
     with _lock:
-        pools = [(_pools[n], _workers[n]) for n in names if n in _pools and _pid == os.getpid()]
+        pools = [(_pools[n], _started[n]) for n in names if n in _pools and _pid == os.getpid()]
     for pool, threads in pools:
-        # as many tasks as the pool may have threads: each blocks at the barrier, so each gets a thread
+        if not threads:
+            continue
+        # as many tasks as the pool has threads: each blocks at the barrier, so each gets a thread
         meet = threading.Barrier(threads)
         for f in [pool.submit(_met, meet, timeout, task) for _ in range(threads)]:
             f.result()
+
+
+def _count_start(name: str) -> None:
+    with _lock:
+        _started[name] += 1
 
 
 def _met(meet: threading.Barrier, timeout: float, task: Callable[[], None]) -> None:

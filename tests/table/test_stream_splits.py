@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mere.concurrency import run_on_daemon_thread, spare_threads
+from mere.concurrency import spare_threads
 from mere.read.reader import stream_splits
 
 
@@ -92,22 +92,3 @@ def test_an_abandoned_stream_stops_its_workers(open_ahead: bool) -> None:
     while busy() > before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert busy() <= before
-
-
-def test_daemon_threads_are_reused_and_survive_a_failing_task() -> None:
-    seen: list[int] = []
-
-    def fail() -> None:
-        seen.append(threading.get_ident())
-        raise ValueError("the task's own error")
-
-    assert run_on_daemon_thread(fail, "mere-test").wait(10)
-    deadline = time.monotonic() + 10
-    while spare_threads() == 0 and time.monotonic() < deadline:  # the thread files itself as spare
-        time.sleep(0.01)
-    spares = spare_threads()
-    assert spares >= 1
-    assert run_on_daemon_thread(lambda: seen.append(threading.get_ident()), "mere-test").wait(10)
-    assert len(seen) == 2
-    if spares == 1:  # no other test's thread was idle: the one that failed ran the second task
-        assert seen[0] == seen[1]
