@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import wait
 
 from mere.concurrency import on_every_thread, run_on_daemon_thread, shared_pool, spare_threads
 
@@ -39,6 +40,6 @@ def test_on_every_thread_runs_once_per_started_thread_and_starts_none() -> None:
         with lock:
             ran.append(threading.current_thread().name)
 
-    on_every_thread(["test-every", "no-such-pool"], note)
+    wait(on_every_thread(["test-every", "no-such-pool"], note))
     assert sorted(ran) == sorted(names)  # each thread once: they met at the barrier
     assert {t.name for t in threading.enumerate() if t.name.startswith("mere-test-every")} == names

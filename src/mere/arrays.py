@@ -31,7 +31,8 @@ def release_freed_memory_of_pools(
     handled_bytes: int, pools: Sequence[str] = ("prepare", "write", "io")
 ) -> None:
     """:func:`release_freed_memory` on every thread of the shared pools ``pools`` (the pool keeps what a
-    thread freed for that thread: the writer's threads hold what encoding freed until they work again)."""
+    thread freed for that thread: the writer's threads hold what encoding freed until they work again).
+    Not waited for: the threads do it as soon as they are free."""
     if handled_bytes >= RELEASE_AFTER_BYTES:
         on_every_thread(pools, pa.default_memory_pool().release_unused)
 

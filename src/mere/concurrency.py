@@ -7,7 +7,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from mere.errors import InvalidInput
 
@@ -77,18 +77,21 @@ def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
         return pool
 
 
-def on_every_thread(names: Sequence[str], task: Callable[[], None], timeout: float = 0.05) -> None:
-    """Run ``task`` once on each thread of the shared pools ``names`` that exist (waiting for them): each
-    thread takes one, as they meet at a barrier; a thread busy elsewhere for ``timeout`` is skipped."""
+def on_every_thread(
+    names: Sequence[str], task: Callable[[], None], timeout: float = 0.01
+) -> list[Future[None]]:
+    """Have each thread of the shared pools ``names`` (those that exist) run ``task`` once, without waiting
+    for them (the futures tell when they did): the threads take one each as they meet at a barrier; one
+    busy with other work for ``timeout`` runs its task when it is free, maybe on a thread that ran one."""
     with _lock:
         pools = [(_pools[n], _started[n]) for n in names if n in _pools and _pid == os.getpid()]
+    futures: list[Future[None]] = []
     for pool, threads in pools:
-        if not threads:
-            continue
-        # as many tasks as the pool has threads: each blocks at the barrier, so each gets a thread
-        meet = threading.Barrier(threads)
-        for f in [pool.submit(_met, meet, timeout, task) for _ in range(threads)]:
-            f.result()
+        if threads:
+            # as many tasks as the pool has threads: each blocks at the barrier, so each gets a thread
+            meet = threading.Barrier(threads)
+            futures += [pool.submit(_met, meet, timeout, task) for _ in range(threads)]
+    return futures
 
 
 def _count_start(name: str) -> None:
