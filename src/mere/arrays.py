@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from mere.concurrency import on_every_thread
 
-RELEASE_AFTER_BYTES = 4 << 20
+RELEASE_AFTER_BYTES = 64 << 20
 DECODED_PER_STORED = 3  # Arrow bytes of a Parquet byte, about (what a read of stored bytes handles)
 
 

@@ -334,6 +334,8 @@ class DataFiles:
                 stale += sum(p.stale for p in prepared)
                 entries += self.write(prepared, first_order=len(entries))
                 del prepared
+                # a big chunk's sort and encode freed much, kept per thread: hand it back (small writes
+                # keep it for the next one; a scan hands back what the writer's threads keep)
                 release_freed_memory(handled)
                 release_freed_memory_of_pools(handled)
         except BaseException:

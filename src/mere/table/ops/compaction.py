@@ -250,13 +250,16 @@ def compact(
 def run_here(ctx: TableContext, tasks: Sequence[CompactionTask]) -> list[list[FileEntry]]:
     """Run the tasks one after another in this process (deleting what they wrote on failure)."""
     results: list[list[FileEntry]] = []
+    # A big fold starts from what the threads hold (the writes before it left theirs cached, often an
+    # automatic compaction's own commit), and hands back what it freed: peak RSS is its rows, not more.
+    handled = DECODED_PER_STORED * sum(task.read.split.size_bytes for task in tasks)
+    release_freed_memory(handled)
+    release_freed_memory_of_pools(handled)
     try:
         results.extend(task.run(ctx.storage) for task in tasks)  # keeps the finished ones on error
     except BaseException:
         discard_results(ctx, results)
         raise
-    # The splits' merged rows were sorted and encoded: what that freed is not the threads' to keep.
-    handled = DECODED_PER_STORED * sum(task.read.split.size_bytes for task in tasks)
     release_freed_memory(handled)
     release_freed_memory_of_pools(handled)
     return results
