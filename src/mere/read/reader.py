@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mere import expr as E
-from mere.arrays import DECODED_PER_STORED, bool_array, release_freed_memory, sorted_unique
+from mere.arrays import bool_array, sorted_unique
 from mere.concurrency import default_threads, run_on_daemon_thread, shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
@@ -1004,16 +1004,14 @@ def stream_splits(
         todo.put(i)
 
     def worker() -> None:
-        handled = 0
+        # What this thread's windows freed stays cached for it: the next scan's windows reuse it (handing
+        # it back here would cost each scan its page faults again, for no lower peak).
         while not stop.is_set():
             try:
                 i = todo.get_nowait()
             except queue.Empty:
-                break
+                return
             work(i)
-            handled += DECODED_PER_STORED * getattr(splits[i], "size_bytes", 0)
-        # What this thread's windows freed stays cached for it until it works again: hand it back.
-        release_freed_memory(handled)
 
     workers: list[threading.Event] = []
     try:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from mere.arrays import release_freed_memory, release_freed_memory_of_pools
+from mere.arrays import note_written, release_freed_memory, release_freed_memory_of_pools
 from mere.errors import InvalidInput
 from mere.io import Storage
 from mere.metadata import (
@@ -336,6 +336,7 @@ class DataFiles:
                 del prepared
                 # a big chunk's sort and encode freed much, kept per thread: hand it back (small writes
                 # keep it for the next one; a scan hands back what the writer's threads keep)
+                note_written(handled)
                 release_freed_memory(handled)
                 release_freed_memory_of_pools(handled)
         except BaseException:

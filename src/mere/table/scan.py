@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
-from mere.arrays import DECODED_PER_STORED, release_freed_memory, release_freed_memory_of_pools
+from mere.arrays import DECODED_PER_STORED, release_after_writes
 from mere.concurrency import default_threads
 from mere.errors import InvalidInput, NoSuchVersion, SchemaMismatch, StorageError, names_its_table
 from mere.io import Storage
@@ -531,9 +531,7 @@ class Scan:
         splits, opts = self._plan(Explain(self.version))
         # What the writer's threads keep cached from the writes before serves no read: hand it back before
         # a big one (only big writes hand it back themselves: the next write would fault it in again).
-        release_freed_memory_of_pools(
-            DECODED_PER_STORED * sum(s.size_bytes for s in splits), ("prepare", "write")
-        )
+        release_after_writes(DECODED_PER_STORED * sum(s.size_bytes for s in splits))
         opts = replace(opts, release_memory=release_memory)
         threads = self.worker_count()
         few = len(splits) < threads
@@ -624,14 +622,11 @@ class Scan:
             NoSuchVersion: The scan's version expired (before or while it was read).
             StorageError: A data file could not be read (the message names it and the table).
         """
-        # Everything is kept anyway: returning freed window memory to the OS while reading would only
-        # cost time; once, at the end, it lowers what the next step (a read, a write) adds to peak RSS.
+        # Everything is kept anyway: returning freed window memory to the OS would only cost time.
         # Splits after the one being collected must not wait for it either: their batches are kept anyway.
-        out = pa.Table.from_batches(
+        return pa.Table.from_batches(
             list(self._stream(release_memory=False, collect=True)), schema=self.schema
         )
-        release_freed_memory(out.nbytes)
-        return out
 
     def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
         """The merged rows as a pandas DataFrame.
