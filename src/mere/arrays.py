@@ -2,10 +2,60 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, overload
 
 import numpy as np
 import pyarrow as pa
+
+from mere.concurrency import on_every_thread
+
+RELEASE_AFTER_BYTES = 64 << 20
+DECODED_PER_STORED = 3  # Arrow bytes of a Parquet byte, about (what a read of stored bytes handles)
+
+
+def release_freed_memory(handled_bytes: int = RELEASE_AFTER_BYTES) -> None:
+    """Hand the memory Arrow's pool keeps after frees back to the OS, after work that handled at least
+    ``RELEASE_AFTER_BYTES`` (a millisecond or so, and the memory handed back is faulted in again by the
+    next big step: not worth it after small ones).
+
+    The pool keeps freed memory per thread, where another thread (the next scan's, a write's) often
+    cannot reuse it: without this, the peak RSS of a process that writes then reads grows by the
+    memory each step freed, not by what it holds.
+    """
+    if handled_bytes >= RELEASE_AFTER_BYTES:
+        pa.default_memory_pool().release_unused()
+
+
+def release_freed_memory_of_pools(
+    handled_bytes: int, pools: Sequence[str] = ("prepare", "write", "io")
+) -> None:
+    """:func:`release_freed_memory` on every thread of the shared pools ``pools`` (the pool keeps what a
+    thread freed for that thread: the writer's threads hold what encoding freed until they work again).
+    Not waited for: the threads do it as soon as they are free."""
+    global _written
+    if handled_bytes >= RELEASE_AFTER_BYTES:
+        _written = 0
+        on_every_thread(pools, pa.default_memory_pool().release_unused)
+
+
+_written = 0  # bytes written since the shared pools' threads last handed back what they keep
+
+
+def note_written(nbytes: int) -> None:
+    """Count rows a write handed to the writer's threads (see :func:`release_after_writes`)."""
+    global _written
+    _written += nbytes
+
+
+def release_after_writes(read_bytes: int) -> None:
+    """Before a read of ``read_bytes`` (at least ``RELEASE_AFTER_BYTES``): if writes of 4 MiB or more ran
+    since the last hand-back, have the shared pools' threads hand back what they keep (it serves no
+    read). Once per switch from writing to reading: each hand-back costs the next step page faults."""
+    global _written
+    if read_bytes >= RELEASE_AFTER_BYTES and _written >= 4 << 20:
+        release_freed_memory()
+        release_freed_memory_of_pools(RELEASE_AFTER_BYTES)
 
 
 def bool_array(mask: np.ndarray) -> pa.BooleanArray:

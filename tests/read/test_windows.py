@@ -12,6 +12,7 @@ on stored keys, between them, beyond them, windows that hold no row. Filters, pr
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -182,3 +183,19 @@ def test_a_windowed_read_cuts_the_split_and_merges_windows_on_the_pool(tmp_path:
         got = t.scan(threads=3, window_bytes=200).to_arrow()
     assert sorted(got.column("k").to_pylist()) == list(range(40))
     assert seen and seen[0] >= 4
+
+
+def test_gather_batches_keeps_no_table_it_gave() -> None:
+    pool = pa.default_memory_pool()
+
+    def made() -> Iterator[pa.RecordBatch]:
+        for i in range(4):
+            yield pa.record_batch({"x": pa.array(list(range(i * 100_000, (i + 1) * 100_000)), pa.int64())})
+
+    gathered = reader.gather_batches(made(), 10**9)  # one table, given when the batches run out
+    before = pool.bytes_allocated()
+    table = next(gathered)
+    assert table.num_rows == 400_000
+    del table
+    # the caller's reference was the last one (compaction frees the unsorted rows before encoding)
+    assert pool.bytes_allocated() <= before + (1 << 20)

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mere import expr as E
 from mere.arrays import bool_array, sorted_unique
-from mere.concurrency import default_threads, shared_pool
+from mere.concurrency import default_threads, run_on_daemon_thread, shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.footer import primitive_leaf
@@ -809,17 +809,25 @@ class SplitReader:
 
 
 def gather_batches(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
-    """Batches gathered into tables of at least ``rows`` rows (the last may hold fewer)."""
+    """Batches gathered into tables of at least ``rows`` rows (the last may hold fewer). This generator
+    keeps no reference to a table it gave (the caller may free it before taking the next one)."""
     pending: list[pa.RecordBatch] = []
     count = 0
     for batch in batches:
         pending.append(batch)
         count += batch.num_rows
         if count >= rows:
-            yield pa.Table.from_batches(pending)
-            pending, count = [], 0
+            yield _drained(pending)
+            count = 0
     if pending:
-        yield pa.Table.from_batches(pending)
+        yield _drained(pending)
+
+
+def _drained(batches: list[pa.RecordBatch]) -> pa.Table:
+    """The batches as one table, the list emptied (what it held is the table's alone)."""
+    table = pa.Table.from_batches(batches)
+    batches.clear()
+    return table
 
 
 _Item = TypeVar("_Item")  # what stream_splits opens a reader for: a Split, or a task holding one
@@ -989,12 +997,15 @@ def stream_splits(
             put(q, e)
 
     # Daemon threads, not an executor's: a reader abandoned half-read (still referenced when the program
-    # ends) must not keep the interpreter waiting on workers blocked on a full queue.
+    # ends) must not keep the interpreter waiting on workers blocked on a full queue. Reused ones: the
+    # memory Arrow's allocator kept for a thread of the last scan serves this one (peak RSS).
     todo: queue.SimpleQueue[int] = queue.SimpleQueue()
     for i in range(len(splits)):
         todo.put(i)
 
     def worker() -> None:
+        # What this thread's windows freed stays cached for it: the next scan's windows reuse it (handing
+        # it back here would cost each scan its page faults again, for no lower peak).
         while not stop.is_set():
             try:
                 i = todo.get_nowait()
@@ -1002,13 +1013,11 @@ def stream_splits(
                 return
             work(i)
 
-    workers = [
-        threading.Thread(target=worker, name=f"mere-split-{n}", daemon=True)
-        for n in range(max(1, min(parallel, len(splits))))
-    ]
+    workers: list[threading.Event] = []
     try:
-        for w in workers:
-            w.start()
+        workers.extend(
+            run_on_daemon_thread(worker, "mere-split") for _ in range(max(1, min(parallel, len(splits))))
+        )
         for i in range(len(splits)):
             q = queues[i]
             while True:
@@ -1021,6 +1030,5 @@ def stream_splits(
     finally:
         stop.set()
         for w in workers:
-            if w.is_alive():
-                w.join()
+            w.wait()
         opener.shutdown(wait=True, cancel_futures=True)

@@ -129,6 +129,7 @@ class CompactionTask:
             for table in gather_batches(batches, CHUNK_ROWS):
                 # Merged output is sorted per window only; every file must be sorted by key.
                 table = table.take(pa.array(sort_indices([table.column(c) for c in spec.primary_key])))
+                # (the unsorted rows are freed here: gather_batches keeps none of them)
                 rows = table.append_column(
                     pa.field(OP_COLUMN, pa.int8(), nullable=False),
                     pa.array(np.full(table.num_rows, OP_PUT, np.int8)),

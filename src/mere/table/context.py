@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from mere.arrays import note_written, release_freed_memory, release_freed_memory_of_pools
 from mere.errors import InvalidInput
 from mere.io import Storage
 from mere.metadata import (
@@ -323,6 +324,7 @@ class DataFiles:
                 table, ops = conform(chunk, self.spec, partial_ok=partial_ok, identifier=self.name)
                 del chunk
                 rows += table.num_rows
+                handled = table.nbytes
                 if partitions is not None and table.num_rows:
                     partitions.update(partition_json(v) for v in partition_value_strings(self.spec, table)[1])
                 prepared = prepare(self.spec, table, ops, identifier=self.name)
@@ -332,6 +334,11 @@ class DataFiles:
                 stale += sum(p.stale for p in prepared)
                 entries += self.write(prepared, first_order=len(entries))
                 del prepared
+                # a big chunk's sort and encode freed much, kept per thread: hand it back (small writes
+                # keep it for the next one; a scan hands back what the writer's threads keep)
+                note_written(handled)
+                release_freed_memory(handled)
+                release_freed_memory_of_pools(handled)
         except BaseException:
             self.discard(entries)
             raise

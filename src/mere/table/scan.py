@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
+from mere.arrays import DECODED_PER_STORED, release_after_writes
 from mere.concurrency import default_threads
 from mere.errors import InvalidInput, NoSuchVersion, SchemaMismatch, StorageError, names_its_table
 from mere.io import Storage
@@ -528,6 +529,9 @@ class Scan:
         set.
         """
         splits, opts = self._plan(Explain(self.version))
+        # What the writer's threads keep cached from the writes before serves no read: hand it back before
+        # a big one (only big writes hand it back themselves: the next write would fault it in again).
+        release_after_writes(DECODED_PER_STORED * sum(s.size_bytes for s in splits))
         opts = replace(opts, release_memory=release_memory)
         threads = self.worker_count()
         few = len(splits) < threads

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from mere.arrays import DECODED_PER_STORED, release_freed_memory, release_freed_memory_of_pools
 from mere.errors import CommitConflict, InvalidInput, SchemaChanged
 from mere.metadata import SEQ_SHIFT, CommitResult, FileEntry, datetime_to_micros
 from mere.partitions import partition_json
@@ -249,11 +250,18 @@ def compact(
 def run_here(ctx: TableContext, tasks: Sequence[CompactionTask]) -> list[list[FileEntry]]:
     """Run the tasks one after another in this process (deleting what they wrote on failure)."""
     results: list[list[FileEntry]] = []
+    # A big fold starts from what the threads hold (the writes before it left theirs cached, often an
+    # automatic compaction's own commit), and hands back what it freed: peak RSS is its rows, not more.
+    handled = DECODED_PER_STORED * sum(task.read.split.size_bytes for task in tasks)
+    release_freed_memory(handled)
+    release_freed_memory_of_pools(handled)
     try:
         results.extend(task.run(ctx.storage) for task in tasks)  # keeps the finished ones on error
     except BaseException:
         discard_results(ctx, results)
         raise
+    release_freed_memory(handled)
+    release_freed_memory_of_pools(handled)
     return results
 
 
