@@ -364,6 +364,20 @@ G = pa.schema(
 G_EVENT = st.tuples(st.integers(0, 4), st.integers(1, 10_000), st.sampled_from(["full", "stock", "delete"]))
 
 
+def g_table(where: str, properties: dict[str, str] | None = None) -> mere.Table:
+    """A table of G keyed by ``k``, sequenced by ``lsn``, with a price group (NOT NULL) and a stock group."""
+    return mere.connect(where).create_table(
+        "w.g",
+        G,
+        primary_key="k",
+        buckets=2,
+        cdc_column="op",
+        sequence_by="lsn",
+        sequence_groups={"price_lsn": ["price"], "stock_lsn": ["stock"]},
+        properties=properties,
+    )
+
+
 def g_batch(events: list[tuple[int, int, str]]) -> pa.Table:
     """One batch: rows not carrying the price group hold NULL in it (its sequence NULL)."""
     rows = []
@@ -416,16 +430,7 @@ def test_not_null_group_columns_under_sequences_match_a_model(
     stream = data.draw(st.permutations(events + data.draw(st.lists(st.sampled_from(events), max_size=4))))
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(stream) - 1)), max_size=5)))
     compact_after = data.draw(st.sets(st.integers(0, 5)))
-    t = mere.connect(str(tmp_path_factory.mktemp("gnn"))).create_table(
-        "w.g",
-        G,
-        primary_key="k",
-        buckets=2,
-        cdc_column="op",
-        sequence_by="lsn",
-        sequence_groups={"price_lsn": ["price"], "stock_lsn": ["stock"]},
-        properties={"compaction.auto": "off"},
-    )
+    t = g_table(str(tmp_path_factory.mktemp("gnn")), {"compaction.auto": "off"})
     accepted: list[tuple[int, int, str]] = []
 
     def state() -> dict[int, tuple[int | None, int]]:
@@ -463,15 +468,7 @@ def test_a_late_delete_below_a_partial_update_is_refused_and_changes_nothing(
     # In sequence order: a whole row at 2, a delete at 3 (arriving last), the stock group alone at 4. The
     # delete clears the price group (its sequence 2 is below 3) and the stock update at 4 lives on: the
     # key would be live without its NOT NULL price. Hypothesis found it (the property above).
-    t = mere.connect(str(tmp_path_factory.mktemp("gld"))).create_table(
-        "w.g",
-        G,
-        primary_key="k",
-        buckets=2,
-        cdc_column="op",
-        sequence_by="lsn",
-        sequence_groups={"price_lsn": ["price"], "stock_lsn": ["stock"]},
-    )
+    t = g_table(str(tmp_path_factory.mktemp("gld")))
     t.upsert(g_batch([(0, 1, "full"), (1, 2, "full"), (1, 4, "stock")]))
     t.upsert(g_batch([(2, 2, "full")]))
     t.upsert(g_batch([(2, 4, "stock")]))  # the same in two commits
@@ -498,15 +495,7 @@ def test_a_late_delete_below_a_partial_update_is_refused_and_changes_nothing(
 def test_staged_rows_leaving_out_a_not_null_group_are_checked_when_committed(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    t = mere.connect(str(tmp_path_factory.mktemp("gst"))).create_table(
-        "w.g",
-        G,
-        primary_key="k",
-        buckets=2,
-        cdc_column="op",
-        sequence_by="lsn",
-        sequence_groups={"price_lsn": ["price"], "stock_lsn": ["stock"]},
-    )
+    t = g_table(str(tmp_path_factory.mktemp("gst")))
     t.commit([t.stage(g_batch([(1, 10, "full")]))])
     # Key 1 exists: a row carrying the stock group only updates it; key 2 does not: refused, nothing lands.
     version = t.version

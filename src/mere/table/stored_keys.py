@@ -215,16 +215,16 @@ def _late(
         if late is None:  # the index is sorted (or just turned so: it holds no file)
             newer = [g for p, g in paths.items() if p not in ix.files]
             late = _late_sorted(ctx, ix, paths, newer, keys, sequence)
-    _account()
+    _account(_index)
     return late
 
 
-def _account() -> None:
-    """Keep the indexes' memory under INDEX_BYTES (least recently used dropped first)."""
+def _account(indexes: OrderedDict[Any, Any]) -> None:
+    """Keep the memory of ``indexes`` under INDEX_BYTES (least recently used dropped first)."""
     with _index_lock:
-        total = sum(ix.nbytes for ix in _index.values())
-        while total > INDEX_BYTES and len(_index) > 1:
-            _, old = _index.popitem(last=False)
+        total = sum(ix.nbytes for ix in indexes.values())
+        while total > INDEX_BYTES and len(indexes) > 1:
+            _, old = indexes.popitem(last=False)
             total -= old.nbytes
 
 
@@ -424,7 +424,7 @@ def _indexed_versions(
             return None
         if found.num_rows:
             out.append(found)
-    _account_keys()
+    _account(_key_index)
     return pa.concat_tables([_aligned(t, schema) for t in out]) if out else schema.empty_table()
 
 
@@ -547,15 +547,6 @@ def _fold(ctx: TableContext, ix: _KeyIndex, newer: Sequence[FileEntry]) -> bool:
     ix.rows = both.take(pa.array(order[current])).combine_chunks()
     ix.keys = keys[current]
     return True
-
-
-def _account_keys() -> None:
-    """Keep the key indexes' memory under INDEX_BYTES (least recently used dropped first)."""
-    with _index_lock:
-        total = sum(ix.nbytes for ix in _key_index.values())
-        while total > INDEX_BYTES and len(_key_index) > 1:
-            _, old = _key_index.popitem(last=False)
-            total -= old.nbytes
 
 
 # -- reading versions -------------------------------------------------------------------------------------
