@@ -1,0 +1,222 @@
+"""Adversarial tests of the refusal of late deletes below partial updates (``WriteChecks._check_late_deletes``).
+
+With ``sequence_by`` and a NOT NULL column in a sequence group, a delete whose sequence falls below a
+stored version that carries only other groups would leave the key live without the NOT NULL column: such
+a write is refused (``SchemaMismatch``, nothing changed). A refusal where the events, applied in
+sequence order, leave every live key whole is a false refusal. The model applies every accepted event of
+a (partition, key) in sequence order; the tables are partitioned (keys per partition: table-wide keys
+cannot combine with sequence groups), in several buckets, with several events per key in a batch,
+compaction (explicit and automatic) in between, and replays.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mere
+from mere import errors
+
+G = pa.schema(
+    [
+        pa.field("k", pa.int64(), nullable=False),
+        pa.field("p", pa.string()),
+        pa.field("price", pa.int64(), nullable=False),
+        pa.field("price_lsn", pa.int64()),
+        pa.field("stock", pa.int64()),
+        pa.field("stock_lsn", pa.int64()),
+        pa.field("lsn", pa.int64()),
+        pa.field("op", pa.string()),
+    ]
+)
+KINDS = ("full", "stock", "price", "delete")
+Event = tuple[int, str, int, str]  # key, partition, sequence, kind
+State = dict[tuple[str, int], tuple[int | None, int | None]]
+
+
+def g_batch(events: list[Event]) -> pa.Table:
+    rows = []
+    for k, p, s, kind in events:
+        price = kind in ("full", "price")
+        stock = kind in ("full", "stock")
+        rows.append(
+            dict(
+                k=k,
+                p=p,
+                price=s if price else None,
+                price_lsn=s if price else None,
+                stock=s if stock else None,
+                stock_lsn=s if stock else None,
+                lsn=s,
+                op="d" if kind == "delete" else "u",
+            )
+        )
+    return pa.Table.from_pylist(rows, schema=G)
+
+
+def model(events: list[Event]) -> State:
+    """Each (partition, key)'s (price, stock): events in sequence order, a delete clearing every group."""
+    out: State = {}
+    for k, p, s, kind in sorted(events, key=lambda e: e[2]):
+        key = (p, k)
+        price, stock = out.get(key, (None, None))
+        if kind == "delete":
+            out.pop(key, None)
+            continue
+        if kind in ("full", "price"):
+            price = s
+        if kind in ("full", "stock"):
+            stock = s
+        out[key] = (price, stock)
+    return out
+
+
+def recreated(events: list[Event]) -> bool:
+    """A batch that deletes a key and then (in sequence order) carries it on without its price: refused
+    whatever is stored (the documented rule for partial rows starting a key afresh)."""
+    for key in {(e[0], e[1]) for e in events}:
+        mine = sorted((e for e in events if (e[0], e[1]) == key), key=lambda e: e[2])
+        deletes = [i for i, e in enumerate(mine) if e[3] == "delete"]
+        after = mine[deletes[-1] + 1 :] if deletes else []
+        if after and all(e[3] == "stock" for e in after):
+            return True
+    return False
+
+
+def create(root: Path, buckets: int, auto: str, name: str = "g") -> mere.Table:
+    props = {"compaction.auto": auto}
+    if auto != "off":
+        props["compaction.min-files"] = "2"
+    return mere.connect(str(root)).create_table(
+        name,
+        G,
+        primary_key="k",
+        partition_by="p",
+        buckets=buckets,
+        cdc_column="op",
+        sequence_by="lsn",
+        sequence_groups={"price_lsn": ["price"], "stock_lsn": ["stock"]},
+        properties=props,
+    )
+
+
+def state(t: mere.Table, version: int | None = None) -> State:
+    out: State = {}
+    for r in t.scan(version=version).to_arrow().to_pylist():
+        key = (r["p"], r["k"])
+        assert key not in out
+        out[key] = (r["price"], r["stock"])
+    return out
+
+
+def files(t: mere.Table) -> list[str]:
+    return sorted(t.files().column("path").to_pylist())
+
+
+EVENT = st.tuples(st.integers(0, 5), st.sampled_from(["a", "b"]), st.integers(1, 40), st.sampled_from(KINDS))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), buckets=st.integers(1, 3), auto=st.sampled_from(["off", "inline"]))
+def test_late_deletes_are_refused_exactly_where_the_sequence_order_leaves_a_key_without_price(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject, buckets: int, auto: str
+) -> None:
+    events = data.draw(st.lists(EVENT, min_size=1, max_size=18, unique_by=lambda e: (e[0], e[1], e[2])))
+    stream = data.draw(st.permutations(events + data.draw(st.lists(st.sampled_from(events), max_size=4))))
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(stream) - 1)), max_size=6)))
+    compact_after = data.draw(st.sets(st.integers(0, 6)))
+    t = create(tmp_path_factory.mktemp("ld"), buckets, auto)
+    accepted: list[Event] = []
+    for i, (lo, hi) in enumerate(zip([0, *cuts], [*cuts, len(stream)])):
+        batch = stream[lo:hi]
+        if not batch:
+            continue
+        before = (t.version, state(t), files(t))
+        trial = model(accepted + batch)
+        whole = all(p is not None for p, _ in trial.values())
+        try:
+            t.upsert(g_batch(batch))
+        except errors.SchemaMismatch as e:
+            assert (t.refresh().version, state(t), files(t)) == before  # nothing changed
+            assert not whole or recreated(batch), f"false refusal of {batch} after {accepted}: {e}"
+        else:
+            assert whole, f"accepted {batch} after {accepted}: leaves {trial}"
+            accepted += batch
+        assert state(t) == model(accepted)
+        if i in compact_after:
+            t.compact()
+            assert state(t) == model(accepted)
+    for e in accepted:  # replays change nothing and are never refused
+        t.upsert(g_batch([e]))
+    assert state(t) == model(accepted)
+
+
+def test_a_late_delete_is_judged_per_partition_and_bucket(tmp_path: Path) -> None:
+    t = create(tmp_path, 4, "off")
+    keys = range(8)
+    t.upsert(g_batch([(k, p, 1, "full") for k in keys for p in "ab"]))
+    t.upsert(g_batch([(k, "a", 5, "stock") for k in keys]))  # partition a: stock newer than the delete below
+    version = t.version
+    # The delete at 3 in partition b leaves b's rows deleted; in a it would strand the stock update at 5.
+    t.upsert(g_batch([(k, "b", 3, "delete") for k in keys]))
+    assert state(t) == {("a", k): (1, 5) for k in keys}
+    for k in keys:
+        with pytest.raises(errors.SchemaMismatch, match="price"):
+            t.upsert(g_batch([(j, "b", 9, "full") for j in keys] + [(k, "a", 3, "delete")]))
+    assert t.refresh().version == version + 1
+    # With the price newer than the delete in the same batch (events of one key in any order): lands.
+    t.upsert(g_batch([(k, "a", 3, "delete") for k in keys] + [(k, "a", 4, "price") for k in keys]))
+    assert state(t) == {("a", k): (4, 5) for k in keys}
+
+
+def test_a_late_delete_after_compaction_is_judged_on_the_compacted_groups(tmp_path: Path) -> None:
+    t = create(tmp_path, 1, "off")
+    t.upsert(g_batch([(1, "a", 1, "full"), (2, "a", 1, "full")]))
+    t.upsert(g_batch([(1, "a", 5, "stock"), (2, "a", 5, "full")]))
+    t.compact()
+    version = t.version
+    with pytest.raises(errors.SchemaMismatch):
+        t.upsert(g_batch([(1, "a", 3, "delete")]))
+    assert t.refresh().version == version
+    t.upsert(g_batch([(2, "a", 3, "delete")]))  # below a whole row: stale
+    assert state(t) == {("a", 1): (1, 5), ("a", 2): (5, 5)}
+    # A delete above everything, then the late one below it: the key ends deleted, both land.
+    t.upsert(g_batch([(1, "a", 9, "delete")]))
+    t.compact()
+    t.upsert(g_batch([(1, "a", 3, "delete")]))
+    assert state(t) == {("a", 2): (5, 5)}
+
+
+def test_staged_and_transaction_late_deletes_are_refused(tmp_path: Path) -> None:
+    t = create(tmp_path, 2, "off")
+    t.upsert(g_batch([(1, "a", 1, "full")]))
+    t.upsert(g_batch([(1, "a", 5, "stock")]))
+    version, before = t.version, files(t)
+    staged = t.stage(g_batch([(1, "a", 3, "delete")]))
+    with pytest.raises(errors.SchemaMismatch):
+        t.commit([staged])
+    with pytest.raises(errors.SchemaMismatch):
+        with t.transaction() as tx:
+            tx.upsert(g_batch([(2, "a", 1, "full")]))
+            tx.upsert(g_batch([(1, "a", 3, "delete")]))
+    assert (t.refresh().version, files(t)) == (version, before)
+    # The transaction's later upsert carries the price above the delete: the key stays whole.
+    with t.transaction() as tx:
+        tx.upsert(g_batch([(1, "a", 3, "delete")]))
+        tx.upsert(g_batch([(1, "a", 4, "price")]))
+    assert state(t) == {("a", 1): (4, 5)}
+
+
+def test_a_late_delete_replayed_by_a_second_writer_is_refused_there_too(tmp_path: Path) -> None:
+    t = create(tmp_path, 1, "off")
+    other: Any = mere.connect(str(tmp_path)).table("g")
+    t.upsert(g_batch([(1, "a", 1, "full")]))
+    other.upsert(g_batch([(1, "a", 6, "stock")]))  # t has not seen it
+    with pytest.raises(errors.SchemaMismatch):
+        t.upsert(g_batch([(1, "a", 2, "delete")]))
+    assert state(t) == {("a", 1): (1, 6)}
