@@ -245,10 +245,10 @@ def _by_staged_delete(t: mere.Table) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="deletes by key (Table.delete / Transaction.delete of a key table carrying the sequence, and "
-    "staged 'delete' commits) write markers that WriteChecks never sees as deletes: observe() only sets "
-    "`deletes` from rows holding OP_COLUMN (marker rows have none) and the staged delete path observes "
-    "nothing, so _late_deletes_matter is False and the key is left live with price NULL",
+    reason="a commit of deletes by key alone (Table.delete / Transaction.delete of keys carrying the "
+    "sequence, a staged 'delete' commit) is never checked: Commit._needed_checks (table/commit.py) returns "
+    "None unless some change is an upsert ('deletes alone never do'), and the staged delete path does not "
+    "observe its markers at all; the key is left live with its NOT NULL price NULL",
 )
 @pytest.mark.parametrize("how", [_by_table_delete, _by_transaction_delete, _by_staged_delete])
 def test_a_late_delete_by_key_below_a_partial_update_is_refused(tmp_path: Path, how: Any) -> None:
@@ -272,4 +272,17 @@ def test_the_same_late_delete_as_a_cdc_row_is_refused(tmp_path: Path) -> None:
         t.upsert(narrow)
     with pytest.raises(errors.SchemaMismatch, match="price"):
         t.commit([t.stage(narrow)])
+    assert state(t) == {("a", 1): (1, 5)}
+
+
+def test_a_late_delete_by_key_beside_an_upsert_in_one_transaction_is_refused(tmp_path: Path) -> None:
+    """With an upsert in the same transaction the checks run, and see the delete's markers."""
+    t = create(tmp_path, 1, "off")
+    _stranded(t)
+    version = t.version
+    with pytest.raises(errors.SchemaMismatch, match="price"):
+        with t.transaction() as tx:
+            tx.delete(pa.table(LATE_KEYS))
+            tx.upsert(g_batch([(2, "a", 1, "full")]))
+    assert t.refresh().version == version
     assert state(t) == {("a", 1): (1, 5)}
