@@ -271,9 +271,10 @@ def test_sequenced_moves_with_duplicate_sequences_equal_the_model(
         chunk = events[lo:hi]
         if not chunk:
             continue
-        a.upsert(seq_rows(chunk))
+        ra = a.upsert(seq_rows(chunk))
         with index_off():
-            b.upsert(seq_rows(chunk))
+            rb = b.upsert(seq_rows(chunk))
+        assert ra.stale_rows == rb.stale_rows
         applied += chunk
         newest: dict[int, tuple[int, int, int, bool]] = {}
         for e in applied:  # highest sequence (ties are replays of one event)
@@ -307,6 +308,56 @@ def test_a_delete_at_the_sequence_of_a_row_elsewhere_wins_as_it_does_at_home(tmp
         t.upsert(seq_rows([(1, part, 5, True)]))  # a later commit, the same sequence
     assert state(home) == {}
     assert state(away) == state(home)
+
+
+@pytest.mark.parametrize("budget", [None, 40 * 32])
+def test_a_long_stream_of_moves_equals_file_reads_and_the_model(tmp_path: Path, budget: int | None) -> None:
+    """60 commits of sequenced moves, replays and deletes over 8 partitions and 3 buckets (with a budget:
+    some buckets indexed, others read, in one commit); stale counts and states equal the file-read twin."""
+    import random
+
+    if budget is not None:
+        stored_keys.INDEX_BYTES = budget
+    rng = random.Random(7)
+    cat = mere.connect(str(tmp_path))
+    kw: dict[str, Any] = dict(primary_key="id", partition_by="status", cdc_column="op", sequence_by="lsn", buckets=3)
+    props = {"compaction.auto": "inline", "compaction.min-files": "3"}
+    a = cat.create_table("a", SEQ, properties=props, **kw)
+    b = cat.create_table("b", SEQ, properties=props, **kw)
+    keys = [rng.randrange(-(2**62), 2**62) for _ in range(30)] + list(range(-5, 5))
+    newest: dict[int, tuple[int, int, int, bool]] = {}
+    used: set[tuple[int, int]] = set()
+    history: list[tuple[int, int, int, bool]] = []
+    for step in range(60):
+        chunk = []
+        for _ in range(rng.randrange(1, 12)):
+            if history and rng.random() < 0.2:
+                chunk.append(rng.choice(history))  # a replay
+                continue
+            k, lsn = rng.choice(keys), rng.randrange(1, 400)
+            if (k, lsn) in used:
+                continue
+            used.add((k, lsn))
+            e = (k, rng.randrange(8), lsn, rng.random() < 0.25)
+            chunk.append(e)
+            history.append(e)
+        if not chunk:
+            continue
+        ra = a.upsert(seq_rows(chunk))
+        with index_off():
+            rb = b.upsert(seq_rows(chunk))
+        assert ra.stale_rows == rb.stale_rows, step
+        for e in chunk:
+            if e[0] not in newest or e[2] > newest[e[0]][2]:
+                newest[e[0]] = e
+        if step % 10 == 9:
+            forget_keys()
+        if step % 7 == 6:
+            a.compact()
+            b.compact()
+        model = {k: (PARTS[e[1]], e[2] * 10 + e[1]) for k, e in newest.items() if not e[3]}
+        assert state(b) == model, step
+        assert state(a) == model, step
 
 
 # -- drop and create again, reopen -----------------------------------------------------------------------

@@ -286,3 +286,21 @@ def test_a_late_delete_by_key_beside_an_upsert_in_one_transaction_is_refused(tmp
             tx.upsert(g_batch([(2, "a", 1, "full")]))
     assert t.refresh().version == version
     assert state(t) == {("a", 1): (1, 5)}
+
+
+@pytest.mark.parametrize("auto", ["off", "inline"])
+def test_late_events_below_a_compacted_delete_stay_stale(tmp_path: Path, auto: str) -> None:
+    """A delete at 9 compacted (with everything below it): late partial rows, whole rows and deletes
+    below 9 are stale, neither refused nor resurrecting the key."""
+    t = create(tmp_path, 1, auto)
+    t.upsert(g_batch([(1, "a", 1, "full"), (2, "a", 1, "full")]))
+    t.upsert(g_batch([(1, "a", 9, "delete")]))
+    t.compact()
+    t.compact()
+    for late in ([(1, "a", 5, "stock")], [(1, "a", 3, "full")], [(1, "a", 4, "delete"), (1, "a", 6, "stock")]):
+        try:
+            t.upsert(g_batch(late))
+        except errors.SchemaMismatch:
+            assert late[-1][2] == 6  # the batch's own delete-then-partial rule (refused whatever is stored)
+        assert state(t) == {("a", 2): (1, 1)}
+        t.compact()
