@@ -85,7 +85,7 @@ def forget_keys() -> None:
     file_keys._cache_bytes = 0
 
 
-class index_off:  # noqa: N801 - a context manager used like a function
+class index_off:
     def __enter__(self) -> None:
         self.was = stored_keys.KEY_INDEX
         stored_keys.KEY_INDEX = False
@@ -112,7 +112,9 @@ STEP = st.one_of(
     st.tuples(st.just("staged"), EVENTS, EVENTS),
     st.tuples(st.just("tx"), EVENTS, EVENTS),
     st.tuples(st.just("cat-tx"), EVENTS),
-    st.tuples(st.just("dynamic"), st.lists(st.tuples(st.integers(0, 6), st.integers(0, 8), st.integers(0, 99)))),
+    st.tuples(
+        st.just("dynamic"), st.lists(st.tuples(st.integers(0, 6), st.integers(0, 8), st.integers(0, 99)))
+    ),
     st.tuples(st.just("delete"), st.lists(st.integers(0, 6), min_size=1, max_size=3)),
     st.tuples(st.just("compact")),
     st.tuples(st.just("reopen")),
@@ -220,7 +222,9 @@ def test_index_and_file_reads_equal_a_dict_for_every_key_type(
 
 # -- sequences --------------------------------------------------------------------------------------------
 
-SEQ = pa.schema([("id", pa.int64()), ("status", pa.string()), ("lsn", pa.int64()), ("v", pa.int64()), ("op", pa.string())])
+SEQ = pa.schema(
+    [("id", pa.int64()), ("status", pa.string()), ("lsn", pa.int64()), ("v", pa.int64()), ("op", pa.string())]
+)
 
 
 def seq_rows(events: list[tuple[int, int, int, bool]]) -> pa.Table:
@@ -297,7 +301,9 @@ def test_sequenced_moves_with_duplicate_sequences_equal_the_model(
     "live tiebreak), while the same delete naming the row's own partition wins (merge on read: later commit)",
 )
 @pytest.mark.parametrize("route", ["key-index", "read-files"])
-def test_a_delete_at_the_sequence_of_a_row_elsewhere_wins_as_it_does_at_home(tmp_path: Path, route: str) -> None:
+def test_a_delete_at_the_sequence_of_a_row_elsewhere_wins_as_it_does_at_home(
+    tmp_path: Path, route: str
+) -> None:
     stored_keys.KEY_INDEX = route == "key-index"
     cat = mere.connect(str(tmp_path))
     kw: dict[str, Any] = dict(primary_key="id", partition_by="status", cdc_column="op", sequence_by="lsn")
@@ -320,7 +326,9 @@ def test_a_long_stream_of_moves_equals_file_reads_and_the_model(tmp_path: Path, 
         stored_keys.INDEX_BYTES = budget
     rng = random.Random(7)
     cat = mere.connect(str(tmp_path))
-    kw: dict[str, Any] = dict(primary_key="id", partition_by="status", cdc_column="op", sequence_by="lsn", buckets=3)
+    kw: dict[str, Any] = dict(
+        primary_key="id", partition_by="status", cdc_column="op", sequence_by="lsn", buckets=3
+    )
     props = {"compaction.auto": "inline", "compaction.min-files": "3"}
     a = cat.create_table("a", SEQ, properties=props, **kw)
     b = cat.create_table("b", SEQ, properties=props, **kw)
@@ -451,7 +459,7 @@ def test_threads_moving_keys_at_once(tmp_path: Path, auto: str) -> None:
     def run(w: int) -> None:
         try:
             _writer(str(tmp_path), w, 6)
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=run, args=(w,)) for w in (1, 2, 3)]

@@ -11,6 +11,7 @@ compaction (explicit and automatic) in between, and replays.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -200,10 +201,9 @@ def test_staged_and_transaction_late_deletes_are_refused(tmp_path: Path) -> None
     staged = t.stage(g_batch([(1, "a", 3, "delete")]))
     with pytest.raises(errors.SchemaMismatch):
         t.commit([staged])
-    with pytest.raises(errors.SchemaMismatch):
-        with t.transaction() as tx:
-            tx.upsert(g_batch([(2, "a", 1, "full")]))
-            tx.upsert(g_batch([(1, "a", 3, "delete")]))
+    with pytest.raises(errors.SchemaMismatch), t.transaction() as tx:
+        tx.upsert(g_batch([(2, "a", 1, "full")]))
+        tx.upsert(g_batch([(1, "a", 3, "delete")]))
     assert (t.refresh().version, files(t)) == (version, before)
     # The transaction's later upsert carries the price above the delete: the key stays whole.
     with t.transaction() as tx:
@@ -255,10 +255,8 @@ def test_a_late_delete_by_key_below_a_partial_update_is_refused(tmp_path: Path, 
     t = create(tmp_path, 1, "off")
     _stranded(t)
     version, before = t.version, files(t)
-    try:
+    with contextlib.suppress(errors.SchemaMismatch):
         how(t)
-    except errors.SchemaMismatch:
-        pass
     assert (t.refresh().version, files(t)) == (version, before)
     assert state(t) == {("a", 1): (1, 5)}
 
@@ -267,7 +265,9 @@ def test_the_same_late_delete_as_a_cdc_row_is_refused(tmp_path: Path) -> None:
     """The CDC form of the xfail above (the check works there): the two must agree."""
     t = create(tmp_path, 1, "off")
     _stranded(t)
-    narrow = pa.table({"k": pa.array([1], pa.int64()), "p": ["a"], "lsn": pa.array([3], pa.int64()), "op": ["d"]})
+    narrow = pa.table(
+        {"k": pa.array([1], pa.int64()), "p": ["a"], "lsn": pa.array([3], pa.int64()), "op": ["d"]}
+    )
     with pytest.raises(errors.SchemaMismatch, match="price"):
         t.upsert(narrow)
     with pytest.raises(errors.SchemaMismatch, match="price"):
@@ -280,10 +280,9 @@ def test_a_late_delete_by_key_beside_an_upsert_in_one_transaction_is_refused(tmp
     t = create(tmp_path, 1, "off")
     _stranded(t)
     version = t.version
-    with pytest.raises(errors.SchemaMismatch, match="price"):
-        with t.transaction() as tx:
-            tx.delete(pa.table(LATE_KEYS))
-            tx.upsert(g_batch([(2, "a", 1, "full")]))
+    with pytest.raises(errors.SchemaMismatch, match="price"), t.transaction() as tx:
+        tx.delete(pa.table(LATE_KEYS))
+        tx.upsert(g_batch([(2, "a", 1, "full")]))
     assert t.refresh().version == version
     assert state(t) == {("a", 1): (1, 5)}
 
@@ -297,7 +296,11 @@ def test_late_events_below_a_compacted_delete_stay_stale(tmp_path: Path, auto: s
     t.upsert(g_batch([(1, "a", 9, "delete")]))
     t.compact()
     t.compact()
-    for late in ([(1, "a", 5, "stock")], [(1, "a", 3, "full")], [(1, "a", 4, "delete"), (1, "a", 6, "stock")]):
+    for late in (
+        [(1, "a", 5, "stock")],
+        [(1, "a", 3, "full")],
+        [(1, "a", 4, "delete"), (1, "a", 6, "stock")],
+    ):
         try:
             t.upsert(g_batch(late))
         except errors.SchemaMismatch:
@@ -314,7 +317,9 @@ def test_late_events_below_a_compacted_delete_stay_stale(tmp_path: Path, auto: s
     "whole row above the delete looks bare",
 )
 @pytest.mark.parametrize("rename", [("price", "cost"), ("price_lsn", "plsn")])
-def test_a_late_delete_below_a_whole_row_lands_after_a_rename(tmp_path: Path, rename: tuple[str, str]) -> None:
+def test_a_late_delete_below_a_whole_row_lands_after_a_rename(
+    tmp_path: Path, rename: tuple[str, str]
+) -> None:
     t = create(tmp_path, 1, "off")
     t.upsert(g_batch([(1, "a", 1, "full")]))
     t.upsert(g_batch([(1, "a", 5, "full")]))
@@ -343,7 +348,9 @@ def test_late_deletes_after_other_renames(tmp_path: Path, rename: tuple[str, str
     "stored files by current names, so the stored delete at 9 (written as 'lsn') has a NULL sequence and "
     "the replayed partial row at 5 is taken for a new key lacking price",
 )
-def test_a_replayed_partial_row_below_a_delete_stays_stale_after_renaming_the_sequence(tmp_path: Path) -> None:
+def test_a_replayed_partial_row_below_a_delete_stays_stale_after_renaming_the_sequence(
+    tmp_path: Path,
+) -> None:
     t = create(tmp_path, 1, "off")
     t.upsert(g_batch([(1, "a", 1, "full")]))
     t.upsert(g_batch([(1, "a", 9, "delete")]))
