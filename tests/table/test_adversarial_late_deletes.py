@@ -366,3 +366,48 @@ def test_a_replayed_partial_row_below_a_delete_stays_stale(tmp_path: Path) -> No
     t.rename_column("stock", "qty")
     t.upsert(g_batch([(1, "a", 5, "stock")]).rename_columns(["qty" if c == "stock" else c for c in G.names]))
     assert t.scan().count() == 0
+
+
+def test_a_late_delete_racing_a_partial_update_never_strands_the_key(tmp_path: Path) -> None:
+    """Two writers, one a late delete at 3 and one a stock update at 5, of a key whole at 1: whichever
+    lands first, the other is refused (or retried and refused); never both (the key live without price)."""
+    import threading
+
+    create(tmp_path, 1, "off")
+    ta = mere.connect(str(tmp_path)).table("g")
+    tb = mere.connect(str(tmp_path)).table("g")
+    rounds = 12
+    for k in range(rounds):
+        ta.upsert(g_batch([(k, "a", 1, "full")]))
+    outcome: dict[tuple[str, int], str] = {}
+
+    def run(name: str, t: mere.Table, kind: str, seq: int, barrier: threading.Barrier, k: int) -> None:
+        barrier.wait()
+        try:
+            t.upsert(g_batch([(k, "a", seq, kind)]))
+            outcome[(name, k)] = "landed"
+        except errors.SchemaMismatch:
+            outcome[(name, k)] = "refused"
+        except errors.MereError as e:  # a conflict the retry policy gave up on
+            outcome[(name, k)] = type(e).__name__
+
+    for k in range(rounds):
+        barrier = threading.Barrier(2)
+        threads = [
+            threading.Thread(target=run, args=("delete", ta, "delete", 3, barrier, k)),
+            threading.Thread(target=run, args=("stock", tb, "stock", 5, barrier, k)),
+        ]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    got = {k: v for (_, k), v in state(ta.refresh()).items()}
+    for k in range(rounds):
+        accepted = [(k, "a", 1, "full")]
+        if outcome[("delete", k)] == "landed":
+            accepted.append((k, "a", 3, "delete"))
+        if outcome[("stock", k)] == "landed":
+            accepted.append((k, "a", 5, "stock"))
+        want = model(accepted).get(("a", k))
+        assert want is None or want[0] is not None, (k, outcome)
+        assert got.get(k) == want, (k, outcome)
