@@ -482,3 +482,23 @@ def test_processes_moving_keys_at_once(tmp_path: Path) -> None:
         p.join(120)
         assert p.exitcode == 0
     _check_concurrent(str(tmp_path), 3, 5)
+
+
+@pytest.mark.parametrize("route", ["key-index", "read-files"])
+def test_a_change_staged_before_a_compaction_commits_after_it(tmp_path: Path, route: str) -> None:
+    stored_keys.KEY_INDEX = route == "key-index"
+    t = make(mere.connect(str(tmp_path)), "o", "int32", 2, "off")
+    for r in range(4):
+        t.upsert(batch("int32", [(k, PARTS[(k + r) % 4], r, "u") for k in range(-6, 6)]))
+    staged = t.stage(batch("int32", [(k, "p8", 100, "u") for k in range(-6, 6, 2)] + [(5, "p0", None, "d")]))
+    t.compact()
+    t.upsert(batch("int32", [(k, "p7", 200, "u") for k in range(-6, 6, 3)]))
+    t.commit([staged])
+    want = {k: (PARTS[(k + 3) % 4], 3) for k in range(-6, 6)}
+    want.update({k: ("p7", 200) for k in range(-6, 6, 3)})
+    want.update({k: ("p8", 100) for k in range(-6, 6, 2)})
+    del want[5]
+    assert state(t) == want
+    forget_keys()
+    t.upsert(batch("int32", [(k, "p1", 1, "u") for k in want]))
+    assert state(t) == {k: ("p1", 1) for k in want}
