@@ -243,13 +243,6 @@ def _by_staged_delete(t: mere.Table) -> None:
     t.commit([t.stage(pa.table(LATE_KEYS), "delete")])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a commit of deletes by key alone (Table.delete / Transaction.delete of keys carrying the "
-    "sequence, a staged 'delete' commit) is never checked: Commit._needed_checks (table/commit.py) returns "
-    "None unless some change is an upsert ('deletes alone never do'), and the staged delete path does not "
-    "observe its markers at all; the key is left live with its NOT NULL price NULL",
-)
 @pytest.mark.parametrize("how", [_by_table_delete, _by_transaction_delete, _by_staged_delete])
 def test_a_late_delete_by_key_below_a_partial_update_is_refused(tmp_path: Path, how: Any) -> None:
     t = create(tmp_path, 1, "off")
@@ -262,7 +255,7 @@ def test_a_late_delete_by_key_below_a_partial_update_is_refused(tmp_path: Path, 
 
 
 def test_the_same_late_delete_as_a_cdc_row_is_refused(tmp_path: Path) -> None:
-    """The CDC form of the xfail above (the check works there): the two must agree."""
+    """The CDC form of the test above: the two must agree."""
     t = create(tmp_path, 1, "off")
     _stranded(t)
     narrow = pa.table(
@@ -309,13 +302,6 @@ def test_late_events_below_a_compacted_delete_stay_stale(tmp_path: Path, auto: s
         t.compact()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="false refusal after a rename: WriteChecks._check_late_deletes reads stored files by the table's "
-    "current column names (storage.read_row_groups without read.evolution.file_columns), so files written "
-    "before the rename of the NOT NULL column (or of its group's sequence) read it as absent/NULL and the "
-    "whole row above the delete looks bare",
-)
 @pytest.mark.parametrize("rename", [("price", "cost"), ("price_lsn", "plsn")])
 def test_a_late_delete_below_a_whole_row_lands_after_a_rename(
     tmp_path: Path, rename: tuple[str, str]
@@ -342,12 +328,6 @@ def test_late_deletes_after_other_renames(tmp_path: Path, rename: tuple[str, str
     assert t.scan().count() == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="false refusal after renaming sequence_by: write_checks._stale reads [key, sequence, op] of "
-    "stored files by current names, so the stored delete at 9 (written as 'lsn') has a NULL sequence and "
-    "the replayed partial row at 5 is taken for a new key lacking price",
-)
 def test_a_replayed_partial_row_below_a_delete_stays_stale_after_renaming_the_sequence(
     tmp_path: Path,
 ) -> None:
@@ -411,17 +391,3 @@ def test_a_late_delete_racing_a_partial_update_never_strands_the_key(tmp_path: P
         want = model(accepted).get(("a", k))
         assert want is None or want[0] is not None, (k, outcome)
         assert got.get(k) == want, (k, outcome)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="false refusal by the sequence-order model (the documented rule, not the new check): a batch "
-    "deleting a key at 3 and carrying its stock group at 4 is refused at once as a partial row starting the "
-    "key afresh (WriteChecks._check_fresh_rows), although a whole stored row at 10 above both keeps the key "
-    "whole; the property tolerates it through recreated()",
-)
-def test_a_batch_delete_then_partial_below_a_stored_whole_row_lands(tmp_path: Path) -> None:
-    t = create(tmp_path, 1, "off")
-    t.upsert(g_batch([(1, "a", 10, "full")]))
-    t.upsert(g_batch([(1, "a", 3, "delete"), (1, "a", 4, "stock")]))
-    assert state(t) == {("a", 1): (10, 10)}

@@ -500,9 +500,12 @@ class Commit:
         )
 
     def _needed_checks(self) -> WriteChecks | None:
-        """The checks, when an upsert of this commit needs them (deletes alone never do)."""
+        """The checks, when an upsert of this commit needs them, or its deletes (deletes alone need them
+        only under sequences, where one may be late: see :meth:`WriteChecks.late_deletes_matter`)."""
         if not self.checks.needed:
             return None
+        if self.checks.late_deletes_matter:
+            return self.checks
         return self.checks if any(c.operation == "upsert" for c in self.changes) else None
 
     def drop_resolved(self) -> None:

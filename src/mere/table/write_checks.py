@@ -34,6 +34,7 @@ from mere.io.footer import primitive_leaf
 from mere.kernels import group_starts, reduce_versions, sort_indices
 from mere.metadata import FileEntry
 from mere.partitions import partition_json
+from mere.read.evolution import file_columns, to_table_columns
 from mere.read.reader import io_pool
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, MergeOperator, TableSpec
 from mere.table.conflicts import ChecksHold
@@ -86,10 +87,10 @@ class WriteChecks:
     @property
     def needed(self) -> bool:
         """Whether the commit must consult the table: rows lacking NOT NULL columns, or integer sums."""
-        return self.partial or bool(self.sum_columns and self.rows) or self._late_deletes_matter
+        return self.partial or bool(self.sum_columns and self.rows) or self.late_deletes_matter
 
     @property
-    def _late_deletes_matter(self) -> bool:
+    def late_deletes_matter(self) -> bool:
         """With ``sequence_by``, a delete below a stored version of its key that lacks a NOT NULL column
         leaves that version live on nothing: such deletes are checked against the table."""
         return self.deletes and bool(self.spec.sequence_by and self.required)
@@ -126,14 +127,15 @@ class WriteChecks:
         # A row may leave out a group holding a NOT NULL column in a file that has the column.
         partial |= any(c in self.spec.grouped for c in self.required)
         summed = any(has(e, c) for e in entries for c in self.sum_columns)
-        if not partial and not summed:
+        late = bool(self.spec.sequence_by and self.required)  # (their deletes may be late)
+        if not partial and not summed and not late:
             return
         pk = list(self.spec.primary_key)
         for e in entries:
             md = table.storage.metadata(e.path, e.size_bytes)
-            grouped = self.spec.grouped  # NOT NULL group columns are judged row by row (see _carried)
-            checked = {c for r in self.required if r in grouped for c in (r, grouped[r])}
-            extra = [*self.sum_columns, *self.spec.sequence_by, *sorted(checked)]
+            # NOT NULL group columns are judged row by row (see _carried); late deletes read them all
+            checked = self._checked if self.spec.sequence_by else []
+            extra = [*self.sum_columns, *self.spec.sequence_by, *checked]
             wanted = [*pk, OP_COLUMN, *dict.fromkeys(c for c in extra if has(e, c) and c not in pk)]
             rows = table.storage.read_row_groups(e.path, range(md.num_row_groups), wanted, e.size_bytes)
             full = e.content == "delete" or all(has(e, c) for c in self.required)
@@ -240,7 +242,7 @@ class WriteChecks:
         headroom = self._check_sums(table, base, net) if self.sum_columns else {}
         if must_exist:
             self._check_existing(table, base, must_exist)
-        late = self._late_deletes_matter
+        late = self.late_deletes_matter
         if late:
             self._check_late_deletes(table, base)
         return ChecksHold(frozenset(split_label(k) for k in net), bool(must_exist) or late, headroom)
@@ -316,15 +318,11 @@ class WriteChecks:
             deleted = deleted.filter(pa.array(ops == OP_DELETE)).select(pk)
             if not deleted.num_rows:
                 continue
-            stored = []
-            for f in files:
-                if (f.partition, f.bucket) == key:
-                    wanted = [c for c in columns if f.columns is None or c in f.columns or c in pk]
-                    md = table.storage.metadata(f.path, f.size_bytes)
-                    rows = table.storage.read_row_groups(
-                        f.path, range(md.num_row_groups), [*wanted, OP_COLUMN], f.size_bytes
-                    )
-                    stored.append(rows)
+            stored = [
+                _read_current(table, spec, f, [*columns, OP_COLUMN])
+                for f in files
+                if (f.partition, f.bucket) == key
+            ]
             # stored versions first (files in commit order), then this write's: the order ties fall in
             versions = [
                 v.filter(pa.array(_contains(deleted, v.select(pk), pk))) for v in [*stored, *incoming]
@@ -405,6 +403,21 @@ class WriteChecks:
         return headroom
 
 
+def _read_current(table: TableHandle, spec: TableSpec, f: FileEntry, columns: Sequence[str]) -> pa.Table:
+    """Those of ``columns`` a stored file holds, under the table's current names (a renamed column found
+    by its field id, a column added since the file was written reading its default where the file holds
+    whole rows); the others are left out."""
+    md = table.storage.metadata(f.path, f.size_bytes)
+    groups = range(md.num_row_groups)
+    if not spec.evolved:
+        names = [c for c in columns if c in md.schema.names]
+        return table.storage.read_row_groups(f.path, groups, names, f.size_bytes)
+    mapping = file_columns(spec, md)
+    rows = table.storage.read_row_groups(f.path, groups, mapping.file_names(columns), f.size_bytes)
+    fill = mapping.defaulted(spec, [c for c in columns if c != OP_COLUMN], whole_rows=f.columns is None)
+    return to_table_columns(rows, mapping, spec, fill)
+
+
 def _stale(table: TableHandle, base: int, split: SplitKey, wanted: pa.Table, spec: TableSpec) -> np.ndarray:
     """Which ``wanted`` rows (keys and sequences) lie below their key's stored delete in the split at
     ``base``: the key's stored version of highest sequence is a delete (a marker, a tombstone) above the
@@ -415,16 +428,12 @@ def _stale(table: TableHandle, base: int, split: SplitKey, wanted: pa.Table, spe
         for f in table.files_at(base)
         if (f.partition, f.bucket) == split and f.content in ("data", "delete")
     ]
-    parts = []
     columns = [*pk, *seq, OP_COLUMN]
     fields = [
         *(spec.schema.field(c).with_nullable(True) for c in [*pk, *seq]),
         pa.field(OP_COLUMN, pa.int8()),
     ]
-    for f in files:
-        md = table.storage.metadata(f.path, f.size_bytes)
-        rows = table.storage.read_row_groups(f.path, range(md.num_row_groups), columns, f.size_bytes)
-        parts.append(_align(rows, pa.schema(fields)))
+    parts = [_align(_read_current(table, spec, f, columns), pa.schema(fields)) for f in files]
     out = np.zeros(wanted.num_rows, dtype=bool)
     if not parts:
         return out

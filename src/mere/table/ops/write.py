@@ -408,6 +408,8 @@ def add_staged(
         change.summary |= stale
         commit.add(change)
     elif operation == "delete":
+        if ctx.spec.has_primary_key:  # (a late delete under sequences is checked)
+            commit.checks.observe_files(ctx.handle, entries)
         commit.add(Change("delete", entries, rows, deletion_summary(rows, None)))
     else:
         if operation == "upsert" and ctx.spec.has_primary_key:
