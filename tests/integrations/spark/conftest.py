@@ -24,6 +24,10 @@ def spark() -> Iterator[SparkSession]:
     # Workers must run this interpreter (the project venv), not whatever `python3` is on PATH.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Spark's own tables live under a directory of this test process's: under xdist, one per worker (a
+    # test that watches that directory must not see another worker's tables come and go).
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    SparkSession.builder.config("spark.sql.warehouse.dir", os.path.abspath(f"spark-warehouse/{worker}"))
     session = local_session("mere-tests")
     try:
         yield session

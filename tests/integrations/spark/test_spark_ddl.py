@@ -54,7 +54,8 @@ def state(spark: SparkSession, wh: str) -> tuple[Any, ...]:
     files = sorted(
         str(p.relative_to(wh)) for p in Path(wh).rglob("*") if p.is_file() and "catalog" not in p.name
     )
-    spark_dirs = sorted(os.listdir("spark-warehouse")) if os.path.isdir("spark-warehouse") else []
+    managed = spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:")
+    spark_dirs = sorted(os.listdir(managed)) if os.path.isdir(managed) else []
     return spark_tables, tables, files, spark_dirs
 
 
