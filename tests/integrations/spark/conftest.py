@@ -27,8 +27,7 @@ def spark() -> Iterator[SparkSession]:
     # Spark's own tables live under a directory of this test process's: under xdist, one per worker (a
     # test that watches that directory must not see another worker's tables come and go).
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    SparkSession.builder.config("spark.sql.warehouse.dir", os.path.abspath(f"spark-warehouse/{worker}"))
-    session = local_session("mere-tests")
+    session = local_session("mere-tests", warehouse_dir=os.path.abspath(f"spark-warehouse/{worker}"))
     try:
         yield session
     finally:

@@ -15,7 +15,9 @@ from mere.integrations.spark.ddl import install_ddl_hook
 from mere.integrations.spark.sink import install_partition_hook
 
 
-def local_session(app_name: str, driver_memory: str = "1g", shuffle_partitions: int = 2) -> Any:
+def local_session(
+    app_name: str, driver_memory: str = "1g", shuffle_partitions: int = 2, warehouse_dir: str | None = None
+) -> Any:
     """A local[2] SparkSession for jobs, tests and benchmarks on one machine (UTC, quiet, no UI).
 
     Spark's Python workers run this interpreter (``PYSPARK_PYTHON``, unless set), and ``.partitionBy`` of a
@@ -25,6 +27,8 @@ def local_session(app_name: str, driver_memory: str = "1g", shuffle_partitions: 
         app_name: The Spark application's name.
         driver_memory: ``spark.driver.memory``.
         shuffle_partitions: ``spark.sql.shuffle.partitions``.
+        warehouse_dir: ``spark.sql.warehouse.dir``, where Spark keeps its own (non-mere) tables; None:
+            Spark's default, ``spark-warehouse`` in the working directory.
 
     Returns:
         The session (an existing one, if this process has one).
@@ -35,8 +39,11 @@ def local_session(app_name: str, driver_memory: str = "1g", shuffle_partitions: 
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    if warehouse_dir is not None:
+        builder = builder.config("spark.sql.warehouse.dir", warehouse_dir)
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName(app_name)
         .config("spark.driver.memory", driver_memory)
         .config("spark.ui.enabled", "false")
