@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import mere
 from mere.errors import MereError
-from mere.table import file_keys, stored_keys
+from mere.table import stored_keys
 
 PARTS = tuple(f"p{i}" for i in range(9))
 
@@ -74,15 +74,6 @@ def state(t: mere.Table, version: int | None = None) -> Model:
         assert r["id"] not in out, f"key {r['id']} live twice: {out[r['id']]} and {r}"
         out[r["id"]] = (r["status"], r["v"])
     return out
-
-
-def forget_keys() -> None:
-    """A new process: the per-process indexes and caches of stored keys emptied."""
-    stored_keys._key_index.clear()
-    stored_keys._index.clear()
-    file_keys._cache.clear()
-    file_keys._bounds.clear()
-    file_keys._cache_bytes = 0
 
 
 class index_off:
@@ -210,7 +201,7 @@ def test_index_and_file_reads_equal_a_dict_for_every_key_type(
             cat = mere.connect(str(root))
             _roots[id(cat)] = root
         if step[0] == "forget":
-            forget_keys()
+            stored_keys.forget()  # as a new process
         step_model(model, keys, step)
         assert state(b) == model, ("read-files", step)
         assert state(a) == model, ("key-index", step)
@@ -359,7 +350,7 @@ def test_a_long_stream_of_moves_equals_file_reads_and_the_model(tmp_path: Path, 
             if e[0] not in newest or e[2] > newest[e[0]][2]:
                 newest[e[0]] = e
         if step % 10 == 9:
-            forget_keys()
+            stored_keys.forget()  # as a new process
         if step % 7 == 6:
             a.compact()
             b.compact()
@@ -499,6 +490,6 @@ def test_a_change_staged_before_a_compaction_commits_after_it(tmp_path: Path, ro
     want.update({k: ("p8", 100) for k in range(-6, 6, 2)})
     del want[5]
     assert state(t) == want
-    forget_keys()
+    stored_keys.forget()  # as a new process
     t.upsert(batch("int32", [(k, "p1", 1, "u") for k in want]))
     assert state(t) == {k: ("p1", 1) for k in want}

@@ -280,15 +280,6 @@ def test_merge_update_and_delete_match_duckdb(
 EVENT = st.tuples(st.integers(0, 7), st.sampled_from(PARTS), st.integers(0, 99), st.booleans())
 
 
-def forget_keys() -> None:
-    """What a new process knows of stored keys: nothing (the per-process caches and indexes emptied)."""
-    stored_keys._key_index.clear()
-    stored_keys._index.clear()
-    file_keys._cache.clear()
-    file_keys._bounds.clear()
-    file_keys._cache_bytes = 0
-
-
 @pytest.fixture(params=["key-index", "read-files", "small-budget"])
 def key_index(request: pytest.FixtureRequest) -> Any:
     """Each lookup of stored keys through the per-bucket index, by reading the stored files, or through
@@ -334,7 +325,7 @@ def test_moves_equal_a_dict_keyed_by_key(
         if i in compact_after:
             t.compact()
         if i in cold_after:
-            forget_keys()
+            stored_keys.forget()  # as a new process
         assert rows_of(t) == model
     for version, want in seen:
         assert rows_of(t, version) == want
@@ -493,7 +484,7 @@ def test_sequenced_moves_in_any_order_equal_the_model_in_sequence_order(
         if i in compact_after:
             t.compact()
         if i in cold_after:
-            forget_keys()
+            stored_keys.forget()  # as a new process
     for version, want in seen:
         assert rows_of_seq(t, version) == want
 
@@ -613,7 +604,7 @@ def test_sequenced_update_and_merge_moves_stay_where_they_moved(tmp_path: Path) 
 def test_a_stream_of_upserts_folds_each_commit_into_the_bucket_index(tmp_path: Path) -> None:
     """The index is what the lookups use (not a silent fall back to reading): each bucket's holds the
     files stored when the last commit looked up, and one row per (key, partition)'s current version."""
-    forget_keys()
+    stored_keys.forget()  # as a new process
     t = orders(mere.connect(str(tmp_path)), buckets=2, properties={"compaction.auto": "off"})
     t.upsert(cdc([(k, PARTS[k % 3], k, "u") for k in range(40)]))
     t.upsert(cdc([(k, PARTS[(k + 1) % 3], -k, "u") for k in range(0, 40, 4)]))  # 10 keys move

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mere
-from mere.table import file_keys, stored_keys
+from mere.table import stored_keys
 
 _tables = itertools.count()
 
@@ -101,8 +101,7 @@ def test_stale_counts_equal_the_model(
         if then == "compact":
             t.compact()
         elif then == "forget":  # as a new process: the lookup reads the files
-            file_keys._cache.clear()
-            stored_keys._index.clear()
+            stored_keys.forget()
 
 
 def test_the_index_follows_a_stream_and_turns_sorted_for_spread_keys(tmp_path: Path) -> None:

@@ -31,6 +31,15 @@ _bounds: OrderedDict[tuple[str, str], tuple[Any, Any] | None] = OrderedDict()
 BOUNDS_FILES = 100_000
 
 
+def forget() -> None:
+    """Drop every kept file's columns and bounds (what a new process knows: nothing)."""
+    global _cache_bytes
+    with _lock:
+        _cache.clear()
+        _bounds.clear()
+        _cache_bytes = 0
+
+
 def lookup_columns(spec: TableSpec) -> list[str]:
     """The columns a lookup reads: key, sequence, operation."""
     return [*spec.primary_key, *spec.sequence_by, OP_COLUMN]

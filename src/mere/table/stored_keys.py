@@ -46,6 +46,7 @@ from mere.metadata import FileEntry
 from mere.partitions import typed_partition
 from mere.read.reader import io_pool
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
+from mere.table import file_keys
 from mere.table.context import TableContext
 from mere.table.file_keys import all_kept, file_versions, lookup_columns, sequence_bounds
 
@@ -399,6 +400,14 @@ class _KeyIndex:
 
 
 _key_index: OrderedDict[tuple[str, int], _KeyIndex] = OrderedDict()
+
+
+def forget() -> None:
+    """Drop both kinds of index and the kept files' columns (what a new process knows: nothing)."""
+    with _index_lock:
+        _index.clear()
+        _key_index.clear()
+    file_keys.forget()
 
 
 def _indexed_versions(
