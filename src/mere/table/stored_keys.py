@@ -536,11 +536,7 @@ def _fold(ctx: TableContext, ix: _KeyIndex, newer: Sequence[FileEntry]) -> bool:
     part = np.concatenate([p.column(_PARTNO).to_numpy() for p in parts])
     low, high = int(keys.min()), int(keys.max())
     if high - low < (1 << 47) and len(ix.parts) < (1 << 16):  # one int64 per (key, partition)
-        if keys.dtype == np.uint64:
-            offset = (keys - np.uint64(low)).astype(np.int64)
-        else:
-            offset = keys.astype(np.int64) - low
-        packed = (offset << 16) | part
+        packed = ((keys.astype(np.int64) - low) << 16) | part  # (keys are signed: no uint64 keys)
         order = np.argsort(packed, kind="stable")  # sorted runs, older first within a (key, partition)
     else:
         order = np.lexsort((part, keys))  # stable, as well
