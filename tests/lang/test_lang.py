@@ -752,6 +752,9 @@ UNIT_VALUES: list[tuple[str, list[Any]]] = [
     ("i % 3", [1, N, -1, 0, -2]),
     ("i % -3", [1, N, -1, 0, -2]),
     ("-7 % 2", [-1] * 5),
+    # constants computed in a branch (Arrow's if_else narrowed 100 to an int8 beside an untyped NULL)
+    ("CASE WHEN i IS NULL THEN 100 * 2 ELSE l END", [5, 200, N, 0, 3]),
+    ("CASE WHEN i > 0 THEN 120 + 10 ELSE 1000 * 1000 END", [130, 1000000, 1000000, 1000000, 1000000]),
     ("-i", [-7, N, 7, 0, 2]),
     ("d % 2", [0.5, NAN, N, NAN, -0.0]),
     ("m + i", [Decimal("8.25"), N, Decimal("-10.50"), Decimal("2.50"), Decimal("-4.50")]),

@@ -301,6 +301,12 @@ def _null(t: pa.DataType) -> pa.Scalar:
     return pa.scalar(None, t)
 
 
+def _typed_null(t: pa.DataType) -> pc.Expression:
+    """A NULL of type ``t`` (``if_else`` of a constant and an untyped NULL narrows the constant's type:
+    ``if_else(c, 100, NULL)`` is an int8, and ``* 2`` of it overflows)."""
+    return pc.scalar(_null(t))
+
+
 def _int_fits(value: int, t: pa.DataType) -> bool:
     bits = t.bit_width
     if pa.types.is_unsigned_integer(t):
@@ -424,7 +430,7 @@ class Lowering:
         if self.guard is None or value.is_literal:
             return value
         return Typed(
-            pc.Expression._call("if_else", [self.guard.expr, value.expr, pc.scalar(None)]), value.type
+            pc.Expression._call("if_else", [self.guard.expr, value.expr, _typed_null(value.type)]), value.type
         )
 
     def call(self, name: str, args: Sequence[Typed], options: pc.FunctionOptions | None = None) -> Typed:
@@ -436,7 +442,9 @@ class Lowering:
             raise self.fail(f"{name} cannot take ({types}): {exc}") from None
         if self.guard is not None and (name.endswith("_checked") or name in _MAY_FAIL):
             if args and all(a.is_literal for a in args):  # constants alone: computed per row all the same
-                first = pc.Expression._call("if_else", [self.guard.expr, args[0].expr, pc.scalar(None)])
+                first = pc.Expression._call(
+                    "if_else", [self.guard.expr, args[0].expr, _typed_null(args[0].type)]
+                )
                 args = [Typed(first, args[0].type), *args[1:]]
             else:
                 args = [self._only_guarded_rows(a) for a in args]
@@ -542,7 +550,7 @@ class Lowering:
         """A constant that does not convert to ``to``, cast on the rows of the current guard when the
         statement runs (there it fails, as SQL's cast; a branch no row takes is no error)."""
         assert self.guard is not None
-        guarded = pc.Expression._call("if_else", [self.guard.expr, value.expr, pc.scalar(None)])
+        guarded = pc.Expression._call("if_else", [self.guard.expr, value.expr, _typed_null(value.type)])
         return Typed(pc.Expression._call("cast", [guarded], pc.CastOptions(to)), to)
 
     def _cast_constant(self, value: Typed, to: pa.DataType) -> Typed:
