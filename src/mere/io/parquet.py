@@ -12,8 +12,8 @@ and a codec from blocks of rows sampled across the file (:func:`value_layout`):
 - uncompressed where the codec keeps over ``INCOMPRESSIBLE`` of the sampled bytes (random measures):
   decompressing them costs reads time and saves no bytes.
 
-Key-sorted files get a key index (:mod:`mere.io.keyindex`), and the schema's ``mere.*`` metadata is kept
-in the footer.
+Columns holding no NULL in a file are required in it (:func:`required_where_no_nulls`). Key-sorted files
+get a key index (:mod:`mere.io.keyindex`), and the schema's ``mere.*`` metadata is kept in the footer.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ def write_parquet(
     in memory, then uploaded (see :meth:`Storage.write`); a failed write leaves no object behind and no
     referenced file.
     """
+    table = required_where_no_nulls(table)
     options = writer_options(
         table,
         row_group_rows=row_group_rows,
@@ -75,6 +76,30 @@ def write_parquet(
 
     size = storage.write(rel, encode)
     return WrittenFile(rel, size, table.num_rows)
+
+
+REQUIRED_WHERE_NO_NULLS = True  # False: every file keeps the table's nullability (benchmarks, tests)
+
+
+def required_where_no_nulls(table: pa.Table) -> pa.Table:
+    """``table`` with its nullable top-level columns that hold no NULL marked required (no copy).
+
+    A file's required column has no definition levels: readers skip decoding them (a quarter of the
+    decode of numbers and dictionary indices), and the file stays readable as the table's nullable
+    column, by mere (which reads files into the table's schema) and by any Parquet reader.
+    """
+    if not REQUIRED_WHERE_NO_NULLS:
+        return table
+    schema = table.schema
+    fields = [
+        f.with_nullable(False)
+        if f.nullable and not pa.types.is_null(f.type) and table.column(i).null_count == 0
+        else f
+        for i, f in enumerate(schema)
+    ]
+    if all(a.nullable == b.nullable for a, b in zip(fields, schema)):
+        return table
+    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=schema.metadata))
 
 
 def writer_options(
