@@ -384,3 +384,32 @@ def test_the_wide_pass_by_runs_of_row_groups(
             assert rows(plain(scan)) == want
     finally:
         selective.WIDE_RUN_ROWS = saved
+
+
+@given(
+    chunks=st.lists(
+        st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "c", "dd", "é"])), min_size=0, max_size=12),
+        min_size=1,
+        max_size=6,
+    ),
+    data=st.data(),
+)
+def test_taking_rows_from_dictionary_chunks_equals_taking_plain_rows(
+    chunks: list[list[Any]], data: Any
+) -> None:
+    """A column read as dictionaries (a chunk per row group, each its own dictionary) beside plain ones:
+    the rows taken chunk by chunk are those a plain take gives."""
+    dictionary = pa.chunked_array(
+        [pa.array(c, pa.string()).dictionary_encode() for c in chunks],
+        type=pa.dictionary(pa.int32(), pa.string()),
+    )
+    n = len(dictionary)
+    table = pa.table({"d": dictionary, "v": pa.array(range(n), pa.int64())})
+    where = np.asarray(
+        sorted(data.draw(st.lists(st.integers(0, max(n - 1, 0)), max_size=20) if n else st.just([])))
+    )
+    got = selective._take_sorted(table, where.astype(np.int64))
+    plain = table.set_column(0, "d", dictionary.cast(pa.string()))
+    want = plain.take(pa.array(where, pa.int64()))
+    assert got.schema == table.schema
+    assert got.set_column(0, "d", got.column("d").cast(pa.string())).equals(want)

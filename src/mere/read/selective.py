@@ -154,7 +154,7 @@ def _values(arrays: Sequence[pa.ChunkedArray], kind: pa.DataType) -> np.ndarray 
     chunks = [a if a.type == kind else a.cast(kind) for ch in arrays for a in ch.chunks]
     as_np = [numpy_sortable_array(a) for a in chunks]
     if chunks and all(a is not None for a in as_np):
-        return np.concatenate(as_np)  # type: ignore[arg-type]
+        return as_np[0] if len(as_np) == 1 else np.concatenate(as_np)  # type: ignore[arg-type]
     return pa.chunked_array(chunks, type=kind)
 
 
@@ -542,4 +542,27 @@ def _plan_wide(f: _Narrow, mine: np.ndarray, output: Sequence[str]) -> _Wide:
 
 def _load_run(w: _Wide, groups: list[int], where: np.ndarray) -> pa.Table:
     """The other columns of a run's survivors: its row groups decoded at once, the survivors taken."""
-    return w.cursor.load(groups, w.rest, w.dictionary).take(pa.array(where))
+    return _take_sorted(w.cursor.load(groups, w.rest, w.dictionary), where)
+
+
+def _take_sorted(table: pa.Table, where: np.ndarray) -> pa.Table:
+    """Rows ``where`` (ascending) of ``table``. A column read as dictionaries has a chunk per row group,
+    each with its own dictionary: its rows are taken chunk by chunk, as chunks with their own
+    dictionaries (taking from the whole column would unify every chunk's dictionary first)."""
+    index = pa.array(where)
+    columns = []
+    for column in table.columns:
+        if column.num_chunks > 1 and pa.types.is_dictionary(column.type):
+            ends = np.cumsum([len(c) for c in column.chunks])
+            cuts = np.searchsorted(where, ends).tolist()
+            starts = [0, *cuts[:-1]]
+            offsets = [0, *ends[:-1].tolist()]
+            pieces = [
+                chunk.take(pa.array(where[a:b] - offset))
+                for chunk, a, b, offset in zip(column.chunks, starts, cuts, offsets)
+                if b > a
+            ]
+            columns.append(pa.chunked_array(pieces, type=column.type))
+        else:
+            columns.append(column.take(index))
+    return pa.Table.from_arrays(columns, schema=table.schema)
