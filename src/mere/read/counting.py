@@ -56,13 +56,15 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
     if not parts:
         return 0
     parts = _oldest_run_first(spec, parts)
-    ops = np.concatenate([_ops(p) for _, p in parts])
+    each_ops = [_ops(p) for _, p in parts]
+    deletes = any(bool((o == OP_DELETE).any()) for o in each_ops)
+    ops = each_ops[0] if len(each_ops) == 1 else np.concatenate(each_ops)
     keys: list[Any] = []
     for c in spec.primary_key:
         arrays = [a for _, p in parts for a in p.column(c).chunks]
         as_np = [numpy_sortable_array(a) for a in arrays]
         if all(a is not None for a in as_np) and not any(a.null_count for a in arrays):
-            keys.append(np.concatenate(as_np))  # type: ignore[arg-type]
+            keys.append(np.concatenate(as_np))  # type: ignore[arg-type]  # (a copy, even of one array)
         else:
             keys.append(pa.chunked_array(arrays, type=parts[0][1].column(c).type))
     n = len(ops)
@@ -72,12 +74,12 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
             break
         first += p.num_rows
     base = keys[0] if len(keys) == 1 and isinstance(keys[0], np.ndarray) else None
-    if base is not None and not bool((ops == OP_DELETE).any()):
+    if base is not None and not deletes:
         # No delete marker: every key is a row. Sorting the keys alone (a stable sort merges the files'
         # sorted runs) costs less than ordering the rows to find each key's newest operation, or
         # than searching the newer keys in a sorted run (a binary search per key).
-        ranked = np.sort(base, kind="stable")
-        return int(np.count_nonzero(ranked[1:] != ranked[:-1])) + int(n > 0)
+        base.sort(kind="stable")  # in place: ``base`` is this call's own concatenation
+        return int(np.count_nonzero(base[1:] != base[:-1])) + int(n > 0)
     if (
         base is not None
         and n > first >= SEARCH_RATIO * (n - first)
