@@ -58,6 +58,17 @@ def release_after_writes(read_bytes: int) -> None:
         release_freed_memory_of_pools(RELEASE_AFTER_BYTES)
 
 
+def is_binary_like(t: pa.DataType) -> bool:
+    """Strings and binaries with offsets (plain and large): the types Parquet stores as byte arrays and
+    reads dictionary-encoded on request."""
+    return bool(
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    )
+
+
 def bool_array(mask: np.ndarray) -> pa.BooleanArray:
     """A NumPy bool mask as an Arrow boolean array (no NULLs): its bits packed by NumPy, about 20x faster
     than ``pa.array(mask)`` for a few hundred thousand rows here (an Arrow filter's selection per split)."""

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mere.arrays import is_binary_like
 from mere.io import keyindex
 from mere.io.storage import Storage
 
@@ -182,7 +183,7 @@ def value_layout(
         if column in skipped:
             continue
         integer_like = _delta_encoding(t) == "DELTA_BINARY_PACKED"
-        if not (integer_like or pa.types.is_floating(t) or _is_binary_like(t)):
+        if not (integer_like or pa.types.is_floating(t) or is_binary_like(t)):
             continue
         values = table.column(column)
         values = pc.drop_null((values if sample is None else values.take(sample)).combine_chunks())
@@ -253,7 +254,7 @@ def _bit_lengths(x: np.ndarray) -> np.ndarray:
 
 def _value_bytes(values: pa.Array) -> bytes:
     """The bytes of values a codec sees in plain pages: fixed-width values, or strings' characters."""
-    if _is_binary_like(values.type):
+    if is_binary_like(values.type):
         width = np.int64 if _is_large(values.type) else np.int32
         offsets = np.frombuffer(values.buffers()[1], dtype=width)[
             values.offset : values.offset + len(values) + 1
@@ -265,15 +266,6 @@ def _value_bytes(values: pa.Array) -> bytes:
 
 def _is_large(t: pa.DataType) -> bool:
     return bool(pa.types.is_large_string(t) or pa.types.is_large_binary(t))
-
-
-def _is_binary_like(t: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-    )
 
 
 def _codecs(
@@ -308,12 +300,7 @@ def _leaf_paths(schema: pa.Schema) -> tuple[tuple[str, str], ...]:
 def _delta_encoding(t: pa.DataType) -> str | None:
     if pa.types.is_integer(t) or pa.types.is_date32(t) or pa.types.is_timestamp(t):
         return "DELTA_BINARY_PACKED"
-    if (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-    ):
+    if is_binary_like(t):
         return "DELTA_BYTE_ARRAY"
     return None
 

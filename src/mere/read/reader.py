@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mere import expr as E
-from mere.arrays import bool_array, sorted_unique
+from mere.arrays import bool_array, is_binary_like, sorted_unique
 from mere.concurrency import default_threads, run_on_daemon_thread, shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
@@ -233,21 +233,11 @@ def _dictionary_pages(md: pq.FileMetaData, leaves: dict[str, list[int]], column:
     return bool(md.row_group(0).column(index).has_dictionary_page)
 
 
-def _is_binary_like(t: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-    )
-
-
 def plain_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Dictionary-read columns cast back to their table type (pyarrow may also hand a large_string back)."""
     for i, f in enumerate(table.schema):
         if f.name in schema.names and (
-            pa.types.is_dictionary(f.type)
-            or (_is_binary_like(f.type) and f.type != schema.field(f.name).type)
+            pa.types.is_dictionary(f.type) or (is_binary_like(f.type) and f.type != schema.field(f.name).type)
         ):
             table = table.set_column(
                 i,
@@ -429,7 +419,7 @@ class SplitReader:
                         for c in self.needed
                         if c not in spec.identity_columns
                         and c not in spec.sequence_by  # compared across files: plain values
-                        and _is_binary_like(spec.schema.field(c).type)
+                        and is_binary_like(spec.schema.field(c).type)
                     ),
                 )
                 self.opts = opts
@@ -922,7 +912,7 @@ def _kept(table: pa.Table, mask: np.ndarray) -> pa.Table:
 def _without_validity(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """The column with the validity bitmaps of NULL-free chunks of flat types left out (zero copy)."""
     kind = column.type
-    flat = pa.types.is_primitive(kind) or _is_binary_like(kind) or pa.types.is_decimal(kind)
+    flat = pa.types.is_primitive(kind) or is_binary_like(kind) or pa.types.is_decimal(kind)
     if not flat or column.null_count == column.length():
         return column
     chunks = []
