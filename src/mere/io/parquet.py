@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import io
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -165,10 +166,10 @@ def value_layout(
     n = table.num_rows
     if n == 0:
         return {}, []
-    paths = [path for path, _ in _leaf_paths(table.schema)]
     # pyarrow names columns by dotted paths: a column "a.b" beside a struct "a" with a field "b" would
     # give both the same settings
-    skipped = set(skip) | {p for p in paths if paths.count(p) > 1}
+    paths = Counter(path for path, _ in _leaf_paths(table.schema))
+    skipped = set(skip) | {p for p, count in paths.items() if count > 1}
     if n > SAMPLE_BLOCKS * SAMPLE_BLOCK_ROWS:
         starts = np.linspace(0, n - SAMPLE_BLOCK_ROWS, SAMPLE_BLOCKS).astype(np.int64)
         sample: pa.Array | None = pa.array((starts[:, None] + np.arange(SAMPLE_BLOCK_ROWS)).ravel())
