@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from decimal import Decimal
 from pathlib import Path
+from unittest import mock
 
 import duckdb
 import numpy as np
@@ -259,7 +260,18 @@ def test_every_type_reads_back_as_written(
         name = next(iter(columns))
         columns[name] = pa.nulls(rows, columns[name].type)
     table = pa.table(columns)
-    _write(table, compression=compression)
+    with mock.patch.object(P, "LAYOUT_MIN_ROWS", 0):  # small tables chosen for too
+        _write(table, compression=compression)
+
+
+def test_small_files_keep_plain_values_under_the_codec() -> None:
+    rng = np.random.default_rng(12)
+    small = pa.table(
+        {"n": rng.integers(0, 1000, P.LAYOUT_MIN_ROWS - 1), "x": rng.random(P.LAYOUT_MIN_ROWS - 1)}
+    )
+    assert {c: v[0] for c, v in _chunks(_write(small)).items()} == {"n": "LZ4", "x": "LZ4"}
+    big = pa.table({"n": rng.integers(0, 10**6, P.LAYOUT_MIN_ROWS), "x": rng.random(P.LAYOUT_MIN_ROWS)})
+    assert {c: v[0] for c, v in _chunks(_write(big)).items()} == {"n": "UNCOMPRESSED", "x": "UNCOMPRESSED"}
 
 
 def test_other_engines_read_the_files_mere_writes(tmp_path: Path) -> None:

@@ -151,6 +151,9 @@ ADAPTIVE_ENCODINGS = True  # False: value columns plain under the table's codec 
 SAMPLE_BLOCKS = 32  # blocks of consecutive rows sampled across a file to choose value encodings
 SAMPLE_BLOCK_ROWS = 128  # a DELTA_BINARY_PACKED block: deltas are taken between neighbouring rows
 INCOMPRESSIBLE = 0.9  # a codec keeping more than this share of a column's sampled bytes is not used on it
+# Smaller files keep plain values under the codec: choosing costs ~0.1 ms a column, which a small commit to a
+# wide table would feel, and compaction rewrites such files anyway.
+LAYOUT_MIN_ROWS = 16_384
 
 
 def value_layout(
@@ -161,10 +164,11 @@ def value_layout(
     to write uncompressed (those delta-encoded, and those the codec does not shrink by a tenth).
 
     Estimated on ``SAMPLE_BLOCKS`` blocks of ``SAMPLE_BLOCK_ROWS`` consecutive rows spread across the
-    table, in NumPy and one compression of each column's sampled bytes.
+    table, in NumPy and one compression of each column's sampled bytes; nothing for tables of fewer than
+    ``LAYOUT_MIN_ROWS`` rows.
     """
     n = table.num_rows
-    if n == 0:
+    if n < LAYOUT_MIN_ROWS:
         return {}, []
     # pyarrow names columns by dotted paths: a column "a.b" beside a struct "a" with a field "b" would
     # give both the same settings
