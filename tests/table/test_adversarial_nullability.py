@@ -1,0 +1,242 @@
+"""Adversarial: tables whose files differ in nullability (``REQUIRED_WHERE_NO_NULLS``) and in value layout
+(``ADAPTIVE_ENCODINGS``) read, filter, count, stream, evolve, compact and feed changes exactly as a twin table
+written with both switched off, and every read has the table's schema (its nullability), never a file's."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mere
+from mere.io import parquet as P
+
+
+@contextmanager
+def _layout(on: bool) -> Iterator[None]:
+    saved = P.ADAPTIVE_ENCODINGS, P.REQUIRED_WHERE_NO_NULLS
+    P.ADAPTIVE_ENCODINGS = P.REQUIRED_WHERE_NO_NULLS = on
+    try:
+        yield
+    finally:
+        P.ADAPTIVE_ENCODINGS, P.REQUIRED_WHERE_NO_NULLS = saved
+
+
+Step = Callable[[mere.Table], Any]
+
+
+def _twins(root: Path, schema: pa.Schema, steps: list[Step], **options: Any) -> tuple[mere.Table, mere.Table]:
+    """The same steps on a table of the new layout and on a twin of the old one."""
+    out = []
+    for on in (True, False):
+        with _layout(on):
+            t = mere.connect(str(root / str(on))).create_table("t", schema, **options)
+            for step in steps:
+                step(t)
+            out.append(t.refresh())
+    return out[0], out[1]
+
+
+def _sorted(table: pa.Table, keys: list[str]) -> pa.Table:
+    return table.sort_by([(k, "ascending") for k in keys]) if table.num_rows else table
+
+
+def _reads(t: mere.Table, filters: list[str], keys: list[str]) -> dict[str, Any]:
+    """Every read route of the table, by name (an exception's type and message where one fails)."""
+    out: dict[str, Any] = {}
+    names = t.schema.names
+
+    def run(name: str, read: Callable[[], Any]) -> None:
+        try:
+            out[name] = read()
+        except Exception as e:  # noqa: BLE001 - compared with the twin's
+            out[name] = f"{type(e).__name__}: {e}"
+
+    run("to_arrow", lambda: _sorted(t.to_arrow(), keys))
+    run("count", lambda: t.scan().count())
+    run(
+        "batches",
+        lambda: _sorted(pa.Table.from_batches(list(t.scan().to_batches()), schema=t.schema), keys),
+    )
+    run("pandas", lambda: t.scan().to_pandas().sort_values(keys).reset_index(drop=True).to_json())
+    run("polars", lambda: t.scan().to_polars().sort(keys).to_dicts())
+    for c in names:
+        cols = list(dict.fromkeys([c, *keys]))
+        run(f"columns {cols}", lambda cols=cols: _sorted(t.scan(columns=cols).to_arrow(), keys))
+    for f in filters:
+        run(f"filter {f}", lambda f=f: _sorted(t.scan(filter=f).to_arrow(), keys))
+        run(f"count {f}", lambda f=f: t.scan(filter=f).count())
+        run(f"narrow {f}", lambda f=f: _sorted(t.scan(filter=f, columns=[names[-1], *keys]).to_arrow(), keys))
+    return out
+
+
+def _check_same(new: mere.Table, old: mere.Table, filters: list[str], keys: list[str]) -> None:
+    assert new.schema == old.schema
+    a, b = _reads(new, filters, keys), _reads(old, filters, keys)
+    assert a.keys() == b.keys()
+    for name in a:
+        x, y = a[name], b[name]
+        if isinstance(x, pa.Table):
+            assert isinstance(y, pa.Table), (name, y)
+            assert x.schema == y.schema, (name, x.schema, y.schema)
+            for field in x.schema:  # the table's nullability, not a file's
+                assert field.nullable == new.schema.field(field.name).nullable, (name, field)
+            assert x.equals(y), (name, x.to_pylist()[:5], y.to_pylist()[:5])
+        else:
+            assert not (isinstance(x, str) and not isinstance(y, str)), (name, x)
+            assert x == y, (name, x, y)
+
+
+UTC = dt.timezone.utc
+WIDE = pa.schema(
+    [
+        ("k", pa.int64()),
+        ("p", pa.string()),
+        ("u", pa.uint64()),
+        ("i", pa.int64()),
+        ("i32", pa.int32()),
+        ("d", pa.date32()),
+        ("ts", pa.timestamp("us", tz="America/Sao_Paulo")),
+        ("dec", pa.decimal128(20, 4)),
+        ("b", pa.bool_()),
+        ("bin", pa.binary()),
+        ("ls", pa.large_string()),
+        ("f", pa.float32()),
+        ("st", pa.struct([("x", pa.int32()), ("y", pa.string())])),
+        ("l", pa.list_(pa.int64())),
+        ("m", pa.map_(pa.string(), pa.int64())),
+        ("a.b c", pa.int16()),
+        ("é", pa.int8()),
+        ("allnull", pa.int64()),
+    ]
+)
+_values: dict[str, st.SearchStrategy[Any]] = {
+    "u": st.sampled_from([0, 1, 2**63 - 1, 2**63, 2**64 - 1]),
+    "i": st.one_of(st.sampled_from([-(2**63), 2**63 - 1, 0, -1]), st.integers(-(2**63), 2**63 - 1)),
+    "i32": st.integers(-(2**31), 2**31 - 1),
+    "d": st.dates(dt.date(1600, 1, 1), dt.date(2400, 1, 1)),
+    "ts": st.datetimes(dt.datetime(1900, 1, 1), dt.datetime(2200, 1, 1), timezones=st.just(UTC)),
+    "dec": st.decimals(-(10**15), 10**15, places=4, allow_nan=False, allow_infinity=False),
+    "b": st.booleans(),
+    "bin": st.binary(max_size=20),
+    "ls": st.text(max_size=8),
+    "f": st.floats(width=32, allow_nan=False),
+    "st": st.fixed_dictionaries({"x": st.none() | st.integers(-5, 5), "y": st.none() | st.text(max_size=3)}),
+    "l": st.lists(st.none() | st.integers(-(2**63), 2**63 - 1), max_size=3),
+    "m": st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.integers(-9, 9)), max_size=2, unique_by=lambda x: x[0]
+    ),
+    "a.b c": st.integers(-(2**15), 2**15 - 1),
+    "é": st.integers(-128, 127),
+    "allnull": st.none(),
+}
+
+
+@st.composite
+def _rows(draw: Any, keys: list[int]) -> list[dict[str, Any]]:
+    # per batch each column holds NULLs or none, so the files of one table differ in nullability
+    nulls = {c: draw(st.booleans()) for c in _values}
+    rows = []
+    for k in keys:
+        row: dict[str, Any] = {"k": k, "p": "p" + str(k % 3)}
+        for c, values in _values.items():
+            row[c] = None if nulls[c] and draw(st.booleans()) else draw(values)
+        rows.append(row)
+    return rows
+
+
+@st.composite
+def _steps(draw: Any) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for _ in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(["upsert", "upsert", "upsert", "delete", "compact", "ramp"]))
+        if kind == "delete":
+            out.append((kind, draw(st.sampled_from(["k < 5", "i > 0", "k IN (7, 8, 40)", "b"]))))
+        elif kind == "compact":
+            out.append((kind, None))
+        elif kind == "ramp":  # many rows of one run: sampled blocks, delta-encoded columns
+            start = draw(st.integers(0, 50))
+            out.append(
+                (
+                    kind,
+                    [
+                        {
+                            "k": k,
+                            "p": "p0",
+                            "i": k * 1000,
+                            "i32": -k,
+                            "d": dt.date(1969, 12, 1) + dt.timedelta(k),
+                        }
+                        for k in range(start, start + 5000)
+                    ],
+                )
+            )
+        else:
+            keys = draw(st.lists(st.integers(0, 60), min_size=1, max_size=15, unique=True))
+            out.append((kind, draw(_rows(keys))))
+    return out
+
+
+FILTERS = [
+    "k IN (0, 3, 7, 40, 60, 4000)",
+    "k = 7",
+    "i > 0",
+    "u >= 9223372036854775808",
+    "d < '1970-01-01'",
+    "allnull IS NULL",
+    "ls IS NOT NULL AND i32 < 0",
+    "f IS NULL",
+]
+
+
+def _apply(steps: list[tuple[str, Any]]) -> list[Step]:
+    out: list[Step] = []
+    for kind, arg in steps:
+        if kind in ("upsert", "ramp"):
+            out.append(lambda t, arg=arg: t.upsert(pa.Table.from_pylist(arg, schema=WIDE)))
+        elif kind == "delete":
+            out.append(lambda t, arg=arg: t.delete(arg))
+        else:
+            out.append(lambda t: t.compact())
+    return out
+
+
+@settings(
+    deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(
+    steps=_steps(),
+    layout=st.sampled_from(
+        [
+            dict(buckets=1),
+            dict(buckets=3),
+            dict(buckets=2, partition_by="p"),
+            dict(buckets=2, partition_by="p", key_scope="partition"),
+        ]
+    ),
+    codec=st.sampled_from(
+        [
+            {},
+            {"write.compression": "zstd", "write.compression-level": "7"},
+            {"write.compression": "none"},
+            {"write.compression": "snappy"},
+            {"write.compression": "gzip", "write.compression-level": "2"},
+        ]
+    ),
+    auto=st.sampled_from(["off", "inline"]),
+)
+def test_wide_tables_read_as_their_twin(
+    tmp_path_factory: Any, steps: Any, layout: Any, codec: Any, auto: str
+) -> None:
+    root = tmp_path_factory.mktemp("w")
+    props = {"compaction.auto": auto, **codec}
+    new, old = _twins(root, WIDE, _apply(steps), primary_key="k", properties=props, **layout)
+    _check_same(new, old, FILTERS, ["k"])
