@@ -5,14 +5,12 @@ written with both switched off, and every read has the table's schema (its nulla
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -57,7 +55,7 @@ def _reads(t: mere.Table, filters: list[str], keys: list[str]) -> dict[str, Any]
     def run(name: str, read: Callable[[], Any]) -> None:
         try:
             out[name] = read()
-        except Exception as e:  # noqa: BLE001 - compared with the twin's
+        except Exception as e:
             out[name] = f"{type(e).__name__}: {e}"
 
     run("to_arrow", lambda: _sorted(t.to_arrow(), keys))
@@ -95,7 +93,7 @@ def _check_same(new: mere.Table, old: mere.Table, filters: list[str], keys: list
             assert x == y, (name, x, y)
 
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 WIDE = pa.schema(
     [
         ("k", pa.int64()),
@@ -240,3 +238,69 @@ def test_wide_tables_read_as_their_twin(
     props = {"compaction.auto": auto, **codec}
     new, old = _twins(root, WIDE, _apply(steps), primary_key="k", properties=props, **layout)
     _check_same(new, old, FILTERS, ["k"])
+
+
+EVOLVING = pa.schema(
+    [("k", pa.int64()), ("n", pa.int32()), ("x", pa.float32()), ("s", pa.string()), ("g", pa.int64())]
+)
+
+
+@st.composite
+def _evolving_rows(draw: Any, schema: pa.Schema) -> pa.Table:
+    keys = draw(st.lists(st.integers(0, 40), min_size=1, max_size=12, unique=True))
+    nulls = {f.name: draw(st.booleans()) for f in schema if f.name != "k"}
+    columns: dict[str, list[Any]] = {"k": keys}
+    for f in schema:
+        if f.name == "k":
+            continue
+        if pa.types.is_integer(f.type):
+            v: st.SearchStrategy[Any] = st.integers(-(2**31), 2**31 - 1)
+        elif pa.types.is_floating(f.type):
+            v = st.floats(width=32, allow_nan=False)
+        else:
+            v = st.text(max_size=4)
+        columns[f.name] = [None if nulls[f.name] and draw(st.booleans()) else draw(v) for _ in keys]
+    return pa.table(columns, schema=schema)
+
+
+EVOLUTIONS = [
+    ("widen", lambda t: t.widen("n", pa.int64())),
+    ("widen float", lambda t: t.widen("x", pa.float64())),
+    ("rename", lambda t: t.rename_column("s", "s2") if "s" in t.schema.names else None),
+    ("drop", lambda t: t.drop_column("g") if "g" in t.schema.names else None),
+    ("add", lambda t: t.add_column("g", pa.int64(), 5) if "g" not in t.schema.names else None),
+    ("compact", lambda t: t.compact()),
+    ("delete", lambda t: t.delete("k < 3")),
+]
+
+
+@settings(deadline=None, max_examples=20, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), plan=st.lists(st.sampled_from(range(len(EVOLUTIONS))), min_size=1, max_size=5))
+def test_evolved_tables_read_as_their_twin(tmp_path_factory: Any, data: Any, plan: list[int]) -> None:
+    """Type widening, renames, drops and re-adds over files of both nullabilities and layouts; reads of
+    older versions (time travel) too."""
+    root = tmp_path_factory.mktemp("e")
+    twins = []
+    for on in (True, False):
+        with _layout(on):
+            twins.append(
+                mere.connect(str(root / str(on))).create_table(
+                    "t", EVOLVING, primary_key="k", buckets=2, properties={"compaction.auto": "off"}
+                )
+            )
+    versions = []
+    for i in plan:
+        batch = data.draw(_evolving_rows(twins[0].refresh().schema))
+        for on, t in zip((True, False), twins):
+            with _layout(on):
+                t.upsert(batch)
+                EVOLUTIONS[i][1](t)
+        versions.append(twins[0].refresh().version)
+    new, old = (t.refresh() for t in twins)
+    filters = ["k IN (1, 4, 9, 30)", "n > 0", "x IS NULL"]
+    _check_same(new, old, filters, ["k"])
+    for v in versions:
+        a, b = new.to_arrow(version=v), old.to_arrow(version=v)
+        assert a.schema == b.schema
+        assert _sorted(a, ["k"]).equals(_sorted(b, ["k"]))
+        assert all(f.nullable for f in a.schema if f.name != "k")
