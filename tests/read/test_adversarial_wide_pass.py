@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import mere
 from mere.expr import Col
-from mere.read import selective
+from mere.read import reader, selective
 
 SCHEMA = pa.schema(
     [
@@ -52,6 +52,29 @@ def _batches(draw: Any) -> list[tuple[str, Any]]:
     return out
 
 
+def test_the_wide_pass_takes_from_dictionary_chunks(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The route the property below aims at is taken: columns of several dictionary chunks."""
+    seen: list[int] = []
+    take = selective._take_sorted
+
+    def spy(table: pa.Table, where: Any) -> pa.Table:
+        seen.extend(c.num_chunks for c in table.columns if pa.types.is_dictionary(c.type))
+        return take(table, where)
+
+    monkeypatch.setattr(selective, "_take_sorted", spy)
+    monkeypatch.setattr(selective, "WIDE_RUN_ROWS", 40)
+    monkeypatch.setattr(reader, "DICTIONARY_MIN_ROWS", 1)
+    t = mere.connect(str(tmp_path)).create_table(
+        "t", SCHEMA, primary_key="k", properties={"compaction.auto": "off", "write.row-group-rows": "16"}
+    )
+    rows = [{"k": k, "c": "abc"[k % 3], "d": "x", "n": k % 17, "v": 1.0} for k in range(300)]
+    t.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
+    t.upsert(pa.Table.from_pylist(rows[::5], schema=SCHEMA))
+    got = t.scan(filter="n < 3").to_arrow().sort_by("k")
+    assert got.to_pylist() == [r for r in rows if r["n"] < 3]
+    assert seen and max(seen) > 1
+
+
 @pytest.mark.parametrize("run_rows", [1, 40, 1 << 17])
 @settings(
     deadline=None,
@@ -63,6 +86,7 @@ def test_non_key_filters_over_dictionary_runs_match_a_model(
     tmp_path_factory: Any, monkeypatch: pytest.MonkeyPatch, run_rows: int, batches: Any, threshold: int
 ) -> None:
     monkeypatch.setattr(selective, "WIDE_RUN_ROWS", run_rows)
+    monkeypatch.setattr(reader, "DICTIONARY_MIN_ROWS", 1)  # small files read strings as dictionaries too
     cat = mere.connect(str(tmp_path_factory.mktemp("w")))
     t = cat.create_table(
         "t",
