@@ -111,7 +111,9 @@ def test_non_key_filters_over_dictionary_runs_match_a_model(
         want = sorted((r for r in model.values() if keep(r)), key=lambda r: r["k"])
         for columns in (None, ["c", "d", "k"], ["v"]):
             got = t.scan(filter=where, columns=columns).to_arrow()
-            assert got.schema == (t.schema if columns is None else pa.schema([t.schema.field(c) for c in columns]))
+            assert got.schema == (
+                t.schema if columns is None else pa.schema([t.schema.field(c) for c in columns])
+            )
             names = got.schema.names
             rows = got.to_pylist()
             if "k" in names:
