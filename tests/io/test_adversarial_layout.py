@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import itertools
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ def _pieces(values: pa.Array, cuts: list[int], pad: int) -> pa.ChunkedArray:
     empty chunks between them."""
     bounds = [0, *sorted(c % (len(values) + 1) for c in cuts), len(values)]
     chunks = []
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         part = values.slice(a, b - a)
         padded = pa.concat_arrays([pa.nulls(pad, values.type), part, pa.nulls(pad, values.type)])
         chunks.append(padded.slice(pad, b - a))

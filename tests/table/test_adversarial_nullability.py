@@ -10,11 +10,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mere
+from mere.io import keyindex
 from mere.io import parquet as P
 
 
@@ -304,3 +307,90 @@ def test_evolved_tables_read_as_their_twin(tmp_path_factory: Any, data: Any, pla
         assert a.schema == b.schema
         assert _sorted(a, ["k"]).equals(_sorted(b, ["k"]))
         assert all(f.nullable for f in a.schema if f.name != "k")
+
+
+PAGED = pa.schema(
+    [
+        ("k", pa.int64()),
+        ("n", pa.int64()),
+        ("d", pa.date32()),
+        ("x", pa.float64()),
+        ("s", pa.string()),
+        ("c", pa.string()),
+        ("l", pa.list_(pa.int32())),
+        ("st", pa.struct([("a", pa.int64()), ("b", pa.string())])),
+    ]
+)
+
+
+def _paged_rows(keys: np.ndarray, nulls: bool, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    n = len(keys)
+    table = pa.table(
+        {
+            "k": keys,
+            "n": keys * 3 + seed,  # a ramp: delta-encoded
+            "d": pa.array((keys - 30_000).astype(np.int32)).view(pa.date32()),
+            "x": rng.random(n),  # incompressible: uncompressed
+            "s": pa.array(np.char.add("s", rng.integers(0, 10**9, n).astype(str)).tolist()),
+            "c": pa.array(["abc"[i % 3] for i in range(n)]),
+            "l": pa.array([[int(k)] * (int(k) % 3) for k in keys], pa.list_(pa.int32())),
+            "st": pa.array([{"a": int(k), "b": str(seed)} for k in keys]),
+        },
+        schema=PAGED,
+    )
+    if nulls:
+        for c in ("n", "d", "x", "s", "c", "l", "st"):
+            i = table.schema.get_field_index(c)
+            mask = pa.array(rng.random(n) < 0.1)
+            table = table.set_column(i, c, pa.compute.if_else(mask, pa.nulls(n, table[c].type), table[c]))
+    return table
+
+
+@settings(deadline=None, max_examples=6, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    order=st.permutations([False, True, False]),
+    lookups=st.lists(st.integers(0, 70_000), min_size=1, max_size=20, unique=True),
+    codec=st.sampled_from(["lz4", "zstd", "none"]),
+)
+def test_point_reads_from_pages_of_files_of_both_nullabilities(
+    tmp_path_factory: Any, order: list[bool], lookups: list[int], codec: str
+) -> None:
+    """Key lookups read the pages holding the keys (``keyindex.read_rows``: a synthetic file of the
+    file's pages) from files of required and of optional columns, delta-encoded and uncompressed."""
+    root = tmp_path_factory.mktemp("p")
+    t = mere.connect(str(root)).create_table(
+        "t",
+        PAGED,
+        primary_key="k",
+        buckets=1,
+        properties={"compaction.auto": "off", "write.compression": codec},
+    )
+    model: dict[int, dict[str, Any]] = {}
+    for seed, nulls in enumerate(order):
+        keys = np.arange(seed * 10_000, seed * 10_000 + 40_000, dtype=np.int64)
+        rows = _paged_rows(keys, nulls, seed)
+        t.upsert(rows)
+        model.update({r["k"]: r for r in rows.to_pylist()})
+    paged: list[int] = []
+    read_rows = keyindex.read_rows
+
+    def spy(*args: Any) -> Any:
+        out = read_rows(*args)
+        paged.append(len(out))
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(keyindex, "read_rows", spy)
+        for columns in (None, ["s", "l"], ["st", "n", "k"]):
+            got = t.scan(filter=f"k IN ({', '.join(map(str, lookups))})", columns=columns).to_arrow()
+            names = got.schema.names
+            assert got.schema == pa.schema([t.schema.field(c) for c in names])
+            want = [{c: model[k][c] for c in names} for k in sorted(lookups) if k in model]
+            key = "k" if "k" in names else None
+            rows = got.sort_by("k").to_pylist() if key else got.to_pylist()
+            if key:
+                assert rows == want
+            else:
+                assert sorted(map(repr, rows)) == sorted(map(repr, want))
+    assert any(paged), "no lookup read pages"
