@@ -164,7 +164,9 @@ def _duckdb_files(t: mere.Table) -> pa.Table:
     paths = [str(t.storage.full_path(p)) for p in t.files().column("path").to_pylist()]
     names = ", ".join(f'"{c}"' for c in SCHEMA.names)
     listed = ", ".join(f"'{p}'" for p in paths)
-    return duckdb.sql(f"select {names} from read_parquet([{listed}], union_by_name=true)").to_arrow_table()
+    rel = duckdb.sql(f"select {names} from read_parquet([{listed}], union_by_name=true)")
+    assert rel is not None
+    return rel.to_arrow_table()
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -195,7 +197,8 @@ def test_duckdb_reads_the_data_files_of_an_appended_table_as_mere_does(
     assert theirs.sort_by(by).equals(mine.sort_by(by))
     con = duckdb.connect()
     mere_duckdb.register(con, "v", t)
-    view = con.sql("select * from v").to_arrow_table()
+    view = con.execute("select * from v").to_arrow_table()
+    assert view is not None
     assert view.cast(t.schema).sort_by(by).equals(mine.sort_by(by))
     assert con.execute("select count(*) from v where i > 0").fetchone() == (
         int(pa.compute.sum(pa.compute.greater(mine["i"], 0)).as_py() or 0),

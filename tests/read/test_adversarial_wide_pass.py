@@ -58,7 +58,7 @@ def test_the_wide_pass_takes_from_dictionary_chunks(tmp_path: Any, monkeypatch: 
     take = selective._take_sorted
 
     def spy(table: pa.Table, where: Any) -> pa.Table:
-        seen.extend(c.num_chunks for c in table.columns if pa.types.is_dictionary(c.type))
+        seen.extend(int(c.num_chunks) for c in table.columns if pa.types.is_dictionary(c.type))
         return take(table, where)
 
     monkeypatch.setattr(selective, "_take_sorted", spy)
@@ -67,12 +67,15 @@ def test_the_wide_pass_takes_from_dictionary_chunks(tmp_path: Any, monkeypatch: 
     t = mere.connect(str(tmp_path)).create_table(
         "t", SCHEMA, primary_key="k", properties={"compaction.auto": "off", "write.row-group-rows": "16"}
     )
-    rows = [{"k": k, "c": "abc"[k % 3], "d": "x", "n": k % 17, "v": 1.0} for k in range(300)]
+    rows: list[dict[str, Any]] = [
+        {"k": k, "c": "abc"[k % 3], "d": "x", "n": k % 17, "v": 1.0} for k in range(300)
+    ]
     t.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
     t.upsert(pa.Table.from_pylist(rows[::5], schema=SCHEMA))
     got = t.scan(filter="n < 3").to_arrow().sort_by("k")
     assert got.to_pylist() == [r for r in rows if r["n"] < 3]
-    assert seen and max(seen) > 1
+    assert seen
+    assert max(seen) > 1
 
 
 @pytest.mark.parametrize("run_rows", [1, 40, 1 << 17])

@@ -5,6 +5,7 @@ written with both switched off, and every read has the table's schema (its nulla
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,13 +70,17 @@ def _reads(t: mere.Table, filters: list[str], keys: list[str]) -> dict[str, Any]
     )
     run("pandas", lambda: t.scan().to_pandas().sort_values(keys).reset_index(drop=True).to_json())
     run("polars", lambda: t.scan().to_polars().sort(keys).to_dicts())
+
+    def read(columns: list[str] | None = None, filter: str | None = None) -> pa.Table:
+        return _sorted(t.scan(columns=columns, filter=filter).to_arrow(), keys)
+
     for c in names:
         cols = list(dict.fromkeys([c, *keys]))
-        run(f"columns {cols}", lambda cols=cols: _sorted(t.scan(columns=cols).to_arrow(), keys))
+        run(f"columns {cols}", functools.partial(read, cols))
     for f in filters:
-        run(f"filter {f}", lambda f=f: _sorted(t.scan(filter=f).to_arrow(), keys))
-        run(f"count {f}", lambda f=f: t.scan(filter=f).count())
-        run(f"narrow {f}", lambda f=f: _sorted(t.scan(filter=f, columns=[names[-1], *keys]).to_arrow(), keys))
+        run(f"filter {f}", functools.partial(read, None, f))
+        run(f"count {f}", t.scan(filter=f).count)
+        run(f"narrow {f}", functools.partial(read, [names[-1], *keys], f))
     return out
 
 
@@ -198,15 +203,27 @@ FILTERS = [
 ]
 
 
+def _upsert(rows: pa.Table, t: mere.Table) -> Any:
+    return t.upsert(rows)
+
+
+def _delete(where: str, t: mere.Table) -> Any:
+    return t.delete(where)
+
+
+def _compact(t: mere.Table) -> Any:
+    return t.compact()
+
+
 def _apply(steps: list[tuple[str, Any]]) -> list[Step]:
     out: list[Step] = []
     for kind, arg in steps:
         if kind in ("upsert", "ramp"):
-            out.append(lambda t, arg=arg: t.upsert(pa.Table.from_pylist(arg, schema=WIDE)))
+            out.append(functools.partial(_upsert, pa.Table.from_pylist(arg, schema=WIDE)))
         elif kind == "delete":
-            out.append(lambda t, arg=arg: t.delete(arg))
+            out.append(functools.partial(_delete, arg))
         else:
-            out.append(lambda t: t.compact())
+            out.append(_compact)
     return out
 
 
@@ -429,7 +446,9 @@ _SEQ_BATCHES = [
 def test_merge_engines_and_change_feeds_read_as_their_twin(tmp_path: Path, options: dict[str, Any]) -> None:
     """Partial rows (all-NULL columns: required nowhere, optional elsewhere) folded by each merge engine."""
     options = {**options, "properties": {"compaction.auto": "off", **options.get("properties", {})}}
-    steps: list[Step] = [lambda t, b=b: t.upsert(pa.Table.from_pylist(b, schema=SEQ)) for b in _SEQ_BATCHES]
+    steps: list[Step] = [
+        functools.partial(_upsert, pa.Table.from_pylist(b, schema=SEQ)) for b in _SEQ_BATCHES
+    ]
     new, old = _twins(tmp_path, SEQ, steps, primary_key="k", **options)
     _check_same(new, old, ["k IN (0, 3, 4)", "v IS NULL", "g1 > 1"], ["k"])
     feed = [t.changes(0).read_all().drop_columns(["_commit_time"]) for t in (new, old)]
