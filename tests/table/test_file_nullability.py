@@ -131,3 +131,29 @@ def test_the_switch_keeps_the_tables_nullability(
     schema = pq.read_schema(t.storage.full_path(f["path"]))
     assert schema.field("n").nullable is not required
     assert not schema.field("k").nullable  # the key is NOT NULL either way
+
+
+def test_storage_reads_columns_made_required_back_nullable(tmp_path: Path) -> None:
+    """Every reader of mere sees columns as written: a file's columns made required for holding no NULL
+    come back nullable, from whole row groups and from the page-level point reads, so that rows of files
+    of both kinds concatenate (a change log's images once failed on it)."""
+    cat = mere.connect(str(tmp_path))
+    t = cat.create_table(
+        "t", SCHEMA, primary_key="k", properties={"compaction.auto": "off", "changes.log": "on"}
+    )
+    full = {"n": 1, "x": 1.5, "s": "a", "tags": ["t"], "p": {"a": 1}}
+    t.upsert(pa.Table.from_pylist([{"k": i, **full} for i in range(3)], schema=SCHEMA))
+    t.upsert(pa.Table.from_pylist([{"k": 1, **dict.fromkeys(full)}], schema=SCHEMA))
+    with t.transaction() as tx:  # a logged commit reads both files' rows of key 1 for its images
+        tx.upsert(pa.Table.from_pylist([{"k": 1, **full, "n": 5}], schema=SCHEMA))
+        tx.delete(pa.table({"k": [2]}))
+    for f in t.files().to_pylist():
+        md = t.storage.metadata(f["path"])
+        rows = t.storage.read_row_groups(f["path"], range(md.num_row_groups), None)
+        on_disk = pq.read_schema(t.storage.full_path(f["path"]))
+        for name in ("n", "x", "s"):
+            if name in rows.column_names:
+                assert rows.schema.field(name).nullable, (f["path"], name)
+                assert on_disk.field(name).nullable == (rows.column(name).null_count > 0)
+    assert {r["k"]: r["n"] for r in t.to_arrow().to_pylist()} == {0: 1, 1: 5}
+    assert {r["k"]: r["n"] for r in t.scan(filter="k = 1").to_arrow().to_pylist()} == {1: 5}

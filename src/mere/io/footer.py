@@ -7,6 +7,7 @@ it. Nothing here does IO.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,28 @@ def primitive_leaf(md: pq.FileMetaData, leaves: Mapping[str, Sequence[int]], col
     return idx[0]
 
 
+REQUIRED_KEY = b"mere.required"  # footer metadata: the columns a file holds required that were nullable
+
+
+def made_required(md: pq.FileMetaData) -> frozenset[str]:
+    """The columns a file's writer made required for holding no NULL (see
+    :func:`mere.io.parquet.required_where_no_nulls`)."""
+    raw = (md.metadata or {}).get(REQUIRED_KEY)
+    return frozenset(json.loads(raw)) if raw else frozenset()
+
+
+def relaxed(table: pa.Table, names: frozenset[str]) -> pa.Table:
+    """``table`` (read from a file) with its columns ``names`` nullable again, as they were written (no
+    copy)."""
+    if not names or not any(not f.nullable and f.name in names for f in table.schema):
+        return table
+    schema = pa.schema(
+        [f.with_nullable(True) if f.name in names else f for f in table.schema],
+        metadata=table.schema.metadata,
+    )
+    return pa.Table.from_arrays(table.columns, schema=schema)
+
+
 class Footer:
     """A file's parsed footer with what readers derive from it (its column leaves, chunk sizes, and a dict
     of whatever else they parse, such as the key index, cached with it) and, on object stores, a dataset
@@ -80,6 +103,14 @@ class Footer:
         self.fragment = fragment
         self._leaves: dict[str, list[int]] | None = None
         self.extra: dict[str, Any] = {}  # what readers parse from the footer (key index), cached with it
+
+    @property
+    def made_required(self) -> frozenset[str]:
+        """The columns the file's writer made required for holding no NULL (read back nullable)."""
+        known = self.extra.get("made_required")
+        if known is None:
+            known = self.extra["made_required"] = made_required(self.metadata)
+        return known
 
     @property
     def leaves(self) -> dict[str, list[int]]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import pyarrow.parquet as pq
 
 from mere.arrays import is_binary_like
 from mere.io import keyindex
+from mere.io.footer import REQUIRED_KEY
 from mere.io.storage import Storage
 
 
@@ -84,24 +86,28 @@ REQUIRED_WHERE_NO_NULLS = True  # False: every file keeps the table's nullabilit
 
 
 def required_where_no_nulls(table: pa.Table) -> pa.Table:
-    """``table`` with its nullable top-level columns that hold no NULL marked required (no copy).
+    """``table`` with its nullable top-level columns that hold no NULL marked required (no copy), their
+    names kept in the schema's ``mere.required`` metadata (which the file's footer keeps).
 
     A file's required column has no definition levels: readers skip decoding them (a quarter of the
-    decode of numbers and dictionary indices), and the file stays readable as the table's nullable
-    column, by mere (which reads files into the table's schema) and by any Parquet reader.
+    decode of numbers and dictionary indices). :meth:`Storage.read_row_groups` hands those columns back
+    nullable, as written (:func:`mere.io.footer.relaxed`): every reader of mere sees the table's nullability, and any
+    Parquet reader reads the file.
     """
     if not REQUIRED_WHERE_NO_NULLS:
         return table
     schema = table.schema
-    fields = [
-        f.with_nullable(False)
-        if f.nullable and not pa.types.is_null(f.type) and table.column(i).null_count == 0
-        else f
+    made = [
+        i
         for i, f in enumerate(schema)
+        if f.nullable and not pa.types.is_null(f.type) and table.column(i).null_count == 0
     ]
-    if all(a.nullable == b.nullable for a, b in zip(fields, schema)):
+    if not made:
         return table
-    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=schema.metadata))
+    fields = [f.with_nullable(False) if i in set(made) else f for i, f in enumerate(schema)]
+    metadata = dict(schema.metadata or {})
+    metadata[REQUIRED_KEY] = json.dumps([schema.field(i).name for i in made]).encode()
+    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=metadata))
 
 
 def writer_options(
@@ -289,10 +295,10 @@ def _codecs(
 @functools.lru_cache(maxsize=256)
 def _leaf_paths(schema: pa.Schema) -> tuple[tuple[str, str], ...]:
     """Each Parquet leaf's dotted path (as pyarrow's per-column options name it) and its top-level column,
-    from a file of no rows written with the schema."""
+    from the footer pyarrow writes for the schema (no rows, no data page)."""
     sink = io.BytesIO()
-    pq.write_table(schema.empty_table(), sink, store_schema=False)
-    md = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
+    pq.write_metadata(schema, sink)
+    md = pq.read_metadata(pa.BufferReader(sink.getvalue()))
     tops = schema.names
     out = []
     for i in range(md.num_columns):

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from mere.concurrency import shared_pool
 from mere.errors import InvalidInput, StorageError
-from mere.io.footer import Footer
+from mere.io.footer import Footer, relaxed
 from mere.io.options import canonical, redact, resolve_options
 from mere.io.retry import is_transient, is_transient_read, with_retries
 from mere.io.s3 import MULTIPART_THRESHOLD, S3Pool, ensure_io_threads
@@ -502,7 +502,7 @@ class Storage:
         with self._lock:
             self.stats.bytes_read += sum(stored[i] for i in groups)
             self.stats.row_groups_read += len(groups)
-        return table
+        return relaxed(table, entry.made_required)  # columns made required hand back nullable, as written
 
     def clear_cache(self) -> None:
         with self._lock:
