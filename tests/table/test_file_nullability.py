@@ -157,3 +157,21 @@ def test_storage_reads_columns_made_required_back_nullable(tmp_path: Path) -> No
                 assert on_disk.field(name).nullable == (rows.column(name).null_count > 0)
     assert {r["k"]: r["n"] for r in t.to_arrow().to_pylist()} == {0: 1, 1: 5}
     assert {r["k"]: r["n"] for r in t.scan(filter="k = 1").to_arrow().to_pylist()} == {1: 5}
+
+
+def test_a_stale_list_of_required_columns_is_not_written_again(tmp_path: Path) -> None:
+    """Rows read from a file carry its footer's ``mere.required``; written again where those columns now
+    hold NULLs, the new file must not list them."""
+    from mere.io.storage import Storage
+
+    storage = Storage(str(tmp_path))
+    rows = pa.table({"a": pa.array([1, 2], pa.int64()), "b": pa.array([1.0, 2.0])})
+    P.write_parquet(storage, "one.parquet", rows, row_group_rows=1024)
+    back = pq.read_table(tmp_path / "one.parquet")
+    assert back.schema.metadata and b"mere.required" in back.schema.metadata
+    schema = pa.schema([("a", pa.int64()), ("b", pa.float64())], metadata=back.schema.metadata)
+    with_nulls = pa.Table.from_arrays([pa.array([None, 2], pa.int64()), pa.array([None, 2.0])], schema=schema)
+    P.write_parquet(storage, "two.parquet", with_nulls, row_group_rows=1024)
+    md = pq.read_metadata(tmp_path / "two.parquet")
+    assert b"mere.required" not in (md.metadata or {})
+    assert storage.read_row_groups("two.parquet", [0], None).column("a").to_pylist() == [None, 2]

@@ -94,9 +94,12 @@ def required_where_no_nulls(table: pa.Table) -> pa.Table:
     nullable, as written (:func:`mere.io.footer.relaxed`): every reader of mere sees the table's nullability, and any
     Parquet reader reads the file.
     """
+    schema = table.schema
+    if REQUIRED_KEY in (schema.metadata or {}):  # (rows read from a file carry its footer's list)
+        table = table.replace_schema_metadata({k: v for k, v in schema.metadata.items() if k != REQUIRED_KEY})
+        schema = table.schema
     if not REQUIRED_WHERE_NO_NULLS:
         return table
-    schema = table.schema
     made = [
         i
         for i, f in enumerate(schema)
