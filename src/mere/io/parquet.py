@@ -107,7 +107,8 @@ def required_where_no_nulls(table: pa.Table) -> pa.Table:
     ]
     if not made:
         return table
-    fields = [f.with_nullable(False) if i in set(made) else f for i, f in enumerate(schema)]
+    chosen = set(made)
+    fields = [f.with_nullable(False) if i in chosen else f for i, f in enumerate(schema)]
     metadata = dict(schema.metadata or {})
     metadata[REQUIRED_KEY] = json.dumps([schema.field(i).name for i in made]).encode()
     return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=metadata))
