@@ -49,6 +49,7 @@ OPS = st.sampled_from([OP_MERGE, OP_PUT, OP_DELETE])
     shared=st.booleans(),
     newer=st.lists(st.lists(st.tuples(st.integers(-5, 70), OPS), max_size=20), max_size=4),
     order=st.randoms(use_true_random=False),
+    without_ops=st.lists(st.booleans(), max_size=10),
 )
 def test_live_keys_match_a_model(
     base: list[int],
@@ -57,6 +58,7 @@ def test_live_keys_match_a_model(
     shared: bool,
     newer: list[list[tuple[int, int]]],
     order: Any,
+    without_ops: list[bool],
 ) -> None:
     base = sorted(base)
     bounds = [0, *sorted({min(c, len(base)) for c in cuts}), len(base)]
@@ -78,10 +80,47 @@ def test_live_keys_match_a_model(
         parts.append(_part(seq, list(dedup.items())))
         model.update(dedup)
     expected = sum(1 for op in model.values() if op != OP_DELETE)
-    assert live_keys(SPEC, [p for p in parts if p[1].num_rows]) == expected
+    parts = [p for p in parts if p[1].num_rows]
+    assert live_keys(SPEC, parts) == expected
+    # The reader leaves out the operation column of files whose footers rule out delete markers.
+    slim = [
+        (task, table.drop_columns([OP_COLUMN]))
+        if drop and OP_DELETE not in table.column(OP_COLUMN).to_pylist()
+        else (task, table)
+        for (task, table), drop in zip(parts, [*without_ops, *[False] * len(parts)])
+    ]
+    assert live_keys(SPEC, slim) == expected
 
 
 def test_a_window_without_deletes_counts_distinct_keys() -> None:
     parts = [_part(1, [(k, OP_MERGE) for k in range(0, 100, 2)]), _part(2, [(k, OP_PUT) for k in range(50)])]
     assert live_keys(SPEC, parts) == len(set(range(0, 100, 2)) | set(range(50)))
     assert live_keys(SPEC, [*parts, _part(3, [(1, OP_DELETE), (500, OP_DELETE)])]) == 74
+
+
+def test_count_reads_operations_only_of_files_that_may_hold_deletes(tmp_path: Any, monkeypatch: Any) -> None:
+    import mere
+    from mere.io.storage import Storage
+
+    t = mere.connect(str(tmp_path)).create_table(
+        "db.t", pa.schema([("k", pa.int64()), ("v", pa.int64())]), primary_key=["k"]
+    )
+    t.upsert(pa.table({"k": range(0, 100), "v": range(100)}))
+    t.upsert(pa.table({"k": range(50, 150), "v": range(100)}))
+    t.delete("k >= 140 or k < 5")
+    t.upsert(pa.table({"k": [1, 2, 200], "v": [0, 0, 0]}))
+    expected = len((set(range(150)) - set(range(140, 150)) - set(range(5))) | {1, 2, 200})
+    assert t.scan().to_arrow().num_rows == expected
+    read: list[tuple[str, bool]] = []
+    real = Storage.read_row_groups
+
+    def spy(self: Storage, rel: str, groups: Any, columns: Any, *args: Any, **kwargs: Any) -> pa.Table:
+        read.append((rel, OP_COLUMN in (columns or ())))
+        return real(self, rel, groups, columns, *args, **kwargs)
+
+    monkeypatch.setattr(Storage, "read_row_groups", spy)
+    assert t.scan().count() == expected
+    with_ops = {rel for rel, ops in read if ops}
+    assert with_ops and len(with_ops) < len({rel for rel, _ in read})
+    assert all("/del-" in rel or "/part-" in rel for rel in with_ops)
+    assert any("/del-" in rel for rel in with_ops)

@@ -56,9 +56,10 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
     if not parts:
         return 0
     parts = _oldest_run_first(spec, parts)
-    each_ops = [_ops(p) for _, p in parts]
-    deletes = any(bool((o == OP_DELETE).any()) for o in each_ops)
-    ops = each_ops[0] if len(each_ops) == 1 else np.concatenate(each_ops)
+    # Files whose footers rule out delete markers are read without their operation column.
+    each_ops = [_ops(p) if OP_COLUMN in p.column_names else None for _, p in parts]
+    deletes = any(o is not None and bool((o == OP_DELETE).any()) for o in each_ops)
+    n = sum(p.num_rows for _, p in parts)
     keys: list[Any] = []
     for c in spec.primary_key:
         arrays = [a for _, p in parts for a in p.column(c).chunks]
@@ -67,12 +68,6 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
             keys.append(np.concatenate(as_np))  # type: ignore[arg-type]  # (a copy, even of one array)
         else:
             keys.append(pa.chunked_array(arrays, type=parts[0][1].column(c).type))
-    n = len(ops)
-    first = 0  # rows of the oldest commit's data files (one sorted run where their key ranges are apart)
-    for task, p in parts:
-        if task.content == "delete" or task.seq != parts[0][0].seq:
-            break
-        first += p.num_rows
     base = keys[0] if len(keys) == 1 and isinstance(keys[0], np.ndarray) else None
     if base is not None and not deletes:
         # No delete marker: every key is a row. Sorting the keys alone (a stable sort merges the files'
@@ -80,6 +75,13 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
         # than searching the newer keys in a sorted run (a binary search per key).
         base.sort(kind="stable")  # in place: ``base`` is this call's own concatenation
         return int(np.count_nonzero(base[1:] != base[:-1])) + int(n > 0)
+    filled = [np.zeros(p.num_rows, dtype=np.int8) if o is None else o for o, (_, p) in zip(each_ops, parts)]
+    ops = filled[0] if len(filled) == 1 else np.concatenate(filled)
+    first = 0  # rows of the oldest commit's data files (one sorted run where their key ranges are apart)
+    for task, p in parts:
+        if task.content == "delete" or task.seq != parts[0][0].seq:
+            break
+        first += p.num_rows
     if (
         base is not None
         and n > first >= SEARCH_RATIO * (n - first)

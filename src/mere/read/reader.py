@@ -566,6 +566,9 @@ class SplitReader:
         no ``sequence_by`` and the scan no filter on other columns (:func:`counting.live_keys`), else by
         reading the merged rows."""
         if self._counts_by_keys():
+            for c in self.cursors:  # only delete markers are counted by operation
+                if c.task.content != "delete" and not may_hold_deletes(self.storage, c.task):
+                    c.columns = [name for name in c.columns if name != OP_COLUMN]
             if self.opts.threads == 1:
                 return sum(counting.live_keys(self.spec, parts) for parts in self.windows())
             # A split counted by several threads: windows are counted while the next ones are read, at
@@ -858,14 +861,26 @@ def stored_rows_are_merged(storage: Storage, spec: TableSpec, split: Split) -> b
     ranges.sort(key=lambda r: r[0])
     if not all(prev[1] < nxt[0] for prev, nxt in itertools.pairwise(ranges)):
         return False  # overlapping files (the common case of a split to merge): no row group walked
-    for f in files:
-        md = storage.metadata(f.path, f.size_bytes or None)
-        op_leaf = storage.column_leaves(f.path, f.size_bytes or None)[OP_COLUMN][0]
-        for i in range(md.num_row_groups):
-            st = md.row_group(i).column(op_leaf).statistics
-            if st is None or not st.has_min_max or st.min <= OP_DELETE <= st.max:
-                return False
-    return True
+    return not any(may_hold_deletes(storage, f) for f in files)
+
+
+def may_hold_deletes(storage: Storage, task: FileTask) -> bool:
+    """Whether a file may hold delete markers: true unless its footer's statistics of the operation
+    column rule them out in every row group (cached with the footer)."""
+    footer = storage.footer(task.path, task.size_bytes or None)
+    known = footer.extra.get("may_hold_deletes")
+    if known is None:
+        md, leaves = footer.metadata, footer.leaves
+        known = False  # a file without the column reads every row as a merge
+        if OP_COLUMN in leaves:
+            op_leaf = leaves[OP_COLUMN][0]
+            for i in range(md.num_row_groups):
+                st = md.row_group(i).column(op_leaf).statistics
+                if st is None or not st.has_min_max or st.min <= OP_DELETE <= st.max:
+                    known = True
+                    break
+        footer.extra["may_hold_deletes"] = known
+    return bool(known)
 
 
 def _sequence(tables: Sequence[pa.Table], spec: TableSpec) -> list[np.ndarray | pa.ChunkedArray]:
