@@ -7,6 +7,7 @@ from typing import Literal, overload
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mere.concurrency import on_every_thread
 
@@ -67,6 +68,36 @@ def is_binary_like(t: pa.DataType) -> bool:
         or pa.types.is_binary(t)
         or pa.types.is_large_binary(t)
     )
+
+
+_SAME_WIDTH_INTEGER = {8: pa.int8(), 16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
+
+
+def distinct_count(values: pa.Array | pa.ChunkedArray) -> int:
+    """Distinct values of an array, NULL counting as one value (as ``pyarrow.compute.count_distinct``'s
+    ``mode="all"``), for the writer's choices of encodings on a few thousand sampled rows.
+
+    Numbers, dates, times and timestamps are compared by their bits (NaNs with one payload are one value,
+    ``-0.0`` and ``0.0`` two) through a NumPy sort: about ten times faster than Arrow's hash count on a
+    sample of mostly distinct values. Strings and other types count through ``pyarrow.compute.unique``.
+    """
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    nulls = values.null_count
+    present = values.drop_null() if nulls else values
+    if pa.types.is_dictionary(present.type):
+        present = present.dictionary_decode()  # (a dictionary may hold a value twice)
+    kind = present.type
+    numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_temporal(kind)
+    width = kind.bit_width if numeric and not pa.types.is_interval(kind) else 0
+    if not len(present):
+        distinct = 0
+    elif width in _SAME_WIDTH_INTEGER:
+        bits = np.sort(present.view(_SAME_WIDTH_INTEGER[width]).to_numpy())
+        distinct = int(np.count_nonzero(bits[1:] != bits[:-1])) + 1
+    else:
+        distinct = len(pc.unique(present))
+    return distinct + (1 if nulls else 0)
 
 
 def bool_array(mask: np.ndarray) -> pa.BooleanArray:

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mere.arrays import is_binary_like
+from mere.arrays import distinct_count, is_binary_like
 from mere.io import keyindex
 from mere.io.footer import REQUIRED_KEY
 from mere.io.storage import Storage
@@ -347,6 +347,6 @@ def _dictionary_columns(table: pa.Table, skip: Iterable[str]) -> list[str]:
             continue
         column = table.column(name)
         values = column if sample is None else column.take(sample)
-        if pc.count_distinct(values, mode="all").as_py() <= max(16, len(values) * DICTIONARY_MAX_DISTINCT):
+        if distinct_count(values) <= max(16, len(values) * DICTIONARY_MAX_DISTINCT):
             out.append(name)
     return out

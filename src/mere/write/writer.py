@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mere.arrays import bool_array, stable_argsort
+from mere.arrays import bool_array, distinct_count, stable_argsort
 from mere.concurrency import cpu_workers, shared_pool
 from mere.errors import InvalidInput, NullKey, SchemaMismatch, SumOverflow
 from mere.hashing import bucket_ids
@@ -579,7 +579,7 @@ def _dictionary_strings(table: pa.Table, spec: TableSpec) -> pa.Table:
         if f.name in spec.primary_key or not (pa.types.is_string(f.type) or pa.types.is_large_string(f.type)):
             continue
         col = table.column(i)
-        if pc.count_distinct(col.slice(0, sample)).as_py() * 8 > sample:
+        if distinct_count(col.slice(0, sample)) * 8 > sample:
             continue  # too many distinct values to gain from a dictionary
         out = out.set_column(
             i, pa.field(f.name, pa.dictionary(pa.int32(), f.type), f.nullable), pc.dictionary_encode(col)
