@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 import mere
 from mere.read import reader
+from mere.table import scan as scan_module
 
 pytestmark = pytest.mark.usefixtures("strings_read_as_dictionaries")
 
@@ -133,6 +134,9 @@ def test_windows_from_statistics_merge_as_one_thread(
     for e, g in zip(expected, got):
         assert g.equals(e), (g.to_pylist(), e.to_pylist())
     assert t.scan(threads=threads, window_bytes=window_bytes).count() == expected[0].num_rows
+    with pytest.MonkeyPatch.context() as patch:  # count()'s own windows, when none is asked for
+        patch.setattr(scan_module, "COUNT_WINDOW_BYTES", window_bytes)
+        assert t.scan(threads=threads).count() == expected[0].num_rows
 
 
 @SETTINGS
