@@ -590,6 +590,10 @@ class Scan:
         # Fewer splits than workers: one pool merges the key windows of every split concurrently.
         merge_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mere-merge")
         ahead = -(-threads // max(1, len(splits)))
+        if queue_size == 0:
+            # A read that keeps every batch: one more window queued, so that a worker done before the one
+            # merging the oldest window starts the next instead of waiting for it.
+            ahead += 1
         try:
             yield from stream_splits(
                 lambda s: SplitReader(storage, spec, s, opts, merge_pool=merge_pool, windows_ahead=ahead),
