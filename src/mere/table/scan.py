@@ -55,7 +55,7 @@ OPEN_COST_BYTES = 4 << 20  # what starting one more split costs, in bytes (Spark
 # stay small beside the output kept (W1, 4 buckets: 16 MiB windows peak about 50 MiB below 32 MiB or whole splits,
 # at the same CPU time).
 COLLECT_WINDOW_BYTES = 16 << 20
-COUNT_WINDOW_BYTES = 2 << 20  # key (and operation) bytes a count() sorts per window
+COUNT_WINDOW_BYTES = 2 << 20  # stored key (and operation) bytes a count() reads per window
 
 
 class ScannedTable(Protocol):
@@ -682,9 +682,8 @@ class Scan:
         if self.window_bytes is None and not {"read.window-bytes", "read.whole-split-bytes"} & set(
             self.spec.properties
         ):
-            # Keys alone: small windows give every thread work on a single split, and keep each window's
-            # NumPy copies under the size NumPy asks the kernel to back with huge pages (4 MiB), whose
-            # faults stall on memory compaction after a big read has freed its memory.
+            # Keys alone: smaller windows give every thread work on a single split, reading one window
+            # while counting another (one bucket of W1x5: 0.075 -> 0.045 s; four buckets: unchanged).
             opts = replace(opts, window_bytes=COUNT_WINDOW_BYTES, whole_split_bytes=COUNT_WINDOW_BYTES)
         total = 0
         if isinstance(opts.pre, E.AlwaysTrue) and isinstance(opts.post, E.AlwaysTrue):
