@@ -83,10 +83,12 @@ def distinct_count(values: pa.Array | pa.ChunkedArray) -> int:
     """
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()  # (a dictionary may hold a value twice, or a NULL)
+    if pa.types.is_string_view(values.type) or pa.types.is_binary_view(values.type):
+        values = values.cast(pa.large_string() if pa.types.is_string_view(values.type) else pa.large_binary())
     nulls = values.null_count
     present = values.drop_null() if nulls else values
-    if pa.types.is_dictionary(present.type):
-        present = present.dictionary_decode()  # (a dictionary may hold a value twice)
     kind = present.type
     numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_temporal(kind)
     width = kind.bit_width if numeric and not pa.types.is_interval(kind) else 0
