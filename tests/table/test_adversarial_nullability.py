@@ -51,6 +51,12 @@ def _sorted(table: pa.Table, keys: list[str]) -> pa.Table:
     return table.sort_by([(k, "ascending") for k in keys]) if table.num_rows else table
 
 
+def _json(frame: Any) -> str:
+    """A frame as JSON, bytes as hex: pandas' ``to_json`` copies bytes values raw and decodes its buffer as
+    UTF-8, so a non-UTF-8 value reads whatever follows it (the same frame can give different text)."""
+    return str(frame.map(lambda v: v.hex() if isinstance(v, bytes) else v).to_json())
+
+
 def _reads(t: mere.Table, filters: list[str], keys: list[str]) -> dict[str, Any]:
     """Every read route of the table, by name (an exception's type and message where one fails)."""
     out: dict[str, Any] = {}
@@ -68,7 +74,7 @@ def _reads(t: mere.Table, filters: list[str], keys: list[str]) -> dict[str, Any]
         "batches",
         lambda: _sorted(pa.Table.from_batches(list(t.scan().to_batches()), schema=t.schema), keys),
     )
-    run("pandas", lambda: t.scan().to_pandas().sort_values(keys).reset_index(drop=True).to_json())
+    run("pandas", lambda: _json(t.scan().to_pandas().sort_values(keys).reset_index(drop=True)))
     run("polars", lambda: t.scan().to_polars().sort(keys).to_dicts())
 
     def read(columns: list[str] | None = None, filter: str | None = None) -> pa.Table:
