@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mere.arrays import sorted_unique
-from mere.io.footer import made_required, relaxed
+from mere.io.footer import relaxed
 
 if TYPE_CHECKING:
     from mere.io.storage import Storage
@@ -1137,7 +1137,8 @@ def read_rows(
         for rg, table in tables.items():
             for c in group:
                 out[rg][c] = table.column(c)
-    required = made_required(md)  # (read back nullable, as :meth:`Storage.read_row_groups` reads them)
+    # (read back nullable, as :meth:`Storage.read_row_groups` reads them; the list is parsed once per footer)
+    required = storage.footer(rel, size).made_required
     return {rg: relaxed(pa.table({c: cols[c] for c in columns}), required) for rg, cols in out.items()}
 
 
