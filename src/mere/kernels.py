@@ -20,7 +20,15 @@ import pyarrow.compute as pc
 
 from mere.arrays import sorted_unique
 from mere.errors import SumOverflow
-from mere.spec import OP_DELETE, OP_MERGE, OP_PUT, MergeOperator
+from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, MergeOperator
+
+
+def operation_codes(table: pa.Table) -> np.ndarray:
+    """Each stored version's operation (``OP_*``, int8) from the operation column; a table read without
+    that column (its files hold no delete marker) holds merges."""
+    if OP_COLUMN not in table.column_names:
+        return np.zeros(table.num_rows, dtype=np.int8)
+    return np.asarray(table.column(OP_COLUMN).to_numpy()).astype(np.int8, copy=False)
 
 
 def numpy_sortable_array(arr: pa.Array) -> np.ndarray | None:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mere.kernels import contiguous, group_starts, numpy_sortable_array, sort_indices
+from mere.kernels import contiguous, group_starts, numpy_sortable_array, operation_codes, sort_indices
 from mere.read.planner import FileTask
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
@@ -20,12 +20,6 @@ __all__ = ["live_keys"]
 
 # A sorted run of unique keys at least this many times the newer rows: those are searched in it.
 SEARCH_RATIO = 2
-
-
-def _ops(table: pa.Table) -> np.ndarray:
-    if OP_COLUMN not in table.column_names:
-        return np.zeros(table.num_rows, dtype=np.int8)
-    return np.asarray(table.column(OP_COLUMN).to_numpy()).astype(np.int8, copy=False)
 
 
 def _oldest_run_first(
@@ -57,7 +51,7 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
         return 0
     parts = _oldest_run_first(spec, parts)
     # Files whose footers rule out delete markers are read without their operation column.
-    each_ops = [_ops(p) if OP_COLUMN in p.column_names else None for _, p in parts]
+    each_ops = [operation_codes(p) if OP_COLUMN in p.column_names else None for _, p in parts]
     deletes = any(o is not None and bool((o == OP_DELETE).any()) for o in each_ops)
     n = sum(p.num_rows for _, p in parts)
     keys: list[Any] = []

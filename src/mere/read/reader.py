@@ -22,7 +22,7 @@ from mere.concurrency import default_threads, run_on_daemon_thread, shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.footer import primitive_leaf
-from mere.kernels import group_starts, numpy_sortable_array, reduce_versions, sort_indices
+from mere.kernels import group_starts, numpy_sortable_array, operation_codes, reduce_versions, sort_indices
 from mere.read import counting, lookup, order_free, selective
 from mere.read.evolution import (
     FileColumns,
@@ -681,7 +681,7 @@ class SplitReader:
             return self._merge_last(parts, first=True)
         if whole and order_free.applies(spec, value_cols):
             tables = [plain_columns(p, spec.schema) for _, p in parts]
-            ops = np.concatenate([_ops(p) for p in tables])
+            ops = np.concatenate([operation_codes(p) for p in tables])
             return order_free.fold(tables, ops, _sequence(tables, spec), spec, self.needed), False
         return self._merge_general(parts, value_cols), False
 
@@ -692,7 +692,7 @@ class SplitReader:
         file's surviving rows, then filter files in place. A surviving row is its key's merged row, so the
         scan's filter is evaluated on the files' rows and folded into the same filter: rows it drops are
         never copied (see :meth:`_filter_masks`)."""
-        ops = [_ops(p) for _, p in parts]
+        ops = [operation_codes(p) for _, p in parts]
         if len(parts) == 1:
             t, p = parts[0]
             (keep,), filtered = self._filter_masks([p], [ops[0] != OP_DELETE])
@@ -784,7 +784,7 @@ class SplitReader:
                     present[f.name].append(np.full(p.num_rows, has))
             aligned.append(pa.Table.from_arrays(cols, schema=schema))
         versions = pa.concat_tables(aligned)
-        ops = np.concatenate([_ops(p) for _, p in parts])
+        ops = np.concatenate([operation_codes(p) for _, p in parts])
         # A key's versions in sequence order where the table has one (stable: commit order, then row
         # order, among equal sequences), else in commit order.
         order = sort_indices([versions.column(c) for c in (*spec.primary_key, *spec.sequence_by)])
@@ -896,12 +896,6 @@ def _sequence(tables: Sequence[pa.Table], spec: TableSpec) -> list[np.ndarray | 
         else:
             out.append(pa.chunked_array(arrays, type=kind))
     return out
-
-
-def _ops(table: pa.Table) -> np.ndarray:
-    if OP_COLUMN not in table.column_names:
-        return np.zeros(table.num_rows, dtype=np.int8)
-    return np.asarray(table.column(OP_COLUMN).to_numpy().astype(np.int8, copy=False))
 
 
 # Filters keeping at least this share of the rows go column by column (see _kept).
