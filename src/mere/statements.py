@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlglot import exp
 
@@ -70,6 +70,10 @@ def sql(text: str, *, catalog: Catalog, **sources: Any) -> MergeMetrics | Commit
     return table.delete(statement.where if statement.where is not None else "TRUE")
 
 
+# How ``UPDATE SET *`` / ``INSERT *`` pair the table's columns with the source's (see MergeStatement.spec).
+StarPairing = Literal["position", "name"]
+
+
 @dataclass(frozen=True)
 class MergeStatement:
     """A MERGE INTO statement read from SQL text: its tables and aliases; :meth:`spec` pairs its WHEN
@@ -86,12 +90,17 @@ class MergeStatement:
     source_is_query: bool
     tree: exp.Merge = field(repr=False, compare=False)
 
-    def spec(self, target_columns: Sequence[str], source_columns: Sequence[str]) -> MergeSpec:
+    def spec(
+        self, target_columns: Sequence[str], source_columns: Sequence[str], star: StarPairing = "position"
+    ) -> MergeSpec:
         """The MERGE as plain data, for a target and a source with these columns.
 
         Args:
             target_columns: The target table's columns, in order.
             source_columns: The source's columns, in order.
+            star: How ``UPDATE SET *`` and ``INSERT *`` pair columns: ``"position"`` as DuckDB does, or
+                ``"name"`` as Spark SQL does (each target column takes the source column of its name,
+                without case; a source lacking one is refused, other source columns are not read).
 
         Returns:
             The ON condition, aliases and WHEN clauses, as :meth:`mere.Table.merge` builds them.
@@ -100,6 +109,8 @@ class MergeStatement:
             FilterError: A clause mere does not run (docs/sql.md), or a ``*`` action whose columns do not
                 pair.
         """
+        if star not in ("position", "name"):
+            raise InvalidInput(f"star must be 'position' or 'name', got {star!r}")
         tree = self.tree
         joined = [c.name for c in tree.args.get("using_cond") or []]
         on_node = tree.args.get("on")
@@ -130,7 +141,9 @@ class MergeStatement:
                 )
             if when.args.get("condition") is None:
                 closed.add(kind)
-            spec = spec.adding(_clause(when, self.source_alias, list(target_columns), list(source_columns)))
+            spec = spec.adding(
+                _clause(when, self.source_alias, list(target_columns), list(source_columns), star)
+            )
         return spec
 
 
@@ -351,6 +364,39 @@ def _source_columns(
     return list(zip(target, source))
 
 
+def _star_columns(
+    verb: str,
+    action: str | None,
+    by_name: str,
+    by_position: str,
+    star: StarPairing,
+    target: list[str],
+    source: list[str],
+) -> list[tuple[str, str]]:
+    """(target column, source column) pairs of a ``*`` action: ``BY NAME`` / ``BY POSITION`` as written,
+    a plain ``*`` as ``star`` says."""
+    if action in (by_name, by_position) or star == "position":
+        return _source_columns(verb, action == by_name, target, source)
+    # Spark SQL: each target column is resolved by name (without case) against the source.
+    by_lower: dict[str, list[str]] = {}
+    for c in source:
+        by_lower.setdefault(c.lower(), []).append(c)
+    missing = [c for c in target if c.lower() not in by_lower]
+    if missing:
+        raise FilterError(
+            f"{verb} * takes each column of the table from the source column of its name, as Spark SQL "
+            f"does: the source lacks {missing} (it has {source}); give it those columns or name the "
+            "columns set"
+        )
+    twice = sorted({c for c in target if len(by_lower[c.lower()]) > 1})
+    if twice:
+        raise FilterError(
+            f"{verb} *: the source has several columns named {twice} but for case; Spark SQL cannot "
+            "resolve them either"
+        )
+    return [(c, by_lower[c.lower()][0]) for c in target]
+
+
 def _from_source(source_alias: str, pairs: list[tuple[str, str]]) -> dict[str, str]:
     return {t: f"{_quote(source_alias)}.{_quote(s)}" for t, s in pairs}
 
@@ -361,7 +407,9 @@ def _when(when: exp.When) -> str:
     return "WHEN NOT MATCHED BY SOURCE" if when.args.get("source") else "WHEN NOT MATCHED"
 
 
-def _clause(when: exp.When, source_alias: str, target: list[str], source: list[str]) -> MergeClause:
+def _clause(
+    when: exp.When, source_alias: str, target: list[str], source: list[str], star: StarPairing = "position"
+) -> MergeClause:
     """One WHEN clause as data, for a target and a source of these columns."""
     matched = bool(when.args.get("matched"))
     by_source = bool(when.args.get("source"))
@@ -401,7 +449,7 @@ def _clause(when: exp.When, source_alias: str, target: list[str], source: list[s
             _plain_star(then.expressions[0], "UPDATE SET *")
             if not matched:
                 raise FilterError("UPDATE SET * needs a source row: use it WHEN MATCHED")
-            pairs = _source_columns("UPDATE", action == UPDATE_BY_NAME, target, source)
+            pairs = _star_columns("UPDATE", action, UPDATE_BY_NAME, UPDATE_BY_POSITION, star, target, source)
             return MergeClause.of(kind, "update", cond, _from_source(source_alias, pairs))
         return MergeClause.of(kind, "update", cond, _assignments(then.expressions, "UPDATE SET"))
     if isinstance(then, exp.Insert):
@@ -409,7 +457,7 @@ def _clause(when: exp.When, source_alias: str, target: list[str], source: list[s
             raise FilterError("INSERT is only for WHEN NOT MATCHED")
         if isinstance(then.this, exp.Star):
             _plain_star(then.this, "INSERT *")
-            pairs = _source_columns("INSERT", action == INSERT_BY_NAME, target, source)
+            pairs = _star_columns("INSERT", action, INSERT_BY_NAME, INSERT_BY_POSITION, star, target, source)
             return MergeClause.of(kind, "insert", cond, _from_source(source_alias, pairs))
         columns = then.this.expressions if isinstance(then.this, exp.Tuple) else None
         values = then.expression.expressions if isinstance(then.expression, exp.Tuple) else None

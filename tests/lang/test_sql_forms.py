@@ -658,3 +658,48 @@ def test_geometry_stored_as_blob_reads_as_duckdb_reads_it(local_cat: mere.Catalo
     mere.sql("UPDATE a.t1 SET g = 'POINT(3 4)'", catalog=local_cat)
     want = con.sql("SELECT g FROM t1").to_arrow_table().column("g").to_pylist()
     assert t.to_arrow().column("g").to_pylist() == want == [b"POINT(3 4)"]
+
+
+# -- ``*`` as Spark SQL pairs it (the Spark helper's reading): by name, target-driven -----------------------
+
+STAR_MERGE = (
+    "MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+)
+
+
+def star_pairs(target: list[str], source: list[str], star: Any) -> list[dict[str, str]]:
+    from mere.statements import MergeStatement, parse_sql
+
+    statement = parse_sql(STAR_MERGE)
+    assert isinstance(statement, MergeStatement)
+    clauses = statement.spec(target, source, star=star).clauses
+    # each value is the source column, qualified (and quoted where its name needs it)
+    return [{t: v.removeprefix("s.").strip('"') for t, v in c.assignments} for c in clauses]
+
+
+@given(
+    order=st.permutations(["id", "a", "b"]),
+    extra=st.lists(st.sampled_from(["x", "y", "_z"]), unique=True, max_size=2),
+    upper=st.sets(st.sampled_from(["a", "b"])),
+)
+@settings(max_examples=30, deadline=None)
+def test_star_by_name_pairs_each_table_column_with_the_source_column_of_its_name(
+    order: list[str], extra: list[str], upper: set[str]
+) -> None:
+    """``star="name"`` (Spark SQL): each table column from the source column of its name, without case, in
+    any source order; source columns the table lacks are not read. ``"position"`` (DuckDB) pairs i with i."""
+    source = [c.upper() if c in upper else c for c in order] + extra
+    for values in star_pairs(["id", "a", "b"], source, "name"):
+        assert values == {c: c.upper() if c in upper else c for c in ["id", "a", "b"]}
+    if not extra:
+        for values in star_pairs(["id", "a", "b"], source, "position"):
+            assert values == dict(zip(["id", "a", "b"], source))
+
+
+def test_star_by_name_refuses_a_missing_or_ambiguous_column_and_a_bad_pairing() -> None:
+    with pytest.raises(errors.FilterError, match=r"lacks \['b'\]"):
+        star_pairs(["id", "a", "b"], ["id", "a", "x"], "name")
+    with pytest.raises(errors.FilterError, match="several columns named"):
+        star_pairs(["id", "a"], ["id", "a", "A"], "name")
+    with pytest.raises(errors.InvalidInput, match="star must be"):
+        star_pairs(["id", "a"], ["id", "a"], "spark")

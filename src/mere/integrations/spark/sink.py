@@ -207,15 +207,14 @@ class WriteJob:
             raise InvalidInput(
                 f"{ref.name}: mode('overwrite') cannot run operation {operation!r}; use mode('append')"
             )
+        # Every yes/no option is read now, used or not: a bad value is refused whatever the table.
+        given = opts.get("create", "")
+        create = bool_option("create", given) if given.strip() else None
+        merge_schema = bool_option("mergeSchema", opts.get("mergeschema"))
         created: int | None = None
         try:
             table = ref.open()
         except (NoSuchTable, NoSuchNamespace) as missing:
-            given = opts.get("create", "")
-            try:
-                create = bool_option("create", given) if given.strip() else None
-            except InvalidInput as bad:
-                raise bad from None
             if (
                 operation == "delete"
                 or create is False
@@ -252,7 +251,7 @@ class WriteJob:
         names = set(table.schema.names) | ({table.spec.cdc_column} if table.spec.cdc_column else set())
         unknown = [c for c in schema.fieldNames() if c not in names]
         evolved: str | None = None
-        if unknown and bool_option("mergeSchema", opts.get("mergeschema")) and operation != "delete":
+        if unknown and merge_schema and operation != "delete":
             # The new columns commit with the rows: tasks stage under the evolved spec, the driver commits it.
             arrow = to_arrow_schema(schema, timezone="UTC")
             update = table.evolve()

@@ -98,9 +98,11 @@ def sql(
     version, or the one ``VERSION AS OF n`` / ``TIMESTAMP AS OF 'ts'`` names; a time without a zone is in
     the session time zone) and every other name is Spark's.
 
-    MERGE, UPDATE and DELETE read their text as :func:`mere.sql` does (DuckDB's forms: ``INSERT *`` and
-    ``UPDATE SET *`` by position, ``BY NAME``, ``USING (columns)``, ``SET (a, b) = (x, y)``; the refusals
-    of docs/sql.md) and run as one distributed MERGE (:func:`~mere.integrations.spark.merge`): one Spark
+    MERGE, UPDATE and DELETE read their text as :func:`mere.sql` does (``BY NAME``, ``USING (columns)``,
+    ``SET (a, b) = (x, y)``; the refusals of docs/sql.md), except that ``INSERT *`` and ``UPDATE SET *``
+    pair columns as Spark SQL does: each column of the table takes the source column of its name (without
+    case), a source lacking one is refused, and other source columns are not read. They run as one
+    distributed MERGE (:func:`~mere.integrations.spark.merge`): one Spark
     job, one commit. ``UPDATE t SET ... WHERE c`` is the MERGE of the table's keys (read at the version the
     statement starts at, pruned by ``c`` where mere's filter language reads it) with ``WHEN MATCHED AND c
     THEN UPDATE SET ...``; DELETE the same with ``THEN DELETE``. ``WHEN NOT MATCHED BY SOURCE`` needs the
@@ -380,7 +382,7 @@ def _change(
         unused = sorted(set(sources) - {statement.source})
         if unused:
             raise InvalidInput(f"sources {unused} are not used by the statement")
-        spec = statement.spec(table.spec.schema.names, source.columns)
+        spec = statement.spec(table.spec.schema.names, source.columns, star="name")  # Spark SQL's ``*``
         builder = SparkMerge(
             context.spark,
             source,

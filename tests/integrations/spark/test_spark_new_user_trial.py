@@ -8,11 +8,7 @@ session for the module.
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,27 +21,9 @@ import duckdb
 from pyspark.sql import DataFrame, SparkSession
 
 import mere
-from mere.integrations.spark import local_session, sql
-
-pytestmark = pytest.mark.spark
+from mere.integrations.spark import sql
 
 EVENTS = "id long, day string, v long, lsn long, op string"
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.fail("the Spark tests need a Java 17+ runtime: apt-get install -y openjdk-17-jre-headless")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    existing = SparkSession.getActiveSession()
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    session = local_session("mere-trial46", warehouse_dir=os.path.abspath(f"spark-warehouse/{worker}"))
-    try:
-        yield session
-    finally:
-        if existing is None:  # leave a session another module's fixture made to that fixture
-            session.stop()
 
 
 @pytest.fixture
@@ -230,16 +208,12 @@ def test_spark_sql_inserts_of_late_events_follow_the_sequence(spark: SparkSessio
         spark.sql("DROP TABLE IF EXISTS trial46_ev")
 
 
-# --- Findings: each xfail(strict) test fails today and passes once the bug is fixed. ---
+# --- Found by the trial, fixed: Spark SQL's `*` by name, yes/no write options read whether used or not. ---
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: mere.integrations.spark.sql runs MERGE ... INSERT * / UPDATE SET * by position (DuckDB), "
-    "while Spark SQL (and Delta) resolve '*' by column name; a source whose columns are in another order "
-    "but of the same types is silently written into the wrong columns instead of by name or refused",
-)
 def test_spark_sql_merge_star_takes_the_source_columns_by_name(spark: SparkSession, wh: str) -> None:
+    """Spark SQL resolves ``INSERT *`` / ``UPDATE SET *`` by name: a source of the same columns in another
+    order (and of the same types) must not land in the wrong columns."""
     t = mere.connect(wh).create_table(
         "m.t",
         pa.schema([("id", pa.int64()), ("a", pa.int64()), ("b", pa.int64())]),
@@ -247,29 +221,60 @@ def test_spark_sql_merge_star_takes_the_source_columns_by_name(spark: SparkSessi
         buckets=2,
     )
     t.upsert(pa.table({"id": [1], "a": [10], "b": [100]}))
-    spark.createDataFrame([(2, 200, 20)], "id long, b long, a long").createOrReplaceTempView("trial46_src")
+    spark.createDataFrame([(1, 111, 11, "x"), (2, 200, 20, "y")], "id long, b long, A long, extra string")\
+        .createOrReplaceTempView("trial46_src")  # fmt: skip
     try:
-        try:
-            sql(spark, "MERGE INTO m.t t USING trial46_src s ON t.id = s.id WHEN NOT MATCHED THEN INSERT *",
-                warehouse=wh).collect()  # fmt: skip
-        except mere.errors.MereError:
-            assert mere_rows(wh, "m.t") == [(1, 10, 100)]  # a refusal that changes nothing is fine too
-            return
-        # Spark's INSERT * sets each target column from the source column of the same name.
-        assert mere_rows(wh, "m.t") == [(1, 10, 100), (2, 20, 200)]
+        text = (
+            "MERGE INTO m.t t USING trial46_src s ON t.id = s.id "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
+        metrics = sql(spark, text, warehouse=wh).collect()[0]
+        assert (metrics.updated, metrics.inserted) == (1, 1)
+        # Each table column from the source column of its name, without case; `extra` is not read.
+        assert mere_rows(wh, "m.t") == [(1, 11, 111), (2, 20, 200)]
     finally:
         spark.catalog.dropTempView("trial46_src")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a write option holding an invalid boolean ('mergeSchema' = 'maybe') is accepted and the "
-    "rows committed when the DataFrame has no new column; the options contract says anything but "
-    "true/false/yes/no/on/off/1/0 is InvalidInput (reads refuse 'merged_only' = 'maybe' so)",
-)
-def test_an_invalid_boolean_write_option_is_refused(spark: SparkSession, wh: str) -> None:
+def test_spark_sql_merge_star_refuses_a_source_lacking_a_column(spark: SparkSession, wh: str) -> None:
+    t = mere.connect(wh).create_table(
+        "m.u", pa.schema([("id", pa.int64()), ("a", pa.int64()), ("b", pa.int64())]), primary_key="id"
+    )
+    t.upsert(pa.table({"id": [1], "a": [10], "b": [100]}))
+    before = state(wh, "m.u")
+    spark.createDataFrame([(1, 5), (2, 6)], "id long, a long").createOrReplaceTempView("trial46_narrow")
+    try:
+        for clause in ("WHEN MATCHED THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *"):
+            text = f"MERGE INTO m.u t USING trial46_narrow s ON t.id = s.id {clause}"
+            with pytest.raises(mere.errors.FilterError, match=r"lacks \['b'\]"):
+                sql(spark, text, warehouse=wh)
+        assert state(wh, "m.u") == before
+    finally:
+        spark.catalog.dropTempView("trial46_narrow")
+
+
+@pytest.mark.parametrize("option", ["mergeSchema", "create"])
+def test_an_invalid_boolean_write_option_is_refused(spark: SparkSession, wh: str, option: str) -> None:
+    """A yes/no option holding anything else is refused before anything is written, whether or not this
+    write would have used it (no new column for mergeSchema; an existing table for create)."""
     write(spark.createDataFrame([(1, 1)], "id long, v long"), wh, "b.t", primary_key="id")
-    version = mere.connect(wh).table("b.t").version
+    before = state(wh, "b.t")
     with pytest.raises(Exception, match="InvalidInput"):
-        write(spark.createDataFrame([(2, 2)], "id long, v long"), wh, "b.t", mergeSchema="maybe")
-    assert mere.connect(wh).table("b.t").version == version
+        write(spark.createDataFrame([(2, 2)], "id long, v long"), wh, "b.t", **{option: "maybe"})
+    assert state(wh, "b.t") == before
+    write(spark.createDataFrame([(2, 2)], "id long, v long"), wh, "b.t", **{option: "false"})
+    assert mere_rows(wh, "b.t") == [(1, 1), (2, 2)]
+
+
+def test_a_delete_of_rows_whose_change_column_says_insert_is_refused(spark: SparkSession, wh: str) -> None:
+    """``operation=delete`` of rows carrying the table's change column with an insert would delete what the
+    rows say to insert: refused, nothing written; rows that say delete (or carry no code) are deleted."""
+    write(spark.createDataFrame([(1, 1, "I"), (2, 2, "I")], "id long, v long, op string"), wh, "c.t",
+          primary_key="id", cdc_column="op")  # fmt: skip
+    before = state(wh, "c.t")
+    with pytest.raises(Exception, match="not a delete"):
+        write(spark.createDataFrame([(1, "I")], "id long, op string"), wh, "c.t", operation="delete")
+    assert state(wh, "c.t") == before
+    write(spark.createDataFrame([(1, "D")], "id long, op string"), wh, "c.t", operation="delete")
+    write(spark.createDataFrame([(2,)], "id long"), wh, "c.t", operation="delete")
+    assert mere_rows(wh, "c.t") == []
