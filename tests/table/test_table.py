@@ -520,6 +520,29 @@ def test_delete_by_keys_without_partition_columns(cat: mere.Catalog) -> None:
     assert [c.operation for c in t.history()] == ["create", "upsert", "delete", "delete", "delete"]
 
 
+def test_a_delete_of_rows_whose_change_codes_are_not_deletes_is_refused(cat: mere.Catalog) -> None:
+    """Rows to delete that carry the table's change column must all say delete: a row saying insert or
+    update (or an update-before image) is refused, nothing written, rather than deleted against its code."""
+    t = cat.create_table(
+        "cdc.keys", pa.schema([("id", pa.int64()), ("v", pa.int64())]), primary_key="id", cdc_column="op"
+    )
+    t.upsert(pa.table({"id": [1, 2, 3], "v": [1, 2, 3]}))
+    version = t.version
+    for codes in (["I"], ["D", "u"], ["-U"], ["+I", "-D"]):
+        with pytest.raises(errors.InvalidInput, match="not a delete"):
+            t.delete(pa.table({"id": list(range(1, len(codes) + 1)), "op": codes}))
+    with pytest.raises(errors.InvalidInput, match="holds nulls"):
+        t.delete(pa.table({"id": [1], "op": pa.array([None], pa.string())}))
+    with pytest.raises(errors.InvalidInput, match="unknown operations"):
+        t.delete(pa.table({"id": [1], "op": ["X"]}))
+    with pytest.raises(errors.InvalidInput, match="not a delete"), t.transaction() as tx:
+        tx.delete(pa.table({"id": [1], "op": ["c"]}))
+    assert t.version == version
+    t.delete(pa.table({"id": [1, 2], "op": ["D", "-d"]}))
+    t.delete(pa.table({"id": [3], "v": [9]}))  # no change column: the keys are deleted, other columns unread
+    assert t.scan().count() == 0
+
+
 def test_delete_on_table_without_key(cat: mere.Catalog) -> None:
     t = cat.create_table("logs.events", EVENTS, partition_by=["day"])
     t.append(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mere.arrays import note_written, release_freed_memory, release_freed_memory_of_pools
 from mere.errors import InvalidInput
@@ -31,13 +32,14 @@ from mere.metadata import (
     VersionRangeChanges,
 )
 from mere.partitions import partition_json, partition_string, partition_value_strings
-from mere.spec import DEFAULT_COMPRESSION, TableSpec
+from mere.spec import DEFAULT_COMPRESSION, OP_DELETE, TableSpec
 from mere.table.file_keys import remember
 from mere.table.scan import Scan, ScannedTable
 from mere.write.writer import (
     CHUNK_BYTES,
     PreparedFile,
     conform,
+    decode_cdc,
     input_chunks,
     prepare,
     to_batches,
@@ -358,6 +360,19 @@ class DataFiles:
                 else "key/partition/sequence"
             )
             raise InvalidInput(f"{self.name}: rows to delete lack {what} column(s) {missing}")
+        change = self.spec.cdc_column
+        if change is not None and change in table.column_names and table.num_rows:
+            # Rows carrying their own change codes: deleting rows that say insert or update would
+            # reinterpret them (a change stream is applied by upsert, every operation as it says).
+            if table.column(change).null_count:
+                raise InvalidInput(f"{self.name}: change column {change!r} of the rows to delete holds nulls")
+            kept = decode_cdc(table.column(change), change) != OP_DELETE
+            if kept.any():
+                said = pc.unique(table.column(change).filter(pa.array(kept))).to_pylist()[:5]
+                raise InvalidInput(
+                    f"{self.name}: rows to delete carry change column {change!r} with {said}, not a delete; "
+                    "apply a change stream with upsert(), or drop the column to delete these keys"
+                )
         return table
 
     def wanted_partition(self, partition: Mapping[str, Any] | None) -> dict[str, str | None] | None:
