@@ -737,7 +737,8 @@ class Table:
         ``t.update(set={"status": "'shipped'", "qty": "qty + 1"}, where="day = '2026-11-21'")``. Keyed
         tables write the changed rows as whole new rows (a merge operator's column takes the value set, it
         is not folded into the old one); tables without a key rewrite the files holding matching rows.
-        Key and partition columns cannot be set.
+        Key columns cannot be set; a partition column can where keys are table-wide (the row moves to its
+        new partition), not under ``key_scope="partition"``.
 
         Args:
             set: column -> SQL expression text of the row.

@@ -193,7 +193,8 @@ class Transaction:
         """Set columns of matching rows to SQL expressions (see :meth:`Table.update <mere.Table.update>`).
 
         Args:
-            set: ``{column: SQL expression text}``; key and partition columns cannot be set.
+            set: ``{column: SQL expression text}``; key columns cannot be set, nor partition columns under
+                ``key_scope="partition"`` (with table-wide keys, setting one moves the row).
             where: A filter of the rows to change; None for every row.
 
         Returns:

@@ -428,8 +428,9 @@ class MergeBuilder:
         """Matched rows take the source's columns by name.
 
         This is DuckDB's ``UPDATE BY NAME``, not the positional ``UPDATE SET *``: each source column sets the
-        target column of its name, and columns the source lacks keep their values. Key and partition columns
-        are not set (they identify the row; the ON condition pairs the key with the source's). A source column
+        target column of its name, and columns the source lacks keep their values. Key columns are not set
+        (they identify the row; the ON condition pairs the key with the source's); a partition column moves
+        the row where keys are table-wide, and is not set under ``key_scope="partition"``. A source column
         the table does not have is refused (:class:`~mere.errors.InvalidInput`), except the table's
         ``cdc_column``.
 
