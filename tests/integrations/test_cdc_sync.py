@@ -463,6 +463,44 @@ def test_an_update_of_the_primary_key_moves_the_row(tmp_path: Path, fmt: str) ->
     assert [r["id"] for r in cat.table("s.a").to_arrow().to_pylist()] == [2]
 
 
+def test_a_moved_row_takes_its_unchanged_toasted_value_from_its_old_key_only(tmp_path: Path) -> None:
+    """wal2json's key-changing U leaves an unchanged TOASTed column out: its value is the OLD key's, never
+    a value the new key held before a delete (earlier in the batch or stored), and a replay of the batch
+    (at-least-once, under a new key: the old key is gone by then) keeps it rather than blanking it."""
+    cat = _cat(tmp_path)
+    big1, old2 = _row("a", 1, 1), _row("a", 2, 2)
+
+    def moved(lsn: int) -> tuple[str, str | None]:  # 1 -> 2, the TOASTed v left out, n changed
+        return _line("wal2json", "a", "u", big1, {**_row("a", 2, 7), "v": big1["v"]}, lsn, omit=True)
+
+    def later(lsn: int) -> tuple[str, str | None]:  # a later update of key 2 leaving v out again
+        return _line("wal2json", "a", "u", None, {**_row("a", 2, 9), "v": big1["v"]}, lsn, omit=True)
+
+    def v_of_key_2() -> Any:
+        return {r["id"]: r["v"] for r in cat.table("s.a").to_arrow().to_pylist()}.get(2)
+
+    # one batch: key 2 inserted and deleted, then key 1 moved onto it
+    first = [
+        _line("wal2json", "a", "c", None, big1, 10),
+        _line("wal2json", "a", "c", None, old2, 11),
+        _line("wal2json", "a", "d", old2, None, 12),
+        moved(13),
+        later(14),
+    ]
+    for order in (first, first[::-1]):  # the log position orders, not the line order
+        sync_batch(cat, _events(order, "wal2json"), SyncOptions("s"), f"one-{order is first}")
+        assert v_of_key_2() == big1["v"]
+        cat.drop_table("s.a")
+    # across batches: key 2's old value is stored, its delete and the move come later
+    sync_batch(cat, _events(first[:2], "wal2json"), SyncOptions("s"), "base")
+    batch = _events([first[2], moved(13), later(14)], "wal2json")
+    sync_batch(cat, batch, SyncOptions("s"), "move")
+    assert v_of_key_2() == big1["v"]
+    sync_batch(cat, batch, SyncOptions("s"), "move-again")  # at-least-once: key 1 is stored nowhere now
+    assert v_of_key_2() == big1["v"]
+    assert sorted(r["id"] for r in cat.table("s.a").to_arrow().to_pylist()) == [2]
+
+
 def _unscaled(value: str, scale: int) -> str:
     """Connect's binary decimal: base64 of the unscaled value, big-endian two's complement."""
     unscaled = int(Decimal(value).scaleb(scale, context=decimal.Context(prec=80)))

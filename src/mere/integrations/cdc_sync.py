@@ -43,7 +43,8 @@ cannot be applied. ``no_key="append"`` keeps them as change logs instead: a keyl
 
 **Unchanged TOASTed values**: an update's column its image lacks (wal2json leaves it out, Debezium
 writes ``unavailable_value``) keeps the row's earlier value: the same key's latest earlier event of the
-batch, else the stored row (see docs/cdc.md).
+batch, else the stored row; for a key-changing update, the old key's; never across a delete (see
+docs/cdc.md).
 
 **Source transactions**: where the stream carries boundaries (``B``/``C`` events), the events of a
 transaction whose end has not arrived wait in the pending table, written in the batch's catalog
@@ -1181,14 +1182,21 @@ def _key_groups(keys: pa.Table, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def _carry(
-    known: np.ndarray, order: np.ndarray, start: np.ndarray, only: np.ndarray | None = None
+    known: np.ndarray,
+    order: np.ndarray,
+    start: np.ndarray,
+    only: np.ndarray | None = None,
+    block: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each unknown cell, the row of the same key's latest known cell before it (by log position):
-    (rows to fill, rows they take from); ``only`` limits the rows filled."""
+    (rows to fill, rows they take from); ``only`` limits the rows filled. A ``block`` row (a delete, a
+    moved row not filled yet) ends what the rows after it may take: its key held no such value then."""
     n = len(order)
     known_sorted = known[order]
-    last = np.maximum.accumulate(np.where(known_sorted, np.arange(n), -1))
-    take = ~known_sorted & (last >= start)
+    stops = known_sorted if block is None else known_sorted | block[order]
+    last = np.maximum.accumulate(np.where(stops, np.arange(n), -1))
+    take = ~stops & (last >= start)
+    take[take] = known_sorted[last[take]]
     if only is not None:
         take &= only[order]
     return order[take], order[last[take]]
@@ -1221,6 +1229,17 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
         across = (joint_order, joint_start, only, asks)
     values = {c: rows.column(c).combine_chunks() for c in partial.missing}
     known = {c: live & ~m for c, m in partial.missing.items()}
+    # What a key's later rows may not look past: its deletes (the key held nothing after one), and its
+    # moved rows until they are filled (their values come from the old key, not from this key's past).
+    # The old keys' deletes a move adds (the last rows) do not stop the move's own question.
+    moved_rows = np.zeros(n, dtype=bool)
+    gone_rows = np.zeros(n, dtype=bool)
+    if partial.moved is not None:
+        moved_rows[partial.moved] = True
+        gone_rows[n - len(partial.moved) :] = True
+
+    def blocks(col: str, deletes: np.ndarray) -> np.ndarray:
+        return np.asarray((deletes | moved_rows) & ~known[col], dtype=bool)
 
     def fill(col: str, dst: np.ndarray, src: np.ndarray) -> None:
         if not len(dst):
@@ -1232,16 +1251,21 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
 
     def spread(col: str) -> None:
         # along each key's events; a moved row from its old key's (again while that fills more: moves chain)
-        for _ in range(1 + (0 if across is None else len(across[3]))):
-            fill(col, *_carry(known[col], order, start))
+        for _ in range(2 + (0 if across is None else len(across[3]))):
+            fill(col, *_carry(known[col], order, start, block=blocks(col, ~live)))
             if across is None:
                 return
             joint_order, joint_start, only, asks = across
             pending = ~known[col][asks]
             if not pending.any():
                 return
+            no = np.zeros(len(asks), dtype=bool)
             dst, src = _carry(
-                np.concatenate([known[col], np.zeros(len(asks), dtype=bool)]), joint_order, joint_start, only
+                np.concatenate([known[col], no]),
+                joint_order,
+                joint_start,
+                only,
+                np.concatenate([blocks(col, ~live & ~gone_rows), no]),
             )
             dst = asks[dst - n]
             keep = ~known[col][dst]
@@ -1251,40 +1275,77 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
 
     for col in partial.missing:
         spread(col)
-    need = np.zeros(rows.num_rows, dtype=bool)
-    for col, m in partial.missing.items():
-        need |= m & ~known[col]
-    if need.any() and tp.create is None:
-        stored = _stored(cat, tp.name, share, partial.lookup.filter(pa.array(need)), list(partial.missing))
-        if stored.num_rows:
-            stored = stored.cast(
-                pa.schema(
-                    [
-                        partial.lookup.schema.field(c) if c in key else f
-                        for c, f in zip(stored.column_names, stored.schema)
-                    ]
-                )
+
+    def from_stored(lookup: pa.Table, need: np.ndarray, newer_only: bool) -> None:
+        # the stored rows of ``lookup``'s keys fill the rows in ``need`` (with ``newer_only``: only from a
+        # stored version at or after the row's own log position)
+        seq_col = options.sequence_column
+        asked = [*partial.missing, seq_col] if newer_only else list(partial.missing)
+        stored = _stored(cat, tp.name, share, lookup.filter(pa.array(need)), asked)
+        if not stored.num_rows:
+            return
+        stored = stored.cast(
+            pa.schema(
+                [
+                    lookup.schema.field(c) if c in key else f
+                    for c, f in zip(stored.column_names, stored.schema)
+                ]
             )
-            wanted = partial.lookup.append_column("__row", pa.array(np.arange(rows.num_rows))).filter(
-                pa.array(need)
+        )
+        if newer_only:
+            stored = stored.rename_columns(
+                [f"__stored{seq_col}" if c == seq_col else c for c in stored.column_names]
             )
-            joined = wanted.join(stored, key, join_type="inner")
-            at = joined.column("__row").to_numpy()
-            for col in partial.missing:
-                if col not in stored.column_names:
-                    continue
-                gap = partial.missing[col][at] & ~known[col][at]
-                if not gap.any():
-                    continue
-                dst = at[gap]
-                got = joined.column(col).take(pa.array(np.flatnonzero(gap))).combine_chunks()
-                merged = pa.concat_arrays([values[col], got.cast(values[col].type)])
-                index = np.arange(rows.num_rows)
-                index[dst] = rows.num_rows + np.arange(len(dst))
-                values[col] = merged.take(pa.array(index))
-                known[col][dst] = True
-            for col in partial.missing:  # later partial updates of the same key take the filled values
-                spread(col)
+        wanted = lookup.append_column("__row", pa.array(np.arange(rows.num_rows))).filter(pa.array(need))
+        joined = wanted.join(stored, key, join_type="inner")
+        at = joined.column("__row").to_numpy()
+        ok = np.ones(len(at), dtype=bool)
+        if newer_only:
+            ok = joined.column(f"__stored{seq_col}").to_numpy(zero_copy_only=False) >= seq[at]
+        for col in partial.missing:
+            if col not in stored.column_names:
+                continue
+            gap = ok & partial.missing[col][at] & ~known[col][at]
+            if not gap.any():
+                continue
+            dst = at[gap]
+            got = joined.column(col).take(pa.array(np.flatnonzero(gap))).combine_chunks()
+            merged = pa.concat_arrays([values[col], got.cast(values[col].type)])
+            index = np.arange(rows.num_rows)
+            index[dst] = rows.num_rows + np.arange(len(dst))
+            values[col] = merged.take(pa.array(index))
+            known[col][dst] = True
+        for col in partial.missing:  # later partial updates of the same key take the filled values
+            spread(col)
+
+    def unfilled() -> np.ndarray:
+        need = np.zeros(rows.num_rows, dtype=bool)
+        for col, m in partial.missing.items():
+            need |= m & ~known[col]
+        return need
+
+    def after_a_block(col: str) -> np.ndarray:
+        # rows with a delete or an unfilled moved row of their own key earlier in the batch: their earlier
+        # value is that row's (none, or the move's), never the stored one
+        block = blocks(col, ~live)[order]
+        last = np.maximum.accumulate(np.where(block, np.arange(n), -1))
+        before = np.r_[-1, last[:-1]] >= start
+        out = np.zeros(n, dtype=bool)
+        out[order] = before
+        return out
+
+    if tp.create is None and unfilled().any():
+        barred = np.zeros(n, dtype=bool)
+        for col in partial.missing:
+            barred |= after_a_block(col)
+        # a moved row asks under its old key (its own key's past is not its past)
+        from_stored(partial.lookup, unfilled() & (moved_rows | ~barred), newer_only=False)
+        # A moved row whose old key is stored nowhere: a replay of a move applied before, whose new key's
+        # stored row is that move (same log position) or newer. Its values are what the move wrote, and a
+        # newer stored version wins anyway; without them the replay would tie with it and blank its cells.
+        replayed = unfilled() & moved_rows
+        if replayed.any():
+            from_stored(own, replayed, newer_only=True)
     left = 0
     for col, m in partial.missing.items():
         left += int((m & ~known[col]).sum())
