@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from mere.durations import parse_duration
 from mere.errors import CatalogError, InvalidInput, SchemaMismatch, UnsupportedType
+from mere.options import parse_bytes
 
 OP_COLUMN = "_mere_op"
 """Row-level change kind stored in primary-key table files."""
@@ -261,15 +262,15 @@ PROPERTIES: dict[str, tuple[str, Any]] = {
     "write.compression-level": ("an integer", int),
     "write.row-group-rows": ("a positive integer", lambda v: _positive(int(v))),
     "write.chunk-bytes": (
-        "a positive integer (bytes of a streamed input written as one run)",
-        lambda v: _positive(int(v)),
+        "a positive byte size (of a streamed input written as one run)",
+        lambda v: _byte_size(v, 1),
     ),
     "write.key-index": (
         "on (Bloom filters and page index on key columns, for point lookups) or off",
         lambda v: v.lower() if v.lower() in ("on", "off") else _bad(),
     ),
-    "read.window-bytes": ("a positive integer (bytes)", lambda v: _positive(int(v))),
-    "read.whole-split-bytes": ("a non-negative integer (bytes)", lambda v: _positive(int(v) + 1) - 1),
+    "read.window-bytes": ("a positive byte size", lambda v: _byte_size(v, 1)),
+    "read.whole-split-bytes": ("a byte size (0 or more)", lambda v: _byte_size(v, 0)),
     "compaction.auto": (
         "off, inline (the committing call compacts) or background (a thread of the committing process)",
         lambda v: v.lower() if v.lower() in ("off", "inline", "background") else _bad(),
@@ -343,6 +344,22 @@ def _bad() -> Any:
     raise ValueError
 
 
+def _byte_size(text: str, minimum: int) -> int:
+    """A byte size as options read one (``1048576``, ``64k``, ``128m``, ``1MiB``)."""
+    try:
+        size = parse_bytes(text, "a byte size", minimum)
+    except InvalidInput:
+        raise ValueError(text) from None
+    if size is None:
+        raise ValueError(text)
+    return size
+
+
+# Properties stored as the number their value reads as (``8MiB`` is kept as ``8388608``): readers take
+# them as plain integers.
+BYTE_PROPERTIES = ("write.chunk-bytes", "read.window-bytes", "read.whole-split-bytes")
+
+
 def _positive(n: int) -> int:
     if n < 1:
         raise ValueError
@@ -363,9 +380,11 @@ def validate_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
         if key in PROPERTIES:
             what, parse = PROPERTIES[key]
             try:
-                parse(text)
+                parsed = parse(text)
             except (ValueError, TypeError):
                 raise InvalidInput(f"property {key!r} must be {what}, got {text!r}") from None
+            if key in BYTE_PROPERTIES:
+                text = str(parsed)
         elif key.lower().startswith(MERE_PREFIXES) or key.lower() in PROPERTIES:
             # mere's own prefixes in any case (a typo there would silently leave a setting off)
             close = difflib.get_close_matches(key.lower(), PROPERTIES, n=1)

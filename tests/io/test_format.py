@@ -296,7 +296,7 @@ def test_refresh_sees_another_handles_property_change(local_cat: mere.Catalog) -
     "bad",
     [
         {"write.compresion": "zstd"},
-        {"read.window-bytes": "8MiB"},
+        {"read.window-bytes": "8 mebibytes"},
         {},
         None,
         {"write.compression": "lzma"},
