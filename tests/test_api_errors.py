@@ -202,9 +202,9 @@ def test_named_cases_say_what_is_allowed(tmp_path: Path) -> None:
             "did you mean 'write.compression'",
         ),
         (
-            lambda: cat.create_table("x.y", SCHEMA, properties={"read.window-bytes": "8MiB"}),
+            lambda: cat.create_table("x.y", SCHEMA, properties={"read.window-bytes": "8 megs"}),
             errors.InvalidInput,
-            "positive integer",
+            "positive byte size",
         ),
         (lambda: mere.connect(5), errors.InvalidInput, "path or URI"),
         (lambda: mere.connect(str(tmp_path), catalog="mysql://u@h/db"), errors.InvalidInput, "PostgreSQL"),
