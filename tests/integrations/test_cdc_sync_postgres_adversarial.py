@@ -11,9 +11,10 @@ sent again under new idempotency keys, or the stream is re-read from an earlier 
 anew (at-least-once delivery). After every batch the synced table must equal ``SELECT *`` as of the last
 transaction delivered, and ``SyncResult.unresolved`` must be 0 (every key's history is in the stream).
 
-Three bugs were found (minimal reproductions at the end, strict xfails); the passing property tests leave
-out what each needs (``avoid`` of ``_run``), the whole property is a strict xfail. Shrinking is off: a
-failing example shrank for more than five minutes; a failure lists the SQL run and every batch sent.
+It found three bugs, since fixed; their minimal reproductions stay at the end as regression tests. The
+two narrower properties leave out what each bug needed (``avoid`` of ``_run``), the whole property runs
+without restriction. Shrinking is off: a failing example shrank for more than five minutes; a failure
+lists the SQL run and every batch sent.
 """
 
 from __future__ import annotations
@@ -351,12 +352,6 @@ def test_synced_table_survives_replays_when_moved_keys_stay_vacant(
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bugs: a key change that moves a row back onto its key takes the value the old key held "
-    "before a delete of the batch; a replayed key change takes a later row of its re-used old key; a "
-    "replayed partial update of a key deleted since counts as unresolved (the three tests below)",
-)
 @SETTINGS
 @example(
     workload=[
@@ -412,11 +407,6 @@ def _apply(batches: list[list[str]]) -> tuple[dict[int, Any], list[int]]:
     return {r["id"]: (r["n"], r["body"]) for r in rows}, unresolved
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a key change back onto a row's key (2->1, then 1->2) whose intermediate key was deleted "
-    "earlier in the batch takes that key's value from before the delete (y) instead of its own (z)",
-)
 def test_key_change_back_onto_its_key_keeps_its_value() -> None:
     # PostgreSQL: INSERT 1 (body y), 2 (body z); COMMIT. DELETE id=1; UPDATE SET id=1 WHERE id=2;
     # UPDATE SET id=2 WHERE id=1; COMMIT (the key changes keep the TOAST pointer: the body is not logged)
@@ -427,11 +417,6 @@ def test_key_change_back_onto_its_key_keeps_its_value() -> None:
     assert unresolved == [0, 0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a replayed key change (1->2) whose old key holds a later row by then (re-inserted with "
-    "body z) takes that later row's value and, tied with the stored move at the same LSN, overwrites it",
-)
 @pytest.mark.parametrize("reused_by", ["insert", "key change"])
 def test_replayed_key_change_ignores_a_later_row_of_its_old_key(reused_by: str) -> None:
     move = _w2j("U", 0x20, 2, 1, old=1)  # the body (y) not logged
@@ -441,11 +426,6 @@ def test_replayed_key_change_ignores_a_later_row_of_its_old_key(reused_by: str) 
     assert rows[2] == (1, Y)  # observed: (1, z...)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a replayed partial update of a key deleted (or moved away) since is counted in "
-    "SyncResult.unresolved although the key's history is in the stream and the table is right",
-)
 @pytest.mark.parametrize("gone_by", ["delete", "key change"])
 def test_replayed_partial_update_of_a_gone_key_is_not_unresolved(gone_by: str) -> None:
     update = _w2j("U", 0x20, 1, 1)  # the body not logged

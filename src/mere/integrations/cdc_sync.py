@@ -60,7 +60,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -1202,14 +1202,14 @@ def _carry(
     return order[take], order[last[take]]
 
 
-def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> int:
+def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> pa.Table | None:
     """Fill the cells an update's image lacks from the key's latest earlier version: an earlier event of
     the batch, else the stored row (read at the version the transaction writes on). A stored version newer
-    than the update wins anyway (``sequence_by``), so taking its values changes nothing. Returns the cells
-    left NULL (no earlier version anywhere)."""
+    than the update wins anyway (``sequence_by``), so taking its values changes nothing. Returns the rows
+    with cells left NULL (no earlier version found): their keys, ``__seq`` and ``__cells``, or None."""
     partial = tp.partial
     if partial is None:
-        return 0
+        return None
     rows = tp.rows
     key = partial.lookup.column_names
     seq = rows.column(options.sequence_column).to_numpy(zero_copy_only=False)
@@ -1276,10 +1276,11 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
     for col in partial.missing:
         spread(col)
 
-    def from_stored(lookup: pa.Table, need: np.ndarray, newer_only: bool) -> None:
-        # the stored rows of ``lookup``'s keys fill the rows in ``need`` (with ``newer_only``: only from a
-        # stored version at or after the row's own log position)
+    def from_stored(lookup: pa.Table, need: np.ndarray, when: Literal["any", "older", "not older"]) -> None:
+        # the stored rows of ``lookup``'s keys fill the rows in ``need``, taking only a stored version
+        # older than the row's own log position, or only one at or after it, or any
         seq_col = options.sequence_column
+        newer_only = when != "any"
         asked = [*partial.missing, seq_col] if newer_only else list(partial.missing)
         stored = _stored(cat, tp.name, share, lookup.filter(pa.array(need)), asked)
         if not stored.num_rows:
@@ -1301,7 +1302,8 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
         at = joined.column("__row").to_numpy()
         ok = np.ones(len(at), dtype=bool)
         if newer_only:
-            ok = joined.column(f"__stored{seq_col}").to_numpy(zero_copy_only=False) >= seq[at]
+            stored_seq = joined.column(f"__stored{seq_col}").to_numpy(zero_copy_only=False)
+            ok = stored_seq < seq[at] if when == "older" else stored_seq >= seq[at]
         for col in partial.missing:
             if col not in stored.column_names:
                 continue
@@ -1334,25 +1336,74 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
         out[order] = before
         return out
 
+    def question_after_a_block(col: str) -> np.ndarray:
+        # moved rows whose old key has a delete or an unfilled moved row earlier in the batch: their value
+        # comes from that row (a move onto the old key, filled in turn), never from the stored one
+        out = np.zeros(n, dtype=bool)
+        if across is None:
+            return out
+        joint_order, joint_start, _, asks = across
+        joint_block = np.concatenate([blocks(col, ~live & ~gone_rows), np.zeros(len(asks), dtype=bool)])
+        block = joint_block[joint_order]
+        last = np.maximum.accumulate(np.where(block, np.arange(len(block)), -1))
+        before = np.zeros(len(block), dtype=bool)
+        before[joint_order] = np.r_[-1, last[:-1]] >= joint_start
+        out[asks] = before[n:]
+        return out
+
     if tp.create is None and unfilled().any():
         barred = np.zeros(n, dtype=bool)
         for col in partial.missing:
-            barred |= after_a_block(col)
-        # a moved row asks under its old key (its own key's past is not its past)
-        from_stored(partial.lookup, unfilled() & (moved_rows | ~barred), newer_only=False)
-        # A moved row whose old key is stored nowhere: a replay of a move applied before, whose new key's
-        # stored row is that move (same log position) or newer. Its values are what the move wrote, and a
-        # newer stored version wins anyway; without them the replay would tie with it and blank its cells.
+            barred |= np.where(moved_rows, question_after_a_block(col), after_a_block(col))
+        # A row's earlier value is its key's stored one; a moved row's is its old key's before the move (a
+        # later row of that key, re-used since, is not its past).
+        from_stored(partial.lookup, unfilled() & ~moved_rows & ~barred, "any")
+        from_stored(partial.lookup, unfilled() & moved_rows & ~barred, "older")
+        # A moved row still without its value: a replay of a move applied before (its old key is gone or
+        # re-used by then, or moved onto by a row of this replay that has no value either), whose new
+        # key's stored row is that move (same log position) or newer. Its values are what the move wrote,
+        # and a newer stored version wins anyway; without them the replay would tie with it and blank it.
         replayed = unfilled() & moved_rows
         if replayed.any():
-            from_stored(own, replayed, newer_only=True)
-    left = 0
+            from_stored(own, replayed, "not older")
+    cells = np.zeros(n, dtype=np.int64)
     for col, m in partial.missing.items():
-        left += int((m & ~known[col]).sum())
+        cells += m & ~known[col]
         rows = rows.set_column(rows.schema.get_field_index(col), col, values[col])
     tp.rows = rows
     tp.partial = None
-    return left
+    if not cells.any():
+        return None
+    left = cells > 0
+    return (
+        own.filter(pa.array(left))
+        .append_column("__seq", pa.array(seq[left]))
+        .append_column("__cells", pa.array(cells[left]))
+    )
+
+
+def _unresolved(cat: Catalog, name: str, unfilled: pa.Table, options: SyncOptions) -> int:
+    """Of the cells left NULL, those in rows that are their key's version after the commit: a row that lost
+    to a newer version (a replay of events a later delete or move has overtaken) leaves no NULL behind."""
+    key = [c for c in unfilled.column_names if c not in ("__seq", "__cells")]
+    seq_col = options.sequence_column
+    condition = None
+    for c in key:
+        inside = pc.field(c).isin(pc.unique(unfilled.column(c)).drop_null())
+        condition = inside if condition is None else condition & inside
+    stored = cat.table(name).scan(columns=[*key, seq_col], filter=condition).to_arrow()
+    if not stored.num_rows:
+        return 0
+    stored = stored.cast(
+        pa.schema(
+            [unfilled.schema.field(c) if c in key else f for c, f in zip(stored.column_names, stored.schema)]
+        )
+    )
+    kept = unfilled.join(stored, key, join_type="inner")
+    kept = kept.filter(pc.equal(kept.column("__seq"), kept.column(seq_col)))
+    # a duplicated event is one row of the table
+    once = kept.group_by([*key, "__seq"]).aggregate([("__cells", "max")])
+    return int(pc.sum(once.column("__cells_max")).as_py() or 0)
 
 
 def _stored(cat: Catalog, name: str, share: Any, keys: pa.Table, columns: list[str]) -> pa.Table:
@@ -1399,7 +1450,7 @@ def apply_plan(
     created: list[str] = []
     evolved: list[str] = []
     applied = 0
-    unresolved = 0
+    unfilled: list[tuple[str, pa.Table]] = []
     with cat.transaction(idempotency_key=idempotency_key) as tx:
         if tx.already_committed:
             results = tx.commit()
@@ -1418,7 +1469,9 @@ def apply_plan(
                         update.widen(col, kind)
                     update.commit()
                     evolved.append(tp.name)
-            unresolved += _complete(cat, tp, share, options)
+            left = _complete(cat, tp, share, options)
+            if left is not None:
+                unfilled.append((tp.name, left))
             if tp.keyed:
                 share.upsert(tp.rows)
             else:
@@ -1439,6 +1492,7 @@ def apply_plan(
                 tx.create_table(qname, QUARANTINE_SCHEMA).append(rows)
             else:
                 tx.table(qname).append(rows)
+    unresolved = sum(_unresolved(cat, name, left, options) for name, left in unfilled)
     return SyncResult(
         tx.results, applied, plan.skipped, plan.refused.num_rows, created, evolved, unresolved=unresolved
     )
