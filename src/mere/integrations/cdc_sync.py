@@ -676,7 +676,7 @@ class SyncResult:
     created: list[str]
     evolved: list[str]
     already_committed: bool = False
-    unresolved: int = 0  # cells an update lacked that no earlier version held (left NULL)
+    unresolved: int = 0  # cells an update lacked that no earlier version held, left NULL in the table
 
 
 def _normal_op(op: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
