@@ -60,7 +60,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -1276,34 +1276,40 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
     for col in partial.missing:
         spread(col)
 
-    def from_stored(lookup: pa.Table, need: np.ndarray, when: Literal["any", "older", "not older"]) -> None:
-        # the stored rows of ``lookup``'s keys fill the rows in ``need``, taking only a stored version
-        # older than the row's own log position, or only one at or after it, or any
-        seq_col = options.sequence_column
-        newer_only = when != "any"
-        asked = [*partial.missing, seq_col] if newer_only else list(partial.missing)
-        stored = _stored(cat, tp.name, share, lookup.filter(pa.array(need)), asked)
+    seq_col = options.sequence_column
+
+    def read_stored(asked: pa.Table) -> pa.Table:
+        # the stored rows of these keys, with their log positions (as ``__stored<sequence column>``)
+        stored = _stored(cat, tp.name, share, asked, [*partial.missing, seq_col])
         if not stored.num_rows:
-            return
+            return stored
         stored = stored.cast(
             pa.schema(
-                [
-                    lookup.schema.field(c) if c in key else f
-                    for c, f in zip(stored.column_names, stored.schema)
-                ]
+                [own.schema.field(c) if c in key else f for c, f in zip(stored.column_names, stored.schema)]
             )
         )
-        if newer_only:
-            stored = stored.rename_columns(
-                [f"__stored{seq_col}" if c == seq_col else c for c in stored.column_names]
-            )
+        return stored.rename_columns(
+            [f"__stored{seq_col}" if c == seq_col else c for c in stored.column_names]
+        )
+
+    def from_stored(
+        stored: pa.Table, lookup: pa.Table, need: np.ndarray, older: np.ndarray | None, not_older: bool
+    ) -> None:
+        # ``stored`` rows of ``lookup``'s keys fill the rows in ``need``: the ``older`` rows only from a
+        # stored version before their own log position; with ``not_older``, every row only from one at or
+        # after it
+        if not stored.num_rows or not need.any():
+            return
         wanted = lookup.append_column("__row", pa.array(np.arange(rows.num_rows))).filter(pa.array(need))
         joined = wanted.join(stored, key, join_type="inner")
         at = joined.column("__row").to_numpy()
-        ok = np.ones(len(at), dtype=bool)
-        if newer_only:
-            stored_seq = joined.column(f"__stored{seq_col}").to_numpy(zero_copy_only=False)
-            ok = stored_seq < seq[at] if when == "older" else stored_seq >= seq[at]
+        stored_seq = joined.column(f"__stored{seq_col}").to_numpy(zero_copy_only=False)
+        if not_older:
+            ok = stored_seq >= seq[at]
+        elif older is not None:
+            ok = ~older[at] | (stored_seq < seq[at])
+        else:
+            ok = np.ones(len(at), dtype=bool)
         for col in partial.missing:
             if col not in stored.column_names:
                 continue
@@ -1357,15 +1363,20 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
             barred |= np.where(moved_rows, question_after_a_block(col), after_a_block(col))
         # A row's earlier value is its key's stored one; a moved row's is its old key's before the move (a
         # later row of that key, re-used since, is not its past).
-        from_stored(partial.lookup, unfilled() & ~moved_rows & ~barred, "any")
-        from_stored(partial.lookup, unfilled() & moved_rows & ~barred, "older")
+        # one read for both questions below: a row's key (its old one, if moved) and a moved row's new key
+        first, moved_left = unfilled() & ~barred, unfilled() & moved_rows
+        asked = pa.concat_tables(
+            [partial.lookup.filter(pa.array(first)).cast(own.schema), own.filter(pa.array(moved_left))]
+        )
+        stored = read_stored(asked)
+        from_stored(stored, partial.lookup, first, moved_rows, not_older=False)
         # A moved row still without its value: a replay of a move applied before (its old key is gone or
         # re-used by then, or moved onto by a row of this replay that has no value either), whose new
         # key's stored row is that move (same log position) or newer. Its values are what the move wrote,
         # and a newer stored version wins anyway; without them the replay would tie with it and blank it.
         replayed = unfilled() & moved_rows
         if replayed.any():
-            from_stored(own, replayed, "not older")
+            from_stored(stored, own, replayed, None, not_older=True)
     cells = np.zeros(n, dtype=np.int64)
     for col, m in partial.missing.items():
         cells += m & ~known[col]
