@@ -1362,8 +1362,8 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
         for col in partial.missing:
             barred |= np.where(moved_rows, question_after_a_block(col), after_a_block(col))
         # A row's earlier value is its key's stored one; a moved row's is its old key's before the move (a
-        # later row of that key, re-used since, is not its past).
-        # one read for both questions below: a row's key (its old one, if moved) and a moved row's new key
+        # later row of that key, re-used since, is not its past). One read serves this question and the
+        # replayed moves' below (their new keys).
         first, moved_left = unfilled() & ~barred, unfilled() & moved_rows
         asked = pa.concat_tables(
             [partial.lookup.filter(pa.array(first)).cast(own.schema), own.filter(pa.array(moved_left))]
