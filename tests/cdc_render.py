@@ -148,3 +148,31 @@ def debezium_line(
 def debezium_key(row: Row, key: Sequence[str]) -> str:
     """The Kafka message key of a row (JSON converter without schemas)."""
     return json.dumps({k: row[k] for k in key})
+
+
+def render_change(
+    op: str,
+    before: Row | None,
+    after: Row | None,
+    lsn: int,
+    fmt: str,
+    table: str,
+    types: Mapping[str, str],
+    key: Sequence[str],
+) -> tuple[str, str | None]:
+    """A decoded change (op ``insert`` / ``update`` / ``delete``, images as the source logged them: an
+    update's unchanged TOASTed column absent) as the line, and Debezium's message key, each tool writes:
+    wal2json leaves the column out and names the old row by its key (``REPLICA IDENTITY DEFAULT``),
+    Debezium writes its placeholder for it."""
+    from mere.integrations.cdc_sync import UNAVAILABLE_VALUE
+
+    code = {"insert": "c", "update": "u", "delete": "d"}[op]
+    if fmt == "wal2json":
+        identity = None if before is None else {k: before[k] for k in key}
+        return wal2json_line(
+            "public", table, code.upper().replace("C", "I"), identity, after, lsn, types, key
+        ), None
+    if after is not None and op == "update":
+        after = {c: after.get(c, UNAVAILABLE_VALUE) for c in types}
+    line = debezium_line("public", table, code, before, after, lsn, types)
+    return line, debezium_key(after or before or {}, key)

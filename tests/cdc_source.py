@@ -275,6 +275,13 @@ LEDGER = TableSpec(  # composite key with a text part: quoting hazards in keys t
     partition="region",
 )
 DEFAULT_TABLES = (ORDERS, LEDGER)
+# A table whose large ``body`` is stored out of line (TOAST) in the unchanged-TOAST tests of the CDC sync.
+DOCS = TableSpec(
+    "docs",
+    (Column("id", "integer", False), Column("n", "integer"), Column("body", "text"), Column("tag", "text")),
+    key=("id",),
+)
+DOCS_TYPES = {c.name: c.pg_type for c in DOCS.columns}
 
 
 # -- events ------------------------------------------------------------------------------------------

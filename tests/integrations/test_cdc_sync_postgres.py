@@ -18,19 +18,14 @@ from typing import Any
 import pytest
 
 import mere
-from cdc_render import debezium_key, debezium_line, wal2json_line
-from cdc_source import LOGICAL_SETTINGS, ChangeSource, Column, Event, TableSpec, diff_models
-from mere.integrations.cdc_sync import UNAVAILABLE_VALUE, SyncOptions, events_from_json, sync_batch
+from cdc_render import render_change
+from cdc_source import DOCS, DOCS_TYPES, LOGICAL_SETTINGS, ChangeSource, Event, diff_models
+from mere.integrations.cdc_sync import SyncOptions, events_from_json, sync_batch
 from services import PostgresServer
 
 pytestmark = pytest.mark.postgres
 
-DOCS = TableSpec(
-    "docs",
-    (Column("id", "integer", False), Column("n", "integer"), Column("body", "text"), Column("tag", "text")),
-    key=("id",),
-)
-TYPES = {"id": "integer", "n": "integer", "body": "text", "tag": "text"}
+TYPES = DOCS_TYPES
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +40,7 @@ def _big(rng: random.Random) -> str:
 
 
 def _render(event: Event, fmt: str) -> tuple[str, str | None]:
-    op = {"insert": "c", "update": "u", "delete": "d"}[event.op]
-    after = event.after
-    if fmt == "wal2json":
-        action = op.upper().replace("C", "I")
-        return wal2json_line("public", "docs", action, event.before, after, event.lsn, TYPES, ["id"]), None
-    if after is not None and event.op == "update":  # Debezium writes the placeholder for what it lacks
-        after = {c: after.get(c, UNAVAILABLE_VALUE) for c in TYPES}
-    line = debezium_line("public", "docs", op, event.before, after, event.lsn, TYPES)
-    return line, debezium_key(after or event.before or {}, ["id"])
+    return render_change(event.op, event.before, event.after, event.lsn, fmt, "docs", TYPES, ["id"])
 
 
 @pytest.mark.parametrize("fmt", ["wal2json", "debezium"])

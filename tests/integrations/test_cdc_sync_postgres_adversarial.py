@@ -19,7 +19,6 @@ lists the SQL run and every batch sent.
 
 from __future__ import annotations
 
-import json
 import random
 import tempfile
 from collections.abc import Iterator
@@ -30,19 +29,14 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 import mere
-from cdc_render import debezium_key, debezium_line, wal2json_line
-from cdc_source import LOGICAL_SETTINGS, ChangeSource, Column, Event, TableSpec, diff_models
-from mere.integrations.cdc_sync import UNAVAILABLE_VALUE, SyncOptions, events_from_json, sync_batch
+from cdc_render import render_change, wal2json_line
+from cdc_source import DOCS, DOCS_TYPES, LOGICAL_SETTINGS, ChangeSource, Event, diff_models
+from mere.integrations.cdc_sync import SyncOptions, events_from_json, sync_batch
 from services import PostgresServer
 
 pytestmark = pytest.mark.postgres
 
-DOCS = TableSpec(
-    "docs",
-    (Column("id", "integer", False), Column("n", "integer"), Column("body", "text"), Column("tag", "text")),
-    key=("id",),
-)
-TYPES = {"id": "integer", "n": "integer", "body": "text", "tag": "text"}
+TYPES = DOCS_TYPES
 KEYS = range(1, 7)  # a small key space: keys are reused (re-inserted, moved onto) often
 
 
@@ -198,16 +192,7 @@ def _summary(event: Event) -> str:
 
 
 def _render(event: Event, fmt: str) -> tuple[str, str | None]:
-    op = {"insert": "c", "update": "u", "delete": "d"}[event.op]
-    before, after = event.before, event.after
-    if fmt == "wal2json":
-        action = op.upper().replace("C", "I")
-        identity = None if before is None else {"id": before["id"]}  # REPLICA IDENTITY DEFAULT: the key
-        return wal2json_line("public", "docs", action, identity, after, event.lsn, TYPES, ["id"]), None
-    if after is not None and event.op == "update":  # Debezium writes the placeholder for what it lacks
-        after = {c: after.get(c, UNAVAILABLE_VALUE) for c in TYPES}
-    line = debezium_line("public", "docs", op, before, after, event.lsn, TYPES)
-    return line, debezium_key(after or before or {}, ["id"])
+    return render_change(event.op, event.before, event.after, event.lsn, fmt, "docs", TYPES, ["id"])
 
 
 def _sync(
@@ -378,21 +363,10 @@ def _w2j(
     action: str, lsn: int, key: int, n: int | None = None, body: Any = ..., old: int | None = None
 ) -> str:
     """A wal2json record of ``docs``; ``body=...`` leaves the body out (an unchanged TOASTed value)."""
-    record: dict[str, Any] = {
-        "action": action,
-        "schema": "public",
-        "table": "docs",
-        "lsn": f"0/{lsn:X}",
-        "pk": [{"name": "id", "type": "integer"}],
-    }
-    if action != "D":
-        columns = [("id", "integer", key), ("n", "integer", n)] + (
-            [] if body is ... else [("body", "text", body)]
-        )
-        record["columns"] = [{"name": c, "type": t, "value": v} for c, t, v in columns]
-    if old is not None:
-        record["identity"] = [{"name": "id", "type": "integer", "value": old}]
-    return json.dumps(record)
+    after = None if action == "D" else {"id": key, "n": n} | ({} if body is ... else {"body": body})
+    return wal2json_line(
+        "public", "docs", action, None if old is None else {"id": old}, after, lsn, TYPES, ["id"]
+    )
 
 
 def _apply(batches: list[list[str]]) -> tuple[dict[int, Any], list[int]]:
