@@ -1202,6 +1202,16 @@ def _carry(
     return order[take], order[last[take]]
 
 
+def _behind(block: np.ndarray, order: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Rows with a ``block`` row of their key earlier (by log position; ``order`` and ``start`` as
+    :func:`_key_groups` gives them)."""
+    block_sorted = block[order]
+    last = np.maximum.accumulate(np.where(block_sorted, np.arange(len(order)), -1))
+    out = np.zeros(len(order), dtype=bool)
+    out[order] = np.r_[-1, last[:-1]] >= start
+    return out
+
+
 def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> pa.Table | None:
     """Fill the cells an update's image lacks from the key's latest earlier version: an earlier event of
     the batch, else the stored row (read at the version the transaction writes on). A stored version newer
@@ -1335,12 +1345,7 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
     def after_a_block(col: str) -> np.ndarray:
         # rows with a delete or an unfilled moved row of their own key earlier in the batch: their earlier
         # value is that row's (none, or the move's), never the stored one
-        block = blocks(col, ~live)[order]
-        last = np.maximum.accumulate(np.where(block, np.arange(n), -1))
-        before = np.r_[-1, last[:-1]] >= start
-        out = np.zeros(n, dtype=bool)
-        out[order] = before
-        return out
+        return _behind(blocks(col, ~live), order, start)
 
     def question_after_a_block(col: str) -> np.ndarray:
         # moved rows whose old key has a delete or an unfilled moved row earlier in the batch: their value
@@ -1350,11 +1355,7 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
             return out
         joint_order, joint_start, _, asks = across
         joint_block = np.concatenate([blocks(col, ~live & ~gone_rows), np.zeros(len(asks), dtype=bool)])
-        block = joint_block[joint_order]
-        last = np.maximum.accumulate(np.where(block, np.arange(len(block)), -1))
-        before = np.zeros(len(block), dtype=bool)
-        before[joint_order] = np.r_[-1, last[:-1]] >= joint_start
-        out[asks] = before[n:]
+        out[asks] = _behind(joint_block, joint_order, joint_start)[n:]
         return out
 
     if tp.create is None and unfilled().any():
@@ -1398,11 +1399,7 @@ def _unresolved(cat: Catalog, name: str, unfilled: pa.Table, options: SyncOption
     to a newer version (a replay of events a later delete or move has overtaken) leaves no NULL behind."""
     key = [c for c in unfilled.column_names if c not in ("__seq", "__cells")]
     seq_col = options.sequence_column
-    condition = None
-    for c in key:
-        inside = pc.field(c).isin(pc.unique(unfilled.column(c)).drop_null())
-        condition = inside if condition is None else condition & inside
-    stored = cat.table(name).scan(columns=[*key, seq_col], filter=condition).to_arrow()
+    stored = cat.table(name).scan(columns=[*key, seq_col], filter=_of_keys(unfilled.select(key))).to_arrow()
     if not stored.num_rows:
         return 0
     stored = stored.cast(
@@ -1424,13 +1421,19 @@ def _stored(cat: Catalog, name: str, share: Any, keys: pa.Table, columns: list[s
     wanted = [c for c in columns if c in have]
     if not wanted:
         return pa.table({})
+    return table.scan(
+        columns=[*keys.column_names, *wanted], filter=_of_keys(keys), version=share.read_version
+    ).to_arrow()
+
+
+def _of_keys(keys: pa.Table) -> Any:
+    """A filter holding the rows of these keys (each key column among the keys' values; the caller joins
+    for the exact pairs)."""
     condition = None
     for c in keys.column_names:
         inside = pc.field(c).isin(pc.unique(keys.column(c)).drop_null())
         condition = inside if condition is None else condition & inside
-    return table.scan(
-        columns=[*keys.column_names, *wanted], filter=condition, version=share.read_version
-    ).to_arrow()
+    return condition
 
 
 def apply_plan(
