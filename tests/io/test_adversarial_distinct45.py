@@ -55,8 +55,9 @@ def _values(kind: pa.DataType, rng: np.random.Generator, n: int, card: int) -> p
             out = bits.view(np.float64)
         return pa.array(out, kind)
     if pa.types.is_decimal(kind):
-        scale = kind.scale
-        return pa.array([Decimal(int(x) * 7 - 3) / (10**scale) for x in i], kind)
+        top = 10 ** min(kind.precision, 9) - 1  # (wrapped into the precision, signs both ways)
+        unscaled = [(int(x) * 7 - 3) % (2 * top + 1) - top for x in i]
+        return pa.array([Decimal(u).scaleb(-kind.scale) for u in unscaled], kind)
     if pa.types.is_date32(kind):
         return pa.array(((i % 50_000) * 37 - 200_000).astype(np.int32)).view(kind)
     if pa.types.is_date64(kind):
