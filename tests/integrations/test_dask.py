@@ -24,10 +24,11 @@ distributed = pytest.importorskip("distributed")
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Any]:
-    """One local cluster of 2 worker processes for the module."""
+    """One local cluster of 2 worker processes for the module; its dashboard on any free port (two test
+    processes may each start one: both asking for 8787 failed one of them)."""
     with (
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, memory_limit="2GiB"
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit="2GiB"
         ) as cluster,
         distributed.Client(cluster) as c,
     ):
