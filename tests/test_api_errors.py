@@ -118,6 +118,8 @@ CALLS: list[tuple[str, Callable[[mere.Catalog, mere.Table, Any], Any]]] = [
     ("overwrite.partition", lambda c, t, v: t.overwrite(ROWS, partition=v)),
     ("stage.data", lambda c, t, v: t.stage(v)),
     ("stage.operation", lambda c, t, v: t.stage(ROWS, operation=v)),
+    ("stage.write_id", lambda c, t, v: t.stage(ROWS, write_id=v)),
+    ("abort_write.write_id", lambda c, t, v: t.abort_write(v)),
     ("commit.staged", lambda c, t, v: t.commit(v)),
     ("commit.operation", lambda c, t, v: t.commit([], operation=v)),
     ("commit.partition", lambda c, t, v: t.commit([], operation="overwrite", partition=v)),

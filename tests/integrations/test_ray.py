@@ -3,6 +3,7 @@ commit (write); a failed write job leaves the table and its directory as they we
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import time
 from collections.abc import Iterator
@@ -20,7 +21,8 @@ from mere.errors import InvalidInput, MereError, SchemaMismatch
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
-from mere.integrations.ray import MereDatasource, read_table, write  # noqa: E402
+import mere.integrations.ray as mere_ray  # noqa: E402
+from mere.integrations.ray import MereDatasink, MereDatasource, read_table, write  # noqa: E402
 
 # Ray Data's own code warns of its deprecated settings (DataContext copies them); not ours to fail on.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
@@ -168,6 +170,55 @@ def _fail_on_id_300(batch: pa.Table) -> pa.Table:
         time.sleep(1.0)  # the other tasks stage their files first
         raise RuntimeError("boom in a Ray task")
     return batch
+
+
+class _DyingSink(MereDatasink):
+    """Stages like mere's sink, but the first worker to stage id 300 dies before it reports its files (Ray
+    retries the task, which then succeeds); with ``fail``, the task of id 500 raises once that happened."""
+
+    def __init__(self, table: mere.Table, died: str, fail: bool) -> None:
+        super().__init__(table, "upsert")
+        self.died, self.fail = died, fail
+
+    def _stage(self, blocks: Any) -> Any:
+        blocks = list(blocks)
+        ids = {i for b in blocks for i in b.column("id").to_pylist()}
+        if self.fail and 500 in ids:
+            deadline = time.monotonic() + 120
+            while not os.path.exists(self.died) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            raise RuntimeError("boom after a worker died")
+        staged = super()._stage(blocks)
+        if 300 in ids and not os.path.exists(self.died):
+            Path(self.died).touch()
+            os._exit(1)  # killed after its files were written, as Ray's force-cancel or an OOM kill does
+        return staged
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["the job commits", "the job fails"])
+def test_files_of_a_killed_attempt_are_deleted_by_the_write_id(
+    lake: mere.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: bool
+) -> None:
+    """A worker killed after staging never reports its files (Ray retries its task elsewhere); the driver
+    finds them by the job's write id, after the commit and after a failed job alike."""
+    monkeypatch.setattr(mere_ray, "CLEANUP_WAIT_S", 3.0)  # a killed attempt never reports: do not wait 30 s
+    version, rows = lake.version, lake.to_arrow()
+    new = lake.scan(version=1).to_arrow().sort_by("id")
+    new = new.set_column(new.schema.get_field_index("qty"), "qty", pc.add(new["qty"], 1000))
+    ds = ray.data.from_arrow([new.slice(i, 100) for i in range(0, 600, 100)])
+    sink = _DyingSink(lake, str(tmp_path / "died"), fail)
+    if fail:
+        with pytest.raises(Exception, match="boom after a worker died"):
+            ds.write_datasink(sink)
+        assert lake.version == version
+        assert normal(lake.to_arrow()).equals(normal(rows))
+    else:
+        ds.write_datasink(sink)
+        assert sink.result is not None and lake.version == version + 1
+        kept = rows.filter(pc.invert(pc.is_in(rows["id"], new["id"])))
+        assert normal(lake.to_arrow()).equals(normal(pa.concat_tables([kept, new])))
+    assert (tmp_path / "died").exists()  # a worker did die after staging
+    assert lake.cleanup(dt.timedelta(0)) == []  # and no file is left that no version references
 
 
 @pytest.mark.parametrize("failure", ["task raises", "stage rejects", "Ray skips the failed block"])

@@ -10,7 +10,9 @@ any partition fails, the files of every partition are deleted and nothing is com
 
 from __future__ import annotations
 
+import logging
 import traceback
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -25,6 +27,8 @@ from mere.optional import require
 from mere.table.catalog_transaction import CatalogSnapshot, pinned_version
 from mere.table.scan import TASK_BYTES, ScanTask, group_tasks, read_tasks
 from mere.table.table import StagedWrite, Table
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
@@ -168,10 +172,10 @@ class _Failed:
     typed: MereError | None = None
 
 
-def _stage(frame: pd.DataFrame, table: Table, operation: str) -> StagedWrite | _Failed:
+def _stage(frame: pd.DataFrame, table: Table, operation: str, write_id: str) -> StagedWrite | _Failed:
     try:
         data = pa.Table.from_pandas(frame, preserve_index=False)
-        return table.stage(data, operation)
+        return table.stage(data, operation, write_id=write_id)
     except Exception as e:  # reported to the client, which cleans every partition's files
         return _Failed(
             type(e).__name__, str(e), traceback.format_exc(), e if isinstance(e, MereError) else None
@@ -185,8 +189,9 @@ def write(
 
     Each partition is staged by a worker; the client commits all of them once. If any partition fails, every
     staged file is deleted, nothing is committed and the first failure is raised (a
-    :class:`~mere.errors.MereError` keeps its type). A worker killed mid-write leaves files that
-    :meth:`~mere.Table.cleanup` removes later; they are never visible.
+    :class:`~mere.errors.MereError` keeps its type). Partitions stage with one write id, so the files of a
+    worker killed mid-write are deleted with the rest (:meth:`~mere.Table.abort_write`); only a worker still
+    writing after that leaves files, never visible, that :meth:`~mere.Table.cleanup` removes later.
 
     Args:
         ddf: The Dask DataFrame to write.
@@ -223,11 +228,17 @@ def write(
     if mode == "append" and keyed:
         raise InvalidInput(f"{table.name} has a primary key: write with mode='upsert'")
     stage = dask.delayed(_stage, pure=False)
-    results = _compute_all([stage(part, table, mode) for part in ddf.to_delayed()], table)
+    write_id = uuid.uuid4().hex
+    try:
+        results = _compute_all([stage(part, table, mode, write_id) for part in ddf.to_delayed()], table)
+    except BaseException:
+        _abort_killed(table, write_id)
+        raise
     staged = [r for r in results if isinstance(r, StagedWrite)]
     failed = [r for r in results if isinstance(r, _Failed)]
     if failed:
         table.abort(staged)
+        _abort_killed(table, write_id)
         first = failed[0]
         if first.typed is not None:
             raise first.typed
@@ -236,6 +247,14 @@ def write(
             f"{first.kind}: {first.message}\n{first.trace}"
         )
     return table.commit(staged, operation=mode, idempotency_key=idempotency_key)
+
+
+def _abort_killed(table: Table, write_id: str) -> None:
+    """Delete, by the write's id, what workers staged and never returned (killed ones); best effort."""
+    try:
+        table.abort_write(write_id)
+    except MereError as e:
+        log.warning("%s: could not delete the files of failed Dask tasks: %s", table.name, e)
 
 
 def _compute_all(stages: list[Any], table: Table) -> list[Any]:

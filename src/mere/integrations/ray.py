@@ -28,8 +28,11 @@ table's change column) is applied in order within a block.
 Failures: a failed job leaves the table unchanged and deletes what its tasks staged. Ray does not hand
 the results of finished tasks to ``on_write_failed``, so the datasink keeps a small ledger actor that
 every task tells what it staged; on failure the driver deletes those files, waits (a bounded time) for
-the tasks Ray is cancelling, and a task that finishes after the job failed deletes its own files. Files
-of a worker killed in the middle of writing are never referenced; :meth:`mere.Table.cleanup` removes them.
+the tasks Ray is cancelling, and a task that finishes after the job failed deletes its own files. Every
+task stages with the job's ``write_id``, so when tasks never reported (Ray killed their workers, often
+mid-write) the driver deletes their files by name too (:meth:`mere.Table.abort_write`), after a failure
+and after a commit alike. Only a worker killed after that leaves files, never referenced, which
+:meth:`mere.Table.cleanup` removes.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -66,6 +70,8 @@ if TYPE_CHECKING:
     from ray.data._internal.execution.interfaces import TaskContext
     from ray.data.block import Block
     from ray.data.datasource.datasink import WriteResult
+
+log = logging.getLogger(__name__)
 
 MODES = ("upsert", "append", "overwrite")
 CLEANUP_WAIT_S = 30.0  # how long a failed write waits for cancelled tasks to report what they staged
@@ -490,7 +496,7 @@ class MereDatasink(_SinkBase):
             raise InvalidInput(
                 f"{self.table.name}: the blocks of one Ray task do not share a schema: {e}"
             ) from e
-        return self.table.stage(data, self.mode)
+        return self.table.stage(data, self.mode, write_id=self._job)
 
     def on_write_complete(self, write_result: WriteResult[TaskStaged]) -> None:
         """Runs on the driver once every task finished: commit everything staged as one version."""
@@ -502,9 +508,10 @@ class MereDatasink(_SinkBase):
         self._returned = staged
         committing = {f.path for s in staged for f in s.files}
         # Staged by attempts Ray retried (their results were dropped): never committed, so deleted.
-        registered, _running, lost = ray.get(self._ledger.drain.remote(self._job, True))
+        registered, running, lost = ray.get(self._ledger.drain.remote(self._job, True))
         self.table.abort([s for s in registered if not any(f.path in committing for f in s.files)])
         if lost:  # Ray went on without them (DataContext.max_errored_blocks): a partial write never commits
+            self._abort_unreported(running)
             raise MereError(
                 f"{self.table.name}: {lost} Ray write task(s) failed and Ray completed the job without "
                 "them (DataContext.max_errored_blocks?); nothing was committed"
@@ -514,6 +521,7 @@ class MereDatasink(_SinkBase):
             staged, operation=self.mode, partition=self.partition, idempotency_key=self.idempotency_key
         )
         self._returned = []
+        self._abort_unreported(running)  # (the commit landed: its files are referenced, so they stay)
 
     def on_write_failed(self, error: Exception) -> None:
         """Runs on the driver when the job failed: delete every file its tasks staged; nothing commits."""
@@ -528,12 +536,14 @@ class MereDatasink(_SinkBase):
                 if landed:
                     keep = {f.path for s in self._committing for f in s.files}
             self._discard(self._returned, keep)
-            self._collect(keep, wait=self._committing is None)
+            unreported = self._collect(keep, wait=self._committing is None)
+            if self._committing is None:  # (a commit that was tried may still land: its files stay)
+                self._abort_unreported(unreported)
         finally:
             self._returned = []
 
-    def _collect(self, keep: set[str], wait: bool) -> None:
-        """Delete what the ledger knows was staged.
+    def _collect(self, keep: set[str], wait: bool) -> int:
+        """Delete what the ledger knows was staged; the number of task attempts that never reported.
 
         With ``wait``, first wait a while for the tasks that Ray is cancelling to report (a task reporting
         after that deletes its own files).
@@ -544,14 +554,22 @@ class MereDatasink(_SinkBase):
             try:
                 staged, running, _lost = ray.get(self._ledger.drain.remote(self._job, final))
             except Exception:
-                return  # the ledger is gone (and with it what it knew): cleanup() removes orphans
+                return 1  # the ledger is gone, and with it what it knew
             self._discard(staged, keep)
             if final:
-                return
+                return int(running)
             if running == 0:
                 deadline = 0.0  # one last, final drain: from now on late tasks clean up after themselves
                 continue
             time.sleep(0.05)
+
+    def _abort_unreported(self, unreported: int) -> None:
+        """Delete, by the job's write id, the files of task attempts that never reported (killed workers)."""
+        if unreported:
+            try:
+                self.table.abort_write(self._job)
+            except MereError as e:  # what stays is never referenced: cleanup() removes it
+                log.warning("%s: could not delete the files of killed Ray tasks: %s", self.table.name, e)
 
     def _discard(self, staged: Sequence[StagedWrite], keep: set[str]) -> None:
         for s in staged:

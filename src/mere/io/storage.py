@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 import uuid
 from collections import OrderedDict
@@ -600,8 +601,16 @@ class Storage:
         return [p[len(prefix) :] if p.startswith(prefix) else p for p in paths]
 
     @staticmethod
-    def unique_name(prefix: str = "part") -> str:
-        return f"{prefix}-{uuid.uuid4().hex}.parquet"
+    def unique_name(prefix: str = "part", write_id: str | None = None) -> str:
+        """A new file name; with ``write_id`` (no ``-`` in it) the name carries it: ``part-<id>-<uuid>``."""
+        if write_id is None:
+            return f"{prefix}-{uuid.uuid4().hex}.parquet"
+        return f"{prefix}-{write_id}-{uuid.uuid4().hex}.parquet"
+
+    @staticmethod
+    def named_for(write_id: str) -> re.Pattern[str]:
+        """What the names :meth:`unique_name` gives for ``write_id`` match (the base name, whole)."""
+        return re.compile(rf"[a-z]+-{re.escape(write_id)}-[0-9a-f]{{32}}\.parquet")
 
 
 # What reading a data file raises when it is missing, unreadable, truncated or not mere's Parquet: pyarrow's

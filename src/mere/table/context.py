@@ -253,6 +253,7 @@ class WriteSettings:
     compression_level: int | None = None
     row_group_rows: int | None = None
     chunk_bytes: int = CHUNK_BYTES
+    write_id: str | None = None  # carried in the files' names (a staged write's id; see Table.abort_write)
 
     @classmethod
     def of(cls, properties: Mapping[str, str]) -> WriteSettings:
@@ -297,6 +298,7 @@ class DataFiles:
             row_group_rows=s.row_group_rows,
             compression=s.compression,
             compression_level=s.compression_level,
+            write_id=s.write_id,
         )
         # the commit's lookup of stored keys (and the next commits') need not read these back
         remember(self.storage, self.spec, entries, [p.rows for p in prepared])

@@ -889,12 +889,47 @@ class Table:
 
     # -- staged (distributed) commits: one message type, one commit and one abort ------------------
 
-    def stage(self, data: Any, operation: str = "upsert") -> StagedChange:
+    def stage(self, data: Any, operation: str = "upsert", *, write_id: str | None = None) -> StagedChange:
         """Write files for ``operation`` without committing them (the worker half of a distributed write).
 
         ``delete`` takes rows holding the key (and partition) columns of the rows to delete.
+
+        Args:
+            data: The rows (anything :meth:`upsert` takes).
+            operation: ``upsert``, ``append``, ``overwrite`` or ``delete``.
+            write_id: An id the staged files' names carry (1 to 64 letters, digits or ``_``). Give every
+                task of one distributed write the same one: if the write fails, :meth:`abort_write` finds
+                the files of tasks that were killed before they could report what they staged.
+
+        Raises:
+            InvalidInput: An unknown ``operation``, one that does not fit the table, or a malformed
+                ``write_id``.
         """
-        return write_ops.stage(self.context, data, operation)
+        return write_ops.stage(self.context, data, operation, write_id)
+
+    def abort_write(self, write_id: str) -> list[str]:
+        """Delete every file staged with ``write_id`` (see :meth:`stage`) that no version references.
+
+        The driver of a failed distributed write calls it once no commit of the write's files can still
+        land: it removes what its tasks staged, including the files of tasks killed before they reported
+        them, which :meth:`abort` cannot name. Files of other writes, and files any version references
+        (expired ones included), are never touched. It lists the table's files, so it costs what a
+        :meth:`cleanup` listing costs; pending multipart uploads of killed tasks are left to
+        :meth:`cleanup`.
+
+        Args:
+            write_id: The id given to :meth:`stage`.
+
+        Returns:
+            The deleted paths (relative to the warehouse).
+
+        Raises:
+            InvalidInput: A malformed ``write_id``.
+            NoSuchTable: The table was dropped (or dropped and created again) since this handle was loaded.
+            StorageError: Listing or deleting files failed.
+            CatalogError: The catalog could not be read.
+        """
+        return write_ops.abort_write(self.context, write_id)
 
     def find_commit(self, idempotency_key: str) -> CommitResult | None:
         """The commit made with this idempotency key, if any."""

@@ -627,8 +627,11 @@ def write_prepared(
     max_workers: int = 8,
     compression: str = DEFAULT_COMPRESSION,
     compression_level: int | None = None,
+    write_id: str | None = None,
 ) -> list[FileEntry]:
-    """Write the slices concurrently. On any failure the files already written are deleted."""
+    """Write the slices concurrently. On any failure the files already written are deleted.
+
+    ``write_id``: the files' names carry it (see :func:`mere.io.storage.Storage.unique_name`)."""
     if not prepared:
         return []
     sorting = list(spec.primary_key)
@@ -638,7 +641,7 @@ def write_prepared(
         ppath = partition_path(spec, p.partition)
         prefix = {"delete": "del", "log": "log"}.get(p.content, "part")
         bucket_dir = f"bucket-{p.bucket:05d}" if spec.has_primary_key else ""
-        rel = "/".join(x for x in (location, ppath, bucket_dir, Storage.unique_name(prefix)) if x)
+        rel = "/".join(x for x in (location, ppath, bucket_dir, Storage.unique_name(prefix, write_id)) if x)
         rows = row_group_rows or _rows_per_group(p.rows, row_group_bytes)
         written = write_parquet(
             storage,

@@ -21,7 +21,15 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from mere.errors import InvalidInput, NoSuchNamespace, NoSuchTable, SchemaChanged, SchemaMismatch, TableExists
+from mere.errors import (
+    InvalidInput,
+    MereError,
+    NoSuchNamespace,
+    NoSuchTable,
+    SchemaChanged,
+    SchemaMismatch,
+    TableExists,
+)
 from mere.integrations.spark.options import (
     CREATE_OPTIONS,
     FORMAT_NAME,
@@ -191,6 +199,7 @@ class WriteJob:
     created_version: int | None = None  # the write created the table (at this version): abort drops it
     overwrite_mode: str | None = None  # option partitionOverwriteMode; None: the session's conf decides
     streaming: bool = False
+    write_id: str | None = None  # a batch write's id in its files' names: abort() finds killed tasks' files
 
     @staticmethod
     def plan(
@@ -280,6 +289,7 @@ class WriteJob:
             None if streaming else created,  # a stream's failed batch is retried into the same table
             overwrite_mode,
             streaming,
+            None if streaming else uuid.uuid4().hex,
         )
 
     def open(self) -> Table:
@@ -308,7 +318,7 @@ class WriteJob:
                 for chunk in chunks(batches, self.flush_rows):
                     if pending is not None:
                         staged.append(pending.result())
-                    pending = pool.submit(table.stage, chunk, self.operation)
+                    pending = pool.submit(table.stage, chunk, self.operation, write_id=self.write_id)
                 if pending is not None:
                     staged.append(pending.result())
                     pending = None
@@ -334,6 +344,16 @@ class WriteJob:
         table.commit(
             staged, operation=self.operation, partition=self.partition, idempotency_key=key, dynamic=dynamic
         )
+
+    def abort_killed(self, table: Table) -> None:
+        """Delete the files of tasks killed before they reported them (no commit was tried): by the write's
+        id. Tasks Spark is still cancelling may write after this; their files stay for ``cleanup``."""
+        if self.write_id is None:
+            return
+        try:
+            table.abort_write(self.write_id)
+        except MereError as e:
+            log.warning("%s: could not delete the files of killed tasks: %s", self.ref.name, e)
 
     def dynamic_overwrite(self, messages: Sequence[MereCommitMessage]) -> bool:
         """Whether this overwrite replaces only the partitions it writes: the write's option, else the
@@ -368,6 +388,7 @@ class WriteJob:
         staged = [s for m in messages if isinstance(m, MereCommitMessage) for s in m.staged]
         if not (messages and all(m is not None for m in messages)):
             table.abort(staged)
+            self.abort_killed(table)
         elif any(s.files for s in staged):
             log.warning(
                 "%s: a write whose tasks all finished was aborted; its %d staged file(s) stay (a commit of "

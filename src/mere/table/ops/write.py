@@ -11,6 +11,8 @@ after a lost race. An overwrite removes the files of the partitions it replaces,
 from __future__ import annotations
 
 import json
+import posixpath
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -42,6 +44,7 @@ from mere.table.commit import (
 from mere.table.conflicts import PartitionSet, PartitionsUnchanged, RowsUnchanged
 from mere.table.context import TableContext, file_splits, partition_values
 from mere.table.revalidate import ReadRows
+from mere.table.versions import require_live
 from mere.table.write_checks import WriteChecks
 from mere.write.writer import PreparedFile, conform, marker_columns, marker_spec, prepare, sequence_after
 
@@ -322,9 +325,27 @@ def rewrite_files(
 # -- staged (distributed) writes ------------------------------------------------------------------------
 
 
-def stage(ctx: TableContext, data: Any, operation: str = "upsert") -> StagedChange:
+WRITE_ID = re.compile(r"[A-Za-z0-9_]{1,64}")
+
+
+def check_write_id(table: str, write_id: Any) -> str:
+    """A staged write's id: 1 to 64 letters, digits or ``_`` (a file name carries it between dashes)."""
+    if not isinstance(write_id, str) or not WRITE_ID.fullmatch(write_id):
+        raise InvalidInput(
+            f"{table}: write_id must be 1 to 64 ASCII letters, digits or '_' (such as uuid.uuid4().hex), "
+            f"got {write_id!r}"
+        )
+    return write_id
+
+
+def stage(
+    ctx: TableContext, data: Any, operation: str = "upsert", write_id: str | None = None
+) -> StagedChange:
     """Write files for ``operation`` without committing them (the worker half of a distributed write)."""
     started = now_micros()
+    if write_id is not None:
+        check_write_id(ctx.name, write_id)
+        ctx = replace(ctx, settings=replace(ctx.settings, write_id=write_id))
     if operation not in STAGE_OPERATIONS:
         raise InvalidInput(f"cannot stage {operation!r}; choose one of {', '.join(STAGE_OPERATIONS)}")
     if operation == "upsert" and not ctx.spec.has_primary_key:
@@ -351,6 +372,26 @@ def stage(ctx: TableContext, data: Any, operation: str = "upsert") -> StagedChan
         partitions=tuple(sorted(named or ())),
         written_since=started,
     )
+
+
+def abort_write(ctx: TableContext, write_id: str) -> list[str]:
+    """See :meth:`mere.Table.abort_write`."""
+    check_write_id(ctx.name, write_id)
+    require_live(ctx)
+    named = ctx.storage.named_for(write_id)
+    listed = [
+        p
+        for p, _size, _mtime in ctx.storage.list_files(ctx.location)
+        if named.fullmatch(posixpath.basename(p))
+    ]
+    if not listed:
+        return []
+    referenced = ctx.store.all_file_paths(ctx.table_id)  # read after the listing: a commit before it counts
+    require_live(ctx)  # a table dropped meanwhile references nothing any more
+    ours = [p for p in listed if p not in referenced]
+    for path in ours:
+        ctx.storage.delete(path)
+    return ours
 
 
 def commit_staged(
