@@ -239,8 +239,8 @@ def test_sequenced_moves_with_duplicate_sequences_equal_the_model(
     """Out-of-order events, duplicated sequences (ties: the later commit, then the later row wins), keys
     at int64 limits (a span over 2**47), deletes living in other partitions; index vs file reads."""
     keys = [-(2**63), -1, 0, 7, 2**62]
-    # One event per (key, sequence); duplicates are replays of an event (a delete and a row of one key
-    # never share a sequence: see test_a_delete_at_the_sequence_of_a_row_elsewhere_wins_as_it_does_at_home).
+    # One event per (key, sequence); duplicates are replays of an event (events of one key sharing a
+    # sequence: test_on_equal_sequences_the_later_event_wins_in_any_partition).
     events = data.draw(
         st.lists(
             st.tuples(st.sampled_from(keys), st.integers(0, 5), st.integers(1, 12), st.booleans()),
@@ -286,11 +286,6 @@ def test_sequenced_moves_with_duplicate_sequences_equal_the_model(
             b.compact()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="on equal sequences a delete in another partition loses to the live row (stored_keys._decide's "
-    "live tiebreak), while the same delete naming the row's own partition wins (merge on read: later commit)",
-)
 @pytest.mark.parametrize("route", ["key-index", "read-files"])
 def test_a_delete_at_the_sequence_of_a_row_elsewhere_wins_as_it_does_at_home(
     tmp_path: Path, route: str
@@ -305,6 +300,48 @@ def test_a_delete_at_the_sequence_of_a_row_elsewhere_wins_as_it_does_at_home(
         t.upsert(seq_rows([(1, part, 5, True)]))  # a later commit, the same sequence
     assert state(home) == {}
     assert state(away) == state(home)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), buckets=st.integers(1, 2), auto=st.sampled_from(["off", "inline"]))
+def test_on_equal_sequences_the_later_event_wins_in_any_partition(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject, buckets: int, auto: str
+) -> None:
+    """Events of few keys at few sequences, so that rows and deletes of one key share sequences across
+    partitions: as in one partition, the highest sequence wins, then the later commit, then the later row.
+    Index and file reads, with and without compaction between commits."""
+    events = data.draw(
+        st.lists(
+            st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(1, 3), st.booleans()),
+            min_size=1,
+            max_size=16,
+        )
+    )
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(events) - 1)), max_size=6)))
+    compact_after = data.draw(st.sets(st.integers(0, 6)))
+    cat = mere.connect(str(tmp_path_factory.mktemp("tie")))
+    props = {"compaction.auto": auto, "compaction.min-files": "2"}
+    kw: dict[str, Any] = dict(
+        primary_key="id", partition_by="status", cdc_column="op", sequence_by="lsn", buckets=buckets
+    )
+    a = cat.create_table("a", SEQ, properties=props, **kw)
+    b = cat.create_table("b", SEQ, properties=props, **kw)
+    newest: dict[int, tuple[int, int, int, bool]] = {}
+    for i, (lo, hi) in enumerate(zip([0, *cuts], [*cuts, len(events)])):
+        chunk = events[lo:hi]
+        a.upsert(seq_rows(chunk))
+        with index_off():
+            b.upsert(seq_rows(chunk))
+        for e in chunk:  # in commit order, then row order: a tie goes to the later event
+            if e[0] not in newest or e[2] >= newest[e[0]][2]:
+                newest[e[0]] = e
+        model = {k: (PARTS[e[1]], e[2] * 10 + e[1]) for k, e in newest.items() if not e[3]}
+        assert state(b) == model, ("read-files", chunk)
+        assert state(a) == model, ("key-index", chunk)
+        assert a.scan().count() == len(model)
+        if i in compact_after:
+            a.compact()
+            b.compact()
 
 
 @pytest.mark.parametrize("budget", [None, 40 * 32])

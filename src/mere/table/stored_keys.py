@@ -760,11 +760,12 @@ def _decide(spec: TableSpec, versions: pa.Table, cross_partition: bool, partitio
     group_of_row = np.cumsum(starts) - 1  # each version's (key, partition) group
     # Each key's winner over the partitions (table-wide keys): highest sequence, then the newest.
     if cross_partition:
-        # On equal sequences a live version wins over a delete: the markers this lookup writes carry
-        # their winner's sequence, and must not win over it at the next lookup (a real delete and a
-        # real row of one key never share a sequence: it names one event).
-        live = np.asarray(current.column(OP_COLUMN).to_numpy(zero_copy_only=False) != OP_DELETE, np.int8)
-        tiebreak = [live] if seq else []
+        # On equal sequences a stored delete loses to everything else, then the later commit wins: the
+        # markers a lookup writes carry their winner's sequence, and must not win over it at the next
+        # lookup; a delete this commit brings wins over a stored row, as it does in the row's partition.
+        ops_now = current.column(OP_COLUMN).to_numpy(zero_copy_only=False)
+        incoming = current.column(_NEW).to_numpy(zero_copy_only=False)
+        tiebreak = [np.asarray((ops_now != OP_DELETE) | incoming, np.int8)] if seq else []
         by_key = sort_indices(
             [
                 *(current.column(c) for c in pk),
