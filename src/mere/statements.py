@@ -8,8 +8,8 @@ both run the same code.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from sqlglot import exp
@@ -65,6 +65,7 @@ def sql(text: str, *, catalog: Catalog, **sources: Any) -> MergeMetrics | Commit
     if sources:
         raise InvalidInput(f"only MERGE takes sources; got {sorted(sources)}")
     table = catalog.load_table(statement.table)
+    statement = statement.resolved(table.spec.schema.names)
     if isinstance(statement, UpdateStatement):
         return table.update(dict(statement.assignments), where=statement.where)
     return table.delete(statement.where if statement.where is not None else "TRUE")
@@ -111,7 +112,14 @@ class MergeStatement:
         """
         if star not in ("position", "name"):
             raise InvalidInput(f"star must be 'position' or 'name', got {star!r}")
-        tree = self.tree
+        # Names without case, as DuckDB and Spark SQL read them (a copy: the statement stays as parsed).
+        sides = [
+            ({self.target_alias.lower(), *_table_aliases(self.table)}, list(target_columns)),
+            ({self.source_alias.lower()}, list(source_columns)),
+        ]
+        joined_names = {c.name.casefold() for c in self.tree.args.get("using_cond") or []}
+        tree = _names_resolved(self.tree, sides, list(target_columns), shared=joined_names)
+        assert isinstance(tree, exp.Merge)
         joined = [c.name for c in tree.args.get("using_cond") or []]
         on_node = tree.args.get("on")
         if joined and on_node:
@@ -155,6 +163,21 @@ class UpdateStatement:
     alias: str
     assignments: tuple[tuple[str, str], ...]
     where: str | None
+    tree: exp.Update | None = field(default=None, repr=False, compare=False)
+
+    def resolved(self, columns: Sequence[str]) -> UpdateStatement:
+        """The statement with its column names read without case against the table's ``columns``, as
+        DuckDB and Spark SQL read them (a name that matches exactly, or none or several, stays as written)."""
+        if self.tree is None:
+            return self
+        aliases = {self.alias.lower(), *_table_aliases(self.table)}
+        tree = _names_resolved(self.tree, [(aliases, columns)], columns, unqualify=True)
+        assert isinstance(tree, exp.Update)
+        where = tree.args.get("where")
+        assignments = tuple(_assignments(tree.expressions, "UPDATE SET").items())
+        return replace(
+            self, assignments=assignments, where=sql_text(where.this) if where is not None else None
+        )
 
 
 @dataclass(frozen=True)
@@ -164,6 +187,16 @@ class DeleteStatement:
     table: str
     alias: str
     where: str | None
+    tree: exp.Delete | None = field(default=None, repr=False, compare=False)
+
+    def resolved(self, columns: Sequence[str]) -> DeleteStatement:
+        """The statement with its column names read without case (see :meth:`UpdateStatement.resolved`)."""
+        if self.tree is None:
+            return self
+        aliases = {self.alias.lower(), *_table_aliases(self.table)}
+        tree = _names_resolved(self.tree, [(aliases, columns)], columns, unqualify=True)
+        where = tree.args.get("where")
+        return replace(self, where=sql_text(where.this) if where is not None else None)
 
 
 def parse_sql(text: str) -> MergeStatement | UpdateStatement | DeleteStatement:
@@ -218,6 +251,7 @@ def parse_sql(text: str) -> MergeStatement | UpdateStatement | DeleteStatement:
             _alias(tree.this, name.split(".")[-1]),
             tuple(_assignments(tree.expressions, "UPDATE SET").items()),
             sql_text(where.this) if where is not None else None,
+            tree,
         )
     assert isinstance(tree, exp.Delete)
     if tree.args.get("using"):
@@ -226,7 +260,10 @@ def parse_sql(text: str) -> MergeStatement | UpdateStatement | DeleteStatement:
     name = _name(tree.this)
     where = tree.args.get("where")
     return DeleteStatement(
-        name, _alias(tree.this, name.split(".")[-1]), sql_text(where.this) if where is not None else None
+        name,
+        _alias(tree.this, name.split(".")[-1]),
+        sql_text(where.this) if where is not None else None,
+        tree,
     )
 
 
@@ -249,6 +286,89 @@ def _refuse_other_clauses(tree: exp.Expression, statement: str, supported: set[s
         raise FilterError(
             f"{clause} is not supported in {statement} (mere runs no part of a statement it cannot run)"
         )
+
+
+def _table_aliases(table: str) -> set[str]:
+    """The names a statement's columns may be qualified with for ``table`` (``ns.t`` and ``t``)."""
+    return {table.lower(), table.split(".")[-1].lower()}
+
+
+def _matching(name: str, columns: Sequence[str]) -> str | None:
+    """The one of ``columns`` that ``name`` names: itself, else the only one equal without case; else None."""
+    if name in columns:
+        return name
+    folded = name.casefold()
+    matches = {c for c in columns if c.casefold() == folded}
+    return matches.pop() if len(matches) == 1 else None
+
+
+def _without_case(name: str, columns: Sequence[str]) -> str:
+    """``name`` as ``columns`` spell it (see :func:`_matching`), else as written (unknown or ambiguous: the
+    caller's own check names it)."""
+    return _matching(name, columns) or name
+
+
+def _names_resolved(
+    tree: exp.Expression,
+    sides: Sequence[tuple[set[str], Sequence[str]]],
+    target: Sequence[str],
+    unqualify: bool = False,
+    shared: Collection[str] = (),
+) -> exp.Expression:
+    """A copy of ``tree`` whose column names are spelt as the columns they match without case.
+
+    ``sides``: (lower-case qualifiers, columns) per table of the statement, the target's first (a MERGE's
+    source second). A qualified name reads its side's columns; an unqualified one the sides it can see (a
+    WHEN NOT MATCHED clause the source's, BY SOURCE the target's), resolved when they agree on one
+    spelling; the columns UPDATE SET assigns and INSERT lists read the ``target``'s. ``unqualify`` (one
+    table, as in UPDATE and DELETE): names qualified with the table's name or alias lose the qualifier.
+    ``shared``: the case-folded names of ``USING (columns)``, which both sides may have.
+    """
+    tree = tree.copy()
+    assigned: set[int] = set()
+    for node in tree.find_all(exp.Update, exp.Insert):
+        items = node.expressions if isinstance(node, exp.Update) else [node.this]
+        for item in items:
+            left = item.this if isinstance(item, exp.EQ) else item
+            for column in left.find_all(exp.Column) if isinstance(left, exp.Expression) else ():
+                assigned.add(id(column))
+    seen: dict[int, list[Sequence[str]]] = {}  # columns inside a WHEN NOT MATCHED [BY SOURCE] clause
+    for when in tree.find_all(exp.When):
+        if not when.args.get("matched") and len(sides) > 1:
+            visible = [sides[0][1]] if when.args.get("source") else [sides[1][1]]
+            for column in when.find_all(exp.Column):
+                seen[id(column)] = visible
+    every = [columns for _, columns in sides]
+    for column in list(tree.find_all(exp.Column)):
+        parts = column.parts
+        if id(column) in assigned:
+            if len(parts) == 1:
+                _rename(column, _without_case(column.name, target))
+            continue
+        if len(parts) == 1:
+            found = (_matching(column.name, columns) for columns in seen.get(id(column), every))
+            spellings = {m for m in found if m is not None}
+            if len(spellings) == 1:
+                _rename(column, spellings.pop())
+            elif len(spellings) > 1 and column.name.casefold() not in shared:
+                raise FilterError(
+                    f"column {column.name!r} is ambiguous: both tables have it ({', '.join(sorted(spellings))}); "
+                    "qualify it with the table's alias"
+                )
+        elif len(parts) == 2:
+            qualifier = parts[0].name.lower()
+            for aliases, columns in sides:
+                if qualifier in aliases:
+                    _rename(column, _without_case(column.name, columns))
+                    if unqualify:
+                        column.set("table", None)
+                    break
+    return tree
+
+
+def _rename(column: exp.Column, name: str) -> None:
+    if name != column.name:
+        column.set("this", exp.to_identifier(name, quoted=True))
 
 
 def _name(node: exp.Expression) -> str:

@@ -703,3 +703,54 @@ def test_star_by_name_refuses_a_missing_or_ambiguous_column_and_a_bad_pairing() 
         star_pairs(["id", "a"], ["id", "a", "A"], "name")
     with pytest.raises(errors.InvalidInput, match="star must be"):
         star_pairs(["id", "a"], ["id", "a"], "spark")
+
+
+# -- names without case ---------------------------------------------------------------------------------
+
+
+def _spelt(draw: st.DrawFn, name: str) -> str:
+    """``name`` in a case Hypothesis draws letter by letter."""
+    return "".join(c.upper() if draw(st.booleans()) else c.lower() for c in name)
+
+
+@st.composite
+def case_cases(draw: st.DrawFn) -> tuple[Target, str, pa.Table | None]:
+    base = draw(targets(values=("a", "Bb")))
+    if draw(st.booleans()):  # the table's own spelling of a column differs from the default
+        base = Target(("k", "A", "Bb"), base.key, base.rows, base.partition_by)
+    k, a, b = (
+        (lambda n: _spelt(draw, n), "k"),
+        (lambda n: _spelt(draw, n), "a"),
+        (lambda n: _spelt(draw, n), "bb"),
+    )
+    n = {name: spell(name) for spell, name in (k, a, b)}
+    t, s = _spelt(draw, "stock"), _spelt(draw, "s")
+    form = draw(st.sampled_from(["update", "delete", "merge"]))
+    if form == "update":
+        return base, f"UPDATE {{t}} SET {n['a']} = {t}.{n['bb']} + 1 WHERE {n['k']} > 2", None
+    if form == "delete":
+        return base, f"DELETE FROM {{t}} WHERE {n['a']} IS NULL OR {t}.{n['k']} = 3", None
+    spelt = [_spelt(draw, c) for c in ("k", "a")]
+    keys = draw(st.lists(st.integers(0, 10), min_size=1, max_size=5, unique=True))
+    source = source_table(spelt, [(key, draw(VALUE)) for key in keys])
+    # Unqualified names: bb only the table has; a and k both have (ambiguous, as DuckDB says, but in
+    # WHEN NOT MATCHED, which sees the source only).
+    matched = draw(
+        st.sampled_from(
+            [f"{s}.{_spelt(draw, 'a')} > 0", f"{_spelt(draw, 'bb')} IS NULL", f"{_spelt(draw, 'a')} > 0"]
+        )
+    )
+    statement = (
+        f"MERGE INTO {{t}} USING s AS {s} ON {t}.{n['k']} = {s}.{_spelt(draw, 'k')} "
+        f"WHEN MATCHED AND {matched} THEN UPDATE SET {n['bb']} = {s}.{_spelt(draw, 'a')} "
+        f"WHEN NOT MATCHED THEN INSERT ({n['k']}, {n['a']}) VALUES ({s}.{_spelt(draw, 'k')}, {_spelt(draw, 'a')})"
+    )
+    return base, statement, source
+
+
+@SETTINGS
+@given(case_cases())
+def test_names_in_any_case_run_as_in_duckdb(case: tuple[Target, str, pa.Table | None]) -> None:
+    """Column names and aliases in any case name the table's and the source's columns, as DuckDB (and Spark
+    SQL) read them; an unqualified name both tables have stays ambiguous."""
+    check(*case)

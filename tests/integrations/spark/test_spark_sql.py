@@ -49,6 +49,11 @@ STATEMENTS = [
     "MERGE INTO s.orders t USING (SELECT id, day, qty FROM changes) AS s USING (id) "
     "WHEN MATCHED AND t.qty > 100 THEN UPDATE SET qty = s.qty - 1 WHEN NOT MATCHED THEN INSERT BY NAME",
     "UPDATE s.orders AS o SET qty = NULL WHERE o.id IN (5, 6)",
+    # Names in any case, as Spark SQL (and DuckDB) read them
+    "MERGE INTO s.orders T USING changes S ON T.ID = S.Id WHEN MATCHED AND S.OP = 'D' THEN DELETE "
+    "WHEN MATCHED THEN UPDATE SET QTY = T.qty + S.QTY",
+    "UPDATE s.orders SET Qty = QTY + 1 WHERE DAY = 'd2' AND Orders.ID < 10",
+    "DELETE FROM s.orders AS O WHERE O.Qty = 4",
     "DELETE FROM s.orders WHERE qty IS NULL OR id > 21;",
 ]
 

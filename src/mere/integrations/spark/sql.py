@@ -399,6 +399,7 @@ def _change(
         return _metrics(context.spark, "MERGE", builder.execute(idempotency_key=key))
     if sources:
         raise InvalidInput(f"only MERGE takes sources; got {sorted(sources)}")
+    statement = statement.resolved(table.spec.schema.names)  # names without case, as Spark SQL reads them
     builder = _keyed_merge(context, ref, table, statement, partitions, attempts)
     return _metrics(context.spark, kind, builder.execute(idempotency_key=key))
 
