@@ -4,7 +4,7 @@ Ids that are prefixes, suffixes or case variants of each other; tables with a ch
 and no key; committed writes of the same id later compacted, rolled back, overwritten and expired; a
 reused id; a dropped and recreated table; a table name that extends another's location; odd partition
 values; thousands of files; PostgreSQL catalogs and a real S3 server (SeaweedFS). A commit that already
-holds the staged files (an open transaction) is not fenced, unlike ``cleanup``: see the xfail test.
+holds the staged files (an open transaction) is refused when it lands after abort_write deleted them.
 """
 
 from __future__ import annotations
@@ -202,12 +202,6 @@ def test_a_reused_id_deletes_the_other_jobs_staged_files_but_its_commit_then_fai
     assert t.to_arrow().equals(rows)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="abort_write has no fence: a commit that already holds the staged files (an open transaction "
-    "after add_staged) lands after abort_write deleted them and the table is unreadable; cleanup() fences "
-    "the same case (OutlivedCleanup). Documented precondition ('once no commit can still land'), but unguarded",
-)
 @pytest.mark.parametrize("how", ["transaction", "catalog_transaction"])
 def test_a_commit_holding_the_staged_files_does_not_land_after_abort_write(tmp_path: Path, how: str) -> None:
     cat = mere.connect(str(tmp_path / "wh"))
@@ -244,7 +238,7 @@ def test_a_commit_holding_the_staged_files_does_not_land_after_abort_write(tmp_p
 
 
 def test_cleanup_fences_the_same_commit(tmp_path: Path) -> None:
-    """The contrast to the xfail above: cleanup() refuses the held commit, and the table still reads."""
+    """As after abort_write above: cleanup() refuses the held commit, and the table still reads."""
     t = _create(mere.connect(str(tmp_path / "wh")), "keyed")
     t.upsert(_rows(t, 1, 20))
     rows = t.to_arrow()

@@ -189,9 +189,10 @@ def write(
 
     Each partition is staged by a worker; the client commits all of them once. If any partition fails, every
     staged file is deleted, nothing is committed and the first failure is raised (a
-    :class:`~mere.errors.MereError` keeps its type). Partitions stage with one write id, so the files of a
-    worker killed mid-write are deleted with the rest (:meth:`~mere.Table.abort_write`); only a worker still
-    writing after that leaves files, never visible, that :meth:`~mere.Table.cleanup` removes later.
+    :class:`~mere.errors.MereError` keeps its type). Partitions stage with one write id, so when the write
+    fails the files of a worker killed mid-write are deleted with the rest (:meth:`~mere.Table.abort_write`).
+    A write that commits after Dask retried a killed worker's task leaves the killed attempt's files (finding
+    them costs a listing per write); they are never visible, and :meth:`~mere.Table.cleanup` removes them.
 
     Args:
         ddf: The Dask DataFrame to write.

@@ -279,6 +279,7 @@ class CatalogTransaction:
         try:
             for _, share in commits:
                 share.tx.pending_commit.check_mix()
+                share.tx.pending_commit.check_staged()
                 share.tx.pending_commit.state = "committing"
             landed = self.retries.run(lambda: self._attempt(commits), lost_race)
             if landed is None:  # a transaction with this key landed while this one was made

@@ -23,6 +23,7 @@ import numpy as np
 
 from mere.errors import (
     CommitConflict,
+    CommitFailed,
     CommitStateUnknown,
     InvalidInput,
     MereError,
@@ -333,6 +334,7 @@ class Commit:
         self.read_version = current(ctx) if read_version is None else read_version
         # Before any of its files is written (a cleanup fenced later than this refuses the commit).
         self.written_since = now_micros()
+        self.staged_paths: list[str] = []  # files staged elsewhere: checked to exist just before landing
         self.changes: list[Change] = []
         self.checks = WriteChecks(ctx.spec, ctx.name)
         self.properties: dict[str, str] | None = None  # the new properties, computed on the base of each try
@@ -356,8 +358,21 @@ class Commit:
 
     def files_from(self, staged: Iterable[StagedChange]) -> None:
         """The commit takes files staged elsewhere: it is as old as the oldest of them (for cleanup fences)."""
+        staged = list(staged)
         times = [s.written_since for s in staged if s.written_since is not None]
         self.written_since = min([self.written_since, *times])
+        self.staged_paths += [f.path for s in staged for f in s.files]
+
+    def check_staged(self) -> None:
+        """Refuse to land staged files that no longer exist (checked just before the commit: a transaction
+        may hold them a while); the table would be unreadable without them."""
+        gone = self.ctx.storage.missing(self.staged_paths) if self.staged_paths else []
+        if gone:
+            raise CommitFailed(
+                f"{self.ctx.name}: {len(gone)} staged file(s) no longer exist (e.g. {gone[0]}): an "
+                "abort_write of their write, or a cleanup with a shorter older_than than this write took, "
+                "deleted them; write them again"
+            )
 
     def add_read(self, recipe: Recipe, what: str = "a delete that reads the table") -> None:
         """Add a change that reads rows: evaluated now at the read version, and again after a lost race."""
@@ -417,6 +432,7 @@ class Commit:
         self.state = "committing"
         try:
             self.check_mix()
+            self.check_staged()
             if self.idempotency_key is not None:
                 prior = committed_with(ctx, self.idempotency_key)
                 if prior is not None:

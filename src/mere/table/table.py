@@ -912,7 +912,9 @@ class Table:
 
         The driver of a failed distributed write calls it once no commit of the write's files can still
         land: it removes what its tasks staged, including the files of tasks killed before they reported
-        them, which :meth:`abort` cannot name. Files of other writes, and files any version references
+        them, which :meth:`abort` cannot name. A commit (or transaction) holding some of them checks that
+        they exist just before it lands and is refused (``CommitFailed``); one landing at the same moment
+        as this call is not fenced, hence the rule. Files of other writes, and files any version references
         (expired ones included), are never touched. It lists the table's files, so it costs what a
         :meth:`cleanup` listing costs; pending multipart uploads of killed tasks are left to
         :meth:`cleanup`.

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from mere import expr as E
 from mere.arrays import sorted_unique
-from mere.errors import CommitFailed, InvalidInput
+from mere.errors import InvalidInput
 from mere.hashing import bucket_ids
 from mere.lang.lower import evaluate
 from mere.metadata import DELETED_ROWS, STALE_ROWS, CommitResult, FileEntry, now_micros
@@ -430,14 +430,7 @@ def add_staged(
     """Add staged writes of one (checked) operation to a commit: ``entries`` are their files, renumbered."""
     ctx = commit.ctx
     rows = sum(s.rows for s in staged)
-    commit.files_from(staged)
-    # Staged files may be old (a long job): one that a cleanup took would make the table unreadable.
-    gone = ctx.storage.missing([e.path for e in entries])
-    if gone:
-        raise CommitFailed(
-            f"{ctx.name}: {len(gone)} staged file(s) no longer exist (e.g. {gone[0]}): a cleanup "
-            "with a shorter older_than than this write took may have deleted them; write them again"
-        )
+    commit.files_from(staged)  # (checked to exist when the commit lands: a cleanup may take old ones)
     stale = stale_summary(ctx.spec, sum(int(s.counts.get(STALE_ROWS, 0)) for s in staged))
     if operation == "overwrite":
         wanted = ctx.files.wanted_partition(partition)
