@@ -91,7 +91,12 @@ def _crasher(warehouse: str, url: str, progress: Any) -> None:
     cat = mere.connect(warehouse, catalog=url)
     for i in range(BATCHES):
         progress.put(i)
-        _batch(cat, CRASHER, i)
+        for _ in range(20):
+            try:
+                _batch(cat, CRASHER, i)
+                break
+            except MereError:
+                pass  # as a writer does: the same batch again, until the kill
 
 
 def _maintenance(warehouse: str, url: str, seconds: float, expire: bool, out: Any) -> None:
