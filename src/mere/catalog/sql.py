@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
@@ -1378,7 +1378,11 @@ class SqlCatalog:
 
     @_wraps_database_errors("commit a catalog transaction")
     def commit_tables(
-        self, requests: Sequence[CommitRequest], names: Sequence[str], transaction_key: str | None = None
+        self,
+        requests: Sequence[CommitRequest],
+        names: Sequence[str],
+        transaction_key: str | None = None,
+        unchanged: Mapping[str, int] | None = None,
     ) -> list[CommitResult] | None:
         """Land several tables' commits in one database transaction: each a new version of its table, or
         none of them.
@@ -1392,6 +1396,8 @@ class SqlCatalog:
             requests: One prepared commit per table (never two for one table).
             names: The tables' names (``namespace.name``), in the order of ``requests``.
             transaction_key: The catalog transaction's idempotency key, recorded with the versions.
+            unchanged: The transaction's other tables, name -> table id: recorded with the key as left
+                unchanged, so that a replay of the transaction names the same tables.
 
         Returns:
             The commits, in the order of ``requests``; None when ``transaction_key`` had committed already
@@ -1406,7 +1412,7 @@ class SqlCatalog:
         """
         if any(r.create is not None for r in requests):
             self._ensure_schema(create=True)  # a catalog's first commit may be a transaction creating tables
-        return self._commit(requests, transaction_key, names)
+        return self._commit(requests, transaction_key, names, unchanged or {})
 
     @_wraps_database_errors("look up a catalog transaction")
     def find_transaction(self, key: str) -> dict[str, tuple[int, int | None]] | None:
@@ -1455,7 +1461,11 @@ class SqlCatalog:
         return out
 
     def _commit(
-        self, requests: Sequence[CommitRequest], transaction_key: str | None, names: Sequence[str]
+        self,
+        requests: Sequence[CommitRequest],
+        transaction_key: str | None,
+        names: Sequence[str],
+        unchanged: Mapping[str, int] | None = None,
     ) -> list[CommitResult] | None:
         tokens = [uuid.uuid4().hex for _ in requests]
 
@@ -1485,7 +1495,8 @@ class SqlCatalog:
                 for r, i, t in zip(requests, ids, tokens, strict=True)
             ]
             if transaction_key is not None:
-                landed = {
+                landed: dict[str, list[int | None]] = {n: [i, None] for n, i in (unchanged or {}).items()}
+                landed |= {
                     n: [i, None if r.no_change or r.already_committed else r.version]
                     for n, i, r in zip(names, ids, out, strict=True)
                 }

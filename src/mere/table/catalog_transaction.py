@@ -243,8 +243,8 @@ class CatalogTransaction:
 
     def _replayed(self, table_id: int, version: int | None) -> CommitResult:
         store = self.catalog.sql
-        if version is None:
-            snap = store.snapshot(table_id, 0)
+        if version is None:  # left unchanged: the table as it is now (the version it read may be expired)
+            snap = store.snapshot(table_id, store.current_version(table_id))
             return replace(CommitResult.unchanged(snap, "transaction"), already_committed=True)
         return CommitResult.of(store.snapshot(table_id, version), already_committed=True)
 
@@ -335,8 +335,12 @@ class CatalogTransaction:
         if not prepared:
             return out
         try:
+            unchanged = {n: share.tx.pending_commit.ctx.table_id for n, share in commits if n in out}
             landed = self.catalog.sql.commit_tables(
-                [p.request for _, _, p in prepared], [n for n, _, _ in prepared], self.idempotency_key
+                [p.request for _, _, p in prepared],
+                [n for n, _, _ in prepared],
+                self.idempotency_key,
+                unchanged,
             )
         except BaseException as e:
             for _, commit, p in prepared:

@@ -151,7 +151,11 @@ class MetadataStore(Protocol):
         """Add and remove files as one new version (see :meth:`SqlCatalog.commit`)."""
 
     def commit_tables(
-        self, requests: Sequence[CommitRequest], names: Sequence[str], transaction_key: str | None = None
+        self,
+        requests: Sequence[CommitRequest],
+        names: Sequence[str],
+        transaction_key: str | None = None,
+        unchanged: Mapping[str, int] | None = None,
     ) -> list[CommitResult] | None:
         """Land several tables' commits in one transaction (see :meth:`SqlCatalog.commit_tables`)."""
 

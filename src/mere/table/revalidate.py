@@ -61,6 +61,8 @@ def still_holds(ctx: TableContext, base: int, upto: int, read: ReadRows) -> bool
         if values and not spec.newest_wins(values):
             return False  # the merged value is not one version's: it cannot be read off the winners' rows
     changes = ctx.store.version_range_changes(ctx.table_id, base, upto)
+    if base < changes.oldest:
+        return False  # versions since base expired: the catalog forgot files their winners added
     operation = {c.version: c.operation for c in changes.commits}
     for c in changes.commits:
         if c.operation == "compact":
