@@ -231,7 +231,8 @@ class S3Pool:
         aborted: list[str] = []
         for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=key_prefix):
             for upload in page.get("Uploads", []):
-                if upload["Initiated"].timestamp() < initiated_before:
+                # (Initiated may be whole seconds, as LastModified is: a second later is never too early)
+                if upload["Initiated"].timestamp() + 1.0 < initiated_before:
                     client.abort_multipart_upload(
                         Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"]
                     )

@@ -554,8 +554,8 @@ class Storage:
         return [r for r, g in zip(rels, found) if g]
 
     def list_files(self, rel_dir: str) -> list[tuple[str, int, float]]:
-        """Every file below a directory: (relative path, size, mtime seconds). Maintenance only: commits
-        and reads never list."""
+        """Every file below a directory: (relative path, size, mtime seconds, never before the file was
+        written). Maintenance only: commits and reads never list."""
         base = self.full_path(rel_dir)
         selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
         try:
@@ -564,11 +564,14 @@ class Storage:
             raise StorageError(f"listing {base} failed: {_first_line(e)}") from e
         out = []
         prefix = self.root + "/"
+        # Object stores give whole seconds (S3's LastModified): a second later is never before the write
+        # ended, so a cleanup's cutoff never takes a file written after it.
+        late = 1.0 if self.is_remote else 0.0
         for info in infos:
             if info.type == pafs.FileType.File:
                 rel = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
                 mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
-                out.append((rel, int(info.size or 0), mtime))
+                out.append((rel, int(info.size or 0), mtime + late))
         return out
 
     def delete_tree(self, rel_dir: str) -> None:
