@@ -553,11 +553,6 @@ class SelectiveReads(RuleBasedStateMachine):
         threads = data.draw(st.sampled_from([1, 2]), label="threads")
         window = data.draw(st.sampled_from([None, 1, 300]), label="window_bytes")
         share = data.draw(st.sampled_from([selective.CANDIDATE_SHARE, 1.0]), label="candidate share")
-        # test_keyless_count_after_add_column (xfail): a keyless table whose schema evolved counts no row
-        # when the read needs no column; the property avoids it (some column asked for, count() unchecked).
-        self.count_broken = not self.keyed and len(columns) > len(self.schema.names) and not text
-        if self.count_broken and not projection:
-            projection = columns[:1]
         expected = [r for r in rows if pred(r) is True]
         if text and data.draw(st.booleans(), label="where"):
             more, pred2 = data.draw(filters(use, self.key_kind, 1), label="where filter")
@@ -593,9 +588,8 @@ class SelectiveReads(RuleBasedStateMachine):
         streamed = pa.Table.from_batches(batches, schema=scan.schema)
         assert canon(streamed.to_pylist(), projection) == want, f"to_batches of {text!r}"
         assert scan.to_reader().read_all().num_rows == len(want)
-        if not self.count_broken:
-            assert scan.count() == len(want), f"count of {text!r}"
-            assert len(scan) == len(want)
+        assert scan.count() == len(want), f"count of {text!r}"
+        assert len(scan) == len(want)
         with NoPages():
             ex = scan.explain()
         assert ex.splits == len(scan.plan())
@@ -604,7 +598,7 @@ class SelectiveReads(RuleBasedStateMachine):
             assert not text
             with NoPages():
                 count = scan.count()
-            assert self.count_broken or count == len(want)
+            assert count == len(want)
         full = scan.select(*[c for c in scan.spec.schema.names])
         for c in ("v", "t", "id", "f", "s"):
             if c not in scan.spec.schema.names:
@@ -638,11 +632,6 @@ test_selective_reads_against_a_model = SelectiveReads.TestCase
 # -- bugs found, each reproduced on its own -----------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a table without key whose schema evolved reads 0 rows when no column is asked for: count(), "
-    "len() and select() lose the rows (evolution.to_table_columns builds its table from no arrays)",
-)
 def test_keyless_count_after_add_column(tmp_path: Any) -> None:
     t = mere.connect(str(tmp_path)).create_table("d.k", pa.schema([("id", pa.int64()), ("v", pa.int64())]))
     t.append(pa.table({"id": [1, 2], "v": [None, 3]}, schema=t.schema))

@@ -90,6 +90,8 @@ def to_table_columns(
             pa.nulls(table.num_rows, kind) if default is None else pa.repeat(default, table.num_rows)
         )
         fields.append(pa.field(name, kind, True))
+    if not arrays:  # no column asked for (a count): the rows still count
+        return table.select([])
     return in_table_zones(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), spec)
 
 
