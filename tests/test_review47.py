@@ -18,12 +18,6 @@ from test_sql_forms import Target, check, source_table
 TARGET = Target(("k", "a", "v"), ("k",), ((1, 10, 1), (2, 20, 2)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a MERGE source aliased with the target table's name (the target aliased otherwise) has its "
-    "qualified names resolved against the target's columns (statements._names_resolved tries the target's "
-    "side first and it always holds the table's name): s-columns in another case are refused",
-)
 def test_a_source_aliased_with_the_tables_name_reads_its_names_without_case() -> None:
     # DuckDB: stock is the source here (the target is t), and stock.W is the source's w.
     source = source_table(["k", "a", "w"], [(1, 5, 9), (3, 7, 9)])

@@ -113,9 +113,10 @@ class MergeStatement:
         if star not in ("position", "name"):
             raise InvalidInput(f"star must be 'position' or 'name', got {star!r}")
         # Names without case, as DuckDB and Spark SQL read them (a copy: the statement stays as parsed).
+        source = self.source_alias.lower()  # (a source aliased with the table's name is the source)
         sides = [
-            ({self.target_alias.lower(), *_table_aliases(self.table)}, list(target_columns)),
-            ({self.source_alias.lower()}, list(source_columns)),
+            ({self.target_alias.lower(), *_table_aliases(self.table)} - {source}, list(target_columns)),
+            ({source}, list(source_columns)),
         ]
         joined_names = {c.name.casefold() for c in self.tree.args.get("using_cond") or []}
         tree = _names_resolved(self.tree, sides, list(target_columns), shared=joined_names)
