@@ -205,6 +205,15 @@ def spark_batches(checkpoint: Path, log: str = "commits") -> int:
     return max(done) + 1 if done else 0
 
 
+def planned_files(checkpoint: Path) -> dict[str, list[str]]:
+    """Each micro-batch's files as Spark's file source logged them (for a failure's message)."""
+    out = {}
+    for path in sorted((checkpoint / "sources" / "0").glob("[0-9]*")):
+        lines = path.read_text(errors="replace").splitlines()[1:]
+        out[path.name] = [json.loads(x).get("path", x).rsplit("/", 1)[-1] for x in lines if x.startswith("{")]
+    return out
+
+
 def land(batches: list[list[Event]], landing: Path, first: int) -> int:
     """Each delivery batch as one Parquet file per table (files named and timed in arrival order)."""
     rows = 0
@@ -328,10 +337,14 @@ def test_postgres_changes_through_a_killed_spark_stream_land_as_postgres_holds_t
     for spec in DEFAULT_TABLES:
         t = tables[spec.name].refresh()
         checkpoint = checkpoints / spec.name
-        # every file was read: micro-batches cover them all, each committed once to mere and to Spark
-        assert mere_batches(t, checkpoint) == spark_batches(checkpoint) >= -(-files // FILES_PER_TRIGGER)
         expected = oracle[spec.name]
         assert diff_models(model_of(t.to_arrow().to_pylist(), spec), expected) == [], spec.name
+        # every file was read: micro-batches cover them all, each committed once to mere and to Spark
+        assert mere_batches(t, checkpoint) == spark_batches(checkpoint) >= -(-files // FILES_PER_TRIGGER), (
+            spec.name,
+            planned_files(checkpoint),
+            job.tail(),
+        )
         through_spark = pq.read_table(read_into / f"{spec.name}.parquet")
         assert diff_models(model_of(through_spark.to_pylist(), spec), expected) == [], spec.name
         start = feed_start[spec.name]
