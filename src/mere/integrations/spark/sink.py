@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,6 +22,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from mere.durations import parse_duration
 from mere.errors import (
     InvalidInput,
     MereError,
@@ -49,6 +51,24 @@ from mere.table.table import StagedWrite, Table
 from mere.write.cast import relax_nested
 
 log = logging.getLogger(__name__)
+
+KILL_TIMEOUT_CONF = "spark.python.task.killTimeout"
+"""How long Spark lets a cancelled task's Python worker run before it kills it (Spark's default: 2s)."""
+
+
+def python_kill_timeout() -> float:
+    """The session's :data:`KILL_TIMEOUT_CONF` in seconds (2 when no session or no readable value; at most
+    60: the abort of a failed job waits this long)."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    text = session.conf.get(KILL_TIMEOUT_CONF, "2s") if session is not None else "2s"
+    try:
+        seconds = parse_duration(str(text)).total_seconds()
+    except (ValueError, OverflowError):
+        seconds = 2.0
+    return min(max(seconds, 0.0), 60.0)
+
 
 FLUSH_ROWS = (
     250_000  # rows a write task buffers before staging files (one chunk stages while the next arrives)
@@ -347,9 +367,11 @@ class WriteJob:
 
     def abort_killed(self, table: Table) -> None:
         """Delete the files of tasks killed before they reported them (no commit was tried): by the write's
-        id. Tasks Spark is still cancelling may write after this; their files stay for ``cleanup``."""
+        id, once Spark has had time to kill the Python workers of the tasks it cancels (their files stay
+        for ``cleanup`` otherwise)."""
         if self.write_id is None:
             return
+        time.sleep(python_kill_timeout() + 1.0)
         try:
             table.abort_write(self.write_id)
         except MereError as e:
