@@ -24,16 +24,9 @@ import pyarrow as pa
 import pytest
 
 import mere
+from backends import BACKENDS
 
 pytestmark = pytest.mark.timeout(600)
-BACKENDS = pytest.mark.parametrize(
-    "catalog_url",
-    [
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ],
-    indirect=True,
-)
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int64())])
 A, B = "bank.a", "bank.b"
 ACCOUNTS = 6

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pytest
 
 import mere
+from backends import BACKENDS
 from maintenance import MANUAL
 from mere.errors import CommitConflict
 from mere.metadata import Snapshot
@@ -33,14 +34,6 @@ RUN_TIMEOUT_S = 240.0
 
 pytestmark = pytest.mark.timeout(600)
 # Both catalog backends; the PostgreSQL runs carry the ``postgres`` marker (they need the session server).
-BACKENDS = pytest.mark.parametrize(
-    "catalog_url",
-    [
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ],
-    indirect=True,
-)
 
 
 # -- process harness (module level so that ``spawn`` children can import it) ------------------------------

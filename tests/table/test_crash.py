@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import mere
+from backends import BACKENDS
 
 TABLE = "crash.t"
 KILL_AFTER_FILES = 3  # after_file: die once this many files are complete
@@ -47,14 +48,6 @@ UNBLOCK_LIMIT_S = 30.0  # a writer queued behind the dead one must get through w
 
 pytestmark = pytest.mark.timeout(300)
 # Both catalog backends; the PostgreSQL runs carry the ``postgres`` marker (they need the session server).
-BACKENDS = pytest.mark.parametrize(
-    "catalog_url",
-    [
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ],
-    indirect=True,
-)
 
 
 # -- the child (module level so that ``spawn`` can import it) ------------------------------------------

@@ -22,17 +22,10 @@ import pyarrow as pa
 import pytest
 
 import mere
+from backends import BACKENDS
 from mere.errors import CommitConflict, InvalidInput, MereError, NoSuchTable, NoSuchVersion
 
 pytestmark = pytest.mark.timeout(600)
-BACKENDS = pytest.mark.parametrize(
-    "catalog_url",
-    [
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ],
-    indirect=True,
-)
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int64())])
 ORDERS, LINES = "shop.orders", "shop.lines"
 STILL = {"compaction.auto": "off", "retention.max-age": "off"}  # nothing runs unless a test calls it
