@@ -291,7 +291,7 @@ def test_compact_expire_cleanup_dry_run_then_apply(tmp_path: Path) -> None:
     for i in range(3):
         t.upsert(pa.table({"id": [1, 2, 3], "day": ["d"] * 3, "qty": [i] * 3, "note": ["x"] * 3}))
     rows = by_id(t.to_arrow().to_pylist())
-    orphan = wh / t.location / "bucket-00000" / "orphan.parquet"
+    orphan = wh / t.location / "bucket-00000" / "part-0123456789abcdef0123456789abcdef.parquet"
     orphan.write_bytes(b"left by a killed writer")
     old = time.time() - 7200
     os.utime(orphan, (old, old))
@@ -316,7 +316,9 @@ def test_compact_expire_cleanup_dry_run_then_apply(tmp_path: Path) -> None:
     assert by_id(t.to_arrow().to_pylist()) == rows
 
     cd = json.loads(cdry.out)
-    assert cd["dry_run"] is True and cd["files"] == [f"{t.location}/bucket-00000/orphan.parquet"]
+    assert cd["dry_run"] is True and cd["files"] == [
+        f"{t.location}/bucket-00000/part-0123456789abcdef0123456789abcdef.parquet"
+    ]
     assert "deleted 1 file(s)" in capplied.out and not orphan.exists()
 
 
@@ -360,7 +362,7 @@ def test_dry_run_lists_what_expire_and_cleanup_delete(tmp_path: Path) -> None:
     assert both(None)  # now v2's files go too
     assert both(None) == []
 
-    orphan = f"{t.location}/bucket-00001/orphan.parquet"
+    orphan = f"{t.location}/bucket-00001/del-0123456789abcdef0123456789abcdef.parquet"
     Path(t.storage.full_path(orphan)).write_bytes(b"x")
     time.sleep(0.01)
     assert t.cleanup(dt.timedelta(0), dry_run=True) == [orphan]

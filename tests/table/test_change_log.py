@@ -955,12 +955,12 @@ def test_cleanup_never_deletes_a_live_log_and_expire_dry_run_lists_what_expire_d
     t.upsert(small([1, 8], "c"))
     t.rollback(3)
     t.upsert(small([2, 3], "d"))
-    orphan = next(tmp_path.rglob("part-*")).parent / "orphan.parquet"
+    orphan = next(tmp_path.rglob("part-*")).parent / "part-0123456789abcdef0123456789abcdef.parquet"
     orphan.write_bytes(b"junk")
     logs = log_files(tmp_path)
     assert len(logs) >= 6
     removed = t.cleanup(dt.timedelta(0), dry_run=False)
-    assert [Path(p).name for p in removed] == ["orphan.parquet"]
+    assert [Path(p).name for p in removed] == ["part-0123456789abcdef0123456789abcdef.parquet"]
     assert log_files(tmp_path) == logs
     check_all_pairs(t)
     dry = t.expire(dt.timedelta(0), dry_run=True)

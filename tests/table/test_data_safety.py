@@ -57,7 +57,12 @@ def test_expire_and_cleanup_list_by_default_as_the_cli_does(tmp_path: Path) -> N
     for i in range(4):
         t.upsert(_rows([1, 2], qty=i))
     t.compact()
-    orphan = write_parquet(t.storage, f"{t.location}/orphan.parquet", _rows([9]), row_group_rows=10).path
+    orphan = write_parquet(
+        t.storage,
+        f"{t.location}/part-0123456789abcdef0123456789abcdef.parquet",
+        _rows([9]),
+        row_group_rows=10,
+    ).path
     disk, history = _files_on_disk(t), [s.expired for s in t.history()]
     listed = t.expire(older_than=dt.timedelta(0))  # the default: a dry run
     orphans = t.cleanup(older_than=dt.timedelta(0))

@@ -1472,7 +1472,7 @@ def test_files_are_never_modified(cat: mere.Catalog) -> None:
 def test_cleanup_removes_only_unreferenced_files(cat: mere.Catalog) -> None:
     t = seeded_orders(cat)
     t.overwrite(order_rows([7], day=D2), partition={"day": D2})  # replaced files stay for time travel
-    orphan_rel = f"{t.location}/day={D1}/bucket-00000/part-orphan.parquet"
+    orphan_rel = f"{t.location}/day={D1}/bucket-00000/part-w1-0123456789abcdef0123456789abcdef.parquet"
     pq.write_table(pa.table({"x": [1]}), local_path(t, orphan_rel))
     versions = {v: read(t, version=v) for v in range(t.version + 1)}
     removed = t.cleanup(older_than=dt.timedelta(0), dry_run=False)

@@ -1201,7 +1201,8 @@ def expire_command(state: State, table: str, older_than: str, apply: bool, as_js
 @json_flag
 @click.pass_obj
 def cleanup_command(state: State, table: str, older_than: str, apply: bool, as_json: bool) -> None:
-    """Delete files of TABLE that no version references, left by failed or killed writes (dry run unless --apply)."""
+    """Delete files mere wrote for TABLE that no version references, left by failed or killed writes (dry run
+    unless --apply). Files mere did not write are never deleted."""
     age = _duration(older_than, "--older-than")
     t = state.table(table)
     paths = sorted(t.cleanup(older_than=age, dry_run=not apply))

@@ -20,7 +20,7 @@ import logging
 import math
 import threading
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -221,9 +221,12 @@ class S3Pool:
             log.warning("could not abort the incomplete multipart upload of %s: %s", path, type(e).__name__)
         return aborted
 
-    def abort_stale_uploads(self, prefix: str, initiated_before: float) -> list[str]:
-        """Abort multipart uploads under ``bucket/prefix`` started before a time (epoch seconds): what killed
-        writers left pending, invisible but billed. Returns the ``bucket/key`` paths whose uploads went."""
+    def abort_stale_uploads(
+        self, prefix: str, initiated_before: float, wanted: Callable[[str], bool]
+    ) -> list[str]:
+        """Abort multipart uploads under ``bucket/prefix`` started before a time (epoch seconds) whose keys
+        ``wanted`` accepts: what killed writers left pending, invisible but billed. Returns the
+        ``bucket/key`` paths whose uploads went."""
         bucket, _, key_prefix = prefix.partition("/")
         client = self._boto_client(f"abort stale multipart uploads under {prefix}")
         if client is None:
@@ -232,7 +235,7 @@ class S3Pool:
         for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=key_prefix):
             for upload in page.get("Uploads", []):
                 # (Initiated may be whole seconds, as LastModified is: a second later is never too early)
-                if upload["Initiated"].timestamp() + 1.0 < initiated_before:
+                if upload["Initiated"].timestamp() + 1.0 < initiated_before and wanted(upload["Key"]):
                     client.abort_multipart_upload(
                         Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"]
                     )

@@ -574,21 +574,33 @@ class Storage:
                 out.append((rel, int(info.size or 0), mtime + late))
         return out
 
-    def delete_tree(self, rel_dir: str) -> None:
-        """Delete a directory with everything below it (a dropped table's files and folders)."""
+    def delete_tree(self, rel_dir: str) -> list[str]:
+        """Delete the files mere wrote below a directory (a dropped table's), and the directory with them
+        when nothing else is left in it. Returns the files left: those mere did not write stay, with their
+        folders."""
         base = self.full_path(rel_dir)
+        listed = [path for path, _, _ in self.list_files(rel_dir)]
+        foreign = [path for path in listed if not self.made_by_mere(path)]
+        if foreign:
+            for path in listed:
+                if self.made_by_mere(path):
+                    self.delete(path)
+            if self.is_local:
+                _remove_empty_folders(base)
+        else:
 
-        def once() -> None:
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.delete_dir(base)
+            def once() -> None:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.delete_dir(base)
 
-        try:
-            self._retrying(f"deleting {base}", once)
-        except OSError as e:
-            raise StorageError(f"deleting {base} failed: {_first_line(e)}") from e
+            try:
+                self._retrying(f"deleting {base}", once)
+            except OSError as e:
+                raise StorageError(f"deleting {base} failed: {_first_line(e)}") from e
         with self._lock:
             for rel in [r for r in self._footers if r.startswith(rel_dir.rstrip("/") + "/")]:
                 self._footers.pop(rel, None)
+        return foreign
 
     def abort_stale_uploads(self, rel_dir: str, initiated_before: float) -> list[str]:
         """Abort multipart uploads below a directory started before a time (object stores; nothing to do
@@ -597,7 +609,7 @@ class Storage:
             return []
         base = self.full_path(rel_dir).rstrip("/") + "/"
         try:
-            paths = self._s3.abort_stale_uploads(base, initiated_before)
+            paths = self._s3.abort_stale_uploads(base, initiated_before, self.made_by_mere)
         except Exception as e:
             raise StorageError(f"aborting stale uploads under {base} failed: {_first_line(e)}") from e
         prefix = self.root + "/"
@@ -611,9 +623,25 @@ class Storage:
         return f"{prefix}-{write_id}-{uuid.uuid4().hex}.parquet"
 
     @staticmethod
+    def made_by_mere(rel: str) -> bool:
+        """Whether a path's base name is one :meth:`unique_name` gives: maintenance deletes no other file."""
+        return _MERE_FILE.fullmatch(rel.rsplit("/", 1)[-1]) is not None
+
+    @staticmethod
     def named_for(write_id: str) -> re.Pattern[str]:
         """What the names :meth:`unique_name` gives for ``write_id`` match (the base name, whole)."""
         return re.compile(rf"[a-z]+-{re.escape(write_id)}-[0-9a-f]{{32}}\.parquet")
+
+
+# The base names :meth:`Storage.unique_name` gives (with or without a write id; every mere so far).
+_MERE_FILE = re.compile(r"(?:part|del|log)-(?:[A-Za-z0-9_]{1,64}-)?[0-9a-f]{32}\.parquet")
+
+
+def _remove_empty_folders(top: str) -> None:
+    """Remove the folders below ``top`` (and ``top``) that hold nothing, deepest first (local disks)."""
+    for folder, _, _ in os.walk(top, topdown=False):
+        with contextlib.suppress(OSError):  # not empty: a file mere did not write is in it
+            os.rmdir(folder)
 
 
 # What reading a data file raises when it is missing, unreadable, truncated or not mere's Parquet: pyarrow's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import uuid
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from mere.catalog.sql import SqlCatalog
 
 DEFAULT_NAMESPACE = "default"
+
+log = logging.getLogger(__name__)
 
 
 def split_name(identifier: str) -> tuple[str, str]:
@@ -433,7 +436,9 @@ class Catalog:
 
         Args:
             name: ``namespace.table``, or a bare name in the ``default`` namespace.
-            purge: Also delete the table's files and folders from storage (for good).
+            purge: Also delete the table's files and folders from storage (for good). Only files mere
+                wrote go: a file someone else put under the table's location stays, with its folders
+                (a warning on the ``mere`` logger names them).
 
         Raises:
             NoSuchTable: There is no such table.
@@ -447,7 +452,14 @@ class Catalog:
         record = self.sql.drop_table(ns, short)
         assert record is not None  # dropped unconditionally
         if purge:
-            self.storage.delete_tree(record.location)
+            self._purge(name, record.location)
+
+    def _purge(self, name: str, location: str) -> None:
+        left = self.storage.delete_tree(location)
+        if left:
+            log.warning(
+                "%s: purge left %d files mere did not write: %s", name, len(left), ", ".join(left[:5])
+            )
 
     def drop_if_unchanged(self, table: TableHandle, version: int) -> bool:
         """Drop ``table`` (and its files) if it is still at ``version`` (checked atomically in the catalog).
@@ -458,7 +470,7 @@ class Catalog:
         record = self.sql.drop_table(ns, short, expect=(table.context.uuid, version))
         if record is None:
             return False
-        self.storage.delete_tree(record.location)
+        self._purge(table.name, record.location)
         return True
 
     def upgrade(self) -> list[str]:

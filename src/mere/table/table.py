@@ -1258,7 +1258,8 @@ class Table:
         """List, or with ``dry_run=False`` delete, files under the table's location no version references.
 
         Such files are left by failed or killed writes; on object stores the multipart uploads such writes
-        left pending are aborted too. By default nothing is deleted: the call returns the files that would go
+        left pending are aborted too. Files (and uploads) whose names are not the names mere gives its data
+        files (``part-``, ``del-`` or ``log-``, then a 32-digit hex id, ``.parquet``) are never touched. By default nothing is deleted: the call returns the files that would go
         (the CLI's ``mere cleanup`` without ``--apply`` does the same; pending multipart uploads are then
         neither listed nor aborted). Only files and uploads older than ``older_than`` go, so writes still in
         flight keep theirs; no file any version (expired ones included) references is ever touched.

@@ -456,8 +456,10 @@ def test_cleanup_aborts_the_stale_multipart_uploads_of_its_table_only(
     )
     prefix = t.storage.root.partition("/")[2]
 
-    def start_upload(location: str) -> str:  # what a writer killed mid-upload leaves behind
-        key = f"{prefix}/{location}/bucket-00000/part-killed.parquet".lstrip("/")
+    killed = f"part-{'0f' * 16}.parquet"
+
+    def start_upload(location: str, name: str = killed) -> str:  # what a writer killed mid-upload leaves
+        key = f"{prefix}/{location}/bucket-00000/{name}".lstrip("/")
         upload = client.create_multipart_upload(Bucket=s3_bucket, Key=key)
         client.upload_part(
             Bucket=s3_bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * 1024
@@ -465,21 +467,42 @@ def test_cleanup_aborts_the_stale_multipart_uploads_of_its_table_only(
         return key
 
     mine, theirs = start_upload(t.location), start_upload(other.location)
+    not_mere = start_upload(t.location, "backup.parquet")  # someone else's upload under the table
     pending = {u["Key"] for u in pending_uploads(seaweed, s3_bucket)}
-    assert {mine, theirs} <= pending
+    assert {mine, theirs, not_mere} <= pending
     before = (t.version, sorted(t.files().column("path").to_pylist()), sorted_rows(t.to_arrow()))
     assert t.cleanup(dry_run=False) == []  # an hour's grace: uploads still in flight keep going
     time.sleep(1.1)  # the store's times are whole seconds: cleanup counts them a second late
     removed = t.cleanup(older_than=dt.timedelta(0), dry_run=False)
-    assert [p for p in removed if p.endswith("part-killed.parquet")] == [
-        f"{t.location}/bucket-00000/part-killed.parquet"
-    ]
+    assert [p for p in removed if p.endswith(killed)] == [f"{t.location}/bucket-00000/{killed}"]
     pending = {u["Key"] for u in pending_uploads(seaweed, s3_bucket)}
-    assert mine not in pending and theirs in pending
+    assert mine not in pending and theirs in pending and not_mere in pending
     assert (t.version, sorted(t.files().column("path").to_pylist()), sorted_rows(t.to_arrow())) == before
-    assert other.cleanup(older_than=dt.timedelta(0), dry_run=False) and not pending_uploads(
-        seaweed, s3_bucket
+    assert other.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    assert [u["Key"] for u in pending_uploads(seaweed, s3_bucket)] == [not_mere]
+    client.abort_multipart_upload(
+        Bucket=s3_bucket, Key=not_mere, UploadId=pending_uploads(seaweed, s3_bucket)[0]["UploadId"]
     )
+
+
+def test_purge_and_cleanup_on_an_object_store_leave_objects_mere_did_not_write(
+    cat_direct: mere.Catalog, seaweed: SeaweedServer
+) -> None:
+    t = cat_direct.create_table("gc.purged", SCHEMA, primary_key=["id"], buckets=2)
+    t.upsert(rows(range(10)))
+    fs, base = seaweed.filesystem(), f"{t.storage.root}/{t.location}"
+    theirs = {f"{base}/_SUCCESS", f"{base}/bucket-00001/part-{'ab' * 16}.parquet.crc"}
+    killed = f"{base}/bucket-00000/part-{'cd' * 16}.parquet"  # what a killed write of mere leaves
+    for path in [*theirs, killed]:
+        with fs.open_output_stream(path) as out:
+            out.write(b"x")
+    time.sleep(1.1)  # the store's times are whole seconds: cleanup counts them a second late
+    assert t.cleanup(older_than=dt.timedelta(0), dry_run=False) == [killed[len(t.storage.root) + 1 :]]
+    assert objects(seaweed, base) == theirs | {
+        f"{t.storage.root}/{p}" for p in t.files().column("path").to_pylist()
+    }
+    cat_direct.drop_table(t.name, purge=True)
+    assert objects(seaweed, base) == theirs
 
 
 def test_listed_times_are_never_before_the_write_on_an_object_store(

@@ -258,7 +258,8 @@ def cleanup(ctx: TableContext, older_than: dt.timedelta, dry_run: bool) -> list[
     require_live(ctx)
     removed = []
     for path, _size, mtime in listed:
-        if path not in referenced and mtime < cutoff:
+        # Only files mere wrote: a file someone else put under the table's location is theirs.
+        if path not in referenced and mtime < cutoff and ctx.storage.made_by_mere(path):
             if not dry_run:
                 ctx.storage.delete(path)
             removed.append(path)
