@@ -95,14 +95,6 @@ def test_a_rerun_after_the_unchanged_table_changed_replays_it_at_its_current_ver
         sub.table("s.a").upsert(rows([5]))  # the key names both tables (docs/concepts.md)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the key records the unchanged table by its old id: after it is dropped and created again, a "
-    "rerun opening it raises NoSuchTable ('no longer exists', though the name exists), and leaving it out "
-    "raises InvalidInput, so the committed transaction can never be replayed "
-    "(catalog_transaction._replayed: store.snapshot of the recorded id; a table the transaction changed "
-    "fails the same way, before 31d692b too)",
-)
 def test_a_rerun_replays_after_the_unchanged_table_was_created_again(tmp_path: Path) -> None:
     cat = mere.connect(str(tmp_path))
     _first_run(cat)
@@ -112,3 +104,29 @@ def test_a_rerun_replays_after_the_unchanged_table_was_created_again(tmp_path: P
         again.table("s.a").upsert(rows([100]))
         again.table("s.b").upsert(rows([100]))
     assert all(r.already_committed for r in again.results.values())
+    b = again.results["s.b"]
+    assert b.no_change and b.snapshot is None and b.committed_at == again.results["s.a"].committed_at
+    assert [r["id"] for r in cat.table("s.a").to_arrow().to_pylist()] == [1]
+    assert [r["id"] for r in cat.table("s.b").to_arrow().to_pylist()] == [5]  # the new table, untouched
+
+
+@pytest.mark.parametrize("recreate", [True, False])
+def test_a_rerun_replays_after_a_changed_table_was_dropped(tmp_path: Path, recreate: bool) -> None:
+    """The key's work landed: a rerun writes nothing, whatever became of the tables it wrote."""
+    cat = mere.connect(str(tmp_path))
+    _first_run(cat)
+    first_a = cat.table("s.a").version
+    cat.drop_table("s.a", purge=True)
+    if recreate:
+        cat.create_table("s.a", SCHEMA, primary_key="id").upsert(rows([5, 6]))
+        with cat.transaction(idempotency_key="k1") as again:
+            again.table("s.a").upsert(rows([100]))
+            again.table("s.b").delete("id = 7")
+        a = again.results["s.a"]
+        assert a.already_committed and a.version == first_a and not a.no_change and a.snapshot is None
+        assert again.results["s.b"].already_committed
+        assert sorted(r["id"] for r in cat.table("s.a").to_arrow().to_pylist()) == [5, 6]
+    else:
+        with pytest.raises(errors.NoSuchTable), cat.transaction(idempotency_key="k1") as again:
+            again.table("s.a").upsert(rows([100]))  # the name names no table: nothing to replay into
+    assert [r["id"] for r in cat.table("s.b").to_arrow().to_pylist()] == [7]

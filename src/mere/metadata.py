@@ -265,6 +265,24 @@ class CommitResult:
         )
 
     @staticmethod
+    def dropped_since(version: int | None, committed_at: dt.datetime) -> CommitResult:
+        """A replayed catalog transaction's result for a table dropped since it committed there: its commit's
+        record went with the table, so the result has its ``version`` (None: it changed nothing there, given
+        as 0) and the transaction's time only; counts are 0 and ``snapshot`` is None."""
+        return CommitResult(
+            version=version or 0,
+            operation="transaction",
+            committed_at=committed_at,
+            rows_written=0,
+            rows_deleted=0,
+            files_added=0,
+            files_removed=0,
+            bytes_added=0,
+            already_committed=True,
+            no_change=version is None,
+        )
+
+    @staticmethod
     def of(snapshot: Snapshot, already_committed: bool = False) -> CommitResult:
         """The result of the commit that made ``snapshot``."""
         s = snapshot.summary

@@ -8,6 +8,7 @@ the table version with a compare-and-swap. Nothing is visible until that transac
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 import logging
@@ -1413,6 +1414,17 @@ class SqlCatalog:
         if any(r.create is not None for r in requests):
             self._ensure_schema(create=True)  # a catalog's first commit may be a transaction creating tables
         return self._commit(requests, transaction_key, names, unchanged or {})
+
+    @_wraps_database_errors("look up a catalog transaction")
+    def transaction_committed_at(self, key: str) -> dt.datetime | None:
+        """When the catalog transaction with idempotency ``key`` committed; None if there is none."""
+        if not self._ensure_schema(create=False):
+            return None
+        with self.engine.connect() as conn:
+            at = conn.execute(
+                sa.select(transactions.c.committed_at).where(transactions.c.key == key)
+            ).scalar()
+        return None if at is None else micros_to_datetime(int(at))
 
     @_wraps_database_errors("look up a catalog transaction")
     def find_transaction(self, key: str) -> dict[str, tuple[int, int | None]] | None:

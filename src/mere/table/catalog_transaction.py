@@ -243,10 +243,17 @@ class CatalogTransaction:
 
     def _replayed(self, table_id: int, version: int | None) -> CommitResult:
         store = self.catalog.sql
-        if version is None:  # left unchanged: the table as it is now (the version it read may be expired)
-            snap = store.snapshot(table_id, store.current_version(table_id))
-            return replace(CommitResult.unchanged(snap, "transaction"), already_committed=True)
-        return CommitResult.of(store.snapshot(table_id, version), already_committed=True)
+        try:
+            if version is None:  # left unchanged: the table as it is now (the version it read may be expired)
+                snap = store.snapshot(table_id, store.current_version(table_id))
+                return replace(CommitResult.unchanged(snap, "transaction"), already_committed=True)
+            return CommitResult.of(store.snapshot(table_id, version), already_committed=True)
+        except NoSuchTable:
+            # The table it committed on was dropped since (a table of the same name may stand there now):
+            # its commit's record went with it, so only the version and the transaction's time are known.
+            at = store.transaction_committed_at(self.idempotency_key)  # type: ignore[arg-type]
+            assert at is not None  # the key is recorded: that is why this is a replay
+            return CommitResult.dropped_since(version, at)
 
     # -- commit -------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ merged reads (:class:`TableHandle`). Operations (``mere.table.ops``) and the com
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -164,6 +165,9 @@ class MetadataStore(Protocol):
 
     def find_transaction(self, key: str) -> dict[str, tuple[int, int | None]] | None:
         """The tables a catalog transaction with an idempotency key committed."""
+
+    def transaction_committed_at(self, key: str) -> dt.datetime | None:
+        """When the catalog transaction with an idempotency key committed."""
 
     def table_versions(self, as_of: int | None = None) -> list[tuple[TableRecord, int]]:
         """Every table with the version a read point sees, from one database read."""
