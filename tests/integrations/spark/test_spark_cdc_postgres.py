@@ -75,12 +75,18 @@ BATCHES = 9  # delivery batches (one Parquet file each) per table, plus the repl
 DUPLICATES = 0.2  # share of events delivered twice
 REPLAY_BATCHES = 3  # whole batches delivered again
 FIRST_WAVE = 9  # files landed before the first run; the rest land after the first kill
-FILES_PER_TRIGGER = 3  # micro-batches 0-2 from the first wave, 3 from the second
+# Spark's file source logs (sources/0/N) at most this many new files per micro-batch. Its offsets are its own
+# log's ids, not micro-batch ids: a kill after it logged a batch's files but before Spark wrote the offset
+# log leaves a logged entry that no micro-batch planned, and the restart's next micro-batch reads that entry
+# and the next one (6 files). So the number of micro-batches for the 12 files is not fixed (3 or more).
+FILES_PER_TRIGGER = 3
 PARTITIONS = 2  # each micro-batch is shuffled (round robin) across this many write tasks
 # The kills, watching the orders query: the moment its micro-batch 1 has committed to mere (Spark may not
-# have recorded it; if it has, its commit marker is removed, so the restart replays the batch either
-# way), then as soon as Spark has planned micro-batch 3 (its tasks are running: the kill leaves their
-# staged files behind and nothing committed).
+# have recorded it; if it has, its commit marker is removed, and so is the next batch's offset entry if
+# Spark planned it, so the restart replays the batch either way), then as soon as Spark has planned the
+# micro-batch that reads the last landed file (its tasks are running: the kill leaves their staged files
+# behind and nothing committed). That micro-batch is number 3, or 2 when the file source's offsets ran
+# ahead of Spark's batch ids (see FILES_PER_TRIGGER).
 KILLS = ("committed", "mid-batch")
 WATCHED = "orders"
 RUN_TIMEOUT_S = 420  # per run of the stream: a stall detector (below pytest's 900 s, so its message shows)
@@ -205,6 +211,20 @@ def spark_batches(checkpoint: Path, log: str = "commits") -> int:
     return max(done) + 1 if done else 0
 
 
+def planned_through(checkpoint: Path) -> list[str]:
+    """The files of every micro-batch Spark has planned (the offset log's latest entry holds the file source's
+    log offset; the micro-batches read the file source's log entries up to it)."""
+    planned = spark_batches(checkpoint, "offsets")
+    if not planned:
+        return []
+    try:
+        last = json.loads((checkpoint / "offsets" / str(planned - 1)).read_text().splitlines()[-1])
+    except (FileNotFoundError, json.JSONDecodeError, IndexError):
+        return []  # being written
+    logged = planned_files(checkpoint)
+    return [f for n, files in logged.items() if n.isdigit() and int(n) <= last["logOffset"] for f in files]
+
+
 def planned_files(checkpoint: Path) -> dict[str, list[str]]:
     """Each micro-batch's files as Spark's file source logged them (for a failure's message)."""
     out = {}
@@ -299,6 +319,7 @@ def test_postgres_changes_through_a_killed_spark_stream_land_as_postgres_holds_t
     feed_start: dict[str, int] = {}
     replayed = {name: 0 for name in TABLES}
     watched = checkpoints / WATCHED
+    last_file = f"part-{len(batches) - 1:04d}.parquet"
     for run, kill in enumerate(KILLS):
         job = StreamProcess({**config, "linger": True}, tmp_path / "stream.log")
         try:
@@ -306,7 +327,7 @@ def test_postgres_changes_through_a_killed_spark_stream_land_as_postgres_holds_t
             while not (
                 mere_batches(tables[WATCHED], watched) >= 2
                 if kill == "committed"
-                else spark_batches(watched, "offsets") >= 4
+                else last_file in planned_through(watched)
             ):
                 assert job.proc.poll() is None, f"the stream failed before the kill:\n{job.tail()}"
                 assert time.monotonic() < deadline, (
@@ -321,11 +342,16 @@ def test_postgres_changes_through_a_killed_spark_stream_land_as_postgres_holds_t
             assert in_spark <= in_mere  # Spark records a batch only once its commit returned
             if name == WATCHED and kill == "committed" and in_mere and in_spark == in_mere:
                 # As if the kill had come between mere's commit and Spark's: the restart replays the batch.
-                for marker in (str(in_mere - 1), f".{in_mere - 1}.crc"):
-                    (checkpoint / "commits" / marker).unlink(missing_ok=True)
+                # If Spark planned the next batch, its offset entry goes too (the file source's log keeps
+                # that batch's files: as after a kill between the two logs' writes), else Spark would
+                # resume at that batch and skip the replay.
+                for spark_log, n in (("commits", in_mere - 1), ("offsets", in_mere)):
+                    for marker in (str(n), f".{n}.crc"):
+                        (checkpoint / spark_log / marker).unlink(missing_ok=True)
                 in_spark -= 1
             if name == WATCHED and kill == "mid-batch":
-                assert in_mere >= 3  # Spark plans micro-batch 3 once 2 has committed
+                # Spark plans micro-batch N once N - 1 has committed
+                assert in_mere >= spark_batches(checkpoint, "offsets") - 1
             replayed[name] += in_mere - in_spark
             feed_start.setdefault(name, t.version)
         if run == 0:
@@ -342,7 +368,10 @@ def test_postgres_changes_through_a_killed_spark_stream_land_as_postgres_holds_t
         expected = oracle[spec.name]
         assert diff_models(model_of(t.to_arrow().to_pylist(), spec), expected) == [], spec.name
         # every file was read: micro-batches cover them all, each committed once to mere and to Spark
-        assert mere_batches(t, checkpoint) == spark_batches(checkpoint) >= -(-files // FILES_PER_TRIGGER), (
+        landed_files = [f"part-{i:04d}.parquet" for i in range(files)]
+        assert sorted(planned_through(checkpoint)) == landed_files, (spec.name, planned_files(checkpoint))
+        committed = spark_batches(checkpoint)
+        assert mere_batches(t, checkpoint) == committed == spark_batches(checkpoint, "offsets") > 1, (
             spec.name,
             planned_files(checkpoint),
             job.tail(),
