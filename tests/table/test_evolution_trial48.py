@@ -1,0 +1,452 @@
+"""Schema evolution against independent oracles (adversarial trial 48).
+
+A Hypothesis state machine drives a partitioned, bucketed primary-key table with a ``last_non_null``
+column through column changes (add with defaults, rename, drop, re-add under a spent name, widen) mixed
+with partial and CDC upserts, deletes by key and by predicate, UPDATE, MERGE, compaction, time travel
+and rollback. After every step the table must equal a plain-dict model that tracks columns by field id;
+filtered reads (mere's own and DuckDB's over a registered mere view, which pushes its filters into mere)
+must equal the model filtered by the same SQL, evaluated by DuckDB over the model's rows; ``count()``,
+``min()`` and ``max()`` must equal the model's. Refused changes (typed ``MereError``) change nothing.
+Deterministic cases cover sequence ordering, merge engines, catalog transactions and the feed."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+import mere
+from mere import errors
+from mere.integrations.duckdb import register
+
+_names = itertools.count()
+
+# kind -> (types from narrow to wide, how a small int is stored)
+KINDS: dict[str, tuple[list[pa.DataType], Any]] = {
+    "int": ([pa.int16(), pa.int32(), pa.int64()], int),
+    "float": ([pa.float32(), pa.float64()], lambda v: v / 2),  # halves: exact in float32
+    "str": ([pa.string(), pa.large_string()], lambda v: f"s{v:+03d}"),
+    "dec": ([pa.decimal128(7, 2), pa.decimal128(20, 2)], lambda v: Decimal(v) / 4),
+}
+
+KEYS = st.integers(0, 9)
+VALUES = st.one_of(st.none(), st.integers(-20, 20))
+
+
+def part_of(k: int) -> str:
+    """A key's partition never changes (partial rows may not move a key)."""
+    return "pa" if k % 3 else "pb"
+
+
+class Col:
+    def __init__(self, name: str, kind: str, width: int, default: Any, op: str = "last") -> None:
+        self.name, self.kind, self.width, self.default, self.op = name, kind, width, default, op
+
+    @property
+    def type(self) -> pa.DataType:
+        return KINDS[self.kind][0][self.width]
+
+    def value(self, v: int | None) -> Any:
+        return None if v is None else KINDS[self.kind][1](v)
+
+
+def sql_literal(value: Any) -> str:
+    if isinstance(value, str):
+        return f"'{value}'"
+    return str(value)
+
+
+def run_machine(cat: mere.Catalog, auto_compact: bool) -> None:
+    class EvolutionOracle(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            schema = pa.schema(
+                [
+                    pa.field("k", pa.int64(), nullable=False),
+                    ("p", pa.string()),
+                    ("a", pa.int16()),
+                    ("b", pa.string()),
+                    ("c", pa.float32()),
+                ]
+            )
+            self.t = cat.create_table(
+                f"ev48.m{next(_names)}",
+                schema,
+                primary_key="k",
+                partition_by="p",
+                buckets=2,
+                merge_operators={"b": "last_non_null"},
+                cdc_column="op",
+                properties={"compaction.auto": "inline" if auto_compact else "off"},
+            )
+            self.cols: dict[int, Col] = {
+                3: Col("a", "int", 0, None),
+                4: Col("b", "str", 0, None, "last_non_null"),
+                5: Col("c", "float", 0, None),
+            }
+            self.rows: dict[int, dict[int, Any]] = {}
+            self.next_id = 6
+            self.dropped: list[str] = []
+            self.states: dict[int, tuple[dict[int, Col], dict[int, dict[int, Any]]]] = {}
+            self.views: dict[int, tuple[list[tuple[str, pa.DataType]], list[dict[str, Any]]]] = {}
+            self._record()
+
+        # -- the model --------------------------------------------------------------------------------
+
+        def _view(self) -> tuple[list[tuple[str, pa.DataType]], list[dict[str, Any]]]:
+            ids = sorted(self.cols)
+            schema = [(self.cols[i].name, self.cols[i].type) for i in ids]
+            rows = [
+                {"k": k, "p": part_of(k), **{self.cols[i].name: r[i] for i in ids}}
+                for k, r in sorted(self.rows.items())
+            ]
+            return schema, rows
+
+        def _record(self) -> None:
+            self.states[self.t.version] = copy.deepcopy((self.cols, self.rows))
+            self.views[self.t.version] = self._view()
+
+        def _model_table(self) -> pa.Table:
+            schema, rows = self._view()
+            arrow = pa.schema([("k", pa.int64()), ("p", pa.string()), *schema])
+            return pa.Table.from_pylist(rows, schema=arrow)
+
+        def _upsert_row(self, k: int, given: dict[int, Any]) -> None:
+            row = self.rows.get(k)
+            if row is None:
+                row = {i: None for i in self.cols}
+                for i, v in given.items():
+                    row[i] = v
+            else:
+                for i, v in given.items():
+                    if v is None and self.cols[i].op == "last_non_null":
+                        continue
+                    row[i] = v
+            self.rows[k] = row
+
+        def _unchanged(self, call: Any, kind: type[Exception]) -> None:
+            before = (self.t.version, self.t.schema, self.t.to_arrow().sort_by("k"))
+            with pytest.raises(kind):
+                call()
+            assert isinstance(kind(""), errors.MereError)
+            self.t.refresh()
+            assert (self.t.version, self.t.schema, self.t.to_arrow().sort_by("k")) == before
+
+        def _columns_data(self, keys: list[int], ids: list[int], values: list[int | None]) -> dict[str, Any]:
+            data: dict[str, Any] = {
+                "k": pa.array(keys, pa.int64()),
+                "p": pa.array([part_of(k) for k in keys], pa.string()),
+            }
+            for j, i in enumerate(ids):
+                col = self.cols[i]
+                data[col.name] = pa.array(
+                    [col.value(values[(j + n) % len(values)]) for n in range(len(keys))], col.type
+                )
+            return data
+
+        # -- writes ----------------------------------------------------------------------------------
+
+        @rule(
+            keys=st.lists(KEYS, min_size=1, max_size=5, unique=True),
+            values=st.lists(VALUES, min_size=6, max_size=6),
+            data=st.data(),
+        )
+        def upsert(self, keys: list[int], values: list[int | None], data: st.DataObject) -> None:
+            ids = sorted(self.cols)
+            ids = data.draw(st.lists(st.sampled_from(ids), unique=True)) if ids else []
+            batch = self._columns_data(keys, ids, values)
+            self.t.upsert(pa.table(batch))
+            for n, k in enumerate(keys):
+                self._upsert_row(k, {i: self.cols[i].value(values[(j + n) % 6]) for j, i in enumerate(ids)})
+            self._record()
+
+        @rule(
+            keys=st.lists(KEYS, min_size=1, max_size=6),
+            ops=st.lists(st.sampled_from(["I", "U", "D", "-U", "+U", "d"]), min_size=6, max_size=6),
+            values=st.lists(VALUES, min_size=6, max_size=6),
+        )
+        def cdc(self, keys: list[int], ops: list[str], values: list[int | None]) -> None:
+            ids = sorted(self.cols)
+            batch = self._columns_data(keys, ids, values)
+            batch["op"] = pa.array(ops[: len(keys)], pa.string())
+            self.t.upsert(pa.table(batch))
+            for n, k in enumerate(keys):
+                op = ops[n]
+                if op in ("D", "d"):
+                    self.rows.pop(k, None)
+                elif op != "-U":
+                    self._upsert_row(
+                        k, {i: self.cols[i].value(values[(j + n) % 6]) for j, i in enumerate(ids)}
+                    )
+            self._record()
+
+        @rule(keys=st.lists(KEYS, min_size=1, max_size=3, unique=True))
+        def delete_keys(self, keys: list[int]) -> None:
+            self.t.delete(pa.table({"k": pa.array(keys, pa.int64())}))
+            for k in keys:
+                self.rows.pop(k, None)
+            self._record()
+
+        def _predicate(self, data: st.DataObject) -> str:
+            ids = sorted(self.cols)
+            if not ids:
+                return data.draw(st.sampled_from(["p = 'pa'", "k > 4"]))
+            col = self.cols[data.draw(st.sampled_from(ids))]
+            which = data.draw(st.sampled_from(["cmp", "null", "notnull", "part"]))
+            if which == "null":
+                return f"{col.name} IS NULL"
+            if which == "notnull":
+                return f"{col.name} IS NOT NULL"
+            v = col.value(data.draw(st.integers(-20, 20)))
+            op = data.draw(st.sampled_from(["=", "<", ">=", "<>"]))
+            pred = f"{col.name} {op} {sql_literal(v)}"
+            return f"({pred}) AND p = 'pb'" if which == "part" else pred
+
+        def _matching(self, predicate: str) -> list[int]:
+            """The model's keys the predicate holds for, evaluated by DuckDB over the model's rows."""
+            model = self._model_table()  # noqa: F841 (DuckDB reads the Python variable)
+            return [r[0] for r in duckdb.sql(f"SELECT k FROM model WHERE {predicate} ORDER BY k").fetchall()]
+
+        @rule(data=st.data())
+        def delete_where(self, data: st.DataObject) -> None:
+            pred = self._predicate(data)
+            hit = self._matching(pred)
+            result = self.t.delete(pred)
+            assert result.no_change == (not hit), (pred, hit, result)
+            if hit:
+                assert result.rows_deleted == len(hit), (pred, hit, result)
+            for k in hit:
+                self.rows.pop(k)
+            self._record()
+
+        @precondition(lambda self: any(c.kind == "int" for c in self.cols.values()))
+        @rule(data=st.data())
+        def update(self, data: st.DataObject) -> None:
+            fid = data.draw(st.sampled_from(sorted(i for i, c in self.cols.items() if c.kind == "int")))
+            col = self.cols[fid]
+            pred = self._predicate(data)
+            hit = self._matching(pred)
+            self.t.update(set={col.name: f"coalesce({col.name}, 0) + 1"}, where=pred)
+            for k in hit:
+                old = self.rows[k][fid]
+                self.rows[k][fid] = (old or 0) + 1
+            self._record()
+
+        @precondition(lambda self: len(self.cols) > 0)
+        @rule(
+            keys=st.lists(KEYS, min_size=1, max_size=4, unique=True),
+            values=st.lists(VALUES, min_size=6, max_size=6),
+            data=st.data(),
+        )
+        def merge(self, keys: list[int], values: list[int | None], data: st.DataObject) -> None:
+            fid = data.draw(st.sampled_from(sorted(self.cols)))
+            col = self.cols[fid]
+            source = pa.table(self._columns_data(keys, [fid], values))
+            sql = data.draw(st.booleans())
+            if sql:
+                mere.sql(
+                    f"MERGE INTO {self.t.name} AS t USING src AS s ON t.k = s.k "
+                    f"WHEN MATCHED THEN UPDATE SET {col.name} = s.{col.name} "
+                    "WHEN NOT MATCHED THEN INSERT (k, p, "
+                    + col.name
+                    + ") VALUES (s.k, s.p, s."
+                    + col.name
+                    + ")",
+                    catalog=cat,
+                    src=source,
+                )
+                self.t.refresh()
+            else:
+                (
+                    self.t.merge(source)
+                    .when_matched_update(set={col.name: f"s.{col.name}"})
+                    .when_not_matched_insert_all()
+                    .execute()
+                )
+            for n, k in enumerate(keys):
+                value = col.value(values[n % 6])
+                if k in self.rows:
+                    self.rows[k][fid] = value  # written whole: no operator folds it
+                else:
+                    self.rows[k] = {i: (value if i == fid else None) for i in self.cols}
+            self._record()
+
+        @rule()
+        def compact(self) -> None:
+            if self.t.compact(min_files=1) is not None:
+                self._record()
+
+        # -- column changes ---------------------------------------------------------------------------
+
+        @rule(
+            kind=st.sampled_from(sorted(KINDS)),
+            default=st.one_of(st.none(), st.integers(-20, 20)),
+            reuse=st.booleans(),
+        )
+        def add_column(self, kind: str, default: int | None, reuse: bool) -> None:
+            names = {c.name for c in self.cols.values()}
+            free = [n for n in self.dropped if n not in names]
+            name = free[-1] if reuse and free else f"n{self.next_id}"
+            col = Col(name, kind, 0, None)
+            value = col.value(default)
+            self.t.add_column(name, col.type, default=value)
+            col.default = value
+            fid = self.next_id
+            self.next_id += 1
+            self.cols[fid] = col
+            for r in self.rows.values():
+                r[fid] = value
+            self._record()
+
+        @precondition(lambda self: len(self.cols) > 0)
+        @rule(data=st.data(), to_dropped=st.booleans())
+        def rename(self, data: st.DataObject, to_dropped: bool) -> None:
+            fid = data.draw(st.sampled_from(sorted(self.cols)))
+            names = {c.name for c in self.cols.values()}
+            free = [n for n in self.dropped if n not in names]
+            new = free[0] if to_dropped and free else f"r{next(_names)}"
+            self.t.rename_column(self.cols[fid].name, new)
+            self.cols[fid].name = new
+            self._record()
+
+        @precondition(lambda self: len(self.cols) > 0)
+        @rule(data=st.data())
+        def drop(self, data: st.DataObject) -> None:
+            fid = data.draw(st.sampled_from(sorted(self.cols)))
+            col = self.cols.pop(fid)
+            self.t.drop_column(col.name)
+            self.dropped.append(col.name)
+            for r in self.rows.values():
+                r.pop(fid, None)
+            self._record()
+
+        @precondition(lambda self: len(self.cols) > 0)
+        @rule(data=st.data())
+        def widen(self, data: st.DataObject) -> None:
+            fid = data.draw(st.sampled_from(sorted(self.cols)))
+            col = self.cols[fid]
+            ladder = KINDS[col.kind][0]
+            width = data.draw(st.integers(col.width, len(ladder) - 1))
+            result = self.t.widen(col.name, ladder[width])
+            if width == col.width:
+                assert result is None
+                return
+            col.width = width
+            self._record()
+
+        @rule(data=st.data())
+        def refused_change(self, data: st.DataObject) -> None:
+            names = [c.name for c in self.cols.values()]
+            calls: list[tuple[Any, type[Exception]]] = [
+                (lambda: self.t.drop_column("k"), errors.InvalidInput),
+                (lambda: self.t.drop_column("p"), errors.InvalidInput),
+                (lambda: self.t.rename_column("p", "q"), errors.InvalidInput),
+                (lambda: self.t.widen("k", pa.int32()), errors.InvalidInput),
+                (lambda: self.t.rename_column("k", "kk"), errors.InvalidInput),
+                (lambda: self.t.add_column("p", pa.string()), errors.SchemaMismatch),
+                (lambda: self.t.drop_column("no_such"), errors.SchemaMismatch),
+                (lambda: self.t.add_column("op", pa.string()), errors.SchemaMismatch),
+            ]
+            if len(names) >= 2:
+                calls.append((lambda: self.t.rename_column(names[0], names[1]), errors.SchemaMismatch))
+                calls.append(
+                    (lambda: self.t.rename_column(names[0], names[1].upper()), errors.SchemaMismatch)
+                )
+            for c in self.cols.values():
+                narrower = KINDS[c.kind][0][: c.width]
+                if narrower:
+                    calls.append((lambda c=c, n=narrower: self.t.widen(c.name, n[0]), errors.SchemaMismatch))
+                other = "int" if c.kind != "int" else "str"
+                calls.append(
+                    (lambda c=c, o=other: self.t.widen(c.name, KINDS[o][0][-1]), errors.SchemaMismatch)
+                )
+                calls.append(
+                    (
+                        lambda c=c: self.t.evolve().rename_column(c.name, "tmp48").drop_column("k"),
+                        errors.InvalidInput,
+                    )
+                )
+            call, kind = data.draw(st.sampled_from(calls))
+            self._unchanged(call, kind)
+
+        # -- reads ------------------------------------------------------------------------------------
+
+        @rule(data=st.data())
+        def time_travel(self, data: st.DataObject) -> None:
+            v = data.draw(st.sampled_from(sorted(self.views)))
+            schema, rows = self.views[v]
+            got = self.t.to_arrow(version=v)
+            assert [(f.name, f.type) for f in got.schema][2:] == schema
+            assert got.sort_by("k").to_pylist() == rows
+
+        @rule(data=st.data())
+        def rollback(self, data: st.DataObject) -> None:
+            v = data.draw(st.sampled_from(sorted(self.states)))
+            self.t.rollback(v)
+            self.cols, self.rows = copy.deepcopy(self.states[v])
+            self._record()
+
+        @rule(data=st.data())
+        def filtered_reads(self, data: st.DataObject) -> None:
+            pred = self._predicate(data)
+            want = self._matching(pred)
+            scan = self.t.scan(filter=pred)
+            assert scan.to_arrow().sort_by("k").column("k").to_pylist() == want, (pred, scan.explain())
+            assert scan.count() == len(want), pred
+            streamed = [
+                k
+                for b in self.t.scan(filter=pred, columns=["k"]).to_batches()
+                for k in b.column(0).to_pylist()
+            ]
+            assert sorted(streamed) == want, pred
+            con = duckdb.connect()
+            register(con, "mt", self.t)
+            got = [r[0] for r in con.sql(f"SELECT k FROM mt WHERE {pred} ORDER BY k").fetchall()]
+            assert got == want, pred
+
+        @rule(data=st.data())
+        def extremes(self, data: st.DataObject) -> None:
+            if not self.cols:
+                return
+            fid = data.draw(st.sampled_from(sorted(self.cols)))
+            col = self.cols[fid]
+            values = [r[fid] for r in self.rows.values() if r[fid] is not None]
+            assert self.t.scan().min(col.name) == (min(values) if values else None), col.name
+            assert self.t.scan().max(col.name) == (max(values) if values else None), col.name
+
+        @invariant()
+        def matches_the_model(self) -> None:
+            schema, rows = self._view()
+            got = self.t.to_arrow()
+            assert [(f.name, f.type) for f in got.schema][2:] == schema
+            assert got.sort_by("k").to_pylist() == rows
+            assert self.t.scan().count() == len(rows)
+
+    run_state_machine_as_test(
+        EvolutionOracle,
+        settings=settings(
+            max_examples=6 if auto_compact else 8,
+            stateful_step_count=12,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
+
+
+@pytest.mark.parametrize("auto_compact", [False, True])
+def test_evolution_follows_the_model_and_duckdb(local_cat: mere.Catalog, auto_compact: bool) -> None:
+    run_machine(local_cat, auto_compact)
