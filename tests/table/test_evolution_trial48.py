@@ -450,3 +450,98 @@ def run_machine(cat: mere.Catalog, auto_compact: bool) -> None:
 @pytest.mark.parametrize("auto_compact", [False, True])
 def test_evolution_follows_the_model_and_duckdb(local_cat: mere.Catalog, auto_compact: bool) -> None:
     run_machine(local_cat, auto_compact)
+
+
+# -- deterministic cases ---------------------------------------------------------------------------------
+
+SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int32()), ("s", pa.string())])
+
+
+def new_table(cat: mere.Catalog, schema: pa.Schema = SCHEMA, **kwargs: Any) -> mere.Table:
+    kwargs.setdefault("primary_key", "k")
+    kwargs.setdefault("buckets", 2)
+    return cat.create_table(f"ev48.d{next(_names)}", schema, **kwargs)
+
+
+def test_a_replayed_table_transaction_that_evolves_is_already_committed(local_cat: mere.Catalog) -> None:
+    """Control: the replay is fine on a handle loaded before the first run (its spec lacks the change)."""
+    t = new_table(local_cat)
+    t.upsert(pa.table({"k": [1], "v": pa.array([1], pa.int32()), "s": ["a"]}))
+    stale = local_cat.table(t.name)
+
+    def run(h: mere.Table) -> mere.CommitResult:
+        tx = h.transaction(idempotency_key="evolve-once")
+        with tx.evolve() as e:
+            e.add_column("n", pa.int64(), default=1)
+            e.rename_column("s", "label")
+        tx.upsert(pa.table({"k": [2], "n": [2], "label": ["b"]}))
+        return tx.commit()
+
+    first = run(t)
+    assert not first.already_committed
+    again = run(stale)
+    assert again.already_committed and again.version == first.version
+    assert local_cat.table(t.name).to_arrow().sort_by("k").to_pylist() == [
+        {"k": 1, "v": 1, "label": "a", "n": 1},
+        {"k": 2, "v": None, "label": "b", "n": 2},
+    ]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=errors.SchemaMismatch,
+    reason="A Table.transaction(idempotency_key=...) that evolves the schema cannot be rerun from a handle "
+    "that sees the committed change (the usual retry: a fresh process, or the same handle): tx.evolve() "
+    "validates each step against the table's current columns even when the key has already committed, so "
+    "the rerun raises SchemaMismatch ('the table already has a column', 'no column ... to drop') instead "
+    "of returning the commit's result with already_committed=True and doing nothing, as the README "
+    "promises for transaction(key).",
+)
+@pytest.mark.parametrize("handle", ["same", "fresh"])
+def test_a_replayed_table_transaction_that_evolves_from_a_current_handle(
+    local_cat: mere.Catalog, handle: str
+) -> None:
+    t = new_table(local_cat)
+    t.upsert(pa.table({"k": [1], "v": pa.array([1], pa.int32()), "s": ["a"]}))
+
+    def run(h: mere.Table) -> mere.CommitResult:
+        tx = h.transaction(idempotency_key="drop-once")
+        with tx.evolve() as e:
+            e.drop_column("v")
+        tx.upsert(pa.table({"k": [3], "s": ["c"]}))
+        return tx.commit()
+
+    first = run(t)
+    before = (t.version, t.schema, t.to_arrow().sort_by("k"))
+    h = t if handle == "same" else local_cat.table(t.name)
+    again = run(h)
+    assert again.already_committed and again.version == first.version
+    assert (t.version, t.schema, t.to_arrow().sort_by("k")) == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=errors.SchemaMismatch,
+    reason="A catalog transaction (cat.transaction(idempotency_key=...)) whose table share evolves the "
+    "schema cannot be replayed: the rerun's tx.table(name).evolve() add_column raises SchemaMismatch "
+    "('the table already has a column') instead of doing nothing, so the documented exactly-once retry "
+    "of a multi-table batch fails for good once it committed.",
+)
+def test_a_replayed_catalog_transaction_that_evolves(local_cat: mere.Catalog) -> None:
+    t = new_table(local_cat)
+    u = new_table(local_cat)
+    t.upsert(pa.table({"k": [1], "v": pa.array([1], pa.int32()), "s": ["a"]}))
+
+    def run() -> mere.CatalogTransaction:
+        with local_cat.transaction(idempotency_key="batch-7") as tx:
+            share = tx.table(t.name)
+            with share.evolve() as e:
+                e.add_column("n", pa.int64())
+            share.upsert(pa.table({"k": [2], "n": [2]}))
+            tx.table(u.name).upsert(pa.table({"k": [5], "v": pa.array([5], pa.int32())}))
+        return tx
+
+    run()
+    versions = (local_cat.table(t.name).version, local_cat.table(u.name).version)
+    assert run().already_committed()
+    assert (local_cat.table(t.name).version, local_cat.table(u.name).version) == versions
