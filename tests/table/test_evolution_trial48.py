@@ -762,3 +762,305 @@ def run_sequence_machine(cat: mere.Catalog) -> None:
 
 def test_sequence_ordering_survives_column_changes(local_cat: mere.Catalog) -> None:
     run_sequence_machine(local_cat)
+
+
+# -- deterministic cases that held -------------------------------------------------------------------------
+
+
+def test_sequence_tombstones_hold_across_widening_renaming_and_compaction(local_cat: mere.Catalog) -> None:
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("lsn", pa.int32()), ("v", pa.string())])
+    t = new_table(local_cat, schema, buckets=1, sequence_by="lsn", cdc_column="op")
+    t.upsert(pa.table({"k": [1, 2], "lsn": pa.array([5, 5], pa.int32()), "v": ["a", "b"]}))
+    t.upsert(pa.table({"k": [1], "lsn": pa.array([10], pa.int32()), "op": ["D"]}))
+    t.compact(min_files=1)
+    t.widen("lsn", pa.int64())
+    t.upsert(pa.table({"k": [1], "lsn": [7], "v": ["late"]}))  # below the tombstone: stays deleted
+    t.rename_column("lsn", "pos")
+    assert t.spec.sequence_by == ("pos",)
+    t.upsert(pa.table({"k": [1, 2], "pos": [8, 2**40], "v": ["late2", "big"]}))
+    want = [{"k": 2, "pos": 2**40, "v": "big"}]
+    assert t.to_arrow().to_pylist() == want
+    t.compact(min_files=1)
+    t.upsert(pa.table({"k": [1], "pos": [9], "v": ["late3"]}))
+    assert t.to_arrow().to_pylist() == want and t.scan().count() == 1
+    assert t.scan(filter="v LIKE 'late%'").to_arrow().num_rows == 0
+    assert t.scan(filter="pos > 2147483647").to_arrow().to_pylist() == want
+    before = (t.version, t.to_arrow())
+    with pytest.raises(errors.InvalidInput, match="sequence_by"):
+        t.drop_column("pos")
+    assert (t.version, t.to_arrow()) == before
+    t.add_column("n", pa.int64(), default=3)
+    t.compact(min_files=1)
+    before = (t.version, t.spec.sequence_by, t.to_arrow())
+    with pytest.raises(errors.InvalidInput, match="delete markers"):  # the kept tombstone has no n
+        t.set_sequence_by("n")
+    assert (t.version, t.spec.sequence_by, t.to_arrow()) == before
+    assert t.to_arrow().to_pylist() == [{"k": 2, "pos": 2**40, "v": "big", "n": 3}]
+
+
+def test_a_sequence_set_to_an_added_column_orders_older_rows_by_its_default(local_cat: mere.Catalog) -> None:
+    t = new_table(local_cat, buckets=1, properties={"compaction.auto": "off"})
+    t.upsert(pa.table({"k": [1, 2], "v": pa.array([1, 2], pa.int32()), "s": ["a", "b"]}))
+    t.add_column("n", pa.int64(), default=3)
+    t.compact(min_files=1)
+    t.set_sequence_by("n")
+    t.upsert(pa.table({"k": [1, 2], "v": pa.array([10, 20], pa.int32()), "s": ["lose", "win"], "n": [2, 4]}))
+    assert t.to_arrow().sort_by("k").to_pylist() == [
+        {"k": 1, "v": 1, "s": "a", "n": 3},
+        {"k": 2, "v": 20, "s": "win", "n": 4},
+    ]
+
+
+@pytest.mark.parametrize("ops", [{"v": "last_non_null"}, "first_row", {"v": "max"}, {"v": "concat:|"}])
+def test_merge_engines_fold_added_defaults_and_renamed_columns(local_cat: mere.Catalog, ops: Any) -> None:
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.string()), ("x", pa.int64())])
+    t = new_table(local_cat, schema, buckets=1, merge_operators=ops, properties={"compaction.auto": "off"})
+    t.upsert(pa.table({"k": [1, 2], "v": ["a", "b"], "x": [1, 2]}))
+    t.add_column("c", pa.string(), default="dflt")
+    t.upsert(pa.table({"k": [1, 3], "v": [None, "z"], "x": [5, 6], "c": [None, "new"]}))
+    t.rename_column("v", "vv")
+    t.upsert(pa.table({"k": [2], "vv": ["q"], "x": [7], "c": ["cc"]}))
+    first = ops == "first_row"
+    v2 = {"first_row": "b", "concat:|": "b|q"}.get(ops if isinstance(ops, str) else ops["v"], "q")
+    want = [
+        {"k": 1, "vv": "a", "x": 1 if first else 5, "c": "dflt" if first else None},
+        {"k": 2, "vv": v2, "x": 2 if first else 7, "c": "dflt" if first else "cc"},
+        {"k": 3, "vv": "z", "x": 6, "c": "new"},
+    ]
+    if ops == {"v": "concat:|"}:
+        want[0]["vv"] = "a"  # concat skips NULLs
+    assert t.to_arrow().sort_by("k").to_pylist() == want
+    dflt = [r["k"] for r in want if r["c"] == "dflt"]
+    assert sorted(t.scan(filter="c = 'dflt'").to_arrow().column("k").to_pylist()) == dflt
+    t.compact(min_files=1)
+    assert t.to_arrow().sort_by("k").to_pylist() == want
+    if not first:
+        assert t.spec.operator("vv").name == (ops["v"].split(":")[0])
+
+
+def test_not_null_follows_the_column_through_rename_widen_drop_and_rollback(local_cat: mere.Catalog) -> None:
+    schema = pa.schema(
+        [
+            pa.field("k", pa.int64(), nullable=False),
+            pa.field("v", pa.int32(), nullable=False),
+            ("s", pa.string()),
+        ]
+    )
+    t = new_table(local_cat, schema, buckets=1)
+    t.upsert(pa.table({"k": [1], "v": pa.array([1], pa.int32()), "s": ["a"]}))
+    t.rename_column("v", "w")
+    t.widen("w", pa.int64())
+    assert not t.schema.field("w").nullable
+    for bad in (pa.table({"k": [2], "s": ["b"]}), pa.table({"k": [1], "w": pa.array([None], pa.int64())})):
+        before = (t.version, t.to_arrow())
+        with pytest.raises(errors.SchemaMismatch):
+            t.upsert(bad)
+        assert (t.version, t.to_arrow()) == before
+    t.upsert(pa.table({"k": [1], "s": ["a2"]}))  # an existing key keeps its value
+    assert t.to_arrow().to_pylist() == [{"k": 1, "w": 1, "s": "a2"}]
+    v = t.version
+    t.drop_column("w")
+    t.add_column("w", pa.int64())  # a new, nullable column
+    t.upsert(pa.table({"k": [3], "s": ["c"]}))
+    assert t.to_arrow().sort_by("k").to_pylist() == [
+        {"k": 1, "s": "a2", "w": None},
+        {"k": 3, "s": "c", "w": None},
+    ]
+    t.rollback(v)
+    with pytest.raises(errors.SchemaMismatch):
+        t.upsert(pa.table({"k": [4], "s": ["d"]}))
+    assert t.to_arrow().to_pylist() == [{"k": 1, "w": 1, "s": "a2"}]
+
+
+def test_the_change_feed_is_the_same_with_and_without_the_log_across_evolution(
+    local_cat: mere.Catalog,
+) -> None:
+    feeds = {}
+    for log in ("off", "on"):
+        schema = pa.schema(
+            [
+                pa.field("k", pa.int64(), nullable=False),
+                ("v", pa.int16()),
+                ("s", pa.string()),
+                ("f", pa.float32()),
+            ]
+        )
+        t = new_table(local_cat, schema, properties={"changes.log": log, "compaction.auto": "off"})
+        t.upsert(
+            pa.table(
+                {
+                    "k": [1, 2, 3],
+                    "v": pa.array([1, 2, 3], pa.int16()),
+                    "s": ["a", "b", "c"],
+                    "f": pa.array([0.5, 1.5, 2.5], pa.float32()),
+                }
+            )
+        )
+        with t.evolve() as e:
+            e.widen("v", pa.int64()).rename_column("s", "label").add_column("n", pa.int32(), default=7)
+            e.widen("f", pa.float64())
+        t.upsert(pa.table({"k": [1], "v": [2**40], "label": ["A"]}))
+        t.delete("n = 7 and k = 2")
+        t.drop_column("f")
+        t.upsert(pa.table({"k": [3, 4], "n": pa.array([8, 9], pa.int32())}))
+        t.add_column("f", pa.float64(), default=-1.0)
+        t.update(set={"f": "f * 2"}, where="k = 3")
+        t.compact(min_files=1)
+        t.upsert(pa.table({"k": [4], "label": ["D"]}))
+        feeds[log] = [
+            sorted(
+                t.changes(a, b).read_all().drop_columns(["_commit_time"]).to_pylist(),
+                key=lambda r: (r["k"], r["_version"], r["_change"]),
+            )
+            for a in range(t.version)
+            for b in range(a + 1, t.version + 1)
+        ]
+    assert feeds["off"] == feeds["on"]
+    whole = feeds["off"][t.version - 1]  # changes(0, newest)
+    assert whole == [
+        {"k": 1, "v": 2**40, "label": "A", "n": 7, "f": -1.0, "_change": "insert", "_version": 3},
+        {"k": 3, "v": 3, "label": "c", "n": 8, "f": -2.0, "_change": "insert", "_version": 8},
+        {"k": 4, "v": None, "label": "D", "n": 9, "f": -1.0, "_change": "insert", "_version": 10},
+    ]
+
+
+def test_widened_columns_filter_and_fold_like_duckdb_across_row_groups(local_cat: mere.Catalog) -> None:
+    schema = pa.schema(
+        [
+            pa.field("k", pa.int64(), nullable=False),
+            ("u", pa.uint32()),
+            ("f", pa.float32()),
+            ("d", pa.decimal128(5, 2)),
+            ("i", pa.int8()),
+            ("w", pa.uint16()),
+        ]
+    )
+    t = new_table(
+        local_cat, schema, buckets=1, properties={"write.row-group-rows": "4", "compaction.auto": "off"}
+    )
+    n = 40
+    data = pa.table(
+        {
+            "k": list(range(n)),
+            "u": pa.array([(2**32 - 1 - i * 100_000_000) % 2**32 for i in range(n)], pa.uint32()),
+            "f": pa.array([0.1 * i for i in range(n)], pa.float32()),
+            "d": pa.array([Decimal(i * 25 - 500) / 100 for i in range(n)], pa.decimal128(5, 2)),
+            "i": pa.array([(i * 7) % 256 - 128 for i in range(n)], pa.int8()),
+            "w": pa.array([i * 1600 for i in range(n)], pa.uint16()),
+        },
+        schema=schema,
+    )
+    t.upsert(data)
+    t.upsert(pa.table({"k": [1, 2], "f": pa.array([0.5, 0.25], pa.float32())}))  # a partial file
+    with t.evolve() as e:
+        e.widen("u", pa.int64()).widen("f", pa.float64()).widen("d", pa.decimal128(20, 2))
+        e.widen("i", pa.int16()).widen("w", pa.int32())
+    # DuckDB's own ALTER TYPE over the same rows is the oracle.
+    con = duckdb.connect()
+    con.execute("CREATE TABLE m (k BIGINT, u UINTEGER, f FLOAT, d DECIMAL(5, 2), i TINYINT, w USMALLINT)")
+    con.execute("INSERT INTO m SELECT * FROM data")
+    con.execute("UPDATE m SET f = 0.5 WHERE k = 1")
+    con.execute("UPDATE m SET f = 0.25 WHERE k = 2")
+    for column, kind in (
+        ("u", "BIGINT"),
+        ("f", "DOUBLE"),
+        ("d", "DECIMAL(20, 2)"),
+        ("i", "SMALLINT"),
+        ("w", "INTEGER"),
+    ):
+        con.execute(f"ALTER TABLE m ALTER {column} TYPE {kind}")
+    assert t.to_arrow().sort_by("k").to_pylist() == [
+        dict(zip(["k", "u", "f", "d", "i", "w"], r)) for r in con.sql("SELECT * FROM m ORDER BY k").fetchall()
+    ]
+    view = duckdb.connect()
+    register(view, "mv", t)
+    for pred in [
+        "u > 3000000000",
+        "u >= 4294967295",
+        "f = 0.1",
+        "f = 0.10000000149011612",
+        "f > 3.5 AND f < 3.75",
+        "f = 0.5",
+        "d < -4.5",
+        "d = 2.25",
+        "i = 127",
+        "i > 100",
+        "i = 1000",
+        "i < 1000",
+        "w = 62400",
+        "u = -1",
+    ]:
+        want = [r[0] for r in con.sql(f"SELECT k FROM m WHERE {pred} ORDER BY k").fetchall()]
+        assert sorted(t.scan(filter=pred).to_arrow().column("k").to_pylist()) == want, pred
+        assert t.scan(filter=pred).count() == len(want), pred
+        assert [r[0] for r in view.sql(f"SELECT k FROM mv WHERE {pred} ORDER BY k").fetchall()] == want, pred
+    for c in ("u", "f", "d", "i", "w"):
+        assert [(t.scan().min(c), t.scan().max(c))] == con.sql(
+            f"SELECT min({c}), max({c}) FROM m"
+        ).fetchall(), c
+
+
+def test_refused_evolving_writes_add_no_column(local_cat: mere.Catalog) -> None:
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("q", pa.int8()), ("s", pa.string())])
+    t = new_table(local_cat, schema, merge_operators={"q": "sum"})
+    t.upsert(pa.table({"k": [1], "q": pa.array([100], pa.int8()), "s": ["a"]}))
+    stale = local_cat.table(t.name)
+    t.rename_column("s", "label")
+    cases: list[tuple[Any, type[Exception]]] = [
+        (
+            lambda: t.upsert(pa.table({"k": [1], "q": pa.array([100], pa.int8()), "n": [1]}), evolve=True),
+            errors.SumOverflow,
+        ),
+        (lambda: t.upsert(pa.table({"k": [2], "Label": ["x"]}), evolve=True), errors.SchemaMismatch),
+        (lambda: t.upsert(pa.table({"k": [2], "z": pa.nulls(1)}), evolve=True), errors.UnsupportedType),
+        (lambda: t.upsert(pa.table({"k": [2], "q": ["x"], "n": [1]}), evolve=True), errors.SchemaMismatch),
+        (lambda: stale.upsert(pa.table({"k": [2], "s": ["x"], "n": [1]}), evolve=True), errors.SchemaChanged),
+        (
+            lambda: t.upsert(pa.table({"k": pa.array([None], pa.int64()), "n": [1]}), evolve=True),
+            errors.NullKey,
+        ),
+    ]
+    for call, kind in cases:
+        before = (t.version, t.schema, t.to_arrow())
+        with pytest.raises(kind):
+            call()
+        assert (t.version, t.schema, t.to_arrow()) == before
+    t.upsert(pa.table({"k": [2], "n": [1.5]}), evolve=True)
+    assert t.to_arrow().sort_by("k").to_pylist() == [
+        {"k": 1, "q": 100, "label": "a", "n": None},
+        {"k": 2, "q": None, "label": None, "n": 1.5},
+    ]
+
+
+def test_a_catalog_transaction_that_evolves_and_writes_is_atomic(local_cat: mere.Catalog) -> None:
+    t, u = new_table(local_cat), new_table(local_cat)
+    t.upsert(pa.table({"k": [1, 2], "v": pa.array([1, 2], pa.int32()), "s": ["a", "b"]}))
+    before = (t.version, u.version, t.schema, t.to_arrow().sort_by("k"))
+    with pytest.raises(RuntimeError, match="boom"), local_cat.transaction() as tx:
+        share = tx.table(t.name)
+        with share.evolve() as e:
+            e.add_column("m", pa.float32(), default=1.5)
+        share.upsert(pa.table({"k": [4], "m": pa.array([2.5], pa.float32())}))
+        tx.table(u.name).upsert(pa.table({"k": [1], "v": pa.array([1], pa.int32())}))
+        raise RuntimeError("boom")
+    t.refresh()
+    u.refresh()
+    assert (t.version, u.version, t.schema, t.to_arrow().sort_by("k")) == before
+    with local_cat.transaction() as tx:
+        share = tx.table(t.name)
+        with share.evolve() as e:
+            e.add_column("m", pa.float32(), default=1.5).widen("m", pa.float64())
+        share.upsert(pa.table({"k": [4], "m": [2.5]}))
+        other = tx.table(u.name)
+        with other.evolve() as e:
+            e.rename_column("s", "ss")
+        other.upsert(pa.table({"k": [1], "ss": ["x"]}))
+    t.refresh()
+    u.refresh()
+    assert t.to_arrow().sort_by("k").to_pylist() == [
+        {"k": 1, "v": 1, "s": "a", "m": 1.5},
+        {"k": 2, "v": 2, "s": "b", "m": 1.5},
+        {"k": 4, "v": None, "s": None, "m": 2.5},
+    ]
+    assert u.to_arrow().to_pylist() == [{"k": 1, "v": None, "ss": "x"}]
+    assert t.to_arrow(version=before[0]).schema.names == ["k", "v", "s"]
