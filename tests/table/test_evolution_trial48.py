@@ -218,8 +218,9 @@ def run_machine(cat: mere.Catalog, auto_compact: bool) -> None:
 
         def _matching(self, predicate: str) -> list[int]:
             """The model's keys the predicate holds for, evaluated by DuckDB over the model's rows."""
-            model = self._model_table()  # noqa: F841 (DuckDB reads the Python variable)
-            return [r[0] for r in duckdb.sql(f"SELECT k FROM model WHERE {predicate} ORDER BY k").fetchall()]
+            con = duckdb.connect()
+            con.register("model", self._model_table())
+            return [r[0] for r in con.execute(f"SELECT k FROM model WHERE {predicate} ORDER BY k").fetchall()]
 
         @rule(data=st.data())
         def delete_where(self, data: st.DataObject) -> None:
@@ -791,10 +792,10 @@ def test_sequence_tombstones_hold_across_widening_renaming_and_compaction(local_
     assert (t.version, t.to_arrow()) == before
     t.add_column("n", pa.int64(), default=3)
     t.compact(min_files=1)
-    before = (t.version, t.spec.sequence_by, t.to_arrow())
+    kept = (t.version, t.spec.sequence_by, t.to_arrow())
     with pytest.raises(errors.InvalidInput, match="delete markers"):  # the kept tombstone has no n
         t.set_sequence_by("n")
-    assert (t.version, t.spec.sequence_by, t.to_arrow()) == before
+    assert (t.version, t.spec.sequence_by, t.to_arrow()) == kept
     assert t.to_arrow().to_pylist() == [{"k": 2, "pos": 2**40, "v": "big", "n": 3}]
 
 
