@@ -1065,3 +1065,80 @@ def test_a_catalog_transaction_that_evolves_and_writes_is_atomic(local_cat: mere
     ]
     assert u.to_arrow().to_pylist() == [{"k": 1, "v": None, "ss": "x"}]
     assert t.to_arrow(version=before[0]).schema.names == ["k", "v", "s"]
+
+
+# -- a handle loaded before a column change, reading ------------------------------------------------------
+
+
+def stale_and_truth(cat: mere.Catalog) -> tuple[mere.Table, mere.Table]:
+    """A handle loaded at version 1; then column a is dropped, b renamed to a, v widened and a row with
+    a value only the wide type holds written (version 5)."""
+    schema = pa.schema(
+        [pa.field("k", pa.int64(), nullable=False), ("a", pa.string()), ("b", pa.string()), ("v", pa.int32())]
+    )
+    t = new_table(cat, schema, buckets=1)
+    t.upsert(pa.table({"k": [1], "a": ["old-a"], "b": ["old-b"], "v": pa.array([1], pa.int32())}))
+    stale = cat.table(t.name)
+    with t.evolve() as e:
+        e.drop_column("a").rename_column("b", "a")
+    t.widen("v", pa.int64())
+    t.upsert(pa.table({"k": [2], "a": ["new"], "v": [2**40]}))
+    return stale, t
+
+
+def duckdb_view(h: mere.Table) -> list[Any]:
+    con = duckdb.connect()
+    register(con, "x", h)
+    return con.sql("SELECT k, a FROM x ORDER BY k").fetchall()
+
+
+STALE_READS: dict[str, Any] = {
+    "to_arrow": lambda h: h.to_arrow().sort_by("k").to_pylist(),
+    "filter_on_a_name_the_change_reused": lambda h: h.scan(filter="a = 'old-a'").to_arrow().to_pylist(),
+    "filter_on_the_widened_column": lambda h: h.scan(filter="v > 1").to_arrow().to_pylist(),
+    "max_of_the_widened_column": lambda h: h.scan().max("v"),
+    "change_feed": lambda h: h.changes(0).read_all().drop_columns(["_commit_time"]).to_pylist(),
+    "duckdb_view": lambda h: duckdb_view(h),
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="A Table handle loaded before a column change reads the table's newest version (its .version "
+    "follows the catalog) with the columns it loaded: Table.scan only switches to the version's own spec "
+    "when version/as_of/tag name a version other than the newest. Reads then fail with raw pyarrow errors "
+    "(KeyError 'Field \"b\" does not exist in schema', ArrowInvalid 'Integer value 1099511627776 not in "
+    "range'), not a MereError, or silently return a dropped column's values as current: a filter a = 'old-a' "
+    "matches key 1 at version 5 (where a is the renamed b = 'old-b'), and a DuckDB view of the handle "
+    "projecting (k, a) returns (1, 'old-a'). "
+    "Expected: the newest version's columns (or a typed SchemaChanged asking for refresh()).",
+)
+@pytest.mark.parametrize("read", sorted(STALE_READS))
+def test_a_stale_handle_reads_the_newest_version_with_its_columns_or_refuses(
+    local_cat: mere.Catalog, read: str
+) -> None:
+    stale, t = stale_and_truth(local_cat)
+    want = STALE_READS[read](local_cat.table(t.name))
+    try:
+        got = STALE_READS[read](stale)
+    except errors.MereError:
+        return  # a typed refusal is fine
+    assert got == want
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=KeyError,
+    reason="Time travel from a handle loaded before a column change: t.scan(version=v) for v == the newest "
+    "version uses the handle's old columns instead of version v's own (docs: 'Time travel reads a version "
+    "with its own columns'), and fails with a raw KeyError ('Field \"b\" does not exist in schema').",
+)
+def test_a_stale_handle_time_travels_to_the_newest_version_with_its_own_columns(
+    local_cat: mere.Catalog,
+) -> None:
+    stale, t = stale_and_truth(local_cat)
+    newest = local_cat.table(t.name)
+    want = newest.to_arrow(version=newest.version).sort_by("k").to_pylist()
+    assert want == [{"k": 1, "a": "old-b", "v": 1}, {"k": 2, "a": "new", "v": 2**40}]
+    assert stale.to_arrow(version=1).to_pylist() == [{"k": 1, "a": "old-a", "b": "old-b", "v": 1}]  # held
+    assert stale.to_arrow(version=newest.version).sort_by("k").to_pylist() == want
