@@ -1142,3 +1142,43 @@ def test_a_stale_handle_time_travels_to_the_newest_version_with_its_own_columns(
     assert want == [{"k": 1, "a": "old-b", "v": 1}, {"k": 2, "a": "new", "v": 2**40}]
     assert stale.to_arrow(version=1).to_pylist() == [{"k": 1, "a": "old-a", "b": "old-b", "v": 1}]  # held
     assert stale.to_arrow(version=newest.version).sort_by("k").to_pylist() == want
+
+
+def test_stale_handle_writes_are_refused_as_schema_changed(local_cat: mere.Catalog) -> None:
+    """What held: every write that reads rows, from a handle loaded before the change, is refused typed."""
+    writes: list[Any] = [
+        lambda h: h.delete("v > 0"),
+        lambda h: h.delete("a = 'old-a'"),
+        lambda h: h.update(set={"b": "'x'"}, where="k = 1"),
+        lambda h: h.merge(pa.table({"k": [1], "b": ["m"]})).when_matched_update(set={"b": "s.b"}).execute(),
+        lambda h: h.merge(pa.table({"k": [3], "a": ["m"]})).when_not_matched_insert_all().execute(),
+        lambda h: h.delete(pa.table({"k": [1]})),
+        lambda h: h.rollback(1),
+        lambda h: h.truncate(),
+        lambda h: h.overwrite(pa.table({"k": [9], "a": ["z"], "b": ["y"], "v": pa.array([1], pa.int32())})),
+    ]
+    for write in writes:
+        stale, t = stale_and_truth(local_cat)
+        before = (t.version, t.to_arrow().sort_by("k"))
+        with pytest.raises(errors.SchemaChanged):
+            write(stale)
+        fresh = local_cat.table(t.name)
+        assert (fresh.version, fresh.to_arrow().sort_by("k")) == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=KeyError,
+    reason="compact() from a handle loaded before a rename (and drop) reads the newest files with the "
+    "handle's old columns and fails with a raw KeyError ('Field \"b\" does not exist in schema') instead "
+    "of the SchemaChanged every other stale write raises (the table is left unchanged).",
+)
+def test_stale_handle_compaction_is_refused_as_schema_changed(local_cat: mere.Catalog) -> None:
+    stale, t = stale_and_truth(local_cat)
+    before = (t.version, t.to_arrow().sort_by("k"))
+    try:
+        with pytest.raises(errors.SchemaChanged):
+            stale.compact(min_files=1)
+    finally:
+        fresh = local_cat.table(t.name)
+        assert (fresh.version, fresh.to_arrow().sort_by("k")) == before
