@@ -1198,16 +1198,25 @@ def three_rows(cat: mere.Catalog) -> mere.Table:
     reason="Silent data loss: in a transaction, tx.evolve().add_column('n', default=5) then tx.update(set="
     "{'v': 'v + 1'}, where='k = 1') commits key 1 with n = NULL instead of its default 5 (keys 2 and 3 "
     "read 5). The update evaluates and writes the row with the transaction's start columns (without n) "
-    "into a file stamped with the new field ids, so n is neither the default nor carried over.",
+    "into a file stamped with the new field ids, so n is neither the default nor carried over. Same in a "
+    "catalog transaction's share.",
 )
+@pytest.mark.parametrize("catalog_tx", [False, True])
 def test_an_update_after_adding_a_column_in_the_same_transaction_keeps_the_default(
-    local_cat: mere.Catalog,
+    local_cat: mere.Catalog, catalog_tx: bool
 ) -> None:
     t = three_rows(local_cat)
-    with t.transaction() as tx:
-        with tx.evolve() as e:
-            e.add_column("n", pa.int64(), default=5)
-        tx.update(set={"v": "v + 1"}, where="k = 1")
+    if catalog_tx:
+        with local_cat.transaction() as ctx:
+            share = ctx.table(t.name)
+            with share.evolve() as e:
+                e.add_column("n", pa.int64(), default=5)
+            share.update(set={"v": "v + 1"}, where="k = 1")
+    else:
+        with t.transaction() as tx:
+            with tx.evolve() as e:
+                e.add_column("n", pa.int64(), default=5)
+            tx.update(set={"v": "v + 1"}, where="k = 1")
     t.refresh()
     assert t.to_arrow().sort_by("k").to_pylist() == [
         {"k": 1, "v": 2, "s": "a", "n": 5},
