@@ -313,6 +313,38 @@ def run_machine(cat: mere.Catalog, auto_compact: bool) -> None:
                 r[fid] = value
             self._record()
 
+        @rule(
+            kind=st.sampled_from(sorted(KINDS)),
+            default=st.one_of(st.none(), st.integers(-20, 20)),
+            keys=st.lists(KEYS, min_size=1, max_size=4, unique=True),
+            values=st.lists(VALUES, min_size=6, max_size=6),
+            data=st.data(),
+        )
+        def add_and_upsert_in_one_transaction(
+            self,
+            kind: str,
+            default: int | None,
+            keys: list[int],
+            values: list[int | None],
+            data: st.DataObject,
+        ) -> None:
+            """tx.evolve() then tx.upsert() (what held: upserts after a column change see the new columns)."""
+            col = Col(f"n{self.next_id}", kind, 0, None)
+            col.default = col.value(default)
+            fid = self.next_id
+            with self.t.transaction() as tx:
+                with tx.evolve() as e:
+                    e.add_column(col.name, col.type, default=col.default)
+                self.next_id += 1
+                self.cols[fid] = col
+                for r in self.rows.values():
+                    r[fid] = col.default
+                ids = data.draw(st.lists(st.sampled_from(sorted(self.cols)), unique=True))
+                tx.upsert(pa.table(self._columns_data(keys, ids, values)))
+            for n, k in enumerate(keys):
+                self._upsert_row(k, {i: self.cols[i].value(values[(j + n) % 6]) for j, i in enumerate(ids)})
+            self._record()
+
         @precondition(lambda self: len(self.cols) > 0)
         @rule(data=st.data(), to_dropped=st.booleans())
         def rename(self, data: st.DataObject, to_dropped: bool) -> None:
