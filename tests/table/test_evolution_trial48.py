@@ -30,7 +30,9 @@ from hypothesis.stateful import (
 )
 
 import mere
+from cdc_render import wal2json_line
 from mere import errors
+from mere.integrations.cdc_sync import SyncOptions, events_from_json, sync_batch
 from mere.integrations.duckdb import register
 
 _names = itertools.count()
@@ -1440,3 +1442,49 @@ def test_an_upsert_after_adding_a_column_in_the_same_transaction(local_cat: mere
     t.refresh()
     assert t.to_arrow(filter="k = 9").to_pylist() == want
     assert t.to_arrow(filter="k = 1").to_pylist() == [{"k": 1, "v": 7, "s": "a", "n": 5}]
+
+
+def test_cdc_batches_that_evolve_replay_as_no_change_and_refuse_narrowing(local_cat: mere.Catalog) -> None:
+    """What held: sync_batch widens and adds columns in its catalog transaction; a replayed batch (same
+    key) changes nothing; a type change that is not a widening is refused and commits nothing."""
+    narrow = {"id": "integer", "a": "smallint"}
+    wide = {"id": "integer", "a": "integer", "b": "text"}
+
+    def batch(*lines: str) -> pa.Table:
+        return events_from_json(list(lines), "wal2json")
+
+    first = batch(wal2json_line("public", "t", "I", None, {"id": 1, "a": 5}, 100, narrow, ["id"]))
+    second = batch(
+        wal2json_line("public", "t", "I", None, {"id": 2, "a": 70000, "b": "x"}, 200, wide, ["id"]),
+        wal2json_line("public", "t", "U", {"id": 1, "a": 5}, {"id": 1, "a": 6, "b": "y"}, 150, wide, ["id"]),
+        wal2json_line(
+            "public", "t", "U", {"id": 1, "a": 5}, {"id": 1, "a": 4, "b": "late"}, 120, wide, ["id"]
+        ),
+    )
+    opts = SyncOptions("s")
+    sync_batch(local_cat, first, opts, "batch-1")
+    assert sync_batch(local_cat, second, opts, "batch-2").evolved == ["s.t"]
+    t = local_cat.table("s.t")
+    want = [{"id": 1, "a": 6, "b": "y"}, {"id": 2, "a": 70000, "b": "x"}]
+    assert t.schema.field("a").type == pa.int32()
+    assert t.to_arrow().drop_columns(["_cdc_lsn"]).sort_by("id").to_pylist() == want
+    version = t.version
+    for events, key in ((second, "batch-2"), (first, "batch-1")):
+        assert sync_batch(local_cat, events, opts, key).already_committed
+    bad = batch(
+        wal2json_line(
+            "public",
+            "t",
+            "I",
+            None,
+            {"id": 3, "a": 1.5},
+            300,
+            {"id": "integer", "a": "double precision"},
+            ["id"],
+        )
+    )
+    with pytest.raises(errors.InvalidInput, match="not a widening"):
+        sync_batch(local_cat, bad, opts, "batch-3")
+    t = local_cat.table("s.t")
+    assert t.version == version
+    assert t.to_arrow().drop_columns(["_cdc_lsn"]).sort_by("id").to_pylist() == want
