@@ -7,7 +7,13 @@ and rollback. After every step the table must equal a plain-dict model that trac
 filtered reads (mere's own and DuckDB's over a registered mere view, which pushes its filters into mere)
 must equal the model filtered by the same SQL, evaluated by DuckDB over the model's rows; ``count()``,
 ``min()`` and ``max()`` must equal the model's. Refused changes (typed ``MereError``) change nothing.
-Deterministic cases cover sequence ordering, merge engines, catalog transactions and the feed."""
+Deterministic cases cover sequence ordering, merge engines, catalog transactions, CDC sync and the feed.
+
+Bugs found (strict xfails): idempotent replays of transactions that evolve (and of by-name MERGEs after a
+rename) raise instead of returning the commit; a handle loaded before a column change reads the newest
+version with its old columns (raw pyarrow errors, or a dropped column's values); row-reading changes
+(UPDATE, DELETE by filter, MERGE) after tx.evolve() in the same transaction work in the start columns
+(an updated row loses its added column's default, a merged-in key gets it, renamed names are refused)."""
 
 from __future__ import annotations
 
