@@ -1142,17 +1142,6 @@ STALE_READS: dict[str, Any] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A Table handle loaded before a column change reads the table's newest version (its .version "
-    "follows the catalog) with the columns it loaded: Table.scan only switches to the version's own spec "
-    "when version/as_of/tag name a version other than the newest. Reads then fail with raw pyarrow errors "
-    "(KeyError 'Field \"b\" does not exist in schema', ArrowInvalid 'Integer value 1099511627776 not in "
-    "range'), not a MereError, or silently return a dropped column's values as current: a filter a = 'old-a' "
-    "matches key 1 at version 5 (where a is the renamed b = 'old-b'), and a DuckDB view of the handle "
-    "projecting (k, a) returns (1, 'old-a'). "
-    "Expected: the newest version's columns (or a typed SchemaChanged asking for refresh()).",
-)
 @pytest.mark.parametrize("read", sorted(STALE_READS))
 def test_a_stale_handle_reads_the_newest_version_with_its_columns_or_refuses(
     local_cat: mere.Catalog, read: str
@@ -1166,13 +1155,6 @@ def test_a_stale_handle_reads_the_newest_version_with_its_columns_or_refuses(
     assert got == want
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyError,
-    reason="Time travel from a handle loaded before a column change: t.scan(version=v) for v == the newest "
-    "version uses the handle's old columns instead of version v's own (docs: 'Time travel reads a version "
-    "with its own columns'), and fails with a raw KeyError ('Field \"b\" does not exist in schema').",
-)
 def test_a_stale_handle_time_travels_to_the_newest_version_with_its_own_columns(
     local_cat: mere.Catalog,
 ) -> None:
@@ -1206,13 +1188,6 @@ def test_stale_handle_writes_are_refused_as_schema_changed(local_cat: mere.Catal
         assert (fresh.version, fresh.to_arrow().sort_by("k")) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyError,
-    reason="compact() from a handle loaded before a rename (and drop) reads the newest files with the "
-    "handle's old columns and fails with a raw KeyError ('Field \"b\" does not exist in schema') instead "
-    "of the SchemaChanged every other stale write raises (the table is left unchanged).",
-)
 def test_stale_handle_compaction_is_refused_as_schema_changed(local_cat: mere.Catalog) -> None:
     stale, t = stale_and_truth(local_cat)
     before = (t.version, t.to_arrow().sort_by("k"))

@@ -377,6 +377,7 @@ class Commit:
     def add_read(self, recipe: Recipe, what: str = "a delete that reads the table") -> None:
         """Add a change that reads rows: evaluated now at the read version, and again after a lost race."""
         self.reads_first(what)
+        columns_current(self.ctx, self.read_version)  # rows read in other columns than it writes: refused
         change = recipe.change(self.ctx, self.read_version, self.checks)
         change.recipe = recipe
         self.add(change)
@@ -721,6 +722,7 @@ class Commit:
         self.checks.forget(change)
         discard(self.ctx, [change])
         change.files = []
+        columns_current(self.ctx, self.read_version)
         fresh = change.recipe.change(self.ctx, self.read_version, self.checks)
         fresh.recipe = change.recipe
         return fresh

@@ -231,12 +231,21 @@ def columns_current(ctx: TableContext, base: int) -> None:
     asks the catalog nothing more."""
     if base <= ctx.columns_seen:
         return
+    version = columns_changed(ctx)
+    if version is not None:
+        raise SchemaChanged(
+            f"{ctx.name}: the table's columns changed in version {version}, after this handle read "
+            "them; refresh() the table and write again"
+        )
+
+
+def columns_changed(ctx: TableContext) -> int | None:
+    """The first version since the handle loaded its spec whose columns differ from the handle's; None if
+    none does."""
     for version, text in ctx.store.specs_after(ctx.table_id, ctx.columns_seen):
         if not same_columns(TableSpec.from_json(text, ctx.name), ctx.spec):
-            raise SchemaChanged(
-                f"{ctx.name}: the table's columns changed in version {version}, after this handle read "
-                "them; refresh() the table and write again"
-            )
+            return version
+    return None
 
 
 def not_overtaken(table: str, landed: Iterable[Snapshot], target: int) -> None:

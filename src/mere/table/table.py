@@ -33,6 +33,7 @@ from mere.table import versions
 from mere.table.commit import StagedChange, check_idempotency_key
 from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.context import CatalogHandle, MetadataStore, SchemaChange, TableContext, WriteSettings
+from mere.table.evolve import same_columns
 from mere.table.inspect import Inspect
 from mere.table.ops import compaction, consumers, maintenance, merge_into, rollback
 from mere.table.ops import sequence as sequence_ops
@@ -260,13 +261,28 @@ class Table:
         if "parallel" in options:  # the option's earlier name
             options.setdefault("threads", options.pop("parallel"))
         v = self.resolve_version(version, as_of, tag)
-        # An older version is read with its own columns (time travel across schema changes).
-        older = (version, as_of, tag) != (None, None, None) and v != self.version
-        spec = self.spec_at(v) if older else self.spec
-        scan = Scan(self, v, normalise_columns(columns), filter, **options, spec=spec)
+        scan = Scan(self, v, normalise_columns(columns), filter, **options, spec=self._read_spec(v))
         scan.output_columns  # noqa: B018 - validate column names now, not at first read
         scan.filter_parts()  # validate the filter now (the scan keeps what it parsed)
         return scan
+
+    def _read_spec(self, version: int) -> TableSpec:
+        """The columns ``version`` is read with: its own, also where this handle loaded others.
+
+        Time travel across column changes, and a column change that landed after this handle was loaded."""
+        if version < self.record.version:
+            return self.spec_at(version)
+        if version <= self._columns_seen:
+            return self.spec
+        changed = [
+            v
+            for v, text in self._sql.specs_after(self.record.id, self._columns_seen)
+            if v <= version and not same_columns(TableSpec.from_json(text, self.name), self.spec)
+        ]
+        if changed:
+            return self.spec_at(version)
+        self._columns_seen = version  # (what a commit of this handle would have checked too)
+        return self.spec
 
     def spec_at(self, version: int) -> TableSpec:
         """The table's layout (columns, key, properties) as of ``version``.

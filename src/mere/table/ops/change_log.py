@@ -16,6 +16,7 @@ commit of the range that touched the key, ``_commit_time`` its commit time.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
 from collections import defaultdict
@@ -35,6 +36,7 @@ from mere.read.evolution import read_stored_file
 from mere.read.planner import Explain, plan_splits, split_filter
 from mere.read.reader import filter_rows, plain_columns
 from mere.spec import FEED_COLUMNS, FIELD_ID_KEY, TableSpec
+from mere.table.conflicts import columns_changed
 from mere.table.context import TableHandle, is_handle
 from mere.table.evolve import can_widen
 from mere.table.images import (
@@ -78,6 +80,10 @@ def change_feed(
 
     ``splits`` ((partition JSON, bucket) pairs): an engine's task computes its share of one feed.
     """
+    if columns_changed(table.context) is not None:
+        # The feed speaks the table's current columns, also to a handle loaded before they changed: a
+        # fresh copy reads it (the caller's handle stays as it is; its writes are refused as before).
+        table = copy.copy(table).refresh()
     spec = table.spec
     if not spec.has_primary_key:
         raise InvalidInput(

@@ -23,6 +23,7 @@ from mere.retry import COMMIT_RETRIES
 from mere.spec import TableSpec, tombstone_retention
 from mere.table.commit import ONE_ATTEMPT, Change, Commit, StagedChange
 from mere.table.compaction import CompactionPlan, CompactionTask, can_fold_partially, runs_to_fold
+from mere.table.conflicts import columns_current
 from mere.table.context import TableContext, TableHandle
 from mere.table.scan import ScanTask
 
@@ -100,6 +101,7 @@ def plan(
     base = table.version
     if not ctx.spec.has_primary_key:
         return CompactionPlan(ctx.name, ctx.uuid, base, (), (), ())
+    columns_current(ctx, base)  # its tasks write the handle's columns
     files = table.files_at(base)
     picks = runs_due(table, base, files) if tiered else {}
     planned, opts = table.scan(version=base).planned(Explain(base))
