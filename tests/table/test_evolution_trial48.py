@@ -1208,14 +1208,6 @@ def three_rows(cat: mere.Catalog) -> mere.Table:
     return t
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Silent data loss: in a transaction, tx.evolve().add_column('n', default=5) then tx.update(set="
-    "{'v': 'v + 1'}, where='k = 1') commits key 1 with n = NULL instead of its default 5 (keys 2 and 3 "
-    "read 5). The update evaluates and writes the row with the transaction's start columns (without n) "
-    "into a file stamped with the new field ids, so n is neither the default nor carried over. Same in a "
-    "catalog transaction's share.",
-)
 @pytest.mark.parametrize("catalog_tx", [False, True])
 def test_an_update_after_adding_a_column_in_the_same_transaction_keeps_the_default(
     local_cat: mere.Catalog, catalog_tx: bool
@@ -1281,17 +1273,6 @@ AFTER_RENAME: dict[str, tuple[Any, list[dict[str, Any]]]] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="In a transaction, changes that read rows after tx.evolve() cannot name a renamed column (docs: "
-    "'a column change (evolve()) comes first and the writes after it see the new columns'): with the new "
-    "name tx.delete raises FilterError ('unknown column label ... available columns: k, v, s'), "
-    "tx.update InvalidInput ('No match for FieldRef.Name(label)') or, with a literal SET, a raw pyarrow "
-    "ArrowInvalid ('Invalid column index to set field.', not a MereError), "
-    "tx.merge InvalidInput ('UPDATE SET names unknown column label; columns: [k, v, s]'); the old name is "
-    "refused too (FilterError 'unknown column s ... available columns: k, v, label, n'). Same in a catalog "
-    "transaction's share.",
-)
 @pytest.mark.parametrize("catalog_tx", [False, True])
 @pytest.mark.parametrize("op", sorted(AFTER_RENAME))
 def test_row_reading_changes_after_a_rename_in_the_same_transaction(
@@ -1338,14 +1319,6 @@ def test_an_update_after_widening_or_dropping_as_two_commits(local_cat: mere.Cat
     assert t.to_arrow().sort_by("k").to_pylist() == want
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tx.update() after tx.evolve() in the same transaction evaluates and writes rows in the "
-    "transaction's start columns: after widen('v', int64) 'v + 2147483647' is refused as an int32 overflow "
-    "(InvalidInput 'evaluating the statement failed: overflow'); after drop_column('s') the update's rows "
-    "still carry s and are refused (SchemaMismatch \"unknown column(s) ['s']\"). The same two changes as two "
-    "commits succeed (test_an_update_after_widening_or_dropping_as_two_commits).",
-)
 @pytest.mark.parametrize("change", sorted(EVOLVE_THEN_UPDATE))
 def test_an_update_after_widening_or_dropping_in_the_same_transaction(
     local_cat: mere.Catalog, change: str
@@ -1391,14 +1364,6 @@ def test_changes_after_adding_a_column_as_two_commits(local_cat: mere.Catalog, o
     assert t.to_arrow(filter=f"k = {key}").to_pylist() == want
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="After tx.evolve().add_column('n', default=5) in a transaction, the MERGE of that transaction "
-    "works in the start columns: a key it inserts (when_not_matched_insert_all, source without n) reads "
-    "n = 5, the default meant for rows written before n existed, where the same MERGE as its own commit -- "
-    "and tx.upsert of a new key in the same transaction -- give NULL (silent wrong value); and SET n = "
-    "t.n + 1 is refused (InvalidInput \"UPDATE SET names unknown column 'n'; columns: ['k', 'v', 's']\").",
-)
 @pytest.mark.parametrize("op", ["merge_insert", "merge_set_added"])
 def test_a_merge_after_adding_a_column_in_the_same_transaction(local_cat: mere.Catalog, op: str) -> None:
     change, want = AFTER_ADD[op]

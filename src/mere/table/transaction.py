@@ -358,7 +358,9 @@ class Transaction:
         """
         commit = self._open()
         into: Commit | CommitResult = commit if commit is not None else self.already_committed()  # type: ignore[assignment]
-        return Merge(self.table, source, on, source_alias, target_alias, into=into)
+        # After the transaction's column change, the MERGE works in the new columns.
+        table = commit.ctx.handle if commit is not None and commit.schema is not None else self.table
+        return Merge(table, source, on, source_alias, target_alias, into=into)
 
     def evolve(self) -> SchemaUpdate:
         """Start a column change that commits with this transaction.
