@@ -528,16 +528,6 @@ def test_a_replayed_table_transaction_that_evolves_is_already_committed(local_ca
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=errors.SchemaMismatch,
-    reason="A Table.transaction(idempotency_key=...) that evolves the schema cannot be rerun from a handle "
-    "that sees the committed change (the usual retry: a fresh process, or the same handle): tx.evolve() "
-    "validates each step against the table's current columns even when the key has already committed, so "
-    "the rerun raises SchemaMismatch ('the table already has a column', 'no column ... to drop') instead "
-    "of returning the commit's result with already_committed=True and doing nothing, as the README "
-    "promises for transaction(key).",
-)
 @pytest.mark.parametrize("handle", ["same", "fresh"])
 def test_a_replayed_table_transaction_that_evolves_from_a_current_handle(
     local_cat: mere.Catalog, handle: str
@@ -560,15 +550,6 @@ def test_a_replayed_table_transaction_that_evolves_from_a_current_handle(
     assert (t.version, t.schema, t.to_arrow().sort_by("k")) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=errors.SchemaMismatch,
-    reason="A catalog transaction (cat.transaction(idempotency_key=...)) whose table share evolves the "
-    "schema cannot be replayed: on the rerun, tx.table(name).evolve() (also on a table the transaction "
-    "created with tx.create_table) checks add_column/rename_column against the committed columns and "
-    "raises SchemaMismatch ('the table already has a column', 'no column ... to rename') instead of doing "
-    "nothing, so the documented exactly-once retry of a multi-table batch fails for good once it committed.",
-)
 @pytest.mark.parametrize("created", [False, True])
 def test_a_replayed_catalog_transaction_that_evolves(local_cat: mere.Catalog, created: bool) -> None:
     name = f"ev48.c{next(_names)}"
@@ -596,16 +577,6 @@ def test_a_replayed_catalog_transaction_that_evolves(local_cat: mere.Catalog, cr
     assert local_cat.table(name).to_arrow().sort_by("k").equals(rows)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=errors.InvalidInput,
-    reason="merge(...).execute(idempotency_key=k) cannot be replayed once the source's columns left the "
-    "table: when_matched_update_all() / when_not_matched_insert_all() check the source's columns against "
-    "the table's current ones when the clause is added, before execute() looks up the key, so the rerun "
-    "raises InvalidInput ('source column(s) [...] are not columns of the table') instead of returning "
-    "MergeMetrics(already_committed=True). update(), delete() and when_matched_update(set=...) replays "
-    "of the same kind return already_committed.",
-)
 def test_a_replayed_merge_by_name_after_its_column_was_renamed(local_cat: mere.Catalog) -> None:
     t = new_table(local_cat)
     t.upsert(pa.table({"k": [1, 2], "v": pa.array([1, 2], pa.int32()), "s": ["a", "b"]}))

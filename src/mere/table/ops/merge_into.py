@@ -441,8 +441,9 @@ class MergeBuilder:
             This MERGE, to add more clauses to.
 
         Raises:
-            InvalidInput: A ``condition`` that is not SQL text, a source column the table does not have, or a
-                MERGE that was executed already.
+            InvalidInput: A ``condition`` that is not SQL text, or a MERGE that was executed already. A
+                source column the table does not have is refused by :meth:`execute` (unless it replays an
+                idempotency key's commit).
             FilterError: A condition that does not parse.
         """
         return self.add_clause(MergeClause.of("matched", "update", condition, all_columns=True))
@@ -508,8 +509,9 @@ class MergeBuilder:
             This MERGE, to add more clauses to.
 
         Raises:
-            InvalidInput: A ``condition`` that is not SQL text, a source column the table does not have, or a
-                MERGE that was executed already.
+            InvalidInput: A ``condition`` that is not SQL text, or a MERGE that was executed already. A
+                source column the table does not have is refused by :meth:`execute` (unless it replays an
+                idempotency key's commit).
             FilterError: A condition that does not parse.
         """
         return self.add_clause(MergeClause.of("not_matched", "insert", condition, all_columns=True))
@@ -605,6 +607,9 @@ class Merge(MergeBuilder):
         self.using_columns: frozenset[str] = frozenset()
         self.clauses: list[Clause] = []
         self._state = "open"
+        # A ``*_all`` clause's source columns the table lacks: refused by execute(), after a replay of an
+        # idempotency key (whose commit may have predated a rename) has returned.
+        self._by_name_refusal: InvalidInput | None = None
 
     # -- builder ------------------------------------------------------------------------------
 
@@ -619,8 +624,11 @@ class Merge(MergeBuilder):
 
         The ``when_*`` methods and :meth:`MergeSpec.build` call this.
         """
-        if clause.all_columns:
-            self._by_name(f"when_{clause.kind}_{clause.action}_all()")
+        if clause.all_columns and self._by_name_refusal is None:
+            try:
+                self._by_name(f"when_{clause.kind}_{clause.action}_all()")
+            except InvalidInput as unknown_columns:
+                self._by_name_refusal = unknown_columns
         refusal = self.table.spec.delete_refusal
         if clause.action == "delete" and refusal:
             raise InvalidInput(
@@ -731,8 +739,8 @@ class Merge(MergeBuilder):
         Raises:
             InvalidInput: A bad ``idempotency_key`` or one naming a commit that was not a MERGE (nothing
                 committed), a MERGE without WHEN clauses or executed already, an ON condition that does not
-                equate every key column with a source column, or clauses that set key columns, name unknown
-                columns or a column twice.
+                equate every key column with a source column, clauses that set key columns, name unknown
+                columns or a column twice, or ``*_all`` clauses whose source has a column the table lacks.
             FilterError: A condition or value that names unknown columns or does not type.
             MergeConflict: The MERGE would change a target row twice, or insert a key twice or one the table
                 holds.
@@ -756,6 +764,8 @@ class Merge(MergeBuilder):
                 self._state = "executed"
                 return metrics
         self._state = "executed"
+        if self._by_name_refusal is not None:
+            raise self._by_name_refusal
         plan = MergePlan(self)  # checks every expression before anything is read
         commit = Commit(ctx, idempotency_key=idempotency_key)
         try:
@@ -791,6 +801,8 @@ class Merge(MergeBuilder):
         self._state = "executed"
         if isinstance(into, CommitResult):  # the transaction replays a commit: nothing is read
             return MergeMetrics.of_commit(self.table.name, into, time.perf_counter() - started)
+        if self._by_name_refusal is not None:
+            raise self._by_name_refusal
         plan = MergePlan(self)
         into.add_read(plan, "a MERGE")
         m = plan.metrics
