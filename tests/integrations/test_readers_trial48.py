@@ -502,3 +502,135 @@ def test_duckdb_register_of_a_float16_column_is_a_typed_error(wide: Wide) -> Non
     with pytest.raises(MereError, match="f16"):
         register(con, "half", wide.table, columns=["id", "f16"])
         con.sql("SELECT * FROM half").fetchall()
+
+
+# -- Dask, on a real distributed cluster --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dask_client() -> Iterator[Any]:
+    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("dask.dataframe")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit="2GiB"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+def _from_pandas(frame: Any, schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pandas(frame, preserve_index=False).cast(schema)
+
+
+def test_dask_partitions_hold_every_row_once(wide: Wide, dask_client: Any) -> None:
+    from mere.integrations.dask import read_table
+
+    for version in (2, 4, 6, wide.compacted):
+        ddf = read_table(wide.table, version=version, partition_bytes=4_000)
+        assert ddf.npartitions > 3
+        assert_rows(_from_pandas(ddf.compute(), STORED), wide.model.table(version))
+    # a column selection after the read, and a filter on non-key columns with its columns left out
+    ddf = read_table(wide.table, filter="s = 'é€😀' or f64 = 'NaN'", partition_bytes=4_000)
+    got = ddf[["id", "w40", "mp"]].compute()
+    expected = wide.model.table(wide.compacted)
+    keep = [r["s"] == "é€😀" or (r["f64"] is not None and math.isnan(r["f64"])) for r in expected.to_pylist()]
+    expected = expected.filter(pa.array(keep)).select(["id", "w40", "mp"])
+    assert_rows(_from_pandas(got, expected.schema), expected)
+    # time travel by as_of, and a tag
+    wide.table.tag("trial48-v3", 3) if "trial48-v3" not in wide.table.tags() else None
+    by_tag = read_table(wide.table, tag="trial48-v3", columns=["id", "part"], partition_bytes=4_000).compute()
+    assert_rows(_from_pandas(by_tag, pa.schema([STORED.field("id"), STORED.field("part")])), wide.model.table(3, ["id", "part"]))
+    by_time = read_table(wide.table, as_of=wide.times[1], columns=["id", "dur"]).compute()
+    assert_rows(_from_pandas(by_time, pa.schema([STORED.field("id"), STORED.field("dur")])), wide.model.table(1, ["id", "dur"]))
+
+
+# -- Ray Data, on a real local Ray ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_up() -> Iterator[Any]:
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+    path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_ray_read_tasks_hold_every_row_once(wide: Wide, ray_up: Any) -> None:
+    from mere.integrations.ray import read_table
+
+    def arrow(ds: Any) -> pa.Table:
+        return pa.concat_tables(ray_up.get(ds.to_arrow_refs()))
+
+    for version in (3, 6, wide.compacted):
+        ds = read_table(wide.table, version=version, max_task_bytes=4_000)
+        assert_rows(arrow(ds), wide.model.table(version))
+    ds = read_table(wide.table, filter="part is null and b", max_task_bytes=4_000)
+    expected = wide.model.table(wide.compacted)
+    expected = expected.filter(pa.array([r["part"] is None and r["b"] is True for r in expected.to_pylist()]))
+    assert_rows(arrow(ds), expected)
+    assert read_table(wide.table, filter="part is null and b").count() == expected.num_rows
+    projected = read_table(wide.table, version=4, max_task_bytes=4_000).select_columns(["w40", "id", "llst"])
+    assert_rows(arrow(projected), wide.model.table(4, ["w40", "id", "llst"]))
+
+
+# -- PyTorch: ranks x DataLoader workers ----------------------------------------------------------------
+
+TENSOR_COLUMNS = ["id", "i8", "i16", "u8", "f16", "f32", "f64", "day", "ts_s", "ts_ns", "t32", "t64", "dur", "b"]
+
+
+def _tensor_values(table: pa.Table) -> dict[int, tuple[Any, ...]]:
+    """Per key, the values as tensors hold them (temporal types as integers in their unit)."""
+    columns = []
+    for f in table.schema:
+        col = table.column(f.name)
+        if pa.types.is_timestamp(f.type) or pa.types.is_duration(f.type) or pa.types.is_time64(f.type):
+            col = col.cast(pa.int64())
+        elif pa.types.is_date32(f.type) or pa.types.is_time32(f.type):
+            col = col.cast(pa.int32())
+        columns.append(col.to_pylist())
+    return {row[0]: tuple(canon(v) for v in row) for row in zip(*columns, strict=True)}
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_torch_ranks_and_workers_read_every_row_once(wide: Wide, shuffle: bool) -> None:
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from mere.integrations.torch import TableDataset
+
+    not_null = " and ".join(f"{c} is not null" for c in TENSOR_COLUMNS)
+    for version in (4, wide.compacted):
+        expected_table = wide.model.table(version, TENSOR_COLUMNS)
+        keep = [all(v is not None for v in r.values()) for r in expected_table.to_pylist()]
+        expected = _tensor_values(expected_table.filter(pa.array(keep)))
+        assert len(expected) > 10
+        seen: list[tuple[Any, ...]] = []
+        for rank in range(2):
+            ds = TableDataset(
+                wide.table, columns=TENSOR_COLUMNS, filter=not_null, version=version, batch_size=5,
+                shuffle=shuffle, seed=3, rank=rank, world_size=2, max_task_bytes=1_000,
+            )
+            assert len(ds.units) >= 4
+            for batch in DataLoader(ds, batch_size=None, num_workers=2):
+                assert batch["id"].dtype == torch.int64 and batch["f16"].dtype == torch.float16
+                cols = [batch[c].tolist() for c in TENSOR_COLUMNS]
+                seen += [tuple(canon(v) for v in row) for row in zip(*cols, strict=True)]
+        ids = [row[0] for row in seen]
+        assert len(ids) == len(set(ids))
+        assert {row[0]: row for row in seen} == expected
