@@ -634,3 +634,131 @@ def test_torch_ranks_and_workers_read_every_row_once(wide: Wide, shuffle: bool) 
         ids = [row[0] for row in seen]
         assert len(ids) == len(set(ids))
         assert {row[0]: row for row in seen} == expected
+
+
+# -- typed errors -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("column", ["f16", "dur", "lst", "llst", "rec", "mp"])
+@pytest.mark.xfail(
+    strict=True,
+    raises=pa.ArrowNotImplementedError,
+    reason="Scan.min()/max() of a float16, duration, list, struct or map column raise pyarrow's raw "
+    "ArrowNotImplementedError (\"Function 'min_max' has no kernel matching input types\") instead of "
+    "answering (float16 is a number, docs/concepts.md lists numbers) or raising a typed MereError",
+)
+def test_scan_min_max_of_every_column_answers_or_is_typed(wide: Wide, column: str) -> None:
+    scan = wide.table.scan()
+    try:
+        scan.min(column)
+        scan.max(column)
+    except MereError:
+        pass
+
+
+def test_scan_min_max_of_ordered_columns_equal_the_model(wide: Wide) -> None:
+    """Pending merge (folded from the rows) and compacted (from footer statistics where exact)."""
+    ordered = [
+        f.name
+        for f in STORED
+        if not (pa.types.is_nested(f.type) or f.name in ("f16", "dur", "nul"))
+    ]
+    for version in (5, wide.compacted):
+        expected = wide.model.table(version)
+        scan = wide.table.scan(version=version)
+        for name in ordered:
+            col = expected.column(name)
+            if pa.types.is_floating(col.type):
+                col = pc.filter(col, pc.invert(pc.is_nan(col)))
+            mm = pc.min_max(col)
+            assert (scan.min(name), scan.max(name)) == (mm["min"].as_py(), mm["max"].as_py()), name
+        assert scan.min("nul") is None and scan.max("nul") is None
+
+
+def test_adapters_refuse_bad_arguments_typed(wide: Wide) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    pytest.importorskip("polars")
+    pytest.importorskip("dask.dataframe")
+    from mere.integrations.dask import read_table as dask_read
+    from mere.integrations.duckdb import register
+    from mere.integrations.polars import scan_table
+    from mere.integrations.torch import TableDataset
+
+    t = wide.table
+    con = duckdb.connect()
+    bad: list[dict[str, Any]] = [
+        {"version": -1},
+        {"version": "1"},
+        {"version": 1.5},
+        {"version": 99},
+        {"as_of": "not a time"},
+        {"as_of": dt.datetime(1990, 1, 1)},
+        {"as_of": object()},
+        {"tag": 5},
+        {"tag": "no such tag"},
+        {"tag": "x", "version": 1},
+        {"columns": 5},
+        {"columns": ["id", "id"]},
+        {"columns": ["nope"]},
+        {"columns": [b"id"]},
+        {"filter": 5},
+        {"filter": "id >"},
+        {"filter": "nope = 1"},
+        {"filter": "s + 1"},
+        {"filter": ["id = 1"]},
+        {"snapshot": "not a snapshot"},
+    ]
+    readers = {
+        "duckdb": lambda kw: register(con, "bad", t, **kw),
+        "polars": lambda kw: scan_table(t, **kw),
+        "dask": lambda kw: dask_read(t, **kw),
+        "torch": lambda kw: TableDataset(t, **({"columns": ["id"]} | kw)),
+    }
+    for name, read in readers.items():
+        for kwargs in bad:
+            with pytest.raises(MereError):
+                read(kwargs)
+                pytest.fail(f"{name} took {kwargs}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=pa.ArrowException,
+    reason="MereDataset (what duckdb.register hands DuckDB, public as mere.integrations.duckdb.dataset) "
+    "passes bad arguments to pyarrow: take([10**6]) raises ArrowIndexError and scanner(batch_size=0) "
+    "ArrowInvalid, not typed MereErrors as its head(-1), to_table(columns='id') and filter(...) do",
+)
+@pytest.mark.parametrize("call", ["take_out_of_range", "take_text", "scanner_batch_size_0"])
+def test_mere_dataset_bad_arguments_are_typed(wide: Wide, call: str) -> None:
+    from mere.integrations.duckdb import dataset
+
+    data = dataset(wide.table.scan(columns=["id", "s"]))
+    with pytest.raises(InvalidInput):
+        if call == "take_out_of_range":
+            data.take([10**6])
+        elif call == "take_text":
+            data.take("first")
+        else:
+            data.scanner(batch_size=0).to_table()
+
+
+def test_mere_dataset_typed_errors_that_hold(wide: Wide) -> None:
+    from mere.errors import FilterError, SchemaMismatch
+    from mere.integrations.duckdb import dataset
+
+    data = dataset(wide.table.scan(columns=["id", "s"]))
+    with pytest.raises(InvalidInput):
+        data.head(-1)
+    with pytest.raises(InvalidInput):
+        data.to_table(columns="id")
+    with pytest.raises(SchemaMismatch):
+        data.to_table(columns=["f64"])
+    with pytest.raises(FilterError):
+        data.to_table(filter=pc.field("f64") > 1)
+    with pytest.raises(InvalidInput):
+        data.count_rows(filter="id = 1")
+    with pytest.raises(InvalidInput):
+        data.filter(pc.field("id") == 1)
+    assert data.count_rows(filter=pc.field("s") == "é€😀") == sum(
+        1 for r in wide.model.versions[wide.compacted].values() if r["s"] == "é€😀"
+    )
