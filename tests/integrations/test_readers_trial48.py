@@ -349,7 +349,14 @@ def _polars_expected(wide: Wide, version: int, columns: list[str]) -> pa.Table:
     """The model as Polars hands it back: 256-bit decimals of up to 38 digits as 128-bit ones."""
     table = wide.model.table(version, columns)
     return table.cast(
-        pa.schema([f.with_type(pa.decimal128(f.type.precision, f.type.scale)) if pa.types.is_decimal256(f.type) else f for f in table.schema])
+        pa.schema(
+            [
+                f.with_type(pa.decimal128(f.type.precision, f.type.scale))
+                if pa.types.is_decimal256(f.type)
+                else f
+                for f in table.schema
+            ]
+        )
     )
 
 
@@ -485,7 +492,9 @@ def test_duckdb_register_equals_duckdb_on_the_model(wide: Wide, duck: Any, where
         expected = _duck_arrow(duck.sql(query.format(f"n{version}")))
         assert_rows(got, expected)
         agg = f"SELECT part, count(*), sum(i32), max(s), min(ts_us) FROM {{}} WHERE {where} GROUP BY part ORDER BY part"
-        assert duck.sql(agg.format(f"v{version}")).fetchall() == duck.sql(agg.format(f"n{version}")).fetchall()
+        assert (
+            duck.sql(agg.format(f"v{version}")).fetchall() == duck.sql(agg.format(f"n{version}")).fetchall()
+        )
 
 
 @pytest.mark.xfail(
@@ -541,9 +550,15 @@ def test_dask_partitions_hold_every_row_once(wide: Wide, dask_client: Any) -> No
     # time travel by as_of, and a tag
     wide.table.tag("trial48-v3", 3) if "trial48-v3" not in wide.table.tags() else None
     by_tag = read_table(wide.table, tag="trial48-v3", columns=["id", "part"], partition_bytes=4_000).compute()
-    assert_rows(_from_pandas(by_tag, pa.schema([STORED.field("id"), STORED.field("part")])), wide.model.table(3, ["id", "part"]))
+    assert_rows(
+        _from_pandas(by_tag, pa.schema([STORED.field("id"), STORED.field("part")])),
+        wide.model.table(3, ["id", "part"]),
+    )
     by_time = read_table(wide.table, as_of=wide.times[1], columns=["id", "dur"]).compute()
-    assert_rows(_from_pandas(by_time, pa.schema([STORED.field("id"), STORED.field("dur")])), wide.model.table(1, ["id", "dur"]))
+    assert_rows(
+        _from_pandas(by_time, pa.schema([STORED.field("id"), STORED.field("dur")])),
+        wide.model.table(1, ["id", "dur"]),
+    )
 
 
 # -- Ray Data, on a real local Ray ----------------------------------------------------------------------
@@ -591,7 +606,22 @@ def test_ray_read_tasks_hold_every_row_once(wide: Wide, ray_up: Any) -> None:
 
 # -- PyTorch: ranks x DataLoader workers ----------------------------------------------------------------
 
-TENSOR_COLUMNS = ["id", "i8", "i16", "u8", "f16", "f32", "f64", "day", "ts_s", "ts_ns", "t32", "t64", "dur", "b"]
+TENSOR_COLUMNS = [
+    "id",
+    "i8",
+    "i16",
+    "u8",
+    "f16",
+    "f32",
+    "f64",
+    "day",
+    "ts_s",
+    "ts_ns",
+    "t32",
+    "t64",
+    "dur",
+    "b",
+]
 
 
 def _tensor_values(table: pa.Table) -> dict[int, tuple[Any, ...]]:
@@ -623,8 +653,16 @@ def test_torch_ranks_and_workers_read_every_row_once(wide: Wide, shuffle: bool) 
         seen: list[tuple[Any, ...]] = []
         for rank in range(2):
             ds = TableDataset(
-                wide.table, columns=TENSOR_COLUMNS, filter=not_null, version=version, batch_size=5,
-                shuffle=shuffle, seed=3, rank=rank, world_size=2, max_task_bytes=1_000,
+                wide.table,
+                columns=TENSOR_COLUMNS,
+                filter=not_null,
+                version=version,
+                batch_size=5,
+                shuffle=shuffle,
+                seed=3,
+                rank=rank,
+                world_size=2,
+                max_task_bytes=1_000,
             )
             assert len(ds.units) >= 4
             for batch in DataLoader(ds, batch_size=None, num_workers=2):
@@ -658,11 +696,7 @@ def test_scan_min_max_of_every_column_answers_or_is_typed(wide: Wide, column: st
 
 def test_scan_min_max_of_ordered_columns_equal_the_model(wide: Wide) -> None:
     """Pending merge (folded from the rows) and compacted (from footer statistics where exact)."""
-    ordered = [
-        f.name
-        for f in STORED
-        if not (pa.types.is_nested(f.type) or f.name in ("f16", "dur", "nul"))
-    ]
+    ordered = [f.name for f in STORED if not (pa.types.is_nested(f.type) or f.name in ("f16", "dur", "nul"))]
     for version in (5, wide.compacted):
         expected = wide.model.table(version)
         scan = wide.table.scan(version=version)
@@ -762,3 +796,185 @@ def test_mere_dataset_typed_errors_that_hold(wide: Wide) -> None:
     assert data.count_rows(filter=pc.field("s") == "é€😀") == sum(
         1 for r in wide.model.versions[wide.compacted].values() if r["s"] == "é€😀"
     )
+
+
+# -- random histories and predicates: mere, Polars and DuckDB against DuckDB / Polars on the model ------------
+
+SMALL = pa.schema(
+    [
+        pa.field("id", pa.int32(), nullable=False),
+        ("part", pa.string()),
+        ("s", pa.string()),
+        ("f", pa.float64()),
+        ("d", pa.decimal128(9, 2)),
+        ("ts", pa.timestamp("us", "UTC")),
+        ("n", pa.int16()),
+    ]
+)
+SMALL_PARTS = ["p1", "ünï 😀", "", None]
+SMALL_STRINGS = ["a", "é€😀", "", "O'Brien", "b", None]
+SMALL_FLOATS = [math.nan, -0.0, 0.0, 1.5, -math.inf, math.inf, None]
+SMALL_DECIMALS = [Decimal("0.00"), Decimal("-1.25"), Decimal("9999999.99"), None]
+SMALL_TIMES = [
+    dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    dt.datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=dt.UTC),
+    None,
+]
+SMALL_INTS = [0, -32768, 32767, 7, None]
+POOLS: dict[str, list[Any]] = {
+    "part": SMALL_PARTS,
+    "s": SMALL_STRINGS,
+    "f": SMALL_FLOATS,
+    "d": SMALL_DECIMALS,
+    "ts": SMALL_TIMES,
+    "n": SMALL_INTS,
+}
+
+row_strategy = st.fixed_dictionaries(
+    {"id": st.integers(0, 30), **{c: st.sampled_from(p) for c, p in POOLS.items()}}
+)
+op_strategy = st.one_of(
+    st.tuples(st.just("upsert"), st.lists(row_strategy, min_size=1, max_size=12)),
+    st.tuples(st.just("partial"), st.lists(row_strategy, min_size=1, max_size=6)),
+    st.tuples(st.just("delete_keys"), st.lists(st.integers(0, 30), min_size=1, max_size=5)),
+    st.tuples(
+        st.just("delete_where"), st.sampled_from(["f > 0", "s = 'a'", "part is null", "n < 0", "d = 0"])
+    ),
+    st.tuples(st.just("compact"), st.none()),
+)
+
+
+def _sql_literal(column: str, value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if column in ("part", "s"):
+        return "'" + value.replace("'", "''") + "'"
+    if column == "f":
+        return f"'{value}'::DOUBLE" if math.isnan(value) or math.isinf(value) else repr(value)
+    if column == "d":
+        return f"{value}::DECIMAL(9, 2)"
+    if column == "ts":
+        return f"TIMESTAMPTZ '{value.isoformat()}'"
+    return str(value)
+
+
+@st.composite
+def predicates(draw: Any, depth: int = 0) -> tuple[str, Any]:
+    """(SQL text, Polars builder) of one random predicate over SMALL's columns."""
+    kind = draw(
+        st.sampled_from(
+            ["cmp", "cmp", "cmp", "null", "in", "between"] + (["and", "or", "not"] if depth < 2 else [])
+        )
+    )
+    if kind in ("and", "or"):
+        (a, pa_), (b, pb) = draw(predicates(depth + 1)), draw(predicates(depth + 1))
+        if kind == "and":
+            return f"({a} AND {b})", lambda pl, x=pa_, y=pb: x(pl) & y(pl)
+        return f"({a} OR {b})", lambda pl, x=pa_, y=pb: x(pl) | y(pl)
+    if kind == "not":
+        a, pa_ = draw(predicates(depth + 1))
+        return f"(NOT {a})", lambda pl, x=pa_: ~x(pl)
+    column = draw(st.sampled_from(["id", *POOLS]))
+    pool = [v for v in POOLS.get(column, [0, 5, 17, 30]) if v is not None]
+    if kind == "null":
+        neg = draw(st.booleans())
+        text = f"{column} IS {'NOT ' if neg else ''}NULL"
+        return text, lambda pl, c=column, n=neg: pl.col(c).is_not_null() if n else pl.col(c).is_null()
+    if kind == "in":
+        values = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3, unique_by=canon))
+        text = f"{column} IN ({', '.join(_sql_literal(column, v) for v in values)})"
+        return text, lambda pl, c=column, v=values: pl.col(c).is_in(
+            pl.Series(v, dtype=pl.from_arrow(pa.array([], SMALL.field(c).type)).dtype).implode()
+        )
+    if kind == "between":
+        lo, hi = sorted(
+            draw(st.lists(st.sampled_from(pool), min_size=2, max_size=2)),
+            key=lambda v: (isinstance(v, float) and math.isnan(v), v),
+        )
+        text = f"{column} BETWEEN {_sql_literal(column, lo)} AND {_sql_literal(column, hi)}"
+        return text, lambda pl, c=column, a=lo, b=hi: pl.col(c).is_between(pl.lit(a), pl.lit(b))
+    op = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">="]))
+    value = draw(st.sampled_from(pool))
+    text = f"{column} {op} {_sql_literal(column, value)}"
+    polars_op = {"=": "__eq__", "<>": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}[
+        op
+    ]
+    return text, lambda pl, c=column, o=polars_op, v=value: getattr(pl.col(c), o)(pl.lit(v))
+
+
+def _apply(t: mere.Table, model: Model, op: tuple[str, Any]) -> None:
+    kind, arg = op
+    if kind == "upsert":
+        data = pa.Table.from_pylist(arg, schema=SMALL)
+        t.upsert(data)
+        model.upsert(data)
+    elif kind == "partial":  # keys that exist, in their own partitions: only s and f change
+        rows = [
+            {"id": r["id"], "part": model.rows[r["id"]]["part"], "s": r["s"], "f": r["f"]}
+            for r in arg
+            if r["id"] in model.rows
+        ]
+        if rows:
+            data = pa.Table.from_pylist(
+                rows, schema=pa.schema([SMALL.field(c) for c in ("id", "part", "s", "f")])
+            )
+            t.upsert(data)
+            model.upsert(data)
+    elif kind == "delete_keys":
+        t.delete(pa.table({"id": pa.array(arg, pa.int32())}))
+        model.delete(arg)
+    elif kind == "delete_where":
+        import duckdb
+
+        con = duckdb.connect()
+        current = pa.Table.from_pylist(list(model.rows.values()), schema=SMALL)
+        con.register("cur", current)
+        gone = [r[0] for r in con.execute(f"SELECT id FROM cur WHERE {arg}").fetchall()]
+        t.delete(arg)
+        model.delete(gone)
+    else:
+        t.compact()
+    model.commit(t.version)
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    ops=st.lists(op_strategy, min_size=1, max_size=6),
+    preds=st.lists(predicates(), min_size=3, max_size=6),
+    data=st.data(),
+)
+def test_random_histories_and_predicates_agree_across_readers(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[Any], preds: list[Any], data: Any
+) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    pl = pytest.importorskip("polars")
+    from mere.integrations.duckdb import register
+    from mere.integrations.polars import scan_table
+
+    cat = mere.connect(str(tmp_path_factory.mktemp("hyp") / "wh"))
+    t = cat.create_table("h.t", SMALL, primary_key="id", partition_by="part", buckets=2, properties=MANUAL)
+    model = Model()
+    model.commit(t.version)
+    for op in ops:
+        _apply(t, model, op)
+    version = data.draw(st.sampled_from(sorted(model.versions)))
+    rows = model.versions[version]
+    expected_all = pa.Table.from_pylist([rows[k] for k in sorted(rows)], schema=SMALL)
+    con = duckdb.connect()
+    con.register("model_rows", expected_all)
+    con.execute("CREATE TABLE native AS SELECT * FROM model_rows")
+    register(con, "mere_view", t, version=version)
+    frame = pl.from_arrow(expected_all)
+    for text, polars_builder in preds:
+        expected = _duck_arrow(con.sql(f"SELECT * FROM native WHERE {text}"))
+        assert_rows(t.scan(version=version, filter=text).to_arrow(), expected.cast(SMALL))
+        assert_rows(_duck_arrow(con.sql(f"SELECT * FROM mere_view WHERE {text}")), expected)
+        predicate = polars_builder(pl)
+        assert_rows(
+            scan_table(t, version=version).filter(predicate).collect().to_arrow(),
+            frame.filter(predicate).to_arrow(),
+        )
