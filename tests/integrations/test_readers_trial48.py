@@ -1198,3 +1198,89 @@ def test_catalog_snapshot_pins_every_reader(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput):
         scan_table(a, snapshot=snap, version=1)
     assert pl is not None
+
+
+# -- sequence_by with CDC deletes: late events, filters on non-key columns, windows ----------------------
+
+SEQ = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("lsn", pa.int64(), nullable=False),
+        ("s", pa.string()),
+        ("f", pa.float64()),
+        ("op", pa.string()),
+    ]
+)
+event_strategy = st.fixed_dictionaries(
+    {
+        "id": st.integers(0, 12),
+        "lsn": st.integers(0, 6),
+        "s": st.sampled_from(SMALL_STRINGS),
+        "f": st.sampled_from(SMALL_FLOATS),
+        "op": st.sampled_from(["I", "U", "D", "u"]),
+    }
+)
+SEQ_FILTERS = [
+    "s = 'a'",
+    "f > 0",
+    "f = 'NaN'::DOUBLE",
+    "s IS NULL",
+    "lsn >= 3",
+    "NOT (s IN ('a', 'b'))",
+    "f <= 0 OR s = ''",
+]
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    batches=st.lists(st.lists(event_strategy, min_size=1, max_size=10), min_size=1, max_size=5),
+    compact_after=st.integers(0, 5),
+)
+def test_sequenced_cdc_reads_agree_with_the_newest_sequence(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[Any], compact_after: int
+) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    pl = pytest.importorskip("polars")
+    from mere.integrations.duckdb import register
+    from mere.integrations.polars import scan_table
+
+    cat = mere.connect(str(tmp_path_factory.mktemp("seq") / "wh"))
+    props = {**MANUAL, "write.row-group-rows": "2"}
+    t = cat.create_table(
+        "q.t", SEQ, primary_key="id", buckets=2, sequence_by="lsn", cdc_column="op", properties=props
+    )
+    best: dict[int, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+    for c, batch in enumerate(batches):
+        t.upsert(pa.Table.from_pylist(batch, schema=SEQ))
+        for r, event in enumerate(batch):
+            rank = (event["lsn"], c, r)
+            if event["id"] not in best or rank > best[event["id"]][0]:
+                best[event["id"]] = (rank, event)
+        if c == compact_after:
+            t.compact()
+    live = [
+        {k: v for k, v in e.items() if k != "op"}
+        for _, e in (best[i] for i in sorted(best))
+        if e["op"] != "D"
+    ]
+    stored = pa.schema([f for f in SEQ if f.name != "op"])
+    expected_all = pa.Table.from_pylist(live, schema=stored)
+    assert_rows(t.scan().to_arrow(), expected_all)
+    con = duckdb.connect()
+    con.register("model_rows", expected_all)
+    con.execute("CREATE TABLE native AS SELECT * FROM model_rows")
+    register(con, "mere_view", t)
+    frame = pl.from_arrow(expected_all)
+    for text in SEQ_FILTERS:
+        expected = _duck_arrow(con.sql(f"SELECT * FROM native WHERE {text}")).cast(stored)
+        scan = t.scan(filter=text)
+        assert_rows(scan.to_arrow(), expected)
+        units = [u for task in scan.tasks() for u in task.divide(64)]
+        assert_rows(pa.Table.from_batches(list(read_tasks(units)), schema=scan.schema), expected)
+        assert_rows(_duck_arrow(con.sql(f"SELECT * FROM mere_view WHERE {text}")).cast(stored), expected)
+    for predicate in (pl.col("s") == "a", pl.col("f") > 0, pl.col("lsn") >= 3, pl.col("s").is_null()):
+        assert_rows(scan_table(t).filter(predicate).collect().to_arrow(), frame.filter(predicate).to_arrow())
