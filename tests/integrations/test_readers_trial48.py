@@ -1284,3 +1284,39 @@ def test_sequenced_cdc_reads_agree_with_the_newest_sequence(
         assert_rows(_duck_arrow(con.sql(f"SELECT * FROM mere_view WHERE {text}")).cast(stored), expected)
     for predicate in (pl.col("s") == "a", pl.col("f") > 0, pl.col("lsn") >= 3, pl.col("s").is_null()):
         assert_rows(scan_table(t).filter(predicate).collect().to_arrow(), frame.filter(predicate).to_arrow())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AttributeError,
+    reason="mere.integrations.ray.read_table(not_a_table, snapshot=cat.snapshot()) raises a raw AttributeError "
+    "(\"'str' object has no attribute 'name'\"): it resolves the snapshot before it checks the table, where "
+    "Polars, DuckDB, Dask and torch raise InvalidInput",
+)
+def test_ray_read_table_of_a_non_table_with_a_snapshot_is_typed(wide: Wide) -> None:
+    pytest.importorskip("ray")
+    from mere.integrations.ray import read_table
+
+    snap = wide.table.catalog.snapshot()
+    with pytest.raises(InvalidInput):
+        read_table("w.wide", snapshot=snap)
+
+
+def test_other_adapters_refuse_a_non_table_with_a_snapshot(wide: Wide) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    pytest.importorskip("polars")
+    pytest.importorskip("dask.dataframe")
+    from mere.integrations.dask import read_table as dask_read
+    from mere.integrations.duckdb import register
+    from mere.integrations.polars import scan_table
+    from mere.integrations.torch import TableDataset
+
+    snap = wide.table.catalog.snapshot()
+    for read in (
+        lambda: scan_table("w.wide", snapshot=snap),  # type: ignore[arg-type]
+        lambda: register(duckdb.connect(), "x", "w.wide", snapshot=snap),  # type: ignore[arg-type]
+        lambda: dask_read("w.wide", snapshot=snap),  # type: ignore[arg-type]
+        lambda: TableDataset("w.wide", snapshot=snap),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InvalidInput):
+            read()
