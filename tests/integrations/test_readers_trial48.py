@@ -532,6 +532,7 @@ def _from_pandas(frame: Any, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pandas(frame, preserve_index=False).cast(schema)
 
 
+@pytest.mark.slow  # a local Dask cluster
 def test_dask_partitions_hold_every_row_once(wide: Wide, dask_client: Any) -> None:
     from mere.integrations.dask import read_table
 
@@ -584,6 +585,7 @@ def ray_up() -> Iterator[Any]:
         ray.shutdown()
 
 
+@pytest.mark.slow  # a local Ray
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_ray_read_tasks_hold_every_row_once(wide: Wide, ray_up: Any) -> None:
     from mere.integrations.ray import read_table
@@ -636,6 +638,7 @@ def _tensor_values(table: pa.Table) -> dict[int, tuple[Any, ...]]:
     return {row[0]: tuple(canon(v) for v in row) for row in zip(*columns, strict=True)}
 
 
+@pytest.mark.slow  # DataLoader worker processes
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_torch_ranks_and_workers_read_every_row_once(wide: Wide, shuffle: bool) -> None:
     torch = pytest.importorskip("torch")
