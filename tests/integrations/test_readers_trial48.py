@@ -971,8 +971,18 @@ def test_random_histories_and_predicates_agree_across_readers(
     con.execute("CREATE TABLE native AS SELECT * FROM model_rows")
     register(con, "mere_view", t, version=version)
     frame = pl.from_arrow(expected_all)
+    scan = t.scan(version=version)
+    assert scan.count() == expected_all.num_rows
+    for name in ("id", "part", "s", "d", "ts", "n", "f"):
+        values = [r[name] for r in expected_all.to_pylist() if r[name] is not None]
+        numbers = [
+            v for v in values if not (isinstance(v, float) and math.isnan(v))
+        ] or values  # NaN: only where all are
+        want = (min(numbers), max(numbers)) if numbers else (None, None)
+        assert canon([scan.min(name), scan.max(name)]) == canon(list(want)), name
     for text, polars_builder in preds:
         expected = _duck_arrow(con.sql(f"SELECT * FROM native WHERE {text}"))
+        assert t.scan(version=version, filter=text).count() == expected.num_rows
         assert_rows(t.scan(version=version, filter=text).to_arrow(), expected.cast(SMALL))
         assert_rows(_duck_arrow(con.sql(f"SELECT * FROM mere_view WHERE {text}")), expected)
         predicate = polars_builder(pl)
