@@ -603,6 +603,17 @@ def test_ray_read_tasks_hold_every_row_once(wide: Wide, ray_up: Any) -> None:
     assert read_table(wide.table, filter="part is null and b").count() == expected.num_rows
     projected = read_table(wide.table, version=4, max_task_bytes=4_000).select_columns(["w40", "id", "llst"])
     assert_rows(arrow(projected), wide.model.table(4, ["w40", "id", "llst"]))
+    for bad in (
+        {"version": 99},
+        {"columns": ["nope"]},
+        {"filter": "nope = 1"},
+        {"tag": "no such tag"},
+        {"max_task_bytes": 0},
+        {"snapshot": "not a snapshot"},
+        {"version": 1, "as_of": wide.times[1]},
+    ):
+        with pytest.raises(MereError):
+            read_table(wide.table, **bad)
 
 
 # -- PyTorch: ranks x DataLoader workers ----------------------------------------------------------------
@@ -1332,3 +1343,69 @@ def test_other_adapters_refuse_a_non_table_with_a_snapshot(wide: Wide) -> None:
     ):
         with pytest.raises(InvalidInput):
             read()
+
+
+# -- time zones Arrow accepts and Polars does not ------------------------------------------------------
+
+
+def _offset_zone_table(root: Path) -> mere.Table:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("at", pa.timestamp("ms", "+05:30"))])
+    t = mere.connect(str(root / "wh")).create_table("z.offset", schema, primary_key="id", properties=MANUAL)
+    base = dt.datetime(2026, 3, 29, 1, 30, tzinfo=dt.UTC)
+    t.upsert(
+        pa.table(
+            {
+                "id": [1, 2, 3],
+                "at": pa.array([base, None, base + dt.timedelta(hours=5)], schema.field("at").type),
+            }
+        )
+    )
+    return t
+
+
+def test_fixed_offset_zone_reads_in_arrow_duckdb_and_dask(tmp_path: Path) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    import dask
+
+    from mere.integrations.dask import read_table as dask_read
+    from mere.integrations.duckdb import register
+
+    t = _offset_zone_table(tmp_path)
+    expected = t.scan().to_arrow()
+    assert expected.schema.field("at").type == pa.timestamp("ms", "+05:30")
+    assert [r["at"] is None for r in rows_of(expected)] == [False, True, False]
+    con = duckdb.connect()
+    register(con, "o", t)
+    assert_rows(_duck_arrow(con.sql("SELECT * FROM o")).cast(expected.schema), expected)
+    with dask.config.set(scheduler="sync"):
+        assert_rows(
+            pa.Table.from_pandas(dask_read(t).compute(), preserve_index=False).cast(expected.schema), expected
+        )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="a timestamp column whose zone is a fixed offset ('+05:30', which Arrow, mere, DuckDB and pandas "
+    "accept) makes mere.integrations.polars.scan_table() and Scan.to_polars() die with Polars' "
+    "pyo3_runtime.PanicException ('unable to parse time zone: +05:30'), a BaseException that escapes "
+    "`except Exception`, instead of a typed MereError naming the column (or a read)",
+)
+@pytest.mark.parametrize("reader", ["scan_table", "to_polars"])
+def test_polars_readers_of_a_fixed_offset_zone_are_typed(tmp_path: Path, reader: str) -> None:
+    pytest.importorskip("polars")
+    from mere.integrations.polars import scan_table
+
+    t = _offset_zone_table(tmp_path)
+    try:
+        if reader == "scan_table":
+            scan_table(t).collect()
+        else:
+            t.scan().to_polars()
+    except MereError:
+        return
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:
+        raise AssertionError(f"raw {type(e).__module__}.{type(e).__name__}: {str(e)[:120]}") from e
+    pytest.fail("Polars read an offset zone: then this test should compare the rows instead")
