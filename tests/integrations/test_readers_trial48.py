@@ -1409,3 +1409,34 @@ def test_polars_readers_of_a_fixed_offset_zone_are_typed(tmp_path: Path, reader:
     except BaseException as e:
         raise AssertionError(f"raw {type(e).__module__}.{type(e).__name__}: {str(e)[:120]}") from e
     pytest.fail("Polars read an offset zone: then this test should compare the rows instead")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="create_table accepts timestamp('us', 'Mars/Base'), a zone no database knows, and writes to it; then "
+    "Scan.to_pandas() raises pytz's raw UnknownTimeZoneError (a KeyError its InvalidInput wrapping misses) "
+    "and the Polars readers panic (pyo3 PanicException), where the zone should be refused by create_table "
+    "with a typed error (bad input raises before anything is committed)",
+)
+@pytest.mark.parametrize("reader", ["to_pandas", "to_polars"])
+def test_unknown_time_zone_is_refused_or_read(tmp_path: Path, reader: str) -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("at", pa.timestamp("us", "Mars/Base"))])
+    cat = mere.connect(str(tmp_path / "wh"))
+    try:
+        t = cat.create_table("z.mars", schema, primary_key="id", properties=MANUAL)
+    except MereError:
+        return  # refused up front: fine
+    t.upsert(pa.table({"id": [1], "at": pa.array([0], schema.field("at").type)}))
+    try:
+        if reader == "to_pandas":
+            t.scan().to_pandas()
+        else:
+            pytest.importorskip("polars")
+            t.scan().to_polars()
+    except MereError:
+        return
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:
+        raise AssertionError(f"raw {type(e).__module__}.{type(e).__name__}: {str(e)[:120]}") from e
