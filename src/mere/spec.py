@@ -9,6 +9,8 @@ import base64
 import datetime as dt
 import difflib
 import json
+import re
+import zoneinfo
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -201,6 +203,26 @@ def declared_extension(f: pa.Field) -> str | None:
     return next((name for c in children if (name := declared_extension(c)) is not None), None)
 
 
+def is_zone_name(tz: str) -> bool:
+    """Whether ``tz`` names a zone of the IANA database (``UTC``, ``Europe/Paris``); offsets do not."""
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
+
+
+def is_known_zone(tz: str) -> bool:
+    """Whether a timestamp's zone is one readers know: an IANA name or an offset ``+HH:MM``. Where this
+    machine has no zone database, every name is taken (nothing to check it against)."""
+    if _OFFSET.fullmatch(tz) or is_zone_name(tz):
+        return True
+    return not zoneinfo.available_timezones()
+
+
+_OFFSET = re.compile(r"[+-](?:[01]\d|2[0-3]):[0-5]\d")
+
+
 def _unstorable(t: pa.DataType) -> str | None:
     """Why a (normalised) type cannot be stored and read back exactly, or None if it can."""
     if isinstance(t, pa.BaseExtensionType):
@@ -211,6 +233,11 @@ def _unstorable(t: pa.DataType) -> str | None:
         return "interval types (Parquet cannot store them; use a duration or separate columns)"
     if pa.types.is_null(t):
         return "the null type (it holds no values; give the column a real type)"
+    if pa.types.is_timestamp(t) and t.tz is not None and not is_known_zone(t.tz):
+        return (
+            f"the time zone {t.tz!r}: no time zone database knows it (give a name such as 'Europe/Paris' "
+            "or 'UTC', or an offset such as '+05:30')"
+        )
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return _unstorable(t.value_type)
     if pa.types.is_map(t):

@@ -86,12 +86,18 @@ def register(
             )
         scan = table
     elif isinstance(table, Table):
+        if isinstance(columns, list | tuple) and not columns:
+            raise InvalidInput("register(): columns names no column; give at least one (None: every column)")
         version = pinned_version(snapshot, table, version, as_of, tag)
         scan = table.scan(columns=columns, filter=filter, version=version, as_of=as_of, tag=tag)
     else:
         raise InvalidInput(f"register() takes a mere Table or Scan, got {type(table).__name__}")
     # DuckDB has no 256-bit decimals: those of up to 38 digits are handed over as 128-bit ones.
-    con.register(name, dataset(scan, decimal128_schema(scan.schema, scan.table.name, "DuckDB")))
+    given = dataset(scan, decimal128_schema(scan.schema, scan.table.name, "DuckDB"))
+    try:
+        con.register(name, given)
+    except duckdb.Error as e:  # a closed connection, a name DuckDB refuses
+        raise InvalidInput(f"register() of {scan.table.name} as {name!r} failed in DuckDB: {e}") from e
 
 
 def dataset(scan: Scan, schema: pa.Schema | None = None) -> MereDataset:
@@ -141,6 +147,12 @@ class MereDataset(ds.Dataset):
             given = pa.schema([self._cast.field(name) for name in reader.schema.names])
             reader = pa.RecordBatchReader.from_batches(given, map(self._as_given, reader))
         batch_size = options.get("batch_size")
+        if batch_size is not None and (
+            not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
+        ):
+            raise InvalidInput(
+                f"MereDataset.scanner: batch_size must be a positive integer, got {batch_size!r}"
+            )
         extra = {} if batch_size is None else {"batch_size": batch_size}
         return ds.Scanner.from_batches(
             reader,
@@ -241,7 +253,20 @@ class MereDataset(ds.Dataset):
         self, indices: Any, columns: list[str] | None = None, filter: pc.Expression | None = None, **_: Any
     ) -> pa.Table:
         """Merged rows at ``indices`` (of the whole, filtered read)."""
-        return self.to_table(columns, filter).take(indices)
+        try:
+            positions = pa.array(indices)
+        except (TypeError, ValueError, pa.ArrowException) as e:
+            raise InvalidInput(f"MereDataset.take: indices must be integers, got {indices!r}") from e
+        if not pa.types.is_integer(positions.type):
+            raise InvalidInput(f"MereDataset.take: indices must be integers, got {positions.type}")
+        rows = self.to_table(columns, filter)
+        if len(positions) and (
+            positions.null_count
+            or pc.min(positions).as_py() < 0
+            or pc.max(positions).as_py() >= rows.num_rows
+        ):
+            raise InvalidInput(f"MereDataset.take: indices must be within the {rows.num_rows} rows read")
+        return rows.take(positions)
 
     def count_rows(self, filter: pc.Expression | None = None, **_: Any) -> int:
         """Merged rows (a read: see :meth:`mere.Scan.count`)."""

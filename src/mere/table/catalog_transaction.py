@@ -44,7 +44,7 @@ from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import TableSpec
 from mere.table.commit import Commit, PreparedCommit, check_idempotency_key, discard
 from mere.table.conflicts import lost_race
-from mere.table.context import CatalogHandle, MetadataStore
+from mere.table.context import CatalogHandle, MetadataStore, is_handle
 from mere.table.scan import Scan
 from mere.table.table import Table
 from mere.table.transaction import Transaction
@@ -619,11 +619,14 @@ def pinned_version(
         The version to pass on to :meth:`Table.scan <mere.Table.scan>`.
 
     Raises:
-        InvalidInput: A snapshot that is not a :class:`CatalogSnapshot`, or given with another read point.
+        InvalidInput: A snapshot that is not a :class:`CatalogSnapshot`, or given with another read point,
+            or with a ``table`` that is not a table handle.
         NoSuchTable: The table did not exist at the snapshot's read point.
     """
     if snapshot is None:
         return version
+    if not is_handle(table):
+        raise InvalidInput(f"snapshot= reads a mere Table's version, got {type(table).__name__}")
     if not isinstance(snapshot, CatalogSnapshot):
         raise InvalidInput(
             f"snapshot= takes a catalog snapshot (cat.snapshot()), got {type(snapshot).__name__}"

@@ -41,7 +41,7 @@ from mere.read.reader import (
     stream_splits,
     warm_filter_caches,
 )
-from mere.spec import TableSpec
+from mere.spec import TableSpec, is_zone_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -726,6 +726,7 @@ class Scan:
 
         Raises:
             SchemaMismatch: A column the table does not have.
+            InvalidInput: A column whose values have no order (lists, structs, maps).
             NoSuchVersion: The scan's version expired (before or while it was read).
             StorageError: A data file could not be read (the message names it and the table).
         """
@@ -744,6 +745,7 @@ class Scan:
 
         Raises:
             SchemaMismatch: A column the table does not have.
+            InvalidInput: A column whose values have no order (lists, structs, maps).
             NoSuchVersion: The scan's version expired (before or while it was read).
             StorageError: A data file could not be read (the message names it and the table).
         """
@@ -751,22 +753,37 @@ class Scan:
 
     def _extreme(self, column: str, which: str) -> Any:
         scan = self.select(column)  # checks the name
+        kind = self.spec.schema.field(column).type
+        if pa.types.is_nested(kind) or pa.types.is_null(kind):
+            if pa.types.is_null(kind):
+                return None
+            raise InvalidInput(
+                f"{self.table.name}: {which}() of column {column!r} ({kind}): its values have no order"
+            )
         found, value = scan._extreme_from_statistics(column, which)
         if found:
             return value
+        # Kinds pyarrow does not fold are folded as the same values in a wider or plainer type.
+        folded = (
+            pa.float32() if pa.types.is_float16(kind) else pa.int64() if pa.types.is_duration(kind) else kind
+        )
         best: Any = None
-        kind = self.spec.schema.field(column).type
         for batch in scan.to_batches():
-            pair = pc.min_max(batch.column(0))
+            try:
+                pair = pc.min_max(batch.column(0).cast(folded))
+            except pa.ArrowNotImplementedError as e:
+                raise InvalidInput(f"{self.table.name}: {which}() of column {column!r} ({kind}): {e}") from e
             v = pair[which]
             if not v.is_valid:
                 continue
             if best is None:
                 best = v
             else:
-                both = pa.array([best.as_py(), v.as_py()], type=kind)
+                both = pa.array([best.as_py(), v.as_py()], type=folded)
                 best = pc.min_max(both)[which]
-        return None if best is None else best.as_py()
+        if best is None:
+            return None
+        return pa.scalar(best.as_py(), type=kind).as_py() if pa.types.is_duration(kind) else best.as_py()
 
     def _extreme_from_statistics(self, column: str, which: str) -> tuple[bool, Any]:
         """(True, the value) where the footers' statistics give it exactly, else (False, None)."""
@@ -921,14 +938,20 @@ T_Rows = TypeVar("T_Rows", pa.Table, pa.RecordBatch)
 def decimal128_schema(schema: pa.Schema, table: str, engine: str) -> pa.Schema:
     """``schema`` as engines without 256-bit decimals (Polars, DuckDB) hold it.
 
-    256-bit decimals of at most 38 digits become 128-bit ones, the same values (Polars panics on 256-bit ones,
-    DuckDB refuses them). Wider ones raise :class:`~mere.errors.InvalidInput`, naming the columns to leave
-    out. Cast to it unchecked (``safe=False``): every value fits, while a checked cast trips on what pyarrow
+    DuckDB, without 16-bit floats, gets 32-bit ones (the same values). 256-bit decimals of at most 38 digits
+    become 128-bit ones, the same values (Polars panics on 256-bit ones, DuckDB refuses them). Wider ones, and
+    for Polars timestamps in a zone that is a fixed offset (Polars panics on ``+05:30``), raise
+    :class:`~mere.errors.InvalidInput`, naming the columns to leave out. Cast to it unchecked (``safe=False``): every value fits, while a checked cast trips on what pyarrow
     leaves under the NULL slots of fixed-size lists.
     """
     wide: list[str] = []
+    offsets: list[str] = []
 
     def held(kind: pa.DataType, name: str) -> pa.DataType:
+        if engine == "Polars" and pa.types.is_timestamp(kind) and kind.tz and not is_zone_name(kind.tz):
+            offsets.append(f"{name} ({kind})")
+        if pa.types.is_float16(kind) and engine == "DuckDB":
+            return pa.float32()  # DuckDB has no 16-bit floats; every one is a 32-bit float exactly
         if pa.types.is_decimal256(kind):
             if kind.precision > 38:
                 wide.append(f"{name} ({kind})")
@@ -957,6 +980,11 @@ def decimal128_schema(schema: pa.Schema, table: str, engine: str) -> pa.Schema:
         raise InvalidInput(
             f"{table}: {engine} holds decimals of at most 38 digits; leave out column(s) {', '.join(wide)} "
             "(columns=[...]) or read them with another engine"
+        )
+    if offsets:
+        raise InvalidInput(
+            f"{table}: {engine} takes time zones by name only (such as 'Asia/Kolkata'), not fixed offsets; "
+            f"leave out column(s) {', '.join(offsets)} (columns=[...]) or read them with another engine"
         )
     return out
 
