@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import difflib
+import functools
 import json
 import re
 import zoneinfo
@@ -213,11 +214,17 @@ def is_zone_name(tz: str) -> bool:
 
 
 def is_known_zone(tz: str) -> bool:
-    """Whether a timestamp's zone is one readers know: an IANA name or an offset ``+HH:MM``. Where this
-    machine has no zone database, every name is taken (nothing to check it against)."""
+    """Whether a timestamp's zone is one readers know: an IANA name (in any case, as pandas takes it) or an
+    offset ``+HH:MM``. Where this machine has no zone database, every name is taken (nothing to check)."""
     if _OFFSET.fullmatch(tz) or is_zone_name(tz):
         return True
-    return not zoneinfo.available_timezones()
+    names = _zone_names()
+    return not names or tz.lower() in names
+
+
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    return frozenset(name.lower() for name in zoneinfo.available_timezones())
 
 
 _OFFSET = re.compile(r"[+-](?:[01]\d|2[0-3]):[0-5]\d")

@@ -948,7 +948,12 @@ def decimal128_schema(schema: pa.Schema, table: str, engine: str) -> pa.Schema:
     offsets: list[str] = []
 
     def held(kind: pa.DataType, name: str) -> pa.DataType:
-        if engine == "Polars" and pa.types.is_timestamp(kind) and kind.tz and not is_zone_name(kind.tz):
+        polars_zone = (
+            kind.tz.upper() == "UTC" or is_zone_name(kind.tz)
+            if pa.types.is_timestamp(kind) and kind.tz
+            else True
+        )
+        if engine == "Polars" and not polars_zone:
             offsets.append(f"{name} ({kind})")
         if pa.types.is_float16(kind) and engine == "DuckDB":
             return pa.float32()  # DuckDB has no 16-bit floats; every one is a 32-bit float exactly
@@ -983,7 +988,8 @@ def decimal128_schema(schema: pa.Schema, table: str, engine: str) -> pa.Schema:
         )
     if offsets:
         raise InvalidInput(
-            f"{table}: {engine} takes time zones by name only (such as 'Asia/Kolkata'), not fixed offsets; "
+            f"{table}: {engine} takes time zones by their exact names only (such as 'Asia/Kolkata'), not fixed "
+            "offsets or other spellings; "
             f"leave out column(s) {', '.join(offsets)} (columns=[...]) or read them with another engine"
         )
     return out
