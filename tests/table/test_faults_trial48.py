@@ -1,0 +1,299 @@
+"""Trial 48: durability under faults on an object store (SeaweedFS) with a shared PostgreSQL catalog.
+
+Writer and maintenance processes are SIGKILLed at chosen points (a patched storage or catalog method kills
+its own process before or after it runs: during staging, between uploads of multipart-sized files, just
+before and just after the catalog transaction, between the deletes of ``expire`` and ``cleanup``) and at
+random moments while S3 is slowed by the latency proxy; catalog connections are terminated with
+``pg_terminate_backend`` mid-run and PostgreSQL is restarted; ``cleanup`` with a zero age runs while slow
+writes are in flight. After every fault the table must open and read, equal a dict model replayed from the
+catalog's history (each version names the idempotency key of the operation that made it), read at every
+kept version, reference no missing file, and a retry of the killed operation with its idempotency key must
+land exactly once. A final ``cleanup`` must leave no unreferenced file and no incomplete multipart upload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import multiprocessing as mp
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import mere
+from mere.errors import CommitConflict, MereError
+from services import PostgresServer, SeaweedServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import latency_proxy  # noqa: E402
+
+pytestmark = [pytest.mark.postgres, pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(600)]
+
+NAME = "lake.events"
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int64()), ("blob", pa.binary())])
+STILL = {"compaction.auto": "off", "retention.max-age": "off"}
+BIG_ROWS = 2800  # rows of 4 KiB random bytes: ~11 MiB per bucket file, above the 10 MiB multipart threshold
+
+
+# -- the operations and their model ------------------------------------------------------------------
+
+
+def op_rows(key: str, big: bool = False) -> pa.Table:
+    """The rows the upsert named ``key`` writes: deterministic from the key (the model replays them)."""
+    n = int(key.split("-")[1])
+    rng = random.Random(key)
+    count = BIG_ROWS if big else 40
+    ids = sorted(rng.sample(range(4000), count))
+    blob = [os.urandom(4096) if big else b"x" for _ in ids]
+    return pa.table(
+        {"id": pa.array(ids, pa.int64()), "v": pa.array([n] * count, pa.int64()), "blob": blob}, schema=SCHEMA
+    )
+
+
+def model_apply(state: dict[int, int], key: str) -> None:
+    if key.startswith("d-"):  # a delete by predicate: ids divisible by the step's number
+        n = int(key.split("-")[1])
+        for k in [k for k in state if k % n == 0]:
+            del state[k]
+        return
+    t = op_rows(key, big=key.startswith("b-"))
+    for i, v in zip(t.column("id").to_pylist(), t.column("v").to_pylist(), strict=True):
+        state[i] = v
+
+
+def run_op(t: mere.Table, key: str) -> Any:
+    if key.startswith("d-"):
+        n = int(key.split("-")[1])
+        return t.delete(f"id % {n} = 0", idempotency_key=key)
+    return t.upsert(op_rows(key, big=key.startswith("b-")), idempotency_key=key)
+
+
+def model_by_version(t: mere.Table) -> dict[int, dict[int, int]]:
+    """The expected rows of every version, replayed from the history (keys name the operations)."""
+    states: dict[int, dict[int, int]] = {0: {}}
+    for snap in t.history():
+        if snap.version == 0:
+            continue
+        prev = dict(states[snap.version - 1])
+        if snap.operation == "rollback":
+            prev = dict(states[int(snap.summary["rollback_to"])])
+        elif snap.operation in ("compact", "set_properties"):
+            pass
+        else:
+            assert snap.idempotency_key, (snap.version, snap.operation, snap.summary)
+            model_apply(prev, snap.idempotency_key)
+        states[snap.version] = prev
+    return states
+
+
+def content(data: pa.Table) -> dict[int, int]:
+    return dict(zip(data.column("id").to_pylist(), data.column("v").to_pylist(), strict=True))
+
+
+def committed_keys(t: mere.Table) -> list[str]:
+    return [s.idempotency_key for s in t.history() if s.idempotency_key]
+
+
+def verify(cat: mere.Catalog, name: str = NAME) -> mere.Table:
+    """Every invariant a fault must leave intact; returns the fresh table."""
+    t = cat.table(name)
+    keys = committed_keys(t)
+    assert len(keys) == len(set(keys)), f"an idempotency key landed twice: {keys}"
+    states = model_by_version(t)
+    assert content(t.to_arrow()) == states[t.version]
+    kept = [s.version for s in t.history() if not s.expired]
+    for v in kept:
+        assert content(t.to_arrow(version=v)) == states[v], f"version {v} reads wrong"
+    ctx = t.context
+    referenced = sorted(ctx.store.all_file_paths(ctx.table_id))
+    assert ctx.storage.missing(referenced) == [], "a file the catalog references is missing"
+    return t
+
+
+def leftovers(cat: mere.Catalog, seaweed: SeaweedServer, bucket: str) -> tuple[list[str], list[str]]:
+    """(unreferenced data files, incomplete multipart uploads) under the table's folder."""
+    t = cat.table(NAME)
+    ctx = t.context
+    referenced = ctx.store.all_file_paths(ctx.table_id)
+    stray = [p for p, _s, _m in ctx.storage.list_files(ctx.location) if p not in referenced]
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=seaweed.endpoint,
+        aws_access_key_id=seaweed.access_key,
+        aws_secret_access_key=seaweed.secret_key,
+        region_name="us-east-1",
+    )
+    uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    return stray, [u["Key"] for u in uploads]
+
+
+# -- services -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def seaweed() -> Iterator[SeaweedServer]:
+    with SeaweedServer() as server:
+        yield server
+
+
+class Env:
+    def __init__(self, seaweed: SeaweedServer, url: str, bucket: str) -> None:
+        self.seaweed, self.url, self.bucket = seaweed, url, bucket
+        self.warehouse = f"s3://{bucket}/wh"
+        self.options = seaweed.storage_options()
+
+    def connect(self, endpoint: str | None = None) -> mere.Catalog:
+        opts = self.seaweed.storage_options(endpoint) if endpoint else self.options
+        return mere.connect(self.warehouse, catalog=self.url, storage_options=opts)
+
+    def args(self, endpoint: str | None = None) -> tuple[str, str, dict[str, str]]:
+        opts = self.seaweed.storage_options(endpoint) if endpoint else self.options
+        return self.warehouse, self.url, opts
+
+
+@pytest.fixture
+def env(seaweed: SeaweedServer, pg_server: PostgresServer) -> Env:
+    tag = uuid.uuid4().hex[:10]
+    bucket = seaweed.create_bucket(f"t48-{tag}")
+    return Env(seaweed, pg_server.create_database(f"t48_{tag}"), bucket)
+
+
+def _create(cat: mere.Catalog, **props: str) -> mere.Table:
+    return cat.create_table(NAME, SCHEMA, primary_key="id", buckets=2, properties={**STILL, **props})
+
+
+# -- kill points ----------------------------------------------------------------------------------
+
+
+def _kill_at(target: str, when: str, nth: int) -> None:
+    """Patch ``target`` (``module:Class.method``) so that its ``nth`` call SIGKILLs this process
+    before it runs or after it returned."""
+    import importlib
+
+    mod_name, attr = target.split(":")
+    cls_name, meth = attr.split(".")
+    cls = getattr(importlib.import_module(mod_name), cls_name)
+    orig = getattr(cls, meth)
+    calls = [0]
+    lock = threading.Lock()
+
+    def wrapper(*a: Any, **k: Any) -> Any:
+        with lock:
+            calls[0] += 1
+            hit = calls[0] == nth
+        if hit and when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        out = orig(*a, **k)
+        if hit and when == "after":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    setattr(cls, meth, wrapper)
+
+
+def _victim(args: tuple[str, str, dict[str, str]], op: str, target: str, when: str, nth: int) -> None:
+    cat = mere.connect(args[0], catalog=args[1], storage_options=args[2])
+    t = cat.table(NAME)
+    _kill_at(target, when, nth)
+    if op == "compact":
+        t.compact()
+    elif op == "expire":
+        t.expire(older_than=dt.timedelta(0), dry_run=False)
+    elif op == "cleanup":
+        t.cleanup(dt.timedelta(0), dry_run=False)
+    elif op.startswith("rollback"):
+        t.rollback(int(op.split(":")[1]))
+    else:
+        run_op(t, op)
+    os._exit(3)  # the kill point was never reached
+
+
+COMMIT = "mere.catalog.sql:SqlCatalog._commit"
+UPLOAD = "mere.io.storage:Storage._upload"
+DELETE = "mere.io.storage:Storage.delete"
+FENCE = "mere.catalog.sql:SqlCatalog.fence_cleanup"
+EXPIRE = "mere.catalog.sql:SqlCatalog.expire"
+
+KILL_POINTS = [
+    ("u-7", COMMIT, "before", 1),  # files uploaded, catalog untouched
+    ("u-7", COMMIT, "after", 1),  # landed, the writer never heard
+    ("u-7", UPLOAD, "after", 1),  # one bucket file of two uploaded
+    ("b-7", UPLOAD, "before", 2),  # multipart-sized: second file never started
+    ("b-7", UPLOAD, "after", 1),  # multipart-sized: first file complete
+    ("d-3", COMMIT, "before", 1),  # a delete by predicate, its markers written
+    ("d-3", COMMIT, "after", 1),
+    ("compact", UPLOAD, "after", 1),  # one split's compacted file uploaded
+    ("compact", COMMIT, "before", 1),
+    ("compact", COMMIT, "after", 1),
+    ("expire", EXPIRE, "after", 1),  # versions given up, no file deleted yet
+    ("expire", DELETE, "after", 2),  # some expired files deleted
+    ("cleanup", FENCE, "after", 1),
+    ("cleanup", DELETE, "after", 1),
+    ("rollback:2", COMMIT, "before", 1),
+    ("rollback:2", COMMIT, "after", 1),
+]
+
+
+def _prepare(env: Env) -> mere.Table:
+    cat = env.connect()
+    t = _create(cat)
+    for key in ("u-1", "u-2", "compact", "d-5", "u-3", "b-4"):
+        t.compact() if key == "compact" else run_op(t, key)  # the compaction leaves files to expire
+    # stray files of a killed write, so cleanup has something to delete
+    t.stage(op_rows("u-99"), "upsert")
+    return t
+
+
+@pytest.mark.parametrize(
+    ("op", "target", "when", "nth"),
+    KILL_POINTS,
+    ids=[f"{o.replace(':', '')}-{g.split('.')[-1].strip('_')}-{w}{n}" for o, g, w, n in KILL_POINTS],
+)
+def test_kill_point_then_retry_lands_once(env: Env, op: str, target: str, when: str, nth: int) -> None:
+    t = _prepare(env)
+    before = t.version
+    ctx = mp.get_context("spawn")
+    p = ctx.Process(target=_victim, args=(env.args(), op, target, when, nth))
+    p.start()
+    p.join(240)
+    assert p.exitcode == -signal.SIGKILL, f"the victim was not killed at its point: exit {p.exitcode}"
+
+    cat = env.connect()
+    t = verify(cat)
+    landed = t.version > before
+    if when == "before" and target == COMMIT:
+        assert not landed
+    if when == "after" and target == COMMIT:
+        assert landed
+    # The retry: once more, the way a job reruns what it could not confirm.
+    if op == "compact":
+        t.compact()
+    elif op in ("expire", "cleanup"):
+        getattr(t, op)(dt.timedelta(0), dry_run=False)
+    elif op.startswith("rollback"):
+        if not landed:
+            t.rollback(int(op.split(":")[1]))
+    else:
+        r = run_op(t, op)
+        assert r.already_committed == landed
+        assert committed_keys(t).count(op) == 1
+    t = verify(cat)
+    # Everything a kill left behind goes with a cleanup of age 0 (run twice: idempotent).
+    t.cleanup(dt.timedelta(0), dry_run=False)
+    time.sleep(1.1)  # object stores time files in whole seconds
+    t.cleanup(dt.timedelta(0), dry_run=False)
+    verify(cat)
+    stray, uploads = leftovers(cat, env.seaweed, env.bucket)
+    assert stray == [] and uploads == []
