@@ -31,6 +31,7 @@ import pyarrow as pa
 import pytest
 
 import mere
+import mere.table.ops.write
 from mere.errors import MereError
 from services import PostgresServer, SeaweedServer
 
@@ -67,8 +68,7 @@ def model_apply(state: dict[int, int], key: str) -> None:
             del state[k]
         return
     t = op_rows(key, big=key.startswith("b-"))
-    for i, v in zip(t.column("id").to_pylist(), t.column("v").to_pylist(), strict=True):
-        state[i] = v
+    state.update(zip(t.column("id").to_pylist(), t.column("v").to_pylist(), strict=True))
 
 
 def run_op(t: mere.Table, key: str) -> Any:
@@ -561,3 +561,45 @@ def test_racing_single_table_transactions_with_one_key_keep_the_winners_staged_f
     replay = retry.commit()
     assert replay.already_committed and replay.version == landed.version
     verify(cat)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Table.commit(staged, idempotency_key=K) rerun by a driver that never heard the first answer, "
+    "when PostgreSQL goes down after the commit read the table's version and before its idempotency "
+    "lookup: the lookup fails (CatalogError) and the error path of commit_staged/Commit.run deletes every "
+    "staged file, though the first commit with K landed and references them; once the catalog is back "
+    "the table's current version is unreadable (StorageError)",
+)
+def test_staged_commit_rerun_during_catalog_outage_keeps_landed_files(
+    seaweed: SeaweedServer, own_pg: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = Env(
+        seaweed, own_pg.create_database("outage"), seaweed.create_bucket(f"t48-o-{uuid.uuid4().hex[:8]}")
+    )
+    cat = env.connect()
+    t = _create(cat)
+    run_op(t, "u-1")
+    staged = t.stage(op_rows("u-2"), "upsert")
+    first = t.commit([staged], idempotency_key="u-2")  # landed; say the driver never heard
+    handle = cat.table(NAME)
+    outage = threading.Thread(target=own_pg.restart, kwargs={"down_seconds": 25.0})
+    real_lookup = mere.table.ops.write.committed_with
+
+    def outage_now(ctx: Any, key: str) -> Any:  # the server goes down just before the rerun's lookup
+        outage.start()
+        time.sleep(2.0)
+        return real_lookup(ctx, key)
+
+    monkeypatch.setattr(mere.table.ops.write, "committed_with", outage_now)
+    try:
+        with pytest.raises(MereError):
+            handle.commit([staged], idempotency_key="u-2")  # the rerun: the catalog cannot answer
+    finally:
+        monkeypatch.undo()
+        if outage.is_alive():
+            outage.join()
+    t = verify(env.connect())  # the catalog is back: the landed commit must still read
+    again = t.commit([staged], idempotency_key="u-2")
+    assert again.already_committed and again.version == first.version
+    verify(env.connect())
