@@ -741,3 +741,71 @@ def test_connection_cut_while_the_server_commits(
             assert again.already_committed
     finally:
         proxy.close()
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        pytest.param(
+            "compact",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="a compaction whose PostgreSQL connection is cut after COMMIT was sent, while the "
+                "server still commits: the token lookup on a new connection misses the uncommitted row, "
+                "CommitFailed ('did not land (nothing changed)') is raised (compactions commit in one "
+                "attempt) and Commit.run deletes the compacted files; the server's commit then lands, so "
+                "the current version references deleted files and every read raises StorageError",
+            ),
+        ),
+        pytest.param(
+            "",  # a delete by predicate without a key
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="a delete by predicate (no idempotency key) whose PostgreSQL connection is cut "
+                "after COMMIT was sent, while the server still commits: the token lookup misses the "
+                "uncommitted row, CommitFailed is retried, the retry's revalidation finds the first "
+                "attempt landed meanwhile and its delete-marker files already deleted, and the delete "
+                "raises StorageError; the landed version references the missing del-*.parquet files and "
+                "the table no longer reads",
+            ),
+        ),
+        "d-3",  # ... and with one
+    ],
+    ids=["compact", "delete-no-key", "delete-key"],
+)
+def test_connection_cut_while_the_server_commits_files(
+    seaweed: SeaweedServer, own_pg: PostgresServer, op: str
+) -> None:
+    direct = own_pg.create_database(f"cut_{op.replace('-', '_') or 'delete'}")
+    proxy = CutProxy(own_pg.port)  # type: ignore[arg-type]
+    try:
+        via = direct.replace(f":{own_pg.port}/", f":{proxy.port}/")
+        bucket = seaweed.create_bucket(f"t48-cutc-{uuid.uuid4().hex[:8]}")
+        opts = seaweed.storage_options()
+        t = _create(mere.connect(f"s3://{bucket}/wh", catalog=via, storage_options=opts))
+        for key in ("u-1", "u-2", "d-3", "u-4"):
+            run_op(t, key)
+        _sql(direct, *SLOW_COMMIT_SQL, "INSERT INTO t48_slow VALUES (1)")
+        timer = threading.Timer(1.0, proxy.cut)
+        timer.start()
+        outcome: Any = None
+        try:  # whatever it says, the table must stay whole
+            outcome = t.compact() if op == "compact" else t.delete("id % 3 = 0", idempotency_key=op or None)
+        except MereError as e:
+            outcome = e
+        timer.join()
+        time.sleep(3.0)
+        after = mere.connect(f"s3://{bucket}/wh", catalog=direct, storage_options=opts)
+        if op:
+            verify(after)
+            return
+        t = after.table(NAME)  # the unkeyed delete: whole files, the model's rows, landed once
+        ctx = t.context
+        assert ctx.storage.missing(sorted(ctx.store.all_file_paths(ctx.table_id))) == [], outcome
+        expected: dict[int, int] = {}
+        for key in ("u-1", "u-2", "d-3", "u-4", "d-3"):
+            model_apply(expected, key)
+        assert content(t.to_arrow()) == expected
+        assert [s.operation for s in t.history()].count("delete") == 2, t.history()
+    finally:
+        proxy.close()
