@@ -809,3 +809,41 @@ def test_connection_cut_while_the_server_commits_files(
         assert [s.operation for s in t.history()].count("delete") == 2, t.history()
     finally:
         proxy.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a keyed catalog transaction whose PostgreSQL connection is cut after COMMIT was sent, while "
+    "the server still commits: CommitFailed is retried, the retry hits the key's unique constraint once "
+    "the first attempt lands, SqlCatalog._commit answers None ('landed meanwhile') and "
+    "CatalogTransaction.commit deletes every file of its changes with discard() -- the very files the "
+    "landed first attempt references -- so the table no longer reads (StorageError)",
+)
+def test_connection_cut_while_the_server_commits_a_keyed_catalog_transaction(
+    seaweed: SeaweedServer, own_pg: PostgresServer
+) -> None:
+    direct = own_pg.create_database("cut_tx")
+    proxy = CutProxy(own_pg.port)  # type: ignore[arg-type]
+    try:
+        via = direct.replace(f":{own_pg.port}/", f":{proxy.port}/")
+        bucket = seaweed.create_bucket(f"t48-cutt-{uuid.uuid4().hex[:8]}")
+        opts = seaweed.storage_options()
+        cat = mere.connect(f"s3://{bucket}/wh", catalog=via, storage_options=opts)
+        run_op(_create(cat), "u-1")
+        _sql(direct, *SLOW_COMMIT_SQL, "INSERT INTO t48_slow VALUES (1)")
+        timer = threading.Timer(1.0, proxy.cut)
+        timer.start()
+        outcome: Any = None
+        try:
+            with cat.transaction(idempotency_key="u-2") as tx:  # the key names op_rows("u-2") for the model
+                tx.table(NAME).upsert(op_rows("u-2"))
+            outcome = tx.results
+        except MereError as e:
+            outcome = e
+        timer.join()
+        time.sleep(3.0)
+        after = mere.connect(f"s3://{bucket}/wh", catalog=direct, storage_options=opts)
+        assert committed_keys(after.table(NAME)) == ["u-1", "u-2"], outcome  # landed once
+        verify(after)
+    finally:
+        proxy.close()
