@@ -847,3 +847,81 @@ def test_connection_cut_while_the_server_commits_a_keyed_catalog_transaction(
         verify(after)
     finally:
         proxy.close()
+
+
+def _keyed_op(t: mere.Table, op: str) -> Any:
+    if op == "update":
+        return t.update({"v": "v + 100"}, where="id % 4 = 0", idempotency_key="op")
+    if op == "merge":
+        src = pa.table({"id": pa.array([0, 4, 8, 4001], pa.int64()), "v": pa.array([7, 7, 7, 7], pa.int64())})
+        return (
+            t.merge(src)
+            .when_matched_update(set={"v": "t.v + s.v"})
+            .when_not_matched_insert(values={"id": "s.id", "v": "s.v"})
+            .execute(idempotency_key="op")
+        )
+    return t.upsert(op_rows("u-5"), idempotency_key="op")  # on a table that logs its changes
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        "update",
+        "merge",
+        pytest.param(
+            "upsert-logged",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="a keyed upsert on a changes.log=on table whose PostgreSQL connection is cut after "
+                "COMMIT was sent, while the server still commits: the token lookup misses the "
+                "uncommitted row, CommitFailed makes Commit.failed delete the attempt's change-log files "
+                "(files.discard(prepared.logs)), the retry then finds the key landed "
+                "(already_committed=True); the landed version lists log-*.parquet files that are gone, so "
+                "t.changes(3) raises StorageError",
+            ),
+        ),
+    ],
+)
+def test_connection_cut_while_the_server_commits_a_keyed_read_write(
+    seaweed: SeaweedServer, own_pg: PostgresServer, tmp_path: Path, op: str
+) -> None:
+    """Writes that read rows (UPDATE, MERGE, a change-logged upsert) are evaluated again on a retry: cut
+    mid-COMMIT with an idempotency key, they must still land once, with their files, and give the rows a
+    twin table without faults gives."""
+    direct = own_pg.create_database(f"cut_{op.replace('-', '_')}")
+    proxy = CutProxy(own_pg.port)  # type: ignore[arg-type]
+    try:
+        via = direct.replace(f":{own_pg.port}/", f":{proxy.port}/")
+        bucket = seaweed.create_bucket(f"t48-cutk-{uuid.uuid4().hex[:8]}")
+        opts = seaweed.storage_options()
+        props = {"changes.log": "on"} if op == "upsert-logged" else {}
+        t = _create(mere.connect(f"s3://{bucket}/wh", catalog=via, storage_options=opts), **props)
+        twin = _create(mere.connect(str(tmp_path / "twin")), **props)
+        for key in ("u-1", "u-2", "u-3"):
+            run_op(t, key)
+            run_op(twin, key)
+        _keyed_op(twin, op)
+        _sql(direct, *SLOW_COMMIT_SQL, "INSERT INTO t48_slow VALUES (1)")
+        timer = threading.Timer(1.0, proxy.cut)
+        timer.start()
+        outcome: Any = None
+        try:
+            outcome = _keyed_op(t, op)
+        except MereError as e:
+            outcome = e
+        timer.join()
+        time.sleep(3.0)
+        t = mere.connect(f"s3://{bucket}/wh", catalog=direct, storage_options=opts).table(NAME)
+        assert committed_keys(t).count("op") == 1, outcome
+        assert content(t.to_arrow()) == content(twin.to_arrow()), outcome
+        for s in t.history():
+            t.to_arrow(version=s.version)
+        feeds = [x.changes(3).read_all().drop_columns(["_commit_time"]) for x in (t, twin)]
+        assert sorted(feeds[0].to_pylist(), key=repr) == sorted(feeds[1].to_pylist(), key=repr)
+        ctx = t.context
+        assert ctx.storage.missing(sorted(ctx.store.all_file_paths(ctx.table_id))) == [], outcome
+        again = _keyed_op(t, op)  # the job's rerun
+        assert getattr(again, "already_committed", True) or getattr(again, "version", None)
+        assert content(t.to_arrow()) == content(twin.to_arrow())
+    finally:
+        proxy.close()
