@@ -925,3 +925,88 @@ def test_connection_cut_while_the_server_commits_a_keyed_read_write(
         assert content(t.to_arrow()) == content(twin.to_arrow())
     finally:
         proxy.close()
+
+
+# -- cleanup of age 0 between the halves of distributed work ------------------------------------------
+
+
+@pytest.mark.parametrize("work", ["compaction", "staged-commit", "staged-transaction"])
+def test_cleanup_between_distributed_halves_refuses_the_commit(env: Env, work: str) -> None:
+    """A cleanup with age 0 runs after engine tasks wrote their files and before the driver commits:
+    the commit must be refused (nothing lands), the table keep reading, and doing the work again land."""
+    cat = env.connect()
+    t = _create(cat)
+    for key in ("u-1", "u-2", "u-3"):
+        run_op(t, key)
+    before = t.version
+    if work == "compaction":
+        plan = t.plan_compaction()
+        results = [task.run() for task in plan.tasks]
+    else:
+        staged = t.stage(op_rows("u-4"), "upsert")
+    time.sleep(1.1)  # object stores time files in whole seconds
+    deleted = cat.table(NAME).cleanup(dt.timedelta(0), dry_run=False)
+    assert deleted, "the cleanup should have taken the uncommitted files"
+    with pytest.raises(MereError):
+        if work == "compaction":
+            t.commit_compaction(plan, results)
+        elif work == "staged-commit":
+            t.commit([staged], idempotency_key="u-4")
+        else:
+            with cat.transaction(idempotency_key="u-4") as tx:
+                tx.table(NAME).add_staged([staged])
+    t = verify(cat)
+    assert t.version == before
+    if work == "compaction":
+        t.compact()
+    else:
+        t.commit([t.stage(op_rows("u-4"), "upsert")], idempotency_key="u-4")
+        assert committed_keys(t).count("u-4") == 1
+    verify(cat)
+
+
+# -- a writer killed in the middle of a multipart upload ------------------------------------------------
+
+
+def _killed_mid_upload(args: tuple[str, str, dict[str, str]], key: str) -> None:
+    import mere.io.storage as storage
+
+    real = storage.Storage._upload
+
+    def upload(self: Any, path: str, data: Any) -> None:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()  # while parts are in flight
+        real(self, path, data)
+        time.sleep(30)  # never return: the kill lands during or right after this file's upload
+
+    storage.Storage._upload = upload  # type: ignore[method-assign]
+    cat = mere.connect(args[0], catalog=args[1], storage_options=args[2])
+    run_op(cat.table(NAME), key)
+    os._exit(3)
+
+
+def test_writer_killed_mid_multipart_upload_through_slow_s3(env: Env) -> None:
+    cat = env.connect()
+    t = _create(cat)
+    run_op(t, "u-1")
+    proxy, port = latency_proxy.spawn(f"127.0.0.1:{env.seaweed.port}", rtt_ms=150)
+    try:
+        p = mp.get_context("spawn").Process(
+            target=_killed_mid_upload, args=(env.args(f"http://127.0.0.1:{port}"), "b-2")
+        )
+        p.start()
+        p.join(120)
+        assert p.exitcode == -signal.SIGKILL
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+    t = verify(cat)
+    assert committed_keys(t) == ["u-1"]
+    stray, uploads = leftovers(cat, env.seaweed, env.bucket)
+    assert stray or uploads, "the kill should have left an upload or a file behind"
+    r = run_op(t, "b-2")  # the job's rerun
+    assert not r.already_committed
+    assert committed_keys(cat.table(NAME)) == ["u-1", "b-2"]
+    time.sleep(1.1)
+    cat.table(NAME).cleanup(dt.timedelta(0), dry_run=False)
+    verify(cat)
+    assert leftovers(cat, env.seaweed, env.bucket) == ([], [])
