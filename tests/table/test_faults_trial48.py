@@ -32,7 +32,7 @@ import pytest
 
 import mere
 import mere.table.ops.write
-from mere.errors import MereError
+from mere.errors import MereError, OutlivedCleanup
 from services import PostgresServer, SeaweedServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
@@ -1010,3 +1010,51 @@ def test_writer_killed_mid_multipart_upload_through_slow_s3(env: Env) -> None:
     cat.table(NAME).cleanup(dt.timedelta(0), dry_run=False)
     verify(cat)
     assert leftovers(cat, env.seaweed, env.bucket) == ([], [])
+
+
+# -- clocks: the cleanup fence compares the writer's clock with the cleaner's ----------------------------
+
+
+@pytest.mark.parametrize(
+    "skew_s",
+    [
+        0,
+        pytest.param(
+            10,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the cleanup fence compares a writer's written_since (the writer's clock: "
+                "Commit.__init__'s now_micros()) with the cleaner's cutoff (the cleaner's time.time()), "
+                "while cleanup picks files by S3's LastModified: a writer whose clock runs 10 s ahead is "
+                "not refused after a cleanup of age 0 deleted its uploaded files, and its commit lands "
+                "referencing missing files (StorageError on read)",
+            ),
+        ),
+    ],
+    ids=["clocks-agree", "writer-10s-ahead"],
+)
+def test_cleanup_fence_with_a_writer_clock_ahead(
+    env: Env, monkeypatch: pytest.MonkeyPatch, skew_s: int
+) -> None:
+    import mere.table.commit as commit_module
+
+    cat = env.connect()
+    t = _create(cat)
+    run_op(t, "u-1")
+    cleaner = env.connect().table(NAME)  # another machine, with a correct clock
+    real_now = commit_module.now_micros
+    monkeypatch.setattr(commit_module, "now_micros", lambda: real_now() + skew_s * 1_000_000)  # the writer's
+    real_check = commit_module.Commit.check_staged
+
+    def slow_then_cleanup(self: Any) -> None:  # the write's files are uploaded; it has not committed yet
+        time.sleep(1.1)
+        cleaner.cleanup(dt.timedelta(0), dry_run=False)
+        real_check(self)
+
+    monkeypatch.setattr(commit_module.Commit, "check_staged", slow_then_cleanup)
+    with contextlib.suppress(OutlivedCleanup):  # refused is the documented outcome
+        run_op(t, "u-2")
+    monkeypatch.undo()
+    verify(cat)
+    run_op(cat.table(NAME), "u-2")  # written again
+    assert committed_keys(verify(cat)) == ["u-1", "u-2"]
