@@ -402,15 +402,26 @@ def own_pg(tmp_path: Path) -> Iterator[PostgresServer]:
         yield server
 
 
+AUTO = {  # writers compact and expire after their own commits: kills land in that maintenance too
+    "compaction.auto": "inline",
+    "compaction.min-files": "3",
+    "retention.max-age": "4s",
+    "retention.min-versions": "2",
+}
+
+
+@pytest.mark.parametrize(
+    ("seed", "props"), [(48, {}), (7, AUTO)], ids=["maintenance-process", "inline-maintenance"]
+)
 def test_random_kills_slow_s3_dropped_and_restarted_catalog(
-    seaweed: SeaweedServer, own_pg: PostgresServer, tmp_path: Path
+    seaweed: SeaweedServer, own_pg: PostgresServer, tmp_path: Path, seed: int, props: dict[str, str]
 ) -> None:
     bucket = seaweed.create_bucket(f"t48-chaos-{uuid.uuid4().hex[:8]}")
     env = Env(seaweed, own_pg.create_database("chaos"), bucket)
-    _create(env.connect())
+    _create(env.connect(), **props)
     proxy, port = latency_proxy.spawn(f"127.0.0.1:{seaweed.port}", rtt_ms=60)
     slow = env.args(f"http://127.0.0.1:{port}")
-    seed, writers, seconds = 48, 2, 50.0
+    writers, seconds = 2, 50.0
     keys = {w: _writer_keys(w, 14, seed) for w in range(writers)}
     logs = {w: str(tmp_path / f"w{w}.log") for w in range(writers)}
     ctx = mp.get_context("spawn")
