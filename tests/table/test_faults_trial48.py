@@ -1069,3 +1069,40 @@ def test_cleanup_fence_with_a_writer_clock_ahead(
     verify(cat)
     run_op(cat.table(NAME), "u-2")  # written again
     assert committed_keys(verify(cat)) == ["u-1", "u-2"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a rollback whose PostgreSQL connection is cut after COMMIT was sent, while the server still "
+    "commits: the token lookup misses the uncommitted row, CommitFailed is retried, the retry sees the "
+    "first attempt's rollback as a commit it never saw and raises CommitConflict ('changes nothing'), "
+    "yet the rollback landed",
+)
+def test_connection_cut_while_the_server_commits_a_rollback(
+    seaweed: SeaweedServer, own_pg: PostgresServer
+) -> None:
+    direct = own_pg.create_database("cut_rollback")
+    proxy = CutProxy(own_pg.port)  # type: ignore[arg-type]
+    try:
+        via = direct.replace(f":{own_pg.port}/", f":{proxy.port}/")
+        bucket = seaweed.create_bucket(f"t48-cutr-{uuid.uuid4().hex[:8]}")
+        opts = seaweed.storage_options()
+        t = _create(mere.connect(f"s3://{bucket}/wh", catalog=via, storage_options=opts))
+        for key in ("u-1", "u-2", "u-3"):
+            run_op(t, key)
+        _sql(direct, *SLOW_COMMIT_SQL, "INSERT INTO t48_slow VALUES (1)")
+        timer = threading.Timer(1.0, proxy.cut)
+        timer.start()
+        outcome: Any = None
+        try:
+            outcome = t.rollback(1)
+        except MereError as e:
+            outcome = e
+        timer.join()
+        time.sleep(3.0)
+        after = verify(mere.connect(f"s3://{bucket}/wh", catalog=direct, storage_options=opts))
+        landed = [s.operation for s in after.history()].count("rollback")
+        # What the caller was told agrees with what happened: a result iff the rollback landed (once).
+        assert (landed, isinstance(outcome, MereError)) in ((1, False), (0, True)), (landed, outcome)
+    finally:
+        proxy.close()
