@@ -680,6 +680,33 @@ SLOW_COMMIT_SQL = [
 ]
 
 
+def _cut_during_commit(direct: str, proxy: CutProxy) -> threading.Thread:
+    """Cut the proxy's connections once a backend sleeps in the deferred trigger, i.e. while the server
+    runs a COMMIT the client has sent."""
+    import sqlalchemy as sa
+
+    def watch() -> None:
+        engine = sa.create_engine(direct)
+        try:
+            deadline = time.monotonic() + 60
+            with engine.connect() as conn:
+                while time.monotonic() < deadline:
+                    asleep = conn.execute(
+                        sa.text("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
+                    ).scalar()
+                    conn.rollback()
+                    if asleep:
+                        proxy.cut()
+                        return
+                    time.sleep(0.02)
+        finally:
+            engine.dispose()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
 def _sql(url: str, *statements: str) -> None:
     import sqlalchemy as sa
 
@@ -728,8 +755,7 @@ def test_connection_cut_while_the_server_commits(
         )
         t.upsert(pa.table({"id": [1], "n": [1]}, schema=schema))
         _sql(direct, *SLOW_COMMIT_SQL, "INSERT INTO t48_slow VALUES (1)")
-        timer = threading.Timer(1.0, proxy.cut)  # COMMIT is in flight by then
-        timer.start()
+        timer = _cut_during_commit(direct, proxy)
         outcome: Any
         try:
             outcome = t.upsert(
@@ -797,8 +823,7 @@ def test_connection_cut_while_the_server_commits_files(
         for key in ("u-1", "u-2", "d-3", "u-4"):
             run_op(t, key)
         _sql(direct, *SLOW_COMMIT_SQL, "INSERT INTO t48_slow VALUES (1)")
-        timer = threading.Timer(1.0, proxy.cut)
-        timer.start()
+        timer = _cut_during_commit(direct, proxy)
         outcome: Any = None
         try:  # whatever it says, the table must stay whole
             outcome = t.compact() if op == "compact" else t.delete("id % 3 = 0", idempotency_key=op or None)
@@ -842,8 +867,7 @@ def test_connection_cut_while_the_server_commits_a_keyed_catalog_transaction(
         cat = mere.connect(f"s3://{bucket}/wh", catalog=via, storage_options=opts)
         run_op(_create(cat), "u-1")
         _sql(direct, *SLOW_COMMIT_SQL, "INSERT INTO t48_slow VALUES (1)")
-        timer = threading.Timer(1.0, proxy.cut)
-        timer.start()
+        timer = _cut_during_commit(direct, proxy)
         outcome: Any = None
         try:
             with cat.transaction(idempotency_key="u-2") as tx:  # the key names op_rows("u-2") for the model
@@ -913,8 +937,7 @@ def test_connection_cut_while_the_server_commits_a_keyed_read_write(
             run_op(twin, key)
         _keyed_op(twin, op)
         _sql(direct, *SLOW_COMMIT_SQL, "INSERT INTO t48_slow VALUES (1)")
-        timer = threading.Timer(1.0, proxy.cut)
-        timer.start()
+        timer = _cut_during_commit(direct, proxy)
         outcome: Any = None
         try:
             outcome = _keyed_op(t, op)
@@ -1091,8 +1114,7 @@ def test_connection_cut_while_the_server_commits_a_rollback(
         for key in ("u-1", "u-2", "u-3"):
             run_op(t, key)
         _sql(direct, *SLOW_COMMIT_SQL, "INSERT INTO t48_slow VALUES (1)")
-        timer = threading.Timer(1.0, proxy.cut)
-        timer.start()
+        timer = _cut_during_commit(direct, proxy)
         outcome: Any = None
         try:
             outcome = t.rollback(1)
