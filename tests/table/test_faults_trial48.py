@@ -510,14 +510,6 @@ def test_random_kills_slow_s3_dropped_and_restarted_catalog(
 # -- replays of staged commits: a retry must never delete what a version holds ----------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Table.commit(staged, idempotency_key=K) replayed after the first commit's version was compacted "
-    "away, rolled back to and expired deletes the staged files (discard_replayed keeps only the paths "
-    "files_changed(prior-1, prior) lists, and expire dropped those rows while the rollback's re-added rows "
-    "still reference the same paths): the current version then misses a file and every read raises "
-    "StorageError",
-)
 def test_replayed_staged_commit_after_compact_rollback_expire_keeps_live_files(env: Env) -> None:
     cat = env.connect()
     t = _create(cat)
@@ -535,13 +527,6 @@ def test_replayed_staged_commit_after_compact_rollback_expire_keeps_live_files(e
     verify(cat)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two catalog transactions with one idempotency key committing the same staged messages "
-    "(a driver's retry racing its first attempt): the loser finds the key landed inside its commit and "
-    "deletes every file of its changes with discard(), not discard_replayed(), so the staged files the "
-    "winner committed are deleted and the table's current version is unreadable (StorageError)",
-)
 def test_racing_catalog_transactions_with_one_key_keep_the_winners_staged_files(env: Env) -> None:
     cat = env.connect()
     t = _create(cat)
@@ -574,14 +559,6 @@ def test_racing_single_table_transactions_with_one_key_keep_the_winners_staged_f
     verify(cat)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Table.commit(staged, idempotency_key=K) rerun by a driver that never heard the first answer, "
-    "when PostgreSQL goes down after the commit read the table's version and before its idempotency "
-    "lookup: the lookup fails (CatalogError) and the error path of commit_staged/Commit.run deletes every "
-    "staged file, though the first commit with K landed and references them; once the catalog is back "
-    "the table's current version is unreadable (StorageError)",
-)
 def test_staged_commit_rerun_during_catalog_outage_keeps_landed_files(
     seaweed: SeaweedServer, own_pg: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -725,14 +702,6 @@ def _sql(url: str, *statements: str) -> None:
         pytest.param(
             False,
             id="no-key",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a PostgreSQL connection cut after COMMIT was sent, while the server is still "
-                "committing: SqlCatalog._commit looks its token up on a new connection at once, does not "
-                "see the uncommitted row, raises CommitFailed ('did not land'), and Commit.run retries it: "
-                "the first attempt then lands too and the upsert is applied twice (two versions, sum 21 "
-                "instead of 11)",
-            ),
         ),
         pytest.param(True, id="idempotency-key"),
     ],
@@ -785,26 +754,9 @@ def test_connection_cut_while_the_server_commits(
     [
         pytest.param(
             "compact",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a compaction whose PostgreSQL connection is cut after COMMIT was sent, while the "
-                "server still commits: the token lookup on a new connection misses the uncommitted row, "
-                "CommitFailed ('did not land (nothing changed)') is raised (compactions commit in one "
-                "attempt) and Commit.run deletes the compacted files; the server's commit then lands, so "
-                "the current version references deleted files and every read raises StorageError",
-            ),
         ),
         pytest.param(
             "",  # a delete by predicate without a key
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a delete by predicate (no idempotency key) whose PostgreSQL connection is cut "
-                "after COMMIT was sent, while the server still commits: the token lookup misses the "
-                "uncommitted row, CommitFailed is retried, the retry's revalidation finds the first "
-                "attempt landed meanwhile and its delete-marker files already deleted, and the delete "
-                "raises StorageError; the landed version references the missing del-*.parquet files and "
-                "the table no longer reads",
-            ),
         ),
         "d-3",  # ... and with one
     ],
@@ -847,14 +799,6 @@ def test_connection_cut_while_the_server_commits_files(
         proxy.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a keyed catalog transaction whose PostgreSQL connection is cut after COMMIT was sent, while "
-    "the server still commits: CommitFailed is retried, the retry hits the key's unique constraint once "
-    "the first attempt lands, SqlCatalog._commit answers None ('landed meanwhile') and "
-    "CatalogTransaction.commit deletes every file of its changes with discard() -- the very files the "
-    "landed first attempt references -- so the table no longer reads (StorageError)",
-)
 def test_connection_cut_while_the_server_commits_a_keyed_catalog_transaction(
     seaweed: SeaweedServer, own_pg: PostgresServer
 ) -> None:
@@ -905,15 +849,6 @@ def _keyed_op(t: mere.Table, op: str) -> Any:
         "merge",
         pytest.param(
             "upsert-logged",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a keyed upsert on a changes.log=on table whose PostgreSQL connection is cut after "
-                "COMMIT was sent, while the server still commits: the token lookup misses the "
-                "uncommitted row, CommitFailed makes Commit.failed delete the attempt's change-log files "
-                "(files.discard(prepared.logs)), the retry then finds the key landed "
-                "(already_committed=True); the landed version lists log-*.parquet files that are gone, so "
-                "t.changes(3) raises StorageError",
-            ),
         ),
     ],
 )
@@ -1094,13 +1029,6 @@ def test_cleanup_fence_with_a_writer_clock_ahead(
     assert committed_keys(verify(cat)) == ["u-1", "u-2"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a rollback whose PostgreSQL connection is cut after COMMIT was sent, while the server still "
-    "commits: the token lookup misses the uncommitted row, CommitFailed is retried, the retry sees the "
-    "first attempt's rollback as a commit it never saw and raises CommitConflict ('changes nothing'), "
-    "yet the rollback landed",
-)
 def test_connection_cut_while_the_server_commits_a_rollback(
     seaweed: SeaweedServer, own_pg: PostgresServer
 ) -> None:

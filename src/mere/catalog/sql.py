@@ -59,6 +59,10 @@ from mere.retry import CATALOG_LOCK_RETRIES, CATALOG_RECONNECT
 
 log = logging.getLogger(__name__)
 
+# How long a commit whose connection died waits for the locks its transaction held before it calls its
+# outcome unknown (the server may still be landing it; PostgreSQL ends a dead client's transaction at once).
+LANDED_LOOKUP_WAIT_S = 60
+
 CATALOG_FORMAT = 6
 """Version of the catalog's own tables. Older catalogs are migrated on connect; newer ones are refused.
 
@@ -1232,6 +1236,21 @@ class SqlCatalog:
             out.append((self._file(r), gone))
         return out
 
+    @_wraps_database_errors("look up a table's files")
+    def referenced_paths(self, table_id: int, paths: Sequence[str]) -> set[str]:
+        """Those of ``paths`` some file row of the table (of any version, expired ones too) references."""
+        found: set[str] = set()
+        with self.engine.connect() as conn:
+            for start in range(0, len(paths), 500):  # bounded IN lists
+                chunk = list(paths[start : start + 500])
+                found.update(
+                    r[0]
+                    for r in conn.execute(
+                        sa.select(files.c.path).where(files.c.table_id == table_id, files.c.path.in_(chunk))
+                    )
+                )
+        return found
+
     @_wraps_database_errors("list a table's files")
     def all_file_paths(self, table_id: int) -> set[str]:
         with self.engine.connect() as conn:
@@ -1534,19 +1553,29 @@ class SqlCatalog:
                 if r.create is not None and self._exists(r.create.namespace, r.create.name):
                     raise TableExists(f"table {r.create.namespace}.{r.create.name} already exists") from e
             raise CatalogError(f"commit to {label} violated a catalog constraint: {e}") from e
-        except OperationalError as e:
-            # The connection may have died after the server committed: look for our token.
+        except DBAPIError as e:
+            if not (isinstance(e, OperationalError) or e.connection_invalidated):
+                raise
+            # The connection died; the server may have the COMMIT and still be landing it: look for our
+            # tokens once whatever the dead connection's transaction held is released.
             try:
-                with self.engine.connect() as conn:
-                    found = {
-                        r.token: r
-                        for r in conn.execute(sa.select(commits).where(commits.c.token.in_(tokens)))
-                    }
-            except OperationalError:
+                found = self._landed_tokens(tokens, [r.table_id for r in requests if r.create is None])
+            except DBAPIError:
                 raise CommitStateUnknown(f"commit to {label} may or may not have landed: {e}") from e
             if found:  # one transaction: all of them landed
                 return [CommitResult.of(_snapshot(found[t])) for t in tokens]
             raise CommitFailed(f"commit to {label} did not land (nothing changed): {_first_line(e)}") from e
+
+    def _landed_tokens(self, tokens: Sequence[str], table_ids: Sequence[int]) -> dict[str, Any]:
+        """The commit rows of ``tokens`` that landed, read in a write transaction that first takes the locks a
+        commit to ``table_ids`` holds: a commit the server is still landing for a dead connection has ended
+        (landed, or rolled back) by then, so a token not found never lands later."""
+        with self.engine.connect() as conn, conn.execution_options(mere_write=True).begin():
+            if self.dialect == "postgresql":
+                conn.execute(sa.text(f"SET LOCAL lock_timeout = '{LANDED_LOOKUP_WAIT_S}s'"))
+                if table_ids:
+                    conn.execute(_HEADS_LOCKED, {"ids": list(table_ids)}).all()
+            return {r.token: r for r in conn.execute(sa.select(commits).where(commits.c.token.in_(tokens)))}
 
     def _check_fences(self, conn: Connection, requests: Sequence[CommitRequest], ids: Sequence[int]) -> None:
         """Refuse commits whose files a cleanup fenced after they began to be written may have deleted."""

@@ -42,7 +42,7 @@ from mere.metadata import (
 )
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import TableSpec
-from mere.table.commit import Commit, PreparedCommit, check_idempotency_key, discard
+from mere.table.commit import Commit, PreparedCommit, check_idempotency_key, discard, discard_unreferenced
 from mere.table.conflicts import lost_race
 from mere.table.context import CatalogHandle, MetadataStore, is_handle
 from mere.table.scan import Scan
@@ -292,7 +292,16 @@ class CatalogTransaction:
             if landed is None:  # a transaction with this key landed while this one was made
                 self._prior = self.catalog.sql.find_transaction(self.idempotency_key)  # type: ignore[arg-type]
                 for _, share in commits:
-                    discard(share.tx.pending_commit.ctx, share.tx.pending_commit.changes)
+                    # (staged files it shares with the one that landed are the tables' now)
+                    pending = share.tx.pending_commit
+                    discard_unreferenced(
+                        pending.ctx,
+                        [
+                            *(f for c in pending.changes if c.restores is None for f in c.files),
+                            *pending.resolved,
+                        ],
+                    )
+                    pending.resolved = []
                 return self._replay_all(commits)
         except SchemaChanged:
             self._discard_all(commits)

@@ -15,6 +15,7 @@ writes, the shares of a distributed MERGE and compaction results alike.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mere.errors import (
+    CatalogError,
     CommitConflict,
     CommitFailed,
     CommitStateUnknown,
@@ -62,6 +64,8 @@ from mere.table.stored_keys import resolve
 from mere.table.versions import current
 from mere.table.write_checks import WriteChecks
 from mere.write.writer import conform, marker_spec, prepare
+
+log = logging.getLogger("mere.table.table")
 
 ONE_ATTEMPT = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
 
@@ -293,13 +297,29 @@ def committed_with(ctx: TableContext, key: str) -> CommitResult | None:
 
 def discard_replayed(ctx: TableContext, files: Iterable[FileEntry], prior: CommitResult) -> None:
     """Delete the files of a write that turned out to replay ``prior``, the commit its idempotency key
-    names, but those ``prior`` lists: staged files committed again (a driver retrying the commit of the
-    same messages after an unknown outcome) are the table's, and must stay."""
+    names, but those a version references: staged files committed again (a driver retrying the commit of
+    the same messages after an unknown outcome, a commit whose connection died as it landed) are the
+    table's, and must stay (see :func:`discard_unreferenced`)."""
+    discard_unreferenced(ctx, files)
+
+
+def discard_unreferenced(ctx: TableContext, files: Iterable[FileEntry]) -> None:
+    """Delete those of ``files`` no version of the table references (any version, expired or restored by a
+    rollback). When the catalog cannot tell, none goes: ``cleanup`` takes them once no version does."""
     files = list(files)
     if not files:
         return
-    listed = {f.path for f, _ in ctx.store.files_changed(ctx.table_id, prior.version - 1, prior.version)}
-    ctx.files.discard([f for f in files if f.path not in listed])
+    try:
+        referenced = ctx.store.referenced_paths(ctx.table_id, [f.path for f in files])
+    except CatalogError as e:
+        log.warning(
+            "%s: %d file(s) kept for cleanup (the catalog could not tell if a version uses them: %s)",
+            ctx.name,
+            len(files),
+            e,
+        )
+        return
+    ctx.files.discard([f for f in files if f.path not in referenced])
 
 
 def discard(ctx: TableContext, changes: Iterable[Change]) -> None:
@@ -697,8 +717,8 @@ class Commit:
     def landed(self, prepared: PreparedCommit, result: CommitResult) -> CommitResult:
         """The catalog landed ``prepared`` (or named the commit its idempotency key made first)."""
         if result.already_committed:  # the key's commit landed first: this commit's logs are not needed
-            self.ctx.files.discard(prepared.logs)
-            self.drop_resolved()
+            discard_unreferenced(self.ctx, [*prepared.logs, *self.resolved])
+            self.resolved = []
         return result
 
     def failed(self, prepared: PreparedCommit, error: BaseException) -> None:

@@ -39,6 +39,7 @@ from mere.table.commit import (
     committed_with,
     deletion_summary,
     discard_replayed,
+    discard_unreferenced,
     renumber,
 )
 from mere.table.conflicts import PartitionSet, PartitionsUnchanged, RowsUnchanged
@@ -414,7 +415,7 @@ def commit_staged(
                 return prior
         add_staged(commit, staged, operation, partition, dynamic, entries)
     except BaseException:
-        ctx.files.discard(entries)
+        discard_unreferenced(ctx, entries)  # a commit of these same files may have landed (a retry)
         raise
     return commit.run()
 
