@@ -1,0 +1,357 @@
+"""Adversarial trial of the change feeds: ``Table.changes``, consumers, ``follow`` and change-log tables.
+
+The oracle is independent of the feed: every version's snapshot is read with ``to_arrow(version=v)`` and
+the expected feed between two versions is a dict diff of their rows by identity (partition, key): a key
+only in the older snapshot is a ``delete`` of its row there, only in the newer one an ``insert``, in both
+with different rows an ``update_before`` (older row) and ``update_after`` (newer row). A rule-based state
+machine mixes writes (moving keys between partitions on tables with table-wide keys, late rows on
+``sequence_by`` tables, catalog transactions), compaction, expire, rollback, overwrite and truncate with a
+consumer reading in random steps (crashing half-way, re-reading its pending range, committing), a
+``follow``-ing consumer and unseen consumers being dropped; the feeds between random readable versions, in
+each mode the API has, must equal the oracle.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import mere
+from mere import errors
+from mere.catalog.sql import consumers as consumers_table
+from mere.metadata import now_micros
+
+SCHEMA = pa.schema(
+    [
+        pa.field("k", pa.int64(), nullable=False),
+        pa.field("p", pa.string()),
+        pa.field("v", pa.int64()),
+        pa.field("seq", pa.int64()),
+    ]
+)
+NAMES = SCHEMA.names
+META = ["_change", "_version", "_commit_time"]
+PARTS = ["a", "b", "c"]
+KEYS = st.integers(0, 9)
+ROW = st.tuples(KEYS, st.sampled_from(PARTS), st.one_of(st.none(), st.integers(-3, 9)), st.integers(0, 6))
+_ids = itertools.count()
+
+Key = tuple[Any, Any]
+
+
+def rows_of(table: pa.Table) -> dict[Key, tuple[Any, ...]]:
+    """A snapshot by identity (partition, key)."""
+    out: dict[Key, tuple[Any, ...]] = {}
+    for r in table.select(NAMES).to_pylist():
+        ident = (r["p"], r["k"])
+        assert ident not in out, f"two rows of {ident} in one snapshot"
+        out[ident] = tuple(r[c] for c in NAMES)
+    return out
+
+
+def expected_feed(older: dict[Key, Any], newer: dict[Key, Any]) -> list[tuple[Any, ...]]:
+    """The net feed between two snapshots, as sorted (identity, change, row) tuples."""
+    out: list[tuple[Any, ...]] = []
+    for ident in set(older) | set(newer):
+        a, b = older.get(ident), newer.get(ident)
+        if a == b:
+            continue
+        if a is None:
+            out.append((ident, "insert", b))
+        elif b is None:
+            out.append((ident, "delete", a))
+        else:
+            out += [(ident, "update_before", a), (ident, "update_after", b)]
+    return sorted(out, key=repr)
+
+
+def feed_rows(feed: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted(
+        (((r["p"], r["k"]), r["_change"], tuple(r[c] for c in NAMES)) for r in feed.to_pylist()), key=repr
+    )
+
+
+def apply(copy: dict[Key, Any], feed: pa.Table, limit: int | None = None) -> None:
+    """Apply feed rows as a sink keyed by identity does (``limit``: a reader that crashed half-way)."""
+    for r in feed.to_pylist()[:limit]:
+        ident = (r["p"], r["k"])
+        if r["_change"] in ("insert", "update_after"):
+            copy[ident] = tuple(r[c] for c in NAMES)
+        elif r["_change"] == "delete":
+            copy.pop(ident, None)
+
+
+def arrow_rows(rows: list[tuple[int, str, int | None, int]]) -> pa.Table:
+    cols = list(zip(*rows)) if rows else [[], [], [], []]
+    return pa.table({n: pa.array(list(c), SCHEMA.field(n).type) for n, c in zip(NAMES, cols)})
+
+
+def set_unseen(t: mere.Table, name: str, by: dt.timedelta) -> None:
+    micros = now_micros() - by // dt.timedelta(microseconds=1)
+    with t.catalog.sql.engine.connect() as conn, conn.begin():  # type: ignore[attr-defined]
+        conn.execute(
+            consumers_table.update()
+            .where(consumers_table.c.table_id == t.record.id, consumers_table.c.name == name)
+            .values(last_seen=micros)
+        )
+
+
+class FeedMachine(RuleBasedStateMachine):
+    """A table, its snapshots, a stepping consumer ``c``, a following consumer ``f``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = tempfile.mkdtemp(prefix="feed48-")
+        self.snaps: dict[int, dict[Key, Any]] = {}
+
+    def teardown(self) -> None:
+        gen = getattr(self, "gen", None)
+        if gen is not None:
+            gen.close()
+        if os.environ.get("FEED48_DEBUG") and hasattr(self, "t"):
+            print("DEBUG", self.config, self.t.version, getattr(self, "refused", []))
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    @initialize(
+        scope=st.sampled_from(["table", "partition"]),
+        sequenced=st.booleans(),
+        log=st.booleans(),
+        buckets=st.sampled_from([1, 3]),
+    )
+    def setup(self, scope: str, sequenced: bool, log: bool, buckets: int) -> None:
+        self.cat = mere.connect(self.root)
+        props = {"compaction.auto": "off", "retention.max-age": "off"}
+        if log:
+            props["changes.log"] = "on"
+        self.sequenced = sequenced
+        self.t = self.cat.create_table(
+            f"a.t{next(_ids)}",
+            SCHEMA,
+            primary_key="k",
+            partition_by="p",
+            buckets=buckets,
+            key_scope=scope,
+            sequence_by="seq" if sequenced else None,
+            properties=props,
+        )
+        self.config = (scope, sequenced, log, buckets)
+        self.record_versions()
+        # The stepping consumer and its copy; pending: the range its last uncommitted read handed out.
+        self.c = self.t.consumer("c", start_version=0)
+        self.c_copy: dict[Key, Any] = {}
+        self.pending: tuple[int, int] | None = None
+        # The following consumer: a generator committing each batch when asked for the next.
+        self.t.consumer("f", start_version=0)
+        self.gen = self.t.follow(consumer="f", poll_seconds=0.001, max_poll_seconds=0.01)
+        self.f_copy: dict[Key, Any] = {}
+        self.f_seen = 0
+
+    # -- bookkeeping -----------------------------------------------------------------------------------
+
+    def record_versions(self) -> None:
+        self.t = self.t.refresh()
+        for v in range(max(self.snaps, default=-1) + 1, self.t.version + 1):
+            self.snaps[v] = rows_of(self.t.to_arrow(version=v))
+
+    def readable_from(self) -> int:
+        """The oldest version from which every version up to the newest is readable."""
+        live = {s.version for s in self.t.history() if not s.expired}
+        v = self.t.version
+        while v - 1 in live:
+            v -= 1
+        return v
+
+    def attempt(self, fn: Any) -> None:
+        before = self.t.refresh().version
+        try:
+            fn()
+        except errors.MereError as e:
+            # A refused write changes nothing.
+            assert self.t.refresh().version == before, e
+            self.refused = getattr(self, "refused", []) + [repr(e)]
+        self.record_versions()
+
+    # -- writes ----------------------------------------------------------------------------------------
+
+    @rule(rows=st.lists(ROW, min_size=1, max_size=6))
+    def upsert(self, rows: list[tuple[int, str, int | None, int]]) -> None:
+        self.attempt(lambda: self.t.upsert(arrow_rows(rows)))
+
+    @rule(keys=st.lists(KEYS, min_size=1, max_size=3))
+    def delete_keys(self, keys: list[int]) -> None:
+        self.attempt(lambda: self.t.delete(f"k IN ({', '.join(map(str, keys))})"))
+
+    @rule(where=st.sampled_from(["v > 4", "v IS NULL", "p = 'b'", "k < 3 AND v < 2"]))
+    def delete_where(self, where: str) -> None:
+        self.attempt(lambda: self.t.delete(where))
+
+    @rule(where=st.sampled_from(["k < 4", "p = 'a'", "v IS NULL"]))
+    def update(self, where: str) -> None:
+        self.attempt(lambda: self.t.update({"v": "coalesce(v, 0) + 1"}, where=where))
+
+    @rule(rows=st.lists(ROW, max_size=4), part=st.sampled_from([None, "a", "b"]))
+    def overwrite(self, rows: list[tuple[int, str, int | None, int]], part: str | None) -> None:
+        if part is not None:
+            rows = [(k, part, v, s) for k, _, v, s in rows]
+        self.attempt(lambda: self.t.overwrite(arrow_rows(rows), None if part is None else {"p": part}))
+
+    @rule()
+    def truncate(self) -> None:
+        self.attempt(self.t.truncate)
+
+    @rule(rows=st.lists(ROW, min_size=1, max_size=4), keys=st.lists(KEYS, max_size=2))
+    def catalog_transaction(self, rows: list[tuple[int, str, int | None, int]], keys: list[int]) -> None:
+        def run() -> None:
+            with self.cat.transaction() as tx:
+                share = tx.table(self.t.name)
+                if keys:
+                    share.delete(f"k IN ({', '.join(map(str, keys))})")
+                share.upsert(arrow_rows(rows))
+
+        self.attempt(run)
+
+    @rule()
+    def compact(self) -> None:
+        self.attempt(lambda: self.t.compact(min_files=1))
+
+    @rule(back=st.integers(0, 40))
+    def rollback(self, back: int) -> None:
+        first = self.readable_from()
+        target = first + back % (self.t.version - first + 1)
+        self.attempt(lambda: self.t.rollback(target))
+
+    @rule()
+    def expire(self) -> None:
+        self.t.expire(older_than=dt.timedelta(0), dry_run=False)
+        self.t = self.t.refresh()
+        # Every version from the lowest live consumer's position on stays readable.
+        positions = [r["position"] for r in self.t.inspect.consumers().to_pylist() if r["dropped_at"] is None]
+        if positions:
+            assert self.readable_from() <= min(positions), (positions, self.readable_from())
+
+    # -- readers ---------------------------------------------------------------------------------------
+
+    @rule(data=st.data())
+    def feed_between(self, data: st.DataObject) -> None:
+        first = self.readable_from()
+        a = data.draw(st.integers(first, self.t.version), label="a")
+        b = data.draw(st.integers(a, self.t.version), label="b")
+        feed = self.t.changes(a, b).read_all()
+        assert feed.column_names == ["p", "k", "v", "seq", *META]
+        assert feed_rows(feed) == expected_feed(self.snaps[a], self.snaps[b]), (self.config, a, b)
+        if feed.num_rows:
+            versions = feed.column("_version").to_pylist()
+            assert all(a < v <= b for v in versions), (a, b, versions)
+        # Each key's _version is at least the last commit of the range that changed its row.
+        for r in feed.to_pylist():
+            ident = (r["p"], r["k"])
+            last = max(v for v in range(a + 1, b + 1) if self.snaps[v].get(ident) != self.snaps[v - 1].get(ident))
+            assert r["_version"] >= last, (self.config, a, b, r, last)
+        # A projection and a filter keep the same rows' values.
+        part = self.t.changes(a, b, columns=["v"], filter="v >= 2").read_all()
+        assert part.column_names == ["p", "k", "v", *META]
+        want = sorted(
+            (r["p"], r["k"], r["v"], r["_change"], r["_version"])
+            for r in feed.to_pylist()
+            if r["v"] is not None and r["v"] >= 2
+        )
+        got = sorted((r["p"], r["k"], r["v"], r["_change"], r["_version"]) for r in part.to_pylist())
+        assert got == want, (self.config, a, b)
+
+    @rule(data=st.data(), crash=st.booleans(), commit=st.sampled_from(["none", "end", "part"]))
+    def consumer_step(self, data: st.DataObject, crash: bool, commit: str) -> None:
+        position = self.c.position
+        if self.pending is None:
+            end_arg = data.draw(st.one_of(st.none(), st.integers(position, self.t.version)), label="end")
+        else:
+            end_arg = data.draw(st.sampled_from([None, self.pending]), label="end")
+        end, reader = self.c.changes(end_arg)
+        feed = reader.read_all()
+        if self.pending is not None:
+            assert end == self.pending, "a pending range is handed out again whole"
+        else:
+            assert end == (self.t.version if end_arg is None else end_arg)
+        # An empty range is nothing to commit: it leaves nothing pending.
+        self.pending = end if end > position else None
+        assert feed_rows(feed) == expected_feed(self.snaps[position], self.snaps[end]), (self.config, position, end)
+        assert all(position < v <= end for v in feed.column("_version").to_pylist())
+        if crash:
+            apply(self.c_copy, feed, data.draw(st.integers(0, max(feed.num_rows - 1, 0)), label="applied"))
+            return
+        apply(self.c_copy, feed)
+        if commit == "end":
+            assert self.c.commit(end) == end
+            self.pending = None
+            assert self.c_copy == self.snaps[end], (self.config, end)
+        elif commit == "part" and end > position + 1:
+            part = data.draw(st.integers(position + 1, end - 1), label="part")
+            assert self.c.commit(part) == part  # the rest of the range stays pending
+
+    @rule(data=st.data())
+    def consumer_seek(self, data: st.DataObject) -> None:
+        to = data.draw(st.integers(self.readable_from(), self.t.version), label="to")
+        assert self.c.seek(to) == to
+        self.pending = None
+        self.c_copy = dict(self.snaps[to])
+
+    @precondition(lambda self: self.t.version > self.f_seen)
+    @rule()
+    def follow_step(self) -> None:
+        version, feed = next(self.gen)
+        assert version == self.t.refresh().version
+        apply(self.f_copy, feed)
+        assert self.f_copy == self.snaps[version], (self.config, self.f_seen, version)
+        self.f_seen = version
+
+    @rule()
+    def drop_unseen_consumer(self) -> None:
+        """``c``, unseen for a year, is dropped by an expire that would give up versions it holds."""
+        set_unseen(self.t, "c", dt.timedelta(days=365))
+        self.t.expire(older_than=dt.timedelta(0), dry_run=False)
+        self.t = self.t.refresh()
+        row = {r["name"]: r for r in self.t.inspect.consumers().to_pylist()}["c"]
+        if row["dropped_at"] is None:
+            # Kept: it must still find every version it needs.
+            assert row["position"] >= self.readable_from(), (row, self.readable_from())
+            return
+        assert row["position"] < self.t.version, "a consumer holding nothing back is left alone"
+        for use in (self.c.changes, lambda: self.c.commit(self.t.version), self.c.info, self.c.heartbeat):
+            with pytest.raises(errors.ConsumerDropped):
+                use()
+        with pytest.raises(errors.ConsumerDropped):
+            self.t.changes(consumer="c")
+        self.t.drop_consumer("c")
+        with pytest.raises(errors.NoSuchConsumer):
+            self.c.info()
+        self.c = self.t.consumer("c")
+        assert self.c.position == self.t.version
+        self.c_copy = dict(self.snaps[self.t.version])  # rebuilt from a snapshot
+        self.pending = None
+
+    @invariant()
+    def consumer_positions_stay_readable(self) -> None:
+        if not hasattr(self, "t"):
+            return
+        for r in self.t.inspect.consumers().to_pylist():
+            if r["dropped_at"] is None:
+                assert r["position"] >= self.readable_from() or r["position"] == self.t.version
+
+
+FeedMachine.TestCase.settings = settings(
+    max_examples=int(os.environ.get("FEED48_EXAMPLES", "12")),
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate] if os.environ.get("FEED48_NOSHRINK") else None,
+)
+test_feeds_consumers_and_follow_match_the_snapshot_oracle = FeedMachine.TestCase
