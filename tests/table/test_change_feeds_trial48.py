@@ -206,6 +206,26 @@ class FeedMachine(RuleBasedStateMachine):
             rows = [(k, part, v, s) for k, _, v, s in rows]
         self.attempt(lambda: self.t.overwrite(arrow_rows(rows), None if part is None else {"p": part}))
 
+    @rule(where=st.sampled_from(["k < 4", "v IS NULL", "p = 'b'"]), to=st.sampled_from(PARTS))
+    def update_moving_partition(self, where: str, to: str) -> None:
+        """UPDATE of a partition column: moves keys under table-wide keys, refused under partition keys."""
+        self.attempt(lambda: self.t.update({"p": f"'{to}'"}, where=where))
+
+    @rule(rows=st.lists(ROW, min_size=1, max_size=4), deleting=st.booleans())
+    def merge(self, rows: list[tuple[int, str, int | None, int]], deleting: bool) -> None:
+        def run() -> None:
+            m = self.t.merge(arrow_rows(rows), on="t.k = s.k")
+            if deleting:
+                m = m.when_matched_delete(condition="s.v IS NULL")
+            m.when_matched_update(set={"v": "s.v", "seq": "s.seq"}).when_not_matched_insert_all().execute()
+
+        self.attempt(run)
+
+    @rule(rows=st.lists(ROW, min_size=1, max_size=4))
+    def partial_upsert(self, rows: list[tuple[int, str, int | None, int]]) -> None:
+        """Rows without ``v``: it keeps its value (or null for a new key)."""
+        self.attempt(lambda: self.t.upsert(arrow_rows(rows).drop_columns(["v"])))
+
     @rule()
     def truncate(self) -> None:
         self.attempt(self.t.truncate)
