@@ -44,7 +44,9 @@ NAMES = SCHEMA.names
 META = ["_change", "_version", "_commit_time"]
 PARTS = ["a", "b", "c"]
 KEYS = st.integers(0, 9)
-ROW = st.tuples(KEYS, st.sampled_from(PARTS), st.one_of(st.none(), st.integers(-3, 9)), st.integers(0, 6))
+ROW = st.tuples(
+    KEYS, st.sampled_from([*PARTS, None]), st.one_of(st.none(), st.integers(-3, 9)), st.integers(0, 6)
+)
 _ids = itertools.count()
 
 Key = tuple[Any, Any]
@@ -301,11 +303,16 @@ class FeedMachine(RuleBasedStateMachine):
         part = self.t.changes(a, b, columns=["v"], filter="v >= 2").read_all()
         assert part.column_names == ["p", "k", "v", *META]
         want = sorted(
-            (r["p"], r["k"], r["v"], r["_change"], r["_version"])
-            for r in feed.to_pylist()
-            if r["v"] is not None and r["v"] >= 2
+            (
+                (r["p"], r["k"], r["v"], r["_change"], r["_version"])
+                for r in feed.to_pylist()
+                if r["v"] is not None and r["v"] >= 2
+            ),
+            key=repr,
         )
-        got = sorted((r["p"], r["k"], r["v"], r["_change"], r["_version"]) for r in part.to_pylist())
+        got = sorted(
+            ((r["p"], r["k"], r["v"], r["_change"], r["_version"]) for r in part.to_pylist()), key=repr
+        )
         assert got == want, (self.config, a, b)
 
     @rule(data=st.data(), crash=st.booleans(), commit=st.sampled_from(["none", "end", "part"]))
