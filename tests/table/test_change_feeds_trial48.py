@@ -864,3 +864,40 @@ def test_a_stale_handle_reads_the_feed_in_the_current_columns_or_fails_typed(
     except errors.MereError:
         return  # a typed refusal is fine too
     assert got.drop_columns(["_commit_time"]).to_pylist() == want.drop_columns(["_commit_time"]).to_pylist()
+
+
+# -- a Consumer handle of another table --------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "mere.follow(a, consumer=b.consumer('etl')) accepts a Consumer handle of another table: it claims "
+        "table a's consumer 'etl' by name but commits through the handle, i.e. table b's 'etl', to a's "
+        "version numbers: b's consumer silently jumps from 0 to 5 (b's changes 1..5 are never read) while "
+        "a's stays at 0 with its range pending, so the follower yields a's versions 1..5 again forever"
+    ),
+)
+def test_follow_refuses_a_consumer_of_another_table(tmp_path: Any) -> None:
+    cat = mere.connect(str(tmp_path))
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
+    a = cat.create_table("a.a", schema, primary_key="k")
+    b = cat.create_table("a.b", schema, primary_key="k")
+    for i in range(5):
+        a.upsert(pa.table({"k": [i], "v": [i]}))
+    for i in range(10):
+        b.upsert(pa.table({"k": [i], "v": [i]}))
+    a.consumer("etl", start_version=0)
+    other = b.consumer("etl", start_version=0)
+    before = (_state(a), _state(b))
+    gen = mere.follow(a, consumer=other, poll_seconds=0.01)
+    try:
+        with pytest.raises(errors.InvalidInput):
+            version, _ = next(gen)
+            a.upsert(pa.table({"k": [9], "v": [9]}))
+            again, _ = next(gen)  # commits the first batch, then yields the next
+            assert (version, again) == (5, 6), "the first batch was not committed"
+            pytest.fail("a Consumer of another table was accepted")
+    finally:
+        gen.close()
+        assert _state(b) == before[1], "table b's consumer moved"
