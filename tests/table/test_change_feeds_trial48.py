@@ -941,3 +941,40 @@ def test_the_readme_consumer_feed_command_writes_parquet_and_commits(tmp_path: A
     assert result.exit_code == 0, result.output
     assert pq.read_table(tmp_path / "feed.parquet").num_rows == 2
     assert t.consumer("etl", create=False).position == t.version
+
+
+# -- more splits than the feed reads at a time -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scope, log", [("table", "on"), ("partition", "off")])
+def test_feeds_over_more_than_sixteen_splits_match_the_oracle(tmp_path: Any, scope: str, log: str) -> None:
+    import random
+
+    rng = random.Random(48)
+    t = mere.connect(str(tmp_path)).create_table(
+        "a.t",
+        SCHEMA,
+        primary_key="k",
+        partition_by="p",
+        buckets=9,
+        key_scope=scope,
+        properties={"compaction.auto": "off", "changes.log": log},
+    )
+    parts = [f"p{i}" for i in range(5)]  # 45 splits
+    for i in range(9):
+        r = rng.random()
+        if r < 0.6 or i == 0:
+            t.upsert(
+                arrow_rows([(rng.randrange(300), rng.choice(parts), rng.randrange(5), 1) for _ in range(150)])
+            )
+        elif r < 0.8:
+            t.delete(f"k % 7 = {rng.randrange(7)}")
+        elif r < 0.9:
+            t.compact(min_files=1)
+        else:
+            t.rollback(rng.randrange(t.version))
+    t = t.refresh()
+    snaps = {v: rows_of(t.to_arrow(version=v)) for v in range(t.version + 1)}
+    for a, b in rng.sample(list(itertools.combinations(range(t.version + 1), 2)), 12):
+        feed = t.changes(a, b).read_all()
+        assert feed_rows(feed) == expected_feed(snaps[a], snaps[b]), (a, b)
