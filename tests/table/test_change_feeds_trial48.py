@@ -978,3 +978,41 @@ def test_feeds_over_more_than_sixteen_splits_match_the_oracle(tmp_path: Any, sco
     for a, b in rng.sample(list(itertools.combinations(range(t.version + 1), 2)), 12):
         feed = t.changes(a, b).read_all()
         assert feed_rows(feed) == expected_feed(snaps[a], snaps[b]), (a, b)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "docs/concepts.md (Table-wide keys): 'a move reads as a delete of the row in its old partition and "
+        "an insert in its new one, in the same version ... A consumer keyed by the key alone applies a "
+        "version's deletes before its inserts'. After key 1 moves a -> b at v2 and a partition overwrite "
+        "of 'a' at v3 (not holding key 1), t.changes(1) gives insert (b, 1) with _version 2 but delete "
+        "(a, 1) with _version 3, so that consumer applies the delete last and loses key 1"
+    ),
+)
+@pytest.mark.parametrize("log", ["off", "on"])
+def test_a_moved_key_stays_in_a_copy_keyed_by_the_key_after_its_old_partition_is_overwritten(
+    tmp_path: Any, log: str
+) -> None:
+    t = mere.connect(str(tmp_path)).create_table(
+        "a.t",
+        SCHEMA.remove(3),
+        primary_key="k",
+        partition_by="p",
+        buckets=1,
+        properties={"compaction.auto": "off", "changes.log": log},
+    )
+    assert t.key_scope == "table"
+    t.upsert(pa.table({"k": [1, 2], "p": ["a", "a"], "v": [1, 2]}))  # v1
+    t.upsert(pa.table({"k": [1], "p": ["b"], "v": [10]}))  # v2: key 1 moves to b
+    t.overwrite(pa.table({"k": [5], "p": ["a"], "v": [5]}), {"p": "a"})  # v3: partition a replaced
+    feed = t.changes(1).read_all().to_pylist()
+    moved = sorted((r["p"], r["_change"], r["_version"]) for r in feed if r["k"] == 1)
+    assert moved[0][2] == moved[1][2], f"a move in one version, got {moved}"
+    copy = {r["k"]: (r["p"], r["v"]) for r in t.to_arrow(version=1).to_pylist()}
+    for r in sorted(feed, key=lambda r: (r["_version"], r["_change"] != "delete")):
+        if r["_change"] == "delete":
+            copy.pop(r["k"], None)
+        elif r["_change"] in ("insert", "update_after"):
+            copy[r["k"]] = (r["p"], r["v"])
+    assert copy == {r["k"]: (r["p"], r["v"]) for r in t.to_arrow().to_pylist()}
