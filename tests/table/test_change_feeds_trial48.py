@@ -383,6 +383,12 @@ class FeedMachine(RuleBasedStateMachine):
                 use()
         with pytest.raises(errors.ConsumerDropped):
             self.t.changes(consumer="c")
+        with pytest.raises(errors.ConsumerDropped):
+            self.t.consumer("c")  # registering the name again needs drop_consumer first
+        with pytest.raises(errors.ConsumerDropped):
+            next(self.t.follow(consumer="c"))
+        with pytest.raises(errors.ConsumerDropped):
+            self.c.seek(self.t.version)
         self.t.drop_consumer("c")
         with pytest.raises(errors.NoSuchConsumer):
             self.c.info()
