@@ -244,6 +244,11 @@ class FeedMachine(RuleBasedStateMachine):
 
         self.attempt(run)
 
+    @rule(on=st.booleans())
+    def toggle_log(self, on: bool) -> None:
+        """Turn the change log on or off: ranges mixing logged and unlogged commits merge as before."""
+        self.attempt(lambda: self.t.set_properties({"changes.log": "on" if on else "off"}))
+
     @rule()
     def compact(self) -> None:
         self.attempt(lambda: self.t.compact(min_files=1))
