@@ -122,8 +122,6 @@ class FeedMachine(RuleBasedStateMachine):
         gen = getattr(self, "gen", None)
         if gen is not None:
             gen.close()
-        if os.environ.get("FEED48_DEBUG") and hasattr(self, "t"):
-            print("DEBUG", self.config, self.t.version, getattr(self, "refused", []))
         shutil.rmtree(self.root, ignore_errors=True)
 
     @initialize(
@@ -182,7 +180,6 @@ class FeedMachine(RuleBasedStateMachine):
         except errors.MereError as e:
             # A refused write changes nothing.
             assert self.t.refresh().version == before, e
-            self.refused = [*getattr(self, "refused", []), repr(e)]
         self.record_versions()
 
     # -- writes ----------------------------------------------------------------------------------------
