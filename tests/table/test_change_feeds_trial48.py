@@ -206,6 +206,11 @@ class FeedMachine(RuleBasedStateMachine):
             rows = [(k, part, v, s) for k, _, v, s in rows]
         self.attempt(lambda: self.t.overwrite(arrow_rows(rows), None if part is None else {"p": part}))
 
+    @rule(rows=st.lists(ROW, max_size=4))
+    def overwrite_dynamic(self, rows: list[tuple[int, str, int | None, int]]) -> None:
+        """Replace the partitions the rows name (Spark's dynamic partition overwrite)."""
+        self.attempt(lambda: self.t.overwrite(arrow_rows(rows), dynamic=True))
+
     @rule(where=st.sampled_from(["k < 4", "v IS NULL", "p = 'b'"]), to=st.sampled_from(PARTS))
     def update_moving_partition(self, where: str, to: str) -> None:
         """UPDATE of a partition column: moves keys under table-wide keys, refused under partition keys."""
