@@ -999,13 +999,14 @@ def test_feeds_over_more_than_sixteen_splits_match_the_oracle(tmp_path: Any, sco
         "docs/concepts.md (Table-wide keys): 'a move reads as a delete of the row in its old partition and "
         "an insert in its new one, in the same version ... A consumer keyed by the key alone applies a "
         "version's deletes before its inserts'. After key 1 moves a -> b at v2 and a partition overwrite "
-        "of 'a' at v3 (not holding key 1), t.changes(1) gives insert (b, 1) with _version 2 but delete "
+        "of 'a' at v3 (static or dynamic, not holding key 1), t.changes(1) gives insert (b, 1) with _version 2 but delete "
         "(a, 1) with _version 3, so that consumer applies the delete last and loses key 1"
     ),
 )
 @pytest.mark.parametrize("log", ["off", "on"])
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_a_moved_key_stays_in_a_copy_keyed_by_the_key_after_its_old_partition_is_overwritten(
-    tmp_path: Any, log: str
+    tmp_path: Any, log: str, dynamic: bool
 ) -> None:
     t = mere.connect(str(tmp_path)).create_table(
         "a.t",
@@ -1018,7 +1019,10 @@ def test_a_moved_key_stays_in_a_copy_keyed_by_the_key_after_its_old_partition_is
     assert t.key_scope == "table"
     t.upsert(pa.table({"k": [1, 2], "p": ["a", "a"], "v": [1, 2]}))  # v1
     t.upsert(pa.table({"k": [1], "p": ["b"], "v": [10]}))  # v2: key 1 moves to b
-    t.overwrite(pa.table({"k": [5], "p": ["a"], "v": [5]}), {"p": "a"})  # v3: partition a replaced
+    replacement = pa.table({"k": [5], "p": ["a"], "v": [5]})
+    t.overwrite(replacement, dynamic=True) if dynamic else t.overwrite(
+        replacement, {"p": "a"}
+    )  # v3: a replaced
     feed = t.changes(1).read_all().to_pylist()
     moved = sorted((r["p"], r["_change"], r["_version"]) for r in feed if r["k"] == 1)
     assert moved[0][2] == moved[1][2], f"a move in one version, got {moved}"
