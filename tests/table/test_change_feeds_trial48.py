@@ -1020,9 +1020,10 @@ def test_a_moved_key_stays_in_a_copy_keyed_by_the_key_after_its_old_partition_is
     t.upsert(pa.table({"k": [1, 2], "p": ["a", "a"], "v": [1, 2]}))  # v1
     t.upsert(pa.table({"k": [1], "p": ["b"], "v": [10]}))  # v2: key 1 moves to b
     replacement = pa.table({"k": [5], "p": ["a"], "v": [5]})
-    t.overwrite(replacement, dynamic=True) if dynamic else t.overwrite(
-        replacement, {"p": "a"}
-    )  # v3: a replaced
+    if dynamic:  # v3: partition a replaced
+        t.overwrite(replacement, dynamic=True)
+    else:
+        t.overwrite(replacement, {"p": "a"})
     feed = t.changes(1).read_all().to_pylist()
     moved = sorted((r["p"], r["_change"], r["_version"]) for r in feed if r["k"] == 1)
     assert moved[0][2] == moved[1][2], f"a move in one version, got {moved}"
