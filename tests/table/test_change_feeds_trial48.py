@@ -559,15 +559,6 @@ def test_bad_arguments_to_every_feed_function_are_typed_and_change_nothing(tmp_p
         pytest.param(lambda c: next(c.follow(filter="v =", poll_seconds=0.01)), id="follow-consumer"),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a consumer read with bad columns or filter raises (SchemaMismatch/FilterError/InvalidInput) only "
-        "after consumers.claim() recorded a pending range and marked the consumer seen: the refused call "
-        "leaves inspect.consumers() pending=newest, so the next c.changes(end_version=v) for any other v "
-        "raises InvalidInput 'has not committed them' for a range that was never handed out"
-    ),
-)
 def test_a_consumer_read_refused_for_bad_columns_or_filter_claims_no_range(tmp_path: Any, read: Any) -> None:
     t = _small_table(tmp_path)
     c = t.consumer("c", start_version=1)
@@ -855,16 +846,6 @@ def _evolved_elsewhere(root: Any, change: str) -> tuple[mere.Table, mere.Table]:
 
 @pytest.mark.parametrize("change", ["rename", "drop", "widen"])
 @pytest.mark.parametrize("how", ["table", "consumer"])
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a Table (or Consumer) handle loaded before another handle renamed, dropped or widened a column "
-        "reads the feed under its stale spec: t.changes(0).read_all() and t.consumer('c').changes() raise "
-        "a bare KeyError ('Field \"v\" does not exist in schema', change_log._conformed) or pyarrow "
-        "ArrowInvalid (int64 value into the stale int32), not a MereError, and the consumer read leaves "
-        "a pending range; follow(), which refreshes its handle, reads the same feed fine"
-    ),
-)
 def test_a_stale_handle_reads_the_feed_in_the_current_columns_or_fails_typed(
     tmp_path: Any, change: str, how: str
 ) -> None:
@@ -883,15 +864,6 @@ def test_a_stale_handle_reads_the_feed_in_the_current_columns_or_fails_typed(
 # -- a Consumer handle of another table --------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "mere.follow(a, consumer=b.consumer('etl')) accepts a Consumer handle of another table: it claims "
-        "table a's consumer 'etl' by name but commits through the handle, i.e. table b's 'etl', to a's "
-        "version numbers: b's consumer silently jumps from 0 to 5 (b's changes 1..5 are never read) while "
-        "a's stays at 0 with its range pending, so the follower yields a's versions 1..5 again forever"
-    ),
-)
 def test_follow_refuses_a_consumer_of_another_table(tmp_path: Any) -> None:
     cat = mere.connect(str(tmp_path))
     schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
@@ -920,14 +892,6 @@ def test_follow_refuses_a_consumer_of_another_table(tmp_path: Any) -> None:
 # -- the command line's consumer feed ----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "README's command 'mere -w warehouse/ changes sales.orders --consumer etl --commit -o feed.parquet' "
-        "exits 2: 'changes' has no -o option ('No such option: -o'), and even --output feed.parquet is "
-        "refused without --format parquet ('--format table prints to the terminal')"
-    ),
-)
 def test_the_readme_consumer_feed_command_writes_parquet_and_commits(tmp_path: Any) -> None:
     import shlex
 

@@ -60,6 +60,16 @@ class Format(enum.StrEnum):
     jsonl = "jsonl"
 
 
+# The format an --output file's suffix names when --format is not given.
+_FORMAT_OF_SUFFIX = {
+    ".parquet": Format.parquet,
+    ".csv": Format.csv,
+    ".jsonl": Format.jsonl,
+    ".json": Format.jsonl,
+    ".ndjson": Format.jsonl,
+}
+
+
 # -- the connection -------------------------------------------------------------------------------
 
 
@@ -485,6 +495,13 @@ def _read(
 
 def _format(fmt_name: str | None, output: str | None, as_json: bool) -> Format:
     fmt = None if fmt_name is None else Format(fmt_name)
+    if fmt is None and output is not None and not as_json:
+        fmt = _FORMAT_OF_SUFFIX.get(os.path.splitext(output)[1].lower())
+        if fmt is None:
+            raise click.BadParameter(
+                f"cannot tell the format of {output!r} from its suffix: give --format csv, jsonl or parquet",
+                param_hint="--output",
+            )
     if as_json:
         if fmt not in (None, Format.jsonl):
             raise click.UsageError(f"--json prints JSON lines; it cannot go with --format {fmt.value}")
@@ -730,7 +747,13 @@ def _output_options(fn: Callable[..., None]) -> Callable[..., None]:
             default=None,
             help="Output format (default: table).",
         ),
-        click.option("--output", metavar="FILE", help="Write to this file (needed for parquet)."),
+        click.option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Write to this file (needed for parquet); its suffix (.parquet, .csv, .jsonl) gives the format "
+            "when --format is not given.",
+        ),
         click.option(
             "--json", "as_json", is_flag=True, help="Rows as JSON lines (the same as --format jsonl)."
         ),

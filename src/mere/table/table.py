@@ -21,6 +21,7 @@ from mere.errors import (
     NoSuchTable,
     NoSuchTag,
     NoSuchVersion,
+    StorageError,
     TagExists,
     names_its_table,
 )
@@ -51,6 +52,10 @@ AUTO_COMPACT_MIN_FILES = compaction.AUTO_COMPACT_MIN_FILES
 
 StagedWrite = StagedChange  # the name engines use for a staged write (the one commit message type)
 StagedMerge = StagedChange  # ... and for a share of a distributed MERGE
+
+
+# A statement whose read version an expire took while it read runs again on a newer one, this many times.
+EXPIRED_READ_ATTEMPTS = 3
 
 
 @names_its_table
@@ -892,16 +897,31 @@ class Table:
 
     def _write_once(self, idempotency_key: str | None, change: Callable[[Transaction], Any]) -> CommitResult:
         """One change as its own transaction (a known idempotency key returns its commit, writing nothing)."""
-        tx = self.transaction(idempotency_key)
-        prior = tx.already_committed()  # looks the key up (once) before the change reads or writes
-        if prior is not None:
-            return prior
+        for attempt in range(EXPIRED_READ_ATTEMPTS):
+            tx = self.transaction(idempotency_key)
+            prior = tx.already_committed()  # looks the key up (once) before the change reads or writes
+            if prior is not None:
+                return prior
+            try:
+                change(tx)
+            except (StorageError, NoSuchVersion):
+                tx.abort()
+                # An expire that ran meanwhile took the version the change read: read a newer one.
+                if attempt + 1 == EXPIRED_READ_ATTEMPTS or not self._expired(tx.pending_commit.read_version):
+                    raise
+                continue
+            except BaseException:
+                tx.abort()
+                raise
+            return tx.commit()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _expired(self, version: int) -> bool:
         try:
-            change(tx)
-        except BaseException:
-            tx.abort()
-            raise
-        return tx.commit()
+            self.resolve_version(version)
+        except NoSuchVersion:
+            return True
+        return False
 
     # -- staged (distributed) commits: one message type, one commit and one abort ------------------
 

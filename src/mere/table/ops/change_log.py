@@ -795,6 +795,13 @@ class Consumer:
         )
 
 
+def check_feed_arguments(table: TableHandle, columns: Sequence[str] | None, filter: Any) -> None:
+    """Refuse a feed's bad ``columns`` or ``filter`` now, as :func:`change_feed` would."""
+    if columns is not None:
+        table.scan(columns=columns).output_columns  # noqa: B018 - checks the names
+    split_filter(table.spec, filter)
+
+
 def consumer_feed(
     table: TableHandle,
     name: str,
@@ -806,6 +813,7 @@ def consumer_feed(
 
     It starts after the consumer's position (marked seen); ``end_version`` None is the newest now, or a
     pending range's end if it has one (see :meth:`Consumer.changes`)."""
+    check_feed_arguments(table, columns, filter)  # a refused read claims no range
     start, end = consumers.claim(table.context, name, end_version)
     return end, change_feed(table, start, end, columns, filter)
 
@@ -863,6 +871,11 @@ def follow(
                 f"{table.name}: give from_version or consumer, not both (a consumer starts after its position)"
             )
         handle = consumer if isinstance(consumer, Consumer) else Consumer(table, consumer)
+        if handle.table.context.uuid != table.context.uuid:
+            raise InvalidInput(
+                f"{table.name}: consumer {handle.name!r} is a consumer of {handle.table.name}, not of this "
+                "table (give its name, or follow its own table)"
+            )
         if not isinstance(auto_commit, bool):
             raise InvalidInput(f"{table.name}: auto_commit must be True or False, got {auto_commit!r}")
     elif not isinstance(from_version, int) or isinstance(from_version, bool) or from_version < 0:
@@ -879,6 +892,7 @@ def follow(
         assert from_version is not None
         seen = from_version
     table.resolve_version(seen)  # an unknown or expired version fails now, not at the first commit
+    check_feed_arguments(table, columns, filter)
     delay = float(poll_seconds)
     beat = time.monotonic()
     claim = handle is not None  # the first read of a consumer takes a pending range up again
