@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from mere.spec import TableSpec
 from mere.table.context import TableContext, TableHandle
-from mere.table.scan import Scan, normalise_columns
+from mere.table.scan import Scan
 
 __all__ = ["WithPendingColumns"]
 
@@ -57,7 +57,4 @@ class WithPendingColumns:
     ) -> Scan:
         """A read in the pending columns (see :meth:`mere.Table.scan`)."""
         v = self._handle.resolve_version(version, as_of, tag)
-        scan = Scan(self._handle, v, normalise_columns(columns), filter, **options, spec=self._spec)
-        scan.output_columns  # noqa: B018 - validate column names now, not at first read
-        scan.filter_parts()
-        return scan
+        return Scan.checked(self._handle, v, columns, filter, self._spec, **options)

@@ -276,6 +276,24 @@ class Scan:
         if self.spec is None:  # the layout at planning time: a later refresh() of the table does not move it
             object.__setattr__(self, "spec", self.table.spec)
 
+    @classmethod
+    def checked(
+        cls,
+        table: ScannedTable,
+        version: int,
+        columns: Sequence[str] | str | None,
+        filter: Any,
+        spec: TableSpec,
+        **options: Any,
+    ) -> Scan:
+        """A scan of ``version`` read with ``spec``'s columns, its column names and filter checked now.
+
+        Not at the first read; the scan keeps the filter it parsed."""
+        scan = cls(table, version, normalise_columns(columns), filter, **options, spec=spec)
+        scan.output_columns  # noqa: B018
+        scan.filter_parts()
+        return scan
+
     def snapshot(self) -> Snapshot:
         """The snapshot (version) this scan reads."""
         return self.table.snapshot(version=self.version)

@@ -42,7 +42,7 @@ from mere.table.ops import write as write_ops
 from mere.table.ops.change_log import Consumer, change_feed, consumer_feed, follow
 from mere.table.ops.evolve import SchemaUpdate
 from mere.table.ops.merge_into import Merge, MergeMetrics
-from mere.table.scan import Scan, normalise_columns
+from mere.table.scan import Scan
 from mere.table.transaction import Transaction
 from mere.write.writer import converted_input
 
@@ -266,10 +266,7 @@ class Table:
         if "parallel" in options:  # the option's earlier name
             options.setdefault("threads", options.pop("parallel"))
         v = self.resolve_version(version, as_of, tag)
-        scan = Scan(self, v, normalise_columns(columns), filter, **options, spec=self._read_spec(v))
-        scan.output_columns  # noqa: B018 - validate column names now, not at first read
-        scan.filter_parts()  # validate the filter now (the scan keeps what it parsed)
-        return scan
+        return Scan.checked(self, v, columns, filter, self._read_spec(v), **options)
 
     def _read_spec(self, version: int) -> TableSpec:
         """The columns ``version`` is read with: its own, also where this handle loaded others.
