@@ -31,6 +31,7 @@ from mere.errors import (
     MereError,
     NoSuchVersion,
     SchemaChanged,
+    StorageError,
 )
 from mere.metadata import (
     BLIND_DELETE_MARKERS,
@@ -62,6 +63,7 @@ from mere.table.pending_columns import WithPendingColumns
 from mere.table.revalidate import ReadRows, still_holds
 from mere.table.stored_keys import resolve
 from mere.table.versions import current
+from mere.table.versions import resolve as resolve_version
 from mere.table.write_checks import WriteChecks
 from mere.write.writer import conform, marker_spec, prepare
 
@@ -603,7 +605,20 @@ class Commit:
         return next((c.restores for c in self.changes if c.restores is not None), None)
 
     def _attempt(self) -> CommitResult:
-        prepared = self.prepare()
+        base = self.read_version
+        try:
+            prepared = self.prepare()
+        except StorageError as e:
+            # Its checks and lookups read the table at ``base``: an expire that ran meanwhile deleted files
+            # of that version. As a lost race: try again on a newer one.
+            try:
+                resolve_version(self.ctx, base)
+            except NoSuchVersion:
+                self.rebase()
+                raise CommitConflict(
+                    f"{self.ctx.name}: version {base} expired while this write read it"
+                ) from e
+            raise
         if isinstance(prepared, CommitResult):
             return prepared
         try:

@@ -184,7 +184,7 @@ def test_bad_clauses_fail_on_the_driver_before_any_spark_job(spark: SparkSession
     with pytest.raises(FilterError, match="unknown source column 'nope'"):
         merge(spark, df, "sales.orders", warehouse=wh).when_matched_update(set={"qty": "s.nope"}).execute()
     with pytest.raises(InvalidInput, match=r"by name.*\['op'\]"):
-        merge(spark, df, "sales.orders", warehouse=wh).when_not_matched_insert_all()
+        merge(spark, df, "sales.orders", warehouse=wh).when_not_matched_insert_all().execute()
     with pytest.raises(InvalidInput, match="at least one WHEN clause"):
         merge(spark, df, "sales.orders", warehouse=wh).execute()
     with pytest.raises(InvalidInput, match="must equate every key column"):

@@ -173,7 +173,7 @@ class SparkMerge(MergeBuilder):
             raise InvalidInput(f"{self.ref.name}: {_BY_SOURCE_REFUSED}")
         if self._state != "open":
             raise InvalidInput(f"{self.ref.name}: this MERGE was executed; build a new one")
-        self._check.add_clause(clause)  # parses the SQL text (and checks *_all's columns) now
+        self._check.add_clause(clause)  # parses the SQL text now (*_all's columns: when it is planned)
         self._job = replace(self._job, spec=self._job.spec.adding(clause))
         return self
 

@@ -764,8 +764,6 @@ class Merge(MergeBuilder):
                 self._state = "executed"
                 return metrics
         self._state = "executed"
-        if self._by_name_refusal is not None:
-            raise self._by_name_refusal
         plan = MergePlan(self)  # checks every expression before anything is read
         commit = Commit(ctx, idempotency_key=idempotency_key)
         try:
@@ -801,8 +799,6 @@ class Merge(MergeBuilder):
         self._state = "executed"
         if isinstance(into, CommitResult):  # the transaction replays a commit: nothing is read
             return MergeMetrics.of_commit(self.table.name, into, time.perf_counter() - started)
-        if self._by_name_refusal is not None:
-            raise self._by_name_refusal
         plan = MergePlan(self)
         into.add_read(plan, "a MERGE")
         m = plan.metrics
@@ -926,6 +922,8 @@ class MergePlan:
     """A checked MERGE: the key pairing, the lowered clauses, and the evaluation at a table version."""
 
     def __init__(self, merge: Merge) -> None:
+        if merge._by_name_refusal is not None:  # (checked here, after a replay of a key has returned)
+            raise merge._by_name_refusal
         self.merge = merge
         t = merge.table
         self.spec = t.spec
