@@ -1292,11 +1292,11 @@ class Table:
 
         Such files are left by failed or killed writes; on object stores the multipart uploads such writes
         left pending are aborted too. Files (and uploads) whose names are not the names mere gives its data
-        files (``part-``, ``del-`` or ``log-``, a write id or none, 32 hex digits, ``.parquet``) are never touched. By
-        default nothing is deleted: the call returns the files that would go (the CLI's ``mere cleanup``
-        without ``--apply`` does the same; pending multipart uploads are then neither listed nor aborted).
-        Only files and uploads older than ``older_than`` go, so writes still in flight keep theirs; no file
-        any version (expired ones included) references is ever touched.
+        files (``part-``, ``del-`` or ``log-``, a write id or none, 32 hex digits, ``.parquet``) are never
+        touched. By default nothing is deleted: the call returns the files that would go (the CLI's ``mere
+        cleanup`` without ``--apply`` does the same; pending multipart uploads are then neither listed nor
+        aborted). Only files and uploads older than ``older_than`` go, so writes still in flight keep theirs;
+        no file any version (expired ones included) references is ever touched.
 
         So it does not repair a damaged or missing data file (reads that need one raise
         :class:`~mere.errors.StorageError` naming it and the table). Recover by putting the same bytes back at
