@@ -21,6 +21,7 @@ import itertools
 import time
 from collections import defaultdict
 from collections.abc import Collection, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,7 @@ from mere.table.images import (
     written_rows,
 )
 from mere.table.ops import consumers
+from mere.table.pending_columns import WithPendingColumns
 from mere.table.scan import Scan
 from mere.table.versions import within as version_within
 
@@ -130,7 +132,12 @@ def change_feed(
     )
     if start == end:
         return pa.RecordBatchReader.from_batches(schema, iter(()))
-    _refuse_sequence_changes(table, start, end)
+    then = _order_of_range(table, start, end)
+    if then is not None:
+        # The range was written in an order set_sequence_by changed since: it merges in that order.
+        spec = replace(spec, sequence_by=then.sequence_by, sequence_groups=then.sequence_groups)
+        handle, ordered = table, spec
+        table = WithPendingColumns(handle, ordered, lambda: replace(handle.context, spec=ordered))
     history = {s.version: s for s in found.commits}
     gone = [v for v, snap in history.items() if snap.expired]
     if gone:  # e.g. a tagged start_version: readable itself, but the commits after it were expired
@@ -576,22 +583,32 @@ def _specs_in_force(table: TableHandle, start: int, end: int) -> list[tuple[int,
     return specs
 
 
-def _refuse_sequence_changes(table: TableHandle, start: int, end: int) -> None:
-    """Refuse a feed across a change of ``sequence_by``.
+def _order_of_range(table: TableHandle, start: int, end: int) -> TableSpec | None:
+    """The layout whose ``sequence_by`` the versions ``start`` to ``end`` were written in (None: the current).
 
-    The feed merges both ends under the current ``sequence_by``: refused when a version from ``start`` on
-    was written under another (each version reads in its own order with ``scan(version=...)``)."""
+    A range across a change of order is refused: the feed merges both ends in one order (each version reads
+    in its own with ``scan(version=...)``)."""
     store, table_id, now = table.context.store, table.context.table_id, table.spec.sequence_by
     at_start = store.spec_at(table_id, start)
     found = [] if at_start is None else [(start, at_start)]
+    orders: dict[tuple[str, ...], tuple[int, TableSpec]] = {}
     for version, text in [*found, *store.specs_after(table_id, start)]:
-        then = TableSpec.from_json(text, table.name).sequence_by
-        if then != now:
-            raise InvalidInput(
-                f"{table.name}: the change feed from {start} to {end} reads both versions in the current "
-                f"sequence order ({list(now)}), but version {version} ordered by {list(then)}: read each "
-                "version with scan(version=...) instead"
-            )
+        if version > end and at_start is not None:  # (without the spec at start, the current order must do)
+            break
+        then = TableSpec.from_json(text, table.name)
+        orders.setdefault(then.sequence_by, (version, then))
+    if at_start is None:
+        orders.setdefault(now, (end, table.spec))
+    if len(orders) > 1:
+        (v1, s1), (v2, s2) = list(orders.values())[:2]
+        raise InvalidInput(
+            f"{table.name}: the change feed from {start} to {end} reads both versions in one sequence order, "
+            f"but version {v1} ordered by {list(s1.sequence_by)} and version {v2} by {list(s2.sequence_by)}: "
+            "read each version with scan(version=...) instead"
+        )
+    if not orders or next(iter(orders)) == now:
+        return None
+    return next(iter(orders.values()))[1]
 
 
 def _refuse_narrowed_columns(
