@@ -297,17 +297,13 @@ def committed_with(ctx: TableContext, key: str) -> CommitResult | None:
     return None if prior is None else CommitResult.of(prior, already_committed=True)
 
 
-def discard_replayed(ctx: TableContext, files: Iterable[FileEntry], prior: CommitResult) -> None:
-    """Delete the files of a write that turned out to replay ``prior``, the commit its idempotency key
-    names, but those a version references: staged files committed again (a driver retrying the commit of
-    the same messages after an unknown outcome, a commit whose connection died as it landed) are the
-    table's, and must stay (see :func:`discard_unreferenced`)."""
-    discard_unreferenced(ctx, files)
-
-
 def discard_unreferenced(ctx: TableContext, files: Iterable[FileEntry]) -> None:
     """Delete those of ``files`` no version of the table references (any version, expired or restored by a
-    rollback). When the catalog cannot tell, none goes: ``cleanup`` takes them once no version does."""
+    rollback). When the catalog cannot tell, none goes: ``cleanup`` takes them once no version does.
+
+    Every path that gives up a write's files after a replay or an error uses it: the same staged files may
+    be in a commit that landed (a driver retrying the commit of the same messages after an unknown outcome,
+    a commit whose connection died as it landed)."""
     files = list(files)
     if not files:
         return
@@ -508,12 +504,10 @@ class Commit:
 
     def replayed(self, prior: CommitResult) -> CommitResult:
         """End the commit as a replay of ``prior``, the commit its idempotency key names: the files its
-        changes wrote are deleted (but any that ``prior`` lists: see :func:`discard_replayed`) and
+        changes wrote are deleted (but any a version references: see :func:`discard_unreferenced`) and
         ``prior`` is returned."""
-        discard_replayed(
-            self.ctx,
-            [*(f for c in self.changes if c.restores is None for f in c.files), *self.resolved],
-            prior,
+        discard_unreferenced(
+            self.ctx, [*(f for c in self.changes if c.restores is None for f in c.files), *self.resolved]
         )
         self.state = "committed"
         return prior

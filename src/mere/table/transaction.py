@@ -15,7 +15,7 @@ from typing import Any
 from mere.errors import InvalidInput, names_its_table
 from mere.metadata import CommitResult
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.table.commit import Change, Commit, StagedChange, committed_with, discard_replayed, renumber
+from mere.table.commit import Change, Commit, StagedChange, committed_with, discard_unreferenced, renumber
 from mere.table.context import TableHandle
 from mere.table.ops import update as update_op
 from mere.table.ops import write
@@ -317,9 +317,7 @@ class Transaction:
             write.check_dynamic(self.table.name, dynamic)
             commit = self._open()
             if commit is None:  # a replay: the first commit's files stay, the others go
-                prior = self.already_committed()
-                assert prior is not None
-                discard_replayed(self.table.context, entries, prior)
+                discard_unreferenced(self.table.context, entries)
                 return self
             op = write.staged_operation(commit.ctx, staged, operation, partition, dynamic)
             write.add_staged(commit, staged, op, partition, dynamic, entries)

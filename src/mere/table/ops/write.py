@@ -38,7 +38,6 @@ from mere.table.commit import (
     StagedChange,
     committed_with,
     deletion_summary,
-    discard_replayed,
     discard_unreferenced,
     renumber,
 )
@@ -411,7 +410,7 @@ def commit_staged(
         if idempotency_key is not None:
             prior = committed_with(ctx, idempotency_key)
             if prior is not None:  # the files of a retried commit of these same messages stay
-                discard_replayed(ctx, entries, prior)
+                discard_unreferenced(ctx, entries)
                 return prior
         add_staged(commit, staged, operation, partition, dynamic, entries)
     except BaseException:
