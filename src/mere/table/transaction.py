@@ -323,9 +323,9 @@ class Transaction:
             write.add_staged(commit, staged, op, partition, dynamic, entries)
         except BaseException:
             items = [staged] if isinstance(staged, StagedChange) else staged
-            if isinstance(items, Sequence):
-                self.table.context.files.discard(
-                    f for s in items if isinstance(s, StagedChange) for f in s.files
+            if isinstance(items, Sequence):  # (a commit of these same files may have landed: a retry)
+                discard_unreferenced(
+                    self.table.context, [f for s in items if isinstance(s, StagedChange) for f in s.files]
                 )
             raise
         return self
