@@ -630,11 +630,13 @@ class Storage:
     @staticmethod
     def named_for(write_id: str) -> re.Pattern[str]:
         """What the names :meth:`unique_name` gives for ``write_id`` match (the base name, whole)."""
-        return re.compile(rf"[a-z]+-{re.escape(write_id)}-[0-9a-f]{{32}}\.parquet")
+        return re.compile(rf"{_PREFIXES}-{re.escape(write_id)}-[0-9a-f]{{32}}\.parquet")
 
 
-# The base names :meth:`Storage.unique_name` gives (with or without a write id; every mere so far).
-_MERE_FILE = re.compile(r"(?:part|del|log)-(?:[A-Za-z0-9_]{1,64}-)?[0-9a-f]{32}\.parquet")
+# The base names :meth:`Storage.unique_name` gives (with or without a write id; every mere so far): data,
+# delete-marker and change-log files.
+_PREFIXES = "(?:part|del|log)"
+_MERE_FILE = re.compile(rf"{_PREFIXES}-(?:[A-Za-z0-9_]{{1,64}}-)?[0-9a-f]{{32}}\.parquet")
 
 
 def _remove_empty_folders(top: str) -> None:

@@ -59,7 +59,7 @@ from mere.table.conflicts import (
 )
 from mere.table.context import SchemaChange, TableContext, file_splits, split_label
 from mere.table.images import LOG_SUMMARY_KEY, logs_changes, write_change_log
-from mere.table.pending_columns import WithPendingColumns
+from mere.table.layout_view import WithLayout
 from mere.table.revalidate import ReadRows, still_holds
 from mere.table.stored_keys import resolve
 from mere.table.versions import current
@@ -427,7 +427,7 @@ class Commit:
                 f"{self.ctx.name}: a column change must come first in a transaction, and only once"
             )
         # The changes after it read and write the new columns (through a handle that reads in them).
-        view = WithPendingColumns(self.ctx.handle, change.spec, lambda: self.ctx)
+        view = WithLayout(self.ctx.handle, change.spec, lambda: self.ctx)
         self.ctx = replace(self.ctx, spec=change.spec, schema_change=change, handle=view)
         self.schema = change
         self.checks = WriteChecks(change.spec, self.ctx.name)

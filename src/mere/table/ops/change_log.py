@@ -55,8 +55,8 @@ from mere.table.images import (
     rows_equal,
     written_rows,
 )
+from mere.table.layout_view import WithLayout
 from mere.table.ops import consumers
-from mere.table.pending_columns import WithPendingColumns
 from mere.table.scan import Scan
 from mere.table.versions import within as version_within
 
@@ -137,7 +137,7 @@ def change_feed(
         # The range was written in an order set_sequence_by changed since: it merges in that order.
         spec = replace(spec, sequence_by=then.sequence_by, sequence_groups=then.sequence_groups)
         handle, ordered = table, spec
-        table = WithPendingColumns(handle, ordered, lambda: replace(handle.context, spec=ordered))
+        table = WithLayout(handle, ordered, lambda: replace(handle.context, spec=ordered))
     history = {s.version: s for s in found.commits}
     gone = [v for v, snap in history.items() if snap.expired]
     if gone:  # e.g. a tagged start_version: readable itself, but the commits after it were expired

@@ -1,4 +1,4 @@
-"""A table as a transaction's changes see it after the transaction's own column change."""
+"""A table handle read with another layout than the one it loaded."""
 
 from __future__ import annotations
 
@@ -11,16 +11,20 @@ from mere.spec import TableSpec
 from mere.table.context import TableContext, TableHandle
 from mere.table.scan import Scan
 
-__all__ = ["WithPendingColumns"]
+__all__ = ["WithLayout"]
 
 
-class WithPendingColumns:
-    """A table handle whose columns are a transaction's pending column change.
+class WithLayout:
+    """A table handle whose layout (``spec``) is another than the one it loaded.
 
-    Changes added after ``evolve()`` in a transaction read and write through it: a read of any version comes
-    in the new columns (field ids map renamed, widened and dropped columns; an added column reads its
-    default, as rows written before it will once the transaction lands), and conditions name the new
-    columns. Everything else is the handle's.
+    - A transaction's changes after its own ``evolve()`` read and write through one holding the pending
+      columns: a read of any version comes in the new columns (field ids map renamed, widened and dropped
+      columns; an added column reads its default, as rows written before it will once the transaction
+      lands), and conditions name the new columns.
+    - A change feed over versions written before a ``set_sequence_by`` merges through one holding the order
+      they were written in.
+
+    Everything else is the handle's.
     """
 
     def __init__(self, handle: TableHandle, spec: TableSpec, context: Callable[[], TableContext]) -> None:
@@ -33,17 +37,17 @@ class WithPendingColumns:
 
     @property
     def spec(self) -> TableSpec:
-        """The layout with the pending column change."""
+        """The layout it reads with."""
         return self._spec
 
     @property
     def schema(self) -> pa.Schema:
-        """The pending columns as an Arrow schema."""
+        """The layout's columns as an Arrow schema."""
         return self._spec.schema
 
     @property
     def context(self) -> TableContext:
-        """The transaction's context (its layout is the pending one)."""
+        """The context of the operation using it (with this layout)."""
         return self._context()
 
     def scan(
@@ -55,6 +59,6 @@ class WithPendingColumns:
         tag: str | None = None,
         **options: Any,
     ) -> Scan:
-        """A read in the pending columns (see :meth:`mere.Table.scan`)."""
+        """A read with this layout (see :meth:`mere.Table.scan`)."""
         v = self._handle.resolve_version(version, as_of, tag)
         return Scan.checked(self._handle, v, columns, filter, self._spec, **options)
