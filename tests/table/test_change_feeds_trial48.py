@@ -712,16 +712,6 @@ def test_a_copy_keyed_by_the_key_alone_applying_deletes_first_is_exact(tmp_path:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "README 'Streaming reads': the mere -> Spark -> mere copy (readChangeFeed, target with the source's "
-        "key and partition columns and cdc_column _change) is said to equal its source after every "
-        "micro-batch, but with table-wide keys (the default) a key moving from partition 'b' to 'a' comes "
-        "out of the feed as insert (a, k) before delete (b, k) (split by split), and the target's CDC "
-        "delete deletes the key wherever it lives, last row winning: keys 2 and 4 vanish from the copy"
-    ),
-)
 def test_the_documented_spark_copy_keeps_keys_that_moved_partition(tmp_path: Any) -> None:
     import os
     import sys

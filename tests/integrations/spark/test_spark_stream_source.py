@@ -128,6 +128,61 @@ def test_offsets_snapshot_and_change_batches_match_the_change_feed(wh: str) -> N
     assert _read(reader, first, everything) == _feed(t, 1, 6)
 
 
+def _moving(wh: str, name: str = "src.moving") -> mere.Table:
+    """A table with table-wide keys (the default where the partition column is outside the key)."""
+    t = mere.connect(wh).create_table(
+        name, SCHEMA, primary_key="id", partition_by="day", buckets=3, properties={"compaction.auto": "off"}
+    )
+    assert t.key_scope == "table"
+    return t
+
+
+def _moves(t: mere.Table, seed: int, steps: int) -> None:
+    """Upserts that move keys between four partitions (both ways), deletes and re-inserts."""
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(steps):
+        ids = rng.sample(range(60), 25)
+        if rng.random() < 0.2:
+            t.delete(pa.table({"id": ids[:5]}))
+            continue
+        t.upsert(
+            pa.table(
+                {
+                    "id": ids,
+                    "day": [rng.choice("abcd") for _ in ids],
+                    "qty": [rng.randrange(100) for _ in ids],
+                    "note": [f"n{rng.randrange(9)}" for _ in ids],
+                }
+            )
+        )
+
+
+def test_a_moving_key_is_deleted_before_it_is_inserted_in_every_task(wh: str) -> None:
+    t = _moving(wh)
+    _moves(t, seed=1, steps=8)
+    reader = _reader(wh, "src.moving", min_partitions="4")
+    start = {"version": 1, "table": t.record.uuid}  # keys that exist at the start can move
+    end = {"version": t.version, "table": t.record.uuid}
+    parts = pickle.loads(pickle.dumps(reader.partitions(start, end)))
+    assert len(parts) > 1
+    # A key keeps its bucket when it moves: every split of a bucket is in one task.
+    buckets = [{b for _, b in p.splits} for p in parts]
+    assert all(not (x & y) for i, x in enumerate(buckets) for y in buckets[i + 1 :])
+    moved = 0
+    for p in parts:
+        rows = [r for b in reader.read(p) for r in b.to_pylist()]
+        last: dict[int, tuple[str, str]] = {}
+        for r in rows:  # in each task, a key's delete comes before its row in another partition
+            if r["id"] in last and last[r["id"]][1] != "delete" and r["_change"] == "delete":
+                pytest.fail(f"delete of {r['id']} in {r['day']} after its row in {last[r['id']][0]}")
+            moved += r["id"] in last and last[r["id"]][0] != r["day"]
+            last[r["id"]] = (r["day"], r["_change"])
+    assert moved > 0  # the range moved keys
+    assert _read(reader, start, end) == _feed(t, 1, t.version)
+
+
 def test_starting_version_is_inclusive_and_latest_starts_after_the_newest(wh: str) -> None:
     t = _table(wh)
     t.upsert(_rows(10))  # v1
@@ -307,6 +362,36 @@ def test_copy_equals_the_source_after_every_micro_batch(spark: SparkSession, wh:
             step()
             query.processAllAvailable()
             assert _state(target) == _state(t)
+        assert query.exception() is None
+    finally:
+        query.stop()
+
+
+def test_a_copy_keeps_keys_that_move_partition_across_tasks(
+    spark: SparkSession, wh: str, tmp_path: Path
+) -> None:
+    t = _moving(wh)
+    _moves(t, seed=2, steps=2)
+    query = (
+        _stream(spark, wh, "src.moving", min_partitions="4", maxVersionsPerTrigger="2")
+        .drop("_version", "_commit_time")
+        .writeStream.format("mere")
+        .option("warehouse", wh)
+        .option("primary_key", "id")
+        .option("partition_by", "day")
+        .option("cdc_column", "_change")
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(processingTime="100 milliseconds")
+        .start("dst.moving")
+    )
+    try:
+        query.processAllAvailable()
+        target = mere.connect(wh).table("dst.moving")
+        assert _state(target) == _state(t)
+        for seed in range(3, 6):
+            _moves(t, seed=seed, steps=3)  # micro-batches of one and two versions
+            query.processAllAvailable()
+            assert _state(target.refresh()) == _state(t)
         assert query.exception() is None
     finally:
         query.stop()

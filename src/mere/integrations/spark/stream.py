@@ -62,7 +62,9 @@ Planning: the snapshot batch is cut into Spark tasks like a batch read (storage-
 batch gives each task a group of the splits (range partition x bucket) that the range's commits wrote, and
 each task computes those splits' change feed with mere's own :func:`~mere.table.changes.change_feed`,
 opening the catalog itself (as the sink's tasks do). Each key lives in one split, so its rows stay in one
-task, in order.
+task, in order. Where keys can move between partitions (table-wide keys), a task gets every changed split
+of its buckets (a key keeps its bucket when it moves) and emits its deletes first: a moved key's delete in
+its old partition then comes before its row in the new one, which a sink applying rows in order keeps.
 """
 
 from __future__ import annotations
@@ -73,7 +75,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -97,6 +101,7 @@ from mere.integrations.spark.types import arrow_target, conform_batch, spark_sch
 from mere.table.changes import (
     CHANGE_COLUMN,
     COMMIT_TIME_COLUMN,
+    DELETE,
     INSERT,
     VERSION_COLUMN,
     change_feed,
@@ -226,12 +231,23 @@ class ChangeRange:
 
 
 class ChangePartition(InputPartition):
-    """A share of a change batch: the change feed of some splits (partition JSON, bucket)."""
+    """A share of a change batch: the change feed of some splits (partition JSON, bucket).
 
-    def __init__(self, index: int, batch: ChangeRange, splits: Sequence[tuple[str, int]]) -> None:
+    ``moves``: keys can move between the partitions of one bucket (table-wide keys), and every split of a
+    bucket the batch changed is in this share: the share emits its deletes first (see
+    :meth:`MereStreamReader.read`).
+    """
+
+    def __init__(
+        self, index: int, batch: ChangeRange, splits: Sequence[tuple[str, int]], moves: bool = False
+    ) -> None:
         super().__init__(index)
         self.batch = batch
         self.splits = tuple(splits)
+        self.moves = moves
+
+
+FEED_BATCH_ROWS = 65_536
 
 
 def _open(ref: TableRef, uuid: str) -> Table:
@@ -260,20 +276,25 @@ def _snapshot_batch(batch: pa.RecordBatch, version: int, committed_at: dt.dateti
 
 
 def _group_splits(
-    sizes: Mapping[tuple[str, int], int], sizing: PartitionSizing
+    sizes: Mapping[tuple[str, int], int], sizing: PartitionSizing, by_bucket: bool = False
 ) -> list[list[tuple[str, int]]]:
     """Splits packed into balanced groups by the bytes of their changed files, as many groups as a batch
-    read would make of those bytes (at least ``min_partitions``, at most one per split)."""
+    read would make of those bytes (at least ``min_partitions``, at most one per split). ``by_bucket``:
+    the splits of one bucket stay in one group (a key that moves partition stays in its bucket)."""
     if not sizes:
         return []
-    total = sum(s + sizing.open_cost for s in sizes.values())
-    count = min(len(sizes), max(sizing.min_partitions, -(-total // sizing.max_bytes)))
+    units: dict[Any, list[tuple[str, int]]] = {}
+    for split in sizes:
+        units.setdefault(split[1] if by_bucket else split, []).append(split)
+    weight = {u: sum(sizes[s] + sizing.open_cost for s in splits) for u, splits in units.items()}
+    total = sum(weight.values())
+    count = min(len(units), max(sizing.min_partitions, -(-total // sizing.max_bytes)))
     groups: list[list[tuple[str, int]]] = [[] for _ in range(count)]
     loads = [0] * count
-    for split in sorted(sizes, key=lambda s: (-sizes[s], s)):
+    for unit in sorted(units, key=lambda u: (-weight[u], u)):
         lightest = loads.index(min(loads))
-        groups[lightest].append(split)
-        loads[lightest] += sizes[split] + sizing.open_cost
+        groups[lightest].extend(units[unit])
+        loads[lightest] += weight[unit]
     return [sorted(g) for g in groups]
 
 
@@ -438,7 +459,11 @@ class MereStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         batch = ChangeRange(
             self.ref, table.record.uuid, begin, finish, tuple(self.columns), self.options.filter
         )
-        return [ChangePartition(i, batch, g) for i, g in enumerate(_group_splits(sizes, self.sizing))]
+        moves = table.spec.cross_partition
+        return [
+            ChangePartition(i, batch, g, moves=moves and len({p for p, _ in g}) > 1)
+            for i, g in enumerate(_group_splits(sizes, self.sizing, by_bucket=moves))
+        ]
 
     # -- reading (in Spark's tasks) -------------------------------------------------------------------
 
@@ -457,6 +482,16 @@ class MereStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         table = _open(r.ref, r.table_uuid)
         columns = None if r.columns is None else list(r.columns)
         feed = change_feed(table, r.start, r.end, columns, r.filter, splits=partition.splits)
+        if partition.moves:
+            # The feed comes split by split, and a key that moved partition has its delete in one split
+            # and its new row in another: deletes first, so that a sink applying the rows in order (the
+            # mere sink's CDC apply, where the last row of a key wins) keeps the moved key. A feed holds
+            # one change of a key per split, so no other order between a key's rows matters. This share
+            # of the micro-batch is held in memory for it (maxVersionsPerTrigger bounds a batch).
+            rows = feed.read_all()
+            live = pc.not_equal(rows.column(CHANGE_COLUMN), pa.scalar(DELETE)).to_numpy(zero_copy_only=False)
+            order = np.argsort(live, kind="stable")
+            feed = rows.take(pa.array(order)).to_reader(max_chunksize=FEED_BATCH_ROWS)
         for batch in feed:
             if batch.num_rows:
                 yield conform_batch(batch, self.target)
