@@ -295,17 +295,33 @@ class FeedMachine(RuleBasedStateMachine):
         for r in feed.to_pylist():
             assert history[r["_version"]].operation != "compact", (self.config, a, b, r)
             assert r["_commit_time"] == history[r["_version"]].committed_at, (self.config, r)
-        # Split by split (partition, bucket), each ordered by _version then key.
-        if feed.num_rows:
-            buckets = mere.bucket_ids(feed.select(["k"]), self.config[3]).tolist()
-            splits = [(r["p"], bkt) for r, bkt in zip(feed.to_pylist(), buckets)]
+        # Split by split (partition, bucket), each ordered by _version then key; with table-wide keys the
+        # deletes of a group of whole buckets come before its other rows, each part split by split.
+        rows = feed.to_pylist()
+        parts = [rows]
+        if self.config[0] == "table":
+            parts = [
+                [r for r in rows if r["_change"] == "delete"],
+                [r for r in rows if r["_change"] != "delete"],
+            ]
+            live_at: dict[int, int] = {}
+            for i, r in enumerate(rows):
+                if r["_change"] != "delete":
+                    live_at.setdefault(r["k"], i)
+                else:
+                    assert i < live_at.get(r["k"], len(rows)), (self.config, a, b, "delete after", r)
+        for part in parts:
+            if not part:
+                continue
+            buckets = mere.bucket_ids(pa.Table.from_pylist(part).select(["k"]), self.config[3]).tolist()
+            splits = [(r["p"], bkt) for r, bkt in zip(part, buckets)]
             seen: list[Any] = []
             for split in splits:
                 if not seen or seen[-1] != split:
                     assert split not in seen, (self.config, a, b, "split comes back", splits)
                     seen.append(split)
             for split in seen:
-                order = [(r["_version"], r["k"]) for r, sp in zip(feed.to_pylist(), splits) if sp == split]
+                order = [(r["_version"], r["k"]) for r, sp in zip(part, splits) if sp == split]
                 assert order == sorted(order), (self.config, a, b, split, order)
         # A projection and a filter keep the same rows' values.
         part = self.t.changes(a, b, columns=["v"], filter="v >= 2").read_all()

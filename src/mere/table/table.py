@@ -338,6 +338,9 @@ class Table:
         The feed holds the rows of the commits after ``start_version`` up to ``end_version``, with ``_change`` (``insert``,
         ``update_before``, ``update_after``, ``delete``), ``_version`` and ``_commit_time`` columns, streamed
         split by split. Applied to the snapshot at ``start_version`` it gives the one at ``end_version``.
+        With table-wide keys (a key moves between partitions) the splits of a bucket come together, deletes
+        first: a moved key's delete in its old partition comes before its row in the new one, so rows
+        applied in order (e.g. upserted as a CDC batch into a copy keyed by the key) keep it.
         ``filter`` keeps the feed rows it holds for (on before and after images alike). Keyed tables only;
         a version before the retained history raises :class:`~mere.errors.NoSuchVersion`. Versions are numbers
         here; for a point in time, :meth:`resolve_version` ``(as_of=...)`` gives one (a time without a zone

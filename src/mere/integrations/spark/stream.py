@@ -63,8 +63,9 @@ batch gives each task a group of the splits (range partition x bucket) that the 
 each task computes those splits' change feed with mere's own :func:`~mere.table.changes.change_feed`,
 opening the catalog itself (as the sink's tasks do). Each key lives in one split, so its rows stay in one
 task, in order. Where keys can move between partitions (table-wide keys), a task gets every changed split
-of its buckets (a key keeps its bucket when it moves) and emits its deletes first: a moved key's delete in
-its old partition then comes before its row in the new one, which a sink applying rows in order keeps.
+of its buckets (a key keeps its bucket when it moves), whose feed gives a moved key's delete in its old
+partition before its row in the new one (see :meth:`mere.Table.changes`), which a sink applying rows in
+order keeps.
 """
 
 from __future__ import annotations
@@ -75,9 +76,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -101,7 +100,6 @@ from mere.integrations.spark.types import arrow_target, conform_batch, spark_sch
 from mere.table.changes import (
     CHANGE_COLUMN,
     COMMIT_TIME_COLUMN,
-    DELETE,
     INSERT,
     VERSION_COLUMN,
     change_feed,
@@ -231,23 +229,12 @@ class ChangeRange:
 
 
 class ChangePartition(InputPartition):
-    """A share of a change batch: the change feed of some splits (partition JSON, bucket).
+    """A share of a change batch: the change feed of some splits (partition JSON, bucket)."""
 
-    ``moves``: keys can move between the partitions of one bucket (table-wide keys), and every split of a
-    bucket the batch changed is in this share: the share emits its deletes first (see
-    :meth:`MereStreamReader.read`).
-    """
-
-    def __init__(
-        self, index: int, batch: ChangeRange, splits: Sequence[tuple[str, int]], moves: bool = False
-    ) -> None:
+    def __init__(self, index: int, batch: ChangeRange, splits: Sequence[tuple[str, int]]) -> None:
         super().__init__(index)
         self.batch = batch
         self.splits = tuple(splits)
-        self.moves = moves
-
-
-FEED_BATCH_ROWS = 65_536
 
 
 def _open(ref: TableRef, uuid: str) -> Table:
@@ -459,11 +446,8 @@ class MereStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         batch = ChangeRange(
             self.ref, table.record.uuid, begin, finish, tuple(self.columns), self.options.filter
         )
-        moves = table.spec.cross_partition
-        return [
-            ChangePartition(i, batch, g, moves=moves and len({p for p, _ in g}) > 1)
-            for i, g in enumerate(_group_splits(sizes, self.sizing, by_bucket=moves))
-        ]
+        shares = _group_splits(sizes, self.sizing, by_bucket=table.spec.cross_partition)
+        return [ChangePartition(i, batch, g) for i, g in enumerate(shares)]
 
     # -- reading (in Spark's tasks) -------------------------------------------------------------------
 
@@ -482,16 +466,6 @@ class MereStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         table = _open(r.ref, r.table_uuid)
         columns = None if r.columns is None else list(r.columns)
         feed = change_feed(table, r.start, r.end, columns, r.filter, splits=partition.splits)
-        if partition.moves:
-            # The feed comes split by split, and a key that moved partition has its delete in one split
-            # and its new row in another: deletes first, so that a sink applying the rows in order (the
-            # mere sink's CDC apply, where the last row of a key wins) keeps the moved key. A feed holds
-            # one change of a key per split, so no other order between a key's rows matters. This share
-            # of the micro-batch is held in memory for it (maxVersionsPerTrigger bounds a batch).
-            rows = feed.read_all()
-            live = pc.not_equal(rows.column(CHANGE_COLUMN), pa.scalar(DELETE)).to_numpy(zero_copy_only=False)
-            order = np.argsort(live, kind="stable")
-            feed = rows.take(pa.array(order)).to_reader(max_chunksize=FEED_BATCH_ROWS)
         for batch in feed:
             if batch.num_rows:
                 yield conform_batch(batch, self.target)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mere import expr as E
 from mere.arrays import sorted_unique
@@ -298,10 +299,10 @@ class _Feed:
     def batches(
         self, touched: dict[tuple[str, int], list[tuple[FileEntry, int]]]
     ) -> Iterator[pa.RecordBatch]:
-        splits = sorted(touched)
+        moves = self.table.spec.cross_partition
         pool = shared_pool("feed", cpu_workers())  # splits are independent: their files read in parallel
-        for i in range(0, len(splits), SPLITS_PER_READ):
-            chosen = splits[i : i + SPLITS_PER_READ]
+        for chosen in _split_groups(sorted(touched), moves):
+            emitted: list[pa.Table] = []
             from_log = [split for split in chosen if split in self.from_log_rows]
             # A split that one whole-row file of the range changed: the file holds its touched keys (each
             # once) and, but for its delete markers, their rows at the end version. Read once, no merge.
@@ -375,7 +376,17 @@ class _Feed:
                     )
                 out = self._emit(found)
                 if out.num_rows:
-                    yield from out.to_batches()
+                    if not moves:
+                        yield from out.to_batches()
+                    emitted.append(out)
+            if moves and emitted:
+                # A key that moved partition has its delete in one split and its row in another (of its
+                # bucket, which the group holds whole): deletes first, so that rows applied in order keep
+                # it. A key has one change per split, so no other order between its rows matters.
+                out = pa.concat_tables(emitted)
+                live = pc.not_equal(out.column(CHANGE_COLUMN), pa.scalar(DELETE))
+                order = np.argsort(live.to_numpy(zero_copy_only=False), kind="stable")
+                yield from out.take(pa.array(order)).to_batches()
 
     def _together(self, tables: list[pa.Table]) -> pa.Table:
         """Merged rows of several splits as one table of the feed's column types."""
@@ -570,6 +581,29 @@ class _Feed:
         if not isinstance(self.predicate, E.AlwaysTrue):
             out = filter_rows(out, self.predicate)
         return out.select(self.out_names)
+
+
+def _split_groups(splits: list[tuple[str, int]], moves: bool) -> Iterator[list[tuple[str, int]]]:
+    """The splits (sorted) read together, up to ``SPLITS_PER_READ`` at a time.
+
+    Where keys can move (``moves``) the groups hold whole buckets (a key keeps its bucket when it moves),
+    each group in split order.
+    """
+    if not moves:
+        for i in range(0, len(splits), SPLITS_PER_READ):
+            yield splits[i : i + SPLITS_PER_READ]
+        return
+    by_bucket: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for split in splits:
+        by_bucket[split[1]].append(split)
+    group: list[tuple[str, int]] = []
+    for bucket in sorted(by_bucket):
+        if group and len(group) + len(by_bucket[bucket]) > SPLITS_PER_READ:
+            yield sorted(group)
+            group = []
+        group.extend(by_bucket[bucket])
+    if group:
+        yield sorted(group)
 
 
 def _specs_in_force(table: TableHandle, start: int, end: int) -> list[tuple[int, TableSpec]]:
