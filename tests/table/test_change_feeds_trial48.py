@@ -953,16 +953,6 @@ def test_feeds_over_more_than_sixteen_splits_match_the_oracle(tmp_path: Any, sco
         assert feed_rows(feed) == expected_feed(snaps[a], snaps[b]), (a, b)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "docs/concepts.md (Table-wide keys): 'a move reads as a delete of the row in its old partition and "
-        "an insert in its new one, in the same version ... A consumer keyed by the key alone applies a "
-        "version's deletes before its inserts'. After key 1 moves a -> b at v2 and a partition overwrite "
-        "of 'a' at v3 (static or dynamic, not holding key 1), t.changes(1) gives insert (b, 1) with _version 2 but delete "
-        "(a, 1) with _version 3, so that consumer applies the delete last and loses key 1"
-    ),
-)
 @pytest.mark.parametrize("log", ["off", "on"])
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_a_moved_key_stays_in_a_copy_keyed_by_the_key_after_its_old_partition_is_overwritten(

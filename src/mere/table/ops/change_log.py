@@ -66,6 +66,7 @@ INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "insert", "update_before", "update
 _ORDER = {DELETE: 0, UPDATE_BEFORE: 1, UPDATE_AFTER: 2, INSERT: 3}
 _CHANGE_NAMES = pa.array(list(_ORDER))
 _FIRST = "\x00first"  # the first version of the range that touched a key
+_WROTE = "\x00wrote"  # the newest version of the range that added a file holding a key (0: none)
 MAX_VERSION = 2**63 - 1  # the largest version a catalog can hold (a signed 64-bit integer)
 MAX_POLL_SECONDS = 86_400.0  # follow() polls at least daily (and time.sleep cannot wait forever)
 _BEFORE_KINDS = (LOG_DELETE, LOG_BEFORE, LOG_UNCHANGED)
@@ -161,6 +162,7 @@ def change_feed(
     touched: dict[tuple[str, int], list[tuple[FileEntry, int]]] = defaultdict(list)
     added_files: dict[tuple[str, int], list[FileEntry]] = defaultdict(list)
     replaced: set[tuple[str, int]] = set()  # splits where the range removed or partially wrote rows
+    removed_from: set[tuple[str, int]] = set()  # splits where the range removed files
     only = None if splits is None else set(splits)
     logs: dict[tuple[str, int], list[FileEntry]] = defaultdict(list)
     for entry, removed in found.files:
@@ -183,6 +185,7 @@ def change_feed(
         if removed is not None and history[removed].operation != "compact":
             touched[split].append((entry, removed))
             replaced.add(split)
+            removed_from.add(split)
     # Newest version wins and the range only added whole rows and delete markers: the newest version of
     # every touched key is in the files the range added (they are newer than every file before it), so
     # the after-image merges those files alone instead of the whole split.
@@ -232,6 +235,7 @@ def change_feed(
         from_added,
         from_logs,
         from_log_rows,
+        removed_from,
     )
     return pa.RecordBatchReader.from_batches(schema, _expiry_named(table, start, feed.batches(touched)))
 
@@ -287,10 +291,12 @@ class _Feed:
         from_added: dict[tuple[str, int], list[FileEntry]],
         from_logs: dict[tuple[str, int], list[FileEntry]],
         from_log_rows: dict[tuple[str, int], tuple[list[FileEntry], int]],
+        removed: set[tuple[str, int]],
     ) -> None:
         self.table, self.start, self.end = table, start, end
         self.ctx = table.context
         self.from_added, self.from_logs, self.from_log_rows = from_added, from_logs, from_log_rows
+        self.removed = removed
         self.columns, self.predicate, self.schema, self.times = columns, predicate, schema, times
         self.out_names = [*out_columns, CHANGE_COLUMN, VERSION_COLUMN, COMMIT_TIME_COLUMN]
         # The splits of one partition share its values: a row is known by its key there.
@@ -352,6 +358,11 @@ class _Feed:
             )
             after = self._after(rest, where) if rest else {}
             after.update(after_single)
+            if moves:
+                for split in rest:
+                    if split in self.removed:
+                        mine = self._together([after[split]] if split in after else [])
+                        keys[split] = self._moved_before_removal(split, keys[split], mine)
             # The splits of a partition are compared and ordered at once (a key lives in one bucket): one
             # pass of a few Arrow calls, not one per split.
             for _, run in itertools.groupby(chosen, key=lambda split: split[0]):
@@ -503,29 +514,66 @@ class _Feed:
         """
         keys, rows = written_rows(self.ctx, [entry])
         version = pa.array(np.full(keys.num_rows, entry.added_version, np.int64))
-        keys = keys.append_column(VERSION_COLUMN, version).append_column(_FIRST, version)
+        keys = (
+            keys.append_column(VERSION_COLUMN, version)
+            .append_column(_FIRST, version)
+            .append_column(_WROTE, version)
+        )
         return keys, self._conformed(rows)
 
     def _touched_keys(self, files: list[tuple[FileEntry, int]]) -> pa.Table:
-        """Each touched key of the split with the newest and the first version of the range touching it."""
+        """Each touched key of the split with the newest and the first version of the range touching it.
+
+        And the newest version that added a file holding it (0: none).
+        """
         # A file added and removed in the range is read once, with its removal's version (then its split
         # is merged, not read from logs, so the first version matters only for files the range added).
         newest: dict[str, tuple[FileEntry, int]] = {}
+        wrote: dict[str, int] = {}
         for entry, version in files:
             if entry.path not in newest or newest[entry.path][1] < version:
                 newest[entry.path] = (entry, version)
+            if version == entry.added_version:
+                wrote[entry.path] = version
         parts = []
         for entry, version in newest.values():
             keys = file_keys(self.ctx, entry)
+            n = keys.num_rows
             parts.append(
-                keys.append_column(VERSION_COLUMN, pa.array(np.full(keys.num_rows, version, np.int64)))
+                keys.append_column(VERSION_COLUMN, pa.array(np.full(n, version, np.int64))).append_column(
+                    _WROTE, pa.array(np.full(n, wrote.get(entry.path, 0), np.int64))
+                )
             )
         both = pa.concat_tables(parts)
         return (
             both.group_by(self.keys, use_threads=False)
-            .aggregate([(VERSION_COLUMN, "max"), (VERSION_COLUMN, "min")])
-            .rename_columns([*self.keys, VERSION_COLUMN, _FIRST])
+            .aggregate([(VERSION_COLUMN, "max"), (VERSION_COLUMN, "min"), (_WROTE, "max")])
+            .rename_columns([*self.keys, VERSION_COLUMN, _FIRST, _WROTE])
         )
+
+    def _moved_before_removal(self, split: tuple[str, int], touched: pa.Table, after: pa.Table) -> pa.Table:
+        """``touched`` with the versions of keys that a removal did not change set to the version that wrote them.
+
+        Such a key's newest touch removed a file the range had written it to, and its row at the version
+        before equals its row at the end: e.g. a move out of a partition that an overwrite replaced later.
+        Where keys move between partitions a consumer keyed by the key orders a move's halves by these
+        versions.
+        """
+        newest = np.array(touched.column(VERSION_COLUMN).to_numpy())  # a copy: it is changed below
+        wrote = np.asarray(touched.column(_WROTE).to_numpy())
+        suspect = np.flatnonzero((wrote > self.start) & (newest > wrote))
+        if not len(suspect):
+            return touched
+        for version in np.unique(newest[suspect]).tolist():
+            mine = suspect[newest[suspect] == version]
+            keys = touched.take(pa.array(mine))
+            before = self.table.split_tables(version - 1, {split}, self.columns, self._key_filter(keys))
+            prior = self._together([before[split]] if split in before else [])
+            _, _, _, changed = compare_images(keys, prior, after, self.keys, self.columns, unchanged=False)
+            same = np.setdiff1d(np.arange(len(mine)), changed)
+            newest[mine[same]] = wrote[mine[same]]
+        at = touched.schema.get_field_index(VERSION_COLUMN)
+        return touched.set_column(at, VERSION_COLUMN, pa.array(newest, pa.int64()))
 
     def _compare(self, touched: pa.Table, before: pa.Table, after: pa.Table, split: np.ndarray) -> _Part:
         """The feed rows of the touched keys from their merged rows at the start and the end.
