@@ -353,22 +353,89 @@ def plan_deliveries(events: list[Event], rnd: random.Random, n: int, overlap: in
     return batches
 
 
-def landing(cat: mere.Catalog, spec: TableSpec, partitioned: bool, buckets: int) -> mere.Table:
+def landing(
+    cat: mere.Catalog, spec: TableSpec, partitioned: bool, buckets: int, split_seq: bool
+) -> mere.Table:
+    schema = cdc_source.arrow_schema(spec)
+    if split_seq:  # the sequence as a tuple: (commit position, position in the transaction)
+        schema = schema.append(pa.field("commit", pa.int64(), nullable=False))
+        schema = schema.append(pa.field("pos", pa.int32(), nullable=False))
     return cat.create_table(
         "cdc.acct",
-        cdc_source.arrow_schema(spec),
+        schema,
         primary_key=list(spec.key),
         partition_by="band" if partitioned else None,
         key_scope="table" if partitioned else None,
         cdc_column="op",
-        sequence_by="lsn",
+        sequence_by=["commit", "pos"] if split_seq else "lsn",
         buckets=buckets,
         properties={"compaction.min-files": "3"},
     )
 
 
+def land(
+    batch: list[Event], rnd: random.Random, split_seq: bool, slim_deletes: bool, wrong_band: bool
+) -> list[pa.Table]:
+    """The batch as the upserts that deliver it: one table of change rows, or (``slim_deletes``) its
+    inserts/updates and its deletes carrying only key, partition and sequence (their partition value
+    random with ``wrong_band``: a CDC delete deletes its key wherever it lives), in a random order."""
+    landed = to_arrow_events(batch, ACCT, split_key_changes=True)
+    if split_seq:
+        lsn = landed.column("lsn").to_pylist()
+        landed = landed.append_column(
+            "commit", pa.array([v >> cdc_source.POSITION_BITS for v in lsn], pa.int64())
+        )
+        mask = (1 << cdc_source.POSITION_BITS) - 1
+        landed = landed.append_column("pos", pa.array([v & mask for v in lsn], pa.int32()))
+    if not slim_deletes:
+        return [landed] if landed.num_rows else []
+    is_d = pa.array([op == "d" for op in landed.column("op").to_pylist()], pa.bool_())
+    rows = landed.filter(pa.compute.invert(is_d))
+    seq_cols = ["commit", "pos"] if split_seq else ["lsn"]
+    dels = landed.filter(is_d).select(["id", "band", "op", *seq_cols])
+    if wrong_band and dels.num_rows:
+        bands = pa.array([rnd.randrange(BANDS) for _ in range(dels.num_rows)], pa.int32())
+        dels = dels.set_column(dels.schema.get_field_index("band"), dels.schema.field("band"), bands)
+    out = [x for x in (rows, dels) if x.num_rows]
+    rnd.shuffle(out)
+    return out
+
+
+def read(
+    t: mere.Table, filter: Any = None, version: int | None = None
+) -> dict[tuple[Any, ...], dict[str, Any]]:
+    rows = t.scan(filter=filter, version=version).to_arrow().to_pylist()
+    model = {ACCT.key_of(r): {n: r[n] for n in ACCT.names} for r in rows}
+    assert len(model) == len(rows), "a key came back twice"
+    return model
+
+
+def check(
+    t: mere.Table, expected: dict[tuple[Any, ...], dict[str, Any]], rnd: random.Random, where: Any
+) -> None:
+    assert diff_models(read(t), expected) == [], where
+    for text, pred in _nonkey_filters():
+        want = {k: r for k, r in expected.items() if pred(r)}
+        assert diff_models(read(t, text), want) == [], (where, text)
+    band = rnd.randrange(BANDS)  # a partition filter: an older version in another partition must stay out
+    assert (
+        diff_models(read(t, f"band = {band}"), {k: r for k, r in expected.items() if r["band"] == band}) == []
+    ), (
+        where,
+        band,
+    )
+    ids = rnd.sample(range(1, 40), 4)  # key lookups: present, deleted and never-seen keys
+    want = {k: r for k, r in expected.items() if k[0] in ids}
+    assert diff_models(read(t, f"id in ({', '.join(map(str, ids))})"), want) == [], (where, ids)
+    one = ids[0]
+    assert diff_models(read(t, f"id = {one}"), {k: r for k, r in want.items() if k[0] == one}) == [], (
+        where,
+        one,
+    )
+
+
 @settings(
-    max_examples=6,
+    max_examples=8,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     phases=[Phase.explicit, Phase.generate],
@@ -381,6 +448,9 @@ def landing(cat: mere.Catalog, spec: TableSpec, partitioned: bool, buckets: int)
     partitioned=st.booleans(),
     buckets=st.sampled_from([1, 2, 3]),
     compact_every=st.integers(1, 4),
+    split_seq=st.booleans(),
+    slim_deletes=st.booleans(),
+    wrong_band=st.booleans(),
 )
 def test_scrambled_replay_equals_postgresql(
     workloads: list[Workload],
@@ -391,35 +461,37 @@ def test_scrambled_replay_equals_postgresql(
     partitioned: bool,
     buckets: int,
     compact_every: int,
+    split_seq: bool,
+    slim_deletes: bool,
+    wrong_band: bool,
 ) -> None:
     w = workloads[which]
     rnd = random.Random(seed)
+    wrong_band = wrong_band and partitioned and slim_deletes
     with tempfile.TemporaryDirectory() as tmp:
         cat = mere.connect(str(Path(tmp) / "wh"))
-        t = landing(cat, ACCT, partitioned, buckets)
+        t = landing(cat, ACCT, partitioned, buckets, split_seq)
         delivered: list[Event] = []
+        history: list[tuple[int, dict[tuple[Any, ...], dict[str, Any]]]] = []
         for i, batch in enumerate(plan_deliveries(w.events, rnd, n, overlap)):
-            landed = to_arrow_events(batch, ACCT, split_key_changes=True)
-            if landed.num_rows:
-                t.upsert(landed)
+            for part in land(batch, rnd, split_seq, slim_deletes, wrong_band):
+                t.upsert(part)
             delivered += batch
             if i % compact_every == compact_every - 1:
                 t.compact()
             expected = model_of(delivered)
-            assert diff_models(contents(t, ACCT), expected) == [], ("after batch", i)
-            for text, pred in _nonkey_filters():
-                want = {k: r for k, r in expected.items() if pred(r)}
-                assert diff_models(contents(t, ACCT, text), want) == [], ("after batch", i, text)
-        assert diff_models(contents(t, ACCT), w.oracle) == []
+            check(t, expected, rnd, ("after batch", i))
+            history.append((t.version, expected))
+        assert diff_models(read(t), w.oracle) == []
         t.compact()
-        assert diff_models(contents(t, ACCT), w.oracle) == []
+        check(t, w.oracle, rnd, "after the last compaction")
         # every event replayed once more, in reverse, after the compaction: nothing changes
-        t.upsert(to_arrow_events(list(reversed(w.events)), ACCT, split_key_changes=True))
-        assert diff_models(contents(t, ACCT), w.oracle) == []
-        if partitioned:
-            for band in range(BANDS):
-                want = {k: r for k, r in w.oracle.items() if r["band"] == band}
-                assert diff_models(contents(t, ACCT, f"band = {band}"), want) == []
+        for part in land(list(reversed(w.events)), rnd, split_seq, slim_deletes, wrong_band):
+            t.upsert(part)
+        check(t, w.oracle, rnd, "after a full replay")
+        # time travel: every version reads as the model of what had been delivered by then
+        for version, expected in history:
+            assert diff_models(read(t, version=version), expected) == [], ("version", version)
 
 
 # -- through the whole-database sync (wal2json / Debezium lines) ---------------------------------------
