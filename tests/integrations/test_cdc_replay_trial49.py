@@ -773,3 +773,76 @@ def test_wal2json_float_specials_keep_their_values(tmp_path: Path) -> None:
 def test_wal2json_negative_zero_float_keeps_its_sign(tmp_path: Path) -> None:
     (got,) = _synced_floats(["-0"], tmp_path)
     assert math.copysign(1.0, got) == -1.0
+
+
+# -- several appliers at once ------------------------------------------------------------------------------
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.generate],
+)
+@given(which=st.integers(0, 2), seed=st.integers(0, 2**32 - 1), partitioned=st.booleans())
+def test_concurrent_appliers_and_compaction_converge_to_postgresql(
+    workloads: list[Workload], which: int, seed: int, partitioned: bool
+) -> None:
+    """Three appliers (own catalog handles, threads) deliver scrambled, overlapping batches of the same
+    stream while a fourth compacts; a refused commit (``CommitConflict``) is retried. The end state is
+    PostgreSQL's, whatever the interleaving."""
+    import threading
+
+    from mere.errors import CommitConflict
+
+    w = workloads[which]
+    rnd = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        wh = str(Path(tmp) / "wh")
+        landing(mere.connect(wh), ACCT, partitioned, 2, False)
+        plans = [plan_deliveries(w.events, random.Random(rnd.random()), 4, 10) for _ in range(3)]
+        # together the appliers deliver every event at least once
+        plans[0].append(list(w.events))
+        errors: list[BaseException] = []
+        done = threading.Event()
+
+        def apply(batches: list[list[Event]], r: random.Random) -> None:
+            try:
+                t = mere.connect(wh).table("cdc.acct")
+                for batch in batches:
+                    for part in land(batch, r, False, r.random() < 0.5, partitioned):
+                        for _ in range(20):
+                            try:
+                                t.upsert(part)
+                                break
+                            except CommitConflict:
+                                t = mere.connect(wh).table("cdc.acct")
+                        else:
+                            raise AssertionError("20 conflicts in a row")
+            except BaseException as e:
+                errors.append(e)
+
+        def compact() -> None:
+            t = mere.connect(wh).table("cdc.acct")
+            while not done.is_set():
+                try:
+                    t.compact()
+                except CommitConflict:
+                    t = mere.connect(wh).table("cdc.acct")
+                except BaseException as e:
+                    errors.append(e)
+                    return
+
+        threads = [threading.Thread(target=apply, args=(p, random.Random(rnd.random()))) for p in plans]
+        compactor = threading.Thread(target=compact)
+        compactor.start()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=300)
+        done.set()
+        compactor.join(timeout=300)
+        assert not errors, errors
+        t = mere.connect(wh).table("cdc.acct")
+        assert diff_models(read(t), w.oracle) == []
+        check(t, w.oracle, rnd, "after the concurrent appliers")
