@@ -846,3 +846,79 @@ def test_concurrent_appliers_and_compaction_converge_to_postgresql(
         t = mere.connect(wh).table("cdc.acct")
         assert diff_models(read(t), w.oracle) == []
         check(t, w.oracle, rnd, "after the concurrent appliers")
+
+
+# -- merge engines under sequences ---------------------------------------------------------------------------
+
+
+def _agg(values: list[Any], op: str) -> Any:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return {"max": max, "min": min, "bool_or": any, "bool_and": all}[op](present)
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.generate],
+)
+@given(
+    which=st.integers(0, 2),
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(2, 6),
+    engine=st.sampled_from(["aggregate", "first_row"]),
+    buckets=st.sampled_from([1, 3]),
+)
+def test_merge_engines_under_scrambled_replay(
+    workloads: list[Workload], which: int, seed: int, n: int, engine: str, buckets: int
+) -> None:
+    """The stream's inserts and key-keeping updates (these engines refuse deletes), scrambled and
+    duplicated: ``max``/``min``/``bool_or``/``bool_and`` columns hold the aggregate of every event of the
+    key and ``last`` columns its highest-sequence version; ``first_row`` holds the lowest-sequence one."""
+    w = workloads[which]
+    rnd = random.Random(seed)
+    events = [e for e in w.events if e.op == "insert" or (e.op == "update" and not e.key_changed)]
+    operators: Any = (
+        {"qty": "max", "big": "min", "flag": "bool_or", "amount": "max"}
+        if engine == "aggregate"
+        else "first_row"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        cat = mere.connect(str(Path(tmp) / "wh"))
+        t = cat.create_table(
+            "cdc.agg",
+            cdc_source.arrow_schema(ACCT),
+            primary_key="id",
+            cdc_column="op",
+            sequence_by="lsn",
+            merge_operators=operators,
+            buckets=buckets,
+            properties={"compaction.min-files": "3"},
+        )
+        delivered: list[Event] = []
+        for i, batch in enumerate(plan_deliveries(events, rnd, n, 8)):
+            landed = to_arrow_events(batch, ACCT)
+            if landed.num_rows:
+                t.upsert(landed)
+            delivered += batch
+            if rnd.random() < 0.4:
+                t.compact()
+            by_key: dict[tuple[Any, ...], list[Event]] = {}
+            for e in sorted({e.seq: e for e in delivered}.values(), key=lambda e: e.seq):
+                by_key.setdefault(e.after_key or (), []).append(e)
+            expected = {}
+            for key, evs in by_key.items():
+                if engine == "first_row":
+                    expected[key] = dict(evs[0].after or {})
+                    continue
+                row = dict(evs[-1].after or {})
+                for col, op in operators.items():
+                    row[col] = _agg([(e.after or {})[col] for e in evs], op)
+                expected[key] = row
+            assert diff_models(read(t), expected) == [], ("after batch", i)
+            assert (
+                diff_models(read(t, "qty > 0"), {k: r for k, r in expected.items() if (r["qty"] or 0) > 0})
+                == []
+            )
