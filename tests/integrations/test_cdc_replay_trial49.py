@@ -922,3 +922,63 @@ def test_merge_engines_under_scrambled_replay(
                 diff_models(read(t, "qty > 0"), {k: r for k, r in expected.items() if (r["qty"] or 0) > 0})
                 == []
             )
+
+
+@pytest.mark.parametrize("operators", [{"v": "max"}, "first_row"])
+def test_cdc_delete_into_a_merge_engine_table_is_refused_and_changes_nothing(
+    tmp_path: Path, operators: Any
+) -> None:
+    cat = mere.connect(str(tmp_path / "wh"))
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int32(), nullable=False),
+            ("v", pa.int64()),
+            ("op", pa.string()),
+            ("lsn", pa.int64()),
+        ]
+    )
+    t = cat.create_table(
+        "cdc.m", schema, primary_key="id", cdc_column="op", sequence_by="lsn", merge_operators=operators
+    )
+    t.upsert(pa.table({"id": [1, 2], "v": [5, 6], "op": ["c", "c"], "lsn": [1, 1]}, schema=schema))
+    version, before = t.version, t.to_arrow().sort_by("id").to_pylist()
+    with pytest.raises(MereError):
+        t.upsert(pa.table({"id": [1, 2], "v": [9, 6], "op": ["u", "d"], "lsn": [2, 2]}, schema=schema))
+    t = mere.connect(str(tmp_path / "wh")).table("cdc.m")
+    assert t.version == version and t.to_arrow().sort_by("id").to_pylist() == before
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"id": [1], "v": ["x"], "op": ["u"], "hi": [5]},  # one of the two sequence columns missing
+        {"id": [1], "v": ["x"], "op": ["u"], "hi": [5], "lo": pa.array([None], pa.int32())},
+        {
+            "id": [1],
+            "v": ["x"],
+            "op": ["d"],
+            "hi": pa.array([None], pa.int64()),
+            "lo": pa.array([1], pa.int32()),
+        },
+        {"id": [1], "v": ["x"], "op": ["u"], "hi": ["5"], "lo": pa.array([1], pa.int32())},
+    ],
+    ids=["missing_lo", "null_lo", "null_hi_delete", "string_hi"],
+)
+def test_bad_tuple_sequence_rows_are_refused_and_change_nothing(tmp_path: Path, case: dict[str, Any]) -> None:
+    cat = mere.connect(str(tmp_path / "wh"))
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int32(), nullable=False),
+            ("v", pa.string()),
+            ("op", pa.string()),
+            ("hi", pa.int64()),
+            ("lo", pa.int32()),
+        ]
+    )
+    t = cat.create_table("cdc.s", schema, primary_key="id", cdc_column="op", sequence_by=["hi", "lo"])
+    t.upsert(pa.table({"id": [1], "v": ["a"], "op": ["c"], "hi": [1], "lo": [1]}, schema=schema))
+    version, before = t.version, t.to_arrow().to_pylist()
+    with pytest.raises(MereError):
+        t.upsert(pa.table(case))
+    t = mere.connect(str(tmp_path / "wh")).table("cdc.s")
+    assert t.version == version and t.to_arrow().to_pylist() == before
