@@ -1091,3 +1091,28 @@ def test_sync_batch_two_tables_composite_keys_equal_postgresql(
                     k: {**r, **{c: None if r[c] is None else str(r[c]) for c in dec}} for k, r in want.items()
                 }
             assert diff_models(got, want) == [], name
+
+
+# -- log positions beyond a signed 64-bit integer ------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=OverflowError,
+    reason="BUG: a log position of 2^63 or more (wal2json lsn '80000000/0', Debezium source.lsn 2**63) makes "
+    "events_from_json raise a raw OverflowError ('Python int too large to convert to C long') instead of "
+    "a CdcEventError naming the event",
+)
+@pytest.mark.parametrize("fmt", ["wal2json", "debezium"])
+def test_log_position_beyond_int64_is_a_typed_error(tmp_path: Path, fmt: str) -> None:
+    cat = mere.connect(str(tmp_path / "wh"))
+    if fmt == "wal2json":
+        lines = [_w2j("I", {"id": 1, "v": "a"}, None, 100).replace('"lsn":"0/64"', '"lsn":"80000000/0"')]
+        assert '"80000000/0"' in lines[0]
+        keys = None
+    else:
+        payload = {"op": "c", "after": {"id": 1}, "source": {"schema": "public", "table": "kv", "lsn": 2**63}}
+        lines, keys = [json.dumps({"payload": payload})], ['{"id": 1}']
+    with pytest.raises(MereError):
+        sync_batch(cat, events_from_json(lines, fmt, keys), SyncOptions("src"), "b0")
+    assert "src.kv" not in cat.tables()
