@@ -1195,3 +1195,64 @@ def test_sync_transactions_with_boundaries_scrambled_equal_postgresql(
         assert diff_models(got, oracle) == []
         if "src.cdc_pending" in cat.tables():
             assert cat.table("src.cdc_pending").to_arrow().num_rows == 0
+
+
+# -- a user's delete by filter in the middle of the stream --------------------------------------------------
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.generate],
+)
+@given(
+    which=st.integers(0, 2),
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(3, 7),
+    partitioned=st.booleans(),
+    where=st.sampled_from(["qty > 0", "note is null", "flag = false", "band = 1"]),
+)
+def test_delete_by_filter_mid_stream_then_late_events(
+    workloads: list[Workload], which: int, seed: int, n: int, partitioned: bool, where: str
+) -> None:
+    """``t.delete(filter)`` writes each matching key's marker just above its version's sequence: late
+    events at or below it stay deleted, newer ones bring the key back (docs/concepts.md, "Deletes")."""
+    w = workloads[which]
+    rnd = random.Random(seed)
+    preds = dict(_nonkey_filters()) | {
+        "flag = false": lambda r: r["flag"] is False,
+        "band = 1": lambda r: r["band"] == 1,
+    }
+    pred = preds[where]
+    with tempfile.TemporaryDirectory() as tmp:
+        cat = mere.connect(str(Path(tmp) / "wh"))
+        t = landing(cat, ACCT, partitioned, 2, False)
+        records: list[tuple[int, int, str, dict[str, Any]]] = []  # (seq, commit order, op, row)
+
+        def model() -> dict[tuple[Any, ...], tuple[int, str, dict[str, Any]]]:
+            best: dict[tuple[Any, ...], tuple[int, int, str, dict[str, Any]]] = {}
+            for rec in records:
+                key = (rec[3]["id"],)
+                if key not in best or rec[:2] >= best[key][:2]:
+                    best[key] = rec
+            return {k: (seq, op, row) for k, (seq, _, op, row) in best.items()}
+
+        def live() -> dict[tuple[Any, ...], dict[str, Any]]:
+            return {k: row for k, (_, op, row) in model().items() if op != "d"}
+
+        batches = plan_deliveries(w.events, rnd, n, 5)
+        middle = rnd.randrange(1, len(batches))
+        for i, batch in enumerate(batches):
+            if i == middle:
+                for seq, op, row in model().values():
+                    if op != "d" and pred(row):
+                        records.append((seq + 1, i, "d", row))
+                t.delete(where)
+                assert diff_models(read(t), live()) == [], "after the delete"
+            for part in land(batch, rnd, False, False, False):
+                t.upsert(part)
+            records += [(seq, i, op, row) for seq, op, row in _rows_of(batch)]
+            if rnd.random() < 0.3:
+                t.compact()
+            assert diff_models(read(t), live()) == [], ("after batch", i)
