@@ -38,7 +38,7 @@ from psycopg import sql
 
 import cdc_source
 import mere
-from cdc_render import render_change
+from cdc_render import render_change, wal2json_line
 from cdc_source import (
     LOGICAL_SETTINGS,
     ChangeSource,
@@ -750,19 +750,34 @@ def test_transaction_with_boundaries_in_order_applies(tmp_path: Path) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG: a wal2json/Debezium transaction whose end (C/END) arrives in an earlier batch than its "
-    "begin (B/BEGIN) is held in cdc_pending forever and never applied: sync_batch([C 7]) then "
+    reason="BUG: a transaction whose end (wal2json C / Debezium END) arrives in an earlier batch than its "
+    "begin (B / BEGIN) is held in cdc_pending forever and never applied: sync_batch([C 7]) then "
     "sync_batch([B 7, I id=2 xid 7]) leaves id 2 missing, also after later batches",
 )
-def test_transaction_end_delivered_before_its_begin_still_applies(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", ["wal2json", "debezium"])
+def test_transaction_end_delivered_before_its_begin_still_applies(tmp_path: Path, fmt: str) -> None:
+    from cdc_render import debezium_key, debezium_line
+
     cat = mere.connect(str(tmp_path / "wh"))
     options = SyncOptions("src")
-    lines = [_begin(6), _kv_insert(1, 100, 6), _commit(6), _commit(7)]  # 7's end overtook its begin
-    sync_batch(cat, events_from_json(lines, "wal2json"), options, "b0")
-    sync_batch(cat, events_from_json([_begin(7), _kv_insert(2, 200, 7)], "wal2json"), options, "b1")
-    sync_batch(
-        cat, events_from_json([_begin(8), _kv_insert(3, 300, 8), _commit(8)], "wal2json"), options, "b2"
-    )
+    types = {"id": "integer", "v": "text"}
+
+    def txn(xid: int, i: int, lsn: int) -> list[tuple[str, str | None]]:
+        row = {"id": i, "v": f"r{i}"}
+        if fmt == "wal2json":
+            change = (wal2json_line("public", "kv", "I", None, row, lsn, types, ["id"]), None)
+        else:
+            change = (debezium_line("public", "kv", "c", None, row, lsn, types), debezium_key(row, ["id"]))
+        return _bounded(fmt, xid, [change])
+
+    def send(lines: list[tuple[str, str | None]], key: str) -> None:
+        keys = [k or "null" for _, k in lines] if fmt == "debezium" else None
+        sync_batch(cat, events_from_json([p for p, _ in lines], fmt, keys), options, key)
+
+    t6, t7, t8 = txn(6, 1, 100), txn(7, 2, 200), txn(8, 3, 300)
+    send([*t6, t7[-1]], "b0")  # 7's end overtook its begin
+    send(t7[:-1], "b1")
+    send(t8, "b2")
     assert [r["id"] for r in _synced(cat)] == [1, 2, 3]
 
 
