@@ -748,12 +748,6 @@ def test_transaction_with_boundaries_in_order_applies(tmp_path: Path) -> None:
     assert [r["id"] for r in _synced(cat)] == [1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a transaction whose end (wal2json C / Debezium END) arrives in an earlier batch than its "
-    "begin (B / BEGIN) is held in cdc_pending forever and never applied: sync_batch([C 7]) then "
-    "sync_batch([B 7, I id=2 xid 7]) leaves id 2 missing, also after later batches",
-)
 @pytest.mark.parametrize("fmt", ["wal2json", "debezium"])
 def test_transaction_end_delivered_before_its_begin_still_applies(tmp_path: Path, fmt: str) -> None:
     from cdc_render import debezium_key, debezium_line
@@ -806,11 +800,6 @@ def test_wal2json_float_specials_keep_their_values(tmp_path: Path) -> None:
     assert got[1:] == [math.inf, -math.inf, 1e308, 5e-324, -1.5, 0.0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='BUG: a double precision -0 as wal2json writes it (float8out\'s text, bare: "value":-0) lands '
-    "as +0.0: events_from_json reads JSON -0 as the integer 0 and keeps the text '0' (\"-0.0\" keeps the sign)",
-)
 def test_wal2json_negative_zero_float_keeps_its_sign(tmp_path: Path) -> None:
     (got,) = _synced_floats(["-0"], tmp_path)
     assert math.copysign(1.0, got) == -1.0
@@ -1111,13 +1100,6 @@ def test_sync_batch_two_tables_composite_keys_equal_postgresql(
 # -- log positions beyond a signed 64-bit integer ------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason="BUG: a log position of 2^63 or more (wal2json lsn '80000000/0', Debezium source.lsn 2**63) makes "
-    "events_from_json raise a raw OverflowError ('Python int too large to convert to C long') instead of "
-    "a CdcEventError naming the event",
-)
 @pytest.mark.parametrize("fmt", ["wal2json", "debezium"])
 def test_log_position_beyond_int64_is_a_typed_error(tmp_path: Path, fmt: str) -> None:
     cat = mere.connect(str(tmp_path / "wh"))
@@ -1209,7 +1191,10 @@ def test_sync_transactions_with_boundaries_scrambled_equal_postgresql(
             }
         assert diff_models(got, oracle) == []
         if "src.cdc_pending" in cat.tables():
-            assert cat.table("src.cdc_pending").to_arrow().num_rows == 0
+            # No event waits; the ends delivered again after their transactions applied wait for a begin
+            # (nothing tells them from ends that came early).
+            held = cat.table("src.cdc_pending").to_arrow()
+            assert set(held.column("op").to_pylist()) <= {"C", "END"}, held.to_pylist()
 
 
 # -- a user's delete by filter in the middle of the stream --------------------------------------------------

@@ -48,8 +48,8 @@ docs/cdc.md).
 
 **Source transactions**: where the stream carries boundaries (``B``/``C`` events), the events of a
 transaction whose end has not arrived wait in the pending table, written in the batch's catalog
-transaction, and apply with the batch that brings the end. Without boundaries each batch applies what it
-holds: feed the stream in units of whole transactions.
+transaction, and apply with the batch that brings the end; an end that comes before its begin waits for
+it (the newest ``LONE_ENDS_KEPT`` such ends). Without boundaries each batch applies what it holds: feed the stream in units of whole transactions.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ OP_COLUMN = "_cdc_op"
 SEQUENCE_COLUMN = "_cdc_lsn"
 QUARANTINE_TABLE = "cdc_quarantine"
 PENDING_TABLE = "cdc_pending"
+LONE_ENDS_KEPT = 10_000  # ends of source transactions whose begin has not arrived, kept to wait for it
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 
 _TEXT_MAP = pa.map_(pa.string(), pa.string())
@@ -475,15 +476,31 @@ def _json_text(value: Any) -> str | None:
     return json.dumps(value, separators=(",", ":"))
 
 
+_MAX_POSITION = 2**63 - 1  # log positions are stored as 64-bit integers
+
+
 def _lsn(value: Any) -> int | None:
+    """A log position: an integer or PostgreSQL's ``high/low`` hex text, in 0..2**63-1 (None otherwise)."""
     if isinstance(value, bool):
         return None
+    position = None
     if isinstance(value, int):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"[0-9A-Fa-f]+/[0-9A-Fa-f]+", value):
+        position = int(value)
+    elif isinstance(value, str) and re.fullmatch(r"[0-9A-Fa-f]+/[0-9A-Fa-f]+", value):
         high, low = value.split("/")
-        return (int(high, 16) << 32) | int(low, 16)
-    return None
+        position = (int(high, 16) << 32) | int(low, 16)
+    return position if position is not None and 0 <= position <= _MAX_POSITION else None
+
+
+class _NegativeZero(int):
+    """JSON's ``-0``, kept as its text (a float column's negative zero: Python's ints have no sign for 0)."""
+
+    def __str__(self) -> str:
+        return "-0"
+
+
+def _json_int(text: str) -> int:
+    return _NegativeZero(0) if text == "-0" else int(text)
 
 
 def _text_map(obj: Any) -> list[tuple[str, str | None]] | None:
@@ -533,7 +550,7 @@ def _debezium_row(line: str, envelope: Any, message_key: Any) -> dict[str, Any]:
     if isinstance(table, str) and isinstance(source.get("schema"), str):
         table = f"{source['schema']}.{table}"
     seq = _lsn(source.get("lsn"))
-    if seq is None:
+    if seq is None and source.get("lsn") is None:  # a bad lsn is refused, not replaced by the time
         seq = _lsn(payload.get("ts_ms"))
     key = None
     if isinstance(message_key, dict):
@@ -611,7 +628,7 @@ def events_from_json(
     key_list = list(keys) if keys is not None else None
     for i, line in enumerate(lines):
         try:
-            parsed = json.loads(line, parse_float=Decimal)
+            parsed = json.loads(line, parse_float=Decimal, parse_int=_json_int)
         except (json.JSONDecodeError, TypeError):
             rows.append({"raw": line})
             continue
@@ -842,11 +859,19 @@ def hold_open_transactions(events: pa.Table, pending: pa.Table) -> tuple[pa.Tabl
         return both, both
     op, txn = both.column("op"), both.column("txn")
     begun = pc.unique(txn.filter(pc.fill_null(pc.equal(op, "B"), False))).drop_null()
-    if not len(begun):
-        return both, both.slice(0, 0)
-    ended = pc.unique(txn.filter(pc.fill_null(pc.equal(op, "C"), False))).drop_null()
+    is_end = pc.fill_null(pc.equal(op, "C"), False)
+    ended = pc.unique(txn.filter(is_end)).drop_null()
     open_ = pc.filter(begun, pc.invert(pc.is_in(begun, ended)))
     wait = pc.fill_null(pc.is_in(txn, open_), False)
+    # An end whose begin has not arrived waits for it: without it, the begin would open the transaction
+    # again and hold its events for good. The events themselves apply, as those of streams without
+    # boundaries do. An end delivered again after its transaction applied waits too (nothing tells the
+    # two apart): the newest LONE_ENDS_KEPT such ends are kept, one small row each.
+    early = np.asarray(
+        pc.and_(is_end, pc.invert(pc.fill_null(pc.is_in(txn, begun), False))).to_numpy(zero_copy_only=False)
+    )
+    early[np.flatnonzero(early)[:-LONE_ENDS_KEPT]] = False
+    wait = pc.or_(wait, pa.array(early))
     return both.filter(pc.invert(wait)), both.filter(wait)
 
 
@@ -887,7 +912,7 @@ def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan
     refuse(events.filter(bad_op), "unknown op")
     keep = pc.and_(keep, pc.invert(unknown))
     no_seq = pc.and_(keep, pc.is_null(events.column("seq")))
-    refuse(events.filter(no_seq), "no log position (source.lsn / lsn / ts_ms)")
+    refuse(events.filter(no_seq), "no log position in 0..2^63-1 (source.lsn / lsn / ts_ms)")
     keep = pc.and_(keep, pc.invert(no_seq))
     is_delete = pc.equal(normal, "d")
     no_image = pc.and_(
