@@ -403,3 +403,153 @@ def test_alter_table_add_columns_keeps_the_table_usable(spark: SparkSession, wh:
         assert [tuple(r) for r in spark.sql("SELECT * FROM trial49_al").collect()] == [(1, "a", 1)]
         return
     assert [tuple(r) for r in spark.sql("SELECT * FROM trial49_al").collect()] == [(1, "a", 1, None)]
+
+
+# --- More: Spark types written and read back, CTAS rows, layout names, read options. ---
+
+
+def test_spark_types_round_trip_through_a_created_table(spark: SparkSession, wh: str) -> None:
+    df = spark.sql(
+        "SELECT 1L AS id, TIMESTAMP'2026-01-02 03:04:05.123456' AS ts, "
+        "TIMESTAMP_NTZ'2026-01-02 03:04:05.123456' AS ntz, DATE'2026-03-04' AS d, "
+        "CAST('12345678901234567890.1234567890' AS DECIMAL(38,10)) AS dec, X'00FF' AS bin, true AS b, "
+        "CAST(1.5 AS FLOAT) AS fl, CAST(7 AS SHORT) AS sh, array(1, NULL, 3) AS arr, map('a', 1, 'b', NULL) AS m, "
+        "named_struct('x', 1, 'y', 'z') AS st, INTERVAL '3 04:05:06.5' DAY TO SECOND AS ivl"
+    )
+    save(df, wh, "ty.t", primary_key="id")
+    back = spark.read.format("mere").option("warehouse", wh).load("ty.t")
+    assert back.schema.simpleString() == df.schema.simpleString()
+    assert back.collect() == df.collect()
+    # Keys that differ only in case are two keys; a timestamp key reads back as written.
+    save(spark.sql("SELECT 'a' AS k, 1L AS v UNION ALL SELECT 'A', 2L"), wh, "ty.s", primary_key="k")
+    assert mere_rows(wh, "ty.s") == [("A", 2), ("a", 1)]
+
+
+def test_ctas_rows_and_layout_names_as_mere_reads_them(spark: SparkSession, wh: str, clean: None) -> None:
+    spark.sql(
+        f"CREATE TABLE trial49_cd USING mere OPTIONS (warehouse '{wh}', table 'ns.cd', primary_key 'id') "
+        "AS SELECT id % 3 AS id, id AS v FROM range(9)"
+    )
+    got = mere_rows(wh, "ns.cd")
+    assert [r[0] for r in got] == [0, 1, 2] and all(r[1] % 3 == r[0] for r in got)  # one row per key
+    before = sorted(mere.connect(wh).tables()), sorted(t.name for t in spark.catalog.listTables())
+    refused = [
+        # a NULL key in the AS SELECT rows: the new entry and the new mere table are undone
+        f"CREATE TABLE trial49_cn USING mere OPTIONS (warehouse '{wh}', table 'ns.cn', primary_key 'id') "
+        "AS SELECT IF(id = 2, NULL, id) AS id, id AS v FROM range(4)",
+        f"CREATE TABLE trial49_cp USING mere OPTIONS (warehouse '{wh}', table 'ns.cp', primary_key 'id') "
+        "PARTITIONED BY (nope) AS SELECT id FROM range(2)",
+    ]
+    for statement in refused:
+        with pytest.raises(Exception) as refusal:
+            spark.sql(statement)
+        assert isinstance(refusal.value, MereError) or "mere.errors.NullKey" in str(refusal.value)
+        assert (
+            sorted(mere.connect(wh).tables()),
+            sorted(t.name for t in spark.catalog.listTables()),
+        ) == before
+    # Layout options name columns exactly (mere is case-sensitive): another case is refused, nothing made.
+    df = spark.createDataFrame([(1, "a", 1)], "id long, day string, v long")
+    with pytest.raises(Exception, match="SchemaMismatch"):
+        save(df, wh, "ns.k", primary_key="ID")
+    with pytest.raises(Exception, match="SchemaMismatch"):
+        df.write.format("mere").mode("append").option("warehouse", wh).option(
+            "primary_key", "id"
+        ).partitionBy("DAY").save("ns.p")
+    assert sorted(mere.connect(wh).tables()) == before[0]
+
+
+def test_read_options_time_travel_and_refusals(spark: SparkSession, wh: str) -> None:
+    t = mere.connect(wh).create_table(
+        "rd.t", pa.schema([("id", pa.int64()), ("v", pa.int64())]), primary_key="id"
+    )
+    t.upsert(pa.table({"id": [1], "v": [1]}))
+    t.upsert(pa.table({"id": [2], "v": [2]}))
+
+    def rd(**options: Any) -> list[tuple[Any, ...]]:
+        r = spark.read.format("mere").option("warehouse", wh)
+        for k, v in options.items():
+            r = r.option(k, str(v))
+        return sorted(tuple(x) for x in r.load("rd.t").collect())
+
+    assert rd(versionAsOf=0) == []
+    assert rd(versionAsOf=1) == [(1, 1)]
+    assert rd(timestampAsOf="2999-01-01") == [(1, 1), (2, 2)]
+    assert rd(columns="v", filter="id = 2") == [(2,)]
+    for options, error in [
+        ({"versionAsOf": 99}, "NoSuchVersion"),
+        ({"versionAsOf": -1}, "NoSuchVersion"),
+        ({"versionAsOf": "1.5"}, "InvalidInput"),
+        ({"timestampAsOf": "2000-01-01"}, "NoSuchVersion"),
+        ({"versionAsOf": 1, "timestampAsOf": "2999-01-01"}, "InvalidInput"),
+        ({"columns": "ID"}, "SchemaMismatch"),
+        ({"filter": "v >>> 1"}, "FilterError"),
+    ]:
+        with pytest.raises(Exception, match=error):
+            rd(**options)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"version": 2, "versionAsOf": 1}, {"as_of": "2999-01-01", "timestampAsOf": "2000-01-01"}],
+    ids=["version", "as_of"],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: .option('version', 2).option('versionAsOf', 1) (or as_of with timestampAsOf) reads version 2 "
+    "silently: two spellings of one option with different values are not refused (options.read_point)",
+)
+def test_conflicting_spellings_of_a_read_point_are_refused(
+    spark: SparkSession, wh: str, options: dict[str, Any]
+) -> None:
+    t = mere.connect(wh).create_table("rp.t", pa.schema([("id", pa.int64())]), primary_key="id")
+    t.upsert(pa.table({"id": [1]}))
+    t.upsert(pa.table({"id": [2]}))
+    r = spark.read.format("mere").option("warehouse", wh)
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    with pytest.raises(Exception, match="InvalidInput"):
+        r.load("rp.t").collect()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: spark.read.format('mere').option('table','a.u').load('a.t') reads a.u, and df.write...."
+    "option('table','a.u').save('a.t') writes into a.u: the table named by load()/save() is silently ignored "
+    "(TableRef.from_options: opts.get('table') or opts.get('path'))",
+)
+def test_a_path_and_a_table_option_naming_different_tables_are_refused(spark: SparkSession, wh: str) -> None:
+    cat = mere.connect(wh)
+    schema = pa.schema([("id", pa.int64()), ("v", pa.int64())])
+    for name, v in (("a.t", 1), ("a.u", 100)):
+        cat.create_table(name, schema, primary_key="id").upsert(
+            pa.table({"id": [1], "v": [v]}, schema=schema)
+        )
+    before = [(cat.table(n).version, mere_rows(wh, n)) for n in ("a.t", "a.u")]
+    df = spark.createDataFrame([(3, 3)], "id long, v long")
+    with pytest.raises(Exception, match="InvalidInput"):
+        df.write.format("mere").mode("append").option("warehouse", wh).option("table", "a.u").save("a.t")
+    assert [(cat.table(n).version, mere_rows(wh, n)) for n in ("a.t", "a.u")] == before
+    with pytest.raises(Exception, match="InvalidInput"):
+        spark.read.format("mere").option("warehouse", wh).option("table", "a.u").load("a.t").collect()
+
+
+@pytest.mark.parametrize("column", ["s VARCHAR(3)", "s CHAR(3)"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: CREATE TABLE t (id BIGINT, s VARCHAR(3)) USING mere OPTIONS (...) (or CHAR(3)) raises a raw "
+    "PySparkTypeError UNSUPPORTED_DATA_TYPE_FOR_ARROW_CONVERSION from ddl.create's to_arrow_schema, not a MereError",
+)
+def test_a_char_or_varchar_column_is_taken_or_refused_with_a_typed_error(
+    spark: SparkSession, wh: str, clean: None, column: str
+) -> None:
+    try:
+        spark.sql(
+            f"CREATE TABLE trial49_vc (id BIGINT, {column}) USING mere OPTIONS (warehouse '{wh}', "
+            "table 'ns.vc', primary_key 'id')"
+        )
+    except MereError:
+        assert mere.connect(wh).tables() == [] and not spark.catalog.tableExists("trial49_vc")
+        return
+    spark.sql("INSERT INTO trial49_vc VALUES (1, 'ab')")
+    assert [tuple(r) for r in spark.sql("SELECT id, rtrim(s) FROM trial49_vc").collect()] == [(1, "ab")]
