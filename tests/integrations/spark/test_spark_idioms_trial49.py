@@ -9,6 +9,7 @@ Real local PySpark; one session for all tests (the conftest fixture).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
@@ -553,3 +554,70 @@ def test_a_char_or_varchar_column_is_taken_or_refused_with_a_typed_error(
         return
     spark.sql("INSERT INTO trial49_vc VALUES (1, 'ab')")
     assert [tuple(r) for r in spark.sql("SELECT id, rtrim(s) FROM trial49_vc").collect()] == [(1, "ab")]
+
+
+# --- The `partition` option of a static overwrite: values of every partition column type. ---
+
+PSCHEMA = pa.schema(
+    [("id", pa.int64()), ("p", pa.int32()), ("d", pa.date32()), ("s", pa.string()), ("v", pa.int64())]
+)
+PSPARK = "id long, p int, d date, s string, v long"
+PSEED = [
+    (1, 1, dt.date(2026, 1, 1), "a", 1),
+    (2, 1, dt.date(2026, 1, 1), "a", 2),
+    (3, 2, dt.date(2026, 1, 2), "b", 3),
+    (4, None, None, None, 4),
+]
+
+
+def _partitioned(wh: str, name: str) -> mere.Table:
+    t = mere.connect(wh).create_table(
+        name, PSCHEMA, primary_key="id", partition_by=["p", "d", "s"], buckets=2
+    )
+    t.upsert(pa.Table.from_pylist([dict(zip(PSCHEMA.names, r, strict=True)) for r in PSEED], schema=PSCHEMA))
+    return t
+
+
+def test_overwrite_of_one_partition_by_its_values(spark: SparkSession, wh: str) -> None:
+    cases: list[tuple[str, list[tuple[Any, ...]], set[int]]] = [
+        ('{"p": 1, "d": "2026-01-01", "s": "a"}', [(9, 1, dt.date(2026, 1, 1), "a", 9)], {1, 2}),
+        ('{"p": 1}', [], {1, 2}),  # no rows: the partition is emptied, as Spark's static overwrite does
+        ('{"p": null}', [(9, None, None, None, 9)], {4}),
+        ('{"d": "2026-01-02"}', [(9, 2, dt.date(2026, 1, 2), "b", 9)], {3}),
+    ]
+    for i, (partition, new, replaced) in enumerate(cases):
+        t = _partitioned(wh, f"po.t{i}")
+        save(spark.createDataFrame(new, PSPARK), wh, t.name, "overwrite", partition=partition)
+        want = sorted([r for r in PSEED if r[0] not in replaced] + new, key=repr)
+        assert mere_rows(wh, t.name) == want, partition
+        assert t.version == 2
+    t = _partitioned(wh, "po.bad")
+    before = (t.version, mere_rows(wh, t.name))
+    row = spark.createDataFrame([(9, 2, dt.date(2026, 1, 2), "b", 9)], PSPARK)
+    for partition in ('{"d": "2026-1-2"}', "{}", '{"P": 2}', "[2]", '{"p": 1}'):
+        with pytest.raises(Exception, match="InvalidInput"):
+            save(row, wh, t.name, "overwrite", partition=partition)
+        assert (t.version, mere_rows(wh, t.name)) == before, partition
+
+
+@pytest.mark.parametrize(
+    "partition",
+    ['{"p": true}', '{"p": 1, "p": 2}'],
+    ids=["bool_for_int", "duplicate_name"],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: df.write.mode('overwrite').option('partition', '{\"p\": true}') on an int partition column "
+    'replaces partition p=1 (true taken as 1), and \'{"p": 1, "p": 2}\' replaces p=2 (the last duplicate '
+    "wins silently); both should be InvalidInput with nothing written",
+)
+def test_a_partition_value_of_another_type_or_named_twice_is_refused(
+    spark: SparkSession, wh: str, partition: str
+) -> None:
+    t = _partitioned(wh, "pb.t")
+    before = (t.version, mere_rows(wh, t.name))
+    p = 2 if "2" in partition else 1
+    row = spark.createDataFrame([(9, p, dt.date(2026, 1, 1), "a", 9)], PSPARK)
+    with pytest.raises(Exception, match="InvalidInput"):
+        save(row, wh, t.name, "overwrite", partition=partition)
+    assert (t.version, mere_rows(wh, t.name)) == before
