@@ -621,3 +621,32 @@ def test_a_partition_value_of_another_type_or_named_twice_is_refused(
     with pytest.raises(Exception, match="InvalidInput"):
         save(row, wh, t.name, "overwrite", partition=partition)
     assert (t.version, mere_rows(wh, t.name)) == before
+
+
+def test_statements_reading_the_table_they_write(spark: SparkSession, wh: str, clean: None) -> None:
+    """INSERT / INSERT OVERWRITE whose SELECT reads the same table: the rows of the version read, applied once."""
+    spark.sql(
+        f"CREATE TABLE trial49_self ({COLS}) USING mere OPTIONS (warehouse '{wh}', table 'ns.self', "
+        "primary_key 'id', partition_by 'day', buckets '2')"
+    )
+    spark.sql("INSERT INTO trial49_self SELECT id, CAST(id % 3 AS STRING), id FROM range(20)")
+    model = {i: (str(i % 3), i) for i in range(20)}
+    spark.sql("INSERT INTO trial49_self SELECT id + 100, day, v FROM trial49_self WHERE id < 5")
+    model.update({k + 100: model[k] for k in range(5)})
+    assert mere_rows(wh, "ns.self") == model_rows(model)
+    spark.sql("INSERT INTO trial49_self SELECT id, day, v * 10 FROM trial49_self")
+    model = {k: (d, v * 10) for k, (d, v) in model.items()}
+    assert mere_rows(wh, "ns.self") == model_rows(model)
+    spark.sql("INSERT OVERWRITE trial49_self SELECT * FROM trial49_self WHERE id % 2 = 0")
+    model = {k: dv for k, dv in model.items() if k % 2 == 0}
+    assert mere_rows(wh, "ns.self") == model_rows(model)
+    spark.sql(
+        "INSERT OVERWRITE trial49_self WITH ('partitionOverwriteMode' = 'dynamic') "
+        "SELECT id, day, v + 1 FROM trial49_self WHERE day = '1'"
+    )
+    model = {k: (d, v + 1 if d == "1" else v) for k, (d, v) in model.items()}
+    assert mere_rows(wh, "ns.self") == model_rows(model)
+    df = spark.read.format("mere").option("warehouse", wh).load("ns.self").where("v > 50")
+    save(df, wh, "ns.self", "overwrite")
+    model = {k: dv for k, dv in model.items() if dv[1] > 50}
+    assert mere_rows(wh, "ns.self") == model_rows(model)
