@@ -650,3 +650,21 @@ def test_statements_reading_the_table_they_write(spark: SparkSession, wh: str, c
     save(df, wh, "ns.self", "overwrite")
     model = {k: dv for k, dv in model.items() if dv[1] > 50}
     assert mere_rows(wh, "ns.self") == model_rows(model)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: df.write.format('mere').option('primary_key','id').option('partition_by','day').partitionBy('v')"
+    ".saveAsTable(t) creates t partitioned by v: the saveAsTable hook overwrites the option silently, where "
+    ".save() refuses the same disagreement ('disagree; give the partition columns once')",
+)
+def test_save_as_table_refuses_partition_by_disagreeing_with_the_option(
+    spark: SparkSession, wh: str, clean: None
+) -> None:
+    df = spark.createDataFrame([(1, "a", 1)], "id long, day string, v long")
+    w = df.write.format("mere").mode("append").option("warehouse", wh).option("primary_key", "id")
+    with pytest.raises(Exception, match="disagree"):
+        w.option("partition_by", "day").partitionBy("v").save("pd.t")  # save() refuses it
+    with pytest.raises(Exception, match="disagree"):
+        w.option("partition_by", "day").partitionBy("v").saveAsTable("trial49_pd")
+    assert mere.connect(wh).tables() == [] and not spark.catalog.tableExists("trial49_pd")
