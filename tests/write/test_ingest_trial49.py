@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pytest
 
 import mere
-from mere.errors import MereError, NullKey, SchemaMismatch
+from mere.errors import MereError, NullKey, SchemaMismatch, UnsupportedType
 from mere.table.table import Table
 
 pl = pytest.importorskip("polars")
@@ -54,12 +54,12 @@ def _files(tmp_path: Path) -> list[str]:
 
 def _plain(value: Any) -> Any:
     """An independent normal form of one Python value: tz-aware datetimes as UTC instants, others as is."""
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return ("tz", value.astimezone(UTC).replace(tzinfo=None))
-    if isinstance(value, pd.Timestamp):
+    if isinstance(value, pd.Timestamp):  # nanosecond timestamps: compare the integer nanoseconds
         if value.tzinfo is not None:
             return ("tz", value.tz_convert("UTC").tz_localize(None).value)
         return ("naive", value.value)
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return ("tz", value.astimezone(UTC).replace(tzinfo=None))
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -857,3 +857,351 @@ def test_merge_source_with_duplicate_column_names_is_refused_typed(tmp_path: Pat
     with pytest.raises(MereError):
         t.merge(source).when_matched_update_all().when_not_matched_insert_all().execute()
     assert _state(t, tmp_path) == before
+
+
+# ----------------------------------------------------------------------------------- pandas frames
+
+PD_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        ("i", pa.int64()),
+        ("b", pa.bool_()),
+        ("s", pa.string()),
+        ("ts", pa.timestamp("ns")),
+        ("tz", pa.timestamp("ns", "UTC")),
+        ("f", pa.float64()),
+    ]
+)
+PD_EXPECTED = [
+    {
+        "id": 1,
+        "i": 1,
+        "b": True,
+        "s": "a",
+        "ts": ("naive", pd.Timestamp("2020-01-01").value),
+        "tz": ("tz", pd.Timestamp("2019-12-31 23:00").value),
+        "f": 1.5,
+    },
+    {"id": 2, "i": None, "b": None, "s": None, "ts": None, "tz": None, "f": None},
+    {
+        "id": 3,
+        "i": -(2**62),
+        "b": False,
+        "s": "ünï",
+        "ts": ("naive", pd.Timestamp("2021-01-01").value + 1),
+        "tz": ("tz", pd.Timestamp("2021-06-30 22:00").value),
+        "f": -0.0,
+    },
+]
+
+
+def _pandas_frame() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "id": [1, 2, 3],
+            "i": pd.array([1, None, -(2**62)], "Int64"),
+            "b": pd.array([True, None, False], "boolean"),
+            "s": pd.array(["a", None, "ünï"], "string"),
+            "ts": pd.to_datetime(["2020-01-01", None, "2021-01-01 00:00:00.000000001"], format="ISO8601"),
+            "tz": pd.to_datetime(["2020-01-01", None, "2021-07-01"]).tz_localize("Europe/Paris"),
+            "f": pd.array([1.5, None, -0.0], "Float64"),
+        },
+        index=[30, 10, 20],
+    )
+
+
+PANDAS_VARIANTS: dict[str, Callable[[], pd.DataFrame]] = {
+    "nullable_extension": _pandas_frame,
+    "pyarrow_backed": lambda: _pandas_frame().convert_dtypes(dtype_backend="pyarrow"),
+    "categorical_strings": lambda: _pandas_frame().assign(s=lambda d: d["s"].astype("category")),
+    "object_strings": lambda: _pandas_frame().assign(
+        s=pd.Series(["a", None, "ünï"], dtype=object, index=[30, 10, 20])
+    ),
+    "columns_reordered": lambda: _pandas_frame()[["f", "tz", "ts", "s", "b", "i", "id"]],
+    "numpy_int_key_int32": lambda: _pandas_frame().assign(id=np.array([1, 2, 3], dtype=np.int32)),
+}
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+@pytest.mark.parametrize("variant", list(PANDAS_VARIANTS))
+def test_pandas_frames_read_back_exactly(tmp_path: Path, variant: str, op: str) -> None:
+    t = _fresh(tmp_path, op, PD_SCHEMA)
+    _expect_stored(t, op, PANDAS_VARIANTS[variant](), PD_EXPECTED)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param(
+            lambda: pd.DataFrame(
+                {"id": [1], "i": pd.Series([1], dtype=object).astype(object).replace(1, "x")}
+            ),
+            id="object_str_in_int",
+        ),
+        pytest.param(
+            lambda: pd.DataFrame({"id": [1], "s": pd.Series([1, "a"], dtype=object)[:1]}),
+            id="object_int_in_string",
+        ),
+        pytest.param(
+            lambda: pd.DataFrame({"id": [1, 2], "s": pd.Series([1, "a"], dtype=object)}), id="object_mixed"
+        ),
+        pytest.param(
+            lambda: pd.DataFrame({"id": [1], "ts": pd.to_datetime(["2020-01-01"]).tz_localize("UTC")}),
+            id="aware_in_naive",
+        ),
+        pytest.param(
+            lambda: pd.DataFrame({"id": [1], "tz": pd.to_datetime(["2020-01-01"])}), id="naive_in_aware"
+        ),
+        pytest.param(lambda: pd.DataFrame({"id": [1], "i": [1.5]}), id="fraction_in_int"),
+        pytest.param(
+            lambda: pd.DataFrame({"id": [1], "i": pd.to_timedelta([1], "s")}), id="timedelta_in_int"
+        ),
+        pytest.param(lambda: pd.DataFrame({"id": [1.0, np.nan]}), id="nan_key"),
+        pytest.param(lambda: pd.DataFrame({"id": pd.array([1, None], "Int64")}), id="na_key"),
+        pytest.param(lambda: pd.DataFrame([[1, 2, 3]], columns=["id", "i", "i"]), id="duplicate_columns"),
+        pytest.param(lambda: pd.DataFrame({0: [1]}), id="int_column_name"),
+        pytest.param(lambda: pd.DataFrame({"i": [1]}, index=pd.Index([1], name="id")), id="key_in_index"),
+    ],
+)
+@pytest.mark.parametrize("op", ["upsert", "append", "merge", "overwrite"])
+def test_pandas_bad_frames_are_refused_typed(
+    request: pytest.FixtureRequest, tmp_path: Path, frame: Callable[[], pd.DataFrame], op: str
+) -> None:
+    case = request.node.callspec.id.split("-", 1)[1]
+    if op == "merge" and case in ("aware_in_naive", "naive_in_aware", "fraction_in_int"):
+        pytest.skip("MERGE: documented assignment cast / the timestamp xfail above")
+    t = _fresh(tmp_path, op, PD_SCHEMA)
+    _write(t, op if op != "overwrite" else "upsert", pd.DataFrame({"id": [7]}))
+    _expect_refused(t, tmp_path, op, frame())
+
+
+def test_pandas_numpy_nan_floats(tmp_path: Path) -> None:
+    """pandas' numpy float64 NaN is its missing value: pyarrow's from_pandas, hence mere, stores NULL. Arrow NaN
+    (a pyarrow-backed double) stays NaN."""
+    t = _table(tmp_path, PD_SCHEMA)
+    t.upsert(pd.DataFrame({"id": [1], "f": [np.nan]}))
+    t.upsert(pd.DataFrame({"id": [2], "f": pd.array([float("nan")], dtype="double[pyarrow]")}))
+    t.upsert(pa.table({"id": pa.array([3], pa.int64()), "f": pa.array([float("nan")])}))
+    got = {r["id"]: r["f"] for r in _read(t)}
+    assert got[1] is None
+    assert got[3] == "NaN"
+    assert got[2] in ("NaN", None)
+
+
+# ----------------------------------------------------------------------------------- Polars frames
+
+
+def test_polars_frames_read_back_exactly(tmp_path: Path) -> None:
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            ("s", pa.string()),
+            ("tz", pa.timestamp("us", "UTC")),
+            ("naive", pa.timestamp("ns")),
+            ("dec", pa.decimal128(10, 2)),
+            ("dur", pa.duration("us")),
+            ("l", pa.list_(pa.int64())),
+            ("st", pa.struct([("a", pa.int64()), ("b", pa.string())])),
+            ("u8", pa.int16()),
+            ("d", pa.date32()),
+        ]
+    )
+    df = pl.DataFrame(
+        {
+            "id": [1, 2, 3],
+            "s": ["a", None, "a string longer than twelve bytes"],
+            "tz": pl.Series([dt.datetime(2020, 1, 1, 9), None, dt.datetime(2021, 1, 1)]).dt.replace_time_zone(
+                "Asia/Tokyo"
+            ),
+            "naive": pl.Series(
+                [dt.datetime(2020, 1, 1), None, dt.datetime(1969, 12, 31, 23, 59, 59, 999999)]
+            ).cast(pl.Datetime("ns")),
+            "dec": pl.Series(
+                [decimal.Decimal("1.23"), None, decimal.Decimal("-99999999.99")], dtype=pl.Decimal(10, 2)
+            ),
+            "dur": pl.Series([dt.timedelta(seconds=1), None, dt.timedelta(microseconds=-3)]),
+            "l": [[1, 2], None, []],
+            "st": [{"a": 1, "b": "x"}, None, {"a": None, "b": "z"}],
+            "u8": pl.Series([0, None, 255], dtype=pl.UInt8),
+            "d": [dt.date(2020, 2, 29), None, dt.date(1, 1, 1)],
+        }
+    )
+    t = _table(tmp_path, schema)
+    t.upsert(df)
+    got = _read(t)
+    assert got == [
+        {
+            "id": 1,
+            "s": "a",
+            "tz": ("tz", dt.datetime(2020, 1, 1, 0)),
+            "naive": ("naive", pd.Timestamp("2020-01-01").value),
+            "dec": decimal.Decimal("1.23"),
+            "dur": dt.timedelta(seconds=1),
+            "l": [1, 2],
+            "st": {"a": 1, "b": "x"},
+            "u8": 0,
+            "d": dt.date(2020, 2, 29),
+        },
+        {
+            "id": 2,
+            "s": None,
+            "tz": None,
+            "naive": None,
+            "dec": None,
+            "dur": None,
+            "l": None,
+            "st": None,
+            "u8": None,
+            "d": None,
+        },
+        {
+            "id": 3,
+            "s": "a string longer than twelve bytes",
+            "tz": ("tz", dt.datetime(2020, 12, 31, 15)),
+            "naive": ("naive", -1000),
+            "dec": decimal.Decimal("-99999999.99"),
+            "dur": dt.timedelta(microseconds=-3),
+            "l": [],
+            "st": {"a": None, "b": "z"},
+            "u8": 255,
+            "d": dt.date(1, 1, 1),
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param(
+            lambda: pl.DataFrame({"id": [1], "v": pl.Series([2**40], dtype=pl.Int64)}), id="int_overflow"
+        ),
+        pytest.param(lambda: pl.DataFrame({"id": [1], "v": ["7"]}), id="string_in_int"),
+        pytest.param(lambda: pl.DataFrame({"id": [1], "v": [[1]]}), id="list_in_int"),
+        pytest.param(lambda: pl.DataFrame({"id": [1], "s": [{"a": 1}]}), id="struct_in_string"),
+        pytest.param(lambda: pl.DataFrame({"id": pl.Series([None, 1], dtype=pl.Int64)}), id="null_key"),
+        pytest.param(lambda: pl.DataFrame({"id": [1], "v": pl.Series([1.5])}), id="fraction_in_int"),
+        pytest.param(
+            lambda: pl.DataFrame({"id": [1], "v": pl.Series([dt.timedelta(1)])}), id="duration_in_int"
+        ),
+    ],
+)
+@pytest.mark.parametrize("op", ["upsert", "append", "overwrite"])
+def test_polars_bad_frames_are_refused_typed(tmp_path: Path, frame: Callable[[], Any], op: str) -> None:
+    t = _fresh(tmp_path, op)
+    _write(t, op if op != "overwrite" else "upsert", pl.DataFrame({"id": [9]}))
+    _expect_refused(t, tmp_path, op, frame())
+
+
+def test_polars_lazy_frame_is_refused_typed(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    _expect_refused(t, tmp_path, "upsert", pl.DataFrame({"id": [1]}).lazy())
+
+
+# --------------------------------------------------------------------------------- DuckDB results
+
+
+def _duck() -> Any:
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
+    return con
+
+
+def _duck_arrow(rel: Any) -> pa.Table:
+    return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
+
+
+DUCK_SQL = """
+SELECT i::BIGINT AS id,
+       i::HUGEINT * 100000000000000000000 AS h,
+       ('00000000-0000-0000-0000-00000000000' || i)::UUID AS u,
+       (CASE WHEN i % 2 = 0 THEN 'sad' ELSE 'ok' END)::mood AS m,
+       TIMESTAMPTZ '2020-01-01 00:00:00+02' + to_seconds(i) AS tstz,
+       [i, NULL] AS l,
+       {'a': i, 'b': 'x' || i} AS st,
+       i::UBIGINT AS ub,
+       1.5::DECIMAL(4, 1) + i AS d
+FROM range(3) t(i)
+"""
+
+
+def _duck_expected() -> list[dict[str, Any]]:
+    return [
+        {
+            "id": i,
+            "h": decimal.Decimal(i * 10**20),
+            "u": f"00000000-0000-0000-0000-00000000000{i}",
+            "m": "sad" if i % 2 == 0 else "ok",
+            "tstz": ("tz", dt.datetime(2019, 12, 31, 22, 0, i)),
+            "l": [i, None],
+            "st": {"a": i, "b": f"x{i}"},
+            "ub": i,
+            "d": decimal.Decimal("1.5") + i,
+        }
+        for i in range(3)
+    ]
+
+
+DUCK_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        ("h", pa.decimal128(38, 0)),
+        ("u", pa.string()),
+        ("m", pa.string()),
+        ("tstz", pa.timestamp("us", "UTC")),
+        ("l", pa.list_(pa.int64())),
+        ("st", pa.struct([("a", pa.int64()), ("b", pa.string())])),
+        ("ub", pa.int64()),
+        ("d", pa.decimal128(10, 1)),
+    ]
+)
+
+
+@pytest.mark.parametrize("form", ["arrow_table", "record_batch_reader", "relation"])
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_duckdb_results_read_back_exactly(tmp_path: Path, form: str, op: str) -> None:
+    con = _duck()
+    rel = con.sql(DUCK_SQL)
+    data: Any
+    if form == "arrow_table":
+        data = _duck_arrow(rel)
+    elif form == "record_batch_reader":
+        data = rel.to_arrow_reader(2) if hasattr(rel, "to_arrow_reader") else rel.fetch_record_batch(2)
+    else:
+        data = rel
+    t = _fresh(tmp_path, op, DUCK_SCHEMA)
+    _expect_stored(t, op, data, _duck_expected())
+
+
+def test_duckdb_interval_is_refused_at_create_and_at_write(tmp_path: Path) -> None:
+    con = _duck()
+    data = _duck_arrow(con.sql("SELECT 1::BIGINT AS id, to_seconds(5) AS iv"))
+    cat = mere.connect(tmp_path / "wh")
+    with pytest.raises(UnsupportedType):
+        cat.create_table("ing.iv", data.schema, primary_key="id")
+    t = _table(tmp_path, pa.schema([pa.field("id", pa.int64(), nullable=False), ("iv", pa.duration("us"))]))
+    _expect_refused(t, tmp_path, "upsert", data, SchemaMismatch)
+    _expect_refused(t, tmp_path, "merge", data)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        pytest.param(
+            "SELECT 1::BIGINT AS id, 100000000000000000000::HUGEINT AS ub", id="hugeint_overflow_int64"
+        ),
+        pytest.param("SELECT 1::BIGINT AS id, 18446744073709551615::UBIGINT AS ub", id="ubigint_overflow"),
+        pytest.param("SELECT 1::BIGINT AS id, gen_random_uuid() AS h", id="uuid_in_decimal"),
+        pytest.param("SELECT 1::BIGINT AS id, 12345678901.5::DECIMAL(12,1) AS d", id="decimal_overflow"),
+        pytest.param("SELECT 1::BIGINT AS id, 1.25::DECIMAL(4,2) AS d", id="decimal_scale"),
+        pytest.param("SELECT 1::BIGINT AS id, TIMESTAMP '2020-01-01' AS tstz", id="naive_in_tz"),
+        pytest.param("SELECT NULL::BIGINT AS id", id="null_key"),
+        pytest.param("SELECT 1::BIGINT AS id, [[1]] AS l", id="nested_list"),
+        pytest.param("SELECT 1::BIGINT AS id, {'a': 1} AS st", id="struct_fields_differ"),
+    ],
+)
+@pytest.mark.parametrize("op", ["upsert", "append", "overwrite"])
+def test_duckdb_bad_results_are_refused_typed(tmp_path: Path, sql: str, op: str) -> None:
+    t = _fresh(tmp_path, op, DUCK_SCHEMA)
+    _write(t, op if op != "overwrite" else "upsert", pa.table({"id": pa.array([7], pa.int64())}))
+    _expect_refused(t, tmp_path, op, _duck_arrow(_duck().sql(sql)))
