@@ -1391,7 +1391,7 @@ def test_rows_read_from_another_mere_table_round_trip(tmp_path: Path) -> None:
         },
     ]
     for n, source in enumerate(
-        [lambda: src.scan(), lambda: src.to_arrow(), lambda: pa.table(src.scan()).to_batches()[0]]
+        [lambda: src.scan(), lambda: src.to_arrow(), lambda: pa.table(src.scan()).combine_chunks().to_batches()[0]]
     ):
         dst = cat.create_table(f"ing.dst{n}", dst_schema, primary_key="k", buckets=2)
         dst.upsert(source())
