@@ -1610,3 +1610,107 @@ def test_any_layout_of_the_same_rows_writes_the_same_table(
             model[k] = {"id": k, "s": text, "v": v}
         assert _read(t) == [model[k] for k in sorted(model)]
     assert _read(t) == [model[k] for k in sorted(model)]
+
+
+# ---------------------------------------------- merge operators and sequences fed encoded layouts
+
+OPS_SCHEMA = pa.schema(
+    [pa.field("id", pa.int64(), nullable=False), ("seq", pa.int64()), ("v", pa.int64()), ("s", pa.string())]
+)
+
+
+def _ops_table(tmp_path: Path, **kw: Any) -> Table:
+    t = _table(tmp_path, OPS_SCHEMA, **kw)
+    t.upsert(
+        pa.table(
+            {
+                "id": pa.array([1, 2], pa.int64()),
+                "seq": pa.array([5, 5], pa.int64()),
+                "v": pa.array([1, 1], pa.int64()),
+                "s": ["a", "b"],
+            }
+        )
+    )
+    return t
+
+
+ENCODINGS = ["plain", "dictionary", "run_end"]
+
+
+@pytest.mark.parametrize("how", ENCODINGS)
+def test_sequence_column_in_encoded_layouts(tmp_path: Path, how: str) -> None:
+    t = _ops_table(tmp_path, sequence_by="seq")
+    t.upsert(
+        pa.table(
+            {
+                "id": pa.array([1, 1, 2], pa.int64()),
+                "seq": _encode(pa.array([7, 6, 4], pa.int64()), how),
+                "v": _encode(pa.array([10, 20, 30], pa.int64()), how),
+                "s": pa.array(["x", "y", "z"], pa.string_view()),
+            }
+        )
+    )
+    assert _read(t) == [{"id": 1, "seq": 7, "v": 10, "s": "x"}, {"id": 2, "seq": 5, "v": 1, "s": "b"}]
+
+
+@pytest.mark.parametrize("how", ENCODINGS)
+def test_sum_and_concat_fold_encoded_values(tmp_path: Path, how: str) -> None:
+    t = _ops_table(tmp_path, merge_operators={"v": "sum", "s": "concat:|"})
+    t.upsert(
+        pa.table(
+            {
+                "id": _encode(pa.array([1, 1, 2], pa.int64()), how),
+                "v": _encode(pa.array([10, 10, 30], pa.int8()), how),
+                "s": _encode(pa.array(["x", "y", None]), how),
+            }
+        )
+    )
+    assert _read(t) == [{"id": 1, "seq": 5, "v": 21, "s": "a|x|y"}, {"id": 2, "seq": 5, "v": 31, "s": "b"}]
+
+
+@pytest.mark.parametrize("how", [*ENCODINGS, "view"])
+def test_max_and_last_non_null_fold_encoded_values(tmp_path: Path, how: str) -> None:
+    t = _ops_table(tmp_path, merge_operators={"v": "max", "s": "last_non_null"})
+    t.upsert(
+        pa.table(
+            {
+                "id": pa.array([1, 1, 2], pa.int64()),
+                "v": pa.array([3, None, 0], pa.int64()),
+                "s": _encode(pa.array(["x", None, "z"]), how),
+            }
+        )
+    )
+    assert _read(t) == [{"id": 1, "seq": 5, "v": 3, "s": "x"}, {"id": 2, "seq": 5, "v": 1, "s": "z"}]
+
+
+# ------------------------------------------------------------- refused writes inside transactions
+
+REFUSED_IN_TX = {
+    "overflow": lambda: pa.table({"id": pa.array([2], pa.int64()), "v": pa.array([2**40], pa.int64())}),
+    "dictionary_of_view": lambda: pa.table(
+        {"id": pa.array([2], pa.int64()), "v": pa.array(["x"], pa.string_view()).dictionary_encode()}
+    ),
+    "null_key": lambda: pa.table({"id": pa.array([None], pa.int64())}),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_IN_TX))
+def test_a_refused_write_in_a_transaction_drops_the_earlier_writes_too(tmp_path: Path, case: str) -> None:
+    cat = mere.connect(tmp_path / "wh")
+    a = cat.create_table("ing.a", CDC_SCHEMA, primary_key="id")
+    b = cat.create_table("ing.b", CDC_SCHEMA, primary_key="id")
+    a.upsert(pa.table({"id": pa.array([1], pa.int64())}))
+    b.upsert(pa.table({"id": pa.array([1], pa.int64())}))
+    before = (_state(a, tmp_path), _state(b, tmp_path))
+    streamed = pa.RecordBatchReader.from_batches(
+        pa.schema([("id", pa.int64()), ("v", pa.int32())]),
+        [pa.record_batch({"id": pa.array([5], pa.int64()), "v": pa.array([5], pa.int32())})],
+    )
+    with pytest.raises(MereError), cat.transaction() as tx:
+        tx.table("ing.a").upsert(streamed)
+        tx.table("ing.b").upsert(REFUSED_IN_TX[case]())
+    assert (_state(a, tmp_path), _state(b, tmp_path)) == before
+    with pytest.raises(MereError), a.transaction() as one:
+        one.upsert(pa.table({"id": pa.array([6], pa.int64())}).to_batches()[0])
+        one.upsert(REFUSED_IN_TX[case]())
+    assert (_state(a, tmp_path), _state(b, tmp_path)) == before
