@@ -1702,3 +1702,64 @@ def test_a_refused_write_in_a_transaction_drops_the_earlier_writes_too(tmp_path:
         one.upsert(pa.table({"id": pa.array([6], pa.int64())}).to_batches()[0])
         one.upsert(REFUSED_IN_TX[case]())
     assert (_state(a, tmp_path), _state(b, tmp_path)) == before
+
+
+# ------------------------------------------------------------------- DuckDB edge values, decimal precision
+
+
+def _as_ints(table: pa.Table) -> list[list[Any]]:
+    """Columns as Python lists, timestamps as their integer ticks (infinity is int64's extreme)."""
+    out = []
+    for col in table.columns:
+        if pa.types.is_timestamp(col.type):
+            col = col.cast(pa.int64())
+        out.append(col.to_pylist())
+    return out
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT 1::BIGINT AS id, 'infinity'::TIMESTAMP AS x",
+        "SELECT 1::BIGINT AS id, '-infinity'::TIMESTAMP AS x",
+        "SELECT 1::BIGINT AS id, TIMESTAMP_NS '2020-01-01 00:00:00.000000001' AS x",
+        "SELECT 1::BIGINT AS id, TIMESTAMP_S '2020-01-01' AS x",
+        "SELECT 1::BIGINT AS id, MAP {'a': 1, 'b': NULL} AS x",
+        "SELECT 1::BIGINT AS id, '\\xAA\\x00'::BLOB AS x",
+        "SELECT 1::BIGINT AS id, [1, NULL]::INT[2] AS x",
+        "SELECT 1::BIGINT AS id, 'nan'::DOUBLE AS x",
+        "SELECT 1::BIGINT AS id, -99999999999999999999999999999999999999::DECIMAL(38, 0) AS x",
+        "SELECT 1::BIGINT AS id, [{'a': [1, NULL]}, NULL] AS x",
+    ],
+)
+def test_duckdb_edge_values_are_stored_exactly(tmp_path: Path, sql: str) -> None:
+    data = _duck_arrow(_duck().sql(sql))
+    schema = pa.schema([f.with_nullable(f.name != "id") for f in data.schema])
+    t = _table(tmp_path, schema)
+    t.upsert(data)
+    got, want = _as_ints(t.to_arrow()), _as_ints(data)
+    assert repr(got) == repr(want)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a decimal128(38, 0) value outside precision 38 (DuckDB exports HUGEINT max "
+    "170141183460469231731687303715884105727 so; pyarrow's validate(full=True) calls it invalid) is stored into a "
+    "decimal128(38, 0) column unchecked, where a cast to decimal128(20, 0) is refused: "
+    "t.upsert(duckdb.sql('SELECT 1::BIGINT id, 170141183460469231731687303715884105727::HUGEINT x').to_arrow_table())",
+)
+@pytest.mark.parametrize("source", ["duckdb_hugeint_max", "pyarrow_buffers"])
+def test_a_decimal_outside_its_declared_precision_is_refused(tmp_path: Path, source: str) -> None:
+    if source == "duckdb_hugeint_max":
+        data = _duck_arrow(
+            _duck().sql("SELECT 1::BIGINT AS id, 170141183460469231731687303715884105727::HUGEINT AS x")
+        )
+    else:
+        value = 10**38  # 39 digits: one more than decimal128(38, 0) holds
+        raw = value.to_bytes(16, "little", signed=True)
+        x = pa.Array.from_buffers(pa.decimal128(38, 0), 1, [None, pa.py_buffer(raw)])
+        data = pa.table({"id": pa.array([1], pa.int64()), "x": x})
+    with pytest.raises(pa.ArrowInvalid):
+        data.validate(full=True)
+    t = _table(tmp_path, pa.schema([pa.field("id", pa.int64(), nullable=False), ("x", pa.decimal128(38, 0))]))
+    _expect_refused(t, tmp_path, "upsert", data)
