@@ -407,8 +407,24 @@ def test_dictionary_of_string_view_is_stored(tmp_path: Path, op: str) -> None:
     reason="BUG: a Polars Categorical or Enum column is refused (SchemaMismatch, array_take has no kernel for "
     "dictionary<string_view>): t.upsert(pl.DataFrame({'id': [1], 's': pl.Series(['x'], dtype=pl.Categorical)}))",
 )
-@pytest.mark.parametrize("kind", ["categorical", "enum"])
+@pytest.mark.parametrize("kind", ["categorical", "enum", "list_of_categorical", "struct_of_categorical"])
 def test_polars_categorical_and_enum_are_stored_as_strings(tmp_path: Path, kind: str) -> None:
+    if kind == "list_of_categorical":
+        schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("s", pa.list_(pa.string()))])
+        t = _table(tmp_path, schema)
+        df = pl.DataFrame({"id": [1, 2], "s": pl.Series([["lo"], None], dtype=pl.List(pl.Categorical))})
+        _expect_stored(t, "upsert", df, [{"id": 1, "s": ["lo"]}, {"id": 2, "s": None}])
+        return
+    if kind == "struct_of_categorical":
+        schema = pa.schema(
+            [pa.field("id", pa.int64(), nullable=False), ("s", pa.struct([("a", pa.string())]))]
+        )
+        t = _table(tmp_path, schema)
+        df = pl.DataFrame(
+            {"id": [1, 2], "s": pl.Series([{"a": "lo"}, None], dtype=pl.Struct({"a": pl.Categorical}))}
+        )
+        _expect_stored(t, "upsert", df, [{"id": 1, "s": {"a": "lo"}}, {"id": 2, "s": None}])
+        return
     t = _table(tmp_path)
     dtype = pl.Categorical if kind == "categorical" else pl.Enum(["lo", "hi"])
     df = pl.DataFrame({"id": [1, 2, 3], "s": pl.Series(["lo", "hi", None], dtype=dtype)})
@@ -1763,3 +1779,67 @@ def test_a_decimal_outside_its_declared_precision_is_refused(tmp_path: Path, sou
         data.validate(full=True)
     t = _table(tmp_path, pa.schema([pa.field("id", pa.int64(), nullable=False), ("x", pa.decimal128(38, 0))]))
     _expect_refused(t, tmp_path, "upsert", data)
+
+
+def test_polars_exotic_dtypes_store_exactly(tmp_path: Path) -> None:
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            ("bin", pa.binary()),
+            ("nul", pa.string()),
+            ("arr", pa.list_(pa.int64())),
+            ("tm", pa.time64("us")),
+            ("dec", pa.decimal128(10, 2)),
+            ("ny", pa.timestamp("ns", "UTC")),
+            ("ms", pa.timestamp("us")),
+            ("f32", pa.float32()),
+            ("ls", pa.list_(pa.string())),
+        ]
+    )
+    df = pl.DataFrame(
+        {
+            "id": [1, 2],
+            "bin": pl.Series([b"\x00a", None]),
+            "nul": pl.Series([None, None], dtype=pl.Null),
+            "arr": pl.Series([[1, 2], None], dtype=pl.Array(pl.Int64, 2)),
+            "tm": pl.Series([dt.time(1, 2, 3, 4), None]),
+            "dec": pl.Series([decimal.Decimal("1.25"), None], dtype=pl.Decimal(None, 2)),
+            "ny": pl.Series([dt.datetime(2020, 1, 1), None]).cast(pl.Datetime("ns", "America/New_York")),
+            "ms": pl.Series([dt.datetime(2020, 1, 1, 0, 0, 0, 1000), None]).cast(pl.Datetime("ms")),
+            "f32": pl.Series([float("nan"), None], dtype=pl.Float32),
+            "ls": pl.Series([["a", "b" * 20], None]),
+        }
+    )
+    t = _table(tmp_path, schema)
+    t.upsert(df)
+    assert (
+        _read(t)
+        == [
+            {
+                "id": 1,
+                "bin": b"\x00a",
+                "nul": None,
+                "arr": [1, 2],
+                "tm": dt.time(1, 2, 3, 4),
+                "dec": decimal.Decimal("1.25"),
+                "ny": ("tz", pd.Timestamp("2020-01-01").value),  # polars casts naive as UTC
+                "ms": dt.datetime(2020, 1, 1, 0, 0, 0, 1000),
+                "f32": "NaN",
+                "ls": ["a", "b" * 20],
+            },
+            {"id": 2, **dict.fromkeys(schema.names[1:])},
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "series",
+    [
+        pytest.param(lambda: pl.Series([5, None], dtype=pl.Int128), id="int128"),
+        pytest.param(lambda: pl.Series([object(), None], dtype=pl.Object), id="object"),
+        pytest.param(lambda: pl.Series([2**64 - 1, None], dtype=pl.UInt64), id="uint64_max"),
+    ],
+)
+def test_polars_unstorable_dtypes_are_refused_typed(tmp_path: Path, series: Callable[[], Any]) -> None:
+    t = _table(tmp_path, pa.schema([pa.field("id", pa.int64(), nullable=False), ("x", pa.int64())]))
+    _expect_refused(t, tmp_path, "upsert", pl.DataFrame({"id": [1, 2]}).with_columns(x=series()))
