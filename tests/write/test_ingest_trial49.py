@@ -1843,3 +1843,53 @@ def test_polars_exotic_dtypes_store_exactly(tmp_path: Path) -> None:
 def test_polars_unstorable_dtypes_are_refused_typed(tmp_path: Path, series: Callable[[], Any]) -> None:
     t = _table(tmp_path, pa.schema([pa.field("id", pa.int64(), nullable=False), ("x", pa.int64())]))
     _expect_refused(t, tmp_path, "upsert", pl.DataFrame({"id": [1, 2]}).with_columns(x=series()))
+
+
+# -------------------------------------------------------- sliced nested columns (offsets inside lists)
+
+NESTED_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        ("l", pa.list_(pa.field("element", pa.int32(), nullable=False))),
+        ("st", pa.struct([pa.field("f", pa.int32(), nullable=False), ("g", pa.string())])),
+        ("m", pa.map_(pa.string(), pa.int64())),
+        ("ll", pa.list_(pa.list_(pa.string()))),
+    ]
+)
+
+
+def _nested_rows(n: int = 12) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "l": pa.array(
+                [None if i % 3 == 0 else list(range(i % 4)) for i in range(n)], pa.list_(pa.int32())
+            ),
+            "st": pa.array(
+                [None if i % 4 == 1 else {"f": i, "g": None if i % 2 else str(i)} for i in range(n)],
+                pa.struct([("f", pa.int32()), ("g", pa.string())]),
+            ),
+            "m": pa.array(
+                [None if i % 5 == 2 else [(str(i), i)] for i in range(n)], pa.map_(pa.string(), pa.int64())
+            ),
+            "ll": pa.array(
+                [None if i % 2 else [[str(i)], None, []] for i in range(n)], pa.list_(pa.list_(pa.string()))
+            ),
+        }
+    )
+
+
+@pytest.mark.parametrize("op", ["upsert", "append", "merge", "overwrite"])
+@pytest.mark.parametrize(
+    ("start", "stop", "chunk"), [(0, 12, 0), (1, 7, 0), (5, 11, 2), (3, 4, 0), (7, 12, 3)]
+)
+def test_sliced_nested_columns_round_trip(tmp_path: Path, start: int, stop: int, chunk: int, op: str) -> None:
+    data = _nested_rows().slice(start, stop - start)
+    if chunk:
+        data = pa.Table.from_batches(data.to_batches(max_chunksize=chunk), schema=data.schema)
+    t = _fresh(tmp_path, op, NESTED_SCHEMA)
+    if op == "merge":
+        t.merge(data).when_not_matched_insert_all().execute()
+    else:
+        _write(t, op, data)
+    assert _read(t) == _rows(_nested_rows().slice(start, stop - start))
