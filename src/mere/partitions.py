@@ -56,6 +56,14 @@ def partition_string(spec: TableSpec, column: str, value: Any) -> str | None:
     if value is None:
         return None
     t = spec.schema.field(column).type
+    boolean = pa.types.is_boolean(t)
+    if (
+        (isinstance(value, bool) and not boolean)
+        or (boolean and not isinstance(value, bool | str))
+        or (isinstance(value, int | float) and (pa.types.is_string(t) or pa.types.is_large_string(t)))
+    ):
+        # Nothing is guessed: True is not 1, and 5 is not the text '5' (text may name any type's value).
+        raise InvalidInput(f"partition value {value!r} does not fit column {column!r} of type {t}")
     try:
         scalar = pa.scalar(value) if not isinstance(value, str) else pa.scalar(value, pa.string())
         return str(scalar.cast(t).cast(pa.string()).as_py())

@@ -183,9 +183,11 @@ def bind(options: Mapping[str, str]) -> StructType:
     return bound_schema(ref, table)
 
 
-def open_or_create(ref: TableRef, opts: Mapping[str, str], schema: StructType | None) -> tuple[Table, bool]:
+def open_or_create(
+    ref: TableRef, opts: Mapping[str, str], schema: StructType | None, declared: bool = False
+) -> tuple[Table, bool]:
     """The mere table ``ref`` names, checked against the layout ``opts`` give, or (with the Spark columns
-    ``schema``) created; and whether it was created."""
+    ``schema``; ``declared``: listed by a CREATE TABLE) created; and whether it was created."""
     try:
         table = ref.open()
     except (NoSuchTable, NoSuchNamespace):
@@ -195,7 +197,7 @@ def open_or_create(ref: TableRef, opts: Mapping[str, str], schema: StructType | 
                 "list gives no columns to create it with: list them, CREATE TABLE t (id BIGINT, ...) USING "
                 "mere ..., or create it with mere first (nothing was created)"
             ) from None
-        return create(ref, opts, schema), True
+        return create(ref, opts, schema, declared), True
     check_layout(table, opts)
     sequence = column_list_option("sequence_by", opts.get("sequence_by"))
     if sequence is not None and tuple(sequence) != tuple(table.spec.sequence_by):
@@ -206,15 +208,22 @@ def open_or_create(ref: TableRef, opts: Mapping[str, str], schema: StructType | 
     return table, False
 
 
-def create(ref: TableRef, opts: Mapping[str, str], schema: StructType) -> Table:
-    """A new mere table of the Spark columns ``schema`` and the layout ``opts`` give."""
+def create(ref: TableRef, opts: Mapping[str, str], schema: StructType, declared: bool = False) -> Table:
+    """A new mere table of the Spark columns ``schema`` and the layout ``opts`` give. ``declared``: the
+    columns were listed (CREATE TABLE t (...)), and their NOT NULL is kept."""
     keys = set(column_list_option("primary_key", opts.get("primary_key")) or ())
     arrow = to_arrow_schema(
         StructType([StructField(f.name, f.dataType, f.nullable) for f in schema]), timezone="UTC"
     )
-    # As Spark's file sources store them: columns other than keys take NULL whatever the plan proved.
+    # As Spark's file sources store a query's columns: columns other than keys take NULL whatever the plan
+    # proved. A column declared NOT NULL stays so.
     arrow = pa.schema(
-        [f.with_type(relax_nested(f.type)).with_nullable(f.nullable or f.name not in keys) for f in arrow]
+        [
+            f.with_type(relax_nested(f.type)).with_nullable(
+                f.nullable or (f.name not in keys and not declared)
+            )
+            for f in arrow
+        ]
     )
     return ref.connect().create_table(
         ref.name,
@@ -478,8 +487,9 @@ def _parse(spark: Any, text: str) -> _Creation | None:
     for transform in _scala_list(plan.partitioning()):
         if transform.name() != "identity":
             raise InvalidInput(
-                f"CREATE TABLE ... USING mere: {transform.describe()} is not a partitioning mere has; buckets "
-                "hash the primary key: give OPTIONS (primary_key '...', buckets 'n') (nothing was created)"
+                f"CREATE TABLE ... USING mere: {transform.toString()} is not a partitioning mere has (it "
+                "partitions by column values); buckets hash the primary key: give OPTIONS (primary_key '...', "
+                "buckets 'n') (nothing was created)"
             )
         partitions.append(str(transform.describe()))
     if partitions:
@@ -494,9 +504,29 @@ def _parse(spark: Any, text: str) -> _Creation | None:
     parts = [str(p) for p in _scala_list(plan.name().nameParts())]
     if kind == "CreateTable":
         schema = StructType.fromJson(json.loads(plan.tableSchema().json()))
+        _refuse_column_clauses(schema)
         return _Creation(parts, bool(plan.ignoreIfExists()), options, comment, schema, None)
     query = _query_text(text)
     return _Creation(parts, bool(plan.ignoreIfExists()), options, comment, None, query)
+
+
+def _refuse_column_clauses(schema: StructType) -> None:
+    """Column clauses of a CREATE TABLE that mere cannot keep: DEFAULT values and CHAR/VARCHAR lengths."""
+    from pyspark.sql.types import CharType, VarcharType
+
+    for f in schema.fields:
+        if any(key in (f.metadata or {}) for key in ("CURRENT_DEFAULT", "EXISTS_DEFAULT")):
+            raise InvalidInput(
+                f"CREATE TABLE ... USING mere: column {f.name!r} has a DEFAULT, which mere tables do not keep "
+                "(an INSERT without the column would store NULL); leave it out (nothing was created)"
+            )
+        if isinstance(f.dataType, CharType | VarcharType) or "__CHAR_VARCHAR_TYPE_STRING" in (
+            f.metadata or {}
+        ):
+            raise InvalidInput(
+                f"CREATE TABLE ... USING mere: column {f.name!r} is {f.dataType.simpleString()}, whose length "
+                "mere does not check; declare it STRING (nothing was created)"
+            )
 
 
 def _query_text(text: str) -> str:
@@ -597,7 +627,7 @@ def create_table(
                 f"{ref.name} already exists in warehouse {ref.warehouse!r}: bind it with CREATE TABLE t USING "
                 "mere OPTIONS (table ..., warehouse ...), then INSERT INTO t SELECT ... (nothing was created)"
             )
-    table, created = open_or_create(ref, opts, schema)
+    table, created = open_or_create(ref, opts, schema, declared=rows is None)
     if schema is not None and rows is None and not created:
         have = [(f.name, f.dataType.simpleString()) for f in spark_schema(table.schema).fields]
         want = [(f.name, f.dataType.simpleString()) for f in schema.fields]
@@ -638,6 +668,7 @@ def install_ddl_hook() -> None:
         DataFrameWriter.options,
         DataFrameWriter.saveAsTable,
     )
+    spark_bucket_by, spark_sort_by = DataFrameWriter.bucketBy, DataFrameWriter.sortBy
 
     def sql(self: Any, sqlQuery: str, args: Any = None, **kwargs: Any) -> Any:
         statement = isinstance(sqlQuery, str) and args is None and not kwargs
@@ -670,6 +701,14 @@ def install_ddl_hook() -> None:
         self._mere_options = {**getattr(self, "_mere_options", {}), **{str(k): v for k, v in given.items()}}
         return spark_options(self, **given)
 
+    def bucketBy(self: Any, numBuckets: Any, col: Any, *cols: Any) -> Any:
+        self._mere_layout = [*getattr(self, "_mere_layout", []), "bucketBy"]
+        return spark_bucket_by(self, numBuckets, col, *cols)
+
+    def sortBy(self: Any, col: Any, *cols: Any) -> Any:
+        self._mere_layout = [*getattr(self, "_mere_layout", []), "sortBy"]
+        return spark_sort_by(self, col, *cols)
+
     def saveAsTable(
         self: Any,
         name: str,
@@ -686,6 +725,13 @@ def install_ddl_hook() -> None:
         if str(source).strip().lower() != FORMAT_NAME:
             return spark_save_as_table(self, name, format, mode, partitionBy, **given)
         spark = self._spark
+        layout = getattr(self, "_mere_layout", [])
+        if layout:
+            raise InvalidInput(
+                f"saveAsTable({name!r}): {' and '.join(sorted(set(layout)))} are not layouts mere has: its "
+                "buckets hash the primary key and its files are sorted by it; give .option('primary_key', "
+                "...) and .option('buckets', n) (nothing was written)"
+            )
         opts = {
             str(k): "" if v is None else str(v)
             for k, v in {**getattr(self, "_mere_options", {}), **given}.items()
@@ -697,6 +743,14 @@ def install_ddl_hook() -> None:
                 if isinstance(cols, str)
                 else list(cols[0] if len(cols) == 1 and isinstance(cols[0], (list, tuple)) else cols)
             )
+            named = {k.lower(): v for k, v in opts.items()}.get("partition_by")
+            option = column_list_option("partition_by", named)
+            if option is not None and list(option) != list(cols):
+                raise InvalidInput(
+                    f"saveAsTable({name!r}): partitionBy {list(cols)} and option partition_by {named!r} "
+                    "disagree; give the partition columns once (nothing was written)"
+                )
+            opts = {k: v for k, v in opts.items() if k.lower() != "partition_by"}
             opts["partition_by"] = ",".join(cols)
         how = str(mode or getattr(self, "_mere_mode", None) or "errorifexists").lower()
         parts = _spark_parts(spark, [p for p in _split_name(name)])
@@ -724,6 +778,8 @@ def install_ddl_hook() -> None:
         return None
 
     wrappers: dict[str, Any] = {
+        "bucketBy": bucketBy,
+        "sortBy": sortBy,
         "mode": mode,
         "option": option,
         "options": options,

@@ -118,12 +118,22 @@ def json_object_option(name: str, value: str | None) -> dict[str, Any] | None:
     if value is None or not value.strip():
         return None
     try:
-        parsed = json.loads(value)
+        parsed = json.loads(value, object_pairs_hook=_unique_names)
     except json.JSONDecodeError as e:
         raise InvalidInput(f"option {name!r} must be a JSON object, got {value!r}") from e
+    except ValueError as e:  # a name given twice
+        raise InvalidInput(f"option {name!r}: {e}, in {value!r}") from None
     if not isinstance(parsed, dict):
         raise InvalidInput(f"option {name!r} must be a JSON object, got {value!r}")
     return parsed
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    names = [k for k, _ in pairs]
+    twice = sorted({k for k in names if names.count(k) > 1})
+    if twice:
+        raise ValueError(f"{twice} named more than once")
+    return dict(pairs)
 
 
 def merge_operators_option(name: str, value: str | None) -> dict[str, Any] | str | None:
@@ -207,10 +217,18 @@ def read_point(opts: Mapping[str, str]) -> tuple[int | None, Any, str | None]:
     """The (version, as_of, tag) a read's options name."""
     tag = opts.get("tag")
     return (
-        version_option(opts.get("version", opts.get("versionasof"))),
-        as_of_option(opts.get("as_of", opts.get("timestampasof"))),
+        version_option(_one_spelling(opts, "version", "versionasof")),
+        as_of_option(_one_spelling(opts, "as_of", "timestampasof")),
         tag if tag else None,
     )
+
+
+def _one_spelling(opts: Mapping[str, str], *names: str) -> str | None:
+    """The value of an option that has several names; two names given different values are refused."""
+    given = {name: opts[name] for name in names if opts.get(name) is not None}
+    if len(set(given.values())) > 1:
+        raise InvalidInput(f"options {sorted(given)} name one thing and disagree: {given}; give one of them")
+    return next(iter(given.values()), None)
 
 
 _OFFSET_ZONE = re.compile(r"(?:UTC|GMT|UT)?([+-])(\d{1,2})(?::?(\d{2}))?(?::?(\d{2}))?")
@@ -276,7 +294,7 @@ class TableRef:
         """The table the options name: ``table`` (or the path of ``load``/``save``), ``warehouse`` (or
         ``$MERE_WAREHOUSE``), ``catalog`` (or ``$MERE_CATALOG``) and ``storage.<key>`` options."""
         opts = lower_options(options)
-        name = opts.get("table") or opts.get("path")
+        name = _one_spelling(opts, "table", "path")
         if not name:
             raise InvalidInput(
                 'give the table name: .load("ns.table") / .save("ns.table") or .option("table", ...)'
