@@ -1,0 +1,518 @@
+"""Adversarial trial of a table fed by many tiny commits, and its maintenance.
+
+The oracle is a plain dict model that keeps every version's expected contents (``{key: row}`` with the
+columns that version has). A rule-based state machine mixes tiny upserts (whole and partial rows), CDC
+batches, deletes by key and by predicate, UPDATE, MERGE, schema evolution (adding and dropping a column),
+compaction (full, tiered and by the automatic policy), expire (cutoff now, a cutoff between versions, a
+cutoff older than every version), rollback (by version and by tag), tags, cleanup, time travel (version=,
+as_of=, tag=) and change feeds, through two handles of the same table (one of them from a second catalog
+connection) so that maintenance and writes of one interleave with the other's. After every step the
+current read equals the model, sampled retained versions read exactly their model (also through count(),
+a filter on a non-key column and a projection), expired versions raise NoSuchVersion, tagged versions
+stay readable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+import mere
+from mere import errors
+
+NAME = "m.t"
+BASE = ["k", "v", "s"]
+KEYS = st.integers(0, 11)
+VALS = st.one_of(st.none(), st.integers(-5, 9))
+STRS = st.sampled_from([None, "a", "b", "c"])
+ROW = st.tuples(KEYS, VALS, STRS, st.one_of(st.none(), st.integers(0, 3)))
+TAG_NAMES = st.sampled_from(["t1", "rel-2.0", "A_b", "9z", "x" * 128])
+
+Snap = dict[int, dict[str, Any]]
+
+
+def schema(with_w: bool) -> pa.Schema:
+    fields = [pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.int64()), pa.field("s", pa.string())]
+    if with_w:
+        fields.append(pa.field("w", pa.int64()))
+    return pa.schema(fields)
+
+
+def by_key(table: pa.Table) -> Snap:
+    out: Snap = {}
+    for r in table.to_pylist():
+        assert r["k"] not in out, f"key {r['k']} read twice"
+        out[r["k"]] = r
+    return out
+
+
+def files_on_disk(t: mere.Table) -> set[str]:
+    return {p for p, _, _ in t.storage.list_files(t.location)}
+
+
+def add(a: Any, b: Any) -> Any:
+    return None if a is None or b is None else a + b
+
+
+class MaintenanceMachine(RuleBasedStateMachine):
+    """One keyed table (CDC column ``op``), two handles, and the model of every version."""
+
+    catalog_url: str | None = None  # None: the SQLite catalog inside the warehouse
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = tempfile.mkdtemp(prefix="maint49-")
+        self.snaps: dict[int, Snap] = {}
+        self.cols: dict[int, list[str]] = {}
+        self.oldest = 0  # versions before it are readable only while a tag names them
+        self.tagged: dict[str, int] = {}
+        self.rng = random.Random(0)
+        self.steps = 0
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- setup and bookkeeping -------------------------------------------------------------------
+
+    @initialize(auto=st.sampled_from(["off", "inline"]), min_files=st.sampled_from([2, 3, 8]), buckets=st.sampled_from([1, 2]))
+    def setup(self, auto: str, min_files: int, buckets: int) -> None:
+        url = self.catalog_url
+        if url is not None and url.startswith("postgresql"):
+            url = type(self).make_pg_database()  # type: ignore[attr-defined]
+        self.cat = mere.connect(self.root, catalog=url)
+        props = {"compaction.auto": auto, "compaction.min-files": str(min_files), "retention.max-age": "off"}
+        t = self.cat.create_table(
+            NAME, schema(False), primary_key="k", buckets=buckets, cdc_column="op", properties=props
+        )
+        other = mere.connect(self.root, catalog=url) if url is not None else mere.connect(self.root)
+        self.handles = [t, other.table(NAME)]
+        self.model: Snap = {}
+        self.current_cols = list(BASE)
+        self.snaps[0] = {}
+        self.cols[0] = list(BASE)
+        self.last = 0
+        assert t.version == 0
+
+    def h(self, i: int) -> mere.Table:
+        return self.handles[i]
+
+    def newest(self) -> int:
+        return self.handles[0].refresh().version
+
+    def landed(self) -> None:
+        """Record the model for every version that landed since the last step (a write and the automatic
+        compaction after it, which changes no row)."""
+        newest = self.newest()
+        assert newest >= self.last
+        for v in range(self.last + 1, newest + 1):
+            self.snaps[v] = {k: dict(r) for k, r in self.model.items()}
+            self.cols[v] = list(self.current_cols)
+        self.last = newest
+
+    def write(self, i: int, call: Any, stale: tuple[type[Exception], ...] = ()) -> Any:
+        """A write through handle ``i``; a stale handle whose columns changed refreshes and writes again,
+        as the SchemaChanged message says."""
+        try:
+            return call(self.h(i))
+        except (errors.SchemaChanged, errors.SchemaMismatch, *stale):
+            # (SchemaMismatch: a stale handle refuses a column another handle added, see
+            # test_a_stale_handle_writing_a_column_another_handle_added_is_told_to_refresh)
+            self.h(i).refresh()
+            return call(self.h(i))
+
+    @property
+    def expired(self) -> set[int]:
+        tagged = set(self.tagged.values())
+        return {v for v in self.snaps if v < self.oldest and v not in tagged}
+
+    def readable(self) -> list[int]:
+        return sorted(v for v in self.snaps if v not in self.expired)
+
+    def row(self, k: int, v: Any, s: Any, w: Any) -> dict[str, Any]:
+        r = {"k": k, "v": v, "s": s}
+        if "w" in self.current_cols:
+            r["w"] = w
+        return r
+
+    def arrow(self, rows: list[dict[str, Any]], cols: list[str]) -> pa.Table:
+        sch = schema("w" in self.current_cols)
+        fields = [sch.field(c) for c in cols if c != "op"]
+        if "op" in cols:
+            fields.append(pa.field("op", pa.string()))
+        return pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows], schema=pa.schema(fields))
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    @rule(i=st.integers(0, 1), rows=st.lists(ROW, min_size=1, max_size=3), whole=st.booleans())
+    def upsert(self, i: int, rows: list[tuple[Any, ...]], whole: bool) -> None:
+        with_w = "w" in self.current_cols
+        cols = (["k", "v", "s"] + (["w"] if with_w else [])) if whole else ["k", "v"]
+        batch = [self.row(k, v, s, w) for k, v, s, w in rows]
+        self.write(i, lambda t: t.upsert(self.arrow(batch, cols)))
+        for r in batch:
+            old = self.model.get(r["k"])
+            if whole or old is None:
+                new = {c: None for c in self.current_cols}
+                new.update({c: r[c] for c in cols})
+            else:
+                new = dict(old)
+                new["v"] = r["v"]
+            self.model[r["k"]] = new
+        self.landed()
+
+    @rule(i=st.integers(0, 1), rows=st.lists(st.tuples(ROW, st.sampled_from(["I", "U", "D", "d", " +U "])), min_size=1, max_size=4))
+    def cdc_batch(self, i: int, rows: list[tuple[tuple[Any, ...], str]]) -> None:
+        cols = [*self.current_cols, "op"]
+        batch = []
+        for (k, v, s, w), op in rows:
+            r = self.row(k, v, s, w)
+            r["op"] = op
+            batch.append(r)
+        self.write(i, lambda t: t.upsert(self.arrow(batch, cols)))
+        for r in batch:
+            if r["op"].strip().upper() == "D":
+                self.model.pop(r["k"], None)
+            else:
+                self.model[r["k"]] = {c: r[c] for c in self.current_cols}
+        self.landed()
+
+    @rule(i=st.integers(0, 1), keys=st.lists(KEYS, min_size=1, max_size=3))
+    def delete_keys(self, i: int, keys: list[int]) -> None:
+        self.write(i, lambda t: t.delete(pa.table({"k": pa.array(keys, pa.int64())})))
+        for k in keys:
+            self.model.pop(k, None)
+        self.landed()
+
+    @rule(i=st.integers(0, 1), pred=st.sampled_from(["v > 5", "s = 'b'", "v IS NULL", "v < 0 and s = 'a'", "FALSE"]))
+    def delete_where(self, i: int, pred: str) -> None:
+        self.write(i, lambda t: t.delete(pred))
+        match = {
+            "v > 5": lambda r: r["v"] is not None and r["v"] > 5,
+            "s = 'b'": lambda r: r["s"] == "b",
+            "v IS NULL": lambda r: r["v"] is None,
+            "v < 0 and s = 'a'": lambda r: r["v"] is not None and r["v"] < 0 and r["s"] == "a",
+            "FALSE": lambda r: False,
+        }[pred]
+        self.model = {k: r for k, r in self.model.items() if not match(r)}
+        self.landed()
+
+    @rule(i=st.integers(0, 1), which=st.integers(0, 2), d=st.integers(-3, 3))
+    def update(self, i: int, which: int, d: int) -> None:
+        if which == 0:
+            self.write(i, lambda t: t.update(set={"v": f"v + {d}"}, where="s = 'a'"))
+            for r in self.model.values():
+                if r["s"] == "a":
+                    r["v"] = add(r["v"], d)
+        elif which == 1:
+            self.write(i, lambda t: t.update(set={"s": "'c'"}, where=f"v > {d}"))
+            for r in self.model.values():
+                if r["v"] is not None and r["v"] > d:
+                    r["s"] = "c"
+        else:
+            if "w" not in self.current_cols:
+                return
+            self.write(i, lambda t: t.update(set={"w": f"coalesce(v, 0) * {d}"}))
+            for r in self.model.values():
+                r["w"] = (r["v"] or 0) * d
+        self.landed()
+
+    @rule(i=st.integers(0, 1), rows=st.lists(ROW, min_size=1, max_size=4, unique_by=lambda r: r[0]))
+    def merge(self, i: int, rows: list[tuple[Any, ...]]) -> None:
+        src = pa.table(
+            {
+                "k": pa.array([r[0] for r in rows], pa.int64()),
+                "v": pa.array([r[1] for r in rows], pa.int64()),
+                "s": pa.array([r[2] for r in rows], pa.string()),
+            }
+        )
+
+        def run(t: mere.Table) -> Any:
+            return (
+                t.merge(src)
+                .when_matched_delete(condition="s.v < 0")
+                .when_matched_update(set={"v": "t.v + s.v"})
+                .when_not_matched_insert_all()
+                .execute()
+            )
+
+        self.write(i, run)
+        for k, v, s, _ in rows:
+            old = self.model.get(k)
+            if old is None:
+                new = {c: None for c in self.current_cols}
+                new.update({"k": k, "v": v, "s": s})
+                self.model[k] = new
+            elif v is not None and v < 0:
+                del self.model[k]
+            else:
+                old["v"] = add(old["v"], v)
+        self.landed()
+
+    @rule(i=st.integers(0, 1), default=st.sampled_from([None, 7]))
+    def evolve(self, i: int, default: Any) -> None:
+        if "w" in self.current_cols:
+            # (a stale handle that never saw the column refuses with SchemaMismatch: refresh, drop)
+            self.write(i, lambda t: t.drop_column("w"), stale=(errors.SchemaMismatch,))
+            self.current_cols.remove("w")
+            for r in self.model.values():
+                del r["w"]
+        else:
+            self.write(i, lambda t: t.add_column("w", pa.int64(), default), stale=(errors.SchemaMismatch,))
+            self.current_cols.append("w")
+            for r in self.model.values():
+                r["w"] = default
+        self.landed()
+
+    # -- maintenance -----------------------------------------------------------------------------
+
+    @rule(i=st.integers(0, 1), how=st.sampled_from(["full", "min1", "tiered", "auto"]))
+    def compact(self, i: int, how: str) -> None:
+        call = {
+            "full": lambda t: t.compact(),
+            "min1": lambda t: t.compact(min_files=1),
+            "tiered": lambda t: t.compact(tiered=True),
+            "auto": lambda t: t.auto_compact(),
+        }[how]
+        self.write(i, call)  # (a stale handle's compaction refuses with SchemaChanged, as writes do)
+        self.landed()
+
+    @rule(i=st.integers(0, 1))
+    def expire_now(self, i: int) -> None:
+        t = self.h(i)
+        dry = t.expire(older_than=dt.timedelta(0))
+        assert self.newest() == self.last  # a dry run commits nothing
+        for v in self.readable():  # and expires nothing
+            t.resolve_version(v)
+        done = t.expire(older_than=dt.timedelta(0), dry_run=False)
+        assert set(done) == set(dry), "the dry run listed other files than expire deleted"
+        self.oldest = self.last
+
+    @rule(i=st.integers(0, 1), data=st.data())
+    def expire_between(self, i: int, data: st.DataObject) -> None:
+        """A cutoff at the commit time of a chosen retained version: that version (or, when the next ones
+        landed within the call's own latency, one of them) stays, the older ones go."""
+        t = self.h(i)
+        readable = self.readable()
+        v = data.draw(st.sampled_from(readable))
+        at = t.snapshot(version=v).committed_at
+        started = dt.datetime.now(dt.UTC)
+        t.expire(older_than=started - at, dry_run=False)
+        slack = dt.datetime.now(dt.UTC) - started
+        hist = {s.version: s for s in t.history()}
+        allowed = {u for u in readable if u >= v and hist[u].committed_at <= at + slack}
+        gone = {u for u in readable if hist[u].expired}
+        keeps = [u for u in allowed if gone == {x for x in readable if x < u and x not in self.tagged.values()}]
+        assert keeps, (v, sorted(gone), sorted(allowed))
+        self.oldest = max(self.oldest, keeps[0])
+
+    @rule(i=st.integers(0, 1))
+    def expire_nothing_old_enough(self, i: int) -> None:
+        t = self.h(i)
+        assert t.expire(older_than=dt.timedelta(days=3650), dry_run=False) == []
+        assert t.expire(older_than=dt.timedelta.max, dry_run=False) == []
+
+    @rule(i=st.integers(0, 1), data=st.data())
+    def rollback(self, i: int, data: st.DataObject) -> None:
+        v = data.draw(st.sampled_from(self.readable()))
+        self.write(i, lambda t: t.rollback(v))
+        self.model = {k: dict(r) for k, r in self.snaps[v].items()}
+        self.current_cols = list(self.cols[v])
+        self.landed()
+
+    @precondition(lambda self: bool(self.tagged))
+    @rule(i=st.integers(0, 1), data=st.data())
+    def rollback_tag(self, i: int, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.tagged)))
+        v = self.tagged[name]
+        self.write(i, lambda t: t.rollback(tag=name))
+        self.model = {k: dict(r) for k, r in self.snaps[v].items()}
+        self.current_cols = list(self.cols[v])
+        self.landed()
+
+    @rule(i=st.integers(0, 1), name=TAG_NAMES, data=st.data())
+    def tag(self, i: int, name: str, data: st.DataObject) -> None:
+        t = self.h(i)
+        v = data.draw(st.sampled_from(self.readable()))
+        if name in self.tagged:
+            with pytest.raises(errors.TagExists):
+                t.tag(name, v)
+            assert t.tag(name, v, replace=True) == v
+        else:
+            assert t.tag(name, v) == v
+        self.tagged[name] = v
+
+    @rule(i=st.integers(0, 1), data=st.data())
+    def tag_expired(self, i: int, data: st.DataObject) -> None:
+        gone = sorted(self.expired - set(self.tagged.values()))
+        if not gone:
+            return
+        v = data.draw(st.sampled_from(gone))
+        with pytest.raises(errors.NoSuchVersion):
+            self.h(i).tag("late", v)
+        with pytest.raises(errors.NoSuchVersion):
+            self.h(i).rollback(v)
+        assert self.newest() == self.last
+
+    @precondition(lambda self: bool(self.tagged))
+    @rule(i=st.integers(0, 1), data=st.data())
+    def untag(self, i: int, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.tagged)))
+        self.h(i).untag(name)
+        del self.tagged[name]
+        with pytest.raises(errors.NoSuchTag):
+            self.h(i).untag(name)
+
+    @rule(i=st.integers(0, 1))
+    def cleanup(self, i: int) -> None:
+        t = self.h(i)
+        dry = t.cleanup(older_than=dt.timedelta(0))
+        done = t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+        assert set(done) <= set(dry) | set(done)
+        for v in self.readable():  # every retained version keeps its files
+            assert by_key(t.to_arrow(version=v)) == self.snaps[v], v
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    @rule(data=st.data())
+    def change_feed(self, data: st.DataObject) -> None:
+        readable = self.readable()
+        a = data.draw(st.sampled_from(readable))
+        b = data.draw(st.sampled_from([u for u in readable if u >= a]))
+        t = self.h(data.draw(st.integers(0, 1)))
+        broken = any(u in self.expired for u in range(a, b + 1))
+        if broken:
+            with pytest.raises(errors.NoSuchVersion):
+                t.changes(a, b).read_all()
+            return
+        if not (self.cols[a] == self.cols[b] == self.current_cols):
+            return
+        feed = t.changes(a, b).read_all().to_pylist()
+        got = {k: dict(r) for k, r in self.snaps[a].items()}
+        after = []
+        for r in feed:
+            ch = r.pop("_change")
+            del r["_version"], r["_commit_time"]
+            if ch in ("delete", "update_before"):
+                assert got.pop(r["k"]) == r, (ch, r)
+            else:
+                assert ch in ("insert", "update_after"), ch
+                after.append(r)
+        for r in after:
+            assert r["k"] not in got, r
+            got[r["k"]] = r
+        assert got == self.snaps[b], (a, b)
+
+    @rule(data=st.data())
+    def read_expired(self, data: st.DataObject) -> None:
+        gone = sorted(self.expired - set(self.tagged.values()))
+        if not gone:
+            return
+        v = data.draw(st.sampled_from(gone))
+        t = self.h(data.draw(st.integers(0, 1)))
+        for call in (
+            lambda: t.to_arrow(version=v),
+            lambda: t.scan(version=v).count(),
+            lambda: t.scan(columns=["v"], filter="v > 0", version=v).to_arrow(),
+            lambda: t.files_at(v),
+            lambda: t.rollback(v),
+        ):
+            with pytest.raises(errors.NoSuchVersion):
+                call()
+        assert self.newest() == self.last
+
+    @rule()
+    def read_every_version(self) -> None:
+        for v in self.readable():
+            self.check_version(self.h(v % 2), v)
+
+    def check_version(self, t: mere.Table, v: int) -> None:
+        want = self.snaps[v]
+        got = t.to_arrow(version=v)
+        assert sorted(got.column_names) == sorted(self.cols[v]), (v, got.column_names, self.cols[v])
+        assert by_key(got) == want, v
+        assert t.scan(version=v).count() == len(want), v
+        pos = sorted(k for k, r in want.items() if r["v"] is not None and r["v"] > 2)
+        assert sorted(t.scan(columns=["k"], filter="v > 2", version=v).to_arrow().column("k").to_pylist()) == pos
+        assert t.scan(filter="s = 'a'", version=v).count() == sum(r["s"] == "a" for r in want.values())
+        proj = t.scan(columns=["s"], version=v).to_arrow()
+        assert proj.column_names == ["s"]
+        assert sorted(map(repr, proj.column("s").to_pylist())) == sorted(repr(r["s"]) for r in want.values())
+
+    @invariant()
+    def current_and_sampled_versions_match_the_model(self) -> None:
+        if not hasattr(self, "handles"):
+            return
+        self.steps += 1
+        for t in self.handles:  # a stale handle reads the newest version too
+            assert by_key(t.to_arrow()) == self.model
+        t = self.handles[self.steps % 2]
+        self.check_version(t, self.last)
+        readable = self.readable()
+        for v in self.rng.sample(readable, min(2, len(readable))):
+            self.check_version(t, v)
+        for name, v in self.tagged.items():
+            assert by_key(t.to_arrow(tag=name)) == self.snaps[v], name
+        assert t.tags() == self.tagged
+        # as_of: the newest version committed at or before a retained version's time
+        hist = {s.version: s for s in t.history()}
+        for v in self.rng.sample(readable, min(1, len(readable))):
+            at = hist[v].committed_at
+            if v + 1 in hist and hist[v + 1].committed_at == at:
+                continue
+            assert t.resolve_version(as_of=at) == v
+            assert by_key(t.to_arrow(as_of=at)) == self.snaps[v]
+        for v in self.snaps:
+            assert hist[v].expired == (v in self.expired), (v, hist[v])
+        if self.expired:
+            v = self.rng.choice(sorted(self.expired))
+            with pytest.raises(errors.NoSuchVersion):
+                t.scan(version=v)
+
+
+MACHINE_SETTINGS = settings(
+    max_examples=int(os.environ.get("MAINT49_EXAMPLES", "8")),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate] if os.environ.get("MAINT49_NOSHRINK") else tuple(Phase),
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+def test_maintenance_machine_on_sqlite() -> None:
+    run_state_machine_as_test(MaintenanceMachine, settings=MACHINE_SETTINGS)
+
+
+@pytest.mark.postgres
+def test_maintenance_machine_on_postgresql(pg_server: Any) -> None:
+    counter = iter(range(10_000))
+
+    class OnPostgres(MaintenanceMachine):
+        catalog_url = "postgresql"
+
+        @staticmethod
+        def make_pg_database() -> str:
+            return pg_server.create_database(f"maint49_{time.time_ns()}_{next(counter)}")
+
+    run_state_machine_as_test(
+        OnPostgres,
+        settings=settings(MACHINE_SETTINGS, max_examples=3, stateful_step_count=15),
+    )
