@@ -951,3 +951,113 @@ def test_huge_maintenance_values_never_crash_nor_lose_rows(tmp_path: Path, what:
     assert t.auto_compact() is None or True
     assert t.scan().count() == 8
     assert sorted(map(repr, t.to_arrow(tag="k1").to_pylist())) == rows[3]
+
+
+# -- maintenance interleaved with writes in flight ------------------------------------------------------
+
+
+def test_cleanup_taking_a_staged_write_s_files_makes_its_commit_fail_typed(tmp_path: Path) -> None:
+    """A staged (uncommitted) write's files are old enough for cleanup(older_than=0) from another handle:
+    its commit then fails with a MereError, and the table stays readable with its rows."""
+    t = keyed(tmp_path)
+    put(t, {1: 1})
+    staged = t.stage(pa.table({"k": pa.array([2], pa.int64()), "v": pa.array([2], pa.int64())}))
+    other = mere.connect(str(tmp_path)).table(NAME)
+    removed = other.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    assert removed  # the staged files, which no version references
+    before = state(t)
+    with pytest.raises(errors.MereError):
+        t.commit([staged])
+    assert state(t) == before
+    assert t.to_arrow().to_pylist() == [{"k": 1, "v": 1, "s": None}]
+
+
+def test_a_compaction_planned_before_another_handle_compacted_and_expired_fails_typed(tmp_path: Path) -> None:
+    """plan_compaction on one handle; another compacts and expires (deleting the plan's inputs); running
+    and committing the plan raises a MereError, and the table reads its rows."""
+    t = keyed(tmp_path)
+    for i in range(4):
+        put(t, {i: i, 9: i})
+    plan = t.plan_compaction(min_files=1)
+    assert plan.tasks
+    other = mere.connect(str(tmp_path)).table(NAME)
+    other.compact(min_files=1)
+    put(other, {5: 5})
+    other.expire(older_than=dt.timedelta(0), dry_run=False)
+    before = state(t)
+    with pytest.raises(errors.MereError):
+        results = [task.run() for task in plan.tasks]
+        t.commit_compaction(plan, results)
+    assert state(t) == before
+    assert {r["k"]: r["v"] for r in t.to_arrow().to_pylist()} == {0: 0, 1: 1, 2: 2, 3: 3, 9: 3, 5: 5}
+
+
+def test_a_compaction_planned_before_a_write_and_expire_commits_without_losing_the_write(
+    tmp_path: Path,
+) -> None:
+    """plan_compaction, run its tasks, then another handle writes and expires (the inputs stay: the newest
+    version reads them); the commit lands or is refused, and never loses the write."""
+    t = keyed(tmp_path)
+    for i in range(4):
+        put(t, {i: i, 9: i})
+    plan = t.plan_compaction(min_files=1)
+    results = [task.run() for task in plan.tasks]
+    other = mere.connect(str(tmp_path)).table(NAME)
+    put(other, {9: 99, 1: 11})
+    other.delete("k = 2")
+    other.expire(older_than=dt.timedelta(0), dry_run=False)
+    with contextlib.suppress(errors.CommitConflict):
+        t.commit_compaction(plan, results)
+    want = {0: 0, 1: 11, 3: 3, 9: 99}
+    assert {r["k"]: r["v"] for r in t.to_arrow().to_pylist()} == want
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
+    t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    assert {r["k"]: r["v"] for r in t.to_arrow().to_pylist()} == want
+    assert files_on_disk(t) == set(t.files().column("path").to_pylist())
+
+
+def test_rollback_to_a_tagged_version_then_untag_and_expire_keeps_the_current_files(tmp_path: Path) -> None:
+    """The rollback re-adds the tagged version's files; after the tag goes and expire runs, the current
+    version (the rollback) still reads them."""
+    t = keyed(tmp_path)
+    put(t, {1: 1, 2: 2})  # v1
+    t.tag("good", 1)
+    put(t, {1: 10})  # v2
+    t.compact(min_files=1)  # v3
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
+    t.rollback(tag="good")  # v4: v1's files again
+    t.untag("good")
+    put(t, {3: 3})  # v5
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
+    t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    assert {r["k"]: r["v"] for r in t.to_arrow().to_pylist()} == {1: 1, 2: 2, 3: 3}
+    t.compact(min_files=1)
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
+    assert {r["k"]: r["v"] for r in t.to_arrow().to_pylist()} == {1: 1, 2: 2, 3: 3}
+    assert files_on_disk(t) == set(t.files().column("path").to_pylist())
+
+
+def test_tag_names_are_exact_on_both_catalogs(cat: mere.Catalog) -> None:
+    """Tag names differ by case and are matched literally (no LIKE wildcards), on SQLite and PostgreSQL."""
+    t = cat.create_table(
+        NAME, schema(False), primary_key="k", buckets=1, properties={"retention.max-age": "off"}
+    )
+    put(t, {1: 1})
+    put(t, {2: 2})
+    t.tag("Rel", 1)
+    t.tag("rel", 2)
+    t.tag("a_b", 1)
+    assert t.tags() == {"Rel": 1, "a_b": 1, "rel": 2}
+    assert t.to_arrow(tag="Rel").num_rows == 1
+    assert t.to_arrow(tag="rel").num_rows == 2
+    for ghost in ("REL", "axb", "a%", "Rel "):
+        with pytest.raises(errors.MereError):
+            t.untag(ghost)
+        with pytest.raises(errors.MereError):
+            t.to_arrow(tag=ghost)
+    t.untag("rel")
+    assert t.tags() == {"Rel": 1, "a_b": 1}
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
+    assert t.to_arrow(tag="Rel").num_rows == 1
+    with pytest.raises(errors.NoSuchTag):
+        t.to_arrow(tag="rel")
