@@ -88,6 +88,10 @@ class MaintenanceMachine(RuleBasedStateMachine):
         self.root = tempfile.mkdtemp(prefix="maint49-")
         self.snaps: dict[int, Snap] = {}
         self.cols: dict[int, list[str]] = {}
+        self.props: dict[int, dict[str, str]] = {}
+        self.gens: dict[int, int] = {}  # which add_column made the version's ``w`` (field identity)
+        self.gen = 0
+        self.adds = 0
         self.oldest = 0  # versions before it are readable only while a tag names them
         self.tagged: dict[str, int] = {}
         self.rng = random.Random(0)
@@ -118,7 +122,11 @@ class MaintenanceMachine(RuleBasedStateMachine):
         self.current_cols = list(BASE)
         self.snaps[0] = {}
         self.cols[0] = list(BASE)
+        self.policy = {"compaction.auto": auto, "compaction.min-files": str(min_files)}
+        self.props[0] = dict(self.policy)
+        self.gens[0] = 0
         self.last = 0
+        self.last_op_was_maintenance = True
         assert t.version == 0
 
     def h(self, i: int) -> mere.Table:
@@ -127,7 +135,7 @@ class MaintenanceMachine(RuleBasedStateMachine):
     def newest(self) -> int:
         return self.handles[0].refresh().version
 
-    def landed(self) -> None:
+    def landed(self, data: bool = False) -> None:
         """Record the model for every version that landed since the last step (a write and the automatic
         compaction after it, which changes no row)."""
         newest = self.newest()
@@ -135,7 +143,10 @@ class MaintenanceMachine(RuleBasedStateMachine):
         for v in range(self.last + 1, newest + 1):
             self.snaps[v] = {k: dict(r) for k, r in self.model.items()}
             self.cols[v] = list(self.current_cols)
+            self.props[v] = dict(self.policy)
+            self.gens[v] = self.gen
         self.last = newest
+        self.last_op_was_maintenance = not data
 
     def write(self, i: int, call: Any, stale: tuple[type[Exception], ...] = ()) -> Any:
         """A write through handle ``i``; a stale handle whose columns changed refreshes and writes again,
@@ -186,7 +197,7 @@ class MaintenanceMachine(RuleBasedStateMachine):
                 new = dict(old)
                 new["v"] = r["v"]
             self.model[r["k"]] = new
-        self.landed()
+        self.landed(data=True)
 
     @rule(
         i=st.integers(0, 1),
@@ -205,14 +216,14 @@ class MaintenanceMachine(RuleBasedStateMachine):
                 self.model.pop(r["k"], None)
             else:
                 self.model[r["k"]] = {c: r[c] for c in self.current_cols}
-        self.landed()
+        self.landed(data=True)
 
     @rule(i=st.integers(0, 1), keys=st.lists(KEYS, min_size=1, max_size=3))
     def delete_keys(self, i: int, keys: list[int]) -> None:
         self.write(i, lambda t: t.delete(pa.table({"k": pa.array(keys, pa.int64())})))
         for k in keys:
             self.model.pop(k, None)
-        self.landed()
+        self.landed(data=True)
 
     @rule(
         i=st.integers(0, 1),
@@ -228,7 +239,7 @@ class MaintenanceMachine(RuleBasedStateMachine):
             "FALSE": lambda r: False,
         }[pred]
         self.model = {k: r for k, r in self.model.items() if not match(r)}
-        self.landed()
+        self.landed(data=True)
 
     @rule(i=st.integers(0, 1), which=st.integers(0, 2), d=st.integers(-3, 3))
     def update(self, i: int, which: int, d: int) -> None:
@@ -248,7 +259,7 @@ class MaintenanceMachine(RuleBasedStateMachine):
             self.write(i, lambda t: t.update(set={"w": f"coalesce(v, 0) * {d}"}))
             for r in self.model.values():
                 r["w"] = (r["v"] or 0) * d
-        self.landed()
+        self.landed(data=True)
 
     @rule(i=st.integers(0, 1), rows=st.lists(ROW, min_size=1, max_size=4, unique_by=lambda r: r[0]))
     def merge(self, i: int, rows: list[tuple[Any, ...]]) -> None:
@@ -280,7 +291,7 @@ class MaintenanceMachine(RuleBasedStateMachine):
                 del self.model[k]
             else:
                 old["v"] = add(old["v"], v)
-        self.landed()
+        self.landed(data=True)
 
     @rule(i=st.integers(0, 1), default=st.sampled_from([None, 7]))
     def evolve(self, i: int, default: Any) -> None:
@@ -293,8 +304,17 @@ class MaintenanceMachine(RuleBasedStateMachine):
         else:
             self.write(i, lambda t: t.add_column("w", pa.int64(), default), stale=(errors.SchemaMismatch,))
             self.current_cols.append("w")
+            self.adds += 1
+            self.gen = self.adds
             for r in self.model.values():
                 r["w"] = default
+        self.landed()
+
+    @rule(i=st.integers(0, 1), auto=st.sampled_from(["off", "inline"]), min_files=st.sampled_from([2, 4]))
+    def set_policy(self, i: int, auto: str, min_files: int) -> None:
+        change = {"compaction.auto": auto, "compaction.min-files": str(min_files)}
+        self.write(i, lambda t: t.set_properties(change))
+        self.policy = change
         self.landed()
 
     # -- maintenance -----------------------------------------------------------------------------
@@ -353,6 +373,8 @@ class MaintenanceMachine(RuleBasedStateMachine):
         self.write(i, lambda t: t.rollback(v))
         self.model = {k: dict(r) for k, r in self.snaps[v].items()}
         self.current_cols = list(self.cols[v])
+        self.policy = dict(self.props[v])  # a rollback brings its version's properties back
+        self.gen = self.gens[v]
         self.landed()
 
     @precondition(lambda self: bool(self.tagged))
@@ -363,6 +385,8 @@ class MaintenanceMachine(RuleBasedStateMachine):
         self.write(i, lambda t: t.rollback(tag=name))
         self.model = {k: dict(r) for k, r in self.snaps[v].items()}
         self.current_cols = list(self.cols[v])
+        self.policy = dict(self.props[v])  # a rollback brings its version's properties back
+        self.gen = self.gens[v]
         self.landed()
 
     @rule(i=st.integers(0, 1), name=TAG_NAMES, data=st.data())
@@ -420,7 +444,11 @@ class MaintenanceMachine(RuleBasedStateMachine):
             with pytest.raises(errors.NoSuchVersion):
                 t.changes(a, b).read_all()
             return
-        if not (self.cols[a] == self.cols[b] == self.current_cols):
+        if not (
+            self.cols[a] == self.cols[b] == self.current_cols and self.gens[a] == self.gens[b] == self.gen
+        ):
+            # (the feed speaks the current columns: a ``w`` dropped and added again is another column, whose
+            # values an older version's own ``w`` does not give)
             return
         feed = t.changes(a, b).read_all().to_pylist()
         got = {k: dict(r) for k, r in self.snaps[a].items()}
@@ -491,6 +519,10 @@ class MaintenanceMachine(RuleBasedStateMachine):
         for name, v in self.tagged.items():
             assert by_key(t.to_arrow(tag=name)) == self.snaps[v], name
         assert t.tags() == self.tagged
+        props = t.refresh().properties
+        assert {k: props.get(k) for k in self.policy} == self.policy
+        if self.policy["compaction.auto"] == "inline":  # the policy leaves no split due after a write
+            assert len(t.compaction_due()) == 0 or self.last_op_was_maintenance
         # as_of: the newest version committed at or before a retained version's time
         hist = {s.version: s for s in t.history()}
         for v in self.rng.sample(readable, min(1, len(readable))):
