@@ -310,6 +310,21 @@ class MaintenanceMachine(RuleBasedStateMachine):
                 r["w"] = default
         self.landed()
 
+    @rule(i=st.integers(0, 1), data=st.data())
+    def restore_by_overwrite(self, i: int, data: st.DataObject) -> None:
+        """A user's restore: overwrite the table with an older version's rows (same columns only)."""
+        same = [v for v in self.readable() if self.cols[v] == self.current_cols and self.gens[v] == self.gen]
+        v = data.draw(st.sampled_from(same)) if same else self.last
+        self.write(i, lambda t: t.overwrite(t.to_arrow(version=v).select(self.current_cols)))
+        self.model = {k: dict(r) for k, r in self.snaps[v].items()}
+        self.landed(data=True)
+
+    @rule(i=st.integers(0, 1))
+    def truncate(self, i: int) -> None:
+        self.write(i, lambda t: t.truncate())
+        self.model = {}
+        self.landed(data=True)
+
     @rule(i=st.integers(0, 1), auto=st.sampled_from(["off", "inline"]), min_files=st.sampled_from([2, 4]))
     def set_policy(self, i: int, auto: str, min_files: int) -> None:
         change = {"compaction.auto": auto, "compaction.min-files": str(min_files)}
@@ -370,6 +385,7 @@ class MaintenanceMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 1), data=st.data())
     def rollback(self, i: int, data: st.DataObject) -> None:
         v = data.draw(st.sampled_from(self.readable()))
+        self.h(i).refresh()  # (a stale handle restores no properties: see test_a_stale_handle_s_rollback_...)
         self.write(i, lambda t: t.rollback(v))
         self.model = {k: dict(r) for k, r in self.snaps[v].items()}
         self.current_cols = list(self.cols[v])
@@ -382,6 +398,7 @@ class MaintenanceMachine(RuleBasedStateMachine):
     def rollback_tag(self, i: int, data: st.DataObject) -> None:
         name = data.draw(st.sampled_from(sorted(self.tagged)))
         v = self.tagged[name]
+        self.h(i).refresh()  # (as in rollback)
         self.write(i, lambda t: t.rollback(tag=name))
         self.model = {k: dict(r) for k, r in self.snaps[v].items()}
         self.current_cols = list(self.cols[v])
@@ -1215,3 +1232,36 @@ def test_maintenance_looping_on_a_second_handle_while_a_writer_commits_loses_not
     t.cleanup(older_than=dt.timedelta(0), dry_run=False)
     assert files_on_disk(t) == set(t.files().column("path").to_pylist())
     assert {r["k"]: r["v"] for r in other.to_arrow().to_pylist()} == model
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: rollback() from a handle loaded before another handle's rollback/set_properties compares "
+    "the target's properties with its own stale spec and so restores none: h1 loaded at min-files=4, h0 "
+    "rollback(1) (min-files=8 again), h1.rollback(3) -> table keeps min-files=8 though version 3 had 4",
+)
+def test_a_stale_handle_s_rollback_restores_the_properties_of_its_version(tmp_path: Path) -> None:
+    t = keyed(tmp_path, **{"compaction.min-files": "8"})
+    put(t, {1: 1})  # v1
+    t.set_properties({"compaction.min-files": "4"})  # v2
+    put(t, {2: 2})  # v3
+    stale = mere.connect(str(tmp_path)).table(NAME)  # sees min-files 4
+    t.rollback(1)  # v4: min-files 8 again
+    assert t.refresh().properties["compaction.min-files"] == "8"
+    stale.rollback(3)  # v5: version 3's files and properties
+    assert sorted(r["k"] for r in t.to_arrow().to_pylist()) == [1, 2]
+    assert t.refresh().properties["compaction.min-files"] == "4"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: Table.spec_at(v) ('the table's layout (columns, key, properties) as of version') returns the "
+    "current properties whenever v has the current columns: create with min-files=8, set min-files=4 -> "
+    "spec_at(0).properties['compaction.min-files'] == '4'",
+)
+def test_spec_at_gives_the_properties_of_its_version(tmp_path: Path) -> None:
+    t = keyed(tmp_path, **{"compaction.min-files": "8"})
+    put(t, {1: 1})  # v1
+    t.set_properties({"compaction.min-files": "4"})  # v2
+    assert t.spec_at(1).properties["compaction.min-files"] == "8"
+    assert t.spec_at(2).properties["compaction.min-files"] == "4"
