@@ -92,6 +92,7 @@ class MaintenanceMachine(RuleBasedStateMachine):
         self.gens: dict[int, int] = {}  # which add_column made the version's ``w`` (field identity)
         self.gen = 0
         self.adds = 0
+        self.abandoned: list[str] = []
         self.oldest = 0  # versions before it are readable only while a tag names them
         self.tagged: dict[str, int] = {}
         self.rng = random.Random(0)
@@ -319,6 +320,14 @@ class MaintenanceMachine(RuleBasedStateMachine):
         self.model = {k: dict(r) for k, r in self.snaps[v].items()}
         self.landed(data=True)
 
+    @rule(i=st.integers(0, 1), rows=st.lists(ROW, min_size=1, max_size=2))
+    def abandoned_stage(self, i: int, rows: list[tuple[Any, ...]]) -> None:
+        """A worker's staged write that is never committed: garbage for cleanup, invisible to reads."""
+        batch = [self.row(k, v, s, w) for k, v, s, w in rows]
+        staged = self.write(i, lambda t: t.stage(self.arrow(batch, self.current_cols)))
+        self.abandoned += [f.path for f in staged.files]
+        assert self.newest() == self.last
+
     @rule(i=st.integers(0, 1))
     def truncate(self, i: int) -> None:
         self.write(i, lambda t: t.truncate())
@@ -444,7 +453,9 @@ class MaintenanceMachine(RuleBasedStateMachine):
         t = self.h(i)
         dry = t.cleanup(older_than=dt.timedelta(0))
         done = t.cleanup(older_than=dt.timedelta(0), dry_run=False)
-        assert set(done) <= set(dry) | set(done)
+        assert set(done) == set(dry), "cleanup deleted other files than its dry run listed"
+        assert set(self.abandoned) <= set(done)  # the files of abandoned staged writes go
+        self.abandoned = []
         for v in self.readable():  # every retained version keeps its files
             assert by_key(t.to_arrow(version=v)) == self.snaps[v], v
 
