@@ -595,7 +595,11 @@ def test_maintenance_machine_on_postgresql(pg_server: Any) -> None:
 
     run_state_machine_as_test(
         OnPostgres,
-        settings=settings(MACHINE_SETTINGS, max_examples=3, stateful_step_count=15),
+        settings=settings(
+            MACHINE_SETTINGS,
+            max_examples=int(os.environ.get("MAINT49_PG_EXAMPLES", "3")),
+            stateful_step_count=int(os.environ.get("MAINT49_STEPS", "15")),
+        ),
     )
 
 
