@@ -1280,3 +1280,34 @@ def test_spec_at_gives_the_properties_of_its_version(tmp_path: Path) -> None:
     t.set_properties({"compaction.min-files": "4"})  # v2
     assert t.spec_at(1).properties["compaction.min-files"] == "8"
     assert t.spec_at(2).properties["compaction.min-files"] == "4"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a long-lived writer handle keeps the compaction policy it was loaded with: another handle "
+    "sets compaction.auto=inline, min-files=3; 20 one-row upserts through the old handle leave 21 files in "
+    "the split (compaction_due() names it) and writer.properties still says off",
+)
+def test_a_writer_handle_follows_a_compaction_policy_turned_on_later(tmp_path: Path) -> None:
+    t = keyed(tmp_path)
+    put(t, {0: 0})
+    writer = mere.connect(str(tmp_path)).table(NAME)
+    t.set_properties({"compaction.auto": "inline", "compaction.min-files": "3"})
+    for i in range(20):
+        put(writer, {i: i})
+    assert len(t.refresh().files()) <= 2 * 2 * 3, len(t.files())  # two buckets, min-files 3
+    assert {r["k"]: r["v"] for r in t.to_arrow().to_pylist()} == {i: i for i in range(20)}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a writer handle loaded while compaction.auto=inline keeps compacting after another handle "
+    "set compaction.auto=off (10 upserts through it still commit compactions)",
+)
+def test_a_writer_handle_follows_a_compaction_policy_turned_off_later(tmp_path: Path) -> None:
+    t = keyed(tmp_path, **{"compaction.auto": "inline", "compaction.min-files": "3"})
+    writer = mere.connect(str(tmp_path)).table(NAME)
+    t.set_properties({"compaction.auto": "off"})
+    for i in range(10):
+        put(writer, {i: i})
+    assert [s.operation for s in t.history()].count("compact") == 0
