@@ -672,7 +672,7 @@ def test_tiered_compaction_by_hand_also_keeps_runs_bounded(tmp_path: Path) -> No
         put(t, {i % 7: i, 100 + i: i})
         model.update({i % 7: i, 100 + i: i})
         t.auto_compact()
-        assert max(len(t.files()) // 2, 1) <= 6 or len(t.files()) <= 12
+        assert len(t.files()) <= 2 * 6, (i, len(t.files()))  # two buckets, bounded runs each
     assert {r["k"]: r["v"] for r in t.to_arrow().to_pylist()} == model
     assert t.compaction_due() == []
     t.compact(tiered=True)
@@ -1012,7 +1012,7 @@ def test_huge_maintenance_values_never_crash_nor_lose_rows(tmp_path: Path, what:
     for i in range(5):
         put(t, {10 + i: i})
     t.auto_expire()
-    assert t.auto_compact() is None or True
+    t.auto_compact()
     assert t.scan().count() == 8
     assert sorted(map(repr, t.to_arrow(tag="k1").to_pylist())) == rows[3]
 
