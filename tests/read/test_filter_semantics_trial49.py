@@ -32,6 +32,8 @@ from hypothesis import strategies as st
 import mere
 from mere import expr as E
 from mere.errors import MereError
+from mere.integrations import duckdb as mere_duckdb
+from mere.integrations import polars as mere_polars
 from mere.read import selective
 
 duckdb = pytest.importorskip("duckdb")
@@ -115,11 +117,14 @@ def _arrow(rows: list[dict[str, Any]], names: list[str]) -> pa.Table:
 # --- the tables and their models ----------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(repr=False)
 class Lake:
     name: str
     table: mere.Table
     model: dict[int, dict[str, Any]]  # k -> the merged row (tsn as integer nanoseconds)
+
+    def __repr__(self) -> str:
+        return f"<Lake {self.name}>"
 
     def expected(self) -> pa.Table:
         rows = [self.model[k] for k in sorted(self.model)]
@@ -227,15 +232,21 @@ def _build(cat: mere.Catalog, kind: str, seed: int) -> Lake:
     return Lake(name, t, model)
 
 
+class Lakes(dict):  # type: ignore[type-arg]
+    def __repr__(self) -> str:
+        return "<lakes>"
+
+
 @pytest.fixture(scope="module")
 def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Lake]:
     cat = mere.connect(str(tmp_path_factory.mktemp("wh49")))
-    return {
+    return Lakes({
         "plain": _build(cat, "plain", 1),
         "plain2": _build(cat, "plain", 2),
         "part": _build(cat, "part", 3),
         "seq": _build(cat, "seq", 4),
-    }
+        }
+    )
 
 
 # --- predicates -----------------------------------------------------------------------------------------
@@ -552,3 +563,121 @@ def test_models_are_what_mere_reads(lakes: dict[str, Lake]) -> None:
 @given(pred=predicates())
 def test_random_predicates_equal_duckdb(lakes: dict[str, Lake], which: str, pred: Pred) -> None:
     _check(lakes[which], pred)
+
+
+@pytest.mark.parametrize("which", ["plain", "part", "seq"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pred=predicates())
+def test_duckdb_register_equals_duckdb_on_the_model(lakes: dict[str, Lake], which: str, pred: Pred) -> None:
+    lake = lakes[which]
+    con = _duck()
+    mere_duckdb.register(con, "lake", lake.table)
+    con.register("model_rows", lake.expected())
+    try:
+        expected = sorted(r[0] for r in con.execute(f"SELECT k FROM model_rows WHERE {pred.duck}").fetchall())
+    except duckdb.Error:
+        return
+    got = con.sql(f"SELECT * FROM lake WHERE {pred.duck}").arrow()
+    if isinstance(got, pa.RecordBatchReader):
+        got = got.read_all()
+    assert sorted(got["k"].to_pylist()) == expected, pred.duck
+    # whole rows: no older version of a key comes back
+    kept = {r["k"]: (r["i64"], r["s"], r["d"], r["seq"]) for r in got.select(["k", "i64", "s", "d", "seq"]).to_pylist()}
+    want = {k: (lake.model[k]["i64"], lake.model[k]["s"], lake.model[k]["d"], lake.model[k]["seq"]) for k in expected}
+    assert kept == want, pred.duck
+
+
+@pytest.mark.parametrize("which", ["plain2", "part"])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pred=predicates())
+def test_dask_read_table_filter_equals_duckdb(lakes: dict[str, Lake], which: str, pred: Pred) -> None:
+    dask = pytest.importorskip("dask")
+    from mere.integrations import dask as mere_dask
+
+    lake = lakes[which]
+    expected = _oracle(lake, pred)
+    ddf, err = _mere_or_error(lambda: mere_dask.read_table(lake.table, columns=["k", "i64", "s"], filter=pred.mere))
+    if err is not None:
+        assert pred.cross, f"{pred.mere!r} refused: {err}"
+        return
+    with dask.config.set(scheduler="sync"):
+        frame, err = _mere_or_error(ddf.compute)
+    if err is not None:
+        assert pred.cross or expected is None, f"{pred.mere!r} refused at compute: {err}"
+        return
+    if expected is None:
+        return
+    assert sorted(int(k) for k in frame["k"]) == expected, pred.mere
+
+
+# --- Polars: the lazy frame's filter (key and partition parts pushed into mere) ---------------------------
+
+POLARS_VALUES: dict[str, list[Any]] = {
+    "k": [-5, 0, 3, 10, 44, 45, -6],
+    "p": ["x", "y", "", "z"],
+    "i8": [-128, 127, 0, 1, -1, 5],
+    "i64": [0, 7, -7, 2**53 + 1, 2**63 - 1],
+    "s": ["", "a", "A", "é", "it's", "a%b", "zz"],
+    "d": [D1, dt.date(1970, 1, 1), dt.date(1900, 3, 1), dt.date(2026, 11, 22)],
+    "f64": [0.0, -0.0, 1.5, INF, -INF, NAN],
+    "bo": [True, False],
+}
+
+
+@st.composite
+def polars_atoms(draw: st.DrawFn) -> Any:
+    name = draw(st.sampled_from(sorted(POLARS_VALUES)))
+    c = pl.col(name)
+    value = st.sampled_from(POLARS_VALUES[name])
+    form = draw(st.sampled_from(["cmp", "cmp", "in", "between", "null", "flip"]))
+    if form == "null":
+        return c.is_null() if draw(st.booleans()) else c.is_not_null()
+    if form == "in":
+        values = draw(st.lists(value, min_size=1, max_size=4))
+        return c.is_in(values, nulls_equal=draw(st.booleans()))
+    if form == "between":
+        closed = draw(st.sampled_from(["both", "left", "right", "none"]))
+        return c.is_between(draw(value), draw(value), closed=closed)
+    op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">="]))
+    v = draw(value)
+    ops: dict[str, Callable[[Any, Any], Any]] = {
+        "==": lambda a, b: a == b,
+        "!=": lambda a, b: a != b,
+        "<": lambda a, b: a < b,
+        "<=": lambda a, b: a <= b,
+        ">": lambda a, b: a > b,
+        ">=": lambda a, b: a >= b,
+    }
+    if form == "flip":
+        return ops[op](pl.lit(v), c)
+    return ops[op](c, v)
+
+
+def polars_predicates() -> st.SearchStrategy[Any]:
+    return st.recursive(
+        polars_atoms(),
+        lambda inner: st.one_of(
+            st.builds(lambda p: ~p, inner),
+            st.builds(lambda p, q: p & q, inner, inner),
+            st.builds(lambda p, q: p | q, inner, inner),
+        ),
+        max_leaves=5,
+    )
+
+
+@pytest.mark.parametrize("which", ["plain", "part", "seq"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pred=polars_predicates())
+def test_polars_lazy_filter_equals_polars_on_the_model(lakes: dict[str, Lake], which: str, pred: Any) -> None:
+    lake = lakes[which]
+    columns = ["k", "p", "i8", "i64", "s", "d", "f64", "bo", "seq"]
+    model = pl.from_arrow(lake.expected().select(columns))
+    try:
+        expected = model.lazy().filter(pred).select(columns).collect()
+    except pl.exceptions.PolarsError:
+        return
+    got = mere_polars.scan_table(lake.table).filter(pred).select(columns).collect()
+    assert sorted(got["k"].to_list()) == sorted(expected["k"].to_list()), str(pred)
+    assert got.sort("k").select("k", "seq", "i64", "s").rows() == expected.sort("k").select(
+        "k", "seq", "i64", "s"
+    ).rows(), str(pred)
