@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -430,6 +430,8 @@ def atoms(draw: st.DrawFn, columns: list[str] | None = None) -> Pred:
         )
     v = draw(lit)
     if form == "distinct" and name != "bn":  # bn: test_binary_literal_in_is_distinct_from
+        if isinstance(v.value, int) and not -(2**63) <= v.value < 2**64:
+            v = _num(0)  # test_huge_integer_literals_in_the_expression_language
         neg = draw(st.booleans())
         word = "IS NOT DISTINCT FROM" if neg else "IS DISTINCT FROM"
         return Pred(f"{c} {word} {v.mere}", f"{c} {word} {v.duck}", v.cross, None)
@@ -805,3 +807,243 @@ def test_long_flat_boolean_filters(local_cat: mere.Catalog, form: str) -> None:
             assert t.scan(filter=where).count() == 10
     except MereError:
         assert t.version == before  # a typed refusal changes nothing
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=(ValueError, InvalidOperation),
+    reason="BUG: a malformed number literal raises a raw ValueError (or decimal.InvalidOperation), not "
+    "FilterError: "
+    "t.scan(filter='f = 1e') / 'f = 12e8.0' / 'k = 1e1.5' / 'NOT (k BETWEEN 1ee1 AND 0)' and "
+    "mere.sql('DELETE FROM a.b WHERE f = 1e') -> ValueError: could not convert string to float: '1e'; "
+    "'f = .0.5' -> decimal.InvalidOperation",
+)
+@pytest.mark.parametrize(
+    ("where", "how"),
+    [
+        (where, how)
+        for where in ["f = 1e", "k = 12e8.0", "f IN (1e1.5)", "NOT (k BETWEEN 1ee1 AND 0)", "0e < f", "f = .0.5"]
+        for how in ["scan", "delete", "sql"]
+        if not (how == "sql" and where == "f = .0.5")  # mere.sql refuses this one typed
+    ],
+)
+def test_malformed_number_literals_are_typed(local_cat: mere.Catalog, where: str, how: str) -> None:
+    schema = pa.schema([("k", pa.int64()), ("f", pa.float64())])
+    t = _small(local_cat, schema, {"k": [1, 2], "f": [1.0, 2.0]})
+    before = t.version
+    with pytest.raises(MereError):
+        if how == "scan":
+            t.scan(filter=where).to_arrow()
+        elif how == "delete":
+            t.delete(where)
+        else:
+            mere.sql(f"DELETE FROM t.small WHERE {where}", catalog=local_cat)
+    assert t.version == before and t.scan().count() == 2
+
+
+BAD_TEXT = [
+    "",
+    "   ",
+    "k = 1\x00",
+    "1",
+    "'abc'",
+    "i8",
+    "s",
+    "sum(i8) > 0",
+    "row_number() over () = 1",
+    "exists (select 1)",
+    "k in (select 1)",
+    "*",
+    "s = 'abc",
+    "(k = 1",
+    "k = 1)",
+    "CAST(s AS FOO) = 1",
+    "ts = TIMESTAMP 'nope'",
+    "d = DATE '2020-02-30'",
+    "d = DATE '2020-13-01'",
+    "d = '2020-02-30'",
+    "d < '20200101'",
+    "ts > TIMESTAMP '2020-01-01' - INTERVAL 1 DAY",
+    "nope = 1",
+    "I8 = 1",
+    "s like NULL",
+    "s LIKE 'a' ESCAPE '!'",
+    "s SIMILAR TO 'a'",
+    "s GLOB 'a*'",
+    "s ~ 'a'",
+    "(i8, s) = (1, 'a')",
+    "i8 > ALL (1)",
+    "s = ?",
+    "s = $1",
+    "s = :x",
+    "s = 'a'; DROP TABLE x",
+    "select",
+    "SELECT * FROM t WHERE k = 1",
+    "i8 = NULL",
+    "NULL = NULL",
+    "i8 < 1e400",
+    "s = 5",
+    "i8 = '1'",
+    "bo = 1",
+    "i8 = TRUE",
+    "d = 5",
+    "tsz = TIMESTAMP '2026-11-21 12:00:00'",
+    "u64 + 1 > 0",
+    "k = 0x10",
+    "i8 in (1, 'x')",
+    "'",
+    ";",
+    "-- x",
+    "k = 1 AND",
+    "OR k = 1",
+    "k == == 1",
+    "k IN ()",
+    "k IN (1,)",
+    "k BETWEEN 1",
+    "k IS",
+    "NOT",
+    "CASE WHEN k = 1 THEN TRUE",
+    "coalesce()",
+    "lower(s, s) = 'a'",
+    "length() = 1",
+    "CAST(k AS) = 1",
+    "k::NOPE = 1",
+    "{'a': 1} = k",
+    "[1, 2] = k",
+    "k = 1 COLLATE NOCASE",
+    "k = 1 LIMIT 1",
+    "bn LIKE 'a%'",
+    "CAST(s AS INT) = 1",
+]
+
+
+@pytest.mark.parametrize("where", BAD_TEXT)
+def test_bad_filter_text_is_typed_everywhere(lakes: dict[str, Lake], local_cat: mere.Catalog, where: str) -> None:
+    """A filter that cannot run raises a MereError (or runs) in scans, the adapters and writes, and a refused
+    delete or update changes nothing."""
+    t = lakes["plain2"].table
+    for call in (
+        lambda: t.scan(filter=where).to_arrow(),
+        lambda: t.scan(filter=where).count(),
+        lambda: t.scan(filter=where).explain(),
+        lambda: mere_polars.scan_table(t, filter=where).collect(),
+        lambda: mere_duckdb.register(_duck(), "x", t, filter=where),
+    ):
+        try:
+            call()
+        except MereError:
+            pass
+    w = local_cat.create_table("t.w", SCHEMA, primary_key="k", buckets=2, properties=OFF)
+    w.upsert(lakes["plain2"].expected())
+    before, rows = w.version, w.scan().count()
+    for write in (
+        lambda: w.delete(where),
+        lambda: w.update(set={"i64": "i64"}, where=where),
+        lambda: mere.sql(f"DELETE FROM t.w WHERE {where}", catalog=local_cat),
+    ):
+        try:
+            write()
+        except MereError:
+            assert w.version == before and w.scan().count() == rows, where
+        before, rows = w.version, w.scan().count()
+
+
+BAD_VALUES: list[Callable[[], Any]] = [
+    lambda: mere.col("i8") == Decimal("NaN"),
+    lambda: mere.col("i8") == pa.scalar(None, pa.int8()),
+    lambda: mere.col("i8") == object(),
+    lambda: mere.col("i8") == 1j,
+    lambda: mere.col("i8").isin([[1]]),
+    lambda: mere.col("i8").isin([object()]),
+    lambda: mere.col("i8").isin([Decimal("sNaN")]),
+    lambda: mere.col("i8").isin(5),
+    lambda: mere.col("i8").isin("abc"),
+    lambda: mere.col("i8") == True,  # noqa: E712
+    lambda: mere.col("i8") == "1",
+    lambda: mere.col("s") == b"a",
+    lambda: mere.col("s") == "\ud800",
+    lambda: mere.col("bn") == 1,
+    lambda: mere.col("d") == dt.time(1),
+    lambda: mere.col("d") == dt.timedelta(1),
+    lambda: mere.col("d") == "garbage",
+    lambda: mere.col("ts") == dt.datetime(2020, 1, 1, tzinfo=UTC),
+    lambda: mere.col("tsz") == dt.datetime(2020, 1, 1),
+    lambda: mere.col("dec") == "1.5",
+    lambda: mere.col("bo") == 1,
+    lambda: mere.col("nope") == 1,
+    lambda: mere.col("") == 1,
+    lambda: mere.col(5) == 1,  # type: ignore[arg-type]
+    lambda: mere.col("k") == mere.col("i8"),
+    lambda: mere.col("k") < (mere.col("i8") > 1),
+    lambda: mere.col("k").between(1, None),
+    lambda: (mere.col("k") == 1) & "i8 >>> 0",
+    lambda: (mere.col("k") == 1) | 5,
+    lambda: bool(mere.col("k") == 1),
+    lambda: 5,
+    lambda: b"k = 1",
+    lambda: ["k = 1"],
+    lambda: {"k": 1},
+    lambda: E.In("k", (1, 2), negated=True) & E.FilterText(""),
+]
+
+
+@pytest.mark.parametrize("make", BAD_VALUES, ids=range(len(BAD_VALUES)))
+def test_bad_filter_values_are_typed(lakes: dict[str, Lake], make: Callable[[], Any]) -> None:
+    t = lakes["plain2"].table
+    try:
+        where = make()
+        t.scan(filter=where).to_arrow()
+    except MereError:
+        pass
+    except TypeError as e:  # Python's own operators: `x | 5` on an Expr is Python refusing, not mere
+        assert "unsupported operand" in str(e), e
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pred=predicates(), data=st.data())
+def test_mutated_filter_text_is_typed_or_equals_duckdb(lakes: dict[str, Lake], pred: Pred, data: st.DataObject) -> None:
+    """A valid filter with a character deleted or a token inserted: a typed refusal, or DuckDB's rows."""
+    inserts = [" ", "(", ")", "'", "NOT ", " AND ", " OR ", "-", "+", "1", ".", "e", "NULL", ",", "::INT"]
+    inserts += ["::VARCHAR", "::DOUBLE", " IS NULL", "\\", "%", "''", '"', "`", "/*", "--", "\n", "=", "<"]
+    text = pred.mere
+    for _ in range(data.draw(st.integers(1, 2), label="edits")):
+        i = data.draw(st.integers(0, len(text)), label="at")
+        if data.draw(st.booleans(), label="delete") and i < len(text):
+            text = text[:i] + text[i + 1 :]
+        else:
+            text = text[:i] + data.draw(st.sampled_from(inserts), label="insert") + text[i:]
+    lake = lakes["plain"]
+    try:
+        got = sorted(lake.table.scan(filter=text).to_arrow()["k"].to_pylist())
+    except MereError:
+        return
+    except (ValueError, InvalidOperation) as e:  # test_malformed_number_literals_are_typed
+        assert "could not convert string to float" in str(e) or isinstance(e, InvalidOperation), (text, e)
+        return
+    if "X'" in text:
+        return  # DuckDB spells bytes otherwise
+    expected = _duck_keys(_duck(), lake.expected(), text)
+    if expected is not None:
+        assert got == expected, text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: an integer literal beyond int64/uint64 is refused (FilterError 'does not fit an Arrow type') "
+    "in IS [NOT] DISTINCT FROM, arithmetic and functions, though k = -9223372036854775809 compares it exactly "
+    "(DuckDB: k IS DISTINCT FROM -9223372036854775809 is TRUE): t.scan(filter='k IS DISTINCT FROM "
+    "-9223372036854775809')",
+)
+@pytest.mark.parametrize(
+    "where",
+    [
+        "k IS DISTINCT FROM -9223372036854775809",
+        "u IS NOT DISTINCT FROM 18446744073709551616",
+        "k + 0 = -9223372036854775809",
+        "coalesce(k, 0) <> 18446744073709551616",
+    ],
+)
+def test_huge_integer_literals_in_the_expression_language(local_cat: mere.Catalog, where: str) -> None:
+    schema = pa.schema([("k", pa.int64()), ("u", pa.uint64())])
+    t = _small(local_cat, schema, {"k": [1, 2], "u": [1, None]})
+    assert _keys(t, where) == _duck_on(t, where), where
