@@ -741,6 +741,9 @@ def test_duckdb_register_equals_duckdb_on_the_model(lakes: dict[str, Lake], whic
     if isinstance(got, pa.RecordBatchReader):
         got = got.read_all()
     assert sorted(got["k"].to_pylist()) == expected, pred.duck
+    count = con.sql(f"SELECT count(*), min(i64), max(s) FROM lake WHERE {pred.duck}").fetchall()
+    want_count = con.sql(f"SELECT count(*), min(i64), max(s) FROM model_rows WHERE {pred.duck}").fetchall()
+    assert count == want_count, pred.duck
     # whole rows: no older version of a key comes back
     kept = {
         r["k"]: (r["i64"], r["s"], r["d"], r["seq"])
@@ -1257,3 +1260,24 @@ def test_delete_by_random_predicate_equals_duckdb(
     for k in expected:
         model.pop(k)
     assert _rows(t.scan().to_arrow()) == _rows(lake.expected()), pred.mere
+
+
+@pytest.mark.parametrize("which", ["plain", "part", "first"])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(a=predicates(), b=predicates())
+def test_chained_where_on_a_projection_equals_duckdb(
+    lakes: dict[str, Lake], which: str, a: Pred, b: Pred
+) -> None:
+    """``scan(columns=["k"], filter=a).where(b)`` keeps the rows DuckDB's ``(a) AND (b)`` keeps, though
+    neither filter's columns are read out."""
+    lake = lakes[which]
+    both = _wrap(a, "and", b)
+    expected = _oracle(lake, both)
+    try:
+        got = lake.table.scan(columns=["k"], filter=a.mere).where(b.mere).to_arrow()
+    except MereError as e:
+        assert both.cross, f"{both.mere!r} refused: {e}"
+        return
+    assert got.column_names == ["k"]
+    if expected is not None:
+        assert sorted(got["k"].to_pylist()) == expected, both.mere
