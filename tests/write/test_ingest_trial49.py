@@ -354,12 +354,6 @@ def test_a_batch_replaces_an_earlier_batch_of_another_layout(tmp_path: Path, op:
 LIST_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("l", pa.list_(pa.int32()))])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: list_view input escapes as raw pyarrow ArrowInvalid ('Offsets buffer size ... isn't large "
-    "enough') from writer.conform: t.upsert(pa.table({'id': [0], 'l': pa.array([[1]], pa.list_view(pa.int32()))}))"
-    " on a list<int32> column (README: view encodings are stored as their plain types)",
-)
 @pytest.mark.parametrize("op", ALL_OPS)
 def test_list_view_input_is_stored_as_a_list(tmp_path: Path, op: str) -> None:
     t = _fresh(tmp_path, op, LIST_SCHEMA)
@@ -386,13 +380,6 @@ def test_list_view_input_never_escapes_raw_and_never_writes(tmp_path: Path, op: 
         assert _state(t, tmp_path) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a dictionary of string_view (what Polars Categorical/Enum export) is refused as SchemaMismatch "
-    "'cannot be stored as string without loss: Function array_take has no kernel': "
-    "t.upsert(pa.table({'id': [1], 's': pa.array(['x'], pa.string_view()).dictionary_encode()})); README promises "
-    "dictionary and view encodings are stored as their plain types",
-)
 @pytest.mark.parametrize("op", ["upsert", "append"])
 def test_dictionary_of_string_view_is_stored(tmp_path: Path, op: str) -> None:
     t = _fresh(tmp_path, op)
@@ -402,11 +389,6 @@ def test_dictionary_of_string_view_is_stored(tmp_path: Path, op: str) -> None:
     _expect_stored(t, op, data, _expected([1, 2], ["x", "y"]))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a Polars Categorical or Enum column is refused (SchemaMismatch, array_take has no kernel for "
-    "dictionary<string_view>): t.upsert(pl.DataFrame({'id': [1], 's': pl.Series(['x'], dtype=pl.Categorical)}))",
-)
 @pytest.mark.parametrize("kind", ["categorical", "enum", "list_of_categorical", "struct_of_categorical"])
 def test_polars_categorical_and_enum_are_stored_as_strings(tmp_path: Path, kind: str) -> None:
     if kind == "list_of_categorical":
@@ -492,13 +474,6 @@ CDC_OPS_RAW = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a run-end encoded or dictionary<string_view> (Polars Categorical) change column escapes as raw "
-    "ArrowNotImplementedError ('Unsupported cast from run_end_encoded ... to utf8' / 'array_take has no kernel "
-    "(string_view, ...)'): t.upsert(pa.table({'id': [1], 'op': pc.run_end_encode(pa.array(['U']))})) on a "
-    "cdc_column='op' table",
-)
 @pytest.mark.parametrize("layout", list(CDC_OPS_RAW))
 def test_cdc_change_column_encodings_apply_or_are_refused_typed(tmp_path: Path, layout: str) -> None:
     t = _cdc_table(tmp_path)
@@ -533,13 +508,6 @@ def test_delete_keys_with_a_string_view_delete_column(tmp_path: Path) -> None:
     assert [r["id"] for r in _read(t)] == [2, 3]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: delete(keys) whose change column is string_view and says 'U' (or is run-end encoded) escapes as raw "
-    "ArrowNotImplementedError ('array_filter has no kernel (string_view, bool)' / 'Unsupported cast from "
-    "run_end_encoded'): t.delete(pa.table({'id': [1], 'op': pa.array(['U'], pa.string_view())})); a plain string "
-    "'U' gets InvalidInput",
-)
 @pytest.mark.parametrize("layout", ["string_view_U", "run_end_D"])
 def test_delete_keys_with_an_encoded_change_column_never_escapes_raw(tmp_path: Path, layout: str) -> None:
     t = _cdc_table(tmp_path)
@@ -581,13 +549,6 @@ def test_upsert_refuses_mixing_naive_and_aware_timestamps(tmp_path: Path, column
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: MERGE stores a naive source timestamp in a time-zone column as UTC, and a tz-aware one in a naive "
-    "column as its UTC wall clock, silently, where upsert raises SchemaMismatch (README: naive timestamps are "
-    "never taken into a time-zone column): t.merge(pa.table({'id': [1], 'aware': pa.array([0], "
-    "pa.timestamp('us'))})).when_matched_update_all().execute()",
-)
 @pytest.mark.parametrize("clause", ["update_all", "set", "insert_all"])
 @pytest.mark.parametrize("column", ["naive", "aware"])
 def test_merge_refuses_mixing_naive_and_aware_timestamps(tmp_path: Path, column: str, clause: str) -> None:
@@ -658,12 +619,6 @@ def test_merge_with_an_unrelated_list_view_source_column_never_escapes_raw_state
         assert _state(t, tmp_path) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a MERGE source with a list_view column (even one no clause uses) escapes as raw ArrowInvalid "
-    "'Offsets buffer size ... isn't large enough': t.merge(pa.table({'id': [1], 'l': pa.array([[1]], "
-    "pa.list_view(pa.int32()))})).when_matched_update(set={'s': \"'q'\"}).execute()",
-)
 def test_merge_with_an_unrelated_list_view_source_column(tmp_path: Path) -> None:
     t = _table(tmp_path)
     t.upsert(pa.table({"id": pa.array([1], pa.int64())}))
@@ -842,12 +797,6 @@ def test_merge_assignment_casts_are_the_documented_ones(tmp_path: Path, case: st
     assert {r["id"]: r[column] for r in _read(t)} == {5: value}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a MERGE source with two columns of one name escapes as raw KeyError 'Column v does not exist in "
-    "schema' (upsert says SchemaMismatch 'duplicate column names'): t.merge(pa.Table.from_arrays([ids, a, b], "
-    "names=['id', 'v', 'v'])).when_matched_update_all().execute()",
-)
 @pytest.mark.parametrize("column", ["req", "id"])
 def test_merge_source_with_duplicate_column_names_is_refused_typed(tmp_path: Path, column: str) -> None:
     t = _table(tmp_path, WIDE)
@@ -1322,11 +1271,6 @@ def test_evolve_refuses_unstorable_types_without_adding_anything(tmp_path: Path,
     assert (_state(t, tmp_path), t.refresh().schema) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: evolve=True with a list_view column escapes as raw ArrowInvalid ('Offsets buffer size ... isn't "
-    "large enough'): t.upsert(pa.table({'id': [2], 'new': pa.array([[1]], pa.list_view(pa.int32()))}), evolve=True)",
-)
 @pytest.mark.parametrize("op", ["upsert", "append"])
 def test_evolve_with_a_list_view_column(tmp_path: Path, op: str) -> None:
     t = _evolving(tmp_path, op)
@@ -1477,13 +1421,6 @@ def test_duplicate_keys_in_one_merge_source_are_refused(tmp_path: Path) -> None:
         assert _state(t, tmp_path) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: MERGE refuses a large_list or fixed_size_list source column for a list column (FilterError "
-    "\"cannot store 's.l' (large_list<item: int64>) in column 'l'\") that upsert stores losslessly; Polars' List "
-    "exports as large_list, so t.merge(pl.DataFrame({'id': [1], 'l': [[1, 2]]})).when_matched_update_all().execute() "
-    "fails",
-)
 @pytest.mark.parametrize("kind", ["polars", "large_list", "fixed_size_list"])
 @pytest.mark.parametrize("clause", ["update_all", "insert_all"])
 def test_merge_stores_lossless_list_layouts_like_upsert(tmp_path: Path, kind: str, clause: str) -> None:
@@ -1757,13 +1694,6 @@ def test_duckdb_edge_values_are_stored_exactly(tmp_path: Path, sql: str) -> None
     assert repr(got) == repr(want)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a decimal128(38, 0) value outside precision 38 (DuckDB exports HUGEINT max "
-    "170141183460469231731687303715884105727 so; pyarrow's validate(full=True) calls it invalid) is stored into a "
-    "decimal128(38, 0) column unchecked, where a cast to decimal128(20, 0) is refused: "
-    "t.upsert(duckdb.sql('SELECT 1::BIGINT id, 170141183460469231731687303715884105727::HUGEINT x').to_arrow_table())",
-)
 @pytest.mark.parametrize("source", ["duckdb_hugeint_max", "pyarrow_buffers"])
 def test_a_decimal_outside_its_declared_precision_is_refused(tmp_path: Path, source: str) -> None:
     if source == "duckdb_hugeint_max":

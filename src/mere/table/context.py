@@ -36,6 +36,7 @@ from mere.partitions import partition_json, partition_string, partition_value_st
 from mere.spec import DEFAULT_COMPRESSION, OP_DELETE, TableSpec
 from mere.table.file_keys import remember
 from mere.table.scan import Scan, ScannedTable
+from mere.write.cast import decoded
 from mere.write.writer import (
     CHUNK_BYTES,
     PreparedFile,
@@ -379,9 +380,10 @@ class DataFiles:
             # reinterpret them (a change stream is applied by upsert, every operation as it says).
             if table.column(change).null_count:
                 raise InvalidInput(f"{self.name}: change column {change!r} of the rows to delete holds nulls")
-            kept = decode_cdc(table.column(change), change) != OP_DELETE
+            codes = decoded(table.column(change))
+            kept = decode_cdc(codes, change) != OP_DELETE
             if kept.any():
-                said = pc.unique(table.column(change).filter(pa.array(kept))).to_pylist()[:5]
+                said = pc.unique(codes.filter(pa.array(kept))).to_pylist()[:5]
                 raise InvalidInput(
                     f"{self.name}: rows to delete carry change column {change!r} with {said}, not a delete; "
                     "apply a change stream with upsert(), or drop the column to delete these keys"

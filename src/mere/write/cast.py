@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -135,7 +136,7 @@ def _lossless_cast(
         raise SchemaMismatch(
             f"{identifier}: column {column!r} of type {source} cannot be stored as {target}: {why}"
         )
-    if pa.types.is_dictionary(source) or pa.types.is_run_end_encoded(source):
+    if normalise_type(source) != source:  # encodings (dictionary, run-end, views), nested ones too
         values = decoded(values)
         source = values.type
         if source == target:
@@ -166,17 +167,60 @@ def _lossless_cast(
 
 def decoded(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """Values of a dictionary-, run-end- or view-encoded column in their plain type, nested encodings
-    too (others unchanged)."""
-    kind = values.type
-    if pa.types.is_run_end_encoded(kind):
-        return decoded(pc.run_end_decode(values))
-    plain = normalise_type(kind)  # the type a table stores for it
-    if plain == kind:
+    too (others unchanged).
+
+    Built here rather than by ``pc.cast``, which has no kernel for some of them (a dictionary of
+    ``string_view``, what Polars' Categorical exports, or a run-end encoded column) and casts a
+    ``list_view`` to a list array that fails validation.
+    """
+    plain = normalise_type(values.type)
+    if plain == values.type:
         return values
+    if isinstance(values, pa.ChunkedArray):
+        return pa.chunked_array([_decoded_array(c, plain) for c in values.chunks], type=plain)
+    return _decoded_array(values, plain)
+
+
+def _decoded_array(arr: pa.Array, plain: pa.DataType) -> pa.Array:
+    kind = arr.type
+    if kind == plain:
+        return arr
+    mask = arr.is_null() if arr.null_count else None
     try:
-        return pc.cast(values, plain)
-    except _ARROW_ERRORS:  # a nesting Arrow cannot cast: left to the type checks that follow
-        return values
+        if pa.types.is_run_end_encoded(kind):
+            return _decoded_array(pc.run_end_decode(arr), plain)
+        if pa.types.is_dictionary(kind):
+            return _decoded_array(arr.dictionary, plain).take(arr.indices)
+        if pa.types.is_list_view(kind) or pa.types.is_large_list_view(kind):
+            valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            sizes = np.where(valid, np.asarray(arr.sizes.fill_null(0).to_numpy(), np.int64), 0)
+            starts = np.asarray(arr.offsets.fill_null(0).to_numpy(), np.int64)
+            ends = np.cumsum(sizes)
+            at = np.repeat(starts - (ends - sizes), sizes) + np.arange(int(ends[-1]) if len(ends) else 0)
+            items = _decoded_array(arr.values.take(pa.array(at)), plain.value_type)
+            offsets = np.concatenate([[0], ends])
+            build = pa.ListArray if pa.types.is_list(plain) else pa.LargeListArray
+            width = pa.int32() if pa.types.is_list(plain) else pa.int64()
+            return build.from_arrays(pa.array(offsets, width), items, type=plain, mask=mask)
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            lengths = np.asarray(pc.list_value_length(arr).fill_null(0).to_numpy(), np.int64)
+            items = _decoded_array(pc.list_flatten(arr), plain.value_type)
+            offsets = np.concatenate([[0], np.cumsum(lengths)])
+            build = pa.ListArray if pa.types.is_list(kind) else pa.LargeListArray
+            width = pa.int32() if pa.types.is_list(kind) else pa.int64()
+            return build.from_arrays(pa.array(offsets, width), items, type=plain, mask=mask)
+        if pa.types.is_fixed_size_list(kind):
+            size = kind.list_size
+            items = arr.values.slice(arr.offset * size, len(arr) * size)
+            return pa.FixedSizeListArray.from_arrays(
+                _decoded_array(items, plain.value_type), type=plain, mask=mask
+            )
+        if pa.types.is_struct(kind):
+            children = [_decoded_array(arr.field(i), plain.field(i).type) for i in range(kind.num_fields)]
+            return pa.StructArray.from_arrays(children, fields=list(plain), mask=mask)
+        return pc.cast(arr, plain)
+    except _ARROW_ERRORS:  # a nesting this cannot rebuild: left to the type checks that follow
+        return arr
 
 
 def decoded_table(table: pa.Table) -> pa.Table:

@@ -32,7 +32,7 @@ from mere.kernels import (
 from mere.metadata import FileEntry
 from mere.partitions import partition_json, partition_path, partition_value_strings
 from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec, with_field_ids
-from mere.write.cast import lossless_cast, nested_not_null, strict_nested
+from mere.write.cast import decoded, lossless_cast, nested_not_null, strict_nested
 
 DEFAULT_ROW_GROUP_BYTES = 1 << 20  # uncompressed bytes per row group: small enough for key lookups
 CHUNK_ROWS = 2_000_000  # rows per prepared chunk of inputs already in memory
@@ -143,8 +143,21 @@ _CDC_DELETE = ("D", "-D", "DELETE")
 _CDC_IGNORE = ("-U", "UPDATE_BEFORE")
 
 
+def _check_precision(values: pa.Array | pa.ChunkedArray, f: pa.Field, identifier: str) -> None:
+    """Refuse decimals with more digits than their type's precision: Arrow builds such arrays (from
+    buffers, or DuckDB's HUGEINT beyond 38 digits) without a check, and other readers reject them."""
+    try:
+        for chunk in values.chunks if isinstance(values, pa.ChunkedArray) else [values]:
+            chunk.validate(full=True)
+    except pa.ArrowInvalid as e:
+        raise SchemaMismatch(
+            f"{identifier}: column {f.name!r} holds values outside {f.type}: {str(e).splitlines()[0]}"
+        ) from None
+
+
 def decode_cdc(values: pa.ChunkedArray | pa.Array, column: str) -> np.ndarray:
     """Map a change column to operations: MERGE, DELETE, or -1 for rows to ignore (update-before images)."""
+    values = decoded(values)  # dictionaries (Polars' Categorical), run-end and view encodings
     if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
         values = pc.cast(values, pa.string())
     upper = pc.utf8_upper(pc.utf8_trim_whitespace(values))
@@ -207,6 +220,8 @@ def conform(
             # Change rows that delete a key carry no values to check inside nested columns.
             rows = None if ops is None or not strict_nested(f.type) else bool_array(ops == OP_MERGE)
             col = lossless_cast(table.column(f.name), f.type, f.name, identifier, rows)
+            if pa.types.is_decimal(f.type):
+                _check_precision(col, f, identifier)
             if not f.nullable and col.null_count:
                 if f.name in spec.primary_key:
                     raise NullKey(

@@ -27,7 +27,7 @@ from sqlglot import exp
 from mere import expr as E
 from mere.arrays import bool_array, sorted_unique
 from mere.concurrency import default_threads, shared_pool
-from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey, names_its_table
+from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey, SchemaMismatch, names_its_table
 from mere.expr.literals import format_ident
 from mere.hashing import bucket_ids
 from mere.kernels import KeySet, integer_keys, key_positions
@@ -830,16 +830,22 @@ def _quote(name: str) -> str:
 def _source_table(data: Any, name: str) -> pa.Table:
     """The source's rows, with encoded columns (dictionary, run-end, views) in their plain types."""
     if isinstance(data, pa.Table):
-        return decoded_table(data)
-    try:
-        schema, batches = to_batches(data)
-    except InvalidInput:
-        raise
-    except Exception as exc:  # anything unreadable is bad input
-        raise InvalidInput(
-            f"{name}: MERGE source must be Arrow data, a pandas or Polars frame or an Arrow stream: {exc}"
-        ) from exc
-    return decoded_table(pa.Table.from_batches(list(batches), schema=schema))
+        table = data
+    else:
+        try:
+            schema, batches = to_batches(data)
+        except InvalidInput:
+            raise
+        except Exception as exc:  # anything unreadable is bad input
+            raise InvalidInput(
+                f"{name}: MERGE source must be Arrow data, a pandas or Polars frame or an Arrow stream: {exc}"
+            ) from exc
+        table = pa.Table.from_batches(list(batches), schema=schema)
+    names = table.column_names
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:
+        raise SchemaMismatch(f"{name}: the MERGE source names column(s) {twice} more than once")
+    return decoded_table(table)
 
 
 def _to_mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:

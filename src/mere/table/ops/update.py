@@ -198,6 +198,14 @@ def _kind(t: pa.DataType) -> str:
         return "text"
     if pa.types.is_date(t) or pa.types.is_timestamp(t):
         return "datetime"
+    if (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+    ):
+        return "list"  # lists of any layout hold the same values (an upsert stores each as the column's)
     return str(t.id)
 
 
@@ -206,6 +214,9 @@ def _assignable(source: pa.DataType, target: pa.DataType) -> bool:
     if pa.types.is_null(source):
         return True
     kinds = (_kind(source), _kind(target))
+    if pa.types.is_timestamp(source) and pa.types.is_timestamp(target):
+        # A naive time is not taken as UTC, nor a zoned one as its UTC wall clock: as upsert refuses them.
+        return (source.tz is None) == (target.tz is None)
     if kinds[0] == kinds[1] and kinds[0] in ("number", "text", "datetime"):
         return True
     if kinds == ("text", str(pa.binary().id)) or (pa.types.is_binary(target) and kinds[0] == "text"):
