@@ -900,11 +900,6 @@ def test_binary_literal_in_is_distinct_from(local_cat: mere.Catalog) -> None:
     assert _keys(t, "bn IS NOT DISTINCT FROM X''") == [2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: trim/ltrim strip tabs, newlines and carriage returns, DuckDB's only spaces: "
-    "s = '\\n' matches trim(s) = '' in mere, not in DuckDB (wrong rows, silently)",
-)
 def test_trim_strips_what_duckdb_strips(local_cat: mere.Catalog) -> None:
     schema = pa.schema([("k", pa.int64()), ("s", pa.string())])
     vals = ["\n", "\t a ", " a ", "a", "\r", "  "]
@@ -948,13 +943,6 @@ def test_big_integer_against_a_double_literal(local_cat: mere.Catalog) -> None:
 LONG = 600
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="BUG: a filter of a few hundred ORed (or ANDed) comparisons raises a raw RecursionError, not a "
-    "MereError and not rows: t.scan(filter=' OR '.join(f'v = {i}' for i in range(600))) (DuckDB runs 3000); "
-    "the same with functools.reduce(operator.or_, [col('v') == i for i in range(600)])",
-)
 @pytest.mark.parametrize("form", ["text-or", "text-and", "expr-or", "delete-or"])
 def test_long_flat_boolean_filters(local_cat: mere.Catalog, form: str) -> None:
     schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
@@ -978,15 +966,6 @@ def test_long_flat_boolean_filters(local_cat: mere.Catalog, form: str) -> None:
         assert t.version == before  # a typed refusal changes nothing
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(ValueError, InvalidOperation),
-    reason="BUG: a malformed number literal raises a raw ValueError (or decimal.InvalidOperation), not "
-    "FilterError: "
-    "t.scan(filter='f = 1e') / 'f = 12e8.0' / 'k = 1e1.5' / 'NOT (k BETWEEN 1ee1 AND 0)' and "
-    "mere.sql('DELETE FROM a.b WHERE f = 1e') -> ValueError: could not convert string to float: '1e'; "
-    "'f = .0.5' -> decimal.InvalidOperation",
-)
 @pytest.mark.parametrize(
     ("where", "how"),
     [
@@ -1299,12 +1278,6 @@ def test_ilike_folds_case_as_duckdb(local_cat: mere.Catalog) -> None:
     assert _keys(t, like) == _duck_on(t, like)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Scan.max of a float column skips NaN (pyarrow's min_max), though mere's filters order NaN "
-    "above every number: with f in (NaN, 1.0, -0.0), t.scan().max('f') == 1.0 while "
-    "t.scan(filter='f > 1.0') keeps the NaN row and DuckDB's max(f) is NaN",
-)
 def test_max_of_a_float_column_orders_nan_as_filters_do(local_cat: mere.Catalog) -> None:
     schema = pa.schema([("k", pa.int64()), ("f", pa.float64())])
     t = _small(local_cat, schema, {"k": [1, 2, 3], "f": [NAN, 1.0, -0.0]})

@@ -83,24 +83,62 @@ def push_not(expr: Expr) -> Expr:
 
 def conjuncts(expr: Expr) -> list[Expr]:
     """Split ``expr`` into parts whose AND is equivalent (``NOT (a OR b)`` splits too)."""
-    if isinstance(expr, And):
-        return conjuncts(expr.left) + conjuncts(expr.right)
-    if isinstance(expr, Not) and isinstance(expr.operand, Or | Not):
-        return conjuncts(negate(expr.operand))
-    if isinstance(expr, AlwaysTrue):
-        return []
-    return [expr]
+    out: list[Expr] = []
+    stack = [expr]
+    while stack:  # no recursion: a chain of ANDs built by hand can be thousands deep
+        item = stack.pop()
+        if isinstance(item, And):
+            stack.extend([item.right, item.left])
+        elif isinstance(item, Not) and isinstance(item.operand, Or | Not):
+            stack.append(negate(item.operand))
+        elif not isinstance(item, AlwaysTrue):
+            out.append(item)
+    return out
+
+
+BALANCED_FROM = 64  # longer chains of AND or OR are built as balanced trees (no deep recursion)
+
+
+def combined(parts: Sequence[Expr], combine: type[And] | type[Or]) -> Expr:
+    """``parts`` (at least one) joined by ``combine``: left-deep, as a chain is written, up to
+    ``BALANCED_FROM`` parts; beyond, a balanced tree, whose depth every recursive step below can take."""
+    terms = list(parts)
+    if len(terms) <= BALANCED_FROM:
+        result = terms[0]
+        for part in terms[1:]:
+            result = combine(result, part)
+        return result
+    while len(terms) > 1:
+        pairs = [combine(terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
+        terms = pairs + terms[len(pairs) * 2 :]
+    return terms[0]
+
+
+def balanced(expr: Expr) -> Expr:
+    """``expr`` with each long chain of one of AND and OR rebuilt as a balanced tree (see
+    :func:`combined`): a chain built by hand (``reduce(operator.or_, ...)``) is as deep as it is long."""
+    if not isinstance(expr, And | Or):
+        return expr
+    kind = type(expr)
+    terms: list[Expr] = []
+    stack: list[Expr] = [expr]
+    while stack:  # the chain's terms in order, without recursion
+        item = stack.pop()
+        if type(item) is kind:
+            stack.extend([item.right, item.left])
+        else:
+            terms.append(item)
+    if len(terms) <= BALANCED_FROM and not any(isinstance(t, And | Or) for t in terms):
+        return expr
+    return combined([balanced(t) for t in terms], kind)
 
 
 def conjunction(parts: Sequence[Expr]) -> Expr:
-    """AND the parts together (left-deep); AlwaysTrue for none."""
+    """AND the parts together (see :func:`combined`); AlwaysTrue for none."""
     kept = [p for p in parts if not isinstance(p, AlwaysTrue)]
     if not kept:
         return AlwaysTrue()
-    result = kept[0]
-    for part in kept[1:]:
-        result = And(result, part)
-    return result
+    return combined(kept, And)
 
 
 def split_by_columns(expr: Expr, allowed: Collection[str]) -> tuple[Expr, Expr]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow.compute as pc
 
 from mere.errors import FilterError
-from mere.expr.logic import map_atoms
+from mere.expr.logic import balanced, map_atoms
 from mere.expr.nodes import AlwaysTrue, And, ArrowPredicate, Expr, FilterText, Not, Or
 from mere.lang.lower import parse_filter
 
@@ -39,7 +39,7 @@ def to_expr(value: str | Expr | pc.Expression | None) -> Expr:
     if value is None:
         return AlwaysTrue()
     if isinstance(value, Expr):
-        return read_text(value)
+        return read_text(balanced(value))
     if isinstance(value, str):
         return parse(value)
     if isinstance(value, pc.Expression):

@@ -35,6 +35,7 @@ from mere.expr.literals import (
     compare_floats,
     format_literal,
 )
+from mere.expr.logic import combined
 from mere.expr.nodes import (
     AlwaysFalse,
     AlwaysTrue,
@@ -81,14 +82,17 @@ def sql_text(node: exp.Expression) -> str:
 
 def number(text: str) -> int | float | Decimal:
     """SQL numeric literal: exponent -> float, decimal point -> exact Decimal, else int."""
-    if "e" in text or "E" in text:
-        value = float(text)
-        if math.isinf(value):
-            raise FilterError(f"invalid number {text!r} (out of range for a DOUBLE)")
-        return value
-    if "." in text:
-        return Decimal(text)
-    return int(text)
+    try:
+        if "e" in text or "E" in text:
+            value = float(text)
+            if math.isinf(value):
+                raise FilterError(f"invalid number {text!r} (out of range for a DOUBLE)")
+            return value
+        if "." in text:
+            return Decimal(text)
+        return int(text)
+    except (ValueError, ArithmeticError):  # e.g. 1e, 12e8.0, .0.5 (Decimal's InvalidOperation)
+        raise FilterError(f"invalid number {text!r}") from None
 
 
 def _nanosecond_literal(raw: str) -> _dt.datetime:
@@ -205,10 +209,21 @@ def _with_lists(text: str, parsed: Parsed) -> str:
 def _filter(node: exp.Expression, parsed: Parsed) -> Expr:
     if isinstance(node, exp.Paren):
         return _filter(node.this, parsed)
-    if isinstance(node, exp.And):
-        return And(_filter(node.this, parsed), _filter(node.expression, parsed))
-    if isinstance(node, exp.Or):
-        return Or(_filter(node.this, parsed), _filter(node.expression, parsed))
+    if isinstance(node, exp.And | exp.Or):
+        # A chain of hundreds of ANDs or ORs parses as a tree that deep: its terms are collected without
+        # recursion, and a long chain is combined as a balanced tree, which no step below finds too deep.
+        kind = type(node)
+        terms: list[exp.Expression] = []
+        stack: list[exp.Expression] = [node]
+        while stack:
+            item = stack.pop()
+            while isinstance(item, exp.Paren):
+                item = item.this
+            if type(item) is kind:
+                stack.extend([item.expression, item.this])  # popped left first: the terms keep their order
+            else:
+                terms.append(item)
+        return combined([_filter(t, parsed) for t in terms], And if kind is exp.And else Or)
     if isinstance(node, exp.Not):
         inner = node.this
         if (
@@ -1084,8 +1099,8 @@ class Lowering:
         chars = node.expression
         position = str(node.args.get("position") or "BOTH").upper()
         name = {"LEADING": "utf8_ltrim", "TRAILING": "utf8_rtrim"}.get(position, "utf8_trim")
-        if chars is None:
-            return self.call(name + "_whitespace", [value])
+        if chars is None:  # spaces only, as DuckDB and Spark trim (not tabs or newlines)
+            return self.call(name, [value], pc.TrimOptions(" "))
         text = literal_value(chars)
         if not isinstance(text, str):
             raise self.fail("TRIM takes a string literal of characters")

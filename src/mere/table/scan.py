@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import math
 import numbers
 import threading
 from collections import Counter
@@ -753,7 +754,8 @@ class Scan:
     def max(self, column: str) -> Any:
         """The largest non-NULL value of ``column`` among this scan's rows (None when there is none).
 
-        Answered from footer statistics where they are exact, as :meth:`min` is.
+        Answered from footer statistics where they are exact, as :meth:`min` is. A float column holding
+        NaN gives NaN: NaN sorts above every number, as filters order it (``f > 1e308`` keeps NaN).
 
         Args:
             column: A column of the table.
@@ -786,11 +788,16 @@ class Scan:
             pa.float32() if pa.types.is_float16(kind) else pa.int64() if pa.types.is_duration(kind) else kind
         )
         best: Any = None
+        floating = pa.types.is_floating(folded)
+        saw_nan = False
         for batch in scan.to_batches():
             try:
-                pair = pc.min_max(batch.column(0).cast(folded))
+                values = batch.column(0).cast(folded)
+                pair = pc.min_max(values)
             except pa.ArrowNotImplementedError as e:
                 raise InvalidInput(f"{self.table.name}: {which}() of column {column!r} ({kind}): {e}") from e
+            if floating and not saw_nan:
+                saw_nan = bool(pc.any(pc.is_nan(values)).as_py())
             v = pair[which]
             if not v.is_valid:
                 continue
@@ -799,6 +806,8 @@ class Scan:
             else:
                 both = pa.array([best.as_py(), v.as_py()], type=folded)
                 best = pc.min_max(both)[which]
+        if saw_nan and which == "max":
+            return math.nan  # NaN sorts above every number, as filters (and DuckDB, Spark) order it
         if best is None:
             return None
         return pa.scalar(best.as_py(), type=kind).as_py() if pa.types.is_duration(kind) else best.as_py()
