@@ -1229,12 +1229,6 @@ def test_maintenance_looping_on_a_second_handle_while_a_writer_commits_loses_not
     assert {r["k"]: r["v"] for r in other.to_arrow().to_pylist()} == model
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: rollback() from a handle loaded before another handle's rollback/set_properties compares "
-    "the target's properties with its own stale spec and so restores none: h1 loaded at min-files=4, h0 "
-    "rollback(1) (min-files=8 again), h1.rollback(3) -> table keeps min-files=8 though version 3 had 4",
-)
 def test_a_stale_handle_s_rollback_restores_the_properties_of_its_version(tmp_path: Path) -> None:
     t = keyed(tmp_path, **{"compaction.min-files": "8"})
     put(t, {1: 1})  # v1
@@ -1248,12 +1242,6 @@ def test_a_stale_handle_s_rollback_restores_the_properties_of_its_version(tmp_pa
     assert t.refresh().properties["compaction.min-files"] == "4"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Table.spec_at(v) ('the table's layout (columns, key, properties) as of version') returns the "
-    "current properties whenever v has the current columns: create with min-files=8, set min-files=4 -> "
-    "spec_at(0).properties['compaction.min-files'] == '4'",
-)
 def test_spec_at_gives_the_properties_of_its_version(tmp_path: Path) -> None:
     t = keyed(tmp_path, **{"compaction.min-files": "8"})
     put(t, {1: 1})  # v1

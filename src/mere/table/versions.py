@@ -4,6 +4,7 @@ version is readable (not expired, or tagged), and the layout a version was writt
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from mere.errors import InvalidInput, NoSuchTable, NoSuchTag, NoSuchVersion
@@ -94,14 +95,17 @@ def within(ctx: TableContext, version: int | None, newest: int, oldest: int) -> 
 
 
 def spec_at(ctx: TableContext, version: int) -> TableSpec:
-    """The layout as of ``version``; ``ctx.spec`` when the catalog cannot tell or the columns match."""
+    """The layout as of ``version``: ``ctx.spec`` when the catalog cannot tell, and its columns with the
+    version's properties when the columns match."""
     if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= current(ctx):
         raise NoSuchVersion(f"{ctx.name}: no version {version!r} (the newest is {current(ctx)})")
     text = ctx.store.spec_at(ctx.table_id, version)
     if text is None:
         return ctx.spec
     at = TableSpec.from_json(text, ctx.name)
-    return ctx.spec if same_columns(at, ctx.spec) else at
+    if not same_columns(at, ctx.spec):
+        return at
+    return ctx.spec if at.properties == ctx.spec.properties else replace(ctx.spec, properties=at.properties)
 
 
 def tags(ctx: TableContext) -> dict[str, int]:

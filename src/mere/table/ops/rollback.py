@@ -69,7 +69,10 @@ def _commit(ctx: TableContext, target: int, base: int) -> CommitResult:
     text = ctx.store.spec_at(ctx.table_id, target)
     if text is not None:
         then = TableSpec.from_json(text, ctx.name)
-        if dict(then.properties) != dict(ctx.spec.properties):
+        # Against the properties at ``base``, not the handle's: another handle may have changed them since.
+        now_text = ctx.store.spec_at(ctx.table_id, base)
+        now = ctx.spec if now_text is None else TableSpec.from_json(now_text, ctx.name)
+        if dict(then.properties) != dict(now.properties):
             commit.restore_properties(then.properties)
         if not same_columns(then, ctx.spec):
             # The version's columns come back too; ids already given stay given.
