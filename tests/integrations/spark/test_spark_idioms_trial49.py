@@ -378,11 +378,6 @@ def test_a_transform_partitioning_is_refused_with_a_typed_error(
     assert mere.connect(wh).tables() == [] and not spark.catalog.tableExists("trial49_tr")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ALTER TABLE t ADD COLUMNS (w BIGINT) on a mere catalog table succeeds (Spark's entry only) and "
-    "leaves t unreadable: every SELECT/INSERT fails with 'names no mere table ... made without mere's hook'",
-)
 def test_alter_table_add_columns_keeps_the_table_usable(spark: SparkSession, wh: str, clean: None) -> None:
     spark.sql(
         f"CREATE TABLE trial49_al ({COLS}) USING mere OPTIONS (warehouse '{wh}', table 'ns.al', primary_key 'id')"

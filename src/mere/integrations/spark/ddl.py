@@ -304,6 +304,36 @@ _INSERT = re.compile(
     re.IGNORECASE,
 )
 _WITH_OPTIONS = re.compile(r"\s*with\s*\(", re.IGNORECASE)
+_ALTER_COLUMNS = re.compile(
+    r"^\s*alter\s+table\s+((?:`(?:[^`]|``)*`|[\w]+)(?:\s*\.\s*(?:`(?:[^`]|``)*`|[\w]+))*)\s+"
+    r"(add|drop|rename\s+column|alter|change|replace)\b",
+    re.IGNORECASE,
+)
+
+
+def refuse_column_changes(spark: Any, text: str) -> None:
+    """Refuse ``ALTER TABLE t ADD/DROP/RENAME/ALTER/CHANGE/REPLACE COLUMN(S) ...`` of a bound mere table: it
+    would change Spark's entry alone, which then no longer matches the mere table it reads and writes.
+
+    Raises:
+        InvalidInput: ``t`` is bound to a mere table (nothing was changed).
+    """
+    m = _ALTER_COLUMNS.match(text)
+    if m is None:
+        return
+    try:
+        schema = spark.table(m.group(1)).schema
+    except Exception:  # not a table Spark knows here: Spark's own error comes with the statement
+        return
+    bindings = {f.metadata.get(BINDING_KEY) for f in schema.fields}
+    if len(bindings) != 1 or None in bindings:
+        return  # not a bound mere table
+    bound = TableRef.from_options({str(k): str(v) for k, v in json.loads(str(bindings.pop())).items()})
+    raise InvalidInput(
+        f"ALTER TABLE {m.group(1)} ... would change only Spark's entry of the mere table {bound.name}; change "
+        "its columns with mere (mere.connect(warehouse).table(name).evolve() or add_column), then DROP TABLE "
+        "the Spark table and CREATE TABLE ... USING mere OPTIONS (...) to bind it again (nothing was changed)"
+    )
 
 
 def name_insert_target(spark: Any, text: str) -> str:
@@ -678,6 +708,8 @@ def install_ddl_hook() -> None:
                 return _run_creation(self, creation)
         if statement and _INSERT.match(sqlQuery):
             sqlQuery = name_insert_target(self, sqlQuery)
+        if statement and _ALTER_COLUMNS.match(sqlQuery):
+            refuse_column_changes(self, sqlQuery)
         return spark_sql(self, sqlQuery, args, **kwargs)
 
     def _run_creation(spark: Any, c: _Creation) -> Any:
