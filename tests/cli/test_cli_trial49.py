@@ -789,3 +789,30 @@ def test_readme_delete_true_and_cdc_rows_given_to_delete(tmp_path: Path) -> None
     assert sorted(t.to_arrow().column("k").to_pylist()) == [2, 3]
     t.delete("TRUE")
     assert t.scan().count() == 0
+
+
+def test_readme_partial_rows_not_null_and_metadata_aggregates(tmp_path: Path) -> None:
+    # README: "A batch that lacks some non-key columns updates only the columns it has; a row that would
+    # create a key without a NOT NULL column is refused"; "scan.count(); t.scan().max('qty') from
+    # metadata where exact"
+    cat = mere.connect(tmp_path / "wh")
+    schema = pa.schema(
+        [
+            pa.field("k", pa.int64(), nullable=False),
+            pa.field("a", pa.int64(), nullable=False),
+            ("b", pa.string()),
+        ]
+    )
+    t = cat.create_table("n", schema, primary_key="k", buckets=2)
+    t.upsert(pa.table({"k": [1, 2], "a": [10, 20], "b": ["x", "y"]}))
+    v = t.version
+    with pytest.raises(errors.SchemaMismatch, match="a"):
+        t.upsert(pa.table({"k": [1, 3], "b": ["p", "q"]}))
+    assert t.version == v
+    t.upsert(pa.table({"k": [1], "b": ["p"]}))
+    t.upsert(pa.table({"k": [5], "a": [-7], "b": [None]}))
+    t.delete("k = 2")
+    rows = sorted(t.to_arrow().to_pylist(), key=lambda r: r["k"])
+    assert rows == [{"k": 1, "a": 10, "b": "p"}, {"k": 5, "a": -7, "b": None}]
+    assert t.scan().max("a") == 10 and t.scan().min("a") == -7
+    assert t.scan().count() == 2 and t.scan(filter="a > 0").count() == 1
