@@ -816,3 +816,23 @@ def test_readme_partial_rows_not_null_and_metadata_aggregates(tmp_path: Path) ->
     assert rows == [{"k": 1, "a": 10, "b": "p"}, {"k": 5, "a": -7, "b": None}]
     assert t.scan().max("a") == 10 and t.scan().min("a") == -7
     assert t.scan().count() == 2 and t.scan(filter="a > 0").count() == 1
+
+
+def test_expired_versions_refused_everywhere_and_nothing_changes(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    t = build(wh)
+    t.expire(older_than=mere.durations.parse_duration("0"), dry_run=False)
+    assert t.history()[1].expired
+    before = fingerprint(wh, "sales.orders")
+    w = ["-w", str(wh)]
+    calls = [
+        [*w, "scan", "sales.orders", "--version", "1"],
+        [*w, "describe", "sales.orders", "--version", "1"],
+        [*w, "changes", "sales.orders", "--from", "1"],
+        [*w, "rollback", "sales.orders", "1"],
+        [*w, "tag", "sales.orders", "old", "--version", "1"],
+        [*w, "consumer", "create", "sales.orders", "c", "--version", "1"],
+    ]
+    for r in cli_all(calls, env_for(tmp_path)):
+        user_error(r, 1, "version 1 has expired")
+    assert fingerprint(wh, "sales.orders") == before
