@@ -424,12 +424,6 @@ def test_refused_maintenance_commands_change_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "no").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: conflicting read options are bad usage (README: 'exit 1 (2 for bad usage)'; rollback "
-    "VERSION --tag and changes --from --consumer exit 2), but `mere scan T --version 1 --tag t` and "
-    "`--version 1 --as-of ...` exit 1 (the API's InvalidInput)",
-)
 def test_conflicting_read_options_are_bad_usage(wh: Path, tmp_path: Path) -> None:
     w = ["-w", str(wh)]
     calls = [
@@ -720,12 +714,6 @@ def test_readme_cli_json_flags_print_json(wh: Path, tmp_path: Path) -> None:
         json.loads(ok(r, c).out)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: `mere describe T --version 1 --json` shows the current properties, not version 1's: after "
-    "set_properties({'write.compression': 'snappy'}) at v5, describe --version 1 says snappy while "
-    "t.spec_at(1).properties has no write.compression (its columns, key and files are version 1's)",
-)
 def test_describe_of_an_old_version_shows_its_own_properties(tmp_path: Path) -> None:
     wh = tmp_path / "wh"
     t = build(wh)

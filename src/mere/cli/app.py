@@ -251,6 +251,17 @@ def _columns(text: str | None) -> list[str] | None:
         raise click.BadParameter(str(e), param_hint="--columns") from None
 
 
+def _one_read_point(version: int | None, as_of: str | None, tag: str | None) -> None:
+    """--version, --as-of and --tag name one version: two of them are bad usage (exit 2)."""
+    given = [
+        name
+        for name, value in (("--version", version), ("--as-of", as_of), ("--tag", tag))
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise click.UsageError(f"give one of --version, --as-of and --tag, not {' and '.join(given)}")
+
+
 def _as_of(text: str | None) -> dt.datetime | None:
     """``--as-of``: an ISO 8601 time, or seconds since the epoch (:func:`mere.options.parse_as_of`)."""
     return None if text is None else parse_as_of(text)
@@ -338,7 +349,7 @@ def describe_command(state: State, table: str, version: int | None, as_json: boo
         "buckets": spec.buckets,
         "merge_operators": ops,
         "cdc_column": spec.cdc_column,
-        "properties": dict(t.properties),
+        "properties": dict(spec.properties),
         "files": {
             "count": len(files),
             "data_files": len(data_files),
@@ -488,6 +499,7 @@ def _read(
     as_json: bool,
 ) -> None:
     fmt = _format(fmt_name, output, as_json)
+    _one_read_point(version, as_of, tag)
     t = state.table(table)
     scan = t.scan(columns=_columns(columns), filter=filter, version=version, as_of=_as_of(as_of), tag=tag)
     _emit(fmt, scan.schema, _limited(scan.to_batches(), limit), output)
@@ -805,6 +817,7 @@ def explain_command(
     as_json: bool,
 ) -> None:
     """How a scan of TABLE would read: what is pruned, which filters run before and after the merge."""
+    _one_read_point(version, as_of, tag)
     t = state.table(table)
     ex = t.scan(
         columns=_columns(columns), filter=filter, version=version, as_of=_as_of(as_of), tag=tag
