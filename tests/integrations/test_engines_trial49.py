@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 import random
+import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -203,3 +206,229 @@ def dask_client() -> Iterator[Any]:
         distributed.Client(cluster) as client,
     ):
         yield client
+
+
+@pytest.mark.parametrize("where", [0, 1, 5])
+def test_dask_distributed_reads_and_projections_equal_the_model(
+    hist: History, dask_client: Any, where: int
+) -> None:
+    from mere.integrations.dask import read_table
+
+    text, keep = FILTERS[where]
+    version = sorted(hist.models)[-3]
+    ddf = read_table(hist.table, filter=text, version=version, partition_bytes=1_500)
+    assert ddf.npartitions > 2
+    got = rows_of(_dask_arrow(ddf.compute(), COLUMNS))
+    assert got == model_rows(hist.models[version], COLUMNS, keep)
+    # a column selection after the read leaves the filter's columns out: the filter still applies
+    got = rows_of(_dask_arrow(ddf[["id", "s", "d"]].compute(), ["id", "s", "d"]))
+    assert got == model_rows(hist.models[version], ["id", "s", "d"], keep)
+    assert int(ddf["id"].count().compute()) == len(model_rows(hist.models[version], ["id"], keep))
+
+
+# -- sequence_by + table-wide keys ------------------------------------------------------------------------
+
+SEQ_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        ("part", pa.string()),
+        ("lsn", pa.int64()),
+        ("v", pa.string()),
+        ("op", pa.string()),
+    ]
+)
+
+
+class SeqHistory:
+    """A sequence_by CDC table fed late, duplicated and out-of-order events, and its dict model."""
+
+    def __init__(self, catalog: mere.Catalog, seed: int) -> None:
+        r = random.Random(seed)
+        self.table = catalog.create_table(
+            "h.seq",
+            SEQ_SCHEMA,
+            primary_key="id",
+            partition_by="part",
+            buckets=2,
+            sequence_by="lsn",
+            cdc_column="op",
+            properties=MANUAL,
+        )
+        best: dict[int, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+        self.models: dict[int, dict[int, dict[str, Any]]] = {}
+        for commit in range(8):
+            batch = []
+            for row in range(r.randint(30, 120)):
+                key = r.randrange(120)
+                lsn = r.randrange(400)
+                op = r.choice(["I", "U", "U", "D"])
+                event = {
+                    "id": key,
+                    "part": r.choice(["p", "q", "r"]),
+                    "lsn": lsn,
+                    "v": f"{key}@{lsn}",
+                    "op": op,
+                }
+                batch.append(event)
+                rank = (lsn, commit, row)
+                if key not in best or rank > best[key][0]:
+                    best[key] = (rank, event)
+            self.table.upsert(pa.Table.from_pylist(batch, schema=SEQ_SCHEMA))
+            self.models[self.table.version] = {
+                k: {c: e[c] for c in SEQ_SCHEMA.names if c != "op"}
+                for k, (_, e) in best.items()
+                if e["op"] != "D"
+            }
+
+
+@pytest.fixture(scope="module")
+def seq(tmp_path_factory: pytest.TempPathFactory) -> SeqHistory:
+    return SeqHistory(mere.connect(str(tmp_path_factory.mktemp("seq") / "wh")), seed=7)
+
+
+SEQ_COLUMNS = ["id", "part", "lsn", "v"]
+
+
+def test_sequence_by_model_equals_to_arrow(seq: SeqHistory) -> None:
+    for version, model in seq.models.items():
+        got = rows_of(seq.table.scan(version=version).to_arrow())
+        assert got == model_rows(model, SEQ_COLUMNS, lambda r: True), version
+
+
+def test_sequence_by_reads_in_dask_and_torch_equal_the_model(seq: SeqHistory) -> None:
+    from mere.integrations.dask import read_table
+
+    for version in sorted(seq.models)[2::2]:
+        for text, keep in ((None, lambda r: True), ("lsn > 200", lambda r: r["lsn"] > 200)):
+            ddf = read_table(seq.table, version=version, filter=text, partition_bytes=600)
+            with dask.config.set(scheduler="sync"):
+                frame = ddf.compute()
+            got = rows_of(pa.Table.from_pandas(frame, preserve_index=False))
+            assert got == model_rows(seq.models[version], SEQ_COLUMNS, keep), (version, text)
+    torch = pytest.importorskip("torch")
+    from mere.integrations.torch import TableDataset
+
+    version = max(seq.models)
+    expected = model_rows(seq.models[version], ["id", "lsn"], lambda r: True)
+    seen: list[tuple[int, int]] = []
+    for rank in range(3):
+        ds = TableDataset(
+            seq.table,
+            columns=["id", "lsn"],
+            version=version,
+            batch_size=4,
+            rank=rank,
+            world_size=3,
+            max_task_bytes=300,
+        )
+        for batch in ds:
+            assert batch["lsn"].dtype == torch.int64
+            seen += list(zip(batch["id"].tolist(), batch["lsn"].tolist(), strict=True))
+    assert len(seen) == len({k for k, _ in seen})
+    assert {k: (k, lsn) for k, lsn in seen} == expected
+
+
+# -- Ray Data -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_up() -> Iterator[Any]:
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+    path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def _ray_arrow(ray: Any, ds: Any) -> pa.Table:
+    return pa.concat_tables(ray.get(ds.to_arrow_refs()))
+
+
+def test_ray_reads_equal_the_model(hist: History, seq: SeqHistory, ray_up: Any) -> None:
+    from mere.integrations.ray import read_table
+
+    versions = sorted(hist.models)
+    for version, (text, keep) in zip([versions[2], versions[5], versions[-1]], FILTERS[1:4], strict=True):
+        ds = read_table(hist.table, filter=text, version=version, max_task_bytes=1_500)
+        assert rows_of(_ray_arrow(ray_up, ds)) == model_rows(hist.models[version], COLUMNS, keep), (
+            version,
+            text,
+        )
+        assert ds.count() == len(model_rows(hist.models[version], ["id"], keep))
+        # select_columns after the read is pushed into the scan; the filter's columns left out still filter
+        got = rows_of(_ray_arrow(ray_up, ds.select_columns(["i8", "id", "ts"])))
+        assert got == model_rows(hist.models[version], ["i8", "id", "ts"], keep)
+    version = max(seq.models)
+    ds = read_table(seq.table, version=version, filter="v is not null", max_task_bytes=300)
+    assert rows_of(_ray_arrow(ray_up, ds)) == model_rows(seq.models[version], SEQ_COLUMNS, lambda r: True)
+
+
+# -- pinned reads while another writer commits -------------------------------------------------------------
+
+
+def _writer(table: mere.Table, seed: int, rounds: int) -> None:
+    r = random.Random(seed)
+    for i in range(rounds):
+        batch = [_row(r, r.randrange(400), 100 + i) for _ in range(60)]
+        table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+        if i % 3 == 1:
+            table.delete(f"q < {r.randint(-500, 500)}")
+        if i % 4 == 3:
+            table.compact()
+
+
+@pytest.fixture
+def busy(tmp_path: Path) -> History:
+    """A fresh history table whose own compaction is automatic (so concurrent commits rewrite files)."""
+    h = History(mere.connect(str(tmp_path / "wh")), "h.busy", seed=11)
+    h.table.set_properties({"compaction.auto": "inline"})
+    h.models[h.table.version] = {k: dict(v) for k, v in h.model.items()}
+    return h
+
+
+def test_pinned_reads_never_see_a_concurrent_writer(busy: History, ray_up: Any) -> None:
+    from mere.integrations.dask import read_table as dask_read
+    from mere.integrations.ray import read_table as ray_read
+    from mere.integrations.torch import TableDataset
+
+    pinned = busy.table.version
+    expected = model_rows(busy.model, COLUMNS, lambda r: True)
+    expected_q = model_rows(busy.model, ["id", "q"], lambda r: r["q"] is not None)
+    ddf = dask_read(busy.table, partition_bytes=1_500)  # the newest version, pinned now
+    ds = ray_read(busy.table, max_task_bytes=1_500)
+    tds = TableDataset(
+        busy.table, columns=["id", "q"], filter="q is not null", batch_size=16, max_task_bytes=800
+    )
+    writer = threading.Thread(target=_writer, args=(busy.table, 5, 12))
+    writer.start()
+    try:
+        with dask.config.set(scheduler="sync"):
+            assert rows_of(_dask_arrow(ddf.compute(), COLUMNS)) == expected
+        assert rows_of(_ray_arrow(ray_up, ds)) == expected
+    finally:
+        writer.join()
+    assert busy.table.version > pinned + 10
+    # after the writer is done (and compacted): still the pinned rows, also through new projections
+    with dask.config.set(scheduler="sync"):
+        assert rows_of(_dask_arrow(ddf.compute(), COLUMNS)) == expected
+        assert rows_of(_dask_arrow(ddf[["id", "q"]].dropna().compute(), ["id", "q"])) == expected_q
+    assert rows_of(_ray_arrow(ray_up, ds)) == expected
+    projected = _ray_arrow(ray_up, ds.select_columns(["id", "q"]))
+    assert rows_of(projected.filter(projected["q"].is_valid())) == expected_q
+    assert ds.count() == len(expected)
+    got: list[tuple[int, int]] = []
+    for batch in tds:
+        got += list(zip(batch["id"].tolist(), batch["q"].tolist(), strict=True))
+    assert {k: (k, q) for k, q in got} == expected_q and len(got) == len(expected_q)
