@@ -26,6 +26,7 @@ import pyarrow as pa
 import pytest
 
 import mere
+from mere.errors import InvalidInput, MereError
 
 dask = pytest.importorskip("dask")
 dd = pytest.importorskip("dask.dataframe")
@@ -432,3 +433,313 @@ def test_pinned_reads_never_see_a_concurrent_writer(busy: History, ray_up: Any) 
     for batch in tds:
         got += list(zip(batch["id"].tolist(), batch["q"].tolist(), strict=True))
     assert {k: (k, q) for k, q in got} == expected_q and len(got) == len(expected_q)
+
+
+# -- PyTorch: ranks x workers x epochs ---------------------------------------------------------------------
+
+TENSOR_COLUMNS = ["id", "q", "ts", "b", "d", "i8", "f32", "x"]
+
+
+def _tensor_model(model: dict[int, dict[str, Any]]) -> dict[int, tuple[Any, ...]]:
+    table = pa.Table.from_pylist(list(model.values()), schema=SCHEMA).select(TENSOR_COLUMNS)
+    keep = pa.array([all(v is not None for v in r.values()) for r in table.to_pylist()])
+    table = table.filter(keep)
+    cols = []
+    for f in table.schema:
+        col = table.column(f.name)
+        if pa.types.is_timestamp(f.type):
+            col = col.cast(pa.int64())
+        elif pa.types.is_date32(f.type):
+            col = col.cast(pa.int32())
+        cols.append(col.to_pylist())
+    return {row[0]: tuple(canon(v) for v in row) for row in zip(*cols, strict=True)}
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_torch_every_row_once_per_epoch_over_ranks_and_workers(hist: History, shuffle: bool) -> None:
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from mere.integrations.torch import TableDataset
+
+    version = sorted(hist.models)[-2]
+    expected = _tensor_model(hist.models[version])
+    not_null = " and ".join(f"{c} is not null" for c in TENSOR_COLUMNS)
+    datasets = [
+        TableDataset(
+            hist.table,
+            columns=TENSOR_COLUMNS,
+            filter=not_null,
+            version=version,
+            batch_size=6,
+            shuffle=shuffle,
+            seed=49,
+            rank=rank,
+            world_size=2,
+            max_task_bytes=700,
+        )
+        for rank in range(2)
+    ]
+    assert len(datasets[0].units) >= 6
+    loaders = [DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True) for ds in datasets]
+    orders = []
+    for epoch in (0, 1, 0):
+        seen: list[tuple[Any, ...]] = []
+        for ds, loader in zip(datasets, loaders, strict=True):
+            ds.set_epoch(epoch)
+            for batch in loader:
+                assert batch["ts"].dtype == torch.int64 and batch["d"].dtype == torch.int32
+                assert batch["b"].dtype == torch.bool and batch["f32"].dtype == torch.float32
+                assert len(batch["id"]) <= 6
+                cols = [batch[c].tolist() for c in TENSOR_COLUMNS]
+                seen += [tuple(canon(v) for v in row) for row in zip(*cols, strict=True)]
+        ids = [row[0] for row in seen]
+        assert len(ids) == len(set(ids)), f"epoch {epoch}: a row read twice"
+        assert {row[0]: row for row in seen} == expected, epoch
+        orders.append(ids)
+    assert orders[0] == orders[2]  # the same epoch reads in the same order (persistent workers see set_epoch)
+    if shuffle:
+        assert orders[0] != orders[1]
+
+
+def test_torch_filter_on_a_column_left_out_and_nulls_in_a_worker(hist: History) -> None:
+    from torch.utils.data import DataLoader
+
+    from mere.integrations.torch import TableDataset
+
+    ds = TableDataset(
+        hist.table, columns=["id"], filter="s is null or q > 500", batch_size=5, max_task_bytes=500
+    )
+    ids = [i for batch in DataLoader(ds, batch_size=None, num_workers=2) for i in batch["id"].tolist()]
+    keep = [k for k, r in hist.model.items() if r["s"] is None or (r["q"] is not None and r["q"] > 500)]
+    assert sorted(ids) == sorted(keep)
+    with_nulls = TableDataset(hist.table, columns=["id", "q"], batch_size=5)
+    with pytest.raises(InvalidInput, match="null"):
+        for _ in DataLoader(with_nulls, batch_size=None, num_workers=2):
+            pass
+
+
+# -- distributed writes ----------------------------------------------------------------------------------
+
+W_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        ("part", pa.string()),
+        ("v", pa.string()),
+        ("n", pa.float64()),
+    ]
+)
+
+
+def _wtable(tmp_path: Path, name: str = "w.t") -> mere.Table:
+    cat = mere.connect(str(tmp_path / "wh"))
+    return cat.create_table(
+        name, W_SCHEMA, primary_key="id", partition_by="part", buckets=2, properties=MANUAL
+    )
+
+
+def _parquet(table: mere.Table) -> set[Path]:
+    return set(Path(table.storage.full_path(table.location)).rglob("*.parquet"))
+
+
+def _frame(rows: list[dict[str, Any]]) -> Any:
+    return pd.DataFrame(rows, columns=W_SCHEMA.names).astype({"n": "float64"})
+
+
+def _random_rows(r: random.Random, n: int, tag: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": r.randrange(60),
+            "part": r.choice(["a", "b", "c"]),
+            "v": r.choice([None, f"{tag}-{i}"]),
+            "n": r.choice([None, -0.0, 1.5, float(i)]),
+        }
+        for i in range(n)
+    ]
+
+
+def test_dask_upserts_equal_the_model(tmp_path: Path) -> None:
+    """Random upserts with keys repeated across Dask partitions and moving partitions: the frame's order
+    decides (the last row of a key wins), as one upsert of the whole frame would."""
+    from mere.integrations.dask import read_table, write
+
+    t = _wtable(tmp_path)
+    model: dict[int, dict[str, Any]] = {}
+    r = random.Random(3)
+    with dask.config.set(scheduler="sync"):
+        for step in range(8):
+            rows = _random_rows(r, r.randint(1, 80), f"s{step}")
+            for row in rows:
+                model[row["id"]] = row
+            before = t.version
+            result = write(dd.from_pandas(_frame(rows), npartitions=r.randint(1, 5), sort=False), t)
+            assert result.version == t.version == before + 1
+            assert rows_of(t.scan().to_arrow()) == model_rows(model, W_SCHEMA.names, lambda _: True), step
+            got = read_table(t, partition_bytes=500).compute()
+            assert rows_of(pa.Table.from_pandas(got, preserve_index=False)) == rows_of(t.scan().to_arrow())
+
+
+def test_dask_overwrite_and_append_write_exactly_the_rows(tmp_path: Path) -> None:
+    from mere.integrations.dask import write
+
+    t = _wtable(tmp_path)
+    r = random.Random(5)
+    rows = _random_rows(r, 50, "a")
+    with dask.config.set(scheduler="sync"):
+        write(dd.from_pandas(_frame(rows), npartitions=3, sort=False), t)
+        rows = _random_rows(r, 40, "o")
+        ddf = dd.from_pandas(_frame(rows), npartitions=4, sort=False)
+        write(ddf, t, mode="overwrite")
+        model = {row["id"]: row for row in rows}
+        assert rows_of(t.scan().to_arrow()) == model_rows(model, W_SCHEMA.names, lambda _: True)
+        write(ddf[ddf["id"] < 0], t, mode="overwrite")  # every partition empty: the table is emptied
+        assert t.scan().count() == 0
+        log = mere.connect(str(tmp_path / "wh")).create_table("w.log", W_SCHEMA)
+        write(ddf, log, mode="append")
+        write(ddf, log, mode="append")
+        got = sorted(repr(tuple(canon(v) for v in x.values())) for x in log.scan().to_arrow().to_pylist())
+        want = sorted(repr(tuple(canon(v) for v in x.values())) for x in rows * 2)
+        assert got == want
+
+
+def test_dask_failed_stage_after_files_leaves_nothing_and_the_key_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition that staged its files and then failed (as a worker dying after its write): nothing is
+    committed, no file stays; a retry with the same idempotency key commits once, a second retry nothing."""
+    from mere.integrations.dask import write
+    from mere.table.table import Table
+
+    t = _wtable(tmp_path)
+    t.upsert(pa.Table.from_pylist([{"id": 1, "part": "a", "v": "kept", "n": 1.0}], schema=W_SCHEMA))
+    before, files = t.scan().to_arrow(), _parquet(t)
+    real = Table.stage
+    calls = []
+
+    def flaky(self: Any, data: Any, operation: str = "upsert", **kw: Any) -> Any:
+        out = real(self, data, operation, **kw)
+        calls.append(out)
+        if len(calls) == 2:
+            raise OSError("worker died after its files were written")
+        return out
+
+    rows = [{"id": i, "part": "b" if i % 2 else "c", "v": f"w{i}", "n": 0.5} for i in range(40)]
+    ddf = dd.from_pandas(_frame(rows), npartitions=3)
+    monkeypatch.setattr(Table, "stage", flaky)
+    with dask.config.set(scheduler="sync"), pytest.raises(MereError, match="worker died"):
+        write(ddf, t, idempotency_key="job-1")
+    monkeypatch.setattr(Table, "stage", real)
+    assert t.version == 1 and t.scan().to_arrow().equals(before)
+    assert _parquet(t) == files, "files of the failed write stayed"
+    with dask.config.set(scheduler="sync"):
+        first = write(ddf, t, idempotency_key="job-1")
+        files = _parquet(t)
+        again = write(ddf.assign(v="other"), t, idempotency_key="job-1")
+    assert again.already_committed and again.version == first.version == t.version == 2
+    assert _parquet(t) == files, "the retry's staged files stayed"
+    model = {1: {"id": 1, "part": "a", "v": "kept", "n": 1.0}, **{row["id"]: row for row in rows}}
+    assert rows_of(t.scan().to_arrow()) == model_rows(model, W_SCHEMA.names, lambda _: True)
+
+
+def test_ray_writes_equal_the_model_and_retry_once(tmp_path: Path, ray_up: Any) -> None:
+    from mere.integrations.ray import write
+
+    ray = ray_up
+    t = _wtable(tmp_path)
+    r = random.Random(8)
+    model: dict[int, dict[str, Any]] = {}
+    for step in range(4):
+        rows = list({row["id"]: row for row in _random_rows(r, 70, f"r{step}")}.values())  # a key once
+        for row in rows:
+            model[row["id"]] = row
+        ds = ray.data.from_pandas(_frame(rows)).repartition(3)
+        result = write(ds, t, idempotency_key=f"ray-{step}")
+        assert result.version == t.version
+        assert rows_of(t.scan().to_arrow()) == model_rows(model, W_SCHEMA.names, lambda _: True), step
+    files, version = _parquet(t), t.version
+    again = write(ray.data.from_pandas(_frame(rows[:3])), t, idempotency_key="ray-3")
+    assert again.already_committed and t.version == version and _parquet(t) == files
+    # overwrite of one partition: exactly that partition's rows replaced; keys moved in leave their old one
+    rows = [{"id": k, "part": "a", "v": "ow", "n": 2.0} for k in (1, 2, 3, 59)]
+    write(ray.data.from_pandas(_frame(rows)), t, "overwrite", partition={"part": "a"})
+    model = {k: v for k, v in model.items() if v["part"] != "a"}
+    model.update({row["id"]: row for row in rows})
+    assert rows_of(t.scan().to_arrow()) == model_rows(model, W_SCHEMA.names, lambda _: True)
+
+
+def _boom(frame: Any) -> Any:
+    if (frame["id"] >= 30).any():
+        raise RuntimeError("task failed on purpose")
+    return frame
+
+
+def test_failed_distributed_writes_leave_the_table_unchanged(
+    tmp_path: Path, ray_up: Any, dask_client: Any
+) -> None:
+    from mere.integrations import dask as mdask
+    from mere.integrations import ray as mray
+
+    t = _wtable(tmp_path)
+    t.upsert(pa.Table.from_pylist(_random_rows(random.Random(1), 30, "base"), schema=W_SCHEMA))
+    before, files, version = t.scan().to_arrow(), _parquet(t), t.version
+    rows = [{"id": i, "part": "c", "v": "bad", "n": 1.0} for i in range(60)]
+    ds = ray_up.data.from_pandas(_frame(rows)).repartition(4).map_batches(_boom, batch_format="pandas")
+    with pytest.raises(Exception, match="on purpose"):
+        mray.write(ds, t, idempotency_key="fails")
+    ddf = dd.from_pandas(_frame(rows), npartitions=4)
+    with pytest.raises(RuntimeError, match="on purpose"):  # on the distributed cluster
+        mdask.write(ddf.map_partitions(_boom, meta=ddf._meta), t, idempotency_key="fails-too")
+    assert t.version == version and t.scan().to_arrow().equals(before)
+    assert _parquet(t) == files
+    assert t.find_commit("fails") is None and t.find_commit("fails-too") is None
+
+
+def test_concurrent_distributed_writes_with_table_wide_keys(
+    tmp_path: Path, ray_up: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Dask and a Ray write of the same keys into different partitions, both staged before either commits:
+    one row per key, all from the write that committed last."""
+    from mere.integrations import dask as mdask
+    from mere.integrations import ray as mray
+    from mere.table.table import Table
+
+    t = _wtable(tmp_path)
+    t.upsert(
+        pa.Table.from_pylist(
+            [{"id": i, "part": "a", "v": "old", "n": 0.0} for i in range(50)], schema=W_SCHEMA
+        )
+    )
+    real = Table.commit
+    barrier = threading.Barrier(2, timeout=120)
+
+    def commit_together(self: Any, staged: Any, **kw: Any) -> Any:
+        barrier.wait()
+        return real(self, staged, **kw)
+
+    monkeypatch.setattr(Table, "commit", commit_together)
+    results: dict[str, Any] = {}
+
+    def by_dask() -> None:
+        rows = [{"id": i, "part": "b", "v": "dask", "n": 1.0} for i in range(0, 50, 1)]
+        with dask.config.set(scheduler="sync"):
+            results["b"] = mdask.write(dd.from_pandas(_frame(rows), npartitions=3), t)
+
+    def by_ray() -> None:
+        rows = [{"id": i, "part": "c", "v": "ray", "n": 2.0} for i in range(25, 75)]
+        results["c"] = mray.write(ray_up.data.from_pandas(_frame(rows)).repartition(2), t)
+
+    threads = [threading.Thread(target=by_dask), threading.Thread(target=by_ray)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    monkeypatch.setattr(Table, "commit", real)
+    assert set(results) == {"b", "c"}
+    last = max(results, key=lambda p: results[p].version)
+    got = t.scan().to_arrow().to_pylist()
+    ids = [row["id"] for row in got]
+    assert len(ids) == len(set(ids)) == 75
+    by_id = {row["id"]: row["part"] for row in got}
+    assert all(by_id[i] == "b" for i in range(25))
+    assert all(by_id[i] == last for i in range(25, 50))
+    assert all(by_id[i] == "c" for i in range(50, 75))
