@@ -910,3 +910,38 @@ def test_distributed_writes_of_out_of_order_events_into_a_sequence_by_table(
                 mdask.write(dd.from_pandas(frame, npartitions=3, sort=False), t)
         model = {k: {c: e[c] for c in SEQ_COLUMNS} for k, e in best.items() if e["op"] != "D"}
         assert rows_of(t.scan().to_arrow()) == model_rows(model, SEQ_COLUMNS, lambda _: True), step
+
+
+def test_a_commit_landing_between_stage_and_commit_moves_no_key_twice(
+    tmp_path: Path, dask_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another handle moves keys to another partition (and deletes some) after the Dask workers staged and
+    before the client commits: the Dask write, committed last, leaves one row per key, its own."""
+    from mere.integrations.dask import write
+    from mere.table.table import Table
+
+    t = _wtable(tmp_path)
+    t.upsert(pa.Table.from_pylist([{"id": i, "part": "a", "v": "old", "n": 0.0} for i in range(40)], schema=W_SCHEMA))
+    other = mere.connect(str(tmp_path / "wh")).table("w.t")
+    real = Table.commit
+    interleaved = []
+
+    def commit_after_another(self: Any, staged: Any, **kw: Any) -> Any:
+        if not interleaved:
+            interleaved.append(True)
+            moved = [{"id": i, "part": "c", "v": "other", "n": 9.0} for i in range(0, 40, 2)]
+            other.upsert(pa.Table.from_pylist(moved, schema=W_SCHEMA))
+            other.delete(pa.table({"id": pa.array([1, 3, 5], pa.int64())}))
+        return real(self, staged, **kw)
+
+    monkeypatch.setattr(Table, "commit", commit_after_another)
+    rows = [{"id": i, "part": "b", "v": "dask", "n": 1.0} for i in range(10, 30)]
+    result = write(dd.from_pandas(_frame(rows), npartitions=4), t)
+    monkeypatch.setattr(Table, "commit", real)
+    assert interleaved and result.version == t.version
+    model = {i: {"id": i, "part": "a", "v": "old", "n": 0.0} for i in range(40)}
+    model.update({i: {"id": i, "part": "c", "v": "other", "n": 9.0} for i in range(0, 40, 2)})
+    for i in (1, 3, 5):
+        del model[i]
+    model.update({row["id"]: row for row in rows})
+    assert rows_of(t.scan().to_arrow()) == model_rows(model, W_SCHEMA.names, lambda _: True)
