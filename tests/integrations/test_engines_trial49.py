@@ -921,7 +921,11 @@ def test_a_commit_landing_between_stage_and_commit_moves_no_key_twice(
     from mere.table.table import Table
 
     t = _wtable(tmp_path)
-    t.upsert(pa.Table.from_pylist([{"id": i, "part": "a", "v": "old", "n": 0.0} for i in range(40)], schema=W_SCHEMA))
+    t.upsert(
+        pa.Table.from_pylist(
+            [{"id": i, "part": "a", "v": "old", "n": 0.0} for i in range(40)], schema=W_SCHEMA
+        )
+    )
     other = mere.connect(str(tmp_path / "wh")).table("w.t")
     real = Table.commit
     interleaved = []
@@ -945,3 +949,51 @@ def test_a_commit_landing_between_stage_and_commit_moves_no_key_twice(
         del model[i]
     model.update({row["id"]: row for row in rows})
     assert rows_of(t.scan().to_arrow()) == model_rows(model, W_SCHEMA.names, lambda _: True)
+
+
+def test_sequence_by_wins_over_commit_order_between_stage_and_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a sequence_by table, newer events committed by another handle after the Dask write staged its older
+    ones keep winning (in their new partition), and their deletes stay deletes."""
+    from mere.integrations.dask import write
+    from mere.table.table import Table
+
+    t = mere.connect(str(tmp_path / "wh")).create_table(
+        "s.t",
+        SEQ_SCHEMA,
+        primary_key="id",
+        partition_by="part",
+        buckets=2,
+        sequence_by="lsn",
+        cdc_column="op",
+    )
+    t.upsert(
+        pa.Table.from_pylist(
+            [{"id": i, "part": "p", "lsn": 10, "v": "a", "op": "I"} for i in range(20)], schema=SEQ_SCHEMA
+        )
+    )
+    other = mere.connect(str(tmp_path / "wh")).table("s.t")
+    real = Table.commit
+    newer = [
+        {"id": i, "part": "q", "lsn": 100, "v": "newer", "op": "D" if i % 4 == 0 else "U"}
+        for i in range(0, 20, 2)
+    ]
+
+    def commit_after_newer(self: Any, staged: Any, **kw: Any) -> Any:
+        if self is not other:
+            other.upsert(pa.Table.from_pylist(newer, schema=SEQ_SCHEMA))
+        return real(self, staged, **kw)
+
+    monkeypatch.setattr(Table, "commit", commit_after_newer)
+    older = [{"id": i, "part": "r", "lsn": 50, "v": "older", "op": "U"} for i in range(20)]
+    with dask.config.set(scheduler="sync"):
+        write(dd.from_pandas(pd.DataFrame(older), npartitions=3), t)
+    monkeypatch.setattr(Table, "commit", real)
+    model = {i: {"id": i, "part": "r", "lsn": 50, "v": "older"} for i in range(20)}
+    for e in newer:
+        if e["op"] == "D":
+            del model[e["id"]]
+        else:
+            model[e["id"]] = {c: e[c] for c in SEQ_COLUMNS}
+    assert rows_of(t.scan().to_arrow()) == model_rows(model, SEQ_COLUMNS, lambda _: True)
