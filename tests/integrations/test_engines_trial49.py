@@ -839,14 +839,6 @@ def test_bad_arguments_are_typed_and_write_nothing(tmp_path: Path, ray_up: Any) 
     assert log.version == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="BUG: dask.write() of a table whose catalog was opened with filesystem= on a distributed client "
-    "raises a raw TypeError ('Could not serialize object of type _HLGExprSequence', the InvalidInput of the "
-    "pickled catalog wrapped by distributed) instead of InvalidInput as read_table and ray.write do; repro: "
-    "connect(wh, filesystem=LocalFileSystem()), then write(dd.from_pandas(df, 2), t) under a Client",
-)
 def test_dask_write_with_a_filesystem_catalog_on_a_cluster_is_typed(tmp_path: Path, dask_client: Any) -> None:
     """Catalogs opened with filesystem= cannot reach workers: read_table says so (InvalidInput), write too."""
     import pyarrow.fs as pafs

@@ -270,6 +270,11 @@ def _compute_all(stages: list[Any], table: Table) -> list[Any]:
     if client is not None:  # distributed: wait for every future, then sort results from errors
         import distributed
 
+        if not table.storage.portable:  # the tasks would carry the table pickled: refused before any runs
+            raise InvalidInput(
+                f"{table.name}: Dask's distributed workers open the warehouse from its URI; this catalog was "
+                "opened with filesystem=: connect with a warehouse URI and storage_options instead"
+            )
         futures = client.compute(stages)
         distributed.wait(futures)
         done = [f.result() for f in futures if f.status == "finished"]
