@@ -51,7 +51,9 @@ FILTERS: dict[str | None, Any] = {
     "v > 3": lambda r: r["v"] is not None and r["v"] > 3,
     "p = 'a'": lambda r: r["p"] == "a",
     "v IS NULL OR p = 'b'": lambda r: r["v"] is None or r["p"] == "b",
-    "w = 'x' AND (v < 2 OR v > 4)": lambda r: r["w"] == "x" and r["v"] is not None and (r["v"] < 2 or r["v"] > 4),
+    "w = 'x' AND (v < 2 OR v > 4)": lambda r: (
+        r["w"] == "x" and r["v"] is not None and (r["v"] < 2 or r["v"] > 4)
+    ),
 }
 
 
@@ -152,7 +154,9 @@ def test_table_wide_key_feed_against_snapshot_diffs(
 ) -> None:
     cat = mere.connect(str(tmp_path_factory.mktemp("feed")))
     props = {"compaction.auto": "off", "changes.log": log}
-    t = cat.create_table("a.t", FEED_SCHEMA, primary_key="k", partition_by="p", buckets=buckets, properties=props)
+    t = cat.create_table(
+        "a.t", FEED_SCHEMA, primary_key="k", partition_by="p", buckets=buckets, properties=props
+    )
     assert t.key_scope == "table"
     snaps, oldest = _run_workload(t, ops)
     versions = sorted(v for v in snaps if v >= oldest)
@@ -190,17 +194,11 @@ def test_table_wide_key_feed_against_snapshot_diffs(
                 want[(change, tuple(full[c] for c in cols))] += n
         got = Counter((r["_change"], tuple(r[c] for c in cols)) for r in feeds[16])
         if project:
-            # an update of w alone: the projected images are equal (either kept as a pair or dropped)
-            same = Counter()
-            for (change, row), n in want.items():
-                same[(change, row)] = n
-            for (change, row), n in list(got.items()):
-                if change in ("update_before", "update_after"):
-                    got.pop((change, row))
-            for (change, row), n in list(same.items()):
-                if change in ("update_before", "update_after"):
-                    same.pop((change, row))
-            assert got == same, (a, b)
+            # an update of w alone has equal projected images: kept as a pair or dropped, either is fine
+            def _net(c: Counter) -> Counter:
+                return Counter({key: n for key, n in c.items() if key[0] in ("insert", "delete")})
+
+            assert _net(got) == _net(want), (a, b)
         else:
             assert got == want, (a, b, flt)
 
@@ -230,7 +228,9 @@ ENC_ROWS = [
 
 def _padded(rows: list[dict], lead: int = 2) -> pa.Table:
     """The rows behind ``lead`` junk rows, then sliced off them: every array carries an offset."""
-    junk = [{"k": 100 + i, "s": "junk", "l": ["j"], "st": {"x": "j", "y": 9}, "ll": [[9]]} for i in range(lead)]
+    junk = [
+        {"k": 100 + i, "s": "junk", "l": ["j"], "st": {"x": "j", "y": 9}, "ll": [[9]]} for i in range(lead)
+    ]
     return pa.Table.from_pylist(junk + rows, ENC_SCHEMA).slice(lead)
 
 
@@ -250,7 +250,9 @@ def _list_view(arr: pa.Array, value_encoder: Any = None) -> pa.Array:
     if value_encoder is not None:
         values = value_encoder(values)
     mask = pa.array([r is None for r in rows])
-    return pa.ListViewArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(sizes, pa.int32()), values, mask=mask)
+    return pa.ListViewArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(sizes, pa.int32()), values, mask=mask
+    )
 
 
 def _dict(a: pa.Array) -> pa.Array:
@@ -315,7 +317,13 @@ def _encoded(plain: pa.Table, how: str, chunked: bool) -> pa.Table:
     out = pa.table(cols)
     if chunked:  # re-chunk: empty chunks around and between
         n = out.num_rows
-        parts = [out.slice(0, 0), out.slice(0, n // 2), out.slice(n // 2, 0), out.slice(n // 2), out.slice(n, 0)]
+        parts = [
+            out.slice(0, 0),
+            out.slice(0, n // 2),
+            out.slice(n // 2, 0),
+            out.slice(n // 2),
+            out.slice(n, 0),
+        ]
         out = pa.concat_tables(parts)
     return out
 
@@ -380,8 +388,17 @@ def test_encoded_change_column_and_merge_source_condition(tmp_path: Any) -> None
         assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["k"])[0]["k"] == 2
     t2 = cat.create_table("n.d", schema, primary_key="k")
     t2.upsert(pa.table({"k": [1, 2], "s": ["a", "b"]}, schema))
-    src = pa.table({"k": [1, 2, 3], "s": pa.array(["a", "q", "r"]).dictionary_encode().cast(pa.dictionary(pa.int8(), pa.string_view()))})
-    t2.merge(src).when_matched_update(set={"s": "s.s || t.s"}, condition="s.s <> t.s").when_not_matched_insert_all().execute()
+    src = pa.table(
+        {
+            "k": [1, 2, 3],
+            "s": pa.array(["a", "q", "r"])
+            .dictionary_encode()
+            .cast(pa.dictionary(pa.int8(), pa.string_view())),
+        }
+    )
+    t2.merge(src).when_matched_update(
+        set={"s": "s.s || t.s"}, condition="s.s <> t.s"
+    ).when_not_matched_insert_all().execute()
     assert sorted(t2.to_arrow().to_pylist(), key=lambda r: r["k"]) == [
         {"k": 1, "s": "a"},
         {"k": 2, "s": "qb"},
@@ -409,3 +426,182 @@ def test_list_view_of_string_view_is_stored_or_refused_typed(tmp_path: Any) -> N
         assert t.version == 0 or t.to_arrow().num_rows == 0
         return
     assert t.to_arrow().to_pylist() == [{"k": 1, "l": ["a", "b"]}]
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. long AND/OR chains, mixed nesting, NOT: text, hand-built expressions and DuckDB agree
+# --------------------------------------------------------------------------------------------------
+
+FILTER_SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("a", pa.int64()), ("b", pa.int64())])
+
+
+@pytest.fixture(scope="module")
+def filter_table(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    import random
+
+    rnd = random.Random(49)
+    cat = mere.connect(str(tmp_path_factory.mktemp("filters")))
+    t = cat.create_table("f.t", FILTER_SCHEMA, primary_key="k", buckets=2)
+    n = 120
+    for lo in (0, 60):  # two commits: the scan merges
+        t.upsert(
+            pa.table(
+                {
+                    "k": list(range(lo, lo + n - 60)),
+                    "a": [rnd.choice([None, *range(6)]) for _ in range(n - 60)],
+                    "b": [rnd.choice([None, *range(6)]) for _ in range(n - 60)],
+                },
+                FILTER_SCHEMA,
+            )
+        )
+    return t
+
+
+def _keys(t: Any, f: Any) -> list[int]:
+    return sorted(r["k"] for r in t.to_arrow(filter=f).to_pylist())
+
+
+def _duck(t: Any, f: str) -> list[int]:
+    import duckdb
+
+    data = t.to_arrow()  # noqa: F841 (read by DuckDB by name)
+    return sorted(r[0] for r in duckdb.sql(f"SELECT k FROM data WHERE {f}").fetchall())
+
+
+ATOM = st.tuples(
+    st.sampled_from("ab"), st.sampled_from(["=", "<>", "<", ">=", "null", "notnull"]), st.integers(0, 5)
+)
+
+
+def _atom(a: tuple[str, str, int]) -> tuple[str, Any]:
+    from mere.expr import col
+
+    c, op, v = a
+    if op == "null":
+        return f"{c} IS NULL", col(c).is_null()
+    if op == "notnull":
+        return f"{c} IS NOT NULL", ~col(c).is_null()
+    py = {"=": col(c) == v, "<>": col(c) != v, "<": col(c) < v, ">=": col(c) >= v}[op]
+    return f"{c} {op} {v}", py
+
+
+def _level(inner: Any, size: int) -> Any:
+    return st.one_of(
+        st.tuples(st.sampled_from(["and", "or"]), st.lists(inner, min_size=1, max_size=size)),
+        st.tuples(st.just("not"), inner),
+    )
+
+
+_LEAF = ATOM.map(lambda a: ("atom", a))
+_L1 = st.one_of(_LEAF, _level(_LEAF, 150))
+_L2 = st.one_of(_L1, _level(_L1, 20))
+TREE = st.one_of(_L2, _level(_L2, 6))  # parentheses at most ~6 deep: the parser's recursion is a bug below
+
+
+def _render(tree: Any) -> tuple[str, Any]:
+    import functools
+    import operator
+
+    kind = tree[0]
+    if kind == "atom":
+        return _atom(tree[1])
+    if kind == "not":
+        text, e = _render(tree[1])
+        return f"NOT ({text})", ~e
+    parts = [_render(x) for x in tree[1]]
+    joiner = " AND " if kind == "and" else " OR "
+    text = joiner.join(f"({p[0]})" for p in parts)
+    e = functools.reduce(operator.and_ if kind == "and" else operator.or_, [p[1] for p in parts])
+    return text, e
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tree=TREE)
+def test_long_mixed_chains_match_duckdb(filter_table: Any, tree: Any) -> None:
+    text, e = _render(tree)
+    want = _duck(filter_table, text)
+    assert _keys(filter_table, text) == want
+    assert _keys(filter_table, e) == want
+    # explain renders the filter; its text reads back to the same rows
+    shown = str(filter_table.scan(filter=text).explain())
+    line = next(x for x in shown.splitlines() if "after merge" in x)
+    rendered = line.split(":", 1)[1].strip()
+    if rendered not in ("TRUE", "FALSE"):
+        assert _duck(filter_table, rendered) == want, rendered
+
+
+@pytest.mark.parametrize("n", [63, 64, 65, 130, 2000])
+def test_long_chains_equal_short_forms(filter_table: Any, n: int) -> None:
+    t = filter_table
+    ors = " OR ".join(f"a = {i % 7}" for i in range(n))
+    assert _keys(t, ors) == _keys(t, f"a IN ({', '.join(str(i) for i in range(min(n, 7)))})")
+    ands = " AND ".join(f"a <> {i % 7}" for i in range(n))
+    assert _keys(t, ands) == _keys(t, f"a NOT IN ({', '.join(str(i) for i in range(min(n, 7)))})")
+    nots = " AND ".join(f"NOT (a = {i % 4} OR b = {i % 5})" for i in range(n))
+    assert _keys(t, nots) == _keys(t, "a NOT IN (0, 1, 2, 3) AND b NOT IN (0, 1, 2, 3, 4)") == _duck(t, nots)
+    mixed = " OR ".join(f"(a = {i % 6} AND (b = {(i * 7) % 6} OR b IS NULL))" for i in range(n))
+    assert _keys(t, mixed) == _duck(t, mixed)
+
+
+def test_delete_by_long_chain_matches_duckdb(tmp_path: Any) -> None:
+    cat = mere.connect(str(tmp_path))
+    t = cat.create_table("f.d", FILTER_SCHEMA, primary_key="k")
+    t.upsert(
+        pa.table(
+            {
+                "k": list(range(50)),
+                "a": [i % 6 for i in range(50)],
+                "b": [None if i % 4 == 0 else i % 5 for i in range(50)],
+            },
+            FILTER_SCHEMA,
+        )
+    )
+    f = " OR ".join(f"(a = {i % 6} AND NOT (b <> {i % 5}))" for i in range(300))
+    doomed = set(_duck(t, f))
+    t.delete(f)
+    assert set(_keys(t, None)) == set(range(50)) - doomed
+
+
+@pytest.mark.parametrize(
+    ("value", "trimmed"),
+    [
+        (" a ", "a"),
+        ("\ta ", "\ta"),
+        ("\n a\n", "\n a\n"),
+        ("  ", ""),
+        ("a\r", "a\r"),
+        (" \u00a0a", "\u00a0a"),
+    ],
+)
+def test_trim_strips_ascii_spaces_only(tmp_path: Any, value: str, trimmed: str) -> None:
+    """Spark and PostgreSQL: trim strips ' ' only (DuckDB also strips Unicode spaces such as U+00A0)."""
+    cat = mere.connect(str(tmp_path))
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("s", pa.string())])
+    t = cat.create_table("f.s", schema, primary_key="k")
+    t.upsert(pa.table({"k": [1], "s": [value]}, schema))
+    lit = trimmed.replace("'", "''")
+    assert _keys(t, f"trim(s) = '{lit}'") == [1]
+    assert _keys(t, f"length(trim(s)) = {len(trimmed)}") == [1]
+    assert _keys(t, f"trim(BOTH FROM s) = '{lit}'") == [1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RecursionError,
+    reason="BUG: a filter nesting parentheses ~50-100 deep (alternating AND/OR, or nested NOT) raises a raw "
+    "RecursionError from the SQL parser, not FilterError or rows (DuckDB takes 1000): "
+    "t.to_arrow(filter='NOT (' * 60 + 'a = 1' + ')' * 60)",
+)
+@pytest.mark.parametrize("form", ["not", "alternating"])
+def test_deeply_nested_filter_text_is_read_or_refused_typed(filter_table: Any, form: str) -> None:
+    if form == "not":
+        f = "NOT (" * 60 + "a = 1" + ")" * 60
+    else:
+        f = "a = 0"
+        for i in range(120):
+            f = f"({f}) {'AND' if i % 2 else 'OR'} b <> {i % 6}"
+    try:
+        got = _keys(filter_table, f)
+    except errors.FilterError:
+        return
+    assert got == _duck(filter_table, f)
