@@ -605,3 +605,121 @@ def test_deeply_nested_filter_text_is_read_or_refused_typed(filter_table: Any, f
     except errors.FilterError:
         return
     assert got == _duck(filter_table, f)
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. stale handles: SchemaChanged for stale columns, a genuine error still told, nothing written
+# --------------------------------------------------------------------------------------------------
+
+STALE_SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int32())])
+
+
+def _two_handles(tmp_path: Any) -> tuple[Any, Any, Any]:
+    cat = mere.connect(str(tmp_path))
+    t = cat.create_table("s.t", STALE_SCHEMA, primary_key="k", properties={"compaction.auto": "off"})
+    t.upsert(pa.table({"k": [1], "v": pa.array([1], pa.int32())}))
+    return cat, mere.connect(str(tmp_path)).table("s.t"), mere.connect(str(tmp_path)).table("s.t")
+
+
+def _stored(tmp_path: Any) -> tuple[int, list[dict], frozenset[str]]:
+    import os
+
+    t = mere.connect(str(tmp_path)).table("s.t")
+    files = frozenset(
+        os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs if f.endswith(".parquet")
+    )
+    return t.version, sorted(t.to_arrow().to_pylist(), key=repr), files
+
+
+CHANGES = {
+    "add": lambda h: h.add_column("x", pa.string()),
+    "rename": lambda h: h.rename_column("v", "w"),
+    "drop": lambda h: h.drop_column("v"),
+    "widen": lambda h: h.widen("v", pa.int64()),
+    "drop_readd": lambda h: (h.drop_column("v"), h.add_column("v", pa.string())),
+}
+BAD = {
+    "wrong_type": lambda h: h.upsert(pa.table({"k": [2], "v": ["zz"]})),
+    "too_big": lambda h: h.upsert(pa.table({"k": [2], "v": pa.array([2**40], pa.int64())})),
+    "unknown": lambda h: h.upsert(pa.table({"k": [2], "v": pa.array([2], pa.int32()), "q": [1]})),
+    "evolve_bad": lambda h: h.upsert(pa.table({"k": [2], "x": [1.5]}), evolve=True),
+    "add_existing": lambda h: h.add_column("k", pa.int64()),
+    "narrow": lambda h: h.widen("v", pa.int8()),
+    "delete_where": lambda h: h.delete("v = 1"),
+    "overwrite": lambda h: h.overwrite(pa.table({"k": [2], "v": ["zz"]})),
+    "merge": lambda h: h.merge(pa.table({"k": [2], "v": ["zz"]})).when_not_matched_insert_all().execute(),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD))
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_stale_handle_refusals_write_nothing_and_say_why(tmp_path: Any, change: str, bad: str) -> None:
+    _, stale, other = _two_handles(tmp_path)
+    CHANGES[change](other)
+    before = _stored(tmp_path)
+    try:
+        BAD[bad](stale)
+    except errors.SchemaChanged as e:
+        assert "refresh()" in str(e)
+        assert _stored(tmp_path) == before  # nothing written
+        # after the refresh the same call is either done or refused typed, not as a stale handle
+        stale.refresh()
+        try:
+            BAD[bad](stale)
+        except errors.SchemaChanged:
+            pytest.fail("SchemaChanged again after refresh()")
+        except errors.MereError:
+            assert _stored(tmp_path) == before
+    except errors.MereError:
+        assert _stored(tmp_path) == before
+    else:
+        # done: only where the stale call is valid against the table's current columns
+        fresh = mere.connect(str(tmp_path)).table("s.t")
+        assert fresh.version == before[0] + 1
+
+
+def test_a_genuine_bad_value_is_named_in_the_stale_handles_error(tmp_path: Any) -> None:
+    _, stale, other = _two_handles(tmp_path)
+    other.add_column("x", pa.string())
+    with pytest.raises(errors.SchemaChanged, match="cannot be stored as int32"):
+        stale.upsert(pa.table({"k": [2], "v": pa.array([2**40], pa.int64())}))
+
+
+def test_stale_handle_set_properties_keeps_the_other_handles(tmp_path: Any) -> None:
+    cat, stale, other = _two_handles(tmp_path)
+    other.set_properties({"b": "2"})
+    stale.set_properties({"a": "1"})
+    props = mere.connect(str(tmp_path)).table("s.t").properties
+    assert (props.get("a"), props.get("b")) == ("1", "2")
+    stale.upsert(pa.table({"k": [5], "v": pa.array([5], pa.int32())}))
+    other.upsert(pa.table({"k": [6], "v": pa.array([6], pa.int32())}))
+    for h in (stale, other):
+        assert (h.properties.get("a"), h.properties.get("b")) == ("1", "2")
+
+
+def test_a_handle_follows_properties_changed_twice_meanwhile(tmp_path: Any) -> None:
+    _, stale, other = _two_handles(tmp_path)
+    other.set_properties({"b": "2"})
+    other.set_properties({"b": None, "c": "3"})
+    stale.upsert(pa.table({"k": [2], "v": pa.array([2], pa.int32())}))
+    assert "b" not in stale.properties and stale.properties.get("c") == "3"
+    t = mere.connect(str(tmp_path)).table("s.t")
+    assert t.spec_at(1).properties.get("b") is None and t.spec_at(2).properties.get("b") == "2"
+    assert t.spec_at(3).properties.get("c") == "3" and "b" not in t.spec_at(3).properties
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a stale handle's rollback keeps a property another handle set after the target version "
+    "(a fresh handle's rollback removes it): h2.set_properties({'b': '2'}) (v2); h1 loaded at v1: "
+    "h1.rollback(1) -> properties still {'b': '2'} (Commit.restore_properties drops only the keys of the "
+    "handle's own spec)",
+)
+def test_stale_handle_rollback_restores_the_versions_properties(tmp_path: Any) -> None:
+    _, stale, other = _two_handles(tmp_path)
+    other.set_properties({"b": "2"})
+    other.upsert(pa.table({"k": [2], "v": pa.array([2], pa.int32())}))
+    stale.rollback(1)
+    t = mere.connect(str(tmp_path)).table("s.t")
+    assert t.to_arrow().to_pylist() == [{"k": 1, "v": 1}]
+    assert "b" not in t.properties
