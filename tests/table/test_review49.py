@@ -921,3 +921,31 @@ def test_stale_handle_transaction_refusal_writes_nothing(tmp_path: Any) -> None:
     with pytest.raises(errors.MereError), stale.transaction() as tx:
         tx.upsert(pa.table({"k": [2], "v": ["zz"]}))
     assert _stored(tmp_path) == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RecursionError,
+    reason="BUG: a hand-built chain under NOT is not balanced (balanced() only rebuilds a top-level AND/OR): "
+    "t.to_arrow(filter=~functools.reduce(operator.or_, [col('a') == i for i in range(2000)])) and "
+    "t.delete(the same) raise a raw RecursionError; without the ~ it reads",
+)
+@pytest.mark.parametrize("form", ["not", "and_not", "delete"])
+def test_a_long_hand_built_chain_under_not(filter_table: Any, tmp_path: Any, form: str) -> None:
+    import functools
+    import operator
+
+    from mere.expr import col
+
+    chain = functools.reduce(operator.or_, [col("a") == i for i in range(2000)])
+    want = _duck(filter_table, "NOT (a IN (0, 1, 2, 3, 4, 5))")
+    if form == "not":
+        assert _keys(filter_table, ~chain) == want
+    elif form == "and_not":
+        assert _keys(filter_table, (col("k") > 3) & ~chain) == [k for k in want if k > 3]
+    else:
+        cat = mere.connect(str(tmp_path))
+        t = cat.create_table("f.n", FILTER_SCHEMA, primary_key="k")
+        t.upsert(pa.table({"k": [1, 2, 3], "a": [1, None, 9]}, FILTER_SCHEMA))
+        t.delete(~chain)
+        assert _keys(t, None) == [1, 2]
