@@ -946,6 +946,6 @@ def test_a_long_hand_built_chain_under_not(filter_table: Any, tmp_path: Any, for
     else:
         cat = mere.connect(str(tmp_path))
         t = cat.create_table("f.n", FILTER_SCHEMA, primary_key="k")
-        t.upsert(pa.table({"k": [1, 2, 3], "a": [1, None, 9]}, FILTER_SCHEMA))
+        t.upsert(pa.table({"k": [1, 2, 3], "a": [1, None, 5000], "b": [0, 0, 0]}, FILTER_SCHEMA))
         t.delete(~chain)
         assert _keys(t, None) == [1, 2]
