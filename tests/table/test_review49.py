@@ -437,14 +437,6 @@ LV_ITEMS = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pa.ArrowTypeError,
-    reason="BUG: a list_view whose items take() cannot gather (string_view, binary_view, run-end encoded, "
-    "struct of string_view) raises a raw ArrowTypeError ('Array chunks must all be same type'): decoded() "
-    "leaves the chunk encoded, then builds a chunked array of the plain type; repro: "
-    "upsert {'k':[1],'l': ListViewArray([0],[2], ['a','b'] as string_view)} into list<string>",
-)
 @pytest.mark.parametrize("items", list(LV_ITEMS))
 def test_list_view_of_view_or_run_end_items_is_stored_or_refused_typed(tmp_path: Any, items: str) -> None:
     build, item_type = LV_ITEMS[items]
@@ -460,13 +452,6 @@ def test_list_view_of_view_or_run_end_items_is_stored_or_refused_typed(tmp_path:
     assert t.to_arrow().column("l").to_pylist() == lv.to_pylist()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pa.ArrowInvalid,
-    reason="BUG: a map whose values are list_view raises a raw ArrowInvalid ('Offsets buffer size ... isn't "
-    "large enough'): decoded() has no map branch and pc.cast builds an invalid list array inside the map; "
-    "repro: upsert map<string, list_view<int64>> into map<string, list<int64>>",
-)
 def test_map_of_list_view_is_stored_or_refused_typed(tmp_path: Any) -> None:
     cat = mere.connect(str(tmp_path))
     typ = pa.map_(pa.string(), pa.list_(pa.int64()))
@@ -642,13 +627,6 @@ def test_trim_strips_ascii_spaces_only(tmp_path: Any, value: str, trimmed: str) 
     assert _keys(t, f"trim(BOTH FROM s) = '{lit}'") == [1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="BUG: a filter nesting parentheses ~50-100 deep (alternating AND/OR, or nested NOT) raises a raw "
-    "RecursionError from the SQL parser, not FilterError or rows (DuckDB takes 1000): "
-    "t.to_arrow(filter='NOT (' * 60 + 'a = 1' + ')' * 60)",
-)
 @pytest.mark.parametrize("form", ["not", "alternating"])
 def test_deeply_nested_filter_text_is_read_or_refused_typed(filter_table: Any, form: str) -> None:
     if form == "not":
@@ -765,13 +743,6 @@ def test_a_handle_follows_properties_changed_twice_meanwhile(tmp_path: Any) -> N
     assert t.spec_at(3).properties.get("c") == "3" and "b" not in t.spec_at(3).properties
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a stale handle's rollback keeps a property another handle set after the target version "
-    "(a fresh handle's rollback removes it): h2.set_properties({'b': '2'}) (v2); h1 loaded at v1: "
-    "h1.rollback(1) -> properties still {'b': '2'} (Commit.restore_properties drops only the keys of the "
-    "handle's own spec)",
-)
 def test_stale_handle_rollback_restores_the_versions_properties(tmp_path: Any) -> None:
     _, stale, other = _two_handles(tmp_path)
     other.set_properties({"b": "2"})
@@ -892,14 +863,6 @@ def test_a_moves_halves_share_its_version_after_the_old_partition_is_overwritten
     assert order.index((3, "delete")) < order.index((3, "insert")) if (3, "insert") in order else True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=errors.SchemaMismatch,
-    reason="BUG: in Table.transaction() a stale handle still gets the false SchemaMismatch the fix removed "
-    "from single writes: h2.add_column('x'); with h1.transaction() as tx: tx.upsert({k, v, x}) -> "
-    "SchemaMismatch \"unknown column(s) ['x']; the table has ['k', 'v']\" (the table has x), not "
-    "SchemaChanged or success",
-)
 def test_stale_handle_transaction_writing_a_new_column_is_told_to_refresh(tmp_path: Any) -> None:
     _, stale, other = _two_handles(tmp_path)
     other.add_column("x", pa.string())
@@ -923,13 +886,6 @@ def test_stale_handle_transaction_refusal_writes_nothing(tmp_path: Any) -> None:
     assert _stored(tmp_path) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="BUG: a hand-built chain under NOT is not balanced (balanced() only rebuilds a top-level AND/OR): "
-    "t.to_arrow(filter=~functools.reduce(operator.or_, [col('a') == i for i in range(2000)])) and "
-    "t.delete(the same) raise a raw RecursionError; without the ~ it reads",
-)
 @pytest.mark.parametrize("form", ["not", "and_not", "delete"])
 def test_a_long_hand_built_chain_under_not(filter_table: Any, tmp_path: Any, form: str) -> None:
     import functools

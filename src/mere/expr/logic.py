@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 
 from mere.expr.nodes import (
+    BALANCED_FROM,
     AlwaysFalse,
     AlwaysTrue,
     And,
@@ -17,6 +18,7 @@ from mere.expr.nodes import (
     Not,
     Or,
     Sql,
+    combined,
 )
 
 
@@ -96,27 +98,12 @@ def conjuncts(expr: Expr) -> list[Expr]:
     return out
 
 
-BALANCED_FROM = 64  # longer chains of AND or OR are built as balanced trees (no deep recursion)
-
-
-def combined(parts: Sequence[Expr], combine: type[And] | type[Or]) -> Expr:
-    """``parts`` (at least one) joined by ``combine``: left-deep, as a chain is written, up to
-    ``BALANCED_FROM`` parts; beyond, a balanced tree, whose depth every recursive step below can take."""
-    terms = list(parts)
-    if len(terms) <= BALANCED_FROM:
-        result = terms[0]
-        for part in terms[1:]:
-            result = combine(result, part)
-        return result
-    while len(terms) > 1:
-        pairs = [combine(terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
-        terms = pairs + terms[len(pairs) * 2 :]
-    return terms[0]
-
-
 def balanced(expr: Expr) -> Expr:
     """``expr`` with each long chain of one of AND and OR rebuilt as a balanced tree (see
     :func:`combined`): a chain built by hand (``reduce(operator.or_, ...)``) is as deep as it is long."""
+    if isinstance(expr, Not):
+        inner = balanced(expr.operand)
+        return expr if inner is expr.operand else Not(inner)
     if not isinstance(expr, And | Or):
         return expr
     kind = type(expr)
@@ -128,7 +115,7 @@ def balanced(expr: Expr) -> Expr:
             stack.extend([item.right, item.left])
         else:
             terms.append(item)
-    if len(terms) <= BALANCED_FROM and not any(isinstance(t, And | Or) for t in terms):
+    if len(terms) <= BALANCED_FROM and not any(isinstance(t, And | Or | Not) for t in terms):
         return expr
     return combined([balanced(t) for t in terms], kind)
 

@@ -7,7 +7,7 @@ NULL and column-to-column comparisons); binding to a schema (:func:`mere.expr.bi
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
@@ -379,3 +379,21 @@ def render(expr: Expr, max_values: int | None = None) -> str:
     if max_values is not None and max_values < 0:
         raise FilterError(f"max_values must be None or >= 0, got {max_values}")
     return _render(expr, 0, max_values)
+
+
+BALANCED_FROM = 64  # longer chains of AND or OR are built as balanced trees (no deep recursion)
+
+
+def combined(parts: Sequence[Expr], combine: type[And] | type[Or]) -> Expr:
+    """``parts`` (at least one) joined by ``combine``: left-deep, as a chain is written, up to
+    ``BALANCED_FROM`` parts; beyond, a balanced tree, whose depth every recursive step below can take."""
+    terms: list[Expr] = list(parts)
+    if len(terms) <= BALANCED_FROM:
+        result: Expr = terms[0]
+        for part in terms[1:]:
+            result = combine(result, part)
+        return result
+    while len(terms) > 1:
+        pairs = [combine(terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
+        terms = pairs + terms[len(pairs) * 2 :]
+    return terms[0]

@@ -38,10 +38,15 @@ def to_expr(value: str | Expr | pc.Expression | None) -> Expr:
     """Normalise a user filter: text is parsed, Arrow expressions are wrapped, None accepts all."""
     if value is None:
         return AlwaysTrue()
-    if isinstance(value, Expr):
-        return read_text(balanced(value))
-    if isinstance(value, str):
-        return parse(value)
+    try:
+        if isinstance(value, Expr):
+            return read_text(balanced(value))
+        if isinstance(value, str):
+            return parse(value)
+    except RecursionError:  # parentheses or NOTs nested hundreds deep
+        raise FilterError(
+            "the filter nests too deep to read (hundreds of levels of parentheses or NOT)"
+        ) from None
     if isinstance(value, pc.Expression):
         return ArrowPredicate(value)
     raise FilterError(

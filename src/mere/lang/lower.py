@@ -35,7 +35,6 @@ from mere.expr.literals import (
     compare_floats,
     format_literal,
 )
-from mere.expr.logic import combined
 from mere.expr.nodes import (
     AlwaysFalse,
     AlwaysTrue,
@@ -48,6 +47,7 @@ from mere.expr.nodes import (
     Not,
     Or,
     Sql,
+    combined,
     flip,
 )
 from mere.lang.parse import LIST_PREFIX, MereDialect, Parsed, parse_expression
@@ -215,10 +215,8 @@ def _filter(node: exp.Expression, parsed: Parsed) -> Expr:
         kind = type(node)
         terms: list[exp.Expression] = []
         stack: list[exp.Expression] = [node]
-        while stack:
+        while stack:  # a parenthesised group stays one term: the tree keeps the grouping written
             item = stack.pop()
-            while isinstance(item, exp.Paren):
-                item = item.this
             if type(item) is kind:
                 stack.extend([item.expression, item.this])  # popped left first: the terms keep their order
             else:

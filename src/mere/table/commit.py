@@ -432,9 +432,12 @@ class Commit:
         self.schema = change
         self.checks = WriteChecks(change.spec, self.ctx.name)
 
-    def restore_properties(self, properties: Mapping[str, str]) -> None:
-        """Make the table's properties exactly ``properties`` in this commit (a rollback's)."""
-        current_keys = self.ctx.spec.properties
+    def restore_properties(
+        self, properties: Mapping[str, str], current: Mapping[str, str] | None = None
+    ) -> None:
+        """Make the table's properties exactly ``properties`` in this commit (a rollback's); ``current``:
+        the table's properties now (default: the handle's, which another handle may have changed)."""
+        current_keys = self.ctx.spec.properties if current is None else current
         self.property_updates = {
             **dict.fromkeys(k for k in current_keys if k not in properties),
             **properties,

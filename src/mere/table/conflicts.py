@@ -43,9 +43,7 @@ from typing import Protocol
 from mere.errors import CommitConflict, CommitFailed, OutlivedCleanup, SchemaChanged
 from mere.metadata import ConcurrentChanges, Snapshot
 from mere.read.planner import ReadScope
-from mere.spec import TableSpec
-from mere.table.context import TableContext, partition_matches, partition_values
-from mere.table.evolve import same_columns
+from mere.table.context import TableContext, columns_changed, partition_matches, partition_values
 
 
 class Rule(Protocol):
@@ -237,15 +235,6 @@ def columns_current(ctx: TableContext, base: int) -> None:
             f"{ctx.name}: the table's columns changed in version {version}, after this handle read "
             "them; refresh() the table and write again"
         )
-
-
-def columns_changed(ctx: TableContext) -> int | None:
-    """The first version since the handle loaded its spec whose columns differ from the handle's; None if
-    none does."""
-    for version, text in ctx.store.specs_after(ctx.table_id, ctx.columns_seen):
-        if not same_columns(TableSpec.from_json(text, ctx.name), ctx.spec):
-            return version
-    return None
 
 
 def not_overtaken(table: str, landed: Iterable[Snapshot], target: int) -> None:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere.arrays import note_written, release_freed_memory, release_freed_memory_of_pools
-from mere.errors import InvalidInput
+from mere.errors import InvalidInput, SchemaChanged, SchemaMismatch
 from mere.io import Storage
 from mere.metadata import (
     CommitRequest,
@@ -34,6 +34,7 @@ from mere.metadata import (
 )
 from mere.partitions import partition_json, partition_string, partition_value_strings
 from mere.spec import DEFAULT_COMPRESSION, OP_DELETE, TableSpec
+from mere.table.evolve import same_columns
 from mere.table.file_keys import remember
 from mere.table.scan import Scan, ScannedTable
 from mere.write.cast import decoded
@@ -297,6 +298,9 @@ class DataFiles:
     spec: TableSpec
     name: str
     settings: WriteSettings = field(default_factory=WriteSettings)
+    # The first version whose columns differ from ``spec`` (None: none does); input refused against stale
+    # columns is then reported as the stale handle it is.
+    columns_changed: Callable[[], int | None] | None = field(default=None, repr=False)
 
     def write(self, prepared: Sequence[PreparedFile], first_order: int = 0) -> list[FileEntry]:
         """Write prepared (reduced, per-split) rows as files; their entries, ordered from ``first_order``."""
@@ -337,7 +341,16 @@ class DataFiles:
         rows = stale = 0
         try:
             for chunk in input_chunks(data, self.settings.chunk_bytes):
-                table, ops = conform(chunk, self.spec, partial_ok=partial_ok, identifier=self.name)
+                try:
+                    table, ops = conform(chunk, self.spec, partial_ok=partial_ok, identifier=self.name)
+                except SchemaMismatch as e:
+                    version = None if self.columns_changed is None else self.columns_changed()
+                    if version is not None:
+                        raise SchemaChanged(
+                            f"{self.name}: the table's columns changed in version {version}, after this "
+                            f"handle read them ({e}); refresh() the table and write again"
+                        ) from e
+                    raise
                 del chunk
                 rows += table.num_rows
                 handled = table.nbytes
@@ -468,7 +481,18 @@ class TableContext:
     @property
     def files(self) -> DataFiles:
         """The table's data files."""
-        return DataFiles(self.storage, self.location, self.spec, self.name, self.settings)
+        return DataFiles(
+            self.storage, self.location, self.spec, self.name, self.settings, lambda: columns_changed(self)
+        )
+
+
+def columns_changed(ctx: TableContext) -> int | None:
+    """The first version since the handle loaded its spec whose columns differ from the handle's; None if
+    none does."""
+    for version, text in ctx.store.specs_after(ctx.table_id, ctx.columns_seen):
+        if not same_columns(TableSpec.from_json(text, ctx.name), ctx.spec):
+            return version
+    return None
 
 
 def partition_values(partition: str) -> tuple[tuple[str, str | None], ...]:

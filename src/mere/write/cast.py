@@ -177,7 +177,10 @@ def decoded(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     if plain == values.type:
         return values
     if isinstance(values, pa.ChunkedArray):
-        return pa.chunked_array([_decoded_array(c, plain) for c in values.chunks], type=plain)
+        chunks = [_decoded_array(c, plain) for c in values.chunks]
+        if any(c.type != plain for c in chunks):  # one this cannot rebuild: left to the type checks
+            return values
+        return pa.chunked_array(chunks, type=plain)
     return _decoded_array(values, plain)
 
 
@@ -197,7 +200,7 @@ def _decoded_array(arr: pa.Array, plain: pa.DataType) -> pa.Array:
             starts = np.asarray(arr.offsets.fill_null(0).to_numpy(), np.int64)
             ends = np.cumsum(sizes)
             at = np.repeat(starts - (ends - sizes), sizes) + np.arange(int(ends[-1]) if len(ends) else 0)
-            items = _decoded_array(arr.values.take(pa.array(at)), plain.value_type)
+            items = _decoded_array(arr.values, plain.value_type).take(pa.array(at))
             offsets = np.concatenate([[0], ends])
             build = pa.ListArray if pa.types.is_list(plain) else pa.LargeListArray
             width = pa.int32() if pa.types.is_list(plain) else pa.int64()
@@ -214,6 +217,14 @@ def _decoded_array(arr: pa.Array, plain: pa.DataType) -> pa.Array:
             items = arr.values.slice(arr.offset * size, len(arr) * size)
             return pa.FixedSizeListArray.from_arrays(
                 _decoded_array(items, plain.value_type), type=plain, mask=mask
+            )
+        if pa.types.is_map(kind):
+            offsets = np.asarray(arr.offsets.to_numpy(), np.int64)  # of the slice, into the whole children
+            lo, hi = int(offsets[0]), int(offsets[-1])
+            keys = _decoded_array(arr.keys.slice(lo, hi - lo), plain.key_type)
+            items = _decoded_array(arr.items.slice(lo, hi - lo), plain.item_type)
+            return pa.MapArray.from_arrays(
+                pa.array(offsets - lo, pa.int32()), keys, items, type=plain, mask=mask
             )
         if pa.types.is_struct(kind):
             children = [_decoded_array(arr.field(i), plain.field(i).type) for i in range(kind.num_fields)]

@@ -73,7 +73,7 @@ def _commit(ctx: TableContext, target: int, base: int) -> CommitResult:
         now_text = ctx.store.spec_at(ctx.table_id, base)
         now = ctx.spec if now_text is None else TableSpec.from_json(now_text, ctx.name)
         if dict(then.properties) != dict(now.properties):
-            commit.restore_properties(then.properties)
+            commit.restore_properties(then.properties, now.properties)
         if not same_columns(then, ctx.spec):
             # The version's columns come back too; ids already given stay given.
             restored = replace(
