@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
 import random
 import threading
 from collections.abc import Callable, Iterator
@@ -334,21 +333,10 @@ def test_sequence_by_reads_in_dask_and_torch_equal_the_model(seq: SeqHistory) ->
 def ray_up() -> Iterator[Any]:
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
-    path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level="ERROR",
-        runtime_env={"env_vars": {"PYTHONPATH": path}},
-    )
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    ctx.print_on_execution_start = False
-    try:
+    from rayutil import local_ray
+
+    with local_ray(ray):
         yield ray
-    finally:
-        ray.shutdown()
 
 
 def _ray_arrow(ray: Any, ds: Any) -> pa.Table:

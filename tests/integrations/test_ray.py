@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from enginelake import SCHEMA, build
+from rayutil import local_ray
 
 import mere
 from mere.errors import InvalidInput, MereError, SchemaMismatch
@@ -32,21 +33,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
 def ray_cluster() -> Iterator[None]:
     """One local Ray for the module (its workers run this interpreter, which imports mere; the test
     folder is on their path for the functions the tests hand to map_batches)."""
-    path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level="ERROR",
-        runtime_env={"env_vars": {"PYTHONPATH": path}},
-    )
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    ctx.print_on_execution_start = False
-    try:
+    with local_ray(ray):
         yield
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture

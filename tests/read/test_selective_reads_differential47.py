@@ -183,6 +183,8 @@ def oracle_extreme(values: list[Any], kind: pa.DataType, which: str) -> Any:
     present = [v for v in values if v is not None]
     if not present:
         return None
+    if which == "max" and any(isinstance(v, float) and math.isnan(v) for v in present):
+        return math.nan  # NaN sorts above every number (as filters order it, and DuckDB's max)
     return pc.min_max(pa.array(present, type=kind))[which].as_py()
 
 
