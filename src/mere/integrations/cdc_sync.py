@@ -49,7 +49,8 @@ docs/cdc.md).
 **Source transactions**: where the stream carries boundaries (``B``/``C`` events), the events of a
 transaction whose end has not arrived wait in the pending table, written in the batch's catalog
 transaction, and apply with the batch that brings the end; an end that comes before its begin waits for
-it (the newest ``LONE_ENDS_KEPT`` such ends). Without boundaries each batch applies what it holds: feed the stream in units of whole transactions.
+it (the newest ``LONE_ENDS_KEPT`` such ends). Without boundaries each batch applies what it holds: feed the
+stream in units of whole transactions.
 """
 
 from __future__ import annotations

@@ -225,7 +225,7 @@ def read_point(opts: Mapping[str, str]) -> tuple[int | None, Any, str | None]:
 
 def _one_spelling(opts: Mapping[str, str], *names: str) -> str | None:
     """The value of an option that has several names; two names given different values are refused."""
-    given = {name: opts[name] for name in names if opts.get(name) is not None}
+    given = {name: opts[name] for name in names if opts.get(name)}  # "" is not given
     if len(set(given.values())) > 1:
         raise InvalidInput(f"options {sorted(given)} name one thing and disagree: {given}; give one of them")
     return next(iter(given.values()), None)
