@@ -43,7 +43,13 @@ from typing import Protocol
 from mere.errors import CommitConflict, CommitFailed, OutlivedCleanup, SchemaChanged
 from mere.metadata import ConcurrentChanges, Snapshot
 from mere.read.planner import ReadScope
-from mere.table.context import TableContext, columns_changed, partition_matches, partition_values
+from mere.table.context import (
+    TableContext,
+    columns_changed,
+    partition_matches,
+    partition_values,
+    stale_columns,
+)
 
 
 class Rule(Protocol):
@@ -231,10 +237,7 @@ def columns_current(ctx: TableContext, base: int) -> None:
         return
     version = columns_changed(ctx)
     if version is not None:
-        raise SchemaChanged(
-            f"{ctx.name}: the table's columns changed in version {version}, after this handle read "
-            "them; refresh() the table and write again"
-        )
+        raise stale_columns(ctx.name, version)
 
 
 def not_overtaken(table: str, landed: Iterable[Snapshot], target: int) -> None:

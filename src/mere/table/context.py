@@ -346,10 +346,7 @@ class DataFiles:
                 except SchemaMismatch as e:
                     version = None if self.columns_changed is None else self.columns_changed()
                     if version is not None:
-                        raise SchemaChanged(
-                            f"{self.name}: the table's columns changed in version {version}, after this "
-                            f"handle read them ({e}); refresh() the table and write again"
-                        ) from e
+                        raise stale_columns(self.name, version, e) from e
                     raise
                 del chunk
                 rows += table.num_rows
@@ -484,6 +481,18 @@ class TableContext:
         return DataFiles(
             self.storage, self.location, self.spec, self.name, self.settings, lambda: columns_changed(self)
         )
+
+
+def stale_columns(
+    name: str, version: int, cause: Exception | None = None, redo: str = "write"
+) -> SchemaChanged:
+    """The error of a handle whose columns another handle changed at ``version`` (``cause``: the refusal
+    the stale columns led to)."""
+    why = "" if cause is None else f" ({cause})"
+    return SchemaChanged(
+        f"{name}: the table's columns changed in version {version}, after this handle read them{why}; "
+        f"refresh() the table and {redo} again"
+    )
 
 
 def columns_changed(ctx: TableContext) -> int | None:

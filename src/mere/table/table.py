@@ -21,7 +21,6 @@ from mere.errors import (
     NoSuchTable,
     NoSuchTag,
     NoSuchVersion,
-    SchemaChanged,
     SchemaMismatch,
     StorageError,
     TagExists,
@@ -36,7 +35,14 @@ from mere.table import versions
 from mere.table.commit import StagedChange, check_idempotency_key
 from mere.table.compaction import CompactionPlan, CompactionTask
 from mere.table.conflicts import columns_changed
-from mere.table.context import CatalogHandle, MetadataStore, SchemaChange, TableContext, WriteSettings
+from mere.table.context import (
+    CatalogHandle,
+    MetadataStore,
+    SchemaChange,
+    TableContext,
+    WriteSettings,
+    stale_columns,
+)
 from mere.table.evolve import same_columns
 from mere.table.inspect import Inspect
 from mere.table.ops import compaction, consumers, maintenance, merge_into, rollback
@@ -944,10 +950,7 @@ class Table:
                 # it added is "unknown" here): that is the stale handle, not the input.
                 version = columns_changed(self.context)
                 if version is not None:
-                    raise SchemaChanged(
-                        f"{self.name}: the table's columns changed in version {version}, after this handle "
-                        f"read them ({e}); refresh() the table and write again"
-                    ) from e
+                    raise stale_columns(self.name, version, e) from e
                 raise
             except BaseException:
                 tx.abort()

@@ -299,14 +299,12 @@ def unnamed_write(schema: StructType, what: str) -> TableRef:
 _CREATE = re.compile(r"^\s*(create|replace)\b", re.IGNORECASE)
 _USING = re.compile(r"\busing\s+`?mere`?(\s|$|`)", re.IGNORECASE)
 _HOOKED = "_mere_ddl_hook"
-_INSERT = re.compile(
-    r"^\s*insert\s+(?:into|overwrite)\s+(?:table\s+)?((?:`(?:[^`]|``)*`|[\w]+)(?:\s*\.\s*(?:`(?:[^`]|``)*`|[\w]+))*)",
-    re.IGNORECASE,
-)
+# A table name as a statement gives it: dotted parts, each a word or a backquoted name.
+_TABLE_NAME = r"((?:`(?:[^`]|``)*`|[\w]+)(?:\s*\.\s*(?:`(?:[^`]|``)*`|[\w]+))*)"
+_INSERT = re.compile(r"^\s*insert\s+(?:into|overwrite)\s+(?:table\s+)?" + _TABLE_NAME, re.IGNORECASE)
 _WITH_OPTIONS = re.compile(r"\s*with\s*\(", re.IGNORECASE)
 _ALTER_COLUMNS = re.compile(
-    r"^\s*alter\s+table\s+((?:`(?:[^`]|``)*`|[\w]+)(?:\s*\.\s*(?:`(?:[^`]|``)*`|[\w]+))*)\s+"
-    r"(add|drop|rename\s+column|alter|change|replace)\b",
+    r"^\s*alter\s+table\s+" + _TABLE_NAME + r"\s+(add|drop|rename\s+column|alter|change|replace)\b",
     re.IGNORECASE,
 )
 

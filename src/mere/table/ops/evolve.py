@@ -9,12 +9,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from mere.errors import InvalidInput, SchemaChanged, SchemaMismatch
+from mere.errors import InvalidInput, SchemaMismatch
 from mere.metadata import CommitResult
 from mere.spec import TableSpec
 from mere.table.commit import Commit
 from mere.table.conflicts import columns_changed
-from mere.table.context import SchemaChange, TableHandle
+from mere.table.context import SchemaChange, TableHandle, stale_columns
 from mere.table.evolve import add_column, drop_column, rename_column, same_columns, widen
 
 
@@ -51,10 +51,7 @@ class SchemaUpdate:
                 # is stale, which a refresh mends (e.g. it does not know a column another handle added).
                 version = columns_changed(self.table.context) if self.into is None else None
                 if version is not None:
-                    raise SchemaChanged(
-                        f"{self.table.name}: the table's columns changed in version {version}, after this "
-                        f"handle read them ({e}); refresh() the table and change them again"
-                    ) from e
+                    raise stale_columns(self.table.name, version, e, redo="change them") from e
                 raise
         self.steps.append(text)
         return self
