@@ -223,9 +223,10 @@ def read_point(opts: Mapping[str, str]) -> tuple[int | None, Any, str | None]:
     )
 
 
-def _one_spelling(opts: Mapping[str, str], *names: str) -> str | None:
-    """The value of an option that has several names; two names given different values are refused."""
-    given = {name: opts[name] for name in names if opts.get(name)}  # "" is not given
+def _one_spelling(opts: Mapping[str, str], *names: str, blank_given: bool = True) -> str | None:
+    """The value of an option that has several names; two names given different values are refused.
+    ``blank_given=False`` counts an empty value as not given (the table: ``save()`` passes no path as "")."""
+    given = {name: opts[name] for name in names if opts.get(name) is not None and (blank_given or opts[name])}
     if len(set(given.values())) > 1:
         raise InvalidInput(f"options {sorted(given)} name one thing and disagree: {given}; give one of them")
     return next(iter(given.values()), None)
@@ -294,7 +295,7 @@ class TableRef:
         """The table the options name: ``table`` (or the path of ``load``/``save``), ``warehouse`` (or
         ``$MERE_WAREHOUSE``), ``catalog`` (or ``$MERE_CATALOG``) and ``storage.<key>`` options."""
         opts = lower_options(options)
-        name = _one_spelling(opts, "table", "path")
+        name = _one_spelling(opts, "table", "path", blank_given=False)
         if not name:
             raise InvalidInput(
                 'give the table name: .load("ns.table") / .save("ns.table") or .option("table", ...)'
