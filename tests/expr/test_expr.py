@@ -921,7 +921,7 @@ def test_bind_numbers_to_float_columns_rounds_to_nearest() -> None:
         ("f", 10**400, math.inf),
         ("f", -(10**400), -math.inf),
         ("g", Decimal("0.1"), float(np.float32(0.1))),
-        ("g", 0.1, float(np.float32(0.1))),
+        ("g", 0.5, 0.5),  # a double the float32 type holds
         ("g", 16777217, 16777216.0),
         # float64 rounding of this decimal lands exactly between two float32 values; the exact
         # value is above that midpoint, so the nearest float32 is the upper one
@@ -937,6 +937,11 @@ def test_bind_numbers_to_float_columns_rounds_to_nearest() -> None:
         )
         bound_in = bind(In(column, (value, value)), schema)
         assert isinstance(bound_in, In) and bound_in.values == (expected, expected)
+    # A double float32 cannot hold compares as SQL compares it (the column widened): no row equals it.
+    assert bind(Compare("==", "g", 0.1), schema) == bind(Compare("==", "g", 1.5e300), schema)
+    below = float(np.nextafter(np.float32(0.1), np.float32(0)))  # float32(0.1) is above 0.1
+    assert bind(Compare("<", "g", 0.1), schema) == Compare("<=", "g", below)
+    assert bind(Compare(">", "g", 0.1), schema) == Compare(">=", "g", float(np.float32(0.1)))
 
 
 def test_unsigned_and_large_integers() -> None:

@@ -914,12 +914,6 @@ def test_trim_strips_what_duckdb_strips(local_cat: mere.Catalog) -> None:
         assert _keys(t, where) == _duck_on(t, where), where
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (a documented rule of mere.expr, against DuckDB and Spark SQL): a DOUBLE literal on a FLOAT "
-    "column is rounded to float32 first, so f = 1e-1 holds for f = float32(0.1), which DuckDB and Spark "
-    "compare as doubles (0.10000000149 <> 0.1): rows differ silently",
-)
 def test_float32_against_a_double_literal(local_cat: mere.Catalog) -> None:
     schema = pa.schema([("k", pa.int64()), ("f", pa.float32())])
     t = _small(local_cat, schema, {"k": [1, 2, 3], "f": [0.1, 0.5, float("inf")]})
@@ -927,12 +921,6 @@ def test_float32_against_a_double_literal(local_cat: mere.Catalog) -> None:
         assert _keys(t, where) == _duck_on(t, where), where
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (a documented rule of mere.expr, against DuckDB and Spark SQL): a DOUBLE literal on an "
-    "integer column is read as its shortest decimal spelling, so u64 = 1.8446744073709552e19 is FALSE for "
-    "u64 = 2**64-1, where DuckDB (and Spark) compare as doubles and say TRUE",
-)
 def test_big_integer_against_a_double_literal(local_cat: mere.Catalog) -> None:
     schema = pa.schema([("k", pa.int64()), ("u", pa.uint64()), ("i", pa.int64())])
     t = _small(local_cat, schema, {"k": [1, 2], "u": [2**64 - 1, 2**53 + 1], "i": [2**63 - 1, 2**53 + 1]})

@@ -16,8 +16,10 @@ an exponent (``1e5``, ``2.5E-3``) is an approximate literal (``float``); other n
 are integers. On an integer or decimal column a literal keeps its exact value: one the
 column type cannot hold is not an error but makes the comparison what it exactly is
 (``i = 1.5`` is FALSE, ``i < 1.5`` is ``i <= 1``, ``int8_col < 1000`` is TRUE; NULL rows
-stay NULL). A float literal there stands for its shortest decimal spelling (``0.1``).
-On a float column a literal becomes the nearest value of the column's float type.
+stay NULL). A float literal compares as SQL compares a double: with the column value converted to a
+double (``i64 = 9.007199254740992e15`` holds for 2**53 and 2**53 + 1). On a float column an integer or
+decimal literal becomes the nearest value of the column's float type; a float literal a float32 column
+cannot hold is between two of its values (``f32 = 1e-1`` is FALSE, as in Spark SQL and DuckDB).
 
 Floats follow Spark SQL, PostgreSQL and DuckDB, not IEEE: ``-0.0`` equals ``0.0`` and NaN
 equals NaN and is greater than every other value, ``+Infinity`` included (so ``f > 1`` is

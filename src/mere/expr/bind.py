@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from mere.errors import FilterError
-from mere.expr.literals import Gap, bind_scalar, bind_values
+from mere.expr.literals import Gap, Span, bind_scalar, bind_values
 from mere.expr.logic import map_atoms
 from mere.expr.nodes import And, Compare, CompareOp, Expr, FilterText, In, IsNull, Or, Sql
 from mere.expr.parse import parse
@@ -33,14 +33,39 @@ def _compare_gap(op: CompareOp, column: str, gap: Gap) -> Expr:
     return _never(column) if gap.above is None else Compare(">=", column, gap.above)
 
 
+def _compare_span(op: CompareOp, column: str, span: Span) -> Expr:
+    """``column op literal`` for a literal that every column value from ``span.low`` to ``span.high``
+    equals, as an exactly equivalent atom."""
+    if op == "==":
+        return And(Compare(">=", column, span.low), Compare("<=", column, span.high))
+    if op == "!=":
+        return Or(Compare("<", column, span.low), Compare(">", column, span.high))
+    return Compare(op, column, span.low if op in ("<", ">=") else span.high)
+
+
+def _in_spans(column: str, values: tuple[object, ...], negated: bool) -> Expr:
+    """``column [NOT] IN values`` where some values are Spans: the plain values' IN, then each Span's
+    range (OR; AND of the outsides when negated), which keeps SQL's NULL rules."""
+    plain = tuple(v for v in values if not isinstance(v, Span))
+    terms: list[Expr] = [In(column, plain, negated)] if plain else []
+    terms.extend(_compare_span("!=" if negated else "==", column, v) for v in values if isinstance(v, Span))
+    combined = terms[0]
+    for term in terms[1:]:
+        combined = And(combined, term) if negated else Or(combined, term)
+    return combined
+
+
 def bind(expr: Expr, schema: pa.Schema) -> Expr:
     """Check columns against ``schema`` and cast every literal to its column's type.
 
     Numbers keep their exact value on integer and decimal columns: a comparison with one the
     column type cannot hold becomes the exactly equivalent comparison (``i < 1.5`` becomes
     ``i <= 1``, ``i = 1.5`` becomes FALSE for non-null ``i`` and NULL for NULL, written
-    ``(i IN (NULL) AND i IS NULL)``), and IN lists lose the values no row can equal. On float
-    columns numbers become the nearest value of the column's float type. A literal of the
+    ``(i IN (NULL) AND i IS NULL)``), and IN lists lose the values no row can equal. A float (double)
+    literal compares as SQL compares a column with a double: the column value converted to a double
+    (``i64 = 1.8446744073709552e19`` holds for every value that converts to it). On float columns
+    integer and decimal literals become the nearest value of the column's float type; a double a
+    float32 column cannot hold is such a gap (``f32 = 1e-1`` is FALSE). A literal of the
     wrong kind (a string for a number, ...) raises :class:`FilterError`.
     """
     names = schema.names
@@ -54,16 +79,18 @@ def bind(expr: Expr, schema: pa.Schema) -> Expr:
     def bind_atom(e: Expr) -> Expr:
         if isinstance(e, Compare):
             value = bind_scalar(e.value, e.column, field_type(e.column))
-            return (
-                _compare_gap(e.op, e.column, value)
-                if isinstance(value, Gap)
-                else Compare(e.op, e.column, value)
-            )
+            if isinstance(value, Gap):
+                return _compare_gap(e.op, e.column, value)
+            if isinstance(value, Span):
+                return _compare_span(e.op, e.column, value)
+            return Compare(e.op, e.column, value)
         if isinstance(e, In):
             bound = bind_values(e.values, e.column, field_type(e.column))
-            if not any(isinstance(v, Gap) for v in bound):
+            if not any(isinstance(v, Gap | Span) for v in bound):
                 return In(e.column, tuple(bound), e.negated)
             kept = tuple(v for v in bound if not isinstance(v, Gap))  # values no row can equal
+            if any(isinstance(v, Span) for v in kept):
+                return _in_spans(e.column, kept, e.negated)
             if any(v is not None for v in kept):
                 return In(e.column, kept, e.negated)
             if kept:  # only NULL left: NULL for every row, negated or not

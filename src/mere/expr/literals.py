@@ -14,6 +14,7 @@ import datetime as _dt
 import math
 import operator
 import re
+import struct
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal, localcontext
@@ -97,6 +98,15 @@ class Gap:
     above: object
 
 
+@dataclass(frozen=True)
+class Span:
+    """A float (double) literal on an integer or decimal column that several column values equal: those
+    from ``low`` to ``high`` all convert to that double, as SQL compares them (``int64 = 1.8e19``)."""
+
+    low: object
+    high: object
+
+
 def _int_range(typ: pa.DataType) -> tuple[int, int]:
     bits = typ.bit_width
     if pa.types.is_signed_integer(typ):
@@ -109,7 +119,8 @@ def _decimal_max(typ: pa.DataType) -> Decimal:
 
 
 def _bind_exact(value: int | float | Decimal, typ: pa.DataType) -> object:
-    """A number on an integer or decimal column: the column value it equals, or a Gap."""
+    """A number on an integer or decimal column: the column value it equals, or a Gap (a float literal:
+    the column values that convert to it, a Gap or a Span)."""
     integer = pa.types.is_integer(typ)
     low, high = _int_range(typ) if integer else (-_decimal_max(typ), _decimal_max(typ))
     if isinstance(value, float):
@@ -117,7 +128,7 @@ def _bind_exact(value: int | float | Decimal, typ: pa.DataType) -> object:
             return Gap(high, None)
         if value == -math.inf:
             return Gap(None, low)
-        value = Decimal(repr(value))  # a float literal stands for its shortest decimal spelling
+        return _double_on_exact(value, typ, low, high)
     if value < low:
         return Gap(None, low)
     if value > high:
@@ -132,6 +143,57 @@ def _bind_exact(value: int | float | Decimal, typ: pa.DataType) -> object:
         ctx.prec = typ.precision + 2  # every in-range multiple of quantum fits: arithmetic stays exact
         step = Decimal(value).quantize(quantum, rounding=ROUND_FLOOR)
         return step if step == value else Gap(step, step + quantum)
+
+
+def _rounds_to(value: float) -> tuple[Fraction, Fraction, bool]:
+    """The exact numbers that round to the finite double ``value`` (round half to even): the interval's
+    ends, and whether the ends themselves do (they are ties, which go to the even neighbour)."""
+    below, above = math.nextafter(value, -math.inf), math.nextafter(value, math.inf)
+    exact = Fraction(value)
+    low = (Fraction(below) + exact) / 2 if math.isfinite(below) else exact - Fraction(math.ulp(value)) / 2
+    high = (exact + Fraction(above)) / 2 if math.isfinite(above) else exact + Fraction(math.ulp(value)) / 2
+    even = struct.unpack("<q", struct.pack("<d", value))[0] & 1 == 0
+    return low, high, even
+
+
+def _double_on_exact(value: float, typ: pa.DataType, low: int | Decimal, high: int | Decimal) -> object:
+    """A finite double on an integer or decimal column, compared as SQL compares them (the column value
+    converted to a double): the one column value that converts to it, a Gap where none does, or a Span
+    where several do (64-bit integers and wide decimals beyond 2**53)."""
+    quantum = Fraction(1) if pa.types.is_integer(typ) else Fraction(1, 10**typ.scale)
+    start, end, ends_included = _rounds_to(value)
+    first, last = math.ceil(start / quantum), math.floor(end / quantum)  # in quanta
+    if not ends_included:
+        first += first * quantum == start
+        last -= last * quantum == end
+    lowest, highest = math.ceil(Fraction(low) / quantum), math.floor(Fraction(high) / quantum)
+
+    def column_value(steps: int) -> object:
+        return steps if pa.types.is_integer(typ) else Decimal(f"{steps}E-{typ.scale}")
+
+    if first > highest:
+        return Gap(column_value(highest), None)
+    if last < lowest:
+        return Gap(None, column_value(lowest))
+    first, last = max(first, lowest), min(last, highest)
+    if first > last:
+        return Gap(column_value(last), column_value(first))
+    if first == last:
+        return column_value(first)
+    return Span(column_value(first), column_value(last))
+
+
+def _double_on_narrow(value: float, typ: pa.DataType) -> object:
+    """A double on a float32 or float16 column, compared as SQL compares them (the column value widened
+    to a double, which is exact): the column value that equals it, else a Gap between its neighbours."""
+    np_type = np.float32 if typ.bit_width == 32 else np.float16
+    with np.errstate(over="ignore"):
+        narrow = np_type(value)
+    if math.isnan(value) or float(narrow) == value:
+        return float(narrow)
+    other = np.nextafter(narrow, np_type(math.inf if value > float(narrow) else -math.inf))
+    below, above = sorted((float(narrow), float(other)))
+    return Gap(below, above)
 
 
 def bind_float(value: int | float | Decimal, typ: pa.DataType) -> float:
@@ -242,6 +304,8 @@ def bind_scalar(value: object, column: str, typ: pa.DataType) -> object:
             return bind_float(float(value), typ)
         if not isinstance(value, int | float | Decimal):
             raise fail("not a number (the strings 'NaN', 'Infinity' and '-Infinity' name floats)")
+        if isinstance(value, float) and typ.bit_width != 64:
+            return _double_on_narrow(value, typ)
         return bind_float(value, typ)
     if pa.types.is_integer(typ) or pa.types.is_decimal(typ):
         if not isinstance(value, int | float | Decimal):
@@ -363,8 +427,10 @@ def _bind_bulk(values: Sequence[object], types: set[type], typ: pa.DataType) -> 
                 return None  # a narrow float type needs bind_float's care against double rounding
             wide = np.asarray(values, dtype=np.float64)
             if typ.bit_width != 64:
-                with np.errstate(over="ignore"):
-                    wide = wide.astype(np.float32 if typ.bit_width == 32 else np.float16)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    narrow = wide.astype(np.float32 if typ.bit_width == 32 else np.float16)
+                if not ((narrow == wide) | np.isnan(wide)).all():
+                    return None  # a double the type cannot hold is a Gap (bind_scalar)
             return cast(list[object], wide.tolist())
         if pa.types.is_decimal(typ) and types <= {int, Decimal}:
             return cast(list[object], pa.array(values, type=typ).to_pylist())  # raises if one does not fit

@@ -849,10 +849,7 @@ class Lowering:
             left = self.literal_as(left, right.type)
         elif isinstance(right.value, str) and not is_text(left.type):
             right = self.literal_as(right, left.type)
-        elif left.is_literal and not right.is_literal and is_number(right.type) and _is_float(left.type):
-            left = self.literal_as(left, right.type) if _is_float(right.type) else left
-        elif right.is_literal and not left.is_literal and is_number(left.type) and _is_float(right.type):
-            right = self.literal_as(right, left.type) if _is_float(left.type) else right
+        # A double literal stays a double: a float32 or integer side is widened to it, as SQL compares.
         if pa.types.is_null(left.type) != pa.types.is_null(right.type):  # e.g. COALESCE(NULL, NULL) = x
             left, right = (
                 (self.cast(left, right.type), right)
