@@ -886,12 +886,6 @@ def _duck_on(t: mere.Table, where: str) -> list[int]:
     return sorted(r[0] for r in con.execute(f"SELECT k FROM rows_ WHERE {where}").fetchall())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a binary literal X'..' in IS [NOT] DISTINCT FROM is refused: "
-    "t.scan(filter=\"bn IS DISTINCT FROM X'ff'\") raises FilterError 'function UNHEX() is not supported', "
-    "though X'..' works with =, IN, BETWEEN and IS DISTINCT FROM works with other literals",
-)
 def test_binary_literal_in_is_distinct_from(local_cat: mere.Catalog) -> None:
     schema = pa.schema([("k", pa.int64()), ("bn", pa.binary())])
     t = _small(local_cat, schema, {"k": [1, 2, 3], "bn": [b"\xff", b"", None]})
@@ -1172,13 +1166,6 @@ def test_mutated_filter_text_is_typed_or_equals_duckdb(
         assert got == expected, text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an integer literal beyond int64/uint64 is refused (FilterError 'does not fit an Arrow type') "
-    "in IS [NOT] DISTINCT FROM, arithmetic and functions, though k = -9223372036854775809 compares it exactly "
-    "(DuckDB: k IS DISTINCT FROM -9223372036854775809 is TRUE): t.scan(filter='k IS DISTINCT FROM "
-    "-9223372036854775809')",
-)
 @pytest.mark.parametrize(
     "where",
     [
@@ -1250,12 +1237,6 @@ def test_chained_where_on_a_projection_equals_duckdb(
         assert sorted(got["k"].to_pylist()) == expected, both.mere
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (minor): ILIKE folds case as RE2 does, not as DuckDB's lower(): s ILIKE '\\u03c3' (small "
-    "sigma) also keeps s = '\\u03c2' (final sigma), which DuckDB's ILIKE (and lower(s) = '\\u03c3' in mere "
-    "itself) do not",
-)
 def test_ilike_folds_case_as_duckdb(local_cat: mere.Catalog) -> None:
     sigma, final, capital = "\u03c3", "\u03c2", "\u03a3"
     schema = pa.schema([("k", pa.int64()), ("s", pa.string())])

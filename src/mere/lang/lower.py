@@ -279,6 +279,19 @@ def _filter(node: exp.Expression, parsed: Parsed) -> Expr:
 # Typed lowering to pyarrow compute expressions
 
 
+def _integer_scalar(value: int) -> pa.Scalar:
+    """An integer literal's Arrow scalar, typed as DuckDB types it: int64, uint64 beyond (DuckDB's
+    UBIGINT, for unsigned columns), an exact decimal of its digits beyond both (as DuckDB's HUGEINT, it
+    keeps its value; of its digits, so that arithmetic with it fits Arrow's 38), a double beyond 38 digits."""
+    if -(2**63) <= value < 2**63:
+        return pa.scalar(value, pa.int64())
+    if 0 <= value < 2**64:
+        return pa.scalar(value, pa.uint64())
+    if abs(value) < 10**38:
+        return pa.scalar(Decimal(value), pa.decimal128(len(str(abs(value))), 0))
+    return pa.scalar(float(value), pa.float64())
+
+
 @dataclass(frozen=True)
 class Typed:
     """A lowered expression and the Arrow type of its values."""
@@ -524,7 +537,7 @@ class Lowering:
             return Typed(pc.scalar(_null(pa.null())), pa.null(), None)
         try:
             if type(value) is int:
-                scalar = pa.scalar(value, pa.int64() if -(2**63) <= value < 2**63 else pa.uint64())
+                scalar = _integer_scalar(value)
             elif isinstance(value, _dt.datetime):
                 unit = "ns" if getattr(value, "nanosecond", 0) else "us"  # a pandas Timestamp's nanoseconds
                 scalar = pa.scalar(value, pa.timestamp(unit, tz="UTC" if value.tzinfo else None))
@@ -964,8 +977,11 @@ class Lowering:
         pattern = literal_value(node.expression)
         if not isinstance(pattern, str):
             raise self.fail("LIKE takes a string literal pattern")
+        if ignore_case:  # DuckDB's ILIKE compares lower() of both sides (RE2's case folding is wider)
+            value = self.call("utf8_lower", [value])
+            pattern = pc.utf8_lower(pa.scalar(pattern, pa.string())).as_py()
         # DuckDB's LIKE has no escape character; Arrow's treats a backslash as one.
-        options = pc.MatchSubstringOptions(pattern.replace("\\", "\\\\"), ignore_case=ignore_case)
+        options = pc.MatchSubstringOptions(pattern.replace("\\", "\\\\"))
         result = self.call("match_like", [value], options)
         return self.call("invert", [result]) if node.args.get("negate") else result
 

@@ -39,6 +39,11 @@ class MereDialect(DuckDB):
         IDENTIFIERS = ['"', "`"]
         HEX_STRINGS = [("x'", "'"), ("X'", "'")]
 
+    class Generator(DuckDB.Generator):  # type: ignore[misc,valid-type]  # a variable to sqlglot's typing
+        def hexstring_sql(self, expression: exp.HexString, binary_function_repr: str | None = None) -> str:
+            """X'..' reads back as the same bytes (DuckDB's generator writes UNHEX('..'))."""
+            return f"X'{expression.this}'"
+
     class Parser(DuckDB.Parser):  # type: ignore[misc,valid-type]  # a variable to sqlglot's typing
         def _parse_when_matched(self) -> exp.Whens:
             """MERGE's WHEN clauses as DuckDB reads them (its grammar, not sqlglot's generic one)."""
