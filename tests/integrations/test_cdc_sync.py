@@ -82,16 +82,21 @@ def _line(
 
 def _lines(
     fmt: str, table: str, op: str, before: Any, after: Any, lsn: int, omit: bool = False
-) -> list[tuple[str, str | None]]:
-    """A change's lines; a key change ("mv") is one wal2json U, and a Debezium delete + create."""
+) -> list[tuple[str | None, str | None]]:
+    """A change's lines; a key change ("mv") is one wal2json U, and a Debezium delete + create. Debezium
+    follows a delete with a tombstone (its key, a null value), as it does by default."""
     if op != "mv":
-        return [_line(fmt, table, op, before, after, lsn, omit)]
-    if fmt == "wal2json":
-        return [_line(fmt, table, "u", before, after, lsn, omit)]
-    return [_line(fmt, table, "d", before, None, lsn), _line(fmt, table, "c", None, after, lsn)]
+        lines = [_line(fmt, table, op, before, after, lsn, omit)]
+    elif fmt == "wal2json":
+        lines = [_line(fmt, table, "u", before, after, lsn, omit)]
+    else:
+        lines = [_line(fmt, table, "d", before, None, lsn), _line(fmt, table, "c", None, after, lsn)]
+    if fmt == "debezium" and op in ("d", "mv"):
+        lines.insert(1, (None, lines[0][1]))
+    return lines  # type: ignore[return-value]
 
 
-def _events(lines: list[tuple[str, str | None]], fmt: str) -> pa.Table:
+def _events(lines: list[tuple[str | None, str | None]], fmt: str) -> pa.Table:
     return events_from_json(
         [line for line, _ in lines], fmt, [k for _, k in lines] if fmt == "debezium" else None
     )
@@ -589,8 +594,11 @@ def test_binary_decimals_that_cannot_be_decoded_exactly_are_refused(tmp_path: Pa
     assert cat.tables() == []
 
 
-def _with_boundaries(fmt: str, txn: int, lines: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
-    """A source transaction's lines between its begin and its end, each change naming the transaction."""
+def _with_boundaries(
+    fmt: str, txn: int, lines: list[tuple[str | None, str | None]]
+) -> list[tuple[str | None, str | None]]:
+    """A source transaction's lines between its begin and its end, each change naming the transaction
+    (a Debezium tombstone, a null value, is outside transactions: it stays as it is)."""
     if fmt == "wal2json":
         body = [("{" + f'"xid":{txn},' + line[1:], key) for line, key in lines]
         return [
@@ -600,13 +608,19 @@ def _with_boundaries(fmt: str, txn: int, lines: list[tuple[str, str | None]]) ->
         ]
     ident = f"{txn}:{txn * 100}"
     body = [
-        (line.replace('"payload": {', f'"payload": {{"transaction": {{"id": "{ident}"}}, ', 1), key)
+        (
+            line
+            if line is None
+            else line.replace('"payload": {', f'"payload": {{"transaction": {{"id": "{ident}"}}, ', 1),
+            key,
+        )
         for line, key in lines
     ]
     begin = json.dumps(
         {"schema": {"type": "struct"}, "payload": {"status": "BEGIN", "id": ident, "ts_ms": 1}}
     )
-    end = json.dumps({"status": "END", "id": ident, "event_count": len(lines), "ts_ms": 1})
+    count = sum(line is not None for line, _ in lines)
+    end = json.dumps({"status": "END", "id": ident, "event_count": count, "ts_ms": 1})
     return [(begin, None), *body, (end, None)]
 
 

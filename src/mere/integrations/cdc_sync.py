@@ -8,7 +8,8 @@ The engine-neutral core of :func:`mere.integrations.spark.sync_database`; it run
 
 - ``table``: the source table (``schema.table`` or ``table``; the target is ``<namespace>.<table>``);
 - ``op``: Debezium's ``c``/``u``/``d``/``r`` or wal2json's ``I``/``U``/``D`` (``B``/``C``/``M``
-  transaction and message records are skipped);
+  transaction and message records are skipped, and so are Debezium's tombstones, op ``tombstone``: the
+  null value Kafka log compaction needs after a delete, which carries no change of its own);
 - ``seq``: the change's position in the source's log (its LSN as an integer): the tables' ``sequence_by``;
 - ``before`` / ``after``: the old and new row images, each a map from column name to the value's JSON
   text (strings unquoted), as Spark's ``from_json`` gives them for ``map<string,string>``;
@@ -493,6 +494,10 @@ def _lsn(value: Any) -> int | None:
     return position if position is not None and 0 <= position <= _MAX_POSITION else None
 
 
+TOMBSTONE = "tombstone"
+"""The op of a Debezium tombstone (a Kafka message whose value is null): skipped."""
+
+
 class _NegativeZero(int):
     """JSON's ``-0``, kept as its text (a float column's negative zero: Python's ints have no sign for 0)."""
 
@@ -606,14 +611,15 @@ def _wal2json_row(line: str, change: Any) -> dict[str, Any]:
 
 
 def events_from_json(
-    lines: Iterable[str], format: str = "debezium", keys: Iterable[str | None] | None = None
+    lines: Iterable[str | None], format: str = "debezium", keys: Iterable[str | None] | None = None
 ) -> pa.Table:
     """JSON change events -> the :data:`EVENT_SCHEMA` table :func:`sync_batch` takes (parsed in Python:
     the reference for the Spark path, which parses in the JVM).
 
     Args:
         lines: One JSON document per event: Debezium envelopes (with or without the JSON converter's
-            ``schema``/``payload`` wrapping) or wal2json ``format-version`` 2 records.
+            ``schema``/``payload`` wrapping; None or ``null``, a tombstone, is skipped) or wal2json
+            ``format-version`` 2 records.
         format: ``"debezium"`` or ``"wal2json"``.
         keys: For Debezium, each event's Kafka message key (JSON), whose fields are the primary key.
 
@@ -628,10 +634,16 @@ def events_from_json(
     rows = []
     key_list = list(keys) if keys is not None else None
     for i, line in enumerate(lines):
+        if line is None:  # a Kafka tombstone (a null value): Debezium's, skipped; malformed in wal2json
+            rows.append({"op": TOMBSTONE} if format == "debezium" else {"raw": None})
+            continue
         try:
             parsed = json.loads(line, parse_float=Decimal, parse_int=_json_int)
         except (json.JSONDecodeError, TypeError):
             rows.append({"raw": line})
+            continue
+        if format == "debezium" and parsed is None:  # a tombstone written as JSON null
+            rows.append({"op": TOMBSTONE, "raw": line})
             continue
         if format == "debezium":
             key = None
@@ -703,7 +715,7 @@ def _normal_op(op: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     upsert = pc.is_in(low, pa.array(["c", "r", "i", "u", "create", "read", "insert", "update"]))
     delete = pc.is_in(low, pa.array(["d", "delete"]))
     # "c" is Debezium's create; wal2json writes COMMIT as "C" (upper case) and BEGIN as "B", messages "M".
-    marker = pc.is_in(op, pa.array(["B", "C", "M"]))
+    marker = pc.is_in(op, pa.array(["B", "C", "M", TOMBSTONE]))
     is_update = pc.is_in(low, pa.array(["u", "update"]))
     normal = pc.if_else(
         marker,

@@ -25,6 +25,7 @@ from mere.errors import InvalidInput
 from mere.integrations.cdc_sync import (
     EVENT_SCHEMA,
     FORMATS,
+    TOMBSTONE,
     UNAVAILABLE_VALUE,
     SyncOptions,
     SyncResult,
@@ -122,14 +123,15 @@ def parse_events(stream_df: Any, format: str = "debezium") -> Any:
         status = part("status")
         boundary = F.when(status == "BEGIN", F.lit("B")).when(status == "END", F.lit("C"))
         marker = boundary.isNotNull() & part("id").isNotNull()  # a transaction metadata event
+        tombstone = F.col("raw").isNull() | (F.trim(F.col("raw")) == F.lit("null"))  # Kafka's null value
         return parsed.select(
             F.when(~marker, table).alias("table"),
-            F.when(marker, boundary).otherwise(part("op")).alias("op"),
+            F.when(tombstone, F.lit(TOMBSTONE)).when(marker, boundary).otherwise(part("op")).alias("op"),
             F.when(~marker, F.coalesce(source["lsn"], part("ts_ms"))).alias("seq"),
             part("before").alias("before"),
             part("after").alias("after"),
             F.map_from_entries(types).alias("types"),
-            F.when(~marker, key).alias("key"),
+            F.when(~marker & ~tombstone, key).alias("key"),
             F.col("raw"),
             F.when(marker, part("id")).otherwise(part("transaction")["id"]).alias("txn"),
         )
