@@ -815,3 +815,14 @@ def test_durations_are_seconds_in_every_format(tmp_path: Path) -> None:
             got[2],
             None,
         ]
+
+
+def test_python_dash_m_mere_is_the_command_line(warehouse: Path, tmp_path: Path) -> None:
+    args = ["-w", str(warehouse), "tables"]
+    env = clean_env(tmp_path)
+    short = subprocess.run([sys.executable, "-m", "mere", *args], env=env, capture_output=True, timeout=120)
+    long = subprocess.run(
+        [sys.executable, "-m", "mere.cli", *args], env=env, capture_output=True, timeout=120
+    )
+    assert short.returncode == long.returncode == 0, short.stderr
+    assert short.stdout == long.stdout and b"sales.orders" in short.stdout
