@@ -359,6 +359,11 @@ class NewTable:
     uuid: str
 
 
+# How far a writer's clock may be from the store's before a cleanup fence can be misjudged: a commit
+# whose clock-based start comes within this of a fence gives its files' own store times instead.
+CLOCK_MARGIN_MICROS = 15 * 60 * 1_000_000
+
+
 @dataclass
 class CommitRequest:
     """One table's commit, prepared at ``base_version`` and ready to land: what
@@ -384,4 +389,7 @@ class CommitRequest:
     create: NewTable | None = None
     # Microseconds since the epoch when the commit's oldest new file began to be written: a cleanup that
     # may delete files older than a later time (see ``SqlCatalog.fence_cleanup``) refuses the commit.
+    # By the writer's clock (trusted within ``CLOCK_MARGIN_MICROS``), or, ``written_since_exact``, the
+    # oldest file's time as the store gives it, the time cleanup compares with its cutoff.
     written_since: int | None = None
+    written_since_exact: bool = False

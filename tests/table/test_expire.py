@@ -123,6 +123,37 @@ def test_a_write_that_outlived_a_cleanup_is_refused_and_the_table_stays_readable
     assert sorted(t.refresh().to_arrow().column("id").to_pylist()) == [1, 2]
 
 
+@pytest.mark.parametrize(
+    "skew_s", [10, -10, 14 * 60, -3600], ids=["ahead-10s", "behind-10s", "ahead-14m", "behind-1h"]
+)
+def test_the_cleanup_fence_holds_whatever_the_writer_clock(
+    cat: mere.Catalog, monkeypatch: pytest.MonkeyPatch, skew_s: int
+) -> None:
+    """The fence compares the store's times where clocks could mislead it: a writer whose clock is off
+    (by up to ``CLOCK_MARGIN_MICROS`` ahead, or any amount behind) is refused when a cleanup took its
+    files, and lands when the cleanup ran before it began (a clock behind once refused that)."""
+    import time
+
+    import mere.table.commit as commit_module
+
+    t = cat.create_table("exp.skew", SCHEMA, primary_key="id", buckets=2)
+    t.upsert(pa.table({"id": [1], "v": [1]}))
+    other = mere.connect(cat.storage.uri, catalog=cat.sql.url).table("exp.skew")
+    real_now = commit_module.now_micros
+    monkeypatch.setattr(commit_module, "now_micros", lambda: real_now() + skew_s * 1_000_000)
+    before = (t.version, t.to_arrow())
+    with pytest.raises(errors.OutlivedCleanup), t.transaction() as tx:
+        tx.upsert(pa.table({"id": [2, 3], "v": [2, 3]}))
+        assert other.cleanup(older_than=dt.timedelta(0), dry_run=False)  # took the files just written
+    t = t.refresh()
+    assert (t.version, t.to_arrow()) == before
+    time.sleep(0.05)  # past the cleanup's cutoff by the file system's clock too
+    t.upsert(pa.table({"id": [4], "v": [4]}))  # begun after the cleanup: lands
+    assert sorted(t.refresh().to_arrow().column("id").to_pylist()) == [1, 4]
+    for version in range(t.version + 1):
+        t.scan(version=version).to_arrow()
+
+
 def test_a_staged_write_that_outlived_a_cleanup_is_refused(cat: mere.Catalog) -> None:
     t = cat.create_table("exp.fence_staged", SCHEMA, primary_key="id", buckets=2)
     staged = t.stage(pa.table({"id": [1], "v": [1]}))

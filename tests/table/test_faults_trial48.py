@@ -986,20 +986,7 @@ def test_writer_killed_mid_multipart_upload_through_slow_s3(env: Env) -> None:
 
 @pytest.mark.parametrize(
     "skew_s",
-    [
-        0,
-        pytest.param(
-            10,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the cleanup fence compares a writer's written_since (the writer's clock: "
-                "Commit.__init__'s now_micros()) with the cleaner's cutoff (the cleaner's time.time()), "
-                "while cleanup picks files by S3's LastModified: a writer whose clock runs 10 s ahead is "
-                "not refused after a cleanup of age 0 deleted its uploaded files, and its commit lands "
-                "referencing missing files (StorageError on read)",
-            ),
-        ),
-    ],
+    [0, 10],
     ids=["clocks-agree", "writer-10s-ahead"],
 )
 def test_cleanup_fence_with_a_writer_clock_ahead(

@@ -41,6 +41,7 @@ from mere.errors import (
     TagExists,
 )
 from mere.metadata import (
+    CLOCK_MARGIN_MICROS,
     SEQ_SHIFT,
     CommitRequest,
     CommitResult,
@@ -1369,6 +1370,7 @@ class SqlCatalog:
         spec: str | None = None,
         restores: int | None = None,
         written_since: int | None = None,
+        written_since_exact: bool = False,
     ) -> CommitResult:
         """Atomically add and remove files as a new table version.
 
@@ -1376,8 +1378,10 @@ class SqlCatalog:
         commit cannot be rebased onto it. Files to remove that are already gone are always a conflict.
         ``restores``: the version whose files this commit adds again (a rollback); if an expire gave it up
         meanwhile the commit raises :class:`NoSuchVersion` and changes nothing. ``written_since``: when
-        the oldest file of ``add`` began to be written (microseconds); a cleanup fenced after it (see
-        :meth:`fence_cleanup`) refuses the commit with :class:`OutlivedCleanup`.
+        the oldest file of ``add`` began to be written (microseconds): by the writer's clock, trusted within
+        :data:`~mere.metadata.CLOCK_MARGIN_MICROS`, or ``written_since_exact``, the store's time of that
+        file; a cleanup fenced after it (see :meth:`fence_cleanup`) refuses the commit with
+        :class:`OutlivedCleanup`.
         """
         request = CommitRequest(
             table_id,
@@ -1391,6 +1395,7 @@ class SqlCatalog:
             spec,
             restores,
             written_since=written_since,
+            written_since_exact=written_since_exact,
         )
         landed = self._commit([request], None, [self._label(table_id)])
         assert landed is not None  # no transaction key
@@ -1582,7 +1587,13 @@ class SqlCatalog:
 
     def _check_fences(self, conn: Connection, requests: Sequence[CommitRequest], ids: Sequence[int]) -> None:
         """Refuse commits whose files a cleanup fenced after they began to be written may have deleted."""
-        since = {i: r.written_since for r, i in zip(requests, ids, strict=True) if r.written_since and r.add}
+        # A writer's clock is trusted within CLOCK_MARGIN_MICROS of the store's; a commit that came closer
+        # to a fence gave its files' own times (Commit.pin_written_since), compared exactly.
+        since = {
+            i: r.written_since - (0 if r.written_since_exact else CLOCK_MARGIN_MICROS)
+            for r, i in zip(requests, ids, strict=True)
+            if r.written_since and r.add
+        }
         if not since:
             return
         keys = {_fence_key(i): i for i in since}
@@ -1597,6 +1608,17 @@ class SqlCatalog:
                     "this write was made, so its files may be gone: nothing was committed; write again, and "
                     "give cleanup an older_than longer than the longest write takes"
                 )
+
+    @_wraps_database_errors("read a cleanup fence")
+    def cleanup_fence(self, table_id: int) -> int | None:
+        """The newest cutoff a cleanup of the table fenced (microseconds since the epoch), or None."""
+        if not self._ensure_schema(create=False):
+            return None
+        with self.engine.connect() as conn:
+            held = conn.execute(
+                sa.select(catalog_info.c.value).where(catalog_info.c.key == _fence_key(table_id))
+            ).scalar()
+        return None if held is None else int(held)
 
     @_wraps_database_errors("fence a cleanup")
     def fence_cleanup(self, table_id: int, cutoff_micros: int) -> None:

@@ -553,6 +553,31 @@ class Storage:
             raise StorageError(f"looking up files to commit failed: {_first_line(e)}") from e
         return [r for r, g in zip(rels, found) if g]
 
+    def written_micros(self, rels: Sequence[str]) -> list[int | None]:
+        """Each file's time as :meth:`list_files` gives it (the store's clock: what a cleanup compares with
+        its cutoff), in microseconds; None for a file that does not exist. One metadata request each on an
+        object store, run concurrently."""
+        late = 1.0 if self.is_remote else 0.0
+
+        def written(rel: str) -> int | None:
+            path = self.full_path(rel)
+            if not self.is_remote:
+                try:
+                    return int(os.stat(path).st_mtime * 1e6) - 1  # floored: never after the file's time
+                except FileNotFoundError:
+                    return None
+            info = self._retrying(
+                f"looking up {path}", lambda: self._fs_for(path).get_file_info(path), read=True
+            )
+            if info.type == pafs.FileType.NotFound:
+                return None
+            return int(((info.mtime.timestamp() if info.mtime is not None else 0.0) + late) * 1e6) - 1
+
+        try:
+            return list(shared_pool("ranges", self.max_connections).map(written, rels))
+        except OSError as e:
+            raise StorageError(f"looking up files to commit failed: {_first_line(e)}") from e
+
     def list_files(self, rel_dir: str) -> list[tuple[str, int, float]]:
         """Every file below a directory: (relative path, size, mtime seconds, never before the file was
         written). Maintenance only: commits and reads never list."""

@@ -30,11 +30,13 @@ from mere.errors import (
     InvalidInput,
     MereError,
     NoSuchVersion,
+    OutlivedCleanup,
     SchemaChanged,
     StorageError,
 )
 from mere.metadata import (
     BLIND_DELETE_MARKERS,
+    CLOCK_MARGIN_MICROS,
     DELETE_MARKERS,
     DELETED_ROWS,
     MOVED_KEYS,
@@ -95,6 +97,7 @@ class PreparedCommit:
             "spec": r.spec,
             "restores": r.restores,
             "written_since": r.written_since,
+            "written_since_exact": r.written_since_exact,
         }
 
 
@@ -711,6 +714,7 @@ class Commit:
             except NoSuchVersion as e:  # expired meanwhile: read the rows it replaces at a newer one
                 self.rebase()
                 raise CommitConflict(f"{ctx.name}: version {base} expired before this write read it") from e
+        written_since, exact = self.written_since_for([f.path for f in add])
         request = CommitRequest(
             ctx.table_id,
             base_version=base,
@@ -722,9 +726,29 @@ class Commit:
             idempotency_key=self.idempotency_key,
             spec=spec,
             restores=self._restores(),
-            written_since=self.written_since,
+            written_since=written_since,
+            written_since_exact=exact,
         )
         return PreparedCommit(request, logs)
+
+    def written_since_for(self, paths: Sequence[str]) -> tuple[int, bool]:
+        """When the commit's files began to be written, for the catalog's cleanup fence: this process's
+        clock, or, where a fence lies within ``CLOCK_MARGIN_MICROS`` of it (clocks may differ that much),
+        the oldest file's time as the store gives it (the time the cleanup compared), and True. A file
+        already gone refuses the commit."""
+        ctx = self.ctx
+        fence = ctx.store.cleanup_fence(ctx.table_id) if paths else None
+        if fence is None or fence <= self.written_since - CLOCK_MARGIN_MICROS:
+            return self.written_since, False
+        times = ctx.storage.written_micros(paths)
+        gone = [p for p, t in zip(paths, times, strict=True) if t is None]
+        if gone:
+            raise OutlivedCleanup(
+                f"{ctx.name}: a cleanup deleted {len(gone)} of the files this write made (such as {gone[0]}) "
+                "before it committed: nothing was committed; write again, and give cleanup an older_than "
+                "longer than the longest write takes"
+            )
+        return min(t for t in times if t is not None), True
 
     def landed(self, prepared: PreparedCommit, result: CommitResult) -> CommitResult:
         """The catalog landed ``prepared`` (or named the commit its idempotency key made first)."""

@@ -153,6 +153,7 @@ class MetadataStore(Protocol):
         spec: str | None = None,
         restores: int | None = None,
         written_since: int | None = None,
+        written_since_exact: bool = False,
     ) -> CommitResult:
         """Add and remove files as one new version (see :meth:`SqlCatalog.commit`)."""
 
@@ -167,6 +168,9 @@ class MetadataStore(Protocol):
 
     def fence_cleanup(self, table_id: int, cutoff_micros: int) -> None:
         """Tell commits that a cleanup may delete the table's files older than ``cutoff_micros``."""
+
+    def cleanup_fence(self, table_id: int) -> int | None:
+        """The newest cutoff a cleanup of the table fenced (microseconds), or None."""
 
     def find_transaction(self, key: str) -> dict[str, tuple[int, int | None]] | None:
         """The tables a catalog transaction with an idempotency key committed."""
