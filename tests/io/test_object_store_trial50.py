@@ -379,6 +379,7 @@ def test_a_faulted_command_loses_nothing_and_its_retry_lands_once(
     t, states = _prepared(lake, name)
     time.sleep(1.1)  # the store's times are whole seconds: the stray staged files are then old enough
     before = t.version
+    objects_before = lake.objects()
     flaky = lake.connect(proxy, retries="0").table(name)
     proxy.faults = FAULTS[fault]()
     outcome: Any
@@ -395,6 +396,8 @@ def test_a_faulted_command_loses_nothing_and_its_retry_lands_once(
         # refused: the table is exactly as it was, or (expire/cleanup) it gave up only what it may
         if op in ("compact", "rollback", "upsert", "delete"):
             assert now == before, f"a failed {op} committed: {outcome!r}"
+            left = {k for k in lake.objects() - objects_before if not k.endswith("/")}
+            assert left == set(), f"a failed {op} left objects behind: {sorted(left)}"
     if now > before:
         assert now == before + 1
         states[now] = _expect(op, states, before)
@@ -530,3 +533,262 @@ def test_purge_keeps_a_foreign_object_whose_key_ends_in_a_slash(lake: Lake) -> N
     assert theirs in lake.objects()
     cat.drop_table("q.t", purge=True)
     assert theirs in lake.objects()
+
+
+# -- two writer processes, maintenance and a reader over slow, flaky S3, with kills -------------------------
+
+CHAOS = "c.t"
+
+
+def _chaos_rows(key: str) -> pa.Table:
+    rng = random.Random(key)
+    return rows(sorted(rng.sample(range(300), 25)), int(key.split("-")[2]) + 1000 * int(key.split("-")[1]))
+
+
+def _chaos_apply(state: dict[int, int], key: str) -> None:
+    if key.startswith("d-"):
+        n = int(key.split("-")[3])
+        for k in [k for k in state if k % n == 0]:
+            del state[k]
+    else:
+        state.update(content(_chaos_rows(key)))
+
+
+def _chaos_run(t: mere.Table, key: str) -> Any:
+    if key.startswith("d-"):
+        return t.delete(f"id % {int(key.split('-')[3])} = 0", idempotency_key=key)
+    return t.upsert(_chaos_rows(key), idempotency_key=key)
+
+
+def _chaos_keys(w: int, count: int) -> list[str]:
+    rng = random.Random(50 + w)
+    return [
+        f"d-{w}-{i}-{rng.randrange(5, 12)}" if rng.random() < 0.25 else f"u-{w}-{i}" for i in range(count)
+    ]
+
+
+def _log(path: str, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _chaos_writer(args: tuple[str, str, dict[str, str]], keys: list[str], log: str) -> None:
+    done: set[str] = set()
+    with contextlib.suppress(FileNotFoundError), open(log) as f:
+        done = {ln.split()[1] for ln in f if ln.startswith("ack ")}
+    cat = mere.connect(args[0], catalog=args[1], storage_options=args[2])
+    for key in keys:
+        if key in done:
+            continue
+        for attempt in range(100):
+            try:
+                r = _chaos_run(cat.table(CHAOS), key)
+                _log(log, f"ack {key} {r.version} {int(r.no_change)}")
+                break
+            except MereError as e:
+                _log(log, f"err {key} {type(e).__name__} {attempt}")
+            except Exception as e:
+                _log(log, f"raw {key} {type(e).__name__}: {str(e)[:200]!r}")
+            time.sleep(0.05)
+
+
+def _chaos_maintenance(args: tuple[str, str, dict[str, str]], seconds: float, log: str) -> None:
+    cat = mere.connect(args[0], catalog=args[1], storage_options=args[2])
+    rng = random.Random(os.getpid())
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        op = rng.choice(["compact", "compact", "expire", "cleanup", "rollback"])
+        try:
+            t = cat.table(CHAOS)
+            if op == "compact":
+                t.compact()
+            elif op == "expire":
+                t.expire(older_than=dt.timedelta(seconds=4), dry_run=False)
+            elif op == "cleanup":
+                t.cleanup(older_than=dt.timedelta(0), dry_run=False)  # while writes upload
+            elif t.version > 3:
+                t.rollback(t.version - 1)
+            _log(log, f"ok {op}")
+        except MereError as e:
+            _log(log, f"err {op} {type(e).__name__} {str(e)[:200]!r}")
+        except Exception as e:
+            _log(log, f"raw {op} {type(e).__name__}: {str(e)[:200]!r}")
+        time.sleep(0.3)
+
+
+def _chaos_reader(args: tuple[str, str, dict[str, str]], seconds: float, log: str) -> None:
+    cat = mere.connect(args[0], catalog=args[1], storage_options=args[2])
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            t = cat.table(CHAOS)
+            v = t.version
+            got = content(t.scan(version=v).to_arrow())
+            _log(log, f"read {v} {sorted(got.items())!r}")
+        except MereError as e:
+            _log(log, f"err read {type(e).__name__} {str(e)[:200]!r}")
+        except Exception as e:
+            _log(log, f"raw read {type(e).__name__}: {str(e)[:200]!r}")
+        time.sleep(0.1)
+
+
+def _chaos_model(t: mere.Table) -> dict[int, dict[int, int]]:
+    states: dict[int, dict[int, int]] = {0: {}}
+    for snap in t.history():
+        if snap.version == 0:
+            continue
+        state = dict(states[snap.version - 1])
+        if snap.operation == "rollback":
+            state = dict(states[int(snap.summary["rollback_to"])])
+        elif snap.operation not in ("compact", "set_properties"):
+            assert snap.idempotency_key, (snap.version, snap.operation, snap.summary)
+            _chaos_apply(state, snap.idempotency_key)
+        states[snap.version] = state
+    return states
+
+
+def test_two_writer_processes_maintenance_and_a_reader_over_flaky_slow_s3_with_kills(
+    lake: Lake, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    lake.connect().create_table(CHAOS, SCHEMA, primary_key="id", buckets=2, properties=MANUAL)
+    proxy.rtt_ms = 30
+    proxy.faults = FaultPlan("error", probability=0.04, seed=50)  # 503s: retried by the client
+    args = (lake.warehouse, lake.catalog, lake.options(proxy))
+    keys = {w: _chaos_keys(w, 10) for w in range(2)}
+    logs = {name: str(tmp_path / f"{name}.log") for name in ("w0", "w1", "maint", "reader")}
+    seconds = 25.0
+    ctx = mp.get_context("spawn")
+    procs: dict[str, Any] = {}
+
+    def start(name: str) -> None:
+        if name.startswith("w"):
+            p = ctx.Process(target=_chaos_writer, args=(args, keys[int(name[1])], logs[name]))
+        elif name == "maint":
+            p = ctx.Process(target=_chaos_maintenance, args=(args, seconds, logs[name]))
+        else:
+            p = ctx.Process(target=_chaos_reader, args=(args, seconds, logs[name]))
+        p.start()
+        procs[name] = p
+
+    rng = random.Random(50)
+    kills = 0
+    try:
+        for name in logs:
+            start(name)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds + 90:
+            time.sleep(rng.uniform(1.5, 3.0))
+            alive = [n for n, p in procs.items() if p.is_alive()]
+            if not any(n.startswith("w") for n in alive):
+                break
+            if time.monotonic() - t0 < seconds and alive:
+                victim = rng.choice([n for n in alive if n != "reader"] or alive)
+                os.kill(procs[victim].pid, signal.SIGKILL)  # mid-upload, mid-commit, mid-cleanup: wherever
+                procs[victim].join()
+                kills += 1
+                if victim != "maint" or time.monotonic() - t0 < seconds - 3:
+                    start(victim)
+        for p in procs.values():
+            p.join(60)
+    finally:
+        for p in procs.values():
+            if p.is_alive():
+                p.kill()
+                p.join()
+        proxy.faults = None
+    assert kills >= 3
+
+    cat = lake.connect()
+    t = cat.table(CHAOS)
+    landed = [s.idempotency_key for s in t.history() if s.idempotency_key]
+    assert len(landed) == len(set(landed)), f"an operation landed twice: {landed}"
+    states = _chaos_model(t)
+    t = check(cat, CHAOS, states)
+    history = {s.idempotency_key: s.version for s in t.history() if s.idempotency_key}
+    text = {name: Path(path).read_text() if Path(path).exists() else "" for name, path in logs.items()}
+    raw = [ln for body in text.values() for ln in body.splitlines() if ln.startswith("raw ")]
+    assert raw == [], raw[:5]
+    for w in range(2):
+        acks = [ln.split() for ln in text[f"w{w}"].splitlines() if ln.startswith("ack ")]
+        assert {a[1] for a in acks} == set(keys[w]), "a writer never finished its work"
+        for _, key, version, no_change in acks:
+            if no_change == "1":
+                assert key not in history
+            else:
+                assert history.get(key) == int(version), (key, version, history.get(key))
+    reads = [ln.split(" ", 2) for ln in text["reader"].splitlines() if ln.startswith("read ")]
+    assert reads, text["reader"][-1000:]
+    for _, v, got in reads:
+        assert got == repr(sorted(states[int(v)].items())), f"the reader saw version {v} wrong"
+    assert "StorageError" not in text["maint"], text["maint"][-2000:]
+    t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    time.sleep(1.1)
+    t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    check(cat, CHAOS, states)
+    no_strays(lake, t)
+
+
+# -- readers while maintenance runs ---------------------------------------------------------------------------
+
+
+def test_a_reader_mid_scan_while_compact_expire_and_cleanup_run_gets_its_rows_or_a_typed_error(
+    lake: Lake,
+) -> None:
+    cat = lake.connect()
+    t = cat.create_table(
+        "r.t", SCHEMA, primary_key="id", buckets=8, properties={**MANUAL, "read.window-bytes": "1KiB"}
+    )
+    state: dict[int, int] = {}
+    for i in range(4):
+        batch = rows(range(i * 500, i * 500 + 2000), i)
+        state.update(content(batch))
+        t.upsert(batch)
+    pinned = t.version
+    planned = cat.table("r.t").scan(version=pinned)  # planned, not yet read
+    streaming = cat.table("r.t").scan(version=pinned).to_batches()
+    first = next(streaming)  # a reader half-way through its stream
+
+    other = lake.connect().table("r.t")
+    other.compact()
+    other.upsert(rows(range(9000, 9010), 9))
+    other.expire(older_than=dt.timedelta(0), dry_run=False)  # the pinned version's files go
+    time.sleep(1.1)
+    other.cleanup(older_than=dt.timedelta(0), dry_run=False)
+
+    outcomes = []
+    for read in (lambda: pa.Table.from_batches([first, *streaming]), planned.to_arrow):
+        try:
+            got = content(read())
+        except MereError as e:  # StorageError or NoSuchVersion: typed, nothing partial
+            outcomes.append(type(e).__name__)
+        else:
+            assert got == state, "a reader got rows of no version"
+            outcomes.append("rows")
+    # The table itself lost nothing.
+    final = dict(state)
+    final.update(content(rows(range(9000, 9010), 9)))
+    assert content(lake.connect().table("r.t").to_arrow()) == final
+    assert all(o in ("rows", "StorageError", "NoSuchVersion") for o in outcomes), outcomes
+
+
+def test_a_commit_of_staged_files_whose_existence_check_fails_is_refused_and_lands_once_later(
+    lake: Lake, proxy: LatencyProxy
+) -> None:
+    t = lake.connect(proxy, retries="0").create_table(
+        "s.t", SCHEMA, primary_key="id", buckets=2, properties=MANUAL
+    )
+    t.upsert(rows(range(10), 1))
+    staged = t.stage(rows(range(5, 15), 2), "upsert")
+    proxy.faults = FaultPlan("error", every=1, methods=["HEAD", "GET"])
+    with pytest.raises(MereError):
+        t.commit([staged], idempotency_key="staged-1")
+    proxy.faults = None
+    direct = lake.connect().table("s.t")
+    assert (direct.version, content(direct.to_arrow())) == (1, dict.fromkeys(range(10), 1))
+    r = t.commit([staged], idempotency_key="staged-1")
+    assert not r.already_committed and r.version == 2
+    assert t.commit([staged], idempotency_key="staged-1").already_committed
+    want = {**dict.fromkeys(range(10), 1), **dict.fromkeys(range(5, 15), 2)}
+    assert content(lake.connect().table("s.t").to_arrow()) == want
