@@ -392,12 +392,11 @@ def test_a_faulted_command_loses_nothing_and_its_retry_lands_once(
 
     direct = lake.connect()
     now = direct.table(name).version
-    if isinstance(outcome, MereError):
-        # refused: the table is exactly as it was, or (expire/cleanup) it gave up only what it may
-        if op in ("compact", "rollback", "upsert", "delete"):
-            assert now == before, f"a failed {op} committed: {outcome!r}"
-            left = {k for k in lake.objects() - objects_before if not k.endswith("/")}
-            assert left == set(), f"a failed {op} left objects behind: {sorted(left)}"
+    if isinstance(outcome, MereError) and op in ("compact", "rollback", "upsert", "delete"):
+        # refused: the table is exactly as it was, and the objects the command uploaded are gone again
+        assert now == before, f"a failed {op} committed: {outcome!r}"
+        left = {k for k in lake.objects() - objects_before if not k.endswith("/")}
+        assert left == set(), f"a failed {op} left objects behind: {sorted(left)}"
     if now > before:
         assert now == before + 1
         states[now] = _expect(op, states, before)
