@@ -731,7 +731,7 @@ def test_two_writer_processes_maintenance_and_a_reader_over_flaky_slow_s3_with_k
     args = (lake.warehouse, lake.catalog, lake.options(proxy))
     keys = {w: _chaos_keys(w, 10) for w in range(2)}
     logs = {name: str(tmp_path / f"{name}.log") for name in ("w0", "w1", "maint", "reader")}
-    seconds = 25.0
+    seconds = 20.0
     ctx = mp.get_context("spawn")
     procs: dict[str, Any] = {}
 
@@ -865,3 +865,83 @@ def test_a_commit_of_staged_files_whose_existence_check_fails_is_refused_and_lan
     assert t.commit([staged], idempotency_key="staged-1").already_committed
     want = {**dict.fromkeys(range(10), 1), **dict.fromkeys(range(5, 15), 2)}
     assert content(lake.connect().table("s.t").to_arrow()) == want
+
+
+STALLS = [
+    ("upsert", ["PUT", "POST"]),
+    ("expire", ["DELETE", "POST"]),
+    ("cleanup", ["GET"]),  # the listing (and nothing else cleanup does is a GET)
+]
+
+
+@pytest.mark.parametrize(("op", "methods"), STALLS, ids=[o for o, _ in STALLS])
+def test_a_request_that_is_never_answered_times_out_and_loses_nothing(
+    lake: Lake, proxy: LatencyProxy, op: str, methods: list[str]
+) -> None:
+    import threading
+
+    name = "st.t"
+    t, states = _prepared(lake, name)
+    time.sleep(1.1)
+    before = t.version
+    flaky = lake.connect(proxy, retries="1", request_timeout="1s", connect_timeout="1s").table(name)
+    proxy.faults = FaultPlan("stall", every=1, methods=methods, limit=2)  # then the retries get through
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(_op(flaky, op))
+        except MereError as e:
+            outcome.append(e)
+        except Exception as e:
+            outcome.append(("raw", e))
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(60)
+    proxy.faults = None
+    assert not worker.is_alive(), f"{op} hung on a request that is never answered"
+    assert proxy.stats.faults["stall"] == 2
+    assert not isinstance(outcome[0], (tuple, MereError)), outcome  # retried: the command succeeded
+    direct = lake.connect()
+    now = direct.table(name).version
+    assert now == before + (op in ("compact", "upsert"))
+    if now > before:
+        states[now] = _expect(op, states, before)
+    check(direct, name, states)
+    if op in ("expire", "cleanup"):
+        time.sleep(1.1)
+        direct.table(name).cleanup(older_than=dt.timedelta(0), dry_run=False)
+        no_strays(lake, direct.table(name))
+
+
+def test_a_failed_write_whose_undo_also_fails_stays_invisible_and_cleanup_takes_its_files(
+    lake: Lake, proxy: LatencyProxy
+) -> None:
+    name = "u.t"
+    t, states = _prepared(lake, name)
+    before = t.version
+    flaky = lake.connect(proxy, retries="0").table(name)
+    # Bucket 1's upload fails; the other buckets' files land, and deleting them again fails too.
+    proxy.faults = FaultPlan(
+        decide=lambda i: (
+            "error"
+            if (i.method == "PUT" and "bucket-00001/" in i.target) or i.method in ("DELETE", "POST")
+            else None
+        )
+    )
+    with pytest.raises(MereError):
+        flaky.upsert(rows(range(0, 300), 42), idempotency_key="doomed")
+    proxy.faults = None
+    direct = lake.connect()
+    assert direct.table(name).version == before
+    check(direct, name, states)
+    assert "doomed" not in [s.idempotency_key for s in direct.table(name).history()]
+    time.sleep(1.1)
+    direct.table(name).cleanup(older_than=dt.timedelta(0), dry_run=False)
+    check(direct, name, states)
+    no_strays(lake, direct.table(name))
+    r = direct.table(name).upsert(rows(range(0, 300), 42), idempotency_key="doomed")
+    assert not r.already_committed
+    states[r.version] = {**states[before], **dict.fromkeys(range(300), 42)}
+    check(direct, name, states)
