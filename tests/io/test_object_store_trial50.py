@@ -945,3 +945,25 @@ def test_a_failed_write_whose_undo_also_fails_stays_invisible_and_cleanup_takes_
     assert not r.already_committed
     states[r.version] = {**states[before], **dict.fromkeys(range(300), 42)}
     check(direct, name, states)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: drop_table(purge=True) whose deletes fail (DELETE 503s, retries=0) raises StorageError but "
+    "has already dropped the table from the catalog: its retry raises NoSuchTable and the table's files stay "
+    "under the location for good (no cleanup can reach them: the table is gone)",
+)
+def test_a_purge_whose_deletes_fail_can_be_retried_until_the_files_are_gone(
+    lake: Lake, proxy: LatencyProxy
+) -> None:
+    t, _ = _prepared(lake, "g.t")
+    loc = object_key(t, t.location)
+    flaky = lake.connect(proxy, retries="0")
+    proxy.faults = FaultPlan("error", every=1, methods=["DELETE", "POST"])
+    with pytest.raises(MereError):
+        flaky.drop_table("g.t", purge=True)
+    proxy.faults = None
+    with contextlib.suppress(mere.errors.NoSuchTable):  # the retry a job makes after the error
+        lake.connect().drop_table("g.t", purge=True)
+    left = sorted(k for k in lake.objects() if k.startswith(loc + "/") and not k.endswith("/"))
+    assert left == [], f"files of the dropped table no command can remove: {left}"
