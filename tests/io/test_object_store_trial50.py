@@ -226,7 +226,7 @@ def test_bad_storage_option_values_are_typed_errors_and_change_nothing(
             "9" * 40,
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="BUG: storage_options={'retries': '9'*40} raises a raw OverflowError "
+                reason="BUG: mere.connect('s3://b/wh', storage_options={'retries': '9'*40}) raises a raw OverflowError "
                 "('Python int too large to convert to C long'), not InvalidInput",
             ),
         ),
@@ -235,7 +235,7 @@ def test_bad_storage_option_values_are_typed_errors_and_change_nothing(
             "9" * 20,
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="BUG: storage_options={'max_connections': '9'*20} raises a raw OverflowError "
+                reason="BUG: mere.connect(..., storage_options={'max_connections': '9'*20}) raises a raw OverflowError "
                 "('Python int too large to convert to C long'), not InvalidInput",
             ),
         ),
@@ -244,7 +244,7 @@ def test_bad_storage_option_values_are_typed_errors_and_change_nothing(
             "http://[::1",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="BUG: storage_options={'endpoint': 'http://[::1'} raises a raw ValueError "
+                reason="BUG: mere.connect(..., storage_options={'endpoint': 'http://[::1'}) raises a raw ValueError "
                 "('Invalid IPv6 URL' from urllib), not InvalidInput",
             ),
         ),
