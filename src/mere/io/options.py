@@ -264,13 +264,14 @@ def as_bool(name: str, value: str) -> bool:
     return parse_bool(value, f"storage option {name!r}", shown=_show(name, value))
 
 
-def as_int(name: str, value: str, minimum: int = 0) -> int:
-    try:
-        n = int(value.strip())
-    except ValueError:
-        raise InvalidInput(f"storage option {name!r} must be an integer, got {_show(name, value)}") from None
+def as_int(name: str, value: str, minimum: int = 0, maximum: int = 2**31 - 1) -> int:
+    if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):  # ASCII digits only: int() also reads other scripts'
+        raise InvalidInput(f"storage option {name!r} must be an integer, got {_show(name, value)}")
+    n = int(value.strip())
     if n < minimum:
         raise InvalidInput(f"storage option {name!r} must be at least {minimum}, got {n}")
+    if n > maximum:
+        raise InvalidInput(f"storage option {name!r} must be at most {maximum}, got {_show(name, value)}")
     return n
 
 

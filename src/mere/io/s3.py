@@ -73,12 +73,23 @@ def parse_settings(opts: Mapping[str, str]) -> S3Settings:
     scheme = "https"
     host = None
     if endpoint:
-        parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidInput(
-                f"storage option 'endpoint' must look like http(s)://host[:port], got "
-                f"{redact_url(endpoint)!r}"
-            )
+        shape = (
+            f"storage option 'endpoint' must look like http(s)://host[:port], got {redact_url(endpoint)!r}"
+        )
+        try:
+            parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+            _ = parts.port  # a port that is not a number raises here
+        except ValueError:
+            raise InvalidInput(shape) from None
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.path.strip("/")
+            or parts.query
+            or parts.fragment
+            or parts.username is not None
+        ):
+            raise InvalidInput(shape)  # a path, query or user would be silently ignored
         host = parts.netloc.rpartition("@")[2]
         scheme = parts.scheme if "://" in endpoint else scheme
     if as_bool("allow_http", opts.get("allow_http", "false")) and (not endpoint or "://" not in endpoint):
@@ -87,10 +98,10 @@ def parse_settings(opts: Mapping[str, str]) -> S3Settings:
         endpoint=host,
         scheme=scheme,
         region=opts.get("region") or "us-east-1",
-        retries=as_int("retries", opts.get("retries", "5")),
+        retries=as_int("retries", opts.get("retries", "5"), maximum=100),
         connect_timeout=as_seconds("connect_timeout", opts.get("connect_timeout", "5")),
         request_timeout=as_seconds("request_timeout", opts.get("request_timeout", "30")),
-        max_connections=as_int("max_connections", opts.get("max_connections", "64"), minimum=1),
+        max_connections=as_int("max_connections", opts.get("max_connections", "64"), minimum=1, maximum=4096),
         coalesce_bytes=as_bytes("coalesce_bytes", opts.get("coalesce_bytes", str(1 << 20))),
         range_bytes=as_bytes("range_bytes", opts.get("range_bytes", str(32 << 20))),
         read_ahead_bytes=as_bytes("read_ahead_bytes", opts.get("read_ahead_bytes", str(256 << 20))),

@@ -97,7 +97,16 @@ class Catalog:
             not isinstance(storage_options, Mapping)
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in storage_options.items())
         ):
-            raise InvalidInput(f"storage_options must be a dict of strings, got {storage_options!r}")
+            if not isinstance(storage_options, Mapping):
+                raise InvalidInput(
+                    f"storage_options must be a dict of strings, got {type(storage_options).__name__}"
+                )
+            odd = [
+                f"{k!r} ({type(v).__name__})" for k, v in storage_options.items() if not isinstance(v, str)
+            ]
+            odd += [f"key {k!r}" for k in storage_options if not isinstance(k, str)]
+            # Names and types only: values may be secrets.
+            raise InvalidInput(f"storage_options must be a dict of strings; not a string: {', '.join(odd)}")
         if filesystem is not None and not isinstance(filesystem, pafs.FileSystem):
             raise InvalidInput(f"filesystem must be a pyarrow.fs.FileSystem, got {type(filesystem).__name__}")
         if filesystem is None and "://" not in warehouse:
