@@ -1,0 +1,437 @@
+"""Trial 50: atomicity and isolation of multi-table catalog transactions against a dict model.
+
+Four tables (keyed ``last``, keyed ``sum``, keyed and partitioned, and keyless) take mixes of upsert,
+delete, update, MERGE, schema evolution, properties, create-table and overwrite inside one catalog
+transaction; tags, compaction, drops and single-table writes run beside it. After every failure (user
+code, a refused write, bad input in the third of four operations, a conflict, a killed process) every
+table must be exactly as before (rows, version, schema, properties, tags), readable, with no files
+left behind; after a success every change is visible at once and time travel reads the versions before.
+Real processes (``spawn``) race conflicting transactions and are SIGKILLed at random moments, on SQLite
+and on a throwaway PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing as mp
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mere
+from backends import BACKENDS
+from mere.errors import CommitConflict, InvalidInput, MereError, NoSuchTable
+
+pytestmark = pytest.mark.timeout(600)
+
+STILL = {"compaction.auto": "off", "retention.max-age": "off"}
+KV = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int64())])
+PART = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int64()), ("p", pa.string())])
+LOG = pa.schema([("id", pa.int64()), ("v", pa.int64())])
+LAST, SUMS, PARTS, LOGS = "t50.last", "t50.sums", "t50.parts", "t50.logs"
+NAMES = (LAST, SUMS, PARTS, LOGS)
+
+
+def rows(ids: list[int], vals: list[int] | None = None) -> pa.Table:
+    return pa.table(
+        {"id": pa.array(ids, pa.int64()), "v": pa.array(ids if vals is None else vals, pa.int64())}
+    )
+
+
+def prows(ids: list[int], vals: list[int], parts: list[str]) -> pa.Table:
+    return pa.table(
+        {"id": pa.array(ids, pa.int64()), "v": pa.array(vals, pa.int64()), "p": pa.array(parts, pa.string())}
+    )
+
+
+def make_tables(cat: mere.Catalog, auto: bool = False) -> None:
+    props = {} if auto else STILL
+    cat.create_table(LAST, KV, primary_key="id", buckets=2, properties=props)
+    cat.create_table(SUMS, KV, primary_key="id", buckets=2, merge_operators={"v": "sum"}, properties=props)
+    cat.create_table(PARTS, PART, primary_key="id", partition_by=["p"], buckets=2, properties=props)
+    cat.create_table(LOGS, LOG, properties=props)
+    cat.table(LAST).upsert(rows([1, 2, 3], [10, 20, 30]))
+    cat.table(SUMS).upsert(rows([1, 2], [5, 5]))
+    cat.table(PARTS).upsert(prows([1, 2, 3], [1, 2, 3], ["a", "b", "a"]))
+    cat.table(LOGS).append(rows([1, 1], [7, 8]))
+
+
+def sorted_rows(data: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r.values()) for r in data.to_pylist())
+
+
+def state(cat: mere.Catalog) -> dict[str, Any]:
+    """Everything visible of every table, read through fresh handles."""
+    out: dict[str, Any] = {"tables": sorted(cat.tables("t50"))}
+    for name in out["tables"]:
+        t = cat.table(name)
+        out[name] = (
+            t.version,
+            [str(f) for f in t.schema],
+            {k: v for k, v in t.properties.items()},
+            dict(t.tags()),
+            sorted_rows(t.to_arrow()),
+        )
+    return out
+
+
+def leftovers(cat: mere.Catalog) -> dict[str, list[str]]:
+    return {n: cat.table(n).cleanup(older_than=dt.timedelta(0)) for n in cat.tables("t50")}
+
+
+def assert_untouched(cat: mere.Catalog, before: dict[str, Any]) -> None:
+    assert state(cat) == before
+    assert leftovers(cat) == {n: [] for n in before["tables"]}
+
+
+# -- a failure anywhere commits nothing --------------------------------------------------------------
+
+
+def _op_upsert_last(tx: Any) -> None:
+    tx.table(LAST).upsert(rows([4, 1], [40, 11]))
+
+
+def _op_sum(tx: Any) -> None:
+    tx.table(SUMS).upsert(rows([1, 9], [1, 1]))
+
+
+def _op_merge_parts(tx: Any) -> None:
+    (
+        tx.table(PARTS)
+        .merge(prows([1, 8], [100, 8], ["b", "c"]))
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+
+
+def _op_logs(tx: Any) -> None:
+    tx.table(LOGS).append(rows([5], [5]))
+
+
+def _op_delete_update(tx: Any) -> None:
+    tx.table(LAST).delete("id = 2").update({"v": "v + 1"}, where="id = 3")
+
+
+def _op_props(tx: Any) -> None:
+    tx.table(SUMS).set_properties({"write.compression": "snappy"})
+
+
+def _op_evolve(tx: Any) -> None:
+    with tx.table(LOGS).evolve() as e:
+        e.add_column("note", pa.string())
+
+
+def _op_create(tx: Any) -> None:
+    tx.create_table("t50.fresh", KV, primary_key="id").upsert(rows([1]))
+
+
+# in an order a transaction takes: column changes and reads before the writes of one table
+GOOD_OPS: list[Callable[[Any], None]] = [
+    _op_delete_update,
+    _op_evolve,
+    _op_upsert_last,
+    _op_sum,
+    _op_merge_parts,
+    _op_logs,
+    _op_props,
+    _op_create,
+]
+
+
+class Boom(Exception):
+    pass
+
+
+def _bad_user(tx: Any) -> None:
+    raise Boom("user code")
+
+
+def _bad_column(tx: Any) -> None:
+    tx.table(LAST).upsert(pa.table({"id": [1], "nope": [1]}))
+
+
+def _bad_type(tx: Any) -> None:
+    tx.table(SUMS).upsert(pa.table({"id": [1], "v": ["x"]}))
+
+
+def _bad_filter(tx: Any) -> None:
+    tx.table(PARTS).delete("no_such_column = 1")
+
+
+def _bad_delete_none(tx: Any) -> None:
+    tx.table(LAST).delete(None)
+
+
+def _bad_property(tx: Any) -> None:
+    tx.table(SUMS).set_properties({"write.compression": "nonsense-codec"})
+
+
+def _bad_update(tx: Any) -> None:
+    tx.table(LAST).update({"id": "id + 1"}, where="id = 1")  # a key column
+
+
+def _bad_null_key(tx: Any) -> None:
+    tx.table(LAST).upsert(pa.table({"id": pa.array([None], pa.int64()), "v": [1]}))
+
+
+def _bad_table(tx: Any) -> None:
+    tx.table("t50.missing").upsert(rows([1]))
+
+
+def _bad_create_existing(tx: Any) -> None:
+    tx.create_table(LAST, KV, primary_key="id")
+
+
+def _bad_merge(tx: Any) -> None:
+    tx.table(PARTS).merge(prows([1], [1], ["a"])).when_matched_update(set={"v": "s.nope"}).execute()
+
+
+def _bad_overflow(tx: Any) -> None:
+    tx.table(SUMS).upsert(rows([1], [2**63 - 1]))
+
+
+BAD_OPS: dict[str, tuple[Callable[[Any], None], type[BaseException]]] = {
+    "user": (_bad_user, Boom),
+    "column": (_bad_column, MereError),
+    "type": (_bad_type, MereError),
+    "filter": (_bad_filter, MereError),
+    "delete_none": (_bad_delete_none, MereError),
+    "property": (_bad_property, MereError),
+    "update_key": (_bad_update, MereError),
+    "null_key": (_bad_null_key, MereError),
+    "missing_table": (_bad_table, NoSuchTable),
+    "create_existing": (_bad_create_existing, MereError),
+    "merge": (_bad_merge, MereError),
+    "overflow": (_bad_overflow, MereError),
+}
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    ops=st.lists(st.sampled_from(range(len(GOOD_OPS))), min_size=3, max_size=3, unique=True),
+    bad=st.sampled_from(sorted(BAD_OPS)),
+    commit_style=st.sampled_from(["with", "commit"]),
+)
+def test_bad_third_of_four_operations_leaves_every_table_as_before(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[int], bad: str, commit_style: str
+) -> None:
+    cat = mere.connect(str(tmp_path_factory.mktemp("w")))
+    make_tables(cat)
+    cat.table(LAST).tag("start", 1)
+    before = state(cat)
+    fn, kind = BAD_OPS[bad]
+    ops = sorted(ops)
+    seq = [GOOD_OPS[ops[0]], GOOD_OPS[ops[1]], fn, GOOD_OPS[ops[2]]]
+    if commit_style == "with":
+        with pytest.raises(kind), cat.transaction() as tx:
+            for op in seq:
+                op(tx)
+                assert state(cat) == before  # readers never see the open transaction
+    else:
+        tx = cat.transaction()
+        with pytest.raises(kind):
+            for op in seq:
+                op(tx)
+            tx.commit()
+        # the failed operation does not commit the transaction; the caller may abort or commit what is left
+        tx.abort()
+    assert tx.state == "aborted"
+    assert_untouched(cat, before)
+    assert not cat.exists("t50.fresh")
+    # the catalog is usable and each table writable afterwards, at once
+    with cat.transaction() as again:
+        again.table(LAST).upsert(rows([77], [77]))
+        again.table(SUMS).upsert(rows([77], [77]))
+        again.table(PARTS).upsert(prows([77], [77], ["z"]))
+        again.table(LOGS).append(rows([77], [77]))
+    for name in NAMES:
+        assert cat.table(name).version == before[name][0] + 1
+
+
+# -- success: every change at once; time travel keeps the before ------------------------------------
+
+
+def model_after_good_mix() -> dict[str, list[tuple[Any, ...]]]:
+    return {
+        LAST: sorted([(1, 11), (3, 31), (4, 40)]),
+        SUMS: sorted([(1, 6), (2, 5), (9, 1)]),
+        PARTS: sorted([(1, 100, "b"), (2, 2, "b"), (3, 3, "a"), (8, 8, "c")]),
+        LOGS: sorted([(1, 7, None), (1, 8, None), (5, 5, None)]),
+    }
+
+
+@BACKENDS
+def test_a_mix_of_every_kind_lands_at_once_and_time_travel_keeps_the_before(cat: mere.Catalog) -> None:
+    make_tables(cat)
+    before = state(cat)
+    snap = cat.snapshot()
+    t_before = dt.datetime.now(dt.timezone.utc)
+    time.sleep(0.01)
+    tx = cat.transaction()
+    for op in GOOD_OPS:
+        op(tx)
+        assert state(cat) == before
+        assert not cat.exists("t50.fresh")
+    results = tx.commit()
+    assert set(results) == set(NAMES) | {"t50.fresh"}
+    assert len({r.committed_at for r in results.values()}) == 1
+    got = {n: sorted_rows(cat.table(n).to_arrow()) for n in NAMES}
+    assert got == model_after_good_mix()
+    for n in NAMES:
+        assert cat.table(n).version == before[n][0] + 1
+        # time travel to the version before reads the old rows exactly
+        assert sorted_rows(cat.table(n).scan(version=before[n][0]).to_arrow()) == before[n][4]
+        assert sorted_rows(snap.table(n).to_arrow()) == before[n][4]
+    assert cat.table(SUMS).properties["write.compression"] == "snappy"
+    assert cat.table(LOGS).schema.names == ["id", "v", "note"]
+    assert sorted_rows(cat.table("t50.fresh").to_arrow()) == [(1, 1)]
+    old = cat.snapshot(as_of=t_before)
+    for n in NAMES:
+        assert old.version(n) == before[n][0]
+        assert sorted_rows(old.table(n).to_arrow()) == before[n][4]
+    with pytest.raises(NoSuchTable):
+        old.table("t50.fresh")
+    # nothing of the transaction is left as garbage
+    assert leftovers(cat) == {n: [] for n in cat.tables("t50")}
+
+
+# -- beside the transaction: drop, compaction, tags, concurrent writes -------------------------------
+
+
+@BACKENDS
+def test_a_table_dropped_while_the_transaction_is_open_fails_it_whole(cat: mere.Catalog) -> None:
+    make_tables(cat)
+    tx = cat.transaction()
+    _op_upsert_last(tx)
+    _op_sum(tx)
+    _op_logs(tx)
+    cat.drop_table(SUMS)
+    before = state(cat)
+    with pytest.raises(MereError):
+        tx.commit()
+    assert_untouched(cat, before)
+
+
+@BACKENDS
+def test_a_table_dropped_and_recreated_meanwhile_is_not_written(cat: mere.Catalog) -> None:
+    make_tables(cat)
+    tx = cat.transaction()
+    _op_upsert_last(tx)
+    _op_sum(tx)
+    cat.drop_table(SUMS)
+    cat.create_table(SUMS, KV, primary_key="id", properties=STILL)
+    before = state(cat)
+    with pytest.raises(MereError):
+        tx.commit()
+    assert_untouched(cat, before)
+
+
+@BACKENDS
+def test_compaction_beside_an_open_transaction_keeps_both(cat: mere.Catalog) -> None:
+    make_tables(cat)
+    for i in range(3):
+        cat.table(LAST).upsert(rows([i + 10], [i]))
+        cat.table(SUMS).upsert(rows([1], [1]))
+    tx = cat.transaction()
+    tx.table(LAST).update({"v": "v * 2"}, where="id >= 10")
+    tx.table(SUMS).upsert(rows([1], [100]))
+    tx.table(PARTS).delete("p = 'a'")
+    cat.table(LAST).compact()
+    cat.table(SUMS).compact()
+    cat.table(PARTS).compact()
+    tx.commit()
+    assert dict(sorted_rows(cat.table(LAST).to_arrow())) == {1: 10, 2: 20, 3: 30, 10: 0, 11: 2, 12: 4}
+    assert dict(sorted_rows(cat.table(SUMS).to_arrow())) == {1: 108, 2: 5}
+    assert sorted_rows(cat.table(PARTS).to_arrow()) == [(2, 2, "b")]
+    for n in (LAST, SUMS):
+        cat.table(n).compact()
+    assert dict(sorted_rows(cat.table(SUMS).to_arrow())) == {1: 108, 2: 5}
+
+
+@BACKENDS
+def test_tags_and_time_travel_survive_a_failed_transaction(cat: mere.Catalog) -> None:
+    make_tables(cat)
+    for n in NAMES:
+        cat.table(n).tag("t0")
+    tx = cat.transaction()
+    _op_upsert_last(tx)
+    _op_merge_parts(tx)
+    _op_evolve(tx)
+    cat.table(PARTS).tag("t1")  # beside it: a tag is not a version
+    before = state(cat)
+    with pytest.raises(Boom):
+        with tx:
+            raise Boom
+    assert_untouched(cat, before)
+    for n in NAMES:
+        t = cat.table(n)
+        assert sorted_rows(t.scan(tag="t0").to_arrow()) == before[n][4]
+
+
+@BACKENDS
+def test_a_lost_race_with_retries_spent_commits_nothing_anywhere(cat: mere.Catalog) -> None:
+    from mere.retry import RetryPolicy
+
+    make_tables(cat)
+    tx = cat.transaction()
+    tx.retries = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
+    _op_sum(tx)
+    _op_logs(tx)
+    _op_create(tx)
+    tx.table(LAST).overwrite(rows([99]))
+    cat.table(LAST).upsert(rows([5], [5]))  # an overwrite racing a write: refused without retries
+    before = state(cat)
+    with pytest.raises(CommitConflict):
+        tx.commit()
+    assert_untouched(cat, before)
+    assert not cat.exists("t50.fresh")
+
+
+# -- bad arguments: typed ----------------------------------------------------------------------------
+
+
+@BACKENDS
+def test_bad_arguments_are_typed_and_change_nothing(cat: mere.Catalog) -> None:
+    make_tables(cat)
+    before = state(cat)
+    calls: list[Callable[[], Any]] = [
+        lambda: cat.transaction(idempotency_key=123),  # type: ignore[arg-type]
+        lambda: cat.transaction().table(None),  # type: ignore[arg-type]
+        lambda: cat.transaction().table(123),  # type: ignore[arg-type]
+        lambda: cat.transaction().table(""),
+        lambda: cat.transaction().create_table("t50.x", "not a schema"),  # type: ignore[arg-type]
+        lambda: cat.transaction().create_table("t50.x", KV, primary_key="nope"),
+        lambda: cat.transaction().create_table(123, KV),  # type: ignore[arg-type]
+        lambda: cat.snapshot(as_of=123456789012345678901234567890),
+        lambda: cat.snapshot(as_of=object()),
+        lambda: cat.snapshot().table(123),  # type: ignore[arg-type]
+        lambda: cat.snapshot().table("t50.nope"),
+        lambda: cat.snapshot().version("t50.nope"),
+        lambda: cat.snapshot().table(LAST).scan(version=0),
+        lambda: cat.transaction().table(LAST).update("v = 1"),  # type: ignore[arg-type]
+        lambda: cat.transaction().table(LAST).set_properties(["a"]),  # type: ignore[arg-type]
+        lambda: cat.transaction().table(LAST).upsert("not a table"),
+        lambda: cat.transaction().table(LAST).delete(123),
+        lambda: cat.transaction().table(LAST).merge(rows([1])).execute(),
+    ]
+    wrong = []
+    for i, call in enumerate(calls):
+        try:
+            call()
+        except MereError:
+            pass
+        except Exception as e:  # noqa: BLE001
+            wrong.append(f"call {i}: raw {type(e).__name__}: {e}")
+        else:
+            wrong.append(f"call {i}: accepted")
+    assert wrong == []
+    assert_untouched(cat, before)
