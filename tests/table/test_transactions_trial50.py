@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import mere
 from backends import BACKENDS
-from mere.errors import CommitConflict, InvalidInput, MereError, NoSuchTable
+from mere.errors import CommitConflict, MereError, NoSuchTable
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -274,7 +274,7 @@ def test_a_mix_of_every_kind_lands_at_once_and_time_travel_keeps_the_before(cat:
     make_tables(cat)
     before = state(cat)
     snap = cat.snapshot()
-    t_before = dt.datetime.now(dt.timezone.utc)
+    t_before = dt.datetime.now(dt.UTC)
     time.sleep(0.01)
     tx = cat.transaction()
     for op in GOOD_OPS:
@@ -368,9 +368,8 @@ def test_tags_and_time_travel_survive_a_failed_transaction(cat: mere.Catalog) ->
     _op_evolve(tx)
     cat.table(PARTS).tag("t1")  # beside it: a tag is not a version
     before = state(cat)
-    with pytest.raises(Boom):
-        with tx:
-            raise Boom
+    with pytest.raises(Boom), tx:
+        raise Boom
     assert_untouched(cat, before)
     for n in NAMES:
         t = cat.table(n)
@@ -429,9 +428,214 @@ def test_bad_arguments_are_typed_and_change_nothing(cat: mere.Catalog) -> None:
             call()
         except MereError:
             pass
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             wrong.append(f"call {i}: raw {type(e).__name__}: {e}")
         else:
             wrong.append(f"call {i}: accepted")
     assert wrong == []
     assert_untouched(cat, before)
+
+
+# -- SIGKILL at random moments: a deterministic job replayed by a model ------------------------------
+
+
+def _job_tx(cat: mere.Catalog, i: int) -> None:
+    """Transaction ``i`` of the job: every table changes, in a mix of kinds."""
+    with cat.transaction() as tx:
+        if i % 7 == 0:
+            with tx.table(LOGS).evolve() as e:
+                e.add_column(f"c{i}", pa.string())
+        last = tx.table(LAST)
+        if i % 3 == 0:
+            last.delete(f"id = {i % 5}").upsert(rows([i % 7], [i]))
+        else:
+            last.merge(rows([i % 7], [i])).when_matched_update_all().when_not_matched_insert_all().execute()
+        tx.table(SUMS).upsert(rows([i % 4], [1]))
+        if i % 5 == 0:
+            tx.table(SUMS).set_properties({"write.compression": "snappy" if i % 2 else "zstd"})
+        tx.table(PARTS).upsert(prows([i % 6], [i], [f"p{i % 3}"]))
+        tx.table(LOGS).append(rows([i], [i]))
+
+
+def _job_model(n: int) -> dict[str, Any]:
+    """The tables after ``make_tables`` and the job's transactions 1..n."""
+    last = {1: 10, 2: 20, 3: 30}
+    sums = {1: 5, 2: 5}
+    parts = {1: (1, "a"), 2: (2, "b"), 3: (3, "a")}
+    logs = [(1, 7), (1, 8)]
+    comp = None
+    for i in range(1, n + 1):
+        if i % 3 == 0:
+            last.pop(i % 5, None)
+        last[i % 7] = i
+        sums[i % 4] = sums.get(i % 4, 0) + 1
+        if i % 5 == 0:
+            comp = "snappy" if i % 2 else "zstd"
+        parts[i % 6] = (i, f"p{i % 3}")
+        logs.append((i, i))
+    return {
+        LAST: sorted(last.items()),
+        SUMS: sorted(sums.items()),
+        PARTS: sorted((k, v, p) for k, (v, p) in parts.items()),
+        LOGS: sorted(logs),
+        "compression": comp,
+        "columns": ["id", "v"] + [f"c{i}" for i in range(1, n + 1) if i % 7 == 0],
+    }
+
+
+def _committed(cat: mere.Catalog) -> int:
+    ids = cat.table(LOGS).to_arrow().column("id").to_pylist()
+    return max([i for i in ids if i > 1] or [0])
+
+
+def _job_child(warehouse: str, url: str, ready: str) -> None:
+    cat = mere.connect(warehouse, catalog=url)
+    i = _committed(cat)
+    with open(ready, "w") as f:
+        f.write("go")
+    while True:
+        i += 1
+        _job_tx(cat, i)
+
+
+def _check_job(cat: mere.Catalog, base: dict[str, int]) -> int:
+    snap = cat.snapshot()
+    logs = sorted_rows(snap.table(LOGS).to_arrow().select(["id", "v"]))
+    n = max([r[0] for r in logs if r[0] > 1] or [0])
+    want = _job_model(n)
+    assert logs == want[LOGS]
+    assert sorted_rows(snap.table(LAST).to_arrow()) == want[LAST]
+    assert sorted_rows(snap.table(SUMS).to_arrow()) == want[SUMS]
+    assert sorted_rows(snap.table(PARTS).to_arrow()) == want[PARTS]
+    assert cat.table(LOGS).schema.names == want["columns"]
+    assert cat.table(SUMS).properties.get("write.compression") == (
+        want["compression"] or cat.table(LAST).properties.get("write.compression")
+    )
+    for name in NAMES:  # one version per table per landed transaction: nothing landed half
+        assert snap.version(name) == base[name] + n, (name, n)
+    return n
+
+
+@BACKENDS
+def test_sigkill_at_random_moments_leaves_every_table_at_a_transaction_boundary(
+    cat: mere.Catalog, catalog_url: str, tmp_path: Any
+) -> None:
+    make_tables(cat)
+    base = {n: cat.table(n).version for n in NAMES}
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    ctx = mp.get_context("spawn")
+    done = 0
+    for round_ in range(3):
+        ready = str(tmp_path / f"ready{round_}")
+        child = ctx.Process(target=_job_child, args=(cat.storage.uri, catalog_url, ready))
+        child.start()
+        deadline = time.monotonic() + 120
+        while not os.path.exists(ready) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.2, 2.5))
+        os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        child.join(timeout=60)
+        assert child.exitcode == -signal.SIGKILL, f"seed {seed}"
+        n = _check_job(cat, base)
+        assert n >= done, f"seed {seed}"
+        done = n
+        # compaction beside the job's history keeps the model
+        cat.table(LAST).compact()
+        cat.table(SUMS).compact()
+        base[LAST] += 1 if cat.table(LAST).version > base[LAST] + n else 0
+        base[SUMS] += 1 if cat.table(SUMS).version > base[SUMS] + n else 0
+        assert _check_job(cat, base) == n
+    # the dead writers' files are garbage only: cleanup takes them and nothing a version holds
+    for name in NAMES:
+        cat.table(name).cleanup(older_than=dt.timedelta(0), dry_run=False)
+    assert _check_job(cat, base) == done
+    _job_tx(cat, done + 1)  # no lock left behind: the next transaction lands
+    assert _check_job(cat, base) == done + 1
+    assert leftovers(cat) == {n: [] for n in NAMES}
+
+
+# -- processes racing conflicting transactions; readers see whole transactions only ------------------
+
+
+def _racer(warehouse: str, url: str, w: int, count: int, seed: int, out: Any) -> None:
+    cat = mere.connect(warehouse, catalog=url)
+    rng = random.Random(seed)
+    done = conflicts = 0
+    for i in range(count):
+        order = [LAST, SUMS, PARTS]
+        rng.shuffle(order)
+        try:
+            with cat.transaction() as tx:
+                for name in order:
+                    share = tx.table(name)
+                    if name == LAST:
+                        share.update({"v": "v + 1"}, where="id = 0")
+                    elif name == SUMS:
+                        share.upsert(rows([0], [1]))
+                    else:
+                        share.merge(prows([0], [1], ["a"])).when_matched_update(
+                            set={"v": "t.v + 1"}
+                        ).when_not_matched_insert_all().execute()
+                tx.table(LOGS).append(rows([w], [i]))
+                if rng.random() < 0.2:
+                    tx.table(LAST).set_properties({"write.compression": rng.choice(["zstd", "snappy"])})
+            done += 1
+        except CommitConflict:
+            conflicts += 1
+    out.put((w, done, conflicts))
+
+
+def _reader_checks(cat: mere.Catalog) -> list[Any]:
+    snap = cat.snapshot()
+    last = dict(sorted_rows(snap.table(LAST).to_arrow()))[0]
+    sums = dict(sorted_rows(snap.table(SUMS).to_arrow()))[0]
+    parts = {r[0]: r[1] for r in sorted_rows(snap.table(PARTS).to_arrow())}[0]
+    logs = sum(1 for r in sorted_rows(snap.table(LOGS).to_arrow()) if r[0] >= 100)
+    if not (last == sums == parts == logs):
+        return [(snap.versions, last, sums, parts, logs)]
+    return []
+
+
+@BACKENDS
+def test_processes_racing_conflicting_transactions_over_four_tables(
+    cat: mere.Catalog, catalog_url: str
+) -> None:
+    cat.create_table(LAST, KV, primary_key="id", buckets=2, properties=STILL)
+    cat.create_table(SUMS, KV, primary_key="id", buckets=2, merge_operators={"v": "sum"})
+    cat.create_table(PARTS, PART, primary_key="id", partition_by=["p"], properties=STILL)
+    cat.create_table(LOGS, LOG, properties=STILL)
+    with cat.transaction() as tx:
+        tx.table(LAST).upsert(rows([0], [0]))
+        tx.table(SUMS).upsert(rows([0], [0]))
+        tx.table(PARTS).upsert(prows([0], [0], ["a"]))
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    seed = random.randrange(1 << 30)
+    procs = [
+        ctx.Process(target=_racer, args=(cat.storage.uri, catalog_url, 100 + w, 8, seed + w, out))
+        for w in range(3)
+    ]
+    for p in procs:
+        p.start()
+    bad: list[Any] = []
+    reads = 0
+    while any(p.is_alive() for p in procs):
+        bad += _reader_checks(cat)
+        reads += 1
+        cat.table(SUMS).compact() if reads % 5 == 0 else None  # compaction beside the writers
+    results = [out.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert bad == [], f"seed {seed}"
+    bad += _reader_checks(cat)
+    assert bad == [], f"seed {seed}"
+    done = sum(r[1] for r in results)
+    assert done > 0
+    logs = cat.table(LOGS).to_arrow()
+    assert logs.num_rows == done
+    assert dict(sorted_rows(cat.table(LAST).to_arrow()))[0] == done
+    for w, d, _ in results:
+        assert logs.column("id").to_pylist().count(w) == d
+    assert leftovers(cat) == {n: [] for n in NAMES}
