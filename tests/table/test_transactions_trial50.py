@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import mere
 from backends import BACKENDS
-from mere.errors import CommitConflict, MereError, NoSuchTable
+from mere.errors import CommitConflict, InvalidInput, MereError, NoSuchTable
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -638,4 +638,145 @@ def test_processes_racing_conflicting_transactions_over_four_tables(
     assert dict(sorted_rows(cat.table(LAST).to_arrow()))[0] == done
     for w, d, _ in results:
         assert logs.column("id").to_pylist().count(w) == d
+    assert leftovers(cat) == {n: [] for n in NAMES}
+
+
+# -- SIGKILL at chosen points of a transaction that creates, evolves and sets properties -------------
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+
+
+def _rich_tx(cat: mere.Catalog, mode: str) -> None:
+    sql = cat.sql
+    if mode.startswith("land"):
+        real = sql._land
+        calls: list[int] = []
+        stop = int(mode[4:])
+
+        def land(*args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            if len(calls) == stop:
+                _die()
+            return real(*args, **kwargs)
+
+        sql._land = land  # type: ignore[method-assign]
+    if mode == "before_db_commit":
+        from sqlalchemy import event
+
+        def before_commit(conn: Any) -> None:
+            if conn.get_execution_options().get("mere_write"):
+                _die()
+
+        event.listen(sql.engine, "commit", before_commit)
+    with cat.transaction(idempotency_key="rich") as tx:
+        for op in GOOD_OPS:
+            op(tx)
+        if mode == "in_block":
+            _die()
+
+
+def _rich_child(warehouse: str, url: str, mode: str) -> None:
+    _rich_tx(mere.connect(warehouse, catalog=url), mode)
+
+
+@BACKENDS
+@pytest.mark.parametrize("mode", ["in_block", "land1", "land3", "land5", "before_db_commit"])
+def test_sigkill_inside_a_transaction_that_creates_evolves_and_sets_properties(
+    cat: mere.Catalog, catalog_url: str, mode: str
+) -> None:
+    make_tables(cat)
+    before = state(cat)
+    ctx = mp.get_context("spawn")
+    child = ctx.Process(target=_rich_child, args=(cat.storage.uri, catalog_url, mode))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == -signal.SIGKILL
+    assert state(cat) == before  # nothing of it: no rows, columns, properties, nor the new table
+    assert not cat.exists("t50.fresh") and cat.sql.find_transaction("rich") is None
+    for name in NAMES:
+        cat.table(name).cleanup(older_than=dt.timedelta(0), dry_run=False)
+    assert_untouched(cat, before)
+    # the same job, rerun under its key, lands whole (no lock nor half-created table left behind)
+    with cat.transaction(idempotency_key="rich") as tx:
+        for op in GOOD_OPS:
+            op(tx)
+    assert {n: sorted_rows(cat.table(n).to_arrow()) for n in NAMES} == model_after_good_mix()
+    assert sorted_rows(cat.table("t50.fresh").to_arrow()) == [(1, 1)]
+
+
+# -- more deterministic edges -------------------------------------------------------------------------
+
+
+@BACKENDS
+@pytest.mark.parametrize("beside", ["add", "add_default", "rename", "drop"])
+def test_a_column_change_beside_an_open_transaction_fails_it_whole(cat: mere.Catalog, beside: str) -> None:
+    make_tables(cat)
+    tx = cat.transaction()
+    tx.table(LAST).upsert(rows([1, 9], [100, 900]))
+    tx.table(SUMS).upsert(rows([1], [1]))
+    _op_create(tx)
+    t = cat.table(LAST)
+    if beside == "add":
+        t.add_column("x", pa.string())
+    elif beside == "add_default":
+        t.add_column("x", pa.int64(), default=5)
+    elif beside == "rename":
+        t.rename_column("v", "w")
+    else:
+        t.drop_column("v")
+    before = state(cat)
+    with pytest.raises(CommitConflict):
+        tx.commit()
+    assert tx.state == "aborted"
+    assert_untouched(cat, before)
+    assert not cat.exists("t50.fresh")
+
+
+@BACKENDS
+def test_keyboard_interrupt_and_a_failed_commit_commit_nothing(cat: mere.Catalog) -> None:
+    make_tables(cat)
+    before = state(cat)
+    with pytest.raises(KeyboardInterrupt), cat.transaction() as tx:
+        _op_upsert_last(tx)
+        _op_create(tx)
+        raise KeyboardInterrupt
+    assert tx.state == "aborted"
+    assert_untouched(cat, before)
+    tx = cat.transaction(idempotency_key="once")
+    _op_upsert_last(tx)
+    _op_merge_parts(tx)
+    tx.table(SUMS).upsert(rows([1], [2**63 - 1]))  # refused when it lands
+    with pytest.raises(MereError):
+        tx.commit()
+    assert tx.state == "aborted"
+    with pytest.raises(InvalidInput):
+        tx.commit()
+    assert_untouched(cat, before)
+    # the key of a transaction that failed is free: a rerun commits
+    with cat.transaction(idempotency_key="once") as again:
+        assert not again.already_committed
+        _op_upsert_last(again)
+    assert cat.table(LAST).version == before[LAST][0] + 1
+
+
+@BACKENDS
+def test_a_failed_operation_leaves_no_trace_in_its_share(cat: mere.Catalog) -> None:
+    """An operation that raises is not part of the transaction: committing the rest lands the rest."""
+    make_tables(cat)
+    tx = cat.transaction()
+    _op_delete_update(tx)
+    for bad in ("column", "type", "filter", "merge", "update_key", "null_key"):
+        with pytest.raises(MereError):
+            BAD_OPS[bad][0](tx)
+    _op_upsert_last(tx)
+    _op_sum(tx)
+    _op_merge_parts(tx)
+    tx.commit()
+    want = model_after_good_mix()
+    assert sorted_rows(cat.table(LAST).to_arrow()) == want[LAST]
+    assert sorted_rows(cat.table(SUMS).to_arrow()) == want[SUMS]
+    assert sorted_rows(cat.table(PARTS).to_arrow()) == want[PARTS]
     assert leftovers(cat) == {n: [] for n in NAMES}
