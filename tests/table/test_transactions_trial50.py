@@ -1013,3 +1013,58 @@ def test_an_upsert_then_a_read_is_refused_and_commits_nothing(local_cat: mere.Ca
         tx.table(SUMS).upsert(rows([1], [1]))
         tx.table(LAST).upsert(rows([4], [1])).update({"v": "v + 100"}, where="id = 4")
     assert_untouched(local_cat, before)
+
+
+@BACKENDS
+def test_odd_read_points(cat: mere.Catalog) -> None:
+    make_tables(cat)
+    future = cat.snapshot(as_of=dt.datetime.now(dt.UTC) + dt.timedelta(days=1))
+    assert future.versions == cat.snapshot().versions
+    past = cat.snapshot(as_of=dt.datetime(2000, 1, 1))
+    assert past.versions == {}
+    with pytest.raises(NoSuchTable):
+        past.table(LAST)
+
+
+@pytest.mark.parametrize(
+    "catalog_url",
+    [
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param(
+            "postgres",
+            id="postgres",
+            marks=[
+                pytest.mark.postgres,
+                pytest.mark.xfail(
+                    strict=True,
+                    raises=AssertionError,
+                    reason="BUG: cat.transaction(idempotency_key='k' * 5000) is accepted (SQLite commits it) "
+                    "but on PostgreSQL the commit fails with CatalogError 'value too long for type character "
+                    "varying(255)' after the files were written, instead of InvalidInput up front",
+                ),
+            ],
+        ),
+    ],
+    indirect=True,
+)
+def test_a_long_key_commits_or_is_refused_up_front(cat: mere.Catalog) -> None:
+    make_tables(cat)
+    before = state(cat)
+    key = "k" * 5000
+    try:
+        tx = cat.transaction(idempotency_key=key)
+    except InvalidInput:
+        assert_untouched(cat, before)
+        return
+    _op_upsert_last(tx)
+    _op_sum(tx)
+    try:
+        tx.commit()
+    except MereError as e:
+        assert_untouched(cat, before)  # at least nothing landed
+        raise AssertionError(f"refused only at commit: {type(e).__name__}") from e
+    with cat.transaction(idempotency_key=key) as again:
+        assert again.already_committed
+        _op_upsert_last(again)
+        _op_sum(again)
+    assert cat.table(LAST).version == before[LAST][0] + 1
