@@ -1068,3 +1068,24 @@ def test_a_long_key_commits_or_is_refused_up_front(cat: mere.Catalog) -> None:
         _op_upsert_last(again)
         _op_sum(again)
     assert cat.table(LAST).version == before[LAST][0] + 1
+
+
+@BACKENDS
+def test_writes_compaction_and_expire_beside_an_open_transaction_rebase_its_reads(cat: mere.Catalog) -> None:
+    make_tables(cat)
+    tx = cat.transaction()
+    tx.table(LAST).update({"v": "v + 1"}, where="id <= 3")
+    tx.table(PARTS).delete("p = 'a'")
+    tx.table(SUMS).upsert(rows([1], [1]))
+    for i in range(3):
+        cat.table(LAST).upsert(rows([1], [100 + i]))
+        cat.table(PARTS).upsert(prows([5], [5], ["a"]))
+    for n in (LAST, PARTS):
+        cat.table(n).compact()
+        assert cat.table(n).expire(older_than=dt.timedelta(0), dry_run=False)  # its read version's files go
+    results = tx.commit()
+    assert len({r.committed_at for r in results.values()}) == 1
+    assert dict(sorted_rows(cat.table(LAST).to_arrow())) == {1: 103, 2: 21, 3: 31}
+    assert sorted_rows(cat.table(PARTS).to_arrow()) == [(2, 2, "b")]
+    assert dict(sorted_rows(cat.table(SUMS).to_arrow())) == {1: 6, 2: 5}
+    assert leftovers(cat) == {n: [] for n in NAMES}
