@@ -97,6 +97,9 @@ MERGES = [
     f"MERGE INTO {NAME} t USING src s ON t.a = s.a AND t.b = s.b AND s.v > 2 "
     "WHEN MATCHED THEN UPDATE SET v = s.v - t.v "
     "WHEN NOT MATCHED AND s.v > 2 AND s.p IS NOT NULL THEN INSERT (a, b, v, p) VALUES (s.a, s.b, s.v, s.p)",
+    # USING (a, b) pairs the key columns, a bare a names the pair; INSERT BY NAME.
+    f"MERGE INTO {NAME} t USING src s USING (a, b) WHEN MATCHED AND t.v IS NULL THEN DELETE "
+    "WHEN MATCHED THEN UPDATE SET v = s.v + a WHEN NOT MATCHED THEN INSERT BY NAME",
 ]
 UPDATES = [
     f"UPDATE {NAME} SET v = v * 2 + 1 WHERE p = 'p1' AND v > 3",
@@ -118,6 +121,7 @@ KINDS = [
     "insert",
     "update",
     "static",
+    "merge",
     "merge",
     "delete",
 ]
