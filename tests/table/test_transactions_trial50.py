@@ -950,12 +950,6 @@ def _sequential_or_refused(cat: mere.Catalog, body: Callable[[Any], Any], want: 
     assert dict(sorted_rows(cat.table(LAST).to_arrow())) == want
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a deleted row comes back: tx.table(t).delete('id = 2').update({'v': 'v + 1'}, where="
-    "'id = 2') in one transaction commits row 2 as 21 (the update read the start and rewrote it), "
-    "neither refused nor a no-op",
-)
 def test_delete_then_update_of_the_same_row_does_not_resurrect_it(local_cat: mere.Catalog) -> None:
     _sequential_or_refused(
         local_cat,
@@ -964,11 +958,6 @@ def test_delete_then_update_of_the_same_row_does_not_resurrect_it(local_cat: mer
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: lost update: two update({'v': 'v + 1'}, where='id = 2') in one transaction leave "
-    "v = 21, not 22 (the second reads the start and overwrites the first), and are not refused",
-)
 def test_two_updates_of_one_row_in_a_transaction_both_count(local_cat: mere.Catalog) -> None:
     _sequential_or_refused(
         local_cat,
@@ -977,11 +966,6 @@ def test_two_updates_of_one_row_in_a_transaction_both_count(local_cat: mere.Cata
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: update({'v': 'v - 100'}, where='id = 2').delete('v < 0') in one transaction keeps "
-    "row 2 with v = -80: the delete after it neither sees its row nor is refused",
-)
 def test_update_then_delete_by_the_new_value(local_cat: mere.Catalog) -> None:
     _sequential_or_refused(
         local_cat,
@@ -990,11 +974,6 @@ def test_update_then_delete_by_the_new_value(local_cat: mere.Catalog) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a read after a MERGE's insert is not refused (as after upsert) and misses it: "
-    "merge(rows 4:-1).when_not_matched_insert_all(), then delete('v < 0') commits row 4 = -1",
-)
 def test_delete_after_a_merge_insert_sees_it_or_is_refused(local_cat: mere.Catalog) -> None:
     _sequential_or_refused(
         local_cat,
@@ -1033,16 +1012,7 @@ def test_odd_read_points(cat: mere.Catalog) -> None:
         pytest.param(
             "postgres",
             id="postgres",
-            marks=[
-                pytest.mark.postgres,
-                pytest.mark.xfail(
-                    strict=True,
-                    raises=AssertionError,
-                    reason="BUG: cat.transaction(idempotency_key='k' * 5000) is accepted (SQLite commits it) "
-                    "but on PostgreSQL the commit fails with CatalogError 'value too long for type character "
-                    "varying(255)' after the files were written, instead of InvalidInput up front",
-                ),
-            ],
+            marks=pytest.mark.postgres,
         ),
     ],
     indirect=True,
@@ -1089,3 +1059,19 @@ def test_writes_compaction_and_expire_beside_an_open_transaction_rebase_its_read
     assert sorted_rows(cat.table(PARTS).to_arrow()) == [(2, 2, "b")]
     assert dict(sorted_rows(cat.table(SUMS).to_arrow())) == {1: 6, 2: 5}
     assert leftovers(cat) == {n: [] for n in NAMES}
+
+
+def test_two_deletes_of_a_table_without_key_are_sequential_or_refused(local_cat: mere.Catalog) -> None:
+    """Deletes of a table without key rewrite whole files, each as of the transaction's start: two of them
+    must not both land their rewrite of one file (rows the other deleted would come back)."""
+    t = local_cat.create_table("t50.nokey", pa.schema([("id", pa.int64()), ("v", pa.int64())]))
+    t.append(pa.table({"id": [1, 2, 3], "v": [10, 20, 30]}))
+    before = (t.version, sorted_rows(t.to_arrow()))
+    try:
+        with t.transaction() as tx:
+            tx.delete("id = 1")
+            tx.delete("id = 2")
+    except InvalidInput:
+        assert (t.refresh().version, sorted_rows(t.to_arrow())) == before
+        return
+    assert sorted_rows(t.refresh().to_arrow()) == [(3, 30)]

@@ -53,7 +53,7 @@ from mere.errors import CommitStateUnknown, InvalidInput, MereError, NotInstalle
 from mere.metadata import CommitResult
 from mere.table.catalog_transaction import CatalogSnapshot, pinned_version
 from mere.table.scan import TASK_BYTES, Scan, ScanTask, group_tasks, read_tasks
-from mere.table.table import StagedWrite, Table
+from mere.table.table import StagedWrite, Table, check_idempotency_key
 
 _INSTALL_HINT = "pip install 'mere[ray]'"
 
@@ -441,8 +441,7 @@ class MereDatasink(_SinkBase):
         idempotency_key: str | None = None,
     ) -> None:
         _check_write(table, mode, partition)
-        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
-            raise InvalidInput(f"idempotency_key must be a non-empty string, got {idempotency_key!r}")
+        check_idempotency_key(table.name, idempotency_key)
         self.table = table
         self.mode = mode
         self.partition = dict(partition) if partition is not None else None

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
+import pyarrow as pa
 
+from mere import expr as E
 from mere.errors import (
     CatalogError,
     CommitConflict,
@@ -46,6 +48,7 @@ from mere.metadata import (
     FileEntry,
     now_micros,
 )
+from mere.read.reader import filter_rows
 from mere.retry import COMMIT_RETRIES, RetryPolicy
 from mere.spec import OP_DELETE, TableSpec, validate_properties
 from mere.table.conflicts import (
@@ -280,6 +283,9 @@ def deletion_summary(markers: int, existed: int | None) -> dict[str, int]:
     return {DELETE_MARKERS: markers, DELETED_ROWS: existed}
 
 
+IDEMPOTENCY_KEY_CHARS = 255  # the catalog's column (PostgreSQL refuses longer values)
+
+
 def check_idempotency_key(table: str, key: Any) -> None:
     """Check an ``idempotency_key`` argument: None (no key) or a non-empty string.
 
@@ -292,6 +298,61 @@ def check_idempotency_key(table: str, key: Any) -> None:
     """
     if key is not None and (not isinstance(key, str) or not key):
         raise InvalidInput(f"{table}: idempotency_key must be a non-empty string, got {key!r}")
+    if key is not None and len(key) > IDEMPOTENCY_KEY_CHARS:
+        raise InvalidInput(
+            f"{table}: idempotency_key is {len(key)} characters, over {IDEMPOTENCY_KEY_CHARS} (the catalog's "
+            "column); hash a longer name"
+        )
+
+
+def _sees_earlier(ctx: TableContext, earlier: Sequence[Change], change: Change, recipe: Recipe) -> bool:
+    """Whether a change evaluated at the commit's start would differ had it seen the earlier changes:
+    they removed files, or they touched a key it writes or reads (a MERGE's source keys, a delete's
+    given keys), or its filter matches a row they wrote."""
+    spec, storage = ctx.spec, ctx.storage
+    pk = list(spec.primary_key)
+    earlier_files = [f for c in earlier for f in c.files]
+    if not pk:  # files rewritten whole (copy on write): two rewrites of one file would both land
+        return bool(earlier_files) or any(c.removes is not KEEP for c in earlier)
+    if any(c.restores is not None for c in earlier):
+        return True
+    if not earlier_files:
+        return False
+    # Keys the earlier changes wrote (rows and delete markers). Rows they removed with whole files are
+    # gone whatever the later change does to them; only the rows they wrote can be seen differently.
+
+    def read(f: FileEntry, names: Sequence[str] | None = None) -> pa.Table:
+        md = storage.metadata(f.path, f.size_bytes or None)
+        have = md.schema.to_arrow_schema().names
+        picked = [n for n in (names or spec.schema.names) if n in have]
+        return storage.read_row_groups(f.path, range(md.num_row_groups), picked, f.size_bytes or None)
+
+    touched = pa.concat_tables([read(f, pk) for f in earlier_files]).combine_chunks()
+
+    def meets(keys: pa.Table | None) -> bool:
+        if keys is None or keys.num_rows == 0 or not set(pk) <= set(keys.column_names):
+            return False
+        keys = keys.select(pk).cast(touched.schema)
+        return bool(
+            touched.join(keys.group_by(pk).aggregate([]), keys=pk, join_type="left semi").num_rows > 0
+        )
+
+    written = [read(f, pk) for f in change.files]
+    if written and meets(pa.concat_tables(written)):
+        return True
+    merge = getattr(recipe, "merge", None)
+    if merge is not None and any(c.kind == "not_matched_by_source" for c in merge.clauses):
+        return True  # it reaches rows beyond its source's keys
+    if meets(getattr(recipe, "source_keys", None)) or meets(getattr(recipe, "keys", None)):
+        return True
+    where = getattr(recipe, "where", None)
+    if where is None:
+        return False
+    rows = [read(f) for f in earlier_files if f.content == "data"]
+    if not rows:
+        return False
+    table = pa.concat_tables(rows, promote_options="permissive")
+    return bool(filter_rows(table, E.bind(E.to_expr(where), spec.schema)).num_rows > 0)
 
 
 def committed_with(ctx: TableContext, key: str) -> CommitResult | None:
@@ -397,10 +458,29 @@ class Commit:
             )
 
     def add_read(self, recipe: Recipe, what: str = "a delete that reads the table") -> None:
-        """Add a change that reads rows: evaluated now at the read version, and again after a lost race."""
+        """Add a change that reads rows: evaluated now at the read version, and again after a lost race.
+
+        It sees the table as of the start, not the commit's earlier changes: where those touched a key it
+        reads or writes (or wrote a row its filter matches), it is refused (an update after a delete of
+        its row would bring the row back; two updates of a row would count once)."""
         self.reads_first(what)
         columns_current(self.ctx, self.read_version)  # rows read in other columns than it writes: refused
+        earlier = list(self.changes)
         change = recipe.change(self.ctx, self.read_version, self.checks)
+        deletes_only = what.startswith("a delete") and all(c.operation == "delete" for c in earlier)
+        if earlier and not (deletes_only and self.ctx.spec.has_primary_key):
+            try:
+                seen = _sees_earlier(self.ctx, earlier, change, recipe)
+            except BaseException:
+                discard(self.ctx, [change])
+                raise
+            if seen:
+                discard(self.ctx, [change])
+                raise InvalidInput(
+                    f"{self.ctx.name}: {what} reads rows this transaction's earlier "
+                    f"{', '.join(sorted({c.operation for c in earlier}))} changed (it sees the table as of the "
+                    "transaction's start, not its own changes): commit them separately, or do it first"
+                )
         change.recipe = recipe
         self.add(change)
 

@@ -35,7 +35,10 @@ class Transaction:
             tx.append(replacement)
 
     Operations see the table as of the transaction's start, not each other's writes; so changes that read
-    rows (deletes by predicate, overwrites) must come before the writes of the same transaction.
+    rows (deletes by predicate, updates, MERGE, overwrites) must come before the writes of the same
+    transaction, and one that reads or writes rows an earlier change of the transaction touched (an update
+    after a delete of its row, two updates of one row) is refused with ``InvalidInput``; deletes of a keyed
+    table compose.
 
     With an ``idempotency_key`` the transaction commits at most once: when a commit with that key has
     landed already (a retry of the same work), its operations do nothing (no file is written, no row
