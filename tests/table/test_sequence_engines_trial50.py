@@ -383,3 +383,197 @@ def test_an_update_in_place_with_a_lower_sequence_loses(tmp_path: Path) -> None:
     t.upsert(batch([Ev(5, "c", 30, "u", 5, "x")]))
     t.update(set={"v": "7", "lsn": "9"}, where="k = 5")
     assert rows(t) == STORED_30
+
+
+# -- merge engines on partition-scoped keys ------------------------------------------------------------
+
+ENGINE_SCHEMA = pa.schema(
+    [
+        pa.field("k", pa.int64(), nullable=False),
+        pa.field("p", pa.string()),
+        pa.field("hi", pa.int64()),
+        pa.field("lo", pa.string()),
+        pa.field("some", pa.bool_()),
+        pa.field("v", pa.string()),
+        pa.field("lsn", pa.int64()),
+        pa.field("op", pa.string()),
+    ]
+)
+ENGINE_COLS = ["k", "p", "hi", "lo", "some", "v", "lsn"]
+
+
+@dataclass(frozen=True)
+class Ee:
+    key: int
+    part: str
+    rank: int
+    op: str
+    hi: int | None
+    lo: str | None
+    some: bool | None
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "k": self.key,
+            "p": self.part,
+            "hi": self.hi,
+            "lo": self.lo,
+            "some": self.some,
+            "v": f"v{self.rank}",
+            "lsn": self.rank,
+        }
+
+
+def engine_model(engine: str, events: list[Ee]) -> dict[tuple[str, int], dict[str, Any]]:
+    by: dict[tuple[str, int], list[Ee]] = {}
+    for e in events:
+        by.setdefault((e.part, e.key), []).append(e)
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for ident, evs in by.items():
+        if engine == "first_row":
+            out[ident] = min(evs, key=lambda e: e.rank).row()
+        elif engine == "agg":
+            top = max(evs, key=lambda e: e.rank).row()
+            his = [e.hi for e in evs if e.hi is not None]
+            los = [e.lo for e in evs if e.lo is not None]
+            somes = [e.some for e in evs if e.some is not None]
+            top["hi"] = max(his) if his else None
+            top["lo"] = min(los) if los else None
+            top["some"] = any(somes) if somes else None
+            out[ident] = top
+        else:  # default: the highest sequence wins, deletes included
+            top_e = max(evs, key=lambda e: e.rank)
+            if top_e.op == "u":
+                out[ident] = top_e.row()
+    return out
+
+
+ENGINE_ARGS: dict[str, dict[str, Any]] = {
+    "first_row": {"merge_operators": "first_row"},
+    "agg": {"merge_operators": {"hi": "max", "lo": "min", "some": "bool_or"}},
+    "last": {"key_scope": "partition"},
+}
+
+
+@st.composite
+def engine_deliveries(draw: st.DrawFn, engine: str) -> tuple[list[list[Ee]], list[str]]:
+    n = draw(st.integers(1, 16))
+    ranks = draw(st.permutations(range(3, 3 * n + 3, 3)))
+    events = [
+        Ee(
+            draw(st.integers(0, 4)),
+            draw(st.sampled_from(PARTS[:2])),
+            r,
+            draw(st.sampled_from("uud" if engine == "last" else "u")),
+            draw(VALS),
+            draw(STRS),
+            draw(st.sampled_from([None, True, False])),
+        )
+        for r in ranks
+    ]
+    repeats = draw(st.lists(st.sampled_from(events), max_size=n))
+    arrival = draw(st.permutations(events + repeats))
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(arrival) - 1)), max_size=5)))
+    batches = [arrival[a:b] for a, b in zip([0, *cuts], [*cuts, len(arrival)]) if arrival[a:b]]
+    actions = draw(
+        st.lists(
+            st.sampled_from(["none", "compact", "tiered", "feed", "travel"]),
+            min_size=len(batches),
+            max_size=len(batches),
+        )
+    )
+    return batches, actions
+
+
+def ident_rows(t: mere.Table, **kw: Any) -> dict[tuple[str, int], dict[str, Any]]:
+    got = t.to_arrow(**kw).to_pylist()
+    out = {(r["p"], r["k"]): r for r in got}
+    assert len(out) == len(got), "a (partition, key) came out twice"
+    return out
+
+
+def check_engine_reads(t: mere.Table, expected: dict[tuple[str, int], dict[str, Any]], **at: Any) -> None:
+    assert ident_rows(t, **at) == expected
+    scan = t.scan(**at)
+    assert scan.count() == len(expected)
+    for col in ("hi", "lsn", "lo"):
+        vals = [r[col] for r in expected.values() if r[col] is not None]
+        assert scan.min(col) == (min(vals) if vals else None), col
+        assert scan.max(col) == (max(vals) if vals else None), col
+    got = t.to_arrow(columns=["p", "k", "hi"], **at).to_pylist()
+    assert sorted((r["p"], r["k"], r["hi"]) for r in got) == sorted(
+        (r["p"], r["k"], r["hi"]) for r in expected.values()
+    )
+    for flt, keep in (
+        ("hi >= 3", lambda r: r["hi"] is not None and r["hi"] >= 3),
+        ("lo = 'x'", lambda r: r["lo"] == "x"),
+        ("some", lambda r: r["some"] is True),
+        ("lsn > 12", lambda r: r["lsn"] > 12),
+        ("p = 'b' and hi is null", lambda r: r["p"] == "b" and r["hi"] is None),
+    ):
+        want = {i: r for i, r in expected.items() if keep(r)}
+        assert ident_rows(t, filter=flt, **at) == want, flt
+        assert t.scan(filter=flt, **at).count() == len(want), flt
+    for k in range(5):
+        assert ident_rows(t, filter=f"k = {k}", **at) == {i: r for i, r in expected.items() if i[1] == k}
+
+
+def apply_feed(
+    before: dict[tuple[str, int], dict[str, Any]], feed: pa.Table
+) -> dict[tuple[str, int], dict[str, Any]]:
+    state = dict(before)
+    for r in feed.to_pylist():
+        ident = (r["p"], r["k"])
+        if r["_change"] == "delete":
+            assert ident in state, ident
+            del state[ident]
+        elif r["_change"] in ("insert", "update_after"):
+            state[ident] = {c: r[c] for c in ENGINE_COLS}
+    return state
+
+
+@pytest.mark.parametrize("engine", ["first_row", "agg", "last"])
+@FAST
+@given(data=st.data())
+def test_any_arrival_equals_the_engine_model(
+    tmp_path_factory: pytest.TempPathFactory, engine: str, data: Any
+) -> None:
+    batches, actions = data.draw(engine_deliveries(engine))
+    t = mere.connect(str(tmp_path_factory.mktemp("e"))).create_table(
+        "q.e",
+        ENGINE_SCHEMA,
+        primary_key="k",
+        partition_by="p",
+        buckets=2,
+        cdc_column="op",
+        sequence_by="lsn",
+        properties={"compaction.min-files": "3"},
+        **ENGINE_ARGS[engine],
+    )
+    seen: list[Ee] = []
+    versions = [(t.version, {})]
+    for b, action in zip(batches, actions):
+        seen += b
+        t.upsert(pa.Table.from_pylist([{**e.row(), "op": e.op} for e in b], schema=ENGINE_SCHEMA))
+        expected = engine_model(engine, seen)
+        versions.append((t.version, expected))
+        if action == "compact":
+            t.compact()
+        elif action == "tiered":
+            t.compact(tiered=True)
+        elif action == "feed":
+            v0, then = versions[max(0, len(versions) - 3)]
+            assert apply_feed(then, t.changes(v0).read_all()) == expected
+        elif action == "travel":
+            v, then = versions[len(versions) // 2]
+            check_engine_reads(t, then, version=v)
+        assert ident_rows(t) == expected
+    expected = engine_model(engine, seen)
+    check_engine_reads(t, expected)
+    before = t.version
+    t.compact()
+    check_engine_reads(t, expected)
+    assert apply_feed({}, t.changes(versions[0][0]).read_all()) == expected
+    assert t.changes(before).read_all().num_rows == 0
+    for v, then in versions:
+        assert ident_rows(t, version=v) == then
