@@ -271,7 +271,8 @@ def test_any_arrival_of_moving_keys_equals_the_sequence_model(
             ups = [
                 e
                 for e in b
-                if e.op == "u" and not (e.key in now and now[e.key]["p"] != e.part and e.rank < now[e.key]["lsn"])
+                if e.op == "u"
+                and not (e.key in now and now[e.key]["p"] != e.part and e.rank < now[e.key]["lsn"])
             ]
             if not ups:
                 continue
@@ -577,3 +578,138 @@ def test_any_arrival_equals_the_engine_model(
     assert t.changes(before).read_all().num_rows == 0
     for v, then in versions:
         assert ident_rows(t, version=v) == then
+
+
+# -- bad arguments: a typed MereError, and the table unchanged -----------------------------------------
+
+
+def _seeded(cat: mere.Catalog, **kw: Any) -> mere.Table:
+    t = new_table(cat, **kw)
+    t.upsert(batch([Ev(1, "a", 30, "u", 1, "x"), Ev(2, "b", 33, "u", 2, "y"), Ev(3, "c", 36, "u", 3, None)]))
+    t.upsert(batch([Ev(1, "b", 12, "u", 9, "late"), Ev(4, "a", 39, "d", None, None)]))
+    return t
+
+
+def _src(**cols: Any) -> pa.Table:
+    return pa.table(cols)
+
+
+K = pa.array([1], pa.int64())
+BAD_CALLS: dict[str, Any] = {
+    "upsert NULL lsn": lambda t: t.upsert(
+        pa.table({"k": K, "p": ["a"], "v": [1], "s": ["z"], "lsn": pa.array([None], pa.int64()), "op": ["u"]})
+    ),
+    "upsert no lsn": lambda t: t.upsert(pa.table({"k": K, "p": ["a"], "v": [1], "s": ["z"], "op": ["u"]})),
+    "upsert lsn as text": lambda t: t.upsert(
+        pa.table({"k": K, "p": ["a"], "v": [1], "s": ["z"], "lsn": ["70"], "op": ["u"]})
+    ),
+    "upsert lsn as float": lambda t: t.upsert(
+        pa.table({"k": K, "p": ["a"], "v": [1], "s": ["z"], "lsn": [70.5], "op": ["u"]})
+    ),
+    "upsert bad op": lambda t: t.upsert(
+        pa.table({"k": K, "p": ["a"], "v": [1], "s": ["z"], "lsn": [70], "op": ["X"]})
+    ),
+    "upsert NULL op": lambda t: t.upsert(
+        pa.table({"k": K, "p": ["a"], "v": [1], "s": ["z"], "lsn": [70], "op": pa.array([None], pa.string())})
+    ),
+    "upsert one NULL lsn among good rows": lambda t: t.upsert(
+        pa.table(
+            {
+                "k": pa.array([5, 1], pa.int64()),
+                "p": ["a", "a"],
+                "v": [1, 2],
+                "s": ["z", "z"],
+                "lsn": pa.array([90, None], pa.int64()),
+                "op": ["u", "u"],
+            }
+        )
+    ),
+    "upsert NULL key": lambda t: t.upsert(
+        pa.table(
+            {"k": pa.array([None], pa.int64()), "p": ["a"], "v": [1], "s": ["z"], "lsn": [70], "op": ["u"]}
+        )
+    ),
+    "upsert partial row moving a key": lambda t: t.upsert(
+        pa.table({"k": K, "p": ["c"], "v": [5], "lsn": [99], "op": ["u"]})
+    ),
+    "upsert unknown column": lambda t: t.upsert(
+        pa.table({"k": K, "p": ["a"], "v": [1], "s": ["z"], "lsn": [70], "op": ["u"], "zz": [1]})
+    ),
+    "delete None": lambda t: t.delete(None),
+    "delete keys NULL lsn": lambda t: t.delete(pa.table({"k": K, "lsn": pa.array([None], pa.int64())})),
+    "delete keys text lsn": lambda t: t.delete(pa.table({"k": K, "lsn": ["5"]})),
+    "delete bad filter": lambda t: t.delete("nope = 1"),
+    "delete unparsable filter": lambda t: t.delete("k = = 1"),
+    "update NULL lsn": lambda t: t.update(set={"lsn": "NULL"}, where="k = 1"),
+    "update text lsn": lambda t: t.update(set={"lsn": "'abc'"}, where="k = 1"),
+    "update unknown column": lambda t: t.update(set={"nope": "1"}, where="k = 1"),
+    "update the key": lambda t: t.update(set={"k": "k + 100"}, where="k = 1"),
+    "merge NULL lsn insert": lambda t: (
+        t.merge(_src(k=pa.array([8], pa.int64()), p=["a"], v=[1], s=["z"], lsn=pa.array([None], pa.int64())))
+        .when_not_matched_insert_all()
+        .execute()
+    ),
+    "merge NULL lsn update": lambda t: (
+        t.merge(_src(k=K, p=["b"], v=[1], s=["z"], lsn=pa.array([None], pa.int64())))
+        .when_matched_update_all()
+        .execute()
+    ),
+    "merge set lsn NULL": lambda t: t.merge(_src(k=K)).when_matched_update(set={"lsn": "NULL"}).execute(),
+    "merge duplicate source keys": lambda t: (
+        t.merge(_src(k=pa.array([1, 1], pa.int64()), p=["b", "b"], v=[1, 2], s=["z", "z"], lsn=[80, 81]))
+        .when_matched_update_all()
+        .execute()
+    ),
+    "merge bad condition": lambda t: t.merge(_src(k=K)).when_matched_update(set={"v": "s.nope"}).execute(),
+    "merge no clause": lambda t: t.merge(_src(k=K)).execute(),
+    "changes start after end": lambda t: t.changes(t.version, 1).read_all(),
+    "changes future": lambda t: t.changes(t.version + 5).read_all(),
+    "changes negative": lambda t: t.changes(-3).read_all(),
+    "changes text version": lambda t: t.changes("one").read_all(),
+    "changes unknown column": lambda t: t.changes(0, columns=["nope"]).read_all(),
+    "changes bad filter": lambda t: t.changes(0, filter="nope > 1").read_all(),
+    "changes no start": lambda t: t.changes().read_all(),
+    "scan future version": lambda t: t.scan(version=t.version + 10).to_arrow(),
+    "scan negative version": lambda t: t.scan(version=-1).to_arrow(),
+    "scan version and tag": lambda t: t.scan(version=1, tag="x").to_arrow(),
+    "scan unknown column": lambda t: t.scan(columns=["nope"]).to_arrow(),
+    "scan bad filter": lambda t: t.scan(filter="v >").to_arrow(),
+    "scan filter type": lambda t: t.scan(filter="s > 5").to_arrow(),
+    "scan zero threads": lambda t: t.scan(threads=0).to_arrow(),
+    "min unknown column": lambda t: t.scan().min("nope"),
+    "max unknown column": lambda t: t.scan().max("nope"),
+    "compact unknown partition column": lambda t: t.compact(partition={"nope": "a"}),
+    "compact zero files": lambda t: t.compact(min_files=0),
+    "set_sequence_by unknown": lambda t: t.set_sequence_by("nope"),
+    "set_sequence_by key": lambda t: t.set_sequence_by("k"),
+    "set_sequence_by partition": lambda t: t.set_sequence_by("p"),
+}
+
+
+BAD_CALL_BUGS = {
+    "delete keys NULL lsn": "BUG: t.delete(pa.table({'k': [1], 'lsn': [None]})) (keys without the partition column) "
+    "is accepted and deletes key 1 (rows_deleted=1) instead of refusing the NULL sequence (with 'p' given: "
+    "InvalidInput); the lsn column is ignored on this path",
+    "delete keys text lsn": "BUG: t.delete(pa.table({'k': [1], 'lsn': ['5']})) (keys without the partition "
+    "column) is accepted and deletes key 1 instead of SchemaMismatch (raised when 'p' is given)",
+}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=BAD_CALL_BUGS[c]))
+        if c in BAD_CALL_BUGS
+        else c
+        for c in sorted(BAD_CALLS)
+    ],
+)
+def test_bad_arguments_raise_typed_errors_and_change_nothing(tmp_path: Path, call: str) -> None:
+    t = _seeded(mere.connect(str(tmp_path)))
+    version, before = t.version, rows(t)
+    with pytest.raises(MereError):
+        BAD_CALLS[call](t)
+    fresh = mere.connect(str(tmp_path)).load_table("q.t")
+    assert fresh.version == version
+    assert rows(fresh) == before
+    assert fresh.scan().count() == len(before)
