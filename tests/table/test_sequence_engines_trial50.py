@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import mere
-from mere.errors import MereError
+from mere.errors import InvalidInput, MereError
 
 PARTS = ["a", "b", "c"]
 
@@ -713,3 +713,82 @@ def test_bad_arguments_raise_typed_errors_and_change_nothing(tmp_path: Path, cal
     assert fresh.version == version
     assert rows(fresh) == before
     assert fresh.scan().count() == len(before)
+
+
+# -- engines that refuse deletes under sequences --------------------------------------------------------
+
+
+def _engine_table(cat: mere.Catalog, engine: str) -> mere.Table:
+    t = cat.create_table(
+        "q.e",
+        ENGINE_SCHEMA,
+        primary_key="k",
+        partition_by="p",
+        buckets=2,
+        cdc_column="op",
+        sequence_by="lsn",
+        **ENGINE_ARGS[engine],
+    )
+    t.upsert(
+        pa.Table.from_pylist(
+            [
+                {**e.row(), "op": "u"}
+                for e in (Ee(1, "a", 30, "u", 5, "m", True), Ee(2, "b", 9, "u", 1, "n", False))
+            ],
+            schema=ENGINE_SCHEMA,
+        )
+    )
+    t.upsert(
+        pa.Table.from_pylist([{**Ee(1, "a", 6, "u", 7, "a", None).row(), "op": "u"}], schema=ENGINE_SCHEMA)
+    )
+    return t
+
+
+REFUSED_DELETES: dict[str, Any] = {
+    "cdc delete": lambda t: t.upsert(
+        pa.table({"k": K, "p": ["a"], "lsn": pa.array([40], pa.int64()), "op": ["d"]})
+    ),
+    "cdc delete among upserts": lambda t: t.upsert(
+        pa.Table.from_pylist(
+            [
+                {**Ee(3, "a", 50, "u", 1, "q", True).row(), "op": "u"},
+                {**Ee(1, "a", 40, "u", 1, "q", True).row(), "op": "d"},
+            ],
+            schema=ENGINE_SCHEMA,
+        )
+    ),
+    "delete by filter": lambda t: t.delete("k = 1"),
+    "delete by value filter": lambda t: t.delete("hi > 0"),
+    "delete all": lambda t: t.delete("TRUE"),
+    "delete keys with partition and sequence": lambda t: t.delete(
+        pa.table({"k": K, "p": ["a"], "lsn": pa.array([40], pa.int64())})
+    ),
+    "delete keys with sequence": lambda t: t.delete(pa.table({"k": K, "lsn": pa.array([40], pa.int64())})),
+    "delete keys alone": lambda t: t.delete(pa.table({"k": K})),
+    "merge delete": lambda t: (
+        t.merge(pa.table({"k": K, "p": ["a"]}), on="t.k = s.k and t.p = s.p").when_matched_delete().execute()
+    ),
+    "merge by source delete": lambda t: (
+        t.merge(pa.table({"k": pa.array([9], pa.int64()), "p": ["a"]}))
+        .when_not_matched_by_source_delete()
+        .execute()
+    ),
+    "transaction delete": lambda t: _tx(t, lambda tx: tx.delete("k = 2")),
+}
+
+
+def _tx(t: mere.Table, body: Any) -> None:
+    with t.transaction() as tx:
+        body(tx)
+
+
+@pytest.mark.parametrize("engine", ["first_row", "agg"])
+@pytest.mark.parametrize("call", sorted(REFUSED_DELETES))
+def test_engines_refuse_deletes_and_change_nothing(tmp_path: Path, engine: str, call: str) -> None:
+    t = _engine_table(mere.connect(str(tmp_path)), engine)
+    version, before = t.version, ident_rows(t)
+    with pytest.raises(InvalidInput):
+        REFUSED_DELETES[call](t)
+    fresh = mere.connect(str(tmp_path)).load_table("q.e")
+    assert fresh.version == version
+    assert ident_rows(fresh) == before
