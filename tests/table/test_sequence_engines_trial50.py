@@ -106,6 +106,18 @@ def new_table(cat: mere.Catalog, name: str = "q.t", **kw: Any) -> mere.Table:
     )
 
 
+def expected_stale(stored: list[Ev], write: list[Ev]) -> tuple[int, int]:
+    """Bounds of the rows of a write that a higher sequence of the same key replaces, in the write or
+    stored (table-wide keys: anywhere): the distinct stale events, and the stale rows (replays of one
+    stale event in one write count once against a stored version, once each against a row of the write:
+    see the report)."""
+    top: dict[int, int] = {}
+    for e in stored + write:
+        top[e.key] = max(top.get(e.key, -1), e.rank)
+    stale = [e for e in write if e.rank < top[e.key]]
+    return len(set(stale)), len(stale)
+
+
 def feed_applied(before: dict[int, dict[str, Any]], feed: pa.Table) -> dict[int, dict[str, Any]]:
     """A change feed applied in its order to a copy keyed by (partition, key)."""
     state = {(r["p"], r["k"]): r for r in before.values()}
@@ -154,6 +166,10 @@ def check_reads(t: mere.Table, expected: dict[int, dict[str, Any]], version: int
         want = {k: r for k, r in expected.items() if keep(r)}
         assert rows(t, filter=flt, **at) == want, flt
         assert t.scan(filter=flt, **at).count() == len(want), flt
+        wv = [r["v"] for r in want.values() if r["v"] is not None]
+        assert t.scan(filter=flt, **at).max("v") == (max(wv) if wv else None), flt
+        wl = [r["lsn"] for r in want.values()]
+        assert t.scan(filter=flt, **at).min("lsn") == (min(wl) if wl else None), flt
     # partition filter (prunes) and key lookups
     for part in PARTS:
         want = {k: r for k, r in expected.items() if r["p"] == part}
@@ -228,7 +244,9 @@ def test_any_arrival_of_moving_keys_equals_the_sequence_model(
     extra = 0
     for b, action in zip(batches, actions):
         seen += b
-        t.upsert(batch(b))
+        result = t.upsert(batch(b))
+        low, high = expected_stale(seen[: len(seen) - len(b)], b)
+        assert low <= result.stale_rows <= high, "stale_rows"
         versions.append((t.version, model(seen)))
         now = model(seen)
         if action == "compact":
