@@ -211,7 +211,19 @@ def deliveries(draw: st.DrawFn, deletes: bool = True) -> tuple[list[Ev], list[li
     actions = draw(
         st.lists(
             st.sampled_from(
-                ["none", "compact", "tiered", "feed", "travel", "del_filter", "del_keys", "merge"]
+                [
+                    "none",
+                    "compact",
+                    "tiered",
+                    "feed",
+                    "travel",
+                    "del_filter",
+                    "del_keys",
+                    "merge",
+                    "update",
+                    "merge_del",
+                    "tx",
+                ]
             ),
             min_size=len(out),
             max_size=len(out),
@@ -282,6 +294,33 @@ def test_any_arrival_of_moving_keys_equals_the_sequence_model(
                     }
                 )
             )
+            versions.append((t.version, model(seen)))
+        elif action == "update" and now:
+            # an UPDATE keeps each row's sequence: it wins the tie as the later commit
+            cut = data.draw(st.sampled_from([0, 3, 5]), label="update v >=")
+            for k, r in now.items():
+                if r["v"] is not None and r["v"] >= cut:
+                    seen.append(Ev(k, r["p"], r["lsn"], "u", r["v"] + 100, "upd"))
+            t.update(set={"v": "v + 100", "s": "'upd'"}, where=f"v >= {cut}")
+            versions.append((t.version, model(seen)))
+        elif action == "merge_del" and now:
+            # a MERGE delete without a sequence: a marker just above the version it reads
+            keys = data.draw(st.lists(st.integers(0, 5), min_size=1, max_size=3, unique=True), label="mdel")
+            for k in keys:
+                if k in now:
+                    seen.append(Ev(k, now[k]["p"], now[k]["lsn"] + 1, "d", None, None))
+            t.merge(pa.table({"k": pa.array(keys, pa.int64())})).when_matched_delete().execute()
+            versions.append((t.version, model(seen)))
+        elif action == "tx" and now:
+            # a transaction: a delete by filter and a replay of this batch, one version
+            cut = data.draw(st.sampled_from([1, 5]), label="tx v >=")
+            for k, r in now.items():
+                if r["v"] is not None and r["v"] >= cut:
+                    seen.append(Ev(k, r["p"], r["lsn"] + 1, "d", None, None))
+            seen += b
+            with t.transaction() as tx:
+                tx.delete(f"v >= {cut}")
+                tx.upsert(batch(b))
             versions.append((t.version, model(seen)))
         elif action == "merge":
             # MERGE update/insert of whole rows = one more event per source row, sequence decides
