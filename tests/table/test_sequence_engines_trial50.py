@@ -1079,3 +1079,81 @@ def test_a_filtered_count_sees_a_late_group_value(tmp_path: Path) -> None:
     got = t.to_arrow(filter="a >= 3").to_pylist()
     assert [(r["k"], r["a"], r["c"]) for r in got] == [(2, 5, "c36")]
     assert t.scan(filter="a >= 3").count() == 1
+
+
+# -- targeted: CDC idioms, truncate, feeds over ranges ----------------------------------------------------
+
+
+def test_a_conditional_merge_keeps_the_newest_and_moves_keys(tmp_path: Path) -> None:
+    t = new_table(mere.connect(str(tmp_path)))
+    t.upsert(batch([Ev(1, "a", 30, "u", 1, "x"), Ev(2, "b", 30, "u", 2, "y")]))
+    src = pa.Table.from_pylist(
+        [
+            row_of(Ev(1, "c", 10, "u", 7, "old")),
+            row_of(Ev(2, "c", 40, "u", 8, "new")),
+            row_of(Ev(3, "a", 5, "u", 9, "z")),
+        ],
+        schema=SCHEMA.remove(5),
+    )
+    m = (
+        t.merge(src)
+        .when_matched_update_all(condition="s.lsn > t.lsn")
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert (m.updated, m.inserted) == (1, 1)
+    expected = {
+        1: {"k": 1, "p": "a", "v": 1, "s": "x", "lsn": 30},
+        2: {"k": 2, "p": "c", "v": 8, "s": "new", "lsn": 40},
+        3: {"k": 3, "p": "a", "v": 9, "s": "z", "lsn": 5},
+    }
+    check_reads(t, expected)
+    t.upsert(batch([Ev(2, "b", 35, "u", 0, "late")]))  # late, in the key's old partition
+    check_reads(t, expected)
+    t.compact()
+    check_reads(t, expected)
+
+
+def test_truncate_drops_tombstones_and_later_events_apply(tmp_path: Path) -> None:
+    t = new_table(mere.connect(str(tmp_path)))
+    t.upsert(batch([Ev(1, "a", 30, "u", 1, "x"), Ev(2, "b", 40, "d", None, None)]))
+    t.compact()
+    t.truncate()
+    assert rows(t) == {}
+    t.upsert(batch([Ev(2, "c", 10, "u", 2, "back"), Ev(1, "a", 20, "u", 3, "older")]))
+    expected = {
+        1: {"k": 1, "p": "a", "v": 3, "s": "older", "lsn": 20},
+        2: {"k": 2, "p": "c", "v": 2, "s": "back", "lsn": 10},
+    }
+    check_reads(t, expected)
+
+
+@FAST
+@given(case=deliveries())
+def test_feeds_between_any_two_versions_bridge_their_snapshots(
+    tmp_path_factory: pytest.TempPathFactory, case: tuple[list[Ev], list[list[Ev]], list[str]]
+) -> None:
+    _, batches, actions = case
+    t = new_table(mere.connect(str(tmp_path_factory.mktemp("f"))))
+    snaps = [(t.version, {})]
+    seen: list[Ev] = []
+    for b, action in zip(batches, actions):
+        seen += b
+        t.upsert(batch(b))
+        if action in ("compact", "tiered"):
+            t.compact(tiered=action == "tiered")
+        snaps.append((t.version, model(seen)))
+    for i, (v0, s0) in enumerate(snaps):
+        for v1, s1 in snaps[i + 1 :]:
+            feed = t.changes(v0, v1).read_all()
+            assert feed_applied(s0, feed) == s1, (v0, v1)
+            assert set(feed.column("_version").to_pylist()) <= set(range(v0 + 1, v1 + 1))
+            # a filter keeps the feed rows it holds for; columns project (key and partition first)
+            part = t.changes(v0, v1, columns=["v"], filter="v > 2").read_all()
+            assert set(part.column_names[:2]) == {"k", "p"} and part.column_names[2] == "v"
+            want = sorted(
+                (r["k"], r["p"], r["v"], r["_change"])
+                for r in feed.to_pylist()
+                if r["v"] is not None and r["v"] > 2
+            )
+            assert sorted((r["k"], r["p"], r["v"], r["_change"]) for r in part.to_pylist()) == want
