@@ -582,6 +582,11 @@ def check_engine_reads(t: mere.Table, expected: dict[tuple[str, int], dict[str, 
         want = {i: r for i, r in expected.items() if keep(r)}
         assert ident_rows(t, filter=flt, **at) == want, flt
         assert t.scan(filter=flt, **at).count() == len(want), flt
+        his = [r["hi"] for r in want.values() if r["hi"] is not None]
+        assert t.scan(filter=flt, **at).max("hi") == (max(his) if his else None), flt
+        assert t.scan(filter=flt, **at).min("lsn") == min((r["lsn"] for r in want.values()), default=None), (
+            flt
+        )
     for k in range(5):
         assert ident_rows(t, filter=f"k = {k}", **at) == {i: r for i, r in expected.items() if i[1] == k}
 
@@ -750,6 +755,12 @@ BAD_CALLS: dict[str, Any] = {
     "set_sequence_by unknown": lambda t: t.set_sequence_by("nope"),
     "set_sequence_by key": lambda t: t.set_sequence_by("k"),
     "set_sequence_by partition": lambda t: t.set_sequence_by("p"),
+    "set_sequence_by on several runs": lambda t: t.set_sequence_by("v"),
+    "set_sequence_by None on several runs": lambda t: t.set_sequence_by(None),
+    "set_sequence_by empty": lambda t: t.set_sequence_by([]),
+    "set_sequence_by twice the column": lambda t: t.set_sequence_by(["lsn", "lsn"]),
+    "set_sequence_by not a name": lambda t: t.set_sequence_by(5),
+    "set_sequence_by the cdc column": lambda t: t.set_sequence_by("op"),
 }
 
 
