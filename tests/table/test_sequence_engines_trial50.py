@@ -1202,3 +1202,23 @@ def test_a_merge_insert_below_a_delete_in_its_partition_stays_deleted(tmp_path: 
     assert m.stale_rows == 1
     assert t.upsert(batch([Ev(4, "c", 9, "u", 9, "")])).stale_rows == 1
     assert rows(t) == {}
+
+
+def test_deletes_by_partition_filter_follow_where_a_moved_key_lives(tmp_path: Path) -> None:
+    t = new_table(mere.connect(str(tmp_path)))
+    t.upsert(batch([Ev(1, "a", 10, "u", 1, "x")]))
+    t.upsert(batch([Ev(1, "b", 20, "u", 2, "y")]))
+    t.upsert(batch([Ev(1, "a", 15, "u", 3, "late")]))  # late, in the partition it left
+    moved = {1: {"k": 1, "p": "b", "v": 2, "s": "y", "lsn": 20}}
+    check_reads(t, moved)
+    assert t.delete("p = 'a'").no_change
+    t.upsert(batch([Ev(1, "c", 5, "u", 3, "later")]))
+    check_reads(t, moved)
+    t.delete("p = 'b' and v > 0")
+    t.upsert(batch([Ev(1, "b", 20, "u", 2, "y")]))  # a replay of the deleted version stays deleted
+    check_reads(t, {})
+    t.upsert(batch([Ev(1, "a", 22, "u", 9, "new")]))
+    t.compact()
+    back = {1: {"k": 1, "p": "a", "v": 9, "s": "new", "lsn": 22}}
+    check_reads(t, back)
+    assert feed_applied({}, t.changes(0).read_all()) == back
