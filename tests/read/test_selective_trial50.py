@@ -593,3 +593,35 @@ def test_metadata_claims_of_explain_hold(tmp_path: Any, monkeypatch: pytest.Monk
     assert scan.max("ts") == dt.datetime(2001, 9, 9, 1, 46, 40, tzinfo=dt.timezone.utc)
     monkeypatch.undo()
     assert math.isnan(t.scan().max("f")) and t.scan().min("f") == 0.0
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pa.int64(),
+        pa.string(),
+        pytest.param(
+            pa.float64(),
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="BUG: an all-NULL input column (Arrow null type, as pa.table({'f': [None]}) makes) is refused "
+                "for a float column only: SchemaMismatch 'cannot be stored as double without loss: Unsupported "
+                "cast from double to null' (int, string, timestamp, decimal, bool, date columns take it); "
+                "repro: t.upsert(pa.table({'k': [1], 'f': [None]})) on a float64 column f",
+            ),
+        ),
+        pytest.param(
+            pa.float32(),
+            marks=pytest.mark.xfail(strict=True, reason="BUG: as for float64: null-typed input refused for float32"),
+        ),
+    ],
+)
+def test_an_all_null_input_column_is_stored_as_nulls(tmp_path: Any, kind: pa.DataType) -> None:
+    t = mere.connect(str(tmp_path)).create_table(
+        "t.n", pa.schema([("k", pa.int64()), ("x", kind)]), primary_key="k", properties=NOAUTO
+    )
+    t.upsert(pa.table({"k": [1, 2], "x": [None, None]}))  # x: Arrow's null type
+    scan = t.scan()
+    assert scan.to_arrow().to_pylist() == [{"k": 1, "x": None}, {"k": 2, "x": None}]
+    assert scan.max("x") is None and scan.count() == 2
+    assert t.scan(filter="x is null").count() == 2
