@@ -445,7 +445,7 @@ def small_compaction_files(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("small_compaction_files")
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1])
 def test_big_tables_in_every_state(seed: int) -> None:
     import random
 
@@ -625,3 +625,149 @@ def test_an_all_null_input_column_is_stored_as_nulls(tmp_path: Any, kind: pa.Dat
     assert scan.to_arrow().sort_by("k").to_pylist() == [{"k": 1, "x": None}, {"k": 2, "x": None}]
     assert scan.max("x") is None and scan.count() == 2
     assert t.scan(filter="x is null").count() == 2
+
+
+# -- further states ---------------------------------------------------------------------------------------
+
+
+def test_time_travel_across_renames_widenings_and_a_reused_name(tmp_path: Any) -> None:
+    t = mere.connect(str(tmp_path)).create_table(
+        "t.ev",
+        pa.schema([("k", pa.int64()), ("b", pa.int32()), ("f", pa.float64())]),
+        primary_key="k",
+        buckets=1,
+        properties=NOAUTO,
+    )
+    t.upsert(pa.table({"k": [1, 2, 3], "b": pa.array([10, 20, 30], pa.int32()), "f": [1.0, 2.0, 3.0]}))
+    v1 = t.version
+    t.rename_column("b", "bb")
+    t.add_column("b", pa.int64(), default=-7)  # the old name, reused by a new column
+    t.widen("bb", pa.int64())
+    v2 = t.version
+    t.upsert(pa.table({"k": [2], "bb": [200], "b": [5], "f": [math.nan]}))
+    t.compact(min_files=1)
+    v3 = t.version
+    old = t.scan(version=v1)
+    assert (old.min("b"), old.max("b"), old.count()) == (10, 30, 3)
+    assert "answered from metadata" in str(old.explain())
+    assert t.scan(version=v1, filter="b > 15").count() == 2
+    mid = t.scan(version=v2)
+    assert "answered from metadata" not in str(mid.explain())  # old files hold other names and types
+    assert (mid.min("b"), mid.max("b"), mid.min("bb"), mid.max("bb")) == (-7, -7, 10, 30)
+    assert t.scan(version=v2, filter="b = -7").count() == 3
+    assert t.scan(version=v2, filter="b > 15").count() == 0
+    new = t.scan(version=v3)
+    assert (new.min("b"), new.max("b"), new.max("bb")) == (-7, 5, 200)
+    assert math.isnan(new.max("f")) and new.min("f") == 1.0
+    assert sorted(t.scan(version=v3, filter="b = -7").to_arrow().column("k").to_pylist()) == [1, 3]
+    assert t.scan(version=v3, filter="f >= 'NaN'::double").to_arrow().column("k").to_pylist() == [2]
+
+
+def test_big_in_lists_with_nulls_nan_and_out_of_range_values(tmp_path: Any) -> None:
+    import random
+
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int32()), ("f", pa.float64()), ("s", pa.string()), ("u", pa.uint64())])
+    t = mere.connect(str(tmp_path)).create_table("t.in", schema, primary_key="k", buckets=2, properties=NOAUTO)
+    rng = random.Random(3)
+    model: dict[int, dict[str, Any]] = {}
+    for _ in range(4):
+        rows = [
+            {
+                "k": rng.randrange(300),
+                "v": rng.choice([None, *range(-5, 200)]),
+                "f": rng.choice([math.nan, -0.0, 0.0, 1.5, None, float(rng.randrange(100))]),
+                "s": rng.choice([None, "a", str(rng.randrange(100))]),
+                "u": rng.choice([None, 0, 2**63 + 1, 2**64 - 1, rng.randrange(100)]),
+            }
+            for _ in range(200)
+        ]
+        t.upsert(pa.table({c: [r[c] for r in rows] for c in schema.names}, schema=schema))
+        model.update({r["k"]: r for r in rows})
+    frame = pa.table({c: [r[c] for r in model.values()] for c in schema.names}, schema=schema)
+    con = duckdb.connect()
+    con.register("m", frame)
+    ints = ",".join(str(i) for i in range(0, 140, 2))  # over SORTED_IN_MIN_VALUES: the sorted search
+    floats = ",".join(str(float(i)) for i in range(0, 140, 2))
+    strs = ",".join(f"'{i}'" for i in range(0, 140, 2))
+    for flt in [
+        f"v in ({ints})",
+        f"v in ({ints}, NULL)",
+        f"v not in ({ints}, NULL)",
+        f"v in ({ints}, 99999999999)",
+        f"f in ({floats}, 'NaN'::double)",
+        f"f not in ({floats})",
+        f"s not in ({strs}, NULL)",
+        f"u in ({ints}, 18446744073709551615)",
+        f"not (v in ({ints}))",
+        f"v in ({ints}) or s = 'a'",
+        f"(v in ({ints})) is null",
+    ]:
+        want = sorted(r[0] for r in con.sql(f"SELECT k FROM m WHERE {flt}").fetchall())
+        for kw in ({"threads": 1}, {"threads": 3, "window_bytes": 100}):
+            scan = t.scan(filter=flt, **kw)
+            assert sorted(scan.to_arrow().column("k").to_pylist()) == want, flt
+            assert scan.count() == len(want), flt
+
+
+@pytest.mark.parametrize("order", ["delete_first", "insert_first"])
+def test_a_tombstone_and_a_lower_sequence_in_two_runs_of_one_write(tmp_path: Any, order: str) -> None:
+    """One streamed write cut into two runs (two files of one commit): a delete of sequence 9 in one, the
+    same key's row of sequence 5 in the other. The tombstone wins, read any way, after compaction too."""
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("lsn", pa.int64()), ("op", pa.string())])
+    t = mere.connect(str(tmp_path)).create_table(
+        "t.seq",
+        schema.remove(3),
+        primary_key="k",
+        buckets=1,
+        sequence_by="lsn",
+        cdc_column="op",
+        properties=dict(NOAUTO, **{"write.chunk-bytes": "1k"}),
+    )
+    filler = [(100 + i, i, 1, "I") for i in range(300)]
+    d9, i5 = [(1, None, 9, "D")], [(1, 5, 5, "I")]
+    runs = [d9 + filler, i5 + filler] if order == "delete_first" else [i5 + filler, d9 + filler]
+    batches = [pa.record_batch([pa.array(c) for c in zip(*run)], schema=schema) for run in runs]
+    t.upsert(pa.RecordBatchReader.from_batches(schema, batches))
+    assert len(t.inspect.files()) == 2
+    for _ in range(2):
+        for kw in ({"threads": 1}, {"threads": 4, "window_bytes": 64}):
+            assert t.scan(filter="k = 1", **kw).to_arrow().num_rows == 0
+            assert t.scan(filter="v = 5", **kw).to_arrow().column("k").to_pylist() == [105]
+            assert t.scan(**kw).count() == 300
+        t.compact(min_files=1)
+
+
+@pytest.mark.parametrize(
+    "kind, runs, deleted",
+    [
+        (pa.bool_(), [[True, False], [False]], [False]),
+        (pa.date32(), [[0, 1, 2], [1]], [2]),
+        (pa.binary(), [[b"", b"a", b"\x00"], [b"\x00", b""]], [b"\x00"]),
+        (pa.timestamp("ns"), [[0, 1, 2], [1, -1]], [2]),
+        (pa.string(), [["", "é", "a"], ["a", "Z"]], ["é"]),
+    ],
+)
+def test_keys_of_other_kinds_with_one_byte_windows(
+    tmp_path: Any, kind: pa.DataType, runs: list[list[Any]], deleted: list[Any]
+) -> None:
+    t = mere.connect(str(tmp_path)).create_table(
+        "t.kk",
+        pa.schema([("k", kind), ("v", pa.int64())]),
+        primary_key="k",
+        buckets=2,
+        properties=dict(NOAUTO, **{"read.window-bytes": "1"}),  # a window per row group
+    )
+    model: dict[Any, int] = {}
+    for gen, keys in enumerate(runs):
+        t.upsert(pa.table({"k": pa.array(keys, kind), "v": [gen] * len(keys)}))
+        model.update(dict.fromkeys(pa.array(keys, kind).to_pylist(), gen))
+    t.delete(pa.table({"k": pa.array(deleted, kind)}))
+    for k in pa.array(deleted, kind).to_pylist():
+        model.pop(k)
+    got = t.scan().to_arrow()
+    assert dict(zip(got.column("k").to_pylist(), got.column("v").to_pylist())) == model
+    for kw in ({"threads": 1}, {"threads": 4}):
+        assert t.scan(**kw).count() == len(model)
+        assert t.scan(filter="v >= 0", **kw).count() == len(model)
+        assert t.scan(filter="v = 0", **kw).count() == sum(1 for v in model.values() if v == 0)
+    assert t.scan().max("v") == max(model.values())
