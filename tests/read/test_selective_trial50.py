@@ -771,3 +771,48 @@ def test_keys_of_other_kinds_with_one_byte_windows(
         assert t.scan(filter="v >= 0", **kw).count() == len(model)
         assert t.scan(filter="v = 0", **kw).count() == sum(1 for v in model.values() if v == 0)
     assert t.scan().max("v") == max(model.values())
+
+
+@pytest.mark.parametrize("order", ["old_first", "new_first"])
+def test_staged_files_of_one_commit_merge_in_the_order_given(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    """Two staged upserts committed together share a commit; the later stage wins a shared key, whichever
+    route reads: the search of later files, the merge's marking, counts, windows, threads."""
+    t = mere.connect(str(tmp_path)).create_table(
+        "t.st", pa.schema([("k", pa.int64()), ("v", pa.int64())]), primary_key="k", buckets=1, properties=NOAUTO
+    )
+    old = t.stage(pa.table({"k": list(range(20)), "v": [100] * 20}), "upsert")
+    new = t.stage(pa.table({"k": [5, 6], "v": [200, 200]}), "upsert")
+    t.commit([old, new] if order == "old_first" else [new, old])
+    winner = 200 if order == "old_first" else 100
+    model = {k: 100 for k in range(20)} | {5: winner, 6: winner}
+    for search in (True, False):
+        monkeypatch.setattr(selective, "SEARCH_LATER", search)
+        for kw in ({"threads": 1}, {"threads": 4, "window_bytes": 64}):
+            for value in (100, 200):
+                scan = t.scan(filter=f"v = {value}", **kw)
+                want = sorted(k for k, v in model.items() if v == value)
+                assert sorted(scan.to_arrow().column("k").to_pylist()) == want, (search, kw, value)
+                assert scan.count() == len(want)
+    assert (t.scan().count(), t.scan().max("v")) == (20, max(model.values()))
+
+
+def test_staged_upsert_delete_upsert_in_one_transaction(tmp_path: Any) -> None:
+    t = mere.connect(str(tmp_path)).create_table(
+        "t.st", pa.schema([("k", pa.int64()), ("v", pa.int64())]), primary_key="k", buckets=1, properties=NOAUTO
+    )
+    t.upsert(pa.table({"k": list(range(20)), "v": [100] * 20}))
+    up = t.stage(pa.table({"k": [5, 6, 7], "v": [200] * 3}), "upsert")
+    gone = t.stage(pa.table({"k": [6]}), "delete")
+    again = t.stage(pa.table({"k": [7], "v": [300]}), "upsert")
+    with t.transaction() as tx:
+        tx.add_staged([up])
+        tx.add_staged([gone])
+        tx.add_staged([again])
+    for kw in ({"threads": 1}, {"threads": 4, "window_bytes": 64}):
+        assert t.scan(filter="v = 100", **kw).count() == 17  # 5, 6 and 7 replaced, 6 deleted
+        assert t.scan(filter="v = 200", **kw).to_arrow().column("k").to_pylist() == [5]
+        assert t.scan(filter="v > 150", **kw).count() == 2
+        assert t.scan(**kw).count() == 19
+    assert (t.scan().max("v"), t.scan(filter="k = 6").count()) == (300, 0)
