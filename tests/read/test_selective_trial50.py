@@ -887,3 +887,26 @@ def test_extremes_beyond_python_datetimes_fail_as_mere_errors(
             getattr(scan, which)("x")
         except mere.MereError:
             pass  # a documented error is fine; a raw one is not
+
+
+def test_late_rows_after_a_compacted_tombstone_stay_hidden(tmp_path: Any) -> None:
+    t = mere.connect(str(tmp_path)).create_table(
+        "t.ts",
+        pa.schema([("k", pa.int64()), ("v", pa.int64()), ("lsn", pa.int64())]),
+        primary_key="k",
+        buckets=1,
+        sequence_by="lsn",
+        properties=NOAUTO,
+    )
+    t.upsert(pa.table({"k": list(range(10)), "v": [1] * 10, "lsn": [5] * 10}))
+    t.delete(pa.table({"k": [1, 2], "lsn": [9, 9]}))
+    t.compact(min_files=1)  # the tombstones live on beside the compacted rows
+    t.upsert(pa.table({"k": [1, 2, 3], "v": [7, 7, 7], "lsn": [7, 10, 4]}))  # 1 and 3 late, 2 newer
+    for _ in range(2):
+        for kw in ({"threads": 1}, {"threads": 4, "window_bytes": 32}):
+            assert t.scan(filter="v = 7", **kw).to_arrow().column("k").to_pylist() == [2]
+            assert t.scan(filter="v = 7", **kw).count() == 1
+            assert t.scan(filter="v = 1 and k < 4", **kw).count() == 2  # 0 and 3
+            assert t.scan(**kw).count() == 9
+            assert (t.scan(**kw).max("v"), t.scan(**kw).min("v")) == (7, 1)
+        t.compact(min_files=1)
