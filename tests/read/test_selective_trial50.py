@@ -909,3 +909,45 @@ def test_late_rows_after_a_compacted_tombstone_stay_hidden(tmp_path: Any) -> Non
             assert t.scan(**kw).count() == 9
             assert (t.scan(**kw).max("v"), t.scan(**kw).min("v")) == (7, 1)
         t.compact(min_files=1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_first_row_under_sequence_by_keeps_the_lowest_sequence(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    import random
+
+    rng = random.Random(seed)
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("lsn", pa.int64())])
+    t = mere.connect(str(tmp_path)).create_table(
+        "t.fr",
+        schema,
+        primary_key="k",
+        buckets=2,
+        sequence_by="lsn",
+        merge_operators="first_row",
+        properties=dict(NOAUTO, **{"write.row-group-rows": "4"}),
+    )
+    model: dict[int, tuple[int, int]] = {}
+    for _ in range(6):
+        if rng.random() < 0.2:
+            t.compact(min_files=1)
+            continue
+        rows = [
+            (rng.randrange(30), rng.randrange(10), rng.randrange(1, 20)) for _ in range(rng.randrange(1, 25))
+        ]
+        t.upsert(pa.table(list(map(list, zip(*rows))), schema=schema))
+        for k, v, lsn in rows:
+            if k not in model or lsn < model[k][1]:  # equal sequences: the first written stays
+                model[k] = (v, lsn)
+    frame = pa.table({"k": list(model), "v": [v for v, _ in model.values()]})
+    con = duckdb.connect()
+    con.register("m", frame)
+    for flt in ["v > 5", "v = 3", None, "v < 2 and k > 10"]:
+        want = sorted(r[0] for r in con.sql(f"SELECT k FROM m {'WHERE ' + flt if flt else ''}").fetchall())
+        for search in (True, False):
+            monkeypatch.setattr(selective, "SEARCH_LATER", search)
+            for kw in ({"threads": 1}, {"threads": 4, "window_bytes": 40}):
+                scan = t.scan(filter=flt, **kw)
+                assert sorted(scan.to_arrow().column("k").to_pylist()) == want, (flt, kw)
+                assert scan.count() == len(want)
