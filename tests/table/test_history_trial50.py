@@ -1,0 +1,638 @@
+"""A table's history under schema evolution (adversarial trial 50).
+
+A Hypothesis state machine drives a partitioned, bucketed primary-key table (with a NOT NULL value
+column) through column changes (add with defaults, add by an evolving upsert, rename, rename to a spent
+name, drop, widen, several in one ``evolve()`` block) interleaved with full and partial upserts, deletes by
+key and by predicate, MERGE, partition overwrites, compaction, ``expire``, rollback and tags. A plain-dict
+model keeps every version's columns and rows. At every live version it checks scans by version, by tag
+and by ``as_of`` (the version's commit time), projections and filters naming that version's own column
+names, ``count()``, ``min()`` and ``max()``; ``changes(a, b)`` applied to the model's snapshot at ``a`` (in
+the current columns) must give the snapshot at ``b``, with before-images equal to ``a``'s rows; expired
+versions raise ``NoSuchVersion`` while tagged and current ones stay readable. Refused calls raise a typed
+``MereError`` and change nothing. Deterministic cases cover the CLI's ``describe``/``scan`` at old
+versions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as dt
+import io
+import itertools
+import json
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import os
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+import mere
+from mere import errors
+
+_names = itertools.count()
+
+NOW = dt.timedelta(0)
+
+# kind -> (types from narrow to wide, how a small int is stored)
+KINDS: dict[str, tuple[list[pa.DataType], Any]] = {
+    "int": ([pa.int16(), pa.int32(), pa.int64()], int),
+    "flt": ([pa.float32(), pa.float64()], lambda v: v / 2),  # halves: exact in float32
+    "str": ([pa.string(), pa.large_string()], lambda v: f"s{v:+03d}"),
+}
+
+KEYS = st.integers(0, 9)
+VALUES = st.one_of(st.none(), st.integers(-20, 20))
+
+
+def part_of(k: int) -> str:
+    """A key's partition never changes (so that partial rows and overwrites never move a key)."""
+    return "pa" if k % 2 else "pb"
+
+
+def props() -> dict[str, str]:
+    return {"compaction.auto": "off", "retention.max-age": "off"}
+
+
+class Model:
+    """Columns by model id: {id: {name, kind, ti, nullable, default, born}}; rows: {key: {id: value}}."""
+
+    def __init__(self) -> None:
+        self.cols: dict[int, dict[str, Any]] = {
+            1: {"name": "nn", "kind": "int", "ti": 1, "nullable": False, "default": None, "born": 0},
+            2: {"name": "a", "kind": "int", "ti": 0, "nullable": True, "default": None, "born": 0},
+            3: {"name": "s", "kind": "str", "ti": 0, "nullable": True, "default": None, "born": 0},
+        }
+        self.rows: dict[int, dict[int, Any]] = {}
+        self.next_id = 4
+
+    def type_of(self, fid: int) -> pa.DataType:
+        c = self.cols[fid]
+        return KINDS[c["kind"]][0][c["ti"]]
+
+    def value(self, fid: int, v: int | None) -> Any:
+        if v is None and not self.cols[fid]["nullable"]:
+            v = 0
+        return None if v is None else KINDS[self.cols[fid]["kind"]][1](v)
+
+    def schema(self) -> list[tuple[str, pa.DataType, bool]]:
+        head = [("k", pa.int64(), False), ("p", pa.string(), True)]
+        return head + [(c["name"], self.type_of(i), c["nullable"]) for i, c in sorted(self.cols.items())]
+
+    def view(self) -> dict[int, dict[str, Any]]:
+        return {
+            k: {"p": part_of(k), **{c["name"]: r.get(i) for i, c in sorted(self.cols.items())}}
+            for k, r in self.rows.items()
+        }
+
+    def fids(self, kind: str | None = None) -> list[int]:
+        return [i for i, c in sorted(self.cols.items()) if kind is None or c["kind"] == kind]
+
+    def name(self, fid: int) -> str:
+        return str(self.cols[fid]["name"])
+
+
+def schema_of(table: pa.Table | pa.Schema) -> list[tuple[str, pa.DataType, bool]]:
+    schema = table if isinstance(table, pa.Schema) else table.schema
+    return [(f.name, f.type, f.nullable) for f in schema]
+
+
+def rows_of(table: pa.Table) -> dict[Any, dict[str, Any]]:
+    out = {r["k"]: {c: v for c, v in r.items() if c != "k"} for r in table.to_pylist()}
+    assert len(out) == table.num_rows, "a key read twice"
+    return out
+
+
+def new_table(cat: mere.Catalog) -> mere.Table:
+    schema = pa.schema(
+        [
+            pa.field("k", pa.int64(), nullable=False),
+            ("p", pa.string()),
+            pa.field("nn", pa.int32(), nullable=False),
+            ("a", pa.int16()),
+            ("s", pa.string()),
+        ]
+    )
+    return cat.create_table(
+        f"hist.t{next(_names)}", schema, primary_key="k", partition_by="p", buckets=2, properties=props()
+    )
+
+
+def run_model(cat: mere.Catalog, max_examples: int, steps: int) -> None:
+    class HistoryMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t = new_table(cat)
+            self.m = Model()
+            self.versions: dict[int, Model] = {}
+            self.times: dict[int, dt.datetime] = {}
+            self.live: set[int] = set()
+            self.expired: set[int] = set()
+            self.tags: dict[str, int] = {}
+            self.spent: list[str] = []  # names of dropped or renamed-away columns
+            self._record()
+
+        # -- the model ------------------------------------------------------------------------------
+
+        def _record(self) -> None:
+            v = self.t.version
+            assert v not in self.versions, f"version {v} recorded twice"
+            self.versions[v] = copy.deepcopy(self.m)
+            self.times[v] = self.t.snapshot(version=v).committed_at
+            self.live.add(v)
+
+        def _after(self, before: int, changed: bool | None = True) -> None:
+            """Record a commit: the table moved exactly one version when the model says it changed (None:
+            either way, a commit that changes no row being allowed)."""
+            if self.t.version != before:
+                assert self.t.version == before + 1
+                assert changed is not False, "a write that should change nothing made a version"
+                self._record()
+            else:
+                assert not changed, "a write that should commit made no version"
+
+        def _frame(self, keys: list[int], values: list[int | None], fids: list[int]) -> pa.Table:
+            data: dict[str, Any] = {"k": pa.array(keys, pa.int64()), "p": [part_of(k) for k in keys]}
+            for j, fid in enumerate(fids):
+                col = [self.m.value(fid, values[(j + n) % len(values)]) for n in range(len(keys))]
+                data[self.m.name(fid)] = pa.array(col, self.m.type_of(fid))
+            return pa.table(data)
+
+        def _put(self, keys: list[int], values: list[int | None], fids: list[int]) -> None:
+            for n, k in enumerate(keys):
+                row = self.rows_get(k)
+                for j, fid in enumerate(fids):
+                    row[fid] = self.m.value(fid, values[(j + n) % len(values)])
+                self.m.rows[k] = row
+
+        def rows_get(self, k: int) -> dict[int, Any]:
+            # A new key's missing columns are null (defaults are for rows written before a column).
+            return self.m.rows.get(k, {i: None for i in self.m.cols})
+
+        def _check(self, got: pa.Table, model: Model, what: str) -> None:
+            assert schema_of(got) == model.schema(), what
+            assert rows_of(got) == model.view(), what
+
+        # -- writes ---------------------------------------------------------------------------------
+
+        @rule(
+            keys=st.lists(KEYS, min_size=1, max_size=4, unique=True),
+            values=st.lists(VALUES, min_size=6, max_size=6),
+            partial=st.booleans(),
+        )
+        def upsert(self, keys: list[int], values: list[int | None], partial: bool) -> None:
+            fids = self.m.fids()
+            if partial and len(fids) > 1 and all(k in self.m.rows for k in keys):
+                fids = fids[len(fids) // 2 :]  # a column subset of existing keys: the others stay
+            before = self.t.version
+            self.t.upsert(self._frame(keys, values, fids))
+            self._put(keys, values, fids)
+            self._after(before)
+
+        @rule(
+            keys=st.lists(KEYS, min_size=1, max_size=3, unique=True),
+            kind=st.sampled_from(sorted(KINDS)),
+            v=st.integers(-20, 20),
+        )
+        def upsert_evolving(self, keys: list[int], kind: str, v: int) -> None:
+            """An upsert that brings a new column (evolve=True): added nullable in the same commit."""
+            name = f"e{next(_names)}"
+            fid = self.m.next_id
+            before = self.t.version
+            frame = self._frame(keys, [v], self.m.fids())
+            frame = frame.append_column(name, pa.array([KINDS[kind][1](v)] * len(keys), KINDS[kind][0][0]))
+            self.t.upsert(frame, evolve=True)
+            self.m.next_id += 1
+            self.m.cols[fid] = {"name": name, "kind": kind, "ti": 0, "nullable": True, "default": None}
+            self.m.cols[fid]["born"] = before + 1
+            for r in self.m.rows.values():
+                r[fid] = None
+            self._put(keys, [v], self.m.fids())
+            self._after(before)
+
+        @rule(keys=st.lists(KEYS, min_size=1, max_size=3, unique=True))
+        def delete_keys(self, keys: list[int]) -> None:
+            before = self.t.version
+            present = any(k in self.m.rows for k in keys)
+            self.t.delete(pa.table({"k": pa.array(keys, pa.int64())}))
+            for k in keys:
+                self.m.rows.pop(k, None)
+            self._after(before, changed=True if present else None)
+
+        @precondition(lambda self: bool(self.m.fids("int")))
+        @rule(data=st.data(), x=st.integers(-20, 20))
+        def delete_where(self, data: st.DataObject, x: int) -> None:
+            fid = data.draw(st.sampled_from(self.m.fids("int")))
+            name = self.m.name(fid)
+            gone = [k for k, r in self.m.rows.items() if r.get(fid) is not None and r[fid] > x]
+            before = self.t.version
+            self.t.delete(f"{name} > {x}")
+            for k in gone:
+                del self.m.rows[k]
+            self._after(before, changed=bool(gone))
+
+        @rule(
+            keys=st.lists(KEYS, min_size=1, max_size=4, unique=True),
+            values=st.lists(VALUES, min_size=6, max_size=6),
+            data=st.data(),
+        )
+        def merge(self, keys: list[int], values: list[int | None], data: st.DataObject) -> None:
+            fids = self.m.fids()
+            source = self._frame(keys, values, fids)
+            ints = self.m.fids("int")
+            before = self.t.version
+            builder = self.t.merge(source)
+            changed = False
+            if ints:
+                fid = data.draw(st.sampled_from(ints))
+                name = self.m.name(fid)
+                builder = builder.when_matched_delete(condition=f"s.{name} < -10").when_matched_update(
+                    set={name: f"t.{name} + 1"}
+                )
+            else:
+                fid = None
+                builder = builder.when_matched_update_all()
+            builder.when_not_matched_insert_all().execute()
+            src = {r["k"]: r for r in source.to_pylist()}
+            for n, k in enumerate(keys):
+                if k in self.m.rows:
+                    if fid is None:
+                        self.m.rows[k] = {i: src[k][self.m.name(i)] for i in fids}
+                        changed = True
+                    elif src[k][self.m.name(fid)] is not None and src[k][self.m.name(fid)] < -10:
+                        del self.m.rows[k]
+                        changed = True
+                    elif self.m.rows[k].get(fid) is not None:
+                        self.m.rows[k][fid] += 1
+                        changed = True
+                else:
+                    self.m.rows[k] = {i: src[k][self.m.name(i)] for i in fids}
+                    changed = True
+            self._after(before, changed)
+
+        @rule(
+            part=st.sampled_from(["pa", "pb"]),
+            keys=st.lists(KEYS, max_size=4, unique=True),
+            values=st.lists(VALUES, min_size=6, max_size=6),
+        )
+        def overwrite_partition(self, part: str, keys: list[int], values: list[int | None]) -> None:
+            keys = [k for k in keys if part_of(k) == part]
+            fids = self.m.fids()
+            had = any(part_of(k) == part for k in self.m.rows)
+            before = self.t.version
+            self.t.overwrite(self._frame(keys, values, fids), partition={"p": part})
+            for k in [k for k in self.m.rows if part_of(k) == part]:
+                del self.m.rows[k]
+            for n, k in enumerate(keys):
+                self.m.rows[k] = {}
+            self._put(keys, values, fids)
+            self._after(before, changed=had or bool(keys))
+
+        # -- columns --------------------------------------------------------------------------------
+
+        def _add(self, e: Any, kind: str, default: int | None, reuse: bool) -> None:
+            names = {c["name"] for c in self.m.cols.values()}
+            free = [n for n in self.spent if n not in names]
+            name = free[-1] if reuse and free else f"c{next(_names)}"
+            fid = self.m.next_id
+            self.m.next_id += 1
+            self.m.cols[fid] = {"name": name, "kind": kind, "ti": 0, "nullable": True, "born": None}
+            value = self.m.value(fid, default)
+            self.m.cols[fid]["default"] = value
+            e.add_column(name, KINDS[kind][0][0], default=value)
+            for r in self.m.rows.values():
+                r[fid] = value  # rows written before read the default
+
+        def _rename(self, e: Any, fid: int, reuse: bool) -> None:
+            names = {c["name"] for c in self.m.cols.values()}
+            free = [n for n in self.spent if n not in names and n.lower() not in {x.lower() for x in names}]
+            new = free[0] if reuse and free else f"r{next(_names)}"
+            old = self.m.name(fid)
+            e.rename_column(old, new)
+            self.m.cols[fid]["name"] = new
+            self.spent.append(old)
+
+        def _drop(self, e: Any, fid: int) -> None:
+            name = self.m.cols.pop(fid)["name"]
+            e.drop_column(name)
+            self.spent.append(name)
+            for r in self.m.rows.values():
+                r.pop(fid, None)
+
+        def _widen(self, e: Any, fid: int) -> bool:
+            c = self.m.cols[fid]
+            ladder = KINDS[c["kind"]][0]
+            if c["ti"] + 1 >= len(ladder):
+                return False
+            c["ti"] += 1
+            if c["default"] is not None and c["kind"] == "flt":
+                c["default"] = float(c["default"])
+            e.widen(c["name"], ladder[c["ti"]])
+            return True
+
+        def _born(self, version: int) -> None:
+            for c in self.m.cols.values():
+                if c.get("born") is None:
+                    c["born"] = version
+
+        @rule(kind=st.sampled_from(sorted(KINDS)), default=VALUES, reuse=st.booleans())
+        def add_column(self, kind: str, default: int | None, reuse: bool) -> None:
+            before = self.t.version
+            self._add(self.t, kind, default, reuse)
+            self._born(before + 1)
+            self._after(before)
+
+        @precondition(lambda self: bool(self.m.cols))
+        @rule(data=st.data(), reuse=st.booleans())
+        def rename(self, data: st.DataObject, reuse: bool) -> None:
+            before = self.t.version
+            self._rename(self.t, data.draw(st.sampled_from(self.m.fids())), reuse)
+            self._after(before)
+
+        @precondition(lambda self: bool(self.m.cols))
+        @rule(data=st.data())
+        def drop(self, data: st.DataObject) -> None:
+            before = self.t.version
+            self._drop(self.t, data.draw(st.sampled_from(self.m.fids())))
+            self._after(before)
+
+        @precondition(lambda self: bool(self.m.cols))
+        @rule(data=st.data())
+        def widen(self, data: st.DataObject) -> None:
+            before = self.t.version
+            fid = data.draw(st.sampled_from(self.m.fids()))
+            c = self.m.cols[fid]
+            if c["ti"] + 1 >= len(KINDS[c["kind"]][0]):
+                assert self.t.widen(c["name"], KINDS[c["kind"]][0][c["ti"]]) is None  # the same type
+                assert self.t.version == before
+                return
+            self._widen(self.t, fid)
+            self._after(before)
+
+        @precondition(lambda self: len(self.m.cols) >= 2)
+        @rule(data=st.data(), kind=st.sampled_from(sorted(KINDS)), default=VALUES)
+        def evolve_block(self, data: st.DataObject, kind: str, default: int | None) -> None:
+            """Widen one column, rename another, then add one: one version."""
+            fids = data.draw(st.permutations(self.m.fids()))
+            before = self.t.version
+            with self.t.evolve() as e:
+                self._widen(e, fids[0])
+                self._rename(e, fids[1], reuse=True)
+                self._add(e, kind, default, reuse=True)
+            self._born(before + 1)
+            self._after(before)
+
+        # -- maintenance and history ----------------------------------------------------------------
+
+        @rule()
+        def compact(self) -> None:
+            before = self.t.version
+            self.t.compact()
+            self._after(before, changed=None)
+
+        @rule(go=st.integers(0, 3))
+        def expire(self, go: int) -> None:
+            if go:  # rarely: it ends the ranges a change feed can read
+                return
+            self.t.expire(older_than=NOW, dry_run=False)
+            keep = set(self.tags.values()) | {self.t.version}
+            self.expired |= self.live - keep
+            self.live &= keep
+
+        @rule(data=st.data())
+        def rollback(self, data: st.DataObject) -> None:
+            v = data.draw(st.sampled_from(sorted(self.live)))
+            before = self.t.version
+            by_tag = [n for n, tv in self.tags.items() if tv == v]
+            if by_tag and data.draw(st.booleans()):
+                self.t.rollback(tag=by_tag[0])
+            else:
+                self.t.rollback(v)
+            next_id = self.m.next_id
+            self.m = copy.deepcopy(self.versions[v])
+            self.m.next_id = next_id  # ids once given stay given
+            self._after(before)
+
+        @rule(data=st.data(), name=st.sampled_from(["t1", "t2", "rel-1", "x.y"]))
+        def tag(self, data: st.DataObject, name: str) -> None:
+            v = data.draw(st.sampled_from(sorted(self.live)))
+            assert self.t.tag(name, v, replace=True) == v
+            self.tags[name] = v
+            assert self.t.tags() == self.tags
+
+        @precondition(lambda self: bool(self.tags))
+        @rule(data=st.data())
+        def untag(self, data: st.DataObject) -> None:
+            name = data.draw(st.sampled_from(sorted(self.tags)))
+            self.t.untag(name)
+            v = self.tags.pop(name)
+            assert self.t.tags() == self.tags
+            # An untagged old version is still readable until the next expire.
+            self._check(self.t.to_arrow(version=v), self.versions[v], f"untagged version {v}")
+
+        # -- reads ----------------------------------------------------------------------------------
+
+        @rule(data=st.data())
+        def read_version(self, data: st.DataObject) -> None:
+            v = data.draw(st.sampled_from(sorted(self.live)))
+            model = self.versions[v]
+            self._check(self.t.to_arrow(version=v), model, f"version {v}")
+            self._check(self.t.scan(as_of=self.times[v]).to_arrow(), model, f"as_of version {v}")
+            for name, tv in self.tags.items():
+                if tv == v:
+                    self._check(self.t.scan(tag=name).to_arrow(), model, f"tag {name}")
+            assert self.t.scan(version=v).count() == len(model.rows)
+
+        @rule(data=st.data(), x=st.integers(-20, 20))
+        def read_filtered(self, data: st.DataObject, x: int) -> None:
+            v = data.draw(st.sampled_from(sorted(self.live)))
+            model = self.versions[v]
+            if not model.cols:
+                return
+            fid = data.draw(st.sampled_from(model.fids()))
+            name, kind = model.name(fid), model.cols[fid]["kind"]
+            lit = repr(KINDS[kind][1](x)).replace('"', "'")
+            match = {
+                k: r[fid] for k, r in model.rows.items() if r.get(fid) is not None and r[fid] > KINDS[kind][1](x)
+            }
+            scan = self.t.scan(columns=["k", name], filter=f"{name} > {lit}", version=v)
+            got = scan.to_arrow()
+            assert got.schema.names == ["k", name]
+            assert got.schema.field(name).type == model.type_of(fid)
+            assert {r["k"]: r[name] for r in got.to_pylist()} == match, (v, name, x)
+            assert scan.count() == len(match)
+            values = [r[fid] for r in model.rows.values() if r.get(fid) is not None]
+            whole = self.t.scan(version=v)
+            assert whole.min(name) == (min(values) if values else None), (v, name)
+            assert whole.max(name) == (max(values) if values else None), (v, name)
+            # A name the version does not have is refused (a typed error), never read as another column.
+            now_names = {c["name"] for c in self.m.cols.values()} | set(self.spent)
+            absent = sorted(now_names - {c["name"] for c in model.cols.values()})
+            if absent:
+                with pytest.raises(errors.MereError):
+                    self.t.scan(columns=["k", absent[0]], version=v).to_arrow()
+                with pytest.raises(errors.MereError):
+                    self.t.scan(filter=f"{absent[0]} is null", version=v).to_arrow()
+
+        def _feed_checkable(self, a: int, b: int) -> bool:
+            """Whether the model can tell the feed's values: every current column exists at every version
+            of the range, or was born inside it and exists from then on (rows before read its default)."""
+            for fid, c in self.m.cols.items():
+                born = c["born"]
+                for v in range(a, b + 1):
+                    if fid not in self.versions[v].cols and not (born > a and v < born):
+                        return False
+                    if fid in self.versions[v].cols and born > a and v < born:
+                        return False
+            return True
+
+        def _narrowed(self, a: int, b: int) -> bool:
+            for fid, c in self.m.cols.items():
+                for v in range(a, b + 1):
+                    old = self.versions[v].cols.get(fid)
+                    if old is not None and old["ti"] > c["ti"]:
+                        return True
+            return False
+
+        @rule(data=st.data())
+        def changes(self, data: st.DataObject) -> None:
+            live = sorted(self.live)
+            a = data.draw(st.sampled_from(live))
+            ends = [b for b in live if b >= a and all(v in self.live for v in range(a, b + 1))]
+            b = data.draw(st.sampled_from(ends))
+            if self._narrowed(a, b):
+                try:
+                    self.t.changes(a, b).read_all()
+                except errors.InvalidInput:
+                    pass
+                return
+            feed = self.t.changes(a, b).read_all()
+            now = self.m.schema()
+            got_names = [f.name for f in feed.schema]
+            assert sorted(got_names[:2]) == ["k", "p"], got_names
+            assert got_names[2:] == [n for n, _, _ in now][2:] + ["_change", "_version", "_commit_time"]
+            if not self._feed_checkable(a, b):
+                return
+            names = [n for n, _, _ in now]
+
+            def in_current(model: Model) -> dict[int, dict[str, Any]]:
+                out = {}
+                for k, r in model.rows.items():
+                    row: dict[str, Any] = {"p": part_of(k)}
+                    for fid, c in sorted(self.m.cols.items()):
+                        row[c["name"]] = r[fid] if fid in model.cols else c["default"]
+                    out[k] = row
+                return out
+
+            old, new = in_current(self.versions[a]), in_current(self.versions[b])
+            applied = copy.deepcopy(old)
+            seen: dict[int, list[str]] = {}
+            for r in feed.to_pylist():
+                k, change = r["k"], r["_change"]
+                seen.setdefault(k, []).append(change)
+                assert a < r["_version"] <= b, r
+                image = {n: r[n] for n in names if n != "k"}
+                if change in ("delete", "update_before"):
+                    assert old.get(k) == image, ("before image", a, b, r, old.get(k))
+                if change == "delete":
+                    applied.pop(k)
+                elif change in ("insert", "update_after"):
+                    applied[k] = image
+            for k, changes in seen.items():
+                assert sorted(changes) in (["delete"], ["insert"], ["update_after", "update_before"]), (k, changes)
+                assert (k in old) == (changes != ["insert"]) and (k in new) == (changes != ["delete"]), (k, changes)
+            assert applied == new, (a, b)
+
+        @precondition(lambda self: bool(self.expired))
+        @rule(data=st.data())
+        def expired_versions_are_refused(self, data: st.DataObject) -> None:
+            v = data.draw(st.sampled_from(sorted(self.expired)))
+            with pytest.raises(errors.NoSuchVersion):
+                self.t.scan(version=v).to_arrow()
+            with pytest.raises(errors.NoSuchVersion):
+                self.t.changes(v)
+            before = self.t.version
+            with pytest.raises(errors.NoSuchVersion):
+                self.t.rollback(v)
+            with pytest.raises(errors.NoSuchVersion):
+                self.t.tag("late", v)
+            assert self.t.version == before and self.t.tags() == self.tags
+
+        @rule(which=st.integers(0, 13))
+        def bad_argument(self, which: int) -> None:
+            t = self.t
+            before = t.version
+            cols = self.m.fids()
+            name = self.m.name(cols[0]) if cols else None
+            calls: list[Any] = [
+                lambda: t.rename_column("k", "kk"),
+                lambda: t.drop_column("p"),
+                lambda: t.widen("p", pa.large_string()),
+                lambda: t.add_column("k", pa.int64()),
+                lambda: t.rename_column(name, "_change") if name else t.drop_column("nope"),
+                lambda: t.rename_column(name, "K") if name else t.drop_column("nope"),
+                lambda: t.widen(name, pa.bool_()) if name else t.widen("nope", pa.int64()),
+                lambda: t.add_column("z", pa.int16(), default="x"),
+                lambda: t.rollback(tag="no-such-tag"),
+                lambda: t.tag("-bad", before),
+                lambda: t.scan(version=before, tag="t1"),
+                lambda: t.changes(before + 1),
+                lambda: t.upsert(pa.table({"k": [1], "p": ["pa"], "no_such": [1]})),
+                lambda: self._half_evolve(),
+            ]
+            with pytest.raises(errors.MereError):
+                calls[which]()
+            assert t.version == before, which
+            assert t.tags() == self.tags
+            fresh = cat.load_table(t.name)
+            self._check(fresh.to_arrow(), self.m, f"after refused call {which}")
+
+        def _half_evolve(self) -> None:
+            with self.t.evolve() as e:
+                e.add_column(f"h{next(_names)}", pa.int32())
+                e.rename_column("k", "kk")
+
+        @invariant()
+        def matches_the_model(self) -> None:
+            self._check(self.t.to_arrow(), self.m, "current")
+            for name, v in self.tags.items():
+                assert v in self.live
+
+        def teardown(self) -> None:
+            # Expire never breaks a live version or tag: expire, then read them all.
+            self.t.expire(older_than=NOW, dry_run=False)
+            keep = set(self.tags.values()) | {self.t.version}
+            for v in sorted(keep):
+                self._check(self.t.to_arrow(version=v), self.versions[v], f"kept version {v}")
+            for name, v in self.tags.items():
+                self._check(self.t.to_arrow(tag=name), self.versions[v], f"kept tag {name}")
+            for v in sorted(set(self.versions) - keep):
+                with pytest.raises(errors.NoSuchVersion):
+                    self.t.scan(version=v)
+
+    run_state_machine_as_test(
+        HistoryMachine,
+        settings=settings(
+            max_examples=max_examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            phases=[Phase.explicit, Phase.reuse, Phase.generate]
+            if os.environ.get("NO_SHRINK")
+            else list(Phase),
+        ),
+    )
+
+
+def test_history_under_evolution_follows_the_model(local_cat: mere.Catalog) -> None:
+    run_model(local_cat, max_examples=20, steps=25)
