@@ -298,7 +298,8 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int) -> None:
             for n, k in enumerate(keys):
                 self.m.rows[k] = {}
             self._put(keys, values, fids)
-            self._after(before, changed=had or bool(keys))
+            # Nothing to replace may still drop the partition's files (of deleted rows): either way.
+            self._after(before, changed=True if had or keys else None)
 
         # -- columns --------------------------------------------------------------------------------
 
@@ -410,6 +411,8 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int) -> None:
             keep = set(self.tags.values()) | {self.t.version}
             self.expired |= self.live - keep
             self.live &= keep
+            flags = {h.version: h.expired for h in self.t.history()}
+            assert flags == {v: v not in self.live for v in self.versions}
 
         @rule(data=st.data())
         def rollback(self, data: st.DataObject) -> None:
@@ -454,6 +457,11 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int) -> None:
                 if tv == v:
                     self._check(self.t.scan(tag=name).to_arrow(), model, f"tag {name}")
             assert self.t.scan(version=v).count() == len(model.rows)
+            assert self.t.snapshot(as_of=self.times[v]).version == v
+            assert [(f.name, f.type, f.nullable) for f in self.t.spec_at(v).schema] == model.schema()
+            if v + 1 in self.times:  # between two commits: the older one
+                mid = self.times[v] + (self.times[v + 1] - self.times[v]) / 2
+                self._check(self.t.scan(as_of=mid.isoformat()).to_arrow(), model, f"as_of text, version {v}")
             snap = cat.snapshot(as_of=self.times[v])
             self._check(snap.table(self.t.name).to_arrow(), model, f"catalog snapshot as_of version {v}")
 
@@ -663,3 +671,62 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int) -> None:
 
 def test_history_under_evolution_follows_the_model(local_cat: mere.Catalog) -> None:
     run_model(local_cat, max_examples=int(os.environ.get("N_EX", "20")), steps=25)
+
+
+# -- the command line at old versions --------------------------------------------------------------------
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    pytest.importorskip("click")
+    from mere.cli import app as cli_app
+
+    raw, err = io.BytesIO(), io.StringIO()
+    out = io.TextIOWrapper(raw, encoding="utf-8")
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli_app.run(list(args))
+    out.flush()
+    return rc, raw.getvalue().decode(), err.getvalue()
+
+
+def jsonl(text: str) -> list[dict[str, Any]]:
+    return sorted((json.loads(line) for line in text.splitlines() if line.strip()), key=lambda r: r["k"])
+
+
+def test_the_cli_describes_and_scans_old_versions_with_their_own_columns(tmp_path: Any) -> None:
+    wh = str(tmp_path / "wh")
+    t = new_table(mere.connect(wh))
+    t.upsert(pa.table({"k": [1, 2], "p": ["pa", "pb"], "nn": pa.array([1, 2], pa.int32()), "a": [5, 6], "s": ["x", "y"]}))
+    t.tag("first")  # v1
+    with t.evolve() as e:  # v2
+        e.rename_column("s", "label")
+        e.widen("a", pa.int64())
+        e.add_column("s", pa.int32(), default=9)  # the old name, a new column
+    t.upsert(pa.table({"k": [3], "p": ["pa"], "nn": [3], "a": [2**40], "label": ["z"], "s": [1]}))  # v3
+    t.compact()  # v4
+    t.expire(older_than=NOW, dry_run=False)  # v1 (tagged) and v4 stay
+    rc, out, err = cli("-w", wh, "describe", t.name, "--version", "1", "--json")
+    assert rc == 0, err
+    cols = {c["name"]: c for c in json.loads(out)["columns"]}
+    assert list(cols) == ["k", "p", "nn", "a", "s"]
+    assert (cols["a"]["type"], cols["s"]["type"], cols["nn"]["nullable"]) == ("int16", "string", False)
+    rc, out, err = cli("-w", wh, "describe", t.name, "--json")
+    assert rc == 0, err
+    cols = {c["name"]: c for c in json.loads(out)["columns"]}
+    assert list(cols) == ["k", "p", "nn", "a", "label", "s"] and cols["s"]["default"] == "9"
+    for how in (["--version", "1"], ["--tag", "first"]):
+        rc, out, err = cli("-w", wh, "scan", t.name, *how, "--columns", "k,s", "--filter", "s = 'y'", "--json")
+        assert rc == 0, err
+        assert jsonl(out) == [{"k": 2, "s": "y"}]
+    rc, out, err = cli("-w", wh, "scan", t.name, "--columns", "k,s,label", "--filter", "s = 9", "--json")
+    assert rc == 0, err
+    assert jsonl(out) == [{"k": 1, "s": 9, "label": "x"}, {"k": 2, "s": 9, "label": "y"}]
+    before = t.version
+    for args in (
+        ["scan", t.name, "--version", "2"],  # expired
+        ["describe", t.name, "--version", "3"],
+        ["scan", t.name, "--version", "1", "--columns", "label"],  # not a column of version 1
+        ["changes", t.name, "--from", "1"],  # the commits after the tag expired
+    ):
+        rc, out, err = cli("-w", wh, *args)
+        assert rc == 1 and err.startswith("mere: error: ") and "Traceback" not in err, (args, rc, err)
+    assert t.version == before
