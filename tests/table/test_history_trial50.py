@@ -62,8 +62,8 @@ def part_of(k: int) -> str:
     return "pa" if k % 2 else "pb"
 
 
-def props() -> dict[str, str]:
-    return {"compaction.auto": "off", "retention.max-age": "off"}
+def props(log: str = "off") -> dict[str, str]:
+    return {"compaction.auto": "off", "retention.max-age": "off", "changes.log": log}
 
 
 class Model:
@@ -115,7 +115,7 @@ def rows_of(table: pa.Table) -> dict[Any, dict[str, Any]]:
     return out
 
 
-def new_table(cat: mere.Catalog) -> mere.Table:
+def new_table(cat: mere.Catalog, log: str = "off") -> mere.Table:
     schema = pa.schema(
         [
             pa.field("k", pa.int64(), nullable=False),
@@ -126,15 +126,15 @@ def new_table(cat: mere.Catalog) -> mere.Table:
         ]
     )
     return cat.create_table(
-        f"hist.t{next(_names)}", schema, primary_key="k", partition_by="p", buckets=2, properties=props()
+        f"hist.t{next(_names)}", schema, primary_key="k", partition_by="p", buckets=2, properties=props(log)
     )
 
 
-def run_model(cat: mere.Catalog, max_examples: int, steps: int) -> None:
+def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> None:
     class HistoryMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            self.t = new_table(cat)
+            self.t = new_table(cat, log)
             self.m = Model()
             self.versions: dict[int, Model] = {}
             self.times: dict[int, dt.datetime] = {}
@@ -491,6 +491,8 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int) -> None:
             whole = self.t.scan(version=v)
             assert whole.min(name) == (min(values) if values else None), (v, name)
             assert whole.max(name) == (max(values) if values else None), (v, name)
+            assert scan.min(name) == (min(match.values()) if match else None), (v, name, x)
+            assert scan.max(name) == (max(match.values()) if match else None), (v, name, x)
             # A name the version does not have is refused (a typed error), never read as another column.
             now_names = {c["name"] for c in self.m.cols.values()} | set(self.spent)
             absent = sorted(now_names - {c["name"] for c in model.cols.values()})
@@ -594,6 +596,8 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int) -> None:
                 self.t.scan(version=v).to_arrow()
             with pytest.raises(errors.NoSuchVersion):
                 self.t.changes(v)
+            with pytest.raises(errors.NoSuchVersion):  # never an older tagged version instead
+                self.t.scan(as_of=self.times[v]).to_arrow()
             before = self.t.version
             with pytest.raises(errors.NoSuchVersion):
                 self.t.rollback(v)
@@ -601,7 +605,7 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int) -> None:
                 self.t.tag("late", v)
             assert self.t.version == before and self.t.tags() == self.tags
 
-        @rule(which=st.integers(0, 13))
+        @rule(which=st.integers(0, 15))
         def bad_argument(self, which: int) -> None:
             t = self.t
             before = t.version
@@ -622,6 +626,10 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int) -> None:
                 lambda: t.changes(before + 1),
                 lambda: t.upsert(pa.table({"k": [1], "p": ["pa"], "no_such": [1]})),
                 lambda: self._half_evolve(),
+                lambda: t.upsert(self._frame([self._new_key()], [1], self.m.fids()[1:]))
+                if 1 in self.m.cols
+                else t.widen("k", pa.int64()),  # a new key without its NOT NULL column
+                lambda: t.upsert(self._null_nn()) if 1 in self.m.cols else t.drop_column("k"),
             ]
             with pytest.raises(errors.MereError):
                 calls[which]()
@@ -629,6 +637,14 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int) -> None:
             assert t.tags() == self.tags
             fresh = cat.load_table(t.name)
             self._check(fresh.to_arrow(), self.m, f"after refused call {which}")
+
+        def _new_key(self) -> int:
+            return next(k for k in range(10, 100) if k not in self.m.rows)
+
+        def _null_nn(self) -> pa.Table:
+            frame = self._frame([self._new_key()], [1], self.m.fids())
+            i = frame.schema.get_field_index(self.m.name(1))
+            return frame.set_column(i, self.m.name(1), pa.nulls(1, self.m.type_of(1)))
 
         def _half_evolve(self) -> None:
             with self.t.evolve() as e:
@@ -669,8 +685,9 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int) -> None:
     )
 
 
-def test_history_under_evolution_follows_the_model(local_cat: mere.Catalog) -> None:
-    run_model(local_cat, max_examples=int(os.environ.get("N_EX", "20")), steps=25)
+@pytest.mark.parametrize("log", ["off", "on"])
+def test_history_under_evolution_follows_the_model(local_cat: mere.Catalog, log: str) -> None:
+    run_model(local_cat, max_examples=int(os.environ.get("N_EX", "15")), steps=25, log=log)
 
 
 # -- the command line at old versions --------------------------------------------------------------------
