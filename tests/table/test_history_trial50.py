@@ -138,8 +138,7 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             self.m = Model()
             self.versions: dict[int, Model] = {}
             self.times: dict[int, dt.datetime] = {}
-            self.live: set[int] = set()
-            self.expired: set[int] = set()
+            self.oldest = 0  # the version current at the last expire: older ones live on by their tags only
             self.tags: dict[str, int] = {}
             self.spent: list[str] = []  # names of dropped or renamed-away columns
             self._record()
@@ -151,7 +150,14 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             assert v not in self.versions, f"version {v} recorded twice"
             self.versions[v] = copy.deepcopy(self.m)
             self.times[v] = self.t.snapshot(version=v).committed_at
-            self.live.add(v)
+
+        @property
+        def live(self) -> set[int]:
+            return {v for v in self.versions if v >= self.oldest or v in self.tags.values()}
+
+        @property
+        def expired(self) -> set[int]:
+            return set(self.versions) - self.live
 
         def _after(self, before: int, changed: bool | None = True) -> None:
             """Record a commit: the table moved exactly one version when the model says it changed (None:
@@ -408,9 +414,8 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             if go:  # rarely: it ends the ranges a change feed can read
                 return
             self.t.expire(older_than=NOW, dry_run=False)
-            keep = set(self.tags.values()) | {self.t.version}
-            self.expired |= self.live - keep
-            self.live &= keep
+            self.t.cleanup(older_than=NOW, dry_run=False)  # never a file a kept version holds
+            self.oldest = self.t.version
             flags = {h.version: h.expired for h in self.t.history()}
             assert flags == {v: v not in self.live for v in self.versions}
 
@@ -442,8 +447,11 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             self.t.untag(name)
             v = self.tags.pop(name)
             assert self.t.tags() == self.tags
-            # An untagged old version is still readable until the next expire.
-            self._check(self.t.to_arrow(version=v), self.versions[v], f"untagged version {v}")
+            if v in self.live:  # not past an expire, or tagged twice: still readable
+                self._check(self.t.to_arrow(version=v), self.versions[v], f"untagged version {v}")
+            else:
+                with pytest.raises(errors.NoSuchVersion):
+                    self.t.scan(version=v)
 
         # -- reads ----------------------------------------------------------------------------------
 
@@ -457,6 +465,11 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
                 if tv == v:
                     self._check(self.t.scan(tag=name).to_arrow(), model, f"tag {name}")
             assert self.t.scan(version=v).count() == len(model.rows)
+            small = self.t.scan(version=v, window_bytes=256, threads=1).to_arrow()  # windowed merges
+            self._check(small, model, f"windowed version {v}")
+            keys = sorted(model.rows)[::2] + [42]
+            looked = self.t.scan(filter=f"k in ({', '.join(map(str, keys))})", version=v).to_arrow()
+            assert rows_of(looked) == {k: r for k, r in model.view().items() if k in keys}, ("lookup", v)
             assert self.t.snapshot(as_of=self.times[v]).version == v
             assert [(f.name, f.type, f.nullable) for f in self.t.spec_at(v).schema] == model.schema()
             if v + 1 in self.times:  # between two commits: the older one
