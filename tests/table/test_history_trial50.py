@@ -211,10 +211,14 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             keys=st.lists(KEYS, min_size=1, max_size=3, unique=True),
             kind=st.sampled_from(sorted(KINDS)),
             v=st.integers(-20, 20),
+            reuse=st.booleans(),
         )
-        def upsert_evolving(self, keys: list[int], kind: str, v: int) -> None:
-            """An upsert that brings a new column (evolve=True): added nullable in the same commit."""
-            name = f"e{next(_names)}"
+        def upsert_evolving(self, keys: list[int], kind: str, v: int, reuse: bool) -> None:
+            """An upsert that brings a new column (evolve=True): added nullable in the same commit (under a
+            spent name too: a new column, which never reads the old one's values)."""
+            names = {c["name"] for c in self.m.cols.values()}
+            free = [n for n in self.spent if n not in names]
+            name = free[-1] if reuse and free else f"e{next(_names)}"
             fid = self.m.next_id
             before = self.t.version
             frame = self._frame(keys, [v], self.m.fids())
@@ -287,6 +291,36 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
                     self.m.rows[k] = {i: src[k][self.m.name(i)] for i in fids}
                     changed = True
             self._after(before, True if changed else None)  # an update to the same value may commit
+
+        @precondition(lambda self: bool(self.m.fids("int")) and len(self.m.cols) >= 2)
+        @rule(data=st.data(), x=st.integers(-20, 20))
+        def update(self, data: st.DataObject, x: int) -> None:
+            """UPDATE an int column by a condition on another column, both by their current names."""
+            fid = data.draw(st.sampled_from(self.m.fids("int")))
+            other = data.draw(st.sampled_from([i for i in self.m.fids() if i != fid]))
+            name, oname = self.m.name(fid), self.m.name(other)
+            before = self.t.version
+            self.t.update(set={name: f"coalesce({name}, 0) - 1"}, where=f"{oname} is null")
+            hit = [k for k, r in self.m.rows.items() if r.get(other) is None]
+            for k in hit:
+                old = self.m.rows[k].get(fid)
+                self.m.rows[k][fid] = (0 if old is None else old) - 1
+            self._after(before, changed=True if hit else False)
+
+        @rule(
+            keys=st.lists(KEYS, max_size=3, unique=True),
+            values=st.lists(VALUES, min_size=6, max_size=6),
+        )
+        def overwrite_all(self, keys: list[int], values: list[int | None]) -> None:
+            before = self.t.version
+            had = bool(self.m.rows)
+            if keys:
+                self.t.overwrite(self._frame(keys, values, self.m.fids()))
+            else:
+                self.t.truncate()
+            self.m.rows = {k: {} for k in keys}
+            self._put(keys, values, self.m.fids())
+            self._after(before, changed=True if had or keys else None)
 
         @rule(
             part=st.sampled_from(["pa", "pb"]),
@@ -618,7 +652,7 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
                 self.t.tag("late", v)
             assert self.t.version == before and self.t.tags() == self.tags
 
-        @rule(which=st.integers(0, 15))
+        @rule(which=st.integers(0, 18))
         def bad_argument(self, which: int) -> None:
             t = self.t
             before = t.version
@@ -643,6 +677,9 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
                 if 1 in self.m.cols
                 else t.widen("k", pa.int64()),  # a new key without its NOT NULL column
                 lambda: t.upsert(self._null_nn()) if 1 in self.m.cols else t.drop_column("k"),
+                lambda: t.changes(before, before - 1) if before else t.changes(-1),
+                lambda: t.upsert(self._frame([1], [1], self.m.fids()).append_column("K", pa.array([1])), evolve=True),
+                lambda: t.changes(0, before, columns=["no_such"]),
             ]
             with pytest.raises(errors.MereError):
                 calls[which]()
