@@ -561,6 +561,19 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
                         return False
             return True
 
+        def _last_change(self, k: int, a: int, b: int) -> int:
+            """The newest version of (a, b] at which the key's row changed (on the columns both sides have)."""
+            last = a
+            for v in range(a + 1, b + 1):
+                old, new = self.versions[v - 1], self.versions[v]
+                same = set(old.cols) & set(new.cols)
+                ro, rn = old.rows.get(k), new.rows.get(k)
+                if (ro is None) != (rn is None) or (
+                    ro is not None and rn is not None and any(ro[i] != rn[i] for i in same)
+                ):
+                    last = v
+            return last
+
         def _narrowed(self, a: int, b: int) -> bool:
             for fid, c in self.m.cols.items():
                 for v in range(a, b + 1):
@@ -606,6 +619,8 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
                 k, change = r["k"], r["_change"]
                 seen.setdefault(k, []).append(change)
                 assert a < r["_version"] <= b, r
+                assert r["_version"] >= self._last_change(k, a, b), ("_version older than the key's change", a, b, r)
+                assert r["_commit_time"] == self.times[r["_version"]], r
                 image = {n: r[n] for n in names if n != "k"}
                 if change in ("delete", "update_before"):
                     assert old.get(k) == image, ("before image", a, b, r, old.get(k))
