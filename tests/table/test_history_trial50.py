@@ -77,6 +77,7 @@ class Model:
         }
         self.rows: dict[int, dict[int, Any]] = {}
         self.next_id = 4
+        self.log: str | None = None  # the changes.log property (None: as created)
 
     def type_of(self, fid: int) -> pa.DataType:
         c = self.cols[fid]
@@ -437,6 +438,14 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
 
         # -- maintenance and history ----------------------------------------------------------------
 
+        @rule(log=st.sampled_from(["on", "off"]))
+        def set_log(self, log: str) -> None:
+            """A property change is a version too; a rollback brings its version's properties back."""
+            before = self.t.version
+            self.t.set_properties({"changes.log": log})
+            self.m.log = log
+            self._after(before, changed=None)
+
         @rule()
         def compact(self) -> None:
             before = self.t.version
@@ -466,6 +475,8 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             self.m = copy.deepcopy(self.versions[v])
             self.m.next_id = next_id  # ids once given stay given
             self._after(before)
+            if self.m.log is not None:
+                assert self.t.properties["changes.log"] == self.m.log
 
         @rule(data=st.data(), name=st.sampled_from(["t1", "t2", "rel-1", "x.y"]))
         def tag(self, data: st.DataObject, name: str) -> None:
@@ -667,7 +678,7 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
                 self.t.tag("late", v)
             assert self.t.version == before and self.t.tags() == self.tags
 
-        @rule(which=st.integers(0, 18))
+        @rule(which=st.integers(0, 20))
         def bad_argument(self, which: int) -> None:
             t = self.t
             before = t.version
@@ -695,6 +706,8 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
                 lambda: t.changes(before, before - 1) if before else t.changes(-1),
                 lambda: t.upsert(self._frame([1], [1], self.m.fids()).append_column("K", pa.array([1])), evolve=True),
                 lambda: t.changes(0, before, columns=["no_such"]),
+                lambda: t.scan(as_of=dt.datetime(2000, 1, 1)).to_arrow(),  # before the table
+                lambda: t.scan(as_of="yesterday").to_arrow(),
             ]
             with pytest.raises(errors.MereError):
                 calls[which]()
