@@ -661,6 +661,42 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             have = sorted((r["k"], r["_change"], r[name], r["_version"]) for r in part.to_pylist())
             assert have == want, (a, b, name, x)
 
+        def _in_current(self, model: Model) -> dict[int, dict[str, Any]]:
+            out = {}
+            for k, r in model.rows.items():
+                row: dict[str, Any] = {"p": part_of(k)}
+                for fid, c in sorted(self.m.cols.items()):
+                    row[c["name"]] = r[fid] if fid in model.cols else c["default"]
+                out[k] = row
+            return out
+
+        @rule(data=st.data())
+        def follow_in_segments(self, data: st.DataObject) -> None:
+            """A consumer applying the feeds of consecutive ranges, whatever the columns did in between
+            (dropped and brought back by a rollback too), ends at the current rows."""
+            b = self.t.version
+            starts = [
+                a
+                for a in sorted(self.live)
+                if all(v in self.live for v in range(a, b + 1))
+                and all(fid in self.versions[a].cols or c["born"] > a for fid, c in self.m.cols.items())
+                and not self._narrowed(a, b)
+            ]
+            if not starts:
+                return
+            a = data.draw(st.sampled_from(starts))
+            cuts = sorted(set(data.draw(st.lists(st.integers(a, b), max_size=3))) | {a, b})
+            state = self._in_current(self.versions[a])
+            names = [c["name"] for _, c in sorted(self.m.cols.items())]
+            for lo, hi in zip(cuts, cuts[1:]):
+                rows = self.t.changes(lo, hi).read_all().to_pylist()
+                for r in sorted(rows, key=lambda r: r["_change"] not in ("delete", "update_before")):
+                    if r["_change"] == "delete":
+                        state.pop(r["k"], None)
+                    elif r["_change"] in ("insert", "update_after"):
+                        state[r["k"]] = {"p": r["p"], **{n: r[n] for n in names}}
+            assert state == self._in_current(self.m), (a, cuts)
+
         @precondition(lambda self: bool(self.expired))
         @rule(data=st.data())
         def expired_versions_are_refused(self, data: st.DataObject) -> None:
@@ -765,7 +801,7 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
 
 @pytest.mark.parametrize("log", ["off", "on"])
 def test_history_under_evolution_follows_the_model(local_cat: mere.Catalog, log: str) -> None:
-    run_model(local_cat, max_examples=int(os.environ.get("N_EX", "15")), steps=25, log=log)
+    run_model(local_cat, max_examples=int(os.environ.get("N_EX", "15")), steps=int(os.environ.get("N_STEPS", "25")), log=log)
 
 
 # -- the command line at old versions --------------------------------------------------------------------
@@ -825,3 +861,8 @@ def test_the_cli_describes_and_scans_old_versions_with_their_own_columns(tmp_pat
         rc, out, err = cli("-w", wh, *args)
         assert rc == 1 and err.startswith("mere: error: ") and "Traceback" not in err, (args, rc, err)
     assert t.version == before
+
+
+def test_history_under_evolution_on_each_catalog(cat: mere.Catalog) -> None:
+    """The same machine on SQLite and PostgreSQL (commit times, tags and expiry live in the catalog)."""
+    run_model(cat, max_examples=int(os.environ.get("N_EX_CAT", "6")), steps=20, log="off")
