@@ -21,13 +21,12 @@ import datetime as dt
 import io
 import itertools
 import json
+import os
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 import pytest
-import os
-
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -39,8 +38,8 @@ from hypothesis.stateful import (
 )
 
 import mere
-from mere.integrations.duckdb import register
 from mere import errors
+from mere.integrations.duckdb import register
 
 _names = itertools.count()
 
@@ -277,7 +276,7 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
                 builder = builder.when_matched_update_all()
             builder.when_not_matched_insert_all().execute()
             src = {r["k"]: r for r in source.to_pylist()}
-            for n, k in enumerate(keys):
+            for _n, k in enumerate(keys):
                 if k in self.m.rows:
                     if fid is None:
                         self.m.rows[k] = {i: src[k][self.m.name(i)] for i in fids}
@@ -306,7 +305,7 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             for k in hit:
                 old = self.m.rows[k].get(fid)
                 self.m.rows[k][fid] = (0 if old is None else old) - 1
-            self._after(before, changed=True if hit else False)
+            self._after(before, changed=bool(hit))
 
         @rule(
             keys=st.lists(KEYS, max_size=3, unique=True),
@@ -336,7 +335,7 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             self.t.overwrite(self._frame(keys, values, fids), partition={"p": part})
             for k in [k for k in self.m.rows if part_of(k) == part]:
                 del self.m.rows[k]
-            for n, k in enumerate(keys):
+            for _n, k in enumerate(keys):
                 self.m.rows[k] = {}
             self._put(keys, values, fids)
             # Nothing to replace may still drop the partition's files (of deleted rows): either way.
@@ -512,7 +511,7 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             assert self.t.scan(version=v).count() == len(model.rows)
             small = self.t.scan(version=v, window_bytes=256, threads=1).to_arrow()  # windowed merges
             self._check(small, model, f"windowed version {v}")
-            keys = sorted(model.rows)[::2] + [42]
+            keys = [*sorted(model.rows)[::2], 42]
             looked = self.t.scan(filter=f"k in ({', '.join(map(str, keys))})", version=v).to_arrow()
             assert rows_of(looked) == {k: r for k, r in model.view().items() if k in keys}, ("lookup", v)
             assert self.t.snapshot(as_of=self.times[v]).version == v
@@ -533,7 +532,9 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             name, kind = model.name(fid), model.cols[fid]["kind"]
             lit = repr(KINDS[kind][1](x)).replace('"', "'")
             match = {
-                k: r[fid] for k, r in model.rows.items() if r.get(fid) is not None and r[fid] > KINDS[kind][1](x)
+                k: r[fid]
+                for k, r in model.rows.items()
+                if r.get(fid) is not None and r[fid] > KINDS[kind][1](x)
             }
             scan = self.t.scan(columns=["k", name], filter=f"{name} > {lit}", version=v)
             got = scan.to_arrow()
@@ -600,16 +601,14 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             ends = [b for b in live if b >= a and all(v in self.live for v in range(a, b + 1))]
             b = data.draw(st.sampled_from(ends[1:] or ends))
             if self._narrowed(a, b):
-                try:
+                with contextlib.suppress(errors.InvalidInput):
                     self.t.changes(a, b).read_all()
-                except errors.InvalidInput:
-                    pass
                 return
             feed = self.t.changes(a, b).read_all()
             now = self.m.schema()
             got_names = [f.name for f in feed.schema]
             assert sorted(got_names[:2]) == ["k", "p"], got_names
-            assert got_names[2:] == [n for n, _, _ in now][2:] + ["_change", "_version", "_commit_time"]
+            assert got_names[2:] == [*[n for n, _, _ in now][2:], "_change", "_version", "_commit_time"]
             if not self._feed_checkable(a, b):
                 return
             names = [n for n, _, _ in now]
@@ -630,7 +629,12 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
                 k, change = r["k"], r["_change"]
                 seen.setdefault(k, []).append(change)
                 assert a < r["_version"] <= b, r
-                assert r["_version"] >= self._last_change(k, a, b), ("_version older than the key's change", a, b, r)
+                assert r["_version"] >= self._last_change(k, a, b), (
+                    "_version older than the key's change",
+                    a,
+                    b,
+                    r,
+                )
                 assert r["_commit_time"] == self.times[r["_version"]], r
                 image = {n: r[n] for n in names if n != "k"}
                 if change in ("delete", "update_before"):
@@ -640,8 +644,14 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
                 elif change in ("insert", "update_after"):
                     applied[k] = image
             for k, changes in seen.items():
-                assert sorted(changes) in (["delete"], ["insert"], ["update_after", "update_before"]), (k, changes)
-                assert (k in old) == (changes != ["insert"]) and (k in new) == (changes != ["delete"]), (k, changes)
+                assert sorted(changes) in (["delete"], ["insert"], ["update_after", "update_before"]), (
+                    k,
+                    changes,
+                )
+                assert (k in old) == (changes != ["insert"]) and (k in new) == (changes != ["delete"]), (
+                    k,
+                    changes,
+                )
             assert applied == new, (a, b)
             # A projection and a filter naming a current column, across the range's column changes.
             fids = self.m.fids()
@@ -652,7 +662,9 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             x = KINDS[kind][1](data.draw(st.integers(-20, 20)))
             lit = repr(x).replace('"', "'")
             part = self.t.changes(a, b, columns=[name], filter=f"{name} > {lit}").read_all()
-            assert sorted(part.schema.names) == sorted(["k", "p", name, "_change", "_version", "_commit_time"])
+            assert sorted(part.schema.names) == sorted(
+                ["k", "p", name, "_change", "_version", "_commit_time"]
+            )
             want = sorted(
                 (r["k"], r["_change"], r[name], r["_version"])
                 for r in feed.to_pylist()
@@ -688,7 +700,7 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             cuts = sorted(set(data.draw(st.lists(st.integers(a, b), max_size=3))) | {a, b})
             state = self._in_current(self.versions[a])
             names = [c["name"] for _, c in sorted(self.m.cols.items())]
-            for lo, hi in zip(cuts, cuts[1:]):
+            for lo, hi in itertools.pairwise(cuts):
                 rows = self.t.changes(lo, hi).read_all().to_pylist()
                 for r in sorted(rows, key=lambda r: r["_change"] not in ("delete", "update_before")):
                     if r["_change"] == "delete":
@@ -735,12 +747,16 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
                 lambda: t.changes(before + 1),
                 lambda: t.upsert(pa.table({"k": [1], "p": ["pa"], "no_such": [1]})),
                 lambda: self._half_evolve(),
-                lambda: t.upsert(self._frame([self._new_key()], [1], self.m.fids()[1:]))
-                if 1 in self.m.cols
-                else t.widen("k", pa.int64()),  # a new key without its NOT NULL column
+                lambda: (
+                    t.upsert(self._frame([self._new_key()], [1], self.m.fids()[1:]))
+                    if 1 in self.m.cols
+                    else t.widen("k", pa.int64())
+                ),  # a new key without its NOT NULL column
                 lambda: t.upsert(self._null_nn()) if 1 in self.m.cols else t.drop_column("k"),
                 lambda: t.changes(before, before - 1) if before else t.changes(-1),
-                lambda: t.upsert(self._frame([1], [1], self.m.fids()).append_column("K", pa.array([1])), evolve=True),
+                lambda: t.upsert(
+                    self._frame([1], [1], self.m.fids()).append_column("K", pa.array([1])), evolve=True
+                ),
                 lambda: t.changes(0, before, columns=["no_such"]),
                 lambda: t.scan(as_of=dt.datetime(2000, 1, 1)).to_arrow(),  # before the table
                 lambda: t.scan(as_of="yesterday").to_arrow(),
@@ -768,7 +784,7 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
         @invariant()
         def matches_the_model(self) -> None:
             self._check(self.t.to_arrow(), self.m, "current")
-            for name, v in self.tags.items():
+            for v in self.tags.values():
                 assert v in self.live
 
         def teardown(self) -> None:
@@ -801,7 +817,12 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
 
 @pytest.mark.parametrize("log", ["off", "on"])
 def test_history_under_evolution_follows_the_model(local_cat: mere.Catalog, log: str) -> None:
-    run_model(local_cat, max_examples=int(os.environ.get("N_EX", "15")), steps=int(os.environ.get("N_STEPS", "25")), log=log)
+    run_model(
+        local_cat,
+        max_examples=int(os.environ.get("N_EX", "30")),
+        steps=int(os.environ.get("N_STEPS", "30")),
+        log=log,
+    )
 
 
 # -- the command line at old versions --------------------------------------------------------------------
@@ -826,7 +847,11 @@ def jsonl(text: str) -> list[dict[str, Any]]:
 def test_the_cli_describes_and_scans_old_versions_with_their_own_columns(tmp_path: Any) -> None:
     wh = str(tmp_path / "wh")
     t = new_table(mere.connect(wh))
-    t.upsert(pa.table({"k": [1, 2], "p": ["pa", "pb"], "nn": pa.array([1, 2], pa.int32()), "a": [5, 6], "s": ["x", "y"]}))
+    t.upsert(
+        pa.table(
+            {"k": [1, 2], "p": ["pa", "pb"], "nn": pa.array([1, 2], pa.int32()), "a": [5, 6], "s": ["x", "y"]}
+        )
+    )
     t.tag("first")  # v1
     with t.evolve() as e:  # v2
         e.rename_column("s", "label")
@@ -845,7 +870,9 @@ def test_the_cli_describes_and_scans_old_versions_with_their_own_columns(tmp_pat
     cols = {c["name"]: c for c in json.loads(out)["columns"]}
     assert list(cols) == ["k", "p", "nn", "a", "label", "s"] and cols["s"]["default"] == "9"
     for how in (["--version", "1"], ["--tag", "first"]):
-        rc, out, err = cli("-w", wh, "scan", t.name, *how, "--columns", "k,s", "--filter", "s = 'y'", "--json")
+        rc, out, err = cli(
+            "-w", wh, "scan", t.name, *how, "--columns", "k,s", "--filter", "s = 'y'", "--json"
+        )
         assert rc == 0, err
         assert jsonl(out) == [{"k": 2, "s": "y"}]
     rc, out, err = cli("-w", wh, "scan", t.name, "--columns", "k,s,label", "--filter", "s = 9", "--json")
@@ -865,4 +892,4 @@ def test_the_cli_describes_and_scans_old_versions_with_their_own_columns(tmp_pat
 
 def test_history_under_evolution_on_each_catalog(cat: mere.Catalog) -> None:
     """The same machine on SQLite and PostgreSQL (commit times, tags and expiry live in the catalog)."""
-    run_model(cat, max_examples=int(os.environ.get("N_EX_CAT", "6")), steps=20, log="off")
+    run_model(cat, max_examples=int(os.environ.get("N_EX_CAT", "8")), steps=25, log="off")
