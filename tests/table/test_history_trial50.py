@@ -41,6 +41,13 @@ import mere
 from mere import errors
 from mere.integrations.duckdb import register
 
+try:
+    import polars
+
+    from mere.integrations.polars import scan_table
+except ImportError:  # pragma: no cover - polars is optional
+    polars = None  # type: ignore[assignment]
+
 _names = itertools.count()
 
 NOW = dt.timedelta(0)
@@ -546,6 +553,10 @@ def run_model(cat: mere.Catalog, max_examples: int, steps: int, log: str) -> Non
             register(con, "view", self.t, version=v)
             got = con.sql(f'select k, "{name}" from view where "{name}" > {lit}').to_arrow_table()
             assert {r["k"]: r[name] for r in got.to_pylist()} == match, ("duckdb", v, name, x)
+            if polars is not None:  # Polars pushes its projection and filter into mere
+                frame = scan_table(self.t, version=v).filter(polars.col(name) > KINDS[kind][1](x))
+                got = frame.select(["k", name]).collect().to_dicts()
+                assert {r["k"]: r[name] for r in got} == match, ("polars", v, name, x)
             values = [r[fid] for r in model.rows.values() if r.get(fid) is not None]
             whole = self.t.scan(version=v)
             assert whole.min(name) == (min(values) if values else None), (v, name)
