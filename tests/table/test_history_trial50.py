@@ -9,8 +9,13 @@ and by ``as_of`` (the version's commit time), projections and filters naming tha
 names, ``count()``, ``min()`` and ``max()``; ``changes(a, b)`` applied to the model's snapshot at ``a`` (in
 the current columns) must give the snapshot at ``b``, with before-images equal to ``a``'s rows; expired
 versions raise ``NoSuchVersion`` while tagged and current ones stay readable. Refused calls raise a typed
-``MereError`` and change nothing. Deterministic cases cover the CLI's ``describe``/``scan`` at old
-versions.
+``MereError`` and change nothing. Reads at old versions also go through DuckDB and Polars (pushed-down
+filters naming that version's columns) and catalog snapshots; feeds of consecutive ranges, applied in turn
+as a consumer does, must end at the current rows whatever the columns did in between (a drop undone by a
+rollback too). The machine runs with ``changes.log`` off and on, and on SQLite and PostgreSQL. A
+deterministic case covers the CLI's ``describe``/``scan``/``changes`` at old and expired versions.
+
+No bug was found in this area (every check passes).
 """
 
 from __future__ import annotations
