@@ -369,12 +369,6 @@ def test_any_arrival_of_moving_keys_equals_the_sequence_model(
     assert t.changes(before).read_all().num_rows == 0  # compaction changes no row
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: t.delete(pa.table({'k': [0], 'lsn': [5]})) (keys with their sequence, no partition column) "
-    "deletes the stored row of lsn 42 (rows_deleted=1): the given sequence is ignored, the late delete wins",
-)
 @pytest.mark.parametrize("scope", ["table", "partition"])
 def test_a_delete_of_keys_with_a_lower_sequence_keeps_the_newer_row(tmp_path: Path, scope: str) -> None:
     t = new_table(mere.connect(str(tmp_path)), key_scope=scope)
@@ -764,13 +758,7 @@ BAD_CALLS: dict[str, Any] = {
 }
 
 
-BAD_CALL_BUGS = {
-    "delete keys NULL lsn": "BUG: t.delete(pa.table({'k': [1], 'lsn': [None]})) (keys without the partition column) "
-    "is accepted and deletes key 1 (rows_deleted=1) instead of refusing the NULL sequence (with 'p' given: "
-    "InvalidInput); the lsn column is ignored on this path",
-    "delete keys text lsn": "BUG: t.delete(pa.table({'k': [1], 'lsn': ['5']})) (keys without the partition "
-    "column) is accepted and deletes key 1 instead of SchemaMismatch (raised when 'p' is given)",
-}
+BAD_CALL_BUGS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

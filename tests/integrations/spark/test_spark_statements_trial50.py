@@ -404,25 +404,9 @@ def _honoured(spark: SparkSession, wh: str, clause: str) -> None:
         assert comments.get("v") == "the value", comments
 
 
-BUGS = {
-    "primary_key_constraint": "BUG: CREATE TABLE t (id BIGINT, v BIGINT, PRIMARY KEY (id)) USING mere makes a "
-    "table WITHOUT key (spec.primary_key == ()): INSERTs then append duplicates instead of upserting",
-    "inline_primary_key": "BUG: CREATE TABLE t (id BIGINT PRIMARY KEY, v BIGINT) USING mere makes a table "
-    "WITHOUT key (spec.primary_key == ()), silently",
-    "check_constraint": "BUG: CONSTRAINT pos CHECK (v > 0) in CREATE TABLE ... USING mere is dropped "
-    "silently: INSERT INTO t VALUES (2, -5) is written",
-    "generated_column": "BUG: w BIGINT GENERATED ALWAYS AS (v * 2) in CREATE TABLE ... USING mere is dropped "
-    "silently: INSERT (id, v) VALUES (1, 5) stores w = NULL, not 10",
-    "identity_column": "BUG: id BIGINT GENERATED ALWAYS AS IDENTITY in CREATE TABLE ... USING mere is dropped "
-    "silently: INSERT (v) VALUES (5) stores id = NULL",
-    "column_comment": "BUG: a column COMMENT 'the value' in CREATE TABLE ... USING mere is dropped silently "
-    "(DESCRIBE TABLE shows no comment for v)",
-}
-
-
 @pytest.mark.parametrize(
     "clause",
-    [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=BUGS[c])) for c in CLAUSES],
+    list(CLAUSES),
 )
 def test_a_create_table_clause_is_kept_or_refused(
     spark: SparkSession, wh: str, clean: None, clause: str
@@ -470,23 +454,8 @@ def test_rename_and_table_properties_keep_the_binding(spark: SparkSession, wh: s
 @pytest.mark.parametrize(
     "how",
     [
-        pytest.param(
-            "args",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="BUG: spark.sql('ALTER TABLE t ADD COLUMNS (w BIGINT COMMENT :c)', args={'c': 'x'}) "
-                "skips the hook's refusal (it only looks at statements without args): Spark's entry gains w, "
-                "and every later SELECT / describe() of t fails ('names no mere table')",
-            ),
-        ),
-        pytest.param(
-            "comment",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="BUG: '/* c */ ALTER TABLE t ADD COLUMNS (w BIGINT)' (a leading comment) skips the "
-                "hook's refusal (its regex anchors ALTER at the start): the Spark table becomes unreadable",
-            ),
-        ),
+        "args",
+        "comment",
         "plain",
     ],
 )
@@ -512,12 +481,6 @@ def test_alter_table_add_columns_is_refused_however_written(
     assert spark.table("t50_al").columns == ["a", "b", "p", "v"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: '/* c */ CREATE TABLE t (id BIGINT, v BIGINT) USING mere OPTIONS (warehouse ..., primary_key "
-    "'id')' (a leading comment) skips the hook: Spark makes an entry naming no mere table, no mere table is "
-    "made, and the first INSERT fails ('names no mere table')",
-)
 def test_a_create_table_after_a_comment_makes_the_mere_table(
     spark: SparkSession, wh: str, clean: None
 ) -> None:
@@ -688,11 +651,6 @@ def test_time_travel_query_shapes(spark: SparkSession, wh: str, three_versions: 
     assert state(spark, wh) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: sql(spark, \"SELECT * FROM t VERSION AS OF '1'\") raises a raw ValueError (invalid literal for "
-    "int() with base 10: \"'1'\"), not a MereError (Spark SQL itself takes a quoted version)",
-)
 def test_a_quoted_version_is_read_or_refused_typed(
     spark: SparkSession, wh: str, three_versions: dict[int, Any]
 ) -> None:
@@ -704,11 +662,6 @@ def test_a_quoted_version_is_read_or_refused_typed(
 
 
 @pytest.mark.parametrize("limit", ["x", "-1"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: sql(spark, 'DESCRIBE HISTORY t LIMIT x') (or LIMIT -1) is not refused: the LIMIT that is no "
-    "count is dropped silently and the whole history comes back",
-)
 def test_describe_history_with_a_limit_that_is_no_count_is_refused(
     spark: SparkSession, wh: str, three_versions: dict[int, Any], limit: str
 ) -> None:

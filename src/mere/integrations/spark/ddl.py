@@ -309,6 +309,14 @@ _ALTER_COLUMNS = re.compile(
 )
 
 
+_LEADING_COMMENTS = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)+", re.DOTALL)
+
+
+def _without_leading_comments(text: str) -> str:
+    """The statement without the comments (``--`` lines, ``/* */`` blocks) and blanks before it."""
+    return _LEADING_COMMENTS.sub("", text, count=1)
+
+
 def refuse_column_changes(spark: Any, text: str) -> None:
     """Refuse ``ALTER TABLE t ADD/DROP/RENAME/ALTER/CHANGE/REPLACE COLUMN(S) ...`` of a bound mere table: it
     would change Spark's entry alone, which then no longer matches the mere table it reads and writes.
@@ -533,9 +541,61 @@ def _parse(spark: Any, text: str) -> _Creation | None:
     if kind == "CreateTable":
         schema = StructType.fromJson(json.loads(plan.tableSchema().json()))
         _refuse_column_clauses(schema)
+        _refuse_column_definitions(plan)
+        key = _primary_key_constraint(spec)
+        if key is not None:
+            given = column_list_option("primary_key", options.get("primary_key"))
+            if given is not None and list(given) != key:
+                raise InvalidInput(
+                    f"CREATE TABLE ... USING mere: PRIMARY KEY ({', '.join(key)}) and OPTIONS (primary_key "
+                    f"{options['primary_key']!r}) disagree; give the key once (nothing was created)"
+                )
+            options["primary_key"] = ",".join(key)
         return _Creation(parts, bool(plan.ignoreIfExists()), options, comment, schema, None)
     query = _query_text(text)
     return _Creation(parts, bool(plan.ignoreIfExists()), options, comment, None, query)
+
+
+def _primary_key_constraint(spec: Any) -> list[str] | None:
+    """The columns of a ``PRIMARY KEY`` constraint (mere's primary key), or None; any other constraint
+    (CHECK, UNIQUE, FOREIGN KEY), which mere would not enforce, is refused."""
+    try:
+        constraints = _scala_list(spec.constraints())
+    except Exception:  # a Spark without table constraints (before 4.1): none were parsed
+        return None
+    key = None
+    for constraint in constraints:
+        kind = str(constraint.getClass().getSimpleName())
+        if kind != "PrimaryKeyConstraint":
+            raise InvalidInput(
+                f"CREATE TABLE ... USING mere: {constraint.toString()} is a constraint mere does not enforce "
+                "(only PRIMARY KEY, which is the table's key); leave it out (nothing was created)"
+            )
+        key = [str(c) for c in _scala_list(constraint.columns())]
+    return key
+
+
+def _refuse_column_definitions(plan: Any) -> None:
+    """Column clauses Spark keeps in its column definitions and mere would drop: GENERATED ALWAYS AS
+    (expression or IDENTITY) and COMMENT."""
+    for i in range(plan.columns().size()):
+        column = plan.columns().apply(i)
+        name = str(column.name())
+        for accessor, clause in (
+            ("generationExpression", "GENERATED ALWAYS AS (...)"),
+            ("identityColumnSpec", "GENERATED ... AS IDENTITY"),
+            ("comment", "a COMMENT"),
+        ):
+            try:
+                given = getattr(column, accessor)().isDefined()
+            except Exception:  # a Spark whose columns have no such clause
+                continue
+            if given:
+                raise InvalidInput(
+                    f"CREATE TABLE ... USING mere: column {name!r} has {clause}, which mere tables do not keep "
+                    "(a generated value would be stored as NULL, a comment lost); leave it out (nothing was "
+                    "created)"
+                )
 
 
 def _refuse_column_clauses(schema: StructType) -> None:
@@ -699,15 +759,22 @@ def install_ddl_hook() -> None:
     spark_bucket_by, spark_sort_by = DataFrameWriter.bucketBy, DataFrameWriter.sortBy
 
     def sql(self: Any, sqlQuery: str, args: Any = None, **kwargs: Any) -> Any:
+        if isinstance(sqlQuery, str):
+            sqlQuery = _without_leading_comments(sqlQuery)  # a comment before CREATE hid it from the hook
         statement = isinstance(sqlQuery, str) and args is None and not kwargs
-        if statement and _CREATE.match(sqlQuery) and _USING.search(sqlQuery):
+        if isinstance(sqlQuery, str) and _CREATE.match(sqlQuery) and _USING.search(sqlQuery):
+            if not statement:
+                raise InvalidInput(
+                    "CREATE TABLE ... USING mere with parameters (args or keyword arguments) is refused: "
+                    "write the values into the statement (nothing was created)"
+                )
             creation = _parse(self, sqlQuery)
             if creation is not None:
                 return _run_creation(self, creation)
         if statement and _INSERT.match(sqlQuery):
             sqlQuery = name_insert_target(self, sqlQuery)
-        if statement and _ALTER_COLUMNS.match(sqlQuery):
-            refuse_column_changes(self, sqlQuery)
+        if isinstance(sqlQuery, str) and _ALTER_COLUMNS.match(sqlQuery):
+            refuse_column_changes(self, sqlQuery)  # with parameters too: the table's name is plain text
         return spark_sql(self, sqlQuery, args, **kwargs)
 
     def _run_creation(spark: Any, c: _Creation) -> Any:

@@ -53,7 +53,7 @@ RUNS = "MERGE INTO, UPDATE, DELETE, SELECT (with VERSION AS OF / TIMESTAMP AS OF
 _QUERY_SOURCE = "__mere_using_query"
 _KEY_SOURCE = "__mere_keys"
 _HISTORY = re.compile(
-    r"\s*DESC(?:RIBE)?\s+HISTORY\s+(?P<name>.+?)(?:\s+LIMIT\s+(?P<limit>\d+))?\s*", re.I | re.S
+    r"\s*DESC(?:RIBE)?\s+HISTORY\s+(?P<name>.+?)(?:\s+LIMIT\s+(?P<limit>\S+))?\s*", re.I | re.S
 )
 _TRAVEL = re.compile(
     r"\s+(?P<kind>VERSION|TIMESTAMP)\s+AS\s+OF\s+(?P<value>\d+|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")", re.I
@@ -522,7 +522,10 @@ def _query(context: _Context, text: str) -> Any:
             end = m.end()
             value = m.group("value")
             if m.group("kind").upper() == "VERSION":
-                version = int(value)
+                digits = value[1:-1].strip() if value[0] in "'\"" else value  # Spark takes VERSION AS OF '3'
+                if not digits.isascii() or not digits.isdigit():
+                    raise FilterError(f"{name}: VERSION AS OF takes a version number, got {value}")
+                version = int(digits)
             else:
                 as_of = value[1:-1]
         alias = "" if node.alias else f" AS {_backtick(parts[-1].name)}"
@@ -555,6 +558,9 @@ def _backtick(name: str) -> str:
 def _history(context: _Context, text: str) -> Any:
     m = _HISTORY.fullmatch(text)
     assert m is not None
+    limit = m.group("limit")
+    if limit is not None and not (limit.isascii() and limit.isdigit()):
+        raise InvalidInput(f"DESCRIBE HISTORY ... LIMIT takes a count of versions, got {limit!r}")
     try:
         tree = sqlglot.parse_one(f"SELECT * FROM {m.group('name')}", read="spark")
     except (ParseError, TokenError):
@@ -565,8 +571,8 @@ def _history(context: _Context, text: str) -> Any:
     name = ".".join(p.name for p in tables[0].parts)
     table = context.target(name, "DESCRIBE HISTORY").open()
     snapshots = list(reversed(table.history()))
-    if m.group("limit") is not None:
-        snapshots = snapshots[: int(m.group("limit"))]
+    if limit is not None:
+        snapshots = snapshots[: int(limit)]
     rows = [
         (
             s.version,

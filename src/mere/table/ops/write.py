@@ -259,7 +259,37 @@ class DeleteKeys:
         # A key found nowhere at ``base`` may be written concurrently: its bucket stays in scope.
         buckets = sorted_unique(bucket_ids(conformed.select(pk), spec.buckets)) if conformed.num_rows else ()
         scope = ReadScope(frozenset(int(b) for b in buckets))
+        seq = list(spec.sequence_by)
+        if seq and set(seq) <= set(self.keys.column_names):
+            # Keys given with their sequence (not their partition): each marker carries the sequence given,
+            # so a version stored with a higher one stays, as with the partition given (or a CDC delete).
+            given = self._given_sequences(ctx, on, seq)
+            markers = found.drop_columns(seq).join(given, keys=on, join_type="inner")
+            change = marker_change(ctx, markers.select(found.column_names), checks, first=True, read=True)
+            change.rule = RowsUnchanged(file_splits(change.files))
+            return scoped(change, scope, conformed.select(pk))
         return scoped(read_markers(ctx, found, checks), scope, conformed.select(pk))
+
+    def _given_sequences(self, ctx: TableContext, on: list[str], seq: list[str]) -> pa.Table:
+        """The given keys with their sequences (checked as a marker's: typed, not NULL); a key given twice
+        takes its highest."""
+        spec = ctx.spec
+        given_spec = TableSpec(
+            pa.schema([spec.schema.field(c) for c in [*on, *seq]]),
+            spec.primary_key,
+            tuple(c for c in on if c not in spec.primary_key),
+            spec.buckets,
+            sequence_by=spec.sequence_by,
+        )
+        given, _ = conform(self.keys.select([*on, *seq]), given_spec, partial_ok=False, identifier=ctx.name)
+        for c in seq:
+            if given.column(c).null_count:
+                raise InvalidInput(
+                    f"{ctx.name}: delete: sequence column {c!r} is NULL for a key given with it"
+                )
+        order = given.sort_by([*((c, "ascending") for c in on), *((c, "descending") for c in seq)])
+        firsts = order.group_by(on, use_threads=False).aggregate([(c, "first") for c in seq])
+        return firsts.select([*on, *(f"{c}_first" for c in seq)]).rename_columns([*on, *seq])
 
 
 @dataclass(frozen=True)
