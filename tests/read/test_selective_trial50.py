@@ -559,12 +559,6 @@ def test_explain_counts_the_splits_that_read_selectively_across_files(
     assert _claimed_selective(scan) == sum(spy.answers)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: explain() says 'selective read of 1/1 split(s)' for a one-file split whose footer statistics "
-    "rule nothing out, while the read hands that split to the plain route (selective.read returns None); "
-    "repro: upsert k=0..99, v=k into a 1-bucket table, scan(filter='v > 98').explain()",
-)
 def test_explain_does_not_claim_a_one_file_split_read_selectively(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -627,22 +621,8 @@ def test_metadata_claims_of_explain_hold(tmp_path: Any, monkeypatch: pytest.Monk
     [
         pa.int64(),
         pa.string(),
-        pytest.param(
-            pa.float64(),
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="BUG: an all-NULL input column (Arrow null type, as pa.table({'f': [None]}) makes) is refused "
-                "for a float column only: SchemaMismatch 'cannot be stored as double without loss: Unsupported "
-                "cast from double to null' (int, string, timestamp, decimal, bool, date columns take it); "
-                "repro: t.upsert(pa.table({'k': [1], 'f': [None]})) on a float64 column f",
-            ),
-        ),
-        pytest.param(
-            pa.float32(),
-            marks=pytest.mark.xfail(
-                strict=True, reason="BUG: as for float64: null-typed input refused for float32"
-            ),
-        ),
+        pa.float64(),
+        pa.float32(),
     ],
 )
 def test_an_all_null_input_column_is_stored_as_nulls(tmp_path: Any, kind: pa.DataType) -> None:
@@ -859,13 +839,6 @@ def test_staged_upsert_delete_upsert_in_one_transaction(tmp_path: Any) -> None:
     assert (t.scan().max("v"), t.scan(filter="k = 6").count()) == (300, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Scan.min()/max() of a timestamp or date column holding a legal Arrow value beyond Python's "
-    "datetime range raise a raw OverflowError ('date value out of range', 'days=2147483647; must have "
-    "magnitude <= 999999999'), from footer statistics and from the read alike, instead of a MereError; "
-    "repro: upsert x=pa.array([2**62, 0], pa.timestamp('us')), t.scan().max('x')",
-)
 @pytest.mark.parametrize("clean", [True, False])
 @pytest.mark.parametrize(
     "kind, values",

@@ -599,6 +599,10 @@ class SplitReader:
         :mod:`mere.read.selective`; the route may still hand the split back to the plain merge)."""
         return selective.eligible(self.spec, self.split, self.opts, self.needed)
 
+    def selective_planned(self) -> bool:
+        """:meth:`selective`, and not handed back before reading (what ``explain()`` says; footers only)."""
+        return self.selective() and not selective.declined(self.storage, self.spec, self.cursors, self.opts)
+
     def _stack(self, tables: list[pa.Table]) -> pa.Table:
         """Files' rows as one table of the table's plain types."""
         names = [c for c in (*self.needed, OP_COLUMN) if c in tables[0].column_names]

@@ -347,6 +347,24 @@ def _members(
     return None
 
 
+def declined(storage: Storage, spec: TableSpec, cursors: Sequence[Cursor], opts: ReadOptions) -> bool:
+    """Whether :func:`read` hands the split back to the plain route before reading anything (footers
+    only): its narrow pass would not fit, or a split of one file whose statistics rule little out."""
+    width = len(spec.identity_columns) + len(spec.sequence_by) + len(E.columns(opts.post) or ()) + 1
+    rows = sum(int(c.row_counts[g.index]) for c in cursors for g in c.groups)
+    if rows * 8 * width > MAX_NARROW_BYTES:
+        return True
+    data = [c for c in cursors if c.task.content != "delete"]
+    if len(cursors) == 1 and data:
+        # Nothing to merge: the plain route reads the file once. Two passes pay only where the statistics
+        # leave most of it out.
+        may = _may_match(storage, spec, data[0], opts.post)
+        counts = np.asarray([data[0].row_counts[g.index] for g in data[0].groups], dtype=np.int64)
+        if int(counts[may].sum()) > SINGLE_FILE_SHARE * int(counts.sum()):
+            return True
+    return False
+
+
 def read(
     storage: Storage,
     spec: TableSpec,
@@ -360,18 +378,8 @@ def read(
     the split). ``cursors`` are the split's file cursors, oldest first; ``output`` the columns the
     caller needs besides those the narrow pass reads. Tables hold a file's columns as it stores them
     (dictionaries, narrower nullability): the caller makes them alike."""
-    width = len(spec.identity_columns) + len(spec.sequence_by) + len(E.columns(opts.post) or ()) + 1
-    rows = sum(int(c.row_counts[g.index]) for c in cursors for g in c.groups)
-    if rows * 8 * width > MAX_NARROW_BYTES:
+    if declined(storage, spec, cursors, opts):
         return None
-    data = [c for c in cursors if c.task.content != "delete"]
-    if len(cursors) == 1 and data:
-        # Nothing to merge: the plain route reads the file once. Two passes pay only where the statistics
-        # leave most of it out.
-        may = _may_match(storage, spec, data[0], opts.post)
-        counts = np.asarray([data[0].row_counts[g.index] for g in data[0].groups], dtype=np.int64)
-        if int(counts[may].sum()) > SINGLE_FILE_SHARE * int(counts.sum()):
-            return None
     try:
         files = _map(pool, lambda c: _narrow(storage, spec, c, opts, filter_), cursors)
     except _Declined:

@@ -435,7 +435,9 @@ class Scan:
         """
         ex = Explain(self.version)
         splits, opts = self._plan(ex)
-        selective = sum(SplitReader(self.table.storage, self.spec, s, opts, ex).selective() for s in splits)
+        selective = sum(
+            SplitReader(self.table.storage, self.spec, s, opts, ex).selective_planned() for s in splits
+        )
         if selective:
             ex.notes.append(
                 f"selective read of {selective}/{len(splits)} split(s): the filter runs on every stored "
@@ -772,6 +774,15 @@ class Scan:
         return self._extreme(column, "max")
 
     def _extreme(self, column: str, which: str) -> Any:
+        try:
+            return self._extreme_value(column, which)
+        except OverflowError as e:  # a legal Arrow value beyond Python's datetime range
+            raise InvalidInput(
+                f"{self.table.name}: {which}() of column {column!r}: the value is beyond what Python's "
+                f"datetime holds ({e}); read it as Arrow: scan(columns=[{column!r}]).to_arrow()"
+            ) from None
+
+    def _extreme_value(self, column: str, which: str) -> Any:
         scan = self.select(column)  # checks the name
         kind = self.spec.schema.field(column).type
         if pa.types.is_nested(kind) or pa.types.is_null(kind):
@@ -801,11 +812,7 @@ class Scan:
             v = pair[which]
             if not v.is_valid:
                 continue
-            if best is None:
-                best = v
-            else:
-                both = pa.array([best.as_py(), v.as_py()], type=folded)
-                best = pc.min_max(both)[which]
+            best = v if best is None else pc.min_max(pa.array([best, v], type=folded))[which]
         if saw_nan and which == "max":
             return math.nan  # NaN sorts above every number, as filters (and DuckDB, Spark) order it
         if best is None:

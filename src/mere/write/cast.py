@@ -136,6 +136,8 @@ def _lossless_cast(
         raise SchemaMismatch(
             f"{identifier}: column {column!r} of type {source} cannot be stored as {target}: {why}"
         )
+    if pa.types.is_null(source):  # an all-NULL column as Arrow types it: NULLs of the column's type
+        return pc.cast(values, target)
     if normalise_type(source) != source:  # encodings (dictionary, run-end, views), nested ones too
         values = decoded(values)
         source = values.type
