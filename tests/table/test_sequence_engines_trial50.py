@@ -402,13 +402,6 @@ def test_a_stale_merge_update_in_place_is_ignored(tmp_path: Path) -> None:
     assert rows(t) == STORED_30
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: a MERGE update_all whose source row moves the key to another partition with a LOWER "
-    "sequence (stored k=5 p='c' lsn=30; source k=5 p='a' lsn=9) wins: the table ends k=5 p='a' lsn=9 and "
-    "stale_rows=0 (in place the same stale update is ignored, stale_rows=1)",
-)
 def test_a_stale_merge_update_moving_its_key_is_ignored(tmp_path: Path) -> None:
     t = new_table(mere.connect(str(tmp_path)))
     t.upsert(batch([Ev(5, "c", 30, "u", 5, "x")]))
@@ -426,13 +419,6 @@ def test_a_stale_upsert_moving_its_key_is_ignored(tmp_path: Path) -> None:
     assert rows(t) == STORED_30
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: UPDATE setting a partition column and a LOWER sequence (stored k=5 p='c' lsn=30; "
-    "t.update(set={'p': \"'a'\", 'lsn': '9'}, where='k = 5')) wins: the table ends p='a' lsn=9, though an "
-    "UPDATE that sets a lower sequence is documented to lose to the stored version",
-)
 def test_an_update_moving_its_key_with_a_lower_sequence_loses(tmp_path: Path) -> None:
     t = new_table(mere.connect(str(tmp_path)))
     t.upsert(batch([Ev(5, "c", 30, "u", 5, "x")]))
@@ -1165,13 +1151,6 @@ def test_feeds_between_any_two_versions_bridge_their_snapshots(
             assert sorted((r["k"], r["p"], r["v"], r["_change"]) for r in part.to_pylist()) == want
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: table-wide keys: a CDC delete k=4 p='c' lsn=24 (key stored nowhere), then a MERGE "
-    "when_not_matched_insert_all of k=4 p='a' lsn=9 brings the key back (stale_rows=0); the same row "
-    "upserted stays deleted (stale_rows=1), as it does when the delete names p='a'",
-)
 def test_a_merge_insert_below_a_delete_in_another_partition_stays_deleted(tmp_path: Path) -> None:
     t = new_table(mere.connect(str(tmp_path)))
     t.upsert(batch([Ev(4, "c", 24, "d", None, None)]))

@@ -521,6 +521,18 @@ def one_partition_per_key(
     return keep, stale
 
 
+def sequence_lower(spec: TableSpec, before: pa.Table, after: pa.Table) -> np.ndarray:
+    """Per row, whether ``after``'s sequence (``sequence_by``, compared column by column) is below
+    ``before``'s: an update of the row that loses to the version it read."""
+    lower = np.zeros(before.num_rows, dtype=bool)
+    for c in reversed(spec.sequence_by):
+        old, new = before.column(c), after.column(c).cast(before.schema.field(c).type)
+        less = np.asarray(pc.fill_null(pc.less(new, old), False).to_numpy(zero_copy_only=False), dtype=bool)
+        same = np.asarray(pc.fill_null(pc.equal(new, old), False).to_numpy(zero_copy_only=False), dtype=bool)
+        lower = less | (same & lower)
+    return lower
+
+
 def marker_columns(spec: TableSpec) -> list[str]:
     """The columns a delete marker stores: the key and partition columns, and the sequence columns of a
     table with ``sequence_by`` (a delete is ordered against other versions by its sequence)."""

@@ -55,7 +55,15 @@ from mere.table.revalidate import ReadRows
 from mere.table.stored_keys import resolve
 from mere.table.write_checks import WriteChecks
 from mere.write.cast import decoded_table, lossless_cast, relax_nested
-from mere.write.writer import conform, marker_columns, marker_spec, prepare, sequence_after, to_batches
+from mere.write.writer import (
+    conform,
+    marker_columns,
+    marker_spec,
+    prepare,
+    sequence_after,
+    sequence_lower,
+    to_batches,
+)
 
 MERGE_LOOKUP_KEYS = 256  # sources of up to this many keys are looked up, as scans pinning as many keys are
 
@@ -1251,9 +1259,24 @@ class MergePlan:
         counts = {**counts, "files": len(files), "rows_read": target.num_rows, "splits_read": len(read)}
         if self.spec.sequence_by:
             # Rows older than their key's stored version (a late SET of the sequence, an insert below a
-            # tombstone) lose at merge on read: counted as an upsert's are.
-            stale = resolve(self.merge.table.context, base, files, False).stale if files else 0
-            counts[STALE_ROWS] = stale
+            # tombstone) lose at merge on read: counted as an upsert's are. With table-wide keys the
+            # stored version may be in another partition: a marker beside the row (what an upsert gets).
+            ctx = self.merge.table.context
+            found = resolve(ctx, base, files, self.spec.cross_partition) if files else None
+            counts[STALE_ROWS] = (found.stale if found is not None else 0) + self._stale_moves
+            if found is not None and found.markers is not None and found.markers.num_rows:
+                try:
+                    keys, _ = conform(
+                        found.markers, marker_spec(self.spec), partial_ok=True, identifier=self.name
+                    )
+                    ops = np.full(keys.num_rows, OP_DELETE, dtype=np.int8)
+                    files += files_of.write(
+                        prepare(self.spec, keys, ops, identifier=self.name, moves=False),
+                        first_order=len(files),
+                    )
+                except BaseException:
+                    files_of.discard(files)
+                    raise
         return StagedChange(
             self.name,
             "merge",
@@ -1318,6 +1341,7 @@ class MergePlan:
         self._computed_keys = False  # an INSERT computed a key (not a source key as it is)
         self._updates: list[pa.Table] = []
         self._deleted: list[pa.Table] = []
+        self._stale_moves = 0  # updates moving their key below the sequence they matched (not written)
 
         by_kind: dict[str, list[_Lowered]] = {"matched": [], "not_matched": [], "not_matched_by_source": []}
         for low in self.lowered:
@@ -1425,10 +1449,8 @@ class MergePlan:
                     f"{clash.slice(0, 1).to_pylist()[0]} (its row did not meet the ON condition)"
                 )
 
-    def _moved(self, before: pa.Table, after: pa.Table) -> pa.Table | None:
-        """Marker rows, in their old partitions, of the updated rows whose partition changed.
-
-        Table-wide keys only: elsewhere a partition column cannot be set."""
+    def _moved_mask(self, before: pa.Table, after: pa.Table) -> np.ndarray:
+        """Per updated row, whether its partition changed (table-wide keys: else none can change)."""
         spec = self.spec
         columns = [c for c in spec.partition_by if c not in spec.primary_key] if spec.cross_partition else []
         changed = np.zeros(before.num_rows, dtype=bool)
@@ -1436,9 +1458,14 @@ class MergePlan:
             old, new = before.column(c), after.column(c).cast(before.schema.field(c).type)
             same = pc.or_(pc.fill_null(pc.equal(old, new), False), pc.and_(pc.is_null(old), pc.is_null(new)))
             changed |= ~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+        return changed
+
+    def _moved(self, before: pa.Table, after: pa.Table) -> pa.Table | None:
+        """Marker rows, in their old partitions, of the updated rows whose partition changed."""
+        changed = self._moved_mask(before, after)
         if not changed.any():
             return None
-        return before.filter(pa.array(changed)).select(marker_columns(spec))
+        return before.filter(pa.array(changed)).select(marker_columns(self.spec))
 
     def _frame(self, target: pa.Table | None, t_idx: np.ndarray | None, s_idx: np.ndarray | None) -> pa.Table:
         """The target and source rows that conditions and values are evaluated on.
@@ -1511,13 +1538,22 @@ class MergePlan:
                 raise arrow_failure(self.name, exc) from exc
             if action == "update":
                 assert target is not None and t_idx is not None
-                base = target.take(pa.array(t_idx[idx]))
+                old = target.take(pa.array(t_idx[idx]))
+                base = old
                 for name in low.values:
                     assert values is not None
                     base = base.set_column(base.schema.get_field_index(name), name, values.column(name))
-                self._updates.append(base)
                 counts["updated"] += len(idx)
-                moved = self._moved(target.take(pa.array(t_idx[idx])), base)
+                if self.spec.sequence_by and self.spec.cross_partition:
+                    # A row moved to another partition below the sequence of the version it matched loses,
+                    # as it does in place: not written (its old version stays), counted stale.
+                    stale = self._moved_mask(old, base) & sequence_lower(self.spec, old, base)
+                    if stale.any():
+                        self._stale_moves += int(stale.sum())
+                        keep = pa.array(~stale)
+                        old, base = old.filter(keep), base.filter(keep)
+                self._updates.append(base)
+                moved = self._moved(old, base)
                 if moved is not None:  # markers where the moved rows were, at the rows' own sequence
                     deletes.append(moved)
             else:

@@ -36,6 +36,7 @@ from mere.write.writer import (
     marker_spec,
     partition_json,
     prepare,
+    sequence_lower,
 )
 
 
@@ -77,6 +78,13 @@ class UpdateWhere:
             for name in values:
                 rows = rows.set_column(rows.schema.get_field_index(name), name, computed.column(name))
             conformed, _ = conform(rows, spec, partial_ok=False, identifier=ctx.name)
+            if spec.sequence_by and spec.cross_partition:
+                # A row moved to another partition with a lower sequence than the version it read loses,
+                # as it does in place: it is not written, and its old version stays.
+                stale = _moved_mask(spec, before, conformed, values) & sequence_lower(spec, before, conformed)
+                if stale.any():
+                    keep = pa.array(~stale)
+                    before, conformed = before.filter(keep), conformed.filter(keep)
             ops = np.full(conformed.num_rows, OP_PUT, dtype=np.int8)
             files = ctx.files.write(prepare(spec, conformed, ops, identifier=ctx.name))
             moved = _moved(spec, before, conformed, values)
@@ -101,17 +109,20 @@ class UpdateWhere:
         return change
 
 
-def _moved(spec: TableSpec, before: pa.Table, after: pa.Table, values: Mapping[str, Any]) -> pa.Table | None:
-    """Marker rows (old partition values) of the rows an UPDATE moved to another partition."""
-    columns = [c for c in spec.partition_by if c in values and c not in spec.primary_key]
-    if not columns:
-        return None
+def _moved_mask(spec: TableSpec, before: pa.Table, after: pa.Table, values: Mapping[str, Any]) -> np.ndarray:
+    """Per row, whether an UPDATE moved it to another partition."""
     changed = np.zeros(before.num_rows, dtype=bool)
-    for c in columns:
+    for c in (c for c in spec.partition_by if c in values and c not in spec.primary_key):
         old, new = before.column(c), after.column(c).cast(before.schema.field(c).type)
         same = pc.fill_null(pc.equal(old, new), False)
         both_null = pc.and_(pc.is_null(old), pc.is_null(new))
         changed |= ~np.asarray(pc.or_(same, both_null).to_numpy(zero_copy_only=False), dtype=bool)
+    return changed
+
+
+def _moved(spec: TableSpec, before: pa.Table, after: pa.Table, values: Mapping[str, Any]) -> pa.Table | None:
+    """Marker rows (old partition values) of the rows an UPDATE moved to another partition."""
+    changed = _moved_mask(spec, before, after, values)
     if not changed.any():
         return None
     return before.filter(pa.array(changed)).select(marker_columns(spec))
