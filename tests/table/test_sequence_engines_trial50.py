@@ -1045,12 +1045,6 @@ def _groups_table(cat: mere.Catalog) -> mere.Table:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: sequence groups: whole row k=2 lsn=36 (a_seq NULL), then a late partial row a=5 a_seq=16 "
-    "lsn=16: to_arrow(filter='a >= 3') gives the row (a=5) but scan(filter='a >= 3').count() is 0",
-)
 def test_a_filtered_count_sees_a_late_group_value(tmp_path: Path) -> None:
     t = _groups_table(mere.connect(str(tmp_path)))
     k = pa.array([2], pa.int64())

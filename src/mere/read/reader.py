@@ -394,11 +394,12 @@ class SplitReader:
         extra = list(spec.identity_columns)
         if spec.has_primary_key:
             extra += spec.sequence_by  # they order a key's versions
-            grouped = spec.grouped  # a group's columns are ordered by its sequence column
-            extra += [grouped[c] for c in needed if c in grouped]
         for e in (opts.pre, opts.post):
             used = E.columns(e)  # None: an opaque pyarrow expression may read any column
             extra.extend(spec.schema.names if used is None else sorted(used))
+        if spec.has_primary_key:
+            grouped = spec.grouped  # a group's columns (read or filtered on) are ordered by its sequence
+            extra += [grouped[c] for c in (*needed, *extra) if c in grouped]
         for c in extra:
             if c not in needed:
                 needed.append(c)
