@@ -536,12 +536,6 @@ def test_maintenance_and_purge_keep_every_object_mere_did_not_create(lake: Lake)
         client.abort_multipart_upload(Bucket=lake.bucket, Key=key, UploadId=upload)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: drop_table(purge=True) deletes an object it never listed: when the listing shows no "
-    "foreign file it deletes the whole prefix (fs.delete_dir), so an object another tool writes under "
-    "the location between the listing and the delete is lost",
-)
 def test_purge_keeps_a_foreign_object_written_while_it_runs(
     lake: Lake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -562,12 +556,6 @@ def test_purge_keeps_a_foreign_object_written_while_it_runs(
     assert late in lake.objects()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: drop_table(purge=True) deletes a foreign object whose key ends in '/' (put_object "
-    "Key='<location>/notes/' with a body): pyarrow lists it as a folder, not a file, so the listing finds "
-    "no foreign file and the whole prefix goes (cleanup keeps it)",
-)
 def test_purge_keeps_a_foreign_object_whose_key_ends_in_a_slash(lake: Lake) -> None:
     """A key ending in ``/`` with a body is an object someone stored (not an empty folder marker)."""
     cat = lake.connect()
@@ -920,12 +908,6 @@ def test_a_failed_write_whose_undo_also_fails_stays_invisible_and_cleanup_takes_
     check(direct, name, states)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: drop_table(purge=True) whose deletes fail (DELETE 503s, retries=0) raises StorageError but "
-    "has already dropped the table from the catalog: its retry raises NoSuchTable and the table's files stay "
-    "under the location for good (no cleanup can reach them: the table is gone)",
-)
 def test_a_purge_whose_deletes_fail_can_be_retried_until_the_files_are_gone(
     lake: Lake, proxy: LatencyProxy
 ) -> None:

@@ -293,6 +293,9 @@ def _wraps_database_errors(what: str) -> Callable[[F], F]:
     return decorate
 
 
+_PURGE_PREFIX = "purge:"  # catalog_info keys of dropped tables whose files are still to be deleted
+
+
 def _fence_key(table_id: int) -> str:
     """The catalog row holding a table's cleanup fence."""
     return f"cleanup_fence:{table_id}"
@@ -632,10 +635,12 @@ class SqlCatalog:
 
     @_wraps_database_errors("drop a table")
     def drop_table(
-        self, namespace: str, name: str, expect: tuple[str, int] | None = None
+        self, namespace: str, name: str, expect: tuple[str, int] | None = None, purge: bool = False
     ) -> TableRecord | None:
         """Remove a table's records. ``expect``: only if the table is still (uuid, version), in the same
-        transaction (else None and nothing changes)."""
+        transaction (else None and nothing changes). ``purge``: note, in the same transaction, that its
+        files are to be deleted (:meth:`pending_purges`, until :meth:`purged`): a purge that fails or is
+        killed can be run again."""
         if not self._ensure_schema(create=False):
             raise NoSuchTable(f"table {namespace}.{name} does not exist")
 
@@ -653,11 +658,41 @@ class SqlCatalog:
             conn.execute(consumers.delete().where(consumers.c.table_id == row.id))
             conn.execute(commits.delete().where(commits.c.table_id == row.id))
             conn.execute(tables.delete().where(tables.c.id == row.id))
+            if purge:
+                note = json.dumps({"namespace": row.namespace, "name": row.name, "location": row.location})
+                conn.execute(catalog_info.insert().values(key=_PURGE_PREFIX + row.uuid, value=note))
             return TableRecord(
                 row.id, row.namespace, row.name, row.uuid, row.location, row.spec, int(row.version)
             )
 
         return self._run(run)
+
+    @_wraps_database_errors("read pending purges")
+    def pending_purges(self, namespace: str, name: str) -> list[tuple[str, str]]:
+        """(uuid, location) of the dropped tables of this name whose purge has not finished."""
+        if not self._ensure_schema(create=False):
+            return []
+        with self.engine.connect() as conn:
+            notes = conn.execute(
+                sa.select(catalog_info.c.key, catalog_info.c.value).where(
+                    catalog_info.c.key.startswith(_PURGE_PREFIX)
+                )
+            ).all()
+        out = []
+        for key, value in notes:
+            note = json.loads(value)
+            if (note.get("namespace"), note.get("name")) == (namespace, name):
+                out.append((str(key)[len(_PURGE_PREFIX) :], str(note["location"])))
+        return out
+
+    @_wraps_database_errors("note a finished purge")
+    def purged(self, uuid: str) -> None:
+        """The purge of the dropped table ``uuid`` finished."""
+
+        def run(conn: Connection) -> None:
+            conn.execute(catalog_info.delete().where(catalog_info.c.key == _PURGE_PREFIX + uuid))
+
+        self._run(run)
 
     # -- reads -----------------------------------------------------------------------------------
 

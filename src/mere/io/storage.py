@@ -606,22 +606,12 @@ class Storage:
         base = self.full_path(rel_dir)
         listed = [path for path, _, _ in self.list_files(rel_dir)]
         foreign = [path for path in listed if not self.made_by_mere(path)]
-        if foreign:
-            for path in listed:
-                if self.made_by_mere(path):
-                    self.delete(path)
-            if self.is_local:
-                _remove_empty_folders(base)
-        else:
-
-            def once() -> None:
-                with contextlib.suppress(FileNotFoundError):
-                    self.fs.delete_dir(base)
-
-            try:
-                self._retrying(f"deleting {base}", once)
-            except OSError as e:
-                raise StorageError(f"deleting {base} failed: {_first_line(e)}") from e
+        # File by file, never the folder at once: an object put there after the listing, or one an
+        # object store lists as a folder (a key ending in '/'), is someone else's and stays.
+        ours = [path for path in listed if self.made_by_mere(path)]
+        list(shared_pool("ranges", self.max_connections).map(self.delete, ours))
+        if self.is_local:
+            _remove_empty_folders(base)
         with self._lock:
             for rel in [r for r in self._footers if r.startswith(rel_dir.rstrip("/") + "/")]:
                 self._footers.pop(rel, None)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from mere.errors import InvalidInput, NoSuchNamespace, NoSuchTable, TableExists
+from mere.errors import InvalidInput, NoSuchNamespace, NoSuchTable, StorageError, TableExists
 from mere.io import Storage
 from mere.io.storage import redact
 from mere.metadata import NewTable
@@ -458,13 +458,28 @@ class Catalog:
         ns, short = split_name(name)
         if not isinstance(purge, bool):
             raise InvalidInput(f"purge must be True or False, got {purge!r}")
-        record = self.sql.drop_table(ns, short)
+        try:
+            record = self.sql.drop_table(ns, short, purge=purge)
+        except NoSuchTable:
+            pending = self.sql.pending_purges(ns, short) if purge else []
+            if not pending:
+                raise
+            for uuid, location in pending:  # a purge that failed or was killed: its files go now
+                self._purge(name, location, uuid)
+            return
         assert record is not None  # dropped unconditionally
         if purge:
-            self._purge(name, record.location)
+            self._purge(name, record.location, record.uuid)
 
-    def _purge(self, name: str, location: str) -> None:
-        left = self.storage.delete_tree(location)
+    def _purge(self, name: str, location: str, uuid: str) -> None:
+        try:
+            left = self.storage.delete_tree(location)
+        except StorageError as e:
+            raise StorageError(
+                f"{name}: the table is dropped, but deleting its files under {location!r} failed ({e}); "
+                f"drop_table({name!r}, purge=True) again deletes them"
+            ) from e
+        self.sql.purged(uuid)
         if left:
             log.warning(
                 "%s: purge left %d files mere did not write: %s", name, len(left), ", ".join(left[:5])
@@ -476,10 +491,10 @@ class Catalog:
         This undoes a table a failed write created (the Spark sink calls it when a job that created its table
         aborts). Returns whether it was dropped; a table some commit changed since stays, rows and all."""
         ns, short = split_name(table.name)
-        record = self.sql.drop_table(ns, short, expect=(table.context.uuid, version))
+        record = self.sql.drop_table(ns, short, expect=(table.context.uuid, version), purge=True)
         if record is None:
             return False
-        self._purge(table.name, record.location)
+        self._purge(table.name, record.location, record.uuid)
         return True
 
     def upgrade(self) -> list[str]:
