@@ -38,3 +38,15 @@ def spark() -> Iterator[SparkSession]:
 def wh(tmp_path: Path) -> str:
     """A fresh local warehouse (SQLite catalog inside)."""
     return str(tmp_path / "warehouse")
+
+
+@pytest.fixture
+def clean(spark: SparkSession) -> Iterator[None]:
+    """Drops the Spark tables and views a test made, and the overwrite mode it set (the session is shared)."""
+    yield
+    for t in spark.catalog.listTables():
+        if t.isTemporary:
+            spark.catalog.dropTempView(t.name)
+        else:
+            spark.sql(f"DROP TABLE IF EXISTS `{t.name}`")
+    spark.conf.unset("spark.sql.sources.partitionOverwriteMode")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import random
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,6 @@ from mere.errors import InvalidInput, TableExists
 from mere.integrations.spark import describe
 
 COLS = "id BIGINT, day STRING, v BIGINT"
-
-
-@pytest.fixture
-def clean(spark: SparkSession) -> Iterator[None]:
-    yield
-    for t in spark.catalog.listTables():
-        if t.isTemporary:
-            spark.catalog.dropTempView(t.name)
-        else:
-            spark.sql(f"DROP TABLE IF EXISTS `{t.name}`")
 
 
 def python_rows(wh: str, name: str) -> list[dict[str, Any]]:

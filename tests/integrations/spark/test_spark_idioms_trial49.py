@@ -43,17 +43,6 @@ def refused_typed() -> Iterator[None]:
     pytest.fail("nothing was refused")
 
 
-@pytest.fixture
-def clean(spark: SparkSession) -> Iterator[None]:
-    yield
-    for t in spark.catalog.listTables():
-        if t.isTemporary:
-            spark.catalog.dropTempView(t.name)
-        else:
-            spark.sql(f"DROP TABLE IF EXISTS `{t.name}`")
-    spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
-
-
 def mere_rows(wh: str, name: str) -> list[tuple[Any, ...]]:
     t = mere.connect(wh).table(name)
     return sorted((tuple(r.values()) for r in t.to_arrow().to_pylist()), key=repr)

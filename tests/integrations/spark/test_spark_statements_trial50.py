@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -32,16 +31,6 @@ MERE_NAME = "ns50.st"
 COLS = "a BIGINT, b STRING, p STRING, v BIGINT"
 SPARK_SCHEMA = "a long, b string, p string, v long"
 PARTS = ["p1", "p2", "p3", None]
-
-
-@pytest.fixture
-def clean(spark: SparkSession) -> Iterator[None]:
-    yield
-    for t in spark.catalog.listTables():
-        if t.isTemporary:
-            spark.catalog.dropTempView(t.name)
-        else:
-            spark.sql(f"DROP TABLE IF EXISTS `{t.name}`")
 
 
 def mere_rows(wh: str, name: str, version: int | None = None) -> list[tuple[Any, ...]]:
