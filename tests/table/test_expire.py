@@ -163,3 +163,15 @@ def test_a_staged_write_that_outlived_a_cleanup_is_refused(cat: mere.Catalog) ->
     with pytest.raises(errors.CommitFailed):  # its files are gone (or may be): refused
         t.commit([staged])
     assert t.to_arrow().column("id").to_pylist() == [2]
+
+
+def test_a_rollback_right_after_a_cleanup_lands(cat: mere.Catalog) -> None:
+    """A rollback adds an older version's files again, which no cleanup takes: the fence does not refuse
+    it, however recent the cleanup (its files are far older than the cutoff)."""
+    t = cat.create_table("exp.rollback_fence", SCHEMA, primary_key="id", buckets=2)
+    t.upsert(pa.table({"id": [1], "v": [1]}))
+    t.upsert(pa.table({"id": [1], "v": [2]}))
+    assert t.compact() is not None  # version 3: the files of versions 1 and 2 are live at those only
+    t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    t.rollback(1)  # brings version 1's file back
+    assert t.to_arrow().to_pylist() == [{"id": 1, "v": 1}]

@@ -306,20 +306,19 @@ def check_idempotency_key(table: str, key: Any) -> None:
 
 
 def _sees_earlier(ctx: TableContext, earlier: Sequence[Change], change: Change, recipe: Recipe) -> bool:
-    """Whether a change evaluated at the commit's start would differ had it seen the earlier changes:
-    they removed files, or they touched a key it writes or reads (a MERGE's source keys, a delete's
-    given keys), or its filter matches a row they wrote."""
+    """Whether a change evaluated at the commit's start could differ had it seen the earlier changes:
+    they wrote a key it writes or reads (a MERGE's source keys, a delete's given keys), or a row its
+    filter matches (rows they removed with whole files are gone whatever it does to them); without a
+    primary key, any earlier change (two rewrites of one file would both land)."""
     spec, storage = ctx.spec, ctx.storage
     pk = list(spec.primary_key)
     earlier_files = [f for c in earlier for f in c.files]
-    if not pk:  # files rewritten whole (copy on write): two rewrites of one file would both land
+    if not pk:
         return bool(earlier_files) or any(c.removes is not KEEP for c in earlier)
     if any(c.restores is not None for c in earlier):
         return True
     if not earlier_files:
         return False
-    # Keys the earlier changes wrote (rows and delete markers). Rows they removed with whole files are
-    # gone whatever the later change does to them; only the rows they wrote can be seen differently.
 
     def read(f: FileEntry, names: Sequence[str] | None = None) -> pa.Table:
         md = storage.metadata(f.path, f.size_bytes or None)
@@ -327,7 +326,7 @@ def _sees_earlier(ctx: TableContext, earlier: Sequence[Change], change: Change, 
         picked = [n for n in (names or spec.schema.names) if n in have]
         return storage.read_row_groups(f.path, range(md.num_row_groups), picked, f.size_bytes or None)
 
-    touched = pa.concat_tables([read(f, pk) for f in earlier_files]).combine_chunks()
+    touched = pa.concat_tables([read(f, pk) for f in earlier_files]).combine_chunks()  # rows and markers
 
     def meets(keys: pa.Table | None) -> bool:
         if keys is None or keys.num_rows == 0 or not set(pk) <= set(keys.column_names):
@@ -794,7 +793,10 @@ class Commit:
             except NoSuchVersion as e:  # expired meanwhile: read the rows it replaces at a newer one
                 self.rebase()
                 raise CommitConflict(f"{ctx.name}: version {base} expired before this write read it") from e
-        written_since, exact = self.written_since_for([f.path for f in add])
+        # The files this commit wrote (a rollback's are an older version's, which no cleanup takes).
+        fresh = {f.path for c in self.changes if c.restores is None for f in c.files}
+        fresh |= {f.path for f in [*self.resolved, *logs]}
+        written_since, exact = self.written_since_for([f.path for f in add if f.path in fresh])
         request = CommitRequest(
             ctx.table_id,
             base_version=base,
@@ -811,13 +813,15 @@ class Commit:
         )
         return PreparedCommit(request, logs)
 
-    def written_since_for(self, paths: Sequence[str]) -> tuple[int, bool]:
-        """When the commit's files began to be written, for the catalog's cleanup fence: this process's
-        clock, or, where a fence lies within ``CLOCK_MARGIN_MICROS`` of it (clocks may differ that much),
-        the oldest file's time as the store gives it (the time the cleanup compared), and True. A file
-        already gone refuses the commit."""
+    def written_since_for(self, paths: Sequence[str]) -> tuple[int | None, bool]:
+        """When the commit's files (``paths``) began to be written, for the catalog's cleanup fence: this
+        process's clock, or, where a fence lies within ``CLOCK_MARGIN_MICROS`` of it (clocks may differ
+        that much), the oldest file's time as the store gives it (the time the cleanup compared), and
+        True; None where it wrote no file. A file already gone refuses the commit."""
+        if not paths:
+            return None, False
         ctx = self.ctx
-        fence = ctx.store.cleanup_fence(ctx.table_id) if paths else None
+        fence = ctx.store.cleanup_fence(ctx.table_id)
         if fence is None or fence <= self.written_since - CLOCK_MARGIN_MICROS:
             return self.written_since, False
         times = ctx.storage.written_micros(paths)
