@@ -235,3 +235,29 @@ def test_catalog_errors_name_the_table(local_cat: mere.Catalog) -> None:
         with pytest.raises(errors.NoSuchTable) as raised:
             call()
         assert t.name in str(raised.value) and "table id" not in str(raised.value)
+
+
+def test_a_write_that_landed_is_not_reported_refused_when_the_reload_after_it_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a commit lands, the handle reloads a changed layout; a catalog failing that reload is logged:
+    the write returns its version (the soak once saw a CatalogError for a write that had landed)."""
+    cat = mere.connect(str(tmp_path))
+    t = cat.create_table("s.reload", pa.schema([("id", pa.int64()), ("v", pa.int64())]), primary_key="id")
+    other = mere.connect(str(tmp_path)).table("s.reload")
+    t.upsert(pa.table({"id": [1], "v": [1]}))
+    other.set_properties({"compaction.auto": "off"})  # another handle's property change: t reloads
+    other.upsert(pa.table({"id": [2], "v": [2]}))
+
+    def failing(*_: Any) -> Any:
+        raise mere.errors.CatalogError("the catalog went away")
+
+    monkeypatch.setattr(type(t), "refresh", failing)
+    result = t.upsert(pa.table({"id": [3], "v": [3]}))
+    monkeypatch.undo()
+    assert result.version == mere.connect(str(tmp_path)).table("s.reload").version
+    assert sorted(mere.connect(str(tmp_path)).table("s.reload").to_arrow().column("id").to_pylist()) == [
+        1,
+        2,
+        3,
+    ]

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mere import expr as E
 from mere.errors import (
@@ -50,7 +51,7 @@ from mere.metadata import (
 )
 from mere.read.reader import filter_rows
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.spec import OP_DELETE, TableSpec, validate_properties
+from mere.spec import OP_COLUMN, OP_DELETE, TableSpec, validate_properties
 from mere.table.conflicts import (
     BucketsUnchanged,
     ColumnsUnchanged,
@@ -307,9 +308,11 @@ def check_idempotency_key(table: str, key: Any) -> None:
 
 def _sees_earlier(ctx: TableContext, earlier: Sequence[Change], change: Change, recipe: Recipe) -> bool:
     """Whether a change evaluated at the commit's start could differ had it seen the earlier changes:
-    they wrote a key it writes or reads (a MERGE's source keys, a delete's given keys), or a row its
-    filter matches (rows they removed with whole files are gone whatever it does to them); without a
-    primary key, any earlier change (two rewrites of one file would both land)."""
+    it writes a row of a key they wrote or deleted (a lost update, a deleted row back), deletes a key
+    they wrote a row of, reads a key they wrote a row of (a MERGE's source keys, a delete's given keys),
+    or its filter matches a row they wrote. A delete of a key they deleted changes nothing; rows they
+    removed with whole files are gone whatever it does. Without a primary key, any earlier change (two
+    rewrites of one file would both land)."""
     spec, storage = ctx.spec, ctx.storage
     pk = list(spec.primary_key)
     earlier_files = [f for c in earlier for f in c.files]
@@ -320,38 +323,55 @@ def _sees_earlier(ctx: TableContext, earlier: Sequence[Change], change: Change, 
     if not earlier_files:
         return False
 
-    def read(f: FileEntry, names: Sequence[str] | None = None) -> pa.Table:
-        md = storage.metadata(f.path, f.size_bytes or None)
-        have = md.schema.to_arrow_schema().names
-        picked = [n for n in (names or spec.schema.names) if n in have]
-        return storage.read_row_groups(f.path, range(md.num_row_groups), picked, f.size_bytes or None)
+    def read(files: Sequence[FileEntry], names: Sequence[str]) -> tuple[pa.Table, pa.Table]:
+        """The rows of ``files`` (``names`` and the operation), split into puts and delete markers."""
+        parts = []
+        for f in files:
+            md = storage.metadata(f.path, f.size_bytes or None)
+            have = md.schema.to_arrow_schema().names
+            picked = [n for n in (*names, OP_COLUMN) if n in have]
+            rows = storage.read_row_groups(f.path, range(md.num_row_groups), picked, f.size_bytes or None)
+            if OP_COLUMN not in rows.column_names:
+                rows = rows.append_column(
+                    OP_COLUMN,
+                    pa.array(np.full(rows.num_rows, OP_DELETE if f.content == "delete" else 0, np.int8)),
+                )
+            types = [spec.schema.field(n).type if n != OP_COLUMN else pa.int8() for n in rows.column_names]
+            parts.append(rows.cast(pa.schema(list(zip(rows.column_names, types, strict=True)))))
+        if not parts:
+            return pa.table({}), pa.table({})
+        rows = pa.concat_tables(parts, promote_options="permissive")
+        deleting = pc.equal(rows.column(OP_COLUMN), OP_DELETE)
+        return rows.filter(pc.invert(deleting)), rows.filter(deleting)
 
-    touched = pa.concat_tables([read(f, pk) for f in earlier_files]).combine_chunks()  # rows and markers
-
-    def meets(keys: pa.Table | None) -> bool:
-        if keys is None or keys.num_rows == 0 or not set(pk) <= set(keys.column_names):
+    def meets(keys: pa.Table | None, others: pa.Table) -> bool:
+        if (
+            keys is None
+            or keys.num_rows == 0
+            or others.num_rows == 0
+            or not set(pk) <= set(keys.column_names)
+        ):
             return False
-        keys = keys.select(pk).cast(touched.schema)
-        return bool(
-            touched.join(keys.group_by(pk).aggregate([]), keys=pk, join_type="left semi").num_rows > 0
-        )
+        keys = keys.select(pk).cast(others.select(pk).schema)
+        found = others.select(pk).join(keys.group_by(pk).aggregate([]), keys=pk, join_type="left semi")
+        return bool(found.num_rows > 0)
 
-    written = [read(f, pk) for f in change.files]
-    if written and meets(pa.concat_tables(written)):
+    where = getattr(recipe, "where", None)
+    wanted = list(spec.schema.names) if where is not None else pk
+    puts, marks = read(earlier_files, wanted)
+    touched = pa.concat_tables([puts.select(pk), marks.select(pk)])
+    new_puts, new_marks = read(change.files, pk)
+    if meets(new_puts, touched) or meets(new_marks, puts):
         return True
     merge = getattr(recipe, "merge", None)
     if merge is not None and any(c.kind == "not_matched_by_source" for c in merge.clauses):
         return True  # it reaches rows beyond its source's keys
-    if meets(getattr(recipe, "source_keys", None)) or meets(getattr(recipe, "keys", None)):
+    if meets(getattr(recipe, "source_keys", None), puts) or meets(getattr(recipe, "keys", None), puts):
         return True
-    where = getattr(recipe, "where", None)
-    if where is None:
+    if where is None or puts.num_rows == 0:
         return False
-    rows = [read(f) for f in earlier_files if f.content == "data"]
-    if not rows:
-        return False
-    table = pa.concat_tables(rows, promote_options="permissive")
-    return bool(filter_rows(table, E.bind(E.to_expr(where), spec.schema)).num_rows > 0)
+    rows = puts.drop_columns([OP_COLUMN])
+    return bool(filter_rows(rows, E.bind(E.to_expr(where), spec.schema)).num_rows > 0)
 
 
 def committed_with(ctx: TableContext, key: str) -> CommitResult | None:
@@ -821,7 +841,12 @@ class Commit:
         if not paths:
             return None, False
         ctx = self.ctx
-        fence = ctx.store.cleanup_fence(ctx.table_id)
+        try:
+            fence: int | None = ctx.store.cleanup_fence(ctx.table_id)
+        except CatalogError:
+            # Unknown (the catalog failed, perhaps while an earlier try of this commit landed: what
+            # lands it tells): the files' own times, compared exactly, are right whatever the fence.
+            fence = self.written_since
         if fence is None or fence <= self.written_since - CLOCK_MARGIN_MICROS:
             return self.written_since, False
         times = ctx.storage.written_micros(paths)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import logging
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from mere.errors import (
+    CatalogError,
     CommitStateUnknown,
     InvalidInput,
     MereError,
@@ -123,18 +125,31 @@ class Table:
         )
 
     def _committed(self, result: CommitResult, spec_changed: bool) -> None:
-        """A commit of this handle landed: reload a changed layout, then automatic maintenance."""
-        if spec_changed:
-            self.refresh()
-        elif not result.already_committed:
-            # Every commit up to this one kept the handle's columns (checked by the commit).
-            self._columns_seen = max(self._columns_seen, result.version)
-            if result.version > self._properties_seen + 1 and self._properties_changed(result.version):
-                # Another handle changed properties meanwhile (e.g. turned automatic compaction on): the
-                # policy below follows the table's, not the ones this handle was loaded with. The columns
-                # are the same, so nothing else of the handle changes.
+        """A commit of this handle landed: reload a changed layout, then automatic maintenance.
+
+        The commit has landed whatever follows: a catalog that fails the reload is logged, not raised (a
+        write that landed must not read as refused); the handle then refuses writes a stale layout would
+        get wrong."""
+        try:
+            if spec_changed:
                 self.refresh()
-            self._properties_seen = max(self._properties_seen, result.version)
+            elif not result.already_committed:
+                # Every commit up to this one kept the handle's columns (checked by the commit).
+                self._columns_seen = max(self._columns_seen, result.version)
+                if result.version > self._properties_seen + 1 and self._properties_changed(result.version):
+                    # Another handle changed properties meanwhile (e.g. turned automatic compaction on): the
+                    # policy below follows the table's, not the ones this handle was loaded with. The
+                    # columns are the same, so nothing else of the handle changes.
+                    self.refresh()
+                self._properties_seen = max(self._properties_seen, result.version)
+        except CatalogError as e:
+            logging.getLogger("mere").warning(
+                "%s: version %d landed; reloading the table after it failed (%s)",
+                self.name,
+                result.version,
+                e,
+            )
+            return
         maintenance.after_commit(self, self._retention, result)
 
     def _properties_changed(self, version: int) -> bool:
