@@ -127,3 +127,15 @@ def test_decimal_and_integer_literals_keep_their_rules(table: mere.Table) -> Non
         assert _mere(table, where) == _duck(table, where), where
     assert _mere(table, "f = 1e-1") == []  # float32(0.1) is not the double 0.1
     assert _mere(table, "f = 0.1") != []
+
+
+def test_a_double_on_decimals_of_every_scale_binds_exactly() -> None:
+    from decimal import Decimal
+
+    from mere.expr.literals import Gap, Span, bind_scalar
+
+    assert bind_scalar(0.1, "c", pa.decimal128(10, 2)) == Decimal("0.10")  # 0.10 converts to the double 0.1
+    assert bind_scalar(1500.0, "c", pa.decimal128(5, -2)) == Decimal("1.5E+3")  # a negative scale
+    assert bind_scalar(1234.0, "c", pa.decimal128(5, -2)) == Gap(Decimal("1.2E+3"), Decimal("1.3E+3"))
+    assert bind_scalar(2.0**53, "c", pa.decimal128(38, 0)) == Span(Decimal(2**53), Decimal(2**53 + 1))
+    assert bind_scalar(1e300, "c", pa.decimal128(10, 2)) == Gap(Decimal("99999999.99"), None)

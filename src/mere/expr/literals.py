@@ -160,7 +160,7 @@ def _double_on_exact(value: float, typ: pa.DataType, low: int | Decimal, high: i
     """A finite double on an integer or decimal column, compared as SQL compares them (the column value
     converted to a double): the one column value that converts to it, a Gap where none does, or a Span
     where several do (64-bit integers and wide decimals beyond 2**53)."""
-    quantum = Fraction(1) if pa.types.is_integer(typ) else Fraction(1, 10**typ.scale)
+    quantum = Fraction(1) if pa.types.is_integer(typ) else Fraction(10) ** -typ.scale  # scales may be < 0
     start, end, ends_included = _rounds_to(value)
     first, last = math.ceil(start / quantum), math.floor(end / quantum)  # in quanta
     if not ends_included:
@@ -169,7 +169,10 @@ def _double_on_exact(value: float, typ: pa.DataType, low: int | Decimal, high: i
     lowest, highest = math.ceil(Fraction(low) / quantum), math.floor(Fraction(high) / quantum)
 
     def column_value(steps: int) -> object:
-        return steps if pa.types.is_integer(typ) else Decimal(f"{steps}E-{typ.scale}")
+        if pa.types.is_integer(typ):
+            return steps
+        sign, digits, _ = Decimal(steps).as_tuple()
+        return Decimal((sign, digits, -typ.scale))  # exact: no context rounding
 
     if first > highest:
         return Gap(column_value(highest), None)
