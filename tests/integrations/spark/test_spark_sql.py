@@ -306,16 +306,6 @@ def test_readme_sql_example_runs(
     ]
 
 
-@pytest.fixture
-def spark_tables(spark: SparkSession) -> Iterator[None]:
-    yield
-    for t in spark.catalog.listTables():
-        if t.isTemporary:
-            spark.catalog.dropTempView(t.name)
-        else:
-            spark.sql(f"DROP TABLE IF EXISTS `{t.name}`")
-
-
 def _state(spark: SparkSession, wh: str) -> tuple[Any, ...]:
     cat = mere.connect(wh)
     tables = sorted((n, cat.table(n).version, _mere_rows(cat.table(n))) for n in cat.tables())
@@ -324,7 +314,7 @@ def _state(spark: SparkSession, wh: str) -> tuple[Any, ...]:
 
 
 def test_spark_catalog_names_resolve_to_the_bound_mere_table(
-    spark: SparkSession, wh: str, spark_tables: None
+    spark: SparkSession, wh: str, clean: None
 ) -> None:
     """``CREATE TABLE orders USING mere`` then MERGE / UPDATE / DELETE / time travel / history by Spark's
     names for it (current database, db.table, spark_catalog.db.table), with no warehouse given to sql()."""
@@ -371,7 +361,7 @@ def test_spark_catalog_names_resolve_to_the_bound_mere_table(
 
 
 def test_names_that_are_no_mere_table_are_refused_before_anything_runs(
-    spark: SparkSession, wh: str, tmp_path: Path, spark_tables: None
+    spark: SparkSession, wh: str, tmp_path: Path, clean: None
 ) -> None:
     cat = mere.connect(wh)
     cat.create_table("default.mine", SCHEMA, primary_key=["id"]).upsert(pa.table(ROWS, schema=SCHEMA))
