@@ -521,6 +521,17 @@ def one_partition_per_key(
     return keep, stale
 
 
+def partition_changed(before: pa.Table, after: pa.Table, columns: Sequence[str]) -> np.ndarray:
+    """Per row, whether ``after`` holds other values than ``before`` in ``columns`` (NULL equals NULL):
+    an update that moved the row to another partition."""
+    changed = np.zeros(before.num_rows, dtype=bool)
+    for c in columns:
+        old, new = before.column(c), after.column(c).cast(before.schema.field(c).type)
+        same = pc.or_(pc.fill_null(pc.equal(old, new), False), pc.and_(pc.is_null(old), pc.is_null(new)))
+        changed |= ~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+    return changed
+
+
 def sequence_lower(spec: TableSpec, before: pa.Table, after: pa.Table) -> np.ndarray:
     """Per row, whether ``after``'s sequence (``sequence_by``, compared column by column) is below
     ``before``'s: an update of the row that loses to the version it read."""

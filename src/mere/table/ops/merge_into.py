@@ -59,6 +59,7 @@ from mere.write.writer import (
     conform,
     marker_columns,
     marker_spec,
+    partition_changed,
     prepare,
     sequence_after,
     sequence_lower,
@@ -1453,12 +1454,7 @@ class MergePlan:
         """Per updated row, whether its partition changed (table-wide keys: else none can change)."""
         spec = self.spec
         columns = [c for c in spec.partition_by if c not in spec.primary_key] if spec.cross_partition else []
-        changed = np.zeros(before.num_rows, dtype=bool)
-        for c in columns:
-            old, new = before.column(c), after.column(c).cast(before.schema.field(c).type)
-            same = pc.or_(pc.fill_null(pc.equal(old, new), False), pc.and_(pc.is_null(old), pc.is_null(new)))
-            changed |= ~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
-        return changed
+        return partition_changed(before, after, columns)
 
     def _moved(self, before: pa.Table, after: pa.Table) -> pa.Table | None:
         """Marker rows, in their old partitions, of the updated rows whose partition changed."""

@@ -34,6 +34,7 @@ from mere.write.writer import (
     conform,
     marker_columns,
     marker_spec,
+    partition_changed,
     partition_json,
     prepare,
     sequence_lower,
@@ -111,13 +112,8 @@ class UpdateWhere:
 
 def _moved_mask(spec: TableSpec, before: pa.Table, after: pa.Table, values: Mapping[str, Any]) -> np.ndarray:
     """Per row, whether an UPDATE moved it to another partition."""
-    changed = np.zeros(before.num_rows, dtype=bool)
-    for c in (c for c in spec.partition_by if c in values and c not in spec.primary_key):
-        old, new = before.column(c), after.column(c).cast(before.schema.field(c).type)
-        same = pc.fill_null(pc.equal(old, new), False)
-        both_null = pc.and_(pc.is_null(old), pc.is_null(new))
-        changed |= ~np.asarray(pc.or_(same, both_null).to_numpy(zero_copy_only=False), dtype=bool)
-    return changed
+    columns = [c for c in spec.partition_by if c in values and c not in spec.primary_key]
+    return partition_changed(before, after, columns)
 
 
 def _moved(spec: TableSpec, before: pa.Table, after: pa.Table, values: Mapping[str, Any]) -> pa.Table | None:
