@@ -665,6 +665,10 @@ class SeaweedServer:
             "-master.telemetry=false",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
+            # Every bucket is a collection with volumes of its own; by default the slots are sized from
+            # free disk, and a session that makes a bucket per test ran out of them (INTERNAL_FAILURE).
+            "-volume.max=4000",
+            "-master.volumeSizeLimitMB=64",
             f"-s3.localSocket={self.root / 's3.sock'}",
             f"-filer.localSocket={self.root / 'filer.sock'}",
             *(f"-{name}={port}" for name, port in self.ports.items()),
