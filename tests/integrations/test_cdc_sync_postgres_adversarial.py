@@ -407,3 +407,16 @@ def test_replayed_partial_update_of_a_gone_key_is_not_unresolved(gone_by: str) -
     rows, unresolved = _apply([[_w2j("I", 0x10, 1, 0, Y)], [update], [gone], [update]])
     assert rows == ({} if gone_by == "delete" else {2: (1, Y)})
     assert unresolved == [0, 0, 0, 0]  # observed: [0, 0, 0, 1]
+
+
+@pytest.mark.parametrize("with_later_update", [False, True])
+def test_replayed_partial_update_ignores_a_newer_stored_row_of_its_key(with_later_update: bool) -> None:
+    # PostgreSQL: INSERT 1 (body y); COMMIT. UPDATE n WHERE id=1; UPDATE SET id=2 WHERE id=1; [UPDATE n
+    # WHERE id=2]; COMMIT. INSERT 1 (no body); COMMIT. Then the second transaction is delivered again. Its
+    # first update of 1 must not take the body of the newer 1 (NULL) and hand it on along the move to 2.
+    update, move = _w2j("U", 0x20, 1, 1), _w2j("U", 0x21, 2, 1, old=1)  # the body (y) not logged
+    second = [update, move] + ([_w2j("U", 0x22, 2, 2)] if with_later_update else [])
+    third = [_w2j("I", 0x30, 1, 7, None)]
+    rows, unresolved = _apply([[_w2j("I", 0x10, 1, 0, Y)], second, third, second])
+    assert rows == {1: (7, None), 2: (2 if with_later_update else 1, Y)}  # observed: 2's body None
+    assert unresolved == [0, 0, 0, 0]

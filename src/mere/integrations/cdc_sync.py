@@ -1252,9 +1252,10 @@ def _behind(block: np.ndarray, order: np.ndarray, start: np.ndarray) -> np.ndarr
 
 def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> pa.Table | None:
     """Fill the cells an update's image lacks from the key's latest earlier version: an earlier event of
-    the batch, else the stored row (read at the version the transaction writes on). A stored version newer
-    than the update wins anyway (``sequence_by``), so taking its values changes nothing. Returns the rows
-    with cells left NULL (no earlier version found): their keys, ``__seq`` and ``__cells``, or None."""
+    the batch, else the stored row (read at the version the transaction writes on) when it is not newer
+    than the update. An update a newer stored version overtook keeps its cells NULL: that version wins
+    anyway (``sequence_by``). Returns the rows with cells left NULL (no earlier version found): their keys,
+    ``__seq`` and ``__cells``, or None."""
     partial = tp.partial
     if partial is None:
         return None
@@ -1355,7 +1356,10 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
         if not_older:
             ok = stored_seq >= seq[at]
         elif older is not None:
-            ok = ~older[at] | (stored_seq < seq[at])
+            # a moved row's old key before the move; a row's own key at or before it (the same log position
+            # is this event applied before). A newer stored row is not its past: its values, handed on along
+            # the batch (a move, a replay tying with its stored self), would overwrite rows it never wrote.
+            ok = np.where(older[at], stored_seq < seq[at], stored_seq <= seq[at])
         else:
             ok = np.ones(len(at), dtype=bool)
         for col in partial.missing:
