@@ -355,6 +355,23 @@ def test_missing_images_and_positions_are_refused(tmp_path: Path) -> None:
     assert "log position" in str(_bad(cat, [json.dumps(no_lsn)]))
 
 
+@pytest.mark.parametrize("image", ["columns", "identity"])
+def test_a_row_image_naming_a_column_twice_is_refused(tmp_path: Path, image: str) -> None:
+    cat = _cat(tmp_path)
+    _seed(cat)
+    record = json.loads(
+        wal2json_line("public", "a", "U", {"id": 1}, _row("a", 1, 2), 12, TABLES["a"][0], ["id"])
+    )
+    record[image].append(dict(record[image][-1], value="7"))  # which of the two is meant cannot be told
+    twice = json.dumps(record)
+    e = _bad(cat, [twice], "wal2json")
+    assert e.event == twice and "names a column twice" in str(e)
+    kept = sync_batch(
+        cat, events_from_json([twice], "wal2json"), SyncOptions("s", on_error="quarantine"), "q"
+    )
+    assert kept.refused == 1 and kept.applied == 0
+
+
 def test_a_type_change_that_cannot_evolve_is_refused_naming_the_table(tmp_path: Path) -> None:
     cat = _cat(tmp_path)
     _seed(cat)

@@ -738,6 +738,19 @@ def _map_parts(maps: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
     return parents, maps.keys.slice(lo, hi - lo), maps.items.slice(lo, hi - lo)
 
 
+def _names_a_column_twice(maps: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Rows of a map column whose map holds a name twice (no JSON source writes one; which value is meant
+    cannot be told)."""
+    parents, keys, _ = _map_parts(maps)
+    out = np.zeros(len(maps), dtype=bool)
+    if len(keys):
+        pairs = (
+            pa.table({"row": parents, "name": keys}).group_by(["row", "name"]).aggregate([([], "count_all")])
+        )
+        out[pairs.filter(pc.greater(pairs.column("count_all"), 1)).column("row").to_numpy()] = True
+    return out
+
+
 def _columns_of(
     parents: np.ndarray,
     keys: pa.Array,
@@ -937,6 +950,11 @@ def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan
         "no row image (an insert or update without 'after', a delete without 'before')",
     )
     keep = pc.fill_null(pc.and_(keep, pc.invert(no_image)), False)
+    twice = pa.array(
+        _names_a_column_twice(events.column("after")) | _names_a_column_twice(events.column("before"))
+    )
+    refuse(events.filter(pc.and_(keep, twice)), "a row image names a column twice")
+    keep = pc.and_(keep, pc.invert(twice))
     total = events.num_rows
     skipped_count = pc.sum(pc.cast(skipped, pa.int64())).as_py() or 0
     events = events.set_column(events.schema.get_field_index("op"), "op", normal).filter(keep)
