@@ -420,3 +420,12 @@ def test_replayed_partial_update_ignores_a_newer_stored_row_of_its_key(with_late
     rows, unresolved = _apply([[_w2j("I", 0x10, 1, 0, Y)], second, third, second])
     assert rows == {1: (7, None), 2: (2 if with_later_update else 1, Y)}  # observed: 2's body None
     assert unresolved == [0, 0, 0, 0]
+
+
+def test_a_partial_update_takes_a_stored_version_newer_than_the_batch_rows_before_it() -> None:
+    # The stream re-read from an earlier offset, batched anew: an old full update (x) of 1 comes again with
+    # a new partial one. The new one's past is the stored version (z, logged after x), not the old event.
+    first, old, newer = _w2j("I", 0x10, 1, 0, Y), _w2j("U", 0x20, 1, 1, "x"), _w2j("U", 0x30, 1, 2, Z)
+    rows, unresolved = _apply([[first], [old], [newer], [old, _w2j("U", 0x40, 1, 3)]])
+    assert rows == {1: (3, Z)}
+    assert unresolved == [0, 0, 0, 0]

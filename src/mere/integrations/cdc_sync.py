@@ -1279,6 +1279,19 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
         return None
     rows = tp.rows
     key = partial.lookup.column_names
+    # Stored versions newer than some row of the batch (a stream re-read from an earlier offset brings old
+    # events beside new ones) take their place among the batch's rows: a row's past is then the latest of
+    # its earlier rows and of the stored version, whichever the log wrote last. They are dropped at the end.
+    prior, held = (None, set()) if tp.create is not None else _stored_among(cat, tp, share, options)
+    ahead = 0 if prior is None else prior.num_rows
+    if ahead:
+        assert prior is not None
+        rows = pa.concat_tables([prior, rows])
+        partial = PartialRows(
+            {c: np.concatenate([np.zeros(ahead, dtype=bool), m]) for c, m in partial.missing.items()},
+            pa.concat_tables([prior.select(key).cast(partial.lookup.schema), partial.lookup]),
+            None if partial.moved is None else partial.moved + ahead,
+        )
     seq = rows.column(options.sequence_column).to_numpy(zero_copy_only=False)
     live = pc.not_equal(rows.column(OP_COLUMN), "d").to_numpy(zero_copy_only=False)
     own = rows.select(key)
@@ -1296,6 +1309,8 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
         across = (joint_order, joint_start, only, asks)
     values = {c: rows.column(c).combine_chunks() for c in partial.missing}
     known = {c: live & ~m for c, m in partial.missing.items()}
+    for c in set(partial.missing) - held:  # a column the table lacks: its stored versions hold no value
+        known[c][:ahead] = False
     # What a key's later rows may not look past: its deletes (the key held nothing after one), and its
     # moved rows until they are filled (their values come from the old key, not from this key's past).
     # The old keys' deletes a move adds (the last rows) do not stop the move's own question.
@@ -1442,6 +1457,8 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
     for col, m in partial.missing.items():
         cells += m & ~known[col]
         rows = rows.set_column(rows.schema.get_field_index(col), col, values[col])
+    if ahead:
+        rows, own, seq, cells = rows.slice(ahead), own.slice(ahead), seq[ahead:], cells[ahead:]
     tp.rows = rows
     tp.partial = None
     if not cells.any():
@@ -1472,6 +1489,60 @@ def _unresolved(cat: Catalog, name: str, unfilled: pa.Table, options: SyncOption
     # a duplicated event is one row of the table
     once = kept.group_by([*key, "__seq"]).aggregate([("__cells", "max")])
     return int(pc.sum(once.column("__cells_max")).as_py() or 0)
+
+
+def _stored_among(
+    cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions
+) -> tuple[pa.Table | None, set[str]]:
+    """The stored rows of the keys the batch's partial updates look up that are newer than the batch's
+    oldest row, as rows of the plan's shape (live, every other column NULL), or None when there are none
+    (a stream applied in order has none: every stored version is older than every new event); and the
+    missing columns the table holds."""
+    partial = tp.partial
+    assert partial is not None
+    seq_col = options.sequence_column
+    asking = np.zeros(tp.rows.num_rows, dtype=bool)
+    for m in partial.missing.values():
+        asking |= m
+    if not asking.any() or not tp.rows.num_rows:
+        return None, set()
+    keys = partial.lookup.filter(pa.array(asking))
+    oldest = pc.min(tp.rows.column(seq_col))
+    table = cat.table(tp.name)
+    have = set(table.schema.names)
+    wanted = [c for c in partial.missing if c in have]
+    if seq_col not in have:
+        return None, set(wanted)
+    stored = table.scan(
+        columns=[*keys.column_names, *wanted, seq_col],
+        filter=_of_keys(keys) & (pc.field(seq_col) > oldest),
+        version=share.read_version,
+    ).to_arrow()
+    if not stored.num_rows:
+        return None, set(wanted)
+    stored = stored.cast(
+        pa.schema(
+            [
+                keys.schema.field(c) if c in keys.column_names else f
+                for c, f in zip(stored.column_names, stored.schema)
+            ]
+        )
+    )
+    stored = stored.join(
+        keys.group_by(keys.column_names).aggregate([]), keys.column_names, join_type="left semi"
+    )
+    if not stored.num_rows:
+        return None, set(wanted)
+    shape = tp.rows.schema
+    columns = []
+    for f in shape:
+        if f.name == OP_COLUMN:
+            columns.append(pa.array(["u"] * stored.num_rows, f.type))
+        elif f.name in stored.column_names:
+            columns.append(stored.column(f.name).cast(f.type))
+        else:
+            columns.append(pa.nulls(stored.num_rows, f.type))
+    return pa.Table.from_arrays(columns, schema=shape), set(wanted)
 
 
 def _stored(cat: Catalog, name: str, share: Any, keys: pa.Table, columns: list[str]) -> pa.Table:
