@@ -1282,7 +1282,13 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
     # Stored versions newer than some row of the batch (a stream re-read from an earlier offset brings old
     # events beside new ones) take their place among the batch's rows: a row's past is then the latest of
     # its earlier rows and of the stored version, whichever the log wrote last. They are dropped at the end.
-    prior, held = (None, set()) if tp.create is not None else _stored_among(cat, tp, share, options)
+    seq_col = options.sequence_column
+    stored_rows = None if tp.create is not None else _stored_for(cat, tp, share, options)
+    held = set() if stored_rows is None else set(stored_rows.column_names) - {*key, seq_col}
+    prior = None
+    if stored_rows is not None and tp.rows.num_rows:
+        newer = pc.greater(stored_rows.column(seq_col), pc.min(tp.rows.column(seq_col)))
+        prior = _as_plan_rows(tp.rows.schema, stored_rows.filter(newer))
     ahead = 0 if prior is None else prior.num_rows
     if ahead:
         assert prior is not None
@@ -1358,20 +1364,12 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
     for col in partial.missing:
         spread(col)
 
-    seq_col = options.sequence_column
-
-    def read_stored(asked: pa.Table) -> pa.Table:
-        # the stored rows of these keys, with their log positions (as ``__stored<sequence column>``)
-        stored = _stored(cat, tp.name, share, asked, [*partial.missing, seq_col])
-        if not stored.num_rows:
-            return stored
-        stored = stored.cast(
-            pa.schema(
-                [own.schema.field(c) if c in key else f for c, f in zip(stored.column_names, stored.schema)]
-            )
-        )
-        return stored.rename_columns(
-            [f"__stored{seq_col}" if c == seq_col else c for c in stored.column_names]
+    def read_stored() -> pa.Table:
+        # the stored rows of the keys asked about, with their log positions (as ``__stored<sequence column>``)
+        if stored_rows is None:
+            return pa.table({})
+        return stored_rows.rename_columns(
+            [f"__stored{seq_col}" if c == seq_col else c for c in stored_rows.column_names]
         )
 
     def from_stored(
@@ -1438,13 +1436,10 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
         for col in partial.missing:
             barred |= np.where(moved_rows, question_after_a_block(col), after_a_block(col))
         # A row's earlier value is its key's stored one; a moved row's is its old key's before the move (a
-        # later row of that key, re-used since, is not its past). One read serves this question and the
+        # later row of that key, re-used since, is not its past). The one read serves this question and the
         # replayed moves' below (their new keys).
-        first, moved_left = unfilled() & ~barred, unfilled() & moved_rows
-        asked = pa.concat_tables(
-            [partial.lookup.filter(pa.array(first)).cast(own.schema), own.filter(pa.array(moved_left))]
-        )
-        stored = read_stored(asked)
+        first = unfilled() & ~barred
+        stored = read_stored()
         from_stored(stored, partial.lookup, first, moved_rows, not_older=False)
         # A moved row still without its value: a replay of a move applied before (its old key is gone or
         # re-used by then, or moved onto by a row of this replay that has no value either), whose new
@@ -1491,49 +1486,43 @@ def _unresolved(cat: Catalog, name: str, unfilled: pa.Table, options: SyncOption
     return int(pc.sum(once.column("__cells_max")).as_py() or 0)
 
 
-def _stored_among(
-    cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions
-) -> tuple[pa.Table | None, set[str]]:
-    """The stored rows of the keys the batch's partial updates look up that are newer than the batch's
-    oldest row, as rows of the plan's shape (live, every other column NULL), or None when there are none
-    (a stream applied in order has none: every stored version is older than every new event); and the
-    missing columns the table holds."""
+def _stored_for(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> pa.Table | None:
+    """The stored rows (at the version the share writes on) of the keys the batch's partial updates look
+    up, and of the new keys of its key changes: key columns, the missing columns the table holds and the
+    log position; None when no row lacks a cell or the table holds none of the missing columns."""
     partial = tp.partial
     assert partial is not None
     seq_col = options.sequence_column
     asking = np.zeros(tp.rows.num_rows, dtype=bool)
     for m in partial.missing.values():
         asking |= m
-    if not asking.any() or not tp.rows.num_rows:
-        return None, set()
-    keys = partial.lookup.filter(pa.array(asking))
-    oldest = pc.min(tp.rows.column(seq_col))
+    if not asking.any():
+        return None
+    key = partial.lookup.column_names
+    own = tp.rows.select(key)
+    keys = partial.lookup.filter(pa.array(asking)).cast(own.schema)
+    if partial.moved is not None and len(partial.moved):
+        keys = pa.concat_tables([keys, own.take(pa.array(partial.moved))])
     table = cat.table(tp.name)
     have = set(table.schema.names)
     wanted = [c for c in partial.missing if c in have]
-    if seq_col not in have:
-        return None, set(wanted)
+    if not wanted or seq_col not in have:
+        return None
     stored = table.scan(
-        columns=[*keys.column_names, *wanted, seq_col],
-        filter=_of_keys(keys) & (pc.field(seq_col) > oldest),
-        version=share.read_version,
+        columns=[*key, *wanted, seq_col], filter=_of_keys(keys), version=share.read_version
     ).to_arrow()
-    if not stored.num_rows:
-        return None, set(wanted)
     stored = stored.cast(
         pa.schema(
-            [
-                keys.schema.field(c) if c in keys.column_names else f
-                for c, f in zip(stored.column_names, stored.schema)
-            ]
+            [keys.schema.field(c) if c in key else f for c, f in zip(stored.column_names, stored.schema)]
         )
     )
-    stored = stored.join(
-        keys.group_by(keys.column_names).aggregate([]), keys.column_names, join_type="left semi"
-    )
+    return stored.join(keys.group_by(key).aggregate([]), key, join_type="left semi")
+
+
+def _as_plan_rows(shape: pa.Schema, stored: pa.Table) -> pa.Table | None:
+    """Stored rows as live rows of a table plan (columns they lack NULL), or None for none."""
     if not stored.num_rows:
-        return None, set(wanted)
-    shape = tp.rows.schema
+        return None
     columns = []
     for f in shape:
         if f.name == OP_COLUMN:
@@ -1542,19 +1531,7 @@ def _stored_among(
             columns.append(stored.column(f.name).cast(f.type))
         else:
             columns.append(pa.nulls(stored.num_rows, f.type))
-    return pa.Table.from_arrays(columns, schema=shape), set(wanted)
-
-
-def _stored(cat: Catalog, name: str, share: Any, keys: pa.Table, columns: list[str]) -> pa.Table:
-    """The stored rows of ``keys`` (key columns and ``columns``) at the version the share writes on."""
-    table = cat.table(name)
-    have = set(table.schema.names)
-    wanted = [c for c in columns if c in have]
-    if not wanted:
-        return pa.table({})
-    return table.scan(
-        columns=[*keys.column_names, *wanted], filter=_of_keys(keys), version=share.read_version
-    ).to_arrow()
+    return pa.Table.from_arrays(columns, schema=shape)
 
 
 def _of_keys(keys: pa.Table) -> Any:
