@@ -263,6 +263,11 @@ def _sync(
             chunk = [line for _, lines in txns[done : done + size] for line in lines]
             done = min(len(txns), done + size)
             sent.append(chunk)
+            if replay == 4 and replays and len(sent) > 1:  # with earlier events again (a producer's retry)
+                earlier = [line for batch in sent[:-1] for line in batch]
+                mixed = chunk + rng.sample(earlier, rng.randint(1, len(earlier)))
+                send(mixed, f"new transactions up to {done}, earlier events among them", replay=True)
+                continue
             send(chunk, f"new transactions up to {done}")
             if replay == 3:  # the same batch again under its own key: already committed, changes nothing
                 send(chunk, "the same batch again", again=True)
@@ -293,7 +298,7 @@ def _sync(
 PLAN = st.fixed_dictionaries(
     {
         "sizes": st.lists(st.integers(1, 3), min_size=1, max_size=8),
-        "replays": st.lists(st.sampled_from([0, 0, 1, 2, 3]), min_size=8, max_size=8),
+        "replays": st.lists(st.sampled_from([0, 0, 1, 2, 3, 4]), min_size=8, max_size=8),
         "rng": st.randoms(use_true_random=False),
     }
 )
