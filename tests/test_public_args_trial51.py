@@ -811,3 +811,39 @@ def test_sql_expressions_that_fail_on_a_row_refuse_the_whole_statement(tmp_path:
         with pytest.raises(errors.MereError):
             call()
         assert (t.version, t.scan().to_arrow().sort_by("id")) == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: CatalogTransaction.create_table(name, schema, **options) with an unknown option raises a raw "
+    "TypeError naming an internal method ('Catalog.new_table() got an unexpected keyword argument'), where "
+    "scan(**options) refuses unknown options with InvalidInput: with cat.transaction() as tx: "
+    "tx.create_table('n.c', schema, nope=1)",
+)
+def test_catalog_transaction_create_table_refuses_unknown_options(tmp_path: Path) -> None:
+    cat, t = _table(tmp_path)
+    version = t.version
+    with pytest.raises(errors.InvalidInput), cat.transaction() as tx:
+        tx.table("sales.orders").upsert(ROWS)
+        tx.create_table("n.c", SCHEMA, primay_key="id")  # a typo of primary_key
+    assert cat.tables() == ["sales.orders"] and t.refresh().version == version
+
+
+def test_a_refused_catalog_transaction_creates_and_changes_nothing(tmp_path: Path) -> None:
+    cat, t = _table(tmp_path)
+    before = state(t)
+    for body in (
+        lambda tx: (
+            tx.create_table("n.a", SCHEMA, primary_key="id"),
+            tx.table("sales.orders").upsert({"id": [None], "day": ["d1"]}),
+        ),
+        lambda tx: (tx.create_table("n.b", SCHEMA, primary_key="id"), tx.create_table("n.b", SCHEMA)),
+        lambda tx: (tx.table("sales.orders").upsert(ROWS), tx.table("n.missing")),
+        lambda tx: (tx.table("sales.orders").upsert(ROWS), tx.table("sales.orders").delete("id = 5")),
+        lambda tx: (
+            tx.create_table("n.c", SCHEMA, primary_key="id").upsert({"id": [1], "day": ["x"], "qty": ["q"]}),
+        ),
+    ):
+        with pytest.raises(errors.MereError), cat.transaction() as tx:
+            body(tx)
+        assert cat.tables() == ["sales.orders"] and state(t) == before
