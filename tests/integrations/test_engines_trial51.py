@@ -726,3 +726,139 @@ def test_ray_bad_arguments(lake: Lake, ray_mod: Any) -> None:
         with pytest.raises(MereError):
             call()
     assert lake.table.version == before
+
+
+def test_ray_projection_pushdown_and_read_points(lake: Lake, ray_mod: Any) -> None:
+    from mere.integrations.ray import read_table
+
+    version = 2
+    model = lake.models[version]
+    lake.table.tag("t51-v2", version=version)
+    ds = read_table(lake.table, tag="t51-v2", filter="q = 11 or p is null").select_columns(["k", "d"])
+    got = pa.concat_tables([ray_mod.get(r) for r in ds.to_arrow_refs()])
+    keep = lambda r: r["q"] == 11 or r["p"] is None  # noqa: E731
+    assert rows_of(got.cast(pa.schema([SCHEMA.field("k"), SCHEMA.field("d")]))) == model_rows(
+        model, ["k", "d"], keep
+    )
+    assert read_table(lake.table, version=0).count() == 0
+
+
+# -- writes through frames of each engine ------------------------------------------------------------------
+
+
+def test_frames_of_every_engine_upsert_exactly(tmp_path: Path) -> None:
+    t = mere.connect(str(tmp_path / "wh")).create_table(
+        "x.frames", SCHEMA, primary_key="k", partition_by="p", buckets=3, properties=MANUAL
+    )
+    model: dict[str, dict[str, Any]] = {}
+
+    def batch(keys: range, v: int) -> pa.Table:
+        rows = [_row(i, v) for i in keys]
+        for r in pa.Table.from_pylist(rows, schema=SCHEMA).to_pylist():
+            model[r["k"]] = r
+        return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+    t.upsert(batch(range(20), 1).to_pandas(types_mapper=pd.ArrowDtype))
+    narrow = batch(range(10, 30), 2)
+    t.upsert(pl.from_arrow(narrow.set_column(4, "d256", narrow["d256"].cast(pa.decimal128(30, 2)))))
+    con = duckdb.connect()
+    part = pa.Table.from_pylist([_row(i, 3) for i in range(25, 35)], schema=SCHEMA).drop_columns(
+        ["d256", "dur"]
+    )
+    con.register("part", part)
+    t.upsert(con.sql("SELECT * FROM part"))
+    for r in part.to_pylist():
+        model[r["k"]] = {**model.get(r["k"], dict.fromkeys(COLUMNS)), **r}
+    assert t.version == 3
+    assert rows_of(t.scan().to_arrow()) == model_rows(model, COLUMNS)
+    before = t.scan().to_arrow()
+    for bad in (
+        pl.DataFrame({"k": ["k001"], "p": [1], "q": ["notint"]}),
+        pd.DataFrame({"k": ["k001"], "p": [1], "zz": [1]}),
+        pd.DataFrame({"k": [None], "p": [1]}),
+        pd.DataFrame({"k": ["k001"], "p": [1], "u8": [300]}),
+        con.sql("SELECT 'k001' AS k, 1::INTEGER AS p, 'x' AS ls, 2 AS nope"),
+    ):
+        with pytest.raises(MereError):
+            t.upsert(bad)
+    assert t.version == 3 and rows_of(t.scan().to_arrow()) == rows_of(before)
+
+
+# -- read points: as_of, tag, snapshot ----------------------------------------------------------------------
+
+
+def test_every_adapter_honours_as_of_tag_and_snapshot(tmp_path: Path) -> None:
+    import time
+
+    from mere.integrations.dask import read_table
+    from mere.integrations.duckdb import register
+    from mere.integrations.polars import scan_table
+    from mere.integrations.torch import TableDataset
+
+    cat = mere.connect(str(tmp_path / "wh"))
+    t = cat.create_table("x.pts", SCHEMA, primary_key="k", partition_by="p", buckets=2, properties=MANUAL)
+    stamps = []
+    for v in range(1, 4):
+        t.upsert(pa.Table.from_pylist([_row(i, v) for i in range(v * 4)], schema=SCHEMA))
+        t.delete(f"k = 'k{v:03d}'")
+        time.sleep(0.02)
+        stamps.append(dt.datetime.now(dt.UTC))
+        time.sleep(0.02)
+    t.tag("mid", version=4)
+    snap = cat.snapshot()
+    t.upsert(pa.Table.from_pylist([_row(i, 9) for i in range(50, 55)], schema=SCHEMA))
+
+    def counts(**point: Any) -> list[int]:
+        con = duckdb.connect()
+        register(con, "v", t, **point)
+        with dask.config.set(scheduler="sync"):
+            n_dask = len(read_table(t, columns=["k"], **point).compute())
+        return [
+            scan_table(t, **point).collect().height,
+            con.sql("SELECT count(*) FROM v").fetchall()[0][0],
+            n_dask,
+            sum(b.num_rows for b in TableDataset(t, columns=["k"], output="arrow", **point)),
+        ]
+
+    for stamp in stamps:
+        want = t.scan(as_of=stamp).count()
+        assert counts(as_of=stamp) == [want] * 4
+        assert counts(as_of=stamp.replace(tzinfo=None)) == [want] * 4  # naive: UTC
+    assert counts(tag="mid") == [t.scan(version=4).count()] * 4
+    assert counts(snapshot=snap) == [t.scan(version=6).count()] * 4
+    assert t.scan(version=6).count() != t.scan().count()
+
+
+# -- the DuckDB dataset's own reading methods ---------------------------------------------------------------
+
+DATASET_FILTERS = [
+    pc.field("k") == "k020",
+    pc.field("p").is_null(),
+    pc.field("p").isin([0, 2]),
+    (pc.field("k") > "k030") & (pc.field("q") > 300),
+    ~(pc.field("p") == 1),
+    pc.field("q") == 11,
+    pc.field("p") == 1.5,
+    pc.field("p") < pc.scalar(1.5),
+    pc.field("k").isin(["k003", None]),
+    pc.field("p") == pa.scalar(2**40, pa.int64()),
+    pc.field("st", "a") > 10,
+    pc.invert(pc.field("k").isin(["k004"])),
+]
+
+
+@pytest.mark.parametrize("which", range(len(DATASET_FILTERS)))
+def test_mere_dataset_methods_equal_arrow_on_the_merged_rows(lake: Lake, which: int) -> None:
+    from mere.integrations.duckdb import dataset
+
+    f = DATASET_FILTERS[which]
+    for version in (2, max(lake.models)):
+        merged = lake.table.scan(version=version).to_arrow()
+        want = merged.filter(f).sort_by("k")
+        m = dataset(lake.table.scan(version=version))
+        assert rows_of(m.to_table(filter=f)) == rows_of(want)  # rows_of: NaN equals NaN
+        assert rows_of(m.scanner(filter=f, columns=["k", "q"]).to_table()) == rows_of(want.select(["k", "q"]))
+        assert m.count_rows(filter=f) == want.num_rows
+        head = m.head(3, filter=f)
+        assert head.num_rows == min(3, want.num_rows)
+        assert set(head["k"].to_pylist()) <= set(want["k"].to_pylist())
