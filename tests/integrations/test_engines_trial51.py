@@ -862,3 +862,24 @@ def test_mere_dataset_methods_equal_arrow_on_the_merged_rows(lake: Lake, which: 
         head = m.head(3, filter=f)
         assert head.num_rows == min(3, want.num_rows)
         assert set(head["k"].to_pylist()) <= set(want["k"].to_pylist())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: Ray projection pushdown (MereDatasource.apply_projection) silently drops columns the scan "
+    "does not have: read_table(t, columns=['k']).select_columns(['k', 'v']).take_all() returns rows with only "
+    "'k' (and select_columns(['v']).take(1) returns []), where Ray's own sources raise",
+)
+def test_ray_select_columns_of_a_column_the_scan_lacks_is_an_error(lake: Lake, ray_mod: Any) -> None:
+    from mere.integrations.ray import read_table
+
+    def rows_or_error(ds: Any, n: int | None = None) -> list[dict[str, Any]] | None:
+        try:
+            return ds.take_all() if n is None else ds.take(n)
+        except Exception:  # an error (Ray wraps what the read raises) is a right answer
+            return None
+
+    rows = rows_or_error(read_table(lake.table, columns=["k", "q"]).select_columns(["k", "ls"]))
+    assert rows is None or all(set(r) == {"k", "ls"} for r in rows), rows and rows[:2]
+    rows = rows_or_error(read_table(lake.table, columns=["k"]).select_columns(["q"]), 1)
+    assert rows is None or [set(r) for r in rows] == [{"q"}], rows
