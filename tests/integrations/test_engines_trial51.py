@@ -883,3 +883,73 @@ def test_ray_select_columns_of_a_column_the_scan_lacks_is_an_error(lake: Lake, r
     assert rows is None or all(set(r) == {"k", "ls"} for r in rows), rows and rows[:2]
     rows = rows_or_error(read_table(lake.table, columns=["k"]).select_columns(["q"]), 1)
     assert rows is None or [set(r) for r in rows] == [{"q"}], rows
+
+
+def _ray_fail_on_k030(frame: Any) -> Any:
+    if (frame["k"] == "k030").any():
+        raise ValueError("block with k030")
+    return frame
+
+
+def test_ray_failed_write_commits_nothing(tmp_path: Path, ray_mod: Any) -> None:
+    from mere.integrations.ray import write
+
+    t = mere.connect(str(tmp_path / "wh")).create_table(
+        "x.rf", SCHEMA, primary_key="k", partition_by="p", buckets=3, properties=MANUAL
+    )
+    t.upsert(pa.Table.from_pylist([_row(i, 1) for i in range(20)], schema=SCHEMA))
+    before = t.scan().to_arrow()
+    rows = pa.Table.from_pylist([_row(i, 7) for i in range(10, 40)], schema=SCHEMA).select(["k", "p", "q"])
+    ds = ray_mod.data.from_arrow(rows).repartition(3).map_batches(_ray_fail_on_k030, batch_format="pandas")
+    with pytest.raises(Exception):  # noqa: B017 - Ray raises the task's error as it wraps it
+        write(ds, t)
+    assert t.version == 1 and rows_of(t.scan().to_arrow()) == rows_of(before)
+
+
+# -- Polars row limits, wide decimals -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 100])
+def test_polars_row_limits_return_merged_rows_only(lake: Lake, n: int) -> None:
+    from mere.integrations.polars import scan_table
+
+    truth = lake.table.scan().to_polars()
+    for p in (pl.col("q") > 300, pl.col("k") > "k040", pl.col("p") == 1, pl.col("q").is_null()):
+        kept = set(truth.filter(p)["k"].to_list())
+        first_then_filter = scan_table(lake.table).head(n).filter(p).collect()
+        assert first_then_filter.height <= n and set(first_then_filter["k"].to_list()) <= kept
+        filter_then_first = scan_table(lake.table).filter(p).head(n).collect()
+        assert filter_then_first.height == min(n, len(kept)) and set(filter_then_first["k"].to_list()) <= kept
+        sliced = scan_table(lake.table).filter(p).slice(2, n).collect()
+        assert sliced.height == max(0, min(n, len(kept) - 2))
+        assert scan_table(lake.table).filter(p).select(pl.len()).collect().item() == len(kept)
+
+
+def test_decimals_wider_than_38_digits_are_typed_errors(tmp_path: Path) -> None:
+    from mere.integrations.duckdb import register
+    from mere.integrations.polars import scan_table
+    from mere.integrations.torch import TableDataset
+
+    wide = pa.schema(
+        [pa.field("k", pa.int64(), nullable=False), ("w", pa.decimal256(50, 3)), ("x", pa.int64())]
+    )
+    t = mere.connect(str(tmp_path / "wh")).create_table("x.wide", wide, primary_key="k", buckets=2)
+    t.upsert(
+        pa.table({"k": [1, 2], "w": pa.array([Decimal("1.5"), None], pa.decimal256(50, 3)), "x": [1, 2]})
+    )
+    for call in (
+        lambda: scan_table(t),
+        lambda: register(duckdb.connect(), "v", t),
+        lambda: t.scan().to_polars(),
+        lambda: TableDataset(t, columns=["k", "w"]),
+    ):
+        with pytest.raises(InvalidInput):
+            call()
+    assert scan_table(t, columns=["k", "x"]).collect().height == 2
+    con = duckdb.connect()
+    register(con, "v", t, columns=["k", "x"])
+    assert con.sql("SELECT sum(x) FROM v").fetchall() == [(3,)]
+    back = pa.concat_tables(
+        b for b in [pa.Table.from_batches(list(TableDataset(t, columns=["w"], output="arrow")))]
+    )
+    assert sorted(back["w"].to_pylist(), key=repr) == sorted([Decimal("1.500"), None], key=repr)
