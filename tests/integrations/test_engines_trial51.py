@@ -953,3 +953,27 @@ def test_decimals_wider_than_38_digits_are_typed_errors(tmp_path: Path) -> None:
         b for b in [pa.Table.from_batches(list(TableDataset(t, columns=["w"], output="arrow")))]
     )
     assert sorted(back["w"].to_pylist(), key=repr) == sorted([Decimal("1.500"), None], key=repr)
+
+
+def test_planned_reads_stay_pinned_through_commits_and_compaction(tmp_path: Path) -> None:
+    from mere.integrations.dask import read_table
+    from mere.integrations.duckdb import register
+    from mere.integrations.polars import scan_table
+    from mere.integrations.torch import TableDataset
+
+    t = Lake(mere.connect(str(tmp_path / "wh"))).table
+    want = rows_of(t.scan().to_arrow(), ["k", "q"])
+    lazy = scan_table(t, columns=["k", "q"])
+    con = duckdb.connect()
+    register(con, "v", t)
+    ddf = read_table(t, columns=["k", "q"])
+    tds = TableDataset(t, columns=["k", "q"], output="arrow")
+    t.upsert(pa.Table.from_pylist([_row(i, 8) for i in range(0, 70, 3)], schema=SCHEMA))
+    t.delete("k < 'k020'")
+    assert t.compact() is not None
+    assert rows_of(lazy.collect().to_arrow()) == want
+    assert rows_of(con.sql("SELECT k, q FROM v").to_arrow_table()) == want
+    with dask.config.set(scheduler="sync"):
+        assert rows_of(pa.Table.from_pandas(ddf.compute(), preserve_index=False)) == want
+    assert rows_of(pa.Table.from_batches(list(tds))) == want
+    assert rows_of(t.scan().to_arrow(), ["k", "q"]) != want
