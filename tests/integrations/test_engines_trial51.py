@@ -977,3 +977,74 @@ def test_planned_reads_stay_pinned_through_commits_and_compaction(tmp_path: Path
         assert rows_of(pa.Table.from_pandas(ddf.compute(), preserve_index=False)) == want
     assert rows_of(pa.Table.from_batches(list(tds))) == want
     assert rows_of(t.scan().to_arrow(), ["k", "q"]) != want
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_torch_tensor_values_of_temporal_and_small_types(lake: Lake, workers: int) -> None:
+    from torch.utils.data import DataLoader
+
+    from mere.integrations.torch import TableDataset
+
+    cols = ["ts", "t", "dur", "u8", "f", "b", "p"]
+    where = "b is not null and p is not null and tsn is not null"
+    want = lake.table.scan(columns=cols, filter=where).to_arrow()
+    as_ints = [want[c].cast(pa.int64()) if c in ("ts", "t", "dur") else want[c] for c in cols]
+    expected = sorted(tuple(repr(x) for x in r) for r in zip(*[a.to_pylist() for a in as_ints], strict=True))
+    for size in (1, 7, 1000):
+        ds = TableDataset(lake.table, columns=cols, filter=where, batch_size=size, max_task_bytes=100)
+        got = []
+        for batch in DataLoader(ds, batch_size=None, num_workers=workers):
+            assert [str(batch[c].dtype) for c in cols] == [
+                "torch.int64",
+                "torch.int64",
+                "torch.int64",
+                "torch.uint8",
+                "torch.float32",
+                "torch.bool",
+                "torch.int32",
+            ]
+            got += [tuple(repr(x) for x in r) for r in zip(*[batch[c].tolist() for c in cols], strict=True)]
+        assert sorted(got) == expected, size
+
+
+def test_quoted_and_unicode_column_names_through_polars_and_duckdb(tmp_path: Path) -> None:
+    from mere.integrations.duckdb import register
+    from mere.integrations.polars import scan_table
+
+    schema = pa.schema(
+        [
+            pa.field("k", pa.int64(), nullable=False),
+            ("select", pa.string()),
+            ("Mixed Case", pa.int64()),
+            ("é", pa.int64()),
+        ]
+    )
+    t = mere.connect(str(tmp_path / "wh")).create_table("x.names", schema, primary_key="k", buckets=2)
+    t.upsert(
+        pa.table({"k": [1, 2, 3], "select": ["a", None, "c"], "Mixed Case": [10, 20, None], "é": [1, 2, 3]})
+    )
+    t.upsert(pa.table({"k": [2], "select": ["b"], "Mixed Case": [25], "é": [9]}))
+    con = duckdb.connect()
+    for name in ("select", 'we"ird', "ünï", "a.b"):
+        register(con, name, t)
+        assert con.sql(f'SELECT count(*) FROM "{name.replace(chr(34), chr(34) * 2)}"').fetchall() == [(3,)]
+    register(con, "v", t)
+    con.register("truth", t.scan().to_arrow())
+    for where in (
+        "\"select\" = 'b'",
+        '"Mixed Case" > 15',
+        '"é" = 9',
+        '"select" IS NULL',
+        '"é" BETWEEN 2 AND 9',
+    ):
+        assert sorted(con.sql(f"SELECT * FROM v WHERE {where}").fetchall()) == sorted(
+            con.sql(f"SELECT * FROM truth WHERE {where}").fetchall()
+        )
+    truth = t.scan().to_polars()
+    for e in (
+        pl.col("select") == "b",
+        pl.col("Mixed Case") > 15,
+        pl.col("é") == 9,
+        pl.col("select").is_null(),
+    ):
+        assert scan_table(t).filter(e).collect().sort("k").equals(truth.filter(e).sort("k"))
