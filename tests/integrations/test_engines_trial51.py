@@ -1048,3 +1048,27 @@ def test_quoted_and_unicode_column_names_through_polars_and_duckdb(tmp_path: Pat
         pl.col("select").is_null(),
     ):
         assert scan_table(t).filter(e).collect().sort("k").equals(truth.filter(e).sort("k"))
+
+
+def test_dask_write_later_partitions_win_and_a_typed_failure_leaves_no_files(tmp_path: Path) -> None:
+    import dask.dataframe as dd
+
+    from mere.errors import NullKey
+    from mere.integrations.dask import write
+
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
+    t = mere.connect(str(tmp_path / "wh")).create_table("x.dk", schema, primary_key="k", buckets=2)
+    frame = pd.DataFrame({"k": [1, 2, 3] * 3, "v": [0, 0, 0, 1, 1, 1, 2, 2, 2]})
+    with dask.config.set(scheduler="threads"):
+        write(dd.from_pandas(frame, npartitions=3, sort=False), t)
+    assert sorted(t.scan().to_arrow().to_pylist(), key=lambda r: r["k"]) == [
+        {"k": k, "v": 2} for k in (1, 2, 3)
+    ]
+    parquet = sorted(p.name for p in (tmp_path / "wh").rglob("*.parquet"))
+    parts = [pd.DataFrame({"k": [5.0, 6.0], "v": [1, 2]}), pd.DataFrame({"k": [7.0, None], "v": [1, 2]})]
+    meta = pd.DataFrame({"k": pd.Series([], dtype="float64"), "v": pd.Series([], dtype="int64")})
+    ddf = dd.from_delayed([dask.delayed(p) for p in parts], meta=meta)
+    with dask.config.set(scheduler="threads"), pytest.raises(NullKey):
+        write(ddf, t)
+    assert t.version == 1 and t.scan().count() == 3
+    assert sorted(p.name for p in (tmp_path / "wh").rglob("*.parquet")) == parquet
