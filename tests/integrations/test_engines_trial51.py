@@ -899,11 +899,13 @@ def test_ray_failed_write_commits_nothing(tmp_path: Path, ray_mod: Any) -> None:
     )
     t.upsert(pa.Table.from_pylist([_row(i, 1) for i in range(20)], schema=SCHEMA))
     before = t.scan().to_arrow()
+    parquet = sorted(p.name for p in (tmp_path / "wh").rglob("*.parquet"))
     rows = pa.Table.from_pylist([_row(i, 7) for i in range(10, 40)], schema=SCHEMA).select(["k", "p", "q"])
     ds = ray_mod.data.from_arrow(rows).repartition(3).map_batches(_ray_fail_on_k030, batch_format="pandas")
     with pytest.raises(Exception):  # noqa: B017 - Ray raises the task's error as it wraps it
         write(ds, t)
     assert t.version == 1 and rows_of(t.scan().to_arrow()) == rows_of(before)
+    assert sorted(p.name for p in (tmp_path / "wh").rglob("*.parquet")) == parquet  # staged files deleted
 
 
 # -- Polars row limits, wide decimals -------------------------------------------------------------------------
