@@ -1074,3 +1074,28 @@ def test_dask_write_later_partitions_win_and_a_typed_failure_leaves_no_files(tmp
         write(ddf, t)
     assert t.version == 1 and t.scan().count() == 3
     assert sorted(p.name for p in (tmp_path / "wh").rglob("*.parquet")) == parquet
+
+
+def test_version_diffs_by_self_joins_in_polars_and_duckdb(lake: Lake) -> None:
+    from mere.integrations.duckdb import register
+    from mere.integrations.polars import scan_table
+
+    t = lake.table
+    versions = sorted(lake.models)
+    for a in versions:
+        for b in versions:
+            ma, mb = lake.models[a], lake.models[b]
+            gone = sorted(set(ma) - set(mb))
+            changed = sorted(k for k in set(ma) & set(mb) if ma[k]["q"] != mb[k]["q"])
+            la, lb = scan_table(t, version=a).select("k", "q"), scan_table(t, version=b).select("k", "q")
+            assert sorted(la.join(lb, on="k", how="anti").collect()["k"].to_list()) == gone
+            inner = la.join(lb, on="k", how="inner").filter(pl.col("q").ne_missing(pl.col("q_right")))
+            assert sorted(inner.collect(engine="streaming")["k"].to_list()) == changed
+            con = duckdb.connect()
+            register(con, "va", t, version=a)
+            register(con, "vb", t, version=b)
+            assert sorted(x for (x,) in con.sql("SELECT k FROM va ANTI JOIN vb USING (k)").fetchall()) == gone
+            both = con.sql(
+                "SELECT va.k FROM va JOIN vb USING (k) WHERE va.q IS DISTINCT FROM vb.q"
+            ).fetchall()
+            assert sorted(x for (x,) in both) == changed
