@@ -358,6 +358,7 @@ def test_every_accepted_type_round_trips_exactly(
     source.ddl(TYPES_DDL.replace("types", table, 1))
     conn = source.conn
     conn.rollback()
+    source.transactions()  # drain what an earlier (failed) example left
     conn.execute("SELECT set_config('TimeZone', %s, false)", [zone])
     conn.commit()
     for i, row in enumerate(rows):
@@ -392,3 +393,88 @@ def test_every_accepted_type_round_trips_exactly(
         schema = cat.table(f"src.{table}").to_arrow().schema
         assert str(schema.field("n38").type) == "decimal128(38, 10)"
         assert str(schema.field("r").type) == "float"
+
+
+# -- 2. unsupported types and TRUNCATE: a typed refusal, nothing changed (or quarantined) ---------------
+
+
+def _deliver(cat: Any, txns: list[tuple[int, list[str]]], key: str, **options: Any) -> Any:
+    return _sync(cat, [x for _, lines in txns for x in lines], key, **options)
+
+
+@pytest.mark.parametrize(
+    ("pg_type", "value"),
+    [
+        ("time", "'12:34:56.789'"),
+        ("time with time zone", "'12:34:56+02'"),
+        ("interval", "'1 day 02:03:04'"),
+        ("integer[]", "'{1,2,NULL}'"),
+        ("text[]", "'{a,\"b c\"}'"),
+        ("numeric", "1.5"),
+        ("money", "12.34"),
+        ("point", "'(1,2)'"),
+    ],
+)
+@pytest.mark.parametrize("on_error", ["stop", "quarantine"])
+def test_unsupported_type_is_refused_and_changes_nothing(
+    source: Source, pg_type: str, value: str, on_error: str
+) -> None:
+    source.ddl("CREATE TABLE good (id integer PRIMARY KEY, v text)")
+    source.ddl(f"CREATE TABLE bad (id integer PRIMARY KEY, x {pg_type})")
+    conn = source.conn
+    conn.execute("INSERT INTO good VALUES (1, 'one')")
+    conn.commit()
+    first = source.transactions()
+    conn.execute("UPDATE good SET v = 'uno' WHERE id = 1")
+    conn.execute("INSERT INTO good VALUES (2, 'two')")
+    conn.execute(f"INSERT INTO bad VALUES (1, {value})")
+    conn.commit()
+    second = source.transactions()
+    with tempfile.TemporaryDirectory() as wh:
+        cat = mere.connect(wh)
+        _deliver(cat, first, "b0")
+        before = mere_state(cat, "src.good", ["id"])
+        version = cat.table("src.good").version
+        if on_error == "stop":
+            with pytest.raises(CdcEventError) as info:
+                _deliver(cat, second, "b1")
+            assert isinstance(info.value, MereError)
+            assert info.value.table is not None and "bad" in info.value.table
+            assert cat.table("src.good").version == version
+            assert mere_state(cat, "src.good", ["id"]) == before
+            assert "src.bad" not in cat.tables()
+        else:
+            result = _deliver(cat, second, "b1", on_error="quarantine")
+            assert result.refused == 1
+            assert diff(mere_state(cat, "src.good", ["id"]), source.state("good")) == []
+            assert "src.bad" not in cat.tables()
+            (row,) = cat.table("src.cdc_quarantine").to_arrow().to_pylist()
+            assert "bad" in row["table"]
+
+
+def test_truncate_is_applied_or_refused_never_skipped(source: Source) -> None:
+    source.ddl("CREATE TABLE tr (id integer PRIMARY KEY, v text)")
+    source.ddl("CREATE TABLE other (id integer PRIMARY KEY, v text)")
+    conn = source.conn
+    conn.execute("INSERT INTO tr SELECT g, 'v' || g FROM generate_series(1, 5) g")
+    conn.execute("INSERT INTO other VALUES (1, 'x')")
+    conn.commit()
+    first = source.transactions()
+    conn.execute("TRUNCATE tr")
+    conn.execute("INSERT INTO tr VALUES (3, 'after')")
+    conn.execute("UPDATE other SET v = 'y'")
+    conn.commit()
+    second = source.transactions()
+    assert any('"action":"T"' in line for line in second[0][1])
+    with tempfile.TemporaryDirectory() as wh:
+        cat = mere.connect(wh)
+        _deliver(cat, first, "b0")
+        before = (mere_state(cat, "src.tr", ["id"]), mere_state(cat, "src.other", ["id"]))
+        try:
+            _deliver(cat, second, "b1")
+        except MereError:  # refused: nothing of the batch committed
+            assert (mere_state(cat, "src.tr", ["id"]), mere_state(cat, "src.other", ["id"])) == before
+            return
+        # applied: the synced tables are the source's
+        assert diff(mere_state(cat, "src.tr", ["id"]), source.state("tr")) == []
+        assert diff(mere_state(cat, "src.other", ["id"]), source.state("other")) == []
