@@ -19,6 +19,7 @@ raise a typed ``MereError`` (or quarantine) and leave the tables as they were.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -975,3 +976,33 @@ def test_widening_a_key_column_is_evolved_or_quarantined(source: Source) -> None
         if result.refused == 0:  # evolved: the synced table is the source's
             got = {(int(k[0]),): r for k, r in mere_state(cat, "src.kw", ["id"]).items()}
             assert diff(got, source.state("kw")) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: two source tables of the same name in different schemas (public.t, other.t) map onto one "
+    "target src.t without a word: synced in separate batches, other.t's row id=1 overwrites public.t's "
+    "(lost data); in one batch sync_batch raises a bare InvalidInput 'src.t is in this catalog "
+    "transaction already' (not CdcEventError)",
+)
+def test_same_table_name_in_two_schemas_is_not_merged(source: Source) -> None:
+    conn = source.conn
+    conn.execute("CREATE SCHEMA other")
+    for name in ("public.t", "other.t"):
+        conn.execute(f"CREATE TABLE {name} (id integer PRIMARY KEY, v text)")
+        conn.execute(
+            f"CREATE TRIGGER _cap_row AFTER INSERT OR UPDATE OR DELETE ON {name} FOR EACH ROW EXECUTE FUNCTION _capture()"
+        )
+    conn.commit()
+    conn.execute("INSERT INTO public.t VALUES (1, 'public')")
+    conn.commit()
+    first = source.transactions()
+    conn.execute("INSERT INTO other.t VALUES (1, 'other')")
+    conn.commit()
+    second = source.transactions()
+    with tempfile.TemporaryDirectory() as wh:
+        cat = mere.connect(wh)
+        _deliver(cat, first, "b0")
+        with contextlib.suppress(CdcEventError):  # refused: the first table kept as it was
+            _deliver(cat, second, "b1")
+        assert diff(mere_state(cat, "src.t", ["id"]), source.state("t")) == []  # public.t
