@@ -1,0 +1,493 @@
+"""Trial 51: many writer processes and maintenance at once on the same tables, some writers SIGKILLed.
+
+``spawn`` writer processes run seeded plans of upserts, blind and predicate deletes, MERGE, UPDATE,
+read-modify-write counter increments and two-table catalog transactions; a maintenance process runs
+compaction, ``expire(0)``, ``cleanup(0)``, content-neutral rollbacks and tags at the same time; a reader
+thread in the parent checks that the tables stay readable and that no snapshot ever sees half a catalog
+transaction. Every writer logs each operation's intent and outcome durably (fsync) before and after it.
+
+The oracle is a plain dict rebuilt from the logs: each writer owns a key range, so its range's content is
+the replay of its successful operations (an operation that raised changed nothing; the one in flight
+when a writer was killed landed whole or not at all, and a kill placed before the catalog commit or
+after it decides which); shared counters equal their initial value plus the successful increments (plus
+at most the killed in-flight ones). Afterwards, with a fresh connection: the data matches the model,
+every tagged version still reads what it read when it was tagged (cleanup deleted no file a version
+holds), and files others put under the table's location are still there.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import mere
+from backends import BACKENDS
+
+pytestmark = pytest.mark.timeout(400)
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int64()), ("w", pa.string())])
+MAIN, MIRROR = "conc.main", "conc.mirror"
+RANGE = 1000  # writer k owns ids [k * RANGE, k * RANGE + OWN)
+OWN = 40
+COUNTER = 900_000  # shared counter row in both tables, incremented by every writer
+MIRROR_BASE = (
+    500_000  # ids written by catalog transactions into both tables: writer k uses MIRROR_BASE + k*RANGE + n
+)
+FOREIGN = ["notes.txt", "_SUCCESS", "part-0.parquet", "backup.parquet"]
+
+
+# -- logging -------------------------------------------------------------------------------------------
+
+
+def _log(path: str, record: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _read_log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a torn last line of a killed writer
+            pass
+    return out
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+
+
+# -- the plan of one writer (the parent rebuilds the same plan from the seed) ------------------------
+
+
+def _plan(writer: int, seed: int, count: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed * 7919 + writer)
+    base = writer * RANGE
+    ops: list[dict[str, Any]] = []
+    for n in range(count):
+        kind = rng.choices(
+            ["upsert", "delete_keys", "delete_where", "merge", "update", "counter", "merge_counter", "tx"],
+            weights=[5, 2, 1, 3, 2, 2, 1, 3],
+        )[0]
+        ids = sorted(rng.sample(range(base, base + OWN), rng.randint(1, 6)))
+        if kind == "upsert":
+            ops.append({"n": n, "kind": kind, "ids": ids, "vals": [rng.randrange(1000) for _ in ids]})
+        elif kind == "delete_keys":
+            ops.append({"n": n, "kind": kind, "ids": ids})
+        elif kind == "delete_where":
+            lo = base + rng.randrange(OWN)
+            ops.append({"n": n, "kind": kind, "lo": lo, "hi": lo + rng.randint(1, 5)})
+        elif kind == "merge":
+            ops.append({"n": n, "kind": kind, "ids": ids, "vals": [rng.randrange(1, 100) for _ in ids]})
+        elif kind == "update":
+            lo = base + rng.randrange(OWN)
+            ops.append(
+                {"n": n, "kind": kind, "lo": lo, "hi": lo + rng.randint(1, 10), "add": rng.randrange(1, 9)}
+            )
+        elif kind in ("counter", "merge_counter"):
+            ops.append({"n": n, "kind": kind})
+        else:
+            ops.append({"n": n, "kind": kind, "id": MIRROR_BASE + base + n, "val": rng.randrange(1000)})
+    return ops
+
+
+def _rows(ids: list[int], vals: list[int], w: str) -> pa.Table:
+    return pa.table(
+        {"id": pa.array(ids, pa.int64()), "v": pa.array(vals, pa.int64()), "w": pa.array([w] * len(ids))},
+        schema=SCHEMA,
+    )
+
+
+def _apply(cat: mere.Catalog, main: Any, op: dict[str, Any], tag: str) -> None:
+    kind = op["kind"]
+    if kind == "upsert":
+        main.upsert(_rows(op["ids"], op["vals"], tag))
+    elif kind == "delete_keys":
+        main.delete(pa.table({"id": pa.array(op["ids"], pa.int64())}))
+    elif kind == "delete_where":
+        main.delete(f"id >= {op['lo']} and id < {op['hi']}")
+    elif kind == "merge":
+        (
+            main.merge(_rows(op["ids"], op["vals"], tag))
+            .when_matched_update(set={"v": "t.v + s.v"})
+            .when_not_matched_insert_all()
+            .execute()
+        )
+    elif kind == "update":
+        main.update(set={"v": f"v + {op['add']}"}, where=f"id >= {op['lo']} and id < {op['hi']}")
+    elif kind == "counter":
+        main.update(set={"v": "v + 1"}, where=f"id = {COUNTER}")
+    elif kind == "merge_counter":
+        (
+            main.merge(_rows([COUNTER], [1], "ignored"))
+            .when_matched_update(set={"v": "t.v + s.v"})
+            .when_not_matched_insert_all()
+            .execute()
+        )
+    elif kind == "tx":
+        row = _rows([op["id"]], [op["val"]], tag)
+        with cat.transaction() as tx:
+            mirror = tx.table(MIRROR)
+            mirror.update(set={"v": "v + 1"}, where=f"id = {COUNTER}")  # reads first
+            tx.table(MAIN).upsert(row)
+            mirror.upsert(row)
+    else:  # pragma: no cover
+        raise AssertionError(kind)
+
+
+def _writer(writer: int, seed: int, count: int, warehouse: str, url: str, log: str, kill: str | None) -> None:
+    """``kill``: None, ``before_commit:N`` (die inside op N's catalog transaction, before COMMIT),
+    ``after_commit:N`` (die right after op N returned, before logging it), ``upload:N`` (die after op N's
+    first data file is written)."""
+    from mere.errors import MereError
+
+    cat = mere.connect(warehouse, catalog=url)
+    main = cat.table(MAIN)
+    mode, at = (kill.split(":")[0], int(kill.split(":")[1])) if kill else (None, -1)
+    current = {"n": -1}
+    if mode == "before_commit":
+        from sqlalchemy import event
+
+        def before_commit(conn: Any) -> None:
+            if current["n"] == at and conn.get_execution_options().get("mere_write"):
+                _die()
+
+        event.listen(cat.sql.engine, "commit", before_commit)
+    if mode == "upload":
+        from mere.io.storage import Storage
+
+        real_write = Storage.write
+
+        def write(self: Any, rel: str, *args: Any, **kwargs: Any) -> Any:
+            written = real_write(self, rel, *args, **kwargs)
+            if current["n"] == at:
+                _die()
+            return written
+
+        Storage.write = write  # type: ignore[method-assign]
+    for op in _plan(writer, seed, count):
+        current["n"] = op["n"]
+        _log(log, {"n": op["n"], "event": "start"})
+        try:
+            _apply(cat, main, op, f"w{writer}-{op['n']}")
+        except MereError as e:
+            _log(log, {"n": op["n"], "event": "err", "type": type(e).__name__, "msg": str(e)[:300]})
+            continue
+        except Exception as e:  # a raw exception is a bug of its own
+            _log(log, {"n": op["n"], "event": "raw", "type": type(e).__name__, "msg": repr(e)[:500]})
+            continue
+        if mode == "after_commit" and op["n"] == at:
+            _die()
+        _log(log, {"n": op["n"], "event": "ok"})
+    _log(log, {"event": "finished"})
+
+
+def _digest(t: pa.Table) -> list[list[Any]]:
+    return sorted([r["id"], r["v"], r["w"]] for r in t.to_pylist())
+
+
+def _maintenance(warehouse: str, url: str, log: str, seconds: float, seed: int) -> None:
+    from mere.errors import MereError
+
+    cat = mere.connect(warehouse, catalog=url)
+    rng = random.Random(seed)
+    deadline = time.monotonic() + seconds
+    i = 0
+    while time.monotonic() < deadline:
+        i += 1
+        name = rng.choice([MAIN, MAIN, MIRROR])
+        t = cat.table(name)
+        action = rng.choice(["compact", "expire", "cleanup", "rollback", "tag", "auto"])
+        try:
+            if action == "compact":
+                t.compact()
+            elif action == "auto":
+                t.auto_compact()
+            elif action == "expire":
+                t.expire(older_than=dt.timedelta(0), dry_run=False)
+            elif action == "cleanup":
+                t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+            elif action == "rollback":  # to the version it reads: content-neutral, or a CommitConflict
+                v = t.version
+                t.rollback(v)
+            else:
+                v = t.version
+                digest = _digest(t.scan(version=v).to_arrow())
+                t.tag(f"m{i}", v)
+                _log(log, {"event": "tag", "table": name, "tag": f"m{i}", "version": v, "digest": digest})
+            _log(log, {"event": "ok", "action": action})
+        except MereError as e:
+            _log(log, {"event": "err", "action": action, "type": type(e).__name__, "msg": str(e)[:300]})
+        except Exception as e:
+            _log(log, {"event": "raw", "action": action, "type": type(e).__name__, "msg": repr(e)[:500]})
+        time.sleep(rng.uniform(0.0, 0.2))
+    _log(log, {"event": "finished"})
+
+
+# -- the model ---------------------------------------------------------------------------------------------
+
+
+def _replay(model: dict[int, tuple[int, str]], op: dict[str, Any], tag: str) -> None:
+    kind = op["kind"]
+    if kind == "upsert":
+        for i, v in zip(op["ids"], op["vals"], strict=True):
+            model[i] = (v, tag)
+    elif kind == "delete_keys":
+        for i in op["ids"]:
+            model.pop(i, None)
+    elif kind == "delete_where":
+        for i in range(op["lo"], op["hi"]):
+            model.pop(i, None)
+    elif kind == "merge":
+        for i, v in zip(op["ids"], op["vals"], strict=True):
+            model[i] = (model[i][0] + v, model[i][1]) if i in model else (v, tag)
+    elif kind == "update":
+        for i in range(op["lo"], op["hi"]):
+            if i in model:
+                model[i] = (model[i][0] + op["add"], model[i][1])
+    elif kind == "tx":
+        model[op["id"]] = (op["val"], tag)
+
+
+def _content(t: pa.Table) -> dict[int, tuple[int, str]]:
+    return {r["id"]: (r["v"], r["w"]) for r in t.to_pylist()}
+
+
+def _setup(cat: mere.Catalog) -> None:
+    props = {"compaction.min-files": "3", "write.row-group-rows": "64"}
+    for name in (MAIN, MIRROR):
+        t = cat.create_table(name, SCHEMA, primary_key="id", buckets=3, properties=props)
+        t.upsert(_rows([COUNTER], [0], "counter"))
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+def _reader(warehouse: str, url: str, stop: threading.Event, problems: list[str], reads: list[int]) -> None:
+    from mere.errors import NoSuchVersion, StorageError
+
+    cat = mere.connect(warehouse, catalog=url)
+    while not stop.is_set():
+        try:
+            snap = cat.snapshot()
+            main = _content(snap.table(MAIN).to_arrow())
+            mirror = _content(snap.table(MIRROR).to_arrow())
+        except NoSuchVersion:
+            continue  # expire(0) gave the pinned version up while it was read: documented
+        except StorageError as e:
+            problems.append(f"StorageError on read: {e}")
+            continue
+        except Exception as e:
+            problems.append(f"raw {type(e).__name__} on read: {e!r}")
+            continue
+        reads[0] += 1
+        a = {k: v for k, v in main.items() if k >= MIRROR_BASE and k < COUNTER}
+        b = {k: v for k, v in mirror.items() if k != COUNTER}
+        if a != b:
+            problems.append(f"half a catalog transaction visible at {snap.versions}: {a} vs {b}")
+        time.sleep(0.05)
+
+
+WRITERS = 4
+OPS = 18
+# writer -> kill plan; writer 3 is killed by the parent at a seeded time instead.
+KILLS: dict[int, str | None] = {0: None, 1: "before_commit:6", 2: "after_commit:5", 3: "upload:9"}
+
+
+def _run(cat: mere.Catalog, catalog_url: str, tmp_path: Path, seed: int) -> dict[str, Any]:
+    _setup(cat)
+    warehouse = cat.storage.uri
+    location = Path(cat.table(MAIN).location.replace("file://", ""))
+    if not location.is_absolute():
+        location = Path(cat.table(MAIN).storage.uri.replace("file://", "")) / cat.table(MAIN).location
+    for name in FOREIGN:
+        (location / name).write_text("not mere's")
+    data_dirs = sorted(p for p in location.rglob("*") if p.is_dir())
+    foreign = {location / n for n in FOREIGN}
+    if data_dirs:
+        extra = data_dirs[0] / "part-0123.parquet"
+        extra.write_text("someone else's")
+        foreign.add(extra)
+    ctx = mp.get_context("spawn")
+    logs = {w: tmp_path / f"writer{w}.jsonl" for w in range(WRITERS)}
+    mlog = tmp_path / "maintenance.jsonl"
+    procs = {
+        w: ctx.Process(target=_writer, args=(w, seed, OPS, warehouse, catalog_url, str(logs[w]), KILLS[w]))
+        for w in range(WRITERS)
+    }
+    maint = ctx.Process(target=_maintenance, args=(warehouse, catalog_url, str(mlog), 25.0, seed))
+    stop = threading.Event()
+    problems: list[str] = []
+    reads = [0]
+    reader = threading.Thread(
+        target=_reader, args=(warehouse, catalog_url, stop, problems, reads), daemon=True
+    )
+    for p in [*procs.values(), maint]:
+        p.start()
+    reader.start()
+    try:
+        # Writer 3 is also SIGKILLed by the parent at a seeded moment (if it has not died by its own hand).
+        deadline = time.monotonic() + 240
+        kill_after = random.Random(seed).randint(4, 9)
+        while time.monotonic() < deadline:
+            started = [r for r in _read_log(logs[3]) if r.get("event") == "start"]
+            if len(started) >= kill_after or not procs[3].is_alive():
+                break
+            time.sleep(0.02)
+        if procs[3].is_alive():
+            os.kill(procs[3].pid, signal.SIGKILL)  # type: ignore[arg-type]
+        for p in [*procs.values(), maint]:
+            p.join(timeout=max(1.0, deadline - time.monotonic()))
+            assert not p.is_alive(), "a process hung"
+    finally:
+        stop.set()
+        reader.join(timeout=60)
+        for p in [*procs.values(), maint]:
+            if p.is_alive():
+                p.kill()
+    return {
+        "logs": {w: _read_log(logs[w]) for w in range(WRITERS)},
+        "procs": procs,
+        "mlog": _read_log(mlog),
+        "problems": problems,
+        "reads": reads[0],
+        "foreign": foreign,
+        "location": location,
+    }
+
+
+def _summary(run: dict[str, Any]) -> None:
+    """Printed (pytest shows it on failure): what each process did."""
+    for w, log in run["logs"].items():
+        events = collections.Counter(f"{r.get('event')}:{r.get('type', '')}" for r in log)
+        print("writer", w, KILLS[w], run["procs"][w].exitcode, dict(events))
+        print("   ", [r["msg"][:160] for r in log if r.get("event") in ("err", "raw")][:6])
+    events = collections.Counter(
+        f"{r.get('action')}:{r.get('event')}:{r.get('type', '')}" for r in run["mlog"]
+    )
+    print("maintenance", dict(events))
+    print("   ", [r["msg"][:160] for r in run["mlog"] if r.get("event") in ("err", "raw")][:8])
+    print("reads", run["reads"], run["problems"][:3])
+
+
+def _check(cat_url: str, warehouse: str, seed: int, run: dict[str, Any]) -> None:
+    _summary(run)
+    procs = run["procs"]
+    # The plan ran: the unkilled writer and the maintenance finished; every killed one died by SIGKILL at
+    # its kill point.
+    assert procs[0].exitcode == 0 and run["logs"][0][-1] == {"event": "finished"}
+    assert run["mlog"] and run["mlog"][-1] == {"event": "finished"}
+    for w in (1, 2, 3):
+        assert procs[w].exitcode == -signal.SIGKILL, w
+    for w in range(WRITERS):
+        assert sum(r.get("event") == "ok" for r in run["logs"][w]) >= 3, w
+    assert sum(r.get("event") == "ok" for r in run["mlog"]) >= 5
+    raws = [(w, r) for w, log in run["logs"].items() for r in log if r.get("event") == "raw"] + [
+        r for r in run["mlog"] if r.get("event") == "raw"
+    ]
+    assert raws == [], f"raw non-MereError exceptions: {raws}"
+    assert run["problems"] == [], run["problems"][:5]
+    assert run["reads"] > 0
+    fresh = mere.connect(warehouse, catalog=cat_url)
+    main_t, mirror_t = fresh.table(MAIN), fresh.table(MIRROR)
+    main, mirror = _content(main_t.to_arrow()), _content(mirror_t.to_arrow())
+
+    counter_ok = counter_maybe = mirror_ok = mirror_maybe = 0
+    for w in range(WRITERS):
+        log = run["logs"][w]
+        outcome = {r["n"]: r["event"] for r in log if "n" in r and r["event"] != "start"}
+        started = [r["n"] for r in log if r.get("event") == "start"]
+        inflight = started[-1] if started and started[-1] not in outcome else None
+        kill = KILLS[w]
+        mode, at = (kill.split(":")[0], int(kill.split(":")[1])) if kill else (None, -1)
+        if mode in ("before_commit", "after_commit", "upload"):
+            if max(started, default=-1) >= at:
+                assert inflight == at, (w, kill, inflight, log[-3:])
+        plan = _plan(w, seed, OPS)
+        without: dict[int, tuple[int, str]] = {}
+        for op in plan:
+            n = op["n"]
+            tag = f"w{w}-{n}"
+            if outcome.get(n) == "ok":
+                _replay(without, op, tag)
+                counter_ok += op["kind"] in ("counter", "merge_counter")
+                mirror_ok += op["kind"] == "tx"
+            elif n == inflight:
+                landed = dict(without)
+                _replay(landed, op, tag)
+                if op["kind"] in ("counter", "merge_counter"):
+                    counter_maybe += 1
+                if op["kind"] == "tx":
+                    mirror_maybe += 1
+        lo, mirror_lo = w * RANGE, MIRROR_BASE + w * RANGE
+        got = {k: v for k, v in main.items() if lo <= k < lo + RANGE or mirror_lo <= k < mirror_lo + RANGE}
+        candidates = [without]
+        if inflight is not None:
+            if mode == "after_commit" and inflight == at:
+                candidates = [landed]  # it returned: it landed
+            elif mode in ("before_commit", "upload") and inflight == at:
+                candidates = [without]  # killed before the commit: nothing of it
+            else:
+                candidates = [without, landed]
+        assert got in candidates, (w, kill, inflight, sorted(set(got.items()) ^ set(candidates[0].items())))
+        got_mirror = {k: v for k, v in mirror.items() if mirror_lo <= k < mirror_lo + RANGE}
+        want_mirror = {k: v for k, v in got.items() if k >= MIRROR_BASE}
+        assert got_mirror == want_mirror, w
+    counter = main[COUNTER][0]
+    assert counter_ok <= counter <= counter_ok + counter_maybe, (counter, counter_ok, counter_maybe)
+    mcounter = mirror[COUNTER][0]
+    assert mirror_ok <= mcounter <= mirror_ok + mirror_maybe, (mcounter, mirror_ok, mirror_maybe)
+
+    # Every tagged version still reads what it read when it was tagged.
+    for r in run["mlog"]:
+        if r.get("event") == "tag":
+            t = fresh.table(r["table"])
+            assert _digest(t.scan(tag=r["tag"]).to_arrow()) == r["digest"], r["tag"]
+    # Files others put under the table's location survived every cleanup.
+    for f in run["foreign"]:
+        assert f.exists(), f
+    # A last cleanup after everything: the table and every tag still read the same.
+    for t in (main_t, mirror_t):
+        before = _content(t.to_arrow())
+        t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+        t.expire(older_than=dt.timedelta(0), dry_run=False)
+        t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+        assert _content(fresh.table(t.name).to_arrow()) == before
+    for r in run["mlog"]:
+        if r.get("event") == "tag":
+            assert _digest(fresh.table(r["table"]).scan(tag=r["tag"]).to_arrow()) == r["digest"]
+    for f in run["foreign"]:
+        assert f.exists(), f
+    # No lock left behind: one more write of each kind goes through.
+    with fresh.transaction() as tx:
+        tx.table(MAIN).upsert(_rows([7], [7], "last"))
+        tx.table(MIRROR).upsert(_rows([7], [7], "last"))
+    assert _content(fresh.table(MAIN).to_arrow())[7] == (7, "last")
+
+
+@BACKENDS
+def test_writers_maintenance_and_kills_against_a_dict_model(
+    cat: mere.Catalog, catalog_url: str, tmp_path: Path
+) -> None:
+    seed = 51
+    run = _run(cat, catalog_url, tmp_path, seed)
+    _check(catalog_url, cat.storage.uri, seed, run)
