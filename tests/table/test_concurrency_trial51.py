@@ -116,41 +116,54 @@ def _rows(ids: list[int], vals: list[int], w: str) -> pa.Table:
     )
 
 
-def _apply(cat: mere.Catalog, main: Any, op: dict[str, Any], tag: str) -> None:
+def _outcome(result: Any) -> dict[str, Any]:
+    """What a write reported: nothing to commit, a replay of an earlier commit, the version."""
+    results = list(result.values()) if isinstance(result, dict) else [result]
+    return {
+        "no_change": all(getattr(r, "no_change", False) or getattr(r, "version", 0) is None for r in results),
+        "already": [bool(r.already_committed) for r in results],
+    }
+
+
+def _apply(cat: mere.Catalog, main: Any, op: dict[str, Any], tag: str, key: str) -> dict[str, Any]:
     kind = op["kind"]
     if kind == "upsert":
-        main.upsert(_rows(op["ids"], op["vals"], tag))
+        result: Any = main.upsert(_rows(op["ids"], op["vals"], tag), idempotency_key=key)
     elif kind == "delete_keys":
-        main.delete(pa.table({"id": pa.array(op["ids"], pa.int64())}))
+        result = main.delete(pa.table({"id": pa.array(op["ids"], pa.int64())}), idempotency_key=key)
     elif kind == "delete_where":
-        main.delete(f"id >= {op['lo']} and id < {op['hi']}")
+        result = main.delete(f"id >= {op['lo']} and id < {op['hi']}", idempotency_key=key)
     elif kind == "merge":
-        (
+        result = (
             main.merge(_rows(op["ids"], op["vals"], tag))
             .when_matched_update(set={"v": "t.v + s.v"})
             .when_not_matched_insert_all()
-            .execute()
+            .execute(idempotency_key=key)
         )
     elif kind == "update":
-        main.update(set={"v": f"v + {op['add']}"}, where=f"id >= {op['lo']} and id < {op['hi']}")
+        result = main.update(
+            set={"v": f"v + {op['add']}"}, where=f"id >= {op['lo']} and id < {op['hi']}", idempotency_key=key
+        )
     elif kind == "counter":
-        main.update(set={"v": "v + 1"}, where=f"id = {COUNTER}")
+        result = main.update(set={"v": "v + 1"}, where=f"id = {COUNTER}", idempotency_key=key)
     elif kind == "merge_counter":
-        (
+        result = (
             main.merge(_rows([COUNTER], [1], "ignored"))
             .when_matched_update(set={"v": "t.v + s.v"})
             .when_not_matched_insert_all()
-            .execute()
+            .execute(idempotency_key=key)
         )
     elif kind == "tx":
         row = _rows([op["id"]], [op["val"]], tag)
-        with cat.transaction() as tx:
+        with cat.transaction(idempotency_key=key) as tx:
             mirror = tx.table(MIRROR)
             mirror.update(set={"v": "v + 1"}, where=f"id = {COUNTER}")  # reads first
             tx.table(MAIN).upsert(row)
             mirror.upsert(row)
+        result = tx.results
     else:  # pragma: no cover
         raise AssertionError(kind)
+    return _outcome(result)
 
 
 def _writer(writer: int, seed: int, count: int, warehouse: str, url: str, log: str, kill: str | None) -> None:
@@ -187,7 +200,7 @@ def _writer(writer: int, seed: int, count: int, warehouse: str, url: str, log: s
         current["n"] = op["n"]
         _log(log, {"n": op["n"], "event": "start"})
         try:
-            _apply(cat, main, op, f"w{writer}-{op['n']}")
+            outcome = _apply(cat, main, op, f"w{writer}-{op['n']}", f"key-w{writer}-{op['n']}")
         except MereError as e:
             _log(log, {"n": op["n"], "event": "err", "type": type(e).__name__, "msg": str(e)[:300]})
             continue
@@ -196,7 +209,7 @@ def _writer(writer: int, seed: int, count: int, warehouse: str, url: str, log: s
             continue
         if mode == "after_commit" and op["n"] == at:
             _die()
-        _log(log, {"n": op["n"], "event": "ok"})
+        _log(log, {"n": op["n"], "event": "ok", **outcome})
     _log(log, {"event": "finished"})
 
 
@@ -412,6 +425,11 @@ def _check(cat_url: str, warehouse: str, seed: int, run: dict[str, Any]) -> None
     main, mirror = _content(main_t.to_arrow()), _content(mirror_t.to_arrow())
 
     counter_ok = counter_maybe = mirror_ok = mirror_maybe = 0
+    finals: dict[int, dict[int, tuple[int, str]]] = {}
+    replays: list[tuple[int, dict[str, Any], bool]] = []  # (writer, op, landed before)
+    oks = {
+        w: {r["n"]: r["no_change"] for r in run["logs"][w] if r.get("event") == "ok"} for w in range(WRITERS)
+    }
     for w in range(WRITERS):
         log = run["logs"][w]
         outcome = {r["n"]: r["event"] for r in log if "n" in r and r["event"] != "start"}
@@ -419,9 +437,8 @@ def _check(cat_url: str, warehouse: str, seed: int, run: dict[str, Any]) -> None
         inflight = started[-1] if started and started[-1] not in outcome else None
         kill = KILLS[w]
         mode, at = (kill.split(":")[0], int(kill.split(":")[1])) if kill else (None, -1)
-        if mode in ("before_commit", "after_commit", "upload"):
-            if max(started, default=-1) >= at:
-                assert inflight == at, (w, kill, inflight, log[-3:])
+        if mode in ("before_commit", "after_commit", "upload") and max(started, default=-1) >= at:
+            assert inflight == at, (w, kill, inflight, log[-3:])
         plan = _plan(w, seed, OPS)
         without: dict[int, tuple[int, str]] = {}
         for op in plan:
@@ -452,10 +469,40 @@ def _check(cat_url: str, warehouse: str, seed: int, run: dict[str, Any]) -> None
         got_mirror = {k: v for k, v in mirror.items() if mirror_lo <= k < mirror_lo + RANGE}
         want_mirror = {k: v for k, v in got.items() if k >= MIRROR_BASE}
         assert got_mirror == want_mirror, w
+        finals[w] = landed if inflight is not None else without
+        if inflight is not None:
+            replays.append((w, plan[inflight], None if without == landed else got == landed))
+        replays.extend((w, op, True) for op in plan if outcome.get(op["n"]) == "ok" and not oks[w][op["n"]])
     counter = main[COUNTER][0]
     assert counter_ok <= counter <= counter_ok + counter_maybe, (counter, counter_ok, counter_maybe)
     mcounter = mirror[COUNTER][0]
     assert mirror_ok <= mcounter <= mirror_ok + mirror_maybe, (mcounter, mirror_ok, mirror_maybe)
+
+    # Idempotency keys after kills, compaction and expire(0): every committed write replays as
+    # ``already_committed`` and changes nothing; a killed in-flight write replays as committed exactly when
+    # it landed, and lands now otherwise; afterwards the model is exact.
+    wrong = []
+    for w, op, landed_before in replays:
+        n = op["n"]
+        outcome = _apply(fresh, fresh.table(MAIN), op, f"w{w}-{n}", f"key-w{w}-{n}")
+        if outcome["no_change"]:
+            continue  # the killed op had nothing to commit: no key was recorded, nothing changes
+        if landed_before is not None and outcome["already"] != [landed_before] * len(outcome["already"]):
+            wrong.append((w, op["kind"], n, landed_before, outcome))
+    assert wrong == []
+    main = _content(fresh.table(MAIN).to_arrow())
+    mirror = _content(fresh.table(MIRROR).to_arrow())
+    expected = {k: v for final in finals.values() for k, v in final.items()}
+    assert {k: v for k, v in main.items() if k != COUNTER} == expected
+    assert {k: v for k, v in mirror.items() if k != COUNTER} == {
+        k: v for k, v in expected.items() if k >= MIRROR_BASE
+    }
+    inflight_counters = sum(
+        op["kind"] in ("counter", "merge_counter") for _, op, landed in replays if not landed
+    )
+    inflight_tx = sum(op["kind"] == "tx" for _, op, landed in replays if landed is False)
+    assert main[COUNTER][0] == counter + inflight_counters
+    assert mirror[COUNTER][0] == mcounter + inflight_tx
 
     # Every tagged version still reads what it read when it was tagged.
     for r in run["mlog"]:
@@ -491,3 +538,129 @@ def test_writers_maintenance_and_kills_against_a_dict_model(
     seed = 51
     run = _run(cat, catalog_url, tmp_path, seed)
     _check(catalog_url, cat.storage.uri, seed, run)
+
+
+# -- rollbacks to older versions racing writers and compaction: a model per version ---------------------
+
+RB_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int64())])
+
+
+@BACKENDS
+def test_rollbacks_racing_writers_and_compaction_match_a_model_per_version(
+    cat: mere.Catalog, catalog_url: str
+) -> None:
+    """Writer threads upsert and delete their own keys, one thread rolls back to a recent older version,
+    one compacts. Every version then reads what the commit log says: a write's version applies it to the
+    version before, a rollback's version equals its target, a compaction's changes nothing. A rollback
+    that was recomputed on top of a write it never saw would make its version differ from its target."""
+    from mere.errors import CommitConflict, MereError
+
+    t0 = cat.create_table(
+        "rb.t",
+        RB_SCHEMA,
+        primary_key="id",
+        buckets=2,
+        properties={"compaction.min-files": "3", "retention.max-age": "off"},
+    )
+    t0.upsert(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": pa.array([0, 0, 0], pa.int64())}))
+    warehouse = cat.storage.uri
+    lock = threading.Lock()
+    commits: dict[int, tuple[str, Any]] = {}  # version -> (kind, payload)
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def record(version: int, kind: str, payload: Any) -> None:
+        with lock:
+            assert version not in commits, (version, kind, commits.get(version))
+            commits[version] = (kind, payload)
+
+    def writer(w: int) -> None:
+        t = mere.connect(warehouse, catalog=catalog_url).table("rb.t")
+        rng = random.Random(100 + w)
+        for i in range(20):
+            try:
+                if rng.random() < 0.25:
+                    key = w * 100 + rng.randrange(max(1, i))
+                    r = t.delete(pa.table({"id": pa.array([key], pa.int64())}))
+                    record(r.version, "delete", key)
+                else:
+                    key, val = w * 100 + i, rng.randrange(1000)
+                    r = t.upsert(
+                        pa.table(
+                            {"id": pa.array([key, 1], pa.int64()), "v": pa.array([val, val], pa.int64())}
+                        )
+                    )
+                    record(r.version, "upsert", {key: val, 1: val})
+            except CommitConflict:
+                pass
+            except MereError as e:
+                errors.append(f"writer {w}: {type(e).__name__}: {e}")
+            except Exception as e:
+                errors.append(f"writer {w}: raw {type(e).__name__}: {e!r}")
+            time.sleep(rng.uniform(0.0, 0.1))
+
+    def roller() -> None:
+        t = mere.connect(warehouse, catalog=catalog_url).table("rb.t")
+        rng = random.Random(7)
+        while not stop.is_set():
+            try:
+                v = t.version
+                target = rng.randint(max(1, v - 4), max(1, v - 1))
+                r = t.rollback(target)
+                record(r.version, "rollback", target)
+            except CommitConflict:
+                pass
+            except Exception as e:
+                errors.append(f"rollback: {type(e).__name__}: {e!r}")
+            time.sleep(rng.uniform(0.0, 0.03))
+
+    def compactor() -> None:
+        t = mere.connect(warehouse, catalog=catalog_url).table("rb.t")
+        while not stop.is_set():
+            try:
+                t.compact()
+            except CommitConflict:
+                pass
+            except Exception as e:
+                errors.append(f"compact: {type(e).__name__}: {e!r}")
+            time.sleep(0.05)
+
+    writers = [threading.Thread(target=writer, args=(w,)) for w in (1, 2, 3)]
+    others = [threading.Thread(target=roller), threading.Thread(target=compactor)]
+    for th in writers + others:
+        th.start()
+    for th in writers:
+        th.join(timeout=240)
+    stop.set()
+    for th in others:
+        th.join(timeout=120)
+    assert not any(th.is_alive() for th in writers + others), "a thread hung"
+    assert errors == []
+    fresh = mere.connect(warehouse, catalog=catalog_url).table("rb.t")
+    history = {h.version: h.operation for h in fresh.history()}
+    kinds = [k for k, _ in commits.values()]
+    print(collections.Counter(kinds), history)
+    assert kinds.count("rollback") >= 2 and kinds.count("upsert") >= 10, kinds
+    model: dict[int, dict[int, int]] = {1: {1: 0, 2: 0, 3: 0}}
+    mismatches = []
+    for version in range(2, fresh.version + 1):
+        before = model[version - 1]
+        kind, payload = commits.get(version, (history[version], None))
+        if kind == "upsert":
+            state = {**before, **payload}
+        elif kind == "delete":
+            state = {k: v for k, v in before.items() if k != payload}
+        elif kind == "rollback":
+            state = dict(model[payload])
+        else:
+            assert kind == "compact", (version, kind)
+            state = before
+        model[version] = state
+        got = _content_rb(fresh.scan(version=version).to_arrow())
+        if got != state:
+            mismatches.append((version, kind, payload, sorted(set(got.items()) ^ set(state.items()))))
+    assert mismatches == []
+
+
+def _content_rb(t: pa.Table) -> dict[int, int]:
+    return dict(zip(t.column("id").to_pylist(), t.column("v").to_pylist(), strict=True))
