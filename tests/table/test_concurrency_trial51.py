@@ -18,6 +18,7 @@ holds), and files others put under the table's location are still there.
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import json
 import multiprocessing as mp
@@ -63,10 +64,8 @@ def _read_log(path: Path) -> list[dict[str, Any]]:
         return []
     out = []
     for line in path.read_text().splitlines():
-        try:
+        with contextlib.suppress(json.JSONDecodeError):  # a torn last line of a killed writer
             out.append(json.loads(line))
-        except json.JSONDecodeError:  # a torn last line of a killed writer
-            pass
     return out
 
 
@@ -664,3 +663,152 @@ def test_rollbacks_racing_writers_and_compaction_match_a_model_per_version(
 
 def _content_rb(t: pa.Table) -> dict[int, int]:
     return dict(zip(t.column("id").to_pylist(), t.column("v").to_pylist(), strict=True))
+
+
+# -- cleanup(0) between a write's files and its commit: deterministic interleavings ----------------------
+
+
+def _fence_table(cat: mere.Catalog, name: str) -> mere.Table:
+    t = cat.create_table(name, RB_SCHEMA, primary_key="id", buckets=2, properties={"compaction.auto": "off"})
+    for i in range(3):
+        t.upsert(pa.table({"id": pa.array([i, i + 10], pa.int64()), "v": pa.array([i, i], pa.int64())}))
+    return t
+
+
+def _state(t: mere.Table) -> tuple[int, dict[int, int]]:
+    fresh = t.catalog.table(t.name)
+    return fresh.version, _content_rb(fresh.to_arrow())
+
+
+@BACKENDS
+def test_compaction_whose_outputs_a_cleanup_deleted_is_refused(cat: mere.Catalog) -> None:
+    """plan, run the tasks, cleanup(0) deletes their (unreferenced) outputs, commit: refused, and the table
+    still reads every row (a commit that went through would reference deleted files)."""
+    from mere.errors import MereError
+
+    t = _fence_table(cat, "fence.compact")
+    before = _state(t)
+    plan = t.plan_compaction()
+    assert plan.tasks
+    results = [task.run() for task in plan.tasks]
+    deleted = t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    assert deleted  # the outputs were unreferenced
+    with pytest.raises(MereError):
+        t.commit_compaction(plan, results)
+    assert _state(t) == before
+    t.upsert(pa.table({"id": pa.array([99], pa.int64()), "v": pa.array([9], pa.int64())}))
+    assert _content_rb(cat.table(t.name).to_arrow()) == {**before[1], 99: 9}
+
+
+@BACKENDS
+@pytest.mark.parametrize("how", ["table", "catalog_transaction"])
+def test_staged_write_whose_files_a_cleanup_deleted_is_refused(cat: mere.Catalog, how: str) -> None:
+    """stage, cleanup(0) deletes the staged files, commit (alone or as a share of a two-table catalog
+    transaction): refused whole, nothing of either table changes, both stay readable."""
+    from mere.errors import MereError
+
+    a, b = _fence_table(cat, "fence.a"), _fence_table(cat, "fence.b")
+    before = (_state(a), _state(b))
+    staged = a.stage(
+        pa.table({"id": pa.array([50, 1], pa.int64()), "v": pa.array([5, 5], pa.int64())}), "upsert"
+    )
+    assert a.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    with pytest.raises(MereError):
+        if how == "table":
+            a.commit([staged])
+        else:
+            with cat.transaction() as tx:
+                tx.table("fence.b").upsert(
+                    pa.table({"id": pa.array([60], pa.int64()), "v": pa.array([6], pa.int64())})
+                )
+                tx.table("fence.a").add_staged(staged)
+    assert (_state(a), _state(b)) == before
+
+
+def _stalled_writer_run(cat: mere.Catalog, catalog_url: str, kind: str) -> tuple[Any, list[str]]:
+    """Runs ``kind`` on fence.a in a thread whose data-file writes stall until a cleanup(0) of fence.a (and
+    fence.b) has run in the main thread; returns the write's outcome and what the cleanups deleted."""
+    from mere.io.storage import Storage
+
+    warehouse = cat.storage.uri
+    wrote, go = threading.Event(), threading.Event()
+    real_write = Storage.write
+    armed: list[bool] = []
+
+    def write(self: Any, rel: str, *args: Any, **kwargs: Any) -> Any:
+        out = real_write(self, rel, *args, **kwargs)
+        if armed:  # every data-file write of the stalled write (its pool threads too)
+            wrote.set()
+            go.wait(30)
+        return out
+
+    outcome: list[Any] = []
+
+    def run() -> None:
+        c = mere.connect(warehouse, catalog=catalog_url)
+        rows = pa.table({"id": pa.array([70, 2], pa.int64()), "v": pa.array([7, 7], pa.int64())})
+        try:
+            if kind == "upsert":
+                outcome.append(c.table("fence.a").upsert(rows))
+            elif kind == "merge":
+                outcome.append(
+                    c.table("fence.a")
+                    .merge(rows)
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .execute()
+                )
+            else:
+                with c.transaction() as tx:
+                    tx.table("fence.b").upsert(rows)
+                    tx.table("fence.a").upsert(rows)
+                outcome.append(tx.results)
+        except Exception as e:
+            outcome.append(e)
+
+    th = threading.Thread(target=run, name="stall-writer")
+    Storage.write = write  # type: ignore[method-assign]
+    try:
+        armed.append(True)
+        th.start()
+        assert wrote.wait(20)
+        deleted = []
+        for name in ("fence.a", "fence.b"):
+            deleted += cat.table(name).cleanup(older_than=dt.timedelta(0), dry_run=False)
+        armed.clear()
+        go.set()
+        th.join(60)
+    finally:
+        Storage.write = real_write  # type: ignore[method-assign]
+        go.set()
+    assert not th.is_alive()
+    return outcome[0], deleted
+
+
+@BACKENDS
+@pytest.mark.parametrize("kind", ["upsert", "merge", "catalog_transaction"])
+def test_write_outlived_by_a_cleanup_is_refused_or_keeps_its_files(
+    cat: mere.Catalog, catalog_url: str, kind: str
+) -> None:
+    """A write stalls after its first data file; cleanup(0) runs; the write goes on. Either it is refused
+    (OutlivedCleanup: nothing of it lands, in any table) or it lands and every file it references exists:
+    both tables read, with exactly the model's rows."""
+    from mere.errors import MereError
+
+    a, b = _fence_table(cat, "fence.a"), _fence_table(cat, "fence.b")
+    before = (_state(a), _state(b))
+    outcome, deleted = _stalled_writer_run(cat, catalog_url, kind)
+    assert deleted  # the stalled write's files were unreferenced and older than 0
+    after = (_state(a), _state(b))  # both must read
+    print(kind, repr(outcome)[:300], deleted)
+    if isinstance(outcome, MereError):
+        assert after == before, outcome
+    else:
+        assert not isinstance(outcome, Exception), repr(outcome)
+        want_a = {**before[0][1], 70: 7, 2: 7}
+        assert after[0][1] == want_a
+        if kind == "catalog_transaction":
+            assert after[1][1] == {**before[1][1], 70: 7, 2: 7}
+    for name in ("fence.a", "fence.b"):
+        cat.table(name).cleanup(older_than=dt.timedelta(0), dry_run=False)
+    assert (_state(a), _state(b)) == after
