@@ -346,7 +346,7 @@ def _run(cat: mere.Catalog, catalog_url: str, tmp_path: Path, seed: int) -> dict
         w: ctx.Process(target=_writer, args=(w, seed, OPS, warehouse, catalog_url, str(logs[w]), KILLS[w]))
         for w in range(WRITERS)
     }
-    maint = ctx.Process(target=_maintenance, args=(warehouse, catalog_url, str(mlog), 25.0, seed))
+    maint = ctx.Process(target=_maintenance, args=(warehouse, catalog_url, str(mlog), 20.0, seed))
     stop = threading.Event()
     problems: list[str] = []
     reads = [0]
@@ -812,3 +812,67 @@ def test_write_outlived_by_a_cleanup_is_refused_or_keeps_its_files(
     for name in ("fence.a", "fence.b"):
         cat.table(name).cleanup(older_than=dt.timedelta(0), dry_run=False)
     assert (_state(a), _state(b)) == after
+
+
+@BACKENDS
+def test_rollbacks_racing_expire_and_cleanup_land_whole_or_not_at_all(
+    cat: mere.Catalog, catalog_url: str
+) -> None:
+    """One thread writes and rolls back its own last write, again and again; another runs expire(0) and
+    cleanup(0) in a loop. A rollback either raises (``NoSuchVersion`` when its target expired meanwhile,
+    or another ``MereError``) and changes nothing, or lands and reads exactly its target's rows: never a
+    version that references files the cleanup deleted."""
+    from mere.errors import MereError
+
+    t = cat.create_table(
+        "rbx.t", RB_SCHEMA, primary_key="id", buckets=2, properties={"compaction.auto": "off"}
+    )
+    t.upsert(pa.table({"id": pa.array([1], pa.int64()), "v": pa.array([0], pa.int64())}))
+    warehouse = cat.storage.uri
+    stop = threading.Event()
+    errors: list[str] = []
+    maintenance_runs = [0]
+
+    def maintain() -> None:
+        m = mere.connect(warehouse, catalog=catalog_url).table("rbx.t")
+        while not stop.is_set():
+            try:
+                m.expire(older_than=dt.timedelta(0), dry_run=False)
+                m.cleanup(older_than=dt.timedelta(0), dry_run=False)
+                maintenance_runs[0] += 1
+            except MereError:
+                pass
+            except Exception as e:
+                errors.append(f"maintenance raw {type(e).__name__}: {e!r}")
+
+    th = threading.Thread(target=maintain)
+    th.start()
+    model = {1: 0}
+    landed = refused = 0
+    try:
+        for i in range(40):
+            before = dict(model)
+            try:
+                t.upsert(
+                    pa.table({"id": pa.array([i + 10, 1], pa.int64()), "v": pa.array([i, i], pa.int64())})
+                )
+                model.update({i + 10: i, 1: i})
+            except MereError:
+                assert _content_rb(cat.table("rbx.t").to_arrow()) == model
+                continue
+            target = t.version - 1
+            try:
+                t.rollback(target)
+                model = before
+                landed += 1
+            except MereError:
+                refused += 1
+            except Exception as e:
+                errors.append(f"rollback raw {type(e).__name__}: {e!r}")
+            assert _content_rb(cat.table("rbx.t").to_arrow()) == model, i
+    finally:
+        stop.set()
+        th.join(60)
+    assert errors == []
+    print("rollbacks landed", landed, "refused", refused, "maintenance runs", maintenance_runs[0])
+    assert landed > 0 and maintenance_runs[0] > 0, (landed, refused, maintenance_runs)
