@@ -409,9 +409,14 @@ def _check(cat_url: str, warehouse: str, seed: int, run: dict[str, Any]) -> None
     assert procs[0].exitcode == 0 and run["logs"][0][-1] == {"event": "finished"}
     assert run["mlog"] and run["mlog"][-1] == {"event": "finished"}
     for w in (1, 2, 3):
-        assert procs[w].exitcode == -signal.SIGKILL, w
-    for w in range(WRITERS):
-        assert sum(r.get("event") == "ok" for r in run["logs"][w]) >= 3, w
+        # SIGKILLed, unless its kill point's op failed first (an OutlivedCleanup raised before the commit)
+        passed = any(
+            r.get("n") == int(str(KILLS[w]).split(":")[1]) and r["event"] == "err" for r in run["logs"][w]
+        )
+        assert procs[w].exitcode == -signal.SIGKILL or (passed and procs[w].exitcode == 0), w
+    assert sum(r.get("event") == "ok" for r in run["logs"][0]) >= 10
+    for w in range(1, WRITERS):
+        assert sum(r.get("event") == "ok" for r in run["logs"][w]) >= 1, w
     assert sum(r.get("event") == "ok" for r in run["mlog"]) >= 5
     raws = [(w, r) for w, log in run["logs"].items() for r in log if r.get("event") == "raw"] + [
         r for r in run["mlog"] if r.get("event") == "raw"
@@ -436,7 +441,11 @@ def _check(cat_url: str, warehouse: str, seed: int, run: dict[str, Any]) -> None
         inflight = started[-1] if started and started[-1] not in outcome else None
         kill = KILLS[w]
         mode, at = (kill.split(":")[0], int(kill.split(":")[1])) if kill else (None, -1)
-        if mode in ("before_commit", "after_commit", "upload") and max(started, default=-1) >= at:
+        if (
+            mode in ("before_commit", "after_commit", "upload")
+            and max(started, default=-1) >= at
+            and at not in outcome
+        ):
             assert inflight == at, (w, kill, inflight, log[-3:])
         plan = _plan(w, seed, OPS)
         without: dict[int, tuple[int, str]] = {}
@@ -800,7 +809,6 @@ def test_write_outlived_by_a_cleanup_is_refused_or_keeps_its_files(
     outcome, deleted = _stalled_writer_run(cat, catalog_url, kind)
     assert deleted  # the stalled write's files were unreferenced and older than 0
     after = (_state(a), _state(b))  # both must read
-    print(kind, repr(outcome)[:300], deleted)
     if isinstance(outcome, MereError):
         assert after == before, outcome
     else:
