@@ -884,3 +884,119 @@ def test_rollbacks_racing_expire_and_cleanup_land_whole_or_not_at_all(
     assert errors == []
     print("rollbacks landed", landed, "refused", refused, "maintenance runs", maintenance_runs[0])
     assert landed > 0 and maintenance_runs[0] > 0, (landed, refused, maintenance_runs)
+
+
+# -- maintenance killed midway -------------------------------------------------------------------------
+
+
+def _maintenance_child(warehouse: str, url: str, action: str, point: str) -> None:
+    from sqlalchemy import event
+
+    from mere.io.storage import Storage
+
+    cat = mere.connect(warehouse, catalog=url)
+    t = cat.table("kill.t")
+    if point == "first_delete":
+        real_delete, real_discard = Storage.delete, Storage.discard
+
+        def delete(self: Any, rel: str) -> None:
+            real_delete(self, rel)
+            _die()
+
+        def discard(self: Any, rels: Any) -> None:
+            rels = list(rels)
+            if rels:
+                real_delete(self, rels[0])
+                _die()
+            real_discard(self, rels)
+
+        Storage.delete = delete  # type: ignore[method-assign]
+        Storage.discard = discard  # type: ignore[method-assign]
+    else:  # first_commit: inside the first catalog transaction, before its COMMIT
+
+        def before_commit(conn: Any) -> None:
+            _die()
+
+        event.listen(cat.sql.engine, "commit", before_commit)
+    if action == "expire":
+        t.expire(older_than=dt.timedelta(0), dry_run=False)
+    elif action == "cleanup":
+        t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    elif action == "compact":
+        t.compact()
+    elif action == "rollback":
+        t.rollback(2)
+    elif action == "expire_cleanup":
+        t.expire(older_than=dt.timedelta(0), dry_run=False)
+        t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+
+
+@BACKENDS
+@pytest.mark.parametrize(
+    "action,point",
+    [
+        ("expire", "first_delete"),
+        ("compact", "first_commit"),
+        ("rollback", "first_commit"),
+        ("expire_cleanup", "first_delete"),
+    ],
+)
+def test_maintenance_killed_midway_leaves_every_kept_version_readable(
+    cat: mere.Catalog, catalog_url: str, tmp_path: Path, action: str, point: str
+) -> None:
+    """A process running expire(0), cleanup(0), compact() or a rollback is SIGKILLed after its first file
+    deletion or inside its first catalog transaction. Afterwards every version reads what it read before
+    or is expired (``NoSuchVersion``), the current version and the tagged one read as before, files others
+    put under the table survive, and a later expire + cleanup leaves all of that so."""
+    from mere.errors import NoSuchVersion
+
+    t = cat.create_table(
+        "kill.t",
+        RB_SCHEMA,
+        primary_key="id",
+        buckets=2,
+        properties={"compaction.auto": "off", "retention.max-age": "off"},
+    )
+    for i in range(6):
+        t.upsert(pa.table({"id": pa.array([i, 100 + i % 2], pa.int64()), "v": pa.array([i, i], pa.int64())}))
+        if i == 3:
+            t.delete(pa.table({"id": pa.array([0], pa.int64())}))
+    t.tag("keep", 3)
+    t.compact()  # the files only older versions hold are what expire gives up
+    t.upsert(pa.table({"id": pa.array([1, 50, 51], pa.int64()), "v": pa.array([-1, 5, 5], pa.int64())}))
+    # Leave some unreferenced files behind (a staged write never committed) so cleanup has work.
+    t.stage(pa.table({"id": pa.array([999], pa.int64()), "v": pa.array([9], pa.int64())}), "upsert")
+    location = Path(cat.storage.uri) / t.location
+    foreign = [location / "notes.txt", location / "bucket-00000" / "backup.parquet"]
+    for f in foreign:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("not mere's")
+    time.sleep(0.01)
+    versions = {v: _content_rb(t.scan(version=v).to_arrow()) for v in range(t.version + 1)}
+    current = t.version
+    ctx = mp.get_context("spawn")
+    child = ctx.Process(target=_maintenance_child, args=(cat.storage.uri, catalog_url, action, point))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == -signal.SIGKILL
+
+    def check() -> None:
+        fresh = mere.connect(cat.storage.uri, catalog=catalog_url).table("kill.t")
+        assert fresh.version in (current, current + 1)
+        if fresh.version == current:
+            assert _content_rb(fresh.to_arrow()) == versions[current]
+        for v, rows in versions.items():
+            try:
+                got = _content_rb(fresh.scan(version=v).to_arrow())
+            except NoSuchVersion:
+                continue
+            assert got == rows, v
+        assert _content_rb(fresh.scan(tag="keep").to_arrow()) == versions[3]
+        for f in foreign:
+            assert f.exists(), f
+
+    check()
+    fresh = mere.connect(cat.storage.uri, catalog=catalog_url).table("kill.t")
+    fresh.expire(older_than=dt.timedelta(0), dry_run=False)
+    fresh.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    check()
