@@ -1000,3 +1000,30 @@ def test_maintenance_killed_midway_leaves_every_kept_version_readable(
     fresh.expire(older_than=dt.timedelta(0), dry_run=False)
     fresh.cleanup(older_than=dt.timedelta(0), dry_run=False)
     check()
+
+
+@BACKENDS
+def test_open_scan_whose_version_expire_and_cleanup_gave_up_raises_no_such_version(cat: mere.Catalog) -> None:
+    """A streamed read of version 3 took its first batch; compaction, expire(0) and cleanup(0) then give
+    version 3 up and delete its files; the rest of the stream raises NoSuchVersion, never a partial result."""
+    from mere.errors import NoSuchVersion
+
+    t = cat.create_table(
+        "open.t",
+        RB_SCHEMA,
+        primary_key="id",
+        buckets=4,
+        properties={"compaction.auto": "off", "write.row-group-rows": "100"},
+    )
+    for i in range(3):
+        ids = pa.array(range(i * 1000, i * 1000 + 1000), pa.int64())
+        t.upsert(pa.table({"id": ids, "v": pa.array([i] * 1000, pa.int64())}))
+    stream = iter(t.scan(version=3).to_batches())
+    first = next(stream)
+    t.compact()
+    t.upsert(pa.table({"id": pa.array([1], pa.int64()), "v": pa.array([9], pa.int64())}))
+    assert t.expire(older_than=dt.timedelta(0), dry_run=False)
+    t.cleanup(older_than=dt.timedelta(0), dry_run=False)
+    with pytest.raises(NoSuchVersion):
+        _ = first.num_rows + sum(b.num_rows for b in stream)
+    assert len(cat.table("open.t").to_arrow()) == 3000
