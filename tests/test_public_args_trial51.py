@@ -748,13 +748,6 @@ def test_delete_takes_streams_of_keys(tmp_path: Path, kind: str) -> None:
     assert _rows(t) == [OLD[1]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: in a transaction, delete('id = 1') then a MERGE with only WHEN NOT MATCHED INSERT of key 1 "
-    "commits (the MERGE matched the row the delete removed: rows_read=1, unchanged=1) and key 1 is lost, "
-    "where Table.transaction's docstring refuses a change that reads rows an earlier change touched "
-    "(the same MERGE with WHEN MATCHED UPDATE is refused with InvalidInput)",
-)
 @pytest.mark.parametrize("how", ["filter", "keys"])
 def test_a_merge_after_a_delete_of_its_key_in_one_transaction_is_refused_or_inserts(
     tmp_path: Path, how: str

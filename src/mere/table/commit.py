@@ -309,8 +309,8 @@ def check_idempotency_key(table: str, key: Any) -> None:
 def _sees_earlier(ctx: TableContext, earlier: Sequence[Change], change: Change, recipe: Recipe) -> bool:
     """Whether a change evaluated at the commit's start could differ had it seen the earlier changes:
     it writes a row of a key they wrote or deleted (a lost update, a deleted row back), deletes a key
-    they wrote a row of, reads a key they wrote a row of (a MERGE's source keys, a delete's given keys),
-    or its filter matches a row they wrote. A delete of a key they deleted changes nothing; rows they
+    they wrote a row of (a delete's given keys), has a source key they wrote or deleted (a MERGE: matched
+    at the start, maybe not after), or its filter matches a row they wrote. A delete of a key they deleted changes nothing; rows they
     removed with whole files are gone whatever it does. Without a primary key, any earlier change (two
     rewrites of one file would both land)."""
     spec, storage = ctx.spec, ctx.storage
@@ -366,7 +366,8 @@ def _sees_earlier(ctx: TableContext, earlier: Sequence[Change], change: Change, 
     merge = getattr(recipe, "merge", None)
     if merge is not None and any(c.kind == "not_matched_by_source" for c in merge.clauses):
         return True  # it reaches rows beyond its source's keys
-    if meets(getattr(recipe, "source_keys", None), puts) or meets(getattr(recipe, "keys", None), puts):
+    # A MERGE's source key the earlier changes wrote or deleted: matched at the start, maybe not after.
+    if meets(getattr(recipe, "source_keys", None), touched) or meets(getattr(recipe, "keys", None), puts):
         return True
     if where is None or puts.num_rows == 0:
         return False
