@@ -164,3 +164,167 @@ def test_an_update_lowering_the_sequence_is_applied_or_refused(
         assert snapshot(wh, "seq.t") == before
         return
     assert mere_rows(wh, "seq.t") == want, f"reported {metrics.updated} updated, version {metrics.version}"
+
+
+# --- MERGE / UPDATE / DELETE with several clauses, NULLs and subqueries: DuckDB is the oracle. ---
+
+M_SETUP = [
+    "CREATE TABLE m (id BIGINT PRIMARY KEY, p VARCHAR, v BIGINT)",
+    "INSERT INTO m VALUES (1, 'a', 1), (2, 'a', NULL), (3, 'b', 3), (4, NULL, 4), (5, 'b', 5)",
+    "CREATE TABLE src AS SELECT * FROM (VALUES (1, 'a', 10), (2, 'b', NULL), (3, 'b', -3), (6, 'c', 6), "
+    "(7, NULL, NULL)) s(id, p, v)",
+]
+M_STATEMENTS = [
+    # First clause whose condition holds acts; NULL conditions do not hold.
+    "MERGE INTO {m} t USING src s ON t.id = s.id "
+    "WHEN MATCHED AND s.v > t.v THEN UPDATE SET v = s.v * 100 "
+    "WHEN MATCHED AND s.v IS NULL THEN DELETE "
+    "WHEN MATCHED THEN UPDATE SET v = -1 "
+    "WHEN NOT MATCHED AND s.v IS NULL THEN INSERT VALUES (s.id, 'z', 0) "
+    "WHEN NOT MATCHED THEN INSERT *",
+    # UPDATE SET * moves row 2 to partition b; NOT MATCHED BY TARGET is NOT MATCHED.
+    "MERGE INTO {m} t USING src s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * "
+    "WHEN NOT MATCHED BY TARGET THEN INSERT *",
+    "UPDATE {m} SET v = v + 1 WHERE v IS NOT NULL AND NOT (v > 3)",
+    "UPDATE {m} SET p = CASE WHEN p IS NULL THEN 'n' ELSE p || p END, v = -v WHERE id >= 3",
+    "DELETE FROM {m} WHERE p <> 'a'",
+    "DELETE FROM {m}",
+]
+M_REFUSED = [
+    "UPDATE {m} SET v = (SELECT max(v) FROM src) WHERE id = 1",
+    "UPDATE {m} SET v = 5 WHERE id IN (SELECT id FROM src)",
+    "DELETE FROM {m} WHERE id IN (SELECT id FROM src WHERE v > 0)",
+    "DELETE FROM {m} WHERE EXISTS (SELECT 1 FROM src WHERE src.id = {m}.id)",
+    "MERGE INTO {m} t USING src s ON t.id = s.id WHEN NOT MATCHED BY SOURCE THEN DELETE",
+]
+
+
+def test_merge_clauses_updates_and_deletes_agree_with_duckdb(spark: SparkSession, wh: str) -> None:
+    cat = mere.connect(wh)
+    t = cat.create_table(
+        "rl.m",
+        pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.int64())]),
+        primary_key="id",
+        partition_by="p",
+        buckets=2,
+    )
+    t.upsert(pa.table({"id": [1, 2, 3, 4, 5], "p": ["a", "a", "b", None, "b"], "v": [1, None, 3, 4, 5]}))
+    base = t.refresh().version
+    spark.createDataFrame(
+        [(1, "a", 10), (2, "b", None), (3, "b", -3), (6, "c", 6), (7, None, None)],
+        "id long, p string, v long",
+    ).createOrReplaceTempView("src")
+    for text in M_STATEMENTS:
+        want = duck_after(M_SETUP, text.format(m="m"), "m")
+        sql(spark, text.format(m="rl.m"), warehouse=wh).collect()
+        assert mere_rows(wh, "rl.m") == want, text
+        cat.table("rl.m").rollback(base)
+    before = snapshot(wh, "rl.m")
+    for text in M_REFUSED:
+        with pytest.raises(MereError):
+            sql(spark, text.format(m="rl.m"), warehouse=wh).collect()
+        assert snapshot(wh, "rl.m") == before, text
+    # Source rows that would change one target row twice: refused, nothing written.
+    spark.createDataFrame([(1, "a", 1), (1, "a", 2)], "id long, p string, v long").createOrReplaceTempView(
+        "dup"
+    )
+    with pytest.raises(MereError):
+        sql(
+            spark,
+            "MERGE INTO rl.m t USING dup s ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v",
+            warehouse=wh,
+        ).collect()
+    assert snapshot(wh, "rl.m") == before
+
+
+# --- Reads: the filter option against DuckDB's WHERE (NULLs, NOT, IN lists, partition columns). ---
+
+FILTERS = [
+    "v <> 3",
+    "NOT (v > 3)",
+    "p = 'a' OR v IS NULL",
+    "p IS NULL",
+    "p <> 'a'",
+    "v IN (1, 3, NULL)",
+    "v NOT IN (1, NULL)",
+    "s LIKE 'x%'",
+    "coalesce(v, 0) = 0",
+    "s = 'x''y'",
+    "NOT (p = 'a') AND id % 2 = 0",
+    "s || p = 'xa'",
+]
+
+
+def test_filter_option_reads_agree_with_duckdb(spark: SparkSession, wh: str) -> None:
+    data = {
+        "id": list(range(1, 13)),
+        "p": ["a", "b", None] * 4,
+        "v": [1, None, 3, 4, 5, None, 7, 8, -1, 0, None, 12],
+        "s": ["x", None, "y", "x'y", "", None, "z", "x", "y", "q", None, "x"],
+    }
+    t = mere.connect(wh).create_table(
+        "rd.r",
+        pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.int64()), ("s", pa.string())]),
+        primary_key="id",
+        partition_by="p",
+        buckets=3,
+    )
+    t.upsert(pa.table(data))
+    t.upsert(pa.table({k: v[:4] for k, v in data.items()}))  # a second file to merge
+    con = duckdb.connect(":memory:")
+    r = pa.table(data)
+    con.register("r", r)
+    for f in FILTERS:
+        want = sorted(con.execute(f"SELECT * FROM r WHERE {f}").fetchall(), key=repr)
+        df = spark.read.format("mere").option("warehouse", wh).option("filter", f).load("rd.r")
+        assert sorted((tuple(x) for x in df.collect()), key=repr) == want, f
+
+
+# --- DataFrame writes: option spellings and the session's partitionOverwriteMode. ---
+
+
+def test_write_option_spellings_and_session_overwrite_mode(spark: SparkSession, wh: str) -> None:
+    """Spark's options are case-insensitive (keys, and the values of partitionOverwriteMode); the session's
+    mode is the default and an explicit option wins over it. Delta's replaceWhere / overwriteSchema are
+    refused, not ignored."""
+    cat = mere.connect(wh)
+    cat.create_table(
+        "wr.w",
+        pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.int64())]),
+        primary_key="id",
+        partition_by="p",
+        buckets=2,
+    )
+    start = {"id": [1, 2, 3, 4], "p": ["a", "b", "c", None], "v": [1, 2, 3, 4]}
+    df = spark.createDataFrame([(10, "a", 10), (11, None, 11)], "id long, p string, v long")
+    dynamic = [(2, "b", 2), (3, "c", 3), (10, "a", 10), (11, None, 11)]
+    static = [(10, "a", 10), (11, None, 11)]
+
+    def overwrite(**options: str) -> list[tuple[Any, ...]]:
+        cat.table("wr.w").overwrite(pa.table(start))
+        w = df.write.format("mere").mode("overwrite").option("warehouse", wh)
+        for k, v in options.items():
+            w = w.option(k, v)
+        w.save("wr.w")
+        return sorted(mere_rows(wh, "wr.w"))
+
+    try:
+        assert overwrite(partitionOverwriteMode="dynamic") == dynamic
+        assert overwrite(partitionoverwritemode="dynamic") == dynamic
+        assert overwrite(PARTITIONOVERWRITEMODE="DYNAMIC") == dynamic
+        assert overwrite(partitionOverwriteMode="static") == static
+        assert overwrite() == static
+        spark.conf.set("spark.sql.sources.partitionOverwriteMode", "DYNAMIC")
+        assert overwrite() == dynamic
+        assert overwrite(partitionOverwriteMode="static") == static
+    finally:
+        spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+    cat.table("wr.w").overwrite(pa.table(start))
+    before = snapshot(wh, "wr.w")
+    for opts in ({"replaceWhere": "p = 'a'"}, {"overwriteSchema": "true"}, {"partition": '{"p": null}'}):
+        with pytest.raises(Exception, match=r"mere\.errors"):
+            w = df.write.format("mere").mode("overwrite").option("warehouse", wh)
+            for k, v in opts.items():
+                w = w.option(k, v)
+            w.save("wr.w")
+        assert snapshot(wh, "wr.w") == before, opts
