@@ -448,3 +448,32 @@ def test_time_travel_at_each_commit_instant(spark: SparkSession, wh: str, clean:
         assert sorted((tuple(r) for r in got), key=repr) == want, (snap.version, when)
         read = spark.read.format("mere").option("warehouse", wh).option("timestampAsOf", when).load("cat51.a")
         assert sorted((tuple(r) for r in read.collect()), key=repr) == want, (snap.version, when)
+
+
+def test_null_keys_and_sequences_are_refused_on_a_sequenced_catalog_table(
+    spark: SparkSession, wh: str, clean: None
+) -> None:
+    spark.sql(
+        f"CREATE TABLE q51 (id BIGINT, lsn BIGINT, v STRING) USING mere OPTIONS (warehouse '{wh}', "
+        "table 'cat51.q', primary_key 'id') TBLPROPERTIES ('sequence_by' = 'lsn')"
+    )
+    spark.sql("INSERT INTO q51 VALUES (1, 10, 'a'), (2, 10, 'b')")
+    before = snapshot(wh, "cat51.q")
+    for text in ["INSERT INTO q51 VALUES (3, NULL, 'c')", "INSERT INTO q51 VALUES (NULL, 5, 'c')"]:
+        with pytest.raises(Exception):  # noqa: B017
+            spark.sql(text)
+        assert snapshot(wh, "cat51.q") == before, text
+    for text in [
+        "MERGE INTO q51 t USING (SELECT CAST(NULL AS BIGINT) AS id, 11L AS lsn, 'n' AS v) s ON t.id = s.id "
+        "WHEN NOT MATCHED THEN INSERT *",
+        "MERGE INTO q51 t USING (SELECT 1L AS id, CAST(NULL AS BIGINT) AS lsn, 'n' AS v) s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET *",
+        "UPDATE q51 SET lsn = NULL WHERE id = 1",
+    ]:
+        with pytest.raises(MereError):
+            sql(spark, text).collect()
+        assert snapshot(wh, "cat51.q") == before, text
+    sql(spark, "UPDATE q51 SET lsn = lsn + 1, v = 'up' WHERE id = 1").collect()
+    spark.sql("INSERT INTO q51 VALUES (2, 9, 'late')")  # below the stored sequence: stale
+    assert mere_rows(wh, "cat51.q") == [(1, 11, "up"), (2, 10, "b")]
+    assert sorted(tuple(r) for r in spark.sql("SELECT * FROM q51").collect()) == [(1, 11, "up"), (2, 10, "b")]
