@@ -618,12 +618,6 @@ def test_scan_methods_refuse_unknown_columns(tmp_path: Path) -> None:
 # Bugs found (strict xfails: each fails today for the reason given).
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: create_table(sequence_groups=<not a mapping>) raises a raw AttributeError ('list' object "
-    "has no attribute 'values'): create_table('x.y', schema, primary_key='id', sequence_by='s', "
-    "sequence_groups=['v'])",
-)
 @pytest.mark.parametrize("groups", [["v"], "v", True, 1, [("s", ["v"])]])
 def test_sequence_groups_that_are_no_mapping_are_refused(tmp_path: Path, groups: Any) -> None:
     cat = mere.connect(str(tmp_path / "wh"))
@@ -643,12 +637,6 @@ HUGE_INT_WRITES: dict[str, tuple[Callable[[Path], mere.Table], Callable[[mere.Ta
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a dict of lists holding a Python int beyond int64 raises a raw OverflowError ('Python int "
-    "too large to convert to C long') instead of InvalidInput: t.upsert({'id': [2**64], 'day': ['d1']}) "
-    "(also append, delete, overwrite, transaction upsert; merge() refuses it as InvalidInput)",
-)
 @pytest.mark.parametrize("op", sorted(HUGE_INT_WRITES))
 def test_huge_python_ints_in_a_dict_are_refused(tmp_path: Path, op: str) -> None:
     make, write = HUGE_INT_WRITES[op]
@@ -673,11 +661,6 @@ def test_delete_rows_with_a_repeated_column_name_is_refused(tmp_path: Path) -> N
     assert (t.version, _rows(t)) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: set_properties({'write.row-group-rows': 2**63}) is accepted and committed, and every "
-    "later write raises a raw OverflowError ('Python int too large to convert to C long')",
-)
 def test_a_row_group_size_beyond_int64_is_refused_or_harmless_after_set_properties(tmp_path: Path) -> None:
     t = _keyed(tmp_path)
     try:
@@ -688,11 +671,6 @@ def test_a_row_group_size_beyond_int64_is_refused_or_harmless_after_set_properti
     assert (7, "d1", 1, "n") in _rows(t)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: create_table(properties={'write.row-group-rows': 2**63}) creates the table, and its "
-    "first write raises a raw OverflowError ('Python int too large to convert to C long')",
-)
 def test_a_row_group_size_beyond_int64_is_refused_at_creation(tmp_path: Path) -> None:
     cat = mere.connect(str(tmp_path / "wh"))
     try:
@@ -704,11 +682,6 @@ def test_a_row_group_size_beyond_int64_is_refused_at_creation(tmp_path: Path) ->
     assert _rows(t) == OLD
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Catalog.drop_if_unchanged(table, True) takes the bool as version 1 and drops (purges) a "
-    "table at version 1, where every other version argument refuses bools with InvalidInput",
-)
 def test_drop_if_unchanged_refuses_a_bool_version(tmp_path: Path) -> None:
     cat = mere.connect(str(tmp_path / "wh"))
     t = cat.create_table("s.d", SCHEMA, primary_key="id")

@@ -395,7 +395,7 @@ BYTE_PROPERTIES = ("write.chunk-bytes", "read.window-bytes", "read.whole-split-b
 
 
 def _positive(n: int) -> int:
-    if n < 1:
+    if not 1 <= n <= 2**63 - 1:  # counts reach Arrow and Parquet as 64-bit integers
         raise ValueError
     return n
 
@@ -870,6 +870,8 @@ def checked_sequence_by(
     columns = _names(value, "sequence_by")
     if groups is None:
         groups = spec.sequence_groups
+    elif not isinstance(groups, Mapping):
+        checked_sequence_groups(spec, groups, table)  # refuses it, naming the shape it takes
     if not columns:
         if groups:
             raise InvalidInput(

@@ -490,6 +490,8 @@ class Catalog:
 
         This undoes a table a failed write created (the Spark sink calls it when a job that created its table
         aborts). Returns whether it was dropped; a table some commit changed since stays, rows and all."""
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise InvalidInput(f"drop_if_unchanged: version must be an int, got {version!r}")
         ns, short = split_name(table.name)
         record = self.sql.drop_table(ns, short, expect=(table.context.uuid, version), purge=True)
         if record is None:

@@ -52,7 +52,14 @@ def converted_input(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch], boo
     """(schema, batches, whether the batches stream in, rather than already being in memory)."""
     try:
         return _to_batches(data)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as e:
+    except (
+        pa.ArrowInvalid,
+        pa.ArrowTypeError,
+        pa.ArrowNotImplementedError,
+        TypeError,
+        ValueError,
+        OverflowError,
+    ) as e:
         if isinstance(e, InvalidInput):
             raise
         raise InvalidInput(f"cannot convert {type(data).__name__} to Arrow: {e}") from e
