@@ -17,6 +17,7 @@ sees all of a transaction's versions or none of them.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -214,6 +215,12 @@ class CatalogTransaction:
         self._require_open()
         if "exist_ok" in options:
             raise InvalidInput("create_table() in a catalog transaction creates a new table: no exist_ok")
+        takes = [
+            p for p in inspect.signature(self.catalog.new_table).parameters if p not in ("name", "schema")
+        ]
+        unknown = sorted(set(options) - set(takes))
+        if unknown:
+            raise InvalidInput(f"create_table() takes no option(s) {unknown}; it takes {takes}")
         qualified = self.catalog.table_name(name)
         if qualified in self._shares:
             raise InvalidInput(f"{qualified} is in this catalog transaction already")

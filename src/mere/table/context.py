@@ -380,6 +380,9 @@ class DataFiles:
             raise InvalidInput(f"{self.name} has no primary key: delete with a filter")
         schema, batches = to_batches(data)
         table = pa.Table.from_batches(list(batches), schema=schema)
+        names = table.column_names
+        if len(set(names)) != len(names):
+            raise SchemaMismatch(f"{self.name}: rows to delete have duplicate column names {names}")
         missing = [c for c in required if c not in table.column_names]
         if missing:
             what = (

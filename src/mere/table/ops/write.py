@@ -79,7 +79,12 @@ def delete(commit: Commit, where: Any) -> None:
         raise InvalidInput(
             f"{ctx.name}: delete(None) names no rows; to delete every row say delete('TRUE') or truncate()"
         )
-    if isinstance(where, (pa.Table, pa.RecordBatch, dict)) or type(where).__module__.startswith("pandas"):
+    if (
+        isinstance(where, (pa.Table, pa.RecordBatch, pa.RecordBatchReader, dict))
+        or type(where).__module__.startswith("pandas")
+        or hasattr(where, "__arrow_c_stream__")  # Polars, DuckDB relations, ...: rows as writes take them
+        or hasattr(where, "__arrow_c_array__")
+    ):
         keys = ctx.files.key_rows(where, ctx.spec.primary_key)
         cols = [c for c in marker_columns(ctx.spec) if c in keys.column_names]
         if len(cols) == len(marker_columns(ctx.spec)):
