@@ -150,7 +150,14 @@ LITERALS: dict[str, list[str]] = {
 }
 # DuckDB gives an IN list or BETWEEN one common type: a DOUBLE among decimals on a FLOAT column compares
 # the decimals as DOUBLE too (a documented divergence), so lists and bounds on f32 hold no DOUBLE literal.
-LISTED = {**LITERALS, "f32": [t for t in F32_LIT if "e" not in t and not t.startswith("'")]}
+# DuckDB 2.0 pushes `u64 IN (18446744073709551616, 1e2)` into its Arrow scan as 0 (its bug: SELECT says
+# false), so lists and bounds on integer columns stay within 64 bits.
+NARROW_INT = [t for t in INT_LIT if t != "18446744073709551616"]
+LISTED = {
+    **LITERALS,
+    **{c: NARROW_INT for c in ("p", "i8", "i16", "i32", "u8", "u64")},
+    "f32": [t for t in F32_LIT if "e" not in t and not t.startswith("'")],
+}
 
 EXPRESSIONS = [
     "i32 + 1 > 0", "i8 * 2 < 100", "i16 - i8 = 0", "i32 % 3 = 1", "i32 // 2 = 2", "i32 / 2 > 1.5",
@@ -544,6 +551,10 @@ def col_exprs(draw: st.DrawFn) -> tuple[Any, str]:
         items = draw(st.lists(values, min_size=1, max_size=3))
         if column == "f32":  # DuckDB types a list as one: a DOUBLE among them makes decimals DOUBLE too
             items = [v for v in items if not isinstance(v, Decimal)] or [0.0]
+        if pa.types.is_integer(SCHEMA.field(column).type) and len(items) > 1:
+            # DuckDB 2.0 pushes `u64 IN (18446744073709551616, 2.0)` into its Arrow scan as 0 (its bug:
+            # SELECT says false): lists of several items stay within 64 bits
+            items = [v for v in items if not (isinstance(v, int) and v >= 2**64)] or [0]
         neg = draw(st.booleans())
         text = f"{column} {'NOT IN' if neg else 'IN'} ({', '.join(map(sql_literal, items))})"
         return (c.not_in(items) if neg else c.isin(items)), text
