@@ -190,11 +190,11 @@ def _double_on_narrow(value: float, typ: pa.DataType) -> object:
     """A double on a float32 or float16 column, compared as SQL compares them (the column value widened
     to a double, which is exact): the column value that equals it, else a Gap between its neighbours."""
     np_type = np.float32 if typ.bit_width == 32 else np.float16
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore"):  # beyond the type's range: its infinity (the largest value's neighbour)
         narrow = np_type(value)
-    if math.isnan(value) or float(narrow) == value:
-        return float(narrow)
-    other = np.nextafter(narrow, np_type(math.inf if value > float(narrow) else -math.inf))
+        if math.isnan(value) or float(narrow) == value:
+            return float(narrow)
+        other = np.nextafter(narrow, np_type(math.inf if value > float(narrow) else -math.inf))
     below, above = sorted((float(narrow), float(other)))
     return Gap(below, above)
 

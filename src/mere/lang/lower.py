@@ -292,6 +292,9 @@ def _integer_scalar(value: int) -> pa.Scalar:
     return pa.scalar(float(value), pa.float64())
 
 
+_UNITS = ("ns", "us", "ms", "s")  # finest first
+
+
 @dataclass(frozen=True)
 class Typed:
     """A lowered expression and the Arrow type of its values."""
@@ -872,6 +875,12 @@ class Lowering:
         if _is_float(left.type) or _is_float(right.type):
             return self._float_compare(op, left, right)
         left, right = self._integers(left, right)
+        lt, rt = left.type, right.type
+        if pa.types.is_timestamp(lt) and pa.types.is_timestamp(rt) and lt != rt and lt.tz and rt.tz:
+            # Instants of other zones and units: Arrow has no kernel for both at once; the finer unit in
+            # UTC holds both (a zone is a label on the same instant).
+            fine = pa.timestamp(min((lt.unit, rt.unit), key=_UNITS.index), "UTC")
+            left, right = self.cast(left, fine), self.cast(right, fine)
         names = {
             "==": "equal",
             "!=": "not_equal",
