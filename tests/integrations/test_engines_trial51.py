@@ -864,12 +864,6 @@ def test_mere_dataset_methods_equal_arrow_on_the_merged_rows(lake: Lake, which: 
         assert set(head["k"].to_pylist()) <= set(want["k"].to_pylist())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Ray projection pushdown (MereDatasource.apply_projection) silently drops columns the scan "
-    "does not have: read_table(t, columns=['k']).select_columns(['k', 'v']).take_all() returns rows with only "
-    "'k' (and select_columns(['v']).take(1) returns []), where Ray's own sources raise",
-)
 def test_ray_select_columns_of_a_column_the_scan_lacks_is_an_error(lake: Lake, ray_mod: Any) -> None:
     from mere.integrations.ray import read_table
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from mere.errors import CommitStateUnknown, InvalidInput, MereError, NotInstalled
+from mere.errors import CommitStateUnknown, InvalidInput, MereError, NotInstalled, SchemaMismatch
 from mere.metadata import CommitResult
 from mere.table.catalog_transaction import CatalogSnapshot, pinned_version
 from mere.table.scan import TASK_BYTES, Scan, ScanTask, group_tasks, read_tasks
@@ -186,7 +186,12 @@ class MereDatasource(Datasource):
         if projection_map is None:
             return self
         have = self._scan.output_columns
-        columns = [c for c in projection_map if c in have]
+        lacking = [c for c in projection_map if c not in have]
+        if lacking:  # as Ray's own sources: a column the read does not produce is an error, not dropped
+            raise SchemaMismatch(
+                f"{self._scan.table.name}: the read has no column(s) {lacking}; it has {have}"
+            )
+        columns = list(projection_map)
         clone = _copy(self)
         clone._scan = self._scan.select(*columns)
         clone._tasks = None
