@@ -670,13 +670,6 @@ def test_key_swap_in_one_statement_keeps_both_rows(source: Source, statement: st
         assert diff(mere_state(cat, "src.sh", ["id"]), source.state("sh")) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=CdcEventError,
-    reason="BUG: a valid timestamptz whose zone offset has seconds is refused: PostgreSQL with "
-    "TimeZone=Europe/Amsterdam writes '1900-01-01 00:00:00+00:19:32' (LMT); sync_batch raises "
-    "CdcEventError 'a value is not a timestamp with time zone ... expected a zone offset'",
-)
 def test_timestamptz_with_a_seconds_offset_round_trips(source: Source) -> None:
     source.ddl("CREATE TABLE lmt (id integer PRIMARY KEY, at timestamptz)")
     conn = source.conn

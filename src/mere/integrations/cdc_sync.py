@@ -325,6 +325,8 @@ def decode_values(text: pa.Array, name: str) -> pa.Array:
     """
     kind, encoding = source_type(name)
     try:
+        if encoding == "text" and pa.types.is_timestamp(kind) and kind.tz is not None:
+            return _zoned_text(text, kind)
         if encoding == "text":
             return pc.cast(text, kind)
         if encoding == "days":
@@ -340,6 +342,33 @@ def decode_values(text: pa.Array, name: str) -> pa.Array:
         return _base64_binary(text)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
         raise InvalidInput(f"a value is not a {name}: {e}") from None
+
+
+_SECONDS_OFFSET = r"(?P<sign>[+-])(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)$"
+
+
+def _zoned_text(text: pa.Array, kind: pa.DataType) -> pa.Array:
+    """Timestamps with a zone offset as text; PostgreSQL writes an offset with seconds for local mean times
+    (``1900-01-01 00:00:00+00:19:32`` in Europe/Amsterdam), which Arrow's parser does not take."""
+    odd = pc.fill_null(pc.match_substring_regex(text, _SECONDS_OFFSET), False)
+    if not pc.any(odd).as_py():
+        return pc.cast(text, kind)
+    parts = pc.extract_regex(pc.if_else(odd, text, "+00:00:00"), _SECONDS_OFFSET)
+    sign = pc.if_else(pc.equal(parts.field("sign"), "-"), -1, 1)
+    seconds = pc.add(
+        pc.add(
+            pc.multiply(pc.cast(parts.field("h"), pa.int64()), 3600),
+            pc.multiply(pc.cast(parts.field("m"), pa.int64()), 60),
+        ),
+        pc.cast(parts.field("s"), pa.int64()),
+    )
+    offset = pc.cast(pc.multiply(pc.multiply(sign, seconds), 1_000_000), pa.duration("us"))
+    local = pc.cast(
+        pc.replace_substring_regex(pc.if_else(odd, text, None), _SECONDS_OFFSET, ""), pa.timestamp("us")
+    )
+    shifted = pc.cast(pc.cast(pc.subtract_checked(local, offset), pa.int64()), pa.timestamp("us", "UTC"))
+    plain = pc.cast(pc.if_else(odd, None, text), kind)
+    return pc.if_else(odd, shifted.cast(kind), plain)
 
 
 def _unscaled(text: pa.Array, kind: pa.DataType) -> pa.Array:
