@@ -283,11 +283,18 @@ def source_type(name: str) -> tuple[pa.DataType, str]:
             binary ``Decimal``: use Debezium's ``decimal.handling.mode=string``, arrays, ...).
     """
     text = name.strip().lower()
-    match = re.fullmatch(r"(numeric|decimal)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)", text)
+    match = re.fullmatch(r"(numeric|decimal)\s*\(\s*(\d+)\s*(?:,\s*(-?\d+)\s*)?\)", text)
     if match:
         precision, scale = int(match.group(2)), int(match.group(3) or 0)
-        if precision > 38:
-            raise InvalidInput(f"type {name!r}: precision above 38 has no exact Arrow type")
+        # PostgreSQL 15 takes a scale above the precision (numeric(3,5): below 0.01) and below zero
+        # (numeric(5,-2): hundreds); Parquet's decimals take neither, so the type that holds every value
+        # exactly stands in: numeric(s,s), numeric(p-s,0).
+        if scale > precision:
+            precision = scale
+        elif scale < 0:
+            precision, scale = precision - scale, 0
+        if not 1 <= precision <= 38:
+            raise InvalidInput(f"type {name!r}: no exact Arrow type (a precision above 38)")
         return pa.decimal128(precision, scale), "text"
     match = re.fullmatch(r"org\.apache\.kafka\.connect\.data\.decimal\((\d*),(\d+)\)", text)
     if match:  # Connect's binary decimal: the unscaled value's bytes; precision and scale from the schema
