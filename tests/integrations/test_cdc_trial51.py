@@ -937,13 +937,6 @@ def test_typed_composite_key_changes(source: Source, zone: str) -> None:
         assert diff(mere_state(cat, "src.tk", key), states[-1]) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: widening a primary-key column in the source (ALTER COLUMN id TYPE bigint, documented as "
-    "a widening) raises InvalidInput \"'id' is a primary-key column and cannot be retyped\" from "
-    "apply_plan instead of evolving or raising CdcEventError; with on_error='quarantine' nothing of the "
-    "batch commits (the other tables' good events are stuck too)",
-)
 def test_widening_a_key_column_is_evolved_or_quarantined(source: Source) -> None:
     source.ddl("CREATE TABLE kw (id integer PRIMARY KEY, v text)")
     source.ddl("CREATE TABLE bystander (id integer PRIMARY KEY)")

@@ -1094,6 +1094,24 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
                 raise CdcEventError(
                     f"column {col!r}: {e}", table, _first_bad(raw, _pick(after, before, col, delete_mask, n))
                 ) from None
+        if (
+            old is not None
+            and old != kind
+            and can_widen(old, kind)
+            and existing is not None
+            and col in existing.spec.identity_columns
+        ):
+            # A key or partition column keeps its type (its bucket hash and partition values follow the
+            # type): values the old type holds are taken as it; others stop the table's events.
+            try:
+                typed, kind = pc.cast(typed, old), old
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise CdcEventError(
+                    f"column {col!r} is a key or partition column of {old} that the source changed to {kind}, "
+                    f"and a value does not fit {old} ({e}); mere cannot retype it: recreate the table",
+                    table,
+                    raw[0].as_py(),
+                ) from None
         if old is not None and old != kind:
             if can_widen(old, kind):
                 widen.append((col, kind))
