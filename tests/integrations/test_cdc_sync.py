@@ -372,6 +372,23 @@ def test_a_row_image_naming_a_column_twice_is_refused(tmp_path: Path, image: str
     assert kept.refused == 1 and kept.applied == 0
 
 
+def test_two_source_tables_of_one_name_in_one_batch_are_refused(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    types = {"id": "integer", "v": "text"}
+    lines = [
+        wal2json_line(schema, "t", "I", None, {"id": 1, "v": schema}, lsn, types, ["id"])
+        for lsn, schema in ((10, "public"), (11, "other"))
+    ]
+    e = _bad(cat, lines, "wal2json")
+    assert "map onto one table s.t" in str(e) and "overrides" in str(e)
+    kept = sync_batch(cat, events_from_json(lines, "wal2json"), SyncOptions("s", on_error="quarantine"), "q")
+    assert kept.refused == 2 and "s.t" not in cat.tables()
+    one = sync_batch(cat, events_from_json(lines[:1], "wal2json"), SyncOptions("s"), "one")
+    assert one.applied == 1 and cat.table("s.t").spec.properties["cdc.source-table"] == "public.t"
+    e = _bad(cat, lines[1:], "wal2json")  # a later batch of the other one
+    assert "holds the events of source table public.t, not of other.t" in str(e)
+
+
 def test_a_type_change_that_cannot_evolve_is_refused_naming_the_table(tmp_path: Path) -> None:
     cat = _cat(tmp_path)
     _seed(cat)

@@ -963,13 +963,6 @@ def test_widening_a_key_column_is_evolved_or_quarantined(source: Source) -> None
             assert diff(got, source.state("kw")) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: two source tables of the same name in different schemas (public.t, other.t) map onto one "
-    "target src.t without a word: synced in separate batches, other.t's row id=1 overwrites public.t's "
-    "(lost data); in one batch sync_batch raises a bare InvalidInput 'src.t is in this catalog "
-    "transaction already' (not CdcEventError)",
-)
 def test_same_table_name_in_two_schemas_is_not_merged(source: Source) -> None:
     conn = source.conn
     conn.execute("CREATE SCHEMA other")

@@ -530,6 +530,10 @@ def _lsn(value: Any) -> int | None:
     return position if position is not None and 0 <= position <= _MAX_POSITION else None
 
 
+SOURCE_PROPERTY = "cdc.source-table"
+"""The table property naming the source table a synced table holds (``schema.table``): the events of
+another source table that maps onto the same name are refused, not merged into it."""
+
 TOMBSTONE = "tombstone"
 """The op of a Debezium tombstone (a Kafka message whose value is null): skipped."""
 
@@ -1013,6 +1017,17 @@ def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan
                 if stop:
                     raise CdcEventError(str(e), str(table), rows.column("raw")[0].as_py()) from None
                 refused.add(rows, str(e))
+    targets: dict[str, list[TablePlan]] = {}
+    for tp in plans:
+        targets.setdefault(tp.name, []).append(tp)
+    for name, sharing in targets.items():
+        if len(sharing) < 2:
+            continue
+        sources = sorted(tp.source for tp in sharing)
+        reason = f"source tables {sources} map onto one table {name} (give overrides[...]['name'])"
+        for tp in sharing:
+            plans.remove(tp)
+            refuse(events.filter(pc.equal(events.column("table"), tp.source)), reason)
     return SyncPlan(plans, refused.table(), total, skipped_count)
 
 
@@ -1020,6 +1035,14 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
     name = options.target(table)
     raw = events.column("raw")
     existing = _open(cat, name)
+    recorded = None if existing is None else existing.spec.properties.get(SOURCE_PROPERTY)
+    if recorded is not None and recorded != table:
+        raise CdcEventError(
+            f"{name} holds the events of source table {recorded}, not of {table}: two source tables map "
+            "onto one name (give overrides[...]['name'])",
+            table,
+            raw[0].as_py(),
+        )
     key = _key_of(table, events, options, existing)
     keyed = key is not None
     if not keyed and options.no_key == "refuse":
@@ -1197,7 +1220,10 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
             "primary_key": key,
             "partition_by": list(partition) if partition else None,
             "buckets": options.override(table, "buckets", options.buckets) if keyed else None,
-            "properties": dict(options.override(table, "properties", options.properties)) or None,
+            "properties": {
+                **dict(options.override(table, "properties", options.properties) or {}),
+                SOURCE_PROPERTY: table,
+            },
         }
         if keyed:
             create["cdc_column"] = OP_COLUMN
