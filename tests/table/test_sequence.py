@@ -352,8 +352,9 @@ def test_update_and_merge_follow_sequences(t: mere.Table) -> None:
     up(t, (1, 5, "u", "a"), (2, 5, "u", "b"))
     t.update({"v": "'set'"}, "k = 1")  # keeps the row's sequence: wins the tie as the later commit
     assert rows(t) == [(1, "set", 5), (2, "b", 5)]
-    t.update({"v": "'lower'", "seq": "1"}, "k = 2")  # an update to a lower sequence loses
+    lost = t.update({"v": "'lower'", "seq": "1"}, "k = 2")  # an update to a lower sequence loses
     assert rows(t) == [(1, "set", 5), (2, "b", 5)]
+    assert lost.stale_rows == 1, lost  # counted as lost
     source = pa.table({"k": [1, 2, 3], "p": [1, 0, 1], "v": ["m1", "m2", "m3"], "seq": [4, 9, 1]})
     (
         t.merge(source)

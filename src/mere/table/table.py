@@ -808,7 +808,9 @@ class Table:
         tables write the changed rows as whole new rows (a merge operator's column takes the value set, it
         is not folded into the old one); tables without a key rewrite the files holding matching rows.
         Key columns cannot be set; a partition column can where keys are table-wide (the row moves to its
-        new partition), not under ``key_scope="partition"``.
+        new partition), not under ``key_scope="partition"``. On a table with :attr:`sequence_by`, a row set
+        below the sequence it had loses to its version, as any write does: it is not written, and the
+        result's ``stale_rows`` counts it.
 
         Args:
             set: column -> SQL expression text of the row.

@@ -40,7 +40,7 @@ CATALOG_CONF = "spark.mere.catalog"
 
 METRICS_SCHEMA = (
     "statement string, inserted long, updated long, deleted long, unchanged long, files long, version long, "
-    "rows_read long, splits_read long, seconds double, already_committed boolean"
+    "rows_read long, splits_read long, seconds double, already_committed boolean, stale long"
 )
 """The columns of the one-row DataFrame a MERGE, UPDATE or DELETE returns."""
 HISTORY_SCHEMA = (
@@ -473,6 +473,7 @@ def _metrics(spark: Any, statement: str, metrics: MergeMetrics) -> Any:
         m["splits_read"],
         float(m["seconds"]),
         bool(m["already_committed"]),
+        m["stale_rows"],
     )
     return spark.createDataFrame([row], METRICS_SCHEMA)
 

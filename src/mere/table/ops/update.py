@@ -26,7 +26,7 @@ from mere.spec import OP_DELETE, OP_PUT, TableSpec, is_number, is_text
 from mere.table.commit import Change, Commit
 from mere.table.conflicts import RowsUnchanged
 from mere.table.context import TableContext, split_label
-from mere.table.ops.write import rewrite_files
+from mere.table.ops.write import rewrite_files, stale_summary
 from mere.table.revalidate import ReadRows
 from mere.table.write_checks import WriteChecks
 from mere.write.cast import incompatibility, relax_nested
@@ -70,6 +70,7 @@ class UpdateWhere:
         read_keys = rows.select(list(spec.primary_key))
         values = _update_values(ctx, self.values)
         files: list[FileEntry] = []
+        stale = 0
         if rows.num_rows:
             try:
                 computed = evaluate(rows, values)
@@ -79,12 +80,14 @@ class UpdateWhere:
             for name in values:
                 rows = rows.set_column(rows.schema.get_field_index(name), name, computed.column(name))
             conformed, _ = conform(rows, spec, partial_ok=False, identifier=ctx.name)
-            if spec.sequence_by and spec.cross_partition:
-                # A row moved to another partition with a lower sequence than the version it read loses,
-                # as it does in place: it is not written, and its old version stays.
-                stale = _moved_mask(spec, before, conformed, values) & sequence_lower(spec, before, conformed)
-                if stale.any():
-                    keep = pa.array(~stale)
+            if spec.sequence_by:
+                # A row set below the sequence of the version it read loses to that version (sequence_by
+                # orders every write, as MERGE's): counted in stale_rows. Moved to another partition, it
+                # is not written, and its old version stays (as in place).
+                lower = sequence_lower(spec, before, conformed)
+                stale = int(lower.sum())
+                if spec.cross_partition and stale:
+                    keep = pa.array(~(lower & _moved_mask(spec, before, conformed, values)))
                     before, conformed = before.filter(keep), conformed.filter(keep)
             ops = np.full(conformed.num_rows, OP_PUT, dtype=np.int8)
             files = ctx.files.write(prepare(spec, conformed, ops, identifier=ctx.name))
@@ -104,7 +107,9 @@ class UpdateWhere:
                 except BaseException:
                     ctx.files.discard(files)
                     raise
-        change = Change("update", files, rows.num_rows, {"updated_rows": rows.num_rows})
+        change = Change(
+            "update", files, rows.num_rows, {"updated_rows": rows.num_rows, **stale_summary(spec, stale)}
+        )
         change.rule = RowsUnchanged(frozenset(read), False, "UPDATE", scope)
         change.read_rows = ReadRows(read_keys, self.where, scope)
         return change
