@@ -373,10 +373,8 @@ def test_insert_spellings_and_refusals_on_catalog_tables(spark: SparkSession, wh
         "INSERT INTO t51a PARTITION (p = 'a') SELECT 8, 8",
         "INSERT OVERWRITE t51a PARTITION (p = 'a') SELECT 8, 8",
         # mere's: forms the hook cannot name, which would otherwise write where the source's metadata says.
-        "WITH s AS (SELECT * FROM t51b) INSERT INTO t51a SELECT * FROM s",
         "FROM t51b INSERT INTO t51a SELECT *",
         "FROM src INSERT INTO t51a SELECT * WHERE id = 9 INSERT INTO t51b SELECT * WHERE id = 10",
-        "WITH s AS (SELECT * FROM t51b) INSERT OVERWRITE t51a SELECT * FROM s",
         "INSERT INTO t51a WITH ('table' = 'cat51.b') VALUES (11, 'k', 11)",
         "INSERT INTO t51a WITH ('TABLE' = 'cat51.b') VALUES (12, 'k', 12)",
         "INSERT INTO t51a WITH ('Warehouse' = '/nonexistent/elsewhere') VALUES (13, 'k', 13)",
@@ -397,24 +395,19 @@ def test_insert_spellings_and_refusals_on_catalog_tables(spark: SparkSession, wh
     assert mere.connect(wh).tables() == ["cat51.a", "cat51.b"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an INSERT after a WITH clause into a bound mere catalog table is refused with the advice for "
-    "an unbound one ('this write names no mere table ... To fix it, DROP TABLE it'), though the table is "
-    "fine: spark.sql(\"WITH s AS (SELECT 3L AS id, 'c' AS p, 3L AS v) INSERT INTO t51a SELECT * FROM s\")",
-)
-def test_an_insert_after_a_with_clause_is_refused_without_blaming_the_table(
-    spark: SparkSession, wh: str, clean: None
-) -> None:
+def test_an_insert_after_a_with_clause_lands_in_its_table(spark: SparkSession, wh: str, clean: None) -> None:
+    # found: refused with the advice for a table that names no mere table (DROP TABLE it)
     _catalog_pair(spark, wh)
-    before = snapshot(wh, "cat51.a")
-    try:
-        spark.sql("WITH s AS (SELECT 3L AS id, 'c' AS p, 3L AS v) INSERT INTO t51a SELECT * FROM s")
-    except Exception as e:  # refusing is fine, with the refusal of a write that names no table
-        assert snapshot(wh, "cat51.a") == before
-        assert "names no mere table" not in str(e) and "DROP TABLE it" not in str(e), str(e)[-1500:]
-        return
+    spark.sql("WITH s AS (SELECT 3L AS id, 'c' AS p, 3L AS v) INSERT INTO t51a SELECT * FROM s")
     assert mere_rows(wh, "cat51.a") == [(1, "a", 1), (3, "c", 3)]
+    spark.sql(
+        "WITH a (id, p, v) AS (SELECT 4L, 'd', 4L), `b c` AS (SELECT * FROM a WHERE p != ')') "
+        "INSERT OVERWRITE t51a SELECT * FROM `b c`"
+    )
+    assert mere_rows(wh, "cat51.a") == [(4, "d", 4)]
+    b = mere_rows(wh, "cat51.b")
+    spark.sql("WITH s AS (SELECT * FROM t51b) INSERT INTO t51a SELECT * FROM s")  # rows of another table
+    assert mere_rows(wh, "cat51.a") == sorted([(4, "d", 4), *b], key=repr) and mere_rows(wh, "cat51.b") == b
 
 
 def test_time_travel_at_each_commit_instant(spark: SparkSession, wh: str, clean: None) -> None:

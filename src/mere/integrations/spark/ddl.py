@@ -302,7 +302,61 @@ _HOOKED = "_mere_ddl_hook"
 # A table name as a statement gives it: dotted parts, each a word or a backquoted name.
 _TABLE_NAME = r"((?:`(?:[^`]|``)*`|[\w]+)(?:\s*\.\s*(?:`(?:[^`]|``)*`|[\w]+))*)"
 _INSERT = re.compile(r"^\s*insert\s+(?:into|overwrite)\s+(?:table\s+)?" + _TABLE_NAME, re.IGNORECASE)
+_INSERT_ANYWHERE = re.compile(_INSERT.pattern.removeprefix("^"), re.IGNORECASE)
 _WITH_OPTIONS = re.compile(r"\s*with\s*\(", re.IGNORECASE)
+_CTE_HEAD = re.compile(r"\s*with\s+(?:recursive\s+)?", re.IGNORECASE)
+_CTE_NAME = re.compile(r"\s*(?:`(?:[^`]|``)*`|[A-Za-z_]\w*)\s*", re.IGNORECASE)
+_CTE_AS = re.compile(r"\s*as\s*\(", re.IGNORECASE)
+
+
+def _closing(text: str, start: int) -> int | None:
+    """The index just after the parenthesis that closes the one before ``start`` (quotes skipped)."""
+    depth, i = 1, start
+    while i < len(text):
+        c = text[i]
+        if c in "'\"`":
+            end = i + 1
+            while end < len(text) and text[end] != c:
+                end += 2 if text[end] == "\\" and c != "`" else 1
+            i = end + 1
+            continue
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        i += 1
+        if depth == 0:
+            return i
+    return None
+
+
+def _after_common_table_expressions(text: str) -> int | None:
+    """Where the statement after ``WITH name [(columns)] AS (...) [, ...]`` starts, or None if ``text``
+    does not open with such a list."""
+    head = _CTE_HEAD.match(text)
+    if head is None:
+        return None
+    at = head.end()
+    while True:
+        name = _CTE_NAME.match(text, at)
+        if name is None:
+            return None
+        at = name.end()
+        if text.startswith("(", at):  # a column list
+            closed = _closing(text, at + 1)
+            if closed is None:
+                return None
+            at = closed
+        body = _CTE_AS.match(text, at)
+        if body is None:
+            return None
+        closed = _closing(text, body.end())
+        if closed is None:
+            return None
+        at = closed
+        more = re.compile(r"\s*,").match(text, at)
+        if more is None:
+            return at
+        at = more.end()
+
+
 _ALTER_COLUMNS = re.compile(
     r"^\s*alter\s+table\s+" + _TABLE_NAME + r"\s+(add|drop|rename\s+column|alter|change|replace)\b",
     re.IGNORECASE,
@@ -353,6 +407,9 @@ def name_insert_target(spark: Any, text: str) -> str:
         InvalidInput: The statement's own options name another mere table than ``t`` (nothing is written).
     """
     m = _INSERT.match(text)
+    if m is None:
+        after = _after_common_table_expressions(text)  # WITH s AS (...) INSERT INTO t ...
+        m = None if after is None else _INSERT_ANYWHERE.match(text, after)
     if m is None:
         return text
     try:
@@ -771,7 +828,7 @@ def install_ddl_hook() -> None:
             creation = _parse(self, sqlQuery)
             if creation is not None:
                 return _run_creation(self, creation)
-        if statement and _INSERT.match(sqlQuery):
+        if statement and (_INSERT.match(sqlQuery) or _CTE_HEAD.match(sqlQuery)):
             sqlQuery = name_insert_target(self, sqlQuery)
         if isinstance(sqlQuery, str) and _ALTER_COLUMNS.match(sqlQuery):
             refuse_column_changes(self, sqlQuery)  # with parameters too: the table's name is plain text
