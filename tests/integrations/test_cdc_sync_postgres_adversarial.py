@@ -434,3 +434,31 @@ def test_a_partial_update_takes_a_stored_version_newer_than_the_batch_rows_befor
     rows, unresolved = _apply([[first], [old], [newer], [old, _w2j("U", 0x40, 1, 3)]])
     assert rows == {1: (3, Z)}
     assert unresolved == [0, 0, 0, 0]
+
+
+def _in_txn(xid: int, lines: list[str]) -> list[str]:
+    return [line[:-1] + f',"xid":{xid}}}' for line in lines]
+
+
+@pytest.mark.parametrize("stored_before", [True, False])
+def test_keys_shifted_in_one_transaction_keep_every_row(stored_before: bool) -> None:
+    # A deferrable key shifted by one statement (UPDATE SET id = id + 1, rows 1 and 2): 1 -> 2 is logged
+    # before 2 -> 3, and the second move's delete of 2 means the row that held 2 before, not the moved one.
+    first = _in_txn(1, [_w2j("I", 0x10, 1, 0, "one"), _w2j("I", 0x11, 2, 0, "two")])
+    shift = _in_txn(2, [_w2j("U", 0x20, 2, 0, "one", old=1), _w2j("U", 0x21, 3, 0, "two", old=2)])
+    batches = [first, shift] if stored_before else [first + shift]
+    rows, _ = _apply([*batches, shift])  # and the shift delivered again
+    assert rows == {2: (0, "one"), 3: (0, "two")}
+
+
+@pytest.mark.parametrize("deleted_first", [True, False])
+def test_a_chain_of_key_changes_in_one_transaction_deletes_its_middle_key(deleted_first: bool) -> None:
+    # 1 -> 2 -> 3 in one transaction, 2 held by no row before it (never, or deleted earlier in it)
+    first = _in_txn(
+        1, [_w2j("I", 0x10, 1, 0, "one")] + ([_w2j("I", 0x11, 2, 0, "two")] if deleted_first else [])
+    )
+    chain = [_w2j("U", 0x20, 2, 0, "one", old=1), _w2j("U", 0x21, 3, 0, "one", old=2)]
+    if deleted_first:
+        chain.insert(0, _w2j("D", 0x1F, 2, old=2))
+    rows, _ = _apply([first, _in_txn(2, chain), _in_txn(2, chain)])
+    assert rows == {3: (0, "one")}

@@ -648,12 +648,6 @@ def test_composite_keys_and_multi_table_transactions_follow_postgres(
 # -- 4. the bugs, as deterministic reproductions from a real PostgreSQL ------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a key shift/swap in one UPDATE of a DEFERRABLE primary key loses a row: PostgreSQL "
-    "rows id 1,2; UPDATE t SET id = id + 1 -> source {2,3}, synced {3} (the second move's delete of "
-    "its old key 2 removes the row the first move just put there)",
-)
 @pytest.mark.parametrize("statement", ["UPDATE sh SET id = id + 1", "UPDATE sh SET id = 3 - id"])
 def test_key_swap_in_one_statement_keeps_both_rows(source: Source, statement: str) -> None:
     source.ddl("CREATE TABLE sh (id integer PRIMARY KEY DEFERRABLE, v text)")

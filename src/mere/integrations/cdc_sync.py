@@ -723,6 +723,7 @@ class PartialRows:
     missing: dict[str, np.ndarray]  # column -> rows missing it
     lookup: pa.Table  # key columns, one row per row of the table plan
     moved: np.ndarray | None = None  # rows that are key-changing updates
+    gone: int | None = None  # the old-key deletes of those, the table plan's last rows (None: one per move)
 
 
 @dataclass
@@ -1191,8 +1192,23 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         }
         gone[options.sequence_column] = rows.column(options.sequence_column).take(take)
         gone[OP_COLUMN] = pa.array(["d"] * len(moved), pa.string())
-        rows = pa.concat_tables([rows, pa.table(gone).select(rows.column_names).cast(rows.schema)])
-        missing = {c: np.concatenate([m, np.zeros(len(moved), dtype=bool)]) for c, m in missing.items()}
+        gone_rows = pa.table(gone).select(rows.column_names).cast(rows.schema)
+        kept = _shifted_keys_kept(
+            None if existing is None else cat,
+            name,
+            key or [],
+            options.sequence_column,
+            rows,
+            gone_rows,
+            moved,
+            events.column("txn").combine_chunks(),
+        )
+        if not kept.all():
+            gone_rows = gone_rows.filter(pa.array(kept))
+        rows = pa.concat_tables([rows, gone_rows])
+        missing = {
+            c: np.concatenate([m, np.zeros(gone_rows.num_rows, dtype=bool)]) for c, m in missing.items()
+        }
     partial = None
     if missing:
         # the key each row's missing values come from: its own, the old one for an update that moved it
@@ -1208,7 +1224,12 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
                     lookup.column(c).take(pa.array(idx)),
                 )
                 lookup = lookup.set_column(lookup.schema.get_field_index(c), c, merged)
-        partial = PartialRows(missing, lookup, None if moved is None else np.asarray(moved))
+        partial = PartialRows(
+            missing,
+            lookup,
+            None if moved is None else np.asarray(moved),
+            None if moved is None else rows.num_rows - n,
+        )
     create = None
     if existing is None:
         schema = pa.schema([*fields, pa.field(options.sequence_column, pa.int64(), nullable=False)])
@@ -1244,6 +1265,79 @@ def _decode_as(text: pa.Array, kind_name: str | None, kind: pa.DataType) -> pa.A
         return _cast_like(pc.cast(text, pa.string()), kind)
     typed = decode_values(text, kind_name)
     return typed if typed.type == kind else pc.cast(typed, kind)
+
+
+def _shifted_keys_kept(
+    cat: Catalog | None,
+    name: str,
+    key: Sequence[str],
+    seq_col: str,
+    rows: pa.Table,
+    gone: pa.Table,
+    moved: np.ndarray,
+    txn: pa.Array,
+) -> np.ndarray:
+    """Which old-key deletes of key-changing updates stand. One that follows, in the same source
+    transaction, an update moving another row onto that key while the key held a row (a deferrable key
+    shifted or swapped in one statement, ``SET id = id + 1``: two rows held it for a moment) deletes the
+    row that was there before, not the one moved there: it is dropped, and the moved row stays. Whether
+    the key held a row: its latest earlier event in the batch is a live row, or, with none, its stored
+    row (``cat``: None for a new table) is live and not newer than the move."""
+    kept = np.ones(gone.num_rows, dtype=bool)
+    if not key or len(moved) < 2 or txn.null_count == len(txn):
+        return kept
+    keys = list(key)
+    seq = rows.column(seq_col).to_numpy(zero_copy_only=False)
+    at, through = pa.array(seq[moved]), txn.take(pa.array(moved))
+    onto = rows.select(keys).take(pa.array(moved)).append_column("__a", at).append_column("__txn", through)
+    leaving = (
+        gone.select(keys)
+        .append_column("__b", at)
+        .append_column("__txn", through)
+        .append_column("__j", pa.array(np.arange(len(moved))))
+    )
+    pairs = leaving.join(onto, [*keys, "__txn"], join_type="inner")
+    pairs = pairs.filter(pc.less(pairs.column("__a"), pairs.column("__b")))
+    if not pairs.num_rows:
+        return kept
+    every = pa.concat_tables(
+        [
+            rows.select(keys)
+            .append_column("__s", pa.array(seq))
+            .append_column("__live", pc.not_equal(rows.column(OP_COLUMN), "d")),
+            gone.select(keys)
+            .append_column("__s", at)
+            .append_column("__live", pa.array(np.zeros(len(moved), dtype=bool))),
+        ]
+    )
+    earlier = pairs.select([*keys, "__a", "__j"]).join(every, keys, join_type="inner")
+    earlier = earlier.filter(pc.less(earlier.column("__s"), earlier.column("__a")))
+    held = np.zeros(len(moved), dtype=bool)
+    seen = np.zeros(len(moved), dtype=bool)
+    if earlier.num_rows:
+        latest = earlier.join(earlier.group_by(["__j"]).aggregate([("__s", "max")]), ["__j"])
+        latest = latest.filter(pc.equal(latest.column("__s"), latest.column("__s_max")))
+        j = latest.column("__j").to_numpy()
+        seen[j] = True
+        held[j] = np.asarray(latest.column("__live").to_numpy(zero_copy_only=False), dtype=bool)
+    pair_j = pairs.column("__j").to_numpy()
+    ask = pairs.filter(pa.array(~seen[pair_j]))
+    if ask.num_rows and cat is not None:
+        stored = cat.table(name).scan(columns=[*keys, seq_col], filter=_of_keys(ask.select(keys))).to_arrow()
+        if stored.num_rows:
+            stored = stored.cast(
+                pa.schema(
+                    [
+                        ask.schema.field(c) if c in keys else f
+                        for c, f in zip(stored.column_names, stored.schema)
+                    ]
+                )
+            )
+            found = ask.join(stored, keys, join_type="inner")
+            live = found.filter(pc.less_equal(found.column(seq_col), found.column("__a")))
+            held[live.column("__j").to_numpy()] = True
+    kept[pair_j[held[pair_j]]] = False
+    return kept
 
 
 def _moved_keys(
@@ -1404,7 +1498,7 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
     gone_rows = np.zeros(n, dtype=bool)
     if partial.moved is not None:
         moved_rows[partial.moved] = True
-        gone_rows[n - len(partial.moved) :] = True
+        gone_rows[n - (len(partial.moved) if partial.gone is None else partial.gone) :] = True
 
     def blocks(col: str, deletes: np.ndarray) -> np.ndarray:
         return np.asarray((deletes | moved_rows) & ~known[col], dtype=bool)
