@@ -724,6 +724,9 @@ class PartialRows:
     lookup: pa.Table  # key columns, one row per row of the table plan
     moved: np.ndarray | None = None  # rows that are key-changing updates
     gone: int | None = None  # the old-key deletes of those, the table plan's last rows (None: one per move)
+    asked_at: np.ndarray | None = (
+        None  # per moved row, the log position its old key is asked at (None: its own)
+    )
 
 
 @dataclass
@@ -1164,6 +1167,7 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
             columns[col] = pa.nulls(n, kind)
             final[col] = kind
     moved = _moved_keys(key or [], op, before, columns, final, types) if keyed else None
+    asked_at = None
     # An update's column the new image does not hold (wal2json leaves out an unchanged TOASTed value,
     # Debezium writes its placeholder) keeps the row's earlier value: filled when the batch is applied.
     missing: dict[str, np.ndarray] = {}
@@ -1193,7 +1197,7 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         gone[options.sequence_column] = rows.column(options.sequence_column).take(take)
         gone[OP_COLUMN] = pa.array(["d"] * len(moved), pa.string())
         gone_rows = pa.table(gone).select(rows.column_names).cast(rows.schema)
-        kept = _shifted_keys_kept(
+        kept, asked_at = _shifted_keys_kept(
             None if existing is None else cat,
             name,
             key or [],
@@ -1229,6 +1233,7 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
             lookup,
             None if moved is None else np.asarray(moved),
             None if moved is None else rows.num_rows - n,
+            asked_at,
         )
     create = None
     if existing is None:
@@ -1276,16 +1281,18 @@ def _shifted_keys_kept(
     gone: pa.Table,
     moved: np.ndarray,
     txn: pa.Array,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Which old-key deletes of key-changing updates stand. One that follows, in the same source
     transaction, an update moving another row onto that key while the key held a row (a deferrable key
     shifted or swapped in one statement, ``SET id = id + 1``: two rows held it for a moment) deletes the
     row that was there before, not the one moved there: it is dropped, and the moved row stays. Whether
     the key held a row: its latest earlier event in the batch is a live row, or, with none, its stored
-    row (``cat``: None for a new table) is live and not newer than the move."""
+    row (``cat``: None for a new table) is live and not newer than the move. Such a move's values are that
+    earlier row's: the second result gives, per move, the log position its old key is asked at (just
+    before the move onto it), or None when no delete was dropped."""
     kept = np.ones(gone.num_rows, dtype=bool)
     if not key or len(moved) < 2 or txn.null_count == len(txn):
-        return kept
+        return kept, None
     keys = list(key)
     seq = rows.column(seq_col).to_numpy(zero_copy_only=False)
     at, through = pa.array(seq[moved]), txn.take(pa.array(moved))
@@ -1299,7 +1306,7 @@ def _shifted_keys_kept(
     pairs = leaving.join(onto, [*keys, "__txn"], join_type="inner")
     pairs = pairs.filter(pc.less(pairs.column("__a"), pairs.column("__b")))
     if not pairs.num_rows:
-        return kept
+        return kept, None
     every = pa.concat_tables(
         [
             rows.select(keys)
@@ -1336,8 +1343,14 @@ def _shifted_keys_kept(
             found = ask.join(stored, keys, join_type="inner")
             live = found.filter(pc.less_equal(found.column(seq_col), found.column("__a")))
             held[live.column("__j").to_numpy()] = True
-    kept[pair_j[held[pair_j]]] = False
-    return kept
+    dropped = pair_j[held[pair_j]]
+    if not len(dropped):
+        return kept, None
+    kept[dropped] = False
+    asked_at = np.asarray(seq[moved], dtype=np.int64).copy()
+    onto_at = pairs.column("__a").to_numpy()[held[pair_j]]
+    np.minimum.at(asked_at, dropped, onto_at - 1)  # just before the (earliest) move onto the key
+    return kept, asked_at
 
 
 def _moved_keys(
@@ -1471,8 +1484,14 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
             {c: np.concatenate([np.zeros(ahead, dtype=bool), m]) for c, m in partial.missing.items()},
             pa.concat_tables([prior.select(key).cast(partial.lookup.schema), partial.lookup]),
             None if partial.moved is None else partial.moved + ahead,
+            partial.gone,
+            partial.asked_at,
         )
     seq = rows.column(options.sequence_column).to_numpy(zero_copy_only=False)
+    asked_seq = seq  # where each row's past is looked for: a moved row's may be earlier (a shifted key)
+    if partial.moved is not None and partial.asked_at is not None:
+        asked_seq = seq.copy()
+        asked_seq[partial.moved] = partial.asked_at
     live = pc.not_equal(rows.column(OP_COLUMN), "d").to_numpy(zero_copy_only=False)
     own = rows.select(key)
     order, start = _key_groups(own, seq)
@@ -1484,7 +1503,7 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
         asks = partial.moved
         questions = partial.lookup.take(pa.array(asks)).cast(own.schema)
         both = pa.concat_tables([own, questions])
-        joint_order, joint_start = _key_groups(both, np.concatenate([seq, seq[asks]]))
+        joint_order, joint_start = _key_groups(both, np.concatenate([seq, asked_seq[asks]]))
         only = np.concatenate([np.zeros(n, dtype=bool), np.ones(len(asks), dtype=bool)])
         across = (joint_order, joint_start, only, asks)
     values = {c: rows.column(c).combine_chunks() for c in partial.missing}
@@ -1564,7 +1583,7 @@ def _complete(cat: Catalog, tp: TablePlan, share: Any, options: SyncOptions) -> 
             # a moved row's old key before the move; a row's own key at or before it (the same log position
             # is this event applied before). A newer stored row is not its past: its values, handed on along
             # the batch (a move, a replay tying with its stored self), would overwrite rows it never wrote.
-            ok = np.where(older[at], stored_seq < seq[at], stored_seq <= seq[at])
+            ok = np.where(older[at], stored_seq < asked_seq[at], stored_seq <= seq[at])
         else:
             ok = np.ones(len(at), dtype=bool)
         for col in partial.missing:
@@ -1700,7 +1719,7 @@ def _as_plan_rows(shape: pa.Schema, stored: pa.Table) -> pa.Table | None:
     columns = []
     for f in shape:
         if f.name == OP_COLUMN:
-            columns.append(pa.array(["u"] * stored.num_rows, f.type))
+            columns.append(pa.repeat(pa.scalar("u", f.type), stored.num_rows))
         elif f.name in stored.column_names:
             columns.append(stored.column(f.name).cast(f.type))
         else:
