@@ -425,9 +425,18 @@ def test_rename_and_table_properties_keep_the_binding(spark: SparkSession, wh: s
     )
     spark.sql("INSERT INTO t50_a VALUES (1, 'x', 'p1', 1)")
     spark.sql("ALTER TABLE t50_a RENAME TO t50_b")
-    spark.sql(
-        "ALTER TABLE t50_b SET TBLPROPERTIES ('table' = 'ns50.other', 'buckets' = '8', 'primary_key' = 'v')"
-    )
+    for properties in [
+        "'table' = 'ns50.other'",
+        "'buckets' = '8'",
+        "'primary_key' = 'v'",
+        "'write.compression' = 'zstd'",
+    ]:
+        # Spark's entry alone would change (found accepted and ignored in trial 51): refused, nothing changed
+        with pytest.raises(Exception, match="would change only Spark's entry"):
+            spark.sql(f"ALTER TABLE t50_b SET TBLPROPERTIES ({properties}, 'note' = 'n')")
+    with pytest.raises(Exception, match="would change only Spark's entry"):
+        spark.sql("ALTER TABLE t50_b UNSET TBLPROPERTIES ('buckets')")
+    spark.sql("ALTER TABLE t50_b SET TBLPROPERTIES ('note' = 'the user''s own')")  # Spark's entry keeps it
     spark.sql("INSERT INTO t50_b VALUES (2, 'y', 'p2', 2)")
     sql(spark, "UPDATE t50_b SET v = v + 10 WHERE a = 1")
     want = [(1, "x", "p1", 11), (2, "y", "p2", 2)]
@@ -435,7 +444,7 @@ def test_rename_and_table_properties_keep_the_binding(spark: SparkSession, wh: s
     assert spark_rows(spark, "SELECT * FROM t50_b") == want
     assert mere.connect(wh).tables() == ["ns50.a"]
     t = mere.connect(wh).table("ns50.a")
-    assert (t.spec.primary_key, t.spec.buckets) == (("a", "b"), 8)  # 8 is mere's default, not the property
+    assert (t.spec.primary_key, t.spec.buckets) == (("a", "b"), 8)  # mere's default
     info = {r.key: r.value for r in describe(spark, "t50_b").collect()}
     assert (info["table"], info["primary_key"]) == ("ns50.a", "a,b")
 

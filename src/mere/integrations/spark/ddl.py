@@ -56,6 +56,7 @@ from mere.integrations.spark.options import (
 )
 from mere.integrations.spark.sink import check_layout
 from mere.integrations.spark.types import spark_schema
+from mere.spec import MERE_PREFIXES
 from mere.table.table import Table
 from mere.write.cast import relax_nested
 
@@ -369,6 +370,51 @@ _LEADING_COMMENTS = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)+", re.DOT
 def _without_leading_comments(text: str) -> str:
     """The statement without the comments (``--`` lines, ``/* */`` blocks) and blanks before it."""
     return _LEADING_COMMENTS.sub("", text, count=1)
+
+
+_ALTER_PROPERTIES = re.compile(
+    r"^\s*alter\s+table\s+" + _TABLE_NAME + r"\s+(?:set|unset)\s+(?:tblproperties|options)\s*"
+    r"(?:if\s+exists\s*)?\(",
+    re.IGNORECASE,
+)
+
+
+def refuse_layout_properties(spark: Any, text: str) -> None:
+    """Refuse ``ALTER TABLE t SET|UNSET TBLPROPERTIES (...)`` of a bound mere table naming one of mere's
+    options or properties (``buckets``, ``primary_key``, ``table``, ``write.*``, ...): Spark's entry alone
+    would change, and the mere table would not follow. Other properties (the user's own) go to Spark's
+    entry as Spark writes them.
+
+    Raises:
+        InvalidInput: ``t`` is bound to a mere table and a key is mere's (nothing was changed).
+    """
+    m = _ALTER_PROPERTIES.match(text)
+    if m is None:
+        return
+    read = _option_list(text, m.end())
+    if read is None:
+        return  # a list this reader cannot follow: Spark reads it (and refuses what it cannot parse)
+    keys = [k.lower() for k, _, _ in read[0]]
+    mine = [
+        k
+        for k in keys
+        if k in DDL_OPTIONS or k in _LOCATION or k == "path" or k.startswith(("storage.", *MERE_PREFIXES))
+    ]
+    if not mine:
+        return
+    try:
+        schema = spark.table(m.group(1)).schema
+    except Exception:  # not a table Spark knows here: Spark's own error comes with the statement
+        return
+    bindings = {f.metadata.get(BINDING_KEY) for f in schema.fields}
+    if len(bindings) != 1 or None in bindings:
+        return  # not a bound mere table
+    bound = TableRef.from_options({str(k): str(v) for k, v in json.loads(str(bindings.pop())).items()})
+    raise InvalidInput(
+        f"ALTER TABLE {m.group(1)} ... TBLPROPERTIES {mine} would change only Spark's entry of the mere table "
+        f"{bound.name}, not the table: a layout is fixed when the table is made, and mere's own properties "
+        "are set with mere.connect(warehouse).table(name).set_properties({...}) (nothing was changed)"
+    )
 
 
 def refuse_column_changes(spark: Any, text: str) -> None:
@@ -832,6 +878,8 @@ def install_ddl_hook() -> None:
             sqlQuery = name_insert_target(self, sqlQuery)
         if isinstance(sqlQuery, str) and _ALTER_COLUMNS.match(sqlQuery):
             refuse_column_changes(self, sqlQuery)  # with parameters too: the table's name is plain text
+        if isinstance(sqlQuery, str) and _ALTER_PROPERTIES.match(sqlQuery):
+            refuse_layout_properties(self, sqlQuery)
         return spark_sql(self, sqlQuery, args, **kwargs)
 
     def _run_creation(spark: Any, c: _Creation) -> Any:
