@@ -379,6 +379,19 @@ _ALTER_PROPERTIES = re.compile(
 )
 
 
+def _bound_table(spark: Any, name: str) -> TableRef | None:
+    """The mere table the Spark table ``name`` is bound to; None for a table Spark does not know here
+    (Spark's own error comes with the statement) or one bound to no mere table."""
+    try:
+        schema = spark.table(name).schema
+    except Exception:
+        return None
+    bindings = {f.metadata.get(BINDING_KEY) for f in schema.fields}
+    if len(bindings) != 1 or None in bindings:
+        return None
+    return TableRef.from_options({str(k): str(v) for k, v in json.loads(str(bindings.pop())).items()})
+
+
 def refuse_layout_properties(spark: Any, text: str) -> None:
     """Refuse ``ALTER TABLE t SET|UNSET TBLPROPERTIES (...)`` of a bound mere table naming one of mere's
     options or properties (``buckets``, ``primary_key``, ``table``, ``write.*``, ...): Spark's entry alone
@@ -402,14 +415,9 @@ def refuse_layout_properties(spark: Any, text: str) -> None:
     ]
     if not mine:
         return
-    try:
-        schema = spark.table(m.group(1)).schema
-    except Exception:  # not a table Spark knows here: Spark's own error comes with the statement
+    bound = _bound_table(spark, m.group(1))
+    if bound is None:
         return
-    bindings = {f.metadata.get(BINDING_KEY) for f in schema.fields}
-    if len(bindings) != 1 or None in bindings:
-        return  # not a bound mere table
-    bound = TableRef.from_options({str(k): str(v) for k, v in json.loads(str(bindings.pop())).items()})
     raise InvalidInput(
         f"ALTER TABLE {m.group(1)} ... TBLPROPERTIES {mine} would change only Spark's entry of the mere table "
         f"{bound.name}, not the table: a layout is fixed when the table is made, and mere's own properties "
@@ -427,14 +435,9 @@ def refuse_column_changes(spark: Any, text: str) -> None:
     m = _ALTER_COLUMNS.match(text)
     if m is None:
         return
-    try:
-        schema = spark.table(m.group(1)).schema
-    except Exception:  # not a table Spark knows here: Spark's own error comes with the statement
+    bound = _bound_table(spark, m.group(1))
+    if bound is None:
         return
-    bindings = {f.metadata.get(BINDING_KEY) for f in schema.fields}
-    if len(bindings) != 1 or None in bindings:
-        return  # not a bound mere table
-    bound = TableRef.from_options({str(k): str(v) for k, v in json.loads(str(bindings.pop())).items()})
     raise InvalidInput(
         f"ALTER TABLE {m.group(1)} ... would change only Spark's entry of the mere table {bound.name}; change "
         "its columns with mere (mere.connect(warehouse).table(name).evolve() or add_column), then DROP TABLE "
