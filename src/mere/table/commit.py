@@ -310,8 +310,8 @@ def _sees_earlier(ctx: TableContext, earlier: Sequence[Change], change: Change, 
     """Whether a change evaluated at the commit's start could differ had it seen the earlier changes:
     it writes a row of a key they wrote or deleted (a lost update, a deleted row back), deletes a key
     they wrote a row of (a delete's given keys), has a source key they wrote or deleted (a MERGE: matched
-    at the start, maybe not after), or its filter matches a row they wrote. A delete of a key they deleted changes nothing; rows they
-    removed with whole files are gone whatever it does. Without a primary key, any earlier change (two
+    at the start, maybe not after), or its filter matches a row they wrote. A delete of a key they deleted
+    changes nothing; rows they removed with whole files are gone whatever it does. Without a primary key, any earlier change (two
     rewrites of one file would both land)."""
     spec, storage = ctx.spec, ctx.storage
     pk = list(spec.primary_key)

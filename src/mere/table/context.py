@@ -45,6 +45,7 @@ from mere.write.writer import (
     decode_cdc,
     input_chunks,
     prepare,
+    refuse_repeated_names,
     to_batches,
     write_prepared,
 )
@@ -380,9 +381,7 @@ class DataFiles:
             raise InvalidInput(f"{self.name} has no primary key: delete with a filter")
         schema, batches = to_batches(data)
         table = pa.Table.from_batches(list(batches), schema=schema)
-        names = table.column_names
-        if len(set(names)) != len(names):
-            raise SchemaMismatch(f"{self.name}: rows to delete have duplicate column names {names}")
+        refuse_repeated_names(table, self.name)
         missing = [c for c in required if c not in table.column_names]
         if missing:
             what = (

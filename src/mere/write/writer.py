@@ -185,13 +185,19 @@ def decode_cdc(values: pa.ChunkedArray | pa.Array, column: str) -> np.ndarray:
     return np.asarray(table[idx])
 
 
+def refuse_repeated_names(table: pa.Table, identifier: str) -> None:
+    """Input naming a column twice is refused: which of the two is meant cannot be told."""
+    names = table.column_names
+    if len(set(names)) != len(names):
+        raise SchemaMismatch(f"{identifier}: input has duplicate column names {names}")
+
+
 def conform(
     table: pa.Table, spec: TableSpec, *, partial_ok: bool, identifier: str
 ) -> tuple[pa.Table, np.ndarray | None]:
     """Check and cast input to the table schema. Returns the rows and, for CDC input, their operations."""
+    refuse_repeated_names(table, identifier)
     names = table.column_names
-    if len(set(names)) != len(names):
-        raise SchemaMismatch(f"{identifier}: input has duplicate column names {names}")
     ops: np.ndarray | None = None
     if spec.cdc_column is not None and spec.cdc_column in names:
         if table.num_rows:
