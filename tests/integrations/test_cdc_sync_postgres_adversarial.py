@@ -374,14 +374,18 @@ def _w2j(
     )
 
 
-def _apply(batches: list[list[str]]) -> tuple[dict[int, Any], list[int]]:
-    """Sync the batches (batch i under key ``b<i>``): the rows by id and each batch's unresolved count."""
+def _apply(batches: list[list[str]], compact: bool = False) -> tuple[dict[int, Any], list[int]]:
+    """Sync the batches (batch i under key ``b<i>``; with ``compact``, the table compacted after each): the
+    rows by id and each batch's unresolved count."""
     with tempfile.TemporaryDirectory() as wh:
         cat = mere.connect(wh)
-        unresolved = [
-            sync_batch(cat, events_from_json(b, "wal2json"), SyncOptions("src"), f"b{i}").unresolved
-            for i, b in enumerate(batches)
-        ]
+        unresolved = []
+        for i, b in enumerate(batches):
+            unresolved.append(
+                sync_batch(cat, events_from_json(b, "wal2json"), SyncOptions("src"), f"b{i}").unresolved
+            )
+            if compact:
+                cat.table("src.docs").compact()
         rows = cat.table("src.docs").to_arrow().drop_columns(["_cdc_lsn"]).to_pylist()
     return {r["id"]: (r["n"], r["body"]) for r in rows}, unresolved
 
@@ -427,11 +431,12 @@ def test_replayed_partial_update_ignores_a_newer_stored_row_of_its_key(with_late
     assert unresolved == [0, 0, 0, 0]
 
 
-def test_a_partial_update_takes_a_stored_version_newer_than_the_batch_rows_before_it() -> None:
+@pytest.mark.parametrize("compact", [False, True])
+def test_a_partial_update_takes_a_stored_version_newer_than_the_batch_rows_before_it(compact: bool) -> None:
     # The stream re-read from an earlier offset, batched anew: an old full update (x) of 1 comes again with
     # a new partial one. The new one's past is the stored version (z, logged after x), not the old event.
     first, old, newer = _w2j("I", 0x10, 1, 0, Y), _w2j("U", 0x20, 1, 1, "x"), _w2j("U", 0x30, 1, 2, Z)
-    rows, unresolved = _apply([[first], [old], [newer], [old, _w2j("U", 0x40, 1, 3)]])
+    rows, unresolved = _apply([[first], [old], [newer], [old, _w2j("U", 0x40, 1, 3)]], compact)
     assert rows == {1: (3, Z)}
     assert unresolved == [0, 0, 0, 0]
 
@@ -464,11 +469,12 @@ def test_a_chain_of_key_changes_in_one_transaction_deletes_its_middle_key(delete
     assert rows == {3: (0, "one")}
 
 
-def test_keys_shifted_with_unchanged_bodies_and_delivered_again() -> None:
+@pytest.mark.parametrize("compact", [False, True])
+def test_keys_shifted_with_unchanged_bodies_and_delivered_again(compact: bool) -> None:
     # The shift's updates leave the TOASTed bodies out; delivered again, stored versions newer than the
     # batch's first event join its rows while the bodies are filled, beside the dropped delete of 2.
     first = _in_txn(1, [_w2j("I", 0x10, 1, 0, Y), _w2j("I", 0x11, 2, 0, Z)])
     shift = _in_txn(2, [_w2j("U", 0x20, 2, 0, old=1), _w2j("U", 0x21, 3, 0, old=2)])
-    rows, unresolved = _apply([first, shift, shift])
+    rows, unresolved = _apply([first, shift, shift], compact)
     assert rows == {2: (0, Y), 3: (0, Z)}
     assert unresolved == [0, 0, 0]
