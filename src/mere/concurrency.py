@@ -8,8 +8,11 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 
 from mere.errors import InvalidInput
+
+T = TypeVar("T")
 
 _pools: dict[str, ThreadPoolExecutor] = {}
 _started: dict[str, int] = {}  # threads each pool started (they live as long as the pool)
@@ -75,6 +78,33 @@ def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
             )
             _pools[name] = pool
         return pool
+
+
+def wait_all(futures: Sequence[Future[T]]) -> tuple[list[T | None], list[BaseException]]:
+    """Each future's result (None where it failed or never ran) and the errors, once every one has ended.
+
+    An interrupt of the waiting thread (Ray cancels a task with ``KeyboardInterrupt``) does not end the wait:
+    the futures not started yet are cancelled and those running are waited for, so the caller can undo
+    what they did (files they wrote); the interrupt comes first among the errors."""
+    results: list[T | None] = [None] * len(futures)
+    errors: list[BaseException] = []
+    interrupts: list[BaseException] = []
+    for i, fut in enumerate(futures):
+        while True:
+            try:
+                results[i] = fut.result()
+            except BaseException as e:
+                if fut.cancelled():
+                    pass  # cancelled after an interrupt: it never ran
+                elif fut.done() and fut.exception() is e:
+                    errors.append(e)  # the future's own error
+                else:  # this thread was interrupted: cancel what has not started, keep waiting
+                    interrupts.append(e)
+                    for other in futures:
+                        other.cancel()
+                    continue
+            break
+    return results, interrupts[:1] + errors
 
 
 def on_every_thread(

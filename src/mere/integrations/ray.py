@@ -29,9 +29,9 @@ Failures: a failed job leaves the table unchanged and deletes what its tasks sta
 the results of finished tasks to ``on_write_failed``, so the datasink keeps a small ledger actor that
 every task tells what it staged; on failure the driver deletes those files, waits (a bounded time) for
 the tasks Ray is cancelling, and a task that finishes after the job failed deletes its own files. Every
-task stages with the job's ``write_id``, so when tasks never reported (Ray killed their workers, often
-mid-write) the driver deletes their files by name too (:meth:`mere.Table.abort_write`), after a failure
-and after a commit alike. Only a worker killed after that leaves files, never referenced, which
+task stages with the job's ``write_id``, so the driver of a failed job also deletes the job's files by name
+(:meth:`mere.Table.abort_write`), those of tasks Ray killed mid-write included; after a commit it does so
+when tasks never reported. Only a worker killed after that leaves files, never referenced, which
 :meth:`mere.Table.cleanup` removes.
 """
 
@@ -542,7 +542,8 @@ class MereDatasink(_SinkBase):
             self._discard(self._returned, keep)
             unreported = self._collect(keep, wait=self._committing is None)
             if self._committing is None:  # (a commit that was tried may still land: its files stay)
-                self._abort_unreported(unreported)
+                # by name even when every task reported: one interrupted mid-write may not know its files
+                self._abort_unreported(max(1, unreported))
         finally:
             self._returned = []
 

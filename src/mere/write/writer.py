@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere.arrays import bool_array, distinct_count, stable_argsort
-from mere.concurrency import cpu_workers, shared_pool
+from mere.concurrency import cpu_workers, shared_pool, wait_all
 from mere.errors import InvalidInput, NullKey, SchemaMismatch, SumOverflow
 from mere.hashing import bucket_ids
 from mere.io import Storage
@@ -717,15 +717,9 @@ def write_prepared(
             order=first_order + i,
         )
 
-    results: list[FileEntry | None] = [None] * len(prepared)
-    errors: list[BaseException] = []
     pool = shared_pool("write", max_workers)
-    futures = [pool.submit(write_one, i, p) for i, p in enumerate(prepared)]
-    for i, fut in enumerate(futures):
-        try:
-            results[i] = fut.result()
-        except BaseException as e:  # collect, then clean up below
-            errors.append(e)
+    # every write ends before a failure is raised, an interrupted wait included: none is left behind
+    results, errors = wait_all([pool.submit(write_one, i, p) for i, p in enumerate(prepared)])
     if errors:
         storage.discard(r.path for r in results if r is not None)
         raise errors[0]
