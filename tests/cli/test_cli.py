@@ -483,6 +483,9 @@ def test_changes_tags_and_rollback(tmp_path: Path) -> None:
         (["rollback", "m.t"], 2),  # neither a version nor a tag
         (["rollback", "m.t", "1", "--tag", "x"], 2),
         (["rollback", "m.t", "99"], 1),
+        (["rollback", "m.t", "1", "--expected-version", "3"], 1),  # version 4 landed after 3: refused
+        (["rollback", "m.t", "1", "--expected-version", "9"], 1),
+        (["rollback", "m.t", "1", "--expected-version", "-1"], 2),
         (["changes", "m.t"], 2),  # --from is required
         (["changes", "m.t", "--from", "3", "--to", "1"], 1),
         (["scan", "m.t", "--tag", "nope"], 1),
@@ -493,6 +496,9 @@ def test_changes_tags_and_rollback(tmp_path: Path) -> None:
         assert r.rc == code, (bad, r)
         r.one_error_line()
     assert t.refresh().version == 4  # the failed commands changed nothing
+    again = in_process(*w, "rollback", "m.t", "2", "--expected-version", "4", "--json")
+    assert again.rc == 0 and json.loads(again.out)["version"] == 5
+    assert by_id(t.refresh().to_arrow().to_pylist()) == by_id(t.to_arrow(version=2).to_pylist())
 
 
 def test_consumers_listed_created_read_committed_and_dropped(tmp_path: Path) -> None:

@@ -239,7 +239,7 @@ def _maintenance(warehouse: str, url: str, log: str, seconds: float, seed: int) 
                 t.cleanup(older_than=dt.timedelta(0), dry_run=False)
             elif action == "rollback":  # to the version it reads: content-neutral, or a CommitConflict
                 v = t.version
-                t.rollback(v)
+                t.rollback(v, expected_version=v)  # a write landing after the read is not undone
             else:
                 v = t.version
                 digest = _digest(t.scan(version=v).to_arrow())

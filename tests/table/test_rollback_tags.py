@@ -316,6 +316,30 @@ def test_a_rollback_overtaken_by_an_upsert_fails_and_changes_nothing(
     assert rows(t) == {1: 1}
 
 
+def test_a_rollback_never_undoes_a_write_after_the_version_the_caller_saw(
+    cat: mere.Catalog, tmp_path: Path
+) -> None:
+    """A caller reads version v and rolls back to it; a write landing in between is refused, not undone,
+    with ``expected_version``; compactions after it are rolled back over."""
+    t = new_table(cat)
+    put(t, {1: 1})
+    put(t, {1: 2, 2: 2})
+    seen = t.version
+    other = mere.connect(str(tmp_path / "warehouse"), catalog=cat.catalog_url).table(t.name)
+    put(other, {3: 3})  # lands after the caller looked, before it calls rollback
+    with pytest.raises(errors.CommitConflict, match=r"version 3 \(upsert\) landed"):
+        t.rollback(seen, expected_version=seen)
+    assert t.version == 3 and rows(t) == {1: 2, 2: 2, 3: 3}
+    other.compact(min_files=1)
+    assert t.rollback(1, expected_version=3).version == 5  # over the compaction: version 3's content goes
+    assert rows(t) == {1: 1}
+    assert t.rollback(4, expected_version=t.version).version == 6
+    assert rows(t) == {1: 2, 2: 2, 3: 3}
+    # without it, the rollback undoes what was current when it started (the documented default)
+    put(other, {4: 4})
+    assert t.rollback(6).version == 8 and rows(t) == {1: 2, 2: 2, 3: 3}
+
+
 def test_a_rollback_is_recomputed_over_a_concurrent_compaction(cat: mere.Catalog, tmp_path: Path) -> None:
     t = new_table(cat)
     put(t, {1: 1})
@@ -499,6 +523,15 @@ BAD_CALLS: list[tuple[str, Callable[[mere.Table], Any], type[errors.MereError]]]
     ("rollback(tag=unknown)", lambda t: t.rollback(tag="nope"), errors.NoSuchTag),
     ("rollback(tag='')", lambda t: t.rollback(tag=""), errors.InvalidInput),
     ("rollback(tag=1)", lambda t: t.rollback(tag=1), errors.InvalidInput),
+    ("rollback(1, expected_version=-1)", lambda t: t.rollback(1, expected_version=-1), errors.InvalidInput),
+    ("rollback(1, expected_version=99)", lambda t: t.rollback(1, expected_version=99), errors.InvalidInput),
+    ("rollback(1, expected_version='2')", lambda t: t.rollback(1, expected_version="2"), errors.InvalidInput),
+    (
+        "rollback(1, expected_version=True)",
+        lambda t: t.rollback(1, expected_version=True),
+        errors.InvalidInput,
+    ),
+    ("rollback(1, expected_version=1)", lambda t: t.rollback(1, expected_version=1), errors.CommitConflict),
     ("tag('')", lambda t: t.tag(""), errors.InvalidInput),
     ("tag('-x')", lambda t: t.tag("-x"), errors.InvalidInput),
     ("tag('a b')", lambda t: t.tag("a b"), errors.InvalidInput),

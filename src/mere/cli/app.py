@@ -1018,13 +1018,28 @@ def consumer_drop_command(state: State, table: str, name: str, as_json: bool) ->
 @table_arg
 @click.argument("version", type=click.IntRange(min=0), required=False)
 @click.option("--tag", metavar="NAME", help="Roll back to the version this tag names.")
+@click.option(
+    "--expected-version",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="V",
+    help="The newest version you looked at: refuse (nothing changes) if a write other than a compaction "
+    "landed after it, instead of undoing it.",
+)
 @json_flag
 @click.pass_obj
-def rollback_command(state: State, table: str, version: int | None, tag: str | None, as_json: bool) -> None:
+def rollback_command(
+    state: State,
+    table: str,
+    version: int | None,
+    tag: str | None,
+    expected_version: int | None,
+    as_json: bool,
+) -> None:
     """Make an older VERSION (or --tag) of TABLE current again, as a new commit; history is kept."""
     if (version is None) == (tag is None):
         raise click.UsageError("give a VERSION or --tag NAME (one of them)")
-    result = state.table(table).rollback(version, tag=tag)
+    result = state.table(table).rollback(version, tag=tag, expected_version=expected_version)
     if as_json:
         _print_json({"table": table, "version": result.version, "operation": result.operation})
     else:

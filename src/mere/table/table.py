@@ -606,7 +606,9 @@ class Table:
         except NoSuchTag:
             raise NoSuchTag(f"{self.name} has no tag {name!r}; it has {sorted(self.tags())}") from None
 
-    def rollback(self, version: int | None = None, *, tag: str | None = None) -> CommitResult:
+    def rollback(
+        self, version: int | None = None, *, tag: str | None = None, expected_version: int | None = None
+    ) -> CommitResult:
         """Make an older version (or a tag's version) current again, as a new commit (``rollback``).
 
         The new version's live files are those of that version. History is kept; nothing is rewritten. The
@@ -616,12 +618,17 @@ class Table:
         Args:
             version: The version to make current again.
             tag: A tag whose version to make current again (instead of ``version``).
+            expected_version: The newest version the caller has looked at: a commit other than a
+                compaction after it is never undone (``CommitConflict``). Without it, the rollback undoes
+                every commit up to the version current when it starts, including one that landed a moment
+                after the caller looked.
 
         Returns:
             The rollback's commit.
 
         Raises:
-            InvalidInput: Neither ``version`` nor ``tag`` given (or both).
+            InvalidInput: Neither ``version`` nor ``tag`` given (or both); an ``expected_version`` that is
+                not a version of the table.
             NoSuchVersion: The version is not readable (expired and not tagged); the table is unchanged.
             NoSuchTag: An unknown tag.
             CommitConflict: A commit other than a compaction landed while the rollback ran: a rollback
@@ -630,7 +637,7 @@ class Table:
         """
         if version is None and tag is None:
             raise InvalidInput(f"{self.name}: rollback() needs a version or a tag")
-        return rollback.rollback(self, self.resolve_version(version, None, tag))
+        return rollback.rollback(self, self.resolve_version(version, None, tag), expected_version)
 
     # -- writes ----------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mere.errors import CommitConflict, NoSuchVersion
+from mere.errors import CommitConflict, InvalidInput, NoSuchVersion
 from mere.metadata import CommitResult
 from mere.retry import COMMIT_RETRIES
 from mere.spec import TableSpec
@@ -20,9 +20,10 @@ from mere.table.evolve import same_columns
 from mere.table.versions import current, files_at
 
 
-def rollback(table: TableHandle, target: int) -> CommitResult:
+def rollback(table: TableHandle, target: int, expected_version: int | None = None) -> CommitResult:
     """Roll back to the readable version ``target`` (see :meth:`mere.Table.rollback`)."""
-    expected = table.version  # a commit other than a compaction after this one: refuse, do not undo it
+    # a commit other than a compaction after ``expected``: refuse, do not undo it
+    expected = table.version if expected_version is None else _seen(table, expected_version)
 
     def attempt() -> CommitResult:
         ctx = table.context
@@ -35,6 +36,17 @@ def rollback(table: TableHandle, target: int) -> CommitResult:
         return COMMIT_RETRIES.run(attempt, lost_race)
     except Overtaken as e:
         raise CommitConflict(str(e)) from None
+
+
+def _seen(table: TableHandle, version: object) -> int:
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise InvalidInput(f"{table.name}: expected_version must be an int, got {version!r}")
+    newest = table.version
+    if not 0 <= version <= newest:
+        raise InvalidInput(
+            f"{table.name}: expected_version {version} is not a version of the table (0 to {newest})"
+        )
+    return version
 
 
 def _commit(ctx: TableContext, target: int, base: int) -> CommitResult:
