@@ -160,6 +160,8 @@ def test_dynamic_overwrite_of_a_table_without_partitions_replaces_it(spark: Spar
     [
         ("overwrite", {"partitionOverwriteMode": "sometimes"}, "must be static or dynamic"),
         ("append", {"partitionOverwriteMode": "dynamic"}, "applies to batch writes with mode"),
+        ("overwrite", {"partition": '{"nope": "d1"}'}, "are not partition columns"),
+        ("overwrite", {"partition": '{"day": [1]}'}, "day"),
     ],
 )
 def test_overwrite_modes_mere_cannot_honour_are_refused_before_writing(
@@ -167,7 +169,22 @@ def test_overwrite_modes_mere_cannot_honour_are_refused_before_writing(
 ) -> None:
     t = _table(wh)
     before, version = _rows(t), t.version
+    on_disk = {p for p, _, _ in t.storage.list_files(t.location)}
     with pytest.raises(Exception, match=message):
         write(spark.createDataFrame([(10, "d1", 10)], SPARK_SCHEMA), wh, t.name, mode=mode, **options)
     assert (_rows(t), t.version) == (before, version)
     assert not t.cleanup(older_than=dt.timedelta(0))  # lists files no version references: none was staged
+    assert {p for p, _, _ in t.storage.list_files(t.location)} == on_disk
+
+
+def test_a_write_refused_at_planning_leaves_no_table_it_would_have_made(spark: SparkSession, wh: str) -> None:
+    """The table a write creates is made when Spark plans the write; a refusal after that drops it again."""
+    df = spark.createDataFrame([(10, "d1", 10)], SPARK_SCHEMA)
+    for options in (
+        {"partition": '{"nope": "d1"}'},
+        {"partition": '{"day": "d2"}', "partition_by": "day"},  # a row outside the partition named
+    ):
+        name = f"p.new{next(_names)}"
+        with pytest.raises(Exception, match="partition"):
+            write(df, wh, name, mode="overwrite", primary_key="id", buckets="2", **options)
+        assert name not in mere.connect(wh).tables(), options

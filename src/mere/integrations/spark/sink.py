@@ -259,6 +259,38 @@ class WriteJob:
             created = table.version
         else:
             check_layout(table, opts)
+        try:
+            return WriteJob._plan_for(
+                ref,
+                opts,
+                schema,
+                table,
+                created,
+                operation,
+                overwrite=overwrite,
+                streaming=streaming,
+                merge_schema=merge_schema,
+            )
+        except BaseException:
+            if created is not None:  # refused before anything was written: the table this write made goes
+                with contextlib.suppress(MereError):
+                    table.catalog.drop_if_unchanged(table, created)
+            raise
+
+    @staticmethod
+    def _plan_for(
+        ref: TableRef,
+        opts: Mapping[str, str],
+        schema: StructType,
+        table: Table,
+        created: int | None,
+        operation: str | None,
+        *,
+        overwrite: bool,
+        streaming: bool,
+        merge_schema: bool,
+    ) -> WriteJob:
+        """The rest of :meth:`plan`, once the table is open (or was made by this write)."""
         if overwrite:
             operation = "overwrite"
         elif operation is None:
@@ -272,6 +304,7 @@ class WriteJob:
         partition = json_object_option("partition", opts.get("partition"))
         if partition is not None and operation != "overwrite":
             raise InvalidInput(f"{ref.name}: option 'partition' applies to mode('overwrite') only")
+        table.partition_values(partition)  # its columns and values, checked before any task writes
         overwrite_mode = parse_overwrite_mode(ref.name, opts.get("partitionoverwritemode"), "option")
         if overwrite_mode is not None and (operation != "overwrite" or streaming):
             raise InvalidInput(
