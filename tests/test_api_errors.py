@@ -126,6 +126,7 @@ CALLS: list[tuple[str, Callable[[mere.Catalog, mere.Table, Any], Any]]] = [
     ("commit.idempotency_key", lambda c, t, v: t.commit([], idempotency_key=v)),
     ("abort.staged", lambda c, t, v: t.abort(v)),
     ("find_commit.key", lambda c, t, v: t.find_commit(v)),
+    ("rollback.expected_version", lambda c, t, v: t.rollback(t.version, expected_version=v)),
     ("compact.min_files", lambda c, t, v: t.compact(min_files=v)),
     ("compact.partition", lambda c, t, v: t.compact(partition=v)),
     ("compact.run", lambda c, t, v: t.compact(min_files=1, run=v)),
@@ -192,6 +193,20 @@ def test_named_cases_say_what_is_allowed(tmp_path: Path) -> None:
         (lambda: t.scan(columns=5), errors.InvalidInput, "list of column names"),
         (lambda: t.scan(columns="id,qty"), errors.SchemaMismatch, r"columns=\['id', 'qty'\]"),
         (lambda: t.scan(verison=3), errors.InvalidInput, "unknown scan option"),
+        (
+            lambda: cat.create_table("x.y", SCHEMA, primary_key="id", cdc_column="id"),
+            errors.InvalidInput,
+            "cdc_column 'id' is a primary key column",
+        ),
+        (
+            lambda: cat.create_table("x.y", SCHEMA, partition_by="day", primary_key="id", cdc_column="day"),
+            errors.InvalidInput,
+            "cdc_column 'day' is a partition column",
+        ),
+        (lambda: t.set_properties({"": "x"}), errors.InvalidInput, "printable text, not blank"),
+        (lambda: t.set_properties({"a\x00b": "x"}), errors.InvalidInput, "printable text"),
+        (lambda: t.set_properties({"tier": "a\x00b"}), errors.InvalidInput, "NUL character"),
+        (lambda: t.rollback(1, expected_version=9), errors.InvalidInput, "not a version of the table"),
         (lambda: cat.create_table("x.y", SCHEMA, primary_key=5), errors.InvalidInput, "column name"),
         (
             lambda: cat.create_table("x.y", SCHEMA, primary_key="id", buckets=2**40),

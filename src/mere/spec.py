@@ -411,6 +411,10 @@ def validate_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
         if not isinstance(key, str) or not isinstance(value, str | int) or isinstance(value, bool):
             raise InvalidInput(f"properties must map strings to strings, got {key!r}: {value!r}")
         text = str(value)
+        if not key.strip() or not key.isprintable():
+            raise InvalidInput(f"a property key must be printable text, not blank, got {key!r}")
+        if "\x00" in text:  # PostgreSQL's text cannot hold it
+            raise InvalidInput(f"property {key!r}: a value cannot hold the NUL character, got {text!r}")
         if key in PROPERTIES:
             what, parse = PROPERTIES[key]
             try:
@@ -644,6 +648,11 @@ class TableSpec:
         if any(not n for n in names):
             raise SchemaMismatch("column names must not be empty")
         for group, label in ((pk, "primary key"), (parts, "partition")):
+            if cdc_column is not None and cdc_column in group:
+                raise InvalidInput(
+                    f"cdc_column {cdc_column!r} is a {label} column: the change column of incoming batches "
+                    "is not stored, so it cannot be one; name the column that holds each row's operation"
+                )
             if len(set(group)) != len(group):
                 raise InvalidInput(f"duplicate {label} columns: {list(group)}")
             for c in group:

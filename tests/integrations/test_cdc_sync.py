@@ -329,6 +329,23 @@ def test_an_unknown_op_is_refused(tmp_path: Path) -> None:
     assert e.table == "public.a" and "unknown op" in str(e) and '"op": "x"' in (e.event or "")
 
 
+@pytest.mark.parametrize("fmt", ["debezium", "wal2json"])
+def test_a_truncate_is_refused_with_what_to_do_instead(tmp_path: Path, fmt: str) -> None:
+    cat = _cat(tmp_path)
+    good = _seed(cat)
+    if fmt == "debezium":
+        odd = json.loads(debezium_line("public", "a", "c", None, _row("a", 2, 2), 12, TABLES["a"][0]))
+        odd["payload"]["op"], odd["payload"]["after"] = "t", None
+        line = json.dumps(odd)
+        lines = [good, line]
+    else:
+        line = '{"action":"T","schema":"public","table":"a","lsn":"0/C"}'
+        lines = [line]
+    e = _bad(cat, lines, fmt)
+    assert e.table == "public.a" and "TRUNCATE is not applied" in str(e) and "Table.truncate" in str(e)
+    assert e.event == line
+
+
 @pytest.mark.parametrize(
     "line",
     [

@@ -753,6 +753,13 @@ class SyncResult:
     unresolved: int = 0  # cells an update lacked that no earlier version held, left NULL in the table
 
 
+TRUNCATE_REFUSAL = (
+    "TRUNCATE is not applied: it empties the table at its log position, and a replayed or late TRUNCATE "
+    "would delete rows logged after it; stop the stream, truncate the mere table (Table.truncate) once "
+    "every event before it is applied, and resume after it"
+)
+
+
 def _normal_op(op: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     """(normal op c/u/d or null, skipped mask, unknown mask)."""
     low = pc.utf8_lower(pc.utf8_trim_whitespace(op))
@@ -978,7 +985,10 @@ def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan
     bad = pc.and_(malformed, pc.invert(skipped))
     refuse(events.filter(bad), "malformed envelope: no table or no op")
     keep = pc.invert(pc.or_(bad, skipped))
-    bad_op = pc.and_(keep, unknown)
+    low = pc.utf8_lower(pc.utf8_trim_whitespace(pc.fill_null(events.column("op"), "")))
+    truncate = pc.and_(keep, pc.is_in(low, pa.array(["t", "truncate"])))
+    refuse(events.filter(truncate), TRUNCATE_REFUSAL)
+    bad_op = pc.and_(pc.and_(keep, unknown), pc.invert(truncate))
     refuse(events.filter(bad_op), "unknown op")
     keep = pc.and_(keep, pc.invert(unknown))
     no_seq = pc.and_(keep, pc.is_null(events.column("seq")))
