@@ -312,3 +312,50 @@ def test_timestamp_literal_edges(local_cat: mere.Catalog) -> None:
     assert t.scan(filter=mere.col("lower") < pd.Timestamp.max.tz_localize("UTC")).count() == 1
     with pytest.raises(FilterError):
         t.scan(filter=mere.col("d") == pa.scalar(3_000_000, pa.int32()).cast(pa.date32())).count()
+
+
+DECIMAL_ARITHMETIC = [
+    "dec38 * 10 > 100",  # Arrow's decimal128 result would need 41 digits
+    "dec38 * 10 * 10 > 1000",
+    "dec38 + d2 > 12",
+    "dec38 - d2 < 9",
+    "dec38 * i > 0",  # an int64 column: DECIMAL(19, 0) to Arrow
+    "dec38 * u < 1e40",
+    "d2 * i > 10",  # fits decimal128: unchanged
+    "dec38 * 10 = 105",
+]
+
+
+@pytest.mark.parametrize("where", DECIMAL_ARITHMETIC)
+def test_decimal_arithmetic_beyond_38_digits_matches_duckdb(cat: mere.Catalog, where: str) -> None:
+    """Arithmetic whose decimal128 result needs more than 38 digits is computed exactly as decimal256 (DuckDB
+    answers the same where its own DECIMAL(38) holds the values), not refused."""
+    import duckdb
+
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            ("dec38", pa.decimal128(38, 10)),
+            ("d2", pa.decimal128(10, 2)),
+            ("i", pa.int64()),
+            ("u", pa.uint64()),
+        ]
+    )
+    rows = pa.table(
+        {
+            "id": [1, 2, 3, 4, 5],
+            "dec38": [Decimal("9.5"), Decimal("10.5"), None, Decimal("12345.5"), Decimal("-7.25")],
+            "d2": [Decimal("1.00"), Decimal("2.50"), Decimal("3.00"), None, Decimal("-0.01")],
+            "i": [5, 2**62, None, -3, 0],
+            "u": [1, 2**64 - 1, 3, None, 0],
+        },
+        schema=schema,
+    )
+    t = cat.create_table("t.decarith", schema, primary_key="id", buckets=2)
+    t.upsert(rows)
+    con = duckdb.connect()
+    con.register("t", rows)
+    expected = sorted(r[0] for r in con.execute(f"SELECT id FROM t WHERE {where}").fetchall())
+    assert sorted(t.scan(filter=where).to_arrow().column("id").to_pylist()) == expected
+    t.delete(where)
+    assert sorted(t.scan().to_arrow().column("id").to_pylist()) == sorted(set(range(1, 6)) - set(expected))

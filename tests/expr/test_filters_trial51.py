@@ -455,7 +455,7 @@ def check_aggregates(t: mere.Table, table: pa.Table, where: str, column: str) ->
     if expected[0] == "error":
         return
     for which in ("min", "max"):
-        got = outcome(getattr(t.scan(filter=where), which), column)
+        got = outcome(lambda which=which: getattr(t.scan(filter=where), which)(column))
         if got[0] == "ok":
             sql = f"SELECT {which}({column}) FROM t WHERE {where}"
             assert same_value(got[1], SCHEMA.field(column).type, sql, table), (

@@ -132,6 +132,27 @@ def _typed_literal(kind: Any, raw: str) -> object:
     return NO_LITERAL
 
 
+def _decimal_digits(name: str, left: pa.DataType, right: pa.DataType) -> int:
+    """The digits Arrow gives the decimal result of ``name`` (0 unless a decimal128 operand meets a decimal
+    or an integer)."""
+    if not any(pa.types.is_decimal128(t) for t in (left, right)):
+        return 0
+    shapes = []
+    for t in (left, right):
+        if pa.types.is_decimal(t):
+            shapes.append((t.precision, t.scale))
+        elif pa.types.is_integer(t):
+            shapes.append((20 if pa.types.is_unsigned_integer(t) else 19, 0))  # as Arrow casts them
+        else:
+            return 0  # a float: the decimal becomes a float
+    (p1, s1), (p2, s2) = shapes
+    if name.startswith("multiply"):
+        return int(p1 + p2 + 1)
+    if name.startswith(("add", "subtract")):
+        return int(max(s1, s2) + max(p1 - s1, p2 - s2) + 1)
+    return 0
+
+
 def literal_value(node: exp.Expression) -> object:
     """The Python value of a literal node, or NO_LITERAL."""
     if isinstance(node, exp.Paren):
@@ -719,7 +740,19 @@ class Lowering:
     def _arith(self, name: str, node: exp.Binary) -> Typed:
         left, right = self.lower(node.this), self.lower(node.expression)
         left, right = self._numeric_pair(left, right, name)
+        if _decimal_digits(name, left.type, right.type) > 38:
+            # Arrow's decimal128 result would need more than 38 digits (DECIMAL(38, 10) * 10): computed
+            # exactly as decimal256 instead of refused
+            left, right = self._as_decimal256(left), self._as_decimal256(right)
         return self.call(name, [left, right])
+
+    def _as_decimal256(self, value: Typed) -> Typed:
+        t = value.type
+        if pa.types.is_decimal128(t):
+            return self.cast(value, pa.decimal256(t.precision, t.scale))
+        if pa.types.is_integer(t):
+            return self.cast(value, pa.decimal256(20, 0))  # holds every int64 and uint64
+        return value
 
     def _numeric_pair(self, left: Typed, right: Typed, what: str) -> tuple[Typed, Typed]:
         if isinstance(left.value, str) and is_number(right.type):
