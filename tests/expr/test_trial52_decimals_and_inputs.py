@@ -447,6 +447,31 @@ def test_comparing_dec38_columns_of_different_scales(local_cat: mere.Catalog) ->
     assert _ids(t, "c = a") == [1]
 
 
+BIG = 10**38  # a 39-digit literal: mere types it as a DOUBLE (as DuckDB does)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: an exact decimal256 expression compared with a 39-digit integer literal goes through a double "
+    "and answers wrong: v DECIMAL(38,0) = 10**37+1, 'v * 10 > 100000000000000000000000000000000000000' "
+    "matches no row (v * 10 - 1000...0 > 0 matches it); on a DECIMAL(45,0) column w = 10**38+10, "
+    "'w > 10**38+9' matches but 'w * 1 > 10**38+9' and 'w + 0 > 10**38+9' do not",
+)
+def test_decimal256_expression_vs_39_digit_literal_is_exact(local_cat: mere.Catalog) -> None:
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False), ("v", pa.decimal128(38, 0)), ("w", pa.decimal256(45, 0))]
+    )
+    t = _make(local_cat, "t.big", schema, [{"id": 1, "v": D(10**37 + 1), "w": D(BIG + 10)}])
+    assert _ids(t, f"w > {BIG + 9}") == [1]  # the column alone compares exactly
+    assert _ids(t, f"v * 10 - {BIG} > 0") == [1]
+    assert _ids(t, f"w * 1 > {BIG + 9}") == [1]
+    assert _ids(t, f"w + 0 > {BIG + 9}") == [1]
+    assert _ids(t, f"v * 10 > {BIG}") == [1]
+    assert _ids(t, f"v * 10 <> {BIG}") == [1]
+    t.delete(f"v * 10 > {BIG}")
+    assert t.scan().count() == 0
+
+
 DUCK_CASES = [
     "d * 10 > 100",
     "d * i8 > 0",
