@@ -370,6 +370,72 @@ def test_decimal_update_stores_exact_values_or_changes_nothing(
         assert other == {k: v for k, v in rows[r["id"]].items() if k != target}
 
 
+@SETTINGS
+@given(
+    data=tables(),
+    expr=_exprs(),
+    target=st.sampled_from(["d1", "d3", "i2"]),
+    picks=st.sets(st.integers(0, N_ROWS + 1)),
+)
+def test_decimal_merge_update_stores_exact_values_or_changes_nothing(
+    tmp_path_factory: pytest.TempPathFactory,
+    data: tuple[pa.Schema, list[dict[str, Any]]],
+    expr: str,
+    target: str,
+    picks: set[int],
+) -> None:
+    schema, rows = data
+    if not _has_column(expr):
+        expr = f"(d1 * {expr})"
+    cat = mere.connect(str(tmp_path_factory.mktemp("wh")))
+    t = _make(cat, "t.mrg", schema, rows)
+    before = t.scan().to_arrow().sort_by("id")
+    v0 = t.version
+    src_rows = [dict(rows[k]) if k < N_ROWS else {**rows[0], "id": k} for k in sorted(picks)]
+    src = pa.Table.from_pylist(src_rows, schema=schema)
+    on_target = re.sub(r"\b(d1|d2|d3|i1|i2)\b", r"t.\1", expr)
+    col_type = schema.field(target).type
+    outcomes = {k: _store_expected(_py_value(rows[k], expr), col_type) for k in picks if k < N_ROWS}
+    try:
+        t.merge(src).when_matched_update(set={target: on_target}).when_not_matched_insert_all().execute()
+    except MereError:
+        t2 = cat.table("t.mrg")
+        assert t2.version == v0 and t2.scan().to_arrow().sort_by("id").equals(before)
+        if all(o[0] == "ok" for o in outcomes.values()):
+            assert _deep_refuse(schema, expr) or _intint_anywhere(schema, expr), expr
+        return
+    assert all(o[0] != "refuse" for o in outcomes.values()), f"{expr}: stored a value {target} cannot hold"
+    got = {r["id"]: r for r in cat.table("t.mrg").scan().to_arrow().to_pylist()}
+    assert sorted(got) == sorted(set(range(N_ROWS)) | picks)
+    for k, r in got.items():
+        if k >= N_ROWS:
+            assert r == {**rows[0], "id": k}
+        elif k in outcomes:
+            assert r[target] == outcomes[k][1], (expr, r, outcomes[k])
+        else:
+            assert r == rows[k]
+
+
+def test_cdc_sync_properties_validated(tmp_path: Path) -> None:
+    from cdc_render import wal2json_line
+    from mere.integrations.cdc_sync import SyncOptions, events_from_json, sync_batch
+
+    lines = [wal2json_line("public", "a", "I", None, {"id": 1, "v": "x"}, 10, TYPES, ["id"])]
+    for i, opts in enumerate(
+        [
+            {"properties": {"": "x"}},
+            {"properties": {"k": "a\x00"}},
+            {"properties": {"k\n": "a"}, "on_error": "quarantine"},
+            {"overrides": {"public.a": {"properties": {" ": "x"}}}},
+            {"overrides": {"public.a": {"properties": {"k": "\x00"}}}, "on_error": "quarantine"},
+        ]
+    ):
+        cat = mere.connect(str(tmp_path / f"wh{i}"))
+        with pytest.raises(MereError):
+            sync_batch(cat, events_from_json(lines, "wal2json"), SyncOptions("s", **opts), "k")
+        assert cat.tables() == []
+
+
 def test_dec38_times_ten_update_and_merge_exact(local_cat: mere.Catalog) -> None:
     schema = pa.schema(
         [pa.field("id", pa.int64(), nullable=False), ("a", pa.decimal128(38, 10)), ("n", pa.decimal128(5, 2))]
