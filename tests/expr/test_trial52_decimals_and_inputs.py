@@ -302,7 +302,7 @@ def _store_expected(value: Decimal | None, t: pa.DataType) -> tuple[str, Any]:
         return ("ok", int(value)) if lo <= value <= hi else ("refuse", None)
     q = D(1).scaleb(-t.scale)
     rounded = value.quantize(q, rounding=decimal.ROUND_HALF_UP, context=CTX)
-    fits = abs(rounded) < D(10) ** (t.precision - t.scale)
+    fits = rounded.copy_abs() < D(10).scaleb(t.precision - t.scale - 1)
     if not fits:
         return ("refuse", None)
     if rounded == value:
