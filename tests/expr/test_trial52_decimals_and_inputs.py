@@ -902,3 +902,65 @@ def test_cdc_truncate_in_one_whole_transaction_refused(tmp_path: Path) -> None:
     with pytest.raises(CdcEventError):
         sync_batch(cat, events_from_json(lines, "wal2json"), SyncOptions("s"), "b")
     assert _cdc_state(cat) == before
+
+
+CASE_FILTERS = [
+    "case when a < 0 then a * 10 else a end < 0",
+    "case when a < 0 then c * 10 * i else c end > 0",
+    "coalesce(case when a < 0 then a * 10 end, 0) < 0",
+    "case when c < 0 then c * 100 else 0 end = -300",
+    "case when a < 0 then cast(a * 10 as decimal(38,10)) else 0 end < 0",
+]
+
+
+@pytest.mark.parametrize("where", CASE_FILTERS)
+def test_guarded_decimal256_branches_match_duckdb(local_cat: mere.Catalog, where: str) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            ("a", pa.decimal128(38, 10)),
+            ("c", pa.decimal128(38, 0)),
+            ("i", pa.int64()),
+        ]
+    )
+    rows = [
+        {"id": 1, "a": D("9999999999999999999999999999.5"), "c": D(10**37), "i": 2**62},
+        {"id": 2, "a": D("-2.5"), "c": D(-3), "i": -1},
+        {"id": 3, "a": None, "c": None, "i": None},
+    ]
+    t = _make(local_cat, "t.case", schema, rows)
+    con = duckdb.connect()
+    con.register("t", pa.Table.from_pylist(rows, schema=schema))
+    expected = sorted(r[0] for r in con.execute(f"SELECT id FROM t WHERE {where}").fetchall())
+    assert _ids(t, where) == expected
+    t.delete(where)
+    assert sorted(t.scan().to_arrow().column("id").to_pylist()) == sorted({1, 2, 3} - set(expected))
+
+
+def test_sql_text_and_transactions_use_exact_decimal256(local_cat: mere.Catalog) -> None:
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            ("a", pa.decimal128(38, 10)),
+            ("c", pa.decimal128(38, 0)),
+        ]
+    )
+    rows = [
+        {"id": 1, "a": D("9999999999999999999999999999.5"), "c": D(10**37)},
+        {"id": 2, "a": D("-2.5"), "c": D(-3)},
+        {"id": 3, "a": None, "c": None},
+    ]
+    _make(local_cat, "x.t", schema, rows)
+    mere.sql("UPDATE x.t SET a = a * 10 - a * 9 + 1 WHERE c * 10 < 0", catalog=local_cat)
+    got = {r["id"]: r["a"] for r in local_cat.table("x.t").scan().to_arrow().to_pylist()}
+    assert got == {1: rows[0]["a"], 2: D("-1.5"), 3: None}
+    v = local_cat.table("x.t").version
+    with pytest.raises(MereError):
+        mere.sql("UPDATE x.t SET a = a * 10", catalog=local_cat)  # row 1 overflows DECIMAL(38, 10)
+    assert local_cat.table("x.t").version == v
+    with local_cat.table("x.t").transaction() as tx:
+        tx.delete("c * 100 > 99999999999999999999999999999999999999")
+    assert sorted(local_cat.table("x.t").scan().to_arrow().column("id").to_pylist()) == [2, 3]
+    mere.sql("DELETE FROM x.t WHERE a * 10 * 10 < 0", catalog=local_cat)
+    assert sorted(local_cat.table("x.t").scan().to_arrow().column("id").to_pylist()) == [3]
