@@ -415,6 +415,10 @@ def validate_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
             raise InvalidInput(f"a property key must be printable text, not blank, got {key!r}")
         if "\x00" in text:  # PostgreSQL's text cannot hold it
             raise InvalidInput(f"property {key!r}: a value cannot hold the NUL character, got {text!r}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no catalog, JSON or terminal can take it
+            raise InvalidInput(f"property {key!r}: the value is not valid Unicode text, got {text!r}") from None
         if key in PROPERTIES:
             what, parse = PROPERTIES[key]
             try:

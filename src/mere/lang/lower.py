@@ -150,7 +150,14 @@ def _decimal_digits(name: str, left: pa.DataType, right: pa.DataType) -> int:
         return int(p1 + p2 + 1)
     if name.startswith(("add", "subtract")):
         return int(max(s1, s2) + max(p1 - s1, p2 - s2) + 1)
+    if name.startswith("divide"):
+        return int(p1 - s1 + s2 + max(4, s1 + p2 - s2 + 1))
+    if name in _COMPARISONS:  # both sides as one type
+        return int(max(s1, s2) + max(p1 - s1, p2 - s2))
     return 0
+
+
+_COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
 
 
 def literal_value(node: exp.Expression) -> object:
@@ -303,13 +310,17 @@ def _filter(node: exp.Expression, parsed: Parsed) -> Expr:
 def _integer_scalar(value: int) -> pa.Scalar:
     """An integer literal's Arrow scalar, typed as DuckDB types it: int64, uint64 beyond (DuckDB's
     UBIGINT, for unsigned columns), an exact decimal of its digits beyond both (as DuckDB's HUGEINT, it
-    keeps its value; of its digits, so that arithmetic with it fits Arrow's 38), a double beyond 38 digits."""
+    keeps its value; of its digits, so that arithmetic with it fits Arrow's 38; decimal256 up to 76
+    digits, where DuckDB has a double), a double beyond 76 digits."""
     if -(2**63) <= value < 2**63:
         return pa.scalar(value, pa.int64())
     if 0 <= value < 2**64:
         return pa.scalar(value, pa.uint64())
-    if abs(value) < 10**38:
-        return pa.scalar(Decimal(value), pa.decimal128(len(str(abs(value))), 0))
+    digits = len(str(abs(value)))
+    if digits <= 38:
+        return pa.scalar(Decimal(value), pa.decimal128(digits, 0))
+    if digits <= 76:  # exact still: compared with a decimal256 expression, a double would round
+        return pa.scalar(Decimal(value), pa.decimal256(digits, 0))
     return pa.scalar(float(value), pa.float64())
 
 
@@ -740,9 +751,12 @@ class Lowering:
     def _arith(self, name: str, node: exp.Binary) -> Typed:
         left, right = self.lower(node.this), self.lower(node.expression)
         left, right = self._numeric_pair(left, right, name)
+        return self.exact(name, left, right)
+
+    def exact(self, name: str, left: Typed, right: Typed) -> Typed:
+        """``name(left, right)``; where Arrow's decimal128 result (or common type) would need more than 38
+        digits (``DECIMAL(38, 10) * 10``), computed exactly as decimal256 instead of refused."""
         if _decimal_digits(name, left.type, right.type) > 38:
-            # Arrow's decimal128 result would need more than 38 digits (DECIMAL(38, 10) * 10): computed
-            # exactly as decimal256 instead of refused
             left, right = self._as_decimal256(left), self._as_decimal256(right)
         return self.call(name, [left, right])
 
@@ -830,11 +844,14 @@ class Lowering:
         decimals = pa.types.is_decimal(left.type) or pa.types.is_decimal(right.type)
         if decimals and not (_is_float(left.type) or _is_float(right.type)):
             right = self._nonzero(right)
-            # x - trunc(x / y) * y with the quotient as an integer keeps the decimal's precision small
+            # x - trunc(x / y) * y with the quotient as a whole decimal keeps the precision small
+            quotient = self.call("trunc", [self.roomy(self.exact("divide_checked", left, right))])
+            whole = quotient.type
+            digits = max(1, whole.precision - whole.scale)
             quotient = self.cast(
-                self.call("trunc", [self.roomy(self.call("divide_checked", [left, right]))]), pa.int64()
+                quotient, pa.decimal128(digits, 0) if digits <= 38 else pa.decimal256(digits, 0)
             )
-            return self.call("subtract_checked", [left, self.call("multiply_checked", [quotient, right])])
+            return self.exact("subtract_checked", left, self.exact("multiply_checked", quotient, right))
         a, b = self.cast(left, pa.float64()), self.cast(right, pa.float64())
         if _HAS_REMAINDER:  # C's fmod: exact where a - trunc(a / b) * b rounds (1e308 % -3 is 2.0)
             return self.call("remainder", [a, b])
@@ -922,7 +939,7 @@ class Lowering:
             ">": "greater",
             ">=": "greater_equal",
         }
-        return self.call(names[op], [left, right])
+        return self.exact(names[op], left, right)
 
     def _float_compare(self, op: str, left: Typed, right: Typed) -> Typed:
         """Comparison where NaN equals NaN and is above every other value (SQL, not IEEE); a side that is
