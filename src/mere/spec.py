@@ -418,7 +418,9 @@ def validate_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: no catalog, JSON or terminal can take it
-            raise InvalidInput(f"property {key!r}: the value is not valid Unicode text, got {text!r}") from None
+            raise InvalidInput(
+                f"property {key!r}: the value is not valid Unicode text, got {text!r}"
+            ) from None
         if key in PROPERTIES:
             what, parse = PROPERTIES[key]
             try:
