@@ -1,0 +1,361 @@
+"""Trial 52: rollback(expected_version=) against a plain-dict model per version (SQLite and PostgreSQL),
+with racing writers, bad arguments and tags; and interrupted writes (KeyboardInterrupt in the waiting
+thread) leaving no unreferenced file behind."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+import mere
+from maintenance import MANUAL
+from mere import errors
+
+SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
+KEYS = pa.schema([SCHEMA.field("k")])
+_names = itertools.count()
+State = dict[int, int]
+
+
+def rows(t: mere.Table, **at: Any) -> State:
+    return {r["k"]: r["v"] for r in t.to_arrow(**at).to_pylist()}
+
+
+def on_disk(t: mere.Table) -> set[str]:
+    return {p for p, _, _ in t.storage.list_files(t.location)}
+
+
+def new_table(cat: mere.Catalog, buckets: int = 2) -> mere.Table:
+    return cat.create_table(
+        f"rb52.t{next(_names)}", SCHEMA, primary_key="k", buckets=buckets, properties=MANUAL
+    )
+
+
+def put(t: mere.Table, values: State) -> mere.CommitResult:
+    return t.upsert(pa.table({"k": list(values), "v": list(values.values())}, schema=SCHEMA))
+
+
+def fingerprint(t: mere.Table) -> tuple[Any, ...]:
+    return (t.version, rows(t), t.properties, t.tags(), on_disk(t), [s.operation for s in t.history()])
+
+
+# -- the model: every version's rows; rollback(expected_version=) refused iff a non-compaction landed ----
+
+
+def run_model(cat: mere.Catalog) -> None:
+    class Machine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t = new_table(cat)
+            self.states: dict[int, State] = {0: {}}
+            self.ops: dict[int, str] = {0: "create"}
+            self.props: dict[int, str | None] = {0: None}
+            self.tags: dict[str, int] = {}
+
+        @property
+        def current(self) -> int:
+            return max(self.states)
+
+        def _commit(self, result: mere.CommitResult, state: State, op: str, prop: Any = "same") -> None:
+            assert result.version == self.current + 1
+            self.props[result.version] = self.props[self.current] if prop == "same" else prop
+            self.states[result.version] = state
+            self.ops[result.version] = op
+
+        @rule(keys=st.lists(st.integers(0, 7), min_size=1, max_size=4), value=st.integers(-50, 50))
+        def upsert(self, keys: list[int], value: int) -> None:
+            state = dict(self.states[self.current])
+            state.update(dict.fromkeys(keys, value))
+            self._commit(put(self.t, dict.fromkeys(keys, value)), state, "upsert")
+
+        @rule(keys=st.lists(st.integers(0, 7), min_size=1, max_size=3))
+        def delete(self, keys: list[int]) -> None:
+            result = self.t.delete(pa.table({"k": keys}, schema=KEYS))
+            self._commit(
+                result, {k: v for k, v in self.states[self.current].items() if k not in keys}, "delete"
+            )
+
+        @rule(team=st.sampled_from(["red", "blue", None]))
+        def set_team(self, team: str | None) -> None:
+            self._commit(
+                self.t.set_properties({"team": team}), dict(self.states[self.current]), "props", team
+            )
+
+        @rule()
+        def compact(self) -> None:
+            result = self.t.compact(min_files=1)
+            if result is not None:
+                self._commit(result, dict(self.states[self.current]), "compact")
+
+        def _rollback(self, target: int, expected: int, tag: str | None) -> None:
+            refused = any(self.ops[v] != "compact" for v in range(expected + 1, self.current + 1))
+            before = fingerprint(self.t)
+            call = (
+                (lambda: self.t.rollback(tag=tag, expected_version=expected))
+                if tag
+                else (lambda: self.t.rollback(target, expected_version=expected))
+            )
+            if refused:
+                with pytest.raises(errors.CommitConflict):
+                    call()
+                assert fingerprint(self.t) == before
+            else:
+                result = call()
+                assert result.operation == "rollback"
+                self._commit(result, dict(self.states[target]), "rollback", self.props[target])
+
+        @rule(data=st.data())
+        def rollback(self, data: st.DataObject) -> None:
+            target = data.draw(st.integers(0, self.current))
+            expected = data.draw(st.integers(0, self.current))
+            self._rollback(target, expected, None)
+
+        @precondition(lambda self: self.tags)
+        @rule(data=st.data())
+        def rollback_to_tag(self, data: st.DataObject) -> None:
+            name = data.draw(st.sampled_from(sorted(self.tags)))
+            expected = data.draw(st.integers(0, self.current))
+            self._rollback(self.tags[name], expected, name)
+
+        @rule(name=st.sampled_from(["a", "b"]), data=st.data())
+        def tag(self, name: str, data: st.DataObject) -> None:
+            v = data.draw(st.integers(0, self.current))
+            assert self.t.tag(name, v, replace=True) == v
+            self.tags[name] = v
+
+        @rule(data=st.data())
+        def bad_expected(self, data: st.DataObject) -> None:
+            bad = data.draw(
+                st.sampled_from(
+                    [-1, self.current + 1, 2**70, -(2**70), 1.0, "0", True, False, [0], float("nan")]
+                )
+            )
+            before = fingerprint(self.t)
+            with pytest.raises(errors.InvalidInput):
+                self.t.rollback(0, expected_version=bad)
+            if self.tags:
+                with pytest.raises(errors.InvalidInput):
+                    self.t.rollback(tag=sorted(self.tags)[0], expected_version=bad)
+            assert fingerprint(self.t) == before
+
+        @invariant()
+        def matches(self) -> None:
+            assert self.t.version == self.current
+            assert rows(self.t) == self.states[self.current]
+            assert self.t.properties.get("team") == self.props[self.current]
+            for v in range(self.current + 1):
+                assert rows(self.t, version=v) == self.states[v], v
+
+    run_state_machine_as_test(
+        Machine, settings=settings(max_examples=8, stateful_step_count=14, deadline=None)
+    )
+
+
+def test_rollback_expected_version_model(cat: mere.Catalog) -> None:
+    run_model(cat)
+
+
+# -- bad arguments: every one a MereError, nothing changed ---------------------------------------------
+
+
+BAD = [
+    ({"version": 2**70}, errors.MereError),
+    ({"version": -(2**70)}, errors.MereError),
+    ({"version": 2**63}, errors.MereError),
+    ({"version": 1, "expected_version": 2**63}, errors.InvalidInput),
+    ({"version": 2**63, "expected_version": 1}, errors.MereError),
+    ({"version": None, "expected_version": 1}, errors.InvalidInput),
+    ({"version": 1, "expected_version": 1.5}, errors.InvalidInput),
+    ({"version": 1, "expected_version": b"1"}, errors.InvalidInput),
+    ({"version": 1, "expected_version": {}}, errors.InvalidInput),
+    ({"tag": "t1", "expected_version": -1}, errors.InvalidInput),
+    ({"tag": "t1", "expected_version": "x"}, errors.InvalidInput),
+    ({"tag": "nope", "expected_version": 2}, errors.NoSuchTag),
+    ({"tag": "t1", "version": 1, "expected_version": 2}, errors.InvalidInput),
+    ({"tag": "x" * 10_000, "expected_version": 2}, errors.MereError),
+    ({"tag": "a\x00b", "expected_version": 2}, errors.MereError),
+    ({"version": 1, "expected_version": 0}, errors.CommitConflict),
+    ({"tag": "t1", "expected_version": 1}, errors.CommitConflict),
+]
+
+
+@pytest.mark.parametrize("kwargs,error", BAD, ids=[repr(k)[:60] for k, _ in BAD])
+def test_bad_rollback_arguments_change_nothing(
+    cat: mere.Catalog, kwargs: dict[str, Any], error: type
+) -> None:
+    t = new_table(cat)
+    put(t, {1: 1})
+    t.tag("t1")
+    put(t, {2: 2})
+    before = fingerprint(t)
+    with pytest.raises(error):
+        t.rollback(**kwargs)
+    assert fingerprint(t) == before
+    assert t.rollback(1, expected_version=2).version == 3 and rows(t) == {1: 1}
+
+
+def test_expected_version_with_only_compactions_after_it(cat: mere.Catalog) -> None:
+    t = new_table(cat)
+    put(t, {1: 1, 2: 1})
+    put(t, {2: 2, 3: 3})
+    seen = t.version
+    t.compact(min_files=1)
+    assert t.history()[-1].operation == "compact"
+    put(t, {9: 9})
+    t.compact(min_files=1)
+    # a non-compaction (version 4) after 2: refused
+    before = fingerprint(t)
+    with pytest.raises(errors.CommitConflict):
+        t.rollback(1, expected_version=seen)
+    assert fingerprint(t) == before
+    # only the compaction (5) after 4
+    assert t.rollback(1, expected_version=4).version == 6
+    assert rows(t) == {1: 1, 2: 1}
+    assert rows(t, version=5) == {1: 1, 2: 2, 3: 3, 9: 9}
+    # roll forward again to the compacted version, with expected = current
+    assert t.rollback(5, expected_version=6).version == 7
+    assert rows(t) == {1: 1, 2: 2, 3: 3, 9: 9}
+
+
+def test_rollback_to_an_expired_version_with_expected_version(cat: mere.Catalog) -> None:
+    t = new_table(cat)
+    put(t, {1: 1})
+    put(t, {1: 2})
+    put(t, {1: 3})
+    t.expire(older_than=__import__("datetime").timedelta(0), dry_run=False)
+    before = fingerprint(t)
+    with pytest.raises(errors.NoSuchVersion):
+        t.rollback(1, expected_version=3)
+    assert fingerprint(t) == before
+    assert t.rollback(3, expected_version=3).version == 4 and rows(t) == {1: 3}
+
+
+# -- races: rollback(expected_version=seen) against writers on other handles ----------------------------
+
+
+def _race(cat: mere.Catalog, seed: int) -> None:
+    t = new_table(cat, buckets=3)
+    for i in range(3):
+        put(t, {i: i, i + 10: i})
+    url = cat.catalog_url
+    written: dict[int, tuple[str, Any]] = {}
+    lock = threading.Lock()
+    problems: list[BaseException] = []
+    rolled: list[tuple[int, int, int]] = []  # (result version, target, expected)
+    refused: list[tuple[int, int]] = []
+
+    def other() -> mere.Table:
+        return mere.connect(WH[0], catalog=url).table(t.name)
+
+    def writer(n: int) -> None:
+        rnd = random.Random(seed * 100 + n)
+        h = other()
+        for _ in range(6):
+            try:
+                what = rnd.choice(["upsert", "delete", "compact", "props", "tag"])
+                if what == "upsert":
+                    vals = {rnd.randrange(12): rnd.randrange(100) for _ in range(3)}
+                    r = put(h, vals)
+                    with lock:
+                        written[r.version] = ("upsert", vals)
+                elif what == "delete":
+                    ks = [rnd.randrange(12) for _ in range(2)]
+                    r = h.delete(pa.table({"k": ks}, schema=KEYS))
+                    with lock:
+                        written[r.version] = ("delete", ks)
+                elif what == "compact":
+                    r = h.compact(min_files=1)
+                    if r is not None:
+                        with lock:
+                            written[r.version] = ("compact", None)
+                elif what == "props":
+                    r = h.set_properties({"team": str(rnd.randrange(5))})
+                    with lock:
+                        written[r.version] = ("props", None)
+                else:
+                    h.tag(f"w{n}", replace=True)
+            except errors.CommitConflict:
+                pass
+            except BaseException as e:  # noqa: BLE001
+                problems.append(e)
+
+    def roller(n: int) -> None:
+        rnd = random.Random(seed * 1000 + n)
+        h = other()
+        for _ in range(5):
+            seen = h.version
+            target = rnd.randrange(seen + 1)
+            try:
+                r = h.rollback(target, expected_version=seen)
+                with lock:
+                    rolled.append((r.version, target, seen))
+            except errors.CommitConflict:
+                refused.append((target, seen))
+            except errors.NoSuchVersion:
+                pass
+            except BaseException as e:  # noqa: BLE001
+                problems.append(e)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(2)]
+    threads += [threading.Thread(target=roller, args=(i,)) for i in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not any(th.is_alive() for th in threads), "hang"
+    assert not problems, problems
+    # replay the history against the model
+    hist = t.history()
+    ops = {s.version: s.operation for s in hist}
+    states: dict[int, State] = {0: {}}
+    for v in range(1, t.version + 1):
+        prev = dict(states[v - 1])
+        if v <= 3:
+            states[v] = rows(t, version=v)
+            continue
+        kind = written.get(v)
+        roll = [r for r in rolled if r[0] == v]
+        if roll:
+            _, target, expected = roll[0]
+            states[v] = dict(states[target])
+            # no non-compaction between expected and v
+            between = [ops[u] for u in range(expected + 1, v)]
+            assert all(o == "compact" for o in between), (v, expected, between)
+        elif kind is None:
+            raise AssertionError(f"version {v} ({ops[v]}) by nobody")
+        elif kind[0] == "upsert":
+            prev.update(kind[1])
+            states[v] = prev
+        elif kind[0] == "delete":
+            states[v] = {k: x for k, x in prev.items() if k not in kind[1]}
+        else:
+            states[v] = prev
+        assert rows(t, version=v) == states[v], (v, ops[v])
+    assert rows(t) == states[t.version]
+
+
+WH: list[str] = []
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_rollback_races_writers(cat: mere.Catalog, tmp_path: Path, seed: int) -> None:
+    WH[:] = [str(tmp_path / "warehouse")]
+    _race(cat, seed)
