@@ -528,3 +528,31 @@ def test_an_interrupt_just_after_the_catalog_commit_keeps_the_committed_files(
     assert res["version"] == res["before"] + 1, res  # the commit landed
     assert res["missing"] == [], res  # today: every file the new version references is deleted
     assert res["readable"] and res["ok_next"] and res["stray"] == [], res
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_an_interrupted_rollback_keeps_every_version_readable(cat: mere.Catalog, when: str) -> None:
+    t = new_table(cat)
+    put(t, {1: 1, 2: 1})
+    put(t, {1: 2, 3: 2})
+    t.compact(min_files=1)
+    model = {v: rows(t, version=v) for v in range(t.version + 1)}
+    store = t._sql
+    real = store.commit
+
+    def hooked(*args: Any, **kwargs: Any) -> Any:
+        if when == "before":
+            raise KeyboardInterrupt
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    store.commit = hooked  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        t.rollback(1, expected_version=3)
+    store.commit = real  # type: ignore[method-assign]
+    if when == "after":
+        model[4] = model[1]
+    assert t.version == max(model)
+    assert {v: rows(t, version=v) for v in model} == model
+    put(t, {9: 9})
+    assert rows(t) == model[max(model)] | {9: 9}
