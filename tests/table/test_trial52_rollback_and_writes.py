@@ -322,14 +322,21 @@ def _race(cat: mere.Catalog, seed: int) -> None:
         th.join(120)
     assert not any(th.is_alive() for th in threads), "hang"
     assert not problems, problems
-    # replay the history against the model
+    _replay(t, written, rolled)
+
+
+def _replay(t: mere.Table, written: dict[int, tuple[str, Any]], rolled: list[tuple[int, int, int]]) -> None:
+    """Every version against the model: what its writer did; a rollback's target state, and no
+    non-compaction between its expected_version and itself."""
     hist = t.history()
     ops = {s.version: s.operation for s in hist}
     states: dict[int, State] = {0: {}}
     for v in range(1, t.version + 1):
         prev = dict(states[v - 1])
-        if v <= 3:
-            states[v] = rows(t, version=v)
+        if v <= 3:  # the setup: put(t, {i: i, i + 10: i}) for i in 0..2
+            prev.update({v - 1: v - 1, v + 9: v - 1})
+            states[v] = prev
+            assert rows(t, version=v) == prev
             continue
         kind = written.get(v)
         roll = [r for r in rolled if r[0] == v]
@@ -556,3 +563,164 @@ def test_an_interrupted_rollback_keeps_every_version_readable(cat: mere.Catalog,
     assert {v: rows(t, version=v) for v in model} == model
     put(t, {9: 9})
     assert rows(t) == model[max(model)] | {9: 9}
+
+
+def test_rollback_from_a_stale_handle_over_a_column_change(cat: mere.Catalog, tmp_path: Path) -> None:
+    t = new_table(cat)
+    put(t, {1: 1})
+    put(t, {2: 2})
+    other = mere.connect(str(tmp_path / "warehouse"), catalog=cat.catalog_url).table(t.name)
+    other.add_column("w", pa.int64(), default=7)
+    other.upsert(pa.table({"k": [3], "v": [3], "w": [30]}))
+    seen = other.version
+    # the stale handle, with an expected_version before the column change: refused, nothing changed
+    before = fingerprint(other)
+    with pytest.raises(errors.CommitConflict):
+        t.rollback(1, expected_version=2)
+    assert fingerprint(other) == before
+    # knowing the newest version, the stale handle is still told to refresh first (nothing changed)
+    with pytest.raises(errors.SchemaChanged):
+        t.rollback(1, expected_version=seen)
+    assert fingerprint(other) == before
+    # refreshed: the columns of version 1 come back, with its rows
+    t.refresh().rollback(1, expected_version=seen)
+    fresh = mere.connect(str(tmp_path / "warehouse"), catalog=cat.catalog_url).table(t.name)
+    assert fresh.to_arrow().to_pylist() == [{"k": 1, "v": 1}]
+    assert other.refresh().to_arrow().to_pylist() == [{"k": 1, "v": 1}]
+    assert [r["w"] for r in fresh.to_arrow(version=seen).to_pylist()] == [7, 7, 30] or sorted(
+        (r["k"], r["w"]) for r in fresh.to_arrow(version=seen).to_pylist()
+    ) == [(1, 7), (2, 7), (3, 30)]
+    # rolling forward again brings the column back with its values
+    fresh.rollback(seen, expected_version=fresh.version)
+    assert sorted((r["k"], r["w"]) for r in fresh.to_arrow().to_pylist()) == [(1, 7), (2, 7), (3, 30)]
+    put(fresh, {4: 4})
+
+
+RACE_CHILD = textwrap.dedent(
+    """
+    import json, random, sys
+    import pyarrow as pa
+    import mere
+    from mere import errors
+
+    wh, url, name, role, seed, out = sys.argv[1:7]
+    rnd = random.Random(int(seed))
+    t = mere.connect(wh, catalog=url).table(name)
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
+    events = []
+    for _ in range(8):
+        try:
+            if role == "roller":
+                seen = t.version
+                target = rnd.randrange(seen + 1)
+                try:
+                    r = t.rollback(target, expected_version=seen)
+                    events.append(["rollback", r.version, target, seen])
+                except errors.CommitConflict:
+                    pass
+                continue
+            what = rnd.choice(["upsert", "delete", "compact", "props", "tag", "expire"])
+            if what == "upsert":
+                vals = {rnd.randrange(12): rnd.randrange(100) for _ in range(3)}
+                r = t.upsert(pa.table({"k": list(vals), "v": list(vals.values())}, schema=schema))
+                events.append(["upsert", r.version, sorted(vals.items())])
+            elif what == "delete":
+                ks = [rnd.randrange(12) for _ in range(2)]
+                r = t.delete(pa.table({"k": ks}, schema=pa.schema([schema.field("k")])))
+                events.append(["delete", r.version, ks])
+            elif what == "compact":
+                r = t.compact(min_files=1)
+                if r is not None:
+                    events.append(["compact", r.version])
+            elif what == "props":
+                r = t.set_properties({"team": str(rnd.randrange(5))})
+                events.append(["props", r.version])
+            elif what == "tag":
+                t.tag("w" + seed, replace=True)
+            else:
+                t.expire(dry_run=True)
+        except errors.CommitConflict:
+            pass
+    json.dump(events, open(out, "w"))
+    """
+)
+
+
+def test_rollback_races_writer_processes(cat: mere.Catalog, tmp_path: Path) -> None:
+    t = new_table(cat, buckets=3)
+    for i in range(3):
+        put(t, {i: i, i + 10: i})
+    wh = str(tmp_path / "warehouse")
+    roles = ["writer", "writer", "roller", "roller"]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                RACE_CHILD,
+                wh,
+                cat.catalog_url,
+                t.name,
+                role,
+                str(i),
+                str(tmp_path / f"{i}.json"),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, role in enumerate(roles)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-3000:]
+    written: dict[int, tuple[str, Any]] = {}
+    rolled: list[tuple[int, int, int]] = []
+    for i in range(len(roles)):
+        for e in __import__("json").loads((tmp_path / f"{i}.json").read_text()):
+            if e[0] == "rollback":
+                rolled.append((e[1], e[2], e[3]))
+            elif e[0] == "upsert":
+                written[e[1]] = ("upsert", dict(e[2]))
+            elif e[0] == "delete":
+                written[e[1]] = ("delete", e[2])
+            else:
+                written[e[1]] = (e[0], None)
+    _replay(t, written, rolled)
+
+
+def test_cli_rollback_expected_version(tmp_path: Path) -> None:
+    import contextlib
+    import io
+
+    pytest.importorskip("click")
+    from mere.cli import app as cli_app
+
+    def cli(*args: str) -> tuple[int, str]:
+        out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli_app.run(["-w", str(tmp_path / "wh"), *args])
+        assert "Traceback" not in err.getvalue(), err.getvalue()
+        return rc, err.getvalue()
+
+    t = new_table(mere.connect(str(tmp_path / "wh")))
+    put(t, {1: 1})
+    put(t, {2: 2})
+    t.compact(min_files=1)
+    before = fingerprint(t)
+    for bad in (
+        ["1.5"],
+        ["abc"],
+        ["99999999999999999999999"],
+        ["-1"],
+        ["4"],
+        ["0"],
+        [""],
+        ["1", "--tag", "x"],
+    ):
+        rc, err = cli("rollback", t.name, "1", "--expected-version", *bad)
+        assert rc in (1, 2), (bad, err)
+        assert err.startswith("mere: error: ") or "Usage" in err or "Error" in err, (bad, err)
+        assert fingerprint(t.refresh()) == before, bad
+    rc, err = cli("rollback", t.name, "1", "--expected-version", "2")  # only the compaction after it
+    assert rc == 0, err
+    assert t.refresh().version == 4 and rows(t) == {1: 1}
