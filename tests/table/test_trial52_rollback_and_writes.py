@@ -4,6 +4,7 @@ thread) leaving no unreferenced file behind."""
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import random
 import subprocess
@@ -69,6 +70,10 @@ def run_model(cat: mere.Catalog) -> None:
             self.ops: dict[int, str] = {0: "create"}
             self.props: dict[int, str | None] = {0: None}
             self.tags: dict[str, int] = {}
+            self.oldest = 0
+
+        def readable(self, v: int) -> bool:
+            return v >= self.oldest or v in self.tags.values()
 
         @property
         def current(self) -> int:
@@ -108,6 +113,11 @@ def run_model(cat: mere.Catalog) -> None:
         def _rollback(self, target: int, expected: int, tag: str | None) -> None:
             refused = any(self.ops[v] != "compact" for v in range(expected + 1, self.current + 1))
             before = fingerprint(self.t)
+            if not self.readable(target):
+                with pytest.raises((errors.NoSuchVersion, errors.CommitConflict)):
+                    self.t.rollback(target, expected_version=expected)
+                assert fingerprint(self.t) == before
+                return
             call = (
                 (lambda: self.t.rollback(tag=tag, expected_version=expected))
                 if tag
@@ -138,8 +148,17 @@ def run_model(cat: mere.Catalog) -> None:
         @rule(name=st.sampled_from(["a", "b"]), data=st.data())
         def tag(self, name: str, data: st.DataObject) -> None:
             v = data.draw(st.integers(0, self.current))
+            if not self.readable(v):
+                with pytest.raises(errors.NoSuchVersion):
+                    self.t.tag(name, v, replace=True)
+                return
             assert self.t.tag(name, v, replace=True) == v
             self.tags[name] = v
+
+        @rule()
+        def expire(self) -> None:
+            self.t.expire(older_than=dt.timedelta(0), dry_run=False)
+            self.oldest = self.current
 
         @rule(data=st.data())
         def bad_expected(self, data: st.DataObject) -> None:
@@ -150,7 +169,7 @@ def run_model(cat: mere.Catalog) -> None:
             )
             before = fingerprint(self.t)
             with pytest.raises(errors.InvalidInput):
-                self.t.rollback(0, expected_version=bad)
+                self.t.rollback(self.current, expected_version=bad)
             if self.tags:
                 with pytest.raises(errors.InvalidInput):
                     self.t.rollback(tag=sorted(self.tags)[0], expected_version=bad)
@@ -162,10 +181,11 @@ def run_model(cat: mere.Catalog) -> None:
             assert rows(self.t) == self.states[self.current]
             assert self.t.properties.get("team") == self.props[self.current]
             for v in range(self.current + 1):
-                assert rows(self.t, version=v) == self.states[v], v
+                if self.readable(v):
+                    assert rows(self.t, version=v) == self.states[v], v
 
     run_state_machine_as_test(
-        Machine, settings=settings(max_examples=8, stateful_step_count=14, deadline=None)
+        Machine, settings=settings(max_examples=10, stateful_step_count=16, deadline=None)
     )
 
 
@@ -240,7 +260,7 @@ def test_rollback_to_an_expired_version_with_expected_version(cat: mere.Catalog)
     put(t, {1: 1})
     put(t, {1: 2})
     put(t, {1: 3})
-    t.expire(older_than=__import__("datetime").timedelta(0), dry_run=False)
+    t.expire(older_than=dt.timedelta(0), dry_run=False)
     before = fingerprint(t)
     with pytest.raises(errors.NoSuchVersion):
         t.rollback(1, expected_version=3)
@@ -421,6 +441,11 @@ INTERRUPT_CHILD = textwrap.dedent(
             t.delete(data(0, 900, "x").select(["id", "p"]) if pk else pa.compute.field("id") < 250)
         elif op == "compact":
             t.compact(min_files=1)
+        elif op == "transaction":
+            with t.transaction() as tx:
+                tx.upsert(data(200, 900, "c"))
+                tx.delete(data(0, 150, "x").select(["id", "p"]))
+                tx.upsert(data(900, 1500, "e"))
         elif op == "stage":
             staged.append(t.stage(data(200, 900, "c"), "upsert" if pk else "append"))
         else:
@@ -497,7 +522,7 @@ def _interrupted(tmp_path: Path, op: str, seed: int, pk: bool, when: str = "time
     return __import__("json").loads(out.stdout.strip().splitlines()[-1])
 
 
-OPS = ["upsert", "append", "overwrite", "overwrite_part", "delete", "compact", "stage"]
+OPS = ["upsert", "append", "overwrite", "overwrite_part", "delete", "compact", "transaction", "stage"]
 
 
 @pytest.mark.parametrize("op", OPS)
