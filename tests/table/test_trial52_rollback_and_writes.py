@@ -546,12 +546,6 @@ def test_an_interrupt_before_the_catalog_commit_changes_nothing(tmp_path: Path, 
     assert res["stray"] == [] and res["missing"] == [] and res["ok_next"], res
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a KeyboardInterrupt arriving just after the catalog commit landed (before upsert/compact/"
-    "overwrite/delete returns) deletes the committed version's files (Commit.run's except BaseException: "
-    "discard): the new version references missing files and the table is unreadable (StorageError)",
-)
 @pytest.mark.parametrize("op", ["upsert", "compact"])
 def test_an_interrupt_just_after_the_catalog_commit_keeps_the_committed_files(
     tmp_path: Path, op: str
@@ -796,13 +790,6 @@ SUBMIT_CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: write_prepared submits the file writes in a list comprehension before wait_all is entered; "
-    "a KeyboardInterrupt arriving while it is still submitting (repro: interrupt_main() on the 3rd "
-    "pool.submit of an 8-bucket upsert) escapes without waiting: the submitted writes finish and their "
-    "files stay, referenced by no version",
-)
 def test_an_interrupt_while_file_writes_are_being_submitted_leaves_no_file(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-c", SUBMIT_CHILD, str(tmp_path / "wh")],

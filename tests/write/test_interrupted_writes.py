@@ -9,6 +9,7 @@ import textwrap
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from mere.concurrency import wait_all
 
@@ -103,3 +104,20 @@ def test_an_interrupted_upsert_leaves_no_file_behind(tmp_path: Path) -> None:
     assert "INTERRUPTED" in lines, out.stdout
     assert "LEFT []" in lines, out.stdout
     assert "VERSION 1 2" in lines, out.stdout  # (the first upsert made version 1)
+
+
+def test_a_settled_lookup_of_referenced_files_answers_as_a_plain_one(cat: Any) -> None:
+    """The lookup an interrupted commit makes first waits for a commit the server may still be landing
+    (PostgreSQL: the table's row lock); then it answers as the plain lookup does."""
+    import pyarrow as pa
+
+    t = cat.create_table(
+        "db.settled", pa.schema([pa.field("id", pa.int64(), nullable=False)]), primary_key="id", buckets=2
+    )
+    t.upsert(pa.table({"id": pa.array(range(10), pa.int64())}))
+    live = [f for f in t.files().column("path").to_pylist()]
+    paths = [*live, "db/nowhere/part-0.parquet"]
+    plain = cat.sql.referenced_paths(t.record.id, paths)
+    assert plain == set(live)
+    assert cat.sql.referenced_paths(t.record.id, paths, settled=True) == plain
+    t.upsert(pa.table({"id": pa.array([1], pa.int64())}))  # the lock was released: writes go on

@@ -1273,10 +1273,17 @@ class SqlCatalog:
         return out
 
     @_wraps_database_errors("look up a table's files")
-    def referenced_paths(self, table_id: int, paths: Sequence[str]) -> set[str]:
-        """Those of ``paths`` some file row of the table (of any version, expired ones too) references."""
+    def referenced_paths(self, table_id: int, paths: Sequence[str], settled: bool = False) -> set[str]:
+        """Those of ``paths`` some file row of the table (of any version, expired ones too) references.
+
+        ``settled``: first take the lock a commit to the table holds, so that a commit the server is still
+        landing (for a client interrupted while it waited for the COMMIT) has landed or rolled back: a
+        path not found then is never referenced later by that commit."""
         found: set[str] = set()
-        with self.engine.connect() as conn:
+        with self.engine.connect() as conn, conn.begin():
+            if settled and self.dialect == "postgresql":
+                conn.execute(sa.text(f"SET LOCAL lock_timeout = '{LANDED_LOOKUP_WAIT_S}s'"))
+                conn.execute(_HEADS_LOCKED, {"ids": [table_id]}).all()
             for start in range(0, len(paths), 500):  # bounded IN lists
                 chunk = list(paths[start : start + 500])
                 found.update(

@@ -322,8 +322,10 @@ class CatalogTransaction:
         except CommitStateUnknown:
             self._abandon(commits)
             raise  # the files may be referenced now: keep them
-        except BaseException:
-            self._discard_all(commits)
+        except BaseException as e:
+            for _, share in commits:  # (each keeps what a version may hold: see Commit.give_up)
+                share.tx.pending_commit.give_up(e, new_table=share.create is not None)
+            self._abandon(commits)
             raise
         self.state = "committed"
         for name, share in commits:
@@ -357,6 +359,8 @@ class CatalogTransaction:
             raise
         if not prepared:
             return out
+        for _, commit, _ in prepared:
+            commit.catalog_asked = True
         try:
             unchanged = {n: share.tx.pending_commit.ctx.table_id for n, share in commits if n in out}
             landed = self.catalog.sql.commit_tables(

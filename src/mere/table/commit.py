@@ -381,18 +381,19 @@ def committed_with(ctx: TableContext, key: str) -> CommitResult | None:
     return None if prior is None else CommitResult.of(prior, already_committed=True)
 
 
-def discard_unreferenced(ctx: TableContext, files: Iterable[FileEntry]) -> None:
+def discard_unreferenced(ctx: TableContext, files: Iterable[FileEntry], settled: bool = False) -> None:
     """Delete those of ``files`` no version of the table references (any version, expired or restored by a
     rollback). When the catalog cannot tell, none goes: ``cleanup`` takes them once no version does.
 
     Every path that gives up a write's files after a replay or an error uses it: the same staged files may
     be in a commit that landed (a driver retrying the commit of the same messages after an unknown outcome,
-    a commit whose connection died as it landed)."""
+    a commit whose connection died as it landed). ``settled``: the commit may still be landing (see
+    ``SqlCatalog.referenced_paths``)."""
     files = list(files)
     if not files:
         return
     try:
-        referenced = ctx.store.referenced_paths(ctx.table_id, [f.path for f in files])
+        referenced = ctx.store.referenced_paths(ctx.table_id, [f.path for f in files], settled)
     except CatalogError as e:
         log.warning(
             "%s: %d file(s) kept for cleanup (the catalog could not tell if a version uses them: %s)",
@@ -447,6 +448,8 @@ class Commit:
         self.state = "open"  # open, committing, committed, aborted
         # Markers the lookup of stored keys wrote for the current try (table-wide keys), and its counts.
         self.resolved: list[FileEntry] = []
+        # The catalog was asked to land a try: from then on a failure may follow a commit that landed.
+        self.catalog_asked = False
 
     # -- collecting ---------------------------------------------------------------------------------
 
@@ -584,13 +587,34 @@ class Commit:
         except CommitStateUnknown:
             self.state = "aborted"
             raise  # the files may be referenced now: keep them
-        except BaseException:
-            discard(ctx, self.changes)
-            self.drop_resolved()
-            self.state = "aborted"
+        except BaseException as e:
+            self.give_up(e)
             raise
         self.finished(result)
         return result
+
+    def give_up(self, error: BaseException, new_table: bool = False) -> None:
+        """The commit failed with ``error``: delete its files, unless a version may hold them.
+
+        Before the catalog was asked to land it, every file goes. After, only those no version references:
+        an error can follow a commit that landed (an interrupt, such as the ``KeyboardInterrupt`` Ray
+        cancels tasks with, just after the catalog's COMMIT), and after an interrupt the lookup first waits
+        for a commit the catalog may still be landing. A table the commit creates (``new_table``) has no
+        id to look under: its files stay, as do files the catalog cannot tell about
+        (:meth:`mere.Table.cleanup` takes what no version references).
+        """
+        self.state = "aborted"
+        if not self.catalog_asked:
+            discard(self.ctx, self.changes)
+            self.drop_resolved()
+        elif not new_table:
+            interrupted = not isinstance(error, Exception)
+            discard_unreferenced(
+                self.ctx,
+                [*(f for c in self.changes if c.restores is None for f in c.files), *self.resolved],
+                settled=interrupted,
+            )
+            self.resolved = []
 
     def check_mix(self) -> None:
         """Refuse overwrites and copy-on-write deletes beside upserts that need checks."""
@@ -721,6 +745,7 @@ class Commit:
             raise
         if isinstance(prepared, CommitResult):
             return prepared
+        self.catalog_asked = True
         try:
             result = self.ctx.store.commit(self.ctx.table_id, **prepared.arguments())
         except BaseException as e:
@@ -869,8 +894,8 @@ class Commit:
 
     def failed(self, prepared: PreparedCommit, error: BaseException) -> None:
         """``prepared`` did not land: its logs go (unless the outcome is unknown); a lost race rebases."""
-        if isinstance(error, CommitStateUnknown):
-            return  # the logs may be referenced now: keep them
+        if isinstance(error, CommitStateUnknown) or not isinstance(error, Exception):
+            return  # the logs may be referenced now (an interrupt may come as the catalog lands): keep them
         self.ctx.files.discard(prepared.logs)
         if isinstance(error, CommitConflict):
             self.rebase()

@@ -102,8 +102,8 @@ class MetadataStore(Protocol):
     def all_file_paths(self, table_id: int) -> set[str]:
         """Every path any version references."""
 
-    def referenced_paths(self, table_id: int, paths: Sequence[str]) -> set[str]:
-        """Those of ``paths`` some version references."""
+    def referenced_paths(self, table_id: int, paths: Sequence[str], settled: bool = False) -> set[str]:
+        """Those of ``paths`` some version references (``settled``: after a commit being landed ended)."""
 
     def history(self, table_id: int, after: int | None = None, upto: int | None = None) -> list[Snapshot]:
         """The snapshots, oldest first."""

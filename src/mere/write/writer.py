@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import decimal
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -718,8 +719,28 @@ def write_prepared(
         )
 
     pool = shared_pool("write", max_workers)
-    # every write ends before a failure is raised, an interrupted wait included: none is left behind
-    results, errors = wait_all([pool.submit(write_one, i, p) for i, p in enumerate(prepared)])
+    # Every write ends before a failure is raised, an interrupt included (while the writes are handed to
+    # the pool or waited for): none is left behind. The futures exist before any write is handed over, so
+    # an interrupt between two hand-offs cannot lose one.
+    futures: list[Future[FileEntry]] = [Future() for _ in prepared]
+
+    def run(i: int, p: PreparedFile, future: Future[FileEntry]) -> None:
+        if future.set_running_or_notify_cancel():  # else cancelled after an interrupt: never written
+            try:
+                future.set_result(write_one(i, p))
+            except BaseException as e:
+                future.set_exception(e)
+
+    try:
+        for i, p in enumerate(prepared):
+            pool.submit(run, i, p, futures[i])
+    except BaseException:
+        for future in futures:
+            future.cancel()  # those not handed over (or not started) never run
+        written, _ = wait_all(futures)
+        storage.discard(r.path for r in written if r is not None)
+        raise
+    results, errors = wait_all(futures)
     if errors:
         storage.discard(r.path for r in results if r is not None)
         raise errors[0]
