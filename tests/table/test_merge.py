@@ -40,6 +40,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import tempfile
 import traceback
 from collections import Counter
@@ -1035,19 +1036,26 @@ def test_killed_merge_commits_nothing(tmp_path: Path) -> None:
     t.upsert(pa.table({"k": range(0, 40_000, 2), "q": [1] * 20_000}, schema=schema))
     before = state(t)
     files = table_files(tmp_path, t)
+    errors = (tmp_path / "child.err").open("wb")  # a file, not a pipe: a full pipe would block the child
     proc = subprocess.Popen(
         [sys.executable, "-c", KILL_CHILD, str(tmp_path), "40000"],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=errors,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     seen: list[str] = []
-    try:
+
+    def read() -> None:
         assert proc.stdout is not None
         for raw in proc.stdout:  # until the first file is written (or the child ends)
             seen.append(raw.decode())
             if raw.strip() == b"wrote":
-                break
+                return
+
+    try:
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(240)  # a child that never writes fails the test with its stderr, not a timeout
         wrote = bool(table_files(tmp_path, t) - files)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
@@ -1055,7 +1063,8 @@ def test_killed_merge_commits_nothing(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    err = proc.stderr.read().decode() if proc.stderr else ""
+    errors.close()
+    err = (tmp_path / "child.err").read_text(errors="replace")[-3000:]
     assert seen and seen[-1].strip() == "wrote", f"child did not write: {seen} {err}"
     assert wrote, "the child reported a file that is not there"
     assert proc.returncode == -signal.SIGKILL
