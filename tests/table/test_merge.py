@@ -40,8 +40,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import tempfile
+import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
