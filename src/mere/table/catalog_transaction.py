@@ -301,13 +301,7 @@ class CatalogTransaction:
                 for _, share in commits:
                     # (staged files it shares with the one that landed are the tables' now)
                     pending = share.tx.pending_commit
-                    discard_unreferenced(
-                        pending.ctx,
-                        [
-                            *(f for c in pending.changes if c.restores is None for f in c.files),
-                            *pending.resolved,
-                        ],
-                    )
+                    discard_unreferenced(pending.ctx, pending.written_files())
                     pending.resolved = []
                 return self._replay_all(commits)
         except SchemaChanged:

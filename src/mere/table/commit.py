@@ -611,10 +611,14 @@ class Commit:
             interrupted = not isinstance(error, Exception)
             discard_unreferenced(
                 self.ctx,
-                [*(f for c in self.changes if c.restores is None for f in c.files), *self.resolved],
+                self.written_files(),
                 settled=interrupted,
             )
             self.resolved = []
+
+    def written_files(self) -> list[FileEntry]:
+        """The files this commit wrote (a rollback's belong to its version), markers of stored keys included."""
+        return [*(f for c in self.changes if c.restores is None for f in c.files), *self.resolved]
 
     def check_mix(self) -> None:
         """Refuse overwrites and copy-on-write deletes beside upserts that need checks."""
@@ -636,9 +640,7 @@ class Commit:
         """End the commit as a replay of ``prior``, the commit its idempotency key names: the files its
         changes wrote are deleted (but any a version references: see :func:`discard_unreferenced`) and
         ``prior`` is returned."""
-        discard_unreferenced(
-            self.ctx, [*(f for c in self.changes if c.restores is None for f in c.files), *self.resolved]
-        )
+        discard_unreferenced(self.ctx, self.written_files())
         self.state = "committed"
         return prior
 
