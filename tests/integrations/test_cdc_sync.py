@@ -255,6 +255,23 @@ def test_table_overrides_set_buckets_partitioning_and_names(tmp_path: Path) -> N
     assert cat.table("shop.a").spec.buckets == 2
 
 
+def test_per_table_options_match_a_bare_table_name_and_the_qualified_one_wins(tmp_path: Path) -> None:
+    cat = _cat(tmp_path)
+    options = SyncOptions(
+        "shop",
+        partition_by={"c": ["day"]},
+        overrides={"c": {"buckets": 3, "name": "lines"}, "a": {"buckets": 5}, "public.a": {"buckets": 2}},
+    )
+    lines = [
+        _line("wal2json", "c", "c", None, _row("c", 7, 1), 11),
+        _line("wal2json", "a", "c", None, _row("a", 1, 1), 12),
+    ]
+    sync_batch(cat, _events(lines, "wal2json"), options, "k1")
+    spec = cat.table("shop.lines").spec  # "c" named the source table public.c: nothing ignored
+    assert (spec.buckets, spec.partition_by) == (3, ("day",))
+    assert cat.table("shop.a").spec.buckets == 2
+
+
 def test_added_columns_and_widened_types_evolve_the_table(tmp_path: Path) -> None:
     cat = _cat(tmp_path)
     types = {"id": "integer", "q": "integer", "amt": "numeric(8,2)"}

@@ -141,7 +141,9 @@ class SyncOptions:
     Attributes:
         namespace: The namespace the tables are created in (``<namespace>.<source table>``).
         buckets: Buckets of each new table (None: mere's default).
-        partition_by: Partition columns of new tables, by source table name.
+        partition_by: Partition columns of new tables, by source table name. Every per-table mapping here
+            is keyed by the qualified name (``public.orders``) or the bare one (``orders``, the name the
+            target takes); the qualified entry wins.
         primary_keys: Key columns by source table name (for events that carry none, or to override).
         properties: Table properties of new tables.
         overrides: Per source table, options of its creation (``buckets``, ``partition_by``,
@@ -191,7 +193,7 @@ class SyncOptions:
 
     def override(self, table: str, name: str, default: Any) -> Any:
         """A per-table creation option, else ``default``."""
-        return self.overrides.get(table, {}).get(name, default)
+        return (_per_table(self.overrides, table) or {}).get(name, default)
 
     def target(self, table: str) -> str:
         """The catalog name of a source table: ``<namespace>.<table>`` (its schema dropped)."""
@@ -202,6 +204,14 @@ class SyncOptions:
                 table,
             )
         return f"{self.namespace}.{name}"
+
+
+def _per_table(mapping: Mapping[str, Any], table: str) -> Any:
+    """A per-source-table option: the entry of the qualified name (``public.orders``), else that of the
+    bare name (``orders``, as the target is named), else None."""
+    if table in mapping:
+        return mapping[table]
+    return mapping.get(table.rpartition(".")[2])
 
 
 # -- source types --------------------------------------------------------------------------------------
@@ -857,7 +867,7 @@ def _types_of(table: str, events: pa.Table, raw: pa.Array) -> dict[str, str]:
 
 
 def _key_of(table: str, events: pa.Table, options: SyncOptions, existing: Any) -> list[str] | None:
-    given = options.override(table, "primary_key", options.primary_keys.get(table))
+    given = options.override(table, "primary_key", _per_table(options.primary_keys, table))
     if given is not None:
         return [given] if isinstance(given, str) else list(given)
     keys = events.column("key")
@@ -1091,7 +1101,7 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         have = {}
     for col in (
         *(key or ()),
-        *(options.override(table, "partition_by", options.partition_by.get(table)) or ()),
+        *(options.override(table, "partition_by", _per_table(options.partition_by, table)) or ()),
     ):
         if col not in names and col not in have:
             raise CdcEventError(f"key or partition column {col!r} is in no event", table, raw[0].as_py())
@@ -1250,7 +1260,7 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         schema = pa.schema([*fields, pa.field(options.sequence_column, pa.int64(), nullable=False)])
         if not keyed:
             schema = schema.append(pa.field(OP_COLUMN, pa.string(), nullable=False))
-        partition = options.override(table, "partition_by", options.partition_by.get(table))
+        partition = options.override(table, "partition_by", _per_table(options.partition_by, table))
         create = {
             "schema": schema,
             "primary_key": key,
