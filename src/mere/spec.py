@@ -521,6 +521,12 @@ class TableSpec:
         return tuple(c for c in self.partition_by if c not in self.primary_key) + self.primary_key
 
     @property
+    def unique_columns(self) -> tuple[str, ...]:
+        """Columns whose values name at most one live row: the primary key where keys are table-wide
+        (``key_scope`` "table"), else :attr:`identity_columns` (a key once per partition)."""
+        return self.primary_key if self.key_scope == "table" else self.identity_columns
+
+    @property
     def cross_partition(self) -> bool:
         """Whether a key is table-wide while rows of one key may sit in several partitions (``key_scope``
         "table" and a partition column outside the key): writes then move keys between partitions."""

@@ -1404,9 +1404,10 @@ class MergePlan:
             return [], ReadScope(frozenset())
         where = E.conjunction([E.In(k, tuple(pc.unique(other.column(k)).to_pylist())) for k in keys])
         scan = self.merge.table.scan(columns=list(self.spec.identity_columns), filter=where, version=base)
-        identity = list(self.spec.identity_columns)
-        found = scan.to_arrow().join(
-            pa.concat_tables(self._inserted).select(identity).cast(scan.schema),
+        identity = list(self.spec.unique_columns)  # table-wide keys clash in any partition
+        held = scan.to_arrow().select(identity)
+        found = held.join(
+            pa.concat_tables(self._inserted).select(identity).cast(held.schema),
             keys=identity,
             join_type="left semi",
             use_threads=False,
@@ -1420,8 +1421,8 @@ class MergePlan:
     def _check_inserts(self, target: pa.Table) -> None:
         if not self._inserted:
             return
-        identity = list(self.spec.identity_columns)
-        keys = pa.concat_tables(self._inserted)
+        identity = list(self.spec.unique_columns)  # table-wide keys: one row per key, whatever its partition
+        keys = pa.concat_tables(self._inserted).select(identity)
         for k in self.spec.primary_key:
             if keys.column(k).null_count:
                 raise NullKey(f"{self.name}: MERGE would insert a row whose primary-key column {k!r} is NULL")
@@ -1441,7 +1442,7 @@ class MergePlan:
         if target.num_rows and (self._computed_keys or self.on_extra is not None):
             held = target.select(identity)
             if self._deleted:  # keys this MERGE deletes may be inserted again
-                gone = pa.concat_tables(self._deleted).cast(held.schema)
+                gone = pa.concat_tables(self._deleted).select(identity).cast(held.schema)
                 held = held.join(gone, keys=identity, join_type="left anti", use_threads=False)
             clash = keys.join(held, keys=identity, join_type="left semi", use_threads=False)
             if clash.num_rows:
