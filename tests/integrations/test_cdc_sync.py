@@ -31,6 +31,7 @@ from mere.integrations.cdc_sync import (
     EVENT_SCHEMA,
     CdcEventError,
     SyncOptions,
+    apply_plan,
     base64_decoded,
     decode_values,
     events_from_json,
@@ -270,6 +271,37 @@ def test_per_table_options_match_a_bare_table_name_and_the_qualified_one_wins(tm
     spec = cat.table("shop.lines").spec  # "c" named the source table public.c: nothing ignored
     assert (spec.buckets, spec.partition_by) == (3, ("day",))
     assert cat.table("shop.a").spec.buckets == 2
+
+
+def test_key_only_deletes_of_a_table_not_made_yet_wait_for_its_partition_columns(tmp_path: Path) -> None:
+    """A stream started on a populated source: a table's first events may be deletes whose images hold the
+    key only, so no event yet says what the partition column is. They wait in the pending table and apply,
+    in log order, with the batch that makes the table (a late older insert of a deleted key stays deleted)."""
+    cat = _cat(tmp_path)
+    options = SyncOptions("shop", partition_by={"c": ["day"]})
+    first = [_line("wal2json", "c", "d", {"id": 5}, None, 20)]
+    result = sync_batch(cat, _events(first, "wal2json"), options, "k1")
+    assert (result.waiting, result.applied, cat.tables()) == (1, 0, ["shop.cdc_pending"])
+    assert cat.table("shop.cdc_pending").to_arrow().num_rows == 1
+    late = [
+        _line("wal2json", "c", "c", None, _row("c", 5, 1), 10),  # older than the delete: stays deleted
+        _line("wal2json", "c", "c", None, _row("c", 6, 2), 30),
+    ]
+    result = sync_batch(cat, _events(late, "wal2json"), options, "k2")
+    assert (result.waiting, result.created) == (0, ["shop.c"])
+    t = cat.table("shop.c")
+    assert t.spec.partition_by == ("day",)
+    assert [r["id"] for r in t.to_arrow().to_pylist()] == [6]
+    assert cat.table("shop.cdc_pending").to_arrow().num_rows == 0
+    # Planned and applied by a caller that does not hold the pending table: the waiting events are added.
+    other = SyncOptions("two", partition_by={"c": ["day"]})
+    plan = plan_batch(cat, _events(first, "wal2json"), other)
+    assert (plan.tables, plan.waiting.num_rows) == ([], 1)
+    apply_plan(cat, plan, other, "k3")
+    assert cat.table("two.cdc_pending").to_arrow().num_rows == 1
+    # Unpartitioned, the same deletes make the table from the key alone.
+    result = sync_batch(cat, _events(first, "wal2json"), SyncOptions("three"), "k4")
+    assert (result.waiting, result.created) == (0, ["three.c"])
 
 
 def test_added_columns_and_widened_types_evolve_the_table(tmp_path: Path) -> None:

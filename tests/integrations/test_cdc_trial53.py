@@ -594,38 +594,20 @@ BAD_OPTIONS = [
     {"quarantine_table": ""},
     {"properties": None},
     {"properties": {"x": object()}},
-]
-_UNTYPED = "README: every error is a MereError; this bad value raises a bare {}"
-BAD_OPTIONS_UNTYPED = [
-    pytest.param(
-        {"primary_keys": {"fresh": 5}},
-        marks=pytest.mark.xfail(
-            strict=True, reason=_UNTYPED.format("TypeError ('int' object is not iterable)")
-        ),
-    ),
-    pytest.param(
-        {"overrides": {"fresh": {"name": 7}}},
-        marks=pytest.mark.xfail(strict=True, reason=_UNTYPED.format("TypeError (from re.fullmatch)")),
-    ),
-    pytest.param(
-        {"overrides": {"fresh": None}},
-        marks=pytest.mark.xfail(strict=True, reason=_UNTYPED.format("TypeError from SyncOptions()")),
-    ),
-    pytest.param(
-        {"overrides": [("fresh", {})]},
-        marks=pytest.mark.xfail(strict=True, reason=_UNTYPED.format("AttributeError from SyncOptions()")),
-    ),
-    pytest.param(
-        {"sequence_column": None},
-        marks=pytest.mark.xfail(strict=True, reason=_UNTYPED.format("TypeError from pyarrow in sync_batch")),
-    ),
+    # these raised bare TypeError / AttributeError before SyncOptions checked them
+    {"primary_keys": {"fresh": 5}},
+    {"overrides": {"fresh": {"name": 7}}},
+    {"overrides": {"fresh": None}},
+    {"overrides": [("fresh", {})]},
+    {"sequence_column": None},
+    {"pending_table": "cdc_quarantine"},  # one table for both
 ]
 
 
 @pytest.mark.parametrize(
     "bad",
-    [*BAD_OPTIONS, *BAD_OPTIONS_UNTYPED],
-    ids=[repr(b)[:60] for b in BAD_OPTIONS] + [repr(p.values[0])[:60] for p in BAD_OPTIONS_UNTYPED],
+    BAD_OPTIONS,
+    ids=[repr(b)[:60] for b in BAD_OPTIONS],
 )
 def test_bad_sync_options_raise_a_typed_error_and_change_nothing(bad: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as wh:
@@ -657,11 +639,6 @@ def test_bad_sync_options_raise_a_typed_error_and_change_nothing(bad: dict[str, 
 # -- source tables named like the sync's own tables -------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a source table named cdc_pending is synced into the pending table; every later batch then fails "
-    "with InvalidInput 'the events lack column(s) ...' (the other order gives CdcEventError naming it)",
-)
 def test_a_source_table_named_like_the_pending_table_does_not_wedge_the_sync() -> None:
     with tempfile.TemporaryDirectory() as wh:
         cat = mere.connect(wh)
@@ -677,11 +654,6 @@ def test_a_source_table_named_like_the_pending_table_does_not_wedge_the_sync() -
         assert sorted(r["id"] for r in cat.table("shop.orders").to_arrow().to_pylist()) == [1, 2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a source table named cdc_quarantine is synced into the quarantine table; a later bad event then "
-    "fails the batch with InvalidInput 'has a primary key: use upsert()' instead of being quarantined",
-)
 def test_a_source_table_named_like_the_quarantine_table_does_not_block_quarantining() -> None:
     with tempfile.TemporaryDirectory() as wh:
         cat = mere.connect(wh)
@@ -693,11 +665,6 @@ def test_a_source_table_named_like_the_quarantine_table_does_not_block_quarantin
         assert [r["id"] for r in cat.table("shop.orders").to_arrow().to_pylist()] == [1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pending_table == quarantine_table is accepted; once a bad event is quarantined there, every "
-    "later batch fails with InvalidInput 'the events lack column(s) ...'",
-)
 def test_one_table_for_pending_and_quarantine_is_refused_or_works() -> None:
     with tempfile.TemporaryDirectory() as wh:
         cat = mere.connect(wh)
@@ -847,11 +814,6 @@ def test_bare_name_options_reach_every_schema_unless_a_qualified_entry_is_given(
         assert cat.tables() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a partitioned target's first batch holding only key-only deletes (REPLICA IDENTITY DEFAULT) "
-    "raises CdcEventError 'key or partition column region is in no event'; the stream cannot move on",
-)
 def test_a_stream_starting_on_a_populated_table_with_a_delete_syncs_a_partitioned_target(
     source: Source,
 ) -> None:

@@ -175,21 +175,46 @@ class SyncOptions:
     pending_table: str = PENDING_TABLE
 
     def __post_init__(self) -> None:
-        if not isinstance(self.namespace, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", self.namespace):
+        for what, value in (
+            ("namespace", self.namespace),
+            ("pending_table", self.pending_table),
+            ("quarantine_table", self.quarantine_table),
+        ):
+            if not isinstance(value, str) or not re.fullmatch(_NAME, value):
+                raise InvalidInput(f"sync: {what} must be letters, digits, '_' and '-', got {value!r}")
+        if self.pending_table == self.quarantine_table:
             raise InvalidInput(
-                f"sync: namespace must be letters, digits, '_' and '-', got {self.namespace!r}"
+                f"sync: pending_table and quarantine_table must be two tables, both are {self.pending_table!r}"
             )
+        if not isinstance(self.sequence_column, str) or not self.sequence_column:
+            raise InvalidInput(f"sync: sequence_column must be a column name, got {self.sequence_column!r}")
         if self.on_error not in ON_ERROR:
             raise InvalidInput(f"sync: on_error must be one of {ON_ERROR}, got {self.on_error!r}")
         if self.no_key not in NO_KEY:
             raise InvalidInput(f"sync: no_key must be one of {NO_KEY}, got {self.no_key!r}")
+        _properties("properties", self.properties)
+        for what in ("partition_by", "primary_keys"):
+            for table, columns in _per_table_mapping(what, getattr(self, what)).items():
+                _column_names(f"{what}[{table!r}]", columns)
         known = {"buckets", "partition_by", "primary_key", "properties", "name"}
-        for table, given in self.overrides.items():
+        for table, given in _per_table_mapping("overrides", self.overrides).items():
+            if not isinstance(given, Mapping):
+                raise InvalidInput(f"sync: overrides[{table!r}] must be a mapping of options, got {given!r}")
             unknown = set(given) - known
             if unknown:
                 raise InvalidInput(
                     f"sync: overrides of {table}: unknown option(s) {sorted(unknown)}; use {sorted(known)}"
                 )
+            name = given.get("name")
+            if name is not None and (not isinstance(name, str) or not re.fullmatch(_NAME, name)):
+                raise InvalidInput(
+                    f"sync: overrides[{table!r}]['name'] must be letters, digits, '_' and '-', got {name!r}"
+                )
+            for option in ("partition_by", "primary_key"):
+                if given.get(option) is not None:
+                    _column_names(f"overrides[{table!r}][{option!r}]", given[option])
+            if given.get("properties") is not None:
+                _properties(f"overrides[{table!r}]['properties']", given["properties"])
 
     def override(self, table: str, name: str, default: Any) -> Any:
         """A per-table creation option, else ``default``."""
@@ -198,12 +223,42 @@ class SyncOptions:
     def target(self, table: str) -> str:
         """The catalog name of a source table: ``<namespace>.<table>`` (its schema dropped)."""
         name = self.override(table, "name", table.rpartition(".")[2])
-        if not re.fullmatch(r"[A-Za-z0-9_-]+", name or ""):
+        if not re.fullmatch(_NAME, name or ""):
             raise CdcEventError(
                 f"source table name {name!r} is not a valid mere table name (give overrides[...]['name'])",
                 table,
             )
+        if name in (self.pending_table, self.quarantine_table):
+            which = "pending" if name == self.pending_table else "quarantine"
+            raise CdcEventError(
+                f"source table {table} would be synced into the sync's own {which} table "
+                f"{self.namespace}.{name}: give overrides[{table!r}]['name'] (or another {which}_table)",
+                table,
+            )
         return f"{self.namespace}.{name}"
+
+
+_NAME = r"[A-Za-z0-9_-]+"  # a namespace or a table name in it
+
+
+def _per_table_mapping(what: str, value: Any) -> Mapping[str, Any]:
+    """``value`` checked as a mapping keyed by source table names."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and k for k in value):
+        raise InvalidInput(f"sync: {what} must be a mapping keyed by source table names, got {value!r}")
+    return value
+
+
+def _column_names(what: str, value: Any) -> None:
+    """Refuse anything but a column name or a list of them."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n for n in names):
+        raise InvalidInput(f"sync: {what} must be a column name or a list of them, got {value!r}")
+
+
+def _properties(what: str, value: Any) -> None:
+    """Refuse anything but a mapping keyed by property names (the table checks the values)."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidInput(f"sync: {what} must map property names to values, got {value!r}")
 
 
 def _per_table(mapping: Mapping[str, Any], table: str) -> Any:
@@ -747,6 +802,9 @@ class SyncPlan:
     refused: pa.Table  # QUARANTINE_SCHEMA without "batch"
     events: int = 0
     skipped: int = 0
+    # Events that wait in the pending table: key-only deletes of a table that does not exist yet and
+    # whose partition columns no event has brought (a stream started on a populated source table).
+    waiting: pa.Table = field(default_factory=EVENT_SCHEMA.empty_table)
 
 
 @dataclass
@@ -761,6 +819,11 @@ class SyncResult:
     evolved: list[str]
     already_committed: bool = False
     unresolved: int = 0  # cells an update lacked that no earlier version held, left NULL in the table
+    waiting: int = 0  # events held until their table can be made (see SyncPlan.waiting)
+
+
+class _CannotCreateYet(CdcEventError):
+    """A table's events cannot make the table yet, and need not: they wait in the pending table."""
 
 
 TRUNCATE_REFUSAL = (
@@ -1024,6 +1087,7 @@ def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan
     events = events.set_column(events.schema.get_field_index("op"), "op", normal).filter(keep)
 
     plans: list[TablePlan] = []
+    waiting: list[pa.Table] = []
     if events.num_rows:
         encoded = pc.dictionary_encode(events.column("table")).combine_chunks()
         codes = encoded.indices.to_numpy(zero_copy_only=False)
@@ -1033,6 +1097,8 @@ def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan
             rows = events.take(pa.array(order[bounds[i] : bounds[i + 1]]))
             try:
                 plans.append(_plan_table(cat, str(table), rows, options))
+            except _CannotCreateYet:
+                waiting.append(rows)
             except CdcEventError as e:
                 if stop:
                     raise
@@ -1052,7 +1118,10 @@ def plan_batch(cat: Catalog, events: pa.Table, options: SyncOptions) -> SyncPlan
         for tp in sharing:
             plans.remove(tp)
             refuse(events.filter(pc.equal(events.column("table"), tp.source)), reason)
-    return SyncPlan(plans, refused.table(), total, skipped_count)
+    plan = SyncPlan(plans, refused.table(), total, skipped_count)
+    if waiting:
+        plan.waiting = pa.concat_tables(waiting).select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA)
+    return plan
 
 
 def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions) -> TablePlan:
@@ -1104,6 +1173,10 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         *(options.override(table, "partition_by", _per_table(options.partition_by, table)) or ()),
     ):
         if col not in names and col not in have:
+            if existing is None and bool(is_delete.all()):
+                # Deletes alone (their images hold the key only): they wait for an event that brings the
+                # column; until then the table has no row for them to delete.
+                raise _CannotCreateYet(f"partition column {col!r} is in no event yet", table)
             raise CdcEventError(f"key or partition column {col!r} is in no event", table, raw[0].as_py())
     reserved = {options.sequence_column, OP_COLUMN} & set(names)
     if reserved:
@@ -1812,13 +1885,18 @@ def apply_plan(
             else:
                 share.append(tp.rows)
             applied += tp.rows.num_rows
+        pname = f"{options.namespace}.{options.pending_table}"
         if pending is not None:
-            pname = f"{options.namespace}.{options.pending_table}"
             if _open(cat, pname) is None:
                 if pending.num_rows:
                     tx.create_table(pname, EVENT_SCHEMA).append(pending)
             else:
                 tx.table(pname).overwrite(pending)
+        elif plan.waiting.num_rows:  # a caller that does not hold the pending table: add to it
+            if _open(cat, pname) is None:
+                tx.create_table(pname, EVENT_SCHEMA).append(plan.waiting)
+            else:
+                tx.table(pname).append(plan.waiting)
         if plan.refused.num_rows:
             qname = f"{options.namespace}.{options.quarantine_table}"
             rows = plan.refused
@@ -1829,7 +1907,14 @@ def apply_plan(
                 tx.table(qname).append(rows)
     unresolved = sum(_unresolved(cat, name, left, options) for name, left in unfilled)
     return SyncResult(
-        tx.results, applied, plan.skipped, plan.refused.num_rows, created, evolved, unresolved=unresolved
+        tx.results,
+        applied,
+        plan.skipped,
+        plan.refused.num_rows,
+        created,
+        evolved,
+        unresolved=unresolved,
+        waiting=plan.waiting.num_rows,
     )
 
 
@@ -1852,7 +1937,8 @@ def sync_batch(cat: Catalog, events: pa.Table, options: SyncOptions, idempotency
 
     Source transactions: where the stream carries their boundaries, the events of a transaction whose end
     has not arrived are held in the pending table (written in the same catalog transaction) and applied
-    with the batch that brings its end (see :func:`hold_open_transactions`).
+    with the batch that brings its end (see :func:`hold_open_transactions`). Key-only deletes of a table
+    not made yet whose partition columns no event has brought wait there too, until one does.
     """
     tx = cat.transaction(idempotency_key=idempotency_key)
     if tx.already_committed:  # a replay: nothing to plan
@@ -1862,8 +1948,11 @@ def sync_batch(cat: Catalog, events: pa.Table, options: SyncOptions, idempotency
     stored = _open(cat, f"{options.namespace}.{options.pending_table}")
     held = EVENT_SCHEMA.empty_table() if stored is None else _shaped(stored.to_arrow())
     now, hold = hold_open_transactions(events, held)
+    plan = plan_batch(cat, now, options)
+    if plan.waiting.num_rows:
+        hold = pa.concat_tables([hold, plan.waiting])
     pending = hold if held.num_rows or hold.num_rows else None
-    return apply_plan(cat, plan_batch(cat, now, options), options, idempotency_key, pending)
+    return apply_plan(cat, plan, options, idempotency_key, pending)
 
 
 __all__ = [
