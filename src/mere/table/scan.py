@@ -449,8 +449,8 @@ class Scan:
             clean = [stored_rows_are_merged(self.table.storage, self.spec, s) for s in splits]
             if clean and all(clean):
                 ex.notes.append(
-                    "count(), and min()/max() of integer, date and timestamp columns: answered from "
-                    "metadata (catalog row counts, footer statistics; every split is clean)"
+                    "count(), and min()/max() of integer, date and timestamp (not nanosecond) columns: "
+                    "answered from metadata (catalog row counts, footer statistics; every split is clean)"
                 )
             else:
                 ex.notes.append(
