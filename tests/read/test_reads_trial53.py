@@ -589,3 +589,51 @@ def test_pinned_versions_read_alike_while_another_thread_writes_and_compacts(see
         for th in threads:
             th.join()
         assert not errors, errors
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_updates_moving_keys_between_partitions_read_like_the_model(seed: int) -> None:
+    """UPDATE of the partition column moves keys (table-wide keys): counts, filters on the partition and
+    on values, and extremes in one-byte windows equal the dict model."""
+    import random
+
+    rnd = random.Random(seed)
+    sch = pa.schema([("k", pa.int64()), ("p", pa.string()), ("v", pa.int64())])
+    with tempfile.TemporaryDirectory() as wh:
+        props = dict(NOAUTO, **{"read.window-bytes": "1", "write.row-group-rows": "2"})
+        t = mere.connect(wh, threads=2).create_table(
+            "a.b", sch, primary_key=["k"], partition_by=["p"], buckets=rnd.randint(1, 3), properties=props
+        )
+        model: dict[int, tuple[str, int]] = {}
+        for _ in range(7):
+            r = rnd.random()
+            if r < 0.4:
+                rows = [
+                    (rnd.randrange(12), rnd.choice("abc"), rnd.randrange(8)) for _ in range(rnd.randint(1, 8))
+                ]
+                t.upsert(
+                    pa.table(
+                        {"k": [x[0] for x in rows], "p": [x[1] for x in rows], "v": [x[2] for x in rows]},
+                        schema=sch,
+                    )
+                )
+                for k, p, v in rows:
+                    model[k] = (p, v)
+            elif r < 0.7:
+                x, to = rnd.randrange(8), rnd.choice("abc")
+                t.update(set={"p": repr(to), "v": "v + 1"}, where=f"v > {x}")
+                model = {k: ((to, v + 1) if v > x else (p, v)) for k, (p, v) in model.items()}
+            elif r < 0.85:
+                x = rnd.randrange(8)
+                t.delete(f"v < {x} and p = 'a'")
+                model = {k: pv for k, pv in model.items() if not (pv[1] < x and pv[0] == "a")}
+            else:
+                t.compact(min_files=1)
+        got = {r["k"]: (r["p"], r["v"]) for r in t.to_arrow().to_pylist()}
+        assert got == model
+        assert t.to_arrow().num_rows == len(model)
+        assert t.scan().count() == len(model)
+        assert t.scan(filter="p = 'b'").count() == sum(p == "b" for p, _ in model.values())
+        assert t.scan(filter="v > 3").count() == sum(v > 3 for _, v in model.values())
+        assert t.scan().max("v") == max((v for _, v in model.values()), default=None)
+        assert t.scan().min("p") == min((p for p, _ in model.values()), default=None)
