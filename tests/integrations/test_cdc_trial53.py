@@ -607,7 +607,8 @@ BAD_OPTIONS = [
 @pytest.mark.parametrize(
     "bad",
     BAD_OPTIONS,
-    ids=[repr(b)[:60] for b in BAD_OPTIONS],
+    # ids stable across xdist workers (an object's repr holds its address)
+    ids=[f"{i}-{'-'.join(b)}" for i, b in enumerate(BAD_OPTIONS)],
 )
 def test_bad_sync_options_raise_a_typed_error_and_change_nothing(bad: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as wh:
