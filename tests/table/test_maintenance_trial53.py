@@ -803,3 +803,41 @@ def test_a_writer_racing_a_maintainer_process_loses_and_resurrects_nothing(
         if not s.expired:
             assert set(t.inspect.files(v).column("path").to_pylist()) <= disk, v
             assert read(t, version=v) == states[v], v
+
+
+def test_two_rollbacks_with_one_expected_version_land_once(cat: mere.Catalog) -> None:
+    """Two operators look at the same version and roll back to different versions at once: one lands,
+    the other raises CommitConflict (it would undo a commit it never saw)."""
+    a, _ = _two(cat)
+    for i in range(4):
+        a.upsert(rows({i: i}))
+    for attempt in range(4):
+        seen = a.refresh().version
+        targets = [1 + attempt % 2, 3]
+        outcomes: list[Any] = [None, None]
+        barrier = threading.Barrier(2)
+
+        def go(
+            i: int,
+            seen: int = seen,
+            targets: list[int] = targets,
+            outcomes: list[Any] = outcomes,
+            barrier: threading.Barrier = barrier,
+        ) -> None:
+            t = mere.connect(cat.storage.uri, catalog=cat.sql.url).table("p.a")
+            barrier.wait()
+            try:
+                outcomes[i] = t.rollback(targets[i], expected_version=seen)
+            except errors.CommitConflict as e:
+                outcomes[i] = e
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=60)
+        landed = [i for i, o in enumerate(outcomes) if not isinstance(o, Exception)]
+        assert len(landed) == 1, outcomes
+        a = a.refresh()
+        assert a.version == seen + 1
+        assert read(a) == read(a, version=targets[landed[0]])
