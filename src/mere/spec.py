@@ -400,6 +400,18 @@ def _positive(n: int) -> int:
     return n
 
 
+def storable_text(text: str) -> bool:
+    """Whether every catalog can store ``text`` as it is: no NUL (PostgreSQL's text cannot hold it) and
+    no lone surrogate (UTF-8 cannot encode it)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def validate_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
     """Check property keys and values; raises InvalidInput naming what is allowed."""
     if properties is None:
@@ -659,6 +671,11 @@ class TableSpec:
             )
         if any(not n for n in names):
             raise SchemaMismatch("column names must not be empty")
+        unstorable = [n for n in names if not storable_text(n)]
+        if unstorable:
+            raise SchemaMismatch(
+                f"column names must be text without NUL that UTF-8 can encode (no lone surrogate): {unstorable}"
+            )
         for group, label in ((pk, "primary key"), (parts, "partition")):
             if cdc_column is not None and cdc_column in group:
                 raise InvalidInput(

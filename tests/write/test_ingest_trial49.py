@@ -703,12 +703,13 @@ BAD_VALUES: dict[str, Callable[[], pa.Table]] = {
 
 
 # MERGE stores values with SQL's assignment cast (docs/sql.md): floats round to integers, doubles to float,
-# dates widen to timestamps. Those cases are checked for their documented result below, not refused.
+# decimals to the column's scale, dates widen to timestamps. Those cases are checked for their documented result below, not refused.
 MERGE_ASSIGNMENT_CASTS = {
     "float_fraction_in_int": ("i32", 3),
     "date_in_timestamp": ("ts", dt.datetime(2020, 1, 1)),
     "double_not_a_float32": ("f32", float(np.float32(0.1))),
     "int_not_a_float32": ("f32", 16_777_216.0),
+    "decimal_scale_loss": ("dec", decimal.Decimal("1.23")),  # rounded to the column's scale, as DuckDB
 }
 MERGE_RAW = {"duplicate_column"}
 

@@ -51,7 +51,7 @@ from mere.metadata import (
 )
 from mere.read.reader import filter_rows
 from mere.retry import COMMIT_RETRIES, RetryPolicy
-from mere.spec import OP_COLUMN, OP_DELETE, TableSpec, validate_properties
+from mere.spec import OP_COLUMN, OP_DELETE, TableSpec, storable_text, validate_properties
 from mere.table.conflicts import (
     BucketsUnchanged,
     ColumnsUnchanged,
@@ -299,6 +299,11 @@ def check_idempotency_key(table: str, key: Any) -> None:
     """
     if key is not None and (not isinstance(key, str) or not key):
         raise InvalidInput(f"{table}: idempotency_key must be a non-empty string, got {key!r}")
+    if key is not None and not storable_text(key):
+        raise InvalidInput(
+            f"{table}: idempotency_key must be text without NUL that UTF-8 can encode (no lone surrogate), "
+            f"got {key!r}"
+        )
     if key is not None and len(key) > IDEMPOTENCY_KEY_CHARS:
         raise InvalidInput(
             f"{table}: idempotency_key is {len(key)} characters, over {IDEMPOTENCY_KEY_CHARS} (the catalog's "

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from mere.errors import InvalidInput, SchemaMismatch, UnsupportedType
-from mere.spec import RESERVED_COLUMNS, TableSpec
+from mere.spec import RESERVED_COLUMNS, TableSpec, storable_text
 from mere.write.cast import incompatibility, lossless_cast
 
 _SIGNED = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
@@ -150,6 +150,10 @@ def _new_name(spec: TableSpec, value: Any, table: str, renaming: str | None = No
     name = _column_name(value, "the new column name")
     if name in spec.schema.names:
         raise SchemaMismatch(f"{table}: the table already has a column {name!r}")
+    if not storable_text(name):
+        raise SchemaMismatch(
+            f"{table}: a column name must be text without NUL that UTF-8 can encode, got {name!r}"
+        )
     same = [n for n in spec.schema.names if n.lower() == name.lower() and n != renaming]
     if same:
         raise SchemaMismatch(

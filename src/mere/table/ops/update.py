@@ -195,6 +195,14 @@ def assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Expressi
     lowering = Lowering(lambda node: ("", pa.null()), text)
     if pa.types.is_integer(to) and (pa.types.is_floating(value.type) or pa.types.is_decimal(value.type)):
         value = lowering.call("round", [lowering.roomy(value)], pc.RoundOptions(0, "half_towards_infinity"))
+    elif pa.types.is_decimal(to) and (
+        pa.types.is_floating(value.type) or (pa.types.is_decimal(value.type) and value.type.scale > to.scale)
+    ):
+        # Rounded to the column's scale, halves away from zero (as DuckDB stores them); Arrow would refuse
+        # the lost digits of a decimal and round a float's halves to even.
+        value = lowering.call(
+            "round", [lowering.roomy(value)], pc.RoundOptions(to.scale, "half_towards_infinity")
+        )
     try:
         return lowering.cast(value, to).expr
     except FilterError as exc:
