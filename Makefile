@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -n 2  # two workers: the Spark, PostgreSQL and S3 suites wait on processes they start
 
-# The developer loop (~6 min on 2 cores): no PostgreSQL, S3, Spark, Dask, Ray or PyTorch (tests/conftest.py
+# The developer loop (~15 min on a shared 2-core machine): no PostgreSQL, S3, Spark, Dask, Ray or PyTorch (tests/conftest.py
 # marks them by path), 5 Hypothesis examples per test (it caps their own counts too), spread over the cores;
 # `make test` runs everything.
 test-fast: $(STAMP)
