@@ -941,20 +941,34 @@ def test_cleanup_between_distributed_halves_refuses_the_commit(env: Env, work: s
 # -- a writer killed in the middle of a multipart upload ------------------------------------------------
 
 
-def _killed_mid_upload(args: tuple[str, str, dict[str, str]], key: str) -> None:
+def _stalled_mid_upload(args: tuple[str, str, dict[str, str]], key: str) -> None:
     import mere.io.storage as storage
 
     real = storage.Storage._upload
 
     def upload(self: Any, path: str, data: Any) -> None:
-        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()  # while parts are in flight
         real(self, path, data)
-        time.sleep(30)  # never return: the kill lands during or right after this file's upload
+        time.sleep(120)  # never return: the parent kills this process while the file is in S3
 
     storage.Storage._upload = upload  # type: ignore[method-assign]
     cat = mere.connect(args[0], catalog=args[1], storage_options=args[2])
     run_op(cat.table(NAME), key)
     os._exit(3)
+
+
+def _kill_once_upload_seen(p: Any, cat: mere.Catalog, env: Env) -> tuple[list[str], list[str]]:
+    """SIGKILL the writer as soon as S3 lists its multipart upload or its file (not on a timer:
+    under load a fixed delay can fire before a byte was sent, and the test would prove nothing)."""
+    deadline = time.monotonic() + 90
+    seen: tuple[list[str], list[str]] = ([], [])
+    while time.monotonic() < deadline and p.is_alive():
+        seen = leftovers(cat, env.seaweed, env.bucket)
+        if seen != ([], []):
+            break
+        time.sleep(0.02)
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(30)
+    return seen
 
 
 def test_writer_killed_mid_multipart_upload_through_slow_s3(env: Env) -> None:
@@ -964,14 +978,15 @@ def test_writer_killed_mid_multipart_upload_through_slow_s3(env: Env) -> None:
     proxy, port = latency_proxy.spawn(f"127.0.0.1:{env.seaweed.port}", rtt_ms=150)
     try:
         p = mp.get_context("spawn").Process(
-            target=_killed_mid_upload, args=(env.args(f"http://127.0.0.1:{port}"), "b-2")
+            target=_stalled_mid_upload, args=(env.args(f"http://127.0.0.1:{port}"), "b-2")
         )
         p.start()
-        p.join(120)
+        seen = _kill_once_upload_seen(p, cat, env)
         assert p.exitcode == -signal.SIGKILL
     finally:
         proxy.terminate()
         proxy.wait(10)
+    assert seen != ([], []), "the writer never reached S3 before the deadline"
     t = verify(cat)
     assert committed_keys(t) == ["u-1"]
     stray, uploads = leftovers(cat, env.seaweed, env.bucket)
