@@ -46,6 +46,17 @@ def numpy_sortable_array(arr: pa.Array) -> np.ndarray | None:
     return None
 
 
+def pooled_concatenate(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """The arrays end to end, as a writable array in Arrow's memory pool rather than NumPy's: a big
+    NumPy allocation is fresh memory each time (faulted in page by page, or stalled compacting huge
+    pages), while the pool hands back what the previous window freed."""
+    dtype = arrays[0].dtype
+    n = sum(len(a) for a in arrays)
+    out = np.frombuffer(pa.allocate_buffer(max(n, 1) * dtype.itemsize), dtype=dtype)[:n]
+    np.concatenate(arrays, out=out)
+    return out
+
+
 def numpy_sortable(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
     """A column's values as NumPy values that sort as Arrow sorts them (numbers, dates, timestamps,
     booleans without NULLs), or None."""

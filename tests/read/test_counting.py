@@ -8,10 +8,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mere.kernels import pooled_concatenate
 from mere.read.counting import live_keys
 from mere.read.planner import FileTask
 from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, TableSpec
@@ -124,3 +126,21 @@ def test_count_reads_operations_only_of_files_that_may_hold_deletes(tmp_path: An
     assert with_ops and len(with_ops) < len({rel for rel, _ in read})
     assert all("/del-" in rel or "/part-" in rel for rel in with_ops)
     assert any("/del-" in rel for rel in with_ops)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from(["int8", "int32", "int64", "float64"]),
+    lengths=st.lists(st.integers(0, 50), min_size=1, max_size=5),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_pooled_concatenate_is_a_writable_copy(dtype: str, lengths: list[int], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    arrays = [rng.integers(-100, 100, n).astype(dtype) for n in lengths]
+    kept = [a.copy() for a in arrays]
+    out = pooled_concatenate(arrays)
+    assert out.dtype == np.dtype(dtype)
+    assert out.tolist() == np.concatenate(kept).tolist()
+    out.sort(kind="stable")  # in place: the inputs stay as they were
+    assert out.tolist() == sorted(np.concatenate(kept).tolist())
+    assert all(a.tolist() == b.tolist() for a, b in zip(arrays, kept))

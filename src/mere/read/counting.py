@@ -12,7 +12,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mere.kernels import contiguous, group_starts, numpy_sortable_array, operation_codes, sort_indices
+from mere.kernels import (
+    contiguous,
+    group_starts,
+    numpy_sortable_array,
+    operation_codes,
+    pooled_concatenate,
+    sort_indices,
+)
 from mere.read.planner import FileTask
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
@@ -59,7 +66,7 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
         arrays = [a for _, p in parts for a in p.column(c).chunks]
         as_np = [numpy_sortable_array(a) for a in arrays]
         if all(a is not None for a in as_np) and not any(a.null_count for a in arrays):
-            keys.append(np.concatenate(as_np))  # type: ignore[arg-type]  # (a copy, even of one array)
+            keys.append(pooled_concatenate(as_np))  # type: ignore[arg-type]  # (a copy, even of one array)
         else:
             keys.append(pa.chunked_array(arrays, type=parts[0][1].column(c).type))
     base = keys[0] if len(keys) == 1 and isinstance(keys[0], np.ndarray) else None
