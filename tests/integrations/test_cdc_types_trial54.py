@@ -15,7 +15,7 @@ changes, keyless ``REPLICA IDENTITY FULL`` tables, DROP/ADD COLUMN and widenings
 varchar mid-stream (with a TOASTed column left out of the update after it), awkward key values (bytea,
 boolean, char(n), pre-1970 timestamps, -0.00), events twice and shuffled inside a batch, re-reads.
 
-Bugs found (strict xfails): a timestamp declared with a precision (``timestamp(3) with time zone``, as
+Bugs found (strict xfails at first, fixed since): a timestamp declared with a precision (``timestamp(3) with time zone``, as
 wal2json writes it) is refused as an unsupported type; a key of a type mere cannot key (double, real,
 numeric above 18 digits) and columns differing only in case raise bare ``UnsupportedType`` /
 ``SchemaMismatch`` (no ``.table``) that escape ``on_error="quarantine"`` and stop the good tables too; a
@@ -42,7 +42,7 @@ from psycopg import sql
 
 import mere
 from cdc_source import LOGICAL_SETTINGS, _Cursor, _parse_tuple
-from mere.errors import MereError, SchemaMismatch, UnsupportedType
+from mere.errors import MereError
 from mere.integrations.cdc_sync import CdcEventError, SyncOptions, events_from_json, sync_batch
 from services import PostgresServer
 
@@ -336,26 +336,18 @@ def with_types(source: Source) -> Source:
     return source
 
 
-_TYPMOD_BUG = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="wal2json's 'timestamp(3) with time zone' / 'timestamp(0) without time zone' (a timestamp with "
-    "a typmod) is refused: source_type strips a typmod only at the end of the name",
-)
 TYPE_PARAMS = [pytest.param(*c, id=c[0]) for c in TYPE_CASES] + [
     pytest.param(
         "timestamp(3) with time zone",
         ["'2020-01-01 00:00:00.123+05'", "'1969-12-31 23:59:59.999+00'"],
         True,
         id="timestamp(3) with time zone",
-        marks=_TYPMOD_BUG,
     ),
     pytest.param(
         "timestamp(0) without time zone",
         ["'1900-02-28 23:59:59'", "'2100-01-01 00:00:00'"],
         True,
         id="timestamp(0) without time zone",
-        marks=_TYPMOD_BUG,
     ),
 ]
 
@@ -539,13 +531,6 @@ def test_awkward_key_values_are_one_row_each_as_in_postgres(
 UNKEYABLE = ["double precision", "real", "numeric(20,2)"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnsupportedType,
-    reason="a source key of a type mere cannot key (double, real, numeric above 18 digits) raises a bare "
-    "UnsupportedType without .table from sync_batch, even with on_error='quarantine': the whole batch stops, "
-    "its good tables with it, instead of a CdcEventError / the table's events quarantined",
-)
 @pytest.mark.parametrize("pg_type", UNKEYABLE)
 def test_a_key_type_mere_cannot_key_is_refused_as_bad_input_or_quarantined(
     source: Source, pg_type: str
@@ -579,12 +564,6 @@ def test_a_key_type_mere_cannot_key_is_refused_as_bad_input_or_quarantined(
         }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SchemaMismatch,
-    reason='source columns differing only in case (id, "Id": legal in PostgreSQL) raise a bare SchemaMismatch '
-    "without .table, even with on_error='quarantine': the batch's good tables stop with it",
-)
 def test_columns_differing_only_in_case_are_refused_as_bad_input_or_quarantined(source: Source) -> None:
     src = source
     name = f"cc_{next(_counter)}"
@@ -672,16 +651,7 @@ def test_a_keyless_full_identity_table_appended_as_a_change_log_keeps_every_imag
     "seen_before",
     [
         True,
-        pytest.param(
-            False,
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=CdcEventError,
-                reason="a stream starting on a populated REPLICA IDENTITY FULL table (with or without a declared key): "
-                "the first UPDATE that left a TOASTed column out of its new image is refused ('column has no type') although its FULL "
-                "identity image carries the column with its type; the docs promise NULL + unresolved",
-            ),
-        ),
+        False,
     ],
 )
 @pytest.mark.parametrize("declared_key", [False, True])
@@ -709,12 +679,7 @@ def test_unchanged_toast_in_a_full_identity_table_from_a_populated_source(
             _sync(cat, first, "b0", **opts)
         result = _sync(cat, second, "b1", **opts)
         got = mere_state(cat, f"s.{name}", ["a", "b"])
-        # a stream started on a populated table: the update's FULL old image carries the values, but the
-        # docs promise only earlier versions; whichever, never a silent NULL
-        if not seen_before and got[("x", 2)]["body"] is None:
-            assert got[("x", 2)]["raw"] is None and result.unresolved == 2
-            assert got[("x", 2)]["n"] == 2
-            return
+        # a stream started on a populated table: the update's FULL old image carries the unchanged values
         assert result.unresolved == 0
         assert diff(got, want) == []
 

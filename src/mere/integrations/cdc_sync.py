@@ -367,7 +367,8 @@ def source_type(name: str) -> tuple[pa.DataType, str]:
         if precision > 38 or scale > precision:
             raise InvalidInput(f"type {name!r}: no exact Arrow type (precision above 38, or scale above it)")
         return pa.decimal128(precision, scale), "unscaled"
-    base = re.sub(r"\s*\(.*\)\s*$", "", text)
+    # A type modifier may sit inside the name: ``timestamp(3) with time zone``, ``character varying(20)``.
+    base = " ".join(re.sub(r"\([^()]*\)", " ", text).split())
     if base in _PG_TYPES:
         return _PG_TYPES[base], _ENCODINGS.get(base, "text")
     if base == "org.apache.kafka.connect.data.decimal":
@@ -698,7 +699,11 @@ def _wal2json_row(line: str, change: Any) -> dict[str, Any]:
     table = change.get("table")
     if isinstance(table, str) and isinstance(change.get("schema"), str):
         table = f"{change['schema']}.{table}"
-    types = pairs("columns", "type") if isinstance(change.get("columns"), list) else pairs("identity", "type")
+    # The new image's types, then the old image's for columns the new one leaves out (an unchanged
+    # TOASTed value of a REPLICA IDENTITY FULL table is in the old image only).
+    types = pairs("columns", "type") or []
+    shown = {name for name, _ in types}
+    types += [(name, kind) for name, kind in pairs("identity", "type") or () if name not in shown]
     pk = change.get("pk")
     return {
         "table": table if isinstance(table, str) else None,
@@ -1150,8 +1155,17 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
     is_delete = pc.equal(op, "d").to_numpy(zero_copy_only=False)
     present: dict[str, np.ndarray] = {}
     after = _columns_of(*_map_parts(events.column("after")), n, present)
-    before = _columns_of(*_map_parts(events.column("before")), n)
+    in_before: dict[str, np.ndarray] = {}
+    before = _columns_of(*_map_parts(events.column("before")), n, in_before)
     is_update = pc.fill_null(pc.equal(op, "u"), False).to_numpy(zero_copy_only=False)
+    for col, held in in_before.items():
+        # An update's new image without a column its old image holds (an unchanged TOASTed value of a
+        # REPLICA IDENTITY FULL table): the value did not change, so the old image's is the row's.
+        absent = ~present.get(col, np.zeros(n, dtype=bool))
+        fill = is_update & held & absent
+        if fill.any():
+            after[col] = pc.if_else(pa.array(fill), before[col], after.get(col, pa.nulls(n, pa.string())))
+            present[col] = ~absent | fill
     if options.unavailable_value is not None and is_update.any():
         # Debezium's placeholder for a value it did not get (an unchanged TOASTed column): not a value
         marks = pa.array(
@@ -1347,6 +1361,10 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         if keyed:
             create["cdc_column"] = OP_COLUMN
             create["sequence_by"] = options.sequence_column
+        try:  # checked now: a key type mere cannot key, or names alike but for case, refuse this table only
+            cat.new_table(name, **{k: v for k, v in create.items() if v is not None})
+        except InvalidInput as e:
+            raise CdcEventError(str(e), table, raw[0].as_py()) from None
     elif keyed and (not existing.spec.sequence_by or existing.spec.cdc_column != OP_COLUMN):
         raise CdcEventError(
             f"{name} exists without sequence_by / cdc_column {OP_COLUMN!r}: the sync applies changes only to "

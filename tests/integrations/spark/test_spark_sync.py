@@ -239,3 +239,32 @@ def test_a_bad_event_stops_the_stream_with_its_batch_uncommitted(spark: SparkSes
     assert 99 in {r["id"] for r in cat.table("shop.lines").to_arrow().to_pylist()}
     kept = cat.table("shop.cdc_quarantine").to_arrow().to_pylist()
     assert [r["reason"] for r in kept] == ["unknown op"] and kept[0]["event"] == json.dumps(odd)
+
+
+def test_spark_parse_takes_a_type_from_the_old_image_when_the_new_one_lacks_the_column(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # REPLICA IDENTITY FULL: an UPDATE that left a TOASTed column unchanged logs it in the old image only
+    def column(name: str, kind: str, value: Any) -> dict[str, Any]:
+        return {"name": name, "type": kind, "value": value}
+
+    update = {
+        "action": "U",
+        "schema": "public",
+        "table": "docs",
+        "lsn": "0/20",
+        "xid": 7,
+        "columns": [column("id", "integer", 1), column("n", "integer", 2)],
+        "identity": [column("id", "integer", 1), column("n", "integer", 1), column("body", "text", "long")],
+    }
+    delete = {**update, "action": "D", "lsn": "0/21", "columns": None}
+    insert = {**update, "action": "I", "lsn": "0/22", "identity": None}
+    lines = [json.dumps(r) for r in (update, delete, insert)]
+    got = parse_events(spark.createDataFrame([(x,) for x in lines], "value string"), "wal2json")
+    got_types = [dict(m) for m in got.toArrow().cast(EVENT_SCHEMA).column("types").to_pylist()]
+    want = [dict(m) for m in events_from_json(lines, "wal2json").column("types").to_pylist()]
+    assert got_types == want
+    assert want[0] == {"id": "integer", "n": "integer", "body": "text"}
+    cat = mere.connect(str(tmp_path / "wh"))
+    rows = _typed(cat, got)["x.docs"]
+    assert rows[0]["body"] == "long" and rows[0]["n"] == 2  # the old image's unchanged value

@@ -151,13 +151,24 @@ def parse_events(stream_df: Any, format: str = "debezium") -> Any:
         return F.map_from_entries(F.transform(array, lambda c: F.struct(c["name"], c[part])))
 
     table = F.when(e["schema"].isNotNull(), F.concat_ws(".", e["schema"], e["table"])).otherwise(e["table"])
+    # The new image's types, then the old image's for columns the new one leaves out (an unchanged
+    # TOASTed value of a REPLICA IDENTITY FULL table is in the old image only), as the Python parser.
+    none = F.array().cast(f"array<{_WAL2JSON_COLUMN}>")
+    shown = F.transform(F.coalesce(e["columns"], none), lambda c: c["name"])
+    typed = F.when(
+        F.coalesce(e["columns"], e["identity"]).isNotNull(),
+        F.concat(
+            F.coalesce(e["columns"], none),
+            F.filter(F.coalesce(e["identity"], none), lambda c: ~F.array_contains(shown, c["name"])),
+        ),
+    )
     return parsed.select(
         table.alias("table"),
         e["action"].alias("op"),
         seq.alias("seq"),
         entries(e["identity"], "value").alias("before"),
         entries(e["columns"], "value").alias("after"),
-        entries(F.coalesce(e["columns"], e["identity"]), "type").alias("types"),
+        entries(typed, "type").alias("types"),
         F.transform(e["pk"], lambda p: p["name"]).alias("key"),
         F.col("raw"),
         e["xid"].cast("string").alias("txn"),
