@@ -9,7 +9,11 @@ table-wide keys (keys move between partitions), partitioned with per-partition k
 After every step reads must equal a plain-dict model: the whole table, projections, non-key filters
 (evaluated by DuckDB over the model's rows), ``count()`` with and without a filter, ``min()``/``max()``
 (metadata or data route), time travel to any older version with its own columns, and DuckDB and Polars
-readers over the evolved table. Refused column changes raise a ``MereError`` and change nothing."""
+readers over the evolved table. Refused column changes raise a ``MereError`` and change nothing.
+
+Bugs found (strict xfails): ``||`` / ``concat`` fail on a column widened to large_string; on table-wide
+keys with ``sequence_by``, a blind delete of keys with sequences but no partition values writes no marker
+for a key that lives nowhere, so a late event with a lower sequence brings the key back."""
 
 from __future__ import annotations
 
