@@ -870,22 +870,30 @@ class Lowering:
             return self.literal(str(value.value))
         return self.cast(value, pa.string())
 
+    def _one_text_type(self, parts: list[Typed]) -> tuple[list[Typed], pa.DataType]:
+        """Text parts as one string type (Arrow joins only alike ones): large_string where one is."""
+        kind = pa.large_string() if any(pa.types.is_large_string(p.type) for p in parts) else pa.string()
+        return [self.cast(p, kind) for p in parts], kind
+
     def _DPipe(self, node: exp.DPipe) -> Typed:
         parts = [self._text(self.lower(node.this)), self._text(self.lower(node.expression))]
+        parts, kind = self._one_text_type(parts)
         if any(p.is_literal and p.value is None for p in parts):
-            return Typed(pc.scalar(_null(pa.string())), pa.string(), None)  # x || NULL is NULL
-        return self.call("binary_join_element_wise", [*parts, self.literal("")])
+            return Typed(pc.scalar(_null(kind)), kind, None)  # x || NULL is NULL
+        return self.call("binary_join_element_wise", [*parts, self.cast(self.literal(""), kind)])
 
     def _Concat(self, node: exp.Concat) -> Typed:
         parts = [self._text(self.lower(a)) for a in node.expressions]
         parts = [p for p in parts if not (p.is_literal and p.value is None)]  # concat() skips NULLs
         if not parts:
             return self.literal("")
+        parts, kind = self._one_text_type(parts)
+        empty = self.cast(self.literal(""), kind)
         # NULL parts count as '' (Arrow's own "skip" mode drops rows whose parts are all NULL)
-        filled = [self.call("coalesce", [p, self.literal("")]) for p in parts]
+        filled = [self.call("coalesce", [p, empty]) for p in parts]
         if len(filled) == 1:
             return filled[0]
-        return self.call("binary_join_element_wise", [*filled, self.literal("")])
+        return self.call("binary_join_element_wise", [*filled, empty])
 
     def _And(self, node: exp.And) -> Typed:
         return self.call(

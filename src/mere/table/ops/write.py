@@ -86,6 +86,21 @@ def delete(commit: Commit, where: Any) -> None:
         or hasattr(where, "__arrow_c_array__")
     ):
         keys = ctx.files.key_rows(where, ctx.spec.primary_key)
+        spec = ctx.spec
+        absent = [c for c in spec.partition_by if c not in keys.column_names]
+        if (
+            absent
+            and spec.cross_partition
+            and all(c in keys.column_names for c in spec.sequence_by)
+            and all(spec.schema.field(c).nullable for c in absent)
+        ):
+            # Keys with their sequence, without their partition: deleted wherever they live, as a CDC
+            # delete with NULL partition values is, so a key that lives nowhere yet still gets a marker
+            # (in the NULL partition) that a late event with a lower sequence loses to.
+            for c in absent:
+                keys = keys.append_column(
+                    spec.schema.field(c), pa.nulls(keys.num_rows, spec.schema.field(c).type)
+                )
         cols = [c for c in marker_columns(ctx.spec) if c in keys.column_names]
         if len(cols) == len(marker_columns(ctx.spec)):
             commit.add(marker_change(ctx, keys.select(cols), commit.checks))
