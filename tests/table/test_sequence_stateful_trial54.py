@@ -259,6 +259,19 @@ class SequenceMachine(RuleBasedStateMachine):
         else:
             self.history.append((self.t.version, self.model()))
 
+    @precondition(lambda self: self.ENGINE == "last")
+    @rule(part=st.sampled_from(PARTS))
+    def delete_partition(self, part: str) -> None:
+        """A delete by a partition filter: only where each key lives now, one unit above its version."""
+        events: list[Event] = [
+            (k, e[1], above(e[2]), "d", (None,)) for k, e in sorted(self.winners().items()) if e[1] == part
+        ]
+        self.t.delete(f"p = '{part}'")
+        if events:
+            self.landed(events)
+        else:
+            self.history.append((self.t.version, self.model()))
+
     @precondition(lambda self: self.ENGINE != "last" and bool(self.log))
     @rule(data=st.data())
     def engines_refuse_deletes(self, data: Any) -> None:
