@@ -385,12 +385,6 @@ def test_sequence_machine(tmp_path: Path, kind: str, engine: str) -> None:
     machine.TestCase().runTest()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a partitioned first_row/max table accepts t.delete(keys) without partition as a no-op when the "
-    "keys are stored nowhere, instead of refusing deletes with InvalidInput as it does for stored keys "
-    "and for the same call on an unpartitioned table",
-)
 @pytest.mark.parametrize("ops", ["first_row", {"hi": "max"}], ids=["first_row", "max"])
 def test_engines_refuse_a_delete_of_absent_keys_without_partition(tmp_path: Path, ops: Any) -> None:
     """docs/concepts.md: under first_row (and max/min/bool_* with sequence_by) deletes 'are refused with

@@ -254,6 +254,7 @@ def test_spark_parse_takes_a_type_from_the_old_image_when_the_new_one_lacks_the_
         "table": "docs",
         "lsn": "0/20",
         "xid": 7,
+        "pk": [{"name": "id", "type": "integer"}],
         "columns": [column("id", "integer", 1), column("n", "integer", 2)],
         "identity": [column("id", "integer", 1), column("n", "integer", 1), column("body", "text", "long")],
     }
@@ -261,10 +262,11 @@ def test_spark_parse_takes_a_type_from_the_old_image_when_the_new_one_lacks_the_
     insert = {**update, "action": "I", "lsn": "0/22", "identity": None}
     lines = [json.dumps(r) for r in (update, delete, insert)]
     got = parse_events(spark.createDataFrame([(x,) for x in lines], "value string"), "wal2json")
-    got_types = [dict(m) for m in got.toArrow().cast(EVENT_SCHEMA).column("types").to_pylist()]
+    events = got.toArrow().cast(EVENT_SCHEMA)
+    got_types = [dict(m) for m in events.column("types").to_pylist()]
     want = [dict(m) for m in events_from_json(lines, "wal2json").column("types").to_pylist()]
     assert got_types == want
     assert want[0] == {"id": "integer", "n": "integer", "body": "text"}
     cat = mere.connect(str(tmp_path / "wh"))
-    rows = _typed(cat, got)["x.docs"]
+    rows = _typed(cat, events)["x.docs"]
     assert rows[0]["body"] == "long" and rows[0]["n"] == 2  # the old image's unchanged value

@@ -92,11 +92,6 @@ def test_a_cached_table_sees_spark_sql_inserts(spark: SparkSession, wh: str, cle
         spark.sql("UNCACHE TABLE IF EXISTS t54_c")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sql(spark, 'UPDATE ...') commits around Spark's cache manager: a CACHE TABLE'd catalog "
-    "table keeps returning the rows from before the statement (Spark's own INSERT INTO refreshes it)",
-)
 def test_a_cached_table_sees_row_level_statements_run_by_sql(
     spark: SparkSession, wh: str, clean: None
 ) -> None:
@@ -112,11 +107,6 @@ def test_a_cached_table_sees_row_level_statements_run_by_sql(
         spark.sql("UNCACHE TABLE IF EXISTS t54_cu")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the hooked df.write.format('mere').mode('append').saveAsTable(t) writes around Spark's cache "
-    "manager: a CACHE TABLE'd t keeps its old rows (Spark's saveAsTable append refreshes the cache)",
-)
 def test_a_cached_table_sees_a_save_as_table_append(spark: SparkSession, wh: str, clean: None) -> None:
     catalog_table(spark, wh, "t54_cs")
     spark.sql("CACHE TABLE t54_cs")

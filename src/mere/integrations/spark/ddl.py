@@ -978,6 +978,7 @@ def install_ddl_hook() -> None:
                 check_overwrite(ref, self._df.schema, opts, f"Spark table {name}")
             writer = self._df.write.format(FORMAT_NAME).options(**{**opts, **location_of(ref)})
             writer.mode("overwrite" if how == "overwrite" else "append").save(ref.name)
+            refresh_cached(spark, _quote_ident(parts))
             return None
         create_table(spark_sql, spark, parts, opts, rows=self._df)
         return None
@@ -1044,6 +1045,19 @@ def check_overwrite(ref: TableRef, schema: StructType, options: Mapping[str, str
             "table (mere.connect(warehouse).drop_table(name)) and saveAsTable again, or evolve it "
             "(Table.evolve()) (nothing was written)"
         )
+
+
+def refresh_cached(spark: Any, name: str) -> None:
+    """After a commit Spark's own writers did not make (``sql()``'s MERGE, UPDATE, DELETE; the
+    ``saveAsTable`` append), drop what ``CACHE TABLE`` holds of the Spark table ``name``, as Spark's own
+    INSERT does: the next read reads the new version. Names Spark does not hold are left alone."""
+    from pyspark.errors import AnalysisException, ParseException
+
+    try:
+        if spark.catalog.tableExists(name) and spark.catalog.isCached(name):
+            spark.catalog.refreshTable(name)
+    except (AnalysisException, ParseException):
+        pass  # the commit stands; a name Spark cannot resolve has nothing cached under it
 
 
 def table_format(spark: Any, name: str) -> str | None:

@@ -24,7 +24,7 @@ from sqlglot.tokens import TokenType
 
 from mere.errors import FilterError, InvalidInput, MereError, NoSuchTable
 from mere.expr.literals import format_ident
-from mere.integrations.spark.ddl import NO_BINDING, ref_from_schema, same_table, table_format
+from mere.integrations.spark.ddl import NO_BINDING, ref_from_schema, refresh_cached, same_table, table_format
 from mere.integrations.spark.merge import MERGE_ATTEMPTS, SparkMerge
 from mere.integrations.spark.native import read_table
 from mere.integrations.spark.options import ENV_WAREHOUSE, FORMAT_NAME, TableRef, location_options
@@ -396,12 +396,16 @@ def _change(
         )
         for clause in spec.clauses:
             builder.add_clause(clause)
-        return _metrics(context.spark, "MERGE", builder.execute(idempotency_key=key))
+        metrics = builder.execute(idempotency_key=key)
+        refresh_cached(context.spark, statement.table)
+        return _metrics(context.spark, "MERGE", metrics)
     if sources:
         raise InvalidInput(f"only MERGE takes sources; got {sorted(sources)}")
     statement = statement.resolved(table.spec.schema.names)  # names without case, as Spark SQL reads them
     builder = _keyed_merge(context, ref, table, statement, partitions, attempts)
-    return _metrics(context.spark, kind, builder.execute(idempotency_key=key))
+    metrics = builder.execute(idempotency_key=key)
+    refresh_cached(context.spark, statement.table)
+    return _metrics(context.spark, kind, metrics)
 
 
 def _keyed_merge(

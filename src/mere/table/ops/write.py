@@ -46,7 +46,15 @@ from mere.table.context import TableContext, file_splits, partition_values
 from mere.table.revalidate import ReadRows
 from mere.table.versions import require_live
 from mere.table.write_checks import WriteChecks
-from mere.write.writer import PreparedFile, conform, marker_columns, marker_spec, prepare, sequence_after
+from mere.write.writer import (
+    PreparedFile,
+    conform,
+    delete_refusal,
+    marker_columns,
+    marker_spec,
+    prepare,
+    sequence_after,
+)
 
 STAGE_OPERATIONS = ("upsert", "append", "delete", "overwrite")
 
@@ -79,6 +87,8 @@ def delete(commit: Commit, where: Any) -> None:
         raise InvalidInput(
             f"{ctx.name}: delete(None) names no rows; to delete every row say delete('TRUE') or truncate()"
         )
+    if ctx.spec.delete_refusal:  # refused whatever the table holds (a key stored nowhere too)
+        raise InvalidInput(delete_refusal(ctx.spec, ctx.name, "delete"))
     if (
         isinstance(where, (pa.Table, pa.RecordBatch, pa.RecordBatchReader, dict))
         or type(where).__module__.startswith("pandas")
