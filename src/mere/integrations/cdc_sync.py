@@ -70,6 +70,7 @@ import pyarrow.compute as pc
 
 from mere.errors import InvalidInput, NoSuchNamespace, NoSuchTable
 from mere.metadata import CommitResult
+from mere.spec import validate_properties
 from mere.table.catalog import Catalog
 from mere.table.evolve import can_widen
 
@@ -256,9 +257,14 @@ def _column_names(what: str, value: Any) -> None:
 
 
 def _properties(what: str, value: Any) -> None:
-    """Refuse anything but a mapping keyed by property names (the table checks the values)."""
+    """Refuse anything but valid table properties: a bad option is the caller's, never an event's to
+    quarantine."""
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise InvalidInput(f"sync: {what} must map property names to values, got {value!r}")
+    try:
+        validate_properties(value)
+    except InvalidInput as e:
+        raise InvalidInput(f"sync: {what}: {e}") from None
 
 
 def _per_table(mapping: Mapping[str, Any], table: str) -> Any:
