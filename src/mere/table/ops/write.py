@@ -101,6 +101,7 @@ def delete(commit: Commit, where: Any) -> None:
         if (
             absent
             and spec.cross_partition
+            and spec.sequence_by
             and all(c in keys.column_names for c in spec.sequence_by)
             and all(spec.schema.field(c).nullable for c in absent)
         ):
