@@ -824,3 +824,29 @@ def test_base64_values_decode_together_as_one_by_one(values: list[bytes | None],
 def test_text_that_is_not_padded_base64_is_refused(bad: str) -> None:
     with pytest.raises(ValueError):
         base64_decoded(pa.array(["YWJj", bad]))
+
+
+@pytest.mark.parametrize("fmt", ["debezium", "wal2json"])
+def test_an_update_takes_an_unchanged_value_from_its_full_old_image(tmp_path: Path, fmt: str) -> None:
+    """A stream started on a populated REPLICA IDENTITY FULL table: the first update of a row leaves its
+    unchanged TOASTed column out (wal2json) or writes the placeholder (Debezium), and no earlier version
+    exists; the old image holds the value. A placeholder in the old image too is no value: unresolved."""
+    cat = _cat(tmp_path)
+    old = _row("a", 1, 1)
+    line = _line(fmt, "a", "u", old, {**_row("a", 1, 2), "v": old["v"]}, 10, omit=True)
+    result = sync_batch(cat, _events([line], fmt), SyncOptions("s"), "b0")
+    assert result.unresolved == 0
+    assert cat.table("s.a").to_arrow().to_pylist() == [{**_row("a", 1, 2), "v": old["v"], "_cdc_lsn": 10}]
+    if fmt == "debezium":
+        blank = _line(
+            fmt,
+            "a",
+            "u",
+            {**_row("a", 2, 0), "v": UNCHANGED},
+            {**_row("a", 2, 3), "v": old["v"]},
+            11,
+            omit=True,
+        )
+        result = sync_batch(cat, _events([blank], fmt), SyncOptions("s"), "b1")
+        assert result.unresolved == 1
+        assert [r["v"] for r in cat.table("s.a").to_arrow().to_pylist() if r["id"] == 2] == [None]

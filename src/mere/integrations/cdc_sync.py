@@ -1164,14 +1164,6 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
     in_before: dict[str, np.ndarray] = {}
     before = _columns_of(*_map_parts(events.column("before")), n, in_before)
     is_update = pc.fill_null(pc.equal(op, "u"), False).to_numpy(zero_copy_only=False)
-    for col, held in in_before.items():
-        # An update's new image without a column its old image holds (an unchanged TOASTed value of a
-        # REPLICA IDENTITY FULL table): the value did not change, so the old image's is the row's.
-        absent = ~present.get(col, np.zeros(n, dtype=bool))
-        fill = is_update & held & absent
-        if fill.any():
-            after[col] = pc.if_else(pa.array(fill), before[col], after.get(col, pa.nulls(n, pa.string())))
-            present[col] = ~absent | fill
     if options.unavailable_value is not None and is_update.any():
         # Debezium's placeholder for a value it did not get (an unchanged TOASTed column): not a value
         marks = pa.array(
@@ -1182,6 +1174,20 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
             if hit.any():
                 after[col] = pc.if_else(pa.array(hit), pa.scalar(None, pa.string()), text)
                 present[col] = present[col] & ~hit
+        for col, text in before.items():  # nor is it one in the old image
+            hit = pc.fill_null(pc.is_in(text, marks), False).to_numpy(zero_copy_only=False)
+            in_before[col] = in_before[col] & ~hit
+    for col, held in in_before.items():
+        # An update's new image without a column (or with Debezium's placeholder) that its old image
+        # holds (REPLICA IDENTITY FULL logs the whole old row): the value did not change, so the old
+        # image's is the row's. Only a value: Debezium's old image lists every column, NULL outside the
+        # identity, and an unchanged TOASTed value is never NULL.
+        absent = ~present.get(col, np.zeros(n, dtype=bool))
+        valued = pc.is_valid(before[col]).to_numpy(zero_copy_only=False)
+        fill = is_update & held & absent & valued
+        if fill.any():
+            after[col] = pc.if_else(pa.array(fill), before[col], after.get(col, pa.nulls(n, pa.string())))
+            present[col] = ~absent | fill
     types = _types_of(table, events, raw)
     names = list(dict.fromkeys([*after, *before]))
     if existing is not None:
