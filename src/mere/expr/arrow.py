@@ -65,22 +65,30 @@ def to_pyarrow(expr: Expr, schema: pa.Schema | None = None) -> pc.Expression:
     UTC instants, and Arrow compares instants of different zones only in some units.
     """
     zones: dict[str, str] = {}
+    halves: frozenset[str] = frozenset()
     if schema is not None:
         zones = {
             f.name: f.type.tz
             for f in schema
             if pa.types.is_timestamp(f.type) and f.type.tz is not None and f.type.tz != "UTC"
         }
-    return _lower(expr, zones)
+        halves = frozenset(f.name for f in schema if pa.types.is_float16(f.type))
+    return _lower(expr, zones, halves)
 
 
-def _lower(expr: Expr, zones: Mapping[str, str]) -> pc.Expression:
+def _field(column: str, halves: frozenset[str]) -> pc.Expression:
+    """A column; a half float as a float (Arrow compares no half floats)."""
+    field = pc.field(column)
+    return field.cast(pa.float32()) if column in halves else field
+
+
+def _lower(expr: Expr, zones: Mapping[str, str], halves: frozenset[str] = frozenset()) -> pc.Expression:
     if isinstance(expr, And):
-        return _lower(expr.left, zones) & _lower(expr.right, zones)
+        return _lower(expr.left, zones, halves) & _lower(expr.right, zones, halves)
     if isinstance(expr, Or):
-        return _lower(expr.left, zones) | _lower(expr.right, zones)
+        return _lower(expr.left, zones, halves) | _lower(expr.right, zones, halves)
     if isinstance(expr, Not):
-        return ~_lower(expr.operand, zones)
+        return ~_lower(expr.operand, zones, halves)
     if isinstance(expr, AlwaysTrue | AlwaysFalse):
         return pc.scalar(isinstance(expr, AlwaysTrue))
     if isinstance(expr, ArrowPredicate):
@@ -97,27 +105,28 @@ def _lower(expr: Expr, zones: Mapping[str, str]) -> pc.Expression:
     zone = zones.get(expr.column) if isinstance(expr, Compare | In) else None
     if isinstance(expr, Compare):
         if isinstance(expr.value, float):
-            return compare_float_literal(expr.op, pc.field(expr.column), expr.value)
+            return compare_float_literal(expr.op, _field(expr.column, halves), expr.value)
         value = _arrow_scalar(expr.value, zone)
-        return cast(pc.Expression, OPERATORS[expr.op](pc.field(expr.column), value))
+        return cast(pc.Expression, OPERATORS[expr.op](_field(expr.column, halves), value))
     if isinstance(expr, In):
         # Long lists: the value set is built once (per zone), not once per file read.
         cache = expr.__dict__.setdefault("_arrow", {})
-        lowered = cache.get(zone)
+        half = expr.column in halves
+        lowered = cache.get((zone, half))
         if lowered is None:
-            result = _in_to_pyarrow(expr, zone)
-            lowered = cache[zone] = ~result if expr.negated else result
+            result = _in_to_pyarrow(expr, zone, half)
+            lowered = cache[(zone, half)] = ~result if expr.negated else result
         return cast(pc.Expression, lowered)
     raise FilterError(f"cannot lower {type(expr).__name__} to pyarrow")
 
 
-def _in_to_pyarrow(expr: In, zone: str | None = None) -> pc.Expression:
+def _in_to_pyarrow(expr: In, zone: str | None = None, half: bool = False) -> pc.Expression:
     index = in_index(expr)
     if not expr.values:
         return pc.scalar(False)
     if not index.present:
         return pc.scalar(_null_bool())
-    field = pc.field(expr.column)
+    field = _field(expr.column, frozenset([expr.column]) if half else frozenset())
     try:
         if index.types == {float}:
             # Arrow's is_in hashes float bits: -0.0 misses 0.0 and NaNs differ by sign and payload.

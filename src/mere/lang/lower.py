@@ -51,7 +51,7 @@ from mere.expr.nodes import (
     flip,
 )
 from mere.lang.parse import LIST_PREFIX, MereDialect, Parsed, parse_expression
-from mere.spec import is_number, is_text
+from mere.spec import is_bytes_type, is_number, is_text
 
 _REASSOCIATED = frozenset({"add", "add_checked", "multiply", "multiply_checked"})
 # Kernels besides the *_checked ones that may fail on a value (decimal precision).
@@ -432,7 +432,10 @@ def _decimal_as_float(value: pc.Expression, t: pa.DataType, to: pa.DataType) -> 
         shift = pc.scalar(pa.scalar(Decimal(10**t.scale), pa.decimal128(t.scale + 1, 0)))
         unscaled = pc.Expression._call("multiply", [value, shift])
         integer = pc.Expression._call("cast", [unscaled], pc.CastOptions(pa.int64()))
-        quotient = pc.Expression._call("cast", [integer], doubles)
+        # beyond 53 bits the nearest double (Arrow's checked cast would refuse it)
+        quotient = pc.Expression._call(
+            "cast", [integer], pc.CastOptions(pa.float64(), allow_float_truncate=True)
+        )
         out = pc.Expression._call("divide", [quotient, pc.scalar(float(10**t.scale))])
     else:  # wider: Arrow parses the decimal's text to the nearest double
         text = pc.Expression._call("cast", [value], pc.CastOptions(pa.string()))
@@ -702,6 +705,8 @@ class Lowering:
     def _Column(self, node: exp.Column) -> Typed:
         name, typ = self.resolve(node)
         self.columns.add(name)
+        if pa.types.is_float16(typ):  # Arrow computes nothing on half floats; every one is a float
+            return Typed(pc.field(name).cast(pa.float32()), pa.float32())
         return Typed(pc.field(name), typ)
 
     def _Cast(self, node: exp.Cast) -> Typed:
@@ -746,7 +751,13 @@ class Lowering:
         value = literal_value(node)
         if value is not NO_LITERAL:
             return self.literal(value)
-        return self.call("negate_checked", [self.lower(node.this)])
+        value = self.lower(node.this)
+        if pa.types.is_unsigned_integer(value.type):  # SQL's minus of an unsigned value is signed
+            wider = {8: pa.int16(), 16: pa.int32(), 32: pa.int64()}.get(
+                value.type.bit_width, pa.decimal128(20, 0)
+            )
+            value = self.cast(value, wider)
+        return self.call("negate_checked", [value])
 
     def _arith(self, name: str, node: exp.Binary) -> Typed:
         left, right = self.lower(node.this), self.lower(node.expression)
@@ -876,7 +887,15 @@ class Lowering:
         return [self.cast(p, kind) for p in parts], kind
 
     def _DPipe(self, node: exp.DPipe) -> Typed:
-        parts = [self._text(self.lower(node.this)), self._text(self.lower(node.expression))]
+        raw = [self.lower(node.this), self.lower(node.expression)]
+        values = [p for p in raw if not (p.is_literal and p.value is None)]
+        if values and all(is_bytes_type(p.type) for p in values):  # BLOB || BLOB joins the bytes
+            kind = pa.large_binary() if any(pa.types.is_large_binary(p.type) for p in values) else pa.binary()
+            if len(values) < len(raw):
+                return Typed(pc.scalar(_null(kind)), kind, None)  # x || NULL is NULL
+            parts = [self.cast(p, kind) for p in raw]
+            return self.call("binary_join_element_wise", [*parts, self.cast(self.literal(b""), kind)])
+        parts = [self._text(p) for p in raw]
         parts, kind = self._one_text_type(parts)
         if any(p.is_literal and p.value is None for p in parts):
             return Typed(pc.scalar(_null(kind)), kind, None)  # x || NULL is NULL
@@ -1136,7 +1155,15 @@ class Lowering:
         values = self.unify(
             [self.lower(node.this), *map(self.lower, node.expressions)], name.split("_")[0].upper()
         )
-        if not _is_float(values[0].type):
+        kind = values[0].type
+        if pa.types.is_boolean(kind):  # Arrow orders no booleans element-wise: FALSE < TRUE as 0 < 1
+            return self.cast(self.call(name, [self.cast(v, pa.int8()) for v in values]), kind)
+        if pa.types.is_timestamp(kind) and kind.tz is not None:  # the instants, as their stored integers
+            stored = pc.CastOptions(pa.int64())
+            ints = [Typed(pc.Expression._call("cast", [v.expr], stored), pa.int64()) for v in values]
+            found = self.call(name, ints)
+            return Typed(pc.Expression._call("cast", [found.expr], pc.CastOptions(kind)), kind)
+        if not _is_float(kind):
             return self.call(name, values)
         nan = Typed(pc.scalar(pa.scalar(math.nan, values[0].type)), values[0].type, math.nan)
         null = Typed(pc.scalar(_null(values[0].type)), values[0].type)

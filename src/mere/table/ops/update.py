@@ -193,8 +193,8 @@ def assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Expressi
     if not (value.is_literal and isinstance(value.value, str)) and not _assignable(value.type, to):
         raise FilterError(f"cannot store {text!r} ({value.type}) in column {column!r} ({to})")
     lowering = Lowering(lambda node: ("", pa.null()), text)
-    if pa.types.is_integer(to) and (pa.types.is_floating(value.type) or pa.types.is_decimal(value.type)):
-        value = lowering.call("round", [lowering.roomy(value)], pc.RoundOptions(0, "half_towards_infinity"))
+    if pa.types.is_integer(to):
+        value = lowering.to_integer(value, to)  # as DuckDB: DOUBLE halves to even, DECIMAL away from zero
     elif pa.types.is_decimal(to) and (
         pa.types.is_floating(value.type) or (pa.types.is_decimal(value.type) and value.type.scale > to.scale)
     ):
@@ -218,6 +218,10 @@ def _kind(t: pa.DataType) -> str:
         return "text"
     if pa.types.is_date(t) or pa.types.is_timestamp(t):
         return "datetime"
+    if pa.types.is_time(t):
+        return "time"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return "bytes"  # of any layout: the same values
     if (
         pa.types.is_list(t)
         or pa.types.is_large_list(t)
@@ -237,9 +241,9 @@ def _assignable(source: pa.DataType, target: pa.DataType) -> bool:
     if pa.types.is_timestamp(source) and pa.types.is_timestamp(target):
         # A naive time is not taken as UTC, nor a zoned one as its UTC wall clock: as upsert refuses them.
         return (source.tz is None) == (target.tz is None)
-    if kinds[0] == kinds[1] and kinds[0] in ("number", "text", "datetime"):
+    if kinds[0] == kinds[1] and kinds[0] in ("number", "text", "datetime", "time", "bytes"):
         return True
-    if kinds == ("text", str(pa.binary().id)) or (pa.types.is_binary(target) and kinds[0] == "text"):
+    if kinds == ("text", "bytes") and pa.types.is_binary(target):
         return True
     return kinds[0] == kinds[1] and incompatibility(source, target) is None
 
