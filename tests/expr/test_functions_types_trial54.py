@@ -591,9 +591,6 @@ def test_decimal18_divide(tmp_path: Path) -> None:
     _check(tmp_path, "d180", [Decimal("999999999999999999"), Decimal(7), None], "c / 2 > 1")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="CAST to a DECIMAL of smaller scale refuses 'Rescaling ... data loss'; DuckDB rounds"
-)
 def test_decimal_cast_smaller_scale(tmp_path: Path) -> None:
     _check(
         tmp_path, "d3810", [Decimal("1.5"), Decimal("-2.0000000001"), None], "CAST(c AS DECIMAL(20, 2)) > 1"

@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any, cast
 
 import pyarrow as pa
@@ -541,6 +541,11 @@ class Lowering:
             raise self.fail(f"cannot cast {value.type} to {to}: {exc}") from None
         if pa.types.is_decimal(value.type) and _is_float(to):
             return Typed(_decimal_as_float(value.expr, value.type, to), to)
+        if pa.types.is_decimal(value.type) and pa.types.is_decimal(to) and to.scale < value.type.scale:
+            # fewer digits: rounded, halves away from zero, as DuckDB's cast (Arrow's refuses the loss)
+            value = self.call(
+                "round", [self.roomy(value)], pc.RoundOptions(to.scale, "half_towards_infinity")
+            )
         # A cast to a float rounds (CAST(u AS DOUBLE) of 2**64 - 1 is 1.8446744073709552e19).
         options = pc.CastOptions(
             to, allow_int_overflow=not safe, allow_float_truncate=not safe or _is_float(to)
@@ -630,8 +635,14 @@ class Lowering:
     def cast_literal(self, value: Typed, to: pa.DataType) -> Typed:
         """A literal CAST (or stored) as type ``to``: as :meth:`literal_as`, and a finite number beyond a
         float type's range is an error, as SQL's cast (a comparison with it stays exact instead)."""
-        out = self.literal_as(value, to)
         number = value.value
+        if isinstance(number, Decimal) and number.is_finite() and pa.types.is_decimal(to):
+            # fewer digits: rounded, halves away from zero, as DuckDB's cast (comparisons stay exact)
+            exponent = Decimal(1).scaleb(-to.scale)
+            if number.as_tuple().exponent < exponent.as_tuple().exponent:  # type: ignore[operator]
+                with localcontext(prec=100):
+                    value = self.literal(number.quantize(exponent, rounding=ROUND_HALF_UP))
+        out = self.literal_as(value, to)
         finite = isinstance(number, int | float | Decimal) and not isinstance(number, bool)
         if finite and _is_float(to) and math.isinf(out.value) and not math.isinf(float(number)):  # type: ignore[arg-type]
             raise self.fail(f"literal {number!r} is out of range for {to}")
