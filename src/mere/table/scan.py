@@ -585,14 +585,17 @@ class Scan:
         try:
             yield from self._merged_batches(splits, opts, threads, queue_size)
         except StorageError as e:
-            # An expire that ran after planning may have deleted the version's files: say so.
-            try:
-                self.table.resolve_version(self.version)
-            except NoSuchVersion:
-                raise NoSuchVersion(
-                    f"{self.table.name}: version {self.version} expired while it was being read"
-                ) from e
+            self._raise_if_expired(e)
             raise
+
+    def _raise_if_expired(self, failure: StorageError) -> None:
+        """An expire that ran after planning may have deleted the version's files: say so."""
+        try:
+            self.table.resolve_version(self.version)
+        except NoSuchVersion:
+            raise NoSuchVersion(
+                f"{self.table.name}: version {self.version} expired while it was being read"
+            ) from failure
 
     def _merged_batches(
         self, splits: list[Split], opts: ReadOptions, threads: int, queue_size: int | None
@@ -706,12 +709,7 @@ class Scan:
         try:
             return self._count_splits(splits, replace(opts, release_memory=True), keyed.worker_count())
         except StorageError as e:
-            try:  # an expire that ran after planning may have deleted the version's files
-                self.table.resolve_version(self.version)
-            except NoSuchVersion:
-                raise NoSuchVersion(
-                    f"{self.table.name}: version {self.version} expired while it was being read"
-                ) from e
+            self._raise_if_expired(e)
             raise
 
     def _count_splits(self, splits: list[Split], opts: ReadOptions, threads: int) -> int:
