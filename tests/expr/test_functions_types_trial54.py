@@ -619,9 +619,13 @@ def test_set_integer_from_double_halves(tmp_path: Path) -> None:
     _check(tmp_path, "i8", [1, -1, 7, -3, None], "c / 2", set_=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LIKE refuses a column pattern ('LIKE takes a string literal pattern'); not listed as refused",
-)
 def test_like_column_pattern(tmp_path: Path) -> None:
-    _check(tmp_path, "ls", ["a", "ab", None], "c LIKE s")
+    """docs/sql.md: a LIKE pattern is a string literal; a column pattern is refused, typed, nothing read."""
+    stored, _dtype, _ = TYPES["ls"]
+    rows = {
+        "k": [0, 1, 2],
+        "c": ["a", "ab", None],
+        **{c: [p[i % len(p)] for i in range(3)] for c, p in COMPANION_POOLS.items()},
+    }
+    got = _mere(_table(tmp_path, rows, stored), where="c LIKE s")
+    assert got[0] == "refused" and "literal pattern" in got[1], got
