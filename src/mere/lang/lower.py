@@ -553,6 +553,12 @@ class Lowering:
         cast_value = Typed(pc.Expression._call("cast", [value.expr], options), to)
         if safe and _is_float(value.type) and _is_float(to) and to.bit_width < value.type.bit_width:
             return self._refuse_overflow(value, cast_value)
+        if pa.types.is_time(value.type) and is_text(to):
+            # As DuckDB spells times: the fraction without trailing zeros (12:00:00.5, 12:00:00)
+            digits = pc.ReplaceSubstringOptions(r"(\.[0-9]*?)0+$", r"\1")
+            dot = pc.ReplaceSubstringOptions(r"\.$", "")
+            cast_value = self.call("replace_substring_regex", [cast_value], digits)
+            cast_value = self.call("replace_substring_regex", [cast_value], dot)
         if _is_float(value.type) and is_text(to):
             # As DuckDB spells floats: a whole number keeps its ".0" (1.0, -0.0), an exponent two digits.
             whole = pc.ReplaceSubstringOptions(r"^(-?[0-9]+)$", r"\1.0")
