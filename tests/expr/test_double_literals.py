@@ -1,11 +1,15 @@
 """A double literal (``1e-1``, ``9.007199254740992e15``) compares with a column as DuckDB and Spark SQL compare
 them: the column value converted to a double. Integer and decimal columns beyond 2**53 hold several values
 that convert to one double; a float32 column holds no value equal to most doubles (``f = 1e-1`` is FALSE).
-Checked against DuckDB on the same rows, through the filter atoms (pruned) and the SQL front end."""
+Checked against DuckDB on the same rows, through the filter atoms (pruned) and the SQL front end; the
+DECIMAL(38, 0) column against Python's correctly rounded conversion, as DuckDB 2.0 converts some negative
+HUGEINT-backed decimals to the wrong double (-9007199254740994 to -9007199254740992.0)."""
 
 from __future__ import annotations
 
 import math
+import operator
+from decimal import Decimal
 from typing import Any
 
 import duckdb
@@ -85,6 +89,27 @@ def _mere(t: mere.Table, where: str) -> list[int]:
     return sorted(t.scan(filter=where).to_arrow()["k"].to_pylist())
 
 
+_OPS = {
+    "=": operator.eq,
+    "<>": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+def _exact(t: mere.Table, column: str, op: str, value: float) -> list[int]:
+    rows = t.scan().to_arrow().to_pylist()
+    return sorted(r["k"] for r in rows if r[column] is not None and _OPS[op](float(r[column]), value))
+
+
+def test_duckdb_converts_some_negative_wide_decimals_to_the_wrong_double() -> None:
+    # Why the decimal column has its own oracle: if DuckDB converts right, use it for every column again.
+    [(got,)] = duckdb.sql("SELECT CAST(CAST(-9007199254740994 AS DECIMAL(38, 0)) AS DOUBLE)").fetchall()
+    assert got != float(Decimal(-9007199254740994))
+
+
 def _duck(t: mere.Table, where: str) -> list[int]:
     rows = t.scan().to_arrow()
     con = duckdb.connect()
@@ -105,7 +130,8 @@ def test_double_literals_compare_as_duckdb(
     literal = format_literal(value)
     side = column if front == "atom" else f"coalesce({column}, {column})"  # the SQL front end, same type
     where = f"{side} {op} {literal}"
-    assert _mere(table, where) == _duck(table, where), where
+    expected = _exact(table, column, op, value) if column == "d" else _duck(table, where)
+    assert _mere(table, where) == expected, where
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
