@@ -12,7 +12,13 @@ import pyarrow.compute as pc
 
 from mere.errors import FilterError
 from mere.expr.evaluate import in_index
-from mere.expr.literals import OPERATORS, compare_float_literal, nanosecond_type
+from mere.expr.literals import (
+    OPERATORS,
+    compare_float_literal,
+    computed_field,
+    computed_type,
+    nanosecond_type,
+)
 from mere.expr.nodes import (
     AlwaysFalse,
     AlwaysTrue,
@@ -72,14 +78,13 @@ def to_pyarrow(expr: Expr, schema: pa.Schema | None = None) -> pc.Expression:
             for f in schema
             if pa.types.is_timestamp(f.type) and f.type.tz is not None and f.type.tz != "UTC"
         }
-        halves = frozenset(f.name for f in schema if pa.types.is_float16(f.type))
+        halves = frozenset(f.name for f in schema if computed_type(f.type) != f.type)
     return _lower(expr, zones, halves)
 
 
 def _field(column: str, halves: frozenset[str]) -> pc.Expression:
-    """A column; a half float as a float (Arrow compares no half floats)."""
-    field = pc.field(column)
-    return field.cast(pa.float32()) if column in halves else field
+    """A column; one of ``halves`` (half floats) as Arrow computes on it."""
+    return computed_field(column, pa.float16()) if column in halves else pc.field(column)
 
 
 def _lower(expr: Expr, zones: Mapping[str, str], halves: frozenset[str] = frozenset()) -> pc.Expression:

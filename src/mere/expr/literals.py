@@ -579,3 +579,15 @@ def compare_float_literal(op: str, left: pc.Expression, value: float) -> pc.Expr
         return by_op[op]
     result = cast(pc.Expression, OPERATORS[op](left, pc.scalar(value)))
     return result | nan if op in (">", ">=") else result
+
+
+def computed_type(typ: pa.DataType) -> pa.DataType:
+    """The type Arrow computes a column of type ``typ`` as: a half float as a float (Arrow's kernels take
+    no half floats), any other type as itself. SQL expressions and simple filters both lower columns so."""
+    return pa.float32() if pa.types.is_float16(typ) else typ
+
+
+def computed_field(column: str, typ: pa.DataType) -> pc.Expression:
+    """Column ``column`` of type ``typ`` as Arrow computes on it (see :func:`computed_type`)."""
+    kind = computed_type(typ)
+    return pc.field(column) if kind == typ else pc.field(column).cast(kind)
