@@ -33,6 +33,8 @@ from mere.expr.literals import (
     bind_float,
     bind_scalar,
     compare_floats,
+    computed_field,
+    computed_type,
     format_literal,
 )
 from mere.expr.nodes import (
@@ -543,9 +545,7 @@ class Lowering:
             return Typed(_decimal_as_float(value.expr, value.type, to), to)
         if pa.types.is_decimal(value.type) and pa.types.is_decimal(to) and to.scale < value.type.scale:
             # fewer digits: rounded, halves away from zero, as DuckDB's cast (Arrow's refuses the loss)
-            value = self.call(
-                "round", [self.roomy(value)], pc.RoundOptions(to.scale, "half_towards_infinity")
-            )
+            value = self.decimal_rounded(self.roomy(value), to.scale, "half_away", keep_scale=False)
         # A cast to a float rounds (CAST(u AS DOUBLE) of 2**64 - 1 is 1.8446744073709552e19).
         options = pc.CastOptions(
             to, allow_int_overflow=not safe, allow_float_truncate=not safe or _is_float(to)
@@ -722,9 +722,7 @@ class Lowering:
     def _Column(self, node: exp.Column) -> Typed:
         name, typ = self.resolve(node)
         self.columns.add(name)
-        if pa.types.is_float16(typ):  # Arrow computes nothing on half floats; every one is a float
-            return Typed(pc.field(name).cast(pa.float32()), pa.float32())
-        return Typed(pc.field(name), typ)
+        return Typed(computed_field(name, typ), computed_type(typ))  # half floats as floats
 
     def _Cast(self, node: exp.Cast) -> Typed:
         value = literal_value(node)
@@ -746,8 +744,56 @@ class Lowering:
         if _is_float(value.type):
             return self.call("round", [value], pc.RoundOptions(0, "half_to_even"))
         if pa.types.is_decimal(value.type):
-            return self.call("round", [self.roomy(value)], pc.RoundOptions(0, "half_towards_infinity"))
+            return self.decimal_rounded(self.roomy(value), 0, "half_away", keep_scale=False)
         return value
+
+    def decimal_rounded(self, value: Typed, digits: int, mode: str, keep_scale: bool = True) -> Typed:
+        """Decimal ``value`` rounded to ``digits`` fractional digits (``mode``: ``"half_away"``, ``"floor"``
+        or ``"ceil"``), as its own type, or with scale ``digits`` when not ``keep_scale``.
+
+        Exact decimal steps: truncating casts that drop at most 9 digits each, then one unit more or less
+        where the dropped digits ask for it. Arrow's decimal rescaling by 10 or more digits (casts, round,
+        floor, ceil) returns wrong values for some large decimals (DECIMAL(38, 14)
+        18446744072436898870 cast to DECIMAL(38, 0) gave 18446744066392269771, pyarrow 26); by 9 digits
+        or fewer its divisor fits one machine word and the result was exact in every case tried. The
+        caller leaves room for a carry (see :meth:`roomy`)."""
+        t = value.type
+        if digits >= t.scale:
+            return value
+        if digits < 0 or t.precision >= 76:  # no decimal type to truncate into or add in: Arrow's kernel
+            kernel = "round" if mode == "half_away" else mode
+            options = pc.RoundOptions(digits, "half_towards_infinity") if mode == "half_away" else None
+            return self.call(kernel, [value], options)
+        room = pa.decimal128 if t.precision < 38 else pa.decimal256
+
+        def decimal(number: Decimal, scale: int) -> pc.Expression:
+            return pc.scalar(pa.scalar(number, room(scale + 1, scale)))
+
+        def call(name: str, *args: pc.Expression) -> pc.Expression:
+            return pc.Expression._call(name, list(args))
+
+        same = room(t.precision, t.scale)
+        x = value.expr.cast(same)
+        kept, scale = x, t.scale
+        while scale > digits:
+            scale = max(digits, scale - 9)
+            options = pc.CastOptions(room(t.precision, scale), allow_decimal_truncate=True)
+            kept = pc.Expression._call("cast", [kept], options)
+        back = kept.cast(same)  # scaled up: exact
+        unit = decimal(Decimal(1).scaleb(-digits), digits)
+        if mode == "floor":
+            moved, step = call("less", x, back), call("subtract", kept, unit)
+        elif mode == "ceil":
+            moved, step = call("greater", x, back), call("add", kept, unit)
+        else:
+            half = decimal(Decimal(5).scaleb(-digits - 1), t.scale)
+            moved = call("greater_equal", call("abs", call("subtract", x, back)), half)
+            negative = call("less", x, decimal(Decimal(0), digits))
+            step = call("if_else", negative, call("subtract", kept, unit), call("add", kept, unit))
+        carried = room(t.precision + 1, digits)
+        result = call("if_else", moved, step.cast(carried), kept.cast(carried))
+        out = t if keep_scale else room(t.precision, digits)
+        return Typed(result.cast(out), out)
 
     def roomy(self, value: Typed) -> Typed:
         """A decimal with room for one more integer digit: rounding may carry one (DECIMAL(9, 2)
@@ -1316,6 +1362,8 @@ class Lowering:
     def _integral(self, name: str, value: Typed) -> Typed:
         if pa.types.is_integer(value.type):
             return self.cast(value, pa.float64())  # DuckDB's floor/ceil of an integer is a DOUBLE
+        if pa.types.is_decimal(value.type):
+            return self.decimal_rounded(self.roomy(value), 0, name)
         return self.call(name, [self.roomy(value)])
 
     def _Round(self, node: exp.Round) -> Typed:
@@ -1340,6 +1388,8 @@ class Lowering:
             small = self.call("coalesce", [small, self.literal(False)])
             signed_zero = self.call("multiply", [value, self.literal(0.0)])
             return self.call("if_else", [small, signed_zero, self.call("round", [value], options)])
+        if pa.types.is_decimal(value.type):
+            return self.decimal_rounded(self.roomy(value), digits, "half_away")
         return self.call("round", [self.roomy(value)], options)
 
     def _part(self, name: str, node: exp.Func) -> Typed:
