@@ -279,11 +279,6 @@ def test_a_sequence_group_row_carrying_its_group_is_answered_exactly(tmp_path: A
     assert (scan.count(), scan.min("price"), scan.max("price"), scan.max("price_lsn")) == (2, -100, 7, 30)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a row whose group sequence is NULL does not carry its group (merged price is NULL), but a "
-    "one-version split counts as clean and min()/max() answer from the stored value's footer statistics",
-)
 @pytest.mark.parametrize("compacted", [False, True])
 def test_a_group_value_not_carried_is_no_extreme(tmp_path: Any, compacted: bool) -> None:
     g = _group_table(tmp_path)
@@ -301,15 +296,11 @@ def test_a_group_value_not_carried_is_no_extreme(tmp_path: Any, compacted: bool)
     assert merged.sort_by("id").column("price").to_pylist() == [None, 7, 1]
     lo, hi = _oracle(merged, "price")
     assert (lo.as_py(), hi.as_py()) == (1, 7)
-    assert METADATA in " ".join(scan.explain().notes)  # it claims metadata answers...
-    assert (scan.min("price"), scan.max("price")) == (1, 7)  # ...but gives -100 as the minimum
+    # The stored -100 is no merged value: min/max are read, not taken from footer statistics.
+    assert METADATA not in " ".join(scan.explain().notes)
+    assert (scan.min("price"), scan.max("price")) == (1, 7)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a last_non_null column alone in its group with a NULL value does not carry the group, so the "
-    "merged group sequence is NULL; max() answers the stored group sequence from footer statistics",
-)
 def test_a_group_sequence_of_a_group_not_carried_is_no_extreme(tmp_path: Any) -> None:
     schema = pa.schema(
         [
@@ -332,7 +323,9 @@ def test_a_group_sequence_of_a_group_not_carried_is_no_extreme(tmp_path: Any) ->
     merged = g.scan().to_arrow()
     assert merged.sort_by("id").column("q_lsn").to_pylist() == [None, 3]
     assert _oracle(merged, "q_lsn")[1].as_py() == 3
-    assert g.scan().max("q_lsn") == 3  # gives 50, the stored value of a group id 1 does not carry
+    assert g.scan().max("q_lsn") == 3  # not 50, the stored value of a group id 1 does not carry
+    projected = g.scan(columns=["q_lsn"]).to_arrow().column("q_lsn").to_pylist()  # q is read to merge it
+    assert sorted(projected, key=lambda v: (v is None, v)) == [3, None]
 
 
 def test_table_wide_keys_late_in_another_partition_and_stale_overwrites(tmp_path: Any) -> None:

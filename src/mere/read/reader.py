@@ -400,6 +400,13 @@ class SplitReader:
         if spec.has_primary_key:
             grouped = spec.grouped  # a group's columns (read or filtered on) are ordered by its sequence
             extra += [grouped[c] for c in (*needed, *extra) if c in grouped]
+            # A last_non_null column alone in its group decides whether a version carries the group.
+            carriers = _group_carriers(spec)
+            extra += [
+                cs[0]
+                for g, cs in spec.sequence_groups.items()
+                if g in (*needed, *extra) and cs[0] in carriers
+            ]
         for c in extra:
             if c not in needed:
                 needed.append(c)
@@ -838,7 +845,8 @@ def stored_rows_are_merged(storage: Storage, spec: TableSpec, split: Split) -> b
     data file holding every column with, by its footer statistics, no delete rows, and no key is in two
     files (the files' ranges of the first key column are disjoint): a compacted split, or one written by
     a single upsert. Each key then has one stored version, which folds into an empty state unchanged
-    under every merge operator. Engines may read such files with their own Parquet reader (ignoring the
+    under every merge operator (with sequence groups: when every row carries every group, no NULL group
+    sequence). Engines may read such files with their own Parquet reader (ignoring the
     ``_mere_op`` column). Only footers are fetched here (cached).
     """
     files = split.files
@@ -866,7 +874,31 @@ def stored_rows_are_merged(storage: Storage, spec: TableSpec, split: Split) -> b
     ranges.sort(key=lambda r: r[0])
     if not all(prev[1] < nxt[0] for prev, nxt in itertools.pairwise(ranges)):
         return False  # overlapping files (the common case of a split to merge): no row group walked
-    return not any(may_hold_deletes(storage, f) for f in files)
+    if any(may_hold_deletes(storage, f) for f in files):
+        return False
+    return not spec.sequence_groups or all(_carries_every_group(storage, spec, f) for f in files)
+
+
+def _group_carriers(spec: TableSpec) -> list[str]:
+    """The columns whose NULL makes a row not carry its sequence group: each group's sequence column, and
+    a ``last_non_null`` column alone in its group. A version that does not carry a group is no merged row:
+    its merge leaves that group NULL."""
+    alone = [cs[0] for cs in spec.sequence_groups.values() if len(cs) == 1]
+    return [*spec.sequence_groups, *(c for c in alone if spec.operator(c).name == "last_non_null")]
+
+
+def _carries_every_group(storage: Storage, spec: TableSpec, task: FileTask) -> bool:
+    """Whether every row of the file carries every sequence group, by its footer statistics."""
+    md = storage.metadata(task.path, task.size_bytes or None)
+    leaves = storage.column_leaves(task.path, task.size_bytes or None)
+    carriers = _group_carriers(spec)
+    for i in range(md.num_row_groups):
+        stats = row_group_stats(md, i, spec.schema, carriers, leaves)
+        for column in carriers:
+            st = stats.get(column)
+            if st is None or st.null_count is None or st.null_count > 0:
+                return False
+    return True
 
 
 def may_hold_deletes(storage: Storage, task: FileTask) -> bool:
