@@ -944,22 +944,23 @@ class Lowering:
             return self.literal(str(value.value))
         return self.cast(value, pa.string())
 
-    def _one_text_type(self, parts: list[Typed]) -> tuple[list[Typed], pa.DataType]:
-        """Text parts as one string type (Arrow joins only alike ones): large_string where one is."""
-        kind = pa.large_string() if any(pa.types.is_large_string(p.type) for p in parts) else pa.string()
+    def _alike(
+        self, parts: list[Typed], small: pa.DataType, large: pa.DataType
+    ) -> tuple[list[Typed], pa.DataType]:
+        """Parts as one type (Arrow joins only alike strings or bytes): ``large`` where one part has it."""
+        kind = large if any(p.type == large for p in parts) else small
         return [self.cast(p, kind) for p in parts], kind
 
     def _DPipe(self, node: exp.DPipe) -> Typed:
         raw = [self.lower(node.this), self.lower(node.expression)]
         values = [p for p in raw if not (p.is_literal and p.value is None)]
         if values and all(is_bytes_type(p.type) for p in values):  # BLOB || BLOB joins the bytes
-            kind = pa.large_binary() if any(pa.types.is_large_binary(p.type) for p in values) else pa.binary()
+            parts, kind = self._alike(values, pa.binary(), pa.large_binary())
             if len(values) < len(raw):
                 return Typed(pc.scalar(_null(kind)), kind, None)  # x || NULL is NULL
-            parts = [self.cast(p, kind) for p in raw]
             return self.call("binary_join_element_wise", [*parts, self.cast(self.literal(b""), kind)])
         parts = [self._text(p) for p in raw]
-        parts, kind = self._one_text_type(parts)
+        parts, kind = self._alike(parts, pa.string(), pa.large_string())
         if any(p.is_literal and p.value is None for p in parts):
             return Typed(pc.scalar(_null(kind)), kind, None)  # x || NULL is NULL
         return self.call("binary_join_element_wise", [*parts, self.cast(self.literal(""), kind)])
@@ -969,7 +970,7 @@ class Lowering:
         parts = [p for p in parts if not (p.is_literal and p.value is None)]  # concat() skips NULLs
         if not parts:
             return self.literal("")
-        parts, kind = self._one_text_type(parts)
+        parts, kind = self._alike(parts, pa.string(), pa.large_string())
         empty = self.cast(self.literal(""), kind)
         # NULL parts count as '' (Arrow's own "skip" mode drops rows whose parts are all NULL)
         filled = [self.call("coalesce", [p, empty]) for p in parts]
