@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mere
+from mere.errors import SchemaMismatch
 
 CONTEXT = decimal.Context(prec=100)
 
@@ -131,3 +132,20 @@ def test_arrow_still_rescales_this_value_wrong() -> None:
     # Why mere rescales in steps of at most 9 digits: when Arrow gets this right, the steps can go.
     value = pa.array([Decimal("18446744072436898870")], pa.decimal128(38, 14))
     assert pc.cast(value, pa.decimal128(38, 0), safe=False)[0].as_py() != Decimal("18446744072436898870")
+
+
+@pytest.mark.parametrize(("scale", "unscaled"), ARROW_FAILURES)
+def test_a_batch_with_more_fractional_digits_is_stored_exactly_or_refused(
+    tmp_path: Path, scale: int, unscaled: int
+) -> None:
+    whole = Decimal(unscaled // 10**scale)
+    batch_type = pa.decimal128(38, scale)
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("d", pa.decimal128(38, 0))])
+    t = mere.connect(str(tmp_path)).create_table("t.d", schema, primary_key="k")
+    t.upsert(pa.table({"k": [1, 2], "d": pa.array([whole, -whole], batch_type)}))  # no digit lost: stored
+    assert sorted(t.scan().to_arrow()["d"].to_pylist()) == [-whole, whole]
+    lossy = pa.table({"k": [3], "d": pa.array([Decimal(unscaled).scaleb(-scale, CONTEXT)], batch_type)})
+    if unscaled % 10**scale:
+        with pytest.raises(SchemaMismatch):
+            t.upsert(lossy)
+        assert t.scan().count() == 2

@@ -153,6 +153,8 @@ def _lossless_cast(
                 pa.decimal128(digits, target.scale) if digits <= 38 else pa.decimal256(digits, target.scale)
             )
             values = pc.cast(values, wide, safe=True)
+        if pa.types.is_decimal(source) and (pa.types.is_decimal(target) or pa.types.is_integer(target)):
+            values = _scaled_down(values, target.scale if pa.types.is_decimal(target) else 0)
         out = pc.cast(values, target, safe=True)
         if _rounds(source, target) and not _same_values(values, out):
             raise SchemaMismatch(
@@ -165,6 +167,21 @@ def _lossless_cast(
             f"without loss: {str(e).splitlines()[0]}"
         ) from e
     return out
+
+
+def _scaled_down(values: pa.Array | pa.ChunkedArray, scale: int) -> pa.Array | pa.ChunkedArray:
+    """Decimal ``values`` within 9 fractional digits of ``scale``, each step checked lossless by Arrow.
+
+    Arrow rescales by 10 or more digits at once wrongly for some large decimals (DECIMAL(38, 14)
+    18446744072436898870 to DECIMAL(38, 0) gave 18446744066392269771, and a safe cast of it was refused
+    as lossy, pyarrow 26); by at most 9 digits its divisor fits one machine word and it was exact."""
+    kind = values.type
+    width = pa.decimal128 if pa.types.is_decimal128(kind) else pa.decimal256
+    current = kind.scale
+    while current - scale > 9:
+        current -= 9
+        values = pc.cast(values, width(kind.precision, current), safe=True)
+    return values
 
 
 def decoded(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
