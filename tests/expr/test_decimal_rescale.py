@@ -122,6 +122,8 @@ def test_values_arrow_rescales_wrongly(tmp_path: Path, scale: int, unscaled: int
     for sql, mode in [("ROUND(d, 0)", decimal.ROUND_HALF_UP), ("FLOOR(d)", decimal.ROUND_FLOOR)]:
         assert _stored(t, sql) == [_rounded(v, 0, mode) for v in values], sql
     assert _stored(t, "CEIL(d)") == [_rounded(v, 0, decimal.ROUND_CEILING) for v in values]
+    for divisor in (1, 7):  # the remainder has the dividend's sign
+        assert _stored(t, f"d % {divisor}") == [v % divisor for v in values]  # type: ignore[operator]
     narrow = _table(tmp_path, pa.decimal128(38, scale), values, pa.decimal128(38, 0))
     expected = [_rounded(v, 0, decimal.ROUND_HALF_UP) for v in values]
     assert _stored(narrow, "CAST(d AS DECIMAL(38, 0))") == expected

@@ -748,8 +748,8 @@ class Lowering:
         return value
 
     def decimal_rounded(self, value: Typed, digits: int, mode: str, keep_scale: bool = True) -> Typed:
-        """Decimal ``value`` rounded to ``digits`` fractional digits (``mode``: ``"half_away"``, ``"floor"``
-        or ``"ceil"``), as its own type, or with scale ``digits`` when not ``keep_scale``.
+        """Decimal ``value`` rounded to ``digits`` fractional digits (``mode``: ``"half_away"``, ``"floor"``,
+        ``"ceil"`` or ``"trunc"``), as its own type, or with scale ``digits`` when not ``keep_scale``.
 
         Exact decimal steps: truncating casts that drop at most 9 digits each, then one unit more or less
         where the dropped digits ask for it. Arrow's decimal rescaling by 10 or more digits (casts, round,
@@ -780,6 +780,9 @@ class Lowering:
             options = pc.CastOptions(room(t.precision, scale), allow_decimal_truncate=True)
             kept = pc.Expression._call("cast", [kept], options)
         back = kept.cast(same)  # scaled up: exact
+        out = t if keep_scale else room(t.precision, digits)
+        if mode == "trunc":
+            return Typed(kept.cast(out), out)
         unit = decimal(Decimal(1).scaleb(-digits), digits)
         if mode == "floor":
             moved, step = call("less", x, back), call("subtract", kept, unit)
@@ -792,7 +795,6 @@ class Lowering:
             step = call("if_else", negative, call("subtract", kept, unit), call("add", kept, unit))
         carried = room(t.precision + 1, digits)
         result = call("if_else", moved, step.cast(carried), kept.cast(carried))
-        out = t if keep_scale else room(t.precision, digits)
         return Typed(result.cast(out), out)
 
     def roomy(self, value: Typed) -> Typed:
@@ -919,9 +921,9 @@ class Lowering:
         if decimals and not (_is_float(left.type) or _is_float(right.type)):
             right = self._nonzero(right)
             # x - trunc(x / y) * y with the quotient as a whole decimal keeps the precision small
-            quotient = self.call("trunc", [self.roomy(self.exact("divide_checked", left, right))])
-            whole = quotient.type
-            digits = max(1, whole.precision - whole.scale)
+            exact = self.roomy(self.exact("divide_checked", left, right))
+            digits = max(1, exact.type.precision - exact.type.scale)
+            quotient = self.decimal_rounded(exact, 0, "trunc", keep_scale=False)
             quotient = self.cast(
                 quotient, pa.decimal128(digits, 0) if digits <= 38 else pa.decimal256(digits, 0)
             )
