@@ -411,6 +411,33 @@ def _best_by(valid: np.ndarray, group: np.ndarray, groups: int, sequence: pa.Arr
     return best
 
 
+def _deletes_last_among_equal(
+    versions: pa.Table,
+    op: np.ndarray,
+    starts: np.ndarray,
+    present: Mapping[str, np.ndarray] | None,
+    sequence: str,
+) -> tuple[pa.Table, np.ndarray, Mapping[str, np.ndarray] | None, np.ndarray | None]:
+    """Versions (in sequence order) with each key's deletes after its other versions of equal sequence,
+    and the positions they came from (None when none moved):
+    under sequence groups a delete at sequence d removes every version up to d, whatever the commit
+    order (a row at d committed after the delete would otherwise live while the delete clears the
+    groups it carries at d, leaving NULLs even in NOT NULL columns)."""
+    is_del = op == OP_DELETE
+    if not is_del.any() or is_del.all():
+        return versions, op, present, None
+    seq = versions.column(sequence)
+    changed = np.ones(len(op), dtype=bool)
+    changed[1:] = ~np.asarray(pc.fill_null(pc.equal(seq[1:], seq[:-1]), False).to_numpy(zero_copy_only=False))
+    runs = np.cumsum(changed | starts)
+    order = np.lexsort((is_del, runs))  # stable: the order within deletes and within the others is kept
+    if (order == np.arange(len(order))).all():
+        return versions, op, present, None
+    moved = pa.array(order)
+    kept = None if present is None else {c: v[order] for c, v in present.items()}
+    return versions.take(moved), op[order], kept, order
+
+
 def reduce_versions(
     versions: pa.Table,
     op: np.ndarray,
@@ -443,6 +470,8 @@ def reduce_versions(
     start_pos = np.flatnonzero(starts)
     if n == 0:
         return versions, np.zeros(0, dtype=np.int8)
+    if groups and sequence is not None:
+        versions, op, present, _ = _deletes_last_among_equal(versions, op, starts, present, sequence)
     end_pos = np.append(start_pos[1:], n) - 1
     pos = np.arange(n, dtype=np.int64)
     reset = np.full(n, -1, dtype=np.int64)
@@ -566,6 +595,9 @@ def fold_sequenced(
     n = versions.num_rows
     if n == 0:
         return np.zeros(0, np.int64), versions, versions, np.zeros(0, bool)
+    moved = None
+    if groups and sequence is not None:
+        versions, op, present, moved = _deletes_last_among_equal(versions, op, starts, present, sequence)
     start_pos = np.flatnonzero(starts)
     pos = np.arange(n, dtype=np.int64)
     resets = np.where((op != OP_MERGE) if puts_reset else (op == OP_DELETE), pos, -1)
@@ -592,4 +624,7 @@ def fold_sequenced(
         else:
             columns.append(kept.column(f.name))
     tombstones = pa.Table.from_arrays(columns, schema=versions.schema)
+    if moved is not None:  # positions in the caller's order
+        at = moved[at]
+        dead = dead[np.argsort(moved)]
     return at, tombstones, rows if alive.all() else rows.filter(pa.array(alive)), dead

@@ -413,11 +413,6 @@ def test_duckdb_and_polars_read_the_model(tmp_path: Path) -> None:
 # -- a delete and an upsert at one sequence -------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an upsert at its key's delete sequence (committed after it) brings the key back but drops the"
-    " groups it carries itself: neither deleted (groups doc: 'above the newest delete') nor its own row",
-)
 @pytest.mark.parametrize("how", ["one_batch", "two_commits", "compacted_between"])
 def test_an_upsert_at_its_keys_delete_sequence_is_deleted_or_whole(tmp_path: Path, how: str) -> None:
     t = new_table(tmp_path)
@@ -440,13 +435,12 @@ def test_an_upsert_at_its_keys_delete_sequence_is_deleted_or_whole(tmp_path: Pat
         "name": "n",
         "lsn": 5,
     }
-    assert got in ([], [whole])  # got: the key with name 'n' and every group NULL
+    assert whole["lsn"] == 5
+    # A delete at sequence 5 removes every version up to 5 (docs: sequence groups), whatever the order of
+    # commits: the key stays deleted (it read back with name 'n' and every group NULL).
+    assert got == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a whole row at its key's delete sequence reads back with NULL in a NOT NULL group column",
-)
 def test_an_upsert_at_its_keys_delete_sequence_never_reads_null_from_a_not_null_column(
     tmp_path: Path,
 ) -> None:
@@ -477,3 +471,12 @@ def test_an_upsert_at_its_keys_delete_sequence_never_reads_null_from_a_not_null_
     got = t.to_arrow()
     assert got.schema.field("price").nullable is False
     assert got.column("price").null_count == 0, got.to_pylist()  # got: [{'price': None, 'name': 'x', ...}]
+    assert got.num_rows == 0  # the delete at 5 removes the row at 5
+    t.upsert(
+        pa.Table.from_pylist(
+            [{"k": 1, "price": 8, "price_lsn": 6, "name": "y", "lsn": 6, "op": "u"}], schema=s
+        )
+    )
+    assert t.to_arrow().select(["k", "price", "price_lsn", "name"]).to_pylist() == [
+        {"k": 1, "price": 8, "price_lsn": 6, "name": "y"}
+    ]
