@@ -569,8 +569,10 @@ class TableSpec:
         )
 
     def newest_wins(self, columns: Sequence[str]) -> bool:
-        """Whether these columns merge newest-wins: each takes its value from the key's newest version."""
-        if self.merge_engine or any(c in self.grouped for c in columns):
+        """Whether these columns merge newest-wins: each takes its value from the key's newest version.
+        Never under sequence groups: there a delete also removes versions of its sequence committed after
+        it, which the newest-wins merge (ties to the later commit) would keep."""
+        if self.merge_engine or self.sequence_groups:
             return False
         return all(self.operator(c).name == "last" for c in columns)
 

@@ -439,6 +439,10 @@ def test_an_upsert_at_its_keys_delete_sequence_is_deleted_or_whole(tmp_path: Pat
     # A delete at sequence 5 removes every version up to 5 (docs: sequence groups), whatever the order of
     # commits: the key stays deleted (it read back with name 'n' and every group NULL).
     assert got == []
+    # Projections without group columns and count() merge alike (they had kept the key).
+    assert t.scan(columns=["k", "name"]).to_arrow().num_rows == 0
+    assert t.scan(columns=["k"]).to_arrow().num_rows == 0
+    assert t.scan().count() == 0
 
 
 def test_an_upsert_at_its_keys_delete_sequence_never_reads_null_from_a_not_null_column(

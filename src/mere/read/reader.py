@@ -799,7 +799,10 @@ class SplitReader:
         ops = np.concatenate([operation_codes(p) for _, p in parts])
         # A key's versions in sequence order where the table has one (stable: commit order, then row
         # order, among equal sequences), else in commit order.
-        order = sort_indices([versions.column(c) for c in (*spec.primary_key, *spec.sequence_by)])
+        by = [versions.column(c) for c in (*spec.primary_key, *spec.sequence_by)]
+        if spec.sequence_groups:  # a delete removes the versions of its sequence committed after it too
+            by.append(pa.array(ops == OP_DELETE))
+        order = sort_indices(by)
         versions = versions.take(pa.array(order))
         ops = ops[order]
         pres = {c: np.concatenate(v)[order] for c, v in present.items()}
