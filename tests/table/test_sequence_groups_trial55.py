@@ -167,10 +167,10 @@ def check_reads(
 
 # -- generated histories ------------------------------------------------------------------------------------
 
-# Upserts and their group sequences are even, deletes odd: a delete never ties an upsert (ties of deletes
-# with upserts: test_an_upsert_at_its_keys_delete_sequence_*).
+# Upserts and their group sequences are even; deletes take any sequence, so they tie upserts too (a
+# delete at d removes every version up to d, also one committed after it).
 LSN = st.integers(1, 12).map(lambda x: 2 * x)
-DEL = st.integers(0, 12).map(lambda x: 2 * x + 1)
+DEL = st.one_of(LSN, st.integers(0, 12).map(lambda x: 2 * x + 1))  # half of them at an upsert's sequence
 KEY = st.integers(0, 4)
 
 
