@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import mere
 from mere.io import parquet as P
 from mere.io.storage import Storage
 
@@ -296,3 +297,70 @@ def test_other_engines_read_the_files_mere_writes(tmp_path: Path) -> None:
     )
     got = duckdb.sql(f"select * from read_parquet('{path}') order by id").to_arrow_table()
     assert got.cast(table.schema).equals(table)
+
+
+def _file_layouts(table: mere.Table, root: Path) -> dict[tuple[str, int], dict[str, tuple[str, set[str]]]]:
+    files = table.files().to_pylist()
+    return {(f["partition"], f["bucket"]): _chunks(pq.ParquetFile(root / f["path"]).metadata) for f in files}
+
+
+def test_the_buckets_of_a_partition_share_one_layout_and_partitions_choose_their_own(tmp_path: Path) -> None:
+    """One write's files of one partition take the layout its biggest file chose (they hold rows of one
+    distribution); each partition chooses its own; every row reads back."""
+    rng = np.random.default_rng(21)
+    n = 8 * (P.LAYOUT_MIN_ROWS + 2_000)  # over LAYOUT_MIN_ROWS a bucket file
+    region = np.where(np.arange(n) % 2 == 0, "random", "steady")
+    steady = region == "steady"
+    batch = pa.table(
+        {
+            "id": np.arange(n, dtype=np.int64),
+            "region": region,
+            # random doubles where region=random (no codec); a few repeated ones elsewhere (dictionary)
+            "x": np.where(steady, np.round(rng.integers(0, 5, n) * 0.5, 1), rng.random(n)),
+            "count": np.where(steady, np.arange(n), rng.integers(-(2**60), 2**60, n)),
+        }
+    )
+    catalog = mere.connect(str(tmp_path))
+    t = catalog.create_table("db.t", batch.schema, primary_key=["id"], buckets=4, partition_by=["region"])
+    t.upsert(batch)
+    layouts = _file_layouts(t, tmp_path)
+    assert len(layouts) == 8
+    by_partition: dict[str, list[dict[str, tuple[str, set[str]]]]] = {}
+    for (partition, _), layout in layouts.items():
+        by_partition.setdefault(partition, []).append(layout)
+    assert len(by_partition) == 2
+    for files in by_partition.values():
+        assert all(f == files[0] for f in files)  # one layout per partition
+    random_files, steady_files = (by_partition[p][0] for p in sorted(by_partition))
+    assert random_files["x"][0] == "UNCOMPRESSED" and "RLE_DICTIONARY" not in random_files["x"][1]
+    assert "RLE_DICTIONARY" in steady_files["x"][1]
+    assert "DELTA_BINARY_PACKED" in steady_files["count"][1]
+    got = t.scan().to_arrow().sort_by("id")
+    assert got.select(batch.column_names).cast(batch.schema).equals(batch)
+
+
+def test_one_write_chooses_a_layout_once_per_partition(tmp_path: Path) -> None:
+    """Sampling runs once per group of alike files (not per bucket file); single files choose their own."""
+    from mere.write import writer
+
+    rng = np.random.default_rng(22)
+    n = 3 * P.LAYOUT_MIN_ROWS
+    batch = pa.table(
+        {
+            "id": rng.permutation(n).astype(np.int64),
+            "part": np.where(np.arange(n) % 3 == 0, "a", "b"),
+            "v": rng.integers(0, 50, n),
+        }
+    )
+    catalog = mere.connect(str(tmp_path))
+    bucketed = catalog.create_table("db.bucketed", batch.schema, primary_key=["id"], buckets=3)
+    partitioned = catalog.create_table(
+        "db.partitioned", batch.schema, primary_key=["id"], buckets=3, partition_by=["part"]
+    )
+    single = catalog.create_table("db.single", batch.schema, primary_key=["id"], buckets=1)
+    for table, calls in ((bucketed, 1), (partitioned, 2), (single, 0)):
+        with mock.patch.object(writer, "choose_layout", wraps=writer.choose_layout) as spy:
+            table.upsert(batch)
+        assert spy.call_count == calls
+        assert table.scan().to_arrow().num_rows == n
+    assert len({frozenset(f["v"][1]) for f in _file_layouts(bucketed, tmp_path).values()}) == 1

@@ -56,12 +56,14 @@ def write_parquet(
     compression: str = "lz4",
     compression_level: int | None = None,
     key_index: bool = True,
+    layout: Layout | None = None,
 ) -> WrittenFile:
     """Write one Parquet file (with statistics) at a path of the storage that must not exist yet.
 
-    Key-sorted files get a key index unless ``key_index`` is False. On object stores the file is encoded
-    in memory, then uploaded (see :meth:`Storage.write`); a failed write leaves no object behind and no
-    referenced file.
+    Key-sorted files get a key index unless ``key_index`` is False. ``layout``: the value columns' encodings
+    and codecs, chosen once for files of alike rows (see :func:`choose_layout`); chosen from these rows if
+    None. On object stores the file is encoded in memory, then uploaded (see :meth:`Storage.write`); a
+    failed write leaves no object behind and no referenced file.
     """
     table = required_where_no_nulls(table)
     options = writer_options(
@@ -71,6 +73,7 @@ def write_parquet(
         compression=compression,
         compression_level=compression_level,
         key_index=key_index,
+        layout=layout,
     )
 
     def encode(sink: pa.NativeFile) -> None:
@@ -122,32 +125,63 @@ def writer_options(
     compression: str = "lz4",
     compression_level: int | None = None,
     key_index: bool = True,
+    layout: Layout | None = None,
 ) -> dict[str, Any]:
-    """The ``ParquetWriter`` options of a file of these rows (see the module's docstring)."""
+    """The ``ParquetWriter`` options of a file of these rows (see the module's docstring); ``layout`` as
+    :func:`choose_layout` chose it for alike rows (None: chosen from these rows)."""
     sorting = None
     if sorting_columns:
         sorting = [pq.SortingColumn(table.schema.get_field_index(c)) for c in sorting_columns]
-    encodings = {c: e for c in sorting_columns if (e := _delta_encoding(table.schema.field(c).type))}
-    dictionary = _dictionary_columns(table, encodings)
+    if layout is None:
+        layout = choose_layout(table, sorting_columns, compression, compression_level)
     codec: str | dict[str, str] = compression
     level: int | dict[str, int] | None = compression_level
-    if ADAPTIVE_ENCODINGS:
-        delta, uncompressed = value_layout(table, [*encodings, *dictionary], compression, compression_level)
-        encodings.update(delta)
-        if uncompressed:
-            codec, level = _codecs(table.schema, uncompressed, compression, compression_level)
+    if layout.uncompressed:
+        codec, level = _codecs(table.schema, layout.uncompressed, compression, compression_level)
     options: dict[str, Any] = dict(
         compression=codec,
         compression_level=level,
         write_statistics=True,
         sorting_columns=sorting,
-        use_dictionary=dictionary,
-        column_encoding=encodings or None,
+        use_dictionary=list(layout.dictionary),
+        column_encoding=dict(layout.encodings) or None,
         store_schema=False,  # readers cast to the table schema; dictionary columns read as plain
     )
     if sorting_columns and key_index:  # key-sorted files get a key index (see mere.io.keyindex)
         options.update(keyindex.writer_options(table, sorting_columns, row_group_rows))
     return options
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a file's columns are stored: the dictionary-encoded columns, each column's encoding (where not
+    pyarrow's default) and the columns written without the table's codec."""
+
+    dictionary: tuple[str, ...]
+    encodings: tuple[tuple[str, str], ...]
+    uncompressed: tuple[str, ...]
+
+
+def choose_layout(
+    table: pa.Table,
+    sorting_columns: Sequence[str] = (),
+    compression: str = "lz4",
+    compression_level: int | None = None,
+) -> Layout:
+    """The layout for files of rows like ``table``'s: sort columns delta-encoded, repetitive columns
+    dictionary-encoded, other value columns as :func:`value_layout` chooses (when ``ADAPTIVE_ENCODINGS``).
+
+    Every layout is valid for any rows of the schema: files whose rows come from one distribution (the
+    buckets of a partition in one write) share the layout chosen for the biggest of them, which spares
+    sampling each file (a few milliseconds a file, holding the GIL).
+    """
+    encodings = {c: e for c in sorting_columns if (e := _delta_encoding(table.schema.field(c).type))}
+    dictionary = _dictionary_columns(table, encodings)
+    uncompressed: list[str] = []
+    if ADAPTIVE_ENCODINGS:
+        delta, uncompressed = value_layout(table, [*encodings, *dictionary], compression, compression_level)
+        encodings.update(delta)
+    return Layout(tuple(dictionary), tuple(encodings.items()), tuple(uncompressed))
 
 
 def _add_mere_metadata(writer: pq.ParquetWriter, schema: pa.Schema) -> None:

@@ -6,6 +6,7 @@ Nothing here is visible to readers: files become part of the table only when the
 from __future__ import annotations
 
 import decimal
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from mere.concurrency import cpu_workers, shared_pool, wait_all
 from mere.errors import InvalidInput, NullKey, SchemaMismatch, SumOverflow
 from mere.hashing import bucket_ids
 from mere.io import Storage
-from mere.io.parquet import write_parquet
+from mere.io.parquet import Layout, choose_layout, write_parquet
 from mere.kernels import (
     fold_sequenced,
     group_starts,
@@ -659,6 +660,41 @@ def _dictionary_strings(table: pa.Table, spec: TableSpec) -> pa.Table:
     return out
 
 
+class _SharedLayouts:
+    """One layout (:func:`mere.io.parquet.choose_layout`) per group of alike files of a write: the same
+    partition, content and columns. A partition's buckets split its rows by a hash of the key, so they
+    hold rows of one distribution; the group's biggest file chooses, once, when the first of them is
+    written."""
+
+    def __init__(
+        self, prepared: Sequence[PreparedFile], sorting: Sequence[str], compression: str, level: int | None
+    ) -> None:
+        self._prepared, self._args = prepared, (sorting, compression, level)
+        self._group = [
+            (partition_json(p.partition), p.content, tuple(p.rows.schema.names), tuple(p.rows.schema.types))
+            for p in prepared
+        ]
+        self._chooser: dict[Any, int] = {}
+        for i, key in enumerate(self._group):
+            j = self._chooser.get(key)
+            if j is None or prepared[i].rows.num_rows > prepared[j].rows.num_rows:
+                self._chooser[key] = i
+        self._shared = {key for key in self._chooser if self._group.count(key) > 1}
+        self._lock = threading.Lock()
+        self._chosen: dict[Any, Layout] = {}
+
+    def of(self, i: int) -> Layout | None:
+        """The layout of file ``i`` (None: a file alike to no other chooses its own)."""
+        key = self._group[i]
+        if key not in self._shared:
+            return None
+        with self._lock:  # (the other files of the group wait for the one choosing: a few milliseconds)
+            if key not in self._chosen:
+                rows = self._prepared[self._chooser[key]].rows
+                self._chosen[key] = choose_layout(rows, *self._args)
+            return self._chosen[key]
+
+
 def _rows_per_group(table: pa.Table, target_bytes: int) -> int:
     if table.num_rows == 0:
         return 1024
@@ -708,6 +744,7 @@ def write_prepared(
         return []
     sorting = list(spec.primary_key)
     key_index = spec.properties.get("write.key-index", "on").lower() == "on"
+    layouts = _SharedLayouts(prepared, sorting, compression, compression_level)
 
     def write_one(i: int, p: PreparedFile) -> FileEntry:
         ppath = partition_path(spec, p.partition)
@@ -724,6 +761,7 @@ def write_prepared(
             compression=compression,
             compression_level=compression_level,
             key_index=key_index,
+            layout=layouts.of(i),
         )
         stored = [c for c in p.rows.column_names if c in spec.schema.names]  # not _mere_op and the like
         columns = None if len(stored) == len(spec.schema) else stored
