@@ -70,6 +70,25 @@ def is_binary_like(t: pa.DataType) -> bool:
     )
 
 
+EXACT_RESCALE_DIGITS = 9  # Arrow rescales decimals exactly by this many digits at once (one-word divisor)
+
+
+def decimal_rescale_steps(scale: int, target: int) -> list[int]:
+    """The scales a decimal of ``scale`` passes through down to ``target`` (last), each at most
+    ``EXACT_RESCALE_DIGITS`` below the one before.
+
+    Arrow rescales by 10 or more digits at once wrongly for some large decimals (casts, round, floor,
+    ceil: DECIMAL(38, 14) 18446744072436898870 to DECIMAL(38, 0) gave 18446744066392269771, and a safe
+    cast of it was refused as lossy, pyarrow 26); by 9 digits or fewer its divisor fits one machine word
+    and every value tried came out exact (``tests/expr/test_decimal_rescale.py`` records the bug).
+    """
+    steps = []
+    while scale > target:
+        scale = max(target, scale - EXACT_RESCALE_DIGITS)
+        steps.append(scale)
+    return steps
+
+
 _SAME_WIDTH_INTEGER = {8: pa.int8(), 16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
 
 

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mere
+from mere.arrays import EXACT_RESCALE_DIGITS, decimal_rescale_steps
 from mere.errors import SchemaMismatch
 
 CONTEXT = decimal.Context(prec=100)
@@ -151,3 +152,18 @@ def test_a_batch_with_more_fractional_digits_is_stored_exactly_or_refused(
         with pytest.raises(SchemaMismatch):
             t.upsert(lossy)
         assert t.scan().count() == 2
+
+
+@given(st.integers(0, 80), st.integers(0, 80))
+def test_rescale_steps_end_at_the_target_and_each_drops_at_most_the_exact_digits(
+    scale: int, target: int
+) -> None:
+    steps = decimal_rescale_steps(scale, target)
+    if scale <= target:
+        assert steps == []
+        return
+    assert steps[-1] == target
+    previous = scale
+    for step in steps:
+        assert 0 < previous - step <= EXACT_RESCALE_DIGITS
+        previous = step

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from mere.arrays import decimal_rescale_steps
 from mere.errors import FilterError
 from mere.expr.literals import (
     FLOAT_TEXT,
@@ -751,12 +752,9 @@ class Lowering:
         """Decimal ``value`` rounded to ``digits`` fractional digits (``mode``: ``"half_away"``, ``"floor"``,
         ``"ceil"`` or ``"trunc"``), as its own type, or with scale ``digits`` when not ``keep_scale``.
 
-        Exact decimal steps: truncating casts that drop at most 9 digits each, then one unit more or less
-        where the dropped digits ask for it. Arrow's decimal rescaling by 10 or more digits (casts, round,
-        floor, ceil) returns wrong values for some large decimals (DECIMAL(38, 14)
-        18446744072436898870 cast to DECIMAL(38, 0) gave 18446744066392269771, pyarrow 26); by 9 digits
-        or fewer its divisor fits one machine word and the result was exact in every case tried. The
-        caller leaves room for a carry (see :meth:`roomy`)."""
+        Exact decimal steps: truncating casts through :func:`mere.arrays.decimal_rescale_steps` (Arrow's
+        own rescaling by 10 or more digits is wrong for some large decimals), then one unit more or less
+        where the dropped digits ask for it. The caller leaves room for a carry (see :meth:`roomy`)."""
         t = value.type
         if digits >= t.scale:
             return value
@@ -774,9 +772,8 @@ class Lowering:
 
         same = room(t.precision, t.scale)
         x = value.expr.cast(same)
-        kept, scale = x, t.scale
-        while scale > digits:
-            scale = max(digits, scale - 9)
+        kept = x
+        for scale in decimal_rescale_steps(t.scale, digits):
             options = pc.CastOptions(room(t.precision, scale), allow_decimal_truncate=True)
             kept = pc.Expression._call("cast", [kept], options)
         back = kept.cast(same)  # scaled up: exact

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mere.arrays import decimal_rescale_steps
 from mere.errors import SchemaMismatch
 from mere.spec import is_bytes_type, is_number, is_text, normalise_type
 
@@ -170,17 +171,12 @@ def _lossless_cast(
 
 
 def _scaled_down(values: pa.Array | pa.ChunkedArray, scale: int) -> pa.Array | pa.ChunkedArray:
-    """Decimal ``values`` within 9 fractional digits of ``scale``, each step checked lossless by Arrow.
-
-    Arrow rescales by 10 or more digits at once wrongly for some large decimals (DECIMAL(38, 14)
-    18446744072436898870 to DECIMAL(38, 0) gave 18446744066392269771, and a safe cast of it was refused
-    as lossy, pyarrow 26); by at most 9 digits its divisor fits one machine word and it was exact."""
+    """Decimal ``values`` within a step of ``scale`` (:func:`mere.arrays.decimal_rescale_steps`), each step
+    checked lossless by Arrow; the caller's cast takes the last one."""
     kind = values.type
     width = pa.decimal128 if pa.types.is_decimal128(kind) else pa.decimal256
-    current = kind.scale
-    while current - scale > 9:
-        current -= 9
-        values = pc.cast(values, width(kind.precision, current), safe=True)
+    for step in decimal_rescale_steps(kind.scale, scale)[:-1]:
+        values = pc.cast(values, width(kind.precision, step), safe=True)
     return values
 
 
