@@ -92,7 +92,7 @@ def to_table_columns(
         fields.append(pa.field(name, kind, True))
     if not arrays:  # no column asked for (a count): the rows still count
         return table.select([])
-    return in_table_zones(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), spec)
+    return in_table_types(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), spec)
 
 
 def stored_as_table(spec: TableSpec, md: pq.FileMetaData) -> bool:
@@ -146,28 +146,33 @@ def read_stored_file(storage: Storage, entry: FileEntry) -> StoredFile:
 def whole_file_as_table(table: pa.Table, spec: TableSpec, md: pq.FileMetaData) -> pa.Table:
     """Every column of a file read whole, as the table's current columns (a copy-on-write rewrite)."""
     if not spec.evolved:
-        return in_table_zones(without_field_ids(table), spec)
+        return in_table_types(without_field_ids(table), spec)
     mapping = file_columns(spec, md)
     kept = table.select([n for n in table.column_names if n in mapping.to_table])
     fill = mapping.defaulted(spec, spec.schema.names, whole_rows=True)
     return to_table_columns(kept, mapping, spec, fill)
 
 
-def in_table_zones(table: pa.Table, spec: TableSpec) -> pa.Table:
-    """Time-zone-aware timestamp columns labelled with their table column's zone (no copy: the stored
-    instants are the same). Parquet keeps instants in UTC and gives them back labelled UTC; filters and
-    SQL functions (``hour(ts)``) must see the zone the table declares."""
-    zoned = _zoned_columns(spec)
-    if not zoned:
+def in_table_types(table: pa.Table, spec: TableSpec) -> pa.Table:
+    """Columns whose stored type only labels the table's type differently, given the table's type:
+    time-zone-aware timestamps labelled with their table column's zone (no copy: the stored instants are
+    the same; Parquet keeps instants in UTC and gives them back labelled UTC), and decimal256 columns of at
+    most 38 digits, which Parquet gives back as decimal128. Filters and SQL functions (``hour(ts)``,
+    ``greatest(d, 2)``, ``d * i``) are lowered against the table's types and must see them."""
+    relabelled = _relabelled_columns(spec)
+    if not relabelled:
         return table
     fields = list(table.schema)
     changed = False
     for i, f in enumerate(fields):
-        want = zoned.get(f.name)
-        if want is not None and pa.types.is_timestamp(f.type) and f.type.tz is not None and f.type != want:
-            if f.type.unit != want.unit:
-                want = pa.timestamp(f.type.unit, want.tz)
-            fields[i] = f.with_type(want)
+        want = relabelled.get(f.name)
+        if want is None or f.type == want:
+            continue
+        if pa.types.is_timestamp(want) and pa.types.is_timestamp(f.type) and f.type.tz is not None:
+            fields[i] = f.with_type(pa.timestamp(f.type.unit, want.tz))
+            changed = True
+        elif pa.types.is_decimal256(want) and pa.types.is_decimal128(f.type) and f.type.scale == want.scale:
+            fields[i] = f.with_type(pa.decimal256(f.type.precision, f.type.scale))
             changed = True
     if not changed:
         return table
@@ -175,16 +180,18 @@ def in_table_zones(table: pa.Table, spec: TableSpec) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=table.schema.metadata))
 
 
-def _zoned_columns(spec: TableSpec) -> dict[str, pa.TimestampType]:
-    """The spec's top-level timestamp columns with a time zone other than UTC (cached on the spec)."""
-    found = spec.__dict__.get("_zoned_columns")
+def _relabelled_columns(spec: TableSpec) -> dict[str, pa.DataType]:
+    """The spec's top-level timestamp columns with a time zone other than UTC and its decimal256 columns
+    (cached on the spec)."""
+    found = spec.__dict__.get("_relabelled_columns")
     if found is None:
         found = {
             f.name: f.type
             for f in spec.schema
-            if pa.types.is_timestamp(f.type) and f.type.tz is not None and f.type.tz not in ("UTC", "utc")
+            if (pa.types.is_timestamp(f.type) and f.type.tz is not None and f.type.tz not in ("UTC", "utc"))
+            or pa.types.is_decimal256(f.type)
         }
-        object.__setattr__(spec, "_zoned_columns", found)
+        object.__setattr__(spec, "_relabelled_columns", found)
     return found
 
 

@@ -41,7 +41,7 @@ from mere.kernels import group_starts, sort_indices
 from mere.read.evolution import (
     FileColumns,
     file_columns,
-    in_table_zones,
+    in_table_types,
     to_table_columns,
     without_field_ids,
 )
@@ -443,7 +443,7 @@ def _read(
         if rg in paged:
             part = paged[rg]
             part = (
-                in_table_zones(without_field_ids(part), f.spec)
+                in_table_types(without_field_ids(part), f.spec)
                 if f.mapping is None
                 else to_table_columns(part, f.mapping, f.spec, [c for c in f.fill if c in columns])
             )

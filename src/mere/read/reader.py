@@ -27,7 +27,7 @@ from mere.read import counting, lookup, order_free, selective
 from mere.read.evolution import (
     FileColumns,
     file_columns,
-    in_table_zones,
+    in_table_types,
     stored_as_table,
     to_table_columns,
 )
@@ -155,7 +155,7 @@ class _FileCursor:
             rows = self.storage.read_row_groups(
                 self.task.path, groups, columns, size, dictionary, use_threads=threaded
             )
-            return in_table_zones(rows, self.spec)
+            return in_table_types(rows, self.spec)
         table = self.storage.read_row_groups(
             self.task.path,
             groups,
