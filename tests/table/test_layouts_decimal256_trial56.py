@@ -439,3 +439,259 @@ def test_decimal256_widen_across_38_digits_and_added_columns(tmp_path: Path) -> 
     assert t.scan().min("y") == D("-0.001") and t.scan().max("z") == D("-1.00000000000000000001")
     for v in range(1, t.version + 1):
         assert t.scan(version=v, filter="a > 0").count() == (1 if v < 6 else 2 if v < 9 else 3)
+
+
+CDC_SCHEMA = pa.schema(
+    [
+        ("k", pa.int64()),
+        ("p", pa.string()),
+        ("q", pa.int64()),
+        ("v", pa.int64()),
+        ("s", pa.string()),
+        ("d", pa.decimal256(40, 3)),
+        ("op", pa.string()),
+    ]
+)
+
+
+def test_partitions_sequence_cdc_compaction_and_update_share_layouts(tmp_path: Path) -> None:
+    """Partition 'a' holds a constant, 'b' random values; sequence_by and CDC deletes, then an
+    out-of-order batch, UPDATE, compaction and an added column, each write big enough for layouts."""
+    cat = mere.connect(str(tmp_path))
+    t = cat.create_table(
+        "l.cdc",
+        CDC_SCHEMA,
+        primary_key="k",
+        partition_by="p",
+        sequence_by="q",
+        cdc_column="op",
+        buckets=2,
+        properties={"compaction.auto": "off"},
+    )
+    rng = random.Random(7)
+    n = 2 * LAYOUT_MIN_ROWS + 500
+    model: dict[int, dict] = {}
+    seqs: dict[int, int] = {}
+
+    def apply(rows: list[dict]) -> None:
+        for r in rows:
+            if r["q"] < seqs.get(r["k"], -1):
+                continue
+            seqs[r["k"]] = r["q"]
+            if r["op"] == "d":
+                model.pop(r["k"], None)
+            else:
+                model[r["k"]] = {c: r[c] for c in CDC_SCHEMA.names if c != "op"} | {"op": r["op"]}
+
+    def rows_for(keys: list[int], q: int, part_style: bool) -> list[dict]:
+        out = []
+        for k in keys:
+            p = "a" if (k % 2 == 0) == part_style else "b"
+            out.append(
+                {
+                    "k": k,
+                    "p": p,
+                    "q": q if p == "a" else q + rng.randrange(0, 3),
+                    "v": 5 if p == "a" else rng.randrange(-(2**63), 2**63),
+                    "s": None if p == "a" else str(rng.random()),
+                    "d": D(-(10**39) + 1).scaleb(-3)
+                    if p == "a"
+                    else D(rng.randrange(-(10**40) + 1, 10**40)).scaleb(-3),
+                    "op": "c",
+                }
+            )
+        return out
+
+    first = rows_for(list(range(2 * n)), 10, True)
+    t.upsert(pa.Table.from_pylist(first, schema=CDC_SCHEMA))
+    apply(first)
+    sizes = [f["row_count"] for f in t.files().to_pylist()]
+    assert len(sizes) == 4 and min(sizes) >= LAYOUT_MIN_ROWS
+    # every key moves partition (and style), a third deleted, a few stale
+    second = rows_for(list(range(0, 2 * n, 1)), 20, False)
+    for r in second:
+        if r["k"] % 3 == 0:
+            r["op"] = "d"
+        if r["k"] % 17 == 0:
+            r["q"] = 1  # older than what is stored: ignored
+    t.upsert(pa.Table.from_pylist(second, schema=CDC_SCHEMA))
+    apply(second)
+    cols = [c for c in CDC_SCHEMA.names if c != "op"]
+
+    def check() -> None:
+        got = t.scan(columns=cols).to_arrow().to_pylist()
+        check_rows(got, {k: {c: r[c] for c in cols} for k, r in model.items()})
+        flt = "d > 0 AND v < 0"
+        want = sorted(k for k, r in model.items() if r["d"] > 0 and r["v"] < 0)
+        assert sorted(r["k"] for r in t.scan(columns=["k"], filter=flt).to_arrow().to_pylist()) == want
+        assert t.scan(filter=flt).count() == len(want)
+        assert t.scan().count() == len(model)
+
+    check()
+    t.update({"d": "d * 2 + v", "s": "'u'"}, where="p = 'a' AND k % 5 = 1")
+    for r in model.values():
+        if r["p"] == "a" and r["k"] % 5 == 1:
+            r["d"], r["s"] = r["d"] * 2 + r["v"], "u"
+    check()
+    t.compact(min_files=1)
+    check()
+    t.add_column("z", pa.uint64())
+    cols.append("z")
+    third = [
+        r | {"q": 30, "z": 2**64 - 1 if r["p"] == "a" else rng.randrange(2**64)}
+        for r in rows_for(list(range(n)), 30, True)
+    ]
+    t.upsert(pa.Table.from_pylist(third, schema=t.schema))
+    for r in model.values():
+        r["z"] = None
+    apply(third)
+    for r in third:
+        model[r["k"]]["z"] = r["z"]
+    check()
+    paths = [t.storage.full_path(f["path"]) for f in t.files().to_pylist()]
+    got = duckdb.sql(
+        f"select k, v, s, z from read_parquet({paths!r}, union_by_name=true) where z is not null order by k"
+    ).fetchall()
+    assert got == [(r["k"], r["v"], r["s"], r["z"]) for r in sorted(third, key=lambda r: r["k"])]
+
+
+def test_dotted_names_and_odd_types_share_a_layout(tmp_path: Path) -> None:
+    """A column named "v.x" beside a struct "v" with a string field "x" (one Parquet path for two
+    leaves), float16/float32, uint32 extremes, times, durations and fixed-size binary."""
+    s = pa.schema(
+        [
+            ("k", pa.int64()),
+            ("v.x", pa.int64()),
+            ("v", pa.struct([("x", pa.string())])),
+            ("w", pa.float32()),
+            ("h", pa.float16()),
+            ("u", pa.uint32()),
+            ("t", pa.time64("ns")),
+            ("du", pa.duration("ms")),
+            ("fb", pa.binary(3)),
+        ]
+    )
+    cat = mere.connect(str(tmp_path))
+    t = cat.create_table("z.t", s, primary_key="k", buckets=3)
+    n = 3 * LAYOUT_MIN_ROWS + 3000
+    rng = random.Random(3)
+    batch = pa.table(
+        {
+            "k": list(range(n)),
+            "v.x": list(range(n)),
+            "v": [{"x": str(rng.random())} for _ in range(n)],
+            "w": [float(np.float32(rng.random())) for _ in range(n)],
+            "h": np.array([rng.choice([rng.random(), np.nan, -0.0]) for _ in range(n)], dtype=np.float16),
+            "u": [rng.choice([0, 2**32 - 1, i]) for i in range(n)],
+            "t": [i * 1000 for i in range(n)],
+            "du": [rng.randrange(-(2**62), 2**62) for _ in range(n)],
+            "fb": [rng.randbytes(3) for _ in range(n)],
+        },
+        schema=s,
+    )
+    t.upsert(batch)
+    assert min(f["row_count"] for f in t.files().to_pylist()) >= LAYOUT_MIN_ROWS
+    got = t.to_arrow().sort_by("k")
+    for c in s.names:
+        a, b = got.column(c).combine_chunks(), batch.column(c).combine_chunks()
+        if c == "h":  # NaN and -0.0: compare the bits
+            a, b = a.view(pa.uint16()), b.view(pa.uint16())
+        assert a.equals(b), c
+    paths = [t.storage.full_path(f["path"]) for f in t.files().to_pylist()]
+    rows = duckdb.sql(f'select k, "v.x", v.x, u, fb from read_parquet({paths!r}) order by k').fetchall()
+    assert rows == [
+        (r["k"], r["v.x"], r["v"]["x"], r["u"], r["fb"])
+        for r in batch.select(["k", "v.x", "v", "u", "fb"]).to_pylist()
+    ]
+
+
+AGG_SCHEMA = pa.schema(
+    [
+        ("k", pa.int64()),
+        ("hi", pa.decimal256(30, 5)),
+        ("lo", pa.decimal256(60, 5)),
+        ("sm", pa.decimal256(38, 2)),
+        ("sw", pa.decimal256(70, 2)),
+        ("f", pa.decimal256(20, 1)),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    "ops",
+    [{"hi": "max", "lo": "min", "sm": "last", "sw": "last", "f": "last_non_null"}, "first_row"],
+    ids=["agg", "first"],
+)
+def test_decimal256_merge_operators_filters_extremes_delete(tmp_path: Path, ops: Any) -> None:
+    cat = mere.connect(str(tmp_path))
+    t = cat.create_table(
+        "a.t",
+        AGG_SCHEMA,
+        primary_key="k",
+        buckets=2,
+        merge_operators=ops,
+        properties={"compaction.auto": "off"},
+    )
+    rng = random.Random(2)
+    hist: dict[int, list[dict]] = {}
+    for _ in range(5):
+        rows = []
+        for k in range(30):
+            if rng.random() < 0.5:
+                continue
+            r = {
+                "k": k,
+                "hi": rng.choice([None, D(rng.randrange(-(10**30) + 1, 10**30)).scaleb(-5)]),
+                "lo": rng.choice([None, D(rng.randrange(-(10**60) + 1, 10**60)).scaleb(-5)]),
+                "sm": rng.choice([None, D(rng.randrange(-(10**20), 10**20)).scaleb(-2)]),
+                "sw": rng.choice([None, D(rng.randrange(-(10**60), 10**60)).scaleb(-2)]),
+                "f": rng.choice([None, D(rng.randrange(-1000, 1000)).scaleb(-1)]),
+            }
+            rows.append(r)
+            hist.setdefault(k, []).append(r)
+        t.upsert(pa.Table.from_pylist(rows, schema=AGG_SCHEMA))
+    model = {}
+    for k, rs in hist.items():
+        if ops == "first_row":
+            model[k] = rs[0]
+            continue
+
+        def vals(c: str, rs: list[dict] = rs) -> list:
+            return [r[c] for r in rs if r[c] is not None]
+
+        model[k] = {
+            "k": k,
+            "hi": _big(vals("hi")),
+            "lo": _small(vals("lo")),
+            "sm": rs[-1]["sm"],
+            "sw": rs[-1]["sw"],
+            "f": (vals("f") or [None])[-1],
+        }
+
+    def check() -> None:
+        assert {r["k"]: r for r in t.to_arrow().to_pylist()} == model
+        for flt, p in [
+            ("hi > 0", lambda r: nn(r["hi"]) and r["hi"] > 0),
+            ("lo < sm", lambda r: nn(r["lo"], r["sm"]) and r["lo"] < r["sm"]),
+            ("sw * 2 > 0", lambda r: nn(r["sw"]) and r["sw"] > 0),
+            ("f = 0.5 OR hi IS NULL", lambda r: r["f"] == D("0.5") or r["hi"] is None),
+        ]:
+            want = sorted(k for k, r in model.items() if p(r))
+            assert sorted(r["k"] for r in t.scan(filter=flt).to_arrow().to_pylist()) == want, flt
+            assert t.scan(filter=flt).count() == len(want), flt
+        for c in ["hi", "lo", "sm", "sw", "f"]:
+            vs = [r[c] for r in model.values() if r[c] is not None]
+            assert (t.scan().min(c), t.scan().max(c)) == (min(vs), max(vs)), c
+
+    check()
+    if ops == "first_row":  # deletes are refused there (documented)
+        with pytest.raises(mere.errors.InvalidInput):
+            t.delete("sw < lo OR f IS NULL")
+        return
+    t.delete("sw < lo OR f IS NULL")
+    model = {
+        k: r for k, r in model.items() if not ((nn(r["sw"], r["lo"]) and r["sw"] < r["lo"]) or r["f"] is None)
+    }
+    check()
+    t.compact()
+    check()
