@@ -695,3 +695,49 @@ def test_decimal256_merge_operators_filters_extremes_delete(tmp_path: Path, ops:
     check()
     t.compact()
     check()
+
+
+def test_decimal256_update_rounds_and_refuses_overflow(tmp_path: Path) -> None:
+    s = pa.schema(
+        [
+            ("k", pa.int64()),
+            ("a", pa.decimal256(38, 10)),
+            ("c", pa.decimal256(40, 0)),
+            ("s", pa.decimal256(12, 2)),
+        ]
+    )
+    t = mere.connect(str(tmp_path)).create_table("j.t", s, primary_key="k")
+    top = D("9999999999999999999999999999.9999999999")
+    t.upsert(
+        pa.Table.from_pylist(
+            [
+                {"k": 1, "a": D(1), "c": D(10**39), "s": D("-1.25")},
+                {"k": 2, "a": top, "c": D(-(10**40) + 1), "s": D("0.05")},
+            ],
+            schema=s,
+        )
+    )
+
+    def rows() -> list[tuple]:
+        return [(r["k"], r["a"], r["c"], r["s"]) for r in t.to_arrow().sort_by("k").to_pylist()]
+
+    t.update({"a": "a + 0.00000000005"}, where="k = 1")  # halves away from zero
+    t.update({"s": "s - 0.005"}, where="k = 1")
+    assert rows() == [(1, D("1.0000000001"), D(10**39), D("-1.26")), (2, top, D(-(10**40) + 1), D("0.05"))]
+    v = t.version
+    for set_ in ({"a": "a * 2"}, {"c": "c * 3"}):
+        with pytest.raises(mere.errors.InvalidInput):
+            t.update(set_, where="k = 2")
+    t.update({"c": "a"}, where="k = 1")
+    t.update({"s": "s * s * s"})
+    assert rows() == [(1, D("1.0000000001"), D(1), D("-2.00")), (2, top, D(-(10**40) + 1), D("0.00"))]
+    with pytest.raises(mere.errors.InvalidInput):  # least(0.00, c) of k 2 does not fit DECIMAL(12, 2)
+        t.update({"s": "CASE WHEN s < 0 THEN greatest(s, -0.5) ELSE least(s, c) END"})
+    t.update(
+        {
+            "s": "CASE WHEN s < 0 THEN greatest(s, -0.5) ELSE least(s, c + 10000000000000000000000000000000000000000) END"
+        }
+    )
+    assert rows() == [(1, D("1.0000000001"), D(1), D("-0.50")), (2, top, D(-(10**40) + 1), D("0.00"))]
+    assert t.version == v + 3
+    assert [r["k"] for r in t.scan(filter="s = -0.5 AND c = 1").to_arrow().to_pylist()] == [1]
