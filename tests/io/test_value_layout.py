@@ -364,3 +364,29 @@ def test_one_write_chooses_a_layout_once_per_partition(tmp_path: Path) -> None:
         assert spy.call_count == calls
         assert table.scan().to_arrow().num_rows == n
     assert len({frozenset(f["v"][1]) for f in _file_layouts(bucketed, tmp_path).values()}) == 1
+
+
+def test_small_bucket_files_of_a_big_write_get_a_chosen_layout(tmp_path: Path) -> None:
+    """Files under LAYOUT_MIN_ROWS rows each, of a write whose partition holds more: they share a layout
+    chosen for all their rows (ids delta-encoded, random doubles uncompressed); a small write's files keep
+    plain values under the codec."""
+    rng = np.random.default_rng(23)
+    buckets = 8
+    n = 2 * P.LAYOUT_MIN_ROWS  # about LAYOUT_MIN_ROWS / 4 rows a bucket file
+    batch = pa.table(
+        {"id": rng.permutation(n).astype(np.int64), "seen": np.arange(n) * 3, "x": rng.random(n)}
+    )
+    catalog = mere.connect(str(tmp_path))
+    big = catalog.create_table("db.big", batch.schema, primary_key=["id"], buckets=buckets)
+    big.upsert(batch)
+    small = catalog.create_table("db.small", batch.schema, primary_key=["id"], buckets=buckets)
+    small.upsert(batch.slice(0, P.LAYOUT_MIN_ROWS // 2))
+    chosen = list(_file_layouts(big, tmp_path).values())
+    assert len(chosen) == buckets and all(f["id"][0] for f in chosen)
+    assert max(f["row_count"] for f in big.files().to_pylist()) < P.LAYOUT_MIN_ROWS
+    for f in chosen:
+        assert f["x"][0] == "UNCOMPRESSED"
+        assert "DELTA_BINARY_PACKED" in f["seen"][1]
+    for f in _file_layouts(small, tmp_path).values():
+        assert f["x"][0] == "LZ4" and "DELTA_BINARY_PACKED" not in f["seen"][1]
+    assert big.scan().to_arrow().sort_by("id").cast(batch.schema).equals(batch.sort_by("id"))

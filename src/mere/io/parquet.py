@@ -167,19 +167,23 @@ def choose_layout(
     sorting_columns: Sequence[str] = (),
     compression: str = "lz4",
     compression_level: int | None = None,
+    serves: int | None = None,
 ) -> Layout:
     """The layout for files of rows like ``table``'s: sort columns delta-encoded, repetitive columns
     dictionary-encoded, other value columns as :func:`value_layout` chooses (when ``ADAPTIVE_ENCODINGS``).
 
     Every layout is valid for any rows of the schema: files whose rows come from one distribution (the
     buckets of a partition in one write) share the layout chosen for the biggest of them, which spares
-    sampling each file (a few milliseconds a file, holding the GIL).
+    sampling each file (a few milliseconds a file, holding the GIL). ``serves``: the rows of all the
+    files the layout is for (``table``'s own by default), which decide whether choosing is worth it.
     """
     encodings = {c: e for c in sorting_columns if (e := _delta_encoding(table.schema.field(c).type))}
     dictionary = _dictionary_columns(table, encodings)
     uncompressed: list[str] = []
     if ADAPTIVE_ENCODINGS:
-        delta, uncompressed = value_layout(table, [*encodings, *dictionary], compression, compression_level)
+        delta, uncompressed = value_layout(
+            table, [*encodings, *dictionary], compression, compression_level, serves
+        )
         encodings.update(delta)
     return Layout(tuple(dictionary), tuple(encodings.items()), tuple(uncompressed))
 
@@ -201,18 +205,23 @@ LAYOUT_MIN_ROWS = 16_384
 
 
 def value_layout(
-    table: pa.Table, skip: Iterable[str], compression: str, compression_level: int | None = None
+    table: pa.Table,
+    skip: Iterable[str],
+    compression: str,
+    compression_level: int | None = None,
+    serves: int | None = None,
 ) -> tuple[dict[str, str], list[str]]:
     """Encodings of value columns other than ``skip`` (``DELTA_BINARY_PACKED`` for integer-like columns
     whose bit-packed deltas are no bigger than their plain values under ``compression``) and the columns
     to write uncompressed (those delta-encoded, and those the codec does not shrink by a tenth).
 
     Estimated on ``SAMPLE_BLOCKS`` blocks of ``SAMPLE_BLOCK_ROWS`` consecutive rows spread across the
-    table, in NumPy and one compression of each column's sampled bytes; nothing for tables of fewer than
-    ``LAYOUT_MIN_ROWS`` rows.
+    table, in NumPy and one compression of each column's sampled bytes; nothing where the layout serves
+    fewer than ``LAYOUT_MIN_ROWS`` rows (``serves``: the rows of every file it is for; ``table``'s own by
+    default).
     """
     n = table.num_rows
-    if n < LAYOUT_MIN_ROWS:
+    if (n if serves is None else max(n, serves)) < LAYOUT_MIN_ROWS or n == 0:
         return {}, []
     # pyarrow names columns by dotted paths: a column "a.b" beside a struct "a" with a field "b" would
     # give both the same settings

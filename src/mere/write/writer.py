@@ -664,7 +664,7 @@ class _SharedLayouts:
     """One layout (:func:`mere.io.parquet.choose_layout`) per group of alike files of a write: the same
     partition, content and columns. A partition's buckets split its rows by a hash of the key, so they
     hold rows of one distribution; the group's biggest file chooses, once, when the first of them is
-    written."""
+    written, for the group's rows (many small bucket files of a big write get a chosen layout too)."""
 
     def __init__(
         self, prepared: Sequence[PreparedFile], sorting: Sequence[str], compression: str, level: int | None
@@ -674,24 +674,29 @@ class _SharedLayouts:
             (partition_json(p.partition), p.content, tuple(p.rows.schema.names), tuple(p.rows.schema.types))
             for p in prepared
         ]
-        self._chooser: dict[Any, int] = {}
+        self._chooser: dict[Any, int] = {}  # per group: its biggest file
+        self._rows: dict[Any, int] = {}  # per group: its rows
+        files: dict[Any, int] = {}
         for i, key in enumerate(self._group):
             j = self._chooser.get(key)
             if j is None or prepared[i].rows.num_rows > prepared[j].rows.num_rows:
                 self._chooser[key] = i
-        self._shared = {key for key in self._chooser if self._group.count(key) > 1}
-        self._lock = threading.Lock()
+            self._rows[key] = self._rows.get(key, 0) + prepared[i].rows.num_rows
+            files[key] = files.get(key, 0) + 1
+        # one lock per group shared by several files: a group's files wait only for its own choice
+        self._locks = {key: threading.Lock() for key, count in files.items() if count > 1}
         self._chosen: dict[Any, Layout] = {}
 
     def of(self, i: int) -> Layout | None:
         """The layout of file ``i`` (None: a file alike to no other chooses its own)."""
         key = self._group[i]
-        if key not in self._shared:
+        lock = self._locks.get(key)
+        if lock is None:
             return None
-        with self._lock:  # (the other files of the group wait for the one choosing: a few milliseconds)
+        with lock:  # (the group's other files wait for the one choosing: a few milliseconds)
             if key not in self._chosen:
                 rows = self._prepared[self._chooser[key]].rows
-                self._chosen[key] = choose_layout(rows, *self._args)
+                self._chosen[key] = choose_layout(rows, *self._args, serves=self._rows[key])
             return self._chosen[key]
 
 
