@@ -390,3 +390,12 @@ def test_small_bucket_files_of_a_big_write_get_a_chosen_layout(tmp_path: Path) -
     for f in _file_layouts(small, tmp_path).values():
         assert f["x"][0] == "LZ4" and "DELTA_BINARY_PACKED" not in f["seen"][1]
     assert big.scan().to_arrow().sort_by("id").cast(batch.schema).equals(batch.sort_by("id"))
+
+
+def test_a_layout_for_many_rows_is_judged_only_from_a_block_of_rows_or_more() -> None:
+    rng = np.random.default_rng(24)
+    few = pa.table({"x": rng.random(P.SAMPLE_BLOCK_ROWS - 1)})
+    enough = pa.table({"x": rng.random(P.SAMPLE_BLOCK_ROWS)})
+    assert P.value_layout(few, [], "lz4", serves=10 * P.LAYOUT_MIN_ROWS) == ({}, [])
+    assert P.value_layout(enough, [], "lz4", serves=10 * P.LAYOUT_MIN_ROWS) == ({}, ["x"])
+    assert P.value_layout(enough, [], "lz4") == ({}, [])  # serves its own rows: too few to choose for

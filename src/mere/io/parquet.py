@@ -218,10 +218,10 @@ def value_layout(
     Estimated on ``SAMPLE_BLOCKS`` blocks of ``SAMPLE_BLOCK_ROWS`` consecutive rows spread across the
     table, in NumPy and one compression of each column's sampled bytes; nothing where the layout serves
     fewer than ``LAYOUT_MIN_ROWS`` rows (``serves``: the rows of every file it is for; ``table``'s own by
-    default).
+    default), or where ``table`` holds too few rows to judge by (under one block).
     """
     n = table.num_rows
-    if (n if serves is None else max(n, serves)) < LAYOUT_MIN_ROWS or n == 0:
+    if (n if serves is None else max(n, serves)) < LAYOUT_MIN_ROWS or n < SAMPLE_BLOCK_ROWS:
         return {}, []
     # pyarrow names columns by dotted paths: a column "a.b" beside a struct "a" with a field "b" would
     # give both the same settings
