@@ -3,7 +3,8 @@ the bytes.
 
 Every file has statistics. Sort columns are delta-encoded: sorted, mostly unique keys shrink to a few bits
 each, which keeps key lookups (that read key columns first) cheap. Other columns are chosen an encoding
-and a codec from blocks of rows sampled across the file (:func:`value_layout`):
+and a codec from blocks of rows sampled across the file (:func:`value_layout`), or across the biggest of
+several files of alike rows that share one layout (:func:`choose_layout`):
 
 - dictionary-encoded where the sample shows few distinct values;
 - integers, dates and timestamps delta-encoded (``DELTA_BINARY_PACKED``) and left uncompressed where their
@@ -199,8 +200,9 @@ ADAPTIVE_ENCODINGS = True  # False: value columns plain under the table's codec 
 SAMPLE_BLOCKS = 32  # blocks of consecutive rows sampled across a file to choose value encodings
 SAMPLE_BLOCK_ROWS = 128  # a DELTA_BINARY_PACKED block: deltas are taken between neighbouring rows
 INCOMPRESSIBLE = 0.9  # a codec keeping more than this share of a column's sampled bytes is not used on it
-# Smaller files keep plain values under the codec: choosing costs ~0.1 ms a column, which a small commit to a
-# wide table would feel, and compaction rewrites such files anyway.
+# Layouts for fewer rows (one small file, or a few sharing one layout) keep plain values under the codec:
+# choosing costs ~0.1 ms a column, which a small commit to a wide table would feel, and compaction rewrites
+# such files anyway.
 LAYOUT_MIN_ROWS = 16_384
 
 

@@ -154,11 +154,12 @@ def whole_file_as_table(table: pa.Table, spec: TableSpec, md: pq.FileMetaData) -
 
 
 def in_table_types(table: pa.Table, spec: TableSpec) -> pa.Table:
-    """Columns whose stored type only labels the table's type differently, given the table's type:
+    """Top-level columns whose stored type stands for the table's type, given the table's type:
     time-zone-aware timestamps labelled with their table column's zone (no copy: the stored instants are
     the same; Parquet keeps instants in UTC and gives them back labelled UTC), and decimal256 columns of at
-    most 38 digits, which Parquet gives back as decimal128. Filters and SQL functions (``hour(ts)``,
-    ``greatest(d, 2)``, ``d * i``) are lowered against the table's types and must see them."""
+    most 38 digits, which Parquet gives back as decimal128 (widened: a copy). Filters and SQL functions
+    (``hour(ts)``, ``greatest(d, 2)``, ``d * i``) are lowered against the table's types and must see them.
+    Fields inside structs and lists keep their stored types."""
     relabelled = _relabelled_columns(spec)
     if not relabelled:
         return table

@@ -670,34 +670,45 @@ class _SharedLayouts:
         self, prepared: Sequence[PreparedFile], sorting: Sequence[str], compression: str, level: int | None
     ) -> None:
         self._prepared, self._args = prepared, (sorting, compression, level)
-        self._group = [
-            (partition_json(p.partition), p.content, tuple(p.rows.schema.names), tuple(p.rows.schema.types))
-            for p in prepared
-        ]
-        self._chooser: dict[Any, int] = {}  # per group: its biggest file
-        self._rows: dict[Any, int] = {}  # per group: its rows
-        files: dict[Any, int] = {}
-        for i, key in enumerate(self._group):
-            j = self._chooser.get(key)
-            if j is None or prepared[i].rows.num_rows > prepared[j].rows.num_rows:
-                self._chooser[key] = i
-            self._rows[key] = self._rows.get(key, 0) + prepared[i].rows.num_rows
-            files[key] = files.get(key, 0) + 1
+        ids: dict[Any, int] = {}
+        if len(prepared) > 1:  # (a lone file chooses its own: no key, whose types hash slowly, is made)
+            keys = (
+                (
+                    partition_json(p.partition),
+                    p.content,
+                    tuple(p.rows.schema.names),
+                    tuple(p.rows.schema.types),
+                )
+                for p in prepared
+            )
+            self._group = [ids.setdefault(key, len(ids)) for key in keys]
+        else:
+            self._group = [0] * len(prepared)
+        groups = max(len(ids), 1)
+        self._chooser = [-1] * groups  # per group: its biggest file
+        self._rows = [0] * groups  # per group: its rows
+        files = [0] * groups
+        for i, g in enumerate(self._group):
+            j = self._chooser[g]
+            if j < 0 or prepared[i].rows.num_rows > prepared[j].rows.num_rows:
+                self._chooser[g] = i
+            self._rows[g] += prepared[i].rows.num_rows
+            files[g] += 1
         # one lock per group shared by several files: a group's files wait only for its own choice
-        self._locks = {key: threading.Lock() for key, count in files.items() if count > 1}
-        self._chosen: dict[Any, Layout] = {}
+        self._locks = {g: threading.Lock() for g, count in enumerate(files) if count > 1}
+        self._chosen: dict[int, Layout] = {}
 
     def of(self, i: int) -> Layout | None:
         """The layout of file ``i`` (None: a file alike to no other chooses its own)."""
-        key = self._group[i]
-        lock = self._locks.get(key)
+        g = self._group[i]
+        lock = self._locks.get(g)
         if lock is None:
             return None
         with lock:  # (the group's other files wait for the one choosing: a few milliseconds)
-            if key not in self._chosen:
-                rows = self._prepared[self._chooser[key]].rows
-                self._chosen[key] = choose_layout(rows, *self._args, serves=self._rows[key])
-            return self._chosen[key]
+            if g not in self._chosen:
+                rows = self._prepared[self._chooser[g]].rows
+                self._chosen[g] = choose_layout(rows, *self._args, serves=self._rows[g])
+            return self._chosen[g]
 
 
 def _rows_per_group(table: pa.Table, target_bytes: int) -> int:
