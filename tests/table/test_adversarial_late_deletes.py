@@ -391,3 +391,29 @@ def test_a_late_delete_racing_a_partial_update_never_strands_the_key(tmp_path: P
         want = model(accepted).get(("a", k))
         assert want is None or want[0] is not None, (k, outcome)
         assert got.get(k) == want, (k, outcome)
+
+
+def test_a_stored_delete_between_a_folded_rows_group_and_its_sequence_is_refused(tmp_path: Path) -> None:
+    """A write's events of one key fold into one row: price from the event at 1, the row at 3. A stored
+    delete at 2 clears that price group and would leave the key live at 3 without its NOT NULL price."""
+    t = create(tmp_path / "a", 1, "off")
+    t.upsert(g_batch([(1, "b", 2, "delete")]))
+    before = (t.version, state(t), files(t))
+    with pytest.raises(errors.SchemaMismatch, match="non-nullable"):
+        t.upsert(g_batch([(1, "b", 1, "full"), (1, "b", 3, "stock")]))
+    assert (t.refresh().version, state(t), files(t)) == before
+    # a stored price above the delete keeps the key whole: accepted
+    t = create(tmp_path / "b", 1, "off")
+    t.upsert(g_batch([(1, "b", 2, "delete")]))
+    t.upsert(g_batch([(1, "b", 4, "full")]))
+    t.upsert(g_batch([(1, "b", 1, "full"), (1, "b", 6, "stock")]))
+    assert (
+        state(t)
+        == {("b", 1): (4, 6)}
+        == model([(1, "b", 2, "delete"), (1, "b", 4, "full"), (1, "b", 1, "full"), (1, "b", 6, "stock")])
+    )
+    # the group at the row's own sequence, above the delete: accepted
+    t = create(tmp_path / "c", 1, "off")
+    t.upsert(g_batch([(1, "b", 2, "delete")]))
+    t.upsert(g_batch([(1, "b", 3, "full"), (1, "b", 5, "stock")]))
+    assert state(t) == {("b", 1): (3, 5)}

@@ -71,6 +71,7 @@ class WriteChecks:
     tags: dict[SplitKey, list[Any]] = field(default_factory=lambda: defaultdict(list))  # who observed each
     partial: bool = False  # some row lacks a NOT NULL column
     deletes: bool = False  # some row deletes its key
+    buried: bool = False  # some row carries a NOT NULL column's group below its own sequence
     _reduced: dict[SplitKey, tuple[pa.Table, np.ndarray]] | None = None
 
     def __post_init__(self) -> None:
@@ -92,8 +93,10 @@ class WriteChecks:
     @property
     def late_deletes_matter(self) -> bool:
         """With ``sequence_by``, a delete below a stored version of its key that lacks a NOT NULL column
-        leaves that version live on nothing: such deletes are checked against the table."""
-        return self.deletes and bool(self.spec.sequence_by and self.required)
+        leaves that version live on nothing: such deletes are checked against the table. So are rows whose
+        NOT NULL column's group sequence lies below their own sequence (a write's events folded into one
+        row): a stored delete between the two clears the group and leaves the row live without it."""
+        return (self.deletes or self.buried) and bool(self.spec.sequence_by and self.required)
 
     # -- collecting -------------------------------------------------------------------------------
 
@@ -149,6 +152,7 @@ class WriteChecks:
         carries = self._carried(rows) if full is True and OP_COLUMN in rows.column_names else None
         if OP_COLUMN in rows.column_names:
             self.deletes |= bool(pc.any(pc.equal(rows.column(OP_COLUMN), OP_DELETE)).as_py())
+            self.buried |= bool(self._buried(rows).any())
         self.partial |= not full or (carries is not None and not carries.all())
         pk = list(self.spec.primary_key)
         keep = rows.select(
@@ -174,6 +178,31 @@ class WriteChecks:
         self.rows[key].insert(at, keep.append_column(_FULL, flag))
         self.tags[key].insert(at, tag)
         self._reduced = None
+
+    def _buried(self, rows: pa.Table) -> np.ndarray:
+        """Which rows (not deletes) carry a NOT NULL column's group at a sequence below the row's own: a
+        stored delete of their key between the two would clear that group (see :attr:`late_deletes_matter`).
+        Where the two sequences do not compare (several sequence columns, types apart), every row that
+        carries such a group counts."""
+        grouped = self.spec.grouped
+        sequences = sorted({grouped[c] for c in self.required if c in grouped and grouped[c] != c})
+        out = np.zeros(rows.num_rows, dtype=bool)
+        if not sequences or OP_COLUMN not in rows.column_names or not self.spec.sequence_by:
+            return out
+        own = self.spec.sequence_by[0] if len(self.spec.sequence_by) == 1 else None
+        for g in sequences:
+            if g not in rows.column_names:
+                continue
+            carried = rows.column(g).is_valid()
+            try:
+                if own is None or own not in rows.column_names:
+                    raise pa.ArrowNotImplementedError("no single sequence to compare with")
+                below = pc.fill_null(pc.less(rows.column(g), rows.column(own)), False)
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+                below = carried
+            out |= np.asarray(below.to_numpy(zero_copy_only=False), dtype=bool)
+        ops = np.asarray(rows.column(OP_COLUMN).to_numpy(zero_copy_only=False))
+        return np.asarray(out & (ops != OP_DELETE), dtype=bool)
 
     def _carried(self, rows: pa.Table) -> np.ndarray | None:
         """Sequence groups: which rows carry every NOT NULL column of a group (the group's sequence and
@@ -312,10 +341,14 @@ class WriteChecks:
         )
         for key, parts in self.rows.items():
             incoming = [p for p in parts if OP_COLUMN in p.column_names]
-            narrow = pa.schema([*(schema.field(c) for c in pk), schema.field(OP_COLUMN)])
-            deleted = pa.concat_tables([_align(p.select(narrow.names), narrow) for p in incoming])
-            ops = deleted.column(OP_COLUMN).to_numpy(zero_copy_only=False)
-            deleted = deleted.filter(pa.array(ops == OP_DELETE)).select(pk)
+            # the keys this write deletes, and those it gives a NOT NULL group below the row's sequence
+            keys = pa.schema([schema.field(c) for c in pk])
+            deleted = pa.concat_tables(
+                [
+                    _align(p.select(pk), keys).filter(pa.array((_op_codes(p) == OP_DELETE) | self._buried(p)))
+                    for p in incoming
+                ]
+            )
             if not deleted.num_rows:
                 continue
             stored = [
@@ -357,9 +390,10 @@ class WriteChecks:
             if bare.any():
                 example = merged.select(pk).filter(pa.array(bare)).slice(0, 1).to_pylist()[0]
                 raise SchemaMismatch(
-                    f"{self.identifier}: deleting key {example} at this sequence would leave a later "
-                    f"version of it live without non-nullable column(s) {self.required}; the write was "
-                    "not applied"
+                    f"{self.identifier}: key {example} would be left live without non-nullable column(s) "
+                    f"{self.required}: a delete lies between the sequences of its versions (a delete of "
+                    "this write below a stored version, or a stored delete above a group this write "
+                    "carries); the write was not applied"
                 )
 
     @property
@@ -542,3 +576,7 @@ def _exact_peak(
             f"(stored sum {base[i]} + {add[i]}); the write was not applied"
         )
     return min(limit, int(np.abs(total.astype(np.float64)).max())) if len(total) else 0
+
+
+def _op_codes(rows: pa.Table) -> np.ndarray:
+    return np.asarray(rows.column(OP_COLUMN).to_numpy(zero_copy_only=False)).astype(np.int8)
