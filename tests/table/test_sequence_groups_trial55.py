@@ -276,16 +276,18 @@ def apply(t: mere.Table, step: tuple[str, Any], seen: list[Ev]) -> None:
 
 
 def ties_across_writes(steps: list[tuple[str, Any]]) -> bool:
-    """Whether upserts of two different steps give one key's group the same sequence."""
-    seen: dict[tuple[int, str, int], int] = {}
+    """Whether upserts of two different steps give one key's group the same sequence (a replay of the
+    same event aside)."""
+    seen: dict[tuple[int, str, int], tuple[int, Ev]] = {}
     for i, (kind, arg) in enumerate(steps):
         if kind != "upsert":
             continue
         for e in arg:
             for group, value in (("price", e.price), ("stock", e.stock)):
-                carried = e.op == "u" and value is not None and value[-1] is not None
-                if carried and seen.setdefault((e.k, group, value[-1]), i) != i:
-                    return True
+                if e.op == "u" and value is not None and value[-1] is not None:
+                    j, other = seen.setdefault((e.k, group, value[-1]), (i, e))
+                    if j != i and other != e:
+                        return True
     return False
 
 
@@ -341,6 +343,8 @@ def test_any_history_equals_the_group_model(
 def test_late_events_after_compaction_keep_each_groups_sequence(
     tmp_path_factory: pytest.TempPathFactory, first: list[Ev], late: list[Ev], cut: int
 ) -> None:
+    writes = [first[:cut] or first, first[cut:], *([e] for e in late)]
+    assume(not ties_across_writes([("upsert", w) for w in writes]))  # (see the strict xfail above)
     t = new_table(tmp_path_factory.mktemp("c"))
     t.upsert(batch(first[:cut] or first))
     if first[cut:]:
