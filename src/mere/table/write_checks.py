@@ -20,6 +20,7 @@ and keys a write touches:
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ import pyarrow.compute as pc
 
 from mere.errors import SchemaMismatch, SumOverflow
 from mere.io.footer import primitive_leaf
-from mere.kernels import group_starts, reduce_versions, sort_indices
+from mere.kernels import group_starts, operation_codes, reduce_versions, sort_indices
 from mere.metadata import FileEntry
 from mere.partitions import partition_json
 from mere.read.evolution import file_columns, to_table_columns
@@ -190,19 +191,16 @@ class WriteChecks:
         if not sequences or OP_COLUMN not in rows.column_names or not self.spec.sequence_by:
             return out
         own = self.spec.sequence_by[0] if len(self.spec.sequence_by) == 1 else None
+        comparable = own is not None and own in rows.column_names
         for g in sequences:
             if g not in rows.column_names:
                 continue
-            carried = rows.column(g).is_valid()
-            try:
-                if own is None or own not in rows.column_names:
-                    raise pa.ArrowNotImplementedError("no single sequence to compare with")
-                below = pc.fill_null(pc.less(rows.column(g), rows.column(own)), False)
-            except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
-                below = carried
+            below = rows.column(g).is_valid()  # carried: counts where the sequences do not compare
+            if comparable:
+                with contextlib.suppress(pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+                    below = pc.fill_null(pc.less(rows.column(g), rows.column(own)), False)
             out |= np.asarray(below.to_numpy(zero_copy_only=False), dtype=bool)
-        ops = np.asarray(rows.column(OP_COLUMN).to_numpy(zero_copy_only=False))
-        return np.asarray(out & (ops != OP_DELETE), dtype=bool)
+        return np.asarray(out & (operation_codes(rows) != OP_DELETE), dtype=bool)
 
     def _carried(self, rows: pa.Table) -> np.ndarray | None:
         """Sequence groups: which rows carry every NOT NULL column of a group (the group's sequence and
@@ -345,7 +343,9 @@ class WriteChecks:
             keys = pa.schema([schema.field(c) for c in pk])
             deleted = pa.concat_tables(
                 [
-                    _align(p.select(pk), keys).filter(pa.array((_op_codes(p) == OP_DELETE) | self._buried(p)))
+                    _align(p.select(pk), keys).filter(
+                        pa.array((operation_codes(p) == OP_DELETE) | self._buried(p))
+                    )
                     for p in incoming
                 ]
             )
@@ -576,7 +576,3 @@ def _exact_peak(
             f"(stored sum {base[i]} + {add[i]}); the write was not applied"
         )
     return min(limit, int(np.abs(total.astype(np.float64)).max())) if len(total) else 0
-
-
-def _op_codes(rows: pa.Table) -> np.ndarray:
-    return np.asarray(rows.column(OP_COLUMN).to_numpy(zero_copy_only=False)).astype(np.int8)
