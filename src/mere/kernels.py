@@ -395,15 +395,20 @@ def _aggregate(values: pa.Array, valid: np.ndarray, group: np.ndarray, groups: i
     return _pick(both, best)
 
 
-def _best_by(valid: np.ndarray, group: np.ndarray, groups: int, sequence: pa.Array) -> np.ndarray:
-    """Per group, the position of its valid row with the highest ``sequence`` (the last of them on ties),
-    or -1."""
+def _best_by(
+    valid: np.ndarray, group: np.ndarray, groups: int, sequence: pa.Array, arrival: np.ndarray | None
+) -> np.ndarray:
+    """Per group, the position of its valid row with the highest ``sequence`` (on ties the latest in
+    ``arrival``, or without it the last in row order), or -1."""
     rows = np.flatnonzero(valid)
     best = np.full(groups, -1, dtype=np.int64)
     if not len(rows):
         return best
     owner = group[rows]
-    order = sort_indices([owner, sequence.take(pa.array(rows))])  # stable: row order on ties
+    by: list[pa.Array | np.ndarray] = [owner, sequence.take(pa.array(rows))]
+    if arrival is not None:
+        by.append(arrival[rows])
+    order = sort_indices(by)  # stable: row order on ties
     ranked = owner[order]
     last = np.ones(len(ranked), dtype=bool)
     last[:-1] = ranked[1:] != ranked[:-1]
@@ -448,6 +453,7 @@ def reduce_versions(
     groups: Mapping[str, Sequence[str]] | None = None,
     sequence: str | None = None,
     puts_reset: bool = True,
+    arrival: np.ndarray | None = None,
 ) -> tuple[pa.Table, np.ndarray]:
     """Combine each group of versions into one row.
 
@@ -458,9 +464,12 @@ def reduce_versions(
     sequence column -> its columns, of a table ordered by the ``sequence`` column): a group's columns and
     sequence come from the version carrying the group (its sequence column present and not NULL; for a
     ``last_non_null`` column alone in its group, its value not NULL too) with the highest group sequence
-    (the later on ties), among those whose group sequence is above the key's last delete (group
-    sequences share the domain of ``sequence``), NULL if none. Versions are then in sequence order and
-    delete rows may carry groups (a tombstone keeps the groups its deleted key still holds).
+    (on ties the later to arrive: ``arrival`` holds each version's place in commit, then row, order; it
+    must be given where the versions are in sequence order and groups can tie), among those whose group
+    sequence is above the key's last delete (group sequences share the domain of ``sequence``), NULL if
+    none (a fold keeps this exact: its row stands at its newest version's place in arrival order).
+    Versions are then in sequence order and delete rows may carry groups (a tombstone keeps the groups
+    its deleted key still holds).
     ``puts_reset`` False (tables with ``sequence_by`` other than ``first_row``): a PUT is one more
     version, not a reset (under sequences it may be older than versions committed before it).
     """
@@ -471,7 +480,9 @@ def reduce_versions(
     if n == 0:
         return versions, np.zeros(0, dtype=np.int8)
     if groups and sequence is not None:
-        versions, op, present, _ = _deletes_last_among_equal(versions, op, starts, present, sequence)
+        versions, op, present, moved = _deletes_last_among_equal(versions, op, starts, present, sequence)
+        if moved is not None and arrival is not None:
+            arrival = arrival[moved]
     end_pos = np.append(start_pos[1:], n) - 1
     pos = np.arange(n, dtype=np.int64)
     reset = np.full(n, -1, dtype=np.int64)
@@ -514,7 +525,7 @@ def reduce_versions(
             valid &= ~_null_mask(contiguous(versions.column(name)))
             if present is not None and name in present:
                 valid &= present[name]
-        best = _best_by(valid, group, keys, seq_values)
+        best = _best_by(valid, group, keys, seq_values, arrival)
         for name in (seq, *members):
             if name in versions.column_names:
                 grouped[name] = _pick(contiguous(versions.column(name)), best)
@@ -579,6 +590,7 @@ def fold_sequenced(
     groups: Mapping[str, Sequence[str]] | None = None,
     sequence: str | None = None,
     puts_reset: bool = False,
+    arrival: np.ndarray | None = None,
 ) -> tuple[np.ndarray, pa.Table, pa.Table, np.ndarray]:
     """Fold the versions of a table with ``sequence_by`` whose merge is not newest-wins, keeping what a
     version arriving later (with any sequence) still needs: ``versions`` are sorted by key, then by
@@ -598,6 +610,8 @@ def fold_sequenced(
     moved = None
     if groups and sequence is not None:
         versions, op, present, moved = _deletes_last_among_equal(versions, op, starts, present, sequence)
+        if moved is not None and arrival is not None:
+            arrival = arrival[moved]
     start_pos = np.flatnonzero(starts)
     pos = np.arange(n, dtype=np.int64)
     resets = np.where((op != OP_MERGE) if puts_reset else (op == OP_DELETE), pos, -1)
@@ -605,7 +619,7 @@ def fold_sequenced(
     group = np.cumsum(starts) - 1
     dead = pos < last_reset[group]
     rows, out_op = reduce_versions(
-        versions, op, starts, key_columns, operators, present, groups, sequence, puts_reset
+        versions, op, starts, key_columns, operators, present, groups, sequence, puts_reset, arrival
     )
     alive = out_op != OP_DELETE
     reset = last_reset >= 0

@@ -810,7 +810,7 @@ class SplitReader:
         options = spec.reduce_options
         options["groups"] = {g: cs for g, cs in spec.sequence_groups.items() if g in versions.column_names}
         merged, out_op = reduce_versions(
-            versions, ops, starts, spec.identity_columns, spec.operators, pres, **options
+            versions, ops, starts, spec.identity_columns, spec.operators, pres, **options, arrival=order
         )
         keep = out_op != OP_DELETE
         return merged if keep.all() else merged.filter(bool_array(keep))

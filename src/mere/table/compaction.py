@@ -380,7 +380,14 @@ def fold_by_operators(
     mask = {c: np.concatenate(v)[order] for c, v in present.items()}
     starts = group_starts([versions.column(c) for c in spec.primary_key], versions.num_rows)
     at, dead, merged, _ = fold_sequenced(
-        versions, op, starts, spec.identity_columns, spec.operators, mask, **spec.reduce_options
+        versions,
+        op,
+        starts,
+        spec.identity_columns,
+        spec.operators,
+        mask,
+        **spec.reduce_options,
+        arrival=order,
     )
     if tombstones_before is not None:
         recent = when[at] >= tombstones_before

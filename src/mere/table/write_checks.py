@@ -382,6 +382,7 @@ class WriteChecks:
                 spec.operators,
                 {c: m[order] for c, m in present.items()},
                 **options,
+                arrival=order,
             )
             bare = np.zeros(merged.num_rows, dtype=bool)
             for c in self.required:

@@ -438,7 +438,7 @@ def prepare(
             options = spec.reduce_options
             options["groups"] = {g: cs for g, cs in spec.sequence_groups.items() if g in rows.column_names}
             reset_at, tombs, merged, dead = fold_sequenced(
-                rows, op, starts, spec.identity_columns, spec.operators, None, **options
+                rows, op, starts, spec.identity_columns, spec.operators, None, **options, arrival=idx[sub]
             )
             stale = _stale(spec, starts, op, dead)
             c = int(sorted_code[lo])
