@@ -398,17 +398,25 @@ def _aggregate(values: pa.Array, valid: np.ndarray, group: np.ndarray, groups: i
 def _best_by(
     valid: np.ndarray, group: np.ndarray, groups: int, sequence: pa.Array, arrival: np.ndarray | None
 ) -> np.ndarray:
-    """Per group, the position of its valid row with the highest ``sequence`` (on ties the latest in
-    ``arrival``, or without it the last in row order), or -1."""
+    """Per group (``group``: each row's group number, non-decreasing), the position of its valid row with
+    the highest ``sequence`` (on ties the latest in ``arrival``, or without it the last in row order), or
+    -1."""
     rows = np.flatnonzero(valid)
     best = np.full(groups, -1, dtype=np.int64)
     if not len(rows):
         return best
     owner = group[rows]
-    by: list[pa.Array | np.ndarray] = [owner, sequence.take(pa.array(rows))]
-    if arrival is not None:
-        by.append(arrival[rows])
-    order = sort_indices(by)  # stable: row order on ties
+    later = np.arange(len(rows)) if arrival is None else arrival[rows]
+    values = numpy_sortable_array(contiguous(sequence).take(pa.array(rows)))
+    if values is not None and values.dtype.kind in "iub":  # no NaN: maxima by segment, no sort
+        begins = np.concatenate([[True], owner[1:] != owner[:-1]])
+        first, segment = np.flatnonzero(begins), np.cumsum(begins) - 1
+        top = values == np.maximum.reduceat(values, first)[segment]
+        latest = np.maximum.reduceat(np.where(top, later, -1), first)
+        won = np.flatnonzero(top & (later == latest[segment]))  # one a segment: ``later`` is unique
+        best[owner[first]] = rows[won]
+        return best
+    order = sort_indices([owner, sequence.take(pa.array(rows)), later])
     ranked = owner[order]
     last = np.ones(len(ranked), dtype=bool)
     last[:-1] = ranked[1:] != ranked[:-1]
