@@ -406,7 +406,8 @@ def _best_by(
     if not len(rows):
         return best
     owner = group[rows]
-    later = np.arange(len(rows)) if arrival is None else arrival[rows]
+    # (int64: sort orders may come as uint64, which -1 below would not fit)
+    later = np.arange(len(rows)) if arrival is None else arrival[rows].astype(np.int64, copy=False)
     values = numpy_sortable_array(contiguous(sequence).take(pa.array(rows)))
     if values is not None and values.dtype.kind in "iub":  # no NaN: maxima by segment, no sort
         begins = np.concatenate([[True], owner[1:] != owner[:-1]])
