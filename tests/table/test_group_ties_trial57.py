@@ -14,7 +14,6 @@ together), compactions between writes, auto compaction, bucket count and read ro
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mere
-
-SCHEMA = pa.schema(
-    [
-        pa.field("k", pa.int64(), nullable=False),
-        pa.field("price", pa.int64()),
-        pa.field("currency", pa.string()),
-        pa.field("price_lsn", pa.int64()),
-        pa.field("stock", pa.int64()),
-        pa.field("stock_lsn", pa.int64()),
-        pa.field("name", pa.string()),
-        pa.field("lsn", pa.int64(), nullable=False),
-        pa.field("op", pa.string()),
-    ]
-)
-COLS = [n for n in SCHEMA.names if n != "op"]
-PRICE = ("price", "currency", "price_lsn")
-STOCK = ("stock", "stock_lsn")
+from group_events import COLS, PRICE, SCHEMA, STOCK, Ev, batch
 
 FAST = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -58,32 +41,6 @@ def new_table(root: Path, buckets: int = 1, auto: bool = False) -> mere.Table:
         merge_operators={"stock": "last_non_null"},
         properties=props,
     )
-
-
-@dataclass(frozen=True)
-class Ev:
-    k: int
-    lsn: int
-    op: str  # "u" or "d"
-    name: str | None = None
-    price: tuple[int | None, str | None, int | None] | None = None  # (price, currency, price_lsn)
-    stock: tuple[int | None, int | None] | None = None  # (stock, stock_lsn)
-
-
-def batch(events: list[Ev]) -> pa.Table:
-    """The CDC batch of ``events``; a group no event holds is left out (a partial write)."""
-    names = list(SCHEMA.names)
-    if all(e.price is None for e in events):
-        names = [n for n in names if n not in PRICE]
-    if all(e.stock is None for e in events):
-        names = [n for n in names if n not in STOCK]
-    out = []
-    for e in events:
-        r: dict[str, Any] = {"k": e.k, "lsn": e.lsn, "op": e.op, "name": e.name}
-        r.update(zip(PRICE, e.price or (None, None, None)))
-        r.update(zip(STOCK, e.stock or (None, None)))
-        out.append({n: r[n] for n in names})
-    return pa.Table.from_pylist(out, schema=pa.schema([SCHEMA.field(n) for n in names]))
 
 
 def model(events: list[Ev]) -> dict[int, dict[str, Any]]:
