@@ -1,6 +1,6 @@
 """Support for the sequence-group trials (tests/table/test_sequence_groups_trial55.py and
-test_group_ties_trial57.py): the table's schema, one change event, and the CDC batch of events. Each
-trial keeps its own model of the documented merge."""
+test_group_ties_trial57.py): the table's schema, one change event, the CDC batch of events, the dict
+model of the documented merge, and a table's rows by key."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+
+import mere
 
 SCHEMA = pa.schema(
     [
@@ -51,3 +53,42 @@ def batch(events: list[Ev]) -> pa.Table:
         r.update(zip(STOCK, e.stock or (None, None)))
         out.append({n: r[n] for n in names})
     return pa.Table.from_pylist(out, schema=pa.schema([SCHEMA.field(n) for n in names]))
+
+
+def model(events: list[Ev]) -> dict[int, dict[str, Any]]:
+    """The documented merge of events given in arrival (commit, then row) order."""
+    out: dict[int, dict[str, Any]] = {}
+    for k in sorted({e.k for e in events}):
+        evs = [(i, e) for i, e in enumerate(events) if e.k == k]
+        dels = [e.lsn for _, e in evs if e.op == "d"]
+        d = max(dels) if dels else None
+        ups = [(i, e) for i, e in evs if e.op == "u"]
+        live = [(i, e) for i, e in ups if d is None or e.lsn > d]
+        if not live:
+            continue
+        _, top = max(live, key=lambda ie: (ie[1].lsn, ie[0]))
+        row: dict[str, Any] = {"k": k, "name": top.name, "lsn": top.lsn}
+        pc = [
+            (e.price[2], i, e.price)
+            for i, e in ups
+            if e.price is not None and e.price[2] is not None and (d is None or e.price[2] > d)
+        ]
+        row.update(zip(PRICE, max(pc)[-1] if pc else (None, None, None)))
+        sc = [
+            (e.stock[1], i, e.stock)
+            for i, e in ups
+            if e.stock is not None
+            and e.stock[0] is not None
+            and e.stock[1] is not None
+            and (d is None or e.stock[1] > d)
+        ]
+        row.update(zip(STOCK, max(sc)[-1] if sc else (None, None)))
+        out[k] = {c: row[c] for c in COLS}
+    return out
+
+
+def rows(t: mere.Table, **kw: Any) -> dict[int, dict[str, Any]]:
+    got = t.to_arrow(**kw).to_pylist()
+    out = {r["k"]: r for r in got}
+    assert len(out) == len(got), f"a key came out twice: {sorted(r['k'] for r in got)}"
+    return out

@@ -1,6 +1,6 @@
 """The merge kernel's pick of a sequence group's version (:func:`mere.kernels.reduce_versions`): the
-highest group sequence, on ties the latest arrival, against a plain model; integer-like sequences take
-a path without sorting, floats the sorting one."""
+highest group sequence, on ties the latest arrival, against a plain model; integer-like sequences (signed,
+unsigned, dates, timestamps) take a path without sorting, floats the sorting one."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mere.kernels import group_starts, reduce_versions
 from mere.spec import OP_MERGE, MergeOperator
 
-TYPES = [pa.int64(), pa.int16(), pa.timestamp("us"), pa.date32(), pa.float64()]
+TYPES = [pa.int64(), pa.int16(), pa.uint64(), pa.timestamp("us"), pa.date32(), pa.float64()]
 
 
 def typed(values: list[int | None], kind: pa.DataType) -> pa.Array:

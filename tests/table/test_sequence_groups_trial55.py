@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mere
-from group_events import COLS, PRICE, SCHEMA, STOCK, Ev, batch
+from group_events import COLS, SCHEMA, Ev, batch, model, rows
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -39,45 +39,6 @@ def new_table(root: Path, buckets: int = 1) -> mere.Table:
         merge_operators={"stock": "last_non_null"},
         properties={"compaction.auto": "off"},
     )
-
-
-def model(events: list[Ev]) -> dict[int, dict[str, Any]]:
-    """The documented merge of events given in arrival (commit, then row) order."""
-    out: dict[int, dict[str, Any]] = {}
-    for k in sorted({e.k for e in events}):
-        evs = [(i, e) for i, e in enumerate(events) if e.k == k]
-        dels = [e.lsn for _, e in evs if e.op == "d"]
-        d = max(dels) if dels else None
-        ups = [(i, e) for i, e in evs if e.op == "u"]
-        live = [(i, e) for i, e in ups if d is None or e.lsn > d]
-        if not live:
-            continue
-        _, top = max(live, key=lambda ie: (ie[1].lsn, ie[0]))
-        row: dict[str, Any] = {"k": k, "name": top.name, "lsn": top.lsn}
-        pc = [
-            (e.price[2], i, e.price)
-            for i, e in ups
-            if e.price is not None and e.price[2] is not None and (d is None or e.price[2] > d)
-        ]
-        row.update(zip(PRICE, max(pc)[-1] if pc else (None, None, None)))
-        sc = [
-            (e.stock[1], i, e.stock)
-            for i, e in ups
-            if e.stock is not None
-            and e.stock[0] is not None
-            and e.stock[1] is not None
-            and (d is None or e.stock[1] > d)
-        ]
-        row.update(zip(STOCK, max(sc)[-1] if sc else (None, None)))
-        out[k] = {c: row[c] for c in COLS}
-    return out
-
-
-def rows(t: mere.Table, **kw: Any) -> dict[int, dict[str, Any]]:
-    got = t.to_arrow(**kw).to_pylist()
-    out = {r["k"]: r for r in got}
-    assert len(out) == len(got), f"a key came out twice: {sorted(r['k'] for r in got)}"
-    return out
 
 
 def bag(rs: Any, cols: list[str]) -> list[tuple[Any, ...]]:
