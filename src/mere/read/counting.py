@@ -27,6 +27,9 @@ __all__ = ["live_keys"]
 
 # A sorted run of unique keys at least this many times the newer rows: those are searched in it.
 SEARCH_RATIO = 2
+# Integer keys whose range spans at most this many values per stored row are marked in a byte map of the
+# range instead of sorted: the map holds at most the bytes of the 64-bit keys it replaces sorting.
+MAP_SPAN_PER_ROW = 8
 
 
 def _oldest_run_first(
@@ -61,6 +64,10 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
     each_ops = [operation_codes(p) if OP_COLUMN in p.column_names else None for _, p in parts]
     deletes = any(o is not None and bool((o == OP_DELETE).any()) for o in each_ops)
     n = sum(p.num_rows for _, p in parts)
+    if len(spec.primary_key) == 1:
+        mapped = _live_by_map(spec.primary_key[0], parts, each_ops, n)
+        if mapped is not None:
+            return mapped
     keys: list[Any] = []
     for c in spec.primary_key:
         arrays = [a for _, p in parts for a in p.column(c).chunks]
@@ -112,3 +119,39 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
     is_last[:-1] = starts[1:]
     is_last[-1] = True
     return int(np.count_nonzero(is_last & (ops[order] != OP_DELETE)))
+
+
+def _live_by_map(
+    key: str, parts: Sequence[tuple[FileTask, pa.Table]], each_ops: Sequence[np.ndarray | None], n: int
+) -> int | None:
+    """Live keys of one integer-like key column, each file's rows marked in a byte map of the window's key
+    range, oldest file first: a key's newest version sets its byte last (live, or not for a delete
+    marker). Linear, where sorting the keys is not. None where a value is not integer-like or NULL, a
+    chunk of a file is not strictly increasing (one assignment would then set a byte twice, in no defined
+    order), or the range is wider than ``MAP_SPAN_PER_ROW`` values a row."""
+    runs: list[tuple[np.ndarray, np.ndarray | None]] = []
+    for (_, p), ops in zip(parts, each_ops):
+        offset = 0
+        for chunk in p.column(key).chunks:
+            values = numpy_sortable_array(chunk) if not chunk.null_count else None
+            if values is None or values.dtype.kind not in "iu":
+                return None
+            if len(values):
+                runs.append((values, None if ops is None else ops[offset : offset + len(values)]))
+            offset += len(values)
+    if not runs:
+        return 0
+    lo, hi = min(int(v[0]) for v, _ in runs), max(int(v[-1]) for v, _ in runs)
+    if hi - lo >= MAP_SPAN_PER_ROW * max(n, 1):
+        return None
+    if any(len(v) > 1 and not bool((v[1:] > v[:-1]).all()) for v, _ in runs):
+        return None
+    # In Arrow's pool: the previous window's map is handed back instead of fresh pages faulted in.
+    live = np.frombuffer(pa.allocate_buffer(hi - lo + 1), dtype=np.bool_)
+    live[:] = False
+    for values, ops in runs:
+        if values.itemsize < 8:  # narrow types: the offsets may not fit them
+            values = values.astype(np.int64)
+        at = values - values.dtype.type(lo)  # 64-bit: wraps, if at all, back into the (small) range
+        live[at] = True if ops is None else ops != OP_DELETE
+    return int(np.count_nonzero(live))
