@@ -105,6 +105,8 @@ MAP_TYPES = {
     "int64 low": (pa.int64(), -(2**63)),
     "int64 high": (pa.int64(), 2**63 - 400),
     "date32": (pa.date32(), 0),
+    "date64": (pa.date64(), 0),
+    "uint32": (pa.uint32(), 2**32 - 400),
     "timestamp": (pa.timestamp("us", "UTC"), -(2**40)),
     "float64": (pa.float64(), 0),  # not integer-like: always sorted
 }
@@ -136,14 +138,14 @@ def test_live_keys_by_byte_map_equal_the_sorted_count_and_a_model(
     model: dict[int, int] = {}
     for seq, rows in enumerate(files, start=1):
         keyed = sorted(dict((min(k * spread, width), op) for k, op in rows).items())
-        if repeat and keyed:
-            keyed.insert(0, keyed[0])  # the same key twice in one file: not one sorted run
+        if repeat and keyed:  # the same key twice in one file, the later with another operation
+            keyed.insert(1, (keyed[0][0], OP_DELETE if keyed[0][1] != OP_DELETE else OP_MERGE))
         if without_ops and all(op != OP_DELETE for _, op in keyed):
             ops = None
         else:
             ops = pa.array([op for _, op in keyed], pa.int8())
         values = [low + k for k, _ in keyed]
-        if pa.types.is_date32(arrow_type) or pa.types.is_timestamp(arrow_type):
+        if pa.types.is_date(arrow_type) or pa.types.is_timestamp(arrow_type):
             keys = pa.array(values, pa.int64()).cast(pa.int32() if kind == "date32" else pa.int64())
             keys = keys.view(arrow_type)
         else:
@@ -162,8 +164,8 @@ def test_live_keys_by_byte_map_equal_the_sorted_count_and_a_model(
     assert mapped is None or mapped == expected
     if model and kind != "float64" and not repeat and max(model) - min(model) < 8 * rows:
         assert mapped == expected  # narrow enough, one sorted run a file: the map counted it
-    if kind == "float64":
-        assert mapped is None or not parts
+    if parts and (kind == "float64" or (repeat and not cuts)):
+        assert mapped is None  # not integer-like, or a chunk holding a key twice: sorted instead
     try:
         span, counting.MAP_SPAN_PER_ROW = counting.MAP_SPAN_PER_ROW, 0  # sorted only
         assert live_keys(SPEC, parts) == expected
@@ -203,6 +205,46 @@ def test_live_keys_by_byte_map_near_a_type_limit(arrow_type: pa.DataType, low: i
     each_ops = [None, np.full(len(gone), OP_DELETE, np.int8)]
     assert counting._live_by_map("k", parts, each_ops, 200 + len(gone)) == 200 - len(gone)
     assert live_keys(SPEC, parts) == 200 - len(gone)
+
+
+def test_live_keys_by_byte_map_on_reused_pool_memory() -> None:
+    """The map is taken from Arrow's pool, which hands back freed memory as it was: bytes a previous
+    allocation left set must not count as keys."""
+    dirty = np.frombuffer(pa.allocate_buffer(1 << 20), dtype=np.uint8)
+    dirty[:] = 0xFF
+    del dirty
+    keys = np.arange(0, 1 << 20, 4, dtype=np.int64)  # a range of 1 MiB, one key in four
+    parts = [(FileTask("a", 1, "data", len(keys), 0), pa.table({"k": keys}))]
+    assert counting._live_by_map("k", parts, [None], len(keys)) == len(keys)
+    assert live_keys(SPEC, parts) == len(keys)
+
+
+@pytest.mark.parametrize("arrow_type", [pa.date32(), pa.timestamp("ms"), pa.timestamp("us", "UTC")])
+def test_count_of_keys_beyond_python_datetimes_in_a_compaction_cut_into_files(
+    tmp_path: Any, monkeypatch: Any, arrow_type: pa.DataType
+) -> None:
+    """A compaction's output cut into several files is ordered by its first keys before counting: dates
+    and timestamps beyond year 9999 have no Python value and were compared as such (OverflowError)."""
+    import mere
+    from mere.table import compaction
+
+    monkeypatch.setattr(compaction, "CHUNK_ROWS", 100)
+    step = {"date32[day]": 1, "timestamp[ms]": 86_400_000}.get(str(arrow_type), 86_400_000_000)
+    start = 3_000_000 * step  # about year 10183
+    raw = pa.array([start + i * step for i in range(1000)], pa.int64())
+    keys = (raw.cast(pa.int32()) if pa.types.is_date32(arrow_type) else raw).view(arrow_type)
+    t = mere.connect(str(tmp_path)).create_table(
+        "db.t", pa.schema([pa.field("k", arrow_type), pa.field("v", pa.int64())]), primary_key=["k"]
+    )
+    t.upsert(pa.table({"k": keys, "v": range(1000)}))
+    t.upsert(pa.table({"k": keys[:1], "v": [9]}))
+    t.compact()
+    files = t.files_at(t.version)
+    assert len(files) > len({(f.bucket, f.seq) for f in files})  # a bucket's output cut into files
+    t.upsert(pa.table({"k": keys[5:6], "v": [9]}))
+    t.delete(pa.table({"k": keys[7:9]}))
+    assert t.scan().to_arrow().num_rows == 998
+    assert t.scan(threads=1).count() == t.scan(threads=2).count() == 998
 
 
 def test_a_window_without_deletes_counts_distinct_keys() -> None:

@@ -47,11 +47,19 @@ def _oldest_run_first(
     if lead < 2:
         return parts
     key = spec.primary_key[0]
-    ordered = sorted(parts[:lead], key=lambda part: part[1].column(key)[0].as_py())
+    ordered = sorted(parts[:lead], key=lambda part: _key_at(part[1].column(key), 0))
     for (_, before), (_, after) in itertools.pairwise(ordered):
-        if before.column(key)[-1].as_py() >= after.column(key)[0].as_py():
+        if _key_at(before.column(key), -1) >= _key_at(after.column(key), 0):
             return parts  # the files share keys: their order decides which version is newer
     return [*ordered, *parts[lead:]]
+
+
+def _key_at(column: pa.ChunkedArray, at: int) -> Any:
+    """One key value of a sorted file, comparable with the others' (NumPy's where it orders the type as
+    Arrow does: dates and timestamps beyond Python's datetime range have no Python value)."""
+    one = column.slice(at % len(column), 1).combine_chunks()
+    as_np = numpy_sortable_array(one)
+    return as_np[0] if as_np is not None else one[0].as_py()
 
 
 def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> int:
