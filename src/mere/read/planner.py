@@ -246,7 +246,7 @@ def read_scope(spec: TableSpec, files: Sequence[FileEntry], parts: FilterParts) 
 
 def _stat_value(v: Any, t: pa.DataType) -> Any:
     """Parquet statistics as Python values comparable with bound literals."""
-    if v is None:
+    if v is None or v != v:  # NaT (pandas' reading of an ns timestamp at int64's minimum) orders with nothing
         return None
     if pa.types.is_timestamp(t) and isinstance(v, dt.datetime) and t.tz is not None and v.tzinfo is None:
         return v.replace(tzinfo=dt.UTC)
