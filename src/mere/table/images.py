@@ -83,6 +83,15 @@ def compare_images(
     return rows, at, kind, key
 
 
+def values_in(column: str, values: pa.Array | pa.ChunkedArray) -> E.Expr:
+    """``column IN (values)``, to prune what a scan reads; always true where a value has no Python form
+    (a date or timestamp beyond Python's datetime range), which prunes nothing."""
+    try:
+        return E.In(column, tuple(pc.unique(values).to_pylist()))
+    except (OverflowError, ValueError):
+        return E.AlwaysTrue()
+
+
 def key_filter(key_columns: Sequence[str], keys: pa.Table) -> E.Expr | None:
     """``key IN (keys)`` for a one-column integer or string key (None otherwise: the keys are joined
     after the merge anyway). Runs before the merge: every version of a key holds the same key, and row

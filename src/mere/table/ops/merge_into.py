@@ -50,6 +50,7 @@ from mere.table.commit import (
 )
 from mere.table.conflicts import RowsUnchanged
 from mere.table.context import TableContext, TableHandle
+from mere.table.images import values_in
 from mere.table.ops.update import arrow_failure, assign, expression, split_name
 from mere.table.revalidate import ReadRows
 from mere.table.stored_keys import resolve
@@ -1402,7 +1403,7 @@ class MergePlan:
         )
         if not other.num_rows:
             return [], ReadScope(frozenset())
-        where = E.conjunction([E.In(k, tuple(pc.unique(other.column(k)).to_pylist())) for k in keys])
+        where = E.conjunction([values_in(k, other.column(k)) for k in keys])
         scan = self.merge.table.scan(columns=list(self.spec.identity_columns), filter=where, version=base)
         identity = list(self.spec.unique_columns)  # table-wide keys clash in any partition
         held = scan.to_arrow().select(identity)

@@ -43,6 +43,7 @@ from mere.table.commit import (
 )
 from mere.table.conflicts import PartitionSet, PartitionsUnchanged, RowsUnchanged
 from mere.table.context import TableContext, file_splits, partition_values
+from mere.table.images import values_in
 from mere.table.revalidate import ReadRows
 from mere.table.versions import require_live
 from mere.table.write_checks import WriteChecks
@@ -284,7 +285,7 @@ class DeleteKeys:
         conformed, _ = conform(self.keys.select(on), on_spec, partial_ok=True, identifier=ctx.name)
         where: Any = None
         if len(pk) == 1 and conformed.num_rows <= 10_000:
-            where = E.In(pk[0], tuple(pc.unique(conformed.column(pk[0])).to_pylist()))  # prunes buckets
+            where = values_in(pk[0], conformed.column(pk[0]))  # prunes buckets
         current = ctx.handle.scan(columns=marker_columns(spec), filter=where, version=base).to_arrow()
         found = current.join(conformed.select(on).group_by(on).aggregate([]), keys=on, join_type="left semi")
         # A key found nowhere at ``base`` may be written concurrently: its bucket stays in scope.
