@@ -1,0 +1,384 @@
+"""Trial 58b: legal Arrow dates and timestamps that have no Python value (before year 1, after year 9999,
+nanoseconds at int64's limits, -2**63 being pandas' NaT) as primary key, partition column, value column
+and ``sequence_by`` column, through every public operation, against a plain dict model over the raw
+integers (results are compared as Arrow arrays / raw integers, never as Python datetimes)."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mere
+from mere.errors import InvalidInput, MereError
+
+I64 = 2**63
+# kind: (type, raw values from lowest to highest: type minimum, before year 1 / near minimum, 0,
+# after year 9999 / near maximum, type maximum)
+KINDS: dict[str, tuple[pa.DataType, list[int]]] = {
+    "date32": (pa.date32(), [-(2**31), -800_000, 0, 3_000_000, 2**31 - 1]),
+    "timestamp_us": (pa.timestamp("us"), [-I64, -(2**62), 0, 2**62, I64 - 1]),
+    "timestamp_ms_utc": (pa.timestamp("ms", "UTC"), [-I64, -(2**50), 0, 2**50, I64 - 1]),
+    "timestamp_ns": (pa.timestamp("ns"), [-I64, -I64 + 1, 0, I64 - 2, I64 - 1]),
+}
+# Keys are bucketed by their value in microseconds (as Spark hashes them): a millisecond key must fit
+# int64 microseconds (beyond, the write is refused: test_ms_key_beyond_int64_micros_is_refused).
+MS_KEY_LIMIT = (I64 - 1) // 1000
+KEY_POOLS = {
+    **{k: v[1] for k, v in KINDS.items()},
+    "timestamp_ms_utc": [-MS_KEY_LIMIT, -(2**50), 0, 2**50, MS_KEY_LIMIT],
+}
+
+
+def _arr(kind: str, raw: list[int]) -> pa.Array:
+    arrow_type = KINDS[kind][0]
+    width = pa.int32() if arrow_type == pa.date32() else pa.int64()
+    return pa.array(raw, width).view(arrow_type)
+
+
+def _raw(column: Any) -> list[int]:
+    """The raw integers of a date or timestamp column (no Python datetimes involved)."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    width = pa.int32() if column.type == pa.date32() else pa.int64()
+    return column.view(width).to_pylist()
+
+
+def _table(tmp: Path, schema: pa.Schema, **options: Any) -> mere.Table:
+    options.setdefault("properties", {"compaction.auto": "off"})
+    return mere.connect(str(tmp / uuid.uuid4().hex)).create_table("db.t", schema, **options)
+
+
+def _rows(t: mere.Table, key: str = "k", **scan: Any) -> dict[int, int]:
+    got = t.scan(**scan).to_arrow()
+    return dict(zip(_raw(got.column(key)), got.column("v").to_pylist()))
+
+
+# ---------------------------------------------------------------- key column: random ops vs dict model
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["upsert", "delete_keys", "delete_filter", "update", "compact"]),
+        st.lists(st.integers(0, 4), min_size=1, max_size=4),
+        st.integers(0, 99),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("layout", ["plain", "partition_scope", "table_scope"])
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=OPS)
+def test_extreme_keys_random_ops_match_dict_model(tmp_path: Path, kind: str, layout: str, ops: list) -> None:
+    arrow_type, pool = KINDS[kind][0], KEY_POOLS[kind]
+    fields = [pa.field("k", arrow_type), pa.field("p", pa.string()), pa.field("v", pa.int64())]
+    schema = pa.schema(fields)
+    options: dict[str, Any] = {"primary_key": "k", "buckets": 2}
+    if layout != "plain":
+        options.update(partition_by="p", key_scope=layout.split("_")[0])
+    t = _table(tmp_path, schema, **options)
+    model: dict[int, int] = {}
+    history: dict[int, dict[int, int]] = {t.version: {}}
+    for op, picks, n in ops:
+        keys = sorted({pool[i] for i in picks})
+        if op == "upsert":
+            t.upsert(
+                pa.table({"k": _arr(kind, keys), "p": ["a"] * len(keys), "v": [n] * len(keys)}, schema=schema)
+            )
+            model.update(dict.fromkeys(keys, n))
+        elif op == "delete_keys":
+            t.delete(pa.table({"k": _arr(kind, keys), "p": ["a"] * len(keys)}))
+            for k in keys:
+                model.pop(k, None)
+        elif op == "delete_filter":  # a pyarrow Expression compares the key with an extreme literal
+            t.delete(pc.field("k") >= pc.scalar(_arr(kind, keys[-1:])[0]))
+            model = {k: v for k, v in model.items() if k < keys[-1]}
+        elif op == "update":
+            t.update(set={"v": f"v + {n}"}, where=pc.field("k") <= pc.scalar(_arr(kind, keys[:1])[0]))
+            model = {k: v + n if k <= keys[0] else v for k, v in model.items()}
+        else:
+            t.compact()
+        history[t.version] = dict(model)
+        assert _rows(t) == model
+        assert t.scan().count() == len(model)
+    for version, expected in history.items():  # time travel
+        assert _rows(t, version=version) == expected
+    # the key as a filter: equality on each extreme, ranges around 0
+    for k in pool:
+        got = _rows(t, filter=pc.field("k") == pc.scalar(_arr(kind, [k])[0]))
+        assert got == ({k: model[k]} if k in model else {})
+    zero = pc.scalar(_arr(kind, [0])[0])
+    assert _rows(t, filter=pc.field("k") > zero) == {k: v for k, v in model.items() if k > 0}
+    assert _rows(t, filter=pc.field("k") < zero) == {k: v for k, v in model.items() if k < 0}
+    assert t.scan(filter=pc.field("k") < zero).count() == sum(1 for k in model if k < 0)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_extreme_keys_change_feed_and_inspect(tmp_path: Path, kind: str) -> None:
+    arrow_type, pool = KINDS[kind][0], KEY_POOLS[kind]
+    schema = pa.schema([pa.field("k", arrow_type), pa.field("v", pa.int64())])
+    t = _table(tmp_path, schema, primary_key="k")
+    t.upsert(pa.table({"k": _arr(kind, pool), "v": [0] * 5}, schema=schema))
+    start = t.version
+    t.upsert(pa.table({"k": _arr(kind, pool[:2]), "v": [1, 1]}, schema=schema))
+    t.delete(pa.table({"k": _arr(kind, pool[3:])}))
+    t.compact()
+    feed = t.changes(start).read_all()
+    got = sorted(
+        zip(_raw(feed.column("k")), feed.column("_change").to_pylist(), feed.column("v").to_pylist())
+    )
+    expected = sorted(
+        [
+            (pool[0], "update_before", 0),
+            (pool[0], "update_after", 1),
+            (pool[1], "update_before", 0),
+            (pool[1], "update_after", 1),
+            (pool[3], "delete", 0),
+            (pool[4], "delete", 0),
+        ]
+    )
+    assert got == expected
+    assert t.inspect.files().num_rows >= 1
+    assert t.inspect.snapshots().num_rows >= 4
+    plan = str(t.scan(filter=pc.field("k") == pc.scalar(_arr(kind, pool[4:])[0])).explain())
+    assert "scan at version" in plan
+    t.overwrite(pa.table({"k": _arr(kind, pool[::4]), "v": [7, 8]}, schema=schema))
+    assert _rows(t) == {pool[0]: 7, pool[4]: 8}
+    assert _rows(t, version=start) == dict.fromkeys(pool, 0)
+
+
+def test_ms_key_beyond_int64_micros_is_refused(tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("k", pa.timestamp("ms", "UTC")), pa.field("v", pa.int64())])
+    t = _table(tmp_path, schema, primary_key="k")
+    t.upsert(pa.table({"k": _arr("timestamp_ms_utc", [0]), "v": [0]}, schema=schema))
+    before = t.version
+    for raw in (MS_KEY_LIMIT + 1, -MS_KEY_LIMIT - 1, I64 - 1, -I64):
+        with pytest.raises(InvalidInput):
+            t.upsert(pa.table({"k": _arr("timestamp_ms_utc", [raw, 5]), "v": [1, 1]}, schema=schema))
+        assert t.version == before and _rows(t) == {0: 0}
+
+
+# ---------------------------------------------------------------- value column
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_extreme_values_filters_merge_update(tmp_path: Path, kind: str) -> None:
+    arrow_type, pool = KINDS[kind]
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("ts", arrow_type), pa.field("v", pa.int64())])
+    t = _table(tmp_path, schema, primary_key="id", buckets=2)
+    t.upsert(pa.table({"id": range(5), "ts": _arr(kind, pool), "v": [0] * 5}, schema=schema))
+    model = dict(enumerate(pool))
+    for i, lit in enumerate(pool):
+        s = pc.scalar(_arr(kind, [lit])[0])
+        for op, f in [(">", pc.field("ts") > s), ("<=", pc.field("ts") <= s), ("==", pc.field("ts") == s)]:
+            ids = sorted(t.scan(filter=f).to_arrow().column("id").to_pylist())
+            cmp = {">": lambda a, b: a > b, "<=": lambda a, b: a <= b, "==": lambda a, b: a == b}[op]
+            assert ids == [j for j, x in model.items() if cmp(x, lit)], (op, i)
+    assert sorted(t.scan(filter="ts = ts AND ts IS NOT NULL").to_arrow().column("id").to_pylist()) == list(
+        range(5)
+    )
+    # MERGE: a condition comparing two extreme values, then an UPDATE keeping them
+    source = pa.table({"id": range(6), "ts": _arr(kind, [*reversed(pool), 0]), "v": [1] * 6}, schema=schema)
+    metrics = (
+        t.merge(source)
+        .when_matched_update(set={"v": "s.v", "ts": "s.ts"}, condition="s.ts > t.ts")
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert (metrics.updated, metrics.inserted) == (2, 1)
+    model = {i: (max(pool[i], pool[4 - i]), 1 if pool[4 - i] > pool[i] else 0) for i in range(5)}
+    model[5] = (0, 1)
+    got = t.scan().to_arrow().sort_by("id")
+    assert list(zip(_raw(got.column("ts")), got.column("v").to_pylist())) == [model[i] for i in range(6)]
+    t.update(set={"ts": "GREATEST(ts, ts)", "v": "v + 10"}, where="ts >= ts")
+    after = t.scan().to_arrow().sort_by("id")
+    assert _raw(after.column("ts")) == [model[i][0] for i in range(6)]
+    assert after.column("v").to_pylist() == [model[i][1] + 10 for i in range(6)]
+    t.compact()
+    assert t.scan().to_arrow().sort_by("id").equals(after)
+
+
+@pytest.mark.parametrize("kind", ["date32", "timestamp_us", "timestamp_ms_utc"])
+def test_min_max_beyond_python_raise_invalid_input(tmp_path: Path, kind: str) -> None:
+    arrow_type, pool = KINDS[kind]
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("ts", arrow_type)])
+    t = _table(tmp_path, schema, primary_key="id")
+    t.upsert(pa.table({"id": [0, 1, 2], "ts": _arr(kind, pool[1:4])}, schema=schema))
+    for scan in (t.scan(), t.scan(filter="id >= 0")):  # footer statistics, then a read
+        with pytest.raises(InvalidInput):
+            scan.min("ts")
+        with pytest.raises(InvalidInput):
+            scan.max("ts")
+    before = t.version
+    assert t.scan(filter="id = 1").min("ts") is not None and t.version == before
+
+
+def test_min_max_of_ns_near_limits(tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("ts", pa.timestamp("ns"))])
+    t = _table(tmp_path, schema, primary_key="id")
+    t.upsert(pa.table({"id": [0, 1, 2], "ts": _arr("timestamp_ns", [-I64 + 1, 5, I64 - 1])}, schema=schema))
+    low, high = t.scan().min("ts"), t.scan().max("ts")
+    assert pa.scalar(low, pa.timestamp("ns")).value == -I64 + 1
+    assert pa.scalar(high, pa.timestamp("ns")).value == I64 - 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Scan.min() of a timestamp[ns] column whose smallest value is -2**63 returns pandas.NaT (the "
+    "fold's best.as_py() turns the legal int64 minimum into NaT): a missing value for a non-NULL minimum, "
+    "where out-of-range values are documented to raise InvalidInput",
+)
+def test_min_of_ns_at_int64_minimum_is_not_nat(tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("ts", pa.timestamp("ns"))])
+    t = _table(tmp_path, schema, primary_key="id")
+    t.upsert(pa.table({"id": [0, 1], "ts": _arr("timestamp_ns", [-I64, 5])}, schema=schema))
+    try:
+        low = t.scan().min("ts")
+    except MereError:
+        return  # a typed refusal is fine
+    assert low is not None and low == low  # NaT != NaT
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="year() of a date beyond year 32767 wraps (pyarrow's year kernel: date32 11_248_738, year 32768, "
+    "gives -32768; 2**31-1 and -2**31 both give 20599): filters and UPDATEs using year() silently get "
+    "wrong values instead of the true year (DuckDB: -5877641 for -2**31) or a typed error",
+)
+def test_year_of_dates_beyond_year_32767(tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("d", pa.date32())])
+    t = _table(tmp_path, schema, primary_key="id")
+    t.upsert(pa.table({"id": [0, 1], "d": _arr("date32", [11_248_738, -(2**31)])}, schema=schema))
+    try:
+        after_10000 = t.scan(filter="year(d) > 9999").to_arrow().column("id").to_pylist()
+    except MereError:
+        return
+    assert after_10000 == [0]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="comparing a timestamp[ns] column with a timestamp[us] column raises FilterError ('Casting from "
+    "timestamp[us] to timestamp[ns] would result in out of bounds') when a us value is beyond ns range, "
+    "though docs/sql.md says timestamps compare as instants, exactly: legal rows make the filter fail",
+)
+def test_ns_column_compared_with_us_column_beyond_ns_range(tmp_path: Path) -> None:
+    schema = pa.schema(
+        [pa.field("id", pa.int64()), pa.field("n", pa.timestamp("ns")), pa.field("u", pa.timestamp("us"))]
+    )
+    t = _table(tmp_path, schema, primary_key="id")
+    t.upsert(
+        pa.table(
+            {"id": [0, 1], "n": _arr("timestamp_ns", [0, 0]), "u": _arr("timestamp_us", [2**62, -5])},
+            schema=schema,
+        )
+    )
+    assert t.scan(filter="n > u").to_arrow().column("id").to_pylist() == [1]
+
+
+# ---------------------------------------------------------------- partition column
+
+
+@pytest.mark.parametrize("raw", [-800_000, -719_163, 2_932_897, 3_000_000, 2**31 - 1, -(2**31)])
+def test_partition_date_beyond_python_is_refused_typed(tmp_path: Path, raw: int) -> None:
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("p", pa.date32()), pa.field("v", pa.int64())])
+    t = _table(tmp_path, schema, primary_key="id", partition_by="p")
+    t.upsert(pa.table({"id": [9], "p": _arr("date32", [0]), "v": [9]}, schema=schema))
+    before = (t.version, _rows(t, key="id"))
+    batch = pa.table({"id": [1, 2], "p": _arr("date32", [raw, 0]), "v": [1, 2]}, schema=schema)
+    for write in (t.upsert, lambda b: t.overwrite(b, dynamic=True), t.overwrite):
+        with pytest.raises(MereError):
+            write(batch)
+        assert (t.version, _rows(t, key="id")) == before
+    assert t.delete(pc.field("p") == pc.scalar(_arr("date32", [raw])[0])).no_change
+
+
+@pytest.mark.parametrize("raw", [-719_162, 2_932_896])  # 0001-01-01 and 9999-12-31: the edges that fit
+def test_partition_dates_at_python_edges(tmp_path: Path, raw: int) -> None:
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("p", pa.date32()), pa.field("v", pa.int64())])
+    t = _table(tmp_path, schema, primary_key="id", partition_by="p")
+    t.upsert(pa.table({"id": [1, 2], "p": _arr("date32", [raw, 0]), "v": [1, 2]}, schema=schema))
+    edge = pc.scalar(_arr("date32", [raw])[0])
+    assert t.scan(filter=pc.field("p") == edge).to_arrow().column("id").to_pylist() == [1]
+    t.update(set={"v": "v + 1"}, where=pc.field("p") == edge)
+    assert _rows(t, key="id") == {1: 2, 2: 2}
+    t.overwrite(pa.table({"id": [3], "p": _arr("date32", [raw]), "v": [3]}, schema=schema), dynamic=True)
+    assert _rows(t, key="id") == {2: 2, 3: 3}
+    t.compact()
+    t.delete(pc.field("p") == edge)
+    assert _rows(t, key="id") == {2: 2}
+    assert _raw(t.scan().to_arrow().column("p")) == [0]
+
+
+# ---------------------------------------------------------------- sequence_by column
+
+
+@pytest.mark.parametrize("kind", ["date32", "timestamp_us", "timestamp_ns"])
+def test_sequence_extremes_grid(tmp_path: Path, kind: str) -> None:
+    """Every (stored, incoming) pair of extreme sequences: the higher wins (ties: the later commit), and
+    ``stale_rows`` counts an incoming row below the stored one."""
+    arrow_type, pool = KINDS[kind]
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("s", arrow_type), pa.field("v", pa.int64())])
+    for a, b in itertools.product(pool, pool):
+        t = _table(tmp_path, schema, primary_key="id", sequence_by="s")
+        t.upsert(pa.table({"id": [1, 2], "s": _arr(kind, [a, a]), "v": [1, 1]}, schema=schema))
+        result = t.upsert(pa.table({"id": [1], "s": _arr(kind, [b]), "v": [2]}, schema=schema))
+        assert _rows(t, key="id") == {1: 2 if b >= a else 1, 2: 1}, (a, b)
+        assert result.stale_rows == (1 if b < a else 0), (a, b)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_sequence_late_events_deletes_and_compaction(tmp_path: Path, kind: str) -> None:
+    arrow_type, (lo, below, zero, above, hi) = KINDS[kind]
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("s", arrow_type), pa.field("v", pa.int64())])
+    t = _table(tmp_path, schema, primary_key="id", sequence_by="s")
+
+    def write(ids: list[int], seqs: list[int], v: int) -> None:
+        t.upsert(pa.table({"id": ids, "s": _arr(kind, seqs), "v": [v] * len(ids)}, schema=schema))
+
+    write([1, 2, 3, 4], [hi, above, lo, zero], 1)
+    write([1, 2, 3, 4], [above, lo, lo, below], 2)  # late events: lower sequences lose, the tie wins
+    assert _rows(t, key="id") == {1: 1, 2: 1, 3: 2, 4: 1}
+    t.compact()
+    write([1, 2, 3, 4], [below, below, below, below], 3)  # after a fold, late events still lose
+    assert _rows(t, key="id") == {1: 1, 2: 1, 3: 3, 4: 1}
+    # a delete by filter marks just above the version read: its replay stays deleted, a newer event wins
+    t.delete("id = 2")
+    write([2], [above], 4)
+    assert _rows(t, key="id") == {1: 1, 3: 3, 4: 1}
+    write([2], [hi], 5)
+    assert _rows(t, key="id") == {1: 1, 2: 5, 3: 3, 4: 1}
+    # keys with their sequences are deleted blind at them: below the stored version they change nothing
+    t.delete(pa.table({"id": [3, 4], "s": _arr(kind, [lo, hi])}))
+    assert _rows(t, key="id") == {1: 1, 2: 5, 3: 3}
+    write([4], [hi], 6)  # equal to the delete's sequence: the later commit wins
+    assert _rows(t, key="id") == {1: 1, 2: 5, 3: 3, 4: 6}
+    t.merge(pa.table({"id": [3]})).when_matched_delete().execute()
+    t.compact()
+    write([3], [below], 7)  # the replay of what the MERGE deleted stays deleted after a fold
+    assert _rows(t, key="id") == {1: 1, 2: 5, 4: 6}
+    feed = t.changes(0).read_all()
+    assert sorted(zip(feed.column("id").to_pylist(), _raw(feed.column("s")))) == [(1, hi), (2, hi), (4, hi)]
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_sequence_delete_at_type_maximum_deletes(tmp_path: Path, kind: str) -> None:
+    """A delete by filter of a version at the sequence type's maximum (no value above it) still deletes
+    it. (Its replay at the maximum comes back: writer.sequence_after leaves a maximum where it is.)"""
+    arrow_type, pool = KINDS[kind]
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("s", arrow_type), pa.field("v", pa.int64())])
+    t = _table(tmp_path, schema, primary_key="id", sequence_by="s")
+    t.upsert(pa.table({"id": [1, 2], "s": _arr(kind, [pool[4], pool[0]]), "v": [1, 2]}, schema=schema))
+    assert t.delete("id IN (1, 2)").rows_deleted == 2
+    assert t.scan().count() == 0
+    t.upsert(pa.table({"id": [2], "s": _arr(kind, [pool[0]]), "v": [2]}, schema=schema))
+    assert t.scan().count() == 0  # the replay of the minimum stays deleted
