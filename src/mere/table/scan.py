@@ -754,7 +754,8 @@ class Scan:
 
         Raises:
             SchemaMismatch: A column the table does not have.
-            InvalidInput: A column whose values have no order (lists, structs, maps).
+            InvalidInput: A column whose values have no order (lists, structs, maps), or an extreme that
+                Python cannot hold (a date or timestamp beyond its datetime, an ns timestamp of -2**63).
             NoSuchVersion: The scan's version expired (before or while it was read).
             StorageError: A data file could not be read (the message names it and the table).
         """
@@ -774,7 +775,8 @@ class Scan:
 
         Raises:
             SchemaMismatch: A column the table does not have.
-            InvalidInput: A column whose values have no order (lists, structs, maps).
+            InvalidInput: A column whose values have no order (lists, structs, maps), or an extreme that
+                Python cannot hold (a date or timestamp beyond its datetime, an ns timestamp of -2**63).
             NoSuchVersion: The scan's version expired (before or while it was read).
             StorageError: A data file could not be read (the message names it and the table).
         """
@@ -782,12 +784,19 @@ class Scan:
 
     def _extreme(self, column: str, which: str) -> Any:
         try:
-            return self._extreme_value(column, which)
+            value = self._extreme_value(column, which)
         except OverflowError as e:  # a legal Arrow value beyond Python's datetime range
             raise InvalidInput(
                 f"{self.table.name}: {which}() of column {column!r}: the value is beyond what Python's "
                 f"datetime holds ({e}); read it as Arrow: scan(columns=[{column!r}]).to_arrow()"
             ) from None
+        if value is not None and not isinstance(value, float) and value != value:
+            # pandas' NaT: an ns timestamp at int64's minimum, a value that is there, not a missing one
+            raise InvalidInput(
+                f"{self.table.name}: {which}() of column {column!r}: the value (-2**63 ns) reads as pandas' "
+                f"NaT in Python; read it as Arrow: scan(columns=[{column!r}]).to_arrow()"
+            )
+        return value
 
     def _extreme_value(self, column: str, which: str) -> Any:
         scan = self.select(column)  # checks the name
