@@ -246,7 +246,8 @@ def test_min_of_ns_at_int64_minimum_is_not_nat(tmp_path: Path) -> None:
     strict=True,
     reason="year() of a date beyond year 32767 wraps (pyarrow's year kernel: date32 11_248_738, year 32768, "
     "gives -32768; 2**31-1 and -2**31 both give 20599): filters and UPDATEs using year() silently get "
-    "wrong values instead of the true year (DuckDB: -5877641 for -2**31) or a typed error",
+    "wrong values instead of the true year (DuckDB: -5877641 for -2**31) or a typed error (a known limit "
+    "in docs/sql.md)",
 )
 def test_year_of_dates_beyond_year_32767(tmp_path: Path) -> None:
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("d", pa.date32())])
@@ -263,7 +264,8 @@ def test_year_of_dates_beyond_year_32767(tmp_path: Path) -> None:
     strict=True,
     reason="comparing a timestamp[ns] column with a timestamp[us] column raises FilterError ('Casting from "
     "timestamp[us] to timestamp[ns] would result in out of bounds') when a us value is beyond ns range, "
-    "though docs/sql.md says timestamps compare as instants, exactly: legal rows make the filter fail",
+    "though timestamps compare as instants, exactly: legal rows make the filter fail (a known limit in "
+    "docs/sql.md)",
 )
 def test_ns_column_compared_with_us_column_beyond_ns_range(tmp_path: Path) -> None:
     schema = pa.schema(
