@@ -9,7 +9,9 @@ tables and compound keys."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -103,6 +105,24 @@ def _check(t: mere.Table, expected: dict[int, int], version: int, kind: str) -> 
         assert got == len(t.scan(filter=f, version=version).to_arrow())
 
 
+@contextlib.contextmanager
+def _map_answers() -> Iterator[list[int | None]]:
+    """What each call of the byte-map route answered (None: it declined) while the block ran."""
+    calls: list[int | None] = []
+    real = counting._live_by_map
+
+    def spy(*a: Any) -> int | None:
+        out = real(*a)
+        calls.append(out)
+        return out
+
+    counting._live_by_map = spy  # type: ignore[assignment]
+    try:
+        yield calls
+    finally:
+        counting._live_by_map = real  # type: ignore[assignment]
+
+
 IDS = st.integers(0, 63)
 STEP = st.one_of(
     st.tuples(st.just("upsert"), st.lists(IDS, max_size=40)),  # duplicates and empty batches allowed
@@ -189,19 +209,8 @@ def test_count_dense_limits_each_type(tmp_path: Any, kind: str, at_top: bool) ->
     back = _raw_keys(kind, ids[7:30:4], at_top, sparse=False)
     t.upsert(_rows(t, kind, back, 9, False))
     model.update(dict.fromkeys(back, 9))
-    calls: list[int | None] = []
-    real = counting._live_by_map
-
-    def spy(*a: Any) -> int | None:
-        out = real(*a)
-        calls.append(out)
-        return out
-
-    counting._live_by_map = spy  # type: ignore[assignment]
-    try:
+    with _map_answers() as calls:
         _check(t, model, t.version, kind)
-    finally:
-        counting._live_by_map = real  # type: ignore[assignment]
     if kind != "timestamp_s":  # Parquet stores seconds as milliseconds: 1000 values a row, the sort route
         assert any(c is not None for c in calls), "the byte map route never answered"
 
@@ -221,20 +230,9 @@ def test_count_straddling_windows(tmp_path: Any) -> None:
     model -= set(sparse[::5])
     t.upsert(_rows(t, "int32", [-450, -350, sparse[5]], 7, False))
     model |= {-450, -350, sparse[5]}
-    calls: list[int | None] = []
-    real = counting._live_by_map
-
-    def spy(*a: Any) -> int | None:
-        out = real(*a)
-        calls.append(out)
-        return out
-
-    counting._live_by_map = spy  # type: ignore[assignment]
-    try:
+    with _map_answers() as calls:
         for opts in ({"threads": 1, "window_bytes": 200}, {"threads": 2, "window_bytes": 300}):
             assert t.scan(**opts).count() == len(model) == len(t.scan().to_arrow()), opts
-    finally:
-        counting._live_by_map = real  # type: ignore[assignment]
     assert None in calls and any(c is not None for c in calls), calls
 
 
