@@ -365,6 +365,41 @@ def _null(t: pa.DataType) -> pa.Scalar:
     return pa.scalar(None, t)
 
 
+def _compare_units(op: str, left: Typed, right: Typed) -> Typed:
+    """``left op right`` for timestamps of two units, exactly: the finer side is split into whole units of
+    the coarser one (floored) and a remainder, so no value is cast into a range that may not hold it (a
+    microsecond beyond the years 1677-2262 has no nanosecond value). NULL on either side gives NULL."""
+
+    def call(name: str, *args: pc.Expression) -> pc.Expression:
+        return pc.Expression._call(name, list(args))
+
+    if _UNITS.index(left.type.unit) > _UNITS.index(right.type.unit):  # left is the coarser side
+        op, left, right = str(flip(cast(CompareOp, op))), right, left
+    factor = pc.scalar(1000 ** (_UNITS.index(right.type.unit) - _UNITS.index(left.type.unit)))
+    # Each side in its own type first: a file may hold another unit (Parquet keeps seconds as milliseconds).
+    fine = left.expr.cast(left.type).cast(pa.int64())
+    coarse = right.expr.cast(right.type).cast(pa.int64())
+    whole = call("divide", fine, factor)  # integer division: toward zero
+    rest = call("subtract", fine, call("multiply", whole, factor))
+    below = call("less", rest, pc.scalar(0))
+    whole = call("if_else", below, call("subtract", whole, pc.scalar(1)), whole)
+    rest = call("if_else", below, call("add", rest, factor), rest)
+    same = call("and", call("equal", whole, coarse), call("equal", rest, pc.scalar(0)))
+    out = {
+        "<": call("less", whole, coarse),
+        ">=": call("greater_equal", whole, coarse),
+        "==": same,
+        "!=": call("invert", same),
+        "<=": call("or_kleene", call("less", whole, coarse), same),
+        ">": call(
+            "or_kleene",
+            call("greater", whole, coarse),
+            call("and", call("equal", whole, coarse), call("greater", rest, pc.scalar(0))),
+        ),
+    }[op]
+    return Typed(out, pa.bool_())
+
+
 def _typed_null(t: pa.DataType) -> pc.Expression:
     """A NULL of type ``t`` (``if_else`` of a constant and an untyped NULL narrows the constant's type:
     ``if_else(c, 100, NULL)`` is an int8, and ``* 2`` of it overflows)."""
@@ -1016,6 +1051,13 @@ class Lowering:
             return self._float_compare(op, left, right)
         left, right = self._integers(left, right)
         lt, rt = left.type, right.type
+        if (
+            pa.types.is_timestamp(lt)
+            and pa.types.is_timestamp(rt)
+            and lt.unit != rt.unit
+            and bool(lt.tz) == bool(rt.tz)
+        ):
+            return _compare_units(op, left, right)
         if pa.types.is_timestamp(lt) and pa.types.is_timestamp(rt) and lt != rt and lt.tz and rt.tz:
             # Instants of other zones and units: Arrow has no kernel for both at once; the finer unit in
             # UTC holds both (a zone is a label on the same instant).
