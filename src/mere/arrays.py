@@ -171,3 +171,17 @@ def stable_argsort(values: np.ndarray) -> np.ndarray:
     packed = (offset << np.uint64(bits)) | np.arange(n, dtype=np.uint64)
     packed.sort()
     return (packed & np.uint64((1 << bits) - 1)).astype(np.intp)
+
+
+def first_row(rows: pa.Table) -> dict[str, object]:
+    """The first row as Python values, for messages; a value Python cannot hold (a date after year 9999,
+    an ns timestamp of -2**63) as Arrow spells it instead."""
+    head = rows.slice(0, 1)
+    out: dict[str, object] = {}
+    for name, column in zip(head.column_names, head.columns):
+        try:
+            value = column.to_pylist()[0]
+            out[name] = value if value == value or value is None else column.cast(pa.string())[0].as_py()
+        except (OverflowError, ValueError):
+            out[name] = column.cast(pa.string())[0].as_py()
+    return out

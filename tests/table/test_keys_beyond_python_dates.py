@@ -1,5 +1,5 @@
 """Keys that are legal Arrow dates and timestamps but have no Python value (before year 1, after year
-9999): writes that prune their reads by the keys' values (a delete of keys on a table with table-wide
+9999; the ns timestamp -2**63, which pandas reads as NaT): writes that prune their reads by the keys' values (a delete of keys on a table with table-wide
 keys, a MERGE whose INSERT computes the key) must read everything instead of failing with OverflowError."""
 
 from __future__ import annotations
@@ -10,10 +10,13 @@ import pyarrow as pa
 import pytest
 
 import mere
+from mere.errors import MergeConflict
 
 # (type, raw values: before year 1, a plain date, after year 9999)
 KEYS = {
     "date32": (pa.date32(), [-800_000, 5, 3_000_000, 3_000_001]),
+    # -2**63 ns is a value, which pandas reads as NaT (a NULL in an IN list would match nothing)
+    "timestamp_ns": (pa.timestamp("ns"), [-(2**63), 5, 2**63 - 2, 2**63 - 1]),
     "timestamp_us": (pa.timestamp("us"), [-(2**62), 5, 2**62, 2**62 + 1]),
     "timestamp_ms_utc": (pa.timestamp("ms", "UTC"), [-(2**50), 5, 2**50, 2**50 + 1]),
 }
@@ -54,6 +57,11 @@ def test_merge_inserting_computed_keys(tmp_path: Path, kind: str) -> None:
         .execute()
     )
     assert (metrics.updated, metrics.inserted) == (1, 1)
+    clash = pa.table({"k2": _keys(kind, raw[2:3]), "k3": _keys(kind, raw[:1]), "v": [7]})
+    before = t.version
+    with pytest.raises(MergeConflict):  # an INSERT of a key the table holds
+        t.merge(clash, on="t.k = s.k2").when_not_matched_insert(values={"k": "s.k3", "v": "s.v"}).execute()
+    assert t.version == before
     rows = t.scan().to_arrow().sort_by("v")
     assert rows.column("v").to_pylist() == [5, 6]
     assert rows.column("k").combine_chunks() == _keys(kind, [raw[0], raw[3]])

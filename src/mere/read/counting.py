@@ -27,7 +27,7 @@ __all__ = ["live_keys"]
 
 # A sorted run of unique keys at least this many times the newer rows: those are searched in it.
 SEARCH_RATIO = 2
-# Integer keys whose range spans at most this many values per stored row are marked in a byte map of the
+# Integer-like keys (integers, dates, timestamps) whose range spans at most this many values per stored row are marked in a byte map of the
 # range instead of sorted: the map holds at most the bytes of the 64-bit keys it replaces sorting.
 MAP_SPAN_PER_ROW = 8
 
@@ -160,6 +160,6 @@ def _live_by_map(
     for values, ops in runs:
         if values.itemsize < 8:  # narrow types: the offsets may not fit them
             values = values.astype(np.int64)
-        at = values - values.dtype.type(lo)  # 64-bit: wraps, if at all, back into the (small) range
+        at = values - values.dtype.type(lo)  # exact: every value lies in [lo, hi]
         live[at] = True if ops is None else ops != OP_DELETE
     return int(np.count_nonzero(live))

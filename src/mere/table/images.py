@@ -84,12 +84,16 @@ def compare_images(
 
 
 def values_in(column: str, values: pa.Array | pa.ChunkedArray) -> E.Expr:
-    """``column IN (values)``, to prune what a scan reads; always true where a value has no Python form
-    (a date or timestamp beyond Python's datetime range), which prunes nothing."""
+    """``column IN (values)``, to prune what a scan reads; always true where a value has no Python form,
+    which prunes nothing: a date or timestamp beyond Python's datetime range, or an ns timestamp of -2**63
+    (pandas' NaT, which would read as NULL and match nothing)."""
     try:
-        return E.In(column, tuple(pc.unique(values).to_pylist()))
+        listed = pc.unique(values).to_pylist()
     except (OverflowError, ValueError):
         return E.AlwaysTrue()
+    if any(v is not None and v != v for v in listed):
+        return E.AlwaysTrue()
+    return E.In(column, tuple(listed))
 
 
 def key_filter(key_columns: Sequence[str], keys: pa.Table) -> E.Expr | None:

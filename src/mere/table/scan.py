@@ -755,7 +755,8 @@ class Scan:
         Raises:
             SchemaMismatch: A column the table does not have.
             InvalidInput: A column whose values have no order (lists, structs, maps), or an extreme that
-                Python cannot hold (a date or timestamp beyond its datetime, an ns timestamp of -2**63).
+                Python cannot hold (a date or timestamp beyond its datetime, an ns timestamp or duration of
+                -2**63).
             NoSuchVersion: The scan's version expired (before or while it was read).
             StorageError: A data file could not be read (the message names it and the table).
         """
@@ -776,7 +777,8 @@ class Scan:
         Raises:
             SchemaMismatch: A column the table does not have.
             InvalidInput: A column whose values have no order (lists, structs, maps), or an extreme that
-                Python cannot hold (a date or timestamp beyond its datetime, an ns timestamp of -2**63).
+                Python cannot hold (a date or timestamp beyond its datetime, an ns timestamp or duration of
+                -2**63).
             NoSuchVersion: The scan's version expired (before or while it was read).
             StorageError: A data file could not be read (the message names it and the table).
         """
@@ -791,7 +793,7 @@ class Scan:
                 f"datetime holds ({e}); read it as Arrow: scan(columns=[{column!r}]).to_arrow()"
             ) from None
         if value is not None and not isinstance(value, float) and value != value:
-            # pandas' NaT: an ns timestamp at int64's minimum, a value that is there, not a missing one
+            # pandas' NaT: an ns timestamp or duration of -2**63, a value that is there, not a missing one
             raise InvalidInput(
                 f"{self.table.name}: {which}() of column {column!r}: the value (-2**63 ns) reads as pandas' "
                 f"NaT in Python; read it as Arrow: scan(columns=[{column!r}]).to_arrow()"

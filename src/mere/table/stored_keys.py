@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mere.arrays import first_row
 from mere.errors import InvalidInput
 from mere.io.footer import primitive_leaf
 from mere.kernels import group_starts, last_by_sequence, sort_indices
@@ -818,7 +819,7 @@ def _refuse_partial_moves(spec: TableSpec, c: pa.Table, win_at: np.ndarray, else
     mine = partial[win_at] & elsewhere  # a key whose partial winner is live in another partition too
     if mine.any():
         i = int(win_at[np.flatnonzero(mine)[0]])
-        key = {k: c.column(k)[i].as_py() for k in spec.primary_key}
+        key = first_row(c.select(spec.primary_key).slice(i, 1))
         raise InvalidInput(
             f"a partial row (lacking columns) would move key {key} to another partition of a table with "
             "key_scope='table'; write whole rows where a key changes partition"

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mere.arrays import first_row
 from mere.errors import SchemaMismatch, SumOverflow
 from mere.io.footer import primitive_leaf
 from mere.kernels import group_starts, operation_codes, reduce_versions, sort_indices
@@ -291,7 +292,7 @@ class WriteChecks:
                 fresh[below] = False
                 lacking[below] = False
             if fresh.any():
-                example = rows.filter(pa.array(fresh)).select(pk).slice(0, 1).to_pylist()[0]
+                example = first_row(rows.filter(pa.array(fresh)).select(pk))
                 raise SchemaMismatch(
                     f"{self.identifier}: key {example} is deleted and inserted again in this write "
                     f"without non-nullable column(s) {self.required}"
@@ -316,7 +317,7 @@ class WriteChecks:
                 # read ignores it, so it creates nothing (a replayed event after a delete).
                 found |= _stale(table, base, key, wanted, self.spec)
             if not found.all():
-                example = wanted.filter(pa.array(~found)).slice(0, 1).to_pylist()[0]
+                example = first_row(wanted.filter(pa.array(~found)))
                 raise SchemaMismatch(
                     f"{self.identifier}: {int((~found).sum())} new key(s) such as {example} lack "
                     f"non-nullable column(s) {self.required}; rows that insert keys need them"
@@ -389,7 +390,7 @@ class WriteChecks:
                 bare |= np.asarray(merged.column(c).is_null().to_numpy(zero_copy_only=False), dtype=bool)
             bare &= out_op != OP_DELETE
             if bare.any():
-                example = merged.select(pk).filter(pa.array(bare)).slice(0, 1).to_pylist()[0]
+                example = first_row(merged.select(pk).filter(pa.array(bare)))
                 raise SchemaMismatch(
                     f"{self.identifier}: key {example} would be left live without non-nullable column(s) "
                     f"{self.required}: a delete lies between the sequences of its versions (a delete of "
@@ -571,7 +572,7 @@ def _exact_peak(
         bad = (((base ^ total) & (add ^ total)) < 0) | (total < info.min) | (total > info.max)
     if bad.any():
         i = int(np.argmax(bad))
-        key = {c: rows.column(c)[i].as_py() for c in pk}
+        key = first_row(rows.select(pk).slice(i, 1))
         raise SumOverflow(
             f"{identifier}: merge operator 'sum' on column {col!r} would overflow {t} for key {key} "
             f"(stored sum {base[i]} + {add[i]}); the write was not applied"

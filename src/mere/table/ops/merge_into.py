@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from mere import expr as E
-from mere.arrays import bool_array, sorted_unique
+from mere.arrays import bool_array, first_row, sorted_unique
 from mere.concurrency import default_threads, shared_pool
 from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey, SchemaMismatch, names_its_table
 from mere.expr.literals import format_ident
@@ -1140,6 +1140,8 @@ class MergePlan:
                 low, high = bounds["min"].as_py(), bounds["max"].as_py()
             except (OverflowError, ValueError):  # e.g. a date past year 9999: no Python value, no pruning
                 continue
+            if low != low or high != high:  # pandas' NaT: an ns timestamp of -2**63, not a NULL
+                continue
             parts += [E.Compare(">=", key, low), E.Compare("<=", key, high)]
         return E.conjunction(parts)
 
@@ -1415,7 +1417,7 @@ class MergePlan:
         )
         if found.num_rows:
             raise MergeConflict(
-                f"{self.name}: MERGE would insert a key the table already holds: {found.slice(0, 1).to_pylist()[0]}"
+                f"{self.name}: MERGE would insert a key the table already holds: {first_row(found)}"
             )
         return [split_name(s) for s in scan.plan()], scan.read_scope()
 
@@ -1449,7 +1451,7 @@ class MergePlan:
             if clash.num_rows:
                 raise MergeConflict(
                     f"{self.name}: MERGE would insert a key the table already holds: "
-                    f"{clash.slice(0, 1).to_pylist()[0]} (its row did not meet the ON condition)"
+                    f"{first_row(clash)} (its row did not meet the ON condition)"
                 )
 
     def _moved_mask(self, before: pa.Table, after: pa.Table) -> np.ndarray:
