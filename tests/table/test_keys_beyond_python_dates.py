@@ -36,6 +36,15 @@ def test_delete_of_keys_on_table_wide_keys(tmp_path: Path, kind: str) -> None:
         "db.t", schema, primary_key="k", partition_by="p", key_scope="table", buckets=2
     )
     t.upsert(pa.table({"k": _keys(kind, raw), "p": ["a", "b", "a", "b"], "v": [0, 1, 2, 3]}, schema=schema))
+    # A MERGE inserting a key held in another partition: a table-wide key clashes wherever it lives.
+    held = _keys(kind, raw[:1])  # in partition "a"
+    source = pa.table({"k2": _keys(kind, [raw[1] + 1]), "k3": held, "p": ["b"], "v": [9]})  # no match
+    before = t.version
+    with pytest.raises(MergeConflict):
+        t.merge(source, on="t.k = s.k2").when_not_matched_insert(
+            values={"k": "s.k3", "p": "s.p", "v": "s.v"}
+        ).execute()
+    assert t.version == before and t.scan().count() == 4
     before = t.version
     t.delete(pa.table({"k": _keys(kind, [raw[0], raw[2]])}))
     assert t.version == before + 1
