@@ -280,6 +280,10 @@ def _py_scalar(value: object) -> pa.Scalar:
     return pa.scalar(value, nanosecond_type([value]))
 
 
+# A time's fraction with a digit other than 0 past the sixth: Python's time.fromisoformat drops it.
+_SUB_MICROSECOND = re.compile(r"\.\d{6}\d*[1-9]")
+
+
 def bind_scalar(value: object, column: str, typ: pa.DataType) -> object:
     """Cast one literal to ``typ`` (``column`` names it in errors); None stays None.
 
@@ -322,6 +326,8 @@ def bind_scalar(value: object, column: str, typ: pa.DataType) -> object:
     if binary and isinstance(value, str):
         value = value.encode()
     if pa.types.is_time(typ) and isinstance(value, str):
+        if _SUB_MICROSECOND.search(value):
+            raise fail("finer than a microsecond (Python's time, which a literal becomes, would cut it)")
         try:
             value = _dt.time.fromisoformat(value)
         except ValueError as exc:

@@ -248,6 +248,8 @@ def _stat_value(v: Any, t: pa.DataType) -> Any:
     """Parquet statistics as Python values comparable with bound literals."""
     if v is None or v != v:  # NaT (pandas' reading of an ns timestamp at int64's minimum) orders with nothing
         return None
+    if pa.types.is_time64(t) and t.unit == "ns":  # pyarrow cuts these to microseconds: a max may fall short
+        return None
     if pa.types.is_timestamp(t) and isinstance(v, dt.datetime) and t.tz is not None and v.tzinfo is None:
         return v.replace(tzinfo=dt.UTC)
     if pa.types.is_decimal(t) and not isinstance(v, Decimal):
