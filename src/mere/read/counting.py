@@ -27,8 +27,9 @@ __all__ = ["live_keys"]
 
 # A sorted run of unique keys at least this many times the newer rows: those are searched in it.
 SEARCH_RATIO = 2
-# Integer-like keys (integers, dates, timestamps) whose range spans at most this many values per stored row are marked in a byte map of the
-# range instead of sorted: the map holds at most the bytes of the 64-bit keys it replaces sorting.
+# Integer-like keys (integers, dates, timestamps) whose range spans fewer than this many values per stored
+# row are marked in a byte map of the range instead of sorted: the map holds at most the bytes of the 64-bit
+# keys whose sort it replaces.
 MAP_SPAN_PER_ROW = 8
 
 
