@@ -105,7 +105,7 @@ def key_filter(key_columns: Sequence[str], keys: pa.Table) -> E.Expr | None:
     kind = keys.schema.field(key_columns[0]).type
     if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         return None  # other key types are joined only (their literals need no round trip here)
-    return E.In(key_columns[0], tuple(pc.unique(keys.column(key_columns[0])).to_pylist()))
+    return values_in(key_columns[0], keys.column(key_columns[0]))
 
 
 def file_keys(ctx: TableContext, entry: FileEntry) -> pa.Table:
