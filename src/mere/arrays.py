@@ -173,6 +173,13 @@ def stable_argsort(values: np.ndarray) -> np.ndarray:
     return (packed & np.uint64((1 << bits) - 1)).astype(np.intp)
 
 
+def is_nat(value: object) -> bool:
+    """Whether a value pyarrow handed to Python is pandas' NaT: what an ns timestamp or duration of -2**63
+    becomes. It is a value, not a missing one, yet equals nothing and orders with nothing, so it can
+    neither prune a read nor stand for the value in a filter. (A float's NaN is not one.)"""
+    return value is not None and not isinstance(value, float) and value != value
+
+
 def first_row(rows: pa.Table) -> dict[str, object]:
     """The first row as Python values, for messages; a value Python cannot hold (a date after year 9999,
     an ns timestamp of -2**63) as Arrow spells it instead."""
@@ -181,7 +188,7 @@ def first_row(rows: pa.Table) -> dict[str, object]:
     for name, column in zip(head.column_names, head.columns):
         try:
             value = column.to_pylist()[0]
-            out[name] = value if value == value or value is None else column.cast(pa.string())[0].as_py()
+            out[name] = column.cast(pa.string())[0].as_py() if is_nat(value) else value
         except (OverflowError, ValueError):
             out[name] = column.cast(pa.string())[0].as_py()
     return out

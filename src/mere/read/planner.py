@@ -246,7 +246,7 @@ def read_scope(spec: TableSpec, files: Sequence[FileEntry], parts: FilterParts) 
 
 def _stat_value(v: Any, t: pa.DataType) -> Any:
     """Parquet statistics as Python values comparable with bound literals."""
-    if v is None or v != v:  # NaT (pandas' reading of an ns timestamp at int64's minimum) orders with nothing
+    if v is None or v != v:  # NaN, or pandas' NaT (see mere.arrays.is_nat): either orders with nothing
         return None
     if pa.types.is_time64(t) and t.unit == "ns":  # pyarrow cuts these to microseconds: a max may fall short
         return None

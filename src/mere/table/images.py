@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
-from mere.arrays import bool_array
+from mere.arrays import bool_array, is_nat
 from mere.concurrency import cpu_workers, shared_pool
 from mere.kernels import KeySet, key_positions, numpy_sortable, sort_indices
 from mere.metadata import FileEntry
@@ -91,7 +91,7 @@ def values_in(column: str, values: pa.Array | pa.ChunkedArray) -> E.Expr:
         listed = pc.unique(values).to_pylist()
     except (OverflowError, ValueError):
         return E.AlwaysTrue()
-    if any(v is not None and v != v for v in listed):
+    if any(is_nat(v) for v in listed):
         return E.AlwaysTrue()
     return E.In(column, tuple(listed))
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as E
-from mere.arrays import DECODED_PER_STORED, release_after_writes
+from mere.arrays import DECODED_PER_STORED, is_nat, release_after_writes
 from mere.concurrency import default_threads
 from mere.errors import InvalidInput, NoSuchVersion, SchemaMismatch, StorageError, names_its_table
 from mere.io import Storage
@@ -792,8 +792,7 @@ class Scan:
                 f"{self.table.name}: {which}() of column {column!r}: the value is beyond what Python's "
                 f"datetime holds ({e}); read it as Arrow: scan(columns=[{column!r}]).to_arrow()"
             ) from None
-        if value is not None and not isinstance(value, float) and value != value:
-            # pandas' NaT: an ns timestamp or duration of -2**63, a value that is there, not a missing one
+        if is_nat(value):
             raise InvalidInput(
                 f"{self.table.name}: {which}() of column {column!r}: the value (-2**63 ns) reads as pandas' "
                 f"NaT in Python; read it as Arrow: scan(columns=[{column!r}]).to_arrow()"

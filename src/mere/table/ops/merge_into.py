@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from mere import expr as E
-from mere.arrays import bool_array, first_row, sorted_unique
+from mere.arrays import bool_array, first_row, is_nat, sorted_unique
 from mere.concurrency import default_threads, shared_pool
 from mere.errors import FilterError, InvalidInput, MergeConflict, NullKey, SchemaMismatch, names_its_table
 from mere.expr.literals import format_ident
@@ -1140,7 +1140,7 @@ class MergePlan:
                 low, high = bounds["min"].as_py(), bounds["max"].as_py()
             except (OverflowError, ValueError):  # e.g. a date past year 9999: no Python value, no pruning
                 continue
-            if low != low or high != high:  # pandas' NaT: an ns timestamp of -2**63, not a NULL
+            if is_nat(low) or is_nat(high):  # an ns timestamp of -2**63, not a NULL
                 continue
             parts += [E.Compare(">=", key, low), E.Compare("<=", key, high)]
         return E.conjunction(parts)
