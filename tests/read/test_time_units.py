@@ -132,3 +132,26 @@ def test_timestamps_of_two_units_compare_exactly(
             ):
                 want.append(r["id"])
         assert sorted(t.scan(filter=text).to_arrow().column("id").to_pylist()) == want, text
+
+
+def test_ns_string_literals_in_the_first_second_of_the_range_are_refused(tmp_path: Path) -> None:
+    """docs/sql.md: Arrow's parser refuses a string within the first second of timestamp[ns]'s range
+    (it overflows on the whole seconds before adding the fraction): a typed FilterError that changes
+    nothing, where a pandas Timestamp of the same value filters exactly."""
+    pd = pytest.importorskip("pandas")
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("n", pa.timestamp("ns"))])
+    t = mere.connect(str(tmp_path)).create_table("db.t", schema, primary_key="id")
+    low = -(2**63) + 1  # 1677-09-21 00:12:43.145224193, pandas' smallest Timestamp
+    values = [low, low + 1, low + 10**9, 0]
+    t.upsert(pa.table({"id": range(4), "n": pa.array(values, pa.int64()).view(pa.timestamp("ns"))}))
+    before = t.version
+    for text in ("n = '1677-09-21T00:12:43.145224193'", "n < '1677-09-21 00:12:43.5'"):
+        with pytest.raises(FilterError, match="Failed to parse"):
+            t.scan(filter=text).to_arrow()
+        with pytest.raises(FilterError, match="Failed to parse"):
+            t.delete(text)
+    assert t.version == before
+    assert t.scan(filter="n >= '1677-09-21 00:12:44'").count() == 2  # past the first second: parsed
+    stamp = pd.Timestamp(low, unit="ns")
+    assert t.scan(filter=mere.col("n") == stamp).to_arrow().column("id").to_pylist() == [0]
+    assert t.scan(filter=mere.col("n") < stamp + pd.Timedelta(2, "ns")).count() == 2
