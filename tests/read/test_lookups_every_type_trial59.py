@@ -20,13 +20,17 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mere
 from mere.errors import MereError
+from mere.io import keyindex
+from mere.read import lookup as lookup_module
 
 UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1)
@@ -504,8 +508,6 @@ def test_merge_of_a_narrow_key_range(
 ) -> None:
     """A MERGE source of 3000 keys in a narrow range of a 20000-row file (half present) and a small one;
     ``lookup.read`` is spied on to confirm MERGE probes went through the lookup path."""
-    from mere.read import lookup as lookup_module
-
     calls = []
     real_read = lookup_module.read
 
@@ -655,3 +657,65 @@ def test_in_list_equals_or_of_equalities(
         each += t.scan(filter=mere.col("k") == x).to_arrow().column("v").to_pylist()
     got_in = sorted(t.scan(filter=mere.col("k").isin(lits)).to_arrow().column("v").to_pylist())
     assert got_in == sorted(t.scan(filter=ors).to_arrow().column("v").to_pylist()) == sorted(set(each))
+
+
+def _pyarrow_bloom(values: pa.Array) -> tuple[Any, Any]:
+    """A one-column file written by pyarrow with a Bloom filter and page index: (metadata, filter words)."""
+    sink = pa.BufferOutputStream()
+    table = pa.table({"k": values})
+    with pq.ParquetWriter(
+        sink,
+        table.schema,
+        bloom_filter_options={"k": {"ndv": len(values), "fpp": 0.05}},
+        store_schema=False,
+        write_page_index=True,
+    ) as w:
+        w.write_table(table)
+    buf = sink.getvalue().to_pybytes()
+    md = pq.read_metadata(pa.BufferReader(buf))
+    col = md.row_group(0).column(0)
+    parsed = keyindex.bloom_header(
+        buf[col.bloom_filter_offset : col.bloom_filter_offset + col.bloom_filter_length]
+    )
+    assert parsed is not None
+    size, head = parsed
+    start = col.bloom_filter_offset + head
+    return md, np.frombuffer(buf[start : start + size], dtype="<u4").reshape(-1, 8)
+
+
+def _probe_cases() -> list[tuple[str, pa.Array]]:
+    out = []
+    for p in range(1, 19):
+        for s in sorted({0, p // 2, p}):
+            m = 10**p - 1
+            vals = [-m, -m + 1, -1, 0, 1, m - 1, m, 2 ** (8 * ((p + 1) // 2)) // 3 % m]
+            out.append((f"dec{p}_{s}", pa.array([Decimal(x).scaleb(-s) for x in vals], pa.decimal128(p, s))))
+    out += [
+        ("ts_s_paris", pa.array([-62135596800, -1, 0, 1, 253402300799], pa.timestamp("s", "Europe/Paris"))),
+        ("ts_ns_utc", pa.array([-(2**63) + 1, -1, 0, 2**63 - 1], pa.timestamp("ns", "UTC"))),
+        ("int8", pa.array([-128, -1, 0, 127], pa.int8())),
+        ("int16", pa.array([-(2**15), -1, 0, 2**15 - 1], pa.int16())),
+        ("date32", pa.array([-719162, -1, 0, 2932896], pa.date32())),
+        ("string", pa.array(["", "\x00", "é", "z" * 100], pa.string())),
+        ("large_binary", pa.array([b"", b"\xff" * 90, b"a"], pa.large_binary())),
+    ]
+    return out
+
+
+@pytest.mark.parametrize(("name", "arr"), _probe_cases(), ids=[n for n, _ in _probe_cases()])
+def test_probe_values_of_sliced_arrays_hit_pyarrow_bloom_filters(name: str, arr: pa.Array) -> None:
+    """Probes hash the value as stored (decimals of every FLBA width, seconds stored as ms, small ints as
+    INT32), also from arrays with an offset (a sliced MERGE source); their order lies in the stats range."""
+    md, words = _pyarrow_bloom(arr)
+    column = md.schema.column(0)
+    shifted = pa.concat_arrays([arr[:1], arr, arr[-1:]]).slice(1, len(arr))
+    for probe_arr in (arr, shifted, arr.slice(2)):
+        probe = keyindex.probe_values(probe_arr, column)
+        assert probe is not None, name
+        blocks = keyindex.bloom_blocks(probe.hashes, len(words)).astype(np.int64)
+        assert keyindex.bloom_contains(probe.hashes, words[blocks]).all(), (name, probe_arr.offset)
+    probe = keyindex.probe_values(arr, column)
+    assert probe is not None
+    rng = keyindex.FileIndex(md).stats_range(0, 0)
+    assert rng is not None
+    assert rng[0] <= probe.order[0] and probe.order[-1] <= rng[1]
