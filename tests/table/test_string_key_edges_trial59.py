@@ -374,7 +374,7 @@ SEQS = [
 ]
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     batches=st.lists(
         st.lists(
