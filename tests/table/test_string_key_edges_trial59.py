@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,11 @@ def _schema(kind: str) -> pa.Schema:
 def _table(tmp: Path, schema: pa.Schema, **options: Any) -> mere.Table:
     options.setdefault("properties", {"compaction.auto": "off"})
     return mere.connect(str(tmp / uuid.uuid4().hex)).create_table("ns.t", schema, **options)
+
+
+def _rows(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
+    """Tuples whose fields follow the schema's columns, as a table."""
+    return pa.table([[r[i] for r in rows] for i in range(len(schema))], schema=schema)
 
 
 def _state(t: mere.Table, **scan: Any) -> dict[Any, int]:
@@ -241,17 +247,7 @@ def test_compound_key_with_table_wide_keys_across_partitions(tmp_path: Path) -> 
     model: dict[tuple[str, int], tuple[Any, int]] = {}
 
     def up(rows: list[tuple[str, int, Any, int]]) -> None:
-        t.upsert(
-            pa.table(
-                {
-                    "id": [r[0] for r in rows],
-                    "n": [r[1] for r in rows],
-                    "part": [r[2] for r in rows],
-                    "v": [r[3] for r in rows],
-                },
-                schema,
-            )
-        )
+        t.upsert(_rows(rows, schema))
         for r in rows:
             model[(r[0], r[1])] = (r[2], r[3])
 
@@ -401,17 +397,7 @@ def test_string_sequences_at_their_edges(tmp_path: Path, batches: list[Any], com
             old = best.get(k)
             if old is None or s >= old[0]:  # equal sequences: the later event wins
                 best[k] = (s, v, op == "d")
-        t.upsert(
-            pa.table(
-                {
-                    "id": [r[0] for r in rows],
-                    "seq": [r[1] for r in rows],
-                    "v": [r[2] for r in rows],
-                    "op": [r[3] for r in rows],
-                },
-                schema,
-            )
-        )
+        t.upsert(_rows(rows, schema))
         if b == compact_after:
             t.compact()
     want = {k: (s, v) for k, (s, v, d) in best.items() if not d}
