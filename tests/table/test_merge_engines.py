@@ -597,6 +597,7 @@ BAD_SCHEMA = pa.schema(
         ({"merge_operators": {"l": "max"}}, InvalidInput, "orderable"),
         ({"merge_operators": {"n": "bool_or"}}, InvalidInput, "boolean"),
         ({"merge_operators": {"s": "bool_and"}}, InvalidInput, "boolean"),
+        ({"merge_operators": {"s": "sum"}}, InvalidInput, "needs a numeric column"),
         ({"merge_operators": {"n": "sum"}, "sequence_by": "seq"}, InvalidInput, "added twice"),
         ({"merge_operators": {"s": "last_non_null"}, "sequence_by": "seq"}, InvalidInput, "alone in a sequence"),
         ({"sequence_groups": {"g1": ["n"]}}, InvalidInput, "give sequence_by"),
