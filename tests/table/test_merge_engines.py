@@ -585,6 +585,7 @@ BAD_SCHEMA = pa.schema(
         ("g1", pa.int64()),
         ("g2", pa.int64()),
         ("gs", pa.string()),
+        ("d", pa.decimal128(12, 2)),
     ]
 )
 
@@ -598,6 +599,7 @@ BAD_SCHEMA = pa.schema(
         ({"merge_operators": {"n": "bool_or"}}, InvalidInput, "boolean"),
         ({"merge_operators": {"s": "bool_and"}}, InvalidInput, "boolean"),
         ({"merge_operators": {"s": "sum"}}, InvalidInput, "needs a numeric column"),
+        ({"merge_operators": {"d": "sum"}}, InvalidInput, "needs a numeric column"),  # docs: decimals too
         ({"merge_operators": {"n": "sum"}, "sequence_by": "seq"}, InvalidInput, "added twice"),
         ({"merge_operators": {"s": "last_non_null"}, "sequence_by": "seq"}, InvalidInput, "alone in a sequence"),
         ({"sequence_groups": {"g1": ["n"]}}, InvalidInput, "give sequence_by"),
