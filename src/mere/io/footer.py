@@ -118,23 +118,30 @@ class Footer:
             self._leaves = column_leaves(self.metadata)
         return self._leaves
 
-    @property
-    def chunk_sizes(self) -> tuple[np.ndarray, np.ndarray]:
-        """(uncompressed, stored) bytes of every column chunk: arrays of row groups x leaf columns, parsed
-        once per footer."""
-        sizes = self.extra.get("sizes")
-        if sizes is None:
-            md = self.metadata
-            shape = (md.num_row_groups, md.num_columns)
+    def group_bytes(self, leaves: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray]:
+        """(uncompressed, stored) bytes of these leaf columns (None: every leaf) in each row group. Each
+        leaf's chunk sizes are parsed once, and only those asked for: a read of one column of a wide file
+        walks that column's chunks alone (pyarrow makes an object per chunk)."""
+        md = self.metadata
+        known: dict[int, tuple[np.ndarray, np.ndarray]] = self.extra.setdefault("leaf_bytes", {})
+        wanted = list(range(md.num_columns)) if leaves is None else list(leaves)
+        missing = [j for j in dict.fromkeys(wanted) if j not in known]
+        if missing:
+            shape = (len(missing), md.num_row_groups)
             uncompressed, stored = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
             for i in range(md.num_row_groups):
                 rg = md.row_group(i)
-                for j in range(md.num_columns):
+                for at, j in enumerate(missing):
                     chunk = rg.column(j)
-                    uncompressed[i, j] = chunk.total_uncompressed_size
-                    stored[i, j] = chunk.total_compressed_size
-            sizes = self.extra["sizes"] = (uncompressed, stored)
-        return sizes
+                    uncompressed[at, i] = chunk.total_uncompressed_size
+                    stored[at, i] = chunk.total_compressed_size
+            # Whole entries only: the footer is shared by the threads reading the file.
+            known.update({j: (uncompressed[at], stored[at]) for at, j in enumerate(missing)})
+        total = np.zeros(md.num_row_groups, dtype=np.int64), np.zeros(md.num_row_groups, dtype=np.int64)
+        for j in wanted:
+            total[0][:] += known[j][0]
+            total[1][:] += known[j][1]
+        return total
 
     def read_layout(
         self, columns: Sequence[str] | None, dictionary: Sequence[str]
@@ -149,7 +156,6 @@ class Footer:
             names = None if columns is None else [c for c in columns if c in leaves]
             read = None if names is None else [i for c in names for i in leaves[c]]
             as_dictionary = [i for c in dictionary if (i := primitive_leaf(md, leaves, c)) is not None]
-            stored = self.chunk_sizes[1]
-            per_group = (stored if read is None else stored[:, read]).sum(axis=1).tolist()
+            per_group = self.group_bytes(read)[1].tolist()
             layout = self.extra[key] = (names, read, as_dictionary, per_group)
         return layout

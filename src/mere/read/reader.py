@@ -107,14 +107,14 @@ class _FileCursor:
             columns = tuple(c for c in needed if c in names)
             dictionary = tuple(c for c in opts.dictionary if c in leaves and _dictionary_pages(md, leaves, c))
             read_leaves = [i for c in columns if c in leaves for i in leaves[c]]
-            sizes = footer.chunk_sizes
+            read_bytes = footer.group_bytes(read_leaves)
             layout = (
                 names,
                 columns,
                 dictionary,
                 _cached_stats(cache, md, spec.schema, stats_cols, leaves),
-                sizes[0][:, read_leaves].sum(axis=1).tolist(),
-                sizes[1][:, read_leaves].sum(axis=1).tolist(),
+                read_bytes[0].tolist(),
+                read_bytes[1].tolist(),
             )
             if not spec.evolved:
                 cache[layout_key] = layout
