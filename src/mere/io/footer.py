@@ -137,11 +137,12 @@ class Footer:
                     stored[at, i] = chunk.total_compressed_size
             # Whole entries only: the footer is shared by the threads reading the file.
             known.update({j: (uncompressed[at], stored[at]) for at, j in enumerate(missing)})
-        total = np.zeros(md.num_row_groups, dtype=np.int64), np.zeros(md.num_row_groups, dtype=np.int64)
+        group_uncompressed = np.zeros(md.num_row_groups, dtype=np.int64)
+        group_stored = np.zeros(md.num_row_groups, dtype=np.int64)
         for j in wanted:
-            total[0][:] += known[j][0]
-            total[1][:] += known[j][1]
-        return total
+            group_uncompressed += known[j][0]
+            group_stored += known[j][1]
+        return group_uncompressed, group_stored
 
     def read_layout(
         self, columns: Sequence[str] | None, dictionary: Sequence[str]
