@@ -37,7 +37,6 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.acero as acero
 import pyarrow.compute as pc
 
 from mere import expr as E
@@ -133,6 +132,8 @@ def _mask(table: pa.Table, predicate: E.Expr, filter_: Callable[[pa.Table, E.Exp
 def _holds(table: pa.Table, predicate: E.Expr) -> np.ndarray:
     """``_mask`` evaluated as a projection (no copy of the rows that match, no row numbers); the caller
     falls back to ``_mask`` where ``filter_`` treats a conjunct specially."""
+    import pyarrow.acero as acero  # on first use: pyarrow.acero imports pandas (half a second of start-up)
+
     expr = E.to_pyarrow(predicate, table.schema)
     plan = acero.Declaration.from_sequence(
         [

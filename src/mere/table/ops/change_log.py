@@ -17,6 +17,7 @@ commit of the range that touched the key, ``_commit_time`` its commit time.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import time
 from collections import defaultdict
@@ -64,7 +65,14 @@ from mere.table.versions import within as version_within
 CHANGE_COLUMN, VERSION_COLUMN, COMMIT_TIME_COLUMN = FEED_COLUMNS
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "insert", "update_before", "update_after", "delete"
 _ORDER = {DELETE: 0, UPDATE_BEFORE: 1, UPDATE_AFTER: 2, INSERT: 3}
-_CHANGE_NAMES = pa.array(list(_ORDER))
+
+
+@functools.cache
+def _change_names() -> pa.Array:
+    """The change kinds by code; made on first use (pa.array at import would make pyarrow import pandas)."""
+    return pa.array(list(_ORDER))
+
+
 _FIRST = "\x00first"  # the first version of the range that touched a key
 _WROTE = "\x00wrote"  # the newest version of the range that added a file holding a key (0: none)
 MAX_VERSION = 2**63 - 1  # the largest version a catalog can hold (a signed 64-bit integer)
@@ -624,7 +632,7 @@ class _Feed:
             stamps = pa.array([self.times[int(v)] for v in seen], stamp_type)
             stamps = stamps.take(pa.array(np.searchsorted(seen, versions)))
         cols = [as_type(rows.column(c), self.schema.field(c).type) for c in self.columns]
-        cols += [_CHANGE_NAMES.take(pa.array(kind)), pa.array(versions, pa.int64()), stamps]
+        cols += [_change_names().take(pa.array(kind)), pa.array(versions, pa.int64()), stamps]
         out = pa.Table.from_arrays(cols, schema=self.schema)
         if not isinstance(self.predicate, E.AlwaysTrue):
             out = filter_rows(out, self.predicate)
