@@ -38,3 +38,36 @@ print(kinds, rows)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "[['insert', 'insert'], ['delete']] [3]"
+
+
+def test_a_fresh_process_counts_a_table_without_loading_pandas(tmp_path) -> None:
+    """count() reads keys and operations as NumPy values straight from Arrow's buffers: Arrow's own
+    conversions import pandas first, a few hundred milliseconds a CLI call or a worker's count never uses.
+    Integer, string and date keys, over files that overlap, with and without delete markers."""
+    wh = str(tmp_path)
+    setup = f"""
+import datetime as dt, pyarrow as pa, mere
+cat = mere.connect({wh!r})
+keys = {{"i": (pa.int64(), list(range(100))), "s": (pa.string(), [f"k{{i:03}}" for i in range(100)]),
+        "d": (pa.date32(), [dt.date(2020, 1, 1) + dt.timedelta(days=i) for i in range(100)])}}
+rows = []
+for name, (kind, values) in keys.items():
+    t = cat.create_table("db." + name, pa.schema([("k", kind), ("v", pa.int64())]), primary_key=["k"], buckets=2)
+    for part in (values, values[50:], values[90:]):
+        t.upsert(pa.table({{"k": pa.array(part, kind), "v": list(range(len(part)))}}))
+    if name != "d":
+        t.delete(mere.col("k") == values[3])
+    rows.append(t.scan().to_arrow().num_rows)
+print(rows)
+"""
+    made = subprocess.run([sys.executable, "-c", setup], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr[-3000:]
+    probe = f"""
+import sys, mere
+cat = mere.connect({wh!r})
+print([cat.table("db." + name).scan().count() for name in "isd"], sorted(m for m in {DEFERRED!r} if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == f"{made.stdout.strip()} []"
+    assert made.stdout.strip() == "[99, 99, 100]"

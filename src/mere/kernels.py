@@ -28,7 +28,35 @@ def operation_codes(table: pa.Table) -> np.ndarray:
     that column (its files hold no delete marker) holds merges."""
     if OP_COLUMN not in table.column_names:
         return np.zeros(table.num_rows, dtype=np.int8)
-    return np.asarray(table.column(OP_COLUMN).to_numpy()).astype(np.int8, copy=False)
+    chunks = [_plain_values(c) for c in table.column(OP_COLUMN).chunks]
+    if len(chunks) == 1:
+        return chunks[0].astype(np.int8, copy=False)
+    return np.concatenate(chunks).astype(np.int8, copy=False) if chunks else np.zeros(0, dtype=np.int8)
+
+
+def _plain_values(arr: pa.Array) -> np.ndarray:
+    """An array's values as NumPy's: numbers without NULL zero-copy from their data buffer, booleans without
+    NULL unpacked from their bits, anything else through ``to_numpy``. Arrow's own ``to_numpy`` first
+    imports pandas (a few hundred milliseconds of a fresh process that never uses it: a count, a CLI
+    call, a Spark worker's first task)."""
+    kind = arr.type
+    if not arr.null_count and pa.types.is_boolean(kind):
+        first, skip = divmod(arr.offset, 8)
+        bits = np.frombuffer(arr.buffers()[1], dtype=np.uint8)[first : first + (skip + len(arr) + 7) // 8]
+        return np.unpackbits(bits, bitorder="little")[skip : skip + len(arr)].view(np.bool_)
+    if arr.null_count or not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        return np.asarray(arr.to_numpy(zero_copy_only=False))
+    dtype = np.dtype(kind.to_pandas_dtype())  # NumPy's type of the same width (pandas not needed)
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+
+
+def arrow_numbers(values: np.ndarray) -> pa.Array:
+    """A 1-D NumPy array of numbers as an Arrow array without NULLs, zero-copy where it is contiguous
+    (``pa.array`` of a NumPy array imports pandas first: see :func:`_plain_values`)."""
+    values = np.ascontiguousarray(values)
+    if values.dtype.kind not in "iuf" or values.ndim != 1:
+        return pa.array(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 
 def numpy_sortable_array(arr: pa.Array) -> np.ndarray | None:
@@ -36,13 +64,13 @@ def numpy_sortable_array(arr: pa.Array) -> np.ndarray | None:
     booleans), or None; NULLs are not looked at (callers check them)."""
     t = arr.type
     if pa.types.is_integer(t) or pa.types.is_floating(t):
-        return np.asarray(arr.to_numpy(zero_copy_only=False))
+        return _plain_values(arr)
     if pa.types.is_date32(t):
-        return np.asarray(arr.view(pa.int32()).to_numpy(zero_copy_only=False))
+        return _plain_values(arr.view(pa.int32()))
     if pa.types.is_timestamp(t) or pa.types.is_date64(t):
-        return np.asarray(arr.view(pa.int64()).to_numpy(zero_copy_only=False))
+        return _plain_values(arr.view(pa.int64()))
     if pa.types.is_boolean(t):
-        return np.asarray(arr.to_numpy(zero_copy_only=False).astype(np.int8))
+        return _plain_values(arr).astype(np.int8)
     return None
 
 
@@ -169,10 +197,10 @@ def sort_indices(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray]) -> 
             return np.argsort(numeric[0], kind="stable")
         return np.lexsort(numeric[::-1])
     table = pa.table(
-        {f"c{i}": (pa.array(a) if isinstance(a, np.ndarray) else a) for i, a in enumerate(arrays)}
+        {f"c{i}": (arrow_numbers(a) if isinstance(a, np.ndarray) else a) for i, a in enumerate(arrays)}
     )
     order = pc.sort_indices(table, sort_keys=[(f"c{i}", "ascending") for i in range(len(arrays))])
-    return np.asarray(order.to_numpy(zero_copy_only=False))
+    return _plain_values(order)
 
 
 def group_starts(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], n: int) -> np.ndarray:
@@ -191,7 +219,7 @@ def group_starts(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], n: 
             starts[1:] |= as_np[1:] != as_np[:-1]
         else:
             ne = pc.not_equal(arr.slice(1), arr.slice(0, n - 1))
-            starts[1:] |= ne.to_numpy(zero_copy_only=False)
+            starts[1:] |= _plain_values(ne)
     return starts
 
 

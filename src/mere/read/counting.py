@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from mere.kernels import (
+    arrow_numbers,
     contiguous,
     group_starts,
     numpy_sortable_array,
@@ -121,7 +122,7 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
         return int(np.count_nonzero(alive_base)) - int(np.count_nonzero(alive_base[at])) + alive_newer
     order = sort_indices(keys)
     sorted_keys = [
-        k[order] if isinstance(k, np.ndarray) else contiguous(k).take(pa.array(order)) for k in keys
+        k[order] if isinstance(k, np.ndarray) else contiguous(k).take(arrow_numbers(order)) for k in keys
     ]
     starts = group_starts(sorted_keys, n)
     is_last = np.empty(n, dtype=bool)
