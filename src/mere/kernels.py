@@ -41,12 +41,16 @@ def _plain_values(arr: pa.Array) -> np.ndarray:
     call, a Spark worker's first task)."""
     kind = arr.type
     if not arr.null_count and pa.types.is_boolean(kind):
+        if not len(arr):  # an empty array may come without a data buffer
+            return np.zeros(0, dtype=np.bool_)
         first, skip = divmod(arr.offset, 8)
         bits = np.frombuffer(arr.buffers()[1], dtype=np.uint8)[first : first + (skip + len(arr) + 7) // 8]
         return np.unpackbits(bits, bitorder="little")[skip : skip + len(arr)].view(np.bool_)
     if arr.null_count or not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
         return np.asarray(arr.to_numpy(zero_copy_only=False))
     dtype = np.dtype(kind.to_pandas_dtype())  # NumPy's type of the same width (pandas not needed)
+    if not len(arr):  # an empty array may come without a data buffer
+        return np.empty(0, dtype=dtype)
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
 
 
