@@ -28,13 +28,13 @@ def operation_codes(table: pa.Table) -> np.ndarray:
     that column (its files hold no delete marker) holds merges."""
     if OP_COLUMN not in table.column_names:
         return np.zeros(table.num_rows, dtype=np.int8)
-    chunks = [_plain_values(c) for c in table.column(OP_COLUMN).chunks]
+    chunks = [plain_values(c) for c in table.column(OP_COLUMN).chunks]
     if len(chunks) == 1:
         return chunks[0].astype(np.int8, copy=False)
     return np.concatenate(chunks).astype(np.int8, copy=False) if chunks else np.zeros(0, dtype=np.int8)
 
 
-def _plain_values(arr: pa.Array) -> np.ndarray:
+def plain_values(arr: pa.Array) -> np.ndarray:
     """An array's values as NumPy's: numbers without NULL zero-copy from their data buffer, booleans without
     NULL unpacked from their bits, anything else through ``to_numpy``. Arrow's own ``to_numpy`` first
     imports pandas (a few hundred milliseconds of a fresh process that never uses it: a count, a CLI
@@ -56,7 +56,7 @@ def _plain_values(arr: pa.Array) -> np.ndarray:
 
 def arrow_numbers(values: np.ndarray) -> pa.Array:
     """A 1-D NumPy array of numbers as an Arrow array without NULLs, zero-copy where it is contiguous
-    (``pa.array`` of a NumPy array imports pandas first: see :func:`_plain_values`)."""
+    (``pa.array`` of a NumPy array imports pandas first: see :func:`plain_values`)."""
     values = np.ascontiguousarray(values)
     if values.dtype.kind not in "iuf" or values.ndim != 1:
         return pa.array(values)
@@ -68,13 +68,13 @@ def numpy_sortable_array(arr: pa.Array) -> np.ndarray | None:
     booleans), or None; NULLs are not looked at (callers check them)."""
     t = arr.type
     if pa.types.is_integer(t) or pa.types.is_floating(t):
-        return _plain_values(arr)
+        return plain_values(arr)
     if pa.types.is_date32(t):
-        return _plain_values(arr.view(pa.int32()))
+        return plain_values(arr.view(pa.int32()))
     if pa.types.is_timestamp(t) or pa.types.is_date64(t):
-        return _plain_values(arr.view(pa.int64()))
+        return plain_values(arr.view(pa.int64()))
     if pa.types.is_boolean(t):
-        return _plain_values(arr).astype(np.int8)
+        return plain_values(arr).astype(np.int8)
     return None
 
 
@@ -204,7 +204,7 @@ def sort_indices(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray]) -> 
         {f"c{i}": (arrow_numbers(a) if isinstance(a, np.ndarray) else a) for i, a in enumerate(arrays)}
     )
     order = pc.sort_indices(table, sort_keys=[(f"c{i}", "ascending") for i in range(len(arrays))])
-    return _plain_values(order)
+    return plain_values(order)
 
 
 def group_starts(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], n: int) -> np.ndarray:
@@ -223,7 +223,7 @@ def group_starts(columns: Sequence[pa.Array | pa.ChunkedArray | np.ndarray], n: 
             starts[1:] |= as_np[1:] != as_np[:-1]
         else:
             ne = pc.not_equal(arr.slice(1), arr.slice(0, n - 1))
-            starts[1:] |= _plain_values(ne)
+            starts[1:] |= plain_values(ne)
     return starts
 
 
