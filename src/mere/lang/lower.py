@@ -400,6 +400,38 @@ def _compare_units(op: str, left: Typed, right: Typed) -> Typed:
     return Typed(out, pa.bool_())
 
 
+_DAY_UNITS = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000}
+_CYCLE_DAYS = 146_097  # the Gregorian calendar repeats every 400 years, 146,097 days
+
+
+def _civil_year(value: Typed) -> Typed | None:
+    """``year()`` of a date or a timestamp without time zone, right over the whole of its type's range:
+    pyarrow's kernel keeps the year in 16 bits, so beyond year 32767 (either sign) it wraps. The value is
+    moved by whole 400-year cycles to within 400 years of 1970, where the kernel is exact, and the cycles'
+    years are added back. None where the kernel is right as it is (nanoseconds span years 1677-2262) or
+    reads a wall clock (zoned timestamps)."""
+
+    def call(name: str, *args: pc.Expression) -> pc.Expression:
+        return pc.Expression._call(name, list(args))
+
+    t = value.type
+    if pa.types.is_date32(t):
+        width, per_day = pa.int32(), 1
+    elif pa.types.is_date64(t):
+        width, per_day = pa.int64(), _DAY_UNITS["ms"]
+    elif pa.types.is_timestamp(t) and t.tz is None and t.unit in _DAY_UNITS:
+        width, per_day = pa.int64(), _DAY_UNITS[t.unit]
+    else:
+        return None
+    # In its own type first: a file may hold another (Parquet keeps date64 as days, seconds as milliseconds).
+    raw = value.expr.cast(t).cast(width)
+    cycle = pc.scalar(pa.scalar(_CYCLE_DAYS * per_day, width))  # in the raw width: no widening pass
+    cycles = call("divide", raw, cycle)  # toward zero: what is left lies within one cycle of 1970
+    near = call("subtract", raw, call("multiply", cycles, cycle)).cast(t)
+    years = call("multiply", cycles.cast(pa.int64()), pc.scalar(400))
+    return Typed(call("add", call("year", near), years), pa.int64())
+
+
 def _typed_null(t: pa.DataType) -> pc.Expression:
     """A NULL of type ``t`` (``if_else`` of a constant and an untyped NULL narrows the constant's type:
     ``if_else(c, 100, NULL)`` is an int8, and ``* 2`` of it overflows)."""
@@ -1440,6 +1472,10 @@ class Lowering:
             value = self.literal_as(value, pa.timestamp("us"))
         if pa.types.is_date(value.type) and name in ("hour", "minute", "second"):
             value = self.cast(value, pa.timestamp("s"))  # a date's time of day is midnight
+        if name == "year":
+            whole_range = _civil_year(value)
+            if whole_range is not None:
+                return whole_range
         return self.call(name, [value])
 
     def _Year(self, node: exp.Year) -> Typed:

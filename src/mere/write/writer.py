@@ -164,6 +164,28 @@ def _check_precision(values: pa.Array | pa.ChunkedArray, f: pa.Field, identifier
         ) from None
 
 
+SECONDS_STORABLE = (2**63 - 1) // 1000  # Parquet has no unit of seconds: they are stored as milliseconds
+DAY_MILLIS = 86_400_000  # Parquet keeps a date64 as DATE, days in 32 bits
+
+
+def _check_storable_extremes(values: pa.Array | pa.ChunkedArray, f: pa.Field, identifier: str) -> None:
+    """Refuse values Parquet cannot hold in the unit it keeps the type in: ``timestamp[s]`` beyond what
+    milliseconds hold (about 292 million years from 1970), which failed in the writer, and ``date64``
+    beyond days in 32 bits (about 5.9 million years), which Arrow's conversion to DATE wrapped silently."""
+    if len(values) == values.null_count:
+        return
+    lo, hi = (s.as_py() for s in pc.min_max(values.cast(pa.int64())).values())
+    if pa.types.is_date64(f.type):
+        if lo // DAY_MILLIS >= -(2**31) and hi // DAY_MILLIS < 2**31:
+            return
+        limit = "days beyond 32 bits, which Parquet's DATE cannot store"
+    else:
+        if max(-lo, hi) <= SECONDS_STORABLE:
+            return
+        limit = f"seconds beyond ±{SECONDS_STORABLE}, which Parquet's milliseconds cannot store"
+    raise InvalidInput(f"{identifier}: column {f.name!r} holds a {f.type} value of {limit}")
+
+
 def decode_cdc(values: pa.ChunkedArray | pa.Array, column: str) -> np.ndarray:
     """Map a change column to operations: MERGE, DELETE, or -1 for rows to ignore (update-before images)."""
     values = decoded(values)  # dictionaries (Polars' Categorical), run-end and view encodings
@@ -257,6 +279,8 @@ def conform(
                 _check_utf8(col, f.name, identifier)
             if pa.types.is_decimal(f.type):
                 _check_precision(col, f, identifier)
+            if (pa.types.is_timestamp(f.type) and f.type.unit == "s") or pa.types.is_date64(f.type):
+                _check_storable_extremes(col, f, identifier)
             if not f.nullable and col.null_count:
                 if f.name in spec.primary_key:
                     raise NullKey(
