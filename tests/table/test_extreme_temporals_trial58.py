@@ -334,6 +334,47 @@ def test_date64_beyond_days_in_32_bits_is_refused(tmp_path: Path) -> None:
     assert t.to_arrow().sort_by("id").column("d").cast(pa.int64()).to_pylist() == edge
 
 
+@pytest.mark.parametrize(
+    "nesting",
+    [
+        lambda t: pa.list_(t),
+        lambda t: pa.struct([("a", pa.int64()), ("x", t)]),
+        lambda t: pa.map_(pa.string(), t),
+        lambda t: pa.list_(pa.struct([("x", t)])),
+    ],
+    ids=["list", "struct", "map", "list_of_struct"],
+)
+@pytest.mark.parametrize("kind", ["date64", "timestamp_s"])
+def test_nested_values_beyond_parquet_units_are_refused(tmp_path: Path, kind: str, nesting: Any) -> None:
+    leaf_type, _, per_day, lo, hi = YEAR_TYPES[kind]
+    step = per_day if kind == "date64" else 1
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("n", nesting(leaf_type))])
+    t = _table(tmp_path, schema, primary_key="id")
+
+    def rows(raw: list[int]) -> pa.Table:
+        leaves = pa.array(raw, pa.int64()).view(leaf_type)
+        n_type = schema.field("n").type
+        if pa.types.is_map(n_type):
+            n = pa.MapArray.from_arrays([0, len(raw)], pa.array([str(i) for i in range(len(raw))]), leaves)
+        elif pa.types.is_struct(n_type):
+            n = pa.StructArray.from_arrays([pa.array(range(len(raw)), pa.int64()), leaves], ["a", "x"])
+            return pa.table({"id": list(range(len(raw))), "n": n}, schema=schema)
+        elif pa.types.is_struct(n_type.value_type):
+            n = pa.ListArray.from_arrays([0, len(raw)], pa.StructArray.from_arrays([leaves], ["x"]))
+        else:
+            n = pa.ListArray.from_arrays([0, len(raw)], leaves)
+        return pa.table({"id": [0], "n": n.cast(n_type)}, schema=schema)
+
+    edge = rows([lo * step, hi * step])
+    t.upsert(edge)
+    before = t.version
+    for beyond in ((hi + 1) * step, (lo - 1) * step):
+        with pytest.raises(InvalidInput, match="cannot store"):
+            t.upsert(rows([0, beyond]))
+        assert t.version == before
+    assert t.to_arrow().sort_by("id").column("n").combine_chunks().equals(edge.column("n").combine_chunks())
+
+
 def duckdb_years(dates: pa.Array) -> list[int | None]:
     import duckdb
 

@@ -168,22 +168,50 @@ SECONDS_STORABLE = (2**63 - 1) // 1000  # Parquet has no unit of seconds: they a
 DAY_MILLIS = 86_400_000  # Parquet keeps a date64 as DATE, days in 32 bits
 
 
-def _check_storable_extremes(values: pa.Array | pa.ChunkedArray, f: pa.Field, identifier: str) -> None:
-    """Refuse values Parquet cannot hold in the unit it keeps the type in: ``timestamp[s]`` beyond what
-    milliseconds hold (about 292 million years from 1970), which failed in the writer, and ``date64``
-    beyond days in 32 bits (about 5.9 million years), which Arrow's conversion to DATE wrapped silently."""
-    if len(values) == values.null_count:
-        return
-    lo, hi = (s.as_py() for s in pc.min_max(values.cast(pa.int64())).values())
-    if pa.types.is_date64(f.type):
-        if lo // DAY_MILLIS >= -(2**31) and hi // DAY_MILLIS < 2**31:
-            return
-        limit = "days beyond 32 bits, which Parquet's DATE cannot store"
-    else:
-        if max(-lo, hi) <= SECONDS_STORABLE:
-            return
-        limit = f"seconds beyond ±{SECONDS_STORABLE}, which Parquet's milliseconds cannot store"
-    raise InvalidInput(f"{identifier}: column {f.name!r} holds a {f.type} value of {limit}")
+def _bounded_by_parquet(t: pa.DataType) -> bool:
+    """Whether Parquet keeps this type in a unit narrower than Arrow's (values may not fit)."""
+    return bool((pa.types.is_timestamp(t) and t.unit == "s") or pa.types.is_date64(t))
+
+
+def _holds_bounded(t: pa.DataType) -> bool:
+    """Whether values of this type (or nested in it) may not fit Parquet's unit for them."""
+    return _bounded_by_parquet(t) or any(_holds_bounded(t.field(i).type) for i in range(t.num_fields))
+
+
+def _bounded_leaves(arr: pa.Array) -> Iterator[pa.Array]:
+    """The values of ``arr`` (nested ones included: lists and maps flattened, struct fields) whose type
+    Parquet keeps in a narrower unit."""
+    t = arr.type
+    if _bounded_by_parquet(t):
+        yield arr
+    elif pa.types.is_struct(t):
+        for child in arr.flatten():  # the struct's offset and NULLs applied
+            yield from _bounded_leaves(child)
+    elif pa.types.is_map(t):  # its keys and items, offsets applied (maps have no flatten kernel)
+        for part in (arr.keys, arr.items):
+            yield from _bounded_leaves(pa.ListArray.from_arrays(arr.offsets, part).flatten())
+    elif t.num_fields == 1:  # list types: their values, offsets applied
+        yield from _bounded_leaves(arr.flatten())
+
+
+def _check_storable_extremes(values: pa.ChunkedArray, f: pa.Field, identifier: str) -> None:
+    """Refuse values Parquet cannot hold in the unit it keeps the type in, at any depth: ``timestamp[s]``
+    beyond what milliseconds hold (about 292 million years from 1970), which failed in the writer, and
+    ``date64`` beyond days in 32 bits (about 5.9 million years), which Arrow's conversion to DATE wrapped
+    silently."""
+    for leaf in (x for chunk in values.chunks for x in _bounded_leaves(chunk)):
+        if len(leaf) == leaf.null_count:
+            continue
+        lo, hi = (s.as_py() for s in pc.min_max(leaf.cast(pa.int64())).values())
+        if pa.types.is_date64(leaf.type):
+            if lo // DAY_MILLIS >= -(2**31) and hi // DAY_MILLIS < 2**31:
+                continue
+            limit = "days beyond 32 bits, which Parquet's DATE cannot store"
+        else:
+            if max(-lo, hi) <= SECONDS_STORABLE:
+                continue
+            limit = f"seconds beyond ±{SECONDS_STORABLE}, which Parquet's milliseconds cannot store"
+        raise InvalidInput(f"{identifier}: column {f.name!r} holds a {leaf.type} value of {limit}")
 
 
 def decode_cdc(values: pa.ChunkedArray | pa.Array, column: str) -> np.ndarray:
@@ -279,7 +307,7 @@ def conform(
                 _check_utf8(col, f.name, identifier)
             if pa.types.is_decimal(f.type):
                 _check_precision(col, f, identifier)
-            if (pa.types.is_timestamp(f.type) and f.type.unit == "s") or pa.types.is_date64(f.type):
+            if _holds_bounded(f.type):
                 _check_storable_extremes(col, f, identifier)
             if not f.nullable and col.null_count:
                 if f.name in spec.primary_key:
