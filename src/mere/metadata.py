@@ -67,6 +67,9 @@ class FileEntry:
     seq: int | None = None  # explicit sequence (compaction keeps its inputs' newest sequence)
     id: int | None = None
     added_version: int | None = None
+    # Rows of a just written file that stand for more rows of their write (little-endian int64 pairs:
+    # row, how many more): the commit counts those rows too when they turn out stale. Not kept by catalogs.
+    ties: bytes = field(default=b"", repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from mere.table.file_keys import all_kept, file_versions, lookup_columns, sequen
 
 _PART, _RANK, _NEW, _PARTIAL = "__mere_part__", "__mere_rank__", "__mere_new__", "__mere_partial__"
 _BUCKET = "__mere_bucket__"
+_INCOMING = 1 << 20  # ranks of incoming files start here: (_INCOMING + file number) << 32 | row
 
 
 @dataclass
@@ -113,7 +114,7 @@ def resolve(
     if stored is None:
         stored = _versions(ctx, stored_files, codes, incoming_rank=False, wanted=new)
     versions = pa.concat_tables([stored, new]) if stored.num_rows else new
-    return _decide(spec, versions, cross_partition, names)
+    return _decide(spec, versions, cross_partition, names, incoming)
 
 
 def _stale_by_search(
@@ -141,13 +142,14 @@ def _stale_by_search(
         if keys is None:
             return None
         sequence = rows.column(seq[0]).to_numpy()
+        at = np.arange(len(keys))
         if high is not None:
             maybe = sequence <= high[0]
-            keys, sequence = keys[maybe], sequence[maybe]
+            keys, sequence, at = keys[maybe], sequence[maybe], at[maybe]
         if not len(keys):
             return 0
         late = _late(ctx, f.partition, f.bucket, by_split[(f.partition, f.bucket)], keys, sequence)
-        return None if late is None else int(np.count_nonzero(late))
+        return None if late is None else int(np.count_nonzero(late)) + _tied_to(f, at[late])
 
     columns = lookup_columns(spec)
     if all_kept(ctx.storage, spec, [*incoming, *(g for fs in by_split.values() for g in fs)], columns):
@@ -155,6 +157,15 @@ def _stale_by_search(
     else:
         counts = list(io_pool().map(one, incoming))
     return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+
+def _tied_to(f: FileEntry, rows: np.ndarray) -> int:
+    """How many more rows of their write the (distinct) ``rows`` of the incoming file ``f`` stand for
+    (rows their winner beat at an equal sequence, see :attr:`FileEntry.ties`): stale with them."""
+    if not f.ties or not len(rows):
+        return 0
+    pairs = np.frombuffer(f.ties, dtype="<i8").reshape(-1, 2)
+    return int(pairs[np.isin(pairs[:, 0], rows), 1].sum())
 
 
 # Per split, the highest sequence stored for each key (any version, deletes too), kept for the files it
@@ -574,7 +585,7 @@ def _versions(
     columns = [*pk, *spec.sequence_by, OP_COLUMN]
     ordered = list(files) if incoming_rank else sorted(files, key=lambda f: (f.seq or 0, f.id or 0))
     storage.prefetch_metadata([(f.path, f.size_bytes or None) for f in ordered], io_pool())
-    offset = 1 << 20 if incoming_rank else 0
+    offset = _INCOMING if incoming_rank else 0
     probes: dict[int, Any] = {}
     if wanted is not None:  # the incoming keys of each bucket, once
         bucket = wanted.column(_BUCKET).to_numpy()
@@ -745,7 +756,13 @@ def _seq_less(a: list[pa.Array], b: list[pa.Array]) -> np.ndarray:
     return np.asarray(less.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _decide(spec: TableSpec, versions: pa.Table, cross_partition: bool, partitions: list[str]) -> Resolution:
+def _decide(
+    spec: TableSpec,
+    versions: pa.Table,
+    cross_partition: bool,
+    partitions: list[str],
+    incoming_files: Sequence[FileEntry],
+) -> Resolution:
     pk = list(spec.primary_key)
     seq = list(spec.sequence_by)
     # Each (key, partition)'s current version: what merge on read keeps there after the commit.
@@ -807,9 +824,14 @@ def _decide(spec: TableSpec, versions: pa.Table, cross_partition: bool, partitio
             at = np.flatnonzero(new)
             wins = current.take(pa.array(winner_of_current[group_of_row[at]]))
             mine_rows = v.take(pa.array(at))
-            stale = int(
-                np.count_nonzero(_seq_less([mine_rows.column(s) for s in seq], [wins.column(s) for s in seq]))
-            )
+            lost = _seq_less([mine_rows.column(s) for s in seq], [wins.column(s) for s in seq])
+            stale = int(np.count_nonzero(lost))
+            if any(f.ties for f in incoming_files):
+                rank = mine_rows.column(_RANK).to_numpy()[lost]
+                file_no, row = (rank >> 32) - _INCOMING, rank & 0xFFFFFFFF
+                stale += sum(
+                    _tied_to(incoming_files[i], row[file_no == i]) for i in np.unique(file_no).tolist()
+                )
     return Resolution(markers, stale)
 
 

@@ -406,6 +406,9 @@ class PreparedFile:
     # Rows of the batch that a row of the same key with a higher sequence replaced (tables with
     # ``sequence_by``; always 0 for others).
     stale: int = 0
+    # Per row of ``rows``, how many other rows of the batch it stands for: rows of its key at its equal
+    # sequence it won over (they are stale with it when a stored version has a higher sequence).
+    ties: np.ndarray | None = None
 
 
 def _group_order(code: np.ndarray, groups: int) -> np.ndarray:
@@ -442,11 +445,13 @@ def prepare(
         ]
     table = table.combine_chunks()
     moved_stale = 0
+    carried: np.ndarray | None = None  # per row, rows of other partitions it won over at an equal sequence
     if moves and spec.cross_partition and n > 1:
-        keep, moved_stale = one_partition_per_key(spec, table, pcode)
+        keep, moved_stale, carried = one_partition_per_key(spec, table, pcode)
         if keep is not None:
             table, pcode = table.filter(pa.array(keep)), pcode[keep]
             ops = None if ops is None else ops[keep]
+            carried = None if carried is None else carried[keep]
             n = table.num_rows
     buckets = bucket_ids([table.column(c) for c in spec.primary_key], spec.buckets).astype(np.int64)
     code = pcode * spec.buckets + buckets
@@ -479,6 +484,7 @@ def prepare(
             [key_np[idx]] if key_np is not None else [rows.column(c) for c in spec.primary_key], len(idx)
         )
         stale = 0
+        ties = None if carried is None or not carried[idx].any() else carried[idx]
         if not starts.all() and sequence and not spec.all_last:
             # Sequenced versions that fold by operator, engine or group: ordered by (sequence, input
             # order) within each key, folded, and each key's last reset kept as a delete marker at its
@@ -519,7 +525,9 @@ def prepare(
             picked = pa.array(idx)
             at = [s[idx] if isinstance(s, np.ndarray) else s.take(picked) for s in sequence]
             winners = last_by_sequence(starts, at)
-            stale = int(np.count_nonzero(superseded(starts, winners, at)))
+            replaced = superseded(starts, winners, at)
+            stale = int(np.count_nonzero(replaced))
+            ties = _tied(starts, replaced, None if carried is None else carried[idx])
             rows, op = rows.take(pa.array(winners)), op[winners]
         elif not starts.all():
             # Duplicate keys in one batch: apply them in input order, like separate commits would.
@@ -536,7 +544,7 @@ def prepare(
         if content == "delete":
             rows = rows.select([*marker_columns(spec), OP_COLUMN])
         c = int(sorted_code[lo])
-        return [PreparedFile(pvalues[c // spec.buckets], c % spec.buckets, rows, content, stale)]
+        return [PreparedFile(pvalues[c // spec.buckets], c % spec.buckets, rows, content, stale, ties)]
 
     if spec.delete_refusal and bool((op_all == OP_DELETE).any()):
         raise InvalidInput(delete_refusal(spec, identifier or "table", "deletes"))
@@ -562,6 +570,24 @@ def prepare(
     return out
 
 
+def _tied(starts: np.ndarray, replaced: np.ndarray, carried: np.ndarray | None) -> np.ndarray | None:
+    """Per key (its winner's row), how many other rows of the batch its winner stands for: the key's rows
+    a higher sequence did not replace (the winner's ties) and what each of them stood for already
+    (``carried``). None where no winner stands for another row."""
+    weight = (~replaced).astype(np.int64)
+    if carried is not None:
+        weight += np.where(replaced, 0, carried)
+    first = np.flatnonzero(starts)
+    ties = np.add.reduceat(weight, first) - 1
+    return ties if ties.any() else None
+
+
+def _tie_pairs(ties: np.ndarray) -> bytes:
+    """:attr:`FileEntry.ties` of a file from its rows' counts."""
+    rows = np.flatnonzero(ties)
+    return np.column_stack([rows, ties[rows]]).astype("<i8").tobytes()
+
+
 def _stale(spec: TableSpec, starts: np.ndarray, op: np.ndarray, dead: np.ndarray) -> int:
     """Rows of a batch its fold ignores: versions below their key's last reset, and (``first_row``)
     every live version after its key's first."""
@@ -575,18 +601,19 @@ def _stale(spec: TableSpec, starts: np.ndarray, op: np.ndarray, dead: np.ndarray
 
 def one_partition_per_key(
     spec: TableSpec, table: pa.Table, pcode: np.ndarray
-) -> tuple[np.ndarray | None, int]:
+) -> tuple[np.ndarray | None, int, np.ndarray | None]:
     """Table-wide keys: a key given in several partitions in one batch keeps the rows of the partition of
     its winning row (highest sequence, the last of them on ties; without ``sequence_by`` the last row),
     and, without a sequence, only those after its last row in another partition (the rows before were
-    moved away by it). Returns the rows to keep (None: all) and how many dropped rows a higher sequence
-    replaced (stale)."""
+    moved away by it). Returns the rows to keep (None: all), how many dropped rows a higher sequence
+    replaced (stale), and per row how many dropped rows at its equal sequence it won over (None: none;
+    with ``sequence_by`` only)."""
     n = table.num_rows
     keys = [_contiguous_column(table, c) for c in spec.primary_key]
     order = sort_indices(keys)
     starts = group_starts([k.take(pa.array(order)) for k in keys], n)
     if starts.all():
-        return None, 0
+        return None, 0, None
     part = pcode[order]
     group = np.cumsum(starts) - 1
     first = np.flatnonzero(starts)
@@ -594,18 +621,24 @@ def one_partition_per_key(
         seq = [_contiguous_column(table, c).take(pa.array(order)) for c in spec.sequence_by]
         winners = last_by_sequence(starts, seq)
         kept = part == part[winners][group]
-        stale = int(np.count_nonzero(superseded(starts, winners, seq) & ~kept))
+        replaced = superseded(starts, winners, seq)
+        stale = int(np.count_nonzero(replaced & ~kept))
+        # the winner stands for the rows it beat at its own sequence in other partitions (dropped here)
+        beaten = np.bincount(group, weights=~replaced & ~kept, minlength=len(first)).astype(np.int64)
+        carried = np.zeros(n, dtype=np.int64)
+        carried[order[winners]] = beaten
     else:
         ends = np.r_[first[1:] - 1, n - 1]
         elsewhere = np.where(part != part[ends][group], np.arange(n), -1)
         last_elsewhere = np.maximum.reduceat(elsewhere, first)
         kept = np.arange(n) > last_elsewhere[group]
         stale = 0
+        carried = None
     if kept.all():
-        return None, stale
+        return None, stale, None
     keep = np.zeros(n, dtype=bool)
     keep[order[kept]] = True
-    return keep, stale
+    return keep, stale, None if carried is None or not carried.any() else carried
 
 
 def partition_changed(before: pa.Table, after: pa.Table, columns: Sequence[str]) -> np.ndarray:
@@ -842,6 +875,7 @@ def write_prepared(
             content=p.content,
             columns=columns,
             order=first_order + i,
+            ties=b"" if p.ties is None else _tie_pairs(p.ties),
         )
 
     pool = shared_pool("write", max_workers)
