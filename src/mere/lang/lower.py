@@ -365,13 +365,15 @@ def _null(t: pa.DataType) -> pa.Scalar:
     return pa.scalar(None, t)
 
 
+def _call(name: str, *args: pc.Expression) -> pc.Expression:
+    """The expression ``name(args)`` (pyarrow has no public constructor for a named function's call)."""
+    return pc.Expression._call(name, list(args))
+
+
 def _compare_units(op: str, left: Typed, right: Typed) -> Typed:
     """``left op right`` for timestamps of two units, exactly: the finer side is split into whole units of
     the coarser one (floored) and a remainder, so no value is cast into a range that may not hold it (a
     microsecond beyond the years 1677-2262 has no nanosecond value). NULL on either side gives NULL."""
-
-    def call(name: str, *args: pc.Expression) -> pc.Expression:
-        return pc.Expression._call(name, list(args))
 
     if _UNITS.index(left.type.unit) > _UNITS.index(right.type.unit):  # left is the coarser side
         op, left, right = str(flip(cast(CompareOp, op))), right, left
@@ -379,22 +381,22 @@ def _compare_units(op: str, left: Typed, right: Typed) -> Typed:
     # Each side in its own type first: a file may hold another unit (Parquet keeps seconds as milliseconds).
     fine = left.expr.cast(left.type).cast(pa.int64())
     coarse = right.expr.cast(right.type).cast(pa.int64())
-    whole = call("divide", fine, factor)  # integer division: toward zero
-    rest = call("subtract", fine, call("multiply", whole, factor))
-    below = call("less", rest, pc.scalar(0))
-    whole = call("if_else", below, call("subtract", whole, pc.scalar(1)), whole)
-    rest = call("if_else", below, call("add", rest, factor), rest)
-    same = call("and", call("equal", whole, coarse), call("equal", rest, pc.scalar(0)))
+    whole = _call("divide", fine, factor)  # integer division: toward zero
+    rest = _call("subtract", fine, _call("multiply", whole, factor))
+    below = _call("less", rest, pc.scalar(0))
+    whole = _call("if_else", below, _call("subtract", whole, pc.scalar(1)), whole)
+    rest = _call("if_else", below, _call("add", rest, factor), rest)
+    same = _call("and", _call("equal", whole, coarse), _call("equal", rest, pc.scalar(0)))
     out = {
-        "<": call("less", whole, coarse),
-        ">=": call("greater_equal", whole, coarse),
+        "<": _call("less", whole, coarse),
+        ">=": _call("greater_equal", whole, coarse),
         "==": same,
-        "!=": call("invert", same),
-        "<=": call("or_kleene", call("less", whole, coarse), same),
-        ">": call(
+        "!=": _call("invert", same),
+        "<=": _call("or_kleene", _call("less", whole, coarse), same),
+        ">": _call(
             "or_kleene",
-            call("greater", whole, coarse),
-            call("and", call("equal", whole, coarse), call("greater", rest, pc.scalar(0))),
+            _call("greater", whole, coarse),
+            _call("and", _call("equal", whole, coarse), _call("greater", rest, pc.scalar(0))),
         ),
     }[op]
     return Typed(out, pa.bool_())
@@ -411,9 +413,6 @@ def _civil_year(value: Typed) -> Typed | None:
     years are added back. None where the kernel is right as it is (nanoseconds span years 1677-2262) or
     reads a wall clock (zoned timestamps)."""
 
-    def call(name: str, *args: pc.Expression) -> pc.Expression:
-        return pc.Expression._call(name, list(args))
-
     t = value.type
     if pa.types.is_date32(t):
         width, per_day = pa.int32(), 1
@@ -426,10 +425,10 @@ def _civil_year(value: Typed) -> Typed | None:
     # In its own type first: a file may hold another (Parquet keeps date64 as days, seconds as milliseconds).
     raw = value.expr.cast(t).cast(width)
     cycle = pc.scalar(pa.scalar(_CYCLE_DAYS * per_day, width))  # in the raw width: no widening pass
-    cycles = call("divide", raw, cycle)  # toward zero: what is left lies within one cycle of 1970
-    near = call("subtract", raw, call("multiply", cycles, cycle)).cast(t)
-    years = call("multiply", cycles.cast(pa.int64()), pc.scalar(400))
-    return Typed(call("add", call("year", near), years), pa.int64())
+    cycles = _call("divide", raw, cycle)  # toward zero: what is left lies within one cycle of 1970
+    near = _call("subtract", raw, _call("multiply", cycles, cycle)).cast(t)
+    years = _call("multiply", cycles.cast(pa.int64()), pc.scalar(400))
+    return Typed(_call("add", _call("year", near), years), pa.int64())
 
 
 def _typed_null(t: pa.DataType) -> pc.Expression:
@@ -834,9 +833,6 @@ class Lowering:
         def decimal(number: Decimal, scale: int) -> pc.Expression:
             return pc.scalar(pa.scalar(number, room(scale + 1, scale)))
 
-        def call(name: str, *args: pc.Expression) -> pc.Expression:
-            return pc.Expression._call(name, list(args))
-
         same = room(t.precision, t.scale)
         x = value.expr.cast(same)
         kept = x
@@ -849,16 +845,16 @@ class Lowering:
             return Typed(kept.cast(out), out)
         unit = decimal(Decimal(1).scaleb(-digits), digits)
         if mode == "floor":
-            moved, step = call("less", x, back), call("subtract", kept, unit)
+            moved, step = _call("less", x, back), _call("subtract", kept, unit)
         elif mode == "ceil":
-            moved, step = call("greater", x, back), call("add", kept, unit)
+            moved, step = _call("greater", x, back), _call("add", kept, unit)
         else:
             half = decimal(Decimal(5).scaleb(-digits - 1), t.scale)
-            moved = call("greater_equal", call("abs", call("subtract", x, back)), half)
-            negative = call("less", x, decimal(Decimal(0), digits))
-            step = call("if_else", negative, call("subtract", kept, unit), call("add", kept, unit))
+            moved = _call("greater_equal", _call("abs", _call("subtract", x, back)), half)
+            negative = _call("less", x, decimal(Decimal(0), digits))
+            step = _call("if_else", negative, _call("subtract", kept, unit), _call("add", kept, unit))
         carried = room(t.precision + 1, digits)
-        result = call("if_else", moved, step.cast(carried), kept.cast(carried))
+        result = _call("if_else", moved, step.cast(carried), kept.cast(carried))
         return Typed(result.cast(out), out)
 
     def roomy(self, value: Typed) -> Typed:
