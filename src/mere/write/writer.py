@@ -448,6 +448,7 @@ def prepare(
     carried: np.ndarray | None = None  # per row, rows of other partitions it won over at an equal sequence
     if moves and spec.cross_partition and n > 1:
         keep, moved_stale, carried = one_partition_per_key(spec, table, pcode)
+        carried = carried if spec.all_last else None  # (other engines fold ties instead of dropping them)
         if keep is not None:
             table, pcode = table.filter(pa.array(keep)), pcode[keep]
             ops = None if ops is None else ops[keep]
