@@ -575,7 +575,12 @@ def _tied(starts: np.ndarray, replaced: np.ndarray, carried: np.ndarray | None) 
     """Per key (its winner's row), how many other rows of the batch its winner stands for: the key's rows
     a higher sequence did not replace (the winner's ties) and what each of them stood for already
     (``carried``). None where no winner stands for another row."""
-    weight = (~replaced).astype(np.int64)
+    kept = ~replaced
+    if int(np.count_nonzero(kept)) == int(np.count_nonzero(starts)) and (
+        carried is None or not carried[kept].any()
+    ):
+        return None  # each key kept its winner alone (the common case: no tie)
+    weight = kept.astype(np.int64)
     if carried is not None:
         weight += np.where(replaced, 0, carried)
     first = np.flatnonzero(starts)
@@ -625,9 +630,11 @@ def one_partition_per_key(
         replaced = superseded(starts, winners, seq)
         stale = int(np.count_nonzero(replaced & ~kept))
         # the winner stands for the rows it beat at its own sequence in other partitions (dropped here)
-        beaten = np.bincount(group, weights=~replaced & ~kept, minlength=len(first)).astype(np.int64)
-        carried = np.zeros(n, dtype=np.int64)
-        carried[order[winners]] = beaten
+        tied = ~replaced & ~kept
+        carried = None
+        if tied.any():
+            carried = np.zeros(n, dtype=np.int64)
+            carried[order[winners]] = np.bincount(group[tied], minlength=len(first))
     else:
         ends = np.r_[first[1:] - 1, n - 1]
         elsewhere = np.where(part != part[ends][group], np.arange(n), -1)
@@ -639,7 +646,7 @@ def one_partition_per_key(
         return None, stale, None
     keep = np.zeros(n, dtype=bool)
     keep[order[kept]] = True
-    return keep, stale, None if carried is None or not carried.any() else carried
+    return keep, stale, carried
 
 
 def partition_changed(before: pa.Table, after: pa.Table, columns: Sequence[str]) -> np.ndarray:
