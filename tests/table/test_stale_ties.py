@@ -112,3 +112,19 @@ def test_replays_below_a_stored_version_each_count(tmp_path: Path) -> None:
     # the same write without the stored version: none is stale (a tie is never stale)
     other = cat.create_table("db.u", _schema(pa.int64()), primary_key="k", cdc_column="op", sequence_by="lsn")
     assert other.upsert(replayed.select(t.schema.names).cast(other.schema)).stale_rows == 0
+
+
+@pytest.mark.parametrize("deleted_at", [[3, 3], [2, 3]], ids=["tie", "lower"])
+def test_a_delete_of_given_keys_in_the_commit_reports_no_stale_rows(
+    tmp_path: Path, deleted_at: list[int]
+) -> None:
+    """stale_rows counts rows of an upsert: a delete of given keys committed with one (a transaction) takes
+    part in the lookup, but its markers below a stored version are not counted, tied or not."""
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("lsn", pa.int64())])
+    t = mere.connect(str(tmp_path)).create_table("db.t", schema, primary_key="k", sequence_by="lsn")
+    t.upsert(pa.table({"k": [1], "v": [0], "lsn": [5]}, schema=schema))
+    tx = t.transaction()
+    tx.upsert(pa.table({"k": [2, 1], "v": [0, 1], "lsn": [1, 4]}, schema=schema))
+    tx.delete(pa.table({"k": [1, 1], "lsn": deleted_at}))
+    assert tx.commit().stale_rows == 1  # the upsert's k=1 at 4, below the stored 5
+    assert t.to_arrow().sort_by("k").to_pylist() == [{"k": 1, "v": 0, "lsn": 5}, {"k": 2, "v": 0, "lsn": 1}]

@@ -713,7 +713,8 @@ class Commit:
             return [], {}, None  # stale counts are the upserts'
         incoming = [f for c in blind for f in c.files]
         gone = frozenset(f.id for f in removed if f.id is not None)
-        found = resolve(ctx, base, incoming, spec.cross_partition, gone)
+        counted = frozenset(f.path for f in upserts)  # (a delete of given keys reports no stale rows)
+        found = resolve(ctx, base, incoming, spec.cross_partition, gone, counted)
         summary: dict[str, Any] = {}
         if spec.sequence_by and upserts:
             summary[STALE_ROWS] = found.stale

@@ -71,10 +71,13 @@ def resolve(
     incoming: Sequence[FileEntry],
     cross_partition: bool,
     removed: frozenset[int] = frozenset(),
+    counted: frozenset[str] | None = None,
 ) -> Resolution:
     """Look up the stored versions at ``base`` of the keys in ``incoming`` (the commit's blind files, in
     commit order) and return the markers table-wide keys need and the stale count. ``removed``: ids of
     stored files the commit removes (the partitions an overwrite replaces): their versions are gone.
+    ``counted``: paths of the incoming files whose stale rows count (None: all; a delete of given keys
+    takes part in the lookup but reports none).
 
     Raises:
         InvalidInput: a partial row (one lacking columns) that would move its key to another partition.
@@ -100,7 +103,7 @@ def resolve(
             return Resolution(None, 0)
         high = _stored_high(ctx, stored_files) if settled else None
         if settled:
-            fast = _stale_by_search(ctx, stored_files, incoming, high)
+            fast = _stale_by_search(ctx, stored_files, incoming, high, counted)
             if fast is not None:
                 return Resolution(None, fast)
     names = sorted({f.partition for f in [*incoming, *stored_files]})
@@ -114,11 +117,15 @@ def resolve(
     if stored is None:
         stored = _versions(ctx, stored_files, codes, incoming_rank=False, wanted=new)
     versions = pa.concat_tables([stored, new]) if stored.num_rows else new
-    return _decide(spec, versions, cross_partition, names, incoming)
+    return _decide(spec, versions, cross_partition, names, incoming, counted)
 
 
 def _stale_by_search(
-    ctx: TableContext, stored: Sequence[FileEntry], incoming: Sequence[FileEntry], high: tuple[Any] | None
+    ctx: TableContext,
+    stored: Sequence[FileEntry],
+    incoming: Sequence[FileEntry],
+    high: tuple[Any] | None,
+    counted: frozenset[str] | None,
 ) -> int | None:
     """The stale count of a partition-scoped write of one file per split, in NumPy alone where the key
     is one integer column and the sequence one integer column (None otherwise): a row is stale when its
@@ -136,6 +143,8 @@ def _stale_by_search(
             by_split[(f.partition, f.bucket)].append(f)
 
     def one(f: FileEntry) -> int | None:
+        if counted is not None and f.path not in counted:
+            return 0
         rows, keys = file_versions(ctx.storage, spec, f, lookup_columns(spec))
         if not rows.num_rows:
             return 0
@@ -762,6 +771,7 @@ def _decide(
     cross_partition: bool,
     partitions: list[str],
     incoming_files: Sequence[FileEntry],
+    counted: frozenset[str] | None,
 ) -> Resolution:
     pk = list(spec.primary_key)
     seq = list(spec.sequence_by)
@@ -825,9 +835,13 @@ def _decide(
             wins = current.take(pa.array(winner_of_current[group_of_row[at]]))
             mine_rows = v.take(pa.array(at))
             lost = _seq_less([mine_rows.column(s) for s in seq], [wins.column(s) for s in seq])
+            rank = mine_rows.column(_RANK).to_numpy()
+            if counted is not None:
+                paths = np.array([f.path in counted for f in incoming_files])
+                lost &= paths[(rank >> 32) - _INCOMING]
             stale = int(np.count_nonzero(lost))
             if any(f.ties for f in incoming_files):
-                rank = mine_rows.column(_RANK).to_numpy()[lost]
+                rank = rank[lost]
                 file_no, row = (rank >> 32) - _INCOMING, rank & 0xFFFFFFFF
                 stale += sum(
                     _tied_to(incoming_files[i], row[file_no == i]) for i in np.unique(file_no).tolist()
