@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from mere.arrays import sorted_unique
 from mere.errors import SumOverflow
-from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, MergeOperator
+from mere.spec import OP_COLUMN, OP_DELETE, OP_MERGE, OP_PUT, MergeOperator, TableSpec
 
 
 def operation_codes(table: pa.Table) -> np.ndarray:
@@ -683,3 +683,32 @@ def fold_sequenced(
         at = moved[at]
         dead = dead[np.argsort(moved)]
     return at, tombstones, rows if alive.all() else rows.filter(pa.array(alive)), dead
+
+
+def key_columns(tables: Sequence[pa.Table], spec: TableSpec) -> list[np.ndarray | pa.ChunkedArray]:
+    """The key columns of rows concatenated from ``tables`` (NumPy values where they sort so)."""
+    out: list[np.ndarray | pa.ChunkedArray] = []
+    for c in spec.primary_key:
+        chunks = [p.column(c) for p in tables]
+        arrays = [a for ch in chunks for a in ch.chunks]
+        as_np = [numpy_sortable_array(a) for a in arrays]
+        if all(a is not None for a in as_np):
+            out.append(np.concatenate(as_np))  # type: ignore[arg-type]
+        else:
+            out.append(pa.chunked_array(arrays, type=chunks[0].type))
+    return out
+
+
+def sequence_columns(tables: Sequence[pa.Table], spec: TableSpec) -> list[np.ndarray | pa.ChunkedArray]:
+    """The sequence columns of rows concatenated from ``tables`` (NumPy values where they sort so)."""
+    out: list[np.ndarray | pa.ChunkedArray] = []
+    for c in spec.sequence_by:
+        chunks = [p.column(c) for p in tables]
+        kind = spec.schema.field(c).type
+        arrays = [a if a.type == kind else a.cast(kind) for ch in chunks for a in ch.chunks]
+        as_np = [numpy_sortable_array(a) for a in arrays]
+        if all(a is not None for a in as_np):
+            out.append(np.concatenate(as_np))  # type: ignore[arg-type]
+        else:
+            out.append(pa.chunked_array(arrays, type=kind))
+    return out

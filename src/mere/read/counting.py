@@ -1,7 +1,8 @@
 """Counting merged rows without merging them: a key is a merged row exactly when its newest version is
 not a delete marker (under every merge operator without ``sequence_by``: a delete forgets the key's
-earlier versions, any other version leaves a row). Only key and operation columns are read, and no row is
-copied."""
+earlier versions, any other version leaves a row), or, with ``sequence_by`` and newest-wins merging, when
+its winner (highest sequence, then the newest) is not. Only key, sequence and operation columns are read,
+and no row is copied."""
 
 from __future__ import annotations
 
@@ -16,15 +17,18 @@ from mere.kernels import (
     arrow_numbers,
     contiguous,
     group_starts,
+    key_columns,
     numpy_sortable_array,
     operation_codes,
     pooled_concatenate,
+    sequence_columns,
     sort_indices,
 )
+from mere.read.newest_wins import newest_wins
 from mere.read.planner import FileTask
 from mere.spec import OP_COLUMN, OP_DELETE, TableSpec
 
-__all__ = ["live_keys"]
+__all__ = ["live_by_sequence", "live_keys"]
 
 # A sorted run of unique keys at least this many times the newer rows: those are searched in it.
 SEARCH_RATIO = 2
@@ -32,6 +36,10 @@ SEARCH_RATIO = 2
 # row are marked in a byte map of the range instead of sorted: the map holds at most the bytes of the 64-bit
 # keys whose sort it replaces.
 MAP_SPAN_PER_ROW = 8
+# ... and with a sequence, this many (the map then holds each key's highest sequence: 8 bytes a slot, at
+# most 32 a stored row, less than the rows' own columns that a read of the window holds). Keys of a table
+# of dense ids in N buckets span about N values a row.
+SEQUENCE_MAP_SPAN_PER_ROW = 4
 
 
 def _oldest_run_first(
@@ -164,4 +172,68 @@ def _live_by_map(
             values = values.astype(np.int64)
         at = values - values.dtype.type(lo)  # exact: every value lies in [lo, hi]
         live[at] = True if ops is None else ops != OP_DELETE
+    return int(np.count_nonzero(live))
+
+
+def live_by_sequence(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> int:
+    """How many keys of one key-range window (files' rows oldest file first, each file sorted by key) have
+    a winner that is not a delete marker, on tables with ``sequence_by`` whose merge keeps each key's
+    winner alone (every operator ``last``): the version of highest sequence, the newest of them on ties
+    (what :func:`~mere.read.newest_wins.newest_wins` keeps)."""
+    if not parts:
+        return 0
+    if len(parts) == 1:  # a file holds one version of a key
+        return int(np.count_nonzero(operation_codes(parts[0][1]) != OP_DELETE))
+    tables = [p for _, p in parts]
+    sequence = sequence_columns(tables, spec)
+    ops = [operation_codes(p) for p in tables]
+    if len(spec.primary_key) == 1 and len(sequence) == 1 and isinstance(sequence[0], np.ndarray):
+        mapped = _live_by_sequence_map(spec.primary_key[0], tables, ops, sequence[0])
+        if mapped is not None:
+            return mapped
+    base = tables[0].num_rows if parts[0][0].content != "delete" else 0
+    return int(np.count_nonzero(newest_wins(key_columns(tables, spec), np.concatenate(ops), base, sequence)))
+
+
+def _live_by_sequence_map(
+    key: str, tables: Sequence[pa.Table], ops: Sequence[np.ndarray], sequence: np.ndarray
+) -> int | None:
+    """:func:`live_by_sequence` for one integer-like key column and one integer-like sequence column, in
+    two linear passes over a map of the window's key range: each key's highest sequence, then, file by
+    file (oldest first), whether each row holding it is not a delete marker (a newer file's equal sequence
+    sets it last). None where a value is not integer-like or NULL, a file's keys are not strictly
+    increasing (a slot would be set twice by one assignment), or the range is wider than
+    ``SEQUENCE_MAP_SPAN_PER_ROW`` values a row."""
+    if sequence.dtype.kind not in "iu":
+        return None
+    runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # keys, sequences, operations
+    offset = 0
+    for p, op in zip(tables, ops):
+        column = p.column(key)
+        values = [numpy_sortable_array(c) if not c.null_count else None for c in column.chunks]
+        if any(v is None or v.dtype.kind not in "iu" for v in values):
+            return None
+        keys = values[0] if len(values) == 1 else np.concatenate(values)  # type: ignore[arg-type]
+        assert keys is not None
+        n = len(keys)
+        if n > 1 and not bool((keys[1:] > keys[:-1]).all()):
+            return None
+        if n:
+            runs.append((keys, sequence[offset : offset + n], op))
+        offset += n
+    if not runs:
+        return 0
+    lo, hi = min(int(k[0]) for k, _, _ in runs), max(int(k[-1]) for k, _, _ in runs)
+    if hi - lo >= SEQUENCE_MAP_SPAN_PER_ROW * max(offset, 1):
+        return None
+    highest = np.full(hi - lo + 1, np.iinfo(sequence.dtype).min, dtype=sequence.dtype)
+    slots = []
+    for keys, seq, _ in runs:
+        at = keys.astype(np.int64) - lo  # exact: every key lies in [lo, hi]
+        highest[at] = np.maximum(highest[at], seq)  # a file's keys are unique: no slot twice
+        slots.append(at)
+    live = np.zeros(hi - lo + 1, dtype=np.bool_)
+    for at, (_, seq, op) in zip(slots, runs):
+        wins = seq == highest[at]
+        live[at[wins]] = op[wins] != OP_DELETE
     return int(np.count_nonzero(live))

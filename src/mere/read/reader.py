@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -22,7 +23,14 @@ from mere.concurrency import default_threads, run_on_daemon_thread, shared_pool
 from mere.errors import FilterError
 from mere.io import Storage
 from mere.io.footer import primitive_leaf
-from mere.kernels import group_starts, numpy_sortable_array, operation_codes, reduce_versions, sort_indices
+from mere.kernels import (
+    group_starts,
+    key_columns,
+    operation_codes,
+    reduce_versions,
+    sequence_columns,
+    sort_indices,
+)
 from mere.read import counting, lookup, order_free, selective
 from mere.read.evolution import (
     FileColumns,
@@ -570,15 +578,18 @@ class SplitReader:
                 budget.release(reading[1])
 
     def count(self) -> int:
-        """The split's merged rows, counted: by the key and operation columns alone where the table has
-        no ``sequence_by`` and the scan no filter on other columns (:func:`counting.live_keys`), else by
-        reading the merged rows."""
+        """The split's merged rows, counted: by the key and operation columns alone (and the sequence
+        columns) where the scan has no filter on other columns and the table no engine folding versions
+        (:func:`counting.live_keys`, :func:`counting.live_by_sequence`), else by reading the merged rows."""
         if self._counts_by_keys():
             for c in self.cursors:  # only delete markers are counted by operation
                 if c.task.content != "delete" and not may_hold_deletes(self.storage, c.task):
                     c.columns = [name for name in c.columns if name != OP_COLUMN]
+            live = partial(
+                counting.live_by_sequence if self.spec.sequence_by else counting.live_keys, self.spec
+            )
             if self.opts.threads == 1:
-                return sum(counting.live_keys(self.spec, parts) for parts in self.windows())
+                return sum(live(parts) for parts in self.windows())
             # A split counted by several threads: windows are counted while the next ones are read, at
             # most one per thread waiting (memory stays bounded by the windows in flight).
             workers = self.opts.threads or default_threads()
@@ -586,7 +597,7 @@ class SplitReader:
             pending: deque[Future[int]] = deque()
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mere-count") as pool:
                 for parts in self.windows():
-                    pending.append(pool.submit(counting.live_keys, self.spec, parts))
+                    pending.append(pool.submit(live, parts))
                     while len(pending) > workers:
                         total += pending.popleft().result()
                 return total + sum(f.result() for f in pending)
@@ -596,8 +607,7 @@ class SplitReader:
         spec = self.spec
         return bool(
             spec.has_primary_key
-            and not spec.sequence_by
-            and spec.merge_engine in ("", None, "first_row")
+            and (spec.all_last if spec.sequence_by else spec.merge_engine in ("", None, "first_row"))
             and isinstance(self.opts.post, E.AlwaysTrue)
             and not self.opts.lookup
         )
@@ -694,7 +704,7 @@ class SplitReader:
         if whole and order_free.applies(spec, value_cols):
             tables = [plain_columns(p, spec.schema) for _, p in parts]
             ops = np.concatenate([operation_codes(p) for p in tables])
-            return order_free.fold(tables, ops, _sequence(tables, spec), spec, self.needed), False
+            return order_free.fold(tables, ops, sequence_columns(tables, spec), spec, self.needed), False
         return self._merge_general(parts, value_cols), False
 
     def _merge_last(
@@ -709,16 +719,8 @@ class SplitReader:
             t, p = parts[0]
             (keep,), filtered = self._filter_masks([p], [ops[0] != OP_DELETE])
             return _kept(p, keep), filtered
-        keys: list[Any] = []
-        for c in self.spec.primary_key:
-            chunks = [p.column(c) for _, p in parts]
-            arrays = [a for ch in chunks for a in ch.chunks]
-            as_np = [numpy_sortable_array(a) for a in arrays]
-            if all(a is not None for a in as_np):
-                keys.append(np.concatenate(as_np))  # type: ignore[arg-type]
-            else:
-                keys.append(pa.chunked_array(arrays, type=chunks[0].type))
-        sequence = _sequence([p for _, p in parts], self.spec)
+        keys = key_columns([p for _, p in parts], self.spec)
+        sequence = sequence_columns([p for _, p in parts], self.spec)
         if first:
             winner = first_wins(keys, np.concatenate(ops), sequence)
         else:
@@ -921,21 +923,6 @@ def may_hold_deletes(storage: Storage, task: FileTask) -> bool:
                     break
         footer.extra["may_hold_deletes"] = known
     return bool(known)
-
-
-def _sequence(tables: Sequence[pa.Table], spec: TableSpec) -> list[np.ndarray | pa.ChunkedArray]:
-    """The sequence columns of rows concatenated from ``tables`` (NumPy values where they sort so)."""
-    out: list[np.ndarray | pa.ChunkedArray] = []
-    for c in spec.sequence_by:
-        chunks = [p.column(c) for p in tables]
-        kind = spec.schema.field(c).type
-        arrays = [a if a.type == kind else a.cast(kind) for ch in chunks for a in ch.chunks]
-        as_np = [numpy_sortable_array(a) for a in arrays]
-        if all(a is not None for a in as_np):
-            out.append(np.concatenate(as_np))  # type: ignore[arg-type]
-        else:
-            out.append(pa.chunked_array(arrays, type=kind))
-    return out
 
 
 # Filters keeping at least this share of the rows go column by column (see _kept).

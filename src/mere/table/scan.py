@@ -458,9 +458,14 @@ class Scan:
                     "answered from metadata (catalog row counts, footer statistics; every split is clean)"
                 )
             else:
+                if not self.spec.sequence_by:
+                    how = "by their key and operation columns"
+                elif self.spec.all_last:
+                    how = "by their key, sequence and operation columns (each key's winner)"
+                else:  # an engine or operators fold a key's versions: counted on the merged rows
+                    how = "by merging the columns their merge needs"
                 ex.notes.append(
-                    f"count(): {sum(clean)}/{len(splits)} split(s) from catalog row counts, the others "
-                    "by their key and operation columns"
+                    f"count(): {sum(clean)}/{len(splits)} split(s) from catalog row counts, the others {how}"
                 )
         if isinstance(E.to_expr(self.filter), E.ArrowPredicate):
             ex.notes.append(
