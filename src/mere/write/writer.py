@@ -485,7 +485,7 @@ def prepare(
             [key_np[idx]] if key_np is not None else [rows.column(c) for c in spec.primary_key], len(idx)
         )
         stale = 0
-        ties = None if carried is None or not carried[idx].any() else carried[idx]
+        ties = None if carried is None else carried[idx]  # (rows as they are: no key twice in the group)
         if not starts.all() and sequence and not spec.all_last:
             # Sequenced versions that fold by operator, engine or group: ordered by (sequence, input
             # order) within each key, folded, and each key's last reset kept as a delete marker at its
