@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -327,8 +328,13 @@ def test_date64_beyond_days_in_32_bits_is_refused(tmp_path: Path) -> None:
     edge = [-(2**31) * day, (2**31 - 1) * day]
     t.upsert(pa.table({"id": [0, 1], "d": pa.array(edge, pa.int64()).view(pa.date64())}, schema=schema))
     before = t.version
-    for raw in (2**31 * day, (-(2**31) - 1) * day, 2**63 - 1, -(2**63)):
-        with pytest.raises(InvalidInput, match="32 bits"):
+    for raw in (
+        2**31 * day,
+        (-(2**31) - 1) * day,
+        2**63 - 1,
+        -(2**63),
+    ):  # the last two: not whole days either
+        with pytest.raises(InvalidInput, match="32 bits|not a whole day"):
             t.upsert(pa.table({"id": [2, 3], "d": pa.array([0, raw], pa.int64()).view(pa.date64())}))
         assert t.version == before
     assert t.to_arrow().sort_by("id").column("d").cast(pa.int64()).to_pylist() == edge
@@ -499,3 +505,43 @@ def test_sequence_delete_at_type_maximum_deletes(tmp_path: Path, kind: str) -> N
     assert t.scan().count() == 0
     t.upsert(pa.table({"id": [2], "s": _arr(kind, [pool[0]]), "v": [2]}, schema=schema))
     assert t.scan().count() == 0  # the replay of the minimum stays deleted
+
+
+def _ms(raw: list[int]) -> pa.Array:
+    return pa.array(raw, pa.int64()).view(pa.date64())
+
+
+@pytest.mark.parametrize("offset", [1, -1, 86_399_999, -86_399_999, 3_600_000])
+def test_date64_that_is_not_a_whole_day_is_refused_on_every_write(tmp_path: Path, offset: int) -> None:
+    """Arrow asks a date64 for whole days; Parquet's DATE kept such a value's day alone (truncated toward
+    zero: -1 ms was stored as 1970-01-01), changing the value, and the partition it names, without a word."""
+    day = 86_400_000
+    dates = pa.list_(pa.date64())
+    schema = pa.schema(
+        [("id", pa.int64(), False), ("p", pa.date64()), ("d", pa.date64()), ("n", dates)]  # type: ignore[list-item]
+    )
+    keyed = _table(tmp_path, schema, primary_key="id", partition_by="p")
+    plain = _table(tmp_path, schema)
+
+    def rows(key: int, p: int, d: int, n: list[int]) -> pa.Table:
+        nested = pa.ListArray.from_arrays([0, len(n)], _ms(n))
+        return pa.table({"id": [key], "p": _ms([p]), "d": _ms([d]), "n": nested}).cast(schema)
+
+    whole = rows(0, day, -day, [0, 5 * day])
+    keyed.upsert(whole)
+    plain.append(whole)
+    before = (keyed.version, plain.version)
+    bad = 7 * day + offset
+    for table in (rows(1, bad, 0, [0]), rows(1, 0, bad, [0]), rows(1, 0, 0, [0, bad])):
+        attempts: list[Callable[[pa.Table], Any]] = [
+            keyed.upsert,
+            plain.append,
+            lambda rows: keyed.merge(rows).when_not_matched_insert_all().execute(),
+            keyed.stage,
+        ]
+        for attempt in attempts:
+            with pytest.raises(InvalidInput, match="not a whole day"):
+                attempt(table)
+        assert (keyed.version, plain.version) == before
+    for t in (keyed, plain):
+        assert t.to_arrow().cast(schema).equals(whole)

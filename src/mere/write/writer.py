@@ -198,15 +198,21 @@ def _check_storable_extremes(values: pa.ChunkedArray, f: pa.Field, identifier: s
     """Refuse values Parquet cannot hold in the unit it keeps the type in, at any depth: ``timestamp[s]``
     beyond what milliseconds hold (about 292 million years from 1970), which failed in the writer, and
     ``date64`` beyond days in 32 bits (about 5.9 million years), which Arrow's conversion to DATE wrapped
+    silently, and a ``date64`` that is not a whole day (Arrow's format asks for one), which DATE truncated
     silently."""
     for leaf in (x for chunk in values.chunks for x in _bounded_leaves(chunk)):
         if len(leaf) == leaf.null_count:
             continue
-        lo, hi = (s.as_py() for s in pc.min_max(leaf.cast(pa.int64())).values())
+        raw = leaf.cast(pa.int64())
+        lo, hi = (s.as_py() for s in pc.min_max(raw).values())
         if pa.types.is_date64(leaf.type):
-            if lo // DAY_MILLIS >= -(2**31) and hi // DAY_MILLIS < 2**31:
+            # Arrow asks a date64 for whole days; Parquet's DATE would keep another truncated to its day.
+            if pc.any(pc.not_equal(pc.multiply(pc.divide(raw, DAY_MILLIS), DAY_MILLIS), raw)).as_py():
+                limit = "milliseconds that are not a whole day, which Parquet's DATE cannot store"
+            elif lo // DAY_MILLIS >= -(2**31) and hi // DAY_MILLIS < 2**31:
                 continue
-            limit = "days beyond 32 bits, which Parquet's DATE cannot store"
+            else:
+                limit = "days beyond 32 bits, which Parquet's DATE cannot store"
         else:
             if max(-lo, hi) <= SECONDS_STORABLE:
                 continue
