@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import uuid
+import zoneinfo
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -304,6 +305,108 @@ def test_year_equals_the_calendar_over_the_whole_range(
         assert all(d is None or d == y for d, y in zip(duck, years)), (raw, duck, years)
 
 
+ZONES = [
+    "UTC",
+    "America/New_York",
+    "Australia/Sydney",
+    "Asia/Kolkata",
+    "Pacific/Kiritimati",
+    "+05:30",
+    "-12:00",
+]
+_UNIT_SECONDS = {"s": 1, "ms": 1_000, "us": 1_000_000}
+
+
+def _wall_year(raw: int, unit: str, zone: str) -> int:
+    """The year of a zoned timestamp's wall clock, by Python's calendar and zoneinfo (never pyarrow): the
+    zone's offset where Python has one (years 1 to 2037), its first one (local mean time) before, and its
+    offset at the end of 2037 after (pyarrow's zone data ends there, its last offset applies beyond; at the
+    turn of a year it agrees with every zone's rules)."""
+    seconds = raw // _UNIT_SECONDS[unit]
+    if zone[0] in "+-":
+        hours, minutes = zone[1:].split(":")
+        offset = (int(hours) * 3600 + int(minutes) * 60) * (1 if zone[0] == "+" else -1)
+    else:
+        year = _proleptic_year(seconds // 86_400)
+        if year < 2:
+            when = dt.datetime(1, 1, 2, tzinfo=dt.UTC)
+        elif year > 2037:
+            when = dt.datetime(2037, 12, 31, 12, tzinfo=dt.UTC)
+        else:
+            when = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds)
+        shift = when.astimezone(zoneinfo.ZoneInfo(zone)).utcoffset()
+        assert shift is not None
+        offset = int(shift.total_seconds())
+    return _proleptic_year((seconds + offset) // 86_400)
+
+
+def _new_year(cycles: int, year: int, minutes: int) -> int:
+    """Seconds since 1970 of a turn of a year: ``year`` of the 400-year cycle from 1600 moved by ``cycles``,
+    plus ``minutes``."""
+    return (
+        (cycles * 146_097 + (dt.date(1600 + year, 1, 1) - dt.date(1970, 1, 1)).days) * 1_440 + minutes
+    ) * 60
+
+
+@pytest.mark.parametrize("unit", sorted(_UNIT_SECONDS))
+@given(data=st.data())
+@settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_year_of_zoned_timestamps_follows_the_wall_clock_over_the_whole_range(
+    tmp_path: Path, unit: str, data: st.DataObject
+) -> None:
+    """pyarrow's year kernel wrapped beyond year 32767 for zoned timestamps too (year 40000 gave -25536)."""
+    zone = data.draw(st.sampled_from(ZONES))
+    arrow_type = pa.timestamp(unit, tz=zone)
+    per_second = _UNIT_SECONDS[unit]
+    lo, hi = (-SECONDS_STORABLE, SECONDS_STORABLE) if unit == "s" else (-(2**63), 2**63 - 1)
+    cycle = 146_097 * 86_400 * per_second
+    # The turn of a year, far away and near, any year of the 400-year cycle, to the minute: where the wall
+    # clock's year differs from UTC's, and where one zone's offset differed over time (local mean time, a
+    # zone that moved across the date line).
+    new_year = st.builds(
+        lambda *parts: _new_year(*parts) * per_second,
+        st.integers(lo // cycle + 2, hi // cycle - 2),
+        st.integers(0, 399),
+        st.integers(-15 * 60, 15 * 60),
+    )
+    values = st.one_of(st.integers(lo, hi), new_year, st.sampled_from([lo, hi, 0]))
+    drawn = data.draw(st.lists(values, min_size=1, max_size=10))
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("ts", arrow_type)])
+    t = _table(tmp_path, schema, primary_key="id")
+    t.upsert(pa.table({"id": list(range(len(drawn))), "ts": pa.array(drawn, pa.int64()).view(arrow_type)}))
+    years = [_wall_year(v, unit, zone) for v in drawn]
+    for pivot in {data.draw(st.sampled_from(years)), years[0] - 1}:
+        for op in ("=", "<"):
+            got = sorted(t.scan(filter=f"year(ts) {op} {pivot}").to_arrow().column("id").to_pylist())
+            want = [i for i, y in enumerate(years) if (y == pivot if op == "=" else y < pivot)]
+            assert got == want, (zone, op, pivot, drawn, years)
+
+
+@pytest.mark.parametrize(
+    ("zone", "cycles", "year", "minutes"),
+    [
+        ("Pacific/Kiritimati", 95, 380, -12 * 60),  # 40380: its last offset is +14; in 1980, -10
+        ("Pacific/Kiritimati", -104, 350, 10 * 60 + 35),  # -39650: its first offset, -10:29:20; 1950: -10:40
+        ("Asia/Kolkata", -104, 300, -340),  # -39700: local mean time, +5:53:28; in 1900, +5:21:10
+        ("America/New_York", -104, 300, 4 * 60 + 58),  # -39700: local mean time, -4:56:02; in 1900, -5
+    ],
+)
+def test_year_of_far_zoned_timestamps_takes_the_offset_of_their_own_era(
+    tmp_path: Path, zone: str, cycles: int, year: int, minutes: int
+) -> None:
+    """A value moved by 400-year cycles near 1970 would take the offset of that era, which differs from the
+    far past's (local mean time) or far future's (the last one) by minutes to a day: at the turn of a year
+    that changes the year."""
+    arrow_type = pa.timestamp("us", tz=zone)
+    raw = _new_year(cycles, year, minutes) * 1_000_000
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("ts", arrow_type)])
+    t = _table(tmp_path, schema, primary_key="id")
+    t.upsert(pa.table({"id": [0], "ts": pa.array([raw], pa.int64()).view(arrow_type)}))
+    wall = _wall_year(raw, "us", zone)
+    assert wall in (1600 + year + 400 * cycles, 1600 + year + 400 * cycles - 1)
+    assert t.scan(filter=f"year(ts) = {wall}").to_arrow().num_rows == 1
+
+
 def test_seconds_beyond_what_milliseconds_hold_are_refused(tmp_path: Path) -> None:
     """Found by the year test: such a value reached the Parquet writer and failed there with pyarrow's own
     error; now a typed refusal before anything is written."""
@@ -328,13 +431,9 @@ def test_date64_beyond_days_in_32_bits_is_refused(tmp_path: Path) -> None:
     edge = [-(2**31) * day, (2**31 - 1) * day]
     t.upsert(pa.table({"id": [0, 1], "d": pa.array(edge, pa.int64()).view(pa.date64())}, schema=schema))
     before = t.version
-    for raw in (
-        2**31 * day,
-        (-(2**31) - 1) * day,
-        2**63 - 1,
-        -(2**63),
-    ):  # the last two: not whole days either
-        with pytest.raises(InvalidInput, match="32 bits|not a whole day"):
+    # The last two are not whole days either.
+    for raw in (2**31 * day, (-(2**31) - 1) * day, 2**63 - 1, -(2**63)):
+        with pytest.raises(InvalidInput, match=r"32 bits|not a whole day"):
             t.upsert(pa.table({"id": [2, 3], "d": pa.array([0, raw], pa.int64()).view(pa.date64())}))
         assert t.version == before
     assert t.to_arrow().sort_by("id").column("d").cast(pa.int64()).to_pylist() == edge

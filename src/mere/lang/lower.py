@@ -407,18 +407,17 @@ _CYCLE_DAYS = 146_097  # the Gregorian calendar repeats every 400 years, 146,097
 
 
 def _civil_year(value: Typed) -> Typed | None:
-    """``year()`` of a date or a timestamp without time zone, right over the whole of its type's range:
-    pyarrow's kernel keeps the year in 16 bits, so beyond year 32767 (either sign) it wraps. The value is
-    moved by whole 400-year cycles to within 400 years of 1970, where the kernel is exact, and the cycles'
-    years are added back. None where the kernel is right as it is (nanoseconds span years 1677-2262) or
-    reads a wall clock (zoned timestamps)."""
+    """``year()`` of a date or a timestamp, right over the whole of its type's range: pyarrow's kernel keeps
+    the year in 16 bits, so beyond year 32767 (either sign) it wraps. The value is moved by whole 400-year
+    cycles to where the kernel is exact, and the cycles' years are added back. None where the kernel is
+    right as it is (nanoseconds span years 1677-2262)."""
 
     t = value.type
     if pa.types.is_date32(t):
         width, per_day = pa.int32(), 1
     elif pa.types.is_date64(t):
         width, per_day = pa.int64(), _DAY_UNITS["ms"]
-    elif pa.types.is_timestamp(t) and t.tz is None and t.unit in _DAY_UNITS:
+    elif pa.types.is_timestamp(t) and t.unit in _DAY_UNITS:
         width, per_day = pa.int64(), _DAY_UNITS[t.unit]
     else:
         return None
@@ -426,9 +425,25 @@ def _civil_year(value: Typed) -> Typed | None:
     raw = value.expr.cast(t).cast(width)
     cycle = pc.scalar(pa.scalar(_CYCLE_DAYS * per_day, width))  # in the raw width: no widening pass
     cycles = _call("divide", raw, cycle)  # toward zero: what is left lies within one cycle of 1970
+    if getattr(t, "tz", None) is not None:
+        cycles = _far_cycles(cycles)
     near = _call("subtract", raw, _call("multiply", cycles, cycle)).cast(t)
     years = _call("multiply", cycles.cast(pa.int64()), pc.scalar(400))
     return Typed(_call("add", _call("year", near), years), pa.int64())
+
+
+_KEPT_CYCLES = 75  # 30,000 years: beyond every zone's transitions, inside the kernel's range
+
+
+def _far_cycles(cycles: pc.Expression) -> pc.Expression:
+    """The cycles to move a zoned timestamp by: its wall clock depends on the zone's offset at that
+    instant, so only values beyond the kernel's range move, and to 30,000-30,400 years from 1970 on their
+    own side, where the offset is what it was (the zone's first one in the far past, its last one in the
+    far future); the others stay where they are."""
+    kept = pc.scalar(pa.scalar(_KEPT_CYCLES, pa.int64()))
+    far = _call("greater", _call("abs", cycles), kept)
+    toward_1970 = _call("multiply", _call("sign", cycles), kept)
+    return _call("if_else", far, _call("subtract", cycles, toward_1970), pc.scalar(pa.scalar(0, pa.int64())))
 
 
 def _typed_null(t: pa.DataType) -> pc.Expression:
