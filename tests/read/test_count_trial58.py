@@ -287,8 +287,7 @@ def test_live_by_map_direct_at_limits(typ: pa.DataType, base: int) -> None:
         each_ops.append(None if ops is None else np.asarray(ops, dtype=np.int8))
         for r, o in zip(raws, ops or [0] * len(raws)):
             model[r] = o != ops_delete
-    n = sum(p.num_rows for _, p in parts)
-    got = counting._live_by_map("k", parts, each_ops, n)  # type: ignore[arg-type]
+    got = counting._live_by_map("k", parts, each_ops)  # type: ignore[arg-type]
     assert got == sum(model.values())
 
 

@@ -160,7 +160,7 @@ def test_live_keys_by_byte_map_equal_the_sorted_count_and_a_model(
     assert live_keys(SPEC, parts) == expected  # the count reads column "k" whatever its type
     each_ops = [p.column(OP_COLUMN).to_numpy() if OP_COLUMN in p.column_names else None for _, p in parts]
     rows = sum(p.num_rows for _, p in parts)
-    mapped = counting._live_by_map("k", parts, each_ops, rows)
+    mapped = counting._live_by_map("k", parts, each_ops)
     assert mapped is None or mapped == expected
     if model and kind != "float64" and not repeat and max(model) - min(model) < 8 * rows:
         assert mapped == expected  # narrow enough, one sorted run a file: the map counted it
@@ -203,7 +203,7 @@ def test_live_keys_by_byte_map_near_a_type_limit(arrow_type: pa.DataType, low: i
         ),
     ]
     each_ops = [None, np.full(len(gone), OP_DELETE, np.int8)]
-    assert counting._live_by_map("k", parts, each_ops, 200 + len(gone)) == 200 - len(gone)
+    assert counting._live_by_map("k", parts, each_ops) == 200 - len(gone)
     assert live_keys(SPEC, parts) == 200 - len(gone)
 
 
@@ -215,7 +215,7 @@ def test_live_keys_by_byte_map_on_reused_pool_memory() -> None:
     del dirty
     keys = np.arange(0, 1 << 20, 4, dtype=np.int64)  # a range of 1 MiB, one key in four
     parts = [(FileTask("a", 1, "data", len(keys), 0), pa.table({"k": keys}))]
-    assert counting._live_by_map("k", parts, [None], len(keys)) == len(keys)
+    assert counting._live_by_map("k", parts, [None]) == len(keys)
     assert live_keys(SPEC, parts) == len(keys)
 
 

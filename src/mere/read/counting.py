@@ -41,6 +41,8 @@ MAP_SPAN_PER_ROW = 8
 # of dense ids in N buckets span about N values a row.
 SEQUENCE_MAP_SPAN_PER_ROW = 4
 
+_Run = tuple[int, int, np.ndarray]  # a file's number, the first row of the chunk in it, its keys
+
 
 def _oldest_run_first(
     spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]
@@ -83,7 +85,7 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
     deletes = any(o is not None and bool((o == OP_DELETE).any()) for o in each_ops)
     n = sum(p.num_rows for _, p in parts)
     if len(spec.primary_key) == 1:
-        mapped = _live_by_map(spec.primary_key[0], parts, each_ops, n)
+        mapped = _live_by_map(spec.primary_key[0], parts, each_ops)
         if mapped is not None:
             return mapped
     keys: list[Any] = []
@@ -139,39 +141,58 @@ def live_keys(spec: TableSpec, parts: Sequence[tuple[FileTask, pa.Table]]) -> in
     return int(np.count_nonzero(is_last & (ops[order] != OP_DELETE)))
 
 
-def _live_by_map(
-    key: str, parts: Sequence[tuple[FileTask, pa.Table]], each_ops: Sequence[np.ndarray | None], n: int
-) -> int | None:
-    """Live keys of one integer-like key column, each file's rows marked in a byte map of the window's key
-    range, oldest file first: a key's newest version sets its byte last (live, or not for a delete
-    marker). Linear, where sorting the keys is not. None where a value is not integer-like or NULL, a
-    chunk of a file is not strictly increasing (one assignment would then set a byte twice, in no defined
-    order), or the range is wider than ``MAP_SPAN_PER_ROW`` values a row."""
-    runs: list[tuple[np.ndarray, np.ndarray | None]] = []
-    for (_, p), ops in zip(parts, each_ops):
+def _key_runs(key: str, tables: Sequence[pa.Table], span_per_row: int) -> tuple[list[_Run], int, int] | None:
+    """The chunks of each file's key column as integer NumPy arrays, for a map of the window's key range:
+    ``(file number, first row in the file, keys)``, the least key and the greatest. None where a value is not
+    integer-like or NULL, the keys span ``span_per_row`` values a row or more, or a chunk is not strictly
+    increasing (one assignment would then set a slot twice, in no defined order)."""
+    runs: list[_Run] = []
+    rows = 0
+    for number, table in enumerate(tables):
         offset = 0
-        for chunk in p.column(key).chunks:
+        for chunk in table.column(key).chunks:
             values = numpy_sortable_array(chunk) if not chunk.null_count else None
             if values is None or values.dtype.kind not in "iu":
                 return None
             if len(values):
-                runs.append((values, None if ops is None else ops[offset : offset + len(values)]))
+                if values.itemsize < 8:  # narrow types: the offsets from the least key may not fit them
+                    values = values.astype(np.int64)
+                runs.append((number, offset, values))
             offset += len(values)
+        rows += offset
+    if not runs:
+        return runs, 0, -1
+    lo, hi = min(int(v[0]) for _, _, v in runs), max(int(v[-1]) for _, _, v in runs)
+    if hi - lo >= span_per_row * max(rows, 1):
+        return None
+    if any(len(v) > 1 and not bool((v[1:] > v[:-1]).all()) for _, _, v in runs):
+        return None
+    return runs, lo, hi
+
+
+def _slots(values: np.ndarray, lo: int) -> np.ndarray:
+    return np.asarray(values - values.dtype.type(lo))  # exact: every key lies in the map's range
+
+
+def _live_by_map(
+    key: str, parts: Sequence[tuple[FileTask, pa.Table]], each_ops: Sequence[np.ndarray | None]
+) -> int | None:
+    """Live keys of one integer-like key column, each file's rows marked in a byte map of the window's key
+    range, oldest file first: a key's newest version sets its byte last (live, or not for a delete
+    marker). Linear, where sorting the keys is not. None where :func:`_key_runs` finds no map (ranges
+    wider than ``MAP_SPAN_PER_ROW`` values a row)."""
+    found = _key_runs(key, [p for _, p in parts], MAP_SPAN_PER_ROW)
+    if found is None:
+        return None
+    runs, lo, hi = found
     if not runs:
         return 0
-    lo, hi = min(int(v[0]) for v, _ in runs), max(int(v[-1]) for v, _ in runs)
-    if hi - lo >= MAP_SPAN_PER_ROW * max(n, 1):
-        return None
-    if any(len(v) > 1 and not bool((v[1:] > v[:-1]).all()) for v, _ in runs):
-        return None
     # In Arrow's pool: the previous window's map is handed back instead of fresh pages faulted in.
     live = np.frombuffer(pa.allocate_buffer(hi - lo + 1), dtype=np.bool_)
     live[:] = False
-    for values, ops in runs:
-        if values.itemsize < 8:  # narrow types: the offsets may not fit them
-            values = values.astype(np.int64)
-        at = values - values.dtype.type(lo)  # exact: every value lies in [lo, hi]
-        live[at] = True if ops is None else ops != OP_DELETE
+    for number, offset, values in runs:
+        ops = each_ops[number]
+        live[_slots(values, lo)] = True if ops is None else ops[offset : offset + len(values)] != OP_DELETE
     return int(np.count_nonzero(live))
 
 
@@ -201,39 +222,27 @@ def _live_by_sequence_map(
     """:func:`live_by_sequence` for one integer-like key column and one integer-like sequence column, in
     two linear passes over a map of the window's key range: each key's highest sequence, then, file by
     file (oldest first), whether each row holding it is not a delete marker (a newer file's equal sequence
-    sets it last). None where a value is not integer-like or NULL, a file's keys are not strictly
-    increasing (a slot would be set twice by one assignment), or the range is wider than
-    ``SEQUENCE_MAP_SPAN_PER_ROW`` values a row."""
+    sets it last). None where the sequence is not integer-like or :func:`_key_runs` finds no map (ranges
+    wider than ``SEQUENCE_MAP_SPAN_PER_ROW`` values a row)."""
     if sequence.dtype.kind not in "iu":
         return None
-    runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # keys, sequences, operations
-    offset = 0
-    for p, op in zip(tables, ops):
-        column = p.column(key)
-        values = [numpy_sortable_array(c) if not c.null_count else None for c in column.chunks]
-        if any(v is None or v.dtype.kind not in "iu" for v in values):
-            return None
-        keys = values[0] if len(values) == 1 else np.concatenate(values)  # type: ignore[arg-type]
-        assert keys is not None
-        n = len(keys)
-        if n > 1 and not bool((keys[1:] > keys[:-1]).all()):
-            return None
-        if n:
-            runs.append((keys, sequence[offset : offset + n], op))
-        offset += n
+    found = _key_runs(key, tables, SEQUENCE_MAP_SPAN_PER_ROW)
+    if found is None:
+        return None
+    runs, lo, hi = found
     if not runs:
         return 0
-    lo, hi = min(int(k[0]) for k, _, _ in runs), max(int(k[-1]) for k, _, _ in runs)
-    if hi - lo >= SEQUENCE_MAP_SPAN_PER_ROW * max(offset, 1):
-        return None
+    starts = np.cumsum([0, *(t.num_rows for t in tables)])
     highest = np.full(hi - lo + 1, np.iinfo(sequence.dtype).min, dtype=sequence.dtype)
     slots = []
-    for keys, seq, _ in runs:
-        at = keys.astype(np.int64) - lo  # exact: every key lies in [lo, hi]
-        highest[at] = np.maximum(highest[at], seq)  # a file's keys are unique: no slot twice
-        slots.append(at)
+    for number, offset, values in runs:
+        at = _slots(values, lo)
+        first = starts[number] + offset
+        seq = sequence[first : first + len(values)]
+        highest[at] = np.maximum(highest[at], seq)  # a chunk's keys are unique: no slot twice
+        slots.append((at, seq, ops[number][offset : offset + len(values)]))
     live = np.zeros(hi - lo + 1, dtype=np.bool_)
-    for at, (_, seq, op) in zip(slots, runs):
+    for at, seq, op in slots:
         wins = seq == highest[at]
         live[at[wins]] = op[wins] != OP_DELETE
     return int(np.count_nonzero(live))
