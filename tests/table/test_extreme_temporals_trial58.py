@@ -407,6 +407,69 @@ def test_year_of_far_zoned_timestamps_takes_the_offset_of_their_own_era(
     assert t.scan(filter=f"year(ts) = {wall}").to_arrow().num_rows == 1
 
 
+def _wall_clock(raw_ns: int, zone: str) -> tuple[dt.datetime, dt.timedelta]:
+    """The wall clock of a zoned nanosecond timestamp (to the second) and the zone's offset, by Python's
+    datetime and zoneinfo, offsets as :func:`_wall_year` takes them."""
+    seconds = raw_ns // 1_000_000_000
+    utc = dt.datetime(1970, 1, 1) + dt.timedelta(seconds=seconds)
+    if zone[0] in "+-":
+        hours, minutes = zone[1:].split(":")
+        offset = dt.timedelta(hours=int(hours), minutes=int(minutes)) * (1 if zone[0] == "+" else -1)
+    else:
+        when = dt.datetime(2037, 12, 31, 12) if utc.year > 2037 else utc
+        shift = when.replace(tzinfo=dt.UTC).astimezone(zoneinfo.ZoneInfo(zone)).utcoffset()
+        assert shift is not None
+        offset = shift
+    return utc + offset, offset
+
+
+_PARTS = {
+    "year": lambda w: w.year,
+    "month": lambda w: w.month,
+    "day": lambda w: w.day,
+    "hour": lambda w: w.hour,
+    "minute": lambda w: w.minute,
+    "second": lambda w: w.second,
+    "quarter": lambda w: (w.month - 1) // 3 + 1,
+}
+
+
+@given(data=st.data())
+@settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_wall_clock_of_zoned_nanoseconds_at_the_ends_of_their_range(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    """Arrow reads a zoned timestamp's wall clock as the instant plus the zone's offset; for nanoseconds
+    within an offset of int64's ends that overflowed and wrapped (Berlin's last instant read as 1677)."""
+    zone = data.draw(st.sampled_from([*ZONES, "Europe/Berlin", "+14:00"]))
+    arrow_type = pa.timestamp("ns", tz=zone)
+    end = 2 * 86_400 * 1_000_000_000  # two days of each end, where an offset reaches
+    values = st.one_of(st.integers(-(2**63), -(2**63) + end), st.integers(2**63 - 1 - end, 2**63 - 1))
+    drawn = data.draw(st.lists(st.one_of(values, st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=8))
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("ts", arrow_type)])
+    t = _table(tmp_path, schema, primary_key="id")
+    t.upsert(pa.table({"id": list(range(len(drawn))), "ts": pa.array(drawn, pa.int64()).view(arrow_type)}))
+    walls = [_wall_clock(v, zone)[0] for v in drawn]
+    # pyarrow's second() leaves out the seconds of an offset (local mean time's -4:56:02 in New York):
+    # compared where offsets are whole minutes.
+    name = data.draw(st.sampled_from([p for p in sorted(_PARTS) if p != "second" or zone[0] in "+-U"]))
+    pivot = _PARTS[name](walls[0])
+    got = sorted(t.scan(filter=f"{name}(ts) = {pivot}").to_arrow().column("id").to_pylist())
+    assert got == [i for i, w in enumerate(walls) if _PARTS[name](w) == pivot], (zone, name, drawn, walls)
+    day = walls[-1].date().isoformat()
+    got = sorted(t.scan(filter=f"CAST(ts AS DATE) = DATE '{day}'").to_arrow().column("id").to_pylist())
+    assert got == [i for i, w in enumerate(walls) if w.date().isoformat() == day], (zone, drawn, walls)
+    # As text: Arrow's spelling, nanoseconds and offset (where the offset is whole minutes).
+    wall, offset = _wall_clock(drawn[-1], zone)
+    minutes, seconds = divmod(int(offset.total_seconds()), 60)
+    if not seconds:
+        sign, minutes = ("+" if minutes >= 0 else "-"), abs(minutes)
+        suffix = "Z" if zone == "UTC" else f"{sign}{minutes // 60:02d}{minutes % 60:02d}"
+        text = f"{wall:%Y-%m-%d %H:%M:%S}.{drawn[-1] % 1_000_000_000:09d}{suffix}"
+        got = sorted(t.scan(filter=f"CAST(ts AS VARCHAR) = '{text}'").to_arrow().column("id").to_pylist())
+        assert got == [i for i, v in enumerate(drawn) if v == drawn[-1]], (zone, drawn, text)
+
+
 def test_seconds_beyond_what_milliseconds_hold_are_refused(tmp_path: Path) -> None:
     """Found by the year test: such a value reached the Parquet writer and failed there with pyarrow's own
     error; now a typed refusal before anything is written."""
@@ -644,3 +707,24 @@ def test_date64_that_is_not_a_whole_day_is_refused_on_every_write(tmp_path: Path
         assert (keyed.version, plain.version) == before
     for t in (keyed, plain):
         assert t.to_arrow().cast(schema).equals(whole)
+
+
+def test_a_default_parquet_cannot_store_is_refused(tmp_path: Path) -> None:
+    """Found by review: a date64 default that is not a whole day was floored to its day (its Python value
+    was taken) instead of refused as a written value is; a seconds default beyond milliseconds likewise."""
+    schema = pa.schema([pa.field("id", pa.int64())])
+    t = _table(tmp_path, schema, primary_key="id")
+    t.upsert(pa.table({"id": [1]}))
+    before = t.version
+    day = 86_400_000
+    for kind, raw in (
+        (pa.date64(), 7 * day + 1),
+        (pa.date64(), -1),
+        (pa.timestamp("s"), SECONDS_STORABLE + 1),
+    ):
+        scalar = pa.array([raw], pa.int64()).view(kind)[0]
+        with pytest.raises(InvalidInput, match="cannot store"):
+            t.add_column("x", kind, default=scalar)
+        assert t.version == before
+    t.add_column("x", pa.date64(), default=pa.array([-7 * day], pa.int64()).view(pa.date64())[0])
+    assert t.to_arrow().column("x").cast(pa.int64()).to_pylist() == [-7 * day]

@@ -365,9 +365,9 @@ def _null(t: pa.DataType) -> pa.Scalar:
     return pa.scalar(None, t)
 
 
-def _call(name: str, *args: pc.Expression) -> pc.Expression:
+def _call(name: str, *args: pc.Expression, options: pc.FunctionOptions | None = None) -> pc.Expression:
     """The expression ``name(args)`` (pyarrow has no public constructor for a named function's call)."""
-    return pc.Expression._call(name, list(args))
+    return pc.Expression._call(name, list(args), options)
 
 
 def _compare_units(op: str, left: Typed, right: Typed) -> Typed:
@@ -444,6 +444,24 @@ def _far_cycles(cycles: pc.Expression) -> pc.Expression:
     far = _call("greater", _call("abs", cycles), kept)
     toward_1970 = _call("multiply", _call("sign", cycles), kept)
     return _call("if_else", far, _call("subtract", cycles, toward_1970), pc.scalar(pa.scalar(0, pa.int64())))
+
+
+def _zoned_micros(value: Typed) -> Typed:
+    """A zoned nanosecond timestamp as microseconds, floored (every wall-clock part from the microsecond up
+    stays the same), where its wall clock fits: Arrow reads the wall clock as the instant plus the zone's
+    offset, which for nanoseconds within an offset of int64's ends overflowed and wrapped (Berlin's
+    2262-04-11 23:47 UTC read as 1677-09-21)."""
+    t = value.type
+    raw = value.expr.cast(t).cast(pa.int64())  # in its own type first, as _civil_year
+    thousand = pc.scalar(1000)
+    toward_zero = _call("divide", raw, thousand)
+    below = _call("less", _call("subtract", raw, _call("multiply", toward_zero, thousand)), pc.scalar(0))
+    micros = pa.timestamp("us", tz=t.tz)
+    return Typed(_call("subtract", toward_zero, below.cast(pa.int64())).cast(micros), micros)
+
+
+def _is_zoned_nanos(t: pa.DataType) -> bool:
+    return bool(pa.types.is_timestamp(t) and t.unit == "ns" and t.tz is not None)
 
 
 def _typed_null(t: pa.DataType) -> pc.Expression:
@@ -615,6 +633,10 @@ class Lowering:
         if value.is_literal:
             return self._cast_constant(value, to)
         value = self._only_guarded_rows(value)  # a cast may fail on a value
+        if _is_zoned_nanos(value.type) and pa.types.is_date(to):
+            value = _zoned_micros(value)  # the day of its wall clock
+        if _is_zoned_nanos(value.type) and is_text(to):
+            return self._zoned_nanos_text(value, to)
         wide = pa.decimal128(38, 0)
         if pa.types.is_integer(value.type) and pa.types.is_decimal(to) and to != wide:
             # Arrow wants room for every value of the integer type; SQL checks the values themselves.
@@ -648,6 +670,23 @@ class Lowering:
             cast_value = self.call("replace_substring_regex", [cast_value], whole)
             cast_value = self.call("replace_substring_regex", [cast_value], short)
         return cast_value
+
+    def _zoned_nanos_text(self, value: Typed, to: pa.DataType) -> Typed:
+        """A zoned nanosecond timestamp spelt as Arrow spells it, its wall clock read at microseconds (see
+        :func:`_zoned_micros`) and its last three digits put back: ``2262-04-12 00:47:16.854775807+0100``."""
+        micros = self.cast(_zoned_micros(value), pa.string())
+        raw = value.expr.cast(value.type).cast(pa.int64())
+        thousand = pc.scalar(1000)
+        below = _call("subtract", raw, _call("multiply", _call("divide", raw, thousand), thousand))
+        # Floored: a negative remainder is 1000 more (the microseconds were floored alike).
+        nanos = _call("if_else", _call("less", below, pc.scalar(0)), _call("add", below, thousand), below)
+        digits = _call("utf8_lpad", nanos.cast(pa.string()), options=pc.PadOptions(3, "0"))
+        head = _call(
+            "utf8_slice_codeunits", micros.expr, options=pc.SliceOptions(0, 26)
+        )  # to the microsecond
+        tail = _call("utf8_slice_codeunits", micros.expr, options=pc.SliceOptions(26))  # the offset
+        text = Typed(_call("binary_join_element_wise", head, digits, tail, pc.scalar("")), pa.string())
+        return self.cast(text, to)
 
     def _refuse_overflow(self, value: Typed, narrowed: Typed) -> Typed:
         """``narrowed`` (a float cast to a narrower float), failing where a finite value became infinite,
@@ -1483,6 +1522,8 @@ class Lowering:
             value = self.literal_as(value, pa.timestamp("us"))
         if pa.types.is_date(value.type) and name in ("hour", "minute", "second"):
             value = self.cast(value, pa.timestamp("s"))  # a date's time of day is midnight
+        if _is_zoned_nanos(value.type):
+            value = _zoned_micros(value)
         if name == "year":
             whole_range = _civil_year(value)
             if whole_range is not None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from mere.errors import InvalidInput, SchemaMismatch, UnsupportedType
 from mere.spec import RESERVED_COLUMNS, TableSpec, storable_text
-from mere.write.cast import incompatibility, lossless_cast
+from mere.write.cast import check_storable, holds_bounded, incompatibility, lossless_cast
 
 _SIGNED = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
 _UNSIGNED = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
@@ -62,7 +62,7 @@ def _value_of(value: Any, kind: pa.DataType) -> pa.Array:
     if value is None:
         return pa.nulls(1, kind)
     if isinstance(value, pa.Scalar):  # typed already: the write rules decide between the two types
-        given = pa.array([value.as_py()], value.type)
+        given = pa.array([value], value.type)  # its own value (as_py() floors a date64 to its day)
         return _checked(given, kind)
     if pa.types.is_struct(kind):
         if not isinstance(value, Mapping):
@@ -102,9 +102,12 @@ def _checked(given: pa.Array, kind: pa.DataType) -> pa.Array:
     if why is not None:
         raise InvalidInput(f"a {given.type} value: {why}")
     try:
-        return lossless_cast(given, kind, "default", "value")
+        value = lossless_cast(given, kind, "default", "value")
     except SchemaMismatch:
         raise InvalidInput(f"the {given.type} value would change when stored as {kind}") from None
+    if holds_bounded(kind):  # as every written value: what Parquet cannot store is refused
+        check_storable(value, pa.field("value", kind), "default")
+    return value
 
 
 def _items(value: Any, kind: pa.DataType) -> list[Any]:

@@ -34,7 +34,14 @@ from mere.kernels import (
 from mere.metadata import FileEntry
 from mere.partitions import partition_json, partition_path, partition_value_strings
 from mere.spec import DEFAULT_COMPRESSION, OP_COLUMN, OP_DELETE, OP_MERGE, TableSpec, with_field_ids
-from mere.write.cast import decoded, lossless_cast, nested_not_null, strict_nested
+from mere.write.cast import (
+    check_storable,
+    decoded,
+    holds_bounded,
+    lossless_cast,
+    nested_not_null,
+    strict_nested,
+)
 
 DEFAULT_ROW_GROUP_BYTES = 1 << 20  # uncompressed bytes per row group: small enough for key lookups
 CHUNK_ROWS = 2_000_000  # rows per prepared chunk of inputs already in memory
@@ -164,62 +171,6 @@ def _check_precision(values: pa.Array | pa.ChunkedArray, f: pa.Field, identifier
         ) from None
 
 
-SECONDS_STORABLE = (2**63 - 1) // 1000  # Parquet has no unit of seconds: they are stored as milliseconds
-DAY_MILLIS = 86_400_000  # Parquet keeps a date64 as DATE, days in 32 bits
-
-
-def _bounded_by_parquet(t: pa.DataType) -> bool:
-    """Whether Parquet keeps this type in a unit narrower than Arrow's (values may not fit)."""
-    return bool((pa.types.is_timestamp(t) and t.unit == "s") or pa.types.is_date64(t))
-
-
-def _holds_bounded(t: pa.DataType) -> bool:
-    """Whether values of this type (or nested in it) may not fit Parquet's unit for them."""
-    return _bounded_by_parquet(t) or any(_holds_bounded(t.field(i).type) for i in range(t.num_fields))
-
-
-def _bounded_leaves(arr: pa.Array) -> Iterator[pa.Array]:
-    """The values of ``arr`` (nested ones included: lists and maps flattened, struct fields) whose type
-    Parquet keeps in a narrower unit."""
-    t = arr.type
-    if _bounded_by_parquet(t):
-        yield arr
-    elif pa.types.is_struct(t):
-        for child in arr.flatten():  # the struct's offset and NULLs applied
-            yield from _bounded_leaves(child)
-    elif pa.types.is_map(t):  # its keys and items, offsets applied (maps have no flatten kernel)
-        for part in (arr.keys, arr.items):
-            yield from _bounded_leaves(pa.ListArray.from_arrays(arr.offsets, part).flatten())
-    elif t.num_fields == 1:  # list types: their values, offsets applied
-        yield from _bounded_leaves(arr.flatten())
-
-
-def _check_storable_extremes(values: pa.ChunkedArray, f: pa.Field, identifier: str) -> None:
-    """Refuse values Parquet cannot hold in the unit it keeps the type in, at any depth: ``timestamp[s]``
-    beyond what milliseconds hold (about 292 million years from 1970), which failed in the writer, and
-    ``date64`` beyond days in 32 bits (about 5.9 million years), which Arrow's conversion to DATE wrapped
-    silently, and a ``date64`` that is not a whole day (Arrow's format asks for one), which DATE truncated
-    silently."""
-    for leaf in (x for chunk in values.chunks for x in _bounded_leaves(chunk)):
-        if len(leaf) == leaf.null_count:
-            continue
-        raw = leaf.cast(pa.int64())
-        lo, hi = (s.as_py() for s in pc.min_max(raw).values())
-        if pa.types.is_date64(leaf.type):
-            # Arrow asks a date64 for whole days; Parquet's DATE would keep another truncated to its day.
-            if pc.any(pc.not_equal(pc.multiply(pc.divide(raw, DAY_MILLIS), DAY_MILLIS), raw)).as_py():
-                limit = "milliseconds that are not a whole day, which Parquet's DATE cannot store"
-            elif lo // DAY_MILLIS >= -(2**31) and hi // DAY_MILLIS < 2**31:
-                continue
-            else:
-                limit = "days beyond 32 bits, which Parquet's DATE cannot store"
-        else:
-            if max(-lo, hi) <= SECONDS_STORABLE:
-                continue
-            limit = f"seconds beyond ±{SECONDS_STORABLE}, which Parquet's milliseconds cannot store"
-        raise InvalidInput(f"{identifier}: column {f.name!r} holds a {leaf.type} value of {limit}")
-
-
 def decode_cdc(values: pa.ChunkedArray | pa.Array, column: str) -> np.ndarray:
     """Map a change column to operations: MERGE, DELETE, or -1 for rows to ignore (update-before images)."""
     values = decoded(values)  # dictionaries (Polars' Categorical), run-end and view encodings
@@ -313,8 +264,8 @@ def conform(
                 _check_utf8(col, f.name, identifier)
             if pa.types.is_decimal(f.type):
                 _check_precision(col, f, identifier)
-            if _holds_bounded(f.type):
-                _check_storable_extremes(col, f, identifier)
+            if holds_bounded(f.type):
+                check_storable(col, f, identifier)
             if not f.nullable and col.null_count:
                 if f.name in spec.primary_key:
                     raise NullKey(
