@@ -421,8 +421,10 @@ def _civil_year(value: Typed) -> Typed | None:
         width, per_day = pa.int64(), _DAY_UNITS[t.unit]
     else:
         return None
+    if getattr(t, "tz", None) in _UTC_NAMES:  # no offset: its wall clock is its instant, read as naive
+        t = pa.timestamp(t.unit)
     # In its own type first: a file may hold another (Parquet keeps date64 as days, seconds as milliseconds).
-    raw = value.expr.cast(t).cast(width)
+    raw = value.expr.cast(value.type).cast(width)
     cycle = pc.scalar(pa.scalar(_CYCLE_DAYS * per_day, width))  # in the raw width: no widening pass
     cycles = _call("divide", raw, cycle)  # toward zero: what is left lies within one cycle of 1970
     if getattr(t, "tz", None) is not None:
@@ -432,6 +434,7 @@ def _civil_year(value: Typed) -> Typed | None:
     return Typed(_call("add", _call("year", near), years), pa.int64())
 
 
+_UTC_NAMES = frozenset({"UTC", "Etc/UTC", "+00:00", "Z"})
 _KEPT_CYCLES = 75  # 30,000 years: beyond every zone's transitions, inside the kernel's range
 
 
@@ -441,9 +444,10 @@ def _far_cycles(cycles: pc.Expression) -> pc.Expression:
     own side, where the offset is what it was (the zone's first one in the far past, its last one in the
     far future); the others stay where they are."""
     kept = pc.scalar(pa.scalar(_KEPT_CYCLES, pa.int64()))
-    far = _call("greater", _call("abs", cycles), kept)
-    toward_1970 = _call("multiply", _call("sign", cycles), kept)
-    return _call("if_else", far, _call("subtract", cycles, toward_1970), pc.scalar(pa.scalar(0, pa.int64())))
+    negative_kept = pc.scalar(pa.scalar(-_KEPT_CYCLES, pa.int64()))
+    # cycles - clip(cycles, -kept, kept): 0 within, the cycles beyond +-kept outside
+    clipped = _call("max_element_wise", _call("min_element_wise", cycles, kept), negative_kept)
+    return _call("subtract", cycles, clipped)
 
 
 def _zoned_micros(value: Typed) -> Typed:
@@ -1523,7 +1527,7 @@ class Lowering:
         if pa.types.is_date(value.type) and name in ("hour", "minute", "second"):
             value = self.cast(value, pa.timestamp("s"))  # a date's time of day is midnight
         if _is_zoned_nanos(value.type):
-            value = _zoned_micros(value)
+            return self.call(name, [_zoned_micros(value)])  # years 1677-2262: the kernel's year is exact
         if name == "year":
             whole_range = _civil_year(value)
             if whole_range is not None:
