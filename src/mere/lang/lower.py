@@ -685,10 +685,9 @@ class Lowering:
         # Floored: a negative remainder is 1000 more (the microseconds were floored alike).
         nanos = _call("if_else", _call("less", below, pc.scalar(0)), _call("add", below, thousand), below)
         digits = _call("utf8_lpad", nanos.cast(pa.string()), options=pc.PadOptions(3, "0"))
-        head = _call(
-            "utf8_slice_codeunits", micros.expr, options=pc.SliceOptions(0, 26)
-        )  # to the microsecond
-        tail = _call("utf8_slice_codeunits", micros.expr, options=pc.SliceOptions(26))  # the offset
+        # Years 1677-2262 have four digits: 26 characters run to the microsecond, the offset follows.
+        head = _call("utf8_slice_codeunits", micros.expr, options=pc.SliceOptions(0, 26))
+        tail = _call("utf8_slice_codeunits", micros.expr, options=pc.SliceOptions(26))
         text = Typed(_call("binary_join_element_wise", head, digits, tail, pc.scalar("")), pa.string())
         return self.cast(text, to)
 
