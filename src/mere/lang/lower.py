@@ -406,12 +406,12 @@ _DAY_UNITS = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000}
 _CYCLE_DAYS = 146_097  # the Gregorian calendar repeats every 400 years, 146,097 days
 
 
-def _civil_year(value: Typed) -> Typed | None:
-    """``year()`` of a date or a timestamp, right over the whole of its type's range: pyarrow's kernel keeps
-    the year in 16 bits, so beyond year 32767 (either sign) it wraps. The value is moved by whole 400-year
-    cycles to where the kernel is exact, and the cycles' years are added back. None where the kernel is
-    right as it is (nanoseconds span years 1677-2262)."""
-
+def _near_1970(value: Typed) -> tuple[Typed, pc.Expression] | None:
+    """A date or timestamp moved by whole 400-year cycles to where pyarrow's calendar kernels are exact, and
+    the cycles. The calendar repeats every 400 years (146,097 days, a whole number of weeks), so every part
+    but the year is the same there; beyond it the kernels go wrong (the year is kept in 16 bits and wraps
+    beyond 32767; hours of seconds and milliseconds overflow, and their months and days follow). None for
+    nanoseconds (years 1677-2262: the kernels are exact)."""
     t = value.type
     if pa.types.is_date32(t):
         width, per_day = pa.int32(), 1
@@ -429,9 +429,26 @@ def _civil_year(value: Typed) -> Typed | None:
     cycles = _call("divide", raw, cycle)  # toward zero: what is left lies within one cycle of 1970
     if getattr(t, "tz", None) is not None:
         cycles = _far_cycles(cycles)
-    near = _call("subtract", raw, _call("multiply", cycles, cycle)).cast(t)
+    return Typed(_call("subtract", raw, _call("multiply", cycles, cycle)).cast(t), t), cycles
+
+
+def _civil_year(value: Typed) -> Typed | None:
+    """``year()`` of a date or a timestamp, right over the whole of its type's range: the year of the value
+    moved near 1970 (:func:`_near_1970`) and the cycles' years added back. None where the kernel is right as
+    it is (nanoseconds)."""
+    moved = _near_1970(value)
+    if moved is None:
+        return None
+    near, cycles = moved
     years = _call("multiply", cycles.cast(pa.int64()), pc.scalar(400))
-    return Typed(_call("add", _call("year", near), years), pa.int64())
+    return Typed(_call("add", _call("year", near.expr), years), pa.int64())
+
+
+def _exact_everywhere(t: pa.DataType) -> bool:
+    """Whether pyarrow's kernels for the parts below the year (month to second, quarter, weekday) are
+    exact over the whole of ``t``: naive microseconds and nanoseconds (measured; seconds and milliseconds
+    overflow far out, a zoned value's offset at int64's ends, and a date at 2**31 - 1 days)."""
+    return bool(pa.types.is_timestamp(t) and t.unit in ("us", "ns") and t.tz is None)
 
 
 _UTC_NAMES = frozenset({"UTC", "Etc/UTC", "+00:00", "Z"})
@@ -1525,13 +1542,21 @@ class Lowering:
             value = self.literal_as(value, pa.timestamp("us"))
         if pa.types.is_date(value.type) and name in ("hour", "minute", "second"):
             value = self.cast(value, pa.timestamp("s"))  # a date's time of day is midnight
+        return self._calendar_part(name, value)
+
+    def _calendar_part(self, name: str, value: Typed, options: pc.FunctionOptions | None = None) -> Typed:
+        """A part of a date or timestamp's (wall clock) calendar, right over the whole of its type."""
         if _is_zoned_nanos(value.type):
-            return self.call(name, [_zoned_micros(value)])  # years 1677-2262: the kernel's year is exact
+            return self.call(name, [_zoned_micros(value)], options)  # years 1677-2262: every kernel is exact
         if name == "year":
             whole_range = _civil_year(value)
             if whole_range is not None:
                 return whole_range
-        return self.call(name, [value])
+        elif not _exact_everywhere(value.type):
+            moved = _near_1970(value)
+            if moved is not None:
+                return self.call(name, [moved[0]], options)
+        return self.call(name, [value], options)
 
     def _Year(self, node: exp.Year) -> Typed:
         return self._part("year", node)
@@ -1555,9 +1580,8 @@ class Lowering:
         return self._part("quarter", node)
 
     def _DayOfWeek(self, node: exp.DayOfWeek) -> Typed:
-        return self.call(
-            "day_of_week", [self.lower(node.this)], pc.DayOfWeekOptions(count_from_zero=True, week_start=7)
-        )
+        options = pc.DayOfWeekOptions(count_from_zero=True, week_start=7)
+        return self._calendar_part("day_of_week", self.lower(node.this), options)
 
     def _Placeholder(self, node: exp.Placeholder) -> Typed:
         raise self.fail(f"parameter {node.sql(dialect=MereDialect)} is not supported here")
