@@ -318,26 +318,10 @@ _UNIT_SECONDS = {"s": 1, "ms": 1_000, "us": 1_000_000}
 
 
 def _wall_year(raw: int, unit: str, zone: str) -> int:
-    """The year of a zoned timestamp's wall clock, by Python's calendar and zoneinfo (never pyarrow): the
-    zone's offset where Python has one (years 1 to 2037), its first one (local mean time) before, and its
-    offset at the end of 2037 after (pyarrow's zone data ends there, its last offset applies beyond; at the
-    turn of a year it agrees with every zone's rules)."""
+    """The year of a zoned timestamp's wall clock, by Python's calendar and zoneinfo (never pyarrow), the
+    offset as :func:`_offset_seconds` takes it."""
     seconds = raw // _UNIT_SECONDS[unit]
-    if zone[0] in "+-":
-        hours, minutes = zone[1:].split(":")
-        offset = (int(hours) * 3600 + int(minutes) * 60) * (1 if zone[0] == "+" else -1)
-    else:
-        year = _proleptic_year(seconds // 86_400)
-        if year < 2:
-            when = dt.datetime(1, 1, 2, tzinfo=dt.UTC)
-        elif year > 2037:
-            when = dt.datetime(2037, 12, 31, 12, tzinfo=dt.UTC)
-        else:
-            when = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds)
-        shift = when.astimezone(zoneinfo.ZoneInfo(zone)).utcoffset()
-        assert shift is not None
-        offset = int(shift.total_seconds())
-    return _proleptic_year((seconds + offset) // 86_400)
+    return _proleptic_year((seconds + _offset_seconds(seconds, zone)) // 86_400)
 
 
 def _new_year(cycles: int, year: int, minutes: int) -> int:
@@ -409,18 +393,10 @@ def test_year_of_far_zoned_timestamps_takes_the_offset_of_their_own_era(
 
 def _wall_clock(raw_ns: int, zone: str) -> tuple[dt.datetime, dt.timedelta]:
     """The wall clock of a zoned nanosecond timestamp (to the second) and the zone's offset, by Python's
-    datetime and zoneinfo, offsets as :func:`_wall_year` takes them."""
+    datetime and zoneinfo, the offset as :func:`_offset_seconds` takes it."""
     seconds = raw_ns // 1_000_000_000
-    utc = dt.datetime(1970, 1, 1) + dt.timedelta(seconds=seconds)
-    if zone[0] in "+-":
-        hours, minutes = zone[1:].split(":")
-        offset = dt.timedelta(hours=int(hours), minutes=int(minutes)) * (1 if zone[0] == "+" else -1)
-    else:
-        when = dt.datetime(2037, 12, 31, 12) if utc.year > 2037 else utc
-        shift = when.replace(tzinfo=dt.UTC).astimezone(zoneinfo.ZoneInfo(zone)).utcoffset()
-        assert shift is not None
-        offset = shift
-    return utc + offset, offset
+    offset = dt.timedelta(seconds=_offset_seconds(seconds, zone))
+    return dt.datetime(1970, 1, 1) + dt.timedelta(seconds=seconds) + offset, offset
 
 
 _PARTS = {
@@ -471,7 +447,10 @@ def test_wall_clock_of_zoned_nanoseconds_at_the_ends_of_their_range(
 
 
 def _offset_seconds(seconds: int, zone: str | None) -> int:
-    """A zone's offset at an instant, as :func:`_wall_year` takes it (none for a naive value)."""
+    """A zone's offset at an instant by zoneinfo (none for a naive value): where Python has one (years 1 to
+    2037), its first one (local mean time) before, and its offset at the end of 2037 after (pyarrow's zone
+    data end there and its last offset applies beyond; at the turn of a year it agrees with every zone's
+    rules)."""
     if zone is None or zone == "UTC":
         return 0
     if zone[0] in "+-":
