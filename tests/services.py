@@ -558,6 +558,7 @@ class SeaweedServer:
         self.timings: dict[str, float] = {}
         self._owner_pid = os.getpid()
         self._started = False
+        self._log_start = 0  # where the log stood when the current try spawned
 
     @property
     def port(self) -> int:
@@ -675,6 +676,7 @@ class SeaweedServer:
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
         env.update(AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key)
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 cmd,
@@ -693,8 +695,9 @@ class SeaweedServer:
         probe = f"ready-{secrets.token_hex(4)}"
         while True:
             if self.proc.poll() is not None:
-                log = _tail(self.log_path)
-                if "address already in use" in log:
+                log = self._log_since_spawn()
+                # weed names a taken port two ways: the bind error, or its own check before binding
+                if "address already in use" in log or "Port allocation failed" in log:
                     raise _PortTaken(log)
                 raise RuntimeError(f"SeaweedFS exited with {self.proc.returncode}:\n{log}")
             try:
@@ -708,6 +711,14 @@ class SeaweedServer:
                         f"--- log tail ---\n{_tail(self.log_path)}"
                     ) from e
                 time.sleep(0.1)
+
+    def _log_since_spawn(self, lines: int = 40) -> str:
+        """The last lines the server wrote since this try started (earlier tries' errors left out)."""
+        try:
+            text = self.log_path.read_bytes()[self._log_start :].decode(errors="replace")
+        except OSError as exc:
+            return f"<no server log: {exc}>"
+        return "\n".join(text.splitlines()[-lines:])
 
     def _terminate(self) -> None:
         proc, self.proc = self.proc, None

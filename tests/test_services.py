@@ -152,3 +152,24 @@ def test_start_failure_reports_server_log(monkeypatch, busy_port):
         pass
     assert server.root is not None and not server.root.exists()
     assert _processes_under(server.root) == []
+
+
+def test_seaweed_retries_when_its_s3_port_is_taken(monkeypatch, busy_port):
+    # weed refuses a taken port by its own check ("Port allocation failed"), not only by a bind error;
+    # either is a lost race that start() must answer with other ports (CI lost one this way).
+    real_free_ports = services._free_ports
+    calls = iter([0])
+
+    def first_s3_port_busy(count: int) -> list[int]:
+        ports = real_free_ports(count)
+        if next(calls, None) is not None:
+            ports[services._WEED_PORTS.index("s3.port")] = busy_port
+        return ports
+
+    monkeypatch.setattr(services, "_free_ports", first_s3_port_busy)
+    with services.SeaweedServer() as server:
+        assert server.port != busy_port
+        log = server.log_path.read_text(errors="replace")
+        assert "Port allocation failed" in log or "address already in use" in log  # the lost first try
+        server.create_bucket("after-a-retry")
+        assert server.filesystem().get_file_info("after-a-retry").type.name == "Directory"
