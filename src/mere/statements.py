@@ -372,14 +372,44 @@ def _rename(column: exp.Column, name: str) -> None:
         column.set("this", exp.to_identifier(name, quoted=True))
 
 
+# What a table reference may hold besides its name and alias, as the refusals name it.
+_TABLE_CLAUSES = {
+    "joins": "JOIN or a second table",
+    "laterals": "LATERAL",
+    "sample": "TABLESAMPLE",
+    "version": "time travel (VERSION / TIMESTAMP AS OF)",
+    "when": "time travel (AT / BEFORE)",
+    "changes": "CHANGES",
+    "hints": "a table hint",
+    "only": "ONLY",
+    "pivots": "PIVOT",
+    "partition": "PARTITION",
+}
+
+
 def _name(node: exp.Expression) -> str:
+    """The dotted name of a table reference that holds nothing else but an alias: a join, a sample or a
+    time-travel clause left out would make the statement change rows it did not name."""
     if not isinstance(node, exp.Table):
         raise FilterError(f"expected a table name, got {sql_text(node)!r}")
+    for name, value in node.args.items():
+        if name in ("this", "db", "catalog", "alias") or value is None or value is False or value == []:
+            continue
+        clause = _TABLE_CLAUSES.get(name, name.rstrip("_").upper())
+        hint = "; a MERGE INTO with the other table as source joins on the key" if name == "joins" else ""
+        raise FilterError(
+            f"{clause} is not supported on the table {sql_text(node)!r} (mere runs no part of a statement "
+            f"it cannot run{hint})"
+        )
+    _alias(node, "")  # refuses column aliases
     return ".".join(p.name for p in node.parts)
 
 
 def _alias(node: exp.Expression, default: str) -> str:
     alias = node.args.get("alias")
+    if alias is not None and alias.args.get("columns"):
+        # The columns would be renamed by position, which mere does not do; ignoring them would not.
+        raise FilterError(f"column aliases are not supported: {sql_text(alias)!r}")
     return alias.name if alias is not None and alias.name else default
 
 

@@ -1652,6 +1652,33 @@ def test_the_oracle_refuses_a_target_row_matched_twice() -> None:
         ("UPDATE n.t SET q = 1, q = 2 WHERE id = 1", "twice"),
         ("MERGE INTO n.t USING s ON t.id = s.id WHEN MATCHED THEN DELETE RETURNING *", "RETURNING"),
         ("MERGE INTO n.t USING s ON t.id = s.id WHEN MATCHED THEN UPDATE SET q = 1, q = 2", "twice"),
+        # Clauses of the table reference itself: run without them, each changed every row of the table.
+        ("DELETE FROM n.t JOIN n.u ON t.id = u.id", "JOIN"),
+        ("DELETE FROM n.t NATURAL JOIN n.u", "JOIN"),
+        ("DELETE FROM n.t, n.nosuch WHERE id = 1", "second table"),
+        ("UPDATE n.t JOIN n.u ON n.t.id = n.u.id SET q = 0", "JOIN"),
+        ("UPDATE n.t AS x JOIN n.u AS y ON x.id = y.id SET q = 0", "JOIN"),
+        ("UPDATE n.t, n.u SET q = 0 WHERE id = 1", "second table"),
+        ("DELETE FROM n.t TABLESAMPLE 10% WHERE id > 0", "TABLESAMPLE"),
+        ("UPDATE n.t TABLESAMPLE (1 ROWS) SET q = 0", "TABLESAMPLE"),
+        ("DELETE FROM n.t VERSION AS OF 1 WHERE id = 1", "time travel"),
+        ("DELETE FROM n.t FOR SYSTEM_TIME AS OF '2020-01-01' WHERE id = 1", "time travel"),
+        ("DELETE FROM n.t AT (VERSION => 1) WHERE id = 1", "time travel"),
+        ("DELETE FROM n.t WITH (NOLOCK) WHERE id = 1", "hint"),
+        ("DELETE FROM ONLY n.t WHERE id = 1", "ONLY"),
+        ("DELETE FROM n.t AS x(a, b) WHERE a = 1", "column aliases"),
+        (
+            "MERGE INTO n.t TABLESAMPLE (1 ROWS) AS t USING s ON t.id = s.id WHEN MATCHED THEN DELETE",
+            "TABLESAMPLE",
+        ),
+        (
+            "MERGE INTO n.t AS t USING n.u VERSION AS OF 1 AS s ON t.id = s.id WHEN MATCHED THEN DELETE",
+            "time travel",
+        ),
+        (
+            "MERGE INTO n.t AS t USING (SELECT id, q FROM s) AS v(q, id) ON t.id = v.id WHEN MATCHED THEN DELETE",
+            "column aliases",
+        ),
     ],
 )
 def test_sql_refuses_clauses_it_would_not_run(local_cat: mere.Catalog, statement: str, clause: str) -> None:
@@ -1659,6 +1686,7 @@ def test_sql_refuses_clauses_it_would_not_run(local_cat: mere.Catalog, statement
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("q", pa.int64())])
     t = local_cat.create_table("n.t", schema, primary_key="id")
     t.upsert(pa.table({"id": [1, 2, 3], "q": [10, 20, 30]}))
+    local_cat.create_table("n.u", schema, primary_key="id").upsert(pa.table({"id": [1], "q": [1]}))
     before = (t.version, t.to_arrow().sort_by("id"))
     sources = {"s": pa.table({"id": [1], "q": [5]})} if statement.startswith("MERGE") else {}
     with pytest.raises(errors.FilterError, match=clause):
