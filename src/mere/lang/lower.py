@@ -671,6 +671,9 @@ class Lowering:
         if pa.types.is_decimal(value.type) and pa.types.is_decimal(to) and to.scale < value.type.scale:
             # fewer digits: rounded, halves away from zero, as DuckDB's cast (Arrow's refuses the loss)
             value = self.decimal_rounded(self.roomy(value), to.scale, "half_away", keep_scale=False)
+        if _is_float(value.type) and pa.types.is_decimal(to):
+            # halves away from zero too, as DuckDB's cast (Arrow's rounds a float's halves to even)
+            value = self.call("round", [value], pc.RoundOptions(to.scale, "half_towards_infinity"))
         # A cast to a float rounds (CAST(u AS DOUBLE) of 2**64 - 1 is 1.8446744073709552e19).
         options = pc.CastOptions(
             to, allow_int_overflow=not safe, allow_float_truncate=not safe or _is_float(to)
@@ -789,6 +792,11 @@ class Lowering:
             if number.as_tuple().exponent < exponent.as_tuple().exponent:  # type: ignore[operator]
                 with localcontext(prec=100):
                     value = self.literal(number.quantize(exponent, rounding=ROUND_HALF_UP))
+        if isinstance(number, float) and math.isfinite(number) and pa.types.is_decimal(to):
+            # rounded by the kernel a column's cast runs (see :meth:`cast`): halves away from zero
+            options = pc.RoundOptions(to.scale, "half_towards_infinity")
+            rounded = pc.round(pa.scalar(number, value.type), options=options)
+            value = Typed(pc.scalar(rounded), value.type, rounded.as_py())
         out = self.literal_as(value, to)
         finite = isinstance(number, int | float | Decimal) and not isinstance(number, bool)
         if finite and _is_float(to) and math.isinf(out.value) and not math.isinf(float(number)):  # type: ignore[arg-type]
@@ -994,6 +1002,12 @@ class Lowering:
             left = self.cast(left, right.type)
         elif pa.types.is_integer(right.type) and _is_float(left.type):
             right = self.cast(right, left.type)
+        # A decimal against a float: the decimal becomes a double as CAST makes it (the nearest one);
+        # Arrow's implicit cast is off in the last place (1.2345 + 0e0 was 1.2345000000000002).
+        if pa.types.is_decimal(left.type) and _is_float(right.type):
+            left = self.cast(left, pa.float64())
+        elif pa.types.is_decimal(right.type) and _is_float(left.type):
+            right = self.cast(right, pa.float64())
         return left, right
 
     def _integers(self, left: Typed, right: Typed) -> tuple[Typed, Typed]:
@@ -1043,7 +1057,9 @@ class Lowering:
         left, right = self._numeric_pair(self.lower(node.this), self.lower(node.expression), "//")
         if pa.types.is_integer(left.type) and pa.types.is_integer(right.type):
             return self.call("divide_checked", [left, self._nonzero(right)])  # truncates
-        return self.call("divide", [self.cast(left, pa.float64()), self.cast(right, pa.float64())])
+        # NULL for a zero divisor whatever the type (DuckDB's without its error), not an infinity
+        divisor = self._nonzero(self.cast(right, pa.float64()))
+        return self.call("divide", [self.cast(left, pa.float64()), divisor])
 
     def _Mod(self, node: exp.Mod) -> Typed:
         left, right = self._numeric_pair(self.lower(node.this), self.lower(node.expression), "%")

@@ -195,13 +195,7 @@ def assign(value: Typed, to: pa.DataType, column: str, text: str) -> pc.Expressi
     lowering = Lowering(lambda node: ("", pa.null()), text)
     if pa.types.is_integer(to):
         value = lowering.to_integer(value, to)  # as DuckDB: DOUBLE halves to even, DECIMAL away from zero
-    elif pa.types.is_decimal(to) and pa.types.is_floating(value.type):
-        # Rounded to the column's scale, halves away from zero (as DuckDB stores them; Arrow's cast rounds
-        # a float's halves to even). A decimal of more digits is rounded so by the cast below.
-        value = lowering.call(
-            "round", [lowering.roomy(value)], pc.RoundOptions(to.scale, "half_towards_infinity")
-        )
-    try:
+    try:  # into a decimal, halves round away from zero (floats and decimals alike, as CAST rounds them)
         return lowering.cast(value, to).expr
     except FilterError as exc:
         raise FilterError(
