@@ -72,7 +72,7 @@ from mere.errors import InvalidInput, NoSuchNamespace, NoSuchTable
 from mere.metadata import CommitResult
 from mere.spec import validate_properties
 from mere.table.catalog import Catalog
-from mere.table.evolve import can_widen
+from mere.table.evolve import can_widen, check_new_columns
 
 FORMATS = ("debezium", "wal2json")
 ON_ERROR = ("stop", "quarantine")
@@ -1275,6 +1275,11 @@ def _plan_table(cat: Catalog, table: str, events: pa.Table, options: SyncOptions
         columns[col] = typed
         final[col] = kind
         fields.append(pa.field(col, kind, nullable=not (keyed and col in (key or ()))))
+    if add and existing is not None:
+        try:  # refused now, with this table's events, not midway through the batch's commit
+            check_new_columns(existing.spec, [col for col, _ in add], name)
+        except InvalidInput as e:
+            raise CdcEventError(str(e), table, raw[0].as_py()) from None
     if keyed:
         for col in key or ():
             if columns.get(col) is not None and columns[col].null_count:

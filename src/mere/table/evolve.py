@@ -13,7 +13,7 @@ placed by them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -149,15 +149,28 @@ def _existing(spec: TableSpec, column: Any, verb: str, table: str) -> str:
     return name
 
 
-def _new_name(spec: TableSpec, value: Any, table: str, renaming: str | None = None) -> str:
+def check_new_columns(spec: TableSpec, names: Sequence[str], table: str) -> None:
+    """Raise what adding ``names`` in order would (a name taken, alike but for case to a column or to an
+    earlier one of them, reserved), before anything is written: a caller that adds columns in a commit
+    refuses its input up front instead of failing midway."""
+    taken = list(spec.schema.names)
+    for name in names:
+        _new_name(spec, name, table, taken=taken)
+        taken.append(name)
+
+
+def _new_name(
+    spec: TableSpec, value: Any, table: str, renaming: str | None = None, taken: Sequence[str] | None = None
+) -> str:
     name = _column_name(value, "the new column name")
-    if name in spec.schema.names:
+    names = spec.schema.names if taken is None else taken
+    if name in names:
         raise SchemaMismatch(f"{table}: the table already has a column {name!r}")
     if not storable_text(name):
         raise SchemaMismatch(
             f"{table}: a column name must be text without NUL that UTF-8 can encode, got {name!r}"
         )
-    same = [n for n in spec.schema.names if n.lower() == name.lower() and n != renaming]
+    same = [n for n in names if n.lower() == name.lower() and n != renaming]
     if same:
         raise SchemaMismatch(
             f"{table}: {name!r} differs from column {same[0]!r} only in case (Spark and DuckDB resolve names "
