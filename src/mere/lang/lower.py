@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
+from functools import partial
 from typing import Any, cast
 
 import pyarrow as pa
@@ -546,6 +547,25 @@ def arrow_type(node: exp.DataType) -> pa.DataType:
     return found
 
 
+def _on_decimal_grid(call: Callable[..., Any], number: Callable[[float], Any], value: Any, scale: int) -> Any:
+    """A double rounded to ``scale`` digits as DuckDB's cast to a decimal rounds it: times 10^scale (in
+    double), to a whole number with halves away from zero, divided back, so that Arrow's exact cast of the
+    result lands on that grid point (exact below 2**50). Larger products have no fraction left: the value
+    stays as it is. ``call(name, *args, options=)`` builds expressions, or computes on scalars, alike.
+    (Arrow's round to ``scale`` digits misses the grid beyond about 11 digits, and its ties of negative
+    values are inexact: -0.49999999999999994 rounded to -1, so the magnitude is rounded.)"""
+    tens = number(10.0**scale)
+    scaled = call("multiply", value, tens)
+    size = call("round", call("abs", scaled), options=pc.RoundOptions(0, "half_towards_infinity"))
+    whole = call("multiply", call("sign", scaled), size)
+    return call("if_else", call("less", size, number(2.0**50)), call("divide", whole, tens), value)
+
+
+def _computed(name: str, *args: Any, options: pc.FunctionOptions | None = None) -> Any:
+    """``name(args)`` computed now (on scalars: a literal's value)."""
+    return pc.call_function(name, list(args), options)
+
+
 def _decimal_as_float(value: pc.Expression, t: pa.DataType, to: pa.DataType) -> pc.Expression:
     """A decimal column as a float, rounded as SQL engines round it: its unscaled integer as a double
     over 10^scale (DuckDB's cast), the nearest double where the integer has at most 53 bits. Arrow's
@@ -671,9 +691,11 @@ class Lowering:
         if pa.types.is_decimal(value.type) and pa.types.is_decimal(to) and to.scale < value.type.scale:
             # fewer digits: rounded, halves away from zero, as DuckDB's cast (Arrow's refuses the loss)
             value = self.decimal_rounded(self.roomy(value), to.scale, "half_away", keep_scale=False)
-        if _is_float(value.type) and pa.types.is_decimal(to):
-            # halves away from zero too, as DuckDB's cast (Arrow's rounds a float's halves to even)
-            value = self.call("round", [value], pc.RoundOptions(to.scale, "half_towards_infinity"))
+        if _is_float(value.type) and pa.types.is_decimal(to) and to.scale >= 0:
+            # halves away from zero too, as DuckDB's cast (Arrow's rounds a float's halves to even); a
+            # float32 is scaled in double, as DuckDB scales it
+            double = self.cast(value, pa.float64())
+            value = Typed(_on_decimal_grid(_call, pc.scalar, double.expr, to.scale), pa.float64())
         # A cast to a float rounds (CAST(u AS DOUBLE) of 2**64 - 1 is 1.8446744073709552e19).
         options = pc.CastOptions(
             to, allow_int_overflow=not safe, allow_float_truncate=not safe or _is_float(to)
@@ -792,11 +814,11 @@ class Lowering:
             if number.as_tuple().exponent < exponent.as_tuple().exponent:  # type: ignore[operator]
                 with localcontext(prec=100):
                     value = self.literal(number.quantize(exponent, rounding=ROUND_HALF_UP))
-        if isinstance(number, float) and math.isfinite(number) and pa.types.is_decimal(to):
-            # rounded by the kernel a column's cast runs (see :meth:`cast`): halves away from zero
-            options = pc.RoundOptions(to.scale, "half_towards_infinity")
-            rounded = pc.round(pa.scalar(number, value.type), options=options)
-            value = Typed(pc.scalar(rounded), value.type, rounded.as_py())
+        if isinstance(number, float) and math.isfinite(number) and pa.types.is_decimal(to) and to.scale >= 0:
+            # rounded by the kernels a column's cast runs (see :meth:`cast`): halves away from zero
+            double = partial(pa.scalar, type=pa.float64())
+            grid = _on_decimal_grid(_computed, double, double(number), to.scale)
+            value = Typed(pc.scalar(grid), pa.float64(), grid.as_py())
         out = self.literal_as(value, to)
         finite = isinstance(number, int | float | Decimal) and not isinstance(number, bool)
         if finite and _is_float(to) and math.isinf(out.value) and not math.isinf(float(number)):  # type: ignore[arg-type]
