@@ -240,6 +240,8 @@ def _unstorable(t: pa.DataType) -> str | None:
         return "interval types (Parquet cannot store them; use a duration or separate columns)"
     if pa.types.is_null(t):
         return "the null type (it holds no values; give the column a real type)"
+    if pa.types.is_decimal(t) and not 0 <= t.scale <= t.precision:
+        return "a decimal whose scale is negative or above its precision (Parquet's DECIMAL needs 0 <= scale <= precision)"
     if pa.types.is_timestamp(t) and t.tz is not None and not is_known_zone(t.tz):
         return (
             f"the time zone {t.tz!r}: no time zone database knows it (give a name such as 'Europe/Paris' "
