@@ -280,13 +280,20 @@ _CLAUSES = {
 def _refuse_other_clauses(tree: exp.Expression, statement: str, supported: set[str]) -> None:
     """Every clause the statement holds besides ``supported`` is refused: one run without it (a LIMIT
     ignored deletes every matching row) would change rows the statement did not ask for."""
-    for name, value in tree.args.items():
-        if name in supported or value is None or value is False or value == []:
-            continue
+    name = _first_unsupported(tree, supported)
+    if name is not None:
         clause = _CLAUSES.get(name, name.rstrip("_").upper())
         raise FilterError(
             f"{clause} is not supported in {statement} (mere runs no part of a statement it cannot run)"
         )
+
+
+def _first_unsupported(node: exp.Expression, supported: Collection[str]) -> str | None:
+    """The first argument ``node`` holds (not empty) that is not in ``supported``, or None."""
+    for name, value in node.args.items():
+        if name not in supported and value is not None and value is not False and value != []:
+            return name
+    return None
 
 
 def _table_aliases(table: str) -> set[str]:
@@ -392,9 +399,8 @@ def _name(node: exp.Expression) -> str:
     time-travel clause left out would make the statement change rows it did not name."""
     if not isinstance(node, exp.Table):
         raise FilterError(f"expected a table name, got {sql_text(node)!r}")
-    for name, value in node.args.items():
-        if name in ("this", "db", "catalog", "alias") or value is None or value is False or value == []:
-            continue
+    name = _first_unsupported(node, ("this", "db", "catalog", "alias"))
+    if name is not None:
         clause = _TABLE_CLAUSES.get(name, name.rstrip("_").upper())
         hint = "; a MERGE INTO with the other table as source joins on the key" if name == "joins" else ""
         raise FilterError(
